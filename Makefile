@@ -1,0 +1,65 @@
+# One entry point for every task. `make test` and `make demo` each set up
+# everything they need on a fresh machine: the .venv, torch, the build.
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+STAMP  := $(VENV)/.loom-setup
+BUILD  := build
+TORCH_VERSION := 2.13.0
+export LOOM_REPO_ROOT := $(CURDIR)
+
+.PHONY: all setup build test test-c test-sanitize test-py demo conformance bench bench-quick clean
+
+all: build
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+# pip never builds in an isolated environment here: that would fetch another torch.
+$(STAMP): pyproject.toml Makefile | $(VPY)
+	$(VPY) -m pip install -q --upgrade "setuptools>=70" wheel
+	$(VPY) -m pip install -q torch==$(TORCH_VERSION) numpy pytest ninja cmake matplotlib expecttest hypothesis
+	$(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+setup: $(STAMP)
+
+$(BUILD)/build.ninja: CMakeLists.txt | $(STAMP)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(BUILD) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Release \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(VPY) \
+	  -DCMAKE_PREFIX_PATH="$$($(VPY) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+
+build: $(BUILD)/build.ninja
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(BUILD)
+
+test-c: build
+	cd $(BUILD) && ctest --output-on-failure
+
+# The C runtime and kernels under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-sanitize: | $(STAMP)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(BUILD)-asan -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON -DLOOM_BUILD_PYTHON=OFF >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(BUILD)-asan
+	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure
+
+test-py: build
+	$(VPY) -m pytest -q tests
+
+test: test-c test-sanitize test-py
+
+demo: build
+	$(VPY) examples/train_mlp.py
+
+conformance: build
+	$(VPY) -m tests.conformance.run --full
+
+bench: build
+	$(VPY) -m bench.run
+
+bench-quick: build
+	$(VPY) -m bench.run --quick
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan python/torch_loom/_C*.so

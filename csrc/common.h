@@ -1,0 +1,46 @@
+// The one header every csrc/ file includes: C status -> Python exception,
+// ATen tensor -> kernel descriptor, and kernel launch on the current stream.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Device.h>
+#include <c10/util/ArrayRef.h>
+
+#include "loom/hal.h"
+
+namespace torch_loom {
+
+// Turns a failed status into the matching c10 exception (OOM ->
+// c10::OutOfMemoryError, invalid argument -> c10::ValueError or
+// c10::Error, unsupported -> c10::NotImplementedError), with `what` (the op
+// or call) and loom_last_error() in the message. The only place that does so.
+[[noreturn]] void raise_status(loom_status status, const char* what);
+
+inline void check(loom_status status, const char* what) {
+  if (status != LOOM_OK) raise_status(status, what);
+}
+
+// The loom_dtype of an ATen scalar type; throws (TypeError) naming `op` for
+// a type the kernel ABI does not carry.
+loom_dtype to_loom_dtype(at::ScalarType type, const char* op);
+
+// Descriptor of a loom tensor: data pointer (storage offset applied), dtype,
+// sizes and strides in elements. Throws if `t` is not on loom or has more
+// than LOOM_MAX_DIMS dims.
+loom_tensor describe(const at::Tensor& t, const char* op);
+
+// The current stream of `device` (-1: the current device), borrowed.
+loom_stream_t* current_stream(c10::DeviceIndex device = -1);
+
+// Enqueues `fn` over [0, range) in chunks of `grain` on the current stream of
+// `device` (-1: the current device), after checking the stream for pending
+// asynchronous errors. Descriptors and scalars are copied.
+void launch(const char* name, loom_kernel_fn fn,
+            c10::ArrayRef<loom_tensor> tensors,
+            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
+            c10::DeviceIndex device = -1);
+
+inline loom_scalar scalar_i(int64_t v) { loom_scalar s; s.i = v; return s; }
+inline loom_scalar scalar_f(double v) { loom_scalar s; s.f = v; return s; }
+
+}  // namespace torch_loom

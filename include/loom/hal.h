@@ -1,0 +1,220 @@
+/* loom/hal.h — the runtime's public API: devices, memory, streams, events
+ * and commands. It is driver-independent; the driver behind it is chosen at
+ * loom_init(). Everything here is thread-safe.
+ *
+ * Conventions: out-parameters are cleared on entry; a function that creates
+ * an object hands the caller one reference, released with *_release. */
+#ifndef LOOM_HAL_H
+#define LOOM_HAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom/kernel_abi.h"
+#include "loom/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_HAL_VERSION 1
+
+typedef struct loom_stream loom_stream_t;
+typedef struct loom_event loom_event_t;
+
+/* ---- runtime and devices ------------------------------------------------ */
+
+/* Starts the runtime once (idempotent, thread-safe). Reads LOOM_NUM_DEVICES
+ * (default 1), LOOM_NUM_THREADS (default: all cores) and LOOM_MEMORY_LIMIT
+ * (bytes, with optional K/M/G suffix; default: physical memory). Every other
+ * call starts the runtime implicitly. */
+loom_status loom_init(void);
+
+/* Number of devices; 0 if the runtime cannot start. Never fails. */
+int loom_device_count(void);
+
+typedef struct loom_device_props {
+  char name[128];         /* e.g. "loom host (Intel Xeon ...)" */
+  char driver[32];        /* "host" */
+  int32_t index;
+  int32_t num_threads;    /* workers serving this device */
+  uint64_t total_memory;  /* bytes this device may hold (the limit) */
+  int32_t major, minor;   /* capability version of the driver */
+  uint32_t features;      /* LOOM_FEATURE_* bits */
+} loom_device_props;
+
+enum {
+  LOOM_FEATURE_AVX2 = 1u << 0,
+  LOOM_FEATURE_AVX512F = 1u << 1,
+  LOOM_FEATURE_AVX512BF16 = 1u << 2,
+  LOOM_FEATURE_AMX_BF16 = 1u << 3,
+  LOOM_FEATURE_AVX512FP16 = 1u << 4,
+  LOOM_FEATURE_FMA = 1u << 5,
+};
+
+loom_status loom_device_properties(int device, loom_device_props *out);
+
+/* Waits for all work on every stream of `device`; returns the first
+ * asynchronous error recorded on any of them (and clears it). */
+loom_status loom_device_synchronize(int device);
+
+/* ---- device memory (caching allocator) -------------------------------- */
+
+/* Allocates `size` bytes (size 0 gives NULL and LOOM_OK) on `device` for use
+ * on `stream` (NULL: the device's default stream). The block returns to the
+ * cache on loom_free and is handed out again on that stream at once, on
+ * another stream only after the work recorded on it has completed.
+ * Over the limit: releases cached blocks, retries, then fails with
+ * LOOM_ERROR_OUT_OF_MEMORY and a message naming requested and free sizes. */
+loom_status loom_malloc(int device, size_t size, loom_stream_t *stream,
+                        void **out_ptr);
+
+/* Returns a block from loom_malloc to the cache. NULL is a no-op. */
+loom_status loom_free(void *ptr);
+
+/* Marks the block containing `ptr` as in use by `stream`: a later loom_free
+ * defers its reuse until the work enqueued on `stream` so far is done. */
+loom_status loom_record_stream(void *ptr, loom_stream_t *stream);
+
+/* Device index owning `ptr` (any address inside a live block), or -1. */
+int loom_pointer_device(const void *ptr);
+
+/* One statistic, with the meaning of c10::CachingAllocator::Stat. */
+typedef struct loom_stat {
+  int64_t current, peak, allocated, freed;
+} loom_stat;
+
+/* Index into loom_stat arrays: aggregate, small pool (<= 1 MiB), large. */
+enum { LOOM_POOL_ALL = 0, LOOM_POOL_SMALL = 1, LOOM_POOL_LARGE = 2,
+       LOOM_POOL_COUNT = 3 };
+
+/* Mirrors c10::CachingDeviceAllocator::DeviceStats field for field. */
+typedef struct loom_memory_stats {
+  loom_stat allocation[LOOM_POOL_COUNT];
+  loom_stat segment[LOOM_POOL_COUNT];
+  loom_stat active[LOOM_POOL_COUNT];
+  loom_stat inactive_split[LOOM_POOL_COUNT];
+  loom_stat allocated_bytes[LOOM_POOL_COUNT];
+  loom_stat reserved_bytes[LOOM_POOL_COUNT];
+  loom_stat active_bytes[LOOM_POOL_COUNT];
+  loom_stat inactive_split_bytes[LOOM_POOL_COUNT];
+  loom_stat requested_bytes[LOOM_POOL_COUNT];
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  loom_stat oversize_allocations;
+  loom_stat oversize_segments;
+  int64_t num_sync_all_streams;
+  int64_t num_device_alloc;
+  int64_t num_device_free;
+  int64_t max_split_size;
+} loom_memory_stats;
+
+loom_status loom_memory_stats_get(int device, loom_memory_stats *out);
+loom_status loom_memory_reset_peak(int device);
+loom_status loom_memory_reset_accumulated(int device);
+/* Releases every cached, unused segment of `device` back to the driver. */
+loom_status loom_memory_empty_cache(int device);
+/* Bytes still available under the limit, and the limit. */
+loom_status loom_memory_info(int device, size_t *out_free, size_t *out_total);
+
+/* ---- pinned host memory ------------------------------------------------- */
+
+/* Page-locked (for the host driver: registered) host memory, cached. Copies
+ * from/to it are fully asynchronous. */
+loom_status loom_host_malloc(size_t size, void **out_ptr);
+loom_status loom_host_free(void *ptr);
+/* 1 if `ptr` lies inside a live pinned block, else 0. */
+int loom_host_is_pinned(const void *ptr);
+/* Base address of the pinned block containing `ptr`, or NULL. */
+void *loom_host_block_base(const void *ptr);
+loom_status loom_host_empty_cache(void);
+/* Host allocator statistics (allocation/segment/allocated_bytes/
+ * reserved_bytes as in loom_memory_stats, aggregate only). */
+typedef struct loom_host_stats {
+  loom_stat allocation, segment, allocated_bytes, reserved_bytes;
+  int64_t num_host_alloc, num_host_free;
+} loom_host_stats;
+loom_status loom_host_stats_get(loom_host_stats *out);
+loom_status loom_host_reset_peak(void);
+loom_status loom_host_reset_accumulated(void);
+
+/* ---- streams ------------------------------------------------------------ */
+
+/* A stream is an in-order queue of commands executed asynchronously. Streams
+ * of one device run concurrently. Priority: 0 normal, < 0 higher. */
+loom_status loom_stream_create(int device, int priority,
+                               loom_stream_t **out_stream);
+/* The device's default stream: borrowed, lives as long as the runtime. */
+loom_status loom_stream_default(int device, loom_stream_t **out_stream);
+void loom_stream_retain(loom_stream_t *stream);
+void loom_stream_release(loom_stream_t *stream);
+int loom_stream_device(const loom_stream_t *stream);
+int loom_stream_priority(const loom_stream_t *stream);
+
+/* LOOM_OK when all enqueued work is done, LOOM_ERROR_NOT_READY while some is
+ * pending, or the recorded asynchronous error (which it clears). */
+loom_status loom_stream_query(loom_stream_t *stream);
+/* Waits until all enqueued work is done; returns (and clears) the first
+ * asynchronous error recorded since the last synchronization point, with a
+ * message naming the command that failed. */
+loom_status loom_stream_synchronize(loom_stream_t *stream);
+
+/* ---- events ------------------------------------------------------------- */
+
+enum { LOOM_EVENT_DEFAULT = 0, LOOM_EVENT_TIMING = 1 };
+
+loom_status loom_event_create(int device, unsigned flags,
+                              loom_event_t **out_event);
+void loom_event_release(loom_event_t *event);
+/* Captures the stream's work so far; re-recording replaces the capture. */
+loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream);
+/* LOOM_OK if the captured work is done (or the event never recorded),
+ * LOOM_ERROR_NOT_READY otherwise. */
+loom_status loom_event_query(loom_event_t *event);
+loom_status loom_event_synchronize(loom_event_t *event);
+/* Later work on `stream` waits for the event's captured work. */
+loom_status loom_stream_wait_event(loom_stream_t *stream, loom_event_t *event);
+/* Milliseconds between two completed, recorded timing events. */
+loom_status loom_event_elapsed_ms(loom_event_t *start, loom_event_t *end,
+                                  double *out_ms);
+
+/* ---- commands ------------------------------------------------------------ */
+
+typedef struct loom_launch_desc {
+  const char *name;             /* op name, static storage; used in errors */
+  loom_kernel_fn fn;
+  const loom_tensor *tensors;   /* copied at enqueue */
+  uint32_t num_tensors;
+  const loom_scalar *scalars;   /* copied at enqueue */
+  uint32_t num_scalars;
+  int64_t range;                /* parallel range; 0 launches nothing */
+  int64_t grain;                /* chunk size (>= 1); see kernel_abi.h */
+} loom_launch_desc;
+
+/* Enqueues a kernel launch. Returns (and clears) a pending asynchronous error
+ * of the stream first, so errors surface at the next enqueue at the latest. */
+loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc);
+
+/* Copies `size` bytes in stream order. Either side may be device memory,
+ * pinned host memory or pageable host memory:
+ *  - a pageable source is staged before return, so the caller may reuse it;
+ *  - a pageable destination is written before return (the call waits);
+ *  - device and pinned memory on both sides: fully asynchronous. */
+loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src,
+                        size_t size);
+
+/* Enqueues fn(user) on the stream's executor, in order. The callback must not
+ * enqueue on the same stream and wait. */
+loom_status loom_host_callback(loom_stream_t *stream, void (*fn)(void *user),
+                               void *user, const char *name);
+
+/* ---- testing ------------------------------------------------------------- */
+
+/* Runs the parallel-for of `desc` synchronously on the calling thread and the
+ * device's workers, bypassing the queues (used by tests and benchmarks). */
+loom_status loom_run_now(int device, const loom_launch_desc *desc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_HAL_H */
