@@ -1,0 +1,29 @@
+/* kernels/convert.h — strided runs of elements converted between dtypes
+ * through a small staging buffer, with PyTorch's cast semantics:
+ * integers travel as int64, floating values as double, and a value bound
+ * for a 16-bit float or float32 is first cast to float (as c10 does). */
+#ifndef LOOM_KERNELS_CONVERT_H
+#define LOOM_KERNELS_CONVERT_H
+
+#include <stdint.h>
+
+#include "loom/kernel_abi.h"
+
+#define LOOM_CONVERT_BLOCK 256
+
+static inline int loom_dtype_is_integral(int32_t dtype) {
+  return dtype >= LOOM_INT8 && dtype <= LOOM_BOOL;
+}
+
+static inline int loom_dtype_is_complex(int32_t dtype) {
+  return dtype == LOOM_COMPLEX64 || dtype == LOOM_COMPLEX128;
+}
+
+/* Converts n elements (n <= LOOM_CONVERT_BLOCK) from a strided source run to
+ * a strided destination run; strides in bytes. Returns 0, or nonzero for an
+ * unknown dtype. */
+int loom_convert_run(char *dst, int32_t dst_dtype, int64_t dst_stride,
+                     const char *src, int32_t src_dtype, int64_t src_stride,
+                     int64_t n);
+
+#endif /* LOOM_KERNELS_CONVERT_H */

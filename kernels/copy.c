@@ -1,0 +1,61 @@
+#include "kernels/copy.h"
+
+#include <string.h>
+
+#include "kernels/convert.h"
+#include "kernels/iter.h"
+#include "loom/status.h"
+
+/* Same-dtype strided run: moves elements of `size` bytes. */
+static void move_run(char *dst, int64_t ds, const char *src, int64_t ss,
+                     int64_t n, int64_t size) {
+  if (ds == size && ss == size) {
+    memcpy(dst, src, (size_t)(n * size));
+    return;
+  }
+  switch (size) {
+#define MOVE(T)                                                              \
+  for (int64_t i = 0; i < n; ++i) *(T *)(dst + i * ds) = *(const T *)(src + i * ss); \
+  return;
+    case 1: MOVE(uint8_t)
+    case 2: MOVE(uint16_t)
+    case 4: MOVE(uint32_t)
+    case 8: MOVE(uint64_t)
+#undef MOVE
+    default:
+      for (int64_t i = 0; i < n; ++i) memcpy(dst + i * ds, src + i * ss, (size_t)size);
+  }
+}
+
+int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dst = &args->tensors[0];
+  const loom_tensor *src = &args->tensors[1];
+  const int64_t dsize = loom_dtype_size(dst->dtype);
+  if (dsize == 0 || loom_dtype_size(src->dtype) == 0)
+    return LOOM_ERROR_NOT_SUPPORTED;
+
+  const loom_tensor *ops[2] = {dst, src};
+  loom_iter it;
+  if (loom_iter_init(&it, 2, ops)) return LOOM_ERROR_INVALID_ARGUMENT;
+  loom_iter_seek(&it, begin, end - begin);
+  const int64_t ds = it.strides[0][it.rank - 1];
+  const int64_t ss = it.strides[1][it.rank - 1];
+  const int same = dst->dtype == src->dtype;
+
+  char *p[2];
+  int64_t n;
+  while ((n = loom_iter_next(&it, p)) > 0) {
+    if (same) {
+      move_run(p[0], ds, p[1], ss, n, dsize);
+      continue;
+    }
+    for (int64_t i = 0; i < n; i += LOOM_CONVERT_BLOCK) {
+      int64_t m = n - i < LOOM_CONVERT_BLOCK ? n - i : LOOM_CONVERT_BLOCK;
+      if (loom_convert_run(p[0] + i * ds, dst->dtype, ds, p[1] + i * ss,
+                           src->dtype, ss, m))
+        return LOOM_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return LOOM_OK;
+}

@@ -1,0 +1,153 @@
+/* Copy, cast and fill kernels against scalar references. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/copy.h"
+#include "kernels/dtype.h"
+#include "kernels/fill.h"
+
+static int passed, failed;
+#define EXPECT(cond)                                                  \
+  do {                                                                \
+    if (cond) ++passed;                                               \
+    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
+  } while (0)
+
+static loom_tensor tensor2d(void *data, int32_t dtype, int64_t r, int64_t c,
+                            int64_t sr, int64_t sc) {
+  loom_tensor t = {.data = data, .dtype = dtype, .rank = 2};
+  t.sizes[0] = r; t.sizes[1] = c; t.strides[0] = sr; t.strides[1] = sc;
+  return t;
+}
+
+/* Runs a kernel over [0, range) in chunks of `grain`, like the runtime. */
+static int run(loom_kernel_fn fn, loom_tensor *t, int nt, loom_scalar *s,
+               int ns, int64_t range, int64_t grain) {
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = (uint32_t)nt,
+                        .tensors = t, .num_scalars = (uint32_t)ns, .scalars = s,
+                        .range = range, .grain = grain};
+  for (int64_t b = 0; b < range; b += grain) {
+    int64_t e = b + grain < range ? b + grain : range;
+    int rc = fn(&a, b, e);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static void test_half_conversions(void) {
+  int bad16 = 0, badbf = 0;
+  for (uint32_t h = 0; h < 65536; ++h) { /* every half survives a round trip */
+    float f = loom_f16_to_f32((uint16_t)h);
+    if (isnan(f)) continue;
+    if (loom_f32_to_f16(f) != h) ++bad16;
+  }
+  EXPECT(bad16 == 0);
+  /* float -> half rounding agrees with the compiler's _Float16. */
+  srand(1);
+  int badround = 0;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = ((uint32_t)rand() << 16) ^ (uint32_t)rand();
+    float f;
+    memcpy(&f, &bits, 4);
+    if (isnan(f)) continue;
+    _Float16 ref = (_Float16)f;
+    uint16_t rb;
+    memcpy(&rb, &ref, 2);
+    if (loom_f32_to_f16(f) != rb) ++badround;
+  }
+  EXPECT(badround == 0);
+  /* bf16: ties round to even, NaN stays NaN. */
+  EXPECT(loom_f32_to_bf16(1.0f) == 0x3f80);
+  float tie;
+  uint32_t tb = 0x3f808000u; /* exactly halfway between 0x3f80 and 0x3f81 */
+  memcpy(&tie, &tb, 4);
+  EXPECT(loom_f32_to_bf16(tie) == 0x3f80);
+  tb = 0x3f818000u;
+  memcpy(&tie, &tb, 4);
+  EXPECT(loom_f32_to_bf16(tie) == 0x3f82);
+  EXPECT(isnan(loom_bf16_to_f32(loom_f32_to_bf16(NAN))));
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = loom_bf16_to_f32((uint16_t)h);
+    if (!isnan(f) && loom_f32_to_bf16(f) != h) ++badbf;
+  }
+  EXPECT(badbf == 0);
+}
+
+static void test_transpose_copy(void) {
+  enum { R = 37, C = 53 };
+  float src[R * C], dst[C * R];
+  for (int i = 0; i < R * C; ++i) src[i] = (float)i;
+  /* dst (C x R, contiguous) = src^T: src viewed with swapped strides. */
+  loom_tensor t[2] = {tensor2d(dst, LOOM_FLOAT32, C, R, R, 1),
+                      tensor2d(src, LOOM_FLOAT32, C, R, 1, C)};
+  EXPECT(run(loom_kernel_copy, t, 2, NULL, 0, C * R, 100) == 0);
+  int bad = 0;
+  for (int i = 0; i < C; ++i)
+    for (int j = 0; j < R; ++j) bad += dst[i * R + j] != src[j * C + i];
+  EXPECT(bad == 0);
+}
+
+static void test_broadcast_cast(void) {
+  enum { R = 5, C = 300 };
+  int64_t row[C];
+  for (int j = 0; j < C; ++j) row[j] = j - 150;
+  uint16_t out[R * C];
+  double back[R * C];
+  loom_tensor t[2] = {tensor2d(out, LOOM_BFLOAT16, R, C, C, 1),
+                      tensor2d(row, LOOM_INT64, R, C, 0, 1)};
+  EXPECT(run(loom_kernel_copy, t, 2, NULL, 0, R * C, 7) == 0);
+  loom_tensor u[2] = {tensor2d(back, LOOM_FLOAT64, R, C, C, 1),
+                      tensor2d(out, LOOM_BFLOAT16, R, C, C, 1)};
+  EXPECT(run(loom_kernel_copy, u, 2, NULL, 0, R * C, 64) == 0);
+  int bad = 0;
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) bad += back[i * C + j] != (double)(j - 150);
+  EXPECT(bad == 0);
+  /* float -> uint8 goes through int64 (negative values wrap, not UB). */
+  float f[3] = {-1.0f, 255.9f, 3.5f};
+  uint8_t b[3];
+  loom_tensor v[2] = {tensor2d(b, LOOM_UINT8, 1, 3, 3, 1),
+                      tensor2d(f, LOOM_FLOAT32, 1, 3, 3, 1)};
+  EXPECT(run(loom_kernel_copy, v, 2, NULL, 0, 3, 3) == 0);
+  EXPECT(b[0] == 255 && b[1] == 255 && b[2] == 3);
+  /* anything -> bool is "nonzero". */
+  double d[3] = {0.0, -0.5, 2.0};
+  uint8_t bo[3];
+  loom_tensor w[2] = {tensor2d(bo, LOOM_BOOL, 1, 3, 3, 1),
+                      tensor2d(d, LOOM_FLOAT64, 1, 3, 3, 1)};
+  EXPECT(run(loom_kernel_copy, w, 2, NULL, 0, 3, 3) == 0);
+  EXPECT(bo[0] == 0 && bo[1] == 1 && bo[2] == 1);
+}
+
+static void test_fill(void) {
+  enum { R = 9, C = 11 };
+  int32_t buf[R * C];
+  memset(buf, 0, sizeof buf);
+  /* every other column */
+  loom_tensor t = tensor2d(buf, LOOM_INT32, R, (C + 1) / 2, C, 2);
+  loom_scalar s = {.i = -7};
+  EXPECT(run(loom_kernel_fill, &t, 1, &s, 1, R * ((C + 1) / 2), 4) == 0);
+  int bad = 0;
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) bad += buf[i * C + j] != (j % 2 == 0 ? -7 : 0);
+  EXPECT(bad == 0);
+  uint16_t h[4];
+  loom_tensor th = tensor2d(h, LOOM_FLOAT16, 2, 2, 2, 1);
+  loom_scalar sf = {.f = 0.1};
+  EXPECT(run(loom_kernel_fill, &th, 1, &sf, 1, 4, 4) == 0);
+  _Float16 ref = (_Float16)(float)0.1;
+  uint16_t rb;
+  memcpy(&rb, &ref, 2);
+  EXPECT(h[0] == rb && h[3] == rb);
+}
+
+int main(void) {
+  test_half_conversions();
+  test_transpose_copy();
+  test_broadcast_cast();
+  test_fill();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}
