@@ -1,0 +1,107 @@
+/* Layer norm and RMS norm over contiguous rows. */
+#include <math.h>
+
+#include "kernels/nn_util.h"
+#include "kernels/norm.h"
+#include "loom/status.h"
+
+/* Columns of grad_weight/grad_bias accumulated together per pass over the
+ * rows: wide enough to stream rows, small enough for the stack. */
+#define LN_COLUMN_BLOCK 256
+
+int loom_layer_norm_forward(const loom_kernel_args *args, int64_t begin,
+                            int64_t end) {
+  if (args->num_tensors < 6 || args->num_scalars < 3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *x = &args->tensors[0], *w = &args->tensors[1],
+                    *b = &args->tensors[2], *y = &args->tensors[3],
+                    *mean = &args->tensors[4], *rstd = &args->tensors[5];
+  const int64_t n = args->scalars[0].i;
+  const double eps = args->scalars[1].f;
+  const int rms = args->scalars[2].i != 0;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t base = r * n;
+    double mu = 0.0, var = 0.0;
+    if (!rms) {
+      for (int64_t j = 0; j < n; ++j) mu += loom_nn_load(x->data, x->dtype, base + j);
+      mu /= (double)n;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double d = loom_nn_load(x->data, x->dtype, base + j) - mu;
+      var += d * d;
+    }
+    var /= (double)n;
+    const double rs = 1.0 / sqrt(var + eps);
+    if (mean->data) loom_nn_store(mean->data, mean->dtype, r, mu);
+    loom_nn_store(rstd->data, rstd->dtype, r, rs);
+    for (int64_t j = 0; j < n; ++j) {
+      double v = (loom_nn_load(x->data, x->dtype, base + j) - mu) * rs;
+      if (w->data) v *= loom_nn_load(w->data, w->dtype, j);
+      if (b->data) v += loom_nn_load(b->data, b->dtype, j);
+      loom_nn_store(y->data, y->dtype, base + j, v);
+    }
+  }
+  return LOOM_OK;
+}
+
+int loom_layer_norm_backward_input(const loom_kernel_args *args,
+                                   int64_t begin, int64_t end) {
+  if (args->num_tensors < 6 || args->num_scalars < 2)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dy = &args->tensors[0], *x = &args->tensors[1],
+                    *mean = &args->tensors[2], *rstd = &args->tensors[3],
+                    *w = &args->tensors[4], *dx = &args->tensors[5];
+  const int64_t n = args->scalars[0].i;
+  const int rms = args->scalars[1].i != 0;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t base = r * n;
+    const double mu = (rms || !mean->data) ? 0.0 : loom_nn_load(mean->data, mean->dtype, r);
+    const double rs = loom_nn_load(rstd->data, rstd->dtype, r);
+    double sum_g = 0.0, sum_gx = 0.0; /* sum(dy*w), sum(dy*w*xhat) */
+    for (int64_t j = 0; j < n; ++j) {
+      double g = loom_nn_load(dy->data, dy->dtype, base + j);
+      if (w->data) g *= loom_nn_load(w->data, w->dtype, j);
+      double xh = (loom_nn_load(x->data, x->dtype, base + j) - mu) * rs;
+      sum_g += g;
+      sum_gx += g * xh;
+    }
+    const double a = rms ? 0.0 : sum_g / (double)n, c = sum_gx / (double)n;
+    for (int64_t j = 0; j < n; ++j) {
+      double g = loom_nn_load(dy->data, dy->dtype, base + j);
+      if (w->data) g *= loom_nn_load(w->data, w->dtype, j);
+      double xh = (loom_nn_load(x->data, x->dtype, base + j) - mu) * rs;
+      loom_nn_store(dx->data, dx->dtype, base + j, rs * (g - a - xh * c));
+    }
+  }
+  return LOOM_OK;
+}
+
+int loom_layer_norm_backward_params(const loom_kernel_args *args,
+                                    int64_t begin, int64_t end) {
+  if (args->num_tensors < 6 || args->num_scalars < 3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dy = &args->tensors[0], *x = &args->tensors[1],
+                    *mean = &args->tensors[2], *rstd = &args->tensors[3],
+                    *dw = &args->tensors[4], *db = &args->tensors[5];
+  const int64_t m = args->scalars[0].i, n = args->scalars[1].i;
+  const int rms = args->scalars[2].i != 0;
+  double acc_w[LN_COLUMN_BLOCK], acc_b[LN_COLUMN_BLOCK];
+  for (int64_t j0 = begin; j0 < end; j0 += LN_COLUMN_BLOCK) {
+    const int64_t j1 = j0 + LN_COLUMN_BLOCK < end ? j0 + LN_COLUMN_BLOCK : end;
+    for (int64_t j = j0; j < j1; ++j) acc_w[j - j0] = acc_b[j - j0] = 0.0;
+    for (int64_t r = 0; r < m; ++r) {
+      const double mu = (rms || !mean->data) ? 0.0 : loom_nn_load(mean->data, mean->dtype, r);
+      const double rs = loom_nn_load(rstd->data, rstd->dtype, r);
+      for (int64_t j = j0; j < j1; ++j) {
+        double g = loom_nn_load(dy->data, dy->dtype, r * n + j);
+        acc_b[j - j0] += g;
+        acc_w[j - j0] += g * (loom_nn_load(x->data, x->dtype, r * n + j) - mu) * rs;
+      }
+    }
+    for (int64_t j = j0; j < j1; ++j) {
+      if (dw->data) loom_nn_store(dw->data, dw->dtype, j, acc_w[j - j0]);
+      if (db->data) loom_nn_store(db->data, db->dtype, j, acc_b[j - j0]);
+    }
+  }
+  return LOOM_OK;
+}

@@ -1,0 +1,122 @@
+/* Group norm over contiguous x of shape [N, C, HxW]: row (n, g) is the
+ * contiguous block of the C/G channels of group g in sample n. */
+#include <math.h>
+
+#include "kernels/nn_util.h"
+#include "kernels/norm.h"
+#include "loom/status.h"
+
+typedef struct gn_shape {
+  int64_t n, c, hw, g, d; /* d: channels per group */
+} gn_shape;
+
+static int gn_shape_of(const loom_kernel_args *args, gn_shape *out) {
+  if (args->num_scalars < 4) return LOOM_ERROR_INVALID_ARGUMENT;
+  gn_shape s = {.n = args->scalars[0].i, .c = args->scalars[1].i,
+                .hw = args->scalars[2].i, .g = args->scalars[3].i};
+  if (s.g <= 0 || s.c % s.g != 0) return LOOM_ERROR_INVALID_ARGUMENT;
+  s.d = s.c / s.g;
+  *out = s;
+  return LOOM_OK;
+}
+
+static inline double opt_load(const loom_tensor *t, int64_t i, double dflt) {
+  return t->data ? loom_nn_load(t->data, t->dtype, i) : dflt;
+}
+
+int loom_group_norm_forward(const loom_kernel_args *args, int64_t begin,
+                            int64_t end) {
+  gn_shape s;
+  if (args->num_tensors < 6 || args->num_scalars < 5 || gn_shape_of(args, &s))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *x = &args->tensors[0], *w = &args->tensors[1],
+                    *b = &args->tensors[2], *y = &args->tensors[3],
+                    *mean = &args->tensors[4], *rstd = &args->tensors[5];
+  const double eps = args->scalars[4].f;
+  const int64_t len = s.d * s.hw;
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t base = row * len, g = row % s.g;
+    double mu = 0.0, var = 0.0;
+    for (int64_t i = 0; i < len; ++i) mu += loom_nn_load(x->data, x->dtype, base + i);
+    mu = len ? mu / (double)len : 0.0;
+    for (int64_t i = 0; i < len; ++i) {
+      double dd = loom_nn_load(x->data, x->dtype, base + i) - mu;
+      var += dd * dd;
+    }
+    var = len ? var / (double)len : 0.0;
+    const double rs = 1.0 / sqrt(var + eps);
+    loom_nn_store(mean->data, mean->dtype, row, mu);
+    loom_nn_store(rstd->data, rstd->dtype, row, rs);
+    for (int64_t k = 0; k < s.d; ++k) {
+      const int64_t c = g * s.d + k;
+      const double scale = rs * opt_load(w, c, 1.0), shift = opt_load(b, c, 0.0);
+      for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i)
+        loom_nn_store(y->data, y->dtype, base + i,
+                      (loom_nn_load(x->data, x->dtype, base + i) - mu) * scale + shift);
+    }
+  }
+  return LOOM_OK;
+}
+
+int loom_group_norm_backward_input(const loom_kernel_args *args,
+                                   int64_t begin, int64_t end) {
+  gn_shape s;
+  if (args->num_tensors < 6 || gn_shape_of(args, &s))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dy = &args->tensors[0], *x = &args->tensors[1],
+                    *mean = &args->tensors[2], *rstd = &args->tensors[3],
+                    *w = &args->tensors[4], *dx = &args->tensors[5];
+  const int64_t len = s.d * s.hw;
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t base = row * len, g = row % s.g;
+    const double mu = loom_nn_load(mean->data, mean->dtype, row);
+    const double rs = loom_nn_load(rstd->data, rstd->dtype, row);
+    double sum_g = 0.0, sum_gx = 0.0; /* sum(dy*w), sum(dy*w*xhat) */
+    for (int64_t k = 0; k < s.d; ++k) {
+      const double wc = opt_load(w, g * s.d + k, 1.0);
+      for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i) {
+        double gv = loom_nn_load(dy->data, dy->dtype, base + i) * wc;
+        sum_g += gv;
+        sum_gx += gv * (loom_nn_load(x->data, x->dtype, base + i) - mu) * rs;
+      }
+    }
+    const double a = len ? sum_g / (double)len : 0.0;
+    const double cc = len ? sum_gx / (double)len : 0.0;
+    for (int64_t k = 0; k < s.d; ++k) {
+      const double wc = opt_load(w, g * s.d + k, 1.0);
+      for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i) {
+        double gv = loom_nn_load(dy->data, dy->dtype, base + i) * wc;
+        double xh = (loom_nn_load(x->data, x->dtype, base + i) - mu) * rs;
+        loom_nn_store(dx->data, dx->dtype, base + i, rs * (gv - a - xh * cc));
+      }
+    }
+  }
+  return LOOM_OK;
+}
+
+int loom_group_norm_backward_params(const loom_kernel_args *args,
+                                    int64_t begin, int64_t end) {
+  gn_shape s;
+  if (args->num_tensors < 6 || gn_shape_of(args, &s))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dy = &args->tensors[0], *x = &args->tensors[1],
+                    *mean = &args->tensors[2], *rstd = &args->tensors[3],
+                    *dw = &args->tensors[4], *db = &args->tensors[5];
+  for (int64_t c = begin; c < end; ++c) {
+    const int64_t g = c / s.d;
+    double acc_w = 0.0, acc_b = 0.0;
+    for (int64_t n = 0; n < s.n; ++n) {
+      const int64_t row = n * s.g + g, base = (n * s.c + c) * s.hw;
+      const double mu = loom_nn_load(mean->data, mean->dtype, row);
+      const double rs = loom_nn_load(rstd->data, rstd->dtype, row);
+      for (int64_t i = 0; i < s.hw; ++i) {
+        double gv = loom_nn_load(dy->data, dy->dtype, base + i);
+        acc_b += gv;
+        acc_w += gv * (loom_nn_load(x->data, x->dtype, base + i) - mu) * rs;
+      }
+    }
+    if (dw->data) loom_nn_store(dw->data, dw->dtype, c, acc_w);
+    if (db->data) loom_nn_store(db->data, db->dtype, c, acc_b);
+  }
+  return LOOM_OK;
+}

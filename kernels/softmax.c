@@ -1,0 +1,94 @@
+/* Softmax rows: each row is walked by one call, start to end, so the result
+ * is the same however the rows are split among threads. */
+#include "kernels/softmax.h"
+
+#include <math.h>
+
+#include "kernels/nn_util.h"
+#include "loom/status.h"
+
+typedef struct softmax_row {
+  int64_t n, stride;
+} softmax_row;
+
+static softmax_row row_of(const loom_tensor *t, int32_t dim) {
+  if (t->rank == 0) return (softmax_row){.n = 1, .stride = 1};
+  return (softmax_row){.n = t->sizes[dim], .stride = t->strides[dim]};
+}
+
+static int check_args(const loom_kernel_args *args, uint32_t ntensors,
+                      int32_t *dim) {
+  if (args->num_tensors < ntensors || args->num_scalars < 2)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t d = args->scalars[0].i;
+  int32_t rank = args->tensors[0].rank;
+  if (rank == 0 ? (d != 0 && d != -1) : (d < 0 || d >= rank))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  for (uint32_t t = 1; t < ntensors; ++t)
+    if (args->tensors[t].rank != rank) return LOOM_ERROR_INVALID_ARGUMENT;
+  *dim = rank == 0 ? -1 : (int32_t)d;
+  return LOOM_OK;
+}
+
+int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
+                         int64_t end) {
+  int32_t dim;
+  int status = check_args(args, 2, &dim);
+  if (status) return status;
+  const loom_tensor *in = &args->tensors[0], *out = &args->tensors[1];
+  const int take_log = args->scalars[1].i != 0;
+  const softmax_row ri = row_of(in, dim), ro = row_of(out, dim);
+  const int64_t n = ri.n;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t xo = loom_nn_offset(in, r, dim);
+    const int64_t yo = loom_nn_offset(out, r, dim);
+    double m = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+      double v = loom_nn_load(in->data, in->dtype, xo + i * ri.stride);
+      if (v > m || v != v) m = v; /* a NaN poisons the row, as in PyTorch */
+    }
+    /* An all -inf row yields NaN (-inf - -inf), matching PyTorch. */
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      sum += exp(loom_nn_load(in->data, in->dtype, xo + i * ri.stride) - m);
+    const double logsum = log(sum), inv = 1.0 / sum;
+    for (int64_t i = 0; i < n; ++i) {
+      double v = loom_nn_load(in->data, in->dtype, xo + i * ri.stride) - m;
+      loom_nn_store(out->data, out->dtype, yo + i * ro.stride,
+                    take_log ? v - logsum : exp(v) * inv);
+    }
+  }
+  return LOOM_OK;
+}
+
+int loom_softmax_backward(const loom_kernel_args *args, int64_t begin,
+                          int64_t end) {
+  int32_t dim;
+  int status = check_args(args, 3, &dim);
+  if (status) return status;
+  const loom_tensor *g = &args->tensors[0], *y = &args->tensors[1],
+                    *gi = &args->tensors[2];
+  const int take_log = args->scalars[1].i != 0;
+  const softmax_row rg = row_of(g, dim), ry = row_of(y, dim),
+                    rgi = row_of(gi, dim);
+  const int64_t n = rg.n;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t go = loom_nn_offset(g, r, dim);
+    const int64_t yo = loom_nn_offset(y, r, dim);
+    const int64_t gio = loom_nn_offset(gi, r, dim);
+    double dot = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      double gv = loom_nn_load(g->data, g->dtype, go + i * rg.stride);
+      dot += take_log
+                 ? gv
+                 : gv * loom_nn_load(y->data, y->dtype, yo + i * ry.stride);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      double gv = loom_nn_load(g->data, g->dtype, go + i * rg.stride);
+      double yv = loom_nn_load(y->data, y->dtype, yo + i * ry.stride);
+      loom_nn_store(gi->data, gi->dtype, gio + i * rgi.stride,
+                    take_log ? gv - exp(yv) * dot : yv * (gv - dot));
+    }
+  }
+  return LOOM_OK;
+}

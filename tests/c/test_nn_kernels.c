@@ -1,0 +1,423 @@
+/* Neural-network kernels (softmax, norms, losses, embedding backward)
+ * against scalar references; gradients against central differences in
+ * fp64; chunking must never change a result. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/dtype.h"
+#include "kernels/embedding.h"
+#include "kernels/loss.h"
+#include "kernels/norm.h"
+#include "kernels/softmax.h"
+#include "loom/status.h"
+
+static int passed, failed;
+#define EXPECT(cond)                                                       \
+  do {                                                                     \
+    if (cond) ++passed;                                                    \
+    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
+  } while (0)
+
+static loom_tensor tensor(void *data, int32_t dtype, int rank,
+                          const int64_t *sizes, const int64_t *strides) {
+  loom_tensor t = {.data = data, .dtype = dtype, .rank = rank};
+  for (int d = 0; d < rank; ++d) {
+    t.sizes[d] = sizes[d];
+    t.strides[d] = strides[d];
+  }
+  return t;
+}
+
+/* Contiguous strides for `sizes`. */
+static loom_tensor dense(void *data, int32_t dtype, int rank,
+                         const int64_t *sizes) {
+  int64_t strides[LOOM_MAX_DIMS], s = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= sizes[d];
+  }
+  return tensor(data, dtype, rank, sizes, strides);
+}
+
+static loom_tensor none(void) { return (loom_tensor){.data = NULL}; }
+
+static int run(loom_kernel_fn fn, loom_tensor *t, int nt, loom_scalar *s,
+               int ns, int64_t range, int64_t grain) {
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                        .num_tensors = (uint32_t)nt, .tensors = t,
+                        .num_scalars = (uint32_t)ns, .scalars = s,
+                        .range = range, .grain = grain};
+  for (int64_t b = 0; b < range; b += grain) {
+    int64_t e = b + grain < range ? b + grain : range;
+    int rc = fn(&a, b, e);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static double frand(void) { return (double)rand() / RAND_MAX * 2.0 - 1.0; }
+static void fill(double *p, int64_t n) { for (int64_t i = 0; i < n; ++i) p[i] = frand(); }
+static loom_scalar si(int64_t v) { loom_scalar s; s.i = v; return s; }
+static loom_scalar sf(double v) { loom_scalar s; s.f = v; return s; }
+
+static double max_rel(const double *a, const double *b, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = fabs(a[i] - b[i]) / (1e-3 + fabs(b[i]));
+    if (d > m || d != d) m = d != d ? INFINITY : d;
+  }
+  return m;
+}
+
+/* ---- softmax --------------------------------------------------------------- */
+
+/* x is [4, 7, 5] stored transposed as [5, 7, 4] memory (non-contiguous);
+ * softmax along dim 1. */
+static void test_softmax(void) {
+  enum { A = 4, B = 7, C = 5, N = A * B * C };
+  static double x[N], y[N], yref[N], g[N], gi[N], gnum[N];
+  fill(x, N);
+  fill(g, N);
+  const int64_t sizes[3] = {A, B, C}, xstr[3] = {1, A, A * B};
+  for (int take_log = 0; take_log <= 1; ++take_log) {
+    loom_tensor t[3] = {tensor(x, LOOM_FLOAT64, 3, sizes, xstr),
+                        dense(y, LOOM_FLOAT64, 3, sizes)};
+    loom_scalar s[2] = {si(1), si(take_log)};
+    EXPECT(run(loom_softmax_forward, t, 2, s, 2, A * C, 3) == 0);
+    for (int a = 0; a < A; ++a)
+      for (int c = 0; c < C; ++c) {
+        double m = -INFINITY, sum = 0;
+        for (int b = 0; b < B; ++b) m = fmax(m, x[a + b * A + c * A * B]);
+        for (int b = 0; b < B; ++b) sum += exp(x[a + b * A + c * A * B] - m);
+        for (int b = 0; b < B; ++b) {
+          double v = x[a + b * A + c * A * B] - m;
+          yref[(a * B + b) * C + c] = take_log ? v - log(sum) : exp(v) / sum;
+        }
+      }
+    EXPECT(max_rel(y, yref, N) < 1e-12);
+    /* gradient of sum(y * g) against central differences */
+    loom_tensor tb[3] = {dense(g, LOOM_FLOAT64, 3, sizes),
+                         dense(y, LOOM_FLOAT64, 3, sizes),
+                         tensor(gi, LOOM_FLOAT64, 3, sizes, xstr)};
+    EXPECT(run(loom_softmax_backward, tb, 3, s, 2, A * C, 2) == 0);
+    const double h = 1e-6;
+    for (int i = 0; i < N; ++i) {
+      double keep = x[i], fp = 0, fm = 0;
+      x[i] = keep + h;
+      run(loom_softmax_forward, t, 2, s, 2, A * C, 64);
+      for (int j = 0; j < N; ++j) fp += y[j] * g[j];
+      x[i] = keep - h;
+      run(loom_softmax_forward, t, 2, s, 2, A * C, 64);
+      for (int j = 0; j < N; ++j) fm += y[j] * g[j];
+      x[i] = keep;
+      gnum[i] = (fp - fm) / (2 * h);
+    }
+    EXPECT(max_rel(gi, gnum, N) < 1e-6);
+  }
+}
+
+/* bf16 in, fp32 out; chunking must not change a bit. */
+static void test_softmax_mixed_and_chunking(void) {
+  enum { R = 9, L = 33 };
+  static uint16_t xb[R * L];
+  static float y1[R * L], y2[R * L];
+  for (int i = 0; i < R * L; ++i) xb[i] = loom_f32_to_bf16((float)(frand() * 8));
+  const int64_t sizes[2] = {R, L};
+  loom_tensor t1[2] = {dense(xb, LOOM_BFLOAT16, 2, sizes), dense(y1, LOOM_FLOAT32, 2, sizes)};
+  loom_tensor t2[2] = {dense(xb, LOOM_BFLOAT16, 2, sizes), dense(y2, LOOM_FLOAT32, 2, sizes)};
+  loom_scalar s[2] = {si(1), si(0)};
+  EXPECT(run(loom_softmax_forward, t1, 2, s, 2, R, 1) == 0);
+  EXPECT(run(loom_softmax_forward, t2, 2, s, 2, R, R) == 0);
+  EXPECT(memcmp(y1, y2, sizeof y1) == 0);
+  double rowsum = 0;
+  for (int j = 0; j < L; ++j) rowsum += y1[j];
+  EXPECT(fabs(rowsum - 1.0) < 1e-6);
+  loom_scalar bad[2] = {si(2), si(0)};
+  EXPECT(run(loom_softmax_forward, t1, 2, bad, 2, R, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
+/* ---- layer norm / rms norm ------------------------------------------------ */
+
+static void test_layer_norm(void) {
+  enum { M = 6, N = 13 };
+  static double x[M * N], w[N], b[N], y[M * N], mean[M], rstd[M], dy[M * N];
+  static double dx[M * N], dw[N], db[N], num[M * N], numw[N];
+  fill(x, M * N); fill(w, N); fill(b, N); fill(dy, M * N);
+  const int64_t s2[2] = {M, N}, s1[1] = {N}, sm[1] = {M};
+  for (int rms = 0; rms <= 1; ++rms) {
+    loom_tensor f[6] = {dense(x, LOOM_FLOAT64, 2, s2), dense(w, LOOM_FLOAT64, 1, s1),
+                        rms ? none() : dense(b, LOOM_FLOAT64, 1, s1),
+                        dense(y, LOOM_FLOAT64, 2, s2),
+                        rms ? none() : dense(mean, LOOM_FLOAT64, 1, sm),
+                        dense(rstd, LOOM_FLOAT64, 1, sm)};
+    loom_scalar fs[3] = {si(N), sf(1e-5), si(rms)};
+    EXPECT(run(loom_layer_norm_forward, f, 6, fs, 3, M, 4) == 0);
+    /* reference for row 2 */
+    double mu = 0, var = 0;
+    for (int j = 0; j < N; ++j) mu += x[2 * N + j];
+    mu = rms ? 0 : mu / N;
+    for (int j = 0; j < N; ++j) var += (x[2 * N + j] - mu) * (x[2 * N + j] - mu);
+    var /= N;
+    double ref = (x[2 * N + 5] - mu) / sqrt(var + 1e-5) * w[5] + (rms ? 0 : b[5]);
+    EXPECT(fabs(y[2 * N + 5] - ref) < 1e-12);
+
+    loom_tensor bi[6] = {dense(dy, LOOM_FLOAT64, 2, s2), f[0], f[4], f[5], f[1],
+                         dense(dx, LOOM_FLOAT64, 2, s2)};
+    loom_scalar bs[2] = {si(N), si(rms)};
+    EXPECT(run(loom_layer_norm_backward_input, bi, 6, bs, 2, M, 5) == 0);
+    loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw, LOOM_FLOAT64, 1, s1),
+                         dense(db, LOOM_FLOAT64, 1, s1)};
+    loom_scalar ps[3] = {si(M), si(N), si(rms)};
+    EXPECT(run(loom_layer_norm_backward_params, bp, 6, ps, 3, N, 3) == 0);
+    const double h = 1e-6;
+    for (int i = 0; i < M * N + N; ++i) {
+      double *p = i < M * N ? &x[i] : &w[i - M * N];
+      double keep = *p, fp = 0, fm = 0;
+      *p = keep + h;
+      run(loom_layer_norm_forward, f, 6, fs, 3, M, M);
+      for (int j = 0; j < M * N; ++j) fp += y[j] * dy[j];
+      *p = keep - h;
+      run(loom_layer_norm_forward, f, 6, fs, 3, M, M);
+      for (int j = 0; j < M * N; ++j) fm += y[j] * dy[j];
+      *p = keep;
+      *(i < M * N ? &num[i] : &numw[i - M * N]) = (fp - fm) / (2 * h);
+    }
+    EXPECT(max_rel(dx, num, M * N) < 1e-6);
+    EXPECT(max_rel(dw, numw, N) < 1e-6);
+    if (!rms) {
+      double s = 0;
+      for (int r = 0; r < M; ++r) s += dy[r * N + 4];
+      EXPECT(fabs(db[4] - s) < 1e-12);
+    }
+  }
+}
+
+/* ---- batch norm ------------------------------------------------------------ */
+
+static void test_batch_norm(void) {
+  enum { NB = 3, C = 4, S = 5, T = NB * C * S };
+  static double x[T], w[C], b[C], rm[C], rv[C], y[T], sm[C], sinv[C], dy[T];
+  static double dx[T], dw[C], db[C], num[T];
+  fill(x, T); fill(w, C); fill(b, C); fill(dy, T);
+  for (int c = 0; c < C; ++c) { rm[c] = 0.5; rv[c] = 2.0; }
+  const int64_t s3[3] = {NB, C, S}, s1[1] = {C};
+  loom_tensor f[8] = {dense(x, LOOM_FLOAT64, 3, s3), dense(w, LOOM_FLOAT64, 1, s1),
+                      dense(b, LOOM_FLOAT64, 1, s1), dense(rm, LOOM_FLOAT64, 1, s1),
+                      dense(rv, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
+                      dense(sm, LOOM_FLOAT64, 1, s1), dense(sinv, LOOM_FLOAT64, 1, s1)};
+  loom_scalar fs[3] = {si(1), sf(0.1), sf(1e-5)};
+  EXPECT(run(loom_batch_norm_forward, f, 8, fs, 3, C, 3) == 0);
+  double mu = 0, var = 0;
+  for (int n = 0; n < NB; ++n)
+    for (int s = 0; s < S; ++s) mu += x[(n * C + 2) * S + s];
+  mu /= NB * S;
+  for (int n = 0; n < NB; ++n)
+    for (int s = 0; s < S; ++s) var += pow(x[(n * C + 2) * S + s] - mu, 2);
+  EXPECT(fabs(sm[2] - mu) < 1e-12);
+  EXPECT(fabs(sinv[2] - 1 / sqrt(var / (NB * S) + 1e-5)) < 1e-9);
+  EXPECT(fabs(rm[2] - (0.9 * 0.5 + 0.1 * mu)) < 1e-12);
+  EXPECT(fabs(rv[2] - (0.9 * 2.0 + 0.1 * var / (NB * S - 1))) < 1e-12);
+
+  loom_tensor bt[10] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[1], f[3], f[4], f[6], f[7],
+                        dense(dx, LOOM_FLOAT64, 3, s3), dense(dw, LOOM_FLOAT64, 1, s1),
+                        dense(db, LOOM_FLOAT64, 1, s1)};
+  loom_scalar bs[2] = {si(1), sf(1e-5)};
+  EXPECT(run(loom_batch_norm_backward, bt, 10, bs, 2, C, 1) == 0);
+  /* numeric gradient in training mode, without running stats */
+  loom_tensor g[8] = {f[0], f[1], f[2], none(), none(), f[5], none(), none()};
+  const double h = 1e-6;
+  for (int i = 0; i < T; ++i) {
+    double keep = x[i], fp = 0, fm = 0;
+    x[i] = keep + h;
+    run(loom_batch_norm_forward, g, 8, fs, 3, C, C);
+    for (int j = 0; j < T; ++j) fp += y[j] * dy[j];
+    x[i] = keep - h;
+    run(loom_batch_norm_forward, g, 8, fs, 3, C, C);
+    for (int j = 0; j < T; ++j) fm += y[j] * dy[j];
+    x[i] = keep;
+    num[i] = (fp - fm) / (2 * h);
+  }
+  EXPECT(max_rel(dx, num, T) < 1e-6);
+
+  /* eval mode: y = (x - rm) / sqrt(rv + eps) * w + b */
+  loom_scalar es[3] = {si(0), sf(0.1), sf(1e-5)};
+  loom_tensor e[8] = {f[0], f[1], f[2], f[3], f[4], f[5], none(), none()};
+  EXPECT(run(loom_batch_norm_forward, e, 8, es, 3, C, 2) == 0);
+  int i = (1 * C + 3) * S + 2;
+  EXPECT(fabs(y[i] - ((x[i] - rm[3]) / sqrt(rv[3] + 1e-5) * w[3] + b[3])) < 1e-12);
+}
+
+/* ---- group norm ------------------------------------------------------------ */
+
+static void test_group_norm(void) {
+  enum { NB = 2, C = 6, HW = 5, G = 3, T = NB * C * HW };
+  static double x[T], w[C], b[C], y[T], mean[NB * G], rstd[NB * G], dy[T];
+  static double dx[T], dw[C], db[C], num[T + C];
+  fill(x, T); fill(w, C); fill(b, C); fill(dy, T);
+  const int64_t s3[3] = {NB, C, HW}, s1[1] = {C}, sg[2] = {NB, G};
+  loom_tensor f[6] = {dense(x, LOOM_FLOAT64, 3, s3), dense(w, LOOM_FLOAT64, 1, s1),
+                      dense(b, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
+                      dense(mean, LOOM_FLOAT64, 2, sg), dense(rstd, LOOM_FLOAT64, 2, sg)};
+  loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)};
+  EXPECT(run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 4) == 0);
+  loom_tensor bi[6] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[4], f[5], f[1],
+                       dense(dx, LOOM_FLOAT64, 3, s3)};
+  EXPECT(run(loom_group_norm_backward_input, bi, 6, fs, 4, NB * G, 5) == 0);
+  loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw, LOOM_FLOAT64, 1, s1),
+                       dense(db, LOOM_FLOAT64, 1, s1)};
+  EXPECT(run(loom_group_norm_backward_params, bp, 6, fs, 4, C, 4) == 0);
+  const double h = 1e-6;
+  for (int i = 0; i < T + C; ++i) {
+    double *p = i < T ? &x[i] : &w[i - T];
+    double keep = *p, fp = 0, fm = 0;
+    *p = keep + h;
+    run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 64);
+    for (int j = 0; j < T; ++j) fp += y[j] * dy[j];
+    *p = keep - h;
+    run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 64);
+    for (int j = 0; j < T; ++j) fm += y[j] * dy[j];
+    *p = keep;
+    num[i] = (fp - fm) / (2 * h);
+  }
+  EXPECT(max_rel(dx, num, T) < 1e-6);
+  EXPECT(max_rel(dw, num + T, C) < 1e-6);
+}
+
+/* ---- losses ----------------------------------------------------------------- */
+
+static void test_nll_loss(void) {
+  enum { N = 5, C = 4 };
+  static double x[N * C], w[C], out[N], gi[N * C];
+  int64_t tgt[N] = {0, 3, -100, 2, 3};
+  double outs, tw, go = 1.5;
+  fill(x, N * C);
+  for (int c = 0; c < C; ++c) w[c] = 0.5 + c;
+  const int64_t s3[3] = {N, C, 1}, st[2] = {N, 1}, s1[1] = {C}, sn[1] = {N};
+  loom_tensor t[5] = {dense(x, LOOM_FLOAT64, 3, s3), dense(tgt, LOOM_INT64, 2, st),
+                      dense(w, LOOM_FLOAT64, 1, s1), dense(&outs, LOOM_FLOAT64, 0, NULL),
+                      dense(&tw, LOOM_FLOAT64, 0, NULL)};
+  loom_scalar s[2] = {si(LOOM_REDUCTION_MEAN), si(-100)};
+  EXPECT(run(loom_nll_loss_forward, t, 5, s, 2, 1, 1) == 0);
+  double ref = 0, wref = 0;
+  for (int n = 0; n < N; ++n)
+    if (tgt[n] != -100) { ref -= w[tgt[n]] * x[n * C + tgt[n]]; wref += w[tgt[n]]; }
+  EXPECT(fabs(tw - wref) < 1e-12);
+  EXPECT(fabs(outs - ref / wref) < 1e-12);
+  loom_tensor b[5] = {dense(&go, LOOM_FLOAT64, 0, NULL), t[1], t[2], t[4],
+                      dense(gi, LOOM_FLOAT64, 3, s3)};
+  EXPECT(run(loom_nll_loss_backward, b, 5, s, 2, N, 2) == 0);
+  EXPECT(fabs(gi[1 * C + 3] + go * w[3] / wref) < 1e-12);
+  EXPECT(gi[1 * C + 2] == 0.0 && gi[2 * C + 0] == 0.0);
+  /* reduction none */
+  t[3] = dense(out, LOOM_FLOAT64, 1, sn);
+  loom_scalar sn0[2] = {si(LOOM_REDUCTION_NONE), si(-100)};
+  EXPECT(run(loom_nll_loss_forward, t, 5, sn0, 2, N, 2) == 0);
+  EXPECT(fabs(out[3] + w[2] * x[3 * C + 2]) < 1e-12 && out[2] == 0.0);
+  /* out-of-range target */
+  tgt[0] = C;
+  EXPECT(run(loom_nll_loss_forward, t, 5, s, 2, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
+static void test_pointwise_losses(void) {
+  enum { R = 70, K = 90, T = R * K };
+  static double x[T], y[T], gi[T], num[T], part[(T + LOOM_LOSS_BLOCK - 1) / LOOM_LOSS_BLOCK];
+  for (int i = 0; i < T; ++i) {
+    x[i] = 0.05 + 0.9 * (frand() * 0.5 + 0.5);
+    y[i] = frand() * 0.5 + 0.5;
+  }
+  const int64_t sz[2] = {R, K}, tr[2] = {1, R}, sp[1] = {(T + LOOM_LOSS_BLOCK - 1) / LOOM_LOSS_BLOCK};
+  for (int kind = 0; kind <= LOOM_LOSS_BCE; ++kind) {
+    double out, go = 0.75;
+    loom_tensor f[4] = {tensor(x, LOOM_FLOAT64, 2, sz, tr), dense(y, LOOM_FLOAT64, 2, sz),
+                        none(), dense(part, LOOM_FLOAT64, 1, sp)};
+    loom_scalar s[3] = {si(kind), si(LOOM_REDUCTION_MEAN), sf(0.3)};
+    EXPECT(run(loom_pointwise_loss_forward, f, 4, s, 3, sp[0], 1) == 0);
+    loom_tensor p[2] = {f[3], dense(&out, LOOM_FLOAT64, 0, NULL)};
+    loom_scalar ps[1] = {sf(T)};
+    EXPECT(run(loom_loss_sum_partials, p, 2, ps, 1, 1, 1) == 0);
+    loom_tensor b[5] = {dense(&go, LOOM_FLOAT64, 0, NULL), f[0], f[1], none(),
+                        tensor(gi, LOOM_FLOAT64, 2, sz, tr)};
+    EXPECT(run(loom_pointwise_loss_backward, b, 5, s, 3, T, 1000) == 0);
+    const double h = 1e-6;
+    for (int i = 0; i < T; i += 97) {
+      double keep = x[i], fp, fm;
+      x[i] = keep + h;
+      run(loom_pointwise_loss_forward, f, 4, s, 3, sp[0], 1);
+      run(loom_loss_sum_partials, p, 2, ps, 1, 1, 1);
+      fp = out;
+      x[i] = keep - h;
+      run(loom_pointwise_loss_forward, f, 4, s, 3, sp[0], 1);
+      run(loom_loss_sum_partials, p, 2, ps, 1, 1, 1);
+      fm = out;
+      x[i] = keep;
+      num[i] = go * (fp - fm) / (2 * h);
+      if (fabs(num[i] - gi[i]) > 1e-7 + 1e-5 * fabs(gi[i])) {
+        ++failed;
+        fprintf(stderr, "loss kind %d grad %d: %g vs %g\n", kind, i, gi[i], num[i]);
+        break;
+      }
+    }
+  }
+  /* bce rejects inputs outside [0, 1] */
+  x[17] = 1.5;
+  double o[T];
+  loom_tensor f[4] = {dense(x, LOOM_FLOAT64, 2, sz), dense(y, LOOM_FLOAT64, 2, sz), none(),
+                      dense(o, LOOM_FLOAT64, 2, sz)};
+  loom_scalar s[3] = {si(LOOM_LOSS_BCE), si(LOOM_REDUCTION_NONE), sf(0)};
+  EXPECT(run(loom_pointwise_loss_forward, f, 4, s, 3, T, 64) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
+/* ---- embedding backward ------------------------------------------------------- */
+
+static void test_embedding_backward(void) {
+  enum { NW = 7, D = 300, N = 23 };
+  static int64_t idx[N], offsets[NW + 1], order[N];
+  static float go[N * D], gw[NW * D];
+  static double ref[NW * D];
+  for (int i = 0; i < N; ++i) idx[i] = rand() % NW;
+  idx[3] = 2; idx[9] = 2;
+  for (int i = 0; i < N * D; ++i) go[i] = (float)frand();
+  for (int pass = 0; pass < 2; ++pass) {
+    const int padding = pass ? 2 : -1, freq = pass;
+    memset(ref, 0, sizeof ref);
+    int cnt[NW] = {0};
+    for (int i = 0; i < N; ++i) cnt[idx[i]]++;
+    for (int i = 0; i < N; ++i)
+      for (int j = 0; j < D; ++j)
+        if (idx[i] != padding) ref[idx[i] * D + j] += go[i * D + j] / (freq ? cnt[idx[i]] : 1);
+    const int64_t sn[1] = {N}, so[1] = {NW + 1}, sg[2] = {N, D}, sw[2] = {NW, D};
+    loom_tensor b[3] = {dense(idx, LOOM_INT64, 1, sn), dense(offsets, LOOM_INT64, 1, so),
+                        dense(order, LOOM_INT64, 1, sn)};
+    loom_scalar bs[1] = {si(NW)};
+    EXPECT(run(loom_embedding_backward_bucket, b, 3, bs, 1, 1, 1) == 0);
+    loom_tensor r[4] = {dense(go, LOOM_FLOAT32, 2, sg), b[1], b[2], dense(gw, LOOM_FLOAT32, 2, sw)};
+    loom_scalar rs[2] = {si(padding), si(freq)};
+    EXPECT(run(loom_embedding_backward_rows, r, 4, rs, 2, NW, 2) == 0);
+    double m = 0;
+    for (int i = 0; i < NW * D; ++i) m = fmax(m, fabs(gw[i] - ref[i]));
+    EXPECT(m < 1e-5);
+    if (pass) EXPECT(gw[2 * D + 7] == 0.0f);
+  }
+  idx[5] = NW;
+  const int64_t sn[1] = {N}, so[1] = {NW + 1};
+  loom_tensor b[3] = {dense(idx, LOOM_INT64, 1, sn), dense(offsets, LOOM_INT64, 1, so),
+                      dense(order, LOOM_INT64, 1, sn)};
+  loom_scalar bs[1] = {si(NW)};
+  EXPECT(run(loom_embedding_backward_bucket, b, 3, bs, 1, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  srand(7);
+  test_softmax();
+  test_softmax_mixed_and_chunking();
+  test_layer_norm();
+  test_batch_norm();
+  test_group_norm();
+  test_nll_loss();
+  test_pointwise_losses();
+  test_embedding_backward();
+  printf("test_nn_kernels: %d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
