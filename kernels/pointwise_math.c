@@ -1,0 +1,41 @@
+/* The elementwise ops, instantiated for float, double and int64. Built as
+ * is for the baseline ISA (always present, the reference), and included by
+ * pointwise_math_avx512.c with LOOM_PW_ISA defined to build the same source
+ * for AVX-512. */
+/* No fused multiply-add contraction: each ISA build must round exactly as
+ * the generic one does. */
+#pragma GCC optimize("fp-contract=off")
+
+#include <stdint.h>
+#include <tgmath.h>
+
+#include "kernels/pointwise.h"
+#include "loom/status.h"
+
+#ifdef LOOM_PW_ISA
+#define PW_CAT2(a, b) a##b
+#define PW_CAT(a, b) PW_CAT2(a, b)
+#define PW_NAME(base) PW_CAT(base, LOOM_PW_ISA)
+#else
+#define PW_NAME(base) base
+#endif
+
+#define T float
+#define FN PW_NAME(loom_pw_apply_f32)
+#define PW_(name) pw_f32_##name
+#include "kernels/pointwise_float.inc"
+#undef T
+#undef FN
+#undef PW_
+
+#define T double
+#define FN PW_NAME(loom_pw_apply_f64)
+#define PW_(name) pw_f64_##name
+#include "kernels/pointwise_float.inc"
+#undef T
+#undef FN
+#undef PW_
+
+#define FN_I PW_NAME(loom_pw_apply_i64)
+#define PWI_(name) pw_i64_##name
+#include "kernels/pointwise_int.inc"

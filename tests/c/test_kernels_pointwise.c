@@ -1,0 +1,236 @@
+/* The elementwise kernel against scalar references: strided, broadcast,
+ * mixed-dtype and constant operands, odd chunkings, the integer corner cases,
+ * and the AVX-512 build of every op against the generic one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/dtype.h"
+#include "kernels/pointwise.h"
+#include "loom/status.h"
+
+static int passed, failed;
+#define EXPECT(cond)                                                       \
+  do {                                                                     \
+    if (cond) ++passed;                                                    \
+    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
+  } while (0)
+
+static loom_tensor tensor2d(void *data, int32_t dtype, int64_t r, int64_t c,
+                            int64_t sr, int64_t sc) {
+  loom_tensor t = {.data = data, .dtype = dtype, .rank = 2};
+  t.sizes[0] = r; t.sizes[1] = c; t.strides[0] = sr; t.strides[1] = sc;
+  return t;
+}
+
+static loom_tensor tensor1d(void *data, int32_t dtype, int64_t n) {
+  loom_tensor t = {.data = data, .dtype = dtype, .rank = 1};
+  t.sizes[0] = n; t.strides[0] = 1;
+  return t;
+}
+
+/* Runs the kernel over [0, range) in chunks of `grain`, like the runtime. */
+static int run(loom_tensor *t, int nt, loom_scalar *s, int64_t range,
+               int64_t grain) {
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                        .num_tensors = (uint32_t)nt, .tensors = t,
+                        .num_scalars = LOOM_PW_CONST + 3, .scalars = s,
+                        .range = range, .grain = grain};
+  for (int64_t b = 0; b < range; b += grain) {
+    int64_t e = b + grain < range ? b + grain : range;
+    int rc = loom_kernel_pointwise(&a, b, e);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static void scalars(loom_scalar *s, int op, int kind, double p0) {
+  memset(s, 0, sizeof(loom_scalar) * (LOOM_PW_CONST + 3));
+  s[0].i = op;
+  s[1].i = kind;
+  if (kind == LOOM_PW_I64) s[LOOM_PW_PARAM].i = (int64_t)p0;
+  else s[LOOM_PW_PARAM].f = p0;
+}
+
+static float frand(void) { return (float)rand() / RAND_MAX * 8.0f - 4.0f; }
+
+/* out = a + alpha*b^T with b transposed, under chunkings that split rows. */
+static void test_strided_add(void) {
+  enum { R = 13, C = 29 };
+  float a[R * C], b[C * R], out[R * C];
+  for (int i = 0; i < R * C; ++i) { a[i] = frand(); b[i] = frand(); }
+  loom_tensor t[3] = {tensor2d(out, LOOM_FLOAT32, R, C, C, 1),
+                      tensor2d(a, LOOM_FLOAT32, R, C, C, 1),
+                      tensor2d(b, LOOM_FLOAT32, R, C, 1, R)};
+  loom_scalar s[LOOM_PW_CONST + 3];
+  scalars(s, LOOM_PW_ADD, LOOM_PW_F32, 2.0);
+  const int64_t grains[] = {1, 7, 64, 100000};
+  for (int g = 0; g < 4; ++g) {
+    memset(out, 0, sizeof out);
+    EXPECT(run(t, 3, s, R * C, grains[g]) == 0);
+    int bad = 0;
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c)
+        bad += out[r * C + c] != a[r * C + c] + 2.0f * b[c * R + r];
+    EXPECT(bad == 0);
+  }
+}
+
+/* fp16 row broadcast against an fp32 column, compared in float; the result
+ * is stored to bfloat16. */
+static void test_mixed_broadcast(void) {
+  enum { R = 5, C = 37 };
+  uint16_t row[C], out[R * C];
+  float col[R];
+  for (int c = 0; c < C; ++c) row[c] = loom_f32_to_f16(frand());
+  for (int r = 0; r < R; ++r) col[r] = frand();
+  loom_tensor t[3] = {tensor2d(out, LOOM_BFLOAT16, R, C, C, 1),
+                      tensor2d(row, LOOM_FLOAT16, R, C, 0, 1),
+                      tensor2d(col, LOOM_FLOAT32, R, C, 1, 0)};
+  loom_scalar s[LOOM_PW_CONST + 3];
+  scalars(s, LOOM_PW_MUL, LOOM_PW_F32, 0);
+  EXPECT(run(t, 3, s, R * C, 16) == 0);
+  int bad = 0;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      bad += out[r * C + c] != loom_f32_to_bf16(loom_f16_to_f32(row[c]) * col[r]);
+  EXPECT(bad == 0);
+}
+
+/* A constant operand (data NULL) and a comparison stored to bool. */
+static void test_constant_compare(void) {
+  enum { N = 1000 };
+  double a[N];
+  uint8_t out[N];
+  for (int i = 0; i < N; ++i) a[i] = frand();
+  loom_tensor t[3] = {tensor1d(out, LOOM_BOOL, N), tensor1d(a, LOOM_FLOAT64, N),
+                      {.data = NULL, .dtype = LOOM_FLOAT64, .rank = 0}};
+  loom_scalar s[LOOM_PW_CONST + 3];
+  scalars(s, LOOM_PW_GT, LOOM_PW_F64, 0);
+  s[LOOM_PW_CONST + 1].f = 0.5;
+  EXPECT(run(t, 3, s, N, 300) == 0);
+  int bad = 0;
+  for (int i = 0; i < N; ++i) bad += out[i] != (a[i] > 0.5);
+  EXPECT(bad == 0);
+}
+
+/* Integer ops wrap in the narrow type; division by zero is reported. */
+static void test_integer(void) {
+  int8_t a[4] = {127, -128, 7, -7}, b[4] = {1, 1, 2, 2}, out[4];
+  loom_tensor t[3] = {tensor1d(out, LOOM_INT8, 4), tensor1d(a, LOOM_INT8, 4),
+                      tensor1d(b, LOOM_INT8, 4)};
+  loom_scalar s[LOOM_PW_CONST + 3];
+  scalars(s, LOOM_PW_ADD, LOOM_PW_I64, 1);
+  EXPECT(run(t, 3, s, 4, 4) == 0);
+  EXPECT(out[0] == -128 && out[1] == -127 && out[2] == 9 && out[3] == -5);
+  scalars(s, LOOM_PW_DIV_FLOOR, LOOM_PW_I64, 0);
+  EXPECT(run(t, 3, s, 4, 4) == 0);
+  EXPECT(out[2] == 3 && out[3] == -4);
+  scalars(s, LOOM_PW_REMAINDER, LOOM_PW_I64, 0);
+  EXPECT(run(t, 3, s, 4, 4) == 0);
+  EXPECT(out[2] == 1 && out[3] == 1);
+  b[2] = 0;
+  EXPECT(run(t, 3, s, 4, 4) == LOOM_ERROR_INVALID_ARGUMENT);
+  int64_t x[2] = {INT64_MIN, 5}, y[2] = {-1, 70}, r[2];
+  loom_tensor t64[3] = {tensor1d(r, LOOM_INT64, 2), tensor1d(x, LOOM_INT64, 2),
+                        tensor1d(y, LOOM_INT64, 2)};
+  scalars(s, LOOM_PW_DIV_TRUNC, LOOM_PW_I64, 0);
+  EXPECT(run(t64, 3, s, 1, 1) == 0 && r[0] == INT64_MIN);
+  scalars(s, LOOM_PW_LSHIFT, LOOM_PW_I64, 0);
+  EXPECT(run(t64, 3, s, 2, 2) == 0 && r[1] == 0);
+}
+
+/* A few float ops against libm directly. */
+static void test_float_reference(void) {
+  enum { N = 257 };
+  float a[N], out[N];
+  for (int i = 0; i < N; ++i) a[i] = frand();
+  loom_tensor t[2] = {tensor1d(out, LOOM_FLOAT32, N), tensor1d(a, LOOM_FLOAT32, N)};
+  loom_scalar s[LOOM_PW_CONST + 3];
+  struct { int op; float (*ref)(float); } cases[] = {
+      {LOOM_PW_EXP, expf}, {LOOM_PW_TANH, tanhf}, {LOOM_PW_FLOOR, floorf},
+      {LOOM_PW_ERF, erff}, {LOOM_PW_ROUND, nearbyintf}, {LOOM_PW_ABS, fabsf}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    scalars(s, cases[c].op, LOOM_PW_F32, 0);
+    EXPECT(run(t, 2, s, N, 100) == 0);
+    int bad = 0;
+    for (int i = 0; i < N; ++i) {
+      float ref = cases[c].ref(a[i]);
+      bad += fabsf(out[i] - ref) > 1e-6f * (1 + fabsf(ref));
+    }
+    EXPECT(bad == 0);
+  }
+  /* erfinv inverts erf. */
+  for (int i = 0; i < N; ++i) a[i] = frand() / 4.1f;
+  scalars(s, LOOM_PW_ERFINV, LOOM_PW_F32, 0);
+  EXPECT(run(t, 2, s, N, N) == 0);
+  int bad = 0;
+  for (int i = 0; i < N; ++i) bad += fabsf(erff(out[i]) - a[i]) > 1e-6f;
+  EXPECT(bad == 0);
+}
+
+/* The AVX-512 build gives the generic build's bits for every op (any NaN
+ * equals any NaN: operand order may pick another NaN's payload). */
+static int same_bits(const void *x, const void *y, size_t bytes) {
+  return memcmp(x, y, bytes) == 0;
+}
+static int same_f32(const float *x, const float *y, int n) {
+  for (int i = 0; i < n; ++i)
+    if (!(isnan(x[i]) && isnan(y[i])) && !same_bits(x + i, y + i, 4)) return 0;
+  return 1;
+}
+
+static void test_isa_agreement(void) {
+  enum { N = 203 };
+  float fa[3][N], fo[2][N];
+  double da[3][N], dd[2][N];
+  int64_t ia[3][N], io[2][N];
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < N; ++i) {
+      fa[k][i] = frand();
+      da[k][i] = frand();
+      ia[k][i] = rand() % 200 - 100 + (k == 1 && ia[k][i] == 0);
+      if (k == 1 && ia[k][i] == 0) ia[k][i] = 3;
+    }
+  fa[0][0] = NAN; da[0][1] = INFINITY; fa[0][2] = -0.0f;
+  const float *fin[3] = {fa[0], fa[1], fa[2]};
+  const double *din[3] = {da[0], da[1], da[2]};
+  const int64_t *iin[3] = {ia[0], ia[1], ia[2]};
+  loom_scalar p[4] = {{.f = 0.25}, {.f = 1.5}, {.f = 1.0}, {.f = 0.0}};
+  int mismatched = 0;
+  for (int op = 0; op < LOOM_PW_OP_COUNT; ++op) {
+    int r0 = loom_pw_apply_f32(op, N, fo[0], fin, p);
+    int r1 = loom_pw_apply_f32_avx512(op, N, fo[1], fin, p);
+    if (r0 != r1 || (!r0 && !same_f32(fo[0], fo[1], N))) {
+      ++mismatched;
+      fprintf(stderr, "f32 op %d differs between ISA builds\n", op);
+    }
+    r0 = loom_pw_apply_f64(op, N, dd[0], din, p);
+    r1 = loom_pw_apply_f64_avx512(op, N, dd[1], din, p);
+    if (r0 != r1 || (!r0 && !same_bits(dd[0], dd[1], sizeof dd[0]))) {
+      ++mismatched;
+      fprintf(stderr, "f64 op %d differs between ISA builds\n", op);
+    }
+    loom_scalar ip[4] = {{.i = 2}, {.i = 50}, {.i = 0}, {.i = 0}};
+    r0 = loom_pw_apply_i64(op, N, io[0], iin, ip);
+    r1 = loom_pw_apply_i64_avx512(op, N, io[1], iin, ip);
+    if (r0 != r1 || (!r0 && !same_bits(io[0], io[1], sizeof io[0]))) {
+      ++mismatched;
+      fprintf(stderr, "i64 op %d differs between ISA builds\n", op);
+    }
+  }
+  EXPECT(mismatched == 0);
+}
+
+int main(void) {
+  srand(7);
+  test_strided_add();
+  test_mixed_broadcast();
+  test_constant_compare();
+  test_integer();
+  test_float_reference();
+  test_isa_agreement();
+  printf("pointwise: %d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}
