@@ -1,0 +1,300 @@
+/* kernels/gemm/gemm.c — the GEMM driver: plan, pack and blocked compute.
+ * The per-ISA files hold only the register-tile micro-kernels.
+ *
+ * Layout of the workspace: every distinct A as m_panels panels of
+ * [kp][mr] (bf16 operands: [kp/2][mr][2]), every distinct B as n_panels
+ * panels of [kp][nr] (or [kp/2][nr][2]), then, when C is not fp32 with unit
+ * column stride, an fp32 accumulator of C's shape. Panels are zero-padded
+ * to full tiles, so micro-kernels never branch on edges inside the k loop. */
+#include "kernels/gemm/gemm.h"
+
+#include <string.h>
+
+#include "kernels/gemm/gemm_internal.h"
+#include "loom/status.h"
+
+static int64_t loom_gemm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t loom_gemm_align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
+
+static int loom_gemm_operand_dtype(int32_t dt) {
+  return dt == LOOM_FLOAT32 || dt == LOOM_BFLOAT16 || dt == LOOM_FLOAT16;
+}
+
+static float loom_gemm_load(const void *p, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case LOOM_FLOAT32: return ((const float *)p)[i];
+    case LOOM_BFLOAT16: return loom_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return loom_f16_to_f32(((const uint16_t *)p)[i]);
+  }
+}
+
+static void loom_gemm_store(void *p, int32_t dtype, int64_t i, float v) {
+  switch (dtype) {
+    case LOOM_FLOAT32: ((float *)p)[i] = v; break;
+    case LOOM_BFLOAT16: ((uint16_t *)p)[i] = loom_f32_to_bf16(v); break;
+    default: ((uint16_t *)p)[i] = loom_f32_to_f16(v); break;
+  }
+}
+
+/* Block sizes per variant: kc keeps a B micro-panel in L1 and an A block of
+ * mc rows in L2; a compute tile is mc x nc. */
+typedef struct loom_gemm_blocking {
+  int32_t mr, nr, kc, mc_panels, nc_panels;
+} loom_gemm_blocking;
+
+static loom_gemm_blocking loom_gemm_blocking_for(int32_t isa, int bf16) {
+  if (bf16)
+    return (loom_gemm_blocking){.mr = LOOM_GEMM_BF16_MR, .nr = LOOM_GEMM_BF16_NR,
+                                .kc = 512, .mc_panels = 12, .nc_panels = 16};
+  if (isa == LOOM_GEMM_AVX512 || isa == LOOM_GEMM_AVX512BF16)
+    return (loom_gemm_blocking){.mr = LOOM_GEMM_AVX512_MR,
+                                .nr = LOOM_GEMM_AVX512_NR, .kc = 256,
+                                .mc_panels = 12, .nc_panels = 16};
+  return (loom_gemm_blocking){.mr = LOOM_GEMM_GENERIC_MR,
+                              .nr = LOOM_GEMM_GENERIC_NR, .kc = 256,
+                              .mc_panels = 24, .nc_panels = 16};
+}
+
+int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
+                        const loom_tensor *b, int32_t isa,
+                        loom_gemm_plan *out) {
+  memset(out, 0, sizeof *out);
+  if (c->rank != 4 || a->rank != 4 || b->rank != 4)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  if (!loom_gemm_operand_dtype(a->dtype) || b->dtype != a->dtype ||
+      !loom_gemm_operand_dtype(c->dtype))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t b1 = c->sizes[0], b2 = c->sizes[1], m = c->sizes[2], n = c->sizes[3];
+  int64_t k = a->sizes[3];
+  if (a->sizes[0] != b1 || a->sizes[1] != b2 || a->sizes[2] != m ||
+      b->sizes[0] != b1 || b->sizes[1] != b2 || b->sizes[2] != k ||
+      b->sizes[3] != n || b1 < 0 || b2 < 0 || m < 0 || n < 0 || k < 0)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  if (isa < 0 || isa >= LOOM_GEMM_ISA_COUNT || isa == LOOM_GEMM_AMX)
+    isa = isa == LOOM_GEMM_AMX ? LOOM_GEMM_AVX512BF16 : LOOM_GEMM_GENERIC;
+  int bf16 = isa == LOOM_GEMM_AVX512BF16 && a->dtype == LOOM_BFLOAT16;
+  loom_gemm_blocking blk = loom_gemm_blocking_for(isa, bf16);
+  int64_t esz = bf16 ? 2 : 4;
+
+  out->isa = isa;
+  out->packed_bf16 = bf16;
+  out->mr = blk.mr;
+  out->nr = blk.nr;
+  out->batch1 = b1;
+  out->batch2 = b2;
+  out->m = m;
+  out->n = n;
+  out->k = k;
+  out->kp = bf16 ? (k + 1) & ~(int64_t)1 : k;
+  out->kc = blk.kc;
+  out->m_panels = loom_gemm_ceil_div(m, blk.mr);
+  out->n_panels = loom_gemm_ceil_div(n, blk.nr);
+  out->a_count1 = (a->strides[0] == 0) ? 1 : b1;
+  out->a_count2 = (a->strides[1] == 0) ? 1 : b2;
+  out->b_count1 = (b->strides[0] == 0) ? 1 : b1;
+  out->b_count2 = (b->strides[1] == 0) ? 1 : b2;
+  out->a_bytes = loom_gemm_align64(out->m_panels * blk.mr * out->kp * esz);
+  out->b_bytes = loom_gemm_align64(out->n_panels * blk.nr * out->kp * esz);
+  out->use_acc = c->dtype != LOOM_FLOAT32 || (n > 1 && c->strides[3] != 1);
+  out->a_offset = 0;
+  out->b_offset = out->a_offset + out->a_count1 * out->a_count2 * out->a_bytes;
+  out->acc_offset = out->b_offset + out->b_count1 * out->b_count2 * out->b_bytes;
+  out->workspace_bytes =
+      out->acc_offset + (out->use_acc ? loom_gemm_align64(b1 * b2 * m * n * 4) : 0);
+
+  if (b1 == 0 || b2 == 0 || m == 0 || n == 0) return 0; /* nothing to launch */
+  out->pack_units_a = out->a_count1 * out->a_count2 * out->m_panels;
+  out->pack_range = out->pack_units_a + out->b_count1 * out->b_count2 * out->n_panels;
+  int64_t per_unit = (int64_t)blk.nr * (out->kp > 0 ? out->kp : 1);
+  out->pack_grain = 65536 / per_unit > 1 ? 65536 / per_unit : 1;
+  out->mt = (int64_t)blk.mc_panels * blk.mr;
+  out->nt = (int64_t)blk.nc_panels * blk.nr;
+  out->m_tiles = loom_gemm_ceil_div(m, out->mt);
+  out->n_tiles = loom_gemm_ceil_div(n, out->nt);
+  out->compute_range = b1 * b2 * out->m_tiles * out->n_tiles;
+  out->compute_grain = 1;
+  return 0;
+}
+
+/* Packs `lanes` (<= width) lanes of a k-major panel: lane l, step kk reads
+ * src[l*s_lane + kk*s_k]; fp32 destination [kp][width]. */
+static void loom_gemm_pack_f32(float *dst, const void *src, int32_t dtype,
+                               int64_t s_lane, int64_t s_k, int64_t lanes,
+                               int64_t width, int64_t k, int64_t kp) {
+  if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(float));
+  if (dtype == LOOM_FLOAT32) {
+    const float *s = (const float *)src;
+    if (s_lane == 1) {
+      for (int64_t kk = 0; kk < k; ++kk)
+        memcpy(dst + kk * width, s + kk * s_k, (size_t)lanes * sizeof(float));
+    } else if (s_k == 1) {
+      for (int64_t l = 0; l < lanes; ++l) {
+        const float *row = s + l * s_lane;
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk * width + l] = row[kk];
+      }
+    } else {
+      for (int64_t kk = 0; kk < k; ++kk)
+        for (int64_t l = 0; l < lanes; ++l)
+          dst[kk * width + l] = s[l * s_lane + kk * s_k];
+    }
+    return;
+  }
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t l = 0; l < lanes; ++l)
+      dst[kk * width + l] = loom_gemm_load(src, dtype, l * s_lane + kk * s_k);
+}
+
+/* As above for bf16 operands kept in bf16: [kp/2][width][2] k-pairs. */
+static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
+                                int64_t s_lane, int64_t s_k, int64_t lanes,
+                                int64_t width, int64_t k, int64_t kp) {
+  if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(uint16_t));
+  if (s_k == 1) {
+    for (int64_t l = 0; l < lanes; ++l) {
+      const uint16_t *row = src + l * s_lane;
+      for (int64_t kk = 0; kk < k; ++kk)
+        dst[(kk >> 1) * 2 * width + 2 * l + (kk & 1)] = row[kk];
+    }
+    return;
+  }
+  for (int64_t kk = 0; kk < k; ++kk) {
+    uint16_t *d = dst + (kk >> 1) * 2 * width + (kk & 1);
+    const uint16_t *s = src + kk * s_k;
+    for (int64_t l = 0; l < lanes; ++l) d[2 * l] = s[l * s_lane];
+  }
+}
+
+static const char *loom_gemm_elem(const loom_tensor *t, int64_t i0, int64_t i1,
+                                  int64_t i2, int64_t i3) {
+  return (const char *)t->data +
+         (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] +
+          i3 * t->strides[3]) * loom_dtype_size(t->dtype);
+}
+
+int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
+                          int64_t end) {
+  if (args->num_tensors < 4 || args->num_scalars < 3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
+                    *b = &args->tensors[2];
+  loom_gemm_plan p;
+  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &p);
+  if (rc) return rc;
+  char *ws = (char *)args->tensors[3].data;
+  int64_t width_bytes = p.packed_bf16 ? 2 : 4;
+  for (int64_t u = begin; u < end; ++u) {
+    const loom_tensor *src;
+    int64_t count2, panels, width, lanes_total, s_lane, s_k, unit;
+    char *base;
+    int64_t bytes;
+    if (u < p.pack_units_a) {
+      src = a, count2 = p.a_count2, panels = p.m_panels, width = p.mr;
+      lanes_total = p.m, s_lane = a->strides[2], s_k = a->strides[3];
+      unit = u, base = ws + p.a_offset, bytes = p.a_bytes;
+    } else {
+      src = b, count2 = p.b_count2, panels = p.n_panels, width = p.nr;
+      lanes_total = p.n, s_lane = b->strides[3], s_k = b->strides[2];
+      unit = u - p.pack_units_a, base = ws + p.b_offset, bytes = p.b_bytes;
+    }
+    int64_t mat = unit / panels, panel = unit % panels;
+    int64_t i1 = mat / count2, i2 = mat % count2;
+    int64_t l0 = panel * width;
+    int64_t lanes = lanes_total - l0 < width ? lanes_total - l0 : width;
+    const char *s = src == a ? loom_gemm_elem(a, i1, i2, l0, 0)
+                             : loom_gemm_elem(b, i1, i2, 0, l0);
+    char *d = base + mat * bytes + panel * width * p.kp * width_bytes;
+    if (p.packed_bf16)
+      loom_gemm_pack_bf16((uint16_t *)d, (const uint16_t *)s, s_lane, s_k,
+                          lanes, width, p.k, p.kp);
+    else
+      loom_gemm_pack_f32((float *)d, s, src->dtype, s_lane, s_k, lanes, width,
+                         p.k, p.kp);
+  }
+  return 0;
+}
+
+static loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p) {
+  if (p->packed_bf16) return loom_gemm_ukr_avx512bf16_bf16;
+  if (p->isa == LOOM_GEMM_AVX512 || p->isa == LOOM_GEMM_AVX512BF16)
+    return loom_gemm_ukr_avx512_f32;
+  return loom_gemm_ukr_generic_f32;
+}
+
+int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
+                             int64_t end) {
+  if (args->num_tensors < 4 || args->num_scalars < 3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
+                    *b = &args->tensors[2];
+  const loom_tensor *cin = args->num_tensors > 4 ? &args->tensors[4] : NULL;
+  loom_gemm_plan p;
+  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &p);
+  if (rc) return rc;
+  float alpha = (float)args->scalars[1].f, beta = (float)args->scalars[2].f;
+  if (beta == 0.0f) cin = NULL;
+  char *ws = (char *)args->tensors[3].data;
+  loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&p);
+  int64_t esz = p.packed_bf16 ? 2 : 4;
+  int64_t kstep = p.packed_bf16 ? 2 : 1; /* k values per micro-kernel step */
+
+  for (int64_t t = begin; t < end; ++t) {
+    int64_t ni = t % p.n_tiles, rest = t / p.n_tiles;
+    int64_t mi = rest % p.m_tiles;
+    rest /= p.m_tiles;
+    int64_t i2 = rest % p.batch2, i1 = rest / p.batch2;
+    int64_t m0 = mi * p.mt, n0 = ni * p.nt;
+    int64_t mt = p.m - m0 < p.mt ? p.m - m0 : p.mt;
+    int64_t nt = p.n - n0 < p.nt ? p.n - n0 : p.nt;
+
+    float *tile;
+    int64_t ldt;
+    if (p.use_acc) {
+      tile = (float *)(ws + p.acc_offset) + ((i1 * p.batch2 + i2) * p.m + m0) * p.n + n0;
+      ldt = p.n;
+    } else {
+      tile = (float *)loom_gemm_elem(c, i1, i2, m0, n0);
+      ldt = c->strides[2];
+    }
+    for (int64_t i = 0; i < mt; ++i) {
+      float *row = tile + i * ldt;
+      if (cin == NULL) {
+        memset(row, 0, (size_t)nt * sizeof(float));
+        continue;
+      }
+      const char *cr = loom_gemm_elem(cin, i1, i2, m0 + i, n0);
+      int64_t cs = cin->strides[3];
+      for (int64_t j = 0; j < nt; ++j)
+        row[j] = beta * loom_gemm_load(cr, cin->dtype, j * cs);
+    }
+
+    const char *ap = ws + p.a_offset +
+                     ((p.a_count1 > 1 ? i1 : 0) * p.a_count2 + (p.a_count2 > 1 ? i2 : 0)) * p.a_bytes;
+    const char *bp = ws + p.b_offset +
+                     ((p.b_count1 > 1 ? i1 : 0) * p.b_count2 + (p.b_count2 > 1 ? i2 : 0)) * p.b_bytes;
+    int64_t mp0 = m0 / p.mr, np0 = n0 / p.nr;
+    int64_t mpn = loom_gemm_ceil_div(mt, p.mr), npn = loom_gemm_ceil_div(nt, p.nr);
+    for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
+      int64_t kc = p.kp - pc < p.kc ? p.kp - pc : p.kc;
+      for (int64_t jp = 0; jp < npn; ++jp) {
+        const char *bpanel = bp + ((np0 + jp) * p.kp + pc) * p.nr * esz;
+        int nr = (int)(nt - jp * p.nr < p.nr ? nt - jp * p.nr : p.nr);
+        for (int64_t ip = 0; ip < mpn; ++ip) {
+          const char *apanel = ap + ((mp0 + ip) * p.kp + pc) * p.mr * esz;
+          int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
+          ukr(kc / kstep, apanel, bpanel, tile + ip * p.mr * ldt + jp * p.nr,
+              ldt, alpha, mr, nr);
+        }
+      }
+    }
+
+    if (p.use_acc) {
+      for (int64_t i = 0; i < mt; ++i) {
+        char *cr = (char *)loom_gemm_elem(c, i1, i2, m0 + i, n0);
+        int64_t cs = c->strides[3];
+        for (int64_t j = 0; j < nt; ++j)
+          loom_gemm_store(cr, c->dtype, j * cs, tile[i * ldt + j]);
+      }
+    }
+  }
+  return 0;
+}

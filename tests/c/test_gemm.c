@@ -1,0 +1,276 @@
+/* tests/c/test_gemm.c — every GEMM variant the CPU runs against a naive
+ * double-precision reference and against the generic variant: odd shapes,
+ * transposed and strided operands, batch broadcasting, alpha/beta with a
+ * broadcast Cin, bf16/fp16 operands and outputs, and bitwise independence
+ * of the chunking. Calls the kernels directly, without the runtime. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "loom/status.h"
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                    \
+  do {                                      \
+    if (!(cond)) {                          \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);         \
+      fprintf(stderr, "\n");                \
+      ++failures;                           \
+    }                                       \
+  } while (0)
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float rnd(void) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((rng_state >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+static float get(const loom_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  int64_t off = i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] +
+                i3 * t->strides[3];
+  switch (t->dtype) {
+    case LOOM_FLOAT32: return ((const float *)t->data)[off];
+    case LOOM_BFLOAT16: return loom_bf16_to_f32(((const uint16_t *)t->data)[off]);
+    default: return loom_f16_to_f32(((const uint16_t *)t->data)[off]);
+  }
+}
+
+static void put(const loom_tensor *t, int64_t off, float v) {
+  switch (t->dtype) {
+    case LOOM_FLOAT32: ((float *)t->data)[off] = v; break;
+    case LOOM_BFLOAT16: ((uint16_t *)t->data)[off] = loom_f32_to_bf16(v); break;
+    default: ((uint16_t *)t->data)[off] = loom_f32_to_f16(v); break;
+  }
+}
+
+/* A rank-4 view over a fresh buffer of `elems` elements. */
+static loom_tensor make(int32_t dtype, int64_t elems, const int64_t sizes[4],
+                        const int64_t strides[4]) {
+  loom_tensor t = {.dtype = dtype, .rank = 4};
+  t.data = calloc((size_t)(elems > 0 ? elems : 1), (size_t)loom_dtype_size(dtype));
+  for (int d = 0; d < 4; ++d) t.sizes[d] = sizes[d], t.strides[d] = strides[d];
+  for (int64_t i = 0; i < elems; ++i) put(&t, i, rnd());
+  return t;
+}
+
+/* Runs both launches chunk by chunk, the compute chunks in reverse order
+ * (as a thread pool might), with the given grain (0: the plan's). */
+static int run(loom_tensor *c, const loom_tensor *a, const loom_tensor *b,
+               const loom_tensor *cin, int isa, double alpha, double beta,
+               int64_t grain) {
+  loom_gemm_plan p;
+  int rc = loom_gemm_plan_init(c, a, b, isa, &p);
+  if (rc) return rc;
+  loom_tensor ws = {.dtype = LOOM_UINT8, .rank = 1,
+                    .sizes = {p.workspace_bytes}, .strides = {1}};
+  ws.data = malloc((size_t)(p.workspace_bytes > 0 ? p.workspace_bytes : 1));
+  memset(ws.data, 0xcd, (size_t)p.workspace_bytes); /* garbage must not leak */
+  loom_tensor ts[5] = {*c, *a, *b, ws, cin ? *cin : *c};
+  loom_scalar sc[3] = {{.i = isa}, {.f = alpha}, {.f = beta}};
+  loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                           .num_tensors = cin ? 5 : 4, .tensors = ts,
+                           .num_scalars = 3, .scalars = sc};
+  args.range = p.pack_range;
+  args.grain = grain ? grain : p.pack_grain;
+  for (int64_t s = 0; s < args.range && !rc; s += args.grain)
+    rc = loom_gemm_pack_kernel(&args, s, s + args.grain < args.range ? s + args.grain : args.range);
+  args.range = p.compute_range;
+  args.grain = grain ? grain : p.compute_grain;
+  int64_t chunks = args.range ? (args.range + args.grain - 1) / args.grain : 0;
+  for (int64_t ch = chunks - 1; ch >= 0 && !rc; --ch) {
+    int64_t s = ch * args.grain;
+    rc = loom_gemm_compute_kernel(&args, s, s + args.grain < args.range ? s + args.grain : args.range);
+  }
+  free(ws.data);
+  return rc;
+}
+
+typedef struct gemm_case {
+  int64_t b1, b2, m, n, k;
+  int trans_a, trans_b;  /* operand stored transposed (column-major) */
+  int pad;               /* extra elements per row: a sliced operand */
+  int bcast_a, bcast_b;  /* batch-broadcast operand (batch stride 0) */
+  int32_t in_dtype, out_dtype;
+  double alpha, beta;
+  int cin_bias;          /* Cin is a row vector broadcast over rows/batch */
+} gemm_case;
+
+static int64_t operand(const gemm_case *g, int64_t rows, int64_t cols, int trans,
+                       int bcast, int64_t sizes[4], int64_t strides[4]) {
+  int64_t ld = (trans ? rows : cols) + g->pad;
+  int64_t mat = ld * (trans ? cols : rows);
+  sizes[0] = g->b1, sizes[1] = g->b2, sizes[2] = rows, sizes[3] = cols;
+  strides[2] = trans ? 1 : ld;
+  strides[3] = trans ? ld : 1;
+  strides[1] = bcast ? 0 : mat;
+  strides[0] = bcast ? 0 : mat * g->b2;
+  return bcast ? mat : mat * g->b1 * g->b2;
+}
+
+static void check_case(const gemm_case *g, int isa) {
+  int64_t sa[4], ta[4], sb[4], tb[4];
+  int64_t na = operand(g, g->m, g->k, g->trans_a, g->bcast_a, sa, ta);
+  int64_t nb = operand(g, g->k, g->n, g->trans_b, g->bcast_b, sb, tb);
+  loom_tensor a = make(g->in_dtype, na, sa, ta);
+  loom_tensor b = make(g->in_dtype, nb, sb, tb);
+  int64_t ldc = g->n + g->pad;
+  int64_t csz[4] = {g->b1, g->b2, g->m, g->n};
+  int64_t cst[4] = {g->b2 * g->m * ldc, g->m * ldc, ldc, 1};
+  loom_tensor c = make(g->out_dtype, g->b1 * g->b2 * g->m * ldc, csz, cst);
+  loom_tensor c2 = make(g->out_dtype, g->b1 * g->b2 * g->m * ldc, csz, cst);
+  loom_tensor cin;
+  if (g->cin_bias) {
+    int64_t bst[4] = {0, 0, 0, 1};
+    cin = make(LOOM_FLOAT32, g->n, csz, bst);
+  } else {
+    cin = make(LOOM_FLOAT32, g->b1 * g->b2 * g->m * ldc, csz, cst);
+  }
+  const loom_tensor *cinp = g->beta != 0.0 ? &cin : NULL;
+  int rc = run(&c, &a, &b, cinp, isa, g->alpha, g->beta, 0);
+  CHECK(rc == 0, "isa %d: rc %d", isa, rc);
+  /* Another chunking must give the same bits. */
+  rc = run(&c2, &a, &b, cinp, isa, g->alpha, g->beta, 3);
+  CHECK(rc == 0, "isa %d: rc %d (grain 3)", isa, rc);
+  double tol_in = g->in_dtype == LOOM_FLOAT32 ? 2e-6 : 2e-6; /* products exact */
+  double tol_out = g->out_dtype == LOOM_FLOAT32 ? 0 : g->out_dtype == LOOM_BFLOAT16 ? 1.0 / 128 : 1.0 / 1024;
+  int bad = 0, diff = 0;
+  for (int64_t i1 = 0; i1 < g->b1; ++i1)
+    for (int64_t i2 = 0; i2 < g->b2; ++i2)
+      for (int64_t i = 0; i < g->m; ++i)
+        for (int64_t j = 0; j < g->n; ++j) {
+          double ref = 0, mag = 0;
+          for (int64_t kk = 0; kk < g->k; ++kk) {
+            double x = (double)get(&a, i1, i2, i, kk) * get(&b, i1, i2, kk, j);
+            ref += x, mag += fabs(x);
+          }
+          ref *= g->alpha, mag *= fabs(g->alpha);
+          if (g->beta != 0.0) {
+            double ci = get(&cin, i1, i2, i, j);
+            ref += g->beta * ci, mag += fabs(g->beta * ci);
+          }
+          double got = get(&c, i1, i2, i, j);
+          double tol = tol_in * (mag + 1) * (1 + g->k / 64.0) + tol_out * fabs(ref) + 1e-30;
+          if (!(fabs(got - ref) <= tol)) {
+            if (bad++ < 3)
+              fprintf(stderr, "  [%ld,%ld,%ld,%ld] got %g want %g\n", (long)i1,
+                      (long)i2, (long)i, (long)j, got, ref);
+          }
+          int64_t off = i1 * cst[0] + i2 * cst[1] + i * cst[2] + j;
+          size_t es = (size_t)loom_dtype_size(g->out_dtype);
+          if (memcmp((char *)c.data + off * es, (char *)c2.data + off * es, es)) ++diff;
+        }
+  CHECK(bad == 0, "isa %s b=%ldx%ld m=%ld n=%ld k=%ld ta=%d tb=%d pad=%d in=%d out=%d: %d wrong",
+        loom_gemm_isa_name(isa), (long)g->b1, (long)g->b2, (long)g->m, (long)g->n,
+        (long)g->k, g->trans_a, g->trans_b, g->pad, g->in_dtype, g->out_dtype, bad);
+  CHECK(diff == 0, "isa %s m=%ld n=%ld k=%ld: chunking changed %d results",
+        loom_gemm_isa_name(isa), (long)g->m, (long)g->n, (long)g->k, diff);
+  free(a.data), free(b.data), free(c.data), free(c2.data), free(cin.data);
+}
+
+static void test_shapes(int isa) {
+  static const int64_t dims[] = {1, 7, 63, 513};
+  for (int mi = 0; mi < 4; ++mi)
+    for (int ni = 0; ni < 4; ++ni)
+      for (int ki = 0; ki < 4; ++ki) {
+        int64_t m = dims[mi], n = dims[ni], k = dims[ki];
+        if (m * n * k > 513 * 513 * 63) continue; /* keep the reference quick */
+        int t = (mi + ni + ki) % 4;
+        gemm_case g = {.b1 = 1, .b2 = 1, .m = m, .n = n, .k = k,
+                       .trans_a = t & 1, .trans_b = (t >> 1) & 1, .pad = ki % 2 * 3,
+                       .in_dtype = LOOM_FLOAT32, .out_dtype = LOOM_FLOAT32,
+                       .alpha = 1.0, .beta = 0.0};
+        check_case(&g, isa);
+      }
+}
+
+static void test_features(int isa) {
+  const int32_t dts[] = {LOOM_FLOAT32, LOOM_BFLOAT16, LOOM_FLOAT16};
+  for (int t = 0; t < 4; ++t) {
+    /* batch-broadcast B (matmul of a batch by one matrix), alpha/beta */
+    gemm_case g = {.b1 = 2, .b2 = 3, .m = 37, .n = 45, .k = 70, .trans_a = t & 1,
+                   .trans_b = t >> 1, .pad = 2, .bcast_b = 1,
+                   .in_dtype = LOOM_FLOAT32, .out_dtype = LOOM_FLOAT32,
+                   .alpha = 0.5, .beta = 2.0};
+    check_case(&g, isa);
+    g.bcast_b = 0, g.bcast_a = 1, g.cin_bias = 1, g.beta = 1.0;
+    check_case(&g, isa);
+  }
+  for (int i = 0; i < 3; ++i)
+    for (int o = 0; o < 3; ++o) {
+      gemm_case g = {.b1 = 1, .b2 = 2, .m = 29, .n = 70, .k = 601, .trans_a = o & 1,
+                     .trans_b = i == 1, .in_dtype = dts[i], .out_dtype = dts[o],
+                     .alpha = 1.0, .beta = o == 2 ? 0.5 : 0.0};
+      check_case(&g, isa);
+      g.k = 7;
+      g.m = 1;
+      check_case(&g, isa);
+    }
+  /* k = 0: C = beta * Cin */
+  gemm_case z = {.b1 = 1, .b2 = 1, .m = 5, .n = 9, .k = 0, .in_dtype = LOOM_FLOAT32,
+                 .out_dtype = LOOM_FLOAT32, .alpha = 1.0, .beta = 3.0};
+  check_case(&z, isa);
+  /* large multi-block case: several k blocks, m and n tiles */
+  gemm_case big = {.b1 = 1, .b2 = 1, .m = 300, .n = 1100, .k = 700, .pad = 1,
+                   .trans_b = 1, .in_dtype = LOOM_BFLOAT16, .out_dtype = LOOM_FLOAT32,
+                   .alpha = 1.0, .beta = 0.0};
+  check_case(&big, isa);
+  big.in_dtype = LOOM_FLOAT32, big.trans_b = 0, big.trans_a = 1;
+  check_case(&big, isa);
+}
+
+/* Every variant must agree with the generic one to rounding. */
+static void test_variants_agree(int isa) {
+  int64_t sz[4] = {1, 1, 77, 91}, st[4] = {0, 0, 91, 1};
+  int64_t sa[4] = {1, 1, 77, 300}, ta[4] = {0, 0, 300, 1};
+  int64_t sb[4] = {1, 1, 300, 91}, tb[4] = {0, 0, 1, 300};
+  loom_tensor a = make(LOOM_FLOAT32, 77 * 300, sa, ta);
+  loom_tensor b = make(LOOM_FLOAT32, 300 * 91, sb, tb);
+  loom_tensor c1 = make(LOOM_FLOAT32, 77 * 91, sz, st);
+  loom_tensor c2 = make(LOOM_FLOAT32, 77 * 91, sz, st);
+  CHECK(run(&c1, &a, &b, NULL, LOOM_GEMM_GENERIC, 1, 0, 0) == 0, "generic");
+  CHECK(run(&c2, &a, &b, NULL, isa, 1, 0, 0) == 0, "isa");
+  int bad = 0;
+  for (int i = 0; i < 77 * 91; ++i) {
+    float x = ((float *)c1.data)[i], y = ((float *)c2.data)[i];
+    if (!(fabsf(x - y) <= 1e-4f * (1 + fabsf(x)))) ++bad;
+  }
+  CHECK(bad == 0, "isa %s differs from generic in %d results", loom_gemm_isa_name(isa), bad);
+  free(a.data), free(b.data), free(c1.data), free(c2.data);
+}
+
+static void test_bad_input(void) {
+  int64_t s[4] = {1, 1, 4, 5}, st[4] = {0, 0, 5, 1};
+  loom_tensor a = {.dtype = LOOM_FLOAT32, .rank = 4}, b = a, c = a;
+  for (int d = 0; d < 4; ++d) a.sizes[d] = b.sizes[d] = c.sizes[d] = s[d], a.strides[d] = st[d];
+  b.sizes[2] = 6; /* inner dims disagree */
+  loom_gemm_plan p;
+  CHECK(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "mismatch");
+  b = a, b.sizes[2] = 5, b.sizes[3] = 4, c.sizes[3] = 4;
+  b.dtype = LOOM_INT32;
+  CHECK(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "dtype");
+  b.dtype = LOOM_FLOAT32, b.rank = 3;
+  CHECK(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "rank");
+}
+
+int main(void) {
+  test_bad_input();
+  for (int isa = 0; isa < LOOM_GEMM_ISA_COUNT; ++isa) {
+    if (!loom_gemm_isa_supported((loom_gemm_isa)isa)) {
+      printf("skip %s (not supported here)\n", loom_gemm_isa_name((loom_gemm_isa)isa));
+      continue;
+    }
+    int before = failures;
+    test_shapes(isa);
+    test_features(isa);
+    test_variants_agree(isa);
+    printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
+           failures == before ? "ok" : "FAILED");
+  }
+  printf("selected: %s\n", loom_gemm_isa_name(loom_gemm_isa_selected()));
+  return failures ? 1 : 0;
+}
