@@ -30,6 +30,12 @@ typedef struct loom_event loom_event_t;
  * call starts the runtime implicitly. */
 loom_status loom_init(void);
 
+/* Waits for all streams, joins every runtime thread and frees everything
+ * (streams, events still queued, device and pinned memory, live blocks
+ * included). The next runtime call starts the runtime afresh. For tests and
+ * clean process exit; no other runtime call may run concurrently. */
+void loom_shutdown(void);
+
 /* Number of devices; 0 if the runtime cannot start. Never fails. */
 int loom_device_count(void);
 

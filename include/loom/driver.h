@@ -1,0 +1,146 @@
+/* loom/driver.h — the interface a driver implements beneath the HAL.
+ *
+ * A driver is a const table of function pointers plus a context pointer,
+ * versioned like a file format: `api_version` comes first, slots are only
+ * ever appended, and a slot marked optional may be NULL (the HAL front end
+ * then supplies a default). The front end validates every argument (device
+ * index, NULL handles, cross-device misuse) before calling a slot, so a
+ * driver may trust what it receives.
+ *
+ * The front end owns policy: caching allocation, statistics, memory limits,
+ * stream error slots, events. The driver owns mechanism: raw memory
+ * segments and in-order command queues that execute asynchronously. */
+#ifndef LOOM_DRIVER_H
+#define LOOM_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom/hal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_DRIVER_API_VERSION 1
+
+/* What the front end asks a queue to execute, in submission order. */
+typedef enum loom_command_kind {
+  LOOM_COMMAND_LAUNCH = 0,       /* parallel-for of a kernel */
+  LOOM_COMMAND_COPY = 1,         /* memcpy between any two real addresses */
+  LOOM_COMMAND_EVENT_RECORD = 2, /* call loom_driver_event_complete */
+  LOOM_COMMAND_EVENT_WAIT = 3,   /* call loom_driver_event_wait */
+  LOOM_COMMAND_CALLBACK = 4,     /* call fn(user) */
+} loom_command_kind;
+
+typedef struct loom_command {
+  loom_command_kind kind;
+  const char *name; /* static storage; used in error messages */
+  union {
+    struct {
+      loom_kernel_fn fn;
+      const loom_tensor *tensors; /* the driver copies these at submit */
+      uint32_t num_tensors;
+      const loom_scalar *scalars; /* likewise */
+      uint32_t num_scalars;
+      int64_t range, grain;
+    } launch;
+    struct {
+      void *dst;
+      const void *src;
+      size_t size;
+    } copy;
+    struct {
+      loom_event_t *event;
+      uint64_t sequence;
+    } event;
+    struct {
+      void (*fn)(void *user);
+      void *user;
+    } callback;
+  } u;
+  /* Optional: called once after the command has executed (or been dropped),
+   * e.g. to free a staging buffer. */
+  void (*release)(void *arg);
+  void *release_arg;
+} loom_command;
+
+/* A driver-defined queue. */
+typedef struct loom_driver_queue loom_driver_queue;
+
+typedef struct loom_driver_config {
+  int num_devices;      /* LOOM_NUM_DEVICES */
+  int num_threads;      /* LOOM_NUM_THREADS (host cores to use in total) */
+  uint64_t memory_limit; /* LOOM_MEMORY_LIMIT, per device */
+} loom_driver_config;
+
+typedef struct loom_driver {
+  uint32_t api_version; /* LOOM_DRIVER_API_VERSION the driver was built for */
+  const char *name;     /* "host" */
+  void *context;
+
+  /* Starts the driver; *out_count receives the number of devices. */
+  loom_status (*init)(void *ctx, const loom_driver_config *config,
+                      int *out_count);
+  /* Optional. Joins threads and frees everything; queues are gone by then. */
+  void (*shutdown)(void *ctx);
+  /* Optional: the front end fills name/driver/index/total_memory. */
+  loom_status (*device_properties)(void *ctx, int device,
+                                   loom_device_props *out);
+
+  /* Raw device memory. The returned address must be usable by this driver's
+   * commands; for the host driver it is a real host pointer. */
+  loom_status (*segment_alloc)(void *ctx, int device, size_t size,
+                               void **out_ptr);
+  void (*segment_free)(void *ctx, int device, void *ptr, size_t size);
+
+  /* In-order command queues. `owner` is the stream to report errors to
+   * through loom_driver_report_error. */
+  loom_status (*queue_create)(void *ctx, int device, int priority,
+                              loom_stream_t *owner,
+                              loom_driver_queue **out_queue);
+  /* Waits for the queue's work, then destroys it. */
+  void (*queue_destroy)(void *ctx, loom_driver_queue *queue);
+  /* Enqueues a copy of `command`; must not wait for earlier commands. */
+  loom_status (*queue_submit)(void *ctx, loom_driver_queue *queue,
+                              const loom_command *command);
+  /* LOOM_OK when every submitted command has executed, else NOT_READY. */
+  loom_status (*queue_query)(void *ctx, loom_driver_queue *queue);
+  /* Blocks until every submitted command has executed. */
+  loom_status (*queue_synchronize)(void *ctx, loom_driver_queue *queue);
+
+  /* Optional: run a launch command now on the calling thread and the
+   * device's workers. Default: the chunks run in order on the caller. */
+  loom_status (*run_now)(void *ctx, int device, const loom_command *command);
+} loom_driver;
+
+/* The embedded host driver. */
+const loom_driver *loom_host_driver(void);
+
+/* The status to record for a kernel's return code: its own if it is a
+ * loom_status, else LOOM_ERROR_DEVICE. */
+static inline loom_status loom_kernel_status(int rc) {
+  return rc > LOOM_OK && rc <= LOOM_ERROR_INTERNAL ? (loom_status)rc : LOOM_ERROR_DEVICE;
+}
+
+/* ---- services the front end offers drivers ------------------------------- */
+
+/* Records the first asynchronous error of `stream` (later ones are dropped);
+ * the message should name the command: "<op>: <status name> ...". */
+void loom_driver_report_error(loom_stream_t *stream, loom_status status,
+                              const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Executes an EVENT_RECORD command: stamps the time and marks `sequence`
+ * of `event` complete. */
+void loom_driver_event_complete(loom_event_t *event, uint64_t sequence);
+/* Executes an EVENT_WAIT command: blocks until `sequence` of `event` is
+ * complete. */
+void loom_driver_event_wait(loom_event_t *event, uint64_t sequence);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_DRIVER_H */

@@ -1,0 +1,87 @@
+/* The host driver: the machine's CPU cores as an asynchronous device.
+ * "Device" memory is mapped host memory, so kernels get real pointers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "runtime/base/cpu.h"
+#include "runtime/drivers/host/host_internal.h"
+
+static host_context host_ctx;
+
+static void host_shutdown(void *ctx) {
+  host_context *c = ctx;
+  for (int d = 0; d < c->num_devices; ++d) host_pool_destroy(&c->devices[d].pool);
+  free(c->devices);
+  c->devices = NULL;
+  c->num_devices = 0;
+}
+
+static loom_status host_init(void *ctx, const loom_driver_config *config, int *out_count) {
+  host_context *c = ctx;
+  c->config = *config;
+  c->devices = calloc((size_t)config->num_devices, sizeof *c->devices);
+  if (!c->devices) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_init: out of host memory");
+  /* Simulated devices share the cores: each gets an equal slice, at least
+   * its executor. */
+  int per_device = config->num_threads / config->num_devices;
+  if (per_device < 1) per_device = 1;
+  for (int d = 0; d < config->num_devices; ++d) {
+    c->devices[d].threads = per_device;
+    if (host_pool_init(&c->devices[d].pool, per_device - 1) != 0) {
+      c->num_devices = d;
+      host_shutdown(c);
+      return loom_error(LOOM_ERROR_UNAVAILABLE, "loom_init: cannot start worker threads");
+    }
+    c->num_devices = d + 1;
+  }
+  *out_count = c->num_devices;
+  return LOOM_OK;
+}
+
+static loom_status host_device_properties(void *ctx, int device, loom_device_props *out) {
+  host_context *c = ctx;
+  const char *cpu = loom_cpu_name();
+  snprintf(out->name, sizeof out->name, "loom host (%s)", *cpu ? cpu : "CPU");
+  out->num_threads = c->devices[device].pool.num_workers + 1;
+  out->major = 1;
+  out->minor = 0;
+  out->features = loom_cpu_features();
+  return LOOM_OK;
+}
+
+static loom_status host_segment_alloc(void *ctx, int device, size_t size, void **out_ptr) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) {
+    *out_ptr = NULL;
+    return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "host driver: cannot map %zu bytes", size);
+  }
+  *out_ptr = p;
+  return LOOM_OK;
+}
+
+static void host_segment_free(void *ctx, int device, void *ptr, size_t size) { munmap(ptr, size); }
+
+static loom_status host_run_now(void *ctx, int device, const loom_command *command) {
+  return host_execute_launch(ctx, device, command, NULL);
+}
+
+static const loom_driver host_driver = {
+    .api_version = LOOM_DRIVER_API_VERSION,
+    .name = "host",
+    .context = &host_ctx,
+    .init = host_init,
+    .shutdown = host_shutdown,
+    .device_properties = host_device_properties,
+    .segment_alloc = host_segment_alloc,
+    .segment_free = host_segment_free,
+    .queue_create = host_queue_create,
+    .queue_destroy = host_queue_destroy,
+    .queue_submit = host_queue_submit,
+    .queue_query = host_queue_query,
+    .queue_synchronize = host_queue_synchronize,
+    .run_now = host_run_now,
+};
+
+const loom_driver *loom_host_driver(void) { return &host_driver; }

@@ -1,0 +1,137 @@
+/* The per-device worker pool.
+ *
+ * Chunk k of a launch always covers [k*grain, min((k+1)*grain, range)),
+ * whoever runs it, so results never depend on the number of threads.
+ * Participants take chunk indices from an atomic counter.
+ *
+ * Joining protocol: a worker that sees generation g open announces itself
+ * (in_job++) and re-checks that g is still open before touching the job; the
+ * owner closes the job (open = 0) after the last chunk and then waits for
+ * in_job to drop to zero before the job's memory may change. */
+#include <sched.h>
+#include <stdlib.h>
+
+#include "runtime/base/clock.h"
+#include "runtime/drivers/host/host_internal.h"
+
+#define WORKER_SPIN_NS 30000
+
+static void run_chunks(host_pool *pool) {
+  const loom_kernel_args *args = pool->args;
+  const int64_t n = pool->num_chunks, grain = args->grain, range = args->range;
+  for (;;) {
+    const int64_t k = atomic_fetch_add_explicit(&pool->next_chunk, 1, memory_order_relaxed);
+    if (k >= n) break;
+    const int64_t begin = k * grain, end = range - begin > grain ? begin + grain : range;
+    const int rc = pool->fn(args, begin, end);
+    if (rc != 0) {
+      int expected = 0;
+      if (atomic_compare_exchange_strong(&pool->failed, &expected, rc)) pool->failed_begin = begin;
+    }
+    atomic_fetch_add_explicit(&pool->done_chunks, 1, memory_order_acq_rel);
+  }
+}
+
+static void *worker_main(void *arg) {
+  host_pool *pool = arg;
+  uint64_t last = 0;
+  for (;;) {
+    uint64_t g = atomic_load(&pool->open);
+    if (g == 0 || g == last) {
+      const uint64_t deadline = loom_now_ns() + WORKER_SPIN_NS;
+      while (((g = atomic_load(&pool->open)) == 0 || g == last) && !atomic_load(&pool->stop) &&
+             loom_now_ns() < deadline)
+        loom_cpu_relax();
+      if (atomic_load(&pool->stop)) return NULL;
+      if (g == 0 || g == last) {
+        pthread_mutex_lock(&pool->wake_lock);
+        atomic_fetch_add(&pool->sleeping, 1);
+        while (((g = atomic_load(&pool->open)) == 0 || g == last) && !atomic_load(&pool->stop))
+          pthread_cond_wait(&pool->wake, &pool->wake_lock);
+        atomic_fetch_sub(&pool->sleeping, 1);
+        pthread_mutex_unlock(&pool->wake_lock);
+        if (atomic_load(&pool->stop)) return NULL;
+      }
+    }
+    atomic_fetch_add(&pool->in_job, 1);
+    if (atomic_load(&pool->open) == g) {
+      run_chunks(pool);
+      last = g;
+    }
+    atomic_fetch_sub(&pool->in_job, 1);
+  }
+}
+
+int host_pool_init(host_pool *pool, int num_workers) {
+  *pool = (host_pool){0};
+  pthread_mutex_init(&pool->busy, NULL);
+  pthread_mutex_init(&pool->wake_lock, NULL);
+  pthread_cond_init(&pool->wake, NULL);
+  if (num_workers <= 0) return 0;
+  pool->threads = calloc((size_t)num_workers, sizeof *pool->threads);
+  if (!pool->threads) return -1;
+  for (int i = 0; i < num_workers; ++i) {
+    if (pthread_create(&pool->threads[i], NULL, worker_main, pool) != 0) break;
+    pool->num_workers = i + 1;
+  }
+  return 0;
+}
+
+void host_pool_destroy(host_pool *pool) {
+  pthread_mutex_lock(&pool->wake_lock);
+  atomic_store(&pool->stop, 1);
+  pthread_cond_broadcast(&pool->wake);
+  pthread_mutex_unlock(&pool->wake_lock);
+  for (int i = 0; i < pool->num_workers; ++i) pthread_join(pool->threads[i], NULL);
+  free(pool->threads);
+  pthread_cond_destroy(&pool->wake);
+  pthread_mutex_destroy(&pool->wake_lock);
+  pthread_mutex_destroy(&pool->busy);
+}
+
+static int run_alone(loom_kernel_fn fn, const loom_kernel_args *args, int64_t *out_failed_begin) {
+  for (int64_t begin = 0; begin < args->range; begin += args->grain) {
+    const int64_t end = args->range - begin > args->grain ? begin + args->grain : args->range;
+    const int rc = fn(args, begin, end);
+    if (rc != 0) {
+      *out_failed_begin = begin;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+int host_pool_run(host_pool *pool, loom_kernel_fn fn, const loom_kernel_args *args,
+                  int64_t *out_failed_begin) {
+  const int64_t num_chunks = (args->range + args->grain - 1) / args->grain;
+  /* One chunk, no workers, or the pool busy with another stream's launch:
+   * the caller runs every chunk itself (same boundaries either way). */
+  if (num_chunks <= 1 || pool->num_workers == 0 || pthread_mutex_trylock(&pool->busy) != 0)
+    return run_alone(fn, args, out_failed_begin);
+  pool->fn = fn;
+  pool->args = args;
+  pool->num_chunks = num_chunks;
+  atomic_store(&pool->next_chunk, 0);
+  atomic_store(&pool->done_chunks, 0);
+  atomic_store(&pool->failed, 0);
+  pool->failed_begin = 0;
+  const uint64_t g = ++pool->generation;
+  atomic_store(&pool->open, g);
+  if (atomic_load(&pool->sleeping)) {
+    pthread_mutex_lock(&pool->wake_lock);
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->wake_lock);
+  }
+  run_chunks(pool);
+  /* A worker may be descheduled mid-chunk on a busy machine: yield. */
+  for (unsigned spins = 0;
+       atomic_load_explicit(&pool->done_chunks, memory_order_acquire) < num_chunks; ++spins)
+    spins < 256 ? loom_cpu_relax() : (void)sched_yield();
+  atomic_store(&pool->open, 0);
+  for (unsigned spins = 0; atomic_load(&pool->in_job) != 0; ++spins)
+    spins < 256 ? loom_cpu_relax() : (void)sched_yield();
+  const int rc = atomic_load(&pool->failed);
+  *out_failed_begin = pool->failed_begin;
+  pthread_mutex_unlock(&pool->busy);
+  return rc;
+}

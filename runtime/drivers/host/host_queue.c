@@ -1,0 +1,204 @@
+/* Host queues: one executor thread per stream runs its commands in order.
+ *
+ * Enqueue copies the command and its descriptors into one allocation and
+ * appends it under a short lock; the executor is only signalled when it
+ * sleeps. An idle executor spins briefly first, because a tiny op usually
+ * follows another within microseconds. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/clock.h"
+#include "runtime/drivers/host/host_internal.h"
+
+#define EXECUTOR_SPIN_NS 50000
+#define SYNC_SPIN_NS 20000
+
+typedef struct host_node {
+  struct host_node *next;
+  loom_command command; /* launch descriptors point into this node */
+} host_node;
+
+struct loom_driver_queue {
+  host_context *ctx;
+  int device;
+  loom_stream_t *owner;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t work, done;
+  host_node *head, *tail; /* under lock */
+  _Atomic uint64_t submitted, completed;
+  atomic_int executor_sleeping, sync_waiters, stop;
+};
+
+loom_status host_execute_launch(host_context *ctx, int device, const loom_command *cmd,
+                                loom_stream_t *report) {
+  const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                                 .num_tensors = cmd->u.launch.num_tensors,
+                                 .tensors = cmd->u.launch.tensors,
+                                 .num_scalars = cmd->u.launch.num_scalars,
+                                 .scalars = cmd->u.launch.scalars,
+                                 .range = cmd->u.launch.range,
+                                 .grain = cmd->u.launch.grain};
+  int64_t failed_begin = 0;
+  const int rc = host_pool_run(&ctx->devices[device].pool, cmd->u.launch.fn, &args, &failed_begin);
+  if (rc == 0) return LOOM_OK;
+  const loom_status st = loom_kernel_status(rc);
+  const int64_t end = args.range - failed_begin > args.grain ? failed_begin + args.grain : args.range;
+  if (report) {
+    loom_driver_report_error(report, st, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)",
+                             cmd->name, loom_status_name(st), rc, (long long)failed_begin,
+                             (long long)end, (long long)args.range);
+    return st;
+  }
+  return loom_error(st, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)", cmd->name,
+                    loom_status_name(st), rc, (long long)failed_begin, (long long)end,
+                    (long long)args.range);
+}
+
+static void execute(loom_driver_queue *q, const loom_command *cmd) {
+  switch (cmd->kind) {
+    case LOOM_COMMAND_LAUNCH:
+      host_execute_launch(q->ctx, q->device, cmd, q->owner);
+      break;
+    case LOOM_COMMAND_COPY:
+      if (cmd->u.copy.dst != cmd->u.copy.src)
+        memmove(cmd->u.copy.dst, cmd->u.copy.src, cmd->u.copy.size);
+      break;
+    case LOOM_COMMAND_EVENT_RECORD:
+      loom_driver_event_complete(cmd->u.event.event, cmd->u.event.sequence);
+      break;
+    case LOOM_COMMAND_EVENT_WAIT:
+      loom_driver_event_wait(cmd->u.event.event, cmd->u.event.sequence);
+      break;
+    case LOOM_COMMAND_CALLBACK:
+      cmd->u.callback.fn(cmd->u.callback.user);
+      break;
+  }
+  if (cmd->release) cmd->release(cmd->release_arg);
+}
+
+/* Takes the next command, spinning then sleeping; NULL when stopping. */
+static host_node *take(loom_driver_queue *q, uint64_t taken) {
+  if (atomic_load_explicit(&q->submitted, memory_order_acquire) == taken) {
+    const uint64_t deadline = loom_now_ns() + EXECUTOR_SPIN_NS;
+    while (atomic_load_explicit(&q->submitted, memory_order_acquire) == taken &&
+           !atomic_load(&q->stop) && loom_now_ns() < deadline)
+      loom_cpu_relax();
+  }
+  pthread_mutex_lock(&q->lock);
+  while (!q->head && !atomic_load(&q->stop)) {
+    atomic_store(&q->executor_sleeping, 1);
+    pthread_cond_wait(&q->work, &q->lock);
+    atomic_store(&q->executor_sleeping, 0);
+  }
+  host_node *n = q->head;
+  if (n) {
+    q->head = n->next;
+    if (!q->head) q->tail = NULL;
+  }
+  pthread_mutex_unlock(&q->lock);
+  return n;
+}
+
+static void *executor_main(void *arg) {
+  loom_driver_queue *q = arg;
+  uint64_t taken = 0;
+  host_node *n;
+  while ((n = take(q, taken)) != NULL) {
+    ++taken;
+    execute(q, &n->command);
+    free(n);
+    atomic_store(&q->completed, taken);
+    if (atomic_load(&q->sync_waiters)) {
+      pthread_mutex_lock(&q->lock);
+      pthread_cond_broadcast(&q->done);
+      pthread_mutex_unlock(&q->lock);
+    }
+  }
+  return NULL;
+}
+
+loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t *owner,
+                              loom_driver_queue **out_queue) {
+  loom_driver_queue *q = calloc(1, sizeof *q);
+  if (!q) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_stream_create: out of host memory");
+  q->ctx = ctx;
+  q->device = device;
+  q->owner = owner;
+  pthread_mutex_init(&q->lock, NULL);
+  pthread_cond_init(&q->work, NULL);
+  pthread_cond_init(&q->done, NULL);
+  if (pthread_create(&q->thread, NULL, executor_main, q) != 0) {
+    pthread_cond_destroy(&q->done);
+    pthread_cond_destroy(&q->work);
+    pthread_mutex_destroy(&q->lock);
+    free(q);
+    return loom_error(LOOM_ERROR_UNAVAILABLE, "loom_stream_create: cannot start an executor thread");
+  }
+  *out_queue = q;
+  return LOOM_OK;
+}
+
+void host_queue_destroy(void *ctx, loom_driver_queue *q) {
+  host_queue_synchronize(ctx, q);
+  pthread_mutex_lock(&q->lock);
+  atomic_store(&q->stop, 1);
+  pthread_cond_signal(&q->work);
+  pthread_mutex_unlock(&q->lock);
+  pthread_join(q->thread, NULL);
+  pthread_cond_destroy(&q->done);
+  pthread_cond_destroy(&q->work);
+  pthread_mutex_destroy(&q->lock);
+  free(q);
+}
+
+loom_status host_queue_submit(void *ctx, loom_driver_queue *q, const loom_command *cmd) {
+  size_t extra = 0;
+  if (cmd->kind == LOOM_COMMAND_LAUNCH)
+    extra = cmd->u.launch.num_tensors * sizeof(loom_tensor) +
+            cmd->u.launch.num_scalars * sizeof(loom_scalar);
+  host_node *n = malloc(sizeof *n + extra);
+  if (!n) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "%s: out of host memory enqueuing", cmd->name);
+  n->next = NULL;
+  n->command = *cmd;
+  if (cmd->kind == LOOM_COMMAND_LAUNCH) {
+    /* Tensors first: loom_tensor needs 8-byte alignment, as do scalars. */
+    loom_tensor *tensors = (loom_tensor *)(n + 1);
+    loom_scalar *scalars = (loom_scalar *)(tensors + cmd->u.launch.num_tensors);
+    if (cmd->u.launch.num_tensors)
+      memcpy(tensors, cmd->u.launch.tensors, cmd->u.launch.num_tensors * sizeof *tensors);
+    if (cmd->u.launch.num_scalars)
+      memcpy(scalars, cmd->u.launch.scalars, cmd->u.launch.num_scalars * sizeof *scalars);
+    n->command.u.launch.tensors = tensors;
+    n->command.u.launch.scalars = scalars;
+  }
+  pthread_mutex_lock(&q->lock);
+  if (q->tail) q->tail->next = n; else q->head = n;
+  q->tail = n;
+  atomic_fetch_add_explicit(&q->submitted, 1, memory_order_release);
+  if (atomic_load(&q->executor_sleeping)) pthread_cond_signal(&q->work);
+  pthread_mutex_unlock(&q->lock);
+  return LOOM_OK;
+}
+
+loom_status host_queue_query(void *ctx, loom_driver_queue *q) {
+  return atomic_load(&q->completed) >= atomic_load(&q->submitted) ? LOOM_OK : LOOM_ERROR_NOT_READY;
+}
+
+loom_status host_queue_synchronize(void *ctx, loom_driver_queue *q) {
+  const uint64_t target = atomic_load(&q->submitted);
+  if (atomic_load(&q->completed) >= target) return LOOM_OK;
+  const uint64_t deadline = loom_now_ns() + SYNC_SPIN_NS;
+  while (atomic_load(&q->completed) < target) {
+    if (loom_now_ns() > deadline) {
+      pthread_mutex_lock(&q->lock);
+      atomic_fetch_add(&q->sync_waiters, 1);
+      while (atomic_load(&q->completed) < target) pthread_cond_wait(&q->done, &q->lock);
+      atomic_fetch_sub(&q->sync_waiters, 1);
+      pthread_mutex_unlock(&q->lock);
+      break;
+    }
+    loom_cpu_relax();
+  }
+  return LOOM_OK;
+}

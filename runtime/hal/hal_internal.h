@@ -1,0 +1,86 @@
+/* State shared by the HAL front end's files. Not a public header. */
+#ifndef LOOM_HAL_INTERNAL_H
+#define LOOM_HAL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "loom/driver.h"
+#include "loom/hal.h"
+#include "runtime/alloc/caching_allocator.h"
+
+#define LOOM_STREAM_MAGIC 0x4c53544du /* "LSTM" */
+#define LOOM_EVENT_MAGIC 0x4c45564eu  /* "LEVN" */
+
+struct loom_stream {
+  uint32_t magic;
+  atomic_int refs;
+  struct loom_runtime *rt; /* the runtime the stream belongs to */
+  int device, priority, is_default;
+  uint64_t id; /* unique for the process lifetime; keys allocator pools */
+  loom_driver_queue *queue;
+  /* The first asynchronous error since the last synchronization point. */
+  pthread_mutex_t error_lock;
+  atomic_int has_error;
+  loom_status error;
+  char error_message[512];
+  struct loom_stream *prev, *next; /* the device's live streams */
+};
+
+struct loom_event {
+  uint32_t magic;
+  atomic_int refs; /* the user's plus one per queued command */
+  int device;
+  unsigned flags;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  uint64_t next_sequence;         /* under lock */
+  _Atomic uint64_t recorded;      /* sequence of the latest capture */
+  _Atomic uint64_t completed;     /* highest completed sequence */
+  _Atomic uint64_t completed_ns;  /* CLOCK_MONOTONIC of that completion */
+  atomic_int waiters;
+};
+
+typedef struct loom_device_state {
+  loom_stream_t *default_stream;
+  pthread_mutex_t streams_lock;
+  loom_stream_t *streams; /* every live stream, default included */
+  loom_allocator *allocator;
+} loom_device_state;
+
+typedef struct loom_runtime {
+  const loom_driver *driver;
+  loom_driver_config config;
+  int num_devices;
+  loom_device_state *devices;
+} loom_runtime;
+
+/* The started runtime, or NULL with the error set (starts it if needed). */
+loom_runtime *loom_runtime_get(void);
+
+/* Validates a device index; sets the message on failure. */
+loom_status loom_check_device(loom_runtime *rt, int device);
+/* Validates a stream handle; NULL is rejected. */
+loom_status loom_check_stream(const loom_stream_t *stream, const char *what);
+
+/* Returns and clears the stream's asynchronous error (LOOM_OK if none),
+ * setting this thread's message to it. */
+loom_status loom_stream_take_error(loom_stream_t *stream);
+
+/* Stream bookkeeping used by runtime start and shutdown. */
+loom_status loom_stream_create_internal(loom_runtime *rt, int device,
+                                        int priority, int is_default,
+                                        loom_stream_t **out);
+void loom_stream_destroy_internal(loom_runtime *rt, loom_stream_t *stream);
+
+void loom_event_retain_internal(loom_event_t *event);
+
+/* Submits a command to `stream`'s queue. */
+loom_status loom_stream_submit(loom_runtime *rt, loom_stream_t *stream,
+                               const loom_command *command);
+
+/* Pinned host allocator teardown. */
+void loom_host_allocator_shutdown(void);
+
+#endif

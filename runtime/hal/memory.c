@@ -1,0 +1,154 @@
+/* Front end of device memory: validation, then the device's allocator. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/hal/hal_internal.h"
+
+static loom_status device_allocator(int device, loom_allocator **out, const char *what) {
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_init();
+  loom_status st = loom_check_device(rt, device);
+  if (st != LOOM_OK) return loom_error(st, "%s: %s", what, loom_last_error());
+  *out = rt->devices[device].allocator;
+  return LOOM_OK;
+}
+
+loom_status loom_malloc(int device, size_t size, loom_stream_t *stream, void **out_ptr) {
+  if (!out_ptr) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_malloc: out_ptr is NULL");
+  *out_ptr = NULL;
+  loom_allocator *a;
+  loom_status st = device_allocator(device, &a, "loom_malloc");
+  if (st != LOOM_OK) return st;
+  if (!stream) {
+    stream = loom_runtime_get()->devices[device].default_stream;
+  } else {
+    if ((st = loom_check_stream(stream, "loom_malloc")) != LOOM_OK) return st;
+    if (stream->device != device)
+      return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                        "loom_malloc: stream of loom:%d used for memory on loom:%d",
+                        stream->device, device);
+  }
+  if (size == 0) return LOOM_OK;
+  return loom_allocator_malloc(a, size, stream, stream->id, out_ptr);
+}
+
+loom_status loom_free(void *ptr) {
+  if (!ptr) return LOOM_OK;
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_init();
+  int device = loom_allocator_owner(ptr, NULL);
+  if (device < 0 || device >= rt->num_devices)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_free: %p is not loom device memory", ptr);
+  return loom_allocator_free(rt->devices[device].allocator, ptr);
+}
+
+loom_status loom_record_stream(void *ptr, loom_stream_t *stream) {
+  loom_status st = loom_check_stream(stream, "loom_record_stream");
+  if (st != LOOM_OK) return st;
+  if (!ptr) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_record_stream: ptr is NULL");
+  loom_runtime *rt = stream->rt;
+  int device = loom_allocator_owner(ptr, NULL);
+  if (device < 0 || device >= rt->num_devices)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_record_stream: %p is not loom device memory", ptr);
+  return loom_allocator_record_stream(rt->devices[device].allocator, ptr, stream, stream->id);
+}
+
+int loom_pointer_device(const void *ptr) {
+  if (!ptr) return -1;
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return -1;
+  int device = loom_allocator_owner(ptr, NULL);
+  if (device < 0 || device >= rt->num_devices) return -1;
+  return loom_allocator_extent(rt->devices[device].allocator, ptr) ? device : -1;
+}
+
+loom_status loom_memory_stats_get(int device, loom_memory_stats *out) {
+  if (!out) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_memory_stats_get: out is NULL");
+  memset(out, 0, sizeof *out);
+  loom_allocator *a;
+  loom_status st = device_allocator(device, &a, "loom_memory_stats_get");
+  if (st != LOOM_OK) return st;
+  loom_allocator_stats(a, out);
+  return LOOM_OK;
+}
+
+loom_status loom_memory_reset_peak(int device) {
+  loom_allocator *a;
+  loom_status st = device_allocator(device, &a, "loom_memory_reset_peak");
+  if (st == LOOM_OK) loom_allocator_reset_peak(a);
+  return st;
+}
+
+loom_status loom_memory_reset_accumulated(int device) {
+  loom_allocator *a;
+  loom_status st = device_allocator(device, &a, "loom_memory_reset_accumulated");
+  if (st == LOOM_OK) loom_allocator_reset_accumulated(a);
+  return st;
+}
+
+loom_status loom_memory_empty_cache(int device) {
+  loom_allocator *a;
+  loom_status st = device_allocator(device, &a, "loom_memory_empty_cache");
+  if (st == LOOM_OK) loom_allocator_empty_cache(a);
+  return st;
+}
+
+loom_status loom_memory_info(int device, size_t *out_free, size_t *out_total) {
+  if (!out_free || !out_total)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_memory_info: out pointer is NULL");
+  *out_free = *out_total = 0;
+  loom_allocator *a;
+  loom_status st = device_allocator(device, &a, "loom_memory_info");
+  if (st == LOOM_OK) loom_allocator_info(a, out_free, out_total);
+  return st;
+}
+
+/* ---- copies ------------------------------------------------------------- */
+
+/* Device memory must lie inside one live block, whole. */
+static loom_status check_device_range(loom_runtime *rt, int device, const void *ptr, size_t size,
+                                      const char *side) {
+  size_t extent = loom_allocator_extent(rt->devices[device].allocator, ptr);
+  if (extent < size)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_memcpy: %s range [%p, +%zu) is not inside one live block of loom:%d",
+                      side, ptr, size, device);
+  return LOOM_OK;
+}
+
+loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src, size_t size) {
+  loom_status st = loom_check_stream(stream, "loom_memcpy");
+  if (st != LOOM_OK) return st;
+  loom_runtime *rt = stream->rt;
+  if ((st = loom_stream_take_error(stream)) != LOOM_OK) return st;
+  if (size == 0) return LOOM_OK;
+  if (!dst || !src) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_memcpy: NULL pointer");
+  const int dst_dev = loom_allocator_owner(dst, NULL), src_dev = loom_allocator_owner(src, NULL);
+  if (dst_dev >= 0 && (st = check_device_range(rt, dst_dev, dst, size, "destination")) != LOOM_OK)
+    return st;
+  if (src_dev >= 0 && (st = check_device_range(rt, src_dev, src, size, "source")) != LOOM_OK)
+    return st;
+  const int dst_pageable = dst_dev < 0 && !loom_host_is_pinned(dst);
+  const int src_pageable = src_dev < 0 && !loom_host_is_pinned(src);
+  loom_command cmd = {.kind = LOOM_COMMAND_COPY, .name = "memcpy",
+                      .u.copy = {.dst = dst, .src = src, .size = size}};
+  if (dst_pageable) {
+    /* The caller reads dst on return: run in order, then wait. */
+    if ((st = loom_stream_submit(rt, stream, &cmd)) != LOOM_OK) return st;
+    return loom_stream_synchronize(stream);
+  }
+  if (src_pageable) {
+    void *staging = malloc(size);
+    if (!staging)
+      return loom_error(LOOM_ERROR_OUT_OF_MEMORY,
+                        "loom_memcpy: out of host memory staging %zu bytes", size);
+    memcpy(staging, src, size);
+    cmd.u.copy.src = staging;
+    cmd.release = free;
+    cmd.release_arg = staging;
+  }
+  st = loom_stream_submit(rt, stream, &cmd);
+  if (st != LOOM_OK && cmd.release) cmd.release(cmd.release_arg);
+  return st;
+}

@@ -1,0 +1,212 @@
+/* Streams: in-order command queues with an asynchronous-error slot. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/hal/hal_internal.h"
+
+static _Atomic uint64_t next_stream_id = 1;
+
+loom_status loom_stream_create_internal(loom_runtime *rt, int device, int priority,
+                                        int is_default, loom_stream_t **out) {
+  loom_stream_t *s = calloc(1, sizeof *s);
+  if (!s) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_stream_create: out of host memory");
+  s->magic = LOOM_STREAM_MAGIC;
+  atomic_init(&s->refs, 1);
+  s->rt = rt;
+  s->device = device;
+  s->priority = priority;
+  s->is_default = is_default;
+  s->id = atomic_fetch_add(&next_stream_id, 1);
+  pthread_mutex_init(&s->error_lock, NULL);
+  loom_status st = rt->driver->queue_create(rt->driver->context, device, priority, s, &s->queue);
+  if (st != LOOM_OK) {
+    pthread_mutex_destroy(&s->error_lock);
+    free(s);
+    return st;
+  }
+  loom_device_state *dev = &rt->devices[device];
+  pthread_mutex_lock(&dev->streams_lock);
+  s->next = dev->streams;
+  if (dev->streams) dev->streams->prev = s;
+  dev->streams = s;
+  pthread_mutex_unlock(&dev->streams_lock);
+  *out = s;
+  return LOOM_OK;
+}
+
+void loom_stream_destroy_internal(loom_runtime *rt, loom_stream_t *s) {
+  loom_device_state *dev = &rt->devices[s->device];
+  pthread_mutex_lock(&dev->streams_lock);
+  if (s->prev) s->prev->next = s->next; else dev->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  pthread_mutex_unlock(&dev->streams_lock);
+  rt->driver->queue_destroy(rt->driver->context, s->queue);
+  s->magic = 0;
+  pthread_mutex_destroy(&s->error_lock);
+  free(s);
+}
+
+loom_status loom_stream_create(int device, int priority, loom_stream_t **out_stream) {
+  if (!out_stream) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_stream_create: out_stream is NULL");
+  *out_stream = NULL;
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_init();
+  loom_status st = loom_check_device(rt, device);
+  if (st != LOOM_OK) return st;
+  return loom_stream_create_internal(rt, device, priority, 0, out_stream);
+}
+
+loom_status loom_stream_default(int device, loom_stream_t **out_stream) {
+  if (!out_stream) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_stream_default: out_stream is NULL");
+  *out_stream = NULL;
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_init();
+  loom_status st = loom_check_device(rt, device);
+  if (st != LOOM_OK) return st;
+  *out_stream = rt->devices[device].default_stream;
+  return LOOM_OK;
+}
+
+/* The default stream is borrowed and lives until shutdown, so counting
+ * references on it would only invite a double destroy. */
+void loom_stream_retain(loom_stream_t *stream) {
+  if (!stream || stream->magic != LOOM_STREAM_MAGIC || stream->is_default) return;
+  atomic_fetch_add(&stream->refs, 1);
+}
+
+void loom_stream_release(loom_stream_t *stream) {
+  if (!stream || stream->magic != LOOM_STREAM_MAGIC || stream->is_default) return;
+  if (atomic_fetch_sub(&stream->refs, 1) != 1) return;
+  loom_stream_destroy_internal(stream->rt, stream);
+}
+
+int loom_stream_device(const loom_stream_t *stream) {
+  return stream && stream->magic == LOOM_STREAM_MAGIC ? stream->device : -1;
+}
+
+int loom_stream_priority(const loom_stream_t *stream) {
+  return stream && stream->magic == LOOM_STREAM_MAGIC ? stream->priority : 0;
+}
+
+void loom_driver_report_error(loom_stream_t *stream, loom_status status, const char *fmt, ...) {
+  pthread_mutex_lock(&stream->error_lock);
+  if (!atomic_load(&stream->has_error)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(stream->error_message, sizeof stream->error_message, fmt, ap);
+    va_end(ap);
+    stream->error = status;
+    atomic_store(&stream->has_error, 1);
+  }
+  pthread_mutex_unlock(&stream->error_lock);
+}
+
+loom_status loom_stream_take_error(loom_stream_t *stream) {
+  if (!atomic_load_explicit(&stream->has_error, memory_order_acquire)) return LOOM_OK;
+  pthread_mutex_lock(&stream->error_lock);
+  loom_status st = LOOM_OK;
+  if (atomic_load(&stream->has_error)) {
+    st = loom_error(stream->error, "%s", stream->error_message);
+    atomic_store(&stream->has_error, 0);
+  }
+  pthread_mutex_unlock(&stream->error_lock);
+  return st;
+}
+
+loom_status loom_stream_submit(loom_runtime *rt, loom_stream_t *stream, const loom_command *command) {
+  return rt->driver->queue_submit(rt->driver->context, stream->queue, command);
+}
+
+loom_status loom_stream_query(loom_stream_t *stream) {
+  loom_status st = loom_check_stream(stream, "loom_stream_query");
+  if (st != LOOM_OK) return st;
+  loom_runtime *rt = stream->rt;
+  st = loom_stream_take_error(stream);
+  if (st != LOOM_OK) return st;
+  return rt->driver->queue_query(rt->driver->context, stream->queue);
+}
+
+loom_status loom_stream_synchronize(loom_stream_t *stream) {
+  loom_status st = loom_check_stream(stream, "loom_stream_synchronize");
+  if (st != LOOM_OK) return st;
+  loom_runtime *rt = stream->rt;
+  st = rt->driver->queue_synchronize(rt->driver->context, stream->queue);
+  loom_status err = loom_stream_take_error(stream);
+  return err != LOOM_OK ? err : st;
+}
+
+/* ---- commands ------------------------------------------------------------ */
+
+static loom_status check_launch(const loom_launch_desc *desc, const char *what) {
+  if (!desc) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", what);
+  const char *name = desc->name ? desc->name : "kernel";
+  if (!desc->fn) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: kernel function is NULL", name);
+  if (desc->range < 0)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: negative range %lld", name, (long long)desc->range);
+  if (desc->grain < 1)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: grain %lld must be >= 1", name, (long long)desc->grain);
+  if (desc->num_tensors && !desc->tensors)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: %u tensors but tensors is NULL", name, desc->num_tensors);
+  if (desc->num_scalars && !desc->scalars)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: %u scalars but scalars is NULL", name, desc->num_scalars);
+  return LOOM_OK;
+}
+
+static loom_command launch_command(const loom_launch_desc *desc) {
+  return (loom_command){
+      .kind = LOOM_COMMAND_LAUNCH,
+      .name = desc->name ? desc->name : "kernel",
+      .u.launch = {.fn = desc->fn, .tensors = desc->tensors, .num_tensors = desc->num_tensors,
+                   .scalars = desc->scalars, .num_scalars = desc->num_scalars,
+                   .range = desc->range, .grain = desc->grain},
+  };
+}
+
+loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
+  loom_status st = loom_check_stream(stream, "loom_launch");
+  if (st != LOOM_OK) return st;
+  if ((st = check_launch(desc, "loom_launch")) != LOOM_OK) return st;
+  loom_runtime *rt = stream->rt;
+  if ((st = loom_stream_take_error(stream)) != LOOM_OK) return st;
+  if (desc->range == 0) return LOOM_OK;
+  const loom_command cmd = launch_command(desc);
+  return loom_stream_submit(rt, stream, &cmd);
+}
+
+loom_status loom_host_callback(loom_stream_t *stream, void (*fn)(void *user), void *user,
+                               const char *name) {
+  loom_status st = loom_check_stream(stream, "loom_host_callback");
+  if (st != LOOM_OK) return st;
+  if (!fn) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_host_callback: fn is NULL");
+  loom_runtime *rt = stream->rt;
+  const loom_command cmd = {.kind = LOOM_COMMAND_CALLBACK,
+                            .name = name ? name : "host_callback",
+                            .u.callback = {.fn = fn, .user = user}};
+  return loom_stream_submit(rt, stream, &cmd);
+}
+
+loom_status loom_run_now(int device, const loom_launch_desc *desc) {
+  loom_status st = check_launch(desc, "loom_run_now");
+  if (st != LOOM_OK) return st;
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_init();
+  if ((st = loom_check_device(rt, device)) != LOOM_OK) return st;
+  if (desc->range == 0) return LOOM_OK;
+  const loom_command cmd = launch_command(desc);
+  if (rt->driver->run_now) return rt->driver->run_now(rt->driver->context, device, &cmd);
+  const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                                 .num_tensors = desc->num_tensors, .tensors = desc->tensors,
+                                 .num_scalars = desc->num_scalars, .scalars = desc->scalars,
+                                 .range = desc->range, .grain = desc->grain};
+  for (int64_t begin = 0; begin < desc->range; begin += desc->grain) {
+    int64_t end = desc->range - begin > desc->grain ? begin + desc->grain : desc->range;
+    int rc = desc->fn(&args, begin, end);
+    if (rc != 0)
+      return loom_error(loom_kernel_status(rc), "%s: %s (kernel returned %d on [%lld, %lld) of %lld)",
+                        cmd.name, loom_status_name(loom_kernel_status(rc)), rc, (long long)begin,
+                        (long long)end, (long long)desc->range);
+  }
+  return LOOM_OK;
+}
