@@ -58,7 +58,7 @@ static inline int64_t pw_f2i(double x) {
     default: ok = 0;                                                          \
   }
 
-static int pw_load(int kind, void *dst, const char *src, int32_t dtype,
+int loom_pw_load(int kind, void *dst, const char *src, int32_t dtype,
                    int64_t stride, int64_t n) {
   int ok = 1;
   if (kind == LOOM_PW_F32) {
@@ -74,7 +74,7 @@ static int pw_load(int kind, void *dst, const char *src, int32_t dtype,
   return ok;
 }
 
-static int pw_store(int kind, char *dst, int32_t dtype, int64_t stride,
+int loom_pw_store(int kind, char *dst, int32_t dtype, int64_t stride,
                     const void *src, int64_t n) {
   int ok = 1;
   if (kind == LOOM_PW_F32) {
@@ -197,7 +197,7 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
         if (direct[k] || is_const[k]) {
           in[k - 1] = direct[k] ? (const void *)(p[k] + off * s) : stage[k].f;
         } else {
-          if (!pw_load(kind, stage[k].f, p[k] + off * s, ops[k]->dtype, s, m))
+          if (!loom_pw_load(kind, stage[k].f, p[k] + off * s, ops[k]->dtype, s, m))
             return LOOM_ERROR_NOT_SUPPORTED;
           in[k - 1] = stage[k].f;
         }
@@ -207,7 +207,7 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
       int rc = apply(op, m, out, in, params);
       if (rc) return rc;
       if (!direct[0] &&
-          !pw_store(kind, p[0] + off * os, ops[0]->dtype, os, stage[0].f, m))
+          !loom_pw_store(kind, p[0] + off * os, ops[0]->dtype, os, stage[0].f, m))
         return LOOM_ERROR_NOT_SUPPORTED;
     }
   }

@@ -101,6 +101,14 @@ int loom_pw_apply_f64_avx512(int op, int64_t n, double *out,
 int loom_pw_apply_i64_avx512(int op, int64_t n, int64_t *out,
                              const int64_t *const *in, const loom_scalar *p);
 
+/* Staging helpers shared with the other kernel files: load n elements of
+ * `dtype` at a byte stride into a contiguous block of the compute kind, or
+ * store such a block to `dtype`. Return 1, or 0 for an unknown dtype. */
+int loom_pw_load(int kind, void *dst, const char *src, int32_t dtype,
+                 int64_t stride, int64_t n);
+int loom_pw_store(int kind, char *dst, int32_t dtype, int64_t stride,
+                  const void *src, int64_t n);
+
 /* Number of inputs `op` takes (1, 2 or 3). */
 int loom_pw_arity(int op);
 

@@ -1,0 +1,393 @@
+/* Reductions: each output's reduced elements are visited in row-major order
+ * as strided runs, staged in blocks and folded into a small state; states of
+ * consecutive parts are combined in order. Nothing depends on which worker
+ * runs which chunk, so results are bitwise reproducible. */
+#include "kernels/reduce.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/convert.h"
+#include "kernels/iter.h"
+#include "kernels/pointwise.h"
+#include "loom/status.h"
+#include "runtime/base/cpu.h"
+
+#define RD_BLOCK 512
+
+typedef struct rd_state {
+  double a, b;  /* sum / best / mean / running max; M2 / sum of exp */
+  double spare;
+  int64_t n;    /* elements seen */
+  int64_t idx;  /* index of the best element */
+  int64_t iv;   /* integral sum, product or best */
+} rd_state;
+
+typedef struct rd_ctx {
+  int op;
+  int integral;
+  int32_t dtype;
+  double p; /* correction or norm order */
+  int avx512;
+} rd_ctx;
+
+_Static_assert(sizeof(rd_state) == LOOM_REDUCE_STATE_DOUBLES * sizeof(double),
+               "scratch layout");
+
+static void rd_init(const rd_ctx *c, rd_state *s) {
+  memset(s, 0, sizeof *s);
+  if (c->op == LOOM_REDUCE_PROD) {
+    s->a = 1.0;
+    s->iv = 1;
+  }
+  if (c->op == LOOM_REDUCE_ALL) s->iv = 1;
+}
+
+static int rd_is_max(const rd_ctx *c) {
+  return c->op == LOOM_REDUCE_MAX ||
+         (c->op == LOOM_REDUCE_NORM && c->p == INFINITY);
+}
+
+/* Does candidate v replace best? NaN wins over numbers; ties keep the
+ * earlier element. */
+static inline int rd_better(double v, double best, int max) {
+  if (best != best) return 0;
+  if (v != v) return 1;
+  return max ? v > best : v < best;
+}
+
+/* Folds a block of staged doubles (the elements at linear indices
+ * lin..lin+n-1) into s. */
+static void rd_block_f(const rd_ctx *c, rd_state *s, const double *x,
+                       int64_t n, int64_t lin) {
+  switch (c->op) {
+    case LOOM_REDUCE_SUM:
+    case LOOM_REDUCE_MEAN:
+      s->a += c->avx512 ? loom_reduce_sum_f64_avx512(x, n, 0)
+                        : loom_reduce_sum_f64(x, n, 0);
+      break;
+    case LOOM_REDUCE_NANSUM:
+      for (int64_t i = 0; i < n; ++i) s->a += x[i] != x[i] ? 0.0 : x[i];
+      break;
+    case LOOM_REDUCE_PROD:
+      for (int64_t i = 0; i < n; ++i) s->a *= x[i];
+      break;
+    case LOOM_REDUCE_MAX:
+    case LOOM_REDUCE_MIN: {
+      const int max = c->op == LOOM_REDUCE_MAX;
+      int64_t i = 0;
+      if (s->n == 0 && n > 0) { s->a = x[0]; s->idx = lin; i = 1; }
+      for (; i < n; ++i)
+        if (rd_better(x[i], s->a, max)) { s->a = x[i]; s->idx = lin + i; }
+      break;
+    }
+    case LOOM_REDUCE_VAR:
+    case LOOM_REDUCE_STD: { /* exact two-pass block, then Chan's merge */
+      double sum = 0.0, m2 = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += x[i];
+      const double mean = sum / (double)n;
+      for (int64_t i = 0; i < n; ++i) m2 += (x[i] - mean) * (x[i] - mean);
+      const double na = (double)s->n, nb = (double)n, nt = na + nb;
+      const double delta = mean - s->a;
+      s->a += delta * nb / nt;
+      s->b += m2 + delta * delta * na * nb / nt;
+      break;
+    }
+    case LOOM_REDUCE_NORM: {
+      const double p = c->p;
+      if (p == 0) {
+        for (int64_t i = 0; i < n; ++i) s->a += x[i] != 0.0;
+      } else if (p == 1) {
+        for (int64_t i = 0; i < n; ++i) s->a += fabs(x[i]);
+      } else if (p == 2) {
+        s->a += c->avx512 ? loom_reduce_sum_f64_avx512(x, n, 1)
+                          : loom_reduce_sum_f64(x, n, 1);
+      } else if (isinf(p)) {
+        const int max = p > 0;
+        int64_t i = 0;
+        if (s->n == 0 && n > 0) { s->a = fabs(x[0]); i = 1; }
+        for (; i < n; ++i)
+          if (rd_better(fabs(x[i]), s->a, max)) s->a = fabs(x[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) s->a += pow(fabs(x[i]), p);
+      }
+      break;
+    }
+    case LOOM_REDUCE_LOGSUMEXP: {
+      /* a: reference point (the max, or 0 when it is infinite), b: sum of
+       * exp(x - a). A block's state merges like any other part's. */
+      double m = x[0];
+      for (int64_t i = 1; i < n; ++i)
+        if (rd_better(x[i], m, 1)) m = x[i];
+      const double r = isinf(m) ? 0.0 : m;
+      double sum = 0.0;
+      for (int64_t i = 0; i < n; ++i) sum += exp(x[i] - r);
+      if (s->n == 0) {
+        s->a = r;
+        s->b = sum;
+      } else if (r != r || s->a != s->a) {
+        s->a = NAN;
+      } else {
+        const double ref = r > s->a ? r : s->a;
+        s->b = s->b * exp(s->a - ref) + sum * exp(r - ref);
+        s->a = ref;
+      }
+      break;
+    }
+    case LOOM_REDUCE_ALL:
+      for (int64_t i = 0; i < n; ++i) s->iv &= x[i] != 0.0;
+      break;
+    case LOOM_REDUCE_ANY:
+      for (int64_t i = 0; i < n; ++i) s->iv |= x[i] != 0.0;
+      break;
+  }
+  s->n += n;
+}
+
+static void rd_block_i(const rd_ctx *c, rd_state *s, const int64_t *x,
+                       int64_t n, int64_t lin) {
+  switch (c->op) {
+    case LOOM_REDUCE_SUM:
+    case LOOM_REDUCE_NANSUM:
+    case LOOM_REDUCE_MEAN: {
+      uint64_t acc = (uint64_t)s->iv;
+      for (int64_t i = 0; i < n; ++i) acc += (uint64_t)x[i];
+      s->iv = (int64_t)acc;
+      break;
+    }
+    case LOOM_REDUCE_PROD: {
+      uint64_t acc = (uint64_t)s->iv;
+      for (int64_t i = 0; i < n; ++i) acc *= (uint64_t)x[i];
+      s->iv = (int64_t)acc;
+      break;
+    }
+    case LOOM_REDUCE_MAX:
+    case LOOM_REDUCE_MIN: {
+      const int max = c->op == LOOM_REDUCE_MAX;
+      int64_t i = 0;
+      if (s->n == 0 && n > 0) { s->iv = x[0]; s->idx = lin; i = 1; }
+      for (; i < n; ++i)
+        if (max ? x[i] > s->iv : x[i] < s->iv) { s->iv = x[i]; s->idx = lin + i; }
+      break;
+    }
+    case LOOM_REDUCE_ALL:
+      for (int64_t i = 0; i < n; ++i) s->iv &= x[i] != 0;
+      break;
+    case LOOM_REDUCE_ANY:
+      for (int64_t i = 0; i < n; ++i) s->iv |= x[i] != 0;
+      break;
+    default: break; /* float-only ops never reach here */
+  }
+  s->n += n;
+}
+
+/* Folds a strided run; contiguous float32/float64 sums skip the staging. */
+static int rd_run(const rd_ctx *c, rd_state *s, const char *p, int64_t stride,
+                  int64_t n, int64_t lin) {
+  const int fast_sum = c->op == LOOM_REDUCE_SUM || c->op == LOOM_REDUCE_MEAN ||
+                       (c->op == LOOM_REDUCE_NORM && c->p == 2);
+  const int sq = c->op == LOOM_REDUCE_NORM;
+  if (fast_sum && c->dtype == LOOM_FLOAT32 && stride == 4) {
+    s->a += c->avx512 ? loom_reduce_sum_f32_avx512((const float *)p, n, sq)
+                      : loom_reduce_sum_f32((const float *)p, n, sq);
+    s->n += n;
+    return 1;
+  }
+  if (fast_sum && c->dtype == LOOM_FLOAT64 && stride == 8) {
+    s->a += c->avx512 ? loom_reduce_sum_f64_avx512((const double *)p, n, sq)
+                      : loom_reduce_sum_f64((const double *)p, n, sq);
+    s->n += n;
+    return 1;
+  }
+  union { double f[RD_BLOCK]; int64_t i[RD_BLOCK]; } buf;
+  for (int64_t off = 0; off < n; off += RD_BLOCK) {
+    const int64_t m = n - off < RD_BLOCK ? n - off : RD_BLOCK;
+    if (!loom_pw_load(c->integral ? LOOM_PW_I64 : LOOM_PW_F64, buf.f,
+                      p + off * stride, c->dtype, stride, m))
+      return 0;
+    if (c->integral) rd_block_i(c, s, buf.i, m, lin + off);
+    else rd_block_f(c, s, buf.f, m, lin + off);
+  }
+  return 1;
+}
+
+/* Merges state b (later elements) into a. */
+static void rd_merge(const rd_ctx *c, rd_state *a, const rd_state *b) {
+  if (b->n == 0) return;
+  if (a->n == 0) {
+    *a = *b;
+    return;
+  }
+  switch (c->op) {
+    case LOOM_REDUCE_MAX:
+    case LOOM_REDUCE_MIN: {
+      const int max = c->op == LOOM_REDUCE_MAX;
+      if (c->integral ? (max ? b->iv > a->iv : b->iv < a->iv)
+                      : rd_better(b->a, a->a, max)) {
+        a->a = b->a; a->iv = b->iv; a->idx = b->idx;
+      }
+      break;
+    }
+    case LOOM_REDUCE_VAR:
+    case LOOM_REDUCE_STD: {
+      const double na = (double)a->n, nb = (double)b->n, nt = na + nb;
+      const double delta = b->a - a->a;
+      a->a += delta * nb / nt;
+      a->b += b->b + delta * delta * na * nb / nt;
+      break;
+    }
+    case LOOM_REDUCE_NORM:
+      if (isinf(c->p)) {
+        if (rd_better(b->a, a->a, rd_is_max(c))) a->a = b->a;
+      } else {
+        a->a += b->a;
+      }
+      break;
+    case LOOM_REDUCE_LOGSUMEXP:
+      if (a->a != a->a || b->a != b->a) {
+        a->a = NAN;
+      } else {
+        const double ref = b->a > a->a ? b->a : a->a;
+        a->b = a->b * exp(a->a - ref) + b->b * exp(b->a - ref);
+        a->a = ref;
+      }
+      break;
+    case LOOM_REDUCE_PROD:
+      a->a *= b->a;
+      a->iv = (int64_t)((uint64_t)a->iv * (uint64_t)b->iv);
+      break;
+    case LOOM_REDUCE_ALL: a->iv &= b->iv; break;
+    case LOOM_REDUCE_ANY: a->iv |= b->iv; break;
+    default: /* sums */
+      a->a += b->a;
+      a->iv = (int64_t)((uint64_t)a->iv + (uint64_t)b->iv);
+      break;
+  }
+  a->n += b->n;
+}
+
+static int rd_store(const loom_tensor *t, int64_t off, int integral_value,
+                    double f, int64_t i) {
+  if (!t->data) return 1;
+  char *dst = (char *)t->data + off * loom_dtype_size(t->dtype);
+  return integral_value ? loom_pw_store(LOOM_PW_I64, dst, t->dtype, 0, &i, 1)
+                        : loom_pw_store(LOOM_PW_F64, dst, t->dtype, 0, &f, 1);
+}
+
+static int rd_finish(const rd_ctx *c, const rd_state *s, int64_t count,
+                     const loom_tensor *out, const loom_tensor *second,
+                     int64_t out_off, int64_t second_off) {
+  double v = s->a;
+  switch (c->op) {
+    case LOOM_REDUCE_MEAN: v = s->a / (double)count; break;
+    case LOOM_REDUCE_VAR:
+    case LOOM_REDUCE_STD: {
+      double dof = (double)count - c->p;
+      v = s->b / (dof > 0 ? dof : 0.0);
+      if (c->op == LOOM_REDUCE_STD) v = sqrt(v);
+      if (!rd_store(second, second_off, 0, count ? s->a : NAN, 0)) return 0;
+      if (count == 0) v = NAN;
+      break;
+    }
+    case LOOM_REDUCE_NORM:
+      if (c->p == 2) v = sqrt(s->a);
+      else if (!(c->p == 0 || c->p == 1 || isinf(c->p))) v = pow(s->a, 1.0 / c->p);
+      break;
+    case LOOM_REDUCE_LOGSUMEXP: v = log(s->b) + s->a; break;
+    case LOOM_REDUCE_MAX:
+    case LOOM_REDUCE_MIN:
+      if (!rd_store(second, second_off, 1, 0.0, s->idx)) return 0;
+      break;
+    default: break;
+  }
+  const int integral_value = c->integral || c->op == LOOM_REDUCE_ALL ||
+                             c->op == LOOM_REDUCE_ANY;
+  return rd_store(out, out_off, integral_value, v, s->iv);
+}
+
+/* Element offsets of output o in out (and in `second`) and in the input. */
+static void rd_offsets(const loom_tensor *out, const loom_tensor *second,
+                       const loom_tensor *in, int64_t o, int64_t *out_off,
+                       int64_t *second_off, int64_t *in_off) {
+  int64_t oo = 0, so = 0, io = 0;
+  for (int32_t d = out->rank - 1; d >= 0; --d) {
+    const int64_t size = out->sizes[d], i = o % size;
+    o /= size;
+    oo += i * out->strides[d];
+    if (second->rank == out->rank) so += i * second->strides[d];
+    io += i * in->strides[d];
+  }
+  *out_off = oo;
+  *second_off = so;
+  *in_off = io;
+}
+
+/* Folds reduced elements [lin, lin + count) of one output into s. */
+static int rd_span(const rd_ctx *c, rd_state *s, const loom_tensor *in,
+                   int64_t in_off, int32_t keep, int64_t lin, int64_t count) {
+  loom_tensor sub = {.data = (char *)in->data + in_off * loom_dtype_size(in->dtype),
+                     .dtype = in->dtype, .rank = in->rank - keep};
+  for (int32_t d = 0; d < sub.rank; ++d) {
+    sub.sizes[d] = in->sizes[keep + d];
+    sub.strides[d] = in->strides[keep + d];
+  }
+  if (count <= 0) return 1;
+  const loom_tensor *ops[1] = {&sub};
+  loom_iter it;
+  if (loom_iter_init(&it, 1, ops)) return 0;
+  loom_iter_seek(&it, lin, count);
+  const int64_t stride = it.strides[0][it.rank - 1];
+  char *p[1];
+  int64_t n;
+  while ((n = loom_iter_next(&it, p)) > 0) {
+    if (!rd_run(c, s, p[0], stride, n, lin)) return 0;
+    lin += n;
+  }
+  return 1;
+}
+
+int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
+                       int64_t end) {
+  if (args->num_tensors < 3 || args->num_scalars < 5)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *out = &args->tensors[0], *in = &args->tensors[1];
+  const loom_tensor *second = &args->tensors[2];
+  const int64_t r = args->scalars[1].i, parts = args->scalars[3].i;
+  const int stage = (int)args->scalars[4].i;
+  const int32_t keep = in->rank - (int32_t)r;
+  if (r < 0 || keep != out->rank || parts < 1 || loom_dtype_size(in->dtype) == 0)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const rd_ctx c = {.op = (int)args->scalars[0].i,
+                    .integral = loom_dtype_is_integral(in->dtype),
+                    .dtype = in->dtype,
+                    .p = args->scalars[2].f,
+                    .avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0};
+  if (c.op < 0 || c.op >= LOOM_REDUCE_OP_COUNT) return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t count = 1;
+  for (int32_t d = keep; d < in->rank; ++d) count *= in->sizes[d];
+  rd_state *scratch = stage ? (rd_state *)args->tensors[3].data : NULL;
+  if (stage && (args->num_tensors < 4 || !scratch)) return LOOM_ERROR_INVALID_ARGUMENT;
+
+  for (int64_t w = begin; w < end; ++w) {
+    const int64_t o = stage == 1 ? w / parts : w;
+    int64_t out_off, second_off, in_off;
+    rd_offsets(out, second, in, o, &out_off, &second_off, &in_off);
+    rd_state s;
+    rd_init(&c, &s);
+    if (stage == 1) {
+      const int64_t j = w % parts, lin = j * LOOM_REDUCE_PART;
+      const int64_t n = count - lin < LOOM_REDUCE_PART ? count - lin : LOOM_REDUCE_PART;
+      if (!rd_span(&c, &s, in, in_off, keep, lin, n)) return LOOM_ERROR_NOT_SUPPORTED;
+      scratch[w] = s;
+      continue;
+    }
+    if (stage == 2) {
+      for (int64_t j = 0; j < parts; ++j) rd_merge(&c, &s, &scratch[o * parts + j]);
+    } else if (!rd_span(&c, &s, in, in_off, keep, 0, count)) {
+      return LOOM_ERROR_NOT_SUPPORTED;
+    }
+    if (!rd_finish(&c, &s, count, out, second, out_off, second_off))
+      return LOOM_ERROR_NOT_SUPPORTED;
+  }
+  return LOOM_OK;
+}

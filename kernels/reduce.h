@@ -1,0 +1,56 @@
+/* kernels/reduce.h — reductions over trailing dims, with a fixed summation
+ * order so that results never depend on the thread count.
+ *
+ * loom_kernel_reduce:
+ *   tensors[0]  out: the values (rank k; data NULL when not wanted)
+ *   tensors[1]  in:  rank k + r; its first k dims have out's sizes, the last
+ *               r dims are reduced (the caller permutes the reduced dims last)
+ *   tensors[2]  second output or data NULL: int64 indices (max/min/arg*) or
+ *               the mean (var/std with mean)
+ *   tensors[3]  scratch for two-stage reductions: float64, contiguous,
+ *               numel(out) * parts * LOOM_REDUCE_STATE_DOUBLES (stages 1, 2)
+ *   scalars[0].i op (loom_reduce_op)  [1].i r  [2].f parameter (correction
+ *               for var/std, p for norm)  [3].i parts per output
+ *               [4].i stage: 0 reduce whole, 1 partials into scratch,
+ *               2 combine scratch in order into the outputs
+ * Stage 0 and 2: the range is numel(out). Stage 1: the range is
+ * numel(out) * parts; part j of an output covers reduced elements
+ * [j * LOOM_REDUCE_PART, (j + 1) * LOOM_REDUCE_PART) in row-major order.
+ * Every output is reduced by one call in a fixed order either way.
+ * Float inputs accumulate in double, integral ones in int64 (wrapping). */
+#ifndef LOOM_KERNELS_REDUCE_H
+#define LOOM_KERNELS_REDUCE_H
+
+#include <stdint.h>
+
+#include "loom/kernel_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_REDUCE_PART 65536
+#define LOOM_REDUCE_STATE_DOUBLES 6
+
+typedef enum loom_reduce_op {
+  LOOM_REDUCE_SUM, LOOM_REDUCE_NANSUM, LOOM_REDUCE_MEAN, LOOM_REDUCE_PROD,
+  LOOM_REDUCE_MAX, LOOM_REDUCE_MIN, /* values and indices */
+  LOOM_REDUCE_VAR, LOOM_REDUCE_STD, LOOM_REDUCE_NORM, LOOM_REDUCE_LOGSUMEXP,
+  LOOM_REDUCE_ALL, LOOM_REDUCE_ANY,
+  LOOM_REDUCE_OP_COUNT
+} loom_reduce_op;
+
+int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
+                       int64_t end);
+
+/* Contiguous sums in double with 8 interleaved lanes (fixed order), per ISA;
+ * sq selects the sum of squares. */
+double loom_reduce_sum_f32(const float *x, int64_t n, int sq);
+double loom_reduce_sum_f64(const double *x, int64_t n, int sq);
+double loom_reduce_sum_f32_avx512(const float *x, int64_t n, int sq);
+double loom_reduce_sum_f64_avx512(const double *x, int64_t n, int sq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_KERNELS_REDUCE_H */

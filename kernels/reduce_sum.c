@@ -1,0 +1,48 @@
+/* Contiguous sums for the reduction kernel: 16 interleaved double lanes,
+ * added in a fixed order at the end, so the result depends only on the data
+ * and its length. Built as is for the baseline ISA and included by
+ * reduce_sum_avx512.c with LOOM_REDUCE_ISA defined. */
+#pragma GCC optimize("fp-contract=off")
+
+#include "kernels/reduce.h"
+
+#ifdef LOOM_REDUCE_ISA
+#define RS_CAT2(a, b) a##b
+#define RS_CAT(a, b) RS_CAT2(a, b)
+#define RS_NAME(base) RS_CAT(base, LOOM_REDUCE_ISA)
+#else
+#define RS_NAME(base) base
+#endif
+
+#define LANES 16
+
+static double rs_fold(double *acc) {
+  for (int w = LANES / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+#define RS_DEFINE(NAME, T)                                          \
+  double NAME(const T *x, int64_t n, int sq) {                      \
+    double acc[LANES] = {0};                                        \
+    int64_t i = 0;                                                  \
+    if (sq) {                                                       \
+      for (; i + LANES <= n; i += LANES)                            \
+        for (int j = 0; j < LANES; ++j) {                           \
+          double v = (double)x[i + j];                              \
+          acc[j] += v * v;                                          \
+        }                                                           \
+      for (int j = 0; i < n; ++i, ++j) {                            \
+        double v = (double)x[i];                                    \
+        acc[j] += v * v;                                            \
+      }                                                             \
+    } else {                                                        \
+      for (; i + LANES <= n; i += LANES)                            \
+        for (int j = 0; j < LANES; ++j) acc[j] += (double)x[i + j]; \
+      for (int j = 0; i < n; ++i, ++j) acc[j] += (double)x[i];      \
+    }                                                               \
+    return rs_fold(acc);                                            \
+  }
+
+RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float)
+RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double)

@@ -1,0 +1,138 @@
+/* The reduction kernel against naive references, in one stage and in two
+ * (partials, then an ordered combine), under several chunkings: results must
+ * match the references and be bitwise equal whatever the chunking. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/reduce.h"
+#include "loom/status.h"
+
+static int passed, failed;
+#define EXPECT(cond)                                                       \
+  do {                                                                     \
+    if (cond) ++passed;                                                    \
+    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
+  } while (0)
+
+static int run(loom_tensor *t, loom_scalar *s, int64_t range, int64_t grain) {
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 4,
+                        .tensors = t, .num_scalars = 5, .scalars = s,
+                        .range = range, .grain = grain};
+  for (int64_t b = 0; b < range; b += grain) {
+    int64_t e = b + grain < range ? b + grain : range;
+    int rc = loom_kernel_reduce(&a, b, e);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Reduces x viewed as [rows, cols] over the rows (dim 0, strided), i.e. the
+ * input is presented as [cols | rows] with strides [1 | cols]. */
+static int reduce_cols(int op, double p, const float *x, int64_t rows,
+                       int64_t cols, float *out, int64_t *idx, int two_stage,
+                       int64_t grain) {
+  loom_tensor t[4];
+  memset(t, 0, sizeof t);
+  t[0] = (loom_tensor){.data = out, .dtype = LOOM_FLOAT32, .rank = 1};
+  t[0].sizes[0] = cols; t[0].strides[0] = 1;
+  t[1] = (loom_tensor){.data = (void *)x, .dtype = LOOM_FLOAT32, .rank = 2};
+  t[1].sizes[0] = cols; t[1].strides[0] = 1;
+  t[1].sizes[1] = rows; t[1].strides[1] = cols;
+  t[2] = (loom_tensor){.data = idx, .dtype = LOOM_INT64, .rank = 1};
+  t[2].sizes[0] = cols; t[2].strides[0] = 1;
+  const int64_t parts = two_stage ? (rows + LOOM_REDUCE_PART - 1) / LOOM_REDUCE_PART : 1;
+  double *scratch = malloc(sizeof(double) * LOOM_REDUCE_STATE_DOUBLES * cols * parts);
+  t[3] = (loom_tensor){.data = scratch, .dtype = LOOM_FLOAT64, .rank = 0};
+  loom_scalar s[5] = {{.i = op}, {.i = 1}, {.f = p}, {.i = parts}, {.i = 0}};
+  int rc;
+  if (two_stage) {
+    s[4].i = 1;
+    rc = run(t, s, cols * parts, grain);
+    s[4].i = 2;
+    if (!rc) rc = run(t, s, cols, grain);
+  } else {
+    rc = run(t, s, cols, grain);
+  }
+  free(scratch);
+  return rc;
+}
+
+static void test_ops(void) {
+  enum { R = 150001, C = 3 };
+  float *x = malloc(sizeof(float) * R * C);
+  for (int64_t i = 0; i < (int64_t)R * C; ++i) x[i] = (float)rand() / RAND_MAX - 0.3f;
+  x[(int64_t)777 * C + 1] = 5.0f; /* the max of column 1 */
+  for (int stage = 0; stage < 2; ++stage) {
+    float out[C], out2[C];
+    int64_t idx[C];
+    double ref[C] = {0}, ref2[C] = {0};
+    for (int64_t r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) ref[c] += x[r * C + c];
+    EXPECT(reduce_cols(LOOM_REDUCE_SUM, 0, x, R, C, out, idx, stage, 1) == 0);
+    for (int c = 0; c < C; ++c) EXPECT(fabs(out[c] - ref[c]) <= 1e-6 * fabs(ref[c]) + 1e-3);
+    /* bitwise equal whatever the chunking */
+    EXPECT(reduce_cols(LOOM_REDUCE_SUM, 0, x, R, C, out2, idx, stage, 2) == 0);
+    EXPECT(memcmp(out, out2, sizeof out) == 0);
+
+    EXPECT(reduce_cols(LOOM_REDUCE_MAX, 0, x, R, C, out, idx, stage, 1) == 0);
+    EXPECT(out[1] == 5.0f && idx[1] == 777);
+
+    EXPECT(reduce_cols(LOOM_REDUCE_VAR, 1, x, R, C, out, idx, stage, 1) == 0);
+    for (int c = 0; c < C; ++c) {
+      double mean = ref[c] / R, m2 = 0;
+      for (int64_t r = 0; r < R; ++r) m2 += (x[r * C + c] - mean) * (x[r * C + c] - mean);
+      ref2[c] = m2 / (R - 1);
+      EXPECT(fabs(out[c] - ref2[c]) <= 1e-6 * ref2[c]);
+    }
+    EXPECT(reduce_cols(LOOM_REDUCE_NORM, 3, x, R, C, out, idx, stage, 1) == 0);
+    for (int c = 0; c < C; ++c) {
+      double acc = 0;
+      for (int64_t r = 0; r < R; ++r) acc += pow(fabs(x[r * C + c]), 3);
+      EXPECT(fabs(out[c] - pow(acc, 1.0 / 3)) <= 1e-5 * pow(acc, 1.0 / 3));
+    }
+    EXPECT(reduce_cols(LOOM_REDUCE_LOGSUMEXP, 0, x, R, C, out, idx, stage, 1) == 0);
+    for (int c = 0; c < C; ++c) {
+      double acc = 0;
+      for (int64_t r = 0; r < R; ++r) acc += exp(x[r * C + c]);
+      EXPECT(fabs(out[c] - log(acc)) <= 1e-5 * fabs(log(acc)));
+    }
+  }
+  x[5] = NAN; /* column 2: NaN propagates through max, index of the NaN */
+  float out[C];
+  int64_t idx[C];
+  EXPECT(reduce_cols(LOOM_REDUCE_MAX, 0, x, R, C, out, idx, 1, 1) == 0);
+  EXPECT(isnan(out[2]) && idx[2] == 1);
+  free(x);
+}
+
+/* A contiguous full reduction of int8 into int64 and an all/any. */
+static void test_integral(void) {
+  enum { N = 1000 };
+  int8_t x[N];
+  int64_t ref = 0;
+  for (int i = 0; i < N; ++i) { x[i] = (int8_t)(i % 200 - 100); ref += x[i]; }
+  int64_t out = 0;
+  loom_tensor t[4];
+  memset(t, 0, sizeof t);
+  t[0] = (loom_tensor){.data = &out, .dtype = LOOM_INT64, .rank = 0};
+  t[1] = (loom_tensor){.data = x, .dtype = LOOM_INT8, .rank = 1};
+  t[1].sizes[0] = N; t[1].strides[0] = 1;
+  loom_scalar s[5] = {{.i = LOOM_REDUCE_SUM}, {.i = 1}, {.f = 0}, {.i = 1}, {.i = 0}};
+  EXPECT(run(t, s, 1, 1) == 0 && out == ref);
+  uint8_t b = 7;
+  t[0] = (loom_tensor){.data = &b, .dtype = LOOM_BOOL, .rank = 0};
+  s[0].i = LOOM_REDUCE_ALL;
+  EXPECT(run(t, s, 1, 1) == 0 && b == 0); /* x contains a zero */
+  s[0].i = LOOM_REDUCE_ANY;
+  EXPECT(run(t, s, 1, 1) == 0 && b == 1);
+}
+
+int main(void) {
+  srand(3);
+  test_ops();
+  test_integral();
+  printf("reduce: %d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}
