@@ -1,0 +1,92 @@
+// GEMM launch glue: plan, workspace, the two launches.
+#include "ops/linalg_gemm.h"
+
+#include <c10/core/DeviceGuard.h>
+
+#include <utility>
+
+#include "kernels/gemm/gemm.h"
+
+namespace torch_loom {
+
+bool gemm_native_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+}
+
+loom_tensor gemm_view(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.dim() <= 4, op, ": expected at most 4 dims, got ", t.dim());
+  loom_tensor d = describe(t, op);
+  loom_tensor r = d;
+  int shift = 4 - d.rank;
+  for (int i = 0; i < 4; ++i) {
+    r.sizes[i] = i < shift ? 1 : d.sizes[i - shift];
+    r.strides[i] = i < shift ? 0 : d.strides[i - shift];
+  }
+  r.rank = 4;
+  return r;
+}
+
+loom_tensor gemm_transpose(loom_tensor d) {
+  std::swap(d.sizes[2], d.sizes[3]);
+  std::swap(d.strides[2], d.strides[3]);
+  return d;
+}
+
+loom_tensor gemm_broadcast(loom_tensor d, const int64_t sizes[4]) {
+  for (int i = 0; i < 4; ++i) {
+    if (d.sizes[i] == 1 && sizes[i] != 1) d.strides[i] = 0;
+    d.sizes[i] = sizes[i];
+  }
+  return d;
+}
+
+namespace {
+
+// Wasted work of a register tile over an m x n result: padded area.
+int64_t padded_area(int64_t m, int64_t n, int64_t mr, int64_t nr) {
+  return (m + mr - 1) / mr * mr * ((n + nr - 1) / nr * nr);
+}
+
+}  // namespace
+
+void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
+              loom_tensor a, loom_tensor b, const loom_tensor* cin,
+              double alpha, double beta) {
+  loom_gemm_isa isa = loom_gemm_isa_selected();
+  loom_tensor cin_v{};
+  bool has_cin = cin != nullptr && beta != 0.0;
+  if (has_cin) cin_v = *cin;
+  // C^T = B^T A^T when C is column-major (no fp32 accumulator needed) or
+  // when the transposed problem pads the register tile much less (thin C).
+  int64_t m = c.sizes[2], n = c.sizes[3];
+  bool col_major = n > 1 && c.strides[3] != 1 && (m == 1 || c.strides[2] == 1);
+  bool swap = col_major;
+  if (!swap && (m == 1 || c.strides[2] == 1)) {
+    loom_gemm_plan p;
+    if (loom_gemm_plan_init(&c, &a, &b, isa, &p) == 0 &&
+        padded_area(n, m, p.mr, p.nr) * 2 < padded_area(m, n, p.mr, p.nr))
+      swap = true;
+  }
+  if (swap) {
+    loom_tensor at = gemm_transpose(b), bt = gemm_transpose(a);
+    a = at, b = bt, c = gemm_transpose(c);
+    if (has_cin) cin_v = gemm_transpose(cin_v);
+  }
+  loom_gemm_plan plan;
+  int rc = loom_gemm_plan_init(&c, &a, &b, isa, &plan);
+  TORCH_CHECK(rc == 0, op, ": unsupported operands for the loom GEMM");
+  if (plan.pack_range == 0 && plan.compute_range == 0) return;
+  c10::DeviceGuard guard(c_owner.device());
+  at::Tensor ws = at::empty({std::max<int64_t>(plan.workspace_bytes, 1)},
+                            c_owner.options().dtype(at::kByte));
+  loom_tensor w = describe(ws, op);
+  loom_tensor tensors[5] = {c, a, b, w, cin_v};
+  loom_scalar scalars[3] = {scalar_i(isa), scalar_f(alpha), scalar_f(beta)};
+  size_t nt = has_cin ? 5 : 4;
+  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(tensors, nt),
+         scalars, plan.pack_range, plan.pack_grain);
+  launch(op, loom_gemm_compute_kernel, c10::ArrayRef<loom_tensor>(tensors, nt),
+         scalars, plan.compute_range, plan.compute_grain);
+}
+
+}  // namespace torch_loom

@@ -1,0 +1,31 @@
+// The one way C++ glue runs a matrix multiply on loom: rank-4 descriptors
+// (batch1, batch2, rows, cols) handed to the kernels in kernels/gemm/.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "common.h"
+
+namespace torch_loom {
+
+// Descriptor of `t` (rank <= 4) as rank 4: leading dims of size 1, stride 0.
+loom_tensor gemm_view(const at::Tensor& t, const char* op);
+
+// `d` with its last two dims swapped (a transposed view; no data moves).
+loom_tensor gemm_transpose(loom_tensor d);
+
+// `d` broadcast to `sizes` (right-aligned; size-1 dims get stride 0).
+loom_tensor gemm_broadcast(loom_tensor d, const int64_t sizes[4]);
+
+// C = alpha * A @ B + beta * Cin (Cin null or beta == 0: ignored), enqueued
+// on the current stream of C's device. C, A, B, Cin are rank-4 views of loom
+// memory; A and B fp32/bf16/fp16 of one dtype, C fp32/bf16/fp16. Allocates
+// the packing workspace from the loom allocator.
+void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
+              loom_tensor a, loom_tensor b, const loom_tensor* cin,
+              double alpha, double beta);
+
+// True for the dtypes the loom GEMM computes natively.
+bool gemm_native_dtype(at::ScalarType t);
+
+}  // namespace torch_loom
