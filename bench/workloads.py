@@ -1,0 +1,409 @@
+"""The benchmark workloads.
+
+Each workload is a function `build(ctx) -> Prepared`. It creates its inputs on
+the CPU from a fixed seed (so every configuration computes the same thing and
+the outputs can be compared against CPU eager), moves them to `ctx.device`,
+compiles through `ctx.compile` when the configuration asks for it, and
+returns a callable that runs one iteration. The work of one call is stated as
+FLOPs (counted by PyTorch's FlopCounterMode on meta tensors, so it is the same
+for every configuration) or as the minimum bytes moved, together with the
+physical limit it is judged against.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from bench import models
+
+# limit names, matched by bench.limits
+FMA_FP32, FMA_BF16 = "fma_fp32", "fma_bf16"
+BW_READ, BW_COPY, BW_TRIAD = "bw_read", "bw_copy", "bw_triad"
+
+
+@dataclass
+class Ctx:
+    device: torch.device
+    backend: str | None  # None: eager; else the torch.compile backend
+    quick: bool
+    sync: Callable[[], None]
+
+    def compile(self, obj):
+        if self.backend is None:
+            return obj
+        return torch.compile(obj, backend=self.backend, dynamic=False)
+
+    def to(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.device)
+
+
+@dataclass
+class Prepared:
+    fn: Callable[[], Any]          # one iteration; returns its output
+    items: int = 1                 # work items per call (ops, samples, tokens)
+    flops: float | None = None     # per call
+    bytes: float | None = None     # per call, minimum traffic
+    limit: str | None = None       # which physical limit applies
+    tol: float = 1e-3              # relative tolerance of the check vs CPU eager
+    check: Callable[[Any], Any] | None = None  # output -> tensors to compare
+    extra: dict = field(default_factory=dict)  # per-call phase timings etc.
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    group: str
+    unit: str          # what `items` counts
+    description: str
+    build: Callable[[Ctx], Prepared]
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=_gen(seed)).to(dtype)
+
+
+def count_flops(fn: Callable[[], Any]) -> float:
+    """FLOPs of `fn` as PyTorch counts them (matmul, conv, attention)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return float(counter.get_total_flops())
+
+
+# ---- per-op overhead ---------------------------------------------------------
+
+def _overhead(ctx: Ctx) -> Prepared:
+    a, b = ctx.to(torch.ones(1)), ctx.to(torch.full((1,), 2.0))
+    n = 10 if ctx.quick else 200
+
+    def add(x, y):
+        return x + y
+
+    add = ctx.compile(add)
+
+    def fn():
+        c = None
+        for _ in range(n):
+            c = add(a, b)
+        return c
+
+    return Prepared(fn, items=n)
+
+
+# ---- memory-bound ------------------------------------------------------------
+
+def _numel(ctx: Ctx) -> int:
+    return 4096 if ctx.quick else 16 * 1024 * 1024
+
+
+def _pointwise_add(ctx: Ctx) -> Prepared:
+    n = _numel(ctx)
+    a, b = ctx.to(_randn(n, seed=1)), ctx.to(_randn(n, seed=2))
+
+    def add(x, y):
+        return x + y
+
+    add = ctx.compile(add)
+    return Prepared(lambda: add(a, b), bytes=3 * 4 * n, limit=BW_TRIAD, tol=1e-6)
+
+
+def _reduce_sum(ctx: Ctx) -> Prepared:
+    n = _numel(ctx)
+    a = ctx.to(_randn(n, seed=3))
+
+    def total(x):
+        return x.sum()
+
+    total = ctx.compile(total)
+    # summation order differs between implementations: the error grows with n
+    return Prepared(lambda: total(a), bytes=4 * n, limit=BW_READ, tol=1e-3)
+
+
+def _rows(ctx: Ctx) -> tuple[int, int]:
+    return (16, 256) if ctx.quick else (16 * 1024, 1024)
+
+
+def _softmax(ctx: Ctx) -> Prepared:
+    r, c = _rows(ctx)
+    x = ctx.to(_randn(r, c, seed=4))
+
+    def softmax(t):
+        return torch.softmax(t, dim=-1)
+
+    softmax = ctx.compile(softmax)
+    return Prepared(lambda: softmax(x), bytes=2 * 4 * r * c, limit=BW_COPY, tol=1e-4)
+
+
+def _layer_norm(ctx: Ctx) -> Prepared:
+    r, c = _rows(ctx)
+    x = ctx.to(_randn(r, c, seed=5))
+    w, b = ctx.to(1 + 0.1 * _randn(c, seed=6)), ctx.to(0.1 * _randn(c, seed=7))
+
+    def layer_norm(t, weight, bias):
+        return F.layer_norm(t, (c,), weight, bias)
+
+    layer_norm = ctx.compile(layer_norm)
+    return Prepared(lambda: layer_norm(x, w, b), bytes=2 * 4 * r * c, limit=BW_COPY, tol=1e-4)
+
+
+# ---- GEMM --------------------------------------------------------------------
+
+def _gemm(n: int, dtype: torch.dtype):
+    def build(ctx: Ctx) -> Prepared:
+        m = 32 if ctx.quick else n
+        a = ctx.to(_randn(m, m, seed=8, dtype=dtype))
+        b = ctx.to(_randn(m, m, seed=9, dtype=dtype))
+
+        def mm(x, y):
+            return x @ y
+
+        mm = ctx.compile(mm)
+        bf16 = dtype == torch.bfloat16
+        return Prepared(lambda: mm(a, b), flops=2.0 * m ** 3,
+                        limit=FMA_BF16 if bf16 else FMA_FP32, tol=2e-2 if bf16 else 1e-4)
+
+    return build
+
+
+# ---- convolution -------------------------------------------------------------
+
+# (name, batch, c_in, c_out, spatial, kernel, stride): typical ResNet-50 layers
+CONV_LAYERS = [
+    ("c64_56_3x3", 8, 64, 64, 56, 3, 1),
+    ("c128_28_3x3", 8, 128, 128, 28, 3, 1),
+    ("c256_56_1x1", 8, 256, 64, 56, 1, 1),
+]
+
+
+def _conv(spec, backward: bool):
+    _, batch, cin, cout, hw, k, stride = spec
+
+    def shapes(ctx):
+        if ctx.quick:
+            return 1, min(cin, 8), min(cout, 8), 8
+        return batch, cin, cout, hw
+
+    def build(ctx: Ctx) -> Prepared:
+        nb, ci, co, s = shapes(ctx)
+        x = ctx.to(_randn(nb, ci, s, s, seed=10))
+        w = ctx.to(0.1 * _randn(co, ci, k, k, seed=11))
+
+        def conv(inp, weight):
+            return F.conv2d(inp, weight, stride=stride, padding=k // 2)
+
+        def fwd_flops(grad: bool):
+            xm = torch.empty(nb, ci, s, s, device="meta", requires_grad=grad)
+            wm = torch.empty(co, ci, k, k, device="meta", requires_grad=grad)
+            y = conv(xm, wm)
+            if grad:
+                y.backward(torch.empty_like(y))
+
+        flops = count_flops(lambda: fwd_flops(backward))
+        cconv = ctx.compile(conv)
+        if not backward:
+            return Prepared(lambda: cconv(x, w), flops=flops, limit=FMA_FP32, tol=1e-4)
+        x.requires_grad_(True)
+        w.requires_grad_(True)
+        with torch.no_grad():
+            gy = torch.ones_like(conv(x.detach(), w.detach()))
+
+        def step():
+            x.grad = None
+            w.grad = None
+            y = cconv(x, w)
+            y.backward(gy)
+            return y.detach(), x.grad, w.grad
+
+        return Prepared(step, flops=flops, limit=FMA_FP32, tol=1e-4)
+
+    return build
+
+
+# ---- attention ---------------------------------------------------------------
+
+def _sdpa(ctx: Ctx) -> Prepared:
+    b, h, t, d = (1, 2, 16, 8) if ctx.quick else (4, 8, 512, 64)
+    q, k, v = (ctx.to(_randn(b, h, t, d, seed=s)) for s in (12, 13, 14))
+
+    def attention(q_, k_, v_):
+        return F.scaled_dot_product_attention(q_, k_, v_)
+
+    flops = count_flops(lambda: attention(*(torch.empty(b, h, t, d, device="meta") for _ in range(3))))
+    attention = ctx.compile(attention)
+    return Prepared(lambda: attention(q, k, v), flops=flops, limit=FMA_FP32, tol=1e-4)
+
+
+# ---- whole training and inference steps --------------------------------------
+
+def _model_on(ctx: Ctx, make):
+    torch.manual_seed(0)
+    return make().to(ctx.device)
+
+
+def _train_flops(make, inputs_meta, loss_fn) -> float:
+    with torch.device("meta"):
+        model = make()
+
+    def step():
+        loss_fn(model(*inputs_meta[:-1]), inputs_meta[-1]).backward()
+
+    return count_flops(step)
+
+
+def _train_step(ctx: Ctx, make, inputs, loss_fn, opt_fn, items, flops) -> Prepared:
+    model = _model_on(ctx, make)
+    model.train()
+    opt = opt_fn(model.parameters())
+    cmodel = ctx.compile(model)
+    dev_inputs = [ctx.to(t) for t in inputs]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(cmodel(*dev_inputs[:-1]), dev_inputs[-1])
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return Prepared(step, items=items, flops=flops, limit=FMA_FP32, tol=1e-3)
+
+
+def _meta_like(inputs):
+    return [torch.empty(t.shape, dtype=t.dtype, device="meta") if t.is_floating_point()
+            else torch.zeros(t.shape, dtype=t.dtype, device="meta") for t in inputs]
+
+
+def _mlp_train(ctx: Ctx) -> Prepared:
+    d, batch = (32, 8) if ctx.quick else (1024, 256)
+    make = functools.partial(models.MLPNet, d_in=d, hidden=d, depth=3, num_classes=10)
+    x = _randn(batch, d, seed=20)
+    y = torch.randint(0, 10, (batch,), generator=_gen(21))
+    flops = _train_flops(make, _meta_like([x, y]), F.cross_entropy)
+    return _train_step(ctx, make, [x, y], F.cross_entropy,
+                       lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), batch, flops)
+
+
+def _cnn_train(ctx: Ctx) -> Prepared:
+    width, batch, s = (4, 2, 8) if ctx.quick else (32, 32, 32)
+    make = functools.partial(models.SmallResNet, width=width, num_classes=10)
+    x = _randn(batch, 3, s, s, seed=22)
+    y = torch.randint(0, 10, (batch,), generator=_gen(23))
+    flops = _train_flops(make, _meta_like([x, y]), F.cross_entropy)
+    return _train_step(ctx, make, [x, y], F.cross_entropy,
+                       lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), batch, flops)
+
+
+def _gpt_cfg(ctx: Ctx) -> models.GPTConfig:
+    return models.GPTConfig.tiny() if ctx.quick else models.GPTConfig()
+
+
+def _gpt_train(ctx: Ctx) -> Prepared:
+    cfg = _gpt_cfg(ctx)
+    batch, seq = (2, 16) if ctx.quick else (8, 128)
+    make = functools.partial(models.GPT, cfg)
+    idx = torch.randint(0, cfg.vocab_size, (batch, seq), generator=_gen(24))
+    tgt = torch.randint(0, cfg.vocab_size, (batch, seq), generator=_gen(25))
+    meta = _meta_like([idx, tgt])
+    with torch.device("meta"):
+        mmodel = make()
+    flops = count_flops(lambda: mmodel(meta[0], meta[1])[1].backward())
+
+    model = _model_on(ctx, make)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    cmodel = ctx.compile(model)
+    di, dt = ctx.to(idx), ctx.to(tgt)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        _, loss = cmodel(di, dt)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return Prepared(step, items=batch * seq, flops=flops, limit=FMA_FP32, tol=1e-3)
+
+
+def _gpt_infer(ctx: Ctx) -> Prepared:
+    cfg = _gpt_cfg(ctx)
+    prompt_len, new_tokens = (8, 4) if ctx.quick else (512, 64)
+    prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=_gen(26))
+    with torch.device("meta"):
+        mmodel = models.GPT(cfg)
+        mmodel.setup_cache(1)
+    flops = count_flops(lambda: models.generate(mmodel, torch.zeros(1, prompt_len, dtype=torch.long, device="meta"),
+                                                new_tokens))
+
+    model = _model_on(ctx, lambda: models.GPT(cfg))
+    model.eval()
+    model.setup_cache(1)
+    # one compiled callable per phase: each sees one static shape
+    prefill = ctx.compile(model.forward_cached)
+    decode = ctx.compile(model.forward_cached)
+    p = ctx.to(prompt)
+    phases = {"prefill_s": [], "decode_s_per_token": []}
+
+    def run():
+        with torch.no_grad():
+            model.reset_cache()
+            ctx.sync()
+            t0 = time.perf_counter()
+            first = prefill(p, torch.arange(prompt_len, device=ctx.device))
+            ctx.sync()
+            t1 = time.perf_counter()
+            tokens, _ = models.generate(model, p, new_tokens,
+                                        prefill=lambda *_: first, decode=decode)
+            ctx.sync()
+            t2 = time.perf_counter()
+        phases["prefill_s"].append(t1 - t0)
+        phases["decode_s_per_token"].append((t2 - t1) / max(new_tokens - 1, 1))
+        return first
+
+    return Prepared(run, items=prompt_len + new_tokens, flops=flops, limit=FMA_FP32,
+                    tol=1e-3, extra=phases)
+
+
+WORKLOADS: list[Workload] = [
+    Workload("overhead_add", "overhead", "op", "per-op overhead: a + b on one-element float32 tensors",
+             _overhead),
+    Workload("add_16M", "memory", "call", "pointwise add, 2 x 16M float32", _pointwise_add),
+    Workload("sum_16M", "memory", "call", "reduction: sum of 16M float32", _reduce_sum),
+    Workload("softmax", "memory", "call", "softmax over the last dim of 16384 x 1024 float32", _softmax),
+    Workload("layer_norm", "memory", "call", "layer_norm over the last dim of 16384 x 1024 float32",
+             _layer_norm),
+]
+WORKLOADS += [
+    Workload(f"gemm_{tag}_{n}", "gemm", "call", f"matmul {n} x {n} x {n} {dtype_name}", _gemm(n, dtype))
+    for tag, dtype, dtype_name in (("fp32", torch.float32, "float32"), ("bf16", torch.bfloat16, "bfloat16"))
+    for n in (256, 512, 1024, 2048)
+]
+WORKLOADS += [
+    Workload(f"conv_{spec[0]}_{'fwdbwd' if bwd else 'fwd'}", "conv", "call",
+             f"conv2d N={spec[1]} {spec[2]}->{spec[3]} {spec[4]}x{spec[4]} {spec[5]}x{spec[5]} "
+             f"stride {spec[6]}, {'forward + backward' if bwd else 'forward'}",
+             _conv(spec, bwd))
+    for bwd in (False, True) for spec in CONV_LAYERS
+]
+WORKLOADS += [
+    Workload("sdpa", "attention", "call", "scaled_dot_product_attention B=4 H=8 T=512 D=64 float32", _sdpa),
+    Workload("mlp_train", "training", "sample", "MLP 1024-1024x3-10 training step, batch 256, SGD",
+             _mlp_train),
+    Workload("cnn_train", "training", "sample", "ResNet-style CNN (3 stages, width 32) training step, "
+             "batch 32 of 32x32, SGD", _cnn_train),
+    Workload("gpt_train", "training", "token", "GPT (4 layers, d_model 256, 4 heads, vocab 2048) "
+             "forward + backward + AdamW, batch 8 x 128 tokens", _gpt_train),
+    Workload("gpt_infer", "inference", "token", "GPT inference: prefill 512 tokens, then 64 greedy "
+             "decode steps with a static KV cache", _gpt_infer),
+]
+
+BY_NAME = {w.name: w for w in WORKLOADS}

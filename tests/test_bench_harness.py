@@ -1,0 +1,72 @@
+"""The benchmark runner survives failing items: an exception, a crashed
+worker and a hung worker each cost one (workload, configuration) pair, which
+is reported with the reason, and the run goes on."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_failures_are_reported_and_the_run_continues(tmp_path):
+    env = dict(os.environ)
+    env["LOOM_BENCH_FAULT"] = ("overhead_add/cpu_eager=crash,add_16M/cpu_eager=raise,"
+                               "sum_16M/cpu_eager=hang")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--no-limits", "--out", str(tmp_path),
+         "--configs", "cpu_eager", "--workloads", "overhead_add,add_16M,sum_16M,softmax",
+         "--item-timeout", "20"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    from bench.report import validate
+
+    assert validate(results) == []
+    got = {w["name"]: w["results"]["cpu_eager"] for w in results["workloads"]}
+    assert got["overhead_add"]["status"] == "crashed"
+    assert "signal" in got["overhead_add"]["reason"]
+    assert got["add_16M"]["status"] == "error"
+    assert "injected fault" in got["add_16M"]["reason"]
+    assert got["sum_16M"]["status"] == "timeout"
+    assert got["softmax"]["status"] == "ok"
+    md = (tmp_path / "RESULTS.md").read_text()
+    assert "injected fault" in md and "timeout" in md
+
+
+def test_derive_and_headline():
+    from bench.report import derive, headline
+
+    results = {
+        "limits": {"fma_fp32": {"value": 100.0, "unit": "GFLOP/s", "source": "x"}},
+        "workloads": [{"name": "w", "results": {
+            "cpu_eager": {"status": "ok", "median_s": 2.0, "items": 4, "flops": 100e9, "limit": "fma_fp32"},
+            "cpu_inductor": {"status": "ok", "median_s": 1.0, "items": 4, "flops": 100e9, "limit": "fma_fp32"},
+            "loom_eager": {"status": "unavailable", "reason": "r"},
+            "loom_compile": {"status": "error", "reason": "r"},
+        }}],
+    }
+    derive(results)
+    r = results["workloads"][0]["results"]
+    assert r["cpu_eager"]["ratio_vs_cpu_eager"] == 1.0
+    assert r["cpu_inductor"]["ratio_vs_cpu_eager"] == 2.0
+    assert r["cpu_inductor"]["gflops"] == 100.0
+    assert r["cpu_inductor"]["percent_of_limit"] == 100.0
+    assert r["cpu_eager"]["seconds_per_item"] == 0.5
+    h = headline(results)
+    assert h["cpu_inductor"] == {"geomean_ratio": 2.0, "workloads": 1}
+    assert h["loom_eager"] == {"geomean_ratio": None, "workloads": 0}
+
+
+def test_compare_flags_wrong_results():
+    import torch
+
+    from bench.harness import compare
+
+    ref = [torch.tensor([1.0, 2.0, 4.0])]
+    assert compare([torch.tensor([1.0, 2.0, 4.0])], ref, 1e-6)["status"] == "ok"
+    assert compare([torch.tensor([1.0, 2.0, 4.5])], ref, 1e-3)["status"] == "mismatch"
+    assert compare([torch.tensor([1.0, 2.0])], ref, 1e-3)["status"] == "mismatch"
+    assert compare([torch.tensor([1.0, float("nan"), 4.0])], ref, 1e-3)["status"] == "mismatch"
