@@ -1,0 +1,43 @@
+/* kernels/conv.h — the data movement of convolution: im2col and col2im.
+ * The arithmetic is the GEMM's (kernels/gemm/gemm.h).
+ *
+ * Geometry is always 3-d (1-d and 2-d convolutions use size-1 dims). A
+ * "col" matrix has rows (c, kd, kh, kw) and columns (n, od, oh, ow), stored
+ * contiguously as [C*KD*KH*KW][N][OD*OH*OW]: a group's rows are one block,
+ * and for a fixed row the columns of all images form one run, which is what
+ * the weight gradient needs as its k dimension.
+ *
+ * Scalars of both kernels (all .i): [0..2] kernel (kd, kh, kw), [3..5]
+ * stride, [6..8] padding, [9..11] dilation, [12..14] the col grid
+ * (od, oh, ow), i.e. the positions the kernel window visits. */
+#ifndef LOOM_KERNELS_CONV_H
+#define LOOM_KERNELS_CONV_H
+
+#include <stdint.h>
+
+#include "loom/kernel_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { LOOM_CONV_NUM_SCALARS = 15 };
+
+/* tensors: [0] col (rank 3: C*K, N, L, contiguous, input's dtype),
+ *          [1] input (rank 5: N, C, D, H, W, any strides).
+ * range: C*K*N (one col row of one image per item). Out-of-image taps
+ * give 0. */
+int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
+                       int64_t end);
+
+/* tensors: [0] image (rank 5: N, C, D, H, W, any strides, float dtype),
+ *          [1] col (rank 3: C*K, N, L, contiguous, float dtype).
+ * range: N*C (one image plane per item). Each image element becomes the
+ * sum, in fixed (kd, kh, kw) order, of the col entries that read it. */
+int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
+                       int64_t end);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_KERNELS_CONV_H */

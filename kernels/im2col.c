@@ -1,0 +1,149 @@
+/* kernels/im2col.c — im2col and col2im (see kernels/conv.h). */
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/nn_util.h"
+#include "loom/status.h"
+
+typedef struct loom_conv_geom {
+  int64_t k[3], s[3], p[3], d[3], o[3];
+} loom_conv_geom;
+
+static int loom_conv_geom_read(const loom_kernel_args *args,
+                               loom_conv_geom *g) {
+  if (args->num_scalars < LOOM_CONV_NUM_SCALARS || args->num_tensors < 2)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  for (int i = 0; i < 3; ++i) {
+    g->k[i] = args->scalars[i].i;
+    g->s[i] = args->scalars[3 + i].i;
+    g->p[i] = args->scalars[6 + i].i;
+    g->d[i] = args->scalars[9 + i].i;
+    g->o[i] = args->scalars[12 + i].i;
+    if (g->k[i] < 1 || g->s[i] < 1 || g->d[i] < 1 || g->p[i] < 0 || g->o[i] < 0)
+      return LOOM_ERROR_INVALID_ARGUMENT;
+  }
+  return 0;
+}
+
+/* First and one-past-last output index o in [0, n_out) whose input index
+ * o*s - p + off lies in [0, n_in). */
+static void loom_conv_valid(int64_t n_out, int64_t n_in, int64_t s, int64_t p,
+                            int64_t off, int64_t *lo, int64_t *hi) {
+  int64_t base = off - p; /* input index at o = 0 */
+  int64_t a = base >= 0 ? 0 : (-base + s - 1) / s;
+  int64_t b = n_in - base <= 0 ? 0 : (n_in - base + s - 1) / s;
+  if (a > n_out) a = n_out;
+  if (b > n_out) b = n_out;
+  if (b < a) b = a;
+  *lo = a, *hi = b;
+}
+
+int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
+                       int64_t end) {
+  loom_conv_geom g;
+  int rc = loom_conv_geom_read(args, &g);
+  if (rc) return rc;
+  const loom_tensor *col = &args->tensors[0], *in = &args->tensors[1];
+  if (col->rank != 3 || in->rank != 5 || col->dtype != in->dtype)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t es = loom_dtype_size(in->dtype);
+  int64_t n_img = in->sizes[0], kk = g.k[0] * g.k[1] * g.k[2];
+  int64_t len = g.o[0] * g.o[1] * g.o[2];
+  for (int64_t r = begin; r < end; ++r) {
+    int64_t ck = r / n_img, n = r % n_img;
+    int64_t c = ck / kk, kidx = ck % kk;
+    int64_t kw = kidx % g.k[2], kh = (kidx / g.k[2]) % g.k[1], kd = kidx / (g.k[2] * g.k[1]);
+    char *dst = (char *)col->data + (ck * n_img + n) * len * es;
+    const char *src = (const char *)in->data +
+                      (n * in->strides[0] + c * in->strides[1]) * es;
+    int64_t wlo, whi;
+    loom_conv_valid(g.o[2], in->sizes[4], g.s[2], g.p[2], kw * g.d[2], &wlo, &whi);
+    int64_t sw = in->strides[4];
+    for (int64_t od = 0; od < g.o[0]; ++od) {
+      int64_t id = od * g.s[0] - g.p[0] + kd * g.d[0];
+      for (int64_t oh = 0; oh < g.o[1]; ++oh) {
+        char *row = dst + (od * g.o[1] + oh) * g.o[2] * es;
+        int64_t ih = oh * g.s[1] - g.p[1] + kh * g.d[1];
+        if (id < 0 || id >= in->sizes[2] || ih < 0 || ih >= in->sizes[3]) {
+          memset(row, 0, (size_t)(g.o[2] * es));
+          continue;
+        }
+        const char *irow = src + (id * in->strides[2] + ih * in->strides[3]) * es;
+        if (wlo > 0) memset(row, 0, (size_t)(wlo * es));
+        if (whi < g.o[2]) memset(row + whi * es, 0, (size_t)((g.o[2] - whi) * es));
+        int64_t iw0 = wlo * g.s[2] - g.p[2] + kw * g.d[2];
+        int64_t step = g.s[2] * sw;
+        if (step == 1) {
+          memcpy(row + wlo * es, irow + iw0 * es, (size_t)((whi - wlo) * es));
+        } else if (es == 4) {
+          const uint32_t *s = (const uint32_t *)irow + iw0 * sw;
+          uint32_t *d = (uint32_t *)row;
+          for (int64_t ow = wlo; ow < whi; ++ow) d[ow] = s[(ow - wlo) * step];
+        } else if (es == 2) {
+          const uint16_t *s = (const uint16_t *)irow + iw0 * sw;
+          uint16_t *d = (uint16_t *)row;
+          for (int64_t ow = wlo; ow < whi; ++ow) d[ow] = s[(ow - wlo) * step];
+        } else {
+          for (int64_t ow = wlo; ow < whi; ++ow)
+            memcpy(row + ow * es, irow + (iw0 + (ow - wlo) * g.s[2]) * sw * es, (size_t)es);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+/* The col index along one axis that reads image index i through tap t, or
+ * -1 if none does. */
+static inline int64_t loom_conv_tap(int64_t i, int64_t t, const loom_conv_geom *g,
+                                    int axis) {
+  int64_t num = i + g->p[axis] - t * g->d[axis];
+  if (num < 0 || num % g->s[axis]) return -1;
+  num /= g->s[axis];
+  return num < g->o[axis] ? num : -1;
+}
+
+int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
+                       int64_t end) {
+  loom_conv_geom g;
+  int rc = loom_conv_geom_read(args, &g);
+  if (rc) return rc;
+  const loom_tensor *img = &args->tensors[0], *col = &args->tensors[1];
+  if (col->rank != 3 || img->rank != 5 || !loom_nn_is_float(img->dtype) ||
+      !loom_nn_is_float(col->dtype))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t n_img = img->sizes[0], channels = img->sizes[1];
+  int64_t kk = g.k[0] * g.k[1] * g.k[2];
+  int64_t len = g.o[0] * g.o[1] * g.o[2];
+  int fast = col->dtype == LOOM_FLOAT32;
+  const float *colf = (const float *)col->data;
+  for (int64_t pl = begin; pl < end; ++pl) {
+    int64_t n = pl / channels, c = pl % channels;
+    int64_t img_base = n * img->strides[0] + c * img->strides[1];
+    for (int64_t d = 0; d < img->sizes[2]; ++d)
+      for (int64_t h = 0; h < img->sizes[3]; ++h)
+        for (int64_t w = 0; w < img->sizes[4]; ++w) {
+          float acc = 0.0f;
+          for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+            int64_t od = loom_conv_tap(d, kd, &g, 0);
+            if (od < 0) continue;
+            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+              int64_t oh = loom_conv_tap(h, kh, &g, 1);
+              if (oh < 0) continue;
+              for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                int64_t ow = loom_conv_tap(w, kw, &g, 2);
+                if (ow < 0) continue;
+                int64_t row = c * kk + (kd * g.k[1] + kh) * g.k[2] + kw;
+                int64_t idx = (row * n_img + n) * len + (od * g.o[1] + oh) * g.o[2] + ow;
+                acc += fast ? colf[idx] : (float)loom_nn_load(col->data, col->dtype, idx);
+              }
+            }
+          }
+          loom_nn_store(img->data, img->dtype,
+                        img_base + d * img->strides[2] + h * img->strides[3] +
+                            w * img->strides[4],
+                        acc);
+        }
+  }
+  return 0;
+}

@@ -1,0 +1,198 @@
+/* tests/c/test_conv.c — im2col against the definition, col2im against a
+ * naive scatter-add, and a grouped, strided, dilated, padded convolution
+ * (im2col + GEMM) against a direct loop. Kernels are called directly. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/gemm/gemm.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                    \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
+      fprintf(stderr, __VA_ARGS__);                         \
+      fprintf(stderr, "\n");                                \
+      ++failures;                                           \
+    }                                                       \
+  } while (0)
+
+static uint64_t rng = 12345;
+static float rnd(void) {
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((rng >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+typedef struct geom {
+  int64_t n, c, o, groups, in[3], k[3], s[3], p[3], d[3], out[3];
+} geom;
+
+static void finish(geom *g) {
+  for (int i = 0; i < 3; ++i)
+    g->out[i] = (g->in[i] + 2 * g->p[i] - g->d[i] * (g->k[i] - 1) - 1) / g->s[i] + 1;
+}
+
+static void scalars(const geom *g, loom_scalar sc[LOOM_CONV_NUM_SCALARS]) {
+  for (int i = 0; i < 3; ++i) {
+    sc[i].i = g->k[i], sc[3 + i].i = g->s[i], sc[6 + i].i = g->p[i];
+    sc[9 + i].i = g->d[i], sc[12 + i].i = g->out[i];
+  }
+}
+
+static loom_tensor image(float *data, int64_t n, int64_t c, const int64_t sp[3]) {
+  loom_tensor t = {.data = data, .dtype = LOOM_FLOAT32, .rank = 5,
+                   .sizes = {n, c, sp[0], sp[1], sp[2]}};
+  t.strides[4] = 1;
+  for (int i = 3; i >= 0; --i) t.strides[i] = t.strides[i + 1] * t.sizes[i + 1];
+  return t;
+}
+
+static void run(loom_kernel_fn fn, loom_tensor *ts, int nt, loom_scalar *sc,
+                int ns, int64_t range) {
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = (uint32_t)nt,
+                        .tensors = ts, .num_scalars = (uint32_t)ns, .scalars = sc,
+                        .range = range, .grain = 3};
+  for (int64_t s = 0; s < range; s += 3) {
+    int rc = fn(&a, s, s + 3 < range ? s + 3 : range);
+    CHECK(rc == 0, "kernel rc %d", rc);
+  }
+}
+
+/* The input index read by output o through tap t along one axis, or -1. */
+static int64_t src_index(const geom *g, int axis, int64_t o, int64_t t) {
+  int64_t i = o * g->s[axis] - g->p[axis] + t * g->d[axis];
+  return (i >= 0 && i < g->in[axis]) ? i : -1;
+}
+
+static void check_geom(geom g) {
+  finish(&g);
+  int64_t kk = g.k[0] * g.k[1] * g.k[2];
+  int64_t len = g.out[0] * g.out[1] * g.out[2];
+  int64_t vol = g.in[0] * g.in[1] * g.in[2];
+  int64_t cg = g.c / g.groups, og = g.o / g.groups;
+  float *x = malloc(sizeof(float) * g.n * g.c * vol);
+  for (int64_t i = 0; i < g.n * g.c * vol; ++i) x[i] = rnd();
+  float *col = malloc(sizeof(float) * g.c * kk * g.n * len);
+  loom_scalar sc[LOOM_CONV_NUM_SCALARS];
+  scalars(&g, sc);
+  loom_tensor tcol = {.data = col, .dtype = LOOM_FLOAT32, .rank = 3,
+                      .sizes = {g.c * kk, g.n, len}, .strides = {g.n * len, len, 1}};
+  loom_tensor tx = image(x, g.n, g.c, g.in);
+  loom_tensor ts[2] = {tcol, tx};
+  run(loom_im2col_kernel, ts, 2, sc, LOOM_CONV_NUM_SCALARS, g.c * kk * g.n);
+
+  /* im2col entries against the definition; accumulate the direct conv. */
+  int bad = 0;
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t t = 0; t < kk; ++t)
+      for (int64_t n = 0; n < g.n; ++n)
+        for (int64_t l = 0; l < len; ++l) {
+          int64_t od = l / (g.out[1] * g.out[2]), oh = (l / g.out[2]) % g.out[1], ow = l % g.out[2];
+          int64_t kd = t / (g.k[1] * g.k[2]), kh = (t / g.k[2]) % g.k[1], kw = t % g.k[2];
+          int64_t id = src_index(&g, 0, od, kd), ih = src_index(&g, 1, oh, kh),
+                  iw = src_index(&g, 2, ow, kw);
+          float want = (id < 0 || ih < 0 || iw < 0)
+                           ? 0.0f
+                           : x[((n * g.c + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] + iw];
+          if (col[((c * kk + t) * g.n + n) * len + l] != want) ++bad;
+        }
+  CHECK(bad == 0, "im2col: %d wrong entries", bad);
+
+  /* col2im against a naive scatter-add. */
+  float *back = malloc(sizeof(float) * g.n * g.c * vol);
+  double *ref = calloc((size_t)(g.n * g.c * vol), sizeof(double));
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t t = 0; t < kk; ++t)
+      for (int64_t n = 0; n < g.n; ++n)
+        for (int64_t l = 0; l < len; ++l) {
+          int64_t od = l / (g.out[1] * g.out[2]), oh = (l / g.out[2]) % g.out[1], ow = l % g.out[2];
+          int64_t kd = t / (g.k[1] * g.k[2]), kh = (t / g.k[2]) % g.k[1], kw = t % g.k[2];
+          int64_t id = src_index(&g, 0, od, kd), ih = src_index(&g, 1, oh, kh),
+                  iw = src_index(&g, 2, ow, kw);
+          float v = col[((c * kk + t) * g.n + n) * len + l] = rnd();
+          if (id >= 0 && ih >= 0 && iw >= 0)
+            ref[((n * g.c + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] + iw] += v;
+        }
+  loom_tensor tb = image(back, g.n, g.c, g.in);
+  loom_tensor ts2[2] = {tb, tcol};
+  run(loom_col2im_kernel, ts2, 2, sc, LOOM_CONV_NUM_SCALARS, g.n * g.c);
+  bad = 0;
+  for (int64_t i = 0; i < g.n * g.c * vol; ++i)
+    if (!(fabs(back[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])))) ++bad;
+  CHECK(bad == 0, "col2im: %d wrong entries", bad);
+
+  /* Forward convolution: im2col + grouped, batched GEMM (+ bias). */
+  run(loom_im2col_kernel, ts, 2, sc, LOOM_CONV_NUM_SCALARS, g.c * kk * g.n);
+  float *w = malloc(sizeof(float) * g.o * cg * kk), *bias = malloc(sizeof(float) * g.o);
+  for (int64_t i = 0; i < g.o * cg * kk; ++i) w[i] = rnd();
+  for (int64_t i = 0; i < g.o; ++i) bias[i] = rnd();
+  float *y = malloc(sizeof(float) * g.n * g.o * len);
+  loom_tensor ta = {.data = w, .dtype = LOOM_FLOAT32, .rank = 4,
+                    .sizes = {g.n, g.groups, og, cg * kk}, .strides = {0, og * cg * kk, cg * kk, 1}};
+  loom_tensor tbm = {.data = col, .dtype = LOOM_FLOAT32, .rank = 4,
+                     .sizes = {g.n, g.groups, cg * kk, len},
+                     .strides = {len, cg * kk * g.n * len, g.n * len, 1}};
+  loom_tensor tc = {.data = y, .dtype = LOOM_FLOAT32, .rank = 4,
+                    .sizes = {g.n, g.groups, og, len}, .strides = {g.o * len, og * len, len, 1}};
+  loom_tensor tcin = {.data = bias, .dtype = LOOM_FLOAT32, .rank = 4,
+                      .sizes = {g.n, g.groups, og, len}, .strides = {0, og, 1, 0}};
+  loom_gemm_plan plan;
+  int isa = loom_gemm_isa_selected();
+  CHECK(loom_gemm_plan_init(&tc, &ta, &tbm, isa, &plan) == 0, "plan");
+  void *ws = malloc((size_t)plan.workspace_bytes + 1);
+  loom_tensor tw = {.data = ws, .dtype = LOOM_UINT8, .rank = 1,
+                    .sizes = {plan.workspace_bytes}, .strides = {1}};
+  loom_tensor gts[5] = {tc, ta, tbm, tw, tcin};
+  loom_scalar gsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 1.0}};
+  run(loom_gemm_pack_kernel, gts, 5, gsc, 3, plan.pack_range);
+  run(loom_gemm_compute_kernel, gts, 5, gsc, 3, plan.compute_range);
+  bad = 0;
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t l = 0; l < len; ++l) {
+        int64_t grp = o / og;
+        int64_t od = l / (g.out[1] * g.out[2]), oh = (l / g.out[2]) % g.out[1], ow = l % g.out[2];
+        double acc = bias[o];
+        for (int64_t ci = 0; ci < cg; ++ci)
+          for (int64_t t = 0; t < kk; ++t) {
+            int64_t kd = t / (g.k[1] * g.k[2]), kh = (t / g.k[2]) % g.k[1], kw = t % g.k[2];
+            int64_t id = src_index(&g, 0, od, kd), ih = src_index(&g, 1, oh, kh),
+                    iw = src_index(&g, 2, ow, kw);
+            if (id < 0 || ih < 0 || iw < 0) continue;
+            int64_t c = grp * cg + ci;
+            acc += (double)w[(o * cg + ci) * kk + t] *
+                   x[((n * g.c + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] + iw];
+          }
+        if (!(fabs(y[(n * g.o + o) * len + l] - acc) <= 1e-4 * (1 + fabs(acc)))) ++bad;
+      }
+  CHECK(bad == 0, "conv n=%ld c=%ld o=%ld g=%ld: %d wrong outputs", (long)g.n,
+        (long)g.c, (long)g.o, (long)g.groups, bad);
+  free(x), free(col), free(back), free(ref), free(w), free(bias), free(y), free(ws);
+}
+
+int main(void) {
+  /* 2-d, 3x3, pad 1 */
+  check_geom((geom){.n = 2, .c = 3, .o = 5, .groups = 1, .in = {1, 7, 9},
+                    .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  /* stride 2, dilation 2, groups 2, asymmetric kernel */
+  check_geom((geom){.n = 3, .c = 4, .o = 6, .groups = 2, .in = {1, 13, 8},
+                    .k = {1, 3, 2}, .s = {1, 2, 3}, .p = {0, 2, 1}, .d = {1, 2, 2}});
+  /* depthwise */
+  check_geom((geom){.n = 1, .c = 6, .o = 6, .groups = 6, .in = {1, 10, 10},
+                    .k = {1, 5, 5}, .s = {1, 1, 1}, .p = {0, 2, 2}, .d = {1, 1, 1}});
+  /* 1-d and 3-d */
+  check_geom((geom){.n = 2, .c = 2, .o = 3, .groups = 1, .in = {1, 1, 63},
+                    .k = {1, 1, 7}, .s = {1, 1, 2}, .p = {0, 0, 3}, .d = {1, 1, 1}});
+  check_geom((geom){.n = 2, .c = 3, .o = 4, .groups = 1, .in = {5, 6, 7},
+                    .k = {3, 2, 3}, .s = {2, 1, 2}, .p = {1, 0, 1}, .d = {1, 2, 1}});
+  /* 1x1 with stride and no padding; kernel larger than the padded input edge */
+  check_geom((geom){.n = 2, .c = 8, .o = 4, .groups = 1, .in = {1, 9, 9},
+                    .k = {1, 1, 1}, .s = {1, 2, 2}, .p = {0, 0, 0}, .d = {1, 1, 1}});
+  check_geom((geom){.n = 1, .c = 1, .o = 1, .groups = 1, .in = {1, 1, 1},
+                    .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  printf(failures ? "FAILED\n" : "ok\n");
+  return failures ? 1 : 0;
+}
