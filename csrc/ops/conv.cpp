@@ -1,0 +1,328 @@
+// Convolution on loom (1-d, 2-d, 3-d; groups, stride, padding, dilation;
+// transposed), forward and backward, through the Overrideable backend that
+// aten::_convolution picks for PrivateUse1. Data movement is im2col/col2im
+// (kernels/im2col.c); all arithmetic is one batched GEMM per pass.
+//
+// col layout is [C*K][N][L] (kernels/conv.h), so for the weight gradient the
+// (image, position) pairs of a group form one contiguous k run.
+#include <ATen/native/ConvUtils.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <array>
+#include <tuple>
+
+#include "common.h"
+#include "kernels/conv.h"
+#include "ops/linalg_gemm.h"
+
+namespace torch_loom {
+namespace {
+
+using at::Tensor;
+
+// Convolution geometry padded to 3 spatial dims; `grid` is the set of
+// window positions (the col columns per image).
+struct Geom {
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0},
+          d[3] = {1, 1, 1}, grid[3] = {1, 1, 1};
+  int64_t taps() const { return k[0] * k[1] * k[2]; }
+  int64_t positions() const { return grid[0] * grid[1] * grid[2]; }
+  bool pointwise() const {
+    for (int i = 0; i < 3; ++i)
+      if (k[i] != 1 || s[i] != 1 || p[i] != 0) return false;
+    return true;
+  }
+};
+
+Geom make_geom(const Tensor& weight, c10::IntArrayRef stride,
+               c10::IntArrayRef padding, c10::IntArrayRef dilation,
+               c10::IntArrayRef grid) {
+  Geom g;
+  int64_t nsp = weight.dim() - 2;
+  TORCH_CHECK(nsp >= 1 && nsp <= 3, "convolution: expected 1, 2 or 3 spatial dims, got ", nsp);
+  auto at_ = [&](c10::IntArrayRef v, int64_t i, int64_t dflt) {
+    if (v.empty()) return dflt;
+    return v.size() == 1 ? v[0] : v[i];
+  };
+  for (int64_t i = 0; i < nsp; ++i) {
+    int64_t j = 3 - nsp + i;
+    g.k[j] = weight.size(2 + i);
+    g.s[j] = at_(stride, i, 1);
+    g.p[j] = at_(padding, i, 0);
+    g.d[j] = at_(dilation, i, 1);
+    g.grid[j] = grid[i];
+  }
+  return g;
+}
+
+std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> geom_scalars(const Geom& g) {
+  std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> sc{};
+  for (int i = 0; i < 3; ++i) {
+    sc[i] = scalar_i(g.k[i]);
+    sc[3 + i] = scalar_i(g.s[i]);
+    sc[6 + i] = scalar_i(g.p[i]);
+    sc[9 + i] = scalar_i(g.d[i]);
+    sc[12 + i] = scalar_i(g.grid[i]);
+  }
+  return sc;
+}
+
+// (N, C, spatial...) as rank 5 (N, C, D, H, W).
+loom_tensor image5(const Tensor& t, const char* op) {
+  loom_tensor d = describe(t, op);
+  loom_tensor r = d;
+  r.rank = 5;
+  int nsp = d.rank - 2;
+  for (int i = 0; i < 5; ++i) {
+    if (i < 2) continue;
+    int src = i - (3 - nsp);
+    r.sizes[i] = src >= 2 ? d.sizes[src] : 1;
+    r.strides[i] = src >= 2 ? d.strides[src] : 0;
+  }
+  return r;
+}
+
+// A rank-4 GEMM operand over `t`'s memory with explicit sizes and strides.
+loom_tensor view4(const Tensor& t, const char* op, std::array<int64_t, 4> sizes,
+                  std::array<int64_t, 4> strides) {
+  loom_tensor d = describe(t, op);
+  d.rank = 4;
+  for (int i = 0; i < 4; ++i) d.sizes[i] = sizes[i], d.strides[i] = strides[i];
+  return d;
+}
+
+int64_t spatial_numel(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t i = 2; i < t.dim(); ++i) n *= t.size(i);
+  return n;
+}
+
+// col [C*K][N][L] of image `x` (N, C, spatial) for geometry `g`.
+Tensor im2col(const Tensor& x, const Geom& g, const char* op) {
+  int64_t n = x.size(0), c = x.size(1);
+  Tensor col = at::empty({c * g.taps(), n, g.positions()}, x.options());
+  auto sc = geom_scalars(g);
+  loom_tensor ts[2] = {describe(col, op), image5(x, op)};
+  int64_t rows = c * g.taps() * n;
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.positions()));
+  launch(op, loom_im2col_kernel, ts, sc, rows, grain);
+  return col;
+}
+
+// Sums col [C*K][N][L] back into image `img` (N, C, spatial), overwriting it.
+void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op) {
+  auto sc = geom_scalars(g);
+  loom_tensor ts[2] = {image5(img, op), describe(col, op)};
+  int64_t planes = img.size(0) * img.size(1);
+  int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, spatial_numel(img) * g.taps()));
+  launch(op, loom_col2im_kernel, ts, sc, planes, grain);
+}
+
+// out (N, O, grid) = W (O, C/G, k) * x (N, C, spatial) [+ bias]: the forward
+// of a regular convolution.
+Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
+                    const Tensor& bias, const Geom& g, int64_t groups,
+                    std::vector<int64_t> out_sizes, const char* op) {
+  Tensor weight = weight_in.contiguous();
+  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
+  int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
+  Tensor out = at::empty(out_sizes, input.options());
+  if (out.numel() == 0) return out;
+  Tensor col;  // alive until both GEMM launches are enqueued
+  loom_tensor b;
+  if (g.pointwise() && input.is_contiguous()) {
+    b = view4(input, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
+  } else {
+    col = im2col(input, g, op);
+    b = view4(col, op, {n, groups, ck, len}, {len, ck * n * len, n * len, 1});
+  }
+  loom_tensor a = view4(weight, op, {n, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_tensor cc = view4(out, op, {n, groups, og, len}, {o * len, og * len, len, 1});
+  if (bias.defined()) {
+    Tensor bc = bias.contiguous();
+    loom_tensor cin = view4(bc, op, {n, groups, og, len}, {0, og, 1, 0});
+    gemm_run(op, out, cc, a, b, &cin, 1.0, 1.0);
+  } else {
+    gemm_run(op, out, cc, a, b, nullptr, 1.0, 0.0);
+  }
+  return out;
+}
+
+// col (C*K, N, L) in fp32 = W^T * dy per group and image: the adjoint of
+// the forward's GEMM. `w` is (O, C/G, k) contiguous, dy (N, O, L) contiguous.
+Tensor conv_col_grad(const Tensor& dy, const Tensor& w, int64_t c,
+                     int64_t groups, const Geom& g, const char* op) {
+  int64_t n = dy.size(0), o = dy.size(1), len = g.positions();
+  int64_t cg = c / groups, og = o / groups, ck = cg * g.taps();
+  Tensor col = at::empty({c * g.taps(), n, len}, dy.options().dtype(at::kFloat));
+  loom_tensor a = view4(w, op, {n, groups, ck, og}, {0, og * ck, 1, ck});
+  loom_tensor b = view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
+  loom_tensor cc = view4(col, op, {n, groups, ck, len}, {len, ck * n * len, n * len, 1});
+  gemm_run(op, col, cc, a, b, nullptr, 1.0, 0.0);
+  return col;
+}
+
+// dW (A channels, B*K) per group = src (A, N*L) @ col^T (N*L, B*K), where
+// src is a (A, N, L) contiguous tensor and col is [B*K][N][L].
+Tensor conv_weight_grad(const Tensor& src_t, const Tensor& col,
+                        std::vector<int64_t> w_sizes, int64_t groups,
+                        const char* op) {
+  int64_t a_ch = src_t.size(0), nl = src_t.numel() / std::max<int64_t>(1, a_ch);
+  int64_t rows = col.size(0);
+  int64_t ag = a_ch / groups, bk = rows / groups;
+  Tensor gw = at::empty(w_sizes, src_t.options());
+  if (gw.numel() == 0) return gw;
+  loom_tensor a = view4(src_t, op, {1, groups, ag, nl}, {0, ag * nl, nl, 1});
+  loom_tensor b = view4(col, op, {1, groups, nl, bk}, {0, bk * nl, 1, nl});
+  loom_tensor cc = view4(gw, op, {1, groups, ag, bk}, {0, ag * bk, bk, 1});
+  gemm_run(op, gw, cc, a, b, nullptr, 1.0, 0.0);
+  return gw;
+}
+
+std::vector<int64_t> grid_of(const Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin() + 2, t.sizes().end());
+}
+
+bool native_conv(const Tensor& input, const Tensor& weight) {
+  return gemm_native_dtype(input.scalar_type()) &&
+         input.scalar_type() == weight.scalar_type() && input.dim() >= 3 &&
+         input.dim() <= 5;
+}
+
+std::vector<int64_t> transposed_out_sizes(const Tensor& input, const Tensor& weight,
+                                          c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                          c10::IntArrayRef dilation,
+                                          c10::IntArrayRef output_padding, int64_t groups) {
+  std::vector<int64_t> s = {input.size(0), weight.size(1) * groups};
+  for (int64_t i = 2; i < input.dim(); ++i) {
+    int64_t j = i - 2;
+    auto pick = [&](c10::IntArrayRef v, int64_t d) {
+      return v.empty() ? d : (v.size() == 1 ? v[0] : v[j]);
+    };
+    s.push_back((input.size(i) - 1) * pick(stride, 1) - 2 * pick(padding, 0) +
+                pick(dilation, 1) * (weight.size(i) - 1) + pick(output_padding, 0) + 1);
+  }
+  return s;
+}
+
+Tensor convolution(const Tensor& input, const Tensor& weight,
+                   const std::optional<Tensor>& bias_opt, c10::IntArrayRef stride,
+                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                   bool transposed, c10::IntArrayRef output_padding,
+                   int64_t groups) {
+  const char* op = transposed ? "conv_transpose" : "convolution";
+  Tensor bias = bias_opt.has_value() ? *bias_opt : Tensor();
+  c10::DeviceGuard guard(input.device());
+  if (!native_conv(input, weight) || (bias.defined() && bias.scalar_type() != input.scalar_type())) {
+    Tensor r = at::convolution(input.cpu(), weight.cpu(), bias.defined() ? bias.cpu() : Tensor(),
+                               stride, padding, dilation, transposed, output_padding, groups);
+    return r.to(input.device());
+  }
+  if (!transposed) {
+    auto out_sizes = at::native::conv_output_size(input.sizes(), weight.sizes(), padding,
+                                                  stride, dilation);
+    std::vector<int64_t> grid(out_sizes.begin() + 2, out_sizes.end());
+    Geom g = make_geom(weight, stride, padding, dilation, grid);
+    return conv_forward(input, weight, bias, g, groups, out_sizes, op);
+  }
+  // Transposed: the input gradient of the regular convolution that maps the
+  // output back to the input, plus bias.
+  auto out_sizes = transposed_out_sizes(input, weight, stride, padding, dilation,
+                                        output_padding, groups);
+  Tensor out = at::empty(out_sizes, input.options());
+  if (out.numel() == 0) return out;
+  Geom g = make_geom(weight, stride, padding, dilation, grid_of(input));
+  Tensor x = input.contiguous(), w = weight.contiguous();
+  int64_t c_out = out_sizes[1];
+  Tensor col = conv_col_grad(x, w, c_out, groups, g, op);
+  col2im(out, col, g, op);
+  if (bias.defined()) {
+    std::vector<int64_t> shape(out.dim(), 1);
+    shape[1] = c_out;
+    out.add_(bias.reshape(shape));
+  }
+  return out;
+}
+
+std::tuple<Tensor, Tensor, Tensor> convolution_backward(
+    const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+    bool transposed, c10::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> mask) {
+  const char* op = transposed ? "conv_transpose_backward" : "convolution_backward";
+  c10::DeviceGuard guard(input.device());
+  if (!native_conv(input, weight) || grad_output.scalar_type() != input.scalar_type()) {
+    auto r = at::convolution_backward(grad_output.cpu(), input.cpu(), weight.cpu(),
+                                      std::nullopt, stride, padding, dilation, transposed,
+                                      output_padding, groups, mask);
+    auto back = [&](const Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+    return {back(std::get<0>(r)), back(std::get<1>(r)), back(std::get<2>(r))};
+  }
+  Tensor dy = grad_output.contiguous();
+  Tensor gi, gw, gb;
+  std::vector<int64_t> w_sizes(weight.sizes().begin(), weight.sizes().end());
+  if (!transposed) {
+    Geom g = make_geom(weight, stride, padding, dilation, grid_of(dy));
+    if (mask[0]) {
+      Tensor w = weight.contiguous();
+      int64_t c = input.size(1);
+      gi = at::empty(input.sizes(), input.options());
+      if (gi.numel() > 0 && dy.numel() > 0) {
+        if (g.pointwise()) {
+          int64_t n = dy.size(0), o = dy.size(1), len = g.positions();
+          int64_t cg = c / groups, og = o / groups;
+          loom_tensor a = view4(w, op, {n, groups, cg, og}, {0, og * cg, 1, cg});
+          loom_tensor b = view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
+          loom_tensor cc = view4(gi, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
+          gemm_run(op, gi, cc, a, b, nullptr, 1.0, 0.0);
+        } else {
+          Tensor col = conv_col_grad(dy, w, c, groups, g, op);
+          col2im(gi, col, g, op);
+        }
+      } else if (gi.numel() > 0) {
+        gi.zero_();
+      }
+    }
+    if (mask[1]) {
+      if (dy.numel() == 0 || input.numel() == 0) {
+        gw = at::zeros(w_sizes, weight.options());
+      } else {
+        Tensor col = im2col(input, g, op);
+        Tensor dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
+        gw = conv_weight_grad(dy_t, col, w_sizes, groups, op);
+      }
+    }
+  } else {
+    // Transposed: input = regular conv's output grid.
+    Geom g = make_geom(weight, stride, padding, dilation, grid_of(input));
+    if (mask[0]) {
+      gi = conv_forward(dy, weight, Tensor(), g, groups,
+                        std::vector<int64_t>(input.sizes().begin(), input.sizes().end()), op);
+    }
+    if (mask[1]) {
+      if (dy.numel() == 0 || input.numel() == 0) {
+        gw = at::zeros(w_sizes, weight.options());
+      } else {
+        Tensor col = im2col(dy, g, op);
+        Tensor x_t = input.transpose(0, 1).contiguous();  // (Cin, N, L)
+        gw = conv_weight_grad(x_t, col, w_sizes, groups, op);
+      }
+    }
+  }
+  if (mask[2]) {
+    std::vector<int64_t> dims = {0};
+    for (int64_t i = 2; i < dy.dim(); ++i) dims.push_back(i);
+    gb = dy.sum(dims);
+  }
+  return {gi, gw, gb};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", convolution);
+  m.impl("convolution_backward_overrideable", convolution_backward);
+}
+
+}  // namespace torch_loom

@@ -1,0 +1,201 @@
+// 2-d pooling on loom: max_pool2d_with_indices, avg_pool2d,
+// _adaptive_avg_pool2d, adaptive_max_pool2d, and their backward ops. Shapes
+// and argument checks come from running the same op on the meta device, so
+// bad input raises exactly what the CPU raises; kernels/pool.c computes.
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <array>
+#include <tuple>
+
+#include "common.h"
+#include "kernels/pool.h"
+
+namespace torch_loom {
+namespace {
+
+using at::Tensor;
+using Scalars = std::array<loom_scalar, LOOM_POOL_NUM_SCALARS>;
+
+Tensor meta_like(const Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+Tensor empty_like_meta(const Tensor& meta, const Tensor& like) {
+  return at::empty_strided(meta.sizes(), meta.strides(),
+                           meta.options().device(like.device()));
+}
+
+// (C, H, W) or (N, C, H, W) as rank 4.
+loom_tensor planes4(const Tensor& t, const char* op) {
+  loom_tensor d = describe(t, op);
+  if (d.rank == 3) {
+    for (int i = 3; i > 0; --i) d.sizes[i] = d.sizes[i - 1], d.strides[i] = d.strides[i - 1];
+    d.sizes[0] = 1, d.strides[0] = 0, d.rank = 4;
+  }
+  TORCH_CHECK(d.rank == 4, op, ": expected a 3-D or 4-D tensor");
+  return d;
+}
+
+int64_t planes(const Tensor& t) { return t.numel() == 0 ? 0 : t.numel() / (t.size(-1) * t.size(-2)); }
+
+bool native_pool(const Tensor& t) { return at::isFloatingType(t.scalar_type()); }
+
+Scalars pool_scalars(loom_pool_mode mode, c10::IntArrayRef k, c10::IntArrayRef s,
+                     c10::IntArrayRef p, c10::IntArrayRef d, bool include_pad,
+                     std::optional<int64_t> divisor) {
+  auto pick = [](c10::IntArrayRef v, int i, int64_t dflt) {
+    return v.empty() ? dflt : (v.size() == 1 ? v[0] : v[i]);
+  };
+  Scalars sc{};
+  sc[0] = scalar_i(mode);
+  for (int i = 0; i < 2; ++i) {
+    int64_t ki = pick(k, i, 1);
+    sc[1 + i] = scalar_i(ki);
+    sc[3 + i] = scalar_i(pick(s, i, ki));
+    sc[5 + i] = scalar_i(pick(p, i, 0));
+    sc[7 + i] = scalar_i(pick(d, i, 1));
+  }
+  sc[9] = scalar_i(include_pad ? 1 : 0);
+  sc[10] = scalar_i(divisor.has_value() ? *divisor : 0);
+  return sc;
+}
+
+int64_t grain_for(const Tensor& t) {
+  int64_t plane = t.dim() >= 2 ? t.size(-1) * t.size(-2) : 1;
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane));
+}
+
+void run_forward(const char* op, const Tensor& self, const Tensor& out,
+                 const Tensor* indices, const Scalars& sc) {
+  if (out.numel() == 0) return;
+  loom_tensor ts[3] = {planes4(self, op), planes4(out, op),
+                       indices ? planes4(*indices, op) : loom_tensor{}};
+  launch(op, loom_pool2d_kernel, c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2), sc,
+         planes(out), grain_for(self));
+}
+
+Tensor run_backward(const char* op, const Tensor& grad_output, const Tensor& self,
+                    const Tensor* indices, const Scalars& sc) {
+  TORCH_CHECK(grad_output.dim() == self.dim(), op, ": expected grad_output of rank ",
+              self.dim(), ", got ", grad_output.dim());
+  Tensor gi = at::empty_strided(self.sizes(), self.strides(), grad_output.options());
+  if (gi.numel() == 0) return gi;
+  loom_tensor ts[3] = {planes4(gi, op), planes4(grad_output, op),
+                       indices ? planes4(*indices, op) : loom_tensor{}};
+  launch(op, loom_pool2d_backward_kernel, c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2),
+         sc, planes(gi), grain_for(gi));
+  return gi;
+}
+
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& self, c10::IntArrayRef k,
+                                                   c10::IntArrayRef s, c10::IntArrayRef p,
+                                                   c10::IntArrayRef d, bool ceil_mode) {
+  auto [mo, mi] = at::max_pool2d_with_indices(meta_like(self), k, s, p, d, ceil_mode);
+  c10::DeviceGuard guard(self.device());
+  if (!native_pool(self)) {
+    auto [o, i] = at::max_pool2d_with_indices(self.cpu(), k, s, p, d, ceil_mode);
+    return {o.to(self.device()), i.to(self.device())};
+  }
+  Tensor out = empty_like_meta(mo, self), ind = empty_like_meta(mi, self);
+  run_forward("max_pool2d_with_indices", self, out, &ind,
+              pool_scalars(LOOM_POOL_MAX, k, s, p, d, false, std::nullopt));
+  return {out, ind};
+}
+
+Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Tensor& self,
+                                        c10::IntArrayRef k, c10::IntArrayRef s,
+                                        c10::IntArrayRef p, c10::IntArrayRef d,
+                                        bool ceil_mode, const Tensor& indices) {
+  c10::DeviceGuard guard(self.device());
+  if (!native_pool(self))
+    return at::max_pool2d_with_indices_backward(grad_output.cpu(), self.cpu(), k, s, p, d,
+                                                ceil_mode, indices.cpu())
+        .to(self.device());
+  return run_backward("max_pool2d_with_indices_backward", grad_output, self, &indices,
+                      pool_scalars(LOOM_POOL_MAX, k, s, p, d, false, std::nullopt));
+}
+
+Tensor avg_pool2d(const Tensor& self, c10::IntArrayRef k, c10::IntArrayRef s,
+                  c10::IntArrayRef p, bool ceil_mode, bool include_pad,
+                  std::optional<int64_t> divisor) {
+  Tensor mo = at::avg_pool2d(meta_like(self), k, s, p, ceil_mode, include_pad, divisor);
+  c10::DeviceGuard guard(self.device());
+  if (!native_pool(self))
+    return at::avg_pool2d(self.cpu(), k, s, p, ceil_mode, include_pad, divisor)
+        .to(self.device());
+  Tensor out = empty_like_meta(mo, self);
+  run_forward("avg_pool2d", self, out, nullptr,
+              pool_scalars(LOOM_POOL_AVG, k, s, p, {}, include_pad, divisor));
+  return out;
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad_output, const Tensor& self,
+                           c10::IntArrayRef k, c10::IntArrayRef s, c10::IntArrayRef p,
+                           bool ceil_mode, bool include_pad,
+                           std::optional<int64_t> divisor) {
+  c10::DeviceGuard guard(self.device());
+  if (!native_pool(self))
+    return at::avg_pool2d_backward(grad_output.cpu(), self.cpu(), k, s, p, ceil_mode,
+                                   include_pad, divisor)
+        .to(self.device());
+  return run_backward("avg_pool2d_backward", grad_output, self, nullptr,
+                      pool_scalars(LOOM_POOL_AVG, k, s, p, {}, include_pad, divisor));
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& self, c10::SymIntArrayRef output_size) {
+  Tensor mo = at::_adaptive_avg_pool2d_symint(meta_like(self), output_size);
+  c10::DeviceGuard guard(self.device());
+  if (!native_pool(self))
+    return at::_adaptive_avg_pool2d_symint(self.cpu(), output_size).to(self.device());
+  Tensor out = empty_like_meta(mo, self);
+  run_forward("adaptive_avg_pool2d", self, out, nullptr,
+              pool_scalars(LOOM_POOL_ADAPTIVE_AVG, {}, {}, {}, {}, false, std::nullopt));
+  return out;
+}
+
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  if (!native_pool(self))
+    return at::_adaptive_avg_pool2d_backward(grad_output.cpu(), self.cpu()).to(self.device());
+  return run_backward("adaptive_avg_pool2d_backward", grad_output, self, nullptr,
+                      pool_scalars(LOOM_POOL_ADAPTIVE_AVG, {}, {}, {}, {}, false, std::nullopt));
+}
+
+std::tuple<Tensor, Tensor> adaptive_max_pool2d(const Tensor& self, c10::IntArrayRef output_size) {
+  auto [mo, mi] = at::adaptive_max_pool2d(meta_like(self), output_size);
+  c10::DeviceGuard guard(self.device());
+  if (!native_pool(self)) {
+    auto [o, i] = at::adaptive_max_pool2d(self.cpu(), output_size);
+    return {o.to(self.device()), i.to(self.device())};
+  }
+  Tensor out = empty_like_meta(mo, self), ind = empty_like_meta(mi, self);
+  run_forward("adaptive_max_pool2d", self, out, &ind,
+              pool_scalars(LOOM_POOL_ADAPTIVE_MAX, {}, {}, {}, {}, false, std::nullopt));
+  return {out, ind};
+}
+
+Tensor adaptive_max_pool2d_backward(const Tensor& grad_output, const Tensor& self,
+                                    const Tensor& indices) {
+  c10::DeviceGuard guard(self.device());
+  if (!native_pool(self))
+    return at::adaptive_max_pool2d_backward(grad_output.cpu(), self.cpu(), indices.cpu())
+        .to(self.device());
+  return run_backward("adaptive_max_pool2d_backward", grad_output, self, &indices,
+                      pool_scalars(LOOM_POOL_ADAPTIVE_MAX, {}, {}, {}, {}, false, std::nullopt));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("max_pool2d_with_indices", max_pool2d_with_indices);
+  m.impl("max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);
+  m.impl("avg_pool2d", avg_pool2d);
+  m.impl("avg_pool2d_backward", avg_pool2d_backward);
+  m.impl("_adaptive_avg_pool2d", adaptive_avg_pool2d);
+  m.impl("_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
+  m.impl("adaptive_max_pool2d", adaptive_max_pool2d);
+  m.impl("adaptive_max_pool2d_backward", adaptive_max_pool2d_backward);
+}
+
+}  // namespace torch_loom
