@@ -558,15 +558,18 @@ int loom_allocator_owner(const void *ptr, loom_allocator **out_allocator) {
 }
 
 size_t loom_allocator_extent(loom_allocator *a, const void *ptr) {
-  loom_segment_entry e;
-  if (!loom_segment_table_find(&device_segments, ptr, &e)) return 0;
   const uintptr_t addr = (uintptr_t)ptr;
   size_t extent = 0;
+  /* Look the segment up under the allocator lock: segments are only
+   * released under it, so the block list cannot vanish while we walk it. */
   pthread_mutex_lock(&a->lock);
-  for (block *b = e.data; b; b = b->next) {
-    if (addr >= b->ptr && addr - b->ptr < b->size) {
-      if (b->allocated) extent = b->size - (addr - b->ptr);
-      break;
+  loom_segment_entry e;
+  if (loom_segment_table_find(&device_segments, ptr, &e) && e.owner == a->device) {
+    for (block *b = e.data; b; b = b->next) {
+      if (addr >= b->ptr && addr - b->ptr < b->size) {
+        if (b->allocated) extent = b->size - (addr - b->ptr);
+        break;
+      }
     }
   }
   pthread_mutex_unlock(&a->lock);

@@ -83,10 +83,112 @@ static void test_bad_free(void) {
   CHECK(p == NULL);
 }
 
+/* Spins for scalars[0].f seconds. */
+static int spin_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  const double until = test_now() + args->scalars[0].f;
+  while (test_now() < until) {
+  }
+  return 0;
+}
+
+static void test_stream_reuse(void) {
+  loom_stream_t *a = NULL, *b = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &a));
+  CHECK_OK(loom_stream_create(0, 0, &b));
+  void *p = NULL, *q = NULL;
+  CHECK_OK(loom_malloc(0, 8192, a, &p));
+  CHECK_OK(loom_free(p));
+  /* Freed on a: handed out again on a at once, never to b. */
+  CHECK_OK(loom_malloc(0, 8192, a, &q));
+  CHECK(q == p);
+  CHECK_OK(loom_free(q));
+  CHECK_OK(loom_malloc(0, 8192, b, &q));
+  CHECK(q != p);
+  CHECK_OK(loom_free(q));
+  loom_stream_release(a);
+  loom_stream_release(b);
+}
+
+static void test_record_stream_defers_reuse(void) {
+  loom_stream_t *a = NULL, *b = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &a));
+  CHECK_OK(loom_stream_create(0, 0, &b));
+  void *p = NULL, *q = NULL;
+  CHECK_OK(loom_malloc(0, 64 * 1024, a, &p));
+  loom_scalar seconds = {.f = 0.1};
+  loom_launch_desc slow = {.name = "slow", .fn = spin_kernel, .scalars = &seconds,
+                           .num_scalars = 1, .range = 1, .grain = 1};
+  CHECK_OK(loom_launch(b, &slow));
+  CHECK_OK(loom_record_stream(p, b));
+  CHECK_OK(loom_free(p));
+  CHECK_EQ_INT(loom_stream_query(b), LOOM_ERROR_NOT_READY);
+  /* b still runs: the block must not come back, though a would take it. */
+  CHECK_OK(loom_malloc(0, 64 * 1024, a, &q));
+  CHECK(q != p);
+  loom_memory_stats s = stats();
+  /* Freed (not allocated) but still active until b is done. */
+  CHECK_EQ_INT(s.allocation[LOOM_POOL_ALL].current, 1);
+  CHECK_EQ_INT(s.active[LOOM_POOL_ALL].current, 2);
+  CHECK_OK(loom_free(q));
+  CHECK_OK(loom_stream_synchronize(b));
+  CHECK_OK(loom_malloc(0, 64 * 1024, a, &q));
+  CHECK(q == p);
+  CHECK_OK(loom_free(q));
+  CHECK_EQ_INT(stats().active[LOOM_POOL_ALL].current, 0);
+  loom_stream_release(a);
+  loom_stream_release(b);
+  CHECK_OK(loom_memory_empty_cache(0));
+}
+
+static void test_pinned(void) {
+  void *h = NULL;
+  CHECK_OK(loom_host_malloc(10000, &h));
+  CHECK(h != NULL);
+  CHECK_EQ_INT(loom_host_is_pinned((char *)h + 9999), 1);
+  CHECK(loom_host_block_base((char *)h + 100) == h);
+  int x;
+  CHECK_EQ_INT(loom_host_is_pinned(&x), 0);
+  loom_host_stats hs;
+  CHECK_OK(loom_host_stats_get(&hs));
+  CHECK_EQ_INT(hs.allocation.current, 1);
+  CHECK_EQ_INT(hs.allocated_bytes.current, 16384);
+  CHECK_OK(loom_host_free(h));
+  CHECK_EQ_INT(loom_host_is_pinned(h), 0);
+  CHECK_EQ_INT(loom_host_free(&x), LOOM_ERROR_INVALID_ARGUMENT);
+  void *h2 = NULL;
+  CHECK_OK(loom_host_malloc(16000, &h2));
+  CHECK(h2 == h); /* same size class: cached block */
+  CHECK_OK(loom_host_free(h2));
+  CHECK_OK(loom_host_empty_cache());
+  CHECK_OK(loom_host_stats_get(&hs));
+  CHECK_EQ_INT(hs.reserved_bytes.current, 0);
+  CHECK_EQ_INT(hs.num_host_free, 1);
+}
+
+static void test_memory_info(void) {
+  size_t free_bytes = 0, total = 0;
+  CHECK_OK(loom_memory_info(0, &free_bytes, &total));
+  CHECK(total > 0);
+  CHECK(free_bytes <= total);
+  void *p = NULL;
+  CHECK_OK(loom_malloc(0, 4 * MiB, NULL, &p));
+  size_t free_after = 0;
+  CHECK_OK(loom_memory_info(0, &free_after, &total));
+  CHECK_EQ_INT(free_bytes - free_after, 4 * MiB);
+  CHECK_OK(loom_free(p));
+  CHECK_OK(loom_memory_info(0, &free_after, &total));
+  CHECK_EQ_INT(free_after, free_bytes);
+  CHECK_OK(loom_memory_empty_cache(0));
+}
+
 int main(void) {
   RUN_TEST(test_stats_exact);
   RUN_TEST(test_large_pool);
   RUN_TEST(test_bad_free);
+  RUN_TEST(test_stream_reuse);
+  RUN_TEST(test_record_stream_defers_reuse);
+  RUN_TEST(test_pinned);
+  RUN_TEST(test_memory_info);
   loom_shutdown();
   TEST_MAIN_END();
 }

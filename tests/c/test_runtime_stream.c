@@ -1,5 +1,6 @@
 /* Streams, events and asynchronous errors of the HAL. */
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include "loom/hal.h"
 #include "test_util.h"
@@ -102,11 +103,189 @@ static void test_events(void) {
   loom_stream_release(b);
 }
 
+/* Waits scalars[0].f seconds, then stores 1 into tensor 0 (an int32). */
+static int slow_set_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  spin_kernel(args, begin, end);
+  *(volatile int32_t *)args->tensors[0].data = 1;
+  return 0;
+}
+
+/* tensor 1 := tensor 0 + 1 (int32 scalars). */
+static int plus_one_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  *(int32_t *)args->tensors[1].data = *(volatile int32_t *)args->tensors[0].data + 1;
+  return 0;
+}
+
+static void test_cross_stream_order(void) {
+  loom_stream_t *a = NULL, *b = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &a));
+  CHECK_OK(loom_stream_create(0, -1, &b));
+  CHECK_EQ_INT(loom_stream_priority(b), -1);
+  int32_t *x = NULL;
+  CHECK_OK(loom_malloc(0, 2 * sizeof(int32_t), a, (void **)&x));
+  const int32_t zeros[2] = {0, 0};
+  CHECK_OK(loom_memcpy(a, x, zeros, sizeof zeros));
+  loom_tensor tx = {.data = x, .dtype = LOOM_INT32}, ty = {.data = x + 1, .dtype = LOOM_INT32};
+  loom_tensor both[2] = {tx, ty};
+  loom_scalar seconds = {.f = 0.05};
+  loom_launch_desc set = {.name = "slow_set", .fn = slow_set_kernel, .tensors = &tx,
+                          .num_tensors = 1, .scalars = &seconds, .num_scalars = 1,
+                          .range = 1, .grain = 1};
+  loom_launch_desc add = {.name = "plus_one", .fn = plus_one_kernel, .tensors = both,
+                          .num_tensors = 2, .range = 1, .grain = 1};
+  loom_event_t *e = NULL;
+  CHECK_OK(loom_event_create(0, LOOM_EVENT_DEFAULT, &e));
+  CHECK_OK(loom_event_query(e)); /* never recorded: complete */
+  CHECK_OK(loom_launch(a, &set));
+  CHECK_OK(loom_event_record(e, a));
+  CHECK_EQ_INT(loom_event_query(e), LOOM_ERROR_NOT_READY);
+  CHECK_OK(loom_stream_wait_event(b, e));
+  CHECK_OK(loom_launch(b, &add));
+  int32_t out[2] = {0, 0};
+  CHECK_OK(loom_memcpy(b, out, x, sizeof out));
+  CHECK_EQ_INT(out[0], 1);
+  CHECK_EQ_INT(out[1], 2);
+  CHECK_OK(loom_event_synchronize(e));
+  double ms;
+  CHECK_EQ_INT(loom_event_elapsed_ms(e, e, &ms), LOOM_ERROR_INVALID_ARGUMENT); /* no timing */
+  loom_event_release(e);
+  CHECK_OK(loom_free(x));
+  loom_stream_release(a);
+  loom_stream_release(b);
+}
+
+static void test_memcpy_kinds(void) {
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  enum { N = 4096 };
+  unsigned char *dev = NULL, *dev2 = NULL, *pinned = NULL;
+  CHECK_OK(loom_malloc(0, N, s, (void **)&dev));
+  CHECK_OK(loom_malloc(0, N, s, (void **)&dev2));
+  CHECK_OK(loom_host_malloc(N, (void **)&pinned));
+  unsigned char *pageable = malloc(N), *back = malloc(N);
+  loom_scalar seconds = {.f = 0.03};
+  loom_launch_desc slow = {.name = "slow", .fn = spin_kernel, .scalars = &seconds,
+                           .num_scalars = 1, .range = 1, .grain = 1};
+  /* Pageable source: staged, so overwriting it right away is safe even
+   * while the copy still waits behind a slow kernel. */
+  memset(pageable, 1, N);
+  CHECK_OK(loom_launch(s, &slow));
+  CHECK_OK(loom_memcpy(s, dev, pageable, N));
+  memset(pageable, 2, N);
+  /* Device to device, then device to pinned (asynchronous). */
+  CHECK_OK(loom_memcpy(s, dev2, dev, N));
+  memset(pinned, 0, N);
+  CHECK_OK(loom_memcpy(s, pinned, dev2, N));
+  CHECK_OK(loom_stream_synchronize(s));
+  int bad = 0;
+  for (int i = 0; i < N; ++i) bad += pinned[i] != 1;
+  CHECK_EQ_INT(bad, 0);
+  /* Pinned to device, then pageable destination: written on return. */
+  memset(pinned, 7, N);
+  CHECK_OK(loom_memcpy(s, dev, pinned, N));
+  CHECK_OK(loom_launch(s, &slow));
+  CHECK_OK(loom_memcpy(s, back, dev, N));
+  bad = 0;
+  for (int i = 0; i < N; ++i) bad += back[i] != 7;
+  CHECK_EQ_INT(bad, 0);
+  /* Interior pointers and ranges past a block's end. */
+  CHECK_OK(loom_memcpy(s, back, dev + 100, N - 100));
+  CHECK_EQ_INT(loom_memcpy(s, back, dev + 100, N), LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(loom_last_error(), "loom_memcpy") != NULL);
+  CHECK_EQ_INT(loom_memcpy(NULL, back, dev, N), LOOM_ERROR_INVALID_ARGUMENT);
+  free(pageable);
+  free(back);
+  CHECK_OK(loom_host_free(pinned));
+  CHECK_OK(loom_free(dev));
+  CHECK_OK(loom_free(dev2));
+  loom_stream_release(s);
+}
+
+typedef struct order_log {
+  int values[8];
+  atomic_int count;
+} order_log;
+
+static order_log callback_log;
+
+static void log_callback(void *user) {
+  int i = atomic_load(&callback_log.count);
+  if (i < 8) callback_log.values[i] = (int)(intptr_t)user;
+  atomic_store(&callback_log.count, i + 1);
+}
+
+static void test_host_callbacks_in_order(void) {
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  loom_scalar seconds = {.f = 0.01};
+  loom_launch_desc slow = spin_desc(&seconds);
+  atomic_store(&callback_log.count, 0);
+  for (int i = 0; i < 4; ++i) {
+    if (i == 2) CHECK_OK(loom_launch(s, &slow));
+    CHECK_OK(loom_host_callback(s, log_callback, (void *)(intptr_t)i, "log"));
+  }
+  CHECK_OK(loom_stream_synchronize(s));
+  CHECK_EQ_INT(callback_log.count, 4);
+  for (int i = 0; i < 4; ++i) CHECK_EQ_INT(callback_log.values[i], i);
+  loom_stream_release(s);
+}
+
+static void test_bad_arguments(void) {
+  loom_stream_t *s = NULL;
+  CHECK_EQ_INT(loom_stream_create(3, 0, &s), LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(s == NULL);
+  CHECK(strstr(loom_last_error(), "invalid device index 3") != NULL);
+  CHECK_OK(loom_stream_default(0, &s));
+  loom_launch_desc d = {.name = "bad_grain", .fn = fail_kernel, .range = 10, .grain = 0};
+  CHECK_EQ_INT(loom_launch(s, &d), LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(loom_last_error(), "bad_grain") != NULL);
+  d = (loom_launch_desc){.name = "empty", .fn = fail_kernel, .range = 0, .grain = 1};
+  CHECK_OK(loom_launch(s, &d));
+  CHECK_EQ_INT(loom_launch(NULL, &d), LOOM_ERROR_INVALID_ARGUMENT);
+  loom_event_t *e = NULL;
+  CHECK_EQ_INT(loom_event_create(0, 0x80, &e), LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(loom_event_record(NULL, s), LOOM_ERROR_INVALID_ARGUMENT);
+  loom_device_props props;
+  CHECK_EQ_INT(loom_device_properties(-1, &props), LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK_OK(loom_device_properties(0, &props));
+  CHECK(strcmp(props.driver, "host") == 0);
+  CHECK(props.num_threads >= 1);
+  CHECK_EQ_INT(loom_device_count(), 1);
+  CHECK(strcmp(loom_status_name(LOOM_ERROR_NOT_READY), "LOOM_ERROR_NOT_READY") == 0);
+}
+
+static void test_error_surfaces_at_launch_and_device_sync(void) {
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  loom_launch_desc bad = {.name = "aten::remainder", .fn = fail_kernel, .range = 100, .grain = 10};
+  loom_scalar seconds = {.f = 0.0};
+  loom_launch_desc ok = spin_desc(&seconds);
+  atomic_store(&callback_log.count, 0);
+  CHECK_OK(loom_launch(s, &bad));
+  CHECK_OK(loom_host_callback(s, log_callback, NULL, "after"));
+  /* Wait for the failure without synchronizing (which would clear it);
+   * the callback after the failing kernel still runs. */
+  while (atomic_load(&callback_log.count) < 1) {
+  }
+  CHECK_EQ_INT(loom_launch(s, &ok), LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(loom_last_error(), "aten::remainder") != NULL);
+  CHECK_OK(loom_launch(s, &bad));
+  CHECK_EQ_INT(loom_device_synchronize(0), LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(loom_last_error(), "aten::remainder") != NULL);
+  CHECK_OK(loom_device_synchronize(0));
+  loom_stream_release(s);
+}
+
 int main(void) {
   RUN_TEST(test_async_launch);
   RUN_TEST(test_fill_and_copy);
   RUN_TEST(test_async_error);
   RUN_TEST(test_events);
+  RUN_TEST(test_cross_stream_order);
+  RUN_TEST(test_memcpy_kinds);
+  RUN_TEST(test_host_callbacks_in_order);
+  RUN_TEST(test_bad_arguments);
+  RUN_TEST(test_error_surfaces_at_launch_and_device_sync);
   loom_shutdown();
   TEST_MAIN_END();
 }
