@@ -1,0 +1,42 @@
+/* kernels/attention.h — scaled dot-product attention, flash style: each
+ * query row streams over the keys with an online softmax, so the L x S score
+ * matrix is never stored. Batch and head dims are flattened into one leading
+ * dim BH by the caller. Any float dtype, any strides; arithmetic in double.
+ *
+ * Masking: key j is dropped for query i when `causal` and j > i (the
+ * top-left aligned lower triangle PyTorch uses), or when a bool mask holds
+ * false; a float mask is added to the scaled scores. A query row that sees no
+ * key gets output 0 and logsumexp -inf. Head dims are at most
+ * LOOM_ATTENTION_MAX_HEAD_DIM. */
+#ifndef LOOM_KERNELS_ATTENTION_H
+#define LOOM_KERNELS_ATTENTION_H
+
+#include "loom/kernel_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_ATTENTION_MAX_HEAD_DIM 512
+
+/* Range BH*L. tensors: [q (BH,L,E), k (BH,S,E), v (BH,S,Ev), mask? (BH,L,S),
+ * out (BH,L,Ev), lse (BH,L)]; scalars: [scale (f), causal]. */
+int loom_attention_forward(const loom_kernel_args *args, int64_t begin,
+                           int64_t end);
+
+/* Range BH*L: grad of q, and delta_i = dout_i . out_i for the second pass.
+ * tensors: [dout (BH,L,Ev), q, k, v, mask?, out, lse, dq (BH,L,E),
+ *           delta (BH,L)]; scalars: [scale, causal]. */
+int loom_attention_backward_q(const loom_kernel_args *args, int64_t begin,
+                              int64_t end);
+
+/* Range BH*S: grads of k and v, each key row summing over queries in order.
+ * tensors: [dout, q, k, v, mask?, lse, delta, dk (BH,S,E), dv (BH,S,Ev)];
+ * scalars: [scale, causal]. */
+int loom_attention_backward_kv(const loom_kernel_args *args, int64_t begin,
+                               int64_t end);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_KERNELS_ATTENTION_H */

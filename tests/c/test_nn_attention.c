@@ -1,0 +1,140 @@
+/* Attention kernels against a naive softmax(q k^T * scale + mask) v, and
+ * their gradients against central differences in fp64. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "loom/status.h"
+
+static int passed, failed;
+#define EXPECT(cond)                                                       \
+  do {                                                                     \
+    if (cond) ++passed;                                                    \
+    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
+  } while (0)
+
+enum { BH = 2, L = 5, S = 7, E = 3, EV = 4 };
+
+static loom_tensor t3(void *data, int32_t dtype, int64_t a, int64_t b, int64_t c) {
+  loom_tensor t = {.data = data, .dtype = dtype, .rank = 3};
+  t.sizes[0] = a; t.sizes[1] = b; t.sizes[2] = c;
+  t.strides[0] = b * c; t.strides[1] = c; t.strides[2] = 1;
+  return t;
+}
+static loom_tensor t2(void *data, int32_t dtype, int64_t a, int64_t b) {
+  loom_tensor t = {.data = data, .dtype = dtype, .rank = 2};
+  t.sizes[0] = a; t.sizes[1] = b; t.strides[0] = b; t.strides[1] = 1;
+  return t;
+}
+
+static int run(loom_kernel_fn fn, loom_tensor *t, int nt, loom_scalar *s,
+               int64_t range, int64_t grain) {
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                        .num_tensors = (uint32_t)nt, .tensors = t,
+                        .num_scalars = 2, .scalars = s, .range = range, .grain = grain};
+  for (int64_t b = 0; b < range; b += grain) {
+    int rc = fn(&a, b, b + grain < range ? b + grain : range);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static double q[BH * L * E], k[BH * S * E], v[BH * S * EV], mask[BH * L * S];
+static uint8_t bmask[BH * L * S];
+static double out[BH * L * EV], lse[BH * L], dout[BH * L * EV], delta[BH * L];
+static double dq[BH * L * E], dk[BH * S * E], dv[BH * S * EV];
+
+static double frand(void) { return (double)rand() / RAND_MAX * 2.0 - 1.0; }
+
+/* Naive reference for one configuration; returns max abs error of out. */
+static double check_forward(int causal, int use_mask, int use_bool, double scale) {
+  double err = 0;
+  for (int b = 0; b < BH; ++b)
+    for (int i = 0; i < L; ++i) {
+      double sc[S], m = -INFINITY, sum = 0;
+      for (int j = 0; j < S; ++j) {
+        double s = 0;
+        for (int e = 0; e < E; ++e) s += q[(b * L + i) * E + e] * k[(b * S + j) * E + e];
+        s *= scale;
+        if (use_mask && !use_bool) s += mask[(b * L + i) * S + j];
+        if (use_mask && use_bool && !bmask[(b * L + i) * S + j]) s = -INFINITY;
+        if (causal && j > i) s = -INFINITY;
+        sc[j] = s;
+        m = fmax(m, s);
+      }
+      for (int j = 0; j < S; ++j) sum += m == -INFINITY ? 0 : exp(sc[j] - m);
+      for (int e = 0; e < EV; ++e) {
+        double o = 0;
+        for (int j = 0; j < S; ++j)
+          if (sum > 0) o += exp(sc[j] - m) / sum * v[(b * S + j) * EV + e];
+        err = fmax(err, fabs(o - out[(b * L + i) * EV + e]));
+      }
+    }
+  return err;
+}
+
+static void forward(loom_tensor *f, loom_scalar *s) { run(loom_attention_forward, f, 6, s, BH * L, 3); }
+
+static double objective(loom_tensor *f, loom_scalar *s) {
+  forward(f, s);
+  double acc = 0;
+  for (int i = 0; i < BH * L * EV; ++i) acc += out[i] * dout[i];
+  return acc;
+}
+
+static void test_attention(int causal, int use_mask, int use_bool) {
+  const double scale = 0.7;
+  loom_tensor none = {.data = NULL};
+  loom_tensor m = use_mask ? (use_bool ? t3(bmask, LOOM_BOOL, BH, L, S) : t3(mask, LOOM_FLOAT64, BH, L, S)) : none;
+  loom_tensor f[6] = {t3(q, LOOM_FLOAT64, BH, L, E), t3(k, LOOM_FLOAT64, BH, S, E),
+                      t3(v, LOOM_FLOAT64, BH, S, EV), m, t3(out, LOOM_FLOAT64, BH, L, EV),
+                      t2(lse, LOOM_FLOAT64, BH, L)};
+  loom_scalar s[2] = {{.f = scale}, {.i = causal}};
+  EXPECT(run(loom_attention_forward, f, 6, s, BH * L, 3) == 0);
+  EXPECT(check_forward(causal, use_mask, use_bool, scale) < 1e-12);
+
+  loom_tensor bq[9] = {t3(dout, LOOM_FLOAT64, BH, L, EV), f[0], f[1], f[2], m, f[4], f[5],
+                       t3(dq, LOOM_FLOAT64, BH, L, E), t2(delta, LOOM_FLOAT64, BH, L)};
+  EXPECT(run(loom_attention_backward_q, bq, 9, s, BH * L, 2) == 0);
+  loom_tensor bkv[9] = {bq[0], f[0], f[1], f[2], m, f[5], bq[8],
+                        t3(dk, LOOM_FLOAT64, BH, S, E), t3(dv, LOOM_FLOAT64, BH, S, EV)};
+  EXPECT(run(loom_attention_backward_kv, bkv, 9, s, BH * S, 4) == 0);
+  struct { double *x, *g; int n; } params[3] = {{q, dq, BH * L * E}, {k, dk, BH * S * E}, {v, dv, BH * S * EV}};
+  const double h = 1e-6;
+  for (int p = 0; p < 3; ++p) {
+    double worst = 0;
+    for (int i = 0; i < params[p].n; ++i) {
+      double keep = params[p].x[i];
+      params[p].x[i] = keep + h;
+      double fp = objective(f, s);
+      params[p].x[i] = keep - h;
+      double fm = objective(f, s);
+      params[p].x[i] = keep;
+      double num = (fp - fm) / (2 * h);
+      worst = fmax(worst, fabs(num - params[p].g[i]) / (1e-3 + fabs(num)));
+    }
+    if (!(worst < 1e-6)) fprintf(stderr, "param %d causal %d mask %d/%d: %g\n", p, causal, use_mask, use_bool, worst);
+    EXPECT(worst < 1e-6);
+  }
+  forward(f, s);
+}
+
+int main(void) {
+  srand(3);
+  for (int i = 0; i < BH * L * E; ++i) q[i] = frand();
+  for (int i = 0; i < BH * S * E; ++i) k[i] = frand();
+  for (int i = 0; i < BH * S * EV; ++i) v[i] = frand();
+  for (int i = 0; i < BH * L * S; ++i) { mask[i] = frand(); bmask[i] = rand() % 3 != 0; }
+  for (int i = 0; i < BH * L * EV; ++i) dout[i] = frand();
+  /* one query row sees no key at all: output 0, lse -inf, no NaN anywhere */
+  for (int j = 0; j < S; ++j) bmask[(1 * L + 2) * S + j] = 0;
+  for (int causal = 0; causal <= 1; ++causal)
+    for (int use_mask = 0; use_mask <= 1; ++use_mask)
+      for (int use_bool = 0; use_bool <= use_mask; ++use_bool) test_attention(causal, use_mask, use_bool);
+  EXPECT(lse[1 * L + 2] == -INFINITY && out[(1 * L + 2) * EV] == 0.0);
+  for (int i = 0; i < BH * L * E; ++i) EXPECT(!isnan(dq[i]));
+  printf("test_nn_attention: %d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
