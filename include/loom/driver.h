@@ -112,10 +112,23 @@ typedef struct loom_driver {
   /* Optional: run a launch command now on the calling thread and the
    * device's workers. Default: the chunks run in order on the caller. */
   loom_status (*run_now)(void *ctx, int device, const loom_command *command);
+
+  /* Optional: if the queue has no pending work, execute `command` (a COPY)
+   * on the calling thread, in queue order, and return LOOM_OK; otherwise
+   * return LOOM_ERROR_NOT_READY without doing anything. Saves a thread
+   * hand-off for copies the caller waits for anyway. */
+  loom_status (*queue_run_inline)(void *ctx, loom_driver_queue *queue,
+                                  const loom_command *command);
 } loom_driver;
 
 /* The embedded host driver. */
 const loom_driver *loom_host_driver(void);
+
+/* Makes `driver` available (the table must outlive the runtime). The runtime
+ * uses the driver named by LOOM_DRIVER if set, else the most recently
+ * registered one, else "host". Registering after the runtime started takes
+ * effect at the next start (after loom_shutdown). At most 8 drivers. */
+loom_status loom_driver_register(const loom_driver *driver);
 
 /* The status to record for a kernel's return code: its own if it is a
  * loom_status, else LOOM_ERROR_DEVICE. */

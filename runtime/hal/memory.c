@@ -133,6 +133,11 @@ loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src, size_
   const int src_pageable = src_dev < 0 && !loom_host_is_pinned(src);
   loom_command cmd = {.kind = LOOM_COMMAND_COPY, .name = "memcpy",
                       .u.copy = {.dst = dst, .src = src, .size = size}};
+  /* A copy from or to pageable memory is synchronous for the caller's
+   * buffer anyway; on an idle stream it is cheapest done right here. */
+  if ((dst_pageable || src_pageable) && rt->driver->queue_run_inline &&
+      rt->driver->queue_run_inline(rt->driver->context, stream->queue, &cmd) == LOOM_OK)
+    return LOOM_OK;
   if (dst_pageable) {
     /* The caller reads dst on return: run in order, then wait. */
     if ((st = loom_stream_submit(rt, stream, &cmd)) != LOOM_OK) return st;

@@ -9,6 +9,8 @@
 
 static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
 static loom_runtime *_Atomic current_runtime;
+static const loom_driver *registered[8];
+static int num_registered;
 static loom_status start_status = LOOM_OK;
 static char start_message[256];
 
@@ -32,10 +34,43 @@ static void runtime_free(loom_runtime *rt) {
   free(rt);
 }
 
+loom_status loom_driver_register(const loom_driver *driver) {
+  if (!driver || !driver->name || !driver->init || !driver->segment_alloc ||
+      !driver->segment_free || !driver->queue_create || !driver->queue_destroy ||
+      !driver->queue_submit || !driver->queue_query || !driver->queue_synchronize)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_driver_register: a required driver slot is NULL");
+  pthread_mutex_lock(&runtime_lock);
+  loom_status st = LOOM_OK;
+  if (num_registered == (int)(sizeof registered / sizeof *registered))
+    st = loom_error(LOOM_ERROR_NOT_SUPPORTED, "loom_driver_register: too many drivers");
+  else
+    registered[num_registered++] = driver;
+  pthread_mutex_unlock(&runtime_lock);
+  return st;
+}
+
+/* Called with runtime_lock held. */
+static const loom_driver *choose_driver(void) {
+  const char *wanted = getenv("LOOM_DRIVER");
+  if (wanted && *wanted) {
+    for (int i = num_registered; i-- > 0;)
+      if (!strcmp(registered[i]->name, wanted)) return registered[i];
+    const loom_driver *host = loom_host_driver();
+    return strcmp(host->name, wanted) ? NULL : host;
+  }
+  return num_registered ? registered[num_registered - 1] : loom_host_driver();
+}
+
 static loom_status runtime_start(loom_runtime **out) {
   loom_runtime *rt = calloc(1, sizeof *rt);
   if (!rt) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_init: out of host memory");
-  rt->driver = loom_host_driver();
+  rt->driver = choose_driver();
+  if (!rt->driver) {
+    free(rt);
+    return loom_error(LOOM_ERROR_UNAVAILABLE, "loom_init: no driver named '%s' (LOOM_DRIVER)",
+                      getenv("LOOM_DRIVER"));
+  }
   rt->config = (loom_driver_config){
       .num_devices = loom_env_num_devices(),
       .num_threads = loom_env_num_threads(),

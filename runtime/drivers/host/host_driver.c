@@ -82,6 +82,7 @@ static const loom_driver host_driver = {
     .queue_query = host_queue_query,
     .queue_synchronize = host_queue_synchronize,
     .run_now = host_run_now,
+    .queue_run_inline = host_queue_run_inline,
 };
 
 const loom_driver *loom_host_driver(void) { return &host_driver; }

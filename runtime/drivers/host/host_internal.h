@@ -56,6 +56,7 @@ void host_queue_destroy(void *ctx, loom_driver_queue *queue);
 loom_status host_queue_submit(void *ctx, loom_driver_queue *queue, const loom_command *command);
 loom_status host_queue_query(void *ctx, loom_driver_queue *queue);
 loom_status host_queue_synchronize(void *ctx, loom_driver_queue *queue);
+loom_status host_queue_run_inline(void *ctx, loom_driver_queue *queue, const loom_command *command);
 
 /* Executes a launch command on the calling thread plus the device's pool;
  * reports a failure through `report` (may be NULL: then sets the thread's

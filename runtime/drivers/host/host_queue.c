@@ -55,14 +55,43 @@ loom_status host_execute_launch(host_context *ctx, int device, const loom_comman
                     (long long)args.range);
 }
 
+/* Copies one chunk: tensor 0 is the destination, tensor 1 the source,
+ * both as bytes. */
+static int copy_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  memcpy((char *)args->tensors[0].data + begin, (const char *)args->tensors[1].data + begin,
+         (size_t)(end - begin));
+  return 0;
+}
+
+#define COPY_PARALLEL_MIN ((size_t)4 << 20)
+#define COPY_CHUNK ((int64_t)1 << 20)
+
+static void execute_copy(loom_driver_queue *q, const loom_command *cmd) {
+  void *dst = cmd->u.copy.dst;
+  const void *src = cmd->u.copy.src;
+  const size_t size = cmd->u.copy.size;
+  if (dst == src) return;
+  /* Large, non-overlapping copies are spread over the device's workers. */
+  const int overlap = (char *)dst < (const char *)src + size && (const char *)src < (char *)dst + size;
+  if (size < COPY_PARALLEL_MIN || overlap || q->ctx->devices[q->device].pool.num_workers == 0) {
+    memmove(dst, src, size);
+    return;
+  }
+  const loom_tensor views[2] = {{.data = dst, .dtype = LOOM_UINT8, .rank = 1, .sizes = {(int64_t)size}, .strides = {1}},
+                                {.data = (void *)src, .dtype = LOOM_UINT8, .rank = 1, .sizes = {(int64_t)size}, .strides = {1}}};
+  const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 2,
+                                 .tensors = views, .range = (int64_t)size, .grain = COPY_CHUNK};
+  int64_t unused;
+  (void)host_pool_run(&q->ctx->devices[q->device].pool, copy_kernel, &args, &unused);
+}
+
 static void execute(loom_driver_queue *q, const loom_command *cmd) {
   switch (cmd->kind) {
     case LOOM_COMMAND_LAUNCH:
       host_execute_launch(q->ctx, q->device, cmd, q->owner);
       break;
     case LOOM_COMMAND_COPY:
-      if (cmd->u.copy.dst != cmd->u.copy.src)
-        memmove(cmd->u.copy.dst, cmd->u.copy.src, cmd->u.copy.size);
+      execute_copy(q, cmd);
       break;
     case LOOM_COMMAND_EVENT_RECORD:
       loom_driver_event_complete(cmd->u.event.event, cmd->u.event.sequence);
@@ -201,4 +230,15 @@ loom_status host_queue_synchronize(void *ctx, loom_driver_queue *q) {
     loom_cpu_relax();
   }
   return LOOM_OK;
+}
+
+loom_status host_queue_run_inline(void *ctx, loom_driver_queue *q, const loom_command *cmd) {
+  if (cmd->kind != LOOM_COMMAND_COPY) return LOOM_ERROR_NOT_READY;
+  if (atomic_load(&q->completed) != atomic_load(&q->submitted)) return LOOM_ERROR_NOT_READY;
+  /* Holding the lock keeps other threads' submissions behind this copy. */
+  pthread_mutex_lock(&q->lock);
+  const int idle = atomic_load(&q->completed) == atomic_load(&q->submitted);
+  if (idle) execute(q, cmd);
+  pthread_mutex_unlock(&q->lock);
+  return idle ? LOOM_OK : LOOM_ERROR_NOT_READY;
 }

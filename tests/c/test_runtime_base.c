@@ -1,0 +1,62 @@
+/* Base services: status names and messages, size parsing, CPU features. */
+#include <stdlib.h>
+
+#include "loom/hal.h"
+#include "runtime/base/cpu.h"
+#include "runtime/base/env.h"
+#include "test_util.h"
+
+static void test_status(void) {
+  CHECK(strcmp(loom_status_name(LOOM_OK), "LOOM_OK") == 0);
+  CHECK(strcmp(loom_status_name(LOOM_ERROR_OUT_OF_MEMORY), "LOOM_ERROR_OUT_OF_MEMORY") == 0);
+  CHECK(strcmp(loom_status_name((loom_status)99), "LOOM_ERROR_UNKNOWN") == 0);
+  CHECK_EQ_INT(loom_error(LOOM_ERROR_DEVICE, "op %s failed %d", "x", 3), LOOM_ERROR_DEVICE);
+  CHECK(strcmp(loom_last_error(), "op x failed 3") == 0);
+  loom_clear_error();
+  CHECK(strcmp(loom_last_error(), "") == 0);
+}
+
+static void test_parse_size(void) {
+  CHECK_EQ_INT(loom_parse_size("123"), 123);
+  CHECK_EQ_INT(loom_parse_size("4K"), 4096);
+  CHECK_EQ_INT(loom_parse_size("512M"), 512ll << 20);
+  CHECK_EQ_INT(loom_parse_size("2G"), 2ll << 30);
+  CHECK_EQ_INT(loom_parse_size("1.5g"), 3ll << 29);
+  CHECK_EQ_INT(loom_parse_size("8MiB"), 8ll << 20);
+  CHECK_EQ_INT(loom_parse_size("abc"), 0);
+  CHECK_EQ_INT(loom_parse_size("12Q"), 0);
+  CHECK_EQ_INT(loom_parse_size("-5"), 0);
+  CHECK_EQ_INT(loom_parse_size(NULL), 0);
+}
+
+static void test_cpu_features_capped(void) {
+  /* Set before the first query: the cap applies for the process. */
+  setenv("LOOM_CPU_FEATURES", "avx2", 1);
+  const uint32_t f = loom_cpu_features();
+  CHECK_EQ_INT(f & (LOOM_FEATURE_AVX512F | LOOM_FEATURE_AVX512BF16 | LOOM_FEATURE_AMX_BF16), 0);
+  loom_device_props props;
+  CHECK_OK(loom_device_properties(0, &props));
+  CHECK_EQ_INT(props.features, f);
+  CHECK(strstr(props.name, "loom host") == props.name);
+}
+
+static void test_env_defaults(void) {
+  unsetenv("LOOM_NUM_DEVICES");
+  unsetenv("LOOM_NUM_THREADS");
+  CHECK_EQ_INT(loom_env_num_devices(), 1);
+  CHECK_EQ_INT(loom_env_num_threads(), loom_cpu_count());
+  setenv("LOOM_NUM_DEVICES", "0", 1); /* clamped */
+  CHECK_EQ_INT(loom_env_num_devices(), 1);
+  unsetenv("LOOM_NUM_DEVICES");
+  unsetenv("LOOM_MEMORY_LIMIT");
+  CHECK(loom_env_memory_limit() > ((uint64_t)64 << 20));
+}
+
+int main(void) {
+  RUN_TEST(test_status);
+  RUN_TEST(test_parse_size);
+  RUN_TEST(test_cpu_features_capped);
+  RUN_TEST(test_env_defaults);
+  loom_shutdown();
+  TEST_MAIN_END();
+}
