@@ -1,0 +1,1 @@
+"""TorchLoom benchmarks: `python -m bench.run` (see bench/run.py)."""

@@ -146,51 +146,71 @@ def _safe(fn):
 @dataclass
 class Plan:
     quick: bool
-    budget_s: float = 1.5   # sampling time per item, after warm-up
+    budget_s: float = 1.5   # sampling time per item after warm-up (at most)
+    min_budget_s: float = 0.2  # ... and at least, however late the run is
     min_samples: int = 3
     max_samples: int = 21
     min_sample_s: float = 0.01  # tiny calls are repeated inside one sample
     slow_call_s: float = 4.0    # beyond this, one warm-up and one sample
 
 
-def measure(fn: Callable[[], Any], sync: Callable[[], None], plan: Plan) -> dict:
-    """Times `fn` with the device synchronized around every sample. The first
-    call (which includes compilation and lazy initialization) is reported on
-    its own; the figure of merit is the median of the samples after warm-up."""
-    clock = time.perf_counter
-    sync()
-    t0 = clock()
-    out = fn()
-    sync()
-    first = clock() - t0
-    if plan.quick:
-        return {"first_call_s": first, "median_s": first, "samples_s": [first], "inner": 1,
-                "output": out}
+class Timed:
+    """One configuration of a workload being measured. `start` makes the
+    first call (compilation, lazy initialization: reported on its own) and
+    the warm-up; `sample` takes one timed sample, with the device synchronized
+    before and after, so samples of several configurations can be taken in
+    turn (interleaved, so that a change in the machine's load hits them all
+    alike). The figure of merit is the median of the samples."""
 
-    # warm-up: two calls, or one when a call is slow
-    est = first
-    for _ in range(1 if first > plan.slow_call_s else 2):
+    def __init__(self, fn: Callable[[], Any], sync: Callable[[], None], plan: Plan):
+        self.fn, self.sync, self.plan = fn, sync, plan
+        self.samples: list[float] = []
+        self.first_call_s = 0.0
+        self.inner = 1
+        self.min_samples = plan.min_samples
+        self.budget_s = plan.budget_s
+        self.spent_s = 0.0
+
+    def start(self) -> Any:
+        clock = time.perf_counter
+        self.sync()
         t0 = clock()
-        fn()
-        sync()
-        est = clock() - t0
-    inner = 1
-    if est < plan.min_sample_s:
-        inner = min(1000, max(1, int(plan.min_sample_s / max(est, 1e-7))))
-    min_samples = 1 if est > plan.slow_call_s else plan.min_samples
-    samples = []
-    start = clock()
-    while len(samples) < plan.max_samples:
-        sync()
+        out = self.fn()
+        self.sync()
+        self.first_call_s = est = clock() - t0
+        if self.plan.quick:
+            self.samples = [self.first_call_s]
+            return out
+        for _ in range(1 if est > self.plan.slow_call_s else 2):
+            t0 = clock()
+            self.fn()
+            self.sync()
+            est = clock() - t0
+        if est < self.plan.min_sample_s:
+            self.inner = min(1000, max(1, int(self.plan.min_sample_s / max(est, 1e-7))))
+        if est > self.plan.slow_call_s:
+            self.min_samples = 1
+        return out
+
+    @property
+    def done(self) -> bool:
+        n = len(self.samples)
+        return n >= self.plan.max_samples or (n >= self.min_samples and self.spent_s >= self.budget_s)
+
+    def sample(self) -> None:
+        clock = time.perf_counter
+        self.sync()
         t0 = clock()
-        for _ in range(inner):
-            fn()
-        sync()
-        samples.append((clock() - t0) / inner)
-        if len(samples) >= min_samples and clock() - start >= plan.budget_s:
-            break
-    return {"first_call_s": first, "median_s": statistics.median(samples), "samples_s": samples,
-            "inner": inner, "output": out}
+        for _ in range(self.inner):
+            self.fn()
+        self.sync()
+        dt = clock() - t0
+        self.spent_s += dt
+        self.samples.append(dt / self.inner)
+
+    def summary(self) -> dict:
+        return {"first_call_s": self.first_call_s, "median_s": statistics.median(self.samples),
+                "min_s": min(self.samples), "samples_s": self.samples, "inner": self.inner}
 
 
 # ---- checking against CPU eager -------------------------------------------------
@@ -246,53 +266,60 @@ def _inject_fault(workload_name: str, config_name: str) -> None:
             time.sleep(3600)
 
 class Worker:
-    def __init__(self, threads: int, quick: bool, emit: Callable[[dict], None]):
+    """Measures items grouped by workload: every configuration of a workload
+    is built, compiled and warmed up in turn, then sampled round-robin."""
+
+    def __init__(self, threads: int, quick: bool, deadline: float | None,
+                 emit: Callable[[dict], None]):
         self.env = Env(threads)
         self.plan = Plan(quick=quick)
         self.quick = quick
+        self.deadline = deadline
         self.emit = emit
-        self.references: dict[str, list] = {}
 
-    def run_item(self, index: int, workload_name: str, config_name: str) -> dict:
-        from bench.workloads import BY_NAME, Ctx
+    def _budget(self, items_left: int) -> float:
+        """Sampling time per item: the full budget while the run is on
+        schedule, less when it is late, so the last workloads still run."""
+        if self.deadline is None:
+            return self.plan.budget_s
+        share = 0.35 * (self.deadline - time.time()) / max(items_left, 1)
+        return max(self.plan.min_budget_s, min(self.plan.budget_s, share))
+
+    def _prepare(self, index, workload, config, result, reference):
+        """Builds one configuration and makes its first call and warm-up.
+        Returns (Timed, prepared) or None when it failed (result updated)."""
+        from bench.workloads import Ctx
 
         torch = self.env.torch
-        config = CONFIG_BY_NAME[config_name]
-        workload = BY_NAME[workload_name]
-        result: dict[str, Any] = {"workload": workload_name, "config": config_name}
-        ok, reason = self.env.available[config_name]
+        ok, reason = self.env.available[config.name]
         if not ok:
             result.update(status="unavailable", reason=reason)
-            return result
-
+            return None
         stage = "setup"
         before = self.env.fallback_ops() if config.device != "cpu" else None
-        prepared = None
         try:
-            torch._dynamo.reset()
             sync = self.env.sync_for(config.device)
             ctx = Ctx(device=torch.device(config.device), backend=config.backend, quick=self.quick,
                       sync=sync)
             prepared = workload.build(ctx)
-            _inject_fault(workload_name, config_name)
             result.update(items=prepared.items, flops=prepared.flops, bytes=prepared.bytes,
-                          limit=prepared.limit)
-            stage = "run"
-            timing = measure(prepared.fn, sync, self.plan)
-            out = to_reference(timing.pop("output"))
-            result.update(status="ok", **timing)
-            if config_name == BASELINE:
-                self.references[workload_name] = out
+                          limit=prepared.limit, tol=prepared.tol)
+            _inject_fault(workload.name, config.name)
+            stage = "first call"
+            timed = Timed(prepared.fn, sync, self.plan)
+            out = to_reference(timed.start())
+            if config.name == BASELINE:
+                reference[:] = out
                 result["check"] = {"status": "reference"}
-            elif workload_name in self.references:
-                result["check"] = compare(out, self.references[workload_name], prepared.tol)
+            elif reference:
+                result["check"] = compare(out, reference, prepared.tol)
             else:
-                result["check"] = {"status": "skipped", "detail": "no CPU eager reference in this process"}
-            if prepared.extra:
-                result["extra"] = {k: statistics.median(v) for k, v in prepared.extra.items() if v}
+                result["check"] = {"status": "skipped", "detail": "no CPU eager result to compare with"}
+            return timed, prepared
         except Exception as exc:
             result.update(status="error", stage=stage, reason=describe_error(exc),
                           traceback=traceback.format_exc(limit=8)[-2000:])
+            return None
         finally:
             if before is not None:
                 after = self.env.fallback_ops()
@@ -300,18 +327,64 @@ class Worker:
                     delta = {k: (v - before.get(k, 0)) if isinstance(v, int) else v
                              for k, v in after.items()}
                     result["fallback_ops"] = {k: v for k, v in delta.items() if v}
-            del prepared
-            gc.collect()
-            _safe(torch._dynamo.reset)
-        return result
+
+    def run_group(self, group, items_left: int) -> None:
+        from bench.workloads import BY_NAME
+
+        torch = self.env.torch
+        _safe(torch._dynamo.reset)
+        workload = BY_NAME[group[0][1]]
+        reference: list = []
+        active = []  # (index, result, timed, prepared)
+        for index, _, config_name in group:
+            self.emit({"event": "start", "item": index})
+            result: dict[str, Any] = {"workload": workload.name, "config": config_name}
+            got = self._prepare(index, workload, CONFIG_BY_NAME[config_name], result, reference)
+            if got is not None and not self.quick:
+                for phase in got[1].extra.values():
+                    phase.clear()  # phases of the first call and warm-up
+            if got is None:
+                self.emit({"event": "result", "item": index, "result": result})
+            else:
+                got[0].budget_s = self._budget(items_left)
+                active.append((index, result, *got))
+        pending = list(active)
+        while pending:
+            for entry in list(pending):
+                index, result, timed, _ = entry
+                if timed.done or self.quick:
+                    pending.remove(entry)
+                    continue
+                self.emit({"event": "start", "item": index})
+                try:
+                    timed.sample()
+                except Exception as exc:
+                    result.update(status="error", stage="measure", reason=describe_error(exc),
+                                  traceback=traceback.format_exc(limit=8)[-2000:])
+                    pending.remove(entry)
+        for index, result, timed, prepared in active:
+            if result.get("status") != "error":
+                result.update(status="ok", **timed.summary())
+                if prepared.extra:
+                    result["extra"] = {k: statistics.median(v) for k, v in prepared.extra.items() if v}
+            self.emit({"event": "result", "item": index, "result": result})
+        del active, pending, reference
+        gc.collect()
+        _safe(torch._dynamo.reset)
 
     def run(self, items: list[tuple[int, str, str]]):
         self.emit({"event": "env", "info": self.env.info,
                    "available": {k: {"available": v[0], "reason": v[1]} for k, v in self.env.available.items()}})
-        for index, workload_name, config_name in items:
-            self.emit({"event": "start", "item": index})
-            result = self.run_item(index, workload_name, config_name)
-            self.emit({"event": "result", "item": index, "result": result})
+        groups: list[list] = []
+        for item in items:
+            if groups and groups[-1][0][1] == item[1]:
+                groups[-1].append(item)
+            else:
+                groups.append([item])
+        left = len(items)
+        for group in groups:
+            self.run_group(group, left)
+            left -= len(group)
         self.emit({"event": "done"})
 
 
@@ -323,7 +396,7 @@ def worker_main(spec_json: str, fd: int):
         stream.write(json.dumps(obj, default=_json_default) + "\n")
         stream.flush()
 
-    worker = Worker(spec["threads"], spec["quick"], emit)
+    worker = Worker(spec["threads"], spec["quick"], spec.get("deadline"), emit)
     worker.run([tuple(it) for it in spec["items"]])
     stream.close()
 

@@ -264,7 +264,7 @@ def write_chart(results: dict, path: Path) -> None:
     workloads = results["workloads"]
     n = len(workloads)
     height = 0.8 / max(len(configs), 1)
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.42 * n))
+    fig, ax = plt.subplots(figsize=(10, 1.8 + 0.42 * n))
     colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
     ymax = n - 1
     for ci, c in enumerate(configs):
@@ -283,7 +283,9 @@ def write_chart(results: dict, path: Path) -> None:
     handles = [Patch(color=colors[i % len(colors)],
                      label=c["label"] + ("" if c["available"] else " (not available)"))
                for i, c in enumerate(configs)]
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    fig_h = fig.get_size_inches()[1]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.35 / fig_h), ncol=2,
+               fontsize=8, frameon=False)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_yticks([ymax - i for i in range(n)])
@@ -293,8 +295,8 @@ def write_chart(results: dict, path: Path) -> None:
             f"PyTorch {results['torch_version']}"
     if results["quick"]:
         title += " (quick mode)"
-    ax.set_title(title, fontsize=9)
+    fig.suptitle(title, fontsize=9, y=1 - 0.08 / fig_h)
     ax.grid(axis="x", which="both", alpha=0.3)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.85 / fig_h))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -158,6 +158,7 @@ def run_items(items, args, on_result) -> dict:
     env_info = {}
     remaining = list(items)
     start = time.monotonic()
+    args.deadline = time.time() + args.budget
     log = Path(tempfile.mkstemp(prefix="loom-bench-worker-", suffix=".log")[1])
     try:
         while remaining:
@@ -183,7 +184,8 @@ def _run_worker(items, args, log, env_info, on_result, done_ids, start):
     it could not even start; ([], None) when it finished or stopped on the
     budget."""
     rfd, wfd = os.pipe()
-    spec = json.dumps({"threads": args.threads, "quick": args.quick, "items": items})
+    spec = json.dumps({"threads": args.threads, "quick": args.quick, "items": items,
+                       "deadline": args.deadline})
     with open(log, "w") as logf:
         proc = subprocess.Popen([sys.executable, "-m", "bench.run", "--worker", "--spec", spec, "--fd", str(wfd)],
                                 cwd=ROOT, env=worker_env(args.threads), stdout=logf, stderr=subprocess.STDOUT,
