@@ -557,12 +557,37 @@ int loom_allocator_owner(const void *ptr, loom_allocator **out_allocator) {
   return e.owner;
 }
 
+void loom_allocator_retire_stream(loom_allocator *a, uint64_t old_id, uint64_t new_id) {
+  pthread_mutex_lock(&a->lock);
+  pthread_rwlock_rdlock(&device_segments.lock);
+  for (size_t i = 0; i < device_segments.count; ++i) {
+    const loom_segment_entry *e = &device_segments.entries[i];
+    if (e->owner != a->device) continue;
+    block *head = e->data;
+    if (head->stream_id != old_id) continue; /* a segment serves one stream */
+    for (block *b = head; b; b = b->next) {
+      const int cached = b->in_free_list;
+      if (cached) free_list_remove(a, b);
+      b->stream_id = new_id;
+      if (cached) (void)free_list_insert(a, b);
+    }
+  }
+  pthread_rwlock_unlock(&device_segments.lock);
+  pthread_mutex_unlock(&a->lock);
+}
+
 size_t loom_allocator_extent(loom_allocator *a, const void *ptr) {
   const uintptr_t addr = (uintptr_t)ptr;
   size_t extent = 0;
   /* Look the segment up under the allocator lock: segments are only
    * released under it, so the block list cannot vanish while we walk it. */
   pthread_mutex_lock(&a->lock);
+  const block *start = loom_block_map_get(&a->live, ptr);
+  if (start) { /* the usual case: a block's own address */
+    extent = start->size;
+    pthread_mutex_unlock(&a->lock);
+    return extent;
+  }
   loom_segment_entry e;
   if (loom_segment_table_find(&device_segments, ptr, &e) && e.owner == a->device) {
     for (block *b = e.data; b; b = b->next) {

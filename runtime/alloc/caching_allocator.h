@@ -31,6 +31,8 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
 loom_status loom_allocator_free(loom_allocator *a, void *ptr);
 loom_status loom_allocator_record_stream(loom_allocator *a, void *ptr, loom_stream_t *stream,
                                          uint64_t stream_id);
+/* A stream is gone (its queue drained): its blocks join `new_id`'s pool. */
+void loom_allocator_retire_stream(loom_allocator *a, uint64_t old_id, uint64_t new_id);
 void loom_allocator_stats(loom_allocator *a, loom_memory_stats *out);
 void loom_allocator_reset_peak(loom_allocator *a);
 void loom_allocator_reset_accumulated(loom_allocator *a);

@@ -22,6 +22,7 @@ static void runtime_free(loom_runtime *rt) {
       /* The allocator goes first: it may still wait on streams and drop the
        * references it holds on them. */
       if (dev->allocator) loom_allocator_destroy(dev->allocator);
+      dev->allocator = NULL;
       /* Streams the user still holds are destroyed too: shutdown frees all. */
       while (dev->streams) loom_stream_destroy_internal(rt, dev->streams);
       dev->default_stream = NULL;

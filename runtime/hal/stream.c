@@ -43,6 +43,10 @@ void loom_stream_destroy_internal(loom_runtime *rt, loom_stream_t *s) {
   if (s->next) s->next->prev = s->prev;
   pthread_mutex_unlock(&dev->streams_lock);
   rt->driver->queue_destroy(rt->driver->context, s->queue);
+  /* Cached blocks of a stream that no longer exists would never be handed
+   * out again: give them to the default stream. */
+  if (!s->is_default && dev->allocator && dev->default_stream)
+    loom_allocator_retire_stream(dev->allocator, s->id, dev->default_stream->id);
   s->magic = 0;
   pthread_mutex_destroy(&s->error_lock);
   free(s);

@@ -107,6 +107,13 @@ static void test_stream_reuse(void) {
   CHECK_OK(loom_free(q));
   loom_stream_release(a);
   loom_stream_release(b);
+  /* Blocks of destroyed streams serve the default stream. */
+  const int64_t segments = stats().segment[LOOM_POOL_ALL].current;
+  CHECK_OK(loom_malloc(0, 8192, NULL, &q));
+  CHECK_OK(loom_malloc(0, 8192, NULL, &p));
+  CHECK_EQ_INT(stats().segment[LOOM_POOL_ALL].current, segments);
+  CHECK_OK(loom_free(q));
+  CHECK_OK(loom_free(p));
 }
 
 static void test_record_stream_defers_reuse(void) {
