@@ -18,7 +18,7 @@ def test_failures_are_reported_and_the_run_continues(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--no-limits", "--out", str(tmp_path),
          "--configs", "cpu_eager", "--workloads", "overhead_add,add_16M,sum_16M,softmax",
-         "--item-timeout", "20"],
+         "--item-timeout", "10"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
