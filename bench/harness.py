@@ -162,8 +162,9 @@ class Timed:
     turn (interleaved, so that a change in the machine's load hits them all
     alike). The figure of merit is the median of the samples."""
 
-    def __init__(self, fn: Callable[[], Any], sync: Callable[[], None], plan: Plan):
-        self.fn, self.sync, self.plan = fn, sync, plan
+    def __init__(self, fn: Callable[[], Any], sync: Callable[[], None], plan: Plan,
+                 hurry: bool = False):
+        self.fn, self.sync, self.plan, self.hurry = fn, sync, plan, hurry
         self.samples: list[float] = []
         self.first_call_s = 0.0
         self.inner = 1
@@ -181,14 +182,14 @@ class Timed:
         if self.plan.quick:
             self.samples = [self.first_call_s]
             return out
-        for _ in range(1 if est > self.plan.slow_call_s else 2):
+        for _ in range(1 if est > self.plan.slow_call_s or self.hurry else 2):
             t0 = clock()
             self.fn()
             self.sync()
             est = clock() - t0
         if est < self.plan.min_sample_s:
             self.inner = min(1000, max(1, int(self.plan.min_sample_s / max(est, 1e-7))))
-        if est > self.plan.slow_call_s:
+        if est > self.plan.slow_call_s or self.hurry:
             self.min_samples = 1
         return out
 
@@ -285,7 +286,7 @@ class Worker:
         share = 0.35 * (self.deadline - time.time()) / max(items_left, 1)
         return max(self.plan.min_budget_s, min(self.plan.budget_s, share))
 
-    def _prepare(self, index, workload, config, result, reference):
+    def _prepare(self, index, workload, config, result, reference, budget):
         """Builds one configuration and makes its first call and warm-up.
         Returns (Timed, prepared) or None when it failed (result updated)."""
         from bench.workloads import Ctx
@@ -306,7 +307,9 @@ class Worker:
                           limit=prepared.limit, tol=prepared.tol)
             _inject_fault(workload.name, config.name)
             stage = "first call"
-            timed = Timed(prepared.fn, sync, self.plan)
+            # a late run keeps to one warm-up call and one sample per item
+            timed = Timed(prepared.fn, sync, self.plan, hurry=budget <= self.plan.min_budget_s)
+            timed.budget_s = budget
             out = to_reference(timed.start())
             if config.name == BASELINE:
                 reference[:] = out
@@ -339,15 +342,16 @@ class Worker:
         for index, _, config_name in group:
             self.emit({"event": "start", "item": index})
             result: dict[str, Any] = {"workload": workload.name, "config": config_name}
-            got = self._prepare(index, workload, CONFIG_BY_NAME[config_name], result, reference)
+            got = self._prepare(index, workload, CONFIG_BY_NAME[config_name], result, reference,
+                                self._budget(items_left))
             if got is not None and not self.quick:
                 for phase in got[1].extra.values():
                     phase.clear()  # phases of the first call and warm-up
             if got is None:
                 self.emit({"event": "result", "item": index, "result": result})
             else:
-                got[0].budget_s = self._budget(items_left)
                 active.append((index, result, *got))
+            items_left -= 1
         pending = list(active)
         while pending:
             for entry in list(pending):
