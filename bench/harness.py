@@ -77,13 +77,18 @@ class Env:
 
     def _probe_loom(self) -> tuple[bool, str | None]:
         torch = self.torch
-        try:
-            import torch_loom  # noqa: F401  (importing registers the device)
-        except Exception as exc:  # a broken build must not stop the CPU runs
-            return False, "import torch_loom failed: " + describe_error(exc)
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                import torch_loom  # noqa: F401  (importing registers the device)
+            except Exception as exc:  # a broken build must not stop the CPU runs
+                return False, "import torch_loom failed: " + describe_error(exc)
         if torch._C._get_privateuse1_backend_name() != "loom":
-            return False, ("torch_loom imported but the loom device is not registered "
-                           "(is the extension built? `make build`)")
+            said = "; ".join(str(w.message) for w in caught if "loom" in str(w.message))
+            return False, ("torch_loom imported but the loom device is not registered"
+                           + (f": {said}" if said else " (is the extension built? `make build`)"))
         try:
             x = torch.arange(8, dtype=torch.float32, device="loom")
             y = (x * 2 + 1).cpu()
