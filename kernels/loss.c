@@ -71,7 +71,7 @@ int loom_nll_loss_forward(const loom_kernel_args *args, int64_t begin,
   if (begin != 0) return LOOM_OK;
   double sum = 0.0, wsum = 0.0;
   for (int64_t i = 0; i < v.n * v.s; ++i) {
-    double loss, w;
+    double loss = 0.0, w = 0.0;
     int st = nll_term(&v, i, &loss, &w);
     if (st) return st;
     sum += loss;

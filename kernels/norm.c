@@ -1,9 +1,21 @@
 /* Layer norm and RMS norm over contiguous rows. */
 #include <math.h>
 
+#include "kernels/nn_rows.h"
 #include "kernels/nn_util.h"
 #include "kernels/norm.h"
 #include "loom/status.h"
+
+/* The fp32 fast path applies when every given tensor is fp32. */
+static int all_f32(const loom_tensor *const *ts, int n) {
+  for (int i = 0; i < n; ++i)
+    if (ts[i]->data && ts[i]->dtype != LOOM_FLOAT32) return 0;
+  return 1;
+}
+
+static inline const float *f32_or_null(const loom_tensor *t) {
+  return t->data ? (const float *)t->data : NULL;
+}
 
 /* Columns of grad_weight/grad_bias accumulated together per pass over the
  * rows: wide enough to stream rows, small enough for the stack. */
@@ -19,6 +31,21 @@ int loom_layer_norm_forward(const loom_kernel_args *args, int64_t begin,
   const int64_t n = args->scalars[0].i;
   const double eps = args->scalars[1].f;
   const int rms = args->scalars[2].i != 0;
+  const loom_tensor *const all[6] = {x, w, b, y, mean, rstd};
+  if (all_f32(all, 6)) {
+    const loom_nn_rows_ops *ops = loom_nn_rows();
+    for (int64_t r = begin; r < end; ++r) {
+      const float *xr = (const float *)x->data + r * n;
+      const float mu = rms ? 0.0f : ops->sum(xr, n) / (float)n;
+      const float var = ops->sq_dev(xr, n, mu) / (float)n;
+      const float rs = 1.0f / sqrtf(var + (float)eps);
+      if (mean->data) ((float *)mean->data)[r] = mu;
+      ((float *)rstd->data)[r] = rs;
+      ops->norm_apply(xr, n, mu, rs, f32_or_null(w), f32_or_null(b),
+                      (float *)y->data + r * n);
+    }
+    return LOOM_OK;
+  }
   for (int64_t r = begin; r < end; ++r) {
     const int64_t base = r * n;
     double mu = 0.0, var = 0.0;
@@ -53,6 +80,22 @@ int loom_layer_norm_backward_input(const loom_kernel_args *args,
                     *w = &args->tensors[4], *dx = &args->tensors[5];
   const int64_t n = args->scalars[0].i;
   const int rms = args->scalars[1].i != 0;
+  const loom_tensor *const all[6] = {dy, x, mean, rstd, w, dx};
+  if (all_f32(all, 6)) {
+    const loom_nn_rows_ops *ops = loom_nn_rows();
+    for (int64_t r = begin; r < end; ++r) {
+      const float mu = (rms || !mean->data) ? 0.0f : ((const float *)mean->data)[r];
+      const float rs = ((const float *)rstd->data)[r];
+      const float *dyr = (const float *)dy->data + r * n;
+      const float *xr = (const float *)x->data + r * n;
+      float sums[2];
+      ops->norm_grad_sums(dyr, xr, f32_or_null(w), n, mu, rs, sums);
+      ops->norm_grad_apply(dyr, xr, f32_or_null(w), n, mu, rs,
+                           rms ? 0.0f : sums[0] / (float)n, sums[1] / (float)n,
+                           (float *)dx->data + r * n);
+    }
+    return LOOM_OK;
+  }
   for (int64_t r = begin; r < end; ++r) {
     const int64_t base = r * n;
     const double mu = (rms || !mean->data) ? 0.0 : loom_nn_load(mean->data, mean->dtype, r);
@@ -86,12 +129,23 @@ int loom_layer_norm_backward_params(const loom_kernel_args *args,
   const int64_t m = args->scalars[0].i, n = args->scalars[1].i;
   const int rms = args->scalars[2].i != 0;
   double acc_w[LN_COLUMN_BLOCK], acc_b[LN_COLUMN_BLOCK];
+  const loom_tensor *const ins[4] = {dy, x, mean, rstd};
+  const int fast = all_f32(ins, 4);
   for (int64_t j0 = begin; j0 < end; j0 += LN_COLUMN_BLOCK) {
     const int64_t j1 = j0 + LN_COLUMN_BLOCK < end ? j0 + LN_COLUMN_BLOCK : end;
     for (int64_t j = j0; j < j1; ++j) acc_w[j - j0] = acc_b[j - j0] = 0.0;
     for (int64_t r = 0; r < m; ++r) {
       const double mu = (rms || !mean->data) ? 0.0 : loom_nn_load(mean->data, mean->dtype, r);
       const double rs = loom_nn_load(rstd->data, rstd->dtype, r);
+      if (fast) {
+        const float *dyr = (const float *)dy->data + r * n;
+        const float *xr = (const float *)x->data + r * n;
+        for (int64_t j = j0; j < j1; ++j) {
+          acc_b[j - j0] += dyr[j];
+          acc_w[j - j0] += dyr[j] * ((xr[j] - mu) * rs);
+        }
+        continue;
+      }
       for (int64_t j = j0; j < j1; ++j) {
         double g = loom_nn_load(dy->data, dy->dtype, r * n + j);
         acc_b[j - j0] += g;

@@ -4,6 +4,7 @@
 
 #include <math.h>
 
+#include "kernels/nn_rows.h"
 #include "kernels/nn_util.h"
 #include "loom/status.h"
 
@@ -39,9 +40,30 @@ int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
   const int take_log = args->scalars[1].i != 0;
   const softmax_row ri = row_of(in, dim), ro = row_of(out, dim);
   const int64_t n = ri.n;
+  const loom_nn_rows_ops *ops = loom_nn_rows();
+  const int fast = in->dtype == LOOM_FLOAT32 && out->dtype == LOOM_FLOAT32 &&
+                   ri.stride == 1 && ro.stride == 1;
   for (int64_t r = begin; r < end; ++r) {
     const int64_t xo = loom_nn_offset(in, r, dim);
     const int64_t yo = loom_nn_offset(out, r, dim);
+    if (fast) {
+      const float *x = (const float *)in->data + xo;
+      float *y = (float *)out->data + yo;
+      const float m = ops->max(x, n);
+      /* log-softmax in place would lose x to the exp terms: exact path */
+      if (isfinite(m) && !(take_log && (const void *)x == (void *)y)) { /* NaN and inf rows take the exact path below */
+        if (take_log) {
+          /* y holds exp(x - m) until it is overwritten; x may alias y */
+          const float logsum = logf(ops->exp_sum(x, n, m, y));
+          ops->affine(x, n, 1.0f, -m, y);
+          ops->affine(y, n, 1.0f, -logsum, y);
+        } else {
+          const float sum = ops->exp_sum(x, n, m, y);
+          ops->affine(y, n, 1.0f / sum, 0.0f, y);
+        }
+        continue;
+      }
+    }
     double m = -INFINITY;
     for (int64_t i = 0; i < n; ++i) {
       double v = loom_nn_load(in->data, in->dtype, xo + i * ri.stride);
@@ -72,10 +94,24 @@ int loom_softmax_backward(const loom_kernel_args *args, int64_t begin,
   const softmax_row rg = row_of(g, dim), ry = row_of(y, dim),
                     rgi = row_of(gi, dim);
   const int64_t n = rg.n;
+  const loom_nn_rows_ops *ops = loom_nn_rows();
+  const int fast = g->dtype == LOOM_FLOAT32 && y->dtype == LOOM_FLOAT32 &&
+                   gi->dtype == LOOM_FLOAT32 && rg.stride == 1 &&
+                   ry.stride == 1 && rgi.stride == 1;
   for (int64_t r = begin; r < end; ++r) {
     const int64_t go = loom_nn_offset(g, r, dim);
     const int64_t yo = loom_nn_offset(y, r, dim);
     const int64_t gio = loom_nn_offset(gi, r, dim);
+    if (fast) {
+      const float *gp = (const float *)g->data + go;
+      const float *yp = (const float *)y->data + yo;
+      float *gip = (float *)gi->data + gio;
+      if (take_log)
+        ops->log_softmax_grad(gp, yp, n, ops->sum(gp, n), gip);
+      else
+        ops->softmax_grad(gp, yp, n, ops->dot(gp, yp, n), gip);
+      continue;
+    }
     double dot = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       double gv = loom_nn_load(g->data, g->dtype, go + i * rg.stride);

@@ -408,6 +408,82 @@ static void test_embedding_backward(void) {
   EXPECT(run(loom_embedding_backward_bucket, b, 3, bs, 1, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
 }
 
+/* ---- fp32 fast paths against the fp64 path ----------------------------------- */
+
+static double max_abs_f32(const float *a, const double *b, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = fabs((double)a[i] - b[i]);
+    if (d > m || d != d) m = d != d ? INFINITY : d;
+  }
+  return m;
+}
+
+static void test_fast_paths(void) {
+  enum { R = 5, MAXN = 70 };
+  static float xf[R * MAXN], yf[R * MAXN], gf[R * MAXN], gif[R * MAXN];
+  static double xd[R * MAXN], yd[R * MAXN], gd[R * MAXN], gid[R * MAXN];
+  static float wf[MAXN], bf[MAXN], meanf[R], rstdf[R];
+  static double wd[MAXN], bd[MAXN], meand[R], rstdd[R];
+  for (int n = 1; n <= MAXN; n += 3) {
+    for (int i = 0; i < R * n; ++i) {
+      xf[i] = (float)(frand() * 6);
+      xd[i] = xf[i];
+      gf[i] = (float)frand();
+      gd[i] = gf[i];
+    }
+    xf[n / 2] = -INFINITY; /* a masked entry in row 0 */
+    xd[n / 2] = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+      wf[j] = (float)frand(); wd[j] = wf[j];
+      bf[j] = (float)frand(); bd[j] = bf[j];
+    }
+    const int64_t sz[2] = {R, n}, sm[1] = {R}, sw[1] = {n};
+    for (int take_log = 0; take_log <= 1; ++take_log) {
+      loom_tensor tf[2] = {dense(xf, LOOM_FLOAT32, 2, sz), dense(yf, LOOM_FLOAT32, 2, sz)};
+      loom_tensor td[2] = {dense(xd, LOOM_FLOAT64, 2, sz), dense(yd, LOOM_FLOAT64, 2, sz)};
+      loom_scalar s[2] = {si(1), si(take_log)};
+      EXPECT(run(loom_softmax_forward, tf, 2, s, 2, R, 2) == 0);
+      EXPECT(run(loom_softmax_forward, td, 2, s, 2, R, 2) == 0);
+      if (n > 1) EXPECT(take_log ? yf[n / 2] == -INFINITY : yf[n / 2] == 0.0f);
+      /* compare away from the masked entry */
+      double err = 0;
+      for (int i = 0; i < R * n; ++i)
+        if (i != n / 2 || n == 1) err = fmax(err, fabs(yf[i] - yd[i]) / (1 + fabs(yd[i])));
+      EXPECT(err < 2e-6);
+      if (n == 1) continue; /* row 0 holds only -inf: no gradient to compare */
+      loom_tensor bf_[3] = {dense(gf, LOOM_FLOAT32, 2, sz), dense(yf, LOOM_FLOAT32, 2, sz),
+                            dense(gif, LOOM_FLOAT32, 2, sz)};
+      loom_tensor bd_[3] = {dense(gd, LOOM_FLOAT64, 2, sz), dense(yd, LOOM_FLOAT64, 2, sz),
+                            dense(gid, LOOM_FLOAT64, 2, sz)};
+      EXPECT(run(loom_softmax_backward, bf_, 3, s, 2, R, 3) == 0);
+      EXPECT(run(loom_softmax_backward, bd_, 3, s, 2, R, 3) == 0);
+      EXPECT(max_abs_f32(gif, gid, R * n) < 1e-5 * n);
+    }
+    /* layer norm, affine, fp32 against fp64 */
+    xf[n / 2] = 0.25f;
+    xd[n / 2] = 0.25;
+    loom_tensor lf[6] = {dense(xf, LOOM_FLOAT32, 2, sz), dense(wf, LOOM_FLOAT32, 1, sw),
+                         dense(bf, LOOM_FLOAT32, 1, sw), dense(yf, LOOM_FLOAT32, 2, sz),
+                         dense(meanf, LOOM_FLOAT32, 1, sm), dense(rstdf, LOOM_FLOAT32, 1, sm)};
+    loom_tensor ld[6] = {dense(xd, LOOM_FLOAT64, 2, sz), dense(wd, LOOM_FLOAT64, 1, sw),
+                         dense(bd, LOOM_FLOAT64, 1, sw), dense(yd, LOOM_FLOAT64, 2, sz),
+                         dense(meand, LOOM_FLOAT64, 1, sm), dense(rstdd, LOOM_FLOAT64, 1, sm)};
+    loom_scalar ls[3] = {si(n), sf(1e-5), si(0)};
+    EXPECT(run(loom_layer_norm_forward, lf, 6, ls, 3, R, 2) == 0);
+    EXPECT(run(loom_layer_norm_forward, ld, 6, ls, 3, R, 2) == 0);
+    EXPECT(max_abs_f32(yf, yd, R * n) < 1e-4);
+    loom_tensor bif[6] = {dense(gf, LOOM_FLOAT32, 2, sz), lf[0], lf[4], lf[5], lf[1],
+                          dense(gif, LOOM_FLOAT32, 2, sz)};
+    loom_tensor bid[6] = {dense(gd, LOOM_FLOAT64, 2, sz), ld[0], ld[4], ld[5], ld[1],
+                          dense(gid, LOOM_FLOAT64, 2, sz)};
+    loom_scalar bs[2] = {si(n), si(0)};
+    EXPECT(run(loom_layer_norm_backward_input, bif, 6, bs, 2, R, 2) == 0);
+    EXPECT(run(loom_layer_norm_backward_input, bid, 6, bs, 2, R, 2) == 0);
+    EXPECT(max_abs_f32(gif, gid, R * n) < 1e-3);
+  }
+}
+
 int main(void) {
   srand(7);
   test_softmax();
@@ -418,6 +494,7 @@ int main(void) {
   test_nll_loss();
   test_pointwise_losses();
   test_embedding_backward();
+  test_fast_paths();
   printf("test_nn_kernels: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
