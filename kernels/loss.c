@@ -61,7 +61,7 @@ int loom_nll_loss_forward(const loom_kernel_args *args, int64_t begin,
   const int64_t reduction = args->scalars[0].i;
   if (reduction == LOOM_REDUCTION_NONE) {
     for (int64_t i = begin; i < end; ++i) {
-      double loss, w;
+      double loss = 0.0, w = 0.0;
       int st = nll_term(&v, i, &loss, &w);
       if (st) return st;
       loom_nn_store(out->data, out->dtype, i, loss);
