@@ -1,0 +1,70 @@
+// Glue shared by the elementwise adapters: boxed-argument access by name and
+// the launch of loom_kernel_pointwise over an at::TensorIterator.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <optional>
+
+#include "common.h"
+#include "kernels/pointwise.h"
+
+namespace torch_loom::pw {
+
+// The arguments of a boxed call, looked up by their schema names.
+class Args {
+ public:
+  Args(const c10::FunctionSchema& schema, torch::jit::Stack* stack)
+      : schema_(schema),
+        stack_(stack),
+        base_(stack->size() - schema.arguments().size()) {}
+
+  const c10::IValue* find(const char* name) const;
+  bool has(const char* name) const {
+    const c10::IValue* v = find(name);
+    return v && !v->isNone();
+  }
+  // A tensor argument; a Scalar becomes a wrapped-number CPU tensor, which
+  // TensorIterator treats as a constant.
+  at::Tensor tensor(const char* name) const;
+  at::Scalar scalar(const char* name, const at::Scalar& fallback = 0) const;
+  std::optional<at::Scalar> opt_scalar(const char* name) const;
+  std::optional<at::Tensor> opt_tensor(const char* name) const;
+  std::string str(const char* name, const char* fallback) const;
+  bool flag(const char* name) const;
+  // The out= argument, or undefined.
+  at::Tensor out() const;
+  bool inplace() const;
+  size_t size() const { return schema_.arguments().size(); }
+
+ private:
+  const c10::FunctionSchema& schema_;
+  torch::jit::Stack* stack_;
+  size_t base_;
+};
+
+// Replaces a boxed call's arguments by its one result.
+void finish(torch::jit::Stack* stack, const Args& args, const at::Tensor& r);
+
+// Compute kind for a common dtype; throws NotImplementedError naming `op`
+// for dtypes the kernels do not carry (complex).
+loom_pw_kind kind_of(at::ScalarType type, const char* op);
+
+// A parameter in the member the kind reads.
+inline loom_scalar param(const at::Scalar& s, loom_pw_kind kind) {
+  return kind == LOOM_PW_I64 ? scalar_i(s.toLong()) : scalar_f(s.toDouble());
+}
+
+// Launches loom_kernel_pointwise(op) over a built iterator (outputs first).
+// CPU scalar operands travel as constants. params: 4 values.
+void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
+                 loom_pw_kind kind, const loom_scalar* params);
+
+// Waits for the launch and turns an integer division by zero into the
+// RuntimeError the CPU backend raises.
+void check_division(const char* name, const at::TensorIteratorBase& iter);
+
+}  // namespace torch_loom::pw

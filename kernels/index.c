@@ -1,0 +1,174 @@
+/* Indexing along one dim. Every write to a destination slice is made by the
+ * call that owns the slice, in index order, so duplicate indices give the
+ * same result whatever the thread count. */
+#include "kernels/index.h"
+
+#include "kernels/convert.h"
+#include "kernels/nn_util.h"
+#include "kernels/pointwise.h"
+#include "loom/status.h"
+
+/* Element offset in `t` of the `linear`-th position of `shape`'s index
+ * space (row-major), skipping dim `skip` (-1: none). */
+static int64_t ix_offset(const loom_tensor *shape, const loom_tensor *t,
+                         int64_t linear, int32_t skip) {
+  int64_t off = 0;
+  for (int32_t d = shape->rank - 1; d >= 0; --d) {
+    if (d == skip) continue;
+    const int64_t size = shape->sizes[d];
+    off += (linear % size) * t->strides[d];
+    linear /= size;
+  }
+  return off;
+}
+
+/* Index value `i` of a 1-d or same-shaped index tensor, wrapped and
+ * checked against `limit`; -1 if out of range. */
+static int64_t ix_value(const loom_tensor *index, int64_t off, int64_t limit) {
+  int64_t v = loom_nn_load_index(index->data, index->dtype, off);
+  if (v < 0) v += limit;
+  return (v < 0 || v >= limit) ? -1 : v;
+}
+
+typedef struct ix_value_t {
+  double f;
+  int64_t i;
+} ix_val;
+
+static ix_val ix_load(const loom_tensor *t, int64_t off, int integral) {
+  ix_val v = {0.0, 0};
+  if (integral) v.i = loom_nn_load_index(t->data, t->dtype, off);
+  else v.f = loom_nn_load(t->data, t->dtype, off);
+  return v;
+}
+
+static void ix_store(const loom_tensor *t, int64_t off, int integral, ix_val v) {
+  char *dst = (char *)t->data + off * loom_dtype_size(t->dtype);
+  if (integral) loom_pw_store(LOOM_PW_I64, dst, t->dtype, 0, &v.i, 1);
+  else loom_pw_store(LOOM_PW_F64, dst, t->dtype, 0, &v.f, 1);
+}
+
+/* dst[off] = reduce(dst[off], v). */
+static void ix_apply(const loom_tensor *dst, int64_t off, int integral,
+                     int reduce, ix_val v) {
+  if (reduce != LOOM_INDEX_ASSIGN) {
+    const ix_val cur = ix_load(dst, off, integral);
+    switch (reduce) {
+      case LOOM_INDEX_SUM:
+        v.f += cur.f;
+        v.i = (int64_t)((uint64_t)v.i + (uint64_t)cur.i);
+        break;
+      case LOOM_INDEX_PROD:
+        v.f *= cur.f;
+        v.i = (int64_t)((uint64_t)v.i * (uint64_t)cur.i);
+        break;
+      case LOOM_INDEX_AMAX:
+        if (cur.f != cur.f || cur.f > v.f) v.f = cur.f;
+        if (cur.i > v.i) v.i = cur.i;
+        break;
+      case LOOM_INDEX_AMIN:
+        if (cur.f != cur.f || cur.f < v.f) v.f = cur.f;
+        if (cur.i < v.i) v.i = cur.i;
+        break;
+    }
+  }
+  ix_store(dst, off, integral, v);
+}
+
+int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 4) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int op = (int)args->scalars[0].i;
+  const int32_t dim = (int32_t)args->scalars[1].i;
+  const int reduce = (int)args->scalars[3].i;
+  const loom_tensor *t0 = &args->tensors[0], *t1 = &args->tensors[1];
+  const loom_tensor *t2 = args->num_tensors > 2 ? &args->tensors[2] : NULL;
+  const int integral = loom_dtype_is_integral(t0->dtype);
+  ix_val scalar = {args->scalars[2].f, args->scalars[2].i};
+  if (integral) scalar.f = 0.0;
+  const int32_t skip = t0->rank ? dim : -1;
+
+  switch (op) {
+    case LOOM_INDEX_SELECT:   /* out, self, index */
+    case LOOM_INDEX_GATHER: { /* out, self, index */
+      if (!t2) return LOOM_ERROR_INVALID_ARGUMENT;
+      const int64_t limit = t1->rank ? t1->sizes[dim] : 1;
+      for (int64_t e = begin; e < end; ++e) {
+        int64_t rest = e, k = 0, src = 0, dst = 0, ioff = 0;
+        for (int32_t d = t0->rank - 1; d >= 0; --d) {
+          const int64_t c = rest % t0->sizes[d];
+          rest /= t0->sizes[d];
+          dst += c * t0->strides[d];
+          if (d == dim) k = c;
+          else src += c * t1->strides[d];
+          if (op == LOOM_INDEX_GATHER) ioff += c * t2->strides[d];
+        }
+        if (op == LOOM_INDEX_SELECT) ioff = t2->rank ? k * t2->strides[0] : 0;
+        const int64_t v = ix_value(t2, ioff, limit);
+        if (v < 0) return LOOM_ERROR_INVALID_ARGUMENT;
+        if (t1->rank) src += v * t1->strides[dim];
+        ix_store(t0, dst, integral, ix_load(t1, src, integral));
+      }
+      return LOOM_OK;
+    }
+    case LOOM_INDEX_SCATTER: { /* self, index, src */
+      const int64_t n = t1->rank ? t1->sizes[dim] : 1;
+      const int64_t limit = t0->rank ? t0->sizes[dim] : 1;
+      const int64_t xs = t1->rank ? t1->strides[dim] : 0;
+      const int64_t ss = t2 && t2->data && t2->rank ? t2->strides[dim] : 0;
+      const int64_t ds = t0->rank ? t0->strides[dim] : 0;
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t xb = ix_offset(t1, t1, row, skip);
+        const int64_t db = ix_offset(t1, t0, row, skip);
+        const int64_t sb = t2 && t2->data ? ix_offset(t1, t2, row, skip) : 0;
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t v = ix_value(t1, xb + k * xs, limit);
+          if (v < 0) return LOOM_ERROR_INVALID_ARGUMENT;
+          const ix_val x = t2 && t2->data ? ix_load(t2, sb + k * ss, integral) : scalar;
+          ix_apply(t0, db + v * ds, integral, reduce, x);
+        }
+      }
+      return LOOM_OK;
+    }
+    case LOOM_INDEX_ADD:    /* self, index, source */
+    case LOOM_INDEX_COPY: { /* self, index, source */
+      if (!t2) return LOOM_ERROR_INVALID_ARGUMENT;
+      const int64_t n = t2->rank ? t2->sizes[dim] : 1;
+      const int64_t limit = t0->rank ? t0->sizes[dim] : 1;
+      const int64_t ds = t0->rank ? t0->strides[dim] : 0;
+      const int64_t ss = t2->rank ? t2->strides[dim] : 0;
+      const int64_t xs = t1->rank ? t1->strides[0] : 0;
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t db = ix_offset(t2, t0, row, skip);
+        const int64_t sb = ix_offset(t2, t2, row, skip);
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t v = ix_value(t1, k * xs, limit);
+          if (v < 0) return LOOM_ERROR_INVALID_ARGUMENT;
+          ix_val x = ix_load(t2, sb + k * ss, integral);
+          if (op == LOOM_INDEX_ADD) {
+            x.f *= scalar.f;
+            x.i = (int64_t)((uint64_t)x.i * (uint64_t)args->scalars[2].i);
+          }
+          ix_apply(t0, db + v * ds, integral,
+                   op == LOOM_INDEX_ADD ? LOOM_INDEX_SUM : LOOM_INDEX_ASSIGN, x);
+        }
+      }
+      return LOOM_OK;
+    }
+    case LOOM_INDEX_FILL: { /* self, index */
+      const int64_t n = loom_tensor_numel(t1);
+      const int64_t limit = t0->rank ? t0->sizes[dim] : 1;
+      const int64_t ds = t0->rank ? t0->strides[dim] : 0;
+      const int64_t xs = t1->rank ? t1->strides[0] : 0;
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t db = ix_offset(t0, t0, row, skip);
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t v = ix_value(t1, k * xs, limit);
+          if (v < 0) return LOOM_ERROR_INVALID_ARGUMENT;
+          ix_store(t0, db + v * ds, integral, scalar);
+        }
+      }
+      return LOOM_OK;
+    }
+    default: return LOOM_ERROR_INVALID_ARGUMENT;
+  }
+}
