@@ -202,8 +202,12 @@ loom_status loom_device_synchronize(int device) {
   }
   n = 0;
   for (loom_stream_t *s = dev->streams; s; s = s->next) {
-    atomic_fetch_add(&s->refs, 1);
-    list[n++] = s;
+    /* A stream whose last reference is being dropped right now is on its
+     * way out (its destroy drains it): leave it alone. */
+    int refs = atomic_load(&s->refs);
+    while (refs > 0 && !atomic_compare_exchange_weak(&s->refs, &refs, refs + 1)) {
+    }
+    if (refs > 0) list[n++] = s;
   }
   pthread_mutex_unlock(&dev->streams_lock);
   loom_status first = LOOM_OK;
@@ -214,7 +218,8 @@ loom_status loom_device_synchronize(int device) {
       first = s;
       snprintf(message, sizeof message, "%s", loom_last_error());
     }
-    loom_stream_release(list[i]);
+    if (list[i]->is_default) atomic_fetch_sub(&list[i]->refs, 1);
+    else loom_stream_release(list[i]);
   }
   free(list);
   if (first != LOOM_OK) return loom_error(first, "%s", message);
