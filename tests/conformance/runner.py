@@ -162,10 +162,14 @@ def chunked(items, size):
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def run_items(items, device, jobs=2, chunk_size=40, max_samples=10, item_timeout=90,
+def run_items(items, device, jobs=2, chunk_size=None, max_samples=10, item_timeout=90,
               threads=1, log=None, progress_every=30):
     """Results for every item, from `jobs` worker processes in parallel."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if not chunk_size:
+        # A worker start costs seconds (torch and op_db imports): few chunks,
+        # but enough of them that the workers finish close together.
+        chunk_size = max(20, -(-len(items) // (4 * max(1, jobs))))
     chunks = chunked(list(items), chunk_size)
     todo = queue.Queue()
     for c in chunks:
