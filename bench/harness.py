@@ -271,6 +271,7 @@ def _inject_fault(workload_name: str, config_name: str) -> None:
         if kind == "hang":
             time.sleep(3600)
 
+
 class Worker:
     """Measures items grouped by workload: every configuration of a workload
     is built, compiled and warmed up in turn, then sampled round-robin."""
