@@ -8,7 +8,7 @@ BUILD  := build
 TORCH_VERSION := 2.13.0
 export LOOM_REPO_ROOT := $(CURDIR)
 
-.PHONY: all setup build test test-c test-sanitize test-py demo conformance bench bench-quick clean
+.PHONY: all setup build test test-c test-sanitize test-py demo conformance conformance-fast conformance-update bench bench-quick clean
 
 all: build
 
@@ -52,8 +52,17 @@ test: test-c test-sanitize test-py
 demo: build
 	$(VPY) examples/train_mlp.py
 
+# Every OpInfo of op_db on loom against the CPU: conformance/REPORT.md, results.json.
 conformance: build
 	$(VPY) -m tests.conformance.run --full
+
+# The ratchet that `make test` runs: common ops plus the cheap expected native passes.
+conformance-fast: build
+	$(VPY) -m tests.conformance.run --fast --check
+
+# The full sweep, then rewrite conformance/expected_native.txt from it.
+conformance-update: build
+	$(VPY) -m tests.conformance.run --full --update-expected
 
 bench: build
 	$(VPY) -m bench.run
