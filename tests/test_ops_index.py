@@ -1,0 +1,145 @@
+"""Factories, indexing and data movement on loom against the CPU: arange,
+linspace, logspace, full, eye, tril/triu, cat/stack, index_select, gather,
+scatter (+add/reduce), index_add/copy/fill, masked_fill, flip, roll,
+repeat, narrow_copy, and out-of-range indices. Nothing may fall back."""
+import os
+
+os.environ.setdefault("LOOM_FALLBACK", "error")
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    not (hasattr(torch, "loom") and torch.loom.is_available()),
+    reason="loom device not built")
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+          torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool]
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    torch.loom.clear_fallback_ops()
+    yield
+    assert torch.loom.fallback_ops() == {}
+
+
+def make(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    return torch.randint(0, 50, shape, generator=g, dtype=dtype)
+
+
+def same(actual, expected, **tol):
+    assert actual.device.type == "loom"
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    torch.testing.assert_close(actual.cpu(), expected, rtol=tol.get("rtol", 0),
+                               atol=tol.get("atol", 0), equal_nan=True)
+
+
+def check(fn, *args, **tol):
+    try:
+        expected = fn("cpu", *args)
+    except Exception as e:
+        with pytest.raises(type(e)):
+            fn("loom", *[a.to("loom") if isinstance(a, torch.Tensor) else a for a in args])
+            torch.loom.synchronize()
+        return
+    actual = fn("loom", *[a.to("loom") if isinstance(a, torch.Tensor) else a for a in args])
+    same(actual, expected, **tol)
+
+
+def test_factories():
+    for dtype in [torch.float32, torch.float64, torch.int64, torch.int32, torch.float16]:
+        check(lambda d: torch.arange(0, 37, 3, dtype=dtype, device=d))
+        check(lambda d: torch.arange(10, dtype=dtype, device=d))
+        check(lambda d: torch.full((3, 4), 7, dtype=dtype, device=d))
+        check(lambda d: torch.eye(4, 6, dtype=dtype, device=d))
+        check(lambda d: torch.zeros(5, dtype=dtype, device=d))
+    check(lambda d: torch.arange(-1.0, 1.0, 0.1, device=d), rtol=1e-6, atol=1e-6)
+    check(lambda d: torch.linspace(-2, 3, 11, device=d), rtol=1e-6, atol=1e-6)
+    check(lambda d: torch.linspace(0, 1, 1, device=d))
+    check(lambda d: torch.logspace(0, 2, 7, device=d), rtol=1e-5, atol=1e-5)
+    check(lambda d: torch.logspace(0, 3, 4, base=2, device=d), rtol=1e-6)
+    check(lambda d: torch.arange(0, 10, 0, device=d))   # zero step
+    check(lambda d: torch.arange(5, 0, 1, device=d))    # wrong sign
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_tril_triu_cat_flip_roll(dtype):
+    x = make((2, 5, 6), dtype)
+    for k in [-2, 0, 1, 4]:
+        check(lambda d, t: torch.tril(t, k), x)
+        check(lambda d, t: torch.triu(t.transpose(1, 2), k), x)
+    check(lambda d, t: t.clone().tril_(1), x)
+    y = make((2, 3, 6), dtype, seed=1)
+    check(lambda d, a, b: torch.cat([a, b], 1), x, y)
+    check(lambda d, a, b: torch.cat([a, b.transpose(0, 0)], -2), x, y)
+    check(lambda d, a: torch.stack([a, a, a], 1), x)
+    check(lambda d, a: torch.flip(a, [0, 2]), x)
+    check(lambda d, a: torch.roll(a, 2, 2), x)
+    check(lambda d, a: torch.roll(a, (1, -3), (0, 2)), x)
+    check(lambda d, a: torch.roll(a, 7), x)
+    check(lambda d, a: a.repeat(2, 1, 3), x)
+    check(lambda d, a: a.narrow_copy(2, 1, 3), x)
+
+
+def test_cat_promotion_and_errors():
+    a, b = make((2, 3), torch.int32), make((4, 3), torch.float32)
+    check(lambda d, x, y: torch.cat([x, y]), a, b)
+    check(lambda d, x, y: torch.cat([x, y], 1), a, b)  # size mismatch
+    check(lambda d, x: torch.cat([x, torch.empty(0, device=d)]), a)  # legacy empty
+    check(lambda d, x: torch.cat([x, x.unsqueeze(0)]), a)  # rank mismatch
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_select_gather_scatter(dtype):
+    x = make((5, 7), dtype)
+    idx = torch.tensor([4, 0, 0, 2])
+    check(lambda d, t, i: torch.index_select(t, 0, i), x, idx)
+    check(lambda d, t, i: torch.index_select(t, 1, i), x, idx)
+    check(lambda d, t, i: torch.index_select(t, 1, i.int()), x, idx)
+    gi = torch.tensor([[0, 4, 2], [1, 1, 3]])
+    check(lambda d, t, i: torch.gather(t, 0, i), x, gi)
+    check(lambda d, t, i: torch.gather(t, 1, i), x, gi)
+    src = make((2, 3), dtype, seed=3)
+    si = torch.tensor([[0, 1, 2], [3, 4, 0]])
+    check(lambda d, t, i, s: t.clone().scatter_(0, i, s), x, si, src)
+    check(lambda d, t, i: torch.scatter(t, 1, i, 3), x, si)
+    if dtype != torch.bool:
+        dup = torch.tensor([[0, 0, 1], [0, 1, 1]])
+        check(lambda d, t, i, s: torch.scatter_add(t, 0, i, s), x, dup, src)
+        for reduce in ["sum", "prod", "mean", "amax", "amin"]:
+            for include_self in [True, False]:
+                check(lambda d, t, i, s: torch.scatter_reduce(t, 0, i, s, reduce,
+                                                              include_self=include_self),
+                      x, dup, src, rtol=1e-2, atol=1e-2)
+        source = make((5, 4), dtype, seed=4)
+        check(lambda d, t, i, s: t.clone().index_add_(1, i, s, alpha=2), x, idx, source)
+        check(lambda d, t, i, s: torch.index_add(t, 1, i, s), x, idx, source)
+    check(lambda d, t, i, s: t.clone().index_copy_(1, i, s), x,
+          torch.tensor([6, 0, 3, 2]), make((5, 4), dtype, seed=5))
+    check(lambda d, t, i: t.clone().index_fill_(1, i, 1), x, idx)
+    mask = make((5, 7), torch.bool, seed=6)
+    check(lambda d, t, m: t.masked_fill(m, 1), x, mask)
+    check(lambda d, t, m: t.clone().masked_fill_(m[0], torch.tensor(0, dtype=t.dtype, device=d)), x, mask)
+
+
+def test_index_errors():
+    x = make((5, 7), torch.float32)
+    check(lambda d, t: torch.index_select(t, 0, torch.tensor([0.5], device=d)), x)
+    check(lambda d, t: torch.gather(t, 0, torch.zeros(2, 2, 2, dtype=torch.long, device=d)), x)
+    check(lambda d, t: t.masked_fill(torch.ones(5, 7, device=d), 1.0), x)
+    check(lambda d, t: t.index_add(0, torch.tensor([0, 1], device=d), torch.ones(3, 7, device=d)), x)
+    # out-of-range indices surface as an error naming the op
+    xd = x.to("loom")
+    with pytest.raises((IndexError, RuntimeError), match="index_select|gather|out of range"):
+        torch.index_select(xd, 0, torch.tensor([9], device="loom"))
+        torch.loom.synchronize()
+    with pytest.raises((IndexError, RuntimeError), match="gather|out of range"):
+        torch.gather(xd, 1, torch.tensor([[70]], device="loom"))
+        torch.loom.synchronize()
+    assert (xd + 1).cpu().shape == (5, 7)

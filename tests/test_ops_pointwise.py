@@ -1,0 +1,246 @@
+"""Elementwise ops on loom against the CPU: every listed dtype the CPU
+supports for the op, functional / in-place / out=, broadcasting,
+non-contiguous inputs, scalar operands, and bad input raising what the CPU
+raises. Nothing may fall back to the CPU."""
+import os
+
+os.environ.setdefault("LOOM_FALLBACK", "error")
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(
+    not (hasattr(torch, "loom") and torch.loom.is_available()),
+    reason="loom device not built")
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+ALL = FLOATS + INTS + [torch.bool]
+TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5),
+       torch.float64: dict(rtol=1e-12, atol=1e-12),
+       torch.float16: dict(rtol=2e-3, atol=2e-3),
+       torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2)}
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    torch.loom.clear_fallback_ops()
+    yield
+    assert torch.loom.fallback_ops() == {}
+
+
+def make(shape, dtype, low=-3.0, high=3.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * (high - low) + low).to(dtype)
+    lo = 0 if dtype == torch.uint8 else max(int(low) * 10, -100)
+    return torch.randint(lo, 100, shape, generator=g, dtype=dtype)
+
+
+def check(fn, *args, dtype=None, exact=False, **kw):
+    """fn on CPU args and on their loom copies gives the same result (and the
+    same exception type)."""
+    dev = [a.to("loom") if isinstance(a, torch.Tensor) else a for a in args]
+    try:
+        expected = fn(*args, **kw)
+    except Exception as e:  # the loom op must raise the same type
+        with pytest.raises(type(e)):
+            fn(*dev, **kw)
+            torch.loom.synchronize()
+        return
+    actual = fn(*dev, **kw)
+    outs = (actual, expected) if not isinstance(expected, tuple) else (actual, expected)
+    a, e = outs
+    if isinstance(e, tuple):
+        for x, y in zip(a, e):
+            _close(x, y, exact)
+    else:
+        _close(a, e, exact)
+
+
+def _close(actual, expected, exact):
+    assert actual.device.type == "loom"
+    assert actual.dtype == expected.dtype
+    assert actual.shape == expected.shape
+    if exact or not expected.dtype.is_floating_point:
+        torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0, equal_nan=True)
+    else:
+        torch.testing.assert_close(actual.cpu(), expected, equal_nan=True, **TOL[expected.dtype])
+
+
+UNARY_FLOAT = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+               "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+               "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "reciprocal"]
+UNARY_KEEP = ["abs", "neg", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac", "square",
+              "relu", "bitwise_not", "logical_not", "isnan", "isinf", "isfinite", "signbit",
+              "nan_to_num", "isposinf", "isneginf"]
+DOMAIN = {"log": (0.1, 5), "log2": (0.1, 5), "log10": (0.1, 5), "log1p": (-0.5, 5),
+          "sqrt": (0.1, 5), "rsqrt": (0.1, 5), "asin": (-0.9, 0.9), "acos": (-0.9, 0.9),
+          "atanh": (-0.9, 0.9), "acosh": (1.1, 5), "erfinv": (-0.9, 0.9), "reciprocal": (0.5, 3)}
+
+
+@pytest.mark.parametrize("name", UNARY_FLOAT + UNARY_KEEP)
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_unary(name, dtype):
+    low, high = DOMAIN.get(name, (-3, 3))
+    x = make((5, 33), dtype, low, high)
+    fn = getattr(torch, name)
+    check(fn, x)
+    check(fn, x.t())  # non-contiguous
+    if dtype.is_floating_point and name in UNARY_FLOAT + ["abs", "neg", "floor", "relu"]:
+        check(lambda t: getattr(t.clone(), name + "_")(), x)   # in place
+        check(lambda t: fn(t, out=torch.empty(0, dtype=t.dtype, device=t.device)), x)
+
+
+def test_unary_special_values():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.5, -2.5, 2.5])
+    for name in ["abs", "neg", "sign", "floor", "ceil", "round", "trunc", "isnan", "isinf",
+                 "isfinite", "signbit", "nan_to_num", "relu", "exp", "sigmoid", "tanh"]:
+        check(getattr(torch, name), x, exact=name not in ("exp", "sigmoid", "tanh"))
+    check(lambda t: torch.round(t, decimals=2), torch.tensor([1.2345, -2.5555, 1e3]))
+    check(lambda t: torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-2.0), x)
+    for dtype in [torch.float16, torch.bfloat16]:
+        check(torch.nan_to_num, x.to(dtype))
+
+
+ACTIVATIONS = [
+    (F.gelu, {}), (F.gelu, {"approximate": "tanh"}), (F.silu, {}), (F.mish, {}),
+    (F.softplus, {"beta": 2.0, "threshold": 3.0}), (F.leaky_relu, {"negative_slope": 0.2}),
+    (F.elu, {"alpha": 1.3}), (F.selu, {}), (F.celu, {"alpha": 0.7}),
+    (F.hardtanh, {"min_val": -0.5, "max_val": 2.0}), (F.hardsigmoid, {}), (F.hardswish, {}),
+    (F.relu6, {}), (torch.logit, {}), (torch.logit, {"eps": 0.1}),
+]
+
+
+@pytest.mark.parametrize("fn,kw", ACTIVATIONS, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_activation_forward_backward(fn, kw, dtype):
+    low, high = (0.05, 0.95) if fn is torch.logit else (-4, 4)
+    x = make((7, 19), dtype, low, high)
+    check(lambda t: fn(t, **kw), x)
+    if dtype in (torch.float32, torch.float64):
+        xc = x.clone().requires_grad_()
+        xd = x.to("loom").requires_grad_()
+        g = make((7, 19), dtype, seed=1)
+        fn(xc, **kw).backward(g)
+        fn(xd, **kw).backward(g.to("loom"))
+        _close(xd.grad, xc.grad, False)
+
+
+BINARY = ["add", "sub", "mul", "div", "remainder", "fmod", "pow", "atan2", "maximum",
+          "minimum", "fmax", "fmin", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+          "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+          "bitwise_left_shift", "bitwise_right_shift", "copysign", "hypot", "xlogy",
+          "floor_divide"]
+
+
+@pytest.mark.parametrize("name", BINARY)
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_binary(name, dtype):
+    fn = getattr(torch, name)
+    a = make((4, 1, 6), dtype)
+    b = make((3, 6), dtype, seed=2)
+    if name in ("div", "remainder", "fmod", "floor_divide") and not dtype.is_floating_point:
+        b = b.abs() + 1 if dtype != torch.bool else torch.ones_like(b)
+        b = b.to(dtype)
+    if name.startswith("bitwise_") and "shift" in name and dtype != torch.bool:
+        b = (b.abs() % 7).to(dtype)
+    if name == "pow" and not dtype.is_floating_point:
+        b = (b.abs() % 4).to(dtype)
+    check(fn, a, b)                     # broadcast
+    check(fn, a.transpose(0, 2), b.t().unsqueeze(1))  # non-contiguous
+    check(fn, a, 2)                     # python scalar operand
+    if name in ("add", "sub", "mul", "div", "maximum", "eq", "lt", "bitwise_and"):
+        c = make((3, 6), dtype, seed=3)
+        check(lambda x, y: getattr(x.clone(), name + "_")(y), c, b)
+        check(lambda x, y: fn(x, y, out=torch.empty(0, dtype=x.dtype, device=x.device)), c, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16], ids=str)
+def test_scalar_forms(dtype):
+    x = make((9, 8), dtype)
+    check(lambda t: torch.add(t, 3, alpha=2), x)
+    check(lambda t: torch.sub(t, t.flip(0), alpha=3), x)
+    check(lambda t: t * 2.5, x)
+    check(lambda t: 2 - t, x)
+    check(lambda t: t ** 2, x)
+    check(lambda t: 2 ** t, x.abs() % 5)
+    check(lambda t: torch.div(t, 3, rounding_mode="floor"), x)
+    check(lambda t: torch.div(t, -3, rounding_mode="trunc"), x)
+    check(lambda t: torch.remainder(t, -3), x)
+    check(lambda t: t > 0.5, x)
+    check(lambda t: torch.clamp(t, -1, 2), x)
+    check(lambda t: torch.clamp(t, min=0.5), x)
+    check(lambda t: torch.clip(t, max=1), x)
+    check(lambda t: t.clamp_(-1, 1), x.clone())
+
+
+def test_ternary_and_where():
+    for dtype in [torch.float32, torch.float64, torch.bfloat16, torch.int32]:
+        a, b, c = make((3, 5), dtype), make((5,), dtype, seed=1), make((3, 1), dtype, seed=2)
+        cond = make((3, 5), torch.bool, seed=4)
+        check(torch.where, cond, a, b)
+        check(lambda m, x: torch.where(m, x, 0), cond, a)
+        check(torch.addcmul, a, b, c, value=2)
+        if dtype.is_floating_point:
+            check(torch.addcdiv, a, b, c.abs() + 1, value=0.5)
+            check(torch.lerp, a, b, 0.3)
+            check(torch.lerp, a, b, make((3, 5), dtype, 0, 1, seed=5))
+        check(torch.clamp, a, b, b + 1)
+        check(torch.clamp, a, min=b)
+        check(lambda x, y: x.masked_fill(y, -1), a, cond)
+    check(lambda t: torch.where(t > 0, t, torch.tensor(0.0)), make((4,), torch.float32))
+
+
+def test_type_promotion():
+    i, f, h = make((6,), torch.int32), make((6,), torch.float32), make((6,), torch.float16)
+    check(torch.add, i, f)
+    check(torch.mul, h, f)
+    check(torch.add, i, 1.5)
+    check(torch.div, i, i.abs() + 1)
+    check(torch.sqrt, i.abs())
+    check(torch.eq, i, f)
+    check(lambda x: x + torch.tensor(2.0, dtype=torch.float64), h)
+
+
+def test_integer_division_by_zero():
+    a = torch.tensor([1, 2, 3]).to("loom")
+    b = torch.tensor([1, 0, 1]).to("loom")
+    for fn in [lambda: torch.div(a, b, rounding_mode="floor"), lambda: torch.remainder(a, b),
+               lambda: torch.fmod(a, b), lambda: torch.div(a, b, rounding_mode="trunc")]:
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            fn()
+    # the device stays usable afterwards
+    assert (a + a).cpu().tolist() == [2, 4, 6]
+    # float division by zero is not an error
+    assert torch.isinf((a.float() / b.float()).cpu()).any()
+
+
+def test_bad_input():
+    x = torch.randn(3, 4)
+    check(torch.add, x, torch.randn(5, 4))                       # not broadcastable
+    check(lambda a: a.add_(torch.randn(2, 3, 4)), x)             # in-place broadcast
+    check(lambda a: a.add_(1.5), torch.ones(3, dtype=torch.int64))   # unsafe in-place cast
+    check(lambda a: torch.add(a, a, out=torch.empty(3, 4, dtype=torch.int64, device=a.device)), x)
+    check(torch.bitwise_and, x, x)                               # float bitwise
+    check(lambda a: a - a, torch.ones(3, dtype=torch.bool))      # bool subtraction
+    check(lambda a: -a, torch.ones(3, dtype=torch.bool))
+    check(lambda a: torch.where(a, a, a), x)                     # non-bool condition
+    check(lambda a: torch.clamp(a), x)
+    check(lambda a: torch.div(a, a, rounding_mode="bad"), x)
+
+
+def test_empty_and_zero_dim():
+    check(torch.exp, torch.empty(0, 3))
+    check(torch.add, torch.empty(0, 3), torch.empty(3))
+    check(torch.mul, torch.tensor(2.0), torch.tensor(3.0))
+    check(torch.sin, torch.tensor(0.5, dtype=torch.float64))
+
+
+def test_large_contiguous_add_is_exact():
+    a, b = make((1 << 20,), torch.float32), make((1 << 20,), torch.float32, seed=1)
+    check(torch.add, a, b, exact=True)
+    check(torch.mul, a.half(), b.half(), exact=True)

@@ -1,0 +1,175 @@
+"""Reductions and cumulative ops on loom against the CPU: any set of dims,
+keepdim, dtype arguments, out=, non-contiguous inputs, empty inputs, and
+the errors the CPU raises. Nothing may fall back to the CPU."""
+import os
+
+os.environ.setdefault("LOOM_FALLBACK", "error")
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    not (hasattr(torch, "loom") and torch.loom.is_available()),
+    reason="loom device not built")
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5),
+       torch.float64: dict(rtol=1e-10, atol=1e-10),
+       torch.float16: dict(rtol=2e-3, atol=2e-3),
+       torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2)}
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    torch.loom.clear_fallback_ops()
+    yield
+    assert torch.loom.fallback_ops() == {}
+
+
+def make(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.3
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * 4 - 1.5).to(dtype)
+    lo = 0 if dtype == torch.uint8 else -5
+    return torch.randint(lo, 6, shape, generator=g, dtype=dtype)
+
+
+def same(actual, expected):
+    if isinstance(expected, (tuple, list)):
+        for a, e in zip(actual, expected):
+            same(a, e)
+        return
+    assert actual.device.type == "loom"
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    tol = TOL.get(expected.dtype, dict(rtol=0, atol=0))
+    torch.testing.assert_close(actual.cpu(), expected, equal_nan=True, **tol)
+
+
+def check(fn, x, *args, **kw):
+    try:
+        expected = fn(x, *args, **kw)
+    except Exception as e:
+        with pytest.raises(type(e)):
+            fn(x.to("loom"), *args, **kw)
+        return
+    same(fn(x.to("loom"), *args, **kw), expected)
+
+
+DIMS = [None, 0, 1, -1, (0, 2), (1, 2), (0, 1, 2), ()]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool], ids=str)
+@pytest.mark.parametrize("dim", DIMS, ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_family(dtype, dim, keepdim):
+    x = make((4, 5, 6), dtype)
+    kw = {} if dim is None else {"dim": dim, "keepdim": keepdim}
+    check(torch.sum, x, **kw)
+    check(torch.nansum, x, **kw)
+    check(lambda t, **k: torch.sum(t.transpose(0, 2), **k), x, **kw)
+    if dtype.is_floating_point:
+        check(torch.mean, x, **kw)
+        check(lambda t, **k: torch.linalg.vector_norm(t, 2, **k), x, **kw)
+    if dim is not None and dim != () and isinstance(dim, int):
+        check(torch.prod, x, dim, keepdim)
+        check(torch.cumsum, x, dim)
+        check(torch.cumprod, x, dim)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
+def test_max_min_arg(dtype):
+    x = make((5, 7, 3), dtype)
+    for dim in [0, 1, -1]:
+        for keepdim in [False, True]:
+            check(torch.max, x, dim, keepdim)
+            check(torch.min, x, dim, keepdim)
+            check(torch.argmax, x, dim, keepdim)
+            check(torch.argmin, x, dim, keepdim)
+            check(torch.amax, x, (0, dim), keepdim)
+            check(torch.amin, x, dim, keepdim)
+            check(torch.cummax, x, dim)
+            check(torch.cummin, x, dim)
+    check(torch.max, x)
+    check(torch.min, x)
+    check(torch.argmax, x)
+    check(torch.argmin, x.t() if x.dim() == 2 else x.transpose(0, 1))
+    check(torch.amax, x)
+    check(torch.all, x)
+    check(torch.any, x, 1)
+    check(torch.all, x, (0, 2), True)
+
+
+def test_max_nan_and_ties():
+    x = torch.tensor([[1.0, float("nan"), 3.0, 3.0], [2.0, 2.0, 1.0, float("nan")]])
+    for fn in [torch.max, torch.min, torch.argmax, torch.argmin, torch.cummax]:
+        check(fn, x, 1)
+    check(torch.amax, x)
+    check(torch.argmax, torch.tensor([1, 5, 5, 2]))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_var_std_norm_logsumexp(dtype):
+    x = make((6, 5, 4), dtype)
+    for dim in [None, 0, (1, 2), -1]:
+        for correction in [0, 1, 2]:
+            check(torch.var, x, dim, correction=correction)
+            check(torch.std, x, dim, correction=correction, keepdim=True)
+        check(torch.var_mean, x, dim)
+        check(torch.std_mean, x, dim, keepdim=True)
+        for p in [0, 1, 2, 3.5, float("inf"), -float("inf"), "fro"]:
+            if p == "fro" and dim is not None and not isinstance(dim, tuple):
+                continue
+            check(torch.norm, x, p, dim)
+        if dim is not None:
+            check(torch.logsumexp, x, dim)
+    check(torch.logsumexp, torch.tensor([[float("inf"), 1.0], [-float("inf"), -float("inf")]]), 1)
+
+
+def test_large_full_reduction_two_stage():
+    x = make((3_000_001,), torch.float32)
+    for fn in [torch.sum, torch.mean, torch.amax, torch.argmin, torch.var, torch.linalg.vector_norm]:
+        check(fn, x)
+    big = make((300, 5000), torch.float32)
+    check(torch.sum, big, 0)
+    check(torch.sum, big, 1)
+    check(torch.var, big, 1)
+
+
+def test_dtype_and_out_arguments():
+    x = make((4, 6), torch.float16)
+    check(torch.sum, x, 1, dtype=torch.float32)
+    check(torch.mean, x, 0, dtype=torch.float32)
+    check(torch.sum, make((4, 6), torch.int8), 0)
+    check(torch.cumsum, make((4, 6), torch.int32), 1, dtype=torch.float64)
+    xd = x.float().to("loom")
+    out = torch.empty(0, device="loom")
+    torch.sum(xd, 1, out=out)
+    same(out, torch.sum(x.float(), 1))
+    values, indices = torch.empty(0, device="loom"), torch.empty(0, dtype=torch.long, device="loom")
+    torch.max(xd, 0, out=(values, indices))
+    same((values, indices), torch.max(x.float(), 0))
+
+
+def test_reduction_errors():
+    x = make((3, 4), torch.float32)
+    check(torch.sum, x, 2)                       # invalid dim -> IndexError
+    check(torch.max, torch.empty(0, 3), 0)       # empty reduction dim
+    check(torch.max, torch.empty(0))             # empty full max
+    check(torch.mean, make((3,), torch.int64))   # integer mean
+    check(torch.var, make((3,), torch.int64))
+    check(lambda t: torch.sum(t, 0, out=torch.empty(0, dtype=torch.int64, device=t.device)), x)
+    check(torch.sum, torch.empty(0, 3), 0)       # empty sums are zero
+    check(torch.prod, torch.empty(0, 3), 0)
+    check(torch.mean, torch.empty(0, 3), 0)
+
+
+def test_zero_dim_input():
+    x = torch.tensor(2.5)
+    for fn in [torch.sum, torch.mean, torch.amax, torch.argmax]:
+        check(fn, x)
+    check(torch.max, x, 0)
+    check(torch.cumsum, x, 0)
