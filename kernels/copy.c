@@ -4,7 +4,18 @@
 
 #include "kernels/convert.h"
 #include "kernels/iter.h"
+#include "kernels/pointwise.h"
 #include "loom/status.h"
+
+/* The staging kind that converts between two dtypes exactly as c10's casts
+ * do, or -1 when only the double path does (float64, int <-> float). */
+static int fast_kind(int32_t dst, int32_t src) {
+  const int f32ish_dst = dst == LOOM_FLOAT32 || dst == LOOM_FLOAT16 || dst == LOOM_BFLOAT16;
+  const int f32ish_src = src == LOOM_FLOAT32 || src == LOOM_FLOAT16 || src == LOOM_BFLOAT16;
+  if (f32ish_dst && f32ish_src) return LOOM_PW_F32;
+  if (loom_dtype_is_integral(dst) && loom_dtype_is_integral(src)) return LOOM_PW_I64;
+  return -1;
+}
 
 /* Same-dtype strided run: moves elements of `size` bytes. */
 static void move_run(char *dst, int64_t ds, const char *src, int64_t ss,
@@ -42,6 +53,7 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int64_t ds = it.strides[0][it.rank - 1];
   const int64_t ss = it.strides[1][it.rank - 1];
   const int same = dst->dtype == src->dtype;
+  const int kind = same ? -1 : fast_kind(dst->dtype, src->dtype);
 
   char *p[2];
   int64_t n;
@@ -52,6 +64,13 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
     }
     for (int64_t i = 0; i < n; i += LOOM_CONVERT_BLOCK) {
       int64_t m = n - i < LOOM_CONVERT_BLOCK ? n - i : LOOM_CONVERT_BLOCK;
+      if (kind >= 0) { /* 16/32-bit floats via float, integers via int64 */
+        int64_t stage[LOOM_CONVERT_BLOCK];
+        if (!loom_pw_load(kind, stage, p[1] + i * ss, src->dtype, ss, m) ||
+            !loom_pw_store(kind, p[0] + i * ds, dst->dtype, ds, stage, m))
+          return LOOM_ERROR_NOT_SUPPORTED;
+        continue;
+      }
       if (loom_convert_run(p[0] + i * ds, dst->dtype, ds, p[1] + i * ss,
                            src->dtype, ss, m))
         return LOOM_ERROR_NOT_SUPPORTED;
