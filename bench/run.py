@@ -46,7 +46,7 @@ def parse_args(argv):
     p.add_argument("--item-timeout", type=float, default=None,
                    help="seconds one (workload, configuration) pair may take (default 300; quick 120)")
     p.add_argument("--budget", type=float, default=None,
-                   help="seconds for all pairs; the rest are skipped (default 780; quick 600)")
+                   help="seconds for all pairs; the rest are skipped (default 720; quick 600)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
     p.add_argument("--fd", type=int, help=argparse.SUPPRESS)
@@ -74,7 +74,7 @@ def parse_args(argv):
     if args.item_timeout is None:
         args.item_timeout = 120.0 if args.quick else 300.0
     if args.budget is None:
-        args.budget = 600.0 if args.quick else 780.0
+        args.budget = 600.0 if args.quick else 720.0
     return args
 
 
