@@ -24,6 +24,11 @@ struct loom_driver_queue {
   loom_stream_t *owner;
   pthread_t thread;
   pthread_mutex_t lock;
+  /* The execution token: whoever holds it pops and runs commands. Usually
+   * the executor; a thread that synchronizes while the executor is not
+   * running takes it and runs the pending commands itself, which saves a
+   * wake-up (and on a loaded machine, a scheduling delay). */
+  pthread_mutex_t exec;
   pthread_cond_t work, done;
   host_node *head, *tail; /* under lock */
   _Atomic uint64_t submitted, completed;
@@ -106,20 +111,10 @@ static void execute(loom_driver_queue *q, const loom_command *cmd) {
   if (cmd->release) cmd->release(cmd->release_arg);
 }
 
-/* Takes the next command, spinning then sleeping; NULL when stopping. */
-static host_node *take(loom_driver_queue *q, uint64_t taken) {
-  if (atomic_load_explicit(&q->submitted, memory_order_acquire) == taken) {
-    const uint64_t deadline = loom_now_ns() + EXECUTOR_SPIN_NS;
-    while (atomic_load_explicit(&q->submitted, memory_order_acquire) == taken &&
-           !atomic_load(&q->stop) && loom_now_ns() < deadline)
-      loom_cpu_relax();
-  }
+/* Pops the next command (NULL if none). The caller holds the execution
+ * token, so popping and executing stay in queue order. */
+static host_node *pop(loom_driver_queue *q) {
   pthread_mutex_lock(&q->lock);
-  while (!q->head && !atomic_load(&q->stop)) {
-    atomic_store(&q->executor_sleeping, 1);
-    pthread_cond_wait(&q->work, &q->lock);
-    atomic_store(&q->executor_sleeping, 0);
-  }
   host_node *n = q->head;
   if (n) {
     q->head = n->next;
@@ -129,20 +124,46 @@ static host_node *take(loom_driver_queue *q, uint64_t taken) {
   return n;
 }
 
-static void *executor_main(void *arg) {
-  loom_driver_queue *q = arg;
-  uint64_t taken = 0;
+/* Executes queued commands until the queue is empty or `target` commands
+ * have completed. The caller holds the execution token. */
+static void drain(loom_driver_queue *q, uint64_t target) {
   host_node *n;
-  while ((n = take(q, taken)) != NULL) {
-    ++taken;
+  while (atomic_load(&q->completed) < target && (n = pop(q)) != NULL) {
     execute(q, &n->command);
     free(n);
-    atomic_store(&q->completed, taken);
+    atomic_fetch_add(&q->completed, 1);
     if (atomic_load(&q->sync_waiters)) {
       pthread_mutex_lock(&q->lock);
       pthread_cond_broadcast(&q->done);
       pthread_mutex_unlock(&q->lock);
     }
+  }
+}
+
+/* Waits for queued work, spinning then sleeping; 0 when stopping. */
+static int wait_for_work(loom_driver_queue *q) {
+  const uint64_t deadline = loom_now_ns() + EXECUTOR_SPIN_NS;
+  while (atomic_load_explicit(&q->submitted, memory_order_acquire) ==
+             atomic_load_explicit(&q->completed, memory_order_acquire) &&
+         !atomic_load(&q->stop) && loom_now_ns() < deadline)
+    loom_cpu_relax();
+  pthread_mutex_lock(&q->lock);
+  while (!q->head && !atomic_load(&q->stop)) {
+    atomic_store(&q->executor_sleeping, 1);
+    pthread_cond_wait(&q->work, &q->lock);
+    atomic_store(&q->executor_sleeping, 0);
+  }
+  const int go = q->head != NULL || !atomic_load(&q->stop);
+  pthread_mutex_unlock(&q->lock);
+  return go;
+}
+
+static void *executor_main(void *arg) {
+  loom_driver_queue *q = arg;
+  while (wait_for_work(q)) {
+    pthread_mutex_lock(&q->exec);
+    drain(q, UINT64_MAX);
+    pthread_mutex_unlock(&q->exec);
   }
   return NULL;
 }
@@ -155,11 +176,13 @@ loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t
   q->device = device;
   q->owner = owner;
   pthread_mutex_init(&q->lock, NULL);
+  pthread_mutex_init(&q->exec, NULL);
   pthread_cond_init(&q->work, NULL);
   pthread_cond_init(&q->done, NULL);
   if (pthread_create(&q->thread, NULL, executor_main, q) != 0) {
     pthread_cond_destroy(&q->done);
     pthread_cond_destroy(&q->work);
+    pthread_mutex_destroy(&q->exec);
     pthread_mutex_destroy(&q->lock);
     free(q);
     return loom_error(LOOM_ERROR_UNAVAILABLE, "loom_stream_create: cannot start an executor thread");
@@ -177,6 +200,7 @@ void host_queue_destroy(void *ctx, loom_driver_queue *q) {
   pthread_join(q->thread, NULL);
   pthread_cond_destroy(&q->done);
   pthread_cond_destroy(&q->work);
+  pthread_mutex_destroy(&q->exec);
   pthread_mutex_destroy(&q->lock);
   free(q);
 }
@@ -217,6 +241,11 @@ loom_status host_queue_query(void *ctx, loom_driver_queue *q) {
 loom_status host_queue_synchronize(void *ctx, loom_driver_queue *q) {
   const uint64_t target = atomic_load(&q->submitted);
   if (atomic_load(&q->completed) >= target) return LOOM_OK;
+  if (pthread_mutex_trylock(&q->exec) == 0) {
+    drain(q, target);
+    pthread_mutex_unlock(&q->exec);
+    if (atomic_load(&q->completed) >= target) return LOOM_OK;
+  }
   const uint64_t deadline = loom_now_ns() + SYNC_SPIN_NS;
   while (atomic_load(&q->completed) < target) {
     if (loom_now_ns() > deadline) {
