@@ -1,9 +1,39 @@
-"""torch_loom: the loom accelerator as a native PyTorch device."""
+"""torch_loom: the loom accelerator as a native PyTorch device.
+
+``import torch`` loads this package through the ``torch.backends`` entry
+point (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``; then ``import torch_loom``
+does the same). Importing it names the PrivateUse1 device ``loom``, adds the
+``.loom()`` methods to tensors, modules and storages, and attaches the
+device module ``torch.loom``.
+"""
+
+import warnings
+
+import torch
 
 try:
-    from . import _C  # noqa: F401
-except ImportError:  # not built yet: `make build`
+    from . import _C  # noqa: F401  (registers the device's C++ hooks)
+except ImportError as _error:  # the extension is not built: `make build`
     _C = None
+    warnings.warn(f"torch_loom: the native extension could not be loaded ({_error}); the loom device is unavailable. Run `make build`.")
+
+__all__ = ["loom"]
+
+
+def _register():
+    if torch._C._get_privateuse1_backend_name() != "loom":
+        torch.utils.rename_privateuse1_backend("loom")
+    if getattr(torch, "loom", None) is not _device_module:
+        torch._register_device_module("loom", _device_module)
+    if not hasattr(torch.Tensor, "is_loom"):
+        torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+
+
+if _C is not None:
+    from . import loom as _device_module
+
+    loom = _device_module
+    _register()
 
 
 def _autoload():

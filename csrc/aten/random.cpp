@@ -1,0 +1,194 @@
+// Random ops drawn on the device from the loom generator (Philox): the
+// output depends only on the seed, the generator's offset and the element
+// index, so it is reproducible and independent of the thread count.
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/view_as_real.h>
+#include <ATen/core/DistributionsHelper.h>
+#include <ATen/core/Generator.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+
+#include "common.h"
+#include "generator.h"
+#include "kernels/random.h"
+
+namespace torch_loom {
+namespace {
+
+// Launches `fn` over `out` with (seed, offset, params...) after reserving
+// numel(out) counters of the generator.
+void draw(const char* name, loom_kernel_fn fn, const at::Tensor& out,
+          std::optional<at::Generator> gen,
+          std::initializer_list<loom_scalar> params,
+          const at::Tensor* p = nullptr) {
+  if (out.numel() == 0) return;
+  c10::DeviceGuard guard(out.device());
+  auto* g = at::get_generator_or_default<LoomGenerator>(
+      gen, default_generator(out.device().index()));
+  loom_scalar s[6];
+  {
+    std::lock_guard<std::mutex> lock(g->mutex_);
+    s[0].u = g->current_seed();
+    s[1].u = g->reserve(static_cast<uint64_t>(out.numel()));
+  }
+  size_t n = 2;
+  for (loom_scalar v : params) s[n++] = v;
+  loom_tensor t[2];
+  t[0] = describe(out, name);
+  uint32_t nt = 1;
+  if (p) t[nt++] = describe(*p, name);
+  launch(name, fn, {t, nt}, {s, n}, out.numel(), LOOM_RANDOM_GRAIN);
+}
+
+// Complex tensors draw their real and imaginary parts independently.
+at::Tensor real_view(const at::Tensor& self) {
+  return self.is_complex() ? at::view_as_real(self) : self;
+}
+
+void check_floating(const at::Tensor& self, const char* op) {
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()) || self.is_complex(),
+              op, " expects a floating point tensor, but got ",
+              self.scalar_type());
+}
+
+at::Tensor& uniform_(at::Tensor& self, double from, double to,
+                     std::optional<at::Generator> gen) {
+  check_floating(self, "uniform_");
+  TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, "
+              "but found from=", from, " > to=", to);
+  draw("uniform_", loom_kernel_uniform, real_view(self), gen,
+       {scalar_f(from), scalar_f(to)});
+  return self;
+}
+
+at::Tensor& normal_(at::Tensor& self, double mean, double std,
+                    std::optional<at::Generator> gen) {
+  check_floating(self, "normal_");
+  TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+  if (self.is_complex()) std /= std::sqrt(2.0);  // as CPU: unit total variance
+  draw("normal_", loom_kernel_normal, real_view(self), gen,
+       {scalar_f(mean), scalar_f(std)});
+  return self;
+}
+
+at::Tensor& exponential_(at::Tensor& self, double lambd,
+                         std::optional<at::Generator> gen) {
+  check_floating(self, "exponential_");
+  TORCH_CHECK(lambd > 0.0 && !std::isinf(lambd) && !std::isnan(lambd),
+              "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+  draw("exponential_", loom_kernel_exponential, real_view(self), gen,
+       {scalar_f(lambd)});
+  return self;
+}
+
+// Largest value random_ draws for a dtype when no bound is given: the
+// largest integer the type represents exactly (floating) or its maximum.
+int64_t default_upper(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return int64_t{1} << 24;
+    case at::kDouble: return int64_t{1} << 53;
+    case at::kHalf: return int64_t{1} << 11;
+    case at::kBFloat16: return int64_t{1} << 8;
+    case at::kBool: return 1;
+    case at::kByte: return 255;
+    case at::kChar: return 127;
+    case at::kShort: return 32767;
+    case at::kInt: return 2147483647;
+    case at::kLong: return std::numeric_limits<int64_t>::max();
+    default:
+      TORCH_CHECK_TYPE(false, "random_ is not supported for dtype ", type);
+  }
+}
+
+// Draws integers in [from, to_inclusive].
+at::Tensor& random_inclusive(at::Tensor& self, int64_t from, int64_t to_inclusive,
+                             std::optional<at::Generator> gen) {
+  TORCH_CHECK(!self.is_complex(), "random_ is not supported for complex tensors");
+  uint64_t range = static_cast<uint64_t>(to_inclusive) -
+                   static_cast<uint64_t>(from) + 1;  // 0: all 2^64 values
+  loom_scalar r;
+  r.u = range;
+  draw("random_", loom_kernel_random, self, gen, {scalar_i(from), r});
+  return self;
+}
+
+at::Tensor& random_(at::Tensor& self, std::optional<at::Generator> gen) {
+  return random_inclusive(self, 0, default_upper(self.scalar_type()), gen);
+}
+
+at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                        std::optional<at::Generator> gen) {
+  if (to) {
+    TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', "
+                "but got from=", from, " >= to=", *to);
+    return random_inclusive(self, from, *to - 1, gen);
+  }
+  int64_t upper = default_upper(self.scalar_type());
+  TORCH_CHECK(from <= upper, "random_ expects 'from' casted to dtype to be "
+              "less than or equal to 'to' casted to dtype, but got from=",
+              from, " > to=", upper);
+  return random_inclusive(self, from, upper, gen);
+}
+
+at::Tensor& random_to(at::Tensor& self, int64_t to,
+                      std::optional<at::Generator> gen) {
+  return random_from(self, 0, to, gen);
+}
+
+at::Tensor& bernoulli_float(at::Tensor& self, double p,
+                            std::optional<at::Generator> gen) {
+  TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  TORCH_CHECK(!self.is_complex(), "bernoulli_ is not supported for complex tensors");
+  draw("bernoulli_", loom_kernel_bernoulli, self, gen, {scalar_f(p)});
+  return self;
+}
+
+at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p_in,
+                             std::optional<at::Generator> gen) {
+  TORCH_CHECK(!self.is_complex(), "bernoulli_ is not supported for complex tensors");
+  TORCH_CHECK(at::isFloatingType(p_in.scalar_type()),
+              "bernoulli_: expected a floating point probability tensor, got ",
+              p_in.scalar_type());
+  at::Tensor p = p_in.to(self.device()).expand(self.sizes());
+  draw("bernoulli_", loom_kernel_bernoulli_tensor, self, gen, {}, &p);
+  return self;
+}
+
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input,
+                                                  double p,
+                                                  std::optional<bool> train) {
+  if (input.numel() == 0) {
+    return {input, at::empty_like(input, input.options().dtype(at::kBool))};
+  }
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  double keep = 1.0 - p;
+  double scale = keep == 0 ? 0.0 : 1.0 / keep;
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool),
+                                   at::MemoryFormat::Contiguous);
+  bernoulli_float(mask, keep, std::nullopt);
+  at::Tensor output = input.mul(mask).mul_(scale);
+  return {output, mask};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("uniform_", uniform_);
+  m.impl("normal_", normal_);
+  m.impl("exponential_", exponential_);
+  m.impl("random_", random_);
+  m.impl("random_.from", random_from);
+  m.impl("random_.to", random_to);
+  m.impl("bernoulli_.float", bernoulli_float);
+  m.impl("bernoulli_.Tensor", bernoulli_tensor);
+  m.impl("native_dropout", native_dropout);
+}
+
+}  // namespace torch_loom

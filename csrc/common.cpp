@@ -1,0 +1,92 @@
+// Status -> exception, tensor -> descriptor, launch on the current stream.
+#include "common.h"
+
+#include <c10/util/Exception.h>
+
+#include <string>
+
+#include "device.h"
+#include "stream.h"
+
+namespace torch_loom {
+
+void raise_status(loom_status status, const char* what) {
+  std::string detail = loom_last_error();
+  if (detail.empty()) detail = loom_status_name(status);
+  switch (status) {
+    case LOOM_ERROR_OUT_OF_MEMORY:
+      TORCH_CHECK_WITH(OutOfMemoryError, false, what,
+                       ": loom out of memory: ", detail);
+    case LOOM_ERROR_NOT_SUPPORTED:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, what, ": not supported on loom: ",
+                                  detail);
+    case LOOM_ERROR_INVALID_ARGUMENT:
+      // RuntimeError, as the CPU backend raises for the same misuse.
+      TORCH_CHECK(false, what, ": invalid argument: ", detail);
+    default:
+      TORCH_CHECK(false, what, ": ", detail, " (", loom_status_name(status),
+                  ")");
+  }
+}
+
+loom_dtype to_loom_dtype(at::ScalarType type, const char* op) {
+  switch (type) {
+    case at::kFloat: return LOOM_FLOAT32;
+    case at::kDouble: return LOOM_FLOAT64;
+    case at::kHalf: return LOOM_FLOAT16;
+    case at::kBFloat16: return LOOM_BFLOAT16;
+    case at::kChar: return LOOM_INT8;
+    case at::kShort: return LOOM_INT16;
+    case at::kInt: return LOOM_INT32;
+    case at::kLong: return LOOM_INT64;
+    case at::kByte: return LOOM_UINT8;
+    case at::kBool: return LOOM_BOOL;
+    case at::kComplexFloat: return LOOM_COMPLEX64;
+    case at::kComplexDouble: return LOOM_COMPLEX128;
+    default:
+      TORCH_CHECK_TYPE(false, op, ": dtype ", type,
+                       " is not supported on the loom device");
+  }
+}
+
+loom_tensor describe(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.defined(), op, ": expected a defined tensor");
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, op,
+              ": expected a tensor on loom but got one on ", t.device());
+  TORCH_CHECK(t.dim() <= LOOM_MAX_DIMS, op, ": tensors of more than ",
+              LOOM_MAX_DIMS, " dimensions are not supported on loom (got ",
+              t.dim(), ")");
+  loom_tensor d{};
+  d.data = t.numel() == 0 ? nullptr : t.data_ptr();
+  d.dtype = to_loom_dtype(t.scalar_type(), op);
+  d.rank = static_cast<int32_t>(t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    d.sizes[i] = t.size(i);
+    d.strides[i] = t.stride(i);
+  }
+  return d;
+}
+
+loom_stream_t* current_stream(c10::DeviceIndex device) {
+  if (device < 0) device = current_device();
+  return native_stream(get_current_stream(device));
+}
+
+void launch(const char* name, loom_kernel_fn fn,
+            c10::ArrayRef<loom_tensor> tensors,
+            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
+            c10::DeviceIndex device) {
+  if (range <= 0) return;
+  loom_launch_desc desc{};
+  desc.name = name;
+  desc.fn = fn;
+  desc.tensors = tensors.data();
+  desc.num_tensors = static_cast<uint32_t>(tensors.size());
+  desc.scalars = scalars.data();
+  desc.num_scalars = static_cast<uint32_t>(scalars.size());
+  desc.range = range;
+  desc.grain = grain < 1 ? 1 : grain;
+  check(loom_launch(current_stream(device), &desc), name);
+}
+
+}  // namespace torch_loom

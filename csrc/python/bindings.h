@@ -1,0 +1,14 @@
+// The Python module torch_loom._C is assembled from one init function per
+// concept, each in its own file.
+#pragma once
+
+#include <torch/csrc/utils/pybind.h>
+
+namespace torch_loom::python {
+
+void init_device(pybind11::module& m);
+void init_random(pybind11::module& m);
+void init_fallback(pybind11::module& m);
+void init_testing(pybind11::module& m);
+
+}  // namespace torch_loom::python
