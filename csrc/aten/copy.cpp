@@ -52,7 +52,8 @@ at::Tensor resolve_bits(const at::Tensor& t) {
 void copy_within(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.numel() == 0) return;
   at::Tensor from = src;
-  if (at::get_overlap_status(dst, src) != at::MemOverlapStatus::No) {
+  if (dst.storage().is_alias_of(src.storage()) &&
+      at::get_overlap_status(dst, src) != at::MemOverlapStatus::No) {
     if (dst.is_same(src)) return;
     // Reading and writing the same bytes in one pass could see its own
     // writes: stage the source first.

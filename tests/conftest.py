@@ -1,0 +1,50 @@
+"""Shared pytest set-up: the loom device must be importable, and tests that
+need a fresh process (environment variables read at start-up, autoload,
+fork) run Python snippets in a subprocess."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(code, env=None, timeout=300, check=True):
+    """Runs `code` in a fresh interpreter with extra `env`; returns the
+    CompletedProcess (stdout/stderr as text). With `check`, a non-zero exit
+    fails the calling test with the child's output."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(REPO_ROOT, "python"), full_env.get("PYTHONPATH", "")]
+    )
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(
+            f"subprocess exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
+    return proc
+
+
+@pytest.fixture
+def loom():
+    """The loom device module, after checking the device exists."""
+    assert hasattr(torch, "loom"), "import torch did not register the loom device"
+    assert torch.loom.is_available()
+    return torch.loom
+
+
+@pytest.fixture
+def py():
+    return run_python

@@ -1,0 +1,147 @@
+"""torch.loom device management, tensor creation and movement, and errors
+for bad input."""
+
+import copy
+
+import pytest
+import torch
+
+
+def test_device_module_basics(loom):
+    assert loom.device_count() >= 1
+    loom.init()
+    assert loom.is_initialized()
+    assert loom.current_device() == 0
+    name = loom.get_device_name()
+    assert isinstance(name, str) and name
+    props = loom.get_device_properties(0)
+    assert props.total_memory > 0 and props.num_threads >= 1
+    assert loom.get_device_capability() == (props.major, props.minor)
+    assert loom.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+    assert loom.is_bf16_supported()
+    assert loom._is_in_bad_fork() is False
+    loom.synchronize()
+
+
+def test_roundtrip_all_dtypes(loom):
+    for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                  torch.int8, torch.int16, torch.int32, torch.int64,
+                  torch.uint8, torch.bool, torch.complex64, torch.complex128]:
+        x = (torch.arange(24) % 7).to(dtype).reshape(2, 3, 4)
+        y = x.to("loom")
+        assert y.device == torch.device("loom", 0) and y.dtype == dtype
+        assert torch.equal(y.cpu(), x), dtype
+
+
+def test_copy_casts_and_strides_on_device(loom):
+    x = torch.randn(5, 7, dtype=torch.float64)
+    y = x.to("loom")
+    # non-contiguous source, dtype change, all on the device
+    z = y.t().to(torch.float32)
+    assert z.device.type == "loom"
+    torch.testing.assert_close(z.cpu(), x.t().to(torch.float32))
+    # host -> device into a strided destination with a cast
+    d = torch.zeros(7, 5, dtype=torch.float16, device="loom")
+    d.t().copy_(x)
+    torch.testing.assert_close(d.cpu(), x.t().to(torch.float16))
+    # device -> host into a strided destination
+    h = torch.zeros(7, 5, dtype=torch.float64)
+    h.t().copy_(y)
+    torch.testing.assert_close(h, x.t().contiguous().t().t())
+    # broadcasting copy
+    b = torch.empty(4, 3, device="loom")
+    b.copy_(torch.tensor([1.0, 2.0, 3.0]))
+    assert b.cpu().tolist() == [[1.0, 2.0, 3.0]] * 4
+    # overlapping copy within one storage
+    s = torch.arange(10, dtype=torch.float32, device="loom")
+    s[1:].copy_(s[:-1].clone())
+    assert s.cpu().tolist() == [0.0] + list(range(9))
+
+
+def test_fill_zero_and_item(loom):
+    x = torch.empty(3, 4, dtype=torch.int32, device="loom")
+    x.fill_(7)
+    assert x.cpu().tolist() == [[7] * 4] * 3
+    x.zero_()
+    assert x.cpu().sum().item() == 0
+    c = torch.empty(2, dtype=torch.complex64, device="loom").fill_(1 + 2j)
+    assert c.cpu().tolist() == [1 + 2j, 1 + 2j]
+    v = torch.tensor(3.5, device="loom")
+    f = torch.empty(2, 2, device="loom").fill_(v)
+    assert f.cpu().tolist() == [[3.5, 3.5], [3.5, 3.5]]
+    assert torch.tensor([2.25], device="loom").item() == 2.25
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.empty(2, dtype=torch.uint8, device="loom").fill_(300)
+    with pytest.raises(RuntimeError, match="0-dimension"):
+        f.fill_(torch.ones(2))
+
+
+def test_views_resize_and_set(loom):
+    x = torch.arange(12, dtype=torch.float32, device="loom")
+    v = x.view(3, 4)[1:, ::2]
+    assert v.cpu().tolist() == [[4.0, 6.0], [8.0, 10.0]]
+    assert x.reshape(4, 3).t().contiguous().cpu().tolist() == torch.arange(12.0).reshape(4, 3).t().tolist()
+    r = torch.arange(4, dtype=torch.float32, device="loom")
+    r.resize_(2, 5)  # grows the storage, keeps the old contents
+    assert r.cpu().flatten()[:4].tolist() == [0.0, 1.0, 2.0, 3.0]
+    s = torch.empty(0, device="loom")
+    s.set_(x.untyped_storage(), 2, (2, 2), (4, 1))
+    assert s.cpu().tolist() == [[2.0, 3.0], [6.0, 7.0]]
+    t = torch.empty(0, device="loom").set_(x)
+    assert t.data_ptr() == x.data_ptr()
+    e = torch.ones(3, device="loom").set_()
+    assert e.numel() == 0 and e.device.type == "loom"
+    st = torch.UntypedStorage(16, device="loom")
+    st.resize_(32)
+    assert st.nbytes() == 32 and st.device.type == "loom"
+
+
+def test_device_context_and_set_device(loom):
+    with loom.device(0):
+        assert loom.current_device() == 0
+    loom.set_device("loom:0")
+    assert torch.accelerator.current_device_index() == 0
+
+
+def test_invalid_device_index_is_a_clear_error(loom):
+    n = loom.device_count()
+    with pytest.raises(RuntimeError, match=f"loom:{n + 4}"):
+        torch.empty(2, device=f"loom:{n + 4}")
+    with pytest.raises(RuntimeError, match=f"loom:{n}"):
+        torch.ones(2).to(f"loom:{n}")
+    with pytest.raises(RuntimeError, match=f"loom:{n + 1}"):
+        loom.set_device(n + 1)
+
+
+def test_negative_sizes_match_cpu_error(loom):
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch.empty(2, -1)
+    with pytest.raises(RuntimeError) as loom_err:
+        torch.empty(2, -1, device="loom")
+    assert str(loom_err.value) == str(cpu_err.value)
+    with pytest.raises(RuntimeError, match="negative"):
+        torch.empty_strided((2, -3), (1, 1), device="loom")
+
+
+def test_cpu_tensor_where_loom_is_needed(loom):
+    a = torch.ones(3, device="loom")
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.add(a, torch.ones(3))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.cat([a, torch.ones(3)])
+    # a zero-dim CPU tensor is a scalar and is allowed, as on CUDA
+    assert (a * torch.tensor(2.0)).cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_pinned_flag_on_empty_is_rejected(loom):
+    with pytest.raises(RuntimeError, match="pinned"):
+        torch.empty(2, device="loom", pin_memory=True)
+
+
+def test_module_to_loom_and_back(loom):
+    m = torch.nn.Linear(4, 2)
+    m2 = copy.deepcopy(m).to("loom")
+    assert m2.weight.device.type == "loom" and m2.weight.is_loom
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(m2(x.loom()).cpu(), m(x))
+    assert torch.Tensor.loom(x).device.type == "loom"
