@@ -346,6 +346,49 @@ static int rd_span(const rd_ctx *c, rd_state *s, const loom_tensor *in,
   return 1;
 }
 
+/* Sums over one strided dim into outputs that are contiguous in both the
+ * input and the output (e.g. a sum over dim 0 of a row-major matrix): a
+ * block of neighbouring outputs is accumulated row by row, so memory is
+ * read in order. Each output still adds its elements in index order.
+ * Returns 0 when the layout does not fit (the caller takes the general
+ * path). */
+#define RD_COLS 64
+static int rd_columns(const rd_ctx *c, const loom_tensor *out,
+                      const loom_tensor *in, int32_t keep, int64_t begin,
+                      int64_t end) {
+  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN) ||
+      (c->dtype != LOOM_FLOAT32 && c->dtype != LOOM_FLOAT64) ||
+      keep < 1 || in->rank != keep + 1 || in->strides[keep - 1] != 1 ||
+      out->strides[keep - 1] != 1 || !out->data)
+    return 0;
+  const int64_t inner = in->sizes[keep - 1], n = in->sizes[keep];
+  const int64_t stride = in->strides[keep];
+  const int f32 = c->dtype == LOOM_FLOAT32;
+  for (int64_t w = begin; w < end;) {
+    const int64_t col = w % inner;
+    int64_t width = inner - col < end - w ? inner - col : end - w;
+    if (width > RD_COLS) width = RD_COLS;
+    int64_t out_off, second_off, in_off;
+    rd_offsets(out, out, in, w, &out_off, &second_off, &in_off);
+    double acc[RD_COLS] = {0};
+    for (int64_t k = 0; k < n; ++k) {
+      if (f32) {
+        const float *x = (const float *)in->data + in_off + k * stride;
+        for (int64_t j = 0; j < width; ++j) acc[j] += (double)x[j];
+      } else {
+        const double *x = (const double *)in->data + in_off + k * stride;
+        for (int64_t j = 0; j < width; ++j) acc[j] += x[j];
+      }
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      const double v = c->op == LOOM_REDUCE_MEAN ? acc[j] / (double)n : acc[j];
+      if (!rd_store(out, out_off + j, 0, v, 0)) return 0;
+    }
+    w += width;
+  }
+  return 1;
+}
+
 int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
                        int64_t end) {
   if (args->num_tensors < 3 || args->num_scalars < 5)
@@ -367,6 +410,7 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
   for (int32_t d = keep; d < in->rank; ++d) count *= in->sizes[d];
   rd_state *scratch = stage ? (rd_state *)args->tensors[3].data : NULL;
   if (stage && (args->num_tensors < 4 || !scratch)) return LOOM_ERROR_INVALID_ARGUMENT;
+  if (stage == 0 && count > 0 && rd_columns(&c, out, in, keep, begin, end)) return LOOM_OK;
 
   for (int64_t w = begin; w < end; ++w) {
     const int64_t o = stage == 1 ? w / parts : w;
