@@ -1,0 +1,153 @@
+"""Convolutions on loom against the CPU: conv1d/2d/3d with groups
+(depthwise included), stride, padding (incl. "same"), dilation, bias,
+transposed convolution; forward and every gradient; fp32/bf16/fp64; odd
+sizes; bad parameters; and a small CNN trained with no CPU fallback."""
+import os
+
+os.environ.setdefault("LOOM_FALLBACK", "error")
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(
+    not (hasattr(torch, "loom") and torch.loom.is_available()),
+    reason="loom device not built")
+
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4),
+       torch.float64: dict(rtol=1e-9, atol=1e-9),
+       torch.bfloat16: dict(rtol=3e-2, atol=1e-1)}
+
+
+def rand(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def leaf(t, device):
+    return t.detach().to(device).requires_grad_()
+
+
+def compare(fn, tensors, dtype, scale=1.0):
+    """Runs fn on CPU and loom leaves; compares outputs and all gradients."""
+    cpu = [leaf(t, "cpu") if t is not None else None for t in tensors]
+    dev = [leaf(t, "loom") if t is not None else None for t in tensors]
+    y, ly = fn(*cpu), fn(*dev)
+    assert ly.device.type == "loom" and ly.shape == y.shape and ly.dtype == y.dtype
+    tol = {k: v * scale for k, v in TOL[dtype].items()}
+    torch.testing.assert_close(ly.detach().cpu(), y.detach(), **tol)
+    g = rand(*y.shape, dtype=dtype, seed=99)
+    y.backward(g)
+    ly.backward(g.to("loom"))
+    for c, d in zip(cpu, dev):
+        if c is not None:
+            torch.testing.assert_close(d.grad.cpu(), c.grad, **tol)
+
+
+CONV2D = [
+    # (N, C, H, W), (O, k), dict(stride, padding, dilation, groups)
+    ((2, 3, 7, 9), (5, 3), dict(padding=1)),
+    ((1, 4, 13, 8), (6, (3, 2)), dict(stride=(2, 3), padding=(2, 1), dilation=2, groups=2)),
+    ((3, 6, 10, 10), (6, 5), dict(padding=2, groups=6)),            # depthwise
+    ((2, 8, 9, 9), (4, 1), dict(stride=2)),                          # 1x1 strided
+    ((2, 8, 9, 9), (4, 1), dict()),                                  # 1x1 (no im2col)
+    ((1, 1, 1, 1), (1, 3), dict(padding=1)),
+    ((2, 3, 63, 7), (7, 3), dict(padding="same", dilation=2)),
+    ((1, 2, 8, 8), (3, 4), dict(padding="same")),                    # asymmetric same
+    ((2, 64, 14, 14), (64, 3), dict(padding=1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("case", CONV2D, ids=[str(i) for i in range(len(CONV2D))])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d(case, bias, dtype):
+    (n, c, h, w), (o, k), kw = case
+    kk = (k, k) if isinstance(k, int) else k
+    groups = kw.get("groups", 1)
+    x = rand(n, c, h, w, dtype=dtype, seed=1)
+    wt = rand(o, c // groups, *kk, dtype=dtype, seed=2)
+    b = rand(o, dtype=dtype, seed=3) if bias else None
+    scale = 1.0 if dtype != torch.bfloat16 else (c // groups * kk[0] * kk[1]) ** 0.5 / 3
+    compare(lambda x, w, b: F.conv2d(x, w, b, **kw), [x, wt, b], dtype, max(scale, 1.0))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv1d_and_conv3d(bias):
+    x1, w1 = rand(2, 4, 63), rand(6, 2, 7)
+    b1 = rand(6) if bias else None
+    compare(lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=3, groups=2), [x1, w1, b1], torch.float32)
+    x3, w3 = rand(2, 3, 5, 6, 7), rand(4, 3, 3, 2, 3)
+    b3 = rand(4) if bias else None
+    compare(lambda x, w, b: F.conv3d(x, w, b, stride=(2, 1, 2), padding=1, dilation=(1, 2, 1)),
+            [x3, w3, b3], torch.float32)
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2, padding=1, output_padding=1),
+                                dict(stride=1, padding=0, groups=2),
+                                dict(stride=3, padding=2, dilation=2)])
+def test_conv_transpose2d(kw):
+    x = rand(2, 4, 7, 9)
+    w = rand(4, 3, 3, 3)
+    b = rand(3 * kw.get("groups", 1))
+    compare(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), [x, w, b], torch.float32)
+
+
+def test_conv_noncontiguous_input():
+    x = rand(2, 9, 12, 3).permute(0, 3, 1, 2)  # (2, 3, 9, 12), channels last
+    w = rand(5, 3, 3, 3)
+    compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: F.conv2d(torch.ones(1, 3, 5, 5, device=d), torch.ones(4, 2, 3, 3, device=d)),
+    lambda d: F.conv2d(torch.ones(1, 4, 5, 5, device=d), torch.ones(4, 2, 3, 3, device=d), groups=3),
+    lambda d: F.conv2d(torch.ones(1, 3, 2, 2, device=d), torch.ones(4, 3, 3, 3, device=d)),
+    lambda d: F.conv2d(torch.ones(1, 3, 5, 5, device=d), torch.ones(4, 3, 3, 3, device=d), stride=0),
+    lambda d: F.conv2d(torch.ones(1, 3, 5, 5, device=d), torch.ones(4, 3, 3, 3, device=d), padding=-1),
+    lambda d: F.conv2d(torch.ones(1, 3, 5, 5, device=d), torch.ones(4, 3, 3, 3, device=d), padding="same", stride=2),
+    lambda d: F.conv2d(torch.ones(1, 3, 5, 5, device=d), torch.ones(4, 3, 3, 3, device=d), torch.ones(3, device=d)),
+])
+def test_bad_conv_params_match_cpu(fn):
+    with pytest.raises(Exception) as cpu_err:
+        fn("cpu")
+    with pytest.raises(type(cpu_err.value)):
+        fn("loom")
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, bn):
+        super().__init__()
+        norm = (lambda c: nn.BatchNorm2d(c)) if bn else (lambda c: nn.Identity())
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=not bn), norm(16), nn.ReLU(),
+                                  nn.MaxPool2d(2))
+        self.block = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, bias=not bn), norm(16), nn.ReLU(),
+                                   nn.Conv2d(16, 16, 3, padding=1, bias=not bn), norm(16))
+        self.down = nn.Conv2d(16, 32, 1, stride=2)
+        self.head = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.block(x))
+        return self.head(self.down(x))
+
+
+@pytest.mark.parametrize("bn", [False, True])
+def test_small_resnet_trains_without_fallback(bn):
+    torch.manual_seed(0)
+    model = SmallCNN(bn)
+    ref = SmallCNN(bn)
+    ref.load_state_dict(model.state_dict())
+    model = model.to("loom")
+    x, target = rand(4, 3, 16, 16, seed=5), torch.tensor([1, 2, 3, 4])
+    for m, dev in ((ref, "cpu"), (model, "loom")):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            loss = F.cross_entropy(m(x.to(dev)), target.to(dev))
+            loss.backward()
+            opt.step()
+    for (name, p), q in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-3, atol=1e-4, msg=name)

@@ -1,0 +1,103 @@
+"""2-d pooling on loom against the CPU: max_pool2d (indices, dilation,
+ceil_mode, padding), avg_pool2d (count_include_pad, divisor_override),
+adaptive average and max pooling; forward and backward; 3-d and 4-d
+inputs, non-contiguous inputs, float dtypes; bad parameters."""
+import os
+
+os.environ.setdefault("LOOM_FALLBACK", "error")
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(
+    not (hasattr(torch, "loom") and torch.loom.is_available()),
+    reason="loom device not built")
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16]
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5),
+       torch.float64: dict(rtol=1e-10, atol=1e-10),
+       torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+def rand(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def compare(fn, x, dtype, noncontig=False):
+    c = x.detach().clone().requires_grad_()
+    d = x.detach().to("loom")
+    if noncontig:
+        d = d.transpose(-1, -2).contiguous().transpose(-1, -2)
+    d.requires_grad_()
+    y, ly = fn(c), fn(d)
+    ys = y if isinstance(y, tuple) else (y,)
+    lys = ly if isinstance(ly, tuple) else (ly,)
+    for a, b in zip(lys, ys):
+        assert a.device.type == "loom" and a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), **TOL[dtype])
+    g = rand(*ys[0].shape, dtype=dtype, seed=7)
+    ys[0].backward(g)
+    lys[0].backward(g.to("loom"))
+    torch.testing.assert_close(d.grad.cpu(), c.grad, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1)),
+    dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=1),
+])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (3, 13, 8), (1, 1, 1, 1)])
+def test_max_pool2d(dtype, kw, shape):
+    if shape[-1] < 3 and kw["kernel_size"] != 1:
+        pytest.skip("window larger than the input")
+    compare(lambda x: F.max_pool2d(x, return_indices=True, **kw), rand(*shape, dtype=dtype), dtype)
+    compare(lambda x: F.max_pool2d(x, **kw), rand(*shape, dtype=dtype, seed=1), dtype, noncontig=True)
+
+
+def test_max_pool2d_nan_and_ties():
+    x = torch.tensor([[[[1.0, 1.0, float("nan"), 0.0], [1.0, 1.0, 2.0, float("nan")]]]])
+    o, i = F.max_pool2d(x, 2, return_indices=True)
+    lo, li = F.max_pool2d(x.to("loom"), 2, return_indices=True)
+    torch.testing.assert_close(lo.cpu(), o, equal_nan=True)
+    assert torch.equal(li.cpu(), i)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+    dict(kernel_size=3, stride=2, ceil_mode=True, padding=1),
+    dict(kernel_size=(3, 2), divisor_override=5),
+])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (3, 13, 8)])
+def test_avg_pool2d(dtype, kw, shape):
+    compare(lambda x: F.avg_pool2d(x, **kw), rand(*shape, dtype=dtype), dtype)
+    compare(lambda x: F.avg_pool2d(x, **kw), rand(*shape, dtype=dtype, seed=2), dtype, noncontig=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("out", [(1, 1), (3, 4), (7, 9), (5, 2), (10, 13)])
+def test_adaptive_pools(dtype, out):
+    x = rand(2, 3, 7, 9, dtype=dtype)
+    compare(lambda x: F.adaptive_avg_pool2d(x, out), x, dtype)
+    compare(lambda x: F.adaptive_max_pool2d(x, out, return_indices=True), x, dtype)
+    compare(lambda x: F.adaptive_avg_pool2d(x, out), rand(3, 7, 9, dtype=dtype), dtype, noncontig=True)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 5),
+    lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 2, padding=2),
+    lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 2, stride=0),
+    lambda d: F.max_pool2d(torch.ones(4, 4, device=d), 2),
+    lambda d: F.avg_pool2d(torch.ones(1, 1, 4, 4, device=d), 2, padding=3),
+    lambda d: F.adaptive_avg_pool2d(torch.ones(1, 1, 4, 4, device=d), (0, 2)),
+    lambda d: F.adaptive_max_pool2d(torch.ones(4, device=d), 2),
+])
+def test_bad_pool_params_match_cpu(fn):
+    with pytest.raises(Exception) as cpu_err:
+        fn("cpu")
+    with pytest.raises(type(cpu_err.value)):
+        fn("loom")
