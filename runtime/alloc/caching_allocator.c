@@ -291,7 +291,7 @@ static void oom_message(loom_allocator *a, size_t size) {
   const uint64_t active = (uint64_t)a->stats.active_bytes[LOOM_POOL_ALL].current;
   const uint64_t free_bytes = a->limit > active ? a->limit - active : 0;
   loom_error(LOOM_ERROR_OUT_OF_MEMORY,
-             "out of memory: tried to allocate %s on loom:%d; %s free of %s limit; "
+             "tried to allocate %s on loom:%d; %s free of %s limit; "
              "%s allocated, %s reserved",
              loom_format_bytes(size, req, sizeof req), a->device,
              loom_format_bytes(free_bytes, fr, sizeof fr),
@@ -322,7 +322,7 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
     pthread_mutex_lock(&a->lock);
     a->stats.num_ooms++;
     pthread_mutex_unlock(&a->lock);
-    return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "out of memory: tried to allocate %s on loom:%d",
+    return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "tried to allocate %s on loom:%d",
                       loom_format_bytes(size, req, sizeof req), a->device);
   }
   const size_t rounded = round_size(size);

@@ -17,4 +17,22 @@ static inline void loom_cpu_relax(void) {
 #endif
 }
 
+/* A bounded spin: loom_spin_more() pauses once and says whether the budget
+ * lasts; it reads the clock only every 64 pauses, since a clock read costs
+ * as much as the pause itself. */
+typedef struct loom_spin {
+  uint64_t deadline;
+  unsigned count;
+} loom_spin;
+
+static inline loom_spin loom_spin_start(uint64_t budget_ns) {
+  return (loom_spin){.deadline = loom_now_ns() + budget_ns, .count = 0};
+}
+
+static inline int loom_spin_more(loom_spin *spin) {
+  loom_cpu_relax();
+  if ((++spin->count & 63) != 0) return 1;
+  return loom_now_ns() < spin->deadline;
+}
+
 #endif

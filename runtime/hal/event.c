@@ -62,18 +62,15 @@ static int event_done(loom_event_t *ev, uint64_t sequence) {
 
 void loom_driver_event_wait(loom_event_t *ev, uint64_t sequence) {
   /* Cross-stream waits are usually short: spin a little before sleeping. */
-  const uint64_t deadline = loom_now_ns() + 20000;
-  while (!event_done(ev, sequence)) {
-    if (loom_now_ns() > deadline) {
-      pthread_mutex_lock(&ev->lock);
-      atomic_fetch_add(&ev->waiters, 1);
-      while (!event_done(ev, sequence)) pthread_cond_wait(&ev->cond, &ev->lock);
-      atomic_fetch_sub(&ev->waiters, 1);
-      pthread_mutex_unlock(&ev->lock);
-      return;
-    }
-    loom_cpu_relax();
-  }
+  loom_spin spin = loom_spin_start(20000);
+  while (!event_done(ev, sequence))
+    if (!loom_spin_more(&spin)) break;
+  if (event_done(ev, sequence)) return;
+  pthread_mutex_lock(&ev->lock);
+  atomic_fetch_add(&ev->waiters, 1);
+  while (!event_done(ev, sequence)) pthread_cond_wait(&ev->cond, &ev->lock);
+  atomic_fetch_sub(&ev->waiters, 1);
+  pthread_mutex_unlock(&ev->lock);
 }
 
 loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream) {

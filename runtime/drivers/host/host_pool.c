@@ -38,10 +38,10 @@ static void *worker_main(void *arg) {
   for (;;) {
     uint64_t g = atomic_load(&pool->open);
     if (g == 0 || g == last) {
-      const uint64_t deadline = loom_now_ns() + WORKER_SPIN_NS;
+      loom_spin spin = loom_spin_start(WORKER_SPIN_NS);
       while (((g = atomic_load(&pool->open)) == 0 || g == last) && !atomic_load(&pool->stop) &&
-             loom_now_ns() < deadline)
-        loom_cpu_relax();
+             loom_spin_more(&spin)) {
+      }
       if (atomic_load(&pool->stop)) return NULL;
       if (g == 0 || g == last) {
         pthread_mutex_lock(&pool->wake_lock);

@@ -142,11 +142,11 @@ static void drain(loom_driver_queue *q, uint64_t target) {
 
 /* Waits for queued work, spinning then sleeping; 0 when stopping. */
 static int wait_for_work(loom_driver_queue *q) {
-  const uint64_t deadline = loom_now_ns() + EXECUTOR_SPIN_NS;
+  loom_spin spin = loom_spin_start(EXECUTOR_SPIN_NS);
   while (atomic_load_explicit(&q->submitted, memory_order_acquire) ==
              atomic_load_explicit(&q->completed, memory_order_acquire) &&
-         !atomic_load(&q->stop) && loom_now_ns() < deadline)
-    loom_cpu_relax();
+         !atomic_load(&q->stop) && loom_spin_more(&spin)) {
+  }
   pthread_mutex_lock(&q->lock);
   while (!q->head && !atomic_load(&q->stop)) {
     atomic_store(&q->executor_sleeping, 1);
@@ -246,18 +246,15 @@ loom_status host_queue_synchronize(void *ctx, loom_driver_queue *q) {
     pthread_mutex_unlock(&q->exec);
     if (atomic_load(&q->completed) >= target) return LOOM_OK;
   }
-  const uint64_t deadline = loom_now_ns() + SYNC_SPIN_NS;
-  while (atomic_load(&q->completed) < target) {
-    if (loom_now_ns() > deadline) {
-      pthread_mutex_lock(&q->lock);
-      atomic_fetch_add(&q->sync_waiters, 1);
-      while (atomic_load(&q->completed) < target) pthread_cond_wait(&q->done, &q->lock);
-      atomic_fetch_sub(&q->sync_waiters, 1);
-      pthread_mutex_unlock(&q->lock);
-      break;
-    }
-    loom_cpu_relax();
-  }
+  loom_spin spin = loom_spin_start(SYNC_SPIN_NS);
+  while (atomic_load(&q->completed) < target)
+    if (!loom_spin_more(&spin)) break;
+  if (atomic_load(&q->completed) >= target) return LOOM_OK;
+  pthread_mutex_lock(&q->lock);
+  atomic_fetch_add(&q->sync_waiters, 1);
+  while (atomic_load(&q->completed) < target) pthread_cond_wait(&q->done, &q->lock);
+  atomic_fetch_sub(&q->sync_waiters, 1);
+  pthread_mutex_unlock(&q->lock);
   return LOOM_OK;
 }
 
