@@ -28,12 +28,13 @@ def _names(env):
 def _open_device(device):
     import torch
 
-    dtype = torch.device(device).type
-    if dtype != "cpu" and not hasattr(torch, dtype):
-        # Autoload may be disabled (TORCH_DEVICE_BACKEND_AUTOLOAD=0).
+    kind = device.split(":")[0]
+    if kind not in ("cpu", "meta") and not hasattr(torch, kind):
+        # The planning process turns autoload off (TORCH_DEVICE_BACKEND_AUTOLOAD=0)
+        # and workers inherit that: load the backend by its package name.
         import importlib
 
-        importlib.import_module("torch_%s" % dtype)
+        importlib.import_module("torch_%s" % kind)
     torch.empty(1, device=device)
 
 
