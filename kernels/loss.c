@@ -41,8 +41,7 @@ static int nll_term(const nll_view *v, int64_t ns, double *loss, double *w) {
     return LOOM_OK;
   }
   if (tgt < 0 || tgt >= v->c)
-    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
-                      "Target %lld is out of bounds.", (long long)tgt);
+    return LOOM_ERROR_INVALID_ARGUMENT;
   *w = v->weight->data ? loom_nn_load(v->weight->data, v->weight->dtype,
                                       tgt * v->weight->strides[0])
                        : 1.0;
@@ -110,8 +109,7 @@ int loom_nll_loss_backward(const loom_kernel_args *args, int64_t begin,
         loom_nn_load_index(t->data, t->dtype, n * t->strides[0] + s * t->strides[1]);
     if (tgt == ignore) continue;
     if (tgt < 0 || tgt >= c_len)
-      return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
-                        "Target %lld is out of bounds.", (long long)tgt);
+      return LOOM_ERROR_INVALID_ARGUMENT;
     const double w = wt->data ? loom_nn_load(wt->data, wt->dtype, tgt * wt->strides[0]) : 1.0;
     const double g = reduction == LOOM_REDUCTION_NONE
                          ? loom_nn_load(go->data, go->dtype, ns)
@@ -156,8 +154,7 @@ static inline double loss_grad(int64_t kind, double x, double y, double param) {
 
 static int check_bce_input(double x) {
   if (!(x >= 0.0 && x <= 1.0))
-    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
-                      "all elements of input should be between 0 and 1");
+    return LOOM_ERROR_INVALID_ARGUMENT;
   return LOOM_OK;
 }
 

@@ -1,5 +1,5 @@
-// Scaled dot-product attention on loom: the SDPA dispatcher asks
-// _fused_sdp_choice_stub which backend to use; we answer "overrideable" for
+// Scaled dot-product attention on loom: SDPA asks _fused_sdp_choice (and,
+// under fake tensors, _fused_sdp_choice_stub) which backend to use; we answer "overrideable" for
 // what our flash-style kernel covers and "math" otherwise (dropout, grouped
 // heads, a mask that needs a gradient), so every call still has a path.
 #include <ATen/ATen.h>
@@ -163,6 +163,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_fused_sdp_choice", TORCH_FN(sdp_choice));
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_forward));
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
          TORCH_FN(sdpa_backward));
