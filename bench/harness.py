@@ -399,6 +399,9 @@ class Worker:
 
 
 def worker_main(spec_json: str, fd: int):
+    import faulthandler
+
+    faulthandler.enable()  # a crash leaves the Python stack in the worker's log
     spec = json.loads(spec_json)
     stream = os.fdopen(fd, "w", buffering=1)
 

@@ -143,12 +143,18 @@ def worker_env(threads: int) -> dict:
     return env
 
 
-def _log_tail(path: Path, n: int = 600) -> str:
+def _log_tail(path: Path, n: int = 900) -> str:
+    """The end of a crashed worker's output: faulthandler's report (the
+    signal and the innermost Python frames) when there is one."""
     try:
         text = path.read_text(errors="replace").strip()
     except OSError:
         return ""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Fatal Python error"):
+            frames = [ln for ln in lines[i + 1:] if ln.startswith("File ")]
+            return " | ".join([lines[i]] + frames[:4])[-n:]
     return " | ".join(lines[-4:])[-n:]
 
 
