@@ -1,6 +1,7 @@
 // Device management for torch.loom: initialisation, fork safety, indices
 // and properties.
 #include <ATen/Context.h>
+#include <torch/csrc/Event.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 
 #include "common.h"
@@ -52,6 +53,18 @@ void init_device(py::module& m) {
       if (p.features & bit) features.append(name);
     d["features"] = features;
     return d;
+  });
+  // torch.Event.elapsed_time accepts only exact torch.Event objects; this
+  // serves torch.loom.Event, its subclass.
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    auto* type = reinterpret_cast<PyObject*>(&THPEventType);
+    TORCH_CHECK_TYPE(PyObject_IsInstance(start.ptr(), type) == 1 &&
+                         PyObject_IsInstance(end.ptr(), type) == 1,
+                     "elapsed_time expects two torch.Event objects");
+    auto* a = reinterpret_cast<THPEvent*>(start.ptr());
+    auto* b = reinterpret_cast<THPEvent*>(end.ptr());
+    py::gil_scoped_release no_gil;
+    return a->event.elapsedTime(b->event);
   });
   m.def("_synchronize", [](int index) {
     c10::DeviceIndex d = index < 0 ? current_device()

@@ -50,6 +50,11 @@ class Event(torch.Event):
             stream = current_stream()
         super().wait(stream)
 
+    def elapsed_time(self, end_event) -> float:
+        """Milliseconds from this event to ``end_event`` (both recorded,
+        created with ``enable_timing=True``)."""
+        return _C._event_elapsed_time(self, end_event)
+
 
 def _wrap(s: torch.Stream) -> Stream:
     return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)

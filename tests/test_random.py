@@ -1,0 +1,133 @@
+"""Random numbers on loom: native kernels, reproducible under manual_seed,
+independent of the thread count, with CUDA's generator state layout."""
+
+import pytest
+import torch
+
+
+def _draws():
+    return [
+        torch.rand(1000, device="loom"),
+        torch.randn(37, 11, device="loom", dtype=torch.float64),
+        torch.randint(-5, 17, (500,), device="loom"),
+        torch.empty(300, device="loom").bernoulli_(0.3),
+        torch.nn.functional.dropout(torch.ones(400, device="loom"), 0.5),
+        torch.empty(64, device="loom").exponential_(2.0),
+        torch.randn(8, device="loom", dtype=torch.bfloat16),
+    ]
+
+
+def test_manual_seed_reproduces(loom):
+    torch.manual_seed(123)
+    a = [t.cpu() for t in _draws()]
+    torch.manual_seed(123)
+    b = [t.cpu() for t in _draws()]
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    torch.manual_seed(124)
+    c = torch.rand(1000, device="loom").cpu()
+    assert not torch.equal(a[0], c)
+
+
+def test_random_ops_are_native(loom):
+    loom.clear_fallback_ops()
+    _draws()
+    ops = loom.fallback_ops()
+    for name in ["aten::uniform_", "aten::normal_", "aten::random_.from", "aten::bernoulli_.float",
+                 "aten::native_dropout", "aten::exponential_"]:
+        assert name not in ops, ops
+
+
+def test_distributions_are_sane(loom):
+    torch.manual_seed(0)
+    u = torch.rand(200000, device="loom").cpu()
+    assert 0.0 <= u.min().item() and u.max().item() < 1.0
+    assert abs(u.mean().item() - 0.5) < 0.01
+    n = torch.randn(200000, device="loom").cpu()
+    assert abs(n.mean().item()) < 0.01 and abs(n.std().item() - 1.0) < 0.01
+    r = torch.randint(3, 9, (100000,), device="loom").cpu()
+    assert set(r.unique().tolist()) == set(range(3, 9))
+    b = torch.empty(100000, device="loom").bernoulli_(0.25).cpu()
+    assert abs(b.mean().item() - 0.25) < 0.01
+    p = torch.full((100000,), 0.75, device="loom")
+    bt = torch.bernoulli(p).cpu()
+    assert abs(bt.mean().item() - 0.75) < 0.01
+    e = torch.empty(100000, device="loom").exponential_(4.0).cpu()
+    assert e.min().item() >= 0 and abs(e.mean().item() - 0.25) < 0.01
+    bools = torch.empty(1000, dtype=torch.bool, device="loom").random_().cpu()
+    assert set(bools.tolist()) == {False, True}
+    full = torch.empty(1000, dtype=torch.uint8, device="loom").random_().cpu()
+    assert full.max().item() > 200
+
+
+def test_generator_state_layout(loom):
+    g = torch.Generator(device="loom")
+    g.manual_seed(42)
+    state = g.get_state()
+    assert state.dtype == torch.uint8 and state.numel() >= 16
+    seed = int.from_bytes(bytes(state[-16:-8].tolist()), "little")
+    offset = int.from_bytes(bytes(state[-8:].tolist()), "little")
+    assert seed == 42 and offset == 0
+    torch.rand(10, device="loom", generator=g)
+    assert g.get_offset() > 0
+    saved = g.get_state()
+    x = torch.rand(10, device="loom", generator=g).cpu()
+    g.set_state(saved)
+    y = torch.rand(10, device="loom", generator=g).cpu()
+    assert torch.equal(x, y)
+    g.set_offset(0)
+    assert g.get_offset() == 0
+
+
+def test_rng_state_functions(loom):
+    loom.manual_seed(7)
+    assert loom.initial_seed() == 7
+    st = loom.get_rng_state()
+    a = torch.rand(5, device="loom").cpu()
+    loom.set_rng_state(st)
+    b = torch.rand(5, device="loom").cpu()
+    assert torch.equal(a, b)
+    states = loom.get_rng_state_all()
+    assert len(states) == loom.device_count()
+    loom.set_rng_state_all(states)
+    loom.seed()
+    loom.seed_all()
+    loom.manual_seed_all(3)
+    with torch.random.fork_rng(device_type="loom"):
+        torch.rand(3, device="loom")
+    assert loom.initial_seed() == 3
+
+
+def test_explicit_generator_independent_of_default(loom):
+    g = torch.Generator(device="loom").manual_seed(5)
+    x = torch.randn(100, device="loom", generator=g).cpu()
+    torch.manual_seed(999)
+    g2 = torch.Generator(device="loom").manual_seed(5)
+    y = torch.randn(100, device="loom", generator=g2).cpu()
+    assert torch.equal(x, y)
+
+
+_THREADS_SCRIPT = """
+import torch, hashlib
+torch.manual_seed(2024)
+parts = [
+    torch.rand(300001, device="loom"),
+    torch.randn(1000, 333, device="loom"),
+    torch.randn(4097, device="loom", dtype=torch.float16),
+    torch.randint(0, 1 << 40, (100003,), device="loom"),
+    torch.empty(70001, device="loom").bernoulli_(0.4),
+    torch.nn.functional.dropout(torch.ones(65537, device="loom"), 0.2),
+    torch.randn(64, 1000, device="loom").t(),
+]
+h = hashlib.sha256()
+for p in parts:
+    h.update(p.cpu().contiguous().numpy().tobytes())
+print("digest", h.hexdigest())
+"""
+
+
+def test_independent_of_thread_count(py):
+    one = py(_THREADS_SCRIPT, env={"LOOM_NUM_THREADS": "1"}).stdout
+    two = py(_THREADS_SCRIPT, env={"LOOM_NUM_THREADS": "2"}).stdout
+    assert "digest" in one
+    assert one == two
