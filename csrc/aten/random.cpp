@@ -177,6 +177,11 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input,
   return {output, mask};
 }
 
+at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask,
+                                   double scale) {
+  return grad.mul(mask).mul_(scale);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -189,6 +194,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("bernoulli_.float", bernoulli_float);
   m.impl("bernoulli_.Tensor", bernoulli_tensor);
   m.impl("native_dropout", native_dropout);
+  m.impl("native_dropout_backward", native_dropout_backward);
 }
 
 }  // namespace torch_loom
