@@ -11,6 +11,15 @@ static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
 static loom_runtime *_Atomic current_runtime;
 static const loom_driver *registered[8];
 static int num_registered;
+/* Set in a child of fork(): the runtime's threads did not survive it. */
+static atomic_int forked_child;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void mark_forked_child(void) {
+  if (atomic_load(&current_runtime)) atomic_store(&forked_child, 1);
+}
+
+static void install_atfork(void) { pthread_atfork(NULL, NULL, mark_forked_child); }
 static loom_status start_status = LOOM_OK;
 static char start_message[256];
 
@@ -113,7 +122,15 @@ static loom_status runtime_start(loom_runtime **out) {
 
 loom_runtime *loom_runtime_get(void) {
   loom_runtime *rt = atomic_load_explicit(&current_runtime, memory_order_acquire);
-  if (rt) return rt;
+  if (rt && !atomic_load_explicit(&forked_child, memory_order_relaxed)) return rt;
+  if (atomic_load(&forked_child)) {
+    /* Waiting on a queue whose executor no longer exists would hang. */
+    loom_error(LOOM_ERROR_UNAVAILABLE,
+               "the loom runtime cannot be used in a process forked after it started "
+               "(use the 'spawn' start method)");
+    return NULL;
+  }
+  pthread_once(&atfork_once, install_atfork);
   pthread_mutex_lock(&runtime_lock);
   rt = atomic_load_explicit(&current_runtime, memory_order_acquire);
   if (!rt) {
@@ -131,10 +148,14 @@ loom_runtime *loom_runtime_get(void) {
 }
 
 loom_status loom_init(void) {
-  return loom_runtime_get() ? LOOM_OK : start_status;
+  if (loom_runtime_get()) return LOOM_OK;
+  return atomic_load(&forked_child) ? LOOM_ERROR_UNAVAILABLE : start_status;
 }
 
 void loom_shutdown(void) {
+  /* A forked child cannot join threads it does not have; it leaves the
+   * parent's state alone. */
+  if (atomic_load(&forked_child)) return;
   pthread_mutex_lock(&runtime_lock);
   loom_runtime *rt = atomic_exchange(&current_runtime, NULL);
   runtime_free(rt);
@@ -155,6 +176,10 @@ loom_status loom_check_device(loom_runtime *rt, int device) {
 }
 
 loom_status loom_check_stream(const loom_stream_t *stream, const char *what) {
+  if (atomic_load_explicit(&forked_child, memory_order_relaxed))
+    return loom_error(LOOM_ERROR_UNAVAILABLE,
+                      "%s: the loom runtime cannot be used in a process forked after it "
+                      "started (use the 'spawn' start method)", what);
   if (!stream) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: stream is NULL", what);
   if (stream->magic != LOOM_STREAM_MAGIC)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: not a live loom stream", what);

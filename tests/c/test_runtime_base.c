@@ -1,5 +1,7 @@
 /* Base services: status names and messages, size parsing, CPU features. */
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "loom/hal.h"
 #include "runtime/base/cpu.h"
@@ -52,11 +54,30 @@ static void test_env_defaults(void) {
   CHECK(loom_env_memory_limit() > ((uint64_t)64 << 20));
 }
 
+/* A child forked after start must get an error, never a hang. */
+static void test_forked_child_refused(void) {
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_default(0, &s));
+  pid_t pid = fork();
+  if (pid == 0) {
+    void *p = NULL;
+    int ok = loom_malloc(0, 64, NULL, &p) == LOOM_ERROR_UNAVAILABLE &&
+             loom_stream_synchronize(s) == LOOM_ERROR_UNAVAILABLE &&
+             strstr(loom_last_error(), "forked") != NULL && loom_device_count() == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = -1;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_OK(loom_stream_synchronize(s)); /* the parent is unaffected */
+}
+
 int main(void) {
   RUN_TEST(test_status);
   RUN_TEST(test_parse_size);
   RUN_TEST(test_cpu_features_capped);
   RUN_TEST(test_env_defaults);
+  RUN_TEST(test_forked_child_refused);
   loom_shutdown();
   TEST_MAIN_END();
 }
