@@ -188,6 +188,82 @@ static void test_memory_info(void) {
   CHECK_OK(loom_memory_empty_cache(0));
 }
 
+static size_t round512(size_t n) { return n < 512 ? 512 : (n + 511) / 512 * 512; }
+
+/* Random allocations and frees, checked against a model: contents never
+ * overlap, and the statistics always equal what the model says. */
+static void test_random_against_model(void) {
+  enum { SLOTS = 64, STEPS = 3000 };
+  unsigned char *ptr[SLOTS] = {0};
+  size_t size[SLOTS] = {0};
+  unsigned seed = 12345;
+  int64_t live = 0, bytes = 0, small_bytes = 0, requested = 0;
+  int bad_stats = 0, bad_contents = 0;
+  CHECK_OK(loom_memory_empty_cache(0));
+  for (int step = 0; step < STEPS; ++step) {
+    seed = seed * 1103515245u + 12345u;
+    const int slot = (int)((seed >> 8) % SLOTS);
+    if (ptr[slot]) {
+      for (size_t i = 0; i < size[slot]; i += 97) bad_contents += ptr[slot][i] != (unsigned char)slot;
+      bad_contents += ptr[slot][size[slot] - 1] != (unsigned char)slot;
+      CHECK_OK(loom_free(ptr[slot]));
+      live -= 1;
+      bytes -= (int64_t)round512(size[slot]);
+      if (round512(size[slot]) <= MiB) small_bytes -= (int64_t)round512(size[slot]);
+      requested -= (int64_t)size[slot];
+      ptr[slot] = NULL;
+    } else {
+      seed = seed * 1103515245u + 12345u;
+      const unsigned kind = (seed >> 12) % 10;
+      /* Mostly small, some mid-sized, a few large. */
+      const size_t n = kind < 7 ? 1 + (seed >> 16) % 20000
+                     : kind < 9 ? (1 << 20) + (seed >> 14) % (4 << 20)
+                                : (12 << 20) + (seed >> 10) % (8 << 20);
+      if (loom_malloc(0, n, NULL, (void **)&ptr[slot]) != LOOM_OK) {
+        ++bad_stats;
+        continue;
+      }
+      memset(ptr[slot], slot, n);
+      size[slot] = n;
+      live += 1;
+      bytes += (int64_t)round512(n);
+      if (round512(n) <= MiB) small_bytes += (int64_t)round512(n);
+      requested += (int64_t)n;
+    }
+    loom_memory_stats s = stats();
+    bad_stats += s.allocation[LOOM_POOL_ALL].current != live;
+    bad_stats += s.requested_bytes[LOOM_POOL_ALL].current != requested;
+    /* Small blocks are exactly their rounded size; a large block keeps a
+     * tail of at most 1 MiB rather than split it off (as c10 does). */
+    bad_stats += s.allocated_bytes[LOOM_POOL_SMALL].current != small_bytes;
+    bad_stats += s.allocated_bytes[LOOM_POOL_ALL].current < bytes;
+    bad_stats += s.allocated_bytes[LOOM_POOL_LARGE].current >
+                 (bytes - small_bytes) + s.allocation[LOOM_POOL_LARGE].current * (int64_t)MiB;
+    bad_stats += s.active_bytes[LOOM_POOL_ALL].current != s.allocated_bytes[LOOM_POOL_ALL].current;
+    bad_stats += s.allocated_bytes[LOOM_POOL_SMALL].current +
+                 s.allocated_bytes[LOOM_POOL_LARGE].current != s.allocated_bytes[LOOM_POOL_ALL].current;
+    bad_stats += s.inactive_split_bytes[LOOM_POOL_ALL].current >
+                 s.reserved_bytes[LOOM_POOL_ALL].current - s.active_bytes[LOOM_POOL_ALL].current;
+  }
+  for (int slot = 0; slot < SLOTS; ++slot) {
+    if (!ptr[slot]) continue;
+    bad_contents += ptr[slot][size[slot] - 1] != (unsigned char)slot;
+    CHECK_OK(loom_free(ptr[slot]));
+  }
+  CHECK_EQ_INT(bad_stats, 0);
+  CHECK_EQ_INT(bad_contents, 0);
+  loom_memory_stats s = stats();
+  CHECK_EQ_INT(s.allocation[LOOM_POOL_ALL].current, 0);
+  CHECK_EQ_INT(s.inactive_split[LOOM_POOL_ALL].current, 0);
+  CHECK_EQ_INT(s.inactive_split_bytes[LOOM_POOL_ALL].current, 0);
+  CHECK_EQ_INT(s.active[LOOM_POOL_ALL].current, 0);
+  CHECK_OK(loom_memory_empty_cache(0));
+  s = stats();
+  CHECK_EQ_INT(s.reserved_bytes[LOOM_POOL_ALL].current, 0);
+  CHECK_EQ_INT(s.segment[LOOM_POOL_ALL].current, 0);
+  CHECK_EQ_INT(s.num_device_alloc - s.num_device_free, 0);
+}
+
 int main(void) {
   RUN_TEST(test_stats_exact);
   RUN_TEST(test_large_pool);
@@ -196,6 +272,7 @@ int main(void) {
   RUN_TEST(test_record_stream_defers_reuse);
   RUN_TEST(test_pinned);
   RUN_TEST(test_memory_info);
+  RUN_TEST(test_random_against_model);
   loom_shutdown();
   TEST_MAIN_END();
 }
