@@ -551,21 +551,10 @@ struct Kernel final : c10::OperatorKernel {
 };
 
 void register_entry(torch::Library& m, const Entry& e) {
-  std::string overloads = e.overloads;
-  for (const std::string& base : {std::string(e.name), std::string(e.name) + "_"}) {
-    size_t pos = 0;
-    while (pos < overloads.size()) {
-      size_t end = overloads.find(' ', pos);
-      if (end == std::string::npos) end = overloads.size();
-      std::string ovl = overloads.substr(pos, end - pos);
-      pos = end + 1;
-      if (ovl == "-") ovl.clear();
-      if (!c10::Dispatcher::singleton().findSchema({"aten::" + base, ovl})) continue;
-      const std::string full = ovl.empty() ? base : base + "." + ovl;
-      m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                               std::make_unique<Kernel>(&e)));
-    }
-  }
+  for (const std::string& base : {std::string(e.name), std::string(e.name) + "_"})
+    for_each_overload(base, e.overloads, [&](const std::string& full) {
+      m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(&e)));
+    });
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -137,4 +137,19 @@ void check_division(const char* name, const at::TensorIteratorBase& iter) {
   check(st, name);
 }
 
+void for_each_overload(const std::string& base, const char* overloads,
+                       const std::function<void(const std::string&)>& fn) {
+  const std::string list = overloads;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    size_t end = list.find(' ', pos);
+    if (end == std::string::npos) end = list.size();
+    std::string ovl = list.substr(pos, end - pos);
+    pos = end + 1;
+    if (ovl == "-") ovl.clear();
+    if (!c10::Dispatcher::singleton().findSchema({"aten::" + base, ovl})) continue;
+    fn(ovl.empty() ? base : base + "." + ovl);
+  }
+}
+
 }  // namespace torch_loom::pw

@@ -7,7 +7,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "common.h"
 #include "kernels/pointwise.h"
@@ -66,5 +68,10 @@ void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
 // Waits for the launch and turns an integer division by zero into the
 // RuntimeError the CPU backend raises.
 void check_division(const char* name, const at::TensorIteratorBase& iter);
+
+// Calls fn("name.overload") for each overload in the space-separated list
+// ("-": the default overload) that aten::<base> has.
+void for_each_overload(const std::string& base, const char* overloads,
+                       const std::function<void(const std::string&)>& fn);
 
 }  // namespace torch_loom::pw

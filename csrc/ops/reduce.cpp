@@ -332,18 +332,9 @@ struct Kernel final : c10::OperatorKernel {
 };
 
 void register_entry(torch::Library& m, const Entry& e) {
-  std::string overloads = e.overloads;
-  size_t pos = 0;
-  while (pos < overloads.size()) {
-    size_t end = overloads.find(' ', pos);
-    if (end == std::string::npos) end = overloads.size();
-    std::string ovl = overloads.substr(pos, end - pos);
-    pos = end + 1;
-    if (ovl == "-") ovl.clear();
-    if (!c10::Dispatcher::singleton().findSchema({std::string("aten::") + e.name, ovl})) continue;
-    const std::string full = ovl.empty() ? e.name : std::string(e.name) + "." + ovl;
+  pw::for_each_overload(e.name, e.overloads, [&](const std::string& full) {
     m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(&e)));
-  }
+  });
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
