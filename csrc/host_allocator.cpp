@@ -3,6 +3,7 @@
 // returned to the runtime once they have completed.
 #include "host_allocator.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -106,7 +107,16 @@ struct LoomHostAllocator final : public at::HostAllocator {
       raise_status(st, "record_event");
     }
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_in_use[block].push_back(event);
+    // A long-lived staging buffer collects one event per copy: drop those
+    // whose copies are done.
+    std::vector<loom_event_t*>& events = g_in_use[block];
+    auto done = std::remove_if(events.begin(), events.end(), [](loom_event_t* e) {
+      if (loom_event_query(e) == LOOM_ERROR_NOT_READY) return false;
+      loom_event_release(e);
+      return true;
+    });
+    events.erase(done, events.end());
+    events.push_back(event);
     return true;
   }
 

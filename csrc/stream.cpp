@@ -72,6 +72,7 @@ c10::Stream get_current_stream(c10::DeviceIndex device) {
 
 c10::Stream exchange_current_stream(c10::Stream stream) {
   c10::DeviceIndex device = stream.device_index();
+  if (device < 0 || device >= kMaxDevices) return stream;  // not a loom stream
   c10::Stream old = make_stream(device, tls_current[device]);
   tls_current[device] = stream.id();
   return old;

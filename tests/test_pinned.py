@@ -67,3 +67,16 @@ def test_to_with_pin_and_non_blocking(loom):
     y = x.to("loom", non_blocking=True)
     loom.synchronize()
     torch.testing.assert_close(y.cpu(), x)
+
+
+def test_reused_pinned_staging_buffer(loom):
+    """One pinned buffer serving many asynchronous uploads stays correct."""
+    staging = torch.empty(4096).pin_memory()
+    outs = []
+    for i in range(200):
+        staging.fill_(float(i))
+        out = torch.empty(4096, device="loom")
+        out.copy_(staging, non_blocking=True)
+        loom.current_stream().synchronize()  # before the next refill
+        outs.append(out)
+    assert [o[0].item() for o in outs[::50]] == [0.0, 50.0, 100.0, 150.0]

@@ -131,3 +131,16 @@ def test_independent_of_thread_count(py):
     two = py(_THREADS_SCRIPT, env={"LOOM_NUM_THREADS": "2"}).stdout
     assert "digest" in one
     assert one == two
+
+
+def test_normal_with_tensor_arguments(loom):
+    torch.manual_seed(1)
+    a = torch.normal(torch.full((50000,), 3.0, device="loom"), 2.0).cpu()
+    assert abs(a.mean().item() - 3.0) < 0.05 and abs(a.std().item() - 2.0) < 0.05
+    b = torch.normal(-1.0, torch.full((50000,), 0.5, device="loom")).cpu()
+    assert abs(b.mean().item() + 1.0) < 0.02 and abs(b.std().item() - 0.5) < 0.02
+    c = torch.normal(torch.zeros(3, 1, device="loom"), torch.ones(1, 4, device="loom"))
+    assert c.shape == (3, 4) and c.device.type == "loom"
+    torch.manual_seed(1)
+    a2 = torch.normal(torch.full((50000,), 3.0, device="loom"), 2.0).cpu()
+    assert torch.equal(a, a2)

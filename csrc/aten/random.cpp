@@ -1,7 +1,10 @@
 // Random ops drawn on the device from the loom generator (Philox): the
 // output depends only on the seed, the generator's offset and the element
 // index, so it is reproducible and independent of the thread count.
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/result_type.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/view_as_real.h>
 #include <ATen/core/DistributionsHelper.h>
@@ -177,6 +180,31 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input,
   return {output, mask};
 }
 
+// torch.normal with tensor arguments: standard normal draws, scaled and
+// shifted on the device.
+at::Tensor normal_tensor_float(const at::Tensor& mean, double std,
+                               std::optional<at::Generator> gen) {
+  TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+  at::Tensor out = at::empty_like(mean, at::MemoryFormat::Contiguous);
+  normal_(out, 0.0, std, gen);
+  return out.add_(mean);
+}
+
+at::Tensor normal_float_tensor(double mean, const at::Tensor& std,
+                               std::optional<at::Generator> gen) {
+  at::Tensor out = at::empty_like(std, at::MemoryFormat::Contiguous);
+  normal_(out, 0.0, 1.0, gen);
+  return out.mul_(std).add_(mean);
+}
+
+at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std,
+                                std::optional<at::Generator> gen) {
+  at::Tensor out = at::empty(at::infer_size(mean.sizes(), std.sizes()),
+                             mean.options().dtype(at::result_type(mean, std)));
+  normal_(out, 0.0, 1.0, gen);
+  return out.mul_(std).add_(mean);
+}
+
 at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask,
                                    double scale) {
   return grad.mul(mask).mul_(scale);
@@ -195,6 +223,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("bernoulli_.Tensor", bernoulli_tensor);
   m.impl("native_dropout", native_dropout);
   m.impl("native_dropout_backward", native_dropout_backward);
+  m.impl("normal.Tensor_float", normal_tensor_float);
+  m.impl("normal.float_Tensor", normal_float_tensor);
+  m.impl("normal.Tensor_Tensor", normal_tensor_tensor);
 }
 
 }  // namespace torch_loom
