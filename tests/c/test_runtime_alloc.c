@@ -1,5 +1,6 @@
 /* The caching allocator: exact statistics, splitting, reuse, record_stream
  * deferral, empty_cache, the memory limit and out-of-memory. */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "loom/hal.h"
@@ -83,10 +84,11 @@ static void test_bad_free(void) {
   CHECK(p == NULL);
 }
 
-/* Spins for scalars[0].f seconds. */
-static int spin_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  const double until = test_now() + args->scalars[0].f;
-  while (test_now() < until) {
+static atomic_int gate;
+
+/* Spins until the test opens the gate. */
+static int gate_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  while (!atomic_load(&gate)) {
   }
   return 0;
 }
@@ -122,9 +124,8 @@ static void test_record_stream_defers_reuse(void) {
   CHECK_OK(loom_stream_create(0, 0, &b));
   void *p = NULL, *q = NULL;
   CHECK_OK(loom_malloc(0, 64 * 1024, a, &p));
-  loom_scalar seconds = {.f = 0.1};
-  loom_launch_desc slow = {.name = "slow", .fn = spin_kernel, .scalars = &seconds,
-                           .num_scalars = 1, .range = 1, .grain = 1};
+  loom_launch_desc slow = {.name = "gate", .fn = gate_kernel, .range = 1, .grain = 1};
+  atomic_store(&gate, 0);
   CHECK_OK(loom_launch(b, &slow));
   CHECK_OK(loom_record_stream(p, b));
   CHECK_OK(loom_free(p));
@@ -137,6 +138,7 @@ static void test_record_stream_defers_reuse(void) {
   CHECK_EQ_INT(s.allocation[LOOM_POOL_ALL].current, 1);
   CHECK_EQ_INT(s.active[LOOM_POOL_ALL].current, 2);
   CHECK_OK(loom_free(q));
+  atomic_store(&gate, 1);
   CHECK_OK(loom_stream_synchronize(b));
   CHECK_OK(loom_malloc(0, 64 * 1024, a, &q));
   CHECK(q == p);

@@ -24,6 +24,20 @@ static int fail_kernel(const loom_kernel_args *args, int64_t begin, int64_t end)
   return begin >= 10 ? LOOM_ERROR_INVALID_ARGUMENT : 0;
 }
 
+/* Spins until the test opens the gate: asynchrony checks that cannot be
+ * fooled by a slow or busy machine. Open the gate before any call that
+ * waits for the stream. */
+static atomic_int gate;
+
+static int gate_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  while (!atomic_load(&gate)) {
+  }
+  return 0;
+}
+
+static const loom_launch_desc gate_desc = {.name = "gate", .fn = gate_kernel, .range = 1,
+                                           .grain = 1};
+
 static loom_launch_desc spin_desc(const loom_scalar *seconds) {
   return (loom_launch_desc){.name = "spin", .fn = spin_kernel, .scalars = seconds,
                             .num_scalars = 1, .range = 1, .grain = 1};
@@ -32,10 +46,11 @@ static loom_launch_desc spin_desc(const loom_scalar *seconds) {
 static void test_async_launch(void) {
   loom_stream_t *s = NULL;
   CHECK_OK(loom_stream_create(0, 0, &s));
-  loom_scalar seconds = {.f = 0.05};
-  loom_launch_desc d = spin_desc(&seconds);
-  CHECK_OK(loom_launch(s, &d));
+  atomic_store(&gate, 0);
+  CHECK_OK(loom_launch(s, &gate_desc));
   CHECK_EQ_INT(loom_stream_query(s), LOOM_ERROR_NOT_READY);
+  CHECK_EQ_INT(loom_stream_query(s), LOOM_ERROR_NOT_READY);
+  atomic_store(&gate, 1);
   CHECK_OK(loom_stream_synchronize(s));
   CHECK_OK(loom_stream_query(s));
   loom_stream_release(s);
@@ -103,9 +118,9 @@ static void test_events(void) {
   loom_stream_release(b);
 }
 
-/* Waits scalars[0].f seconds, then stores 1 into tensor 0 (an int32). */
+/* Waits for the gate, then stores 1 into tensor 0 (an int32). */
 static int slow_set_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  spin_kernel(args, begin, end);
+  gate_kernel(args, begin, end);
   *(volatile int32_t *)args->tensors[0].data = 1;
   return 0;
 }
@@ -127,20 +142,21 @@ static void test_cross_stream_order(void) {
   CHECK_OK(loom_memcpy(a, x, zeros, sizeof zeros));
   loom_tensor tx = {.data = x, .dtype = LOOM_INT32}, ty = {.data = x + 1, .dtype = LOOM_INT32};
   loom_tensor both[2] = {tx, ty};
-  loom_scalar seconds = {.f = 0.05};
   loom_launch_desc set = {.name = "slow_set", .fn = slow_set_kernel, .tensors = &tx,
-                          .num_tensors = 1, .scalars = &seconds, .num_scalars = 1,
-                          .range = 1, .grain = 1};
+                          .num_tensors = 1, .range = 1, .grain = 1};
   loom_launch_desc add = {.name = "plus_one", .fn = plus_one_kernel, .tensors = both,
                           .num_tensors = 2, .range = 1, .grain = 1};
   loom_event_t *e = NULL;
   CHECK_OK(loom_event_create(0, LOOM_EVENT_DEFAULT, &e));
   CHECK_OK(loom_event_query(e)); /* never recorded: complete */
+  atomic_store(&gate, 0);
   CHECK_OK(loom_launch(a, &set));
   CHECK_OK(loom_event_record(e, a));
   CHECK_EQ_INT(loom_event_query(e), LOOM_ERROR_NOT_READY);
   CHECK_OK(loom_stream_wait_event(b, e));
   CHECK_OK(loom_launch(b, &add));
+  CHECK_EQ_INT(loom_stream_query(b), LOOM_ERROR_NOT_READY); /* held by the event */
+  atomic_store(&gate, 1);
   int32_t out[2] = {0, 0};
   CHECK_OK(loom_memcpy(b, out, x, sizeof out));
   CHECK_EQ_INT(out[0], 1);
@@ -169,9 +185,12 @@ static void test_memcpy_kinds(void) {
   /* Pageable source: staged, so overwriting it right away is safe even
    * while the copy still waits behind a slow kernel. */
   memset(pageable, 1, N);
-  CHECK_OK(loom_launch(s, &slow));
+  atomic_store(&gate, 0);
+  CHECK_OK(loom_launch(s, &gate_desc));
   CHECK_OK(loom_memcpy(s, dev, pageable, N));
   memset(pageable, 2, N);
+  CHECK_EQ_INT(loom_stream_query(s), LOOM_ERROR_NOT_READY); /* the copy has not run yet */
+  atomic_store(&gate, 1);
   /* Device to device, then device to pinned (asynchronous). */
   CHECK_OK(loom_memcpy(s, dev2, dev, N));
   memset(pinned, 0, N);
