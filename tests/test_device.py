@@ -145,3 +145,24 @@ def test_module_to_loom_and_back(loom):
     x = torch.randn(3, 4)
     torch.testing.assert_close(m2(x.loom()).cpu(), m(x))
     assert torch.Tensor.loom(x).device.type == "loom"
+
+
+def test_forked_child_refuses_loom(py):
+    out = py(
+        """
+        import os, torch
+        x = torch.ones(2, device="loom")
+        pid = os.fork()
+        if pid == 0:
+            ok = torch.loom._is_in_bad_fork()
+            try:
+                torch.ones(2, device="loom")
+                ok = False
+            except RuntimeError as e:
+                ok = ok and "forked" in str(e)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status), "parent", x.sum().item())
+        """
+    ).stdout
+    assert "child 0 parent 2.0" in out
