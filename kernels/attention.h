@@ -36,6 +36,22 @@ int loom_attention_backward_q(const loom_kernel_args *args, int64_t begin,
 int loom_attention_backward_kv(const loom_kernel_args *args, int64_t begin,
                                int64_t end);
 
+/* ---- blocked fp32 path ---------------------------------------------------
+ * The same contracts for fp32/bf16/fp16 tensors with head dims up to
+ * LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM, computed in float on tiles: a launch
+ * item is a block of LOOM_ATTENTION_BLOCK rows (queries for the forward and
+ * backward_q, keys for backward_kv), so the ranges are BH * ceil(L / BLOCK)
+ * and BH * ceil(S / BLOCK). Sums run in a fixed tile order. */
+#define LOOM_ATTENTION_BLOCK 16
+#define LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM 128
+
+int loom_attention_blocked_forward(const loom_kernel_args *args, int64_t begin,
+                                   int64_t end);
+int loom_attention_blocked_backward_q(const loom_kernel_args *args,
+                                      int64_t begin, int64_t end);
+int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
+                                       int64_t begin, int64_t end);
+
 #ifdef __cplusplus
 }
 #endif

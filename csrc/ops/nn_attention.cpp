@@ -67,6 +67,18 @@ double scale_of(const at::Tensor& q, std::optional<double> scale) {
                            : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
 }
 
+// fp32/bf16/fp16 with head dims the tiles hold run on the blocked float
+// kernels; fp64 and wider heads on the exact row kernels.
+bool use_blocked(const at::Tensor& q, const at::Tensor& v) {
+  return q.scalar_type() != at::kDouble &&
+         q.size(-1) <= LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM &&
+         v.size(-1) <= LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM;
+}
+
+int64_t blocks(int64_t bh, int64_t n) {
+  return bh * ((n + LOOM_ATTENTION_BLOCK - 1) / LOOM_ATTENTION_BLOCK);
+}
+
 at::ScalarType lse_type(const at::Tensor& q) {
   return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
@@ -107,8 +119,12 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
                               describe_opt(mask, op), describe(flat3(out), op),
                               describe(lse.view({BH, L}), op)};
     const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
-    launch(op, loom_attention_forward, t, s, BH * L,
-           grain_for(S * (query.size(-1) + Ev)), query.device().index());
+    if (use_blocked(query, value))
+      launch(op, loom_attention_blocked_forward, t, s, blocks(BH, L), 1,
+             query.device().index());
+    else
+      launch(op, loom_attention_forward, t, s, BH * L,
+             grain_for(S * (query.size(-1) + Ev)), query.device().index());
   }
   const auto empty = at::empty({0}, query.options().dtype(at::kLong));
   return {out, lse, empty, empty, c10::SymInt(L), c10::SymInt(S), empty, empty,
@@ -148,14 +164,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
                               describe(v3, op), describe_opt(mask, op), describe(o3, op),
                               describe(lse2, op), describe(flat3(dq), op),
                               describe(delta, op)};
-    launch(op, loom_attention_backward_q, t, s, BH * L, grain_for(S * (E + Ev)), dev);
+    if (use_blocked(query, value))
+      launch(op, loom_attention_blocked_backward_q, t, s, blocks(BH, L), 1, dev);
+    else
+      launch(op, loom_attention_backward_q, t, s, BH * L, grain_for(S * (E + Ev)), dev);
   }
   {
     const loom_tensor t[9] = {describe(go3, op), describe(q3, op), describe(k3, op),
                               describe(v3, op), describe_opt(mask, op), describe(lse2, op),
                               describe(delta, op), describe(flat3(dk), op),
                               describe(flat3(dv), op)};
-    launch(op, loom_attention_backward_kv, t, s, BH * S, grain_for(L * (E + Ev)), dev);
+    if (use_blocked(query, value))
+      launch(op, loom_attention_blocked_backward_kv, t, s, blocks(BH, S), 1, dev);
+    else
+      launch(op, loom_attention_backward_kv, t, s, BH * S, grain_for(L * (E + Ev)), dev);
   }
   return {dq, dk, dv, at::Tensor()};
 }

@@ -121,6 +121,80 @@ static void test_attention(int causal, int use_mask, int use_bool) {
   forward(f, s);
 }
 
+/* The blocked float path against the exact path, on sizes that are not
+ * multiples of the tiles, with every masking mode. */
+enum { BB = 3, BL = 37, BS = 70, BE = 24, BEV = 20 };
+
+static float fq[BB * BL * BE], fk[BB * BS * BE], fv[BB * BS * BEV], fmask[BB * BL * BS];
+static float fout[BB * BL * BEV], flse[BB * BL], fdout[BB * BL * BEV], fdelta[BB * BL];
+static float fdq[BB * BL * BE], fdk[BB * BS * BE], fdv[BB * BS * BEV];
+static double xq[BB * BL * BE], xk[BB * BS * BE], xv[BB * BS * BEV], xmask[BB * BL * BS];
+static double xout[BB * BL * BEV], xlse[BB * BL], xdout[BB * BL * BEV], xdelta[BB * BL];
+static double xdq[BB * BL * BE], xdk[BB * BS * BE], xdv[BB * BS * BEV];
+static uint8_t xbmask[BB * BL * BS];
+
+static double worst_f(const float *a, const double *b, int n) {
+  double w = 0;
+  for (int i = 0; i < n; ++i) {
+    double d = fabs(a[i] - b[i]) / (1e-2 + fabs(b[i]));
+    if (d > w || d != d) w = d != d ? INFINITY : d;
+  }
+  return w;
+}
+
+static void test_blocked(int causal, int mask_kind) {
+  const int64_t blocks_q = BB * ((BL + LOOM_ATTENTION_BLOCK - 1) / LOOM_ATTENTION_BLOCK);
+  const int64_t blocks_k = BB * ((BS + LOOM_ATTENTION_BLOCK - 1) / LOOM_ATTENTION_BLOCK);
+  loom_tensor none = {.data = NULL};
+  loom_tensor mf = mask_kind == 1 ? t3(xbmask, LOOM_BOOL, BB, BL, BS)
+                 : mask_kind == 2 ? t3(fmask, LOOM_FLOAT32, BB, BL, BS) : none;
+  loom_tensor mx = mask_kind == 1 ? t3(xbmask, LOOM_BOOL, BB, BL, BS)
+                 : mask_kind == 2 ? t3(xmask, LOOM_FLOAT64, BB, BL, BS) : none;
+  loom_scalar s[2] = {{.f = 0.3}, {.i = causal}};
+  loom_tensor ff[6] = {t3(fq, LOOM_FLOAT32, BB, BL, BE), t3(fk, LOOM_FLOAT32, BB, BS, BE),
+                       t3(fv, LOOM_FLOAT32, BB, BS, BEV), mf, t3(fout, LOOM_FLOAT32, BB, BL, BEV),
+                       t2(flse, LOOM_FLOAT32, BB, BL)};
+  loom_tensor fx[6] = {t3(xq, LOOM_FLOAT64, BB, BL, BE), t3(xk, LOOM_FLOAT64, BB, BS, BE),
+                       t3(xv, LOOM_FLOAT64, BB, BS, BEV), mx, t3(xout, LOOM_FLOAT64, BB, BL, BEV),
+                       t2(xlse, LOOM_FLOAT64, BB, BL)};
+  EXPECT(run(loom_attention_blocked_forward, ff, 6, s, blocks_q, 2) == 0);
+  EXPECT(run(loom_attention_forward, fx, 6, s, BB * BL, 7) == 0);
+  EXPECT(worst_f(fout, xout, BB * BL * BEV) < 1e-4);
+  double wl = 0;
+  for (int i = 0; i < BB * BL; ++i)
+    wl = (flse[i] == xlse[i]) ? wl : fmax(wl, fabs(flse[i] - xlse[i]));
+  EXPECT(wl < 1e-4);
+  loom_tensor bqf[9] = {t3(fdout, LOOM_FLOAT32, BB, BL, BEV), ff[0], ff[1], ff[2], mf, ff[4], ff[5],
+                        t3(fdq, LOOM_FLOAT32, BB, BL, BE), t2(fdelta, LOOM_FLOAT32, BB, BL)};
+  loom_tensor bqx[9] = {t3(xdout, LOOM_FLOAT64, BB, BL, BEV), fx[0], fx[1], fx[2], mx, fx[4], fx[5],
+                        t3(xdq, LOOM_FLOAT64, BB, BL, BE), t2(xdelta, LOOM_FLOAT64, BB, BL)};
+  EXPECT(run(loom_attention_blocked_backward_q, bqf, 9, s, blocks_q, 3) == 0);
+  EXPECT(run(loom_attention_backward_q, bqx, 9, s, BB * BL, 5) == 0);
+  loom_tensor bkf[9] = {bqf[0], ff[0], ff[1], ff[2], mf, ff[5], bqf[8],
+                        t3(fdk, LOOM_FLOAT32, BB, BS, BE), t3(fdv, LOOM_FLOAT32, BB, BS, BEV)};
+  loom_tensor bkx[9] = {bqx[0], fx[0], fx[1], fx[2], mx, fx[5], bqx[8],
+                        t3(xdk, LOOM_FLOAT64, BB, BS, BE), t3(xdv, LOOM_FLOAT64, BB, BS, BEV)};
+  EXPECT(run(loom_attention_blocked_backward_kv, bkf, 9, s, blocks_k, 1) == 0);
+  EXPECT(run(loom_attention_backward_kv, bkx, 9, s, BB * BS, 9) == 0);
+  const double wq = worst_f(fdq, xdq, BB * BL * BE), wk = worst_f(fdk, xdk, BB * BS * BE),
+               wv = worst_f(fdv, xdv, BB * BS * BEV);
+  if (!(wq < 1e-3 && wk < 1e-3 && wv < 1e-3))
+    fprintf(stderr, "blocked causal %d mask %d: dq %g dk %g dv %g\n", causal, mask_kind, wq, wk, wv);
+  EXPECT(wq < 1e-3 && wk < 1e-3 && wv < 1e-3);
+}
+
+static void blocked_inputs(void) {
+  for (int i = 0; i < BB * BL * BE; ++i) xq[i] = fq[i] = (float)frand();
+  for (int i = 0; i < BB * BS * BE; ++i) xk[i] = fk[i] = (float)frand();
+  for (int i = 0; i < BB * BS * BEV; ++i) xv[i] = fv[i] = (float)frand();
+  for (int i = 0; i < BB * BL * BS; ++i) {
+    xmask[i] = fmask[i] = (float)frand();
+    xbmask[i] = rand() % 4 != 0;
+  }
+  for (int j = 0; j < BS; ++j) xbmask[(2 * BL + 5) * BS + j] = 0; /* a row with no key */
+  for (int i = 0; i < BB * BL * BEV; ++i) xdout[i] = fdout[i] = (float)frand();
+}
+
 int main(void) {
   srand(3);
   for (int i = 0; i < BH * L * E; ++i) q[i] = frand();
@@ -135,6 +209,9 @@ int main(void) {
       for (int use_bool = 0; use_bool <= use_mask; ++use_bool) test_attention(causal, use_mask, use_bool);
   EXPECT(lse[1 * L + 2] == -INFINITY && out[(1 * L + 2) * EV] == 0.0);
   for (int i = 0; i < BH * L * E; ++i) EXPECT(!isnan(dq[i]));
+  blocked_inputs();
+  for (int causal = 0; causal <= 1; ++causal)
+    for (int mask_kind = 0; mask_kind <= 2; ++mask_kind) test_blocked(causal, mask_kind);
   printf("test_nn_attention: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

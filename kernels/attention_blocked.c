@@ -1,0 +1,374 @@
+/* Blocked attention in float: tiles of queries and keys are converted to
+ * float, scores come from small matrix products vectorized over the tile's
+ * inner dim, and softmax terms from the vectorized exp of nn_rows. Built for
+ * the baseline ISA and again by attention_blocked_avx512.c; the entry points
+ * at the end pick a build at run time. */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/nn_rows.h"
+#include "kernels/nn_util.h"
+#include "loom/status.h"
+
+#ifdef LOOM_ATTN_ISA
+#define ATTN_CAT2(a, b) a##b
+#define ATTN_CAT(a, b) ATTN_CAT2(a, b)
+#define ATTN_NAME(base) ATTN_CAT(base, LOOM_ATTN_ISA)
+#else
+#define ATTN_NAME(base) base
+#endif
+
+#define BQ LOOM_ATTENTION_BLOCK /* rows owned by one item */
+#define BK 64                   /* rows of the other side per inner tile */
+#define MAXD LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM
+
+typedef struct tile_dims {
+  int64_t bh, l, s, e, ev;
+} tile_dims;
+
+static int tile_dims_of(const loom_tensor *q, const loom_tensor *k,
+                        const loom_tensor *v, tile_dims *d) {
+  if (q->rank != 3 || k->rank != 3 || v->rank != 3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  *d = (tile_dims){.bh = q->sizes[0], .l = q->sizes[1], .s = k->sizes[1],
+                   .e = q->sizes[2], .ev = v->sizes[2]};
+  if (k->sizes[0] != d->bh || v->sizes[0] != d->bh || k->sizes[2] != d->e ||
+      v->sizes[1] != d->s || d->e > MAXD || d->ev > MAXD)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  return LOOM_OK;
+}
+
+static inline int64_t at3(const loom_tensor *t, int64_t b, int64_t i, int64_t j) {
+  return b * t->strides[0] + i * t->strides[1] + j * t->strides[2];
+}
+
+/* rows [r0, r0 + nr) of t[b] as floats, row r at dst + r * ld */
+static void load_rows(float *dst, int64_t ld, const loom_tensor *t, int64_t b,
+                      int64_t r0, int64_t nr, int64_t n) {
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t base = at3(t, b, r0 + r, 0), st = t->strides[2];
+    float *row = dst + r * ld;
+    if (t->dtype == LOOM_FLOAT32 && st == 1) {
+      memcpy(row, (const float *)t->data + base, (size_t)n * sizeof(float));
+    } else if (t->dtype == LOOM_BFLOAT16 && st == 1) {
+      const uint16_t *src = (const uint16_t *)t->data + base;
+      for (int64_t e = 0; e < n; ++e) row[e] = loom_bf16_to_f32(src[e]);
+    } else {
+      for (int64_t e = 0; e < n; ++e)
+        row[e] = (float)loom_nn_load(t->data, t->dtype, base + e * st);
+    }
+  }
+}
+
+/* the same rows transposed: element (r, e) at dst[e * ld + r]; columns
+ * nr..ld-1 are zeroed so whole-width loops never read garbage */
+static void load_rows_t(float *dst, int64_t ld, const loom_tensor *t,
+                        int64_t b, int64_t r0, int64_t nr, int64_t n) {
+  for (int64_t e = 0; e < n; ++e)
+    for (int64_t r = nr; r < ld; ++r) dst[e * ld + r] = 0.0f;
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t base = at3(t, b, r0 + r, 0), st = t->strides[2];
+    if (t->dtype == LOOM_FLOAT32 && st == 1) {
+      const float *src = (const float *)t->data + base;
+      for (int64_t e = 0; e < n; ++e) dst[e * ld + r] = src[e];
+    } else if (t->dtype == LOOM_BFLOAT16 && st == 1) {
+      const uint16_t *src = (const uint16_t *)t->data + base;
+      for (int64_t e = 0; e < n; ++e) dst[e * ld + r] = loom_bf16_to_f32(src[e]);
+    } else {
+      for (int64_t e = 0; e < n; ++e)
+        dst[e * ld + r] = (float)loom_nn_load(t->data, t->dtype, base + e * st);
+    }
+  }
+}
+
+static void store_rows(const loom_tensor *t, int64_t b, int64_t r0, int64_t nr,
+                       int64_t n, const float *src, int64_t ld,
+                       const float *row_scale) {
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t base = at3(t, b, r0 + r, 0), st = t->strides[2];
+    const float sc = row_scale ? row_scale[r] : 1.0f;
+    if (t->dtype == LOOM_FLOAT32 && st == 1) {
+      float *dst = (float *)t->data + base;
+      for (int64_t e = 0; e < n; ++e) dst[e] = src[r * ld + e] * sc;
+    } else if (t->dtype == LOOM_BFLOAT16 && st == 1) {
+      uint16_t *dst = (uint16_t *)t->data + base;
+      for (int64_t e = 0; e < n; ++e) dst[e] = loom_f32_to_bf16(src[r * ld + e] * sc);
+    } else {
+      for (int64_t e = 0; e < n; ++e)
+        loom_nn_store(t->data, t->dtype, base + e * st, src[r * ld + e] * sc);
+    }
+  }
+}
+
+/* out[i * BK + j] = sum_e a[i * lda + e] * bt[e * BK + j] for all BK columns
+ * (bt is zero-padded): the row of BK sums stays in registers. */
+static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
+                    int64_t rows, int64_t inner) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float o[BK];
+    for (int j = 0; j < BK; ++j) o[j] = 0.0f;
+    for (int64_t e = 0; e < inner; ++e) {
+      const float ae = a[i * lda + e];
+      const float *b = bt + e * BK;
+      for (int j = 0; j < BK; ++j) o[j] += ae * b[j];
+    }
+    memcpy(out + i * BK, o, sizeof o);
+  }
+}
+
+/* acc[i * ldc + e] += sum_j p[i * ldp + j] * v[j * ldv + e], e < n */
+static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
+                     const float *v, int64_t ldv, int64_t rows, int64_t cols,
+                     int64_t n) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float *a = acc + i * ldc;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float pj = p[i * ldp + j];
+      if (pj == 0.0f) continue;
+      const float *vr = v + j * ldv;
+      for (int64_t e = 0; e < n; ++e) a[e] += pj * vr[e];
+    }
+  }
+}
+
+/* Scales raw scores, adds the mask, and sets masked or padding entries to
+ * -inf. s[r * lds + c] is (query i0 + qi, key j0 + kj) where (qi, kj) is
+ * (r, c), or (c, r) when `transposed`. */
+static void finish_scores(float *s, int64_t lds, int64_t rows, int64_t cols,
+                          int64_t valid_cols, float scale,
+                          const loom_tensor *mask, int causal, int64_t b,
+                          int64_t i0, int64_t j0, int transposed) {
+  if (!mask->data) {
+    /* only the causal boundary and the padding need per-entry care */
+    for (int64_t r = 0; r < rows; ++r) {
+      float *row = s + r * lds;
+      int64_t lo = 0, hi = valid_cols; /* visible columns [lo, hi) */
+      if (causal) {
+        if (transposed) { /* row = key j0 + r, column = query i0 + c */
+          const int64_t first = j0 + r - i0;
+          lo = first > 0 ? (first < hi ? first : hi) : 0;
+        } else { /* row = query i0 + r, column = key j0 + c */
+          const int64_t last = i0 + r - j0 + 1;
+          hi = last < hi ? (last > 0 ? last : 0) : hi;
+        }
+      }
+      for (int64_t c = 0; c < lo; ++c) row[c] = -INFINITY;
+      for (int64_t c = lo; c < hi; ++c) row[c] *= scale;
+      for (int64_t c = hi; c < cols; ++c) row[c] = -INFINITY;
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float *row = s + r * lds;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (c >= valid_cols) {
+        row[c] = -INFINITY;
+        continue;
+      }
+      const int64_t qi = i0 + (transposed ? c : r), kj = j0 + (transposed ? r : c);
+      float v = row[c] * scale;
+      if (causal && kj > qi) v = -INFINITY;
+      else if (mask->data) {
+        const int64_t off = at3(mask, b, qi, kj);
+        if (mask->dtype == LOOM_BOOL) {
+          if (!((const uint8_t *)mask->data)[off]) v = -INFINITY;
+        } else {
+          v += (float)loom_nn_load(mask->data, mask->dtype, off);
+        }
+      }
+      row[c] = v;
+    }
+  }
+}
+
+static inline float lse_load(const loom_tensor *lse, int64_t b, int64_t i) {
+  return (float)loom_nn_load(lse->data, lse->dtype, b * lse->strides[0] + i * lse->strides[1]);
+}
+
+int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
+                                                   int64_t begin, int64_t end) {
+  if (args->num_tensors < 6 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *q = &args->tensors[0], *k = &args->tensors[1], *v = &args->tensors[2],
+                    *mask = &args->tensors[3], *out = &args->tensors[4], *lse = &args->tensors[5];
+  tile_dims d;
+  if (tile_dims_of(q, k, v, &d)) return LOOM_ERROR_INVALID_ARGUMENT;
+  const float scale = (float)args->scalars[0].f;
+  const int causal = args->scalars[1].i != 0;
+  const loom_nn_rows_ops *ops = loom_nn_rows();
+  const int64_t nqb = (d.l + BQ - 1) / BQ;
+  float Q[BQ * MAXD], Kt[MAXD * BK], V[BK * MAXD], S[BQ * BK], acc[BQ * MAXD];
+  float m[BQ], l[BQ], inv[BQ];
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t b = item / nqb, i0 = (item % nqb) * BQ;
+    const int64_t nq = d.l - i0 < BQ ? d.l - i0 : BQ;
+    load_rows(Q, MAXD, q, b, i0, nq, d.e);
+    for (int64_t i = 0; i < nq; ++i) {
+      m[i] = -INFINITY;
+      l[i] = 0.0f;
+      for (int64_t e = 0; e < d.ev; ++e) acc[i * MAXD + e] = 0.0f;
+    }
+    const int64_t kend = causal && i0 + nq < d.s ? i0 + nq : d.s;
+    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+      const int64_t nk = kend - j0 < BK ? kend - j0 : BK;
+      load_rows_t(Kt, BK, k, b, j0, nk, d.e);
+      load_rows(V, MAXD, v, b, j0, nk, d.ev);
+      tile_mm(S, Q, MAXD, Kt, nq, d.e);
+      finish_scores(S, BK, nq, BK, nk, scale, mask, causal, b, i0, j0, 0);
+      for (int64_t i = 0; i < nq; ++i) {
+        float *s = S + i * BK;
+        const float mb = ops->max(s, nk);
+        if (mb == -INFINITY) { /* no key of this tile is visible */
+          for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
+          continue;
+        }
+        const float mn = mb > m[i] ? mb : m[i];
+        if (mn != m[i]) {
+          const float c = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
+          for (int64_t e = 0; e < d.ev; ++e) acc[i * MAXD + e] *= c;
+          l[i] *= c;
+          m[i] = mn;
+        }
+        l[i] += ops->exp_sum(s, nk, mn, s);
+      }
+      tile_acc(acc, MAXD, S, BK, V, MAXD, nq, nk, d.ev);
+    }
+    for (int64_t i = 0; i < nq; ++i) {
+      inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+      loom_nn_store(lse->data, lse->dtype, b * lse->strides[0] + (i0 + i) * lse->strides[1],
+                    l[i] > 0.0f ? (double)m[i] + log((double)l[i]) : -INFINITY);
+    }
+    store_rows(out, b, i0, nq, d.ev, acc, MAXD, inv);
+  }
+  return LOOM_OK;
+}
+
+int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *args,
+                                                      int64_t begin, int64_t end) {
+  if (args->num_tensors < 9 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dout = &args->tensors[0], *q = &args->tensors[1], *k = &args->tensors[2],
+                    *v = &args->tensors[3], *mask = &args->tensors[4], *out = &args->tensors[5],
+                    *lse = &args->tensors[6], *dq = &args->tensors[7], *delta = &args->tensors[8];
+  tile_dims d;
+  if (tile_dims_of(q, k, v, &d)) return LOOM_ERROR_INVALID_ARGUMENT;
+  const float scale = (float)args->scalars[0].f;
+  const int causal = args->scalars[1].i != 0;
+  const loom_nn_rows_ops *ops = loom_nn_rows();
+  const int64_t nqb = (d.l + BQ - 1) / BQ;
+  float Q[BQ * MAXD], dO[BQ * MAXD], Kt[MAXD * BK], K[BK * MAXD], Vt[MAXD * BK];
+  float S[BQ * BK], dP[BQ * BK], acc[BQ * MAXD], D[BQ], L[BQ], O[MAXD];
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t b = item / nqb, i0 = (item % nqb) * BQ;
+    const int64_t nq = d.l - i0 < BQ ? d.l - i0 : BQ;
+    load_rows(Q, MAXD, q, b, i0, nq, d.e);
+    load_rows(dO, MAXD, dout, b, i0, nq, d.ev);
+    for (int64_t i = 0; i < nq; ++i) {
+      load_rows(O, MAXD, out, b, i0 + i, 1, d.ev);
+      D[i] = ops->dot(dO + i * MAXD, O, d.ev);
+      loom_nn_store(delta->data, delta->dtype, b * delta->strides[0] + (i0 + i) * delta->strides[1], D[i]);
+      const float li = lse_load(lse, b, i0 + i);
+      L[i] = li == -INFINITY ? INFINITY : li; /* a row that saw no key keeps P = 0 */
+      for (int64_t e = 0; e < d.e; ++e) acc[i * MAXD + e] = 0.0f;
+    }
+    const int64_t kend = causal && i0 + nq < d.s ? i0 + nq : d.s;
+    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+      const int64_t nk = kend - j0 < BK ? kend - j0 : BK;
+      load_rows_t(Kt, BK, k, b, j0, nk, d.e);
+      load_rows(K, MAXD, k, b, j0, nk, d.e);
+      load_rows_t(Vt, BK, v, b, j0, nk, d.ev);
+      tile_mm(S, Q, MAXD, Kt, nq, d.e);
+      finish_scores(S, BK, nq, BK, nk, scale, mask, causal, b, i0, j0, 0);
+      tile_mm(dP, dO, MAXD, Vt, nq, d.ev);
+      for (int64_t i = 0; i < nq; ++i) {
+        float *s = S + i * BK;
+        ops->exp_sum(s, nk, L[i], s); /* P */
+        for (int64_t j = 0; j < nk; ++j) s[j] = s[j] * (dP[i * BK + j] - D[i]); /* dS */
+      }
+      tile_acc(acc, MAXD, S, BK, K, MAXD, nq, nk, d.e);
+    }
+    for (int64_t i = 0; i < nq; ++i) D[i] = scale; /* row scale for the store */
+    store_rows(dq, b, i0, nq, d.e, acc, MAXD, D);
+  }
+  return LOOM_OK;
+}
+
+int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *args,
+                                                       int64_t begin, int64_t end) {
+  if (args->num_tensors < 9 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dout = &args->tensors[0], *q = &args->tensors[1], *k = &args->tensors[2],
+                    *v = &args->tensors[3], *mask = &args->tensors[4], *lse = &args->tensors[5],
+                    *delta = &args->tensors[6], *dk = &args->tensors[7], *dv = &args->tensors[8];
+  tile_dims d;
+  if (tile_dims_of(q, k, v, &d)) return LOOM_ERROR_INVALID_ARGUMENT;
+  const float scale = (float)args->scalars[0].f;
+  const int causal = args->scalars[1].i != 0;
+  const loom_nn_rows_ops *ops = loom_nn_rows();
+  const int64_t nkb = (d.s + BQ - 1) / BQ;
+  float K[BQ * MAXD], V[BQ * MAXD], Qt[MAXD * BK], Qr[BK * MAXD], dO[BK * MAXD], dOt[MAXD * BK];
+  float St[BQ * BK], dPt[BQ * BK], acc_k[BQ * MAXD], acc_v[BQ * MAXD], L[BK], D[BK], sc[BQ];
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t b = item / nkb, j0 = (item % nkb) * BQ;
+    const int64_t nk = d.s - j0 < BQ ? d.s - j0 : BQ;
+    load_rows(K, MAXD, k, b, j0, nk, d.e);
+    load_rows(V, MAXD, v, b, j0, nk, d.ev);
+    for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t e = 0; e < d.e; ++e) acc_k[j * MAXD + e] = 0.0f;
+      for (int64_t e = 0; e < d.ev; ++e) acc_v[j * MAXD + e] = 0.0f;
+    }
+    /* with a causal mask, queries before j0 see none of these keys */
+    for (int64_t i0 = causal ? (j0 / BK) * BK : 0; i0 < d.l; i0 += BK) {
+      const int64_t nq = d.l - i0 < BK ? d.l - i0 : BK;
+      load_rows_t(Qt, BK, q, b, i0, nq, d.e);
+      load_rows(Qr, MAXD, q, b, i0, nq, d.e);
+      load_rows(dO, MAXD, dout, b, i0, nq, d.ev);
+      load_rows_t(dOt, BK, dout, b, i0, nq, d.ev);
+      for (int64_t i = 0; i < nq; ++i) {
+        const float li = lse_load(lse, b, i0 + i);
+        L[i] = li == -INFINITY ? INFINITY : li;
+        D[i] = (float)loom_nn_load(delta->data, delta->dtype,
+                                   b * delta->strides[0] + (i0 + i) * delta->strides[1]);
+      }
+      tile_mm(St, K, MAXD, Qt, nk, d.e);
+      finish_scores(St, BK, nk, BK, nq, scale, mask, causal, b, i0, j0, 1);
+      tile_mm(dPt, V, MAXD, dOt, nk, d.ev);
+      for (int64_t j = 0; j < nk; ++j) {
+        float *s = St + j * BK;
+        for (int64_t i = 0; i < nq; ++i) s[i] -= L[i];
+        ops->exp_sum(s, nq, 0.0f, s); /* P^T */
+      }
+      tile_acc(acc_v, MAXD, St, BK, dO, MAXD, nk, nq, d.ev);
+      for (int64_t j = 0; j < nk; ++j)
+        for (int64_t i = 0; i < nq; ++i) St[j * BK + i] *= dPt[j * BK + i] - D[i]; /* dS^T */
+      tile_acc(acc_k, MAXD, St, BK, Qr, MAXD, nk, nq, d.e);
+    }
+    for (int64_t j = 0; j < nk; ++j) sc[j] = scale;
+    store_rows(dk, b, j0, nk, d.e, acc_k, MAXD, sc);
+    store_rows(dv, b, j0, nk, d.ev, acc_v, MAXD, NULL);
+  }
+  return LOOM_OK;
+}
+
+#ifndef LOOM_ATTN_ISA
+#include "runtime/base/cpu.h"
+
+int loom_attention_blocked_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+int loom_attention_blocked_backward_q_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+int loom_attention_blocked_backward_kv_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+
+static int use_avx512(void) { return (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0; }
+
+int loom_attention_blocked_forward(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return use_avx512() ? loom_attention_blocked_forward_impl_avx512(args, begin, end)
+                      : loom_attention_blocked_forward_impl(args, begin, end);
+}
+int loom_attention_blocked_backward_q(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return use_avx512() ? loom_attention_blocked_backward_q_impl_avx512(args, begin, end)
+                      : loom_attention_blocked_backward_q_impl(args, begin, end);
+}
+int loom_attention_blocked_backward_kv(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return use_avx512() ? loom_attention_blocked_backward_kv_impl_avx512(args, begin, end)
+                      : loom_attention_blocked_backward_kv_impl(args, begin, end);
+}
+#endif
