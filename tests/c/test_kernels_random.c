@@ -1,0 +1,148 @@
+/* tests/c/test_kernels_random.c — the Philox generator against the
+ * Random123 known-answer vectors, and the random kernels: values depend only
+ * on (seed, offset, element index), whatever the chunking; ranges and
+ * strided outputs. Kernels are called directly. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/random.h"
+#include "loom/status.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                    \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
+      fprintf(stderr, __VA_ARGS__);                         \
+      fprintf(stderr, "\n");                                \
+      ++failures;                                           \
+    }                                                       \
+  } while (0)
+
+static void test_philox_known_answers(void) {
+  static const struct {
+    uint32_t ctr[4], key[2], out[4];
+  } kat[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+       {0xffffffff, 0xffffffff},
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+       {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (size_t k = 0; k < sizeof kat / sizeof kat[0]; ++k) {
+    uint64_t c0 = ((uint64_t)kat[k].ctr[1] << 32) | kat[k].ctr[0];
+    uint64_t c1 = ((uint64_t)kat[k].ctr[3] << 32) | kat[k].ctr[2];
+    uint64_t seed = ((uint64_t)kat[k].key[1] << 32) | kat[k].key[0];
+    uint32_t out[4];
+    loom_philox4x32(seed, c0, c1, out);
+    for (int i = 0; i < 4; ++i)
+      CHECK(out[i] == kat[k].out[i], "vector %zu word %d: %08x != %08x", k, i,
+            out[i], kat[k].out[i]);
+  }
+}
+
+static loom_tensor vec(void *data, int32_t dtype, int64_t n, int64_t stride) {
+  loom_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.rank = 1;
+  t.sizes[0] = n;
+  t.strides[0] = stride;
+  return t;
+}
+
+/* Runs fn over [0, n) in chunks of `grain`. */
+static int run_chunks(loom_kernel_fn fn, const loom_tensor *t, int nt,
+                      const loom_scalar *s, int ns, int64_t n, int64_t grain) {
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                        .num_tensors = (uint32_t)nt, .tensors = t,
+                        .num_scalars = (uint32_t)ns, .scalars = s,
+                        .range = n, .grain = grain};
+  for (int64_t b = 0; b < n; b += grain) {
+    int st = fn(&a, b, b + grain < n ? b + grain : n);
+    if (st) return st;
+  }
+  return 0;
+}
+
+static void test_chunking_independence(void) {
+  enum { N = 10007 };
+  static float a[N], b[N];
+  loom_scalar s[4] = {{.u = 77}, {.u = 1000}, {.f = -2.0}, {.f = 3.0}};
+  loom_tensor ta = vec(a, LOOM_FLOAT32, N, 1), tb = vec(b, LOOM_FLOAT32, N, 1);
+  CHECK(run_chunks(loom_kernel_uniform, &ta, 1, s, 4, N, N) == 0, "uniform");
+  CHECK(run_chunks(loom_kernel_uniform, &tb, 1, s, 4, N, 333) == 0, "uniform");
+  CHECK(memcmp(a, b, sizeof a) == 0, "uniform depends on the chunking");
+  for (int i = 0; i < N; ++i) CHECK(a[i] >= -2.0f && a[i] < 3.0f, "uniform out of range: %g", a[i]);
+  /* The offset shifts the stream: element i at offset o+1 is element i+1 at o. */
+  s[1].u = 1001;
+  CHECK(run_chunks(loom_kernel_uniform, &tb, 1, s, 4, N, 1000) == 0, "uniform");
+  CHECK(memcmp(a + 1, b, sizeof(float) * (N - 1)) == 0, "offset does not shift the stream");
+}
+
+static void test_kernels_and_strides(void) {
+  enum { N = 4096 };
+  static double d[2 * N];
+  static int64_t iv[N];
+  static uint8_t flags[N];
+  loom_scalar s[4] = {{.u = 5}, {.u = 0}, {.f = 1.0}, {.f = 2.0}};
+  /* normal into every other element; the gaps stay untouched */
+  for (int i = 0; i < 2 * N; ++i) d[i] = -123.0;
+  loom_tensor t = vec(d, LOOM_FLOAT64, N, 2);
+  CHECK(run_chunks(loom_kernel_normal, &t, 1, s, 4, N, 500) == 0, "normal");
+  double mean = 0, var = 0;
+  for (int i = 0; i < N; ++i) mean += d[2 * i];
+  mean /= N;
+  for (int i = 0; i < N; ++i) var += (d[2 * i] - mean) * (d[2 * i] - mean);
+  var /= N;
+  CHECK(fabs(mean - 1.0) < 0.15 && fabs(sqrt(var) - 2.0) < 0.15, "normal moments %g %g", mean, var);
+  for (int i = 0; i < N; ++i) CHECK(d[2 * i + 1] == -123.0, "stride gap written");
+
+  loom_scalar r[4] = {{.u = 9}, {.u = 0}, {.i = -3}, {.u = 7}};
+  loom_tensor ti = vec(iv, LOOM_INT64, N, 1);
+  CHECK(run_chunks(loom_kernel_random, &ti, 1, r, 4, N, 1024) == 0, "random");
+  int seen[7] = {0};
+  for (int i = 0; i < N; ++i) {
+    CHECK(iv[i] >= -3 && iv[i] < 4, "random out of range: %lld", (long long)iv[i]);
+    if (iv[i] >= -3 && iv[i] < 4) seen[iv[i] + 3] = 1;
+  }
+  for (int k = 0; k < 7; ++k) CHECK(seen[k], "random never drew %d", k - 3);
+
+  loom_scalar p[3] = {{.u = 11}, {.u = 0}, {.f = 0.25}};
+  loom_tensor tf = vec(flags, LOOM_BOOL, N, 1);
+  CHECK(run_chunks(loom_kernel_bernoulli, &tf, 1, p, 3, N, 100) == 0, "bernoulli");
+  int ones = 0;
+  for (int i = 0; i < N; ++i) ones += flags[i];
+  CHECK(fabs(ones / (double)N - 0.25) < 0.03, "bernoulli rate %g", ones / (double)N);
+
+  loom_scalar e[3] = {{.u = 13}, {.u = 0}, {.f = 4.0}};
+  t = vec(d, LOOM_FLOAT64, N, 1);
+  CHECK(run_chunks(loom_kernel_exponential, &t, 1, e, 3, N, 4096) == 0, "exponential");
+  mean = 0;
+  for (int i = 0; i < N; ++i) {
+    CHECK(d[i] >= 0, "exponential negative");
+    mean += d[i];
+  }
+  CHECK(fabs(mean / N - 0.25) < 0.03, "exponential mean %g", mean / N);
+
+  /* integer outputs are refused by the floating-only kernels */
+  CHECK(run_chunks(loom_kernel_uniform, &ti, 1, s, 4, N, N) == LOOM_ERROR_INVALID_ARGUMENT,
+        "uniform accepted an int64 output");
+}
+
+int main(void) {
+  test_philox_known_answers();
+  test_chunking_independence();
+  test_kernels_and_strides();
+  if (failures) {
+    fprintf(stderr, "%d failure(s)\n", failures);
+    return 1;
+  }
+  printf("test_kernels_random: ok\n");
+  return 0;
+}
