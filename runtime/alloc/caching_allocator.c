@@ -535,7 +535,9 @@ void loom_allocator_reset_accumulated(loom_allocator *a) {
 
 void loom_allocator_empty_cache(loom_allocator *a) {
   pthread_mutex_lock(&a->lock);
-  if (a->pending) process_pending(a);
+  /* As c10 does: blocks held back for other streams are waited for, so
+   * that their segments can go too. */
+  drain_pending(a);
   release_cached(a);
   pthread_mutex_unlock(&a->lock);
 }

@@ -1,5 +1,6 @@
 /* The caching allocator: exact statistics, splitting, reuse, record_stream
  * deferral, empty_cache, the memory limit and out-of-memory. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -93,6 +94,14 @@ static int gate_kernel(const loom_kernel_args *args, int64_t begin, int64_t end)
   return 0;
 }
 
+static void *open_gate_later(void *arg) {
+  const double until = test_now() + 0.02;
+  while (test_now() < until) {
+  }
+  atomic_store(&gate, 1);
+  return NULL;
+}
+
 static void test_stream_reuse(void) {
   loom_stream_t *a = NULL, *b = NULL;
   CHECK_OK(loom_stream_create(0, 0, &a));
@@ -143,6 +152,18 @@ static void test_record_stream_defers_reuse(void) {
   CHECK_OK(loom_malloc(0, 64 * 1024, a, &q));
   CHECK(q == p);
   CHECK_OK(loom_free(q));
+  /* A block still held for b: empty_cache waits for b, then releases it. */
+  void *r = NULL;
+  CHECK_OK(loom_malloc(0, 3 * MiB, a, &r));
+  atomic_store(&gate, 0);
+  CHECK_OK(loom_launch(b, &slow));
+  CHECK_OK(loom_record_stream(r, b));
+  CHECK_OK(loom_free(r));
+  pthread_t opener;
+  pthread_create(&opener, NULL, open_gate_later, NULL);
+  CHECK_OK(loom_memory_empty_cache(0));
+  pthread_join(opener, NULL);
+  CHECK_EQ_INT(stats().reserved_bytes[LOOM_POOL_LARGE].current, 0);
   CHECK_EQ_INT(stats().active[LOOM_POOL_ALL].current, 0);
   loom_stream_release(a);
   loom_stream_release(b);
