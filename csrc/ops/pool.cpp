@@ -91,6 +91,8 @@ Tensor run_backward(const char* op, const Tensor& grad_output, const Tensor& sel
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& self, c10::IntArrayRef k,
                                                    c10::IntArrayRef s, c10::IntArrayRef p,
                                                    c10::IntArrayRef d, bool ceil_mode) {
+  TORCH_CHECK(self.dim() == 3 || self.dim() == 4,
+              "non-empty 3D or 4D (batch mode) tensor expected for input");
   auto [mo, mi] = at::max_pool2d_with_indices(meta_like(self), k, s, p, d, ceil_mode);
   c10::DeviceGuard guard(self.device());
   if (!native_pool(self)) {
