@@ -42,8 +42,7 @@ struct LoomDeviceAllocator final : public c10::DeviceAllocator {
       loom_stream_t* stream = native_stream(get_current_stream(device));
       loom_status st = loom_malloc(device, nbytes, stream, &ptr);
       if (st != LOOM_OK) {
-        std::string what = "allocating " + std::to_string(nbytes) +
-                           " bytes on loom:" + std::to_string(device);
+        std::string what = "allocating " + std::to_string(nbytes) + " bytes";
         raise_status(st, what.c_str());
       }
     }

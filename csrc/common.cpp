@@ -15,8 +15,8 @@ void raise_status(loom_status status, const char* what) {
   if (detail.empty()) detail = loom_status_name(status);
   switch (status) {
     case LOOM_ERROR_OUT_OF_MEMORY:
-      TORCH_CHECK_WITH(OutOfMemoryError, false, what,
-                       ": loom out of memory: ", detail);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "loom out of memory (",
+                       what, "): ", detail);
     case LOOM_ERROR_NOT_SUPPORTED:
       TORCH_CHECK_NOT_IMPLEMENTED(false, what, ": not supported on loom: ",
                                   detail);
