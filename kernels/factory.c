@@ -38,7 +38,8 @@ int loom_kernel_factory(const loom_kernel_args *args, int64_t begin, int64_t end
       const double step = n > 1 ? (stop - start) / (double)(n - 1) : 0.0;
       const int64_t half = n / 2;
       for (int64_t i = begin; i < end; ++i) {
-        double v = i < half ? start + step * (double)i : stop - step * (double)(n - i - 1);
+        double v = n == 1 ? start
+                   : (i < half ? start + step * (double)i : stop - step * (double)(n - i - 1));
         if (op == LOOM_FACTORY_LOGSPACE) v = pow(s[3].f, v);
         fa_store(out, i * st, integral, v, (int64_t)v);
       }

@@ -130,9 +130,13 @@ def test_var_std_norm_logsumexp(dtype):
 
 
 def test_large_full_reduction_two_stage():
+    # loom accumulates float32 in double: compare with the float64 result
+    # (the CPU's float32 accumulation is itself further off than 1e-5).
     x = make((3_000_001,), torch.float32)
     for fn in [torch.sum, torch.mean, torch.amax, torch.argmin, torch.var, torch.linalg.vector_norm]:
-        check(fn, x)
+        expected = fn(x.double())
+        expected = expected if expected.dtype == torch.int64 else expected.float()
+        same(fn(x.to("loom")), expected)
     big = make((300, 5000), torch.float32)
     check(torch.sum, big, 0)
     check(torch.sum, big, 1)

@@ -9,6 +9,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/ScatterGatherChecks.h>
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/unfold_native.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -180,6 +181,29 @@ at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
   return scatter_add_out(self, dim, index, src, self);
 }
 
+// The extreme values of a dtype, the identities of amax / amin.
+at::Scalar lowest(at::ScalarType t) {
+  switch (t) {
+    case at::kByte: case at::kBool: return 0;
+    case at::kChar: return std::numeric_limits<int8_t>::min();
+    case at::kShort: return std::numeric_limits<int16_t>::min();
+    case at::kInt: return std::numeric_limits<int32_t>::min();
+    case at::kLong: return std::numeric_limits<int64_t>::min();
+    default: return -INFINITY;
+  }
+}
+at::Scalar highest(at::ScalarType t) {
+  switch (t) {
+    case at::kByte: return 255;
+    case at::kBool: return 1;
+    case at::kChar: return std::numeric_limits<int8_t>::max();
+    case at::kShort: return std::numeric_limits<int16_t>::max();
+    case at::kInt: return std::numeric_limits<int32_t>::max();
+    case at::kLong: return std::numeric_limits<int64_t>::max();
+    default: return INFINITY;
+  }
+}
+
 // scatter_reduce.two: without include_self the touched slots start from the
 // reduction's identity; mean divides by the number of contributions.
 at::Tensor& scatter_reduce_two_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
@@ -196,10 +220,9 @@ at::Tensor& scatter_reduce_two_out(const at::Tensor& self, int64_t dim, const at
   if (index.numel() == 0) return out;
   if (!include_self) {
     at::Scalar identity = 0;
-    const bool fl = at::isFloatingType(self.scalar_type());
     if (op == LOOM_INDEX_PROD) identity = 1;
-    if (op == LOOM_INDEX_AMAX) identity = fl ? at::Scalar(-INFINITY) : at::Scalar(std::numeric_limits<int64_t>::min());
-    if (op == LOOM_INDEX_AMIN) identity = fl ? at::Scalar(INFINITY) : at::Scalar(std::numeric_limits<int64_t>::max());
+    if (op == LOOM_INDEX_AMAX) identity = lowest(self.scalar_type());
+    if (op == LOOM_INDEX_AMIN) identity = highest(self.scalar_type());
     scatter_into("scatter_reduce", out, dim, index, std::nullopt, identity, LOOM_INDEX_ASSIGN);
   }
   scatter_into("scatter_reduce", out, dim, index, src, 0, op);
@@ -234,10 +257,10 @@ at::Tensor& index_source_impl(const char* name, int op, const at::Tensor& self, 
               ") must have the same scalar type");
   TORCH_CHECK(self.dim() == source.dim() || source.dim() == 0 || self.dim() == 0, name,
               "(): self and source must have the same number of dimensions");
-  TORCH_CHECK_INDEX(index.numel() == (source.dim() == 0 ? 1 : source.size(dim)), name,
-                    "(): Number of indices (", index.numel(),
-                    ") should be equal to source.size(dim) (",
-                    (source.dim() == 0 ? 1 : source.size(dim)), ")");
+  TORCH_CHECK(index.numel() == (source.dim() == 0 ? 1 : source.size(dim)), name,
+              "(): Number of indices (", index.numel(),
+              ") should be equal to source.size(dim): (",
+              (source.dim() == 0 ? 1 : source.size(dim)), "), for dim: ", dim);
   if (!out.is_same(self)) {
     at::native::resize_output(out, self.sizes());
     out.copy_(self);
@@ -421,6 +444,8 @@ at::Tensor narrow_copy(const at::Tensor& self, int64_t dim, int64_t start, int64
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // unfold is a view (as_strided over the same storage); repeat uses it.
+  m.impl("unfold", at::native::unfold);
   m.impl("index_select", index_select);
   m.impl("index_select.out", index_select_out);
   m.impl("gather", gather);

@@ -97,7 +97,7 @@ const Entry kEntries[] = {
     {"pow", "Tensor_Scalar Tensor_Scalar_out", Shape::kPowScalar, LOOM_PW_POW_SCALAR, kNoBool},
     {"atan2", "- out", Shape::kBinaryFloat, LOOM_PW_ATAN2, kAll},
     BIN(maximum, "- out", MAXIMUM, kAll), BIN(minimum, "- out", MINIMUM, kAll),
-    BIN(fmax, "- out", FMAX, kNoBool), BIN(fmin, "- out", FMIN, kNoBool),
+    BIN(fmax, "- out", FMAX, kAll), BIN(fmin, "- out", FMIN, kAll),
     CMP(eq, EQ), CMP(ne, NE), CMP(lt, LT), CMP(le, LE), CMP(gt, GT), CMP(ge, GE),
     {"logical_and", "- out", Shape::kComparison, LOOM_PW_LOGICAL_AND, kAll},
     {"logical_or", "- out", Shape::kComparison, LOOM_PW_LOGICAL_OR, kAll},

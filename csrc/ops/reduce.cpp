@@ -167,9 +167,12 @@ void run(const char* name, int op, double param, const at::Tensor& self,
   launch(name, loom_kernel_reduce, t, s, outputs, grain, dev);
 }
 
+// dtype= wins, then an out= tensor's dtype, then the promoted input dtype.
 at::ScalarType sum_type(const at::Tensor& self, const Args& a) {
   const c10::IValue* v = a.find("dtype");
   if (v && !v->isNone()) return v->toScalarType();
+  const at::Tensor out = a.out();
+  if (out.defined()) return out.scalar_type();
   return at::isIntegralType(self.scalar_type(), true) ? at::kLong : self.scalar_type();
 }
 
@@ -191,7 +194,8 @@ std::vector<at::Tensor> run_entry(const Entry& e, const Args& a) {
       at::ScalarType type = sum_type(self, a);
       if (e.kind == Kind::kMean) {
         const c10::IValue* v = a.find("dtype");
-        type = v && !v->isNone() ? v->toScalarType() : self.scalar_type();
+        type = v && !v->isNone() ? v->toScalarType()
+               : a.out().defined() ? a.out().scalar_type() : self.scalar_type();
         TORCH_CHECK(at::isFloatingType(type) || at::isComplexType(type),
                     "mean(): could not infer output dtype. ",
                     (v && !v->isNone() ? "Optional" : "Input"),
