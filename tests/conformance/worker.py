@@ -7,7 +7,8 @@ Before each item it writes {"event": "start", ...} and after it the result
 or a hang loses only the item in flight. Lines are flushed one by one.
 
 Test hooks (for the harness's own tests): LOOM_CONFORMANCE_CRASH=op aborts the
-process when that op starts, LOOM_CONFORMANCE_HANG=op sleeps forever there.
+process when that op starts, LOOM_CONFORMANCE_HANG=op sleeps forever there
+(comma-separated; an entry `op:dtype` names one pair).
 """
 
 import argparse
@@ -62,9 +63,9 @@ def main(argv=None):
         for op_name, dtype_name in items:
             out.write(json.dumps({"event": "start", "op": op_name, "dtype": dtype_name}) + "\n")
             out.flush()
-            if op_name in crash:
+            if {op_name, "%s:%s" % (op_name, dtype_name)} & crash:
                 os.abort()
-            if op_name in hang:
+            if {op_name, "%s:%s" % (op_name, dtype_name)} & hang:
                 time.sleep(10**6)
             result = compare.run_item(op_name, dtype_name, args.device, args.max_samples)
             result["event"] = "result"
