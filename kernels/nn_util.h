@@ -63,6 +63,39 @@ static inline int loom_nn_is_float(int32_t dtype) {
          dtype == LOOM_FLOAT16 || dtype == LOOM_BFLOAT16;
 }
 
+/* n contiguous elements from element `off` of `base` as floats / back into
+ * `dtype`, for fp32, bf16 and fp16 (the types the float fast paths take). */
+static inline void loom_nn_load_row_f32(float *dst, const void *base,
+                                        int32_t dtype, int64_t off, int64_t n) {
+  if (dtype == LOOM_FLOAT32) {
+    memcpy(dst, (const float *)base + off, (size_t)n * sizeof(float));
+  } else if (dtype == LOOM_BFLOAT16) {
+    const uint16_t *src = (const uint16_t *)base + off;
+    for (int64_t i = 0; i < n; ++i) dst[i] = loom_bf16_to_f32(src[i]);
+  } else {
+    const uint16_t *src = (const uint16_t *)base + off;
+    for (int64_t i = 0; i < n; ++i) dst[i] = loom_f16_to_f32(src[i]);
+  }
+}
+
+static inline void loom_nn_store_row_f32(void *base, int32_t dtype,
+                                         int64_t off, const float *src,
+                                         int64_t n) {
+  if (dtype == LOOM_FLOAT32) {
+    memcpy((float *)base + off, src, (size_t)n * sizeof(float));
+  } else if (dtype == LOOM_BFLOAT16) {
+    uint16_t *dst = (uint16_t *)base + off;
+    for (int64_t i = 0; i < n; ++i) dst[i] = loom_f32_to_bf16(src[i]);
+  } else {
+    uint16_t *dst = (uint16_t *)base + off;
+    for (int64_t i = 0; i < n; ++i) dst[i] = loom_f32_to_f16(src[i]);
+  }
+}
+
+static inline int loom_nn_is_f32_like(int32_t dtype) {
+  return dtype == LOOM_FLOAT32 || dtype == LOOM_BFLOAT16 || dtype == LOOM_FLOAT16;
+}
+
 /* Element offset (in elements) of the `linear`-th element of `t`, counting
  * in row-major order over every dim except `skip` (-1: over all dims). This
  * is how a row kernel finds the start of row `linear` along dim `skip`. */

@@ -17,6 +17,22 @@ static inline const float *f32_or_null(const loom_tensor *t) {
   return t->data ? (const float *)t->data : NULL;
 }
 
+/* bf16/fp16 rows up to this length are staged through float buffers. */
+#define LN_ROW_BUFFER 8192
+
+static int all_f32_like(const loom_tensor *const *ts, int n) {
+  for (int i = 0; i < n; ++i)
+    if (ts[i]->data && !loom_nn_is_f32_like(ts[i]->dtype)) return 0;
+  return 1;
+}
+
+/* An optional vector of n elements as floats in buf, or NULL if absent. */
+static const float *stage_vector(float *buf, const loom_tensor *t, int64_t n) {
+  if (!t->data) return NULL;
+  loom_nn_load_row_f32(buf, t->data, t->dtype, 0, n);
+  return buf;
+}
+
 /* Columns of grad_weight/grad_bias accumulated together per pass over the
  * rows: wide enough to stream rows, small enough for the stack. */
 #define LN_COLUMN_BLOCK 256
@@ -43,6 +59,23 @@ int loom_layer_norm_forward(const loom_kernel_args *args, int64_t begin,
       ((float *)rstd->data)[r] = rs;
       ops->norm_apply(xr, n, mu, rs, f32_or_null(w), f32_or_null(b),
                       (float *)y->data + r * n);
+    }
+    return LOOM_OK;
+  }
+  const loom_tensor *const rows[4] = {x, w, b, y};
+  if (n <= LN_ROW_BUFFER && all_f32_like(rows, 4)) {
+    const loom_nn_rows_ops *ops = loom_nn_rows();
+    float xbuf[LN_ROW_BUFFER], ybuf[LN_ROW_BUFFER], wbuf[LN_ROW_BUFFER], bbuf[LN_ROW_BUFFER];
+    const float *wf = stage_vector(wbuf, w, n), *bfp = stage_vector(bbuf, b, n);
+    for (int64_t r = begin; r < end; ++r) {
+      loom_nn_load_row_f32(xbuf, x->data, x->dtype, r * n, n);
+      const float mu = rms ? 0.0f : ops->sum(xbuf, n) / (float)n;
+      const float var = ops->sq_dev(xbuf, n, mu) / (float)n;
+      const float rs = 1.0f / sqrtf(var + (float)eps);
+      if (mean->data) loom_nn_store(mean->data, mean->dtype, r, mu);
+      loom_nn_store(rstd->data, rstd->dtype, r, rs);
+      ops->norm_apply(xbuf, n, mu, rs, wf, bfp, ybuf);
+      loom_nn_store_row_f32(y->data, y->dtype, r * n, ybuf, n);
     }
     return LOOM_OK;
   }
@@ -93,6 +126,24 @@ int loom_layer_norm_backward_input(const loom_kernel_args *args,
       ops->norm_grad_apply(dyr, xr, f32_or_null(w), n, mu, rs,
                            rms ? 0.0f : sums[0] / (float)n, sums[1] / (float)n,
                            (float *)dx->data + r * n);
+    }
+    return LOOM_OK;
+  }
+  const loom_tensor *const rows[4] = {dy, x, w, dx};
+  if (n <= LN_ROW_BUFFER && all_f32_like(rows, 4)) {
+    const loom_nn_rows_ops *ops = loom_nn_rows();
+    float dybuf[LN_ROW_BUFFER], xbuf[LN_ROW_BUFFER], wbuf[LN_ROW_BUFFER];
+    const float *wf = stage_vector(wbuf, w, n);
+    for (int64_t r = begin; r < end; ++r) {
+      const float mu = (rms || !mean->data) ? 0.0f : (float)loom_nn_load(mean->data, mean->dtype, r);
+      const float rs = (float)loom_nn_load(rstd->data, rstd->dtype, r);
+      loom_nn_load_row_f32(dybuf, dy->data, dy->dtype, r * n, n);
+      loom_nn_load_row_f32(xbuf, x->data, x->dtype, r * n, n);
+      float sums[2];
+      ops->norm_grad_sums(dybuf, xbuf, wf, n, mu, rs, sums);
+      ops->norm_grad_apply(dybuf, xbuf, wf, n, mu, rs, rms ? 0.0f : sums[0] / (float)n,
+                           sums[1] / (float)n, dybuf);
+      loom_nn_store_row_f32(dx->data, dx->dtype, r * n, dybuf, n);
     }
     return LOOM_OK;
   }

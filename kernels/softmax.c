@@ -8,6 +8,10 @@
 #include "kernels/nn_util.h"
 #include "loom/status.h"
 
+/* Longest bf16/fp16 row staged through float buffers (longer rows take the
+ * exact double path). */
+#define SOFTMAX_ROW_BUFFER 8192
+
 typedef struct softmax_row {
   int64_t n, stride;
 } softmax_row;
@@ -43,9 +47,29 @@ int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
   const loom_nn_rows_ops *ops = loom_nn_rows();
   const int fast = in->dtype == LOOM_FLOAT32 && out->dtype == LOOM_FLOAT32 &&
                    ri.stride == 1 && ro.stride == 1;
+  /* bf16/fp16 rows go through float buffers on the stack */
+  const int staged = !fast && loom_nn_is_f32_like(in->dtype) &&
+                     loom_nn_is_f32_like(out->dtype) && ri.stride == 1 &&
+                     ro.stride == 1 && n <= SOFTMAX_ROW_BUFFER;
+  float xbuf[SOFTMAX_ROW_BUFFER], ybuf[SOFTMAX_ROW_BUFFER];
   for (int64_t r = begin; r < end; ++r) {
     const int64_t xo = loom_nn_offset(in, r, dim);
     const int64_t yo = loom_nn_offset(out, r, dim);
+    if (staged) {
+      loom_nn_load_row_f32(xbuf, in->data, in->dtype, xo, n);
+      const float m = ops->max(xbuf, n);
+      if (isfinite(m)) {
+        const float sum = ops->exp_sum(xbuf, n, m, ybuf);
+        if (take_log) {
+          ops->affine(xbuf, n, 1.0f, -m, ybuf);
+          ops->affine(ybuf, n, 1.0f, -logf(sum), ybuf);
+        } else {
+          ops->affine(ybuf, n, 1.0f / sum, 0.0f, ybuf);
+        }
+        loom_nn_store_row_f32(out->data, out->dtype, yo, ybuf, n);
+        continue;
+      }
+    }
     if (fast) {
       const float *x = (const float *)in->data + xo;
       float *y = (float *)out->data + yo;
@@ -98,10 +122,25 @@ int loom_softmax_backward(const loom_kernel_args *args, int64_t begin,
   const int fast = g->dtype == LOOM_FLOAT32 && y->dtype == LOOM_FLOAT32 &&
                    gi->dtype == LOOM_FLOAT32 && rg.stride == 1 &&
                    ry.stride == 1 && rgi.stride == 1;
+  const int staged = !fast && loom_nn_is_f32_like(g->dtype) &&
+                     loom_nn_is_f32_like(y->dtype) && loom_nn_is_f32_like(gi->dtype) &&
+                     rg.stride == 1 && ry.stride == 1 && rgi.stride == 1 &&
+                     n <= SOFTMAX_ROW_BUFFER;
+  float gbuf[SOFTMAX_ROW_BUFFER], ybuf[SOFTMAX_ROW_BUFFER];
   for (int64_t r = begin; r < end; ++r) {
     const int64_t go = loom_nn_offset(g, r, dim);
     const int64_t yo = loom_nn_offset(y, r, dim);
     const int64_t gio = loom_nn_offset(gi, r, dim);
+    if (staged) {
+      loom_nn_load_row_f32(gbuf, g->data, g->dtype, go, n);
+      loom_nn_load_row_f32(ybuf, y->data, y->dtype, yo, n);
+      if (take_log)
+        ops->log_softmax_grad(gbuf, ybuf, n, ops->sum(gbuf, n), gbuf);
+      else
+        ops->softmax_grad(gbuf, ybuf, n, ops->dot(gbuf, ybuf, n), gbuf);
+      loom_nn_store_row_f32(gi->data, gi->dtype, gio, gbuf, n);
+      continue;
+    }
     if (fast) {
       const float *gp = (const float *)g->data + go;
       const float *yp = (const float *)y->data + yo;

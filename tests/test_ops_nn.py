@@ -438,6 +438,10 @@ _DETERMINISM_SCRIPT = textwrap.dedent("""
                                          allow_unused=True):
                 if g is not None:
                     add(g)
+        q = torch.randn(2, 3, 40, 24).to(dtype).to("loom").requires_grad_()
+        o = F.scaled_dot_product_attention(q, q * 0.5, q, is_causal=True)
+        add(o)
+        add(torch.autograd.grad(o, q, torch.randn(o.shape).to(dtype).to("loom"))[0])
         idx = torch.randint(0, 50, (4000,)).to("loom")
         add(torch.ops.aten.embedding_dense_backward(
             torch.randn(4000, 33).to(dtype).to("loom"), idx, 50, -1, False))

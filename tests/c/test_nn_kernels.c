@@ -484,6 +484,69 @@ static void test_fast_paths(void) {
   }
 }
 
+/* bf16 rows staged through float buffers, against fp64 on the same
+ * (rounded) inputs. */
+static void test_staged_bf16(void) {
+  enum { R = 4, N = 333 };
+  static uint16_t xb[R * N], yb[R * N], gb[R * N], gib[R * N], wb[N];
+  static double xd[R * N], yd[R * N], gd[R * N], gid[R * N], wd[N], md[R], rd[R];
+  static float mf[R], rf[R];
+  for (int i = 0; i < R * N; ++i) {
+    xb[i] = loom_f32_to_bf16((float)(frand() * 4));
+    xd[i] = loom_bf16_to_f32(xb[i]);
+    gb[i] = loom_f32_to_bf16((float)frand());
+    gd[i] = loom_bf16_to_f32(gb[i]);
+  }
+  for (int j = 0; j < N; ++j) {
+    wb[j] = loom_f32_to_bf16((float)frand());
+    wd[j] = loom_bf16_to_f32(wb[j]);
+  }
+  const int64_t sz[2] = {R, N}, sw[1] = {N}, sm[1] = {R};
+  for (int take_log = 0; take_log <= 1; ++take_log) {
+    loom_scalar s[2] = {si(1), si(take_log)};
+    loom_tensor tb[2] = {dense(xb, LOOM_BFLOAT16, 2, sz), dense(yb, LOOM_BFLOAT16, 2, sz)};
+    loom_tensor td[2] = {dense(xd, LOOM_FLOAT64, 2, sz), dense(yd, LOOM_FLOAT64, 2, sz)};
+    EXPECT(run(loom_softmax_forward, tb, 2, s, 2, R, 1) == 0);
+    EXPECT(run(loom_softmax_forward, td, 2, s, 2, R, 1) == 0);
+    double w = 0;
+    for (int i = 0; i < R * N; ++i) w = fmax(w, fabs(loom_bf16_to_f32(yb[i]) - yd[i]) / (1e-3 + fabs(yd[i])));
+    EXPECT(w < 1e-2);
+    loom_tensor bb[3] = {dense(gb, LOOM_BFLOAT16, 2, sz), dense(yb, LOOM_BFLOAT16, 2, sz),
+                         dense(gib, LOOM_BFLOAT16, 2, sz)};
+    loom_tensor bd[3] = {dense(gd, LOOM_FLOAT64, 2, sz), dense(yd, LOOM_FLOAT64, 2, sz),
+                         dense(gid, LOOM_FLOAT64, 2, sz)};
+    EXPECT(run(loom_softmax_backward, bb, 3, s, 2, R, 1) == 0);
+    EXPECT(run(loom_softmax_backward, bd, 3, s, 2, R, 1) == 0);
+    w = 0;
+    for (int i = 0; i < R * N; ++i) w = fmax(w, fabs(loom_bf16_to_f32(gib[i]) - gid[i]));
+    EXPECT(w < 3e-2);
+  }
+  /* layer norm: bf16 input and weight, fp32 statistics (mixed precision) */
+  loom_tensor lb[6] = {dense(xb, LOOM_BFLOAT16, 2, sz), dense(wb, LOOM_BFLOAT16, 1, sw), {.data = NULL},
+                       dense(yb, LOOM_BFLOAT16, 2, sz), dense(mf, LOOM_FLOAT32, 1, sm),
+                       dense(rf, LOOM_FLOAT32, 1, sm)};
+  loom_tensor ld[6] = {dense(xd, LOOM_FLOAT64, 2, sz), dense(wd, LOOM_FLOAT64, 1, sw), {.data = NULL},
+                       dense(yd, LOOM_FLOAT64, 2, sz), dense(md, LOOM_FLOAT64, 1, sm),
+                       dense(rd, LOOM_FLOAT64, 1, sm)};
+  loom_scalar ls[3] = {si(N), sf(1e-5), si(0)};
+  EXPECT(run(loom_layer_norm_forward, lb, 6, ls, 3, R, 3) == 0);
+  EXPECT(run(loom_layer_norm_forward, ld, 6, ls, 3, R, 3) == 0);
+  double w = 0;
+  for (int i = 0; i < R * N; ++i) w = fmax(w, fabs(loom_bf16_to_f32(yb[i]) - yd[i]) / (1e-2 + fabs(yd[i])));
+  EXPECT(w < 1e-2);
+  EXPECT(fabs(mf[2] - md[2]) < 1e-5 && fabs(rf[2] - rd[2]) < 1e-4 * rd[2]);
+  loom_tensor bib[6] = {dense(gb, LOOM_BFLOAT16, 2, sz), lb[0], lb[4], lb[5], lb[1],
+                        dense(gib, LOOM_BFLOAT16, 2, sz)};
+  loom_tensor bid[6] = {dense(gd, LOOM_FLOAT64, 2, sz), ld[0], ld[4], ld[5], ld[1],
+                        dense(gid, LOOM_FLOAT64, 2, sz)};
+  loom_scalar bs[2] = {si(N), si(0)};
+  EXPECT(run(loom_layer_norm_backward_input, bib, 6, bs, 2, R, 2) == 0);
+  EXPECT(run(loom_layer_norm_backward_input, bid, 6, bs, 2, R, 2) == 0);
+  w = 0;
+  for (int i = 0; i < R * N; ++i) w = fmax(w, fabs(loom_bf16_to_f32(gib[i]) - gid[i]) / (0.1 + fabs(gid[i])));
+  EXPECT(w < 2e-2);
+}
+
 int main(void) {
   srand(7);
   test_softmax();
@@ -495,6 +558,7 @@ int main(void) {
   test_pointwise_losses();
   test_embedding_backward();
   test_fast_paths();
+  test_staged_bf16();
   printf("test_nn_kernels: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
