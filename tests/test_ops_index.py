@@ -111,15 +111,17 @@ def test_select_gather_scatter(dtype):
     check(lambda d, t, i: torch.scatter(t, 1, i, 3), x, si)
     if dtype != torch.bool:
         dup = torch.tensor([[0, 0, 1], [0, 1, 1]])
-        check(lambda d, t, i, s: torch.scatter_add(t, 0, i, s), x, dup, src)
+        # 16-bit floats round after every addition: the order may differ
+        check(lambda d, t, i, s: torch.scatter_add(t, 0, i, s), x, dup, src, rtol=1e-2, atol=1e-2)
         for reduce in ["sum", "prod", "mean", "amax", "amin"]:
             for include_self in [True, False]:
                 check(lambda d, t, i, s: torch.scatter_reduce(t, 0, i, s, reduce,
                                                               include_self=include_self),
                       x, dup, src, rtol=1e-2, atol=1e-2)
         source = make((5, 4), dtype, seed=4)
-        check(lambda d, t, i, s: t.clone().index_add_(1, i, s, alpha=2), x, idx, source)
-        check(lambda d, t, i, s: torch.index_add(t, 1, i, s), x, idx, source)
+        tol = dict(rtol=1e-2, atol=1e-2) if dtype in (torch.float16, torch.bfloat16) else {}
+        check(lambda d, t, i, s: t.clone().index_add_(1, i, s, alpha=2), x, idx, source, **tol)
+        check(lambda d, t, i, s: torch.index_add(t, 1, i, s), x, idx, source, **tol)
     check(lambda d, t, i, s: t.clone().index_copy_(1, i, s), x,
           torch.tensor([6, 0, 3, 2]), make((5, 4), dtype, seed=5))
     check(lambda d, t, i: t.clone().index_fill_(1, i, 1), x, idx)

@@ -204,8 +204,11 @@ std::vector<at::Tensor> run_entry(const Entry& e, const Args& a) {
       }
       // Integral input of a floating mean is converted first: the kernel
       // averages in the float path only.
+      // As the CPU backend, elements are cast to an integral result type
+      // before summing.
       at::Tensor src = self;
-      if (e.kind == Kind::kMean && !at::isFloatingType(self.scalar_type()))
+      if ((e.kind == Kind::kMean && !at::isFloatingType(self.scalar_type())) ||
+          (at::isIntegralType(type, true) && at::isFloatingType(self.scalar_type())))
         src = self.to(type);
       at::Tensor out = prepare(a.out(), self, out_shape(self, mask, keepdim), type, e.name);
       run(e.name, e.op, 0.0, src, mask, out, at::Tensor());
