@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/gemm/gemm.h"
+#include "runtime/base/cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -43,8 +44,22 @@ static int loom_gemm_cpu_has(loom_gemm_isa isa) {
 }
 #endif
 
+/* The runtime's feature set may be capped (LOOM_CPU_FEATURES); the GEMM
+ * honours the cap on top of its own, stricter check (AVX-512 BW/DQ/VL). */
+static int loom_gemm_runtime_allows(loom_gemm_isa isa) {
+  uint32_t f = loom_cpu_features();
+  switch (isa) {
+    case LOOM_GEMM_AVX512: return (f & LOOM_FEATURE_AVX512F) != 0;
+    case LOOM_GEMM_AVX512BF16:
+      return (f & LOOM_FEATURE_AVX512F) && (f & LOOM_FEATURE_AVX512BF16);
+    case LOOM_GEMM_AMX: return (f & LOOM_FEATURE_AMX_BF16) != 0;
+    default: return 1;
+  }
+}
+
 int loom_gemm_isa_supported(loom_gemm_isa isa) {
-  return isa >= 0 && isa < LOOM_GEMM_ISA_COUNT && loom_gemm_cpu_has(isa);
+  return isa >= 0 && isa < LOOM_GEMM_ISA_COUNT && loom_gemm_cpu_has(isa) &&
+         loom_gemm_runtime_allows(isa);
 }
 
 const char *loom_gemm_isa_name(loom_gemm_isa isa) {
