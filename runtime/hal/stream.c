@@ -204,8 +204,10 @@ loom_status loom_run_now(int device, const loom_launch_desc *desc) {
                                  .num_tensors = desc->num_tensors, .tensors = desc->tensors,
                                  .num_scalars = desc->num_scalars, .scalars = desc->scalars,
                                  .range = desc->range, .grain = desc->grain};
-  for (int64_t begin = 0; begin < desc->range; begin += desc->grain) {
-    int64_t end = desc->range - begin > desc->grain ? begin + desc->grain : desc->range;
+  /* Stepping by chunk end, never begin + grain: a huge grain must not
+   * overflow. */
+  for (int64_t begin = 0, end; begin < desc->range; begin = end) {
+    end = desc->range - begin > desc->grain ? begin + desc->grain : desc->range;
     int rc = desc->fn(&args, begin, end);
     if (rc != 0)
       return loom_error(loom_kernel_status(rc), "%s: %s (kernel returned %d on [%lld, %lld) of %lld)",

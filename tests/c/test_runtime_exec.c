@@ -137,6 +137,29 @@ static int fail_at_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
   return begin == args->scalars[0].i ? LOOM_ERROR_NOT_SUPPORTED : 0;
 }
 
+static int count_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  int64_t *calls = args->tensors[0].data;
+  __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED);
+  return begin == 0 && end == args->range ? 0 : LOOM_ERROR_INTERNAL;
+}
+
+/* A grain larger than the range (even INT64_MAX) is one chunk. */
+static void test_huge_grain(void) {
+  int64_t *calls = NULL;
+  CHECK_OK(loom_malloc(0, sizeof *calls, NULL, (void **)&calls));
+  *calls = 0;
+  loom_tensor t = {.data = calls, .dtype = LOOM_INT64};
+  loom_launch_desc d = {.name = "count", .fn = count_kernel, .tensors = &t, .num_tensors = 1,
+                        .range = INT64_MAX - 5, .grain = INT64_MAX};
+  CHECK_OK(loom_run_now(0, &d));
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_default(0, &s));
+  CHECK_OK(loom_launch(s, &d));
+  CHECK_OK(loom_stream_synchronize(s));
+  CHECK_EQ_INT(*calls, 2);
+  CHECK_OK(loom_free(calls));
+}
+
 static void test_run_now_error(void) {
   loom_scalar at = {.i = 50};
   loom_launch_desc d = {.name = "fail_at", .fn = fail_at_kernel, .scalars = &at,
@@ -150,6 +173,7 @@ int main(void) {
   RUN_TEST(test_determinism_across_thread_counts);
   RUN_TEST(test_concurrent_threads);
   RUN_TEST(test_run_now_error);
+  RUN_TEST(test_huge_grain);
   loom_shutdown();
   TEST_MAIN_END();
 }

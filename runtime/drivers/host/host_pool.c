@@ -90,8 +90,8 @@ void host_pool_destroy(host_pool *pool) {
 }
 
 static int run_alone(loom_kernel_fn fn, const loom_kernel_args *args, int64_t *out_failed_begin) {
-  for (int64_t begin = 0; begin < args->range; begin += args->grain) {
-    const int64_t end = args->range - begin > args->grain ? begin + args->grain : args->range;
+  for (int64_t begin = 0, end; begin < args->range; begin = end) {
+    end = args->range - begin > args->grain ? begin + args->grain : args->range;
     const int rc = fn(args, begin, end);
     if (rc != 0) {
       *out_failed_begin = begin;
@@ -103,7 +103,7 @@ static int run_alone(loom_kernel_fn fn, const loom_kernel_args *args, int64_t *o
 
 int host_pool_run(host_pool *pool, loom_kernel_fn fn, const loom_kernel_args *args,
                   int64_t *out_failed_begin) {
-  const int64_t num_chunks = (args->range + args->grain - 1) / args->grain;
+  const int64_t num_chunks = args->range / args->grain + (args->range % args->grain != 0);
   /* One chunk, no workers, or the pool busy with another stream's launch:
    * the caller runs every chunk itself (same boundaries either way). */
   if (num_chunks <= 1 || pool->num_workers == 0 || pthread_mutex_trylock(&pool->busy) != 0)
