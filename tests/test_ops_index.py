@@ -2,10 +2,6 @@
 linspace, logspace, full, eye, tril/triu, cat/stack, index_select, gather,
 scatter (+add/reduce), index_add/copy/fill, masked_fill, flip, roll,
 repeat, narrow_copy, and out-of-range indices. Nothing may fall back."""
-import os
-
-os.environ.setdefault("LOOM_FALLBACK", "error")
-
 import pytest
 import torch
 
@@ -19,9 +15,15 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 
 @pytest.fixture(autouse=True)
 def no_fallback():
+    """Every op here must run natively: the CPU fallback is an error."""
+    previous = torch.loom.get_fallback_mode()
+    torch.loom.set_fallback_mode("error")
     torch.loom.clear_fallback_ops()
-    yield
-    assert torch.loom.fallback_ops() == {}
+    try:
+        yield
+        assert torch.loom.fallback_ops() == {}
+    finally:
+        torch.loom.set_fallback_mode(previous)
 
 
 def make(shape, dtype, seed=0):

@@ -2,10 +2,6 @@
 supports for the op, functional / in-place / out=, broadcasting,
 non-contiguous inputs, scalar operands, and bad input raising what the CPU
 raises. Nothing may fall back to the CPU."""
-import os
-
-os.environ.setdefault("LOOM_FALLBACK", "error")
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,9 +21,15 @@ TOL = {torch.float32: dict(rtol=2e-5, atol=2e-5),
 
 @pytest.fixture(autouse=True)
 def no_fallback():
+    """Every op here must run natively: the CPU fallback is an error."""
+    previous = torch.loom.get_fallback_mode()
+    torch.loom.set_fallback_mode("error")
     torch.loom.clear_fallback_ops()
-    yield
-    assert torch.loom.fallback_ops() == {}
+    try:
+        yield
+        assert torch.loom.fallback_ops() == {}
+    finally:
+        torch.loom.set_fallback_mode(previous)
 
 
 def make(shape, dtype, low=-3.0, high=3.0, seed=0):

@@ -1,10 +1,6 @@
 """Reductions and cumulative ops on loom against the CPU: any set of dims,
 keepdim, dtype arguments, out=, non-contiguous inputs, empty inputs, and
 the errors the CPU raises. Nothing may fall back to the CPU."""
-import os
-
-os.environ.setdefault("LOOM_FALLBACK", "error")
-
 import pytest
 import torch
 
@@ -22,9 +18,15 @@ TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5),
 
 @pytest.fixture(autouse=True)
 def no_fallback():
+    """Every op here must run natively: the CPU fallback is an error."""
+    previous = torch.loom.get_fallback_mode()
+    torch.loom.set_fallback_mode("error")
     torch.loom.clear_fallback_ops()
-    yield
-    assert torch.loom.fallback_ops() == {}
+    try:
+        yield
+        assert torch.loom.fallback_ops() == {}
+    finally:
+        torch.loom.set_fallback_mode(previous)
 
 
 def make(shape, dtype, seed=0):
