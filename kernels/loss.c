@@ -3,6 +3,7 @@
 #include "kernels/loss.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels/nn_util.h"
 #include "loom/status.h"
@@ -103,8 +104,14 @@ int loom_nll_loss_backward(const loom_kernel_args *args, int64_t begin,
   for (int64_t ns = begin; ns < end; ++ns) {
     const int64_t n = ns / s_len, s = ns % s_len;
     const int64_t base = n * c_len * s_len + s;
-    for (int64_t c = 0; c < c_len; ++c)
-      loom_nn_store(gi->data, gi->dtype, base + c * s_len, 0.0);
+    /* zero is all-zero bits in every float dtype */
+    const int64_t esize = loom_dtype_size(gi->dtype);
+    if (s_len == 1) {
+      memset((char *)gi->data + base * esize, 0, (size_t)(c_len * esize));
+    } else {
+      for (int64_t c = 0; c < c_len; ++c)
+        memset((char *)gi->data + (base + c * s_len) * esize, 0, (size_t)esize);
+    }
     const int64_t tgt =
         loom_nn_load_index(t->data, t->dtype, n * t->strides[0] + s * t->strides[1]);
     if (tgt == ignore) continue;

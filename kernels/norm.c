@@ -182,6 +182,7 @@ int loom_layer_norm_backward_params(const loom_kernel_args *args,
   double acc_w[LN_COLUMN_BLOCK], acc_b[LN_COLUMN_BLOCK];
   const loom_tensor *const ins[4] = {dy, x, mean, rstd};
   const int fast = all_f32(ins, 4);
+  const int bf16 = dy->dtype == LOOM_BFLOAT16 && x->dtype == LOOM_BFLOAT16;
   for (int64_t j0 = begin; j0 < end; j0 += LN_COLUMN_BLOCK) {
     const int64_t j1 = j0 + LN_COLUMN_BLOCK < end ? j0 + LN_COLUMN_BLOCK : end;
     for (int64_t j = j0; j < j1; ++j) acc_w[j - j0] = acc_b[j - j0] = 0.0;
@@ -194,6 +195,16 @@ int loom_layer_norm_backward_params(const loom_kernel_args *args,
         for (int64_t j = j0; j < j1; ++j) {
           acc_b[j - j0] += dyr[j];
           acc_w[j - j0] += dyr[j] * ((xr[j] - mu) * rs);
+        }
+        continue;
+      }
+      if (bf16) {
+        const uint16_t *dyr = (const uint16_t *)dy->data + r * n;
+        const uint16_t *xr = (const uint16_t *)x->data + r * n;
+        for (int64_t j = j0; j < j1; ++j) {
+          const double g = loom_bf16_to_f32(dyr[j]);
+          acc_b[j - j0] += g;
+          acc_w[j - j0] += g * (loom_bf16_to_f32(xr[j]) - mu) * rs;
         }
         continue;
       }

@@ -91,9 +91,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
                               describe(mu, op), describe(rs, op),
                               describe_opt(dw, op), describe_opt(db, op)};
     const loom_scalar s[3] = {scalar_i(M), scalar_i(N), scalar_i(0)};
-    // Columns per chunk: enough rows*columns of work to amortise a chunk.
+    // Columns per chunk: wide enough that each pass over the rows streams
+    // a useful stretch of every row, narrow enough to share the columns out.
     launch(op, loom_layer_norm_backward_params, t, s, N,
-           std::max<int64_t>(16, grain_for(M)), dev);
+           std::clamp<int64_t>(N / 8, 16, 256), dev);
   }
   return {dx, dw, db};
 }
