@@ -22,11 +22,11 @@ static int64_t ix_offset(const loom_tensor *shape, const loom_tensor *t,
   return off;
 }
 
-/* Index value `i` of a 1-d or same-shaped index tensor, wrapped and
- * checked against `limit`; -1 if out of range. */
+/* The index at element offset `off`, checked against [0, limit) as the CPU
+ * backend does (negative indices are errors here, not wrapped); -1 if out
+ * of range. */
 static int64_t ix_value(const loom_tensor *index, int64_t off, int64_t limit) {
-  int64_t v = loom_nn_load_index(index->data, index->dtype, off);
-  if (v < 0) v += limit;
+  const int64_t v = loom_nn_load_index(index->data, index->dtype, off);
   return (v < 0 || v >= limit) ? -1 : v;
 }
 
