@@ -352,7 +352,7 @@ static int rd_span(const rd_ctx *c, rd_state *s, const loom_tensor *in,
  * read in order. Each output still adds its elements in index order.
  * Returns 0 when the layout does not fit (the caller takes the general
  * path). */
-#define RD_COLS 64
+#define RD_COLS 256
 static int rd_columns(const rd_ctx *c, const loom_tensor *out,
                       const loom_tensor *in, int32_t keep, int64_t begin,
                       int64_t end) {

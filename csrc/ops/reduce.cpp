@@ -163,7 +163,10 @@ void run(const char* name, int op, double param, const at::Tensor& self,
     launch(name, loom_kernel_reduce, t, s, outputs, 64, dev);
     return;
   }
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, count));
+  // About 32K elements per chunk, but whole runs of neighbouring outputs
+  // (up to 256) when there are plenty, so column sums read rows in order.
+  const int64_t grain = std::max<int64_t>(
+      {int64_t{1}, 32768 / std::max<int64_t>(1, count), std::min<int64_t>(256, outputs / 16)});
   launch(name, loom_kernel_reduce, t, s, outputs, grain, dev);
 }
 
