@@ -19,8 +19,12 @@ int loom_embedding_backward_bucket(const loom_kernel_args *args,
   for (int64_t r = 0; r <= nw; ++r) offsets[r] = 0;
   for (int64_t i = 0; i < n; ++i) {
     int64_t r = loom_nn_load_index(idx->data, idx->dtype, i);
-    if (r < 0 || r >= nw)
+    if (r < 0 || r >= nw) {
+      /* leave empty buckets behind: the row pass that may still run on
+       * this stream then reads nothing */
+      for (int64_t k = 0; k <= nw; ++k) offsets[k] = 0;
       return LOOM_ERROR_INVALID_ARGUMENT;
+    }
     offsets[r + 1]++;
   }
   for (int64_t r = 0; r < nw; ++r) offsets[r + 1] += offsets[r];
@@ -48,6 +52,8 @@ int loom_embedding_backward_rows(const loom_kernel_args *args, int64_t begin,
   double acc[EMB_COLUMN_BLOCK];
   for (int64_t r = begin; r < end; ++r) {
     const int64_t o0 = offsets[r], o1 = offsets[r + 1];
+    if (o0 < 0 || o1 < o0 || o1 > args->tensors[2].sizes[0])
+      return LOOM_ERROR_INVALID_ARGUMENT;
     const int skip = r == padding_idx || o0 == o1;
     const double scale = scale_by_freq && o1 > o0 ? 1.0 / (double)(o1 - o0) : 1.0;
     for (int64_t j0 = 0; j0 < d; j0 += EMB_COLUMN_BLOCK) {
@@ -55,6 +61,7 @@ int loom_embedding_backward_rows(const loom_kernel_args *args, int64_t begin,
       for (int64_t j = j0; j < j1; ++j) acc[j - j0] = 0.0;
       if (!skip) {
         for (int64_t o = o0; o < o1; ++o) {
+          if (order[o] < 0 || order[o] >= go->sizes[0]) return LOOM_ERROR_INVALID_ARGUMENT;
           const int64_t row = order[o] * go->strides[0];
           for (int64_t j = j0; j < j1; ++j)
             acc[j - j0] += loom_nn_load(go->data, go->dtype, row + j * go->strides[1]);

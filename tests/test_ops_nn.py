@@ -1,13 +1,10 @@
 """Neural-network ops on loom (softmax, norms, losses, embedding) against the
 CPU: forward and backward, odd shapes, non-contiguous inputs, four float
 dtypes, bad input, and thread-count independence."""
-import hashlib
 import os
 import subprocess
 import sys
 import textwrap
-
-os.environ.setdefault("LOOM_FALLBACK", "error")
 
 import pytest
 import torch
@@ -16,6 +13,19 @@ import torch.nn.functional as F
 pytestmark = pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
     reason="loom device not built")
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    """Every op here must run natively: the CPU fallback is an error."""
+    previous = torch.loom.get_fallback_mode()
+    torch.loom.set_fallback_mode("error")
+    torch.loom.clear_fallback_ops()
+    try:
+        yield
+        assert torch.loom.fallback_ops() == {}
+    finally:
+        torch.loom.set_fallback_mode(previous)
+
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 # Our kernels compute in double and round once; the CPU rounds some

@@ -406,6 +406,13 @@ static void test_embedding_backward(void) {
                       dense(order, LOOM_INT64, 1, sn)};
   loom_scalar bs[1] = {si(NW)};
   EXPECT(run(loom_embedding_backward_bucket, b, 3, bs, 1, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  /* a row pass queued behind the failed bucket pass reads nothing */
+  for (int i = 0; i < N; ++i) order[i] = 1 << 30;
+  const int64_t sg[2] = {N, D}, sw[2] = {NW, D};
+  loom_tensor r[4] = {dense(go, LOOM_FLOAT32, 2, sg), b[1], b[2], dense(gw, LOOM_FLOAT32, 2, sw)};
+  loom_scalar rs[2] = {si(-1), si(0)};
+  EXPECT(run(loom_embedding_backward_rows, r, 4, rs, 2, NW, 2) == 0);
+  EXPECT(gw[3 * D + 1] == 0.0f);
 }
 
 /* ---- fp32 fast paths against the fp64 path ----------------------------------- */
