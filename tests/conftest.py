@@ -17,7 +17,8 @@ def run_python(code, env=None, timeout=300, check=True):
     """Runs `code` in a fresh interpreter with extra `env`; returns the
     CompletedProcess (stdout/stderr as text). With `check`, a non-zero exit
     fails the calling test with the child's output."""
-    full_env = dict(os.environ)
+    # The child starts from a clean loom configuration: only what `env` sets.
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
     full_env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(REPO_ROOT, "python"), full_env.get("PYTHONPATH", "")]
     )
@@ -35,6 +36,16 @@ def run_python(code, env=None, timeout=300, check=True):
             f"subprocess exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
         )
     return proc
+
+
+@pytest.fixture(autouse=True)
+def _restore_fallback_mode():
+    """A test that changes torch.loom's fallback mode does not leak it."""
+    loom = getattr(torch, "loom", None)
+    mode = loom.get_fallback_mode() if loom is not None else None
+    yield
+    if mode is not None:
+        loom.set_fallback_mode(mode)
 
 
 @pytest.fixture
