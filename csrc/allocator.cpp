@@ -53,7 +53,12 @@ struct LoomDeviceAllocator final : public c10::DeviceAllocator {
 
   void copy_data(void* dst, const void* src, std::size_t count) const override {
     if (count == 0) return;
-    check(loom_memcpy(current_stream(), dst, src, count), "copy_data");
+    // In the stream order of the device that owns the destination, which
+    // need not be the current one.
+    int device = loom_pointer_device(dst);
+    loom_stream_t* stream =
+        current_stream(device >= 0 ? static_cast<c10::DeviceIndex>(device) : -1);
+    check(loom_memcpy(stream, dst, src, count), "copy_data");
   }
 
   bool initialized() override { return device_count() > 0; }
