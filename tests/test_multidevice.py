@@ -46,6 +46,12 @@ def test_two_devices(py):
         r0 = torch.rand(8, device="loom:0", generator=g0)
         r1 = torch.rand(8, device="loom:1", generator=g1)
         assert torch.equal(r0.cpu(), r1.cpu())
+        # copy-on-write storage materialised on the non-current device
+        w = torch.arange(8.0, device="loom:1")
+        v = torch._lazy_clone(w)
+        v.add_(1)
+        assert w.cpu().tolist() == list(map(float, range(8)))
+        assert v.cpu().tolist() == list(map(float, range(1, 9)))
         loom.synchronize(1)
         print("ok", loom.get_device_properties(1).index)
         """,
