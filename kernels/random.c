@@ -67,15 +67,40 @@ typedef struct draw_ctx {
 typedef void (*draw_fn)(const draw_ctx *ctx, int64_t first, int64_t n,
                         double *f, int64_t *i);
 
+/* The Philox block `b` of this launch, recomputed only when it changes:
+ * consecutive elements share a block when they use fewer than four words. */
+typedef struct block_cache {
+  uint64_t index;
+  int valid;
+  uint32_t r[4];
+} block_cache;
+
+static inline const uint32_t *block_at(const draw_ctx *ctx, block_cache *c,
+                                       uint64_t b) {
+  if (!c->valid || c->index != b) {
+    loom_philox4x32(ctx->seed, ctx->offset + b, 0, c->r);
+    c->index = b;
+    c->valid = 1;
+  }
+  return c->r;
+}
+
 static void draw_uniform(const draw_ctx *ctx, int64_t first, int64_t n,
                          double *f, int64_t *iv) {
   const double from = ctx->args->scalars[2].f, to = ctx->args->scalars[3].f;
   const double span = to - from;
   const int wide = ctx->dtype == LOOM_FLOAT64;
+  block_cache cache = {0};
   for (int64_t k = 0; k < n; ++k) {
-    uint32_t r[4];
-    loom_philox4x32(ctx->seed, ctx->offset + (uint64_t)(first + k), 0, r);
-    double v = from + (wide ? u53(r[0], r[1]) : u24(r[0])) * span;
+    uint64_t e = (uint64_t)(first + k);
+    double u;
+    if (wide) { /* two words per element, two elements per block */
+      const uint32_t *r = block_at(ctx, &cache, e >> 1);
+      u = u53(r[2 * (e & 1)], r[2 * (e & 1) + 1]);
+    } else { /* one word per element, four per block */
+      u = u24(block_at(ctx, &cache, e >> 2)[e & 3]);
+    }
+    double v = from + u * span;
     /* Rounding to a narrow type may land on `to`; keep the range half-open. */
     if (span > 0 && round_to(ctx->dtype, v) >= to) v = from;
     f[k] = v;
@@ -83,15 +108,22 @@ static void draw_uniform(const draw_ctx *ctx, int64_t first, int64_t n,
   (void)iv;
 }
 
+/* Box-Muller: one block gives a pair of normals, cos for the even element
+ * and sin for the odd one. */
 static void draw_normal(const draw_ctx *ctx, int64_t first, int64_t n,
                         double *f, int64_t *iv) {
   const double mean = ctx->args->scalars[2].f, std = ctx->args->scalars[3].f;
+  block_cache cache = {0};
+  double radius = 0, angle = 0;
   for (int64_t k = 0; k < n; ++k) {
-    uint32_t r[4];
-    loom_philox4x32(ctx->seed, ctx->offset + (uint64_t)(first + k), 0, r);
-    double u1 = 1.0 - u53(r[0], r[1]); /* (0, 1]: log stays finite */
-    double u2 = u53(r[2], r[3]);
-    f[k] = mean + std * sqrt(-2.0 * log(u1)) * cos(LOOM_TWO_PI * u2);
+    uint64_t e = (uint64_t)(first + k);
+    if (!cache.valid || cache.index != (e >> 1)) {
+      const uint32_t *r = block_at(ctx, &cache, e >> 1);
+      double u1 = 1.0 - u53(r[0], r[1]); /* (0, 1]: log stays finite */
+      radius = sqrt(-2.0 * log(u1));
+      angle = LOOM_TWO_PI * u53(r[2], r[3]);
+    }
+    f[k] = mean + std * radius * ((e & 1) ? sin(angle) : cos(angle));
   }
   (void)iv;
 }

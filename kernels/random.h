@@ -1,9 +1,12 @@
 /* kernels/random.h — counter-based random number kernels (Philox-4x32-10).
  *
- * Element i of the output (row-major over its logical shape) draws from the
- * Philox block with key = seed and counter = offset + i, so a result depends
- * only on (seed, offset, i): never on the thread count or on the chunking.
- * The caller advances its generator's offset by numel after each launch.
+ * Element i of the output (row-major over its logical shape) draws from
+ * the Philox block with key = seed and counter = offset + i / k, where k
+ * elements share a block's four words (k = 4 for narrow uniforms, 2 for
+ * float64 uniforms and normal pairs, else 1). A result depends only on
+ * (seed, offset, i): never on the thread count or on the chunking. The
+ * caller advances its generator's offset by numel (an upper bound on the
+ * blocks used) after each launch.
  *
  * Common scalars: scalars[0].u = seed, scalars[1].u = offset. tensors[0] is
  * the output (any strides; dtypes as listed). Range = numel(out); grain
