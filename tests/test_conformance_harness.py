@@ -38,8 +38,10 @@ def sweep(tmp_path, ops, device="cpu", dtypes="float32", env=None, extra=()):
         sys.executable, "-m", "tests.conformance.run", "--ops", ",".join(ops),
         "--dtypes", dtypes, "--device", device, "--json", str(out),
         "--report", str(tmp_path / "REPORT.md"), "--expected", str(tmp_path / "expected.txt"),
-        "--jobs", "1", *extra,
+        *extra,
     ]
+    if "--jobs" not in extra:
+        cmd += ["--jobs", "1"]
     full_env = dict(os.environ)
     full_env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     full_env.update(env or {})
@@ -53,10 +55,12 @@ def test_sweep_classifies_every_outcome(tmp_path):
     # CPU is all native, except an injected wrong result (mul: fail), a worker
     # abort (sub: crash) and a hang (div: crash by timeout); the items after
     # them in the same chunk still run.
-    ops = ["add", "mul", "sub", "div.no_rounding_mode", "sum", "nn.functional.conv2d",
+    ops = ["add", "mul", "sub", "sum", "nn.functional.conv2d", "div.no_rounding_mode",
            "linalg.svd", "index_put", "nn.functional.dropout"]
+    # Two chunks of 8 on two workers: the crash is in one, the hang in the other.
     results, rc, out = sweep(
-        tmp_path, ops, dtypes="float32,int64", extra=("--check", "--timeout", "10"),
+        tmp_path, ops, dtypes="float32,int64",
+        extra=("--check", "--timeout", "10", "--jobs", "2", "--chunk-size", "8"),
         env={compare.FAULT_ENV: "mul", "LOOM_CONFORMANCE_CRASH": "sub:float32",
              "LOOM_CONFORMANCE_HANG": "div.no_rounding_mode:int64"},
     )

@@ -20,6 +20,7 @@ import time
 import traceback
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from . import catalog
@@ -55,27 +56,32 @@ def copy_tensor(t, device, upcast_from=None):
     return out
 
 
-def copy_to(obj, device, upcast_from=None):
+def copy_to(obj, device, upcast_from=None, keep_on_cpu=None, _count=None):
     """Deep copy of a sample structure, moving tensors and device arguments
-    (the samples are made for the CPU: "cpu" there means the device under test)."""
+    (the samples are made for the CPU: "cpu" there means the device under test).
+    `keep_on_cpu`: indices, in traversal order, of tensors that stay on the CPU."""
+    if _count is None:
+        _count = itertools.count()
     if isinstance(obj, torch.Tensor):
-        return copy_tensor(obj, device, upcast_from)
+        n = next(_count)
+        return copy_tensor(obj, "cpu" if keep_on_cpu and n in keep_on_cpu else device, upcast_from)
     if isinstance(obj, torch.device):
         return torch.device(device) if obj.type == "cpu" else obj
     if isinstance(obj, str):
         return device if obj == "cpu" else obj
     if type(obj) in (list, tuple):
-        return type(obj)(copy_to(x, device, upcast_from) for x in obj)
+        return type(obj)(copy_to(x, device, upcast_from, keep_on_cpu, _count) for x in obj)
     if isinstance(obj, dict):
-        return {k: copy_to(v, device, upcast_from) for k, v in obj.items()}
+        return {k: copy_to(v, device, upcast_from, keep_on_cpu, _count) for k, v in obj.items()}
     return obj
 
 
-def copy_sample(sample, device, upcast_from=None):
+def copy_sample(sample, device, upcast_from=None, keep_on_cpu=None):
+    count = itertools.count()
     return (
-        copy_to(sample.input, device, upcast_from),
-        copy_to(sample.args, device, upcast_from),
-        copy_to(sample.kwargs, device, upcast_from),
+        copy_to(sample.input, device, upcast_from, keep_on_cpu, count),
+        copy_to(sample.args, device, upcast_from, keep_on_cpu, count),
+        copy_to(sample.kwargs, device, upcast_from, keep_on_cpu, count),
     )
 
 
@@ -89,9 +95,23 @@ def to_cpu(obj):
 # Fallback accounting
 
 
+class _SeededOpSpy(TorchDispatchMode):
+    """Notes the first ATen op tagged nondeterministic_seeded that runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.seen is None and torch.Tag.nondeterministic_seeded in func.tags:
+            self.seen = str(func)
+        return func(*args, **(kwargs or {}))
+
+
 class FallbackMeter:
     """Counts the ATen ops that ran through the device's CPU fallback while
-    inside `measure()`; a device without `fallback_ops()` never falls back."""
+    inside `measure()` (around the op itself, not the harness's copies); a
+    device without `fallback_ops()` never falls back."""
 
     def __init__(self, device):
         mod = getattr(torch, torch.device(device).type, None)
@@ -138,32 +158,40 @@ def _describe(exc):
     return text[:MESSAGE_CHARS]
 
 
-def assert_same(actual, expected, rtol, atol, metadata_only):
-    """Raise AssertionError if `actual` (on the CPU) differs from `expected`."""
-    if metadata_only:
-        a, e = tree_leaves(actual), tree_leaves(expected)
-        if len(a) != len(e):
-            raise AssertionError("output structure differs: %d vs %d leaves" % (len(a), len(e)))
-        for x, y in zip(a, e):
+def assert_same(actual, expected, dtype, rtol, atol, metadata_only):
+    """Raise AssertionError if `actual` (on the CPU) differs from `expected`.
+
+    `rtol`/`atol` are the item's tolerances for outputs of its own `dtype`;
+    an output of another dtype (cos of int64 is float32) gets assert_close's
+    defaults for that dtype."""
+    a, e = tree_leaves(actual), tree_leaves(expected)
+    if len(a) != len(e):
+        raise AssertionError("output structure differs: %d vs %d leaves" % (len(a), len(e)))
+    for i, (x, y) in enumerate(zip(a, e)):
+        where = "output %d: " % i if len(e) > 1 else ""
+        if metadata_only:
             if isinstance(y, torch.Tensor):
                 if not isinstance(x, torch.Tensor):
-                    raise AssertionError("expected a tensor, got %s" % type(x).__name__)
+                    raise AssertionError(where + "expected a tensor, got %s" % type(x).__name__)
                 if x.shape != y.shape or x.dtype != y.dtype:
                     raise AssertionError(
-                        "metadata differs: %s %s vs %s %s"
+                        where + "metadata differs: %s %s vs %s %s"
                         % (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
                     )
-        return
-    try:
-        torch.testing.assert_close(
-            actual, expected, rtol=rtol, atol=atol, equal_nan=True, check_stride=False
-        )
-    except (TypeError, ValueError) as exc:
-        # Outputs assert_close cannot pair (e.g. strings): plain equality.
-        if "No comparison pair" not in str(exc) and "unsupported" not in str(exc).lower():
-            raise
-        if actual != expected:
-            raise AssertionError("%r != %r" % (actual, expected)) from None
+            continue
+        rt, at = rtol, atol
+        if isinstance(y, torch.Tensor) and y.dtype != dtype:
+            rt = at = None
+        try:
+            torch.testing.assert_close(x, y, rtol=rt, atol=at, equal_nan=True, check_stride=False)
+        except (TypeError, ValueError) as exc:
+            # Outputs assert_close cannot pair (e.g. strings): plain equality.
+            if "No comparison pair" not in str(exc) and "unsupported" not in str(exc).lower():
+                raise
+            if x != y:
+                raise AssertionError(where + "%r != %r" % (x, y)) from None
+        except AssertionError as exc:
+            raise AssertionError(where + str(exc)) from None
 
 
 def within_reference(actual, cpu, reference, rtol, atol):
@@ -242,10 +270,16 @@ class ItemRun:
         self.device_type = torch.device(device).type
         self.rtol, self.atol = catalog.tolerances(op, self.dtype, self.device_type)
         verdict, reason = catalog.compare_cpu_verdict(op, self.dtype, self.device_type)
-        self.metadata_only = verdict == "skip"
         self.verdict, self.verdict_reason = verdict, reason
+        # Values are compared unless they cannot match: the OpInfo says the
+        # output is non-deterministic or undefined, or (decided on the first
+        # samples) the CPU output itself depends on the random seed.
+        self.metadata_only = op.has_nondeterministic_output or (
+            verdict == "skip" and any(w in (reason or "").lower() for w in ("determin", "undefined"))
+        )
         self.meter = FallbackMeter(device)
         self.checks = {}
+        self._resident = {}  # requires_grad -> per sample: leaves the OpInfo keeps on the CPU
 
     def check(self, name):
         return self.checks.setdefault(name, Check())
@@ -258,8 +292,7 @@ class ItemRun:
     def _device_call(self, fn):
         """Run fn on the device, return (result on the CPU, exception)."""
         try:
-            with self.meter.measure():
-                out = to_cpu(fn())
+            out = to_cpu(fn())
             if self.fault:
                 out = perturb(out)
             return out, None
@@ -284,7 +317,7 @@ class ItemRun:
             check.note("error", _describe(dev_exc), idx)
         else:
             try:
-                assert_same(dev_out, cpu_out, self.rtol, self.atol, self.metadata_only)
+                assert_same(dev_out, cpu_out, self.dtype, self.rtol, self.atol, self.metadata_only)
                 check.note("pass")
             except AssertionError as exc:
                 if reference is not None and self._closer_than_cpu(dev_out, cpu_out, reference):
@@ -308,25 +341,79 @@ class ItemRun:
         except Exception as exc:  # noqa: BLE001
             return None, exc
 
+    def _inputs(self, sample, device, upcast, key=None):
+        keep = self._resident_leaves(*key) if key and device != "cpu" else None
+        return copy_sample(sample, device, self.dtype if upcast else None, keep)
+
+    def _resident_leaves(self, requires_grad, idx):
+        return self._resident.get(requires_grad, {}).get(idx)
+
+    def _find_resident(self, requires_grad):
+        """Which sample tensors the OpInfo puts on the CPU whatever the device
+        (e.g. tensor_split's indices): generate the samples on the meta device
+        and look. Computed once, when a device run complains about the CPU."""
+        if requires_grad in self._resident:
+            return False
+        found = {}
+        try:
+            it = self.op.sample_inputs("meta", self.dtype, requires_grad=requires_grad)
+            for idx, s in enumerate(itertools.islice(it, self.max_samples)):
+                leaves = [t for t in tree_leaves((s.input, s.args, s.kwargs)) if isinstance(t, torch.Tensor)]
+                cpu = {i for i, t in enumerate(leaves) if t.device.type == "cpu"}
+                if cpu:
+                    found[idx] = cpu
+        except Exception:  # noqa: BLE001 - no meta samples: nothing to learn
+            found = {}
+        self._resident[requires_grad] = found
+        return bool(found)
+
+    def _device_run(self, run, idx, requires_grad):
+        """The device side of a check, retried once with the OpInfo's
+        CPU-resident tensors left on the CPU if the op asked for that."""
+        dev = self._device_call(lambda: run(self.device))
+        if (
+            dev[1] is not None and "cpu" in str(dev[1]).lower()
+            and self._resident_leaves(requires_grad, idx) is None
+            and self._find_resident(requires_grad)
+            and self._resident_leaves(requires_grad, idx)
+        ):
+            dev = self._device_call(lambda: run(self.device))
+        return dev
+
+    def _rng_dependent(self, samples):
+        """The first ATen op tagged nondeterministic_seeded (it draws random
+        numbers) that the CPU forward of the first samples calls, or None.
+        Such values are tied to the generator's algorithm, the device's own."""
+        spy = _SeededOpSpy()
+        for sample in samples[:3]:
+            try:
+                inp, args, kwargs = copy_sample(sample, "cpu")
+                with spy:
+                    self.op(inp, *args, **kwargs)
+            except Exception:  # noqa: BLE001 - the forward check will report it
+                pass
+            if spy.seen:
+                return spy.seen
+        return None
+
     # Each variant: run(device, upcast) on the CPU for the reference, then on
     # the device; upcast=True reruns the CPU side in float64 on a mismatch.
-
-    def _inputs(self, sample, device, upcast):
-        return copy_sample(sample, device, self.dtype if upcast else None)
 
     def forward(self, idx, sample):
         op, proc = self.op, sample.output_process_fn_grad
         raw = []
 
         def run(device, upcast=False):
-            inp, args, kwargs = self._inputs(sample, device, upcast)
-            out = op(inp, *args, **kwargs)
+            inp, args, kwargs = self._inputs(sample, device, upcast, (False, idx))
+            with self.meter.measure():
+                out = op(inp, *args, **kwargs)
+                processed = proc(out)
             if device == "cpu" and not upcast:
                 raw.append(out)
-            return proc(out)
+            return processed
 
         cpu = self._capture(lambda: run("cpu"))
-        dev = self._device_call(lambda: run(self.device))
+        dev = self._device_run(run, idx, False)
         self._judge(self.check("forward"), idx, cpu, dev, lambda up: run("cpu", up))
         return raw[0] if raw else None
 
@@ -336,12 +423,13 @@ class ItemRun:
             return
 
         def run(device, upcast=False):
-            inp, args, kwargs = self._inputs(sample, device, upcast)
-            ret = fn(inp, *args, **kwargs)
+            inp, args, kwargs = self._inputs(sample, device, upcast, (False, idx))
+            with self.meter.measure():
+                ret = fn(inp, *args, **kwargs)
             return ret, inp
 
         cpu = self._capture(lambda: run("cpu"))
-        dev = self._device_call(lambda: run(self.device))
+        dev = self._device_run(run, idx, False)
         self._judge(self.check("inplace"), idx, cpu, dev, lambda up: run("cpu", up))
 
     def out(self, idx, sample, raw_cpu):
@@ -358,16 +446,17 @@ class ItemRun:
         op, proc = self.op, sample.output_process_fn_grad
 
         def run(device, upcast=False):
-            inp, args, kwargs = self._inputs(sample, device, upcast)
+            inp, args, kwargs = self._inputs(sample, device, upcast, (False, idx))
             outs = tree_map(
                 lambda t: copy_tensor(torch.zeros_like(t.detach()), device,
                                       self.dtype if upcast else None),
                 template,
             )
-            return proc(op(inp, *args, out=outs, **kwargs))
+            with self.meter.measure():
+                return proc(op(inp, *args, out=outs, **kwargs))
 
         cpu = self._capture(lambda: run("cpu"))
-        dev = self._device_call(lambda: run(self.device))
+        dev = self._device_run(run, idx, False)
         self._judge(self.check("out"), idx, cpu, dev, lambda up: run("cpu", up))
 
     def backward(self, idx, sample):
@@ -375,13 +464,15 @@ class ItemRun:
         cotangents = []  # the CPU's random output gradients, reused on the device
 
         def run(device, upcast=False):
-            inp, args, kwargs = self._inputs(sample, device, upcast)
+            inp, args, kwargs = self._inputs(sample, device, upcast, (True, idx))
             inputs = [
                 t for t in tree_leaves((inp, args, kwargs))
                 if isinstance(t, torch.Tensor) and t.requires_grad
             ]
+            with self.meter.measure():
+                result = proc(op(inp, *args, **kwargs))
             outs = [
-                t for t in tree_leaves(proc(op(inp, *args, **kwargs)))
+                t for t in tree_leaves(result)
                 if isinstance(t, torch.Tensor) and t.requires_grad
             ]
             if not cotangents:
@@ -402,12 +493,13 @@ class ItemRun:
                 copy_tensor(g, o.device, self.dtype if upcast else None).to(o.dtype)
                 for g, o in zip(cotangents, outs)
             ]
-            return list(torch.autograd.grad(outs, inputs, gos, allow_unused=True))
+            with self.meter.measure():
+                return list(torch.autograd.grad(outs, inputs, gos, allow_unused=True))
 
         cpu = self._capture(lambda: run("cpu"))
         if cpu == (None, None):
             return  # nothing differentiable in this sample
-        dev = self._device_call(lambda: run(self.device))
+        dev = self._device_run(run, idx, True)
         if isinstance(dev[1], AssertionError):
             self.check("backward").note("fail", " ".join(str(dev[1]).split()), idx)
             return
@@ -424,6 +516,12 @@ class ItemRun:
         if not samples:
             result.update(status="skipped", reason="the OpInfo has no samples for this dtype")
             return result
+        seeded = None if self.metadata_only else self._rng_dependent(samples)
+        if seeded:
+            self.metadata_only = True
+            self.verdict_reason = "draws random numbers (%s)" % seeded
+        elif self.op.has_nondeterministic_output:
+            self.verdict_reason = "the OpInfo declares the output non-deterministic"
         for idx, sample in enumerate(samples):
             raw_cpu = self.forward(idx, sample)
             self.inplace(idx, sample)
@@ -459,10 +557,11 @@ class ItemRun:
         )
         if messages:
             result["message"] = messages[0]
-        if self.verdict:
-            result["compare"] = "%s: %s" % (
-                "shapes and dtypes only" if self.metadata_only else "values (OpInfo xfail)",
-                self.verdict_reason,
+        if self.metadata_only:
+            result["compare"] = "shapes and dtypes only: %s" % self.verdict_reason
+        elif self.verdict:
+            result["compare"] = "values; the OpInfo %s test_compare_cpu: %s" % (
+                "skips" if self.verdict == "skip" else "expects to fail", self.verdict_reason,
             )
         return result
 

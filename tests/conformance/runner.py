@@ -63,6 +63,7 @@ class ChunkRunner:
         self.env = worker_env(device, threads)
         self._serial = 0
         self._lock = threading.Lock()
+        self.finished = 0  # items with a result so far, for progress lines
 
     def _paths(self):
         with self._lock:
@@ -108,6 +109,8 @@ class ChunkRunner:
                 else:
                     results.append(ev)
                     current = None
+                    with self._lock:
+                        self.finished += 1
             if rc is not None:
                 break
             now = time.monotonic()
@@ -152,6 +155,8 @@ class ChunkRunner:
             if crashed is None:
                 break
             out.append(crashed)
+            with self._lock:
+                self.finished += 1
             self.log("crash: %s %s: %s" % (crashed["op"], crashed["dtype"], crashed["message"][:200]))
             done.add((crashed["op"], crashed["dtype"]))
             remaining = [i for i in remaining if i not in done]
@@ -203,8 +208,7 @@ def run_items(items, device, jobs=2, chunk_size=None, max_samples=10, item_timeo
             time.sleep(0.5)
             if time.monotonic() - last >= progress_every:
                 last = time.monotonic()
-                with lock:
-                    n = len(results)
+                n = runner.finished
                 log("conformance: %d/%d items, %.0fs" % (n, len(items), last - start))
         for t in threads_:
             t.join()
