@@ -70,3 +70,29 @@ def test_compare_flags_wrong_results():
     assert compare([torch.tensor([1.0, 2.0, 4.5])], ref, 1e-3)["status"] == "mismatch"
     assert compare([torch.tensor([1.0, 2.0])], ref, 1e-3)["status"] == "mismatch"
     assert compare([torch.tensor([1.0, float("nan"), 4.0])], ref, 1e-3)["status"] == "mismatch"
+
+
+def test_limits_scale_compute_with_cores_but_not_bandwidth():
+    from bench.limits import summarize
+
+    programs = {
+        "peak_fma": {"results": [
+            {"kernel": "fp32_avx512_fma", "threads": 1, "available": True, "gflops": 250.0},
+            {"kernel": "fp32_avx512_fma", "threads": 2, "available": True, "gflops": 300.0},
+            {"kernel": "bf16_avx512_dp", "threads": 1, "available": True, "gflops": 400.0},
+            {"kernel": "bf16_avx512_dp", "threads": 2, "available": True, "gflops": 990.0},
+            {"kernel": "bf16_amx", "threads": 1, "available": False, "reason": "no AMX"},
+        ]},
+        "stream_bw": {"results": [
+            {"kernel": "read", "threads": 1, "available": True, "gbps": 40.0},
+            {"kernel": "read", "threads": 2, "available": True, "gbps": 30.0},
+            {"kernel": "triad", "threads": 2, "available": True, "gbps": 45.0},
+        ]},
+    }
+    limits = summarize(programs, 2)
+    assert limits["fma_fp32"]["value"] == 500.0
+    assert limits["fma_bf16"]["value"] == 990.0
+    assert limits["bw_read"]["value"] == 40.0
+    assert limits["bw_triad"]["value"] == 45.0
+    assert "bw_copy" not in limits
+    assert summarize(programs, 1)["fma_bf16"]["value"] == 400.0
