@@ -39,7 +39,7 @@ test-c: build
 # The C runtime and kernels under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-sanitize: | $(STAMP)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(BUILD)-asan -G Ninja \
-	  -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON -DLOOM_BUILD_PYTHON=OFF >/dev/null
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON -DLOOM_BUILD_PYTHON=OFF >/dev/null
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(BUILD)-asan
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure

@@ -33,7 +33,8 @@ loom_tensor describe(const at::Tensor& t, const char* op);
 loom_stream_t* current_stream(c10::DeviceIndex device = -1);
 
 // Enqueues `fn` over [0, range) in chunks of `grain` on the current stream of
-// `device` (-1: the current device), after checking the stream for pending
+// `device` (-1: the device owning the first operand with data, else the
+// current device), after checking the stream for pending
 // asynchronous errors. Descriptors and scalars are copied.
 void launch(const char* name, loom_kernel_fn fn,
             c10::ArrayRef<loom_tensor> tensors,

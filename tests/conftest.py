@@ -49,6 +49,14 @@ def _restore_fallback_mode():
 
 
 @pytest.fixture
+def no_fallback():
+    """Runs a test with the CPU fallback raising, so every op it reaches must
+    have a native loom kernel."""
+    torch.loom.set_fallback_mode("error")
+    yield
+
+
+@pytest.fixture
 def loom():
     """The loom device module, after checking the device exists."""
     assert hasattr(torch, "loom"), "import torch did not register the loom device"
@@ -59,3 +67,11 @@ def loom():
 @pytest.fixture
 def py():
     return run_python
+
+
+def pytest_sessionstart(session):
+    """The suite tests the loom device: a missing device is a failure, never
+    a reason to skip."""
+    if not (hasattr(torch, "loom") and torch.loom.is_available()):
+        raise pytest.UsageError(
+            "the loom device is not available: run `make build` (or `make test`)")

@@ -2,18 +2,16 @@
 (depthwise included), stride, padding (incl. "same"), dilation, bias,
 transposed convolution; forward and every gradient; fp32/bf16/fp64; odd
 sizes; bad parameters; and a small CNN trained with no CPU fallback."""
-import os
 
-os.environ.setdefault("LOOM_FALLBACK", "error")
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
-    reason="loom device not built")
+    reason="loom device not built")]
 
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4),
        torch.float64: dict(rtol=1e-9, atol=1e-9),

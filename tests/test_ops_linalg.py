@@ -9,15 +9,14 @@ import subprocess
 import sys
 import textwrap
 
-os.environ.setdefault("LOOM_FALLBACK", "error")
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
-    reason="loom device not built")
+    reason="loom device not built")]
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 SIZES = [1, 7, 63, 513]

@@ -2,17 +2,15 @@
 ceil_mode, padding), avg_pool2d (count_include_pad, divisor_override),
 adaptive average and max pooling; forward and backward; 3-d and 4-d
 inputs, non-contiguous inputs, float dtypes; bad parameters."""
-import os
 
-os.environ.setdefault("LOOM_FALLBACK", "error")
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
-    reason="loom device not built")
+    reason="loom device not built")]
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16]
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5),
