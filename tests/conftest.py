@@ -18,7 +18,8 @@ def run_python(code, env=None, timeout=300, check=True):
     CompletedProcess (stdout/stderr as text). With `check`, a non-zero exit
     fails the calling test with the child's output."""
     # The child starts from a clean loom configuration: only what `env` sets.
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("LOOM_") and k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     full_env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(REPO_ROOT, "python"), full_env.get("PYTHONPATH", "")]
     )

@@ -15,7 +15,6 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 from tests.conformance import catalog, report, run  # noqa: E402
 
