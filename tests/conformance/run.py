@@ -16,8 +16,11 @@ import os
 import sys
 import time
 
-# This process only plans and reports; the device is loaded in the workers.
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+# Run as a program, this process only plans and reports; the device is
+# loaded in the workers. Imported (by the tests), it leaves the environment
+# of its importer alone.
+if __name__ == "__main__":
+    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 from . import catalog, fast, report, runner  # noqa: E402
 
