@@ -110,13 +110,18 @@ Tensor im2col(const Tensor& x, const Geom& g, const char* op) {
   return col;
 }
 
-// Sums col [C*K][N][L] back into image `img` (N, C, spatial), overwriting it.
+// Sums the fp32 col [C*K][N][L] back into image `img` (N, C, spatial),
+// overwriting it; the sums run in fp32 whatever img's dtype.
 void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op) {
+  Tensor acc = img.scalar_type() == at::kFloat
+                   ? img
+                   : at::empty(img.sizes(), img.options().dtype(at::kFloat));
   auto sc = geom_scalars(g);
-  loom_tensor ts[2] = {image5(img, op), describe(col, op)};
+  loom_tensor ts[2] = {image5(acc, op), describe(col, op)};
   int64_t planes = img.size(0) * img.size(1);
-  int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, spatial_numel(img) * g.taps()));
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, spatial_numel(img) * g.taps()));
   launch(op, loom_col2im_kernel, ts, sc, planes, grain);
+  if (!acc.is_same(img)) img.copy_(acc);
 }
 
 // out (N, O, grid) = W (O, C/G, k) * x (N, C, spatial) [+ bias]: the forward

@@ -120,7 +120,11 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
  * src[l*s_lane + kk*s_k]; fp32 destination [kp][width]. */
 static void loom_gemm_pack_f32(float *dst, const void *src, int32_t dtype,
                                int64_t s_lane, int64_t s_k, int64_t lanes,
-                               int64_t width, int64_t k, int64_t kp) {
+                               int64_t width, int64_t k, int64_t kp, int vec) {
+  if (dtype == LOOM_FLOAT32 && s_k == 1 && s_lane != 1 && vec) {
+    loom_gemm_pack_t32_avx512((uint32_t *)dst, src, s_lane * 4, lanes, width, k);
+    return;
+  }
   if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(float));
   if (dtype == LOOM_FLOAT32) {
     const float *s = (const float *)src;
@@ -148,6 +152,20 @@ static void loom_gemm_pack_f32(float *dst, const void *src, int32_t dtype,
 static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
                                 int64_t s_lane, int64_t s_k, int64_t lanes,
                                 int64_t width, int64_t k, int64_t kp) {
+  /* Only the AVX512-BF16 variant packs bf16, so AVX-512 is there. */
+  if (s_k == 1 && s_lane != 1) {
+    loom_gemm_pack_t32_avx512((uint32_t *)dst, src, s_lane * 2, lanes, width, k / 2);
+    if (k & 1) {
+      uint16_t *d = dst + (k >> 1) * 2 * width;
+      memset(d, 0, (size_t)(2 * width) * sizeof(uint16_t));
+      for (int64_t l = 0; l < lanes; ++l) d[2 * l] = src[l * s_lane + k - 1];
+    }
+    return;
+  }
+  if (s_lane == 1 && width % 32 == 0) {
+    loom_gemm_pack_pairs16_avx512(dst, src, s_k, lanes, width, k);
+    return;
+  }
   if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(uint16_t));
   if (s_k == 1) {
     for (int64_t l = 0; l < lanes; ++l) {
@@ -208,7 +226,7 @@ int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
                           lanes, width, p.k, p.kp);
     else
       loom_gemm_pack_f32((float *)d, s, src->dtype, s_lane, s_k, lanes, width,
-                         p.k, p.kp);
+                         p.k, p.kp, p.isa != LOOM_GEMM_GENERIC);
   }
   return 0;
 }

@@ -36,4 +36,17 @@ void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
                                    float *t, int64_t ldt, float alpha, int mr,
                                    int nr);
 
+/* Packs with AVX-512 (callers check the CPU runs it).
+ * t32: `lanes` (<= width) lanes of 32-bit words, lane l's k-run contiguous
+ * at src + l * lane_bytes, into dst [k][width]; lanes >= `lanes` get 0.
+ * pairs16: rows kk of `lanes` (<= width, width a multiple of 32) 16-bit
+ * values at src + kk * s_k, into k-pairs dst [ceil(k/2)][width][2]; a
+ * missing last row and lanes >= `lanes` get 0. */
+void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
+                               int64_t lane_bytes, int64_t lanes, int64_t width,
+                               int64_t k);
+void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
+                                   int64_t s_k, int64_t lanes, int64_t width,
+                                   int64_t k);
+
 #endif /* LOOM_KERNELS_GEMM_INTERNAL_H */

@@ -1,0 +1,80 @@
+/* kernels/gemm/gemm_pack_avx512.c — the packs that reorder data, with
+ * AVX-512: transposing k-contiguous lanes into k-major panels (16 x 16
+ * in-register transposes) and interleaving bf16 rows into k-pairs. Pure
+ * data movement: the packed panels are bitwise those of the scalar packs. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gemm/gemm_internal.h"
+
+/* r[i] = row i of a 16 x 16 block of 32-bit words -> r[j] = column j. */
+static inline void loom_gemm_transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  /* Each 128-bit lane j of r[4q + c] now holds column 4j + c of rows
+   * 4q..4q+3; gather the four row quarters of every column. */
+  for (int q = 0; q < 16; q += 8)
+    for (int c = 0; c < 4; ++c) {
+      t[q + c] = _mm512_shuffle_i32x4(r[q + c], r[q + 4 + c], 0x88);
+      t[q + 4 + c] = _mm512_shuffle_i32x4(r[q + c], r[q + 4 + c], 0xdd);
+    }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
+void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
+                               int64_t lane_bytes, int64_t lanes, int64_t width,
+                               int64_t k) {
+  const char *base = (const char *)src;
+  for (int64_t g = 0; g < width; g += 16) {
+    int64_t gl = lanes - g < 16 ? (lanes - g > 0 ? lanes - g : 0) : 16;
+    int64_t gw = width - g < 16 ? width - g : 16;
+    __mmask16 store = (__mmask16)((1u << gw) - 1u);
+    for (int64_t k0 = 0; k0 < k; k0 += 16) {
+      int64_t kn = k - k0 < 16 ? k - k0 : 16;
+      __mmask16 load = (__mmask16)((1u << kn) - 1u);
+      __m512i r[16];
+      for (int64_t l = 0; l < 16; ++l)
+        r[l] = l < gl ? _mm512_maskz_loadu_epi32(
+                               load, base + (g + l) * lane_bytes + k0 * 4)
+                      : _mm512_setzero_si512();
+      loom_gemm_transpose16(r);
+      for (int64_t kk = 0; kk < kn; ++kk)
+        _mm512_mask_storeu_epi32(dst + (k0 + kk) * width + g, store, r[kk]);
+    }
+  }
+}
+
+void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
+                                   int64_t s_k, int64_t lanes, int64_t width,
+                                   int64_t k) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10,
+                                      41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
+                                      34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int64_t g = 0; g < width; g += 32) {
+    int64_t gl = lanes - g < 32 ? (lanes - g > 0 ? lanes - g : 0) : 32;
+    __mmask32 load = gl >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << gl) - 1u);
+    for (int64_t kk = 0; kk < k; kk += 2) {
+      __m512i r0 = _mm512_maskz_loadu_epi16(load, src + kk * s_k + g);
+      __m512i r1 = kk + 1 < k ? _mm512_maskz_loadu_epi16(load, src + (kk + 1) * s_k + g)
+                              : _mm512_setzero_si512();
+      uint16_t *d = dst + kk * width + 2 * g;
+      _mm512_storeu_si512(d, _mm512_permutex2var_epi16(r0, lo, r1));
+      _mm512_storeu_si512(d + 32, _mm512_permutex2var_epi16(r0, hi, r1));
+    }
+  }
+}
