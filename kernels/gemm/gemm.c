@@ -3,7 +3,8 @@
  *
  * Layout of the workspace: every distinct A as m_panels panels of
  * [kp][mr] (bf16 operands: [kp/2][mr][2]), every distinct B as n_panels
- * panels of [kp][nr] (or [kp/2][nr][2]), then, when C is not fp32 with unit
+ * panels of [kp][nr] (or [kp/2][nr][2]), each split into k blocks of kc
+ * stored block-major (loom_gemm_panel_offset), then, when C is not fp32 with unit
  * column stride, an fp32 accumulator of C's shape. Panels are zero-padded
  * to full tiles, so micro-kernels never branch on edges inside the k loop. */
 #include "kernels/gemm/gemm.h"
@@ -182,6 +183,16 @@ static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
   }
 }
 
+/* Element offset of panel `panel`'s k block starting at `pc` within one
+ * packed matrix: blocks of kc steps are outermost ([kp/kc][panels][kc][width]),
+ * so the micro-panels the compute loop visits one after another are
+ * adjacent in memory. */
+static int64_t loom_gemm_panel_offset(const loom_gemm_plan *p, int64_t panels,
+                                      int64_t width, int64_t pc, int64_t panel) {
+  int64_t kcur = p->kp - pc < p->kc ? p->kp - pc : p->kc;
+  return (pc * panels + panel * kcur) * width;
+}
+
 static const char *loom_gemm_elem(const loom_tensor *t, int64_t i0, int64_t i1,
                                   int64_t i2, int64_t i3) {
   return (const char *)t->data +
@@ -220,13 +231,19 @@ int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
     int64_t lanes = lanes_total - l0 < width ? lanes_total - l0 : width;
     const char *s = src == a ? loom_gemm_elem(a, i1, i2, l0, 0)
                              : loom_gemm_elem(b, i1, i2, 0, l0);
-    char *d = base + mat * bytes + panel * width * p.kp * width_bytes;
-    if (p.packed_bf16)
-      loom_gemm_pack_bf16((uint16_t *)d, (const uint16_t *)s, s_lane, s_k,
-                          lanes, width, p.k, p.kp);
-    else
-      loom_gemm_pack_f32((float *)d, s, src->dtype, s_lane, s_k, lanes, width,
-                         p.k, p.kp, p.isa != LOOM_GEMM_GENERIC);
+    int64_t es = loom_dtype_size(src->dtype);
+    for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
+      int64_t kcur = p.kp - pc < p.kc ? p.kp - pc : p.kc;
+      int64_t kreal = p.k - pc < kcur ? p.k - pc : kcur;
+      char *d = base + mat * bytes + loom_gemm_panel_offset(&p, panels, width, pc, panel) * width_bytes;
+      const char *sk = s + pc * s_k * es;
+      if (p.packed_bf16)
+        loom_gemm_pack_bf16((uint16_t *)d, (const uint16_t *)sk, s_lane, s_k,
+                            lanes, width, kreal, kcur);
+      else
+        loom_gemm_pack_f32((float *)d, sk, src->dtype, s_lane, s_k, lanes, width,
+                           kreal, kcur, p.isa != LOOM_GEMM_GENERIC);
+    }
   }
   return 0;
 }
@@ -294,10 +311,10 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
     for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
       int64_t kc = p.kp - pc < p.kc ? p.kp - pc : p.kc;
       for (int64_t jp = 0; jp < npn; ++jp) {
-        const char *bpanel = bp + ((np0 + jp) * p.kp + pc) * p.nr * esz;
+        const char *bpanel = bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc, np0 + jp) * esz;
         int nr = (int)(nt - jp * p.nr < p.nr ? nt - jp * p.nr : p.nr);
         for (int64_t ip = 0; ip < mpn; ++ip) {
-          const char *apanel = ap + ((mp0 + ip) * p.kp + pc) * p.mr * esz;
+          const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
           ukr(kc / kstep, apanel, bpanel, tile + ip * p.mr * ldt + jp * p.nr,
               ldt, alpha, mr, nr);

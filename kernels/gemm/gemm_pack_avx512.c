@@ -47,12 +47,19 @@ void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
       int64_t kn = k - k0 < 16 ? k - k0 : 16;
       __mmask16 load = (__mmask16)((1u << kn) - 1u);
       __m512i r[16];
-      for (int64_t l = 0; l < 16; ++l)
-        r[l] = l < gl ? _mm512_maskz_loadu_epi32(
-                               load, base + (g + l) * lane_bytes + k0 * 4)
-                      : _mm512_setzero_si512();
+      for (int64_t l = 0; l < 16; ++l) {
+        const char *row = base + (g + l) * lane_bytes + k0 * 4;
+        r[l] = l < gl ? _mm512_maskz_loadu_epi32(load, row) : _mm512_setzero_si512();
+        /* Strided rows defeat the hardware prefetcher. */
+        if (l < gl) _mm_prefetch(row + 256, _MM_HINT_T0);
+      }
       loom_gemm_transpose16(r);
-      for (int64_t kk = 0; kk < kn; ++kk)
+      /* Narrow panels (width < 16): rows are adjacent, so a full store
+       * whose spill is overwritten by the next row's beats a masked one. */
+      int64_t full = width == gw ? kn - 1 : (gw == 16 ? kn : 0);
+      for (int64_t kk = 0; kk < full; ++kk)
+        _mm512_storeu_si512(dst + (k0 + kk) * width + g, r[kk]);
+      for (int64_t kk = full; kk < kn; ++kk)
         _mm512_mask_storeu_epi32(dst + (k0 + kk) * width + g, store, r[kk]);
     }
   }
