@@ -14,6 +14,9 @@
 #include "kernels/gemm/gemm_internal.h"
 #include "loom/status.h"
 
+/* Fewest compute tiles worth keeping a large tile for. */
+enum { LOOM_GEMM_MIN_TILES = 16 };
+
 static int64_t loom_gemm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t loom_gemm_align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
 
@@ -108,8 +111,19 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->pack_range = out->pack_units_a + out->b_count1 * out->b_count2 * out->n_panels;
   int64_t per_unit = (int64_t)blk.nr * (out->kp > 0 ? out->kp : 1);
   out->pack_grain = 65536 / per_unit > 1 ? 65536 / per_unit : 1;
-  out->mt = (int64_t)blk.mc_panels * blk.mr;
-  out->nt = (int64_t)blk.nc_panels * blk.nr;
+  /* Small C (a weight gradient: long k, few tiles) is cut into smaller
+   * tiles so every worker gets some. Each element still sums its k in the
+   * same order, so the tiling never changes a result. */
+  int64_t mcp = blk.mc_panels, ncp = blk.nc_panels;
+  for (;;) {
+    int64_t tiles = b1 * b2 * loom_gemm_ceil_div(out->m_panels, mcp) *
+                    loom_gemm_ceil_div(out->n_panels, ncp);
+    if (tiles >= LOOM_GEMM_MIN_TILES || (mcp == 1 && ncp == 1)) break;
+    if (ncp > 1 && (ncp >= mcp || mcp == 1)) ncp = (ncp + 1) / 2;
+    else mcp = (mcp + 1) / 2;
+  }
+  out->mt = mcp * blk.mr;
+  out->nt = ncp * blk.nr;
   out->m_tiles = loom_gemm_ceil_div(m, out->mt);
   out->n_tiles = loom_gemm_ceil_div(n, out->nt);
   out->compute_range = b1 * b2 * out->m_tiles * out->n_tiles;
