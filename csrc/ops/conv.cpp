@@ -9,11 +9,13 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <tuple>
 
 #include "common.h"
 #include "kernels/conv.h"
+#include "kernels/gemm/gemm.h"
 #include "ops/linalg_gemm.h"
 
 namespace torch_loom {
@@ -124,6 +126,36 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op)
   if (!acc.is_same(img)) img.copy_(acc);
 }
 
+// The fp32 forward without a col matrix: the weight is packed once, then
+// loom_conv_gemm_kernel gathers col panels from the image tile by tile.
+void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor& weight,
+                           const Tensor& bias, const Geom& g, int64_t groups,
+                           loom_gemm_isa isa, const char* op) {
+  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
+  int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
+  loom_tensor a = view4(weight, op, {n, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_tensor b = view4(input, op, {n, groups, ck, len}, {groups * ck * len, ck * len, len, 1});
+  loom_tensor cc = view4(out, op, {n, groups, og, len}, {o * len, og * len, len, 1});
+  loom_gemm_plan plan;
+  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  // Only the packed weight lives in the workspace.
+  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, out.options().dtype(at::kByte));
+  loom_tensor w = describe(ws, op);
+  loom_tensor gemm_ops[4] = {cc, a, b, w};
+  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, gemm_ops, pack_sc, plan.pack_units_a, plan.pack_grain);
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  loom_tensor ts[6] = {cc, a, b, w, image5(input, op), bc.defined() ? describe(bc, op) : loom_tensor{}};
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS> sc{};
+  sc[0] = scalar_i(isa);
+  auto geom = geom_scalars(g);
+  std::copy(geom.begin(), geom.end(), sc.begin() + 2);
+  int64_t tiles = n * groups * ((len + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+  launch(op, loom_conv_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc,
+         tiles, 1);
+}
+
 // out (N, O, grid) = W (O, C/G, k) * x (N, C, spatial) [+ bias]: the forward
 // of a regular convolution.
 Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
@@ -134,6 +166,13 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
   Tensor out = at::empty(out_sizes, input.options());
   if (out.numel() == 0) return out;
+  loom_gemm_isa isa = loom_gemm_isa_selected();
+  if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC &&
+      !(g.pointwise() && input.is_contiguous()) &&
+      (!bias.defined() || bias.scalar_type() == at::kFloat)) {
+    conv_forward_implicit(out, input, weight, bias, g, groups, isa, op);
+    return out;
+  }
   Tensor col;  // alive until both GEMM launches are enqueued
   loom_tensor b;
   if (g.pointwise() && input.is_contiguous()) {

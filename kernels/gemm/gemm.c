@@ -197,16 +197,6 @@ static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
   }
 }
 
-/* Element offset of panel `panel`'s k block starting at `pc` within one
- * packed matrix: blocks of kc steps are outermost ([kp/kc][panels][kc][width]),
- * so the micro-panels the compute loop visits one after another are
- * adjacent in memory. */
-static int64_t loom_gemm_panel_offset(const loom_gemm_plan *p, int64_t panels,
-                                      int64_t width, int64_t pc, int64_t panel) {
-  int64_t kcur = p->kp - pc < p->kc ? p->kp - pc : p->kc;
-  return (pc * panels + panel * kcur) * width;
-}
-
 static const char *loom_gemm_elem(const loom_tensor *t, int64_t i0, int64_t i1,
                                   int64_t i2, int64_t i3) {
   return (const char *)t->data +
@@ -262,7 +252,7 @@ int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
   return 0;
 }
 
-static loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p) {
+loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p) {
   if (p->packed_bf16) return loom_gemm_ukr_avx512bf16_bf16;
   if (p->isa == LOOM_GEMM_AVX512 || p->isa == LOOM_GEMM_AVX512BF16)
     return loom_gemm_ukr_avx512_f32;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/dtype.h"
+#include "kernels/gemm/gemm.h"
 
 /* T[0:mr, 0:nr] += alpha * Ap @ Bp, where T is fp32 with row stride ldt and
  * unit column stride. Ap is one packed A panel (kc steps of MR values, or of
@@ -35,6 +36,19 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
 void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
                                    float *t, int64_t ldt, float alpha, int mr,
                                    int nr);
+
+/* The micro-kernel for a plan's variant and operand format. */
+loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p);
+
+/* Element offset of panel `panel`'s k block starting at `pc` within one
+ * packed matrix: blocks of kc steps are outermost ([kp/kc][panels][kc][width]),
+ * so the micro-panels the compute loop visits one after another are
+ * adjacent in memory. */
+static inline int64_t loom_gemm_panel_offset(const loom_gemm_plan *p, int64_t panels,
+                                      int64_t width, int64_t pc, int64_t panel) {
+  int64_t kcur = p->kp - pc < p->kc ? p->kp - pc : p->kc;
+  return (pc * panels + panel * kcur) * width;
+}
 
 /* Packs with AVX-512 (callers check the CPU runs it).
  * t32: `lanes` (<= width) lanes of 32-bit words, lane l's k-run contiguous

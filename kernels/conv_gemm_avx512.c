@@ -1,0 +1,149 @@
+/* kernels/conv_gemm_avx512.c — forward convolution as an implicit GEMM:
+ * out[n, g] (og x L) = W[g] (og x C/G*K) @ col[n, g] (C/G*K x L), where the
+ * col panels are gathered from the image straight into a stack buffer, one
+ * k block at a time, and consumed while they are still in cache. Nothing
+ * of the (K times larger) col matrix is ever written to memory. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "loom/status.h"
+
+enum {
+  CG_PANELS = LOOM_CONV_GEMM_POSITIONS / LOOM_GEMM_AVX512_NR,
+  CG_KC = 256, /* the fp32 plan's k block; the stack buffer is sized for it */
+};
+
+/* A run of positions [j0, j0 + cnt) of a tile inside one output row (od, oh)
+ * and one panel, starting at column ow0. */
+typedef struct cg_seg {
+  int64_t od, oh, ow0, j0, cnt;
+} cg_seg;
+
+static int cg_segments(int64_t l0, int64_t nl, const int64_t *o, cg_seg *seg) {
+  int n = 0;
+  int64_t l = l0, j = 0;
+  while (j < nl) {
+    int64_t ow = l % o[2], oh = (l / o[2]) % o[1], od = l / (o[2] * o[1]);
+    int64_t cnt = o[2] - ow;
+    if (cnt > nl - j) cnt = nl - j;
+    int64_t to_panel = LOOM_GEMM_AVX512_NR - j % LOOM_GEMM_AVX512_NR;
+    if (cnt > to_panel) cnt = to_panel;
+    seg[n++] = (cg_seg){.od = od, .oh = oh, .ow0 = ow, .j0 = j, .cnt = cnt};
+    j += cnt;
+    l += cnt;
+  }
+  return n;
+}
+
+/* Gathers k rows [k0, k0 + kn) of the tile's col block into panels
+ * buf[panel][kk][32]; positions >= nl of the last panel stay zero. */
+static void cg_gather(float *buf, int64_t kn, int64_t k0, const cg_seg *seg,
+                      int nseg, const loom_tensor *img, int64_t n, int64_t c0,
+                      const int64_t *k, const int64_t *s, const int64_t *p,
+                      const int64_t *d) {
+  const int64_t taps = k[0] * k[1] * k[2];
+  const float *x = (const float *)img->data;
+  const int64_t *st = img->strides, *sz = img->sizes;
+  for (int64_t kk = 0; kk < kn; ++kk) {
+    int64_t r = k0 + kk, c = c0 + r / taps, t = r % taps;
+    int64_t kw = t % k[2], kh = (t / k[2]) % k[1], kd = t / (k[2] * k[1]);
+    const float *plane = x + n * st[0] + c * st[1];
+    for (int i = 0; i < nseg; ++i) {
+      const cg_seg *g = &seg[i];
+      float *dst = buf + (g->j0 / LOOM_GEMM_AVX512_NR) * kn * LOOM_GEMM_AVX512_NR +
+                   kk * LOOM_GEMM_AVX512_NR + g->j0 % LOOM_GEMM_AVX512_NR;
+      int64_t id = g->od * s[0] - p[0] + kd * d[0];
+      int64_t ih = g->oh * s[1] - p[1] + kh * d[1];
+      int64_t iw0 = g->ow0 * s[2] - p[2] + kw * d[2];
+      if (id < 0 || id >= sz[2] || ih < 0 || ih >= sz[3]) {
+        for (int64_t q = 0; q < g->cnt; ++q) dst[q] = 0.0f;
+        continue;
+      }
+      const float *row = plane + id * st[2] + ih * st[3];
+      if (s[2] == 1 && st[4] == 1) {
+        /* Lanes whose column falls outside the row load as zero. */
+        int64_t lo = iw0 < 0 ? -iw0 : 0;
+        int64_t hi = sz[4] - iw0 < g->cnt ? sz[4] - iw0 : g->cnt;
+        for (int64_t q = 0; q < g->cnt; q += 16) {
+          int64_t a = lo > q ? lo - q : 0, b = hi - q < 16 ? hi - q : 16;
+          int64_t w = g->cnt - q < 16 ? g->cnt - q : 16;
+          __mmask16 valid = b > a ? (__mmask16)(((1u << b) - 1u) & ~((1u << a) - 1u)) : 0;
+          __m512 v = _mm512_maskz_loadu_ps(valid, row + (iw0 + q));
+          _mm512_mask_storeu_ps(dst + q, (__mmask16)((1u << w) - 1u), v);
+        }
+      } else {
+        for (int64_t q = 0; q < g->cnt; ++q) {
+          int64_t iw = iw0 + q * s[2];
+          dst[q] = iw >= 0 && iw < sz[4] ? row[iw * st[4]] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
+                          int64_t end) {
+  if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
+                    *b = &args->tensors[2], *img = &args->tensors[4];
+  const loom_tensor *bias = args->num_tensors > 5 ? &args->tensors[5] : NULL;
+  loom_gemm_plan pl;
+  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl);
+  if (rc) return rc;
+  if (pl.packed_bf16 || pl.use_acc || pl.kc > CG_KC || pl.nr != LOOM_GEMM_AVX512_NR ||
+      c->dtype != LOOM_FLOAT32 || img->dtype != LOOM_FLOAT32 || img->rank != 5 ||
+      (bias && bias->dtype != LOOM_FLOAT32))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t k[3], s[3], p[3], d[3], o[3];
+  for (int i = 0; i < 3; ++i) {
+    const loom_scalar *g = args->scalars + 2;
+    k[i] = g[i].i, s[i] = g[3 + i].i, p[i] = g[6 + i].i, d[i] = g[9 + i].i,
+    o[i] = g[12 + i].i;
+  }
+  if (o[0] * o[1] * o[2] != pl.n) return LOOM_ERROR_INVALID_ARGUMENT;
+  const char *ws = (const char *)args->tensors[3].data;
+  loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
+  const int64_t tiles_n = (pl.n + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS;
+  const int64_t cg = (pl.k) / (k[0] * k[1] * k[2]); /* channels per group */
+  float buf[CG_PANELS * CG_KC * LOOM_GEMM_AVX512_NR];
+  cg_seg seg[2 * CG_PANELS + LOOM_CONV_GEMM_POSITIONS];
+
+  for (int64_t tile = begin; tile < end; ++tile) {
+    int64_t tn = tile % tiles_n, rest = tile / tiles_n;
+    int64_t grp = rest % pl.batch2, n = rest / pl.batch2;
+    int64_t l0 = tn * LOOM_CONV_GEMM_POSITIONS;
+    int64_t nl = pl.n - l0 < LOOM_CONV_GEMM_POSITIONS ? pl.n - l0 : LOOM_CONV_GEMM_POSITIONS;
+    int64_t npan = (nl + LOOM_GEMM_AVX512_NR - 1) / LOOM_GEMM_AVX512_NR;
+    int nseg = cg_segments(l0, nl, o, seg);
+    float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
+    const int64_t ldt = c->strides[2];
+    for (int64_t i = 0; i < pl.m; ++i) {
+      float v = bias ? ((const float *)bias->data)[(grp * pl.m + i) * bias->strides[0]] : 0.0f;
+      for (int64_t j = 0; j < nl; ++j) tc[i * ldt + j] = v;
+    }
+    const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
+    for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
+      int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
+      if (nl < npan * LOOM_GEMM_AVX512_NR)
+        memset(buf + (npan - 1) * kc * LOOM_GEMM_AVX512_NR, 0,
+               (size_t)(kc * LOOM_GEMM_AVX512_NR) * sizeof(float));
+      cg_gather(buf, kc, pc, seg, nseg, img, n, grp * cg, k, s, p, d);
+      for (int64_t jp = 0; jp < npan; ++jp) {
+        int nr = (int)(nl - jp * LOOM_GEMM_AVX512_NR < LOOM_GEMM_AVX512_NR
+                           ? nl - jp * LOOM_GEMM_AVX512_NR
+                           : LOOM_GEMM_AVX512_NR);
+        const float *bpanel = buf + jp * kc * LOOM_GEMM_AVX512_NR;
+        for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+          const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
+          int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
+          ukr(kc, apanel, bpanel, tc + ip * pl.mr * ldt + jp * LOOM_GEMM_AVX512_NR, ldt, 1.0f,
+              mr, nr);
+        }
+      }
+    }
+  }
+  return 0;
+}
