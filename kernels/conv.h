@@ -54,6 +54,18 @@ enum { LOOM_CONV_GEMM_POSITIONS = 128 };
 int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
                           int64_t end);
 
+/* Weight gradient as an implicit GEMM (fp32, AVX-512 CPUs only):
+ * dW[g] = dy[g] @ col[g]^T with k running over (image, position).
+ * tensors: [0] dW C (1, G, O/G, C/G*K) fp32, unit column stride;
+ *          [1] dy A (1, G, O/G, N*L), already packed by
+ *          loom_gemm_pack_kernel over [0, plan.pack_units_a); [2] col^T B
+ *          (1, G, N*L, C/G*K), shape only; [3] workspace; [4] image as
+ *          for the forward.
+ * scalars: as for loom_conv_gemm_kernel.
+ * range: G * ceil((C/G*K) / 32) (one 32-column panel of dW per item). */
+int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
+                           int64_t end);
+
 #ifdef __cplusplus
 }
 #endif

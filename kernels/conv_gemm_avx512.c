@@ -1,13 +1,15 @@
-/* kernels/conv_gemm_avx512.c — forward convolution as an implicit GEMM:
- * out[n, g] (og x L) = W[g] (og x C/G*K) @ col[n, g] (C/G*K x L), where the
- * col panels are gathered from the image straight into a stack buffer, one
- * k block at a time, and consumed while they are still in cache. Nothing
- * of the (K times larger) col matrix is ever written to memory. */
+/* kernels/conv_gemm_avx512.c — convolution as implicit GEMMs:
+ *   forward:         out[n, g] (og x L) = W[g] (og x C/G*K) @ col[n, g]
+ *   weight gradient: dW[g] (og x C/G*K) = dy[g] (og x N*L) @ col[g]^T
+ * where the col panels are gathered from the image straight into a stack
+ * buffer, one k block at a time, and consumed while they are still in
+ * cache. Nothing of the (K times larger) col matrix is written to memory. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
 
 enum {
@@ -15,32 +17,36 @@ enum {
   CG_KC = 256, /* the fp32 plan's k block; the stack buffer is sized for it */
 };
 
-/* A run of positions [j0, j0 + cnt) of a tile inside one output row (od, oh)
- * and one panel, starting at column ow0. */
+/* A run of positions [j0, j0 + cnt) of a tile inside one output row
+ * (image n, od, oh) and one panel, starting at column ow0. */
 typedef struct cg_seg {
-  int64_t od, oh, ow0, j0, cnt;
+  int64_t n, od, oh, ow0, j0, cnt;
 } cg_seg;
 
+/* Splits positions [l0, l0 + nl) of the flattened (image, od, oh, ow) grid
+ * into segments; returns how many. */
 static int cg_segments(int64_t l0, int64_t nl, const int64_t *o, cg_seg *seg) {
   int n = 0;
   int64_t l = l0, j = 0;
   while (j < nl) {
-    int64_t ow = l % o[2], oh = (l / o[2]) % o[1], od = l / (o[2] * o[1]);
+    int64_t ow = l % o[2], oh = (l / o[2]) % o[1], od = (l / (o[2] * o[1])) % o[0];
+    int64_t img = l / (o[2] * o[1] * o[0]);
     int64_t cnt = o[2] - ow;
     if (cnt > nl - j) cnt = nl - j;
     int64_t to_panel = LOOM_GEMM_AVX512_NR - j % LOOM_GEMM_AVX512_NR;
     if (cnt > to_panel) cnt = to_panel;
-    seg[n++] = (cg_seg){.od = od, .oh = oh, .ow0 = ow, .j0 = j, .cnt = cnt};
+    seg[n++] = (cg_seg){.n = img, .od = od, .oh = oh, .ow0 = ow, .j0 = j, .cnt = cnt};
     j += cnt;
     l += cnt;
   }
   return n;
 }
 
-/* Gathers k rows [k0, k0 + kn) of the tile's col block into panels
- * buf[panel][kk][32]; positions >= nl of the last panel stay zero. */
-static void cg_gather(float *buf, int64_t kn, int64_t k0, const cg_seg *seg,
-                      int nseg, const loom_tensor *img, int64_t n, int64_t c0,
+/* Gathers col rows [k0, k0 + kn) (rows are (c - c0, kd, kh, kw)) at the
+ * segments' positions into panels buf[panel][kk][32], panels `ld` rows
+ * apart; lanes no segment covers are left as they are. */
+static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_seg *seg,
+                      int nseg, const loom_tensor *img, int64_t c0,
                       const int64_t *k, const int64_t *s, const int64_t *p,
                       const int64_t *d) {
   const int64_t taps = k[0] * k[1] * k[2];
@@ -49,10 +55,10 @@ static void cg_gather(float *buf, int64_t kn, int64_t k0, const cg_seg *seg,
   for (int64_t kk = 0; kk < kn; ++kk) {
     int64_t r = k0 + kk, c = c0 + r / taps, t = r % taps;
     int64_t kw = t % k[2], kh = (t / k[2]) % k[1], kd = t / (k[2] * k[1]);
-    const float *plane = x + n * st[0] + c * st[1];
     for (int i = 0; i < nseg; ++i) {
       const cg_seg *g = &seg[i];
-      float *dst = buf + (g->j0 / LOOM_GEMM_AVX512_NR) * kn * LOOM_GEMM_AVX512_NR +
+      const float *plane = x + g->n * st[0] + c * st[1];
+      float *dst = buf + (g->j0 / LOOM_GEMM_AVX512_NR) * ld * LOOM_GEMM_AVX512_NR +
                    kk * LOOM_GEMM_AVX512_NR + g->j0 % LOOM_GEMM_AVX512_NR;
       int64_t id = g->od * s[0] - p[0] + kd * d[0];
       int64_t ih = g->oh * s[1] - p[1] + kh * d[1];
@@ -117,7 +123,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
     int64_t l0 = tn * LOOM_CONV_GEMM_POSITIONS;
     int64_t nl = pl.n - l0 < LOOM_CONV_GEMM_POSITIONS ? pl.n - l0 : LOOM_CONV_GEMM_POSITIONS;
     int64_t npan = (nl + LOOM_GEMM_AVX512_NR - 1) / LOOM_GEMM_AVX512_NR;
-    int nseg = cg_segments(l0, nl, o, seg);
+    int nseg = cg_segments(n * pl.n + l0, nl, o, seg);
     float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
     const int64_t ldt = c->strides[2];
     for (int64_t i = 0; i < pl.m; ++i) {
@@ -130,7 +136,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
       if (nl < npan * LOOM_GEMM_AVX512_NR)
         memset(buf + (npan - 1) * kc * LOOM_GEMM_AVX512_NR, 0,
                (size_t)(kc * LOOM_GEMM_AVX512_NR) * sizeof(float));
-      cg_gather(buf, kc, pc, seg, nseg, img, n, grp * cg, k, s, p, d);
+      cg_gather(buf, kc, kc, pc, seg, nseg, img, grp * cg, k, s, p, d);
       for (int64_t jp = 0; jp < npan; ++jp) {
         int nr = (int)(nl - jp * LOOM_GEMM_AVX512_NR < LOOM_GEMM_AVX512_NR
                            ? nl - jp * LOOM_GEMM_AVX512_NR
@@ -142,6 +148,76 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
           ukr(kc, apanel, bpanel, tc + ip * pl.mr * ldt + jp * LOOM_GEMM_AVX512_NR, ldt, 1.0f,
               mr, nr);
         }
+      }
+    }
+  }
+  return 0;
+}
+
+/* buf[panel][32 rows][32 positions] -> out[position][32 rows], positions
+ * [0, kn) (a multiple of 32 or the last, zero-padded panel). */
+static void cg_transpose(float *out, const float *buf, int64_t kn) {
+  for (int64_t q = 0; q < kn; q += 32) {
+    const float *blk = buf + q * 32;
+    for (int rh = 0; rh < 32; rh += 16)
+      for (int ph = 0; ph < 32; ph += 16) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i)
+          r[i] = _mm512_loadu_si512(blk + (rh + i) * 32 + ph);
+        loom_gemm_transpose16(r);
+        for (int i = 0; i < 16 && q + ph + i < kn; ++i)
+          _mm512_storeu_si512(out + (q + ph + i) * 32 + rh, r[i]);
+      }
+  }
+}
+
+int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
+                           int64_t end) {
+  if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
+                    *b = &args->tensors[2], *img = &args->tensors[4];
+  loom_gemm_plan pl;
+  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl);
+  if (rc) return rc;
+  if (pl.packed_bf16 || pl.use_acc || pl.kc > CG_KC || pl.nr != LOOM_GEMM_AVX512_NR ||
+      pl.batch1 != 1 || c->dtype != LOOM_FLOAT32 || img->dtype != LOOM_FLOAT32 ||
+      img->rank != 5)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t k[3], s[3], p[3], d[3], o[3];
+  for (int i = 0; i < 3; ++i) {
+    const loom_scalar *g = args->scalars + 2;
+    k[i] = g[i].i, s[i] = g[3 + i].i, p[i] = g[6 + i].i, d[i] = g[9 + i].i,
+    o[i] = g[12 + i].i;
+  }
+  if (o[0] * o[1] * o[2] * img->sizes[0] != pl.k) return LOOM_ERROR_INVALID_ARGUMENT;
+  const char *ws = (const char *)args->tensors[3].data;
+  loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
+  const int64_t cg = pl.n / (k[0] * k[1] * k[2]); /* channels per group */
+  float buf[CG_KC * LOOM_GEMM_AVX512_NR], bt[CG_KC * LOOM_GEMM_AVX512_NR];
+  cg_seg seg[2 * (CG_KC / LOOM_GEMM_AVX512_NR) + CG_KC];
+
+  for (int64_t tile = begin; tile < end; ++tile) {
+    int64_t q = tile % pl.n_panels, grp = tile / pl.n_panels;
+    int64_t r0 = q * LOOM_GEMM_AVX512_NR;
+    int64_t rows = pl.n - r0 < LOOM_GEMM_AVX512_NR ? pl.n - r0 : LOOM_GEMM_AVX512_NR;
+    float *tc = (float *)c->data + grp * c->strides[1] + r0;
+    const int64_t ldt = c->strides[2];
+    for (int64_t i = 0; i < pl.m; ++i)
+      for (int64_t j = 0; j < rows; ++j) tc[i * ldt + j] = 0.0f;
+    const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
+    for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
+      int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
+      int64_t panels = (kc + 31) / 32;
+      /* Rows past the weight's end and positions past the block's are 0. */
+      if (rows < 32 || kc < panels * 32) memset(buf, 0, sizeof buf);
+      int nseg = cg_segments(pc, kc, o, seg);
+      cg_gather(buf, 32, rows, r0, seg, nseg, img, grp * cg, k, s, p, d);
+      cg_transpose(bt, buf, kc);
+      for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+        const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
+        int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
+        ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows);
       }
     }
   }

@@ -224,6 +224,34 @@ Tensor conv_weight_grad(const Tensor& src_t, const Tensor& col,
   return gw;
 }
 
+// The fp32 weight gradient without a col matrix: dy (O, N, L) is packed,
+// loom_conv_wgrad_kernel gathers col^T panels from the image.
+Tensor conv_weight_grad_implicit(const Tensor& dy_t, const Tensor& input,
+                                 std::vector<int64_t> w_sizes, int64_t groups,
+                                 const Geom& g, loom_gemm_isa isa, const char* op) {
+  int64_t o = dy_t.size(0), nl = dy_t.numel() / o, c = input.size(1);
+  int64_t og = o / groups, ck = c / groups * g.taps();
+  Tensor gw = at::empty(w_sizes, input.options());
+  loom_tensor a = view4(dy_t, op, {1, groups, og, nl}, {0, og * nl, nl, 1});
+  loom_tensor b = view4(input, op, {1, groups, nl, ck}, {0, nl * ck, ck, 1});
+  loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_gemm_plan plan;
+  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, gw.options().dtype(at::kByte));
+  loom_tensor w = describe(ws, op);
+  loom_tensor ts[5] = {cc, a, b, w, image5(input, op)};
+  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(ts, 4), pack_sc,
+         plan.pack_units_a, plan.pack_grain);
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS> sc{};
+  sc[0] = scalar_i(isa);
+  auto geom = geom_scalars(g);
+  std::copy(geom.begin(), geom.end(), sc.begin() + 2);
+  launch(op, loom_conv_wgrad_kernel, ts, sc, groups * plan.n_panels, 1);
+  return gw;
+}
+
 std::vector<int64_t> grid_of(const Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin() + 2, t.sizes().end());
 }
@@ -332,9 +360,14 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
       if (dy.numel() == 0 || input.numel() == 0) {
         gw = at::zeros(w_sizes, weight.options());
       } else {
-        Tensor col = im2col(input, g, op);
         Tensor dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
-        gw = conv_weight_grad(dy_t, col, w_sizes, groups, op);
+        loom_gemm_isa isa = loom_gemm_isa_selected();
+        if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC) {
+          gw = conv_weight_grad_implicit(dy_t, input, w_sizes, groups, g, isa, op);
+        } else {
+          Tensor col = im2col(input, g, op);
+          gw = conv_weight_grad(dy_t, col, w_sizes, groups, op);
+        }
       }
     }
   } else {

@@ -190,6 +190,36 @@ static void check_geom(geom g) {
           "implicit conv n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM", (long)g.n,
           (long)g.c, (long)g.o, (long)g.groups);
     free(y2);
+
+    /* Weight gradient dW[g] = dy[g] @ col[g]^T: the implicit kernel against
+     * the GEMM over the materialised col, bitwise. dy is (O, N, L). */
+    int64_t nl = g.n * len, ck = cg * kk;
+    float *dy = malloc(sizeof(float) * g.o * nl), *gw1 = malloc(sizeof(float) * g.o * ck),
+          *gw2 = malloc(sizeof(float) * g.o * ck);
+    for (int64_t i = 0; i < g.o * nl; ++i) dy[i] = rnd();
+    loom_tensor wa = {.data = dy, .dtype = LOOM_FLOAT32, .rank = 4,
+                      .sizes = {1, g.groups, og, nl}, .strides = {0, og * nl, nl, 1}};
+    loom_tensor wb = {.data = col, .dtype = LOOM_FLOAT32, .rank = 4,
+                      .sizes = {1, g.groups, nl, ck}, .strides = {0, ck * nl, 1, nl}};
+    loom_tensor wc = {.data = gw1, .dtype = LOOM_FLOAT32, .rank = 4,
+                      .sizes = {1, g.groups, og, ck}, .strides = {0, og * ck, ck, 1}};
+    loom_gemm_plan wp;
+    CHECK(loom_gemm_plan_init(&wc, &wa, &wb, isa, &wp) == 0, "wgrad plan");
+    void *wws = malloc((size_t)wp.workspace_bytes + 1);
+    loom_tensor wt = {.data = wws, .dtype = LOOM_UINT8, .rank = 1,
+                      .sizes = {wp.workspace_bytes}, .strides = {1}};
+    loom_tensor wts[5] = {wc, wa, wb, wt, image(x, g.n, g.c, g.in)};
+    loom_scalar wsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 0.0}};
+    run(loom_gemm_pack_kernel, wts, 4, wsc, 3, wp.pack_range);
+    run(loom_gemm_compute_kernel, wts, 4, wsc, 3, wp.compute_range);
+    wts[0].data = gw2;
+    run(loom_gemm_pack_kernel, wts, 4, wsc, 3, wp.pack_units_a);
+    run(loom_conv_wgrad_kernel, wts, 5, isc, 2 + LOOM_CONV_NUM_SCALARS,
+        g.groups * wp.n_panels);
+    CHECK(memcmp(gw1, gw2, sizeof(float) * g.o * ck) == 0,
+          "implicit weight grad n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM",
+          (long)g.n, (long)g.c, (long)g.o, (long)g.groups);
+    free(dy), free(gw1), free(gw2), free(wws);
   }
   free(x), free(col), free(back), free(ref), free(w), free(bias), free(y), free(ws);
 }
