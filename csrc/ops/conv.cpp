@@ -256,6 +256,34 @@ std::vector<int64_t> grid_of(const Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin() + 2, t.sizes().end());
 }
 
+// With stride 1 the input gradient is itself a convolution: of dy with the
+// weight's in/out channels swapped and taps reversed, padded d*(k-1) - p.
+// Runs it through the implicit forward (fp32 on AVX-512) into `gi` and
+// returns true, or returns false when that does not apply.
+bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
+                        const Geom& g, int64_t groups, c10::IntArrayRef stride,
+                        c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                        const char* op) {
+  if (dy.scalar_type() != at::kFloat || loom_gemm_isa_selected() == LOOM_GEMM_GENERIC)
+    return false;
+  for (int i = 0; i < 3; ++i)
+    if (g.s[i] != 1 || g.p[i] > g.d[i] * (g.k[i] - 1)) return false;
+  int64_t nsp = w.dim() - 2, o = w.size(0), c = gi.size(1);
+  int64_t og = o / groups, cg = c / groups;
+  std::vector<int64_t> grouped = {groups, og, cg}, flipped = {c, og}, flip_dims, pad;
+  for (int64_t i = 0; i < nsp; ++i) {
+    grouped.push_back(w.size(2 + i));
+    flipped.push_back(w.size(2 + i));
+    flip_dims.push_back(3 + i);
+    int64_t j = 3 - nsp + i;
+    pad.push_back(g.d[j] * (g.k[j] - 1) - g.p[j]);
+  }
+  Tensor wf = w.view(grouped).transpose(1, 2).flip(flip_dims).reshape(flipped).contiguous();
+  Geom g2 = make_geom(wf, stride, pad, dilation, grid_of(gi));
+  conv_forward_implicit(gi, dy, wf, Tensor(), g2, groups, loom_gemm_isa_selected(), op);
+  return true;
+}
+
 bool native_conv(const Tensor& input, const Tensor& weight) {
   return gemm_native_dtype(input.scalar_type()) &&
          input.scalar_type() == weight.scalar_type() && input.dim() >= 3 &&
@@ -348,7 +376,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
           loom_tensor b = view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
           loom_tensor cc = view4(gi, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
           gemm_run(op, gi, cc, a, b, nullptr, 1.0, 0.0);
-        } else {
+        } else if (!input_grad_as_conv(gi, dy, w, g, groups, stride, padding, dilation, op)) {
           Tensor col = conv_col_grad(dy, w, c, groups, g, op);
           col2im(gi, col, g, op);
         }
