@@ -52,38 +52,61 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
   const int64_t taps = k[0] * k[1] * k[2];
   const float *x = (const float *)img->data;
   const int64_t *st = img->strides, *sz = img->sizes;
+  /* What each segment's addresses do not owe to the row: its image, its
+   * window origin and its place in the panels. */
+  int64_t img_off[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  int64_t od0[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  int64_t oh0[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  int64_t ow0[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  int64_t dst0[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  for (int i = 0; i < nseg; ++i) {
+    img_off[i] = seg[i].n * st[0];
+    od0[i] = seg[i].od * s[0] - p[0];
+    oh0[i] = seg[i].oh * s[1] - p[1];
+    ow0[i] = seg[i].ow0 * s[2] - p[2];
+    dst0[i] = (seg[i].j0 / LOOM_GEMM_AVX512_NR) * ld * LOOM_GEMM_AVX512_NR +
+              seg[i].j0 % LOOM_GEMM_AVX512_NR;
+  }
+  const int unit = s[2] == 1 && st[4] == 1;
+  int64_t c = c0 + k0 / taps, t = k0 % taps;
+  int64_t kw = t % k[2], kh = (t / k[2]) % k[1], kd = t / (k[2] * k[1]);
   for (int64_t kk = 0; kk < kn; ++kk) {
-    int64_t r = k0 + kk, c = c0 + r / taps, t = r % taps;
-    int64_t kw = t % k[2], kh = (t / k[2]) % k[1], kd = t / (k[2] * k[1]);
+    const float *plane = x + c * st[1];
+    const int64_t td = kd * d[0], th = kh * d[1], tw = kw * d[2];
+    float *drow = buf + kk * LOOM_GEMM_AVX512_NR;
     for (int i = 0; i < nseg; ++i) {
-      const cg_seg *g = &seg[i];
-      const float *plane = x + g->n * st[0] + c * st[1];
-      float *dst = buf + (g->j0 / LOOM_GEMM_AVX512_NR) * ld * LOOM_GEMM_AVX512_NR +
-                   kk * LOOM_GEMM_AVX512_NR + g->j0 % LOOM_GEMM_AVX512_NR;
-      int64_t id = g->od * s[0] - p[0] + kd * d[0];
-      int64_t ih = g->oh * s[1] - p[1] + kh * d[1];
-      int64_t iw0 = g->ow0 * s[2] - p[2] + kw * d[2];
+      const int64_t cnt = seg[i].cnt;
+      float *dst = drow + dst0[i];
+      const int64_t id = od0[i] + td, ih = oh0[i] + th, iw0 = ow0[i] + tw;
       if (id < 0 || id >= sz[2] || ih < 0 || ih >= sz[3]) {
-        for (int64_t q = 0; q < g->cnt; ++q) dst[q] = 0.0f;
+        for (int64_t q = 0; q < cnt; ++q) dst[q] = 0.0f;
         continue;
       }
-      const float *row = plane + id * st[2] + ih * st[3];
-      if (s[2] == 1 && st[4] == 1) {
+      const float *row = plane + img_off[i] + id * st[2] + ih * st[3];
+      if (unit) {
         /* Lanes whose column falls outside the row load as zero. */
-        int64_t lo = iw0 < 0 ? -iw0 : 0;
-        int64_t hi = sz[4] - iw0 < g->cnt ? sz[4] - iw0 : g->cnt;
-        for (int64_t q = 0; q < g->cnt; q += 16) {
+        const int64_t lo = iw0 < 0 ? -iw0 : 0;
+        const int64_t hi = sz[4] - iw0 < cnt ? sz[4] - iw0 : cnt;
+        for (int64_t q = 0; q < cnt; q += 16) {
           int64_t a = lo > q ? lo - q : 0, b = hi - q < 16 ? hi - q : 16;
-          int64_t w = g->cnt - q < 16 ? g->cnt - q : 16;
+          int64_t w = cnt - q < 16 ? cnt - q : 16;
           __mmask16 valid = b > a ? (__mmask16)(((1u << b) - 1u) & ~((1u << a) - 1u)) : 0;
           __m512 v = _mm512_maskz_loadu_ps(valid, row + (iw0 + q));
           _mm512_mask_storeu_ps(dst + q, (__mmask16)((1u << w) - 1u), v);
         }
       } else {
-        for (int64_t q = 0; q < g->cnt; ++q) {
+        for (int64_t q = 0; q < cnt; ++q) {
           int64_t iw = iw0 + q * s[2];
           dst[q] = iw >= 0 && iw < sz[4] ? row[iw * st[4]] : 0.0f;
         }
+      }
+    }
+    /* Next row: taps (kd, kh, kw) in order, then the next channel. */
+    if (++kw == k[2]) {
+      kw = 0;
+      if (++kh == k[1]) {
+        kh = 0;
+        if (++kd == k[0]) kd = 0, ++c;
       }
     }
   }
