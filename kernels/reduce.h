@@ -43,7 +43,7 @@ typedef enum loom_reduce_op {
 int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
                        int64_t end);
 
-/* Contiguous sums in double with 8 interleaved lanes (fixed order), per ISA;
+/* Contiguous sums in double with 16 interleaved lanes (fixed order), per ISA;
  * sq selects the sum of squares. */
 double loom_reduce_sum_f32(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64(const double *x, int64_t n, int sq);
