@@ -247,3 +247,17 @@ def test_large_contiguous_add_is_exact():
     a, b = make((1 << 20,), torch.float32), make((1 << 20,), torch.float32, seed=1)
     check(torch.add, a, b, exact=True)
     check(torch.mul, a.half(), b.half(), exact=True)
+
+
+def test_bool_clamp_with_one_tensor_bound():
+    # A one-sided tensor bound is a maximum / minimum, which the CPU allows
+    # for bool; both bounds or a scalar bound it refuses, and so does loom.
+    x = torch.tensor([True, False, True, False])
+    b = torch.tensor([False, True, False, False])
+    for fn in (lambda t, u: torch.clamp_min(t, u), lambda t, u: torch.clamp_max(t, u),
+               lambda t, u: torch.clamp(t, min=u), lambda t, u: torch.clamp(t, max=u)):
+        assert fn(x.to("loom"), b.to("loom")).cpu().tolist() == fn(x, b).tolist()
+    with pytest.raises(NotImplementedError):
+        torch.clamp(x.to("loom"), b.to("loom"), b.to("loom"))
+    with pytest.raises(NotImplementedError):
+        torch.clamp_min(x.to("loom"), True)
