@@ -126,6 +126,11 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op)
   if (!acc.is_same(img)) img.copy_(acc);
 }
 
+// The implicit GEMMs keep the weight's rows in 12-row register tiles: with
+// few output channels per group (depthwise) they would multiply padding,
+// and the col path's matrix-vector products do better.
+bool implicit_fits(int64_t rows_per_group) { return rows_per_group >= 8; }
+
 // The fp32 forward without a col matrix: the weight is packed once, then
 // loom_conv_gemm_kernel gathers col panels from the image tile by tile.
 void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor& weight,
@@ -167,7 +172,7 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
   Tensor out = at::empty(out_sizes, input.options());
   if (out.numel() == 0) return out;
   loom_gemm_isa isa = loom_gemm_isa_selected();
-  if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC &&
+  if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC && implicit_fits(og) &&
       !(g.pointwise() && input.is_contiguous()) &&
       (!bias.defined() || bias.scalar_type() == at::kFloat)) {
     conv_forward_implicit(out, input, weight, bias, g, groups, isa, op);
@@ -264,7 +269,8 @@ bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
                         const Geom& g, int64_t groups, c10::IntArrayRef stride,
                         c10::IntArrayRef padding, c10::IntArrayRef dilation,
                         const char* op) {
-  if (dy.scalar_type() != at::kFloat || loom_gemm_isa_selected() == LOOM_GEMM_GENERIC)
+  if (dy.scalar_type() != at::kFloat || loom_gemm_isa_selected() == LOOM_GEMM_GENERIC ||
+      !implicit_fits(gi.size(1) / groups))
     return false;
   for (int i = 0; i < 3; ++i)
     if (g.s[i] != 1 || g.p[i] > g.d[i] * (g.k[i] - 1)) return false;
@@ -390,7 +396,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
       } else {
         Tensor dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
         loom_gemm_isa isa = loom_gemm_isa_selected();
-        if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC) {
+        if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC &&
+            implicit_fits(dy.size(1) / groups)) {
           gw = conv_weight_grad_implicit(dy_t, input, w_sizes, groups, g, isa, op);
         } else {
           Tensor col = im2col(input, g, op);
