@@ -23,6 +23,14 @@ typedef struct cg_seg {
   int64_t n, od, oh, ow0, j0, cnt;
 } cg_seg;
 
+/* The geometry scalars (kernels/conv.h) into kernel, stride, padding,
+ * dilation and grid. */
+static void cg_geometry(const loom_scalar *g, int64_t *k, int64_t *s, int64_t *p, int64_t *d,
+                        int64_t *o) {
+  for (int i = 0; i < 3; ++i)
+    k[i] = g[i].i, s[i] = g[3 + i].i, p[i] = g[6 + i].i, d[i] = g[9 + i].i, o[i] = g[12 + i].i;
+}
+
 /* Splits positions [l0, l0 + nl) of the flattened (image, od, oh, ow) grid
  * into segments; returns how many. */
 static int cg_segments(int64_t l0, int64_t nl, const int64_t *o, cg_seg *seg) {
@@ -127,11 +135,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
       (bias && bias->dtype != LOOM_FLOAT32))
     return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t k[3], s[3], p[3], d[3], o[3];
-  for (int i = 0; i < 3; ++i) {
-    const loom_scalar *g = args->scalars + 2;
-    k[i] = g[i].i, s[i] = g[3 + i].i, p[i] = g[6 + i].i, d[i] = g[9 + i].i,
-    o[i] = g[12 + i].i;
-  }
+  cg_geometry(args->scalars + 2, k, s, p, d, o);
   if (o[0] * o[1] * o[2] != pl.n) return LOOM_ERROR_INVALID_ARGUMENT;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
@@ -208,11 +212,7 @@ int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
       img->rank != 5)
     return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t k[3], s[3], p[3], d[3], o[3];
-  for (int i = 0; i < 3; ++i) {
-    const loom_scalar *g = args->scalars + 2;
-    k[i] = g[i].i, s[i] = g[3 + i].i, p[i] = g[6 + i].i, d[i] = g[9 + i].i,
-    o[i] = g[12 + i].i;
-  }
+  cg_geometry(args->scalars + 2, k, s, p, d, o);
   if (o[0] * o[1] * o[2] * img->sizes[0] != pl.k) return LOOM_ERROR_INVALID_ARGUMENT;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);

@@ -20,26 +20,6 @@ enum { LOOM_GEMM_MIN_TILES = 16 };
 static int64_t loom_gemm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t loom_gemm_align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
 
-static int loom_gemm_operand_dtype(int32_t dt) {
-  return dt == LOOM_FLOAT32 || dt == LOOM_BFLOAT16 || dt == LOOM_FLOAT16;
-}
-
-static float loom_gemm_load(const void *p, int32_t dtype, int64_t i) {
-  switch (dtype) {
-    case LOOM_FLOAT32: return ((const float *)p)[i];
-    case LOOM_BFLOAT16: return loom_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return loom_f16_to_f32(((const uint16_t *)p)[i]);
-  }
-}
-
-static void loom_gemm_store(void *p, int32_t dtype, int64_t i, float v) {
-  switch (dtype) {
-    case LOOM_FLOAT32: ((float *)p)[i] = v; break;
-    case LOOM_BFLOAT16: ((uint16_t *)p)[i] = loom_f32_to_bf16(v); break;
-    default: ((uint16_t *)p)[i] = loom_f32_to_f16(v); break;
-  }
-}
-
 /* Block sizes per variant: kc keeps a B micro-panel in L1 and an A block of
  * mc rows in L2; a compute tile is mc x nc. */
 typedef struct loom_gemm_blocking {

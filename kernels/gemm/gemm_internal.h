@@ -37,6 +37,27 @@ void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
                                    float *t, int64_t ldt, float alpha, int mr,
                                    int nr);
 
+/* Element i of an fp32 / bf16 / fp16 buffer as fp32, and back. */
+static inline int loom_gemm_operand_dtype(int32_t dt) {
+  return dt == LOOM_FLOAT32 || dt == LOOM_BFLOAT16 || dt == LOOM_FLOAT16;
+}
+
+static inline float loom_gemm_load(const void *p, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case LOOM_FLOAT32: return ((const float *)p)[i];
+    case LOOM_BFLOAT16: return loom_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return loom_f16_to_f32(((const uint16_t *)p)[i]);
+  }
+}
+
+static inline void loom_gemm_store(void *p, int32_t dtype, int64_t i, float v) {
+  switch (dtype) {
+    case LOOM_FLOAT32: ((float *)p)[i] = v; break;
+    case LOOM_BFLOAT16: ((uint16_t *)p)[i] = loom_f32_to_bf16(v); break;
+    default: ((uint16_t *)p)[i] = loom_f32_to_f16(v); break;
+  }
+}
+
 /* The micro-kernel for a plan's variant and operand format. */
 loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p);
 

@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "kernels/dtype.h"
+#include "kernels/gemm/gemm_internal.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
 
@@ -20,31 +20,11 @@ void loom_gemv_axpy4_f32_avx512(float *y, const float *a0, const float *a1, cons
 
 #define LOOM_GEMV_CHUNK 1024 /* a multiple of the 16 dot lanes */
 
-static int gv_dtype_ok(int32_t dt) {
-  return dt == LOOM_FLOAT32 || dt == LOOM_BFLOAT16 || dt == LOOM_FLOAT16;
-}
-
-static float gv_load(const char *base, int32_t dtype, int64_t i) {
-  switch (dtype) {
-    case LOOM_FLOAT32: return ((const float *)base)[i];
-    case LOOM_BFLOAT16: return loom_bf16_to_f32(((const uint16_t *)base)[i]);
-    default: return loom_f16_to_f32(((const uint16_t *)base)[i]);
-  }
-}
-
-static void gv_store(char *base, int32_t dtype, int64_t i, float v) {
-  switch (dtype) {
-    case LOOM_FLOAT32: ((float *)base)[i] = v; break;
-    case LOOM_BFLOAT16: ((uint16_t *)base)[i] = loom_f32_to_bf16(v); break;
-    default: ((uint16_t *)base)[i] = loom_f32_to_f16(v); break;
-  }
-}
-
 /* n elements, `stride` apart, from element `off` of base, as fp32. */
 static const float *gv_stage(float *buf, const char *base, int32_t dtype, int64_t off,
                              int64_t stride, int64_t n) {
   if (dtype == LOOM_FLOAT32 && stride == 1) return (const float *)base + off;
-  for (int64_t i = 0; i < n; ++i) buf[i] = gv_load(base, dtype, off + i * stride);
+  for (int64_t i = 0; i < n; ++i) buf[i] = loom_gemm_load(base, dtype, off + i * stride);
   return buf;
 }
 
@@ -64,8 +44,8 @@ int loom_gemv_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const float alpha = (float)args->scalars[0].f, beta = (float)args->scalars[1].f;
   const loom_tensor *cin = args->num_tensors > 3 && beta != 0.0f ? &args->tensors[3] : NULL;
   if (c->rank != 4 || a->rank != 4 || b->rank != 4 || (cin && cin->rank != 4) ||
-      !gv_dtype_ok(a->dtype) || b->dtype != a->dtype || !gv_dtype_ok(c->dtype) ||
-      (cin && !gv_dtype_ok(cin->dtype)))
+      !loom_gemm_operand_dtype(a->dtype) || b->dtype != a->dtype || !loom_gemm_operand_dtype(c->dtype) ||
+      (cin && !loom_gemm_operand_dtype(cin->dtype)))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t b2 = c->sizes[1], m = c->sizes[2], k = a->sizes[3];
   if (c->sizes[3] != 1 || a->sizes[2] != m || b->sizes[2] != k || b->sizes[3] != 1)
@@ -105,14 +85,14 @@ int loom_gemv_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
         const int64_t sk = a->strides[3];
         for (; kk + 4 <= k; kk += 4) {
           float x4[4];
-          for (int q = 0; q < 4; ++q) x4[q] = gv_load(bd, b->dtype, b0 + (kk + q) * b->strides[2]);
+          for (int q = 0; q < 4; ++q) x4[q] = loom_gemm_load(bd, b->dtype, b0 + (kk + q) * b->strides[2]);
           const float *c0 = ab + kk * sk;
           if (vec) loom_gemv_axpy4_f32_avx512(y, c0, c0 + sk, c0 + 2 * sk, c0 + 3 * sk, x4, rows);
           else loom_gemv_axpy4_f32(y, c0, c0 + sk, c0 + 2 * sk, c0 + 3 * sk, x4, rows);
         }
       }
       for (; kk < k; ++kk) {
-        const float xk = gv_load(bd, b->dtype, b0 + kk * b->strides[2]);
+        const float xk = loom_gemm_load(bd, b->dtype, b0 + kk * b->strides[2]);
         const float *col = gv_stage(abuf, ad, a->dtype, a0 + kk * a->strides[3], a->strides[2], rows);
         if (vec) loom_gemv_axpy_f32_avx512(y, col, xk, rows);
         else loom_gemv_axpy_f32(y, col, xk, rows);
@@ -122,9 +102,9 @@ int loom_gemv_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
     const int64_t c0 = gv_offset(c, i1, i2) + r0 * c->strides[2];
     for (int64_t i = 0; i < rows; ++i) {
       float v = alpha * y[i];
-      if (cin) v += beta * gv_load((const char *)cin->data, cin->dtype,
+      if (cin) v += beta * loom_gemm_load((const char *)cin->data, cin->dtype,
                                    gv_offset(cin, i1, i2) + (r0 + i) * cin->strides[2]);
-      gv_store(cd, c->dtype, c0 + i * c->strides[2], v);
+      loom_gemm_store(cd, c->dtype, c0 + i * c->strides[2], v);
     }
   }
   return 0;
