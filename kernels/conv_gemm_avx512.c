@@ -23,6 +23,13 @@ typedef struct cg_seg {
   int64_t n, od, oh, ow0, j0, cnt;
 } cg_seg;
 
+/* Lanes [lo, hi) of 16, clipped. */
+static inline __mmask16 cg_range_mask(int64_t lo, int64_t hi) {
+  if (lo < 0) lo = 0;
+  if (hi > 16) hi = 16;
+  return hi > lo ? (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : 0;
+}
+
 /* The geometry scalars (kernels/conv.h) into kernel, stride, padding,
  * dilation and grid. */
 static void cg_geometry(const loom_scalar *g, int64_t *k, int64_t *s, int64_t *p, int64_t *d,
@@ -104,6 +111,20 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
            * follows: fetch the same place two channels on. */
           _mm_prefetch((const char *)(row + (iw0 + q) + 2 * st[1]), _MM_HINT_T0);
           _mm512_mask_storeu_ps(dst + q, (__mmask16)((1u << w) - 1u), v);
+        }
+      } else if (s[2] == 2 && st[4] == 1) {
+        /* Stride 2: two loads of 16 neighbours, the even lanes kept. */
+        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8,
+                                              6, 4, 2, 0);
+        for (int64_t q = 0; q < cnt; q += 16) {
+          const int64_t i0 = iw0 + 2 * q; /* input column of lane 0 */
+          const int64_t lo = i0 < 0 ? -i0 : 0, hi = sz[4] - i0; /* valid [lo, hi) */
+          __mmask16 m0 = cg_range_mask(lo, hi), m1 = cg_range_mask(lo - 16, hi - 16);
+          __m512 v0 = _mm512_maskz_loadu_ps(m0, row + i0);
+          __m512 v1 = _mm512_maskz_loadu_ps(m1, row + i0 + 16);
+          int64_t w = cnt - q < 16 ? cnt - q : 16;
+          _mm512_mask_storeu_ps(dst + q, (__mmask16)((1u << w) - 1u),
+                                _mm512_permutex2var_ps(v0, even, v1));
         }
       } else {
         for (int64_t q = 0; q < cnt; ++q) {

@@ -244,6 +244,11 @@ int main(void) {
                     .k = {1, 1, 1}, .s = {1, 2, 2}, .p = {0, 0, 0}, .d = {1, 1, 1}});
   check_geom((geom){.n = 1, .c = 1, .o = 1, .groups = 1, .in = {1, 1, 1},
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  /* stride 2 along rows (the vector gather's even-lane path), padded edges */
+  check_geom((geom){.n = 2, .c = 3, .o = 9, .groups = 1, .in = {1, 11, 37},
+                    .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  check_geom((geom){.n = 1, .c = 3, .o = 8, .groups = 1, .in = {1, 20, 41},
+                    .k = {1, 7, 7}, .s = {1, 2, 2}, .p = {0, 3, 3}, .d = {1, 1, 1}});
   /* several position tiles, a partial last panel */
   check_geom((geom){.n = 2, .c = 5, .o = 14, .groups = 1, .in = {1, 20, 30},
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
