@@ -42,13 +42,14 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
 /* Forward convolution as an implicit GEMM (fp32, AVX-512 CPUs only): the
  * col panels are gathered from the image per tile, never materialised.
  * tensors: [0] out C, [1] weight A, [2] col B, [3] workspace: the GEMM
- *          operands of kernels/gemm/gemm.h (rank 4: N, G, rows, cols; B's
+ *          operands of kernels/gemm/gemm.h (rank 4: N, G, rows, cols, or
+ *          1, G, rows, N * cols with every image's positions in turn; B's
  *          data is not read, only its shape), with A already packed by
  *          loom_gemm_pack_kernel over [0, plan.pack_units_a); C fp32 with
  *          unit column stride; [4] image (rank 5: N, C, D, H, W, fp32, any
  *          strides); [5] optional bias (O, fp32).
  * scalars: [0].i isa, [1] unused, [2..16] the geometry as above.
- * range: N * G * ceil(L / LOOM_CONV_GEMM_POSITIONS), grain any. Each
+ * range: C's batch * G * ceil(C's cols / LOOM_CONV_GEMM_POSITIONS), grain any. Each
  * output element sums its k in the GEMM's fixed order. */
 enum { LOOM_CONV_GEMM_POSITIONS = 128 };
 int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,

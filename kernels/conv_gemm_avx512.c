@@ -160,7 +160,13 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
     return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t k[3], s[3], p[3], d[3], o[3];
   cg_geometry(args->scalars + 2, k, s, p, d, o);
-  if (o[0] * o[1] * o[2] != pl.n) return LOOM_ERROR_INVALID_ARGUMENT;
+  /* Columns are one image's positions (C batched over images), or every
+   * image's positions in turn (C unbatched; small images waste less of the
+   * last panel that way). */
+  const int64_t len = o[0] * o[1] * o[2];
+  if (!(pl.batch1 == img->sizes[0] && pl.n == len) &&
+      !(pl.batch1 == 1 && pl.n == len * img->sizes[0]))
+    return LOOM_ERROR_INVALID_ARGUMENT;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
   const int64_t tiles_n = (pl.n + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS;
@@ -174,7 +180,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
     int64_t l0 = tn * LOOM_CONV_GEMM_POSITIONS;
     int64_t nl = pl.n - l0 < LOOM_CONV_GEMM_POSITIONS ? pl.n - l0 : LOOM_CONV_GEMM_POSITIONS;
     int64_t npan = (nl + LOOM_GEMM_AVX512_NR - 1) / LOOM_GEMM_AVX512_NR;
-    int nseg = cg_segments(n * pl.n + l0, nl, o, seg);
+    int nseg = cg_segments(n * len + l0, nl, o, seg);
     float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
     const int64_t ldt = c->strides[2];
     for (int64_t i = 0; i < pl.m; ++i) {

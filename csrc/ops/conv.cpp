@@ -138,9 +138,15 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
                            loom_gemm_isa isa, const char* op) {
   int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
-  loom_tensor a = view4(weight, op, {n, groups, og, ck}, {0, og * ck, ck, 1});
-  loom_tensor b = view4(input, op, {n, groups, ck, len}, {groups * ck * len, ck * len, len, 1});
-  loom_tensor cc = view4(out, op, {n, groups, og, len}, {o * len, og * len, len, 1});
+  // Small images would leave much of each image's last 32-column panel
+  // empty: then all images' positions form one row, into (O, N, L).
+  const int64_t padded = (len + 31) / 32 * 32;
+  const bool flat = n > 1 && (padded - len) * 20 > len;
+  Tensor c_out = flat ? at::empty({o, n, len}, out.options()) : out;
+  int64_t bn = flat ? 1 : n, cols = flat ? n * len : len;
+  loom_tensor a = view4(weight, op, {bn, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_tensor b = view4(input, op, {bn, groups, ck, cols}, {groups * ck * cols, ck * cols, cols, 1});
+  loom_tensor cc = view4(c_out, op, {bn, groups, og, cols}, {o * cols, og * cols, cols, 1});
   loom_gemm_plan plan;
   TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
               ": unsupported operands for the loom GEMM");
@@ -156,9 +162,10 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   sc[0] = scalar_i(isa);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
-  int64_t tiles = n * groups * ((len + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+  int64_t tiles = bn * groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
   launch(op, loom_conv_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc,
          tiles, 1);
+  if (flat) out.view({n, o, len}).copy_(c_out.permute({1, 0, 2}));
 }
 
 // out (N, O, grid) = W (O, C/G, k) * x (N, C, spatial) [+ bias]: the forward

@@ -189,6 +189,28 @@ static void check_geom(geom g) {
     CHECK(memcmp(y, y2, sizeof(float) * g.n * g.o * len) == 0,
           "implicit conv n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM", (long)g.n,
           (long)g.c, (long)g.o, (long)g.groups);
+    /* Every image's positions as one row of columns: C is (O, N * L). */
+    loom_tensor tcf = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
+                       .sizes = {1, g.groups, og, g.n * len},
+                       .strides = {0, og * g.n * len, g.n * len, 1}};
+    loom_tensor tbf = tbm;
+    tbf.sizes[0] = 1, tbf.sizes[3] = g.n * len;
+    loom_tensor taf = ta;
+    taf.sizes[0] = 1;
+    loom_tensor fts[6] = {tcf, taf, tbf, tw, image(x, g.n, g.c, g.in), tb1};
+    loom_gemm_plan fp;
+    CHECK(loom_gemm_plan_init(&tcf, &taf, &tbf, isa, &fp) == 0, "flat plan");
+    run(loom_gemm_pack_kernel, fts, 4, gsc, 3, fp.pack_units_a);
+    int64_t ftiles = g.groups * ((g.n * len + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+    run(loom_conv_gemm_kernel, fts, 6, isc, 2 + LOOM_CONV_NUM_SCALARS, ftiles);
+    int fbad = 0;
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t o = 0; o < g.o; ++o)
+        for (int64_t l = 0; l < len; ++l)
+          if (memcmp(&y[(n * g.o + o) * len + l], &y2[(o * g.n + n) * len + l], sizeof(float)))
+            ++fbad;
+    CHECK(fbad == 0, "flat implicit conv n=%ld c=%ld o=%ld g=%ld: %d outputs differ",
+          (long)g.n, (long)g.c, (long)g.o, (long)g.groups, fbad);
     free(y2);
 
     /* Weight gradient dW[g] = dy[g] @ col[g]^T: the implicit kernel against
