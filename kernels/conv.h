@@ -39,6 +39,13 @@ int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
 int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
                        int64_t end);
 
+/* The weight of the convolution that gives a stride-1 input gradient:
+ * dst[g][c][o][K-1-t] = src[g * O/G + o][c][t] (channels swapped, taps
+ * reversed). tensors: [0] dst (G, C/G, O/G, K), [1] src (O, C/G, K), both
+ * contiguous, one dtype. scalars: [0].i G. range: G * C/G. */
+int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
+                                 int64_t end);
+
 /* Forward convolution as an implicit GEMM (fp32, AVX-512 CPUs only): the
  * col panels are gathered from the image per tile, never materialised.
  * tensors: [0] out C, [1] weight A, [2] col B, [3] workspace: the GEMM

@@ -156,3 +156,28 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
   }
   return 0;
 }
+
+int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
+                                 int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dst = &args->tensors[0], *src = &args->tensors[1];
+  const int64_t groups = args->scalars[0].i;
+  if (dst->rank != 4 || src->rank != 3 || dst->dtype != src->dtype || groups < 1 ||
+      dst->sizes[0] != groups || src->sizes[0] != groups * dst->sizes[2] ||
+      src->sizes[1] != dst->sizes[1] || src->sizes[2] != dst->sizes[3])
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t cg = dst->sizes[1], og = dst->sizes[2], taps = dst->sizes[3];
+  const int64_t es = loom_dtype_size(src->dtype);
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t g = item / cg, c = item % cg;
+    char *d = (char *)dst->data + (item * og * taps) * es;
+    const char *s = (const char *)src->data + ((g * og * cg + c) * taps) * es;
+    for (int64_t o = 0; o < og; ++o) {
+      const char *so = s + o * cg * taps * es;
+      char *dO = d + o * taps * es;
+      for (int64_t t = 0; t < taps; ++t)
+        memcpy(dO + (taps - 1 - t) * es, so + t * es, (size_t)es);
+    }
+  }
+  return 0;
+}

@@ -54,6 +54,8 @@ CONV2D = [
     ((2, 3, 63, 7), (7, 3), dict(padding="same", dilation=2)),
     ((1, 2, 8, 8), (3, 4), dict(padding="same")),                    # asymmetric same
     ((2, 64, 14, 14), (64, 3), dict(padding=1)),
+    ((2, 32, 11, 11), (48, 3), dict(padding=1, groups=2)),          # grouped, implicit paths
+    ((3, 16, 9, 9), (16, (3, 5)), dict(padding=(1, 2), dilation=(2, 1))),
 ]
 
 

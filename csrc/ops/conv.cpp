@@ -283,15 +283,22 @@ bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
     if (g.s[i] != 1 || g.p[i] > g.d[i] * (g.k[i] - 1)) return false;
   int64_t nsp = w.dim() - 2, o = w.size(0), c = gi.size(1);
   int64_t og = o / groups, cg = c / groups;
-  std::vector<int64_t> grouped = {groups, og, cg}, flipped = {c, og}, flip_dims, pad;
+  std::vector<int64_t> flipped = {c, og}, pad;
   for (int64_t i = 0; i < nsp; ++i) {
-    grouped.push_back(w.size(2 + i));
     flipped.push_back(w.size(2 + i));
-    flip_dims.push_back(3 + i);
     int64_t j = 3 - nsp + i;
     pad.push_back(g.d[j] * (g.k[j] - 1) - g.p[j]);
   }
-  Tensor wf = w.view(grouped).transpose(1, 2).flip(flip_dims).reshape(flipped).contiguous();
+  const int64_t taps = g.taps();
+  Tensor wf = at::empty(flipped, w.options());
+  loom_tensor src = describe(w, op);
+  src.rank = 3;
+  src.sizes[0] = o, src.sizes[1] = cg, src.sizes[2] = taps;
+  src.strides[0] = cg * taps, src.strides[1] = taps, src.strides[2] = 1;
+  loom_tensor ft[2] = {
+      view4(wf, op, {groups, cg, og, taps}, {cg * og * taps, og * taps, taps, 1}), src};
+  loom_scalar fs[1] = {scalar_i(groups)};
+  launch(op, loom_conv_weight_flip_kernel, ft, fs, groups * cg, std::max<int64_t>(1, 64 / og));
   Geom g2 = make_geom(wf, stride, pad, dilation, grid_of(gi));
   conv_forward_implicit(gi, dy, wf, Tensor(), g2, groups, loom_gemm_isa_selected(), op);
   return true;
