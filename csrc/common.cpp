@@ -86,12 +86,6 @@ void launch(const char* name, loom_kernel_fn fn,
   desc.num_scalars = static_cast<uint32_t>(scalars.size());
   desc.range = range;
   desc.grain = grain < 1 ? 1 : grain;
-  // Kernels registered out of tree get no device guard from the dispatcher:
-  // run on the device that owns the operands, not on the current one.
-  for (size_t i = 0; device < 0 && i < tensors.size(); ++i) {
-    if (tensors[i].data != nullptr)
-      device = static_cast<c10::DeviceIndex>(loom_pointer_device(tensors[i].data));
-  }
   check(loom_launch(current_stream(device), &desc), name);
 }
 

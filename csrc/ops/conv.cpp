@@ -15,6 +15,7 @@
 #include "common.h"
 #include "kernels/conv.h"
 #include "ops/linalg_gemm.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -321,8 +322,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable", convolution);
-  m.impl("convolution_backward_overrideable", convolution_backward);
+  LOOM_IMPL(m, "convolution_overrideable", convolution);
+  LOOM_IMPL(m, "convolution_backward_overrideable", convolution_backward);
 }
 
 }  // namespace torch_loom

@@ -5,6 +5,7 @@
 
 #include "kernels/embedding.h"
 #include "ops/nn_util.h"
+#include "register.h"
 
 namespace torch_loom::nn {
 namespace {
@@ -60,7 +61,7 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
+  LOOM_IMPL(m, "embedding_dense_backward", embedding_dense_backward);
 }
 
 }  // namespace torch_loom::nn

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "ops/pointwise_iter.h"
+#include "register.h"
 
 namespace torch_loom::pw {
 namespace {
@@ -553,7 +554,7 @@ struct Kernel final : c10::OperatorKernel {
 void register_entry(torch::Library& m, const Entry& e) {
   for (const std::string& base : {std::string(e.name), std::string(e.name) + "_"})
     for_each_overload(base, e.overloads, [&](const std::string& full) {
-      m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(&e)));
+      impl_boxed<Kernel>(m, full.c_str(), &e);
     });
 }
 
