@@ -20,6 +20,9 @@ void raise_status(loom_status status, const char* what) {
     case LOOM_ERROR_NOT_SUPPORTED:
       TORCH_CHECK_NOT_IMPLEMENTED(false, what, ": not supported on loom: ",
                                   detail);
+    case LOOM_ERROR_INDEX_OUT_OF_RANGE:
+      // IndexError, as the CPU backend raises for a bad index.
+      TORCH_CHECK_INDEX(false, what, ": ", detail);
     case LOOM_ERROR_INVALID_ARGUMENT:
       // RuntimeError, as the CPU backend raises for the same misuse.
       TORCH_CHECK(false, what, ": invalid argument: ", detail);

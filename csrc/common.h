@@ -11,9 +11,10 @@
 namespace torch_loom {
 
 // Turns a failed status into the matching c10 exception (OOM ->
-// c10::OutOfMemoryError, invalid argument -> c10::ValueError or
-// c10::Error, unsupported -> c10::NotImplementedError), with `what` (the op
-// or call) and loom_last_error() in the message. The only place that does so.
+// c10::OutOfMemoryError, invalid argument -> c10::Error, index out of range
+// -> c10::IndexError, unsupported -> c10::NotImplementedError), with `what`
+// (the op or call) and loom_last_error() in the message. The only place that
+// does so.
 [[noreturn]] void raise_status(loom_status status, const char* what);
 
 inline void check(loom_status status, const char* what) {

@@ -133,7 +133,7 @@ loom_status loom_driver_register(const loom_driver *driver);
 /* The status to record for a kernel's return code: its own if it is a
  * loom_status, else LOOM_ERROR_DEVICE. */
 static inline loom_status loom_kernel_status(int rc) {
-  return rc > LOOM_OK && rc <= LOOM_ERROR_INTERNAL ? (loom_status)rc : LOOM_ERROR_DEVICE;
+  return rc > LOOM_OK && rc <= LOOM_ERROR_INDEX_OUT_OF_RANGE ? (loom_status)rc : LOOM_ERROR_DEVICE;
 }
 
 /* ---- services the front end offers drivers ------------------------------- */

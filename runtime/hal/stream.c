@@ -206,9 +206,15 @@ loom_status loom_run_now(int device, const loom_launch_desc *desc) {
                                  .range = desc->range, .grain = desc->grain};
   /* Stepping by chunk end, never begin + grain: a huge grain must not
    * overflow. */
+  loom_clear_error();
   for (int64_t begin = 0, end; begin < desc->range; begin = end) {
     end = desc->range - begin > desc->grain ? begin + desc->grain : desc->range;
     int rc = desc->fn(&args, begin, end);
+    if (rc != 0 && loom_last_error()[0]) {
+      char reason[512];
+      snprintf(reason, sizeof reason, "%s", loom_last_error());
+      return loom_error(loom_kernel_status(rc), "%s: %s", cmd.name, reason);
+    }
     if (rc != 0)
       return loom_error(loom_kernel_status(rc), "%s: %s (kernel returned %d on [%lld, %lld) of %lld)",
                         cmd.name, loom_status_name(loom_kernel_status(rc)), rc, (long long)begin,

@@ -4,6 +4,7 @@
  * appends it under a short lock; the executor is only signalled when it
  * sleeps. An idle executor spins briefly first, because a tiny op usually
  * follows another within microseconds. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,20 +45,25 @@ loom_status host_execute_launch(host_context *ctx, int device, const loom_comman
                                  .scalars = cmd->u.launch.scalars,
                                  .range = cmd->u.launch.range,
                                  .grain = cmd->u.launch.grain};
-  int64_t failed_begin = 0;
-  const int rc = host_pool_run(&ctx->devices[device].pool, cmd->u.launch.fn, &args, &failed_begin);
+  host_failure failure;
+  const int rc = host_pool_run(&ctx->devices[device].pool, cmd->u.launch.fn, &args, &failure);
   if (rc == 0) return LOOM_OK;
   const loom_status st = loom_kernel_status(rc);
-  const int64_t end = args.range - failed_begin > args.grain ? failed_begin + args.grain : args.range;
+  const int64_t begin = failure.begin;
+  const int64_t end = args.range - begin > args.grain ? begin + args.grain : args.range;
+  /* The kernel's own reason when it gave one, else what the runtime knows. */
+  char message[HOST_REASON_CAPACITY + 160];
+  if (failure.reason[0])
+    snprintf(message, sizeof message, "%s: %s", cmd->name, failure.reason);
+  else
+    snprintf(message, sizeof message, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)",
+             cmd->name, loom_status_name(st), rc, (long long)begin, (long long)end,
+             (long long)args.range);
   if (report) {
-    loom_driver_report_error(report, st, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)",
-                             cmd->name, loom_status_name(st), rc, (long long)failed_begin,
-                             (long long)end, (long long)args.range);
+    loom_driver_report_error(report, st, "%s", message);
     return st;
   }
-  return loom_error(st, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)", cmd->name,
-                    loom_status_name(st), rc, (long long)failed_begin, (long long)end,
-                    (long long)args.range);
+  return loom_error(st, "%s", message);
 }
 
 /* Copies one chunk: tensor 0 is the destination, tensor 1 the source,
@@ -86,7 +92,7 @@ static void execute_copy(loom_driver_queue *q, const loom_command *cmd) {
                                 {.data = (void *)src, .dtype = LOOM_UINT8, .rank = 1, .sizes = {(int64_t)size}, .strides = {1}}};
   const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 2,
                                  .tensors = views, .range = (int64_t)size, .grain = COPY_CHUNK};
-  int64_t unused;
+  host_failure unused;
   (void)host_pool_run(&q->ctx->devices[q->device].pool, copy_kernel, &args, &unused);
 }
 
