@@ -89,6 +89,8 @@ void launch(const char* name, loom_kernel_fn fn,
   desc.num_scalars = static_cast<uint32_t>(scalars.size());
   desc.range = range;
   desc.grain = grain < 1 ? 1 : grain;
+  // ATen kernels never wait for the host: a tiny one may run right here.
+  desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
   check(loom_launch(current_stream(device), &desc), name);
 }
 

@@ -176,6 +176,9 @@ loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
   if ((st = loom_stream_take_error(stream)) != LOOM_OK) return st;
   if (desc->range == 0) return LOOM_OK;
   const loom_command cmd = launch_command(desc);
+  if ((desc->flags & LOOM_LAUNCH_MAY_RUN_INLINE) && rt->driver->queue_run_inline &&
+      rt->driver->queue_run_inline(rt->driver->context, stream->queue, &cmd) == LOOM_OK)
+    return LOOM_OK;
   return loom_stream_submit(rt, stream, &cmd);
 }
 

@@ -3,7 +3,8 @@
  * Enqueue copies the command and its descriptors into one allocation and
  * appends it under a short lock; the executor is only signalled when it
  * sleeps. An idle executor spins briefly first, because a tiny op usually
- * follows another within microseconds. */
+ * follows another within microseconds. A tiny launch on an idle queue runs
+ * on the submitting thread instead (host_queue_run_inline). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #define EXECUTOR_SPIN_NS 50000
 #define SYNC_SPIN_NS 20000
+#define INLINE_LAUNCH_MAX_ELEMENTS 4096
 
 typedef struct host_node {
   struct host_node *next;
@@ -264,8 +266,19 @@ loom_status host_queue_synchronize(void *ctx, loom_driver_queue *q) {
   return LOOM_OK;
 }
 
+/* A launch cheap enough to run on the submitting thread: one chunk (the
+ * pool would not split it anyway) over small tensors, so that the caller is
+ * held for about as long as a hand-off to the executor would take. */
+static int small_launch(const loom_command *cmd) {
+  if (cmd->u.launch.range > cmd->u.launch.grain) return 0;
+  for (uint32_t i = 0; i < cmd->u.launch.num_tensors; ++i)
+    if (loom_tensor_numel(&cmd->u.launch.tensors[i]) > INLINE_LAUNCH_MAX_ELEMENTS) return 0;
+  return 1;
+}
+
 loom_status host_queue_run_inline(void *ctx, loom_driver_queue *q, const loom_command *cmd) {
-  if (cmd->kind != LOOM_COMMAND_COPY) return LOOM_ERROR_NOT_READY;
+  if (cmd->kind == LOOM_COMMAND_LAUNCH ? !small_launch(cmd) : cmd->kind != LOOM_COMMAND_COPY)
+    return LOOM_ERROR_NOT_READY;
   if (atomic_load(&q->completed) != atomic_load(&q->submitted)) return LOOM_ERROR_NOT_READY;
   /* Holding the lock keeps other threads' submissions behind this copy. */
   pthread_mutex_lock(&q->lock);
