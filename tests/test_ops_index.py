@@ -5,25 +5,12 @@ repeat, narrow_copy, and out-of-range indices. Nothing may fall back."""
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
-    reason="loom device not built")
+    reason="loom device not built")]
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
           torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """Every op here must run natively: the CPU fallback is an error."""
-    previous = torch.loom.get_fallback_mode()
-    torch.loom.set_fallback_mode("error")
-    torch.loom.clear_fallback_ops()
-    try:
-        yield
-        assert torch.loom.fallback_ops() == {}
-    finally:
-        torch.loom.set_fallback_mode(previous)
 
 
 def make(shape, dtype, seed=0):

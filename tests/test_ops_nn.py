@@ -10,21 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
-    reason="loom device not built")
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """Every op here must run natively: the CPU fallback is an error."""
-    previous = torch.loom.get_fallback_mode()
-    torch.loom.set_fallback_mode("error")
-    torch.loom.clear_fallback_ops()
-    try:
-        yield
-        assert torch.loom.fallback_ops() == {}
-    finally:
-        torch.loom.set_fallback_mode(previous)
+    reason="loom device not built")]
 
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
