@@ -114,6 +114,8 @@ def test_select_gather_scatter(dtype):
     check(lambda d, t, i, s: t.clone().index_copy_(1, i, s), x,
           torch.tensor([6, 0, 3, 2]), make((5, 4), dtype, seed=5))
     check(lambda d, t, i: t.clone().index_fill_(1, i, 1), x, idx)
+    # index_fill counts negative indices from the end, as the CPU does
+    check(lambda d, t, i: t.clone().index_fill_(1, i, 1), x, torch.tensor([-1, -7, 2]))
     mask = make((5, 7), torch.bool, seed=6)
     check(lambda d, t, m: t.masked_fill(m, 1), x, mask)
     check(lambda d, t, m: t.clone().masked_fill_(m[0], torch.tensor(0, dtype=t.dtype, device=d)), x, mask)
@@ -132,5 +134,8 @@ def test_index_errors():
         torch.loom.synchronize()
     with pytest.raises((IndexError, RuntimeError), match="gather|out of range"):
         torch.gather(xd, 1, torch.tensor([[70]], device="loom"))
+        torch.loom.synchronize()
+    with pytest.raises(IndexError, match="index_fill_: index -8 is out of bounds"):
+        xd.clone().index_fill_(1, torch.tensor([-8], device="loom"), 0.0)
         torch.loom.synchronize()
     assert (xd + 1).cpu().shape == (5, 7)
