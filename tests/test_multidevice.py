@@ -95,6 +95,10 @@ def test_ops_on_the_non_current_device(py):
             "mul_": (a.clone().mul_(a), a_cpu.clone().mul_(a_cpu)),
             # writing to a lazy clone copies its storage on the current device
             "lazy_clone.mul_": (torch._lazy_clone(a).mul_(2), a_cpu * 2),
+            "lazy_clone.exp_": (torch._lazy_clone(a).exp_(), a_cpu.exp()),
+            "lazy_clone.index_fill_": (
+                torch._lazy_clone(a).index_fill_(0, torch.tensor([1], device="loom:1"), 0.0),
+                a_cpu.index_fill(0, torch.tensor([1]), 0.0)),
             "sum": (a.sum(dim=0), a_cpu.sum(dim=0)),
             "amax": (a.amax(), a_cpu.amax()),
             "mm": (a @ b, a_cpu @ b_cpu),
