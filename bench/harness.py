@@ -157,6 +157,10 @@ class Plan:
     max_samples: int = 21
     min_sample_s: float = 0.01  # tiny calls are repeated inside one sample
     slow_call_s: float = 4.0    # beyond this, one warm-up and one sample
+    # Idle time before each sample: the configurations share one process,
+    # and the thread pool that just ran (OpenMP's spins for milliseconds)
+    # must be parked before another one is timed.
+    settle_s: float = 0.02
 
 
 class Timed:
@@ -206,6 +210,8 @@ class Timed:
     def sample(self) -> None:
         clock = time.perf_counter
         self.sync()
+        if not self.plan.quick:
+            time.sleep(self.plan.settle_s)
         t0 = clock()
         for _ in range(self.inner):
             self.fn()

@@ -2,7 +2,6 @@
 #include <string.h>
 
 #include "kernels/conv.h"
-#include "kernels/nn_util.h"
 #include "loom/status.h"
 
 typedef struct loom_conv_geom {
@@ -93,14 +92,33 @@ int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
   return 0;
 }
 
-/* The col index along one axis that reads image index i through tap t, or
- * -1 if none does. */
-static inline int64_t loom_conv_tap(int64_t i, int64_t t, const loom_conv_geom *g,
-                                    int axis) {
-  int64_t num = i + g->p[axis] - t * g->d[axis];
-  if (num < 0 || num % g->s[axis]) return -1;
-  num /= g->s[axis];
-  return num < g->o[axis] ? num : -1;
+/* Adds one col row (the positions of tap (kd, kh, kw) for one image) into
+ * an fp32 image plane: the adjoint of im2col's copy. */
+static void loom_col2im_tap(float *plane, const int64_t *pstride,
+                            const int64_t *psize, const float *src,
+                            const loom_conv_geom *g, int64_t kd, int64_t kh,
+                            int64_t kw) {
+  int64_t wlo, whi;
+  loom_conv_valid(g->o[2], psize[2], g->s[2], g->p[2], kw * g->d[2], &wlo, &whi);
+  if (whi <= wlo) return;
+  int64_t iw0 = wlo * g->s[2] - g->p[2] + kw * g->d[2];
+  int64_t step = g->s[2] * pstride[2];
+  for (int64_t od = 0; od < g->o[0]; ++od) {
+    int64_t id = od * g->s[0] - g->p[0] + kd * g->d[0];
+    if (id < 0 || id >= psize[0]) continue;
+    for (int64_t oh = 0; oh < g->o[1]; ++oh) {
+      int64_t ih = oh * g->s[1] - g->p[1] + kh * g->d[1];
+      if (ih < 0 || ih >= psize[1]) continue;
+      const float *restrict s = src + (od * g->o[1] + oh) * g->o[2] + wlo;
+      float *restrict d = plane + id * pstride[0] + ih * pstride[1] + iw0 * pstride[2];
+      int64_t n = whi - wlo;
+      if (step == 1) {
+        for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) d[i * step] += s[i];
+      }
+    }
+  }
 }
 
 int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
@@ -109,41 +127,32 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
   int rc = loom_conv_geom_read(args, &g);
   if (rc) return rc;
   const loom_tensor *img = &args->tensors[0], *col = &args->tensors[1];
-  if (col->rank != 3 || img->rank != 5 || !loom_nn_is_float(img->dtype) ||
-      !loom_nn_is_float(col->dtype))
+  if (col->rank != 3 || img->rank != 5 || img->dtype != LOOM_FLOAT32 ||
+      col->dtype != LOOM_FLOAT32)
     return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t n_img = img->sizes[0], channels = img->sizes[1];
   int64_t kk = g.k[0] * g.k[1] * g.k[2];
   int64_t len = g.o[0] * g.o[1] * g.o[2];
-  int fast = col->dtype == LOOM_FLOAT32;
-  const float *colf = (const float *)col->data;
+  const int64_t *psize = img->sizes + 2, *pstride = img->strides + 2;
   for (int64_t pl = begin; pl < end; ++pl) {
     int64_t n = pl / channels, c = pl % channels;
-    int64_t img_base = n * img->strides[0] + c * img->strides[1];
-    for (int64_t d = 0; d < img->sizes[2]; ++d)
-      for (int64_t h = 0; h < img->sizes[3]; ++h)
-        for (int64_t w = 0; w < img->sizes[4]; ++w) {
-          float acc = 0.0f;
-          for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-            int64_t od = loom_conv_tap(d, kd, &g, 0);
-            if (od < 0) continue;
-            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-              int64_t oh = loom_conv_tap(h, kh, &g, 1);
-              if (oh < 0) continue;
-              for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-                int64_t ow = loom_conv_tap(w, kw, &g, 2);
-                if (ow < 0) continue;
-                int64_t row = c * kk + (kd * g.k[1] + kh) * g.k[2] + kw;
-                int64_t idx = (row * n_img + n) * len + (od * g.o[1] + oh) * g.o[2] + ow;
-                acc += fast ? colf[idx] : (float)loom_nn_load(col->data, col->dtype, idx);
-              }
-            }
-          }
-          loom_nn_store(img->data, img->dtype,
-                        img_base + d * img->strides[2] + h * img->strides[3] +
-                            w * img->strides[4],
-                        acc);
+    float *plane = (float *)img->data + n * img->strides[0] + c * img->strides[1];
+    for (int64_t d = 0; d < psize[0]; ++d)
+      for (int64_t h = 0; h < psize[1]; ++h) {
+        float *row = plane + d * pstride[0] + h * pstride[1];
+        if (pstride[2] == 1) {
+          memset(row, 0, (size_t)psize[2] * sizeof(float));
+        } else {
+          for (int64_t w = 0; w < psize[2]; ++w) row[w * pstride[2]] = 0.0f;
         }
+      }
+    /* Taps in fixed (kd, kh, kw) order: each element sums its entries in
+     * that order, whatever the chunking. */
+    for (int64_t t = 0; t < kk; ++t) {
+      int64_t kw = t % g.k[2], kh = (t / g.k[2]) % g.k[1], kd = t / (g.k[2] * g.k[1]);
+      const float *src = (const float *)col->data + ((c * kk + t) * n_img + n) * len;
+      loom_col2im_tap(plane, pstride, psize, src, &g, kd, kh, kw);
+    }
   }
   return 0;
 }

@@ -374,10 +374,12 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
     for (int64_t k = 0; k < n; ++k) {
       if (f32) {
         const float *x = (const float *)in->data + in_off + k * stride;
-        for (int64_t j = 0; j < width; ++j) acc[j] += (double)x[j];
+        if (c->avx512) loom_reduce_cols_f32_avx512(acc, x, width);
+        else loom_reduce_cols_f32(acc, x, width);
       } else {
         const double *x = (const double *)in->data + in_off + k * stride;
-        for (int64_t j = 0; j < width; ++j) acc[j] += x[j];
+        if (c->avx512) loom_reduce_cols_f64_avx512(acc, x, width);
+        else loom_reduce_cols_f64(acc, x, width);
       }
     }
     for (int64_t j = 0; j < width; ++j) {

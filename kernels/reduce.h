@@ -43,12 +43,17 @@ typedef enum loom_reduce_op {
 int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
                        int64_t end);
 
-/* Contiguous sums in double with 8 interleaved lanes (fixed order), per ISA;
+/* Contiguous sums in double with 16 interleaved lanes (fixed order), per ISA;
  * sq selects the sum of squares. */
 double loom_reduce_sum_f32(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64(const double *x, int64_t n, int sq);
 double loom_reduce_sum_f32_avx512(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64_avx512(const double *x, int64_t n, int sq);
+/* acc[j] += x[j] for j < n (one row of a column sum). */
+void loom_reduce_cols_f32(double *acc, const float *x, int64_t n);
+void loom_reduce_cols_f64(double *acc, const double *x, int64_t n);
+void loom_reduce_cols_f32_avx512(double *acc, const float *x, int64_t n);
+void loom_reduce_cols_f64_avx512(double *acc, const double *x, int64_t n);
 
 #ifdef __cplusplus
 }

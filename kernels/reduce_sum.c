@@ -15,6 +15,9 @@
 #endif
 
 #define LANES 16
+/* Elements the sum prefetches ahead: one stream per core does not keep
+ * enough lines in flight on its own. */
+#define RS_AHEAD (2048 / (int)sizeof(x[0]))
 
 static double rs_fold(double *acc) {
   for (int w = LANES / 2; w > 0; w /= 2)
@@ -37,8 +40,10 @@ static double rs_fold(double *acc) {
         acc[j] += v * v;                                            \
       }                                                             \
     } else {                                                        \
-      for (; i + LANES <= n; i += LANES)                            \
+      for (; i + LANES <= n; i += LANES) {                          \
+        __builtin_prefetch(x + i + RS_AHEAD);                       \
         for (int j = 0; j < LANES; ++j) acc[j] += (double)x[i + j]; \
+      }                                                             \
       for (int j = 0; i < n; ++i, ++j) acc[j] += (double)x[i];      \
     }                                                               \
     return rs_fold(acc);                                            \
@@ -46,3 +51,12 @@ static double rs_fold(double *acc) {
 
 RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float)
 RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double)
+
+/* acc[j] += x[j] for j < n: one row of a column sum, widened to double. */
+void RS_NAME(loom_reduce_cols_f32)(double *restrict acc, const float *restrict x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += (double)x[j];
+}
+
+void RS_NAME(loom_reduce_cols_f64)(double *restrict acc, const double *restrict x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+}

@@ -42,3 +42,16 @@ def test_import_torch_loom_twice_is_harmless(py):
         assert torch.ones(2, device="loom").sum().item() == 2
         """
     )
+
+
+def test_import_torch_loom_before_torch(py):
+    # `import torch_loom` first starts torch's autoload while torch_loom is
+    # still being imported; the entry point must already be there.
+    out = py(
+        """
+        import torch_loom
+        import torch
+        print(torch.ones(2, device="loom").sum().item())
+        """
+    ).stdout
+    assert "2.0" in out

@@ -58,6 +58,27 @@ def test_copy_casts_and_strides_on_device(loom):
     assert s.cpu().tolist() == [0.0] + list(range(9))
 
 
+def test_copies_resolve_conjugate_and_negative_views(loom):
+    # Lazy conj / neg views on either side of a copy: the bytes move as they
+    # are and the difference is applied to the destination (resolving on the
+    # source would copy through the same path again, without end).
+    c = torch.randn(3, 4, dtype=torch.complex64)
+    assert torch.equal(c.conj().to("loom").cpu(), c.conj().resolve_conj())
+    d = c.to("loom")
+    assert torch.equal(d.conj().cpu(), c.conj())
+    assert torch.equal(d.conj().clone().cpu(), c.conj())
+    e = torch.empty(3, 4, dtype=torch.complex64, device="loom")
+    e.copy_(d.conj())
+    assert torch.equal(e.cpu(), c.conj())
+    r = torch.randn(5)
+    assert torch.equal(torch._neg_view(r).to("loom").cpu(), -r)
+    assert torch.equal(torch._neg_view(r.to("loom")).clone().cpu(), -r)
+    # Complex results computed on the host come back through these copies.
+    x = torch.randn(8)
+    torch.testing.assert_close(torch.fft.ifft(x.to("loom")).cpu(), torch.fft.ifft(x))
+    torch.testing.assert_close(torch.fft.ihfft(x.to("loom")).cpu(), torch.fft.ihfft(x))
+
+
 def test_fill_zero_and_item(loom):
     x = torch.empty(3, 4, dtype=torch.int32, device="loom")
     x.fill_(7)

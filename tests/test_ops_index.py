@@ -139,3 +139,15 @@ def test_index_errors():
         xd.clone().index_fill_(1, torch.tensor([-8], device="loom"), 0.0)
         torch.loom.synchronize()
     assert (xd + 1).cpu().shape == (5, 7)
+
+
+def test_gather_with_an_empty_index_is_not_shape_checked():
+    # The CPU returns an empty result of the index's shape without checking
+    # the index against self.
+    x = torch.randn(5)
+    idx = torch.empty(2, 0, dtype=torch.long)
+    want = torch.gather(x, 0, idx)
+    got = torch.gather(x.to("loom"), 0, idx.to("loom"))
+    assert got.device.type == "loom" and got.shape == want.shape == (2, 0)
+    with pytest.raises(RuntimeError, match="same number of dimensions"):
+        torch.gather(x.to("loom"), 0, torch.zeros(2, 1, dtype=torch.long, device="loom"))

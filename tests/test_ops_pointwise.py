@@ -282,3 +282,17 @@ def test_arithmetic_fast_path_autograd_and_copy_on_write():
     v.mul_(w)
     assert w.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert v.cpu().tolist() == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
+
+
+def test_bool_clamp_with_one_tensor_bound():
+    # A one-sided tensor bound is a maximum / minimum, which the CPU allows
+    # for bool; both bounds or a scalar bound it refuses, and so does loom.
+    x = torch.tensor([True, False, True, False])
+    b = torch.tensor([False, True, False, False])
+    for fn in (lambda t, u: torch.clamp_min(t, u), lambda t, u: torch.clamp_max(t, u),
+               lambda t, u: torch.clamp(t, min=u), lambda t, u: torch.clamp(t, max=u)):
+        assert fn(x.to("loom"), b.to("loom")).cpu().tolist() == fn(x, b).tolist()
+    with pytest.raises(NotImplementedError):
+        torch.clamp(x.to("loom"), b.to("loom"), b.to("loom"))
+    with pytest.raises(NotImplementedError):
+        torch.clamp_min(x.to("loom"), True)

@@ -44,8 +44,14 @@ void finish_host_side(const at::Tensor& host, bool non_blocking,
   }
 }
 
-at::Tensor resolve_bits(const at::Tensor& t) {
-  return t.resolve_conj().resolve_neg();
+// A view of t's memory without the conjugate / negative bits: what the
+// bytes hold.
+at::Tensor without_bits(const at::Tensor& t) {
+  if (!t.is_conj() && !t.is_neg()) return t;
+  at::Tensor raw = t.alias();
+  raw._set_conj(false);
+  raw._set_neg(false);
+  return raw;
 }
 
 // dst and src on the same loom device, src already of dst's sizes (stride 0
@@ -75,7 +81,7 @@ void host_to_device(const at::Tensor& dst, const at::Tensor& src_cpu,
                     bool non_blocking) {
   c10::DeviceGuard guard(dst.device());
   c10::Stream stream = get_current_stream(dst.device().index());
-  at::Tensor src = resolve_bits(src_cpu);
+  const at::Tensor& src = src_cpu;
   if (dense_alike(dst, src)) {
     memcpy_on(native_stream(stream), dst.data_ptr(), src.data_ptr(),
               nbytes(dst), "copy_ (host to loom)");
@@ -96,7 +102,7 @@ void device_to_host(const at::Tensor& dst, const at::Tensor& src_loom,
                     bool non_blocking) {
   c10::DeviceGuard guard(src_loom.device());
   c10::Stream stream = get_current_stream(src_loom.device().index());
-  at::Tensor src = resolve_bits(src_loom);
+  const at::Tensor& src = src_loom;
   if (dense_alike(dst, src)) {
     memcpy_on(native_stream(stream), dst.data_ptr(), src.data_ptr(),
               nbytes(dst), "copy_ (loom to host)");
@@ -135,14 +141,14 @@ void order_after(loom_stream_t* waiter, loom_stream_t* signaller, int device) {
 void device_to_device(const at::Tensor& dst, const at::Tensor& src_in) {
   if (dst.device() == src_in.device()) {
     c10::DeviceGuard guard(dst.device());
-    copy_within(dst, resolve_bits(src_in).expand(dst.sizes()));
+    copy_within(dst, src_in.expand(dst.sizes()));
     return;
   }
   int src_dev = src_in.device().index(), dst_dev = dst.device().index();
   at::Tensor src;
   {
     c10::DeviceGuard guard(src_in.device());
-    src = resolve_bits(src_in);
+    src = src_in;
     if (!src.is_contiguous()) {
       at::Tensor packed = at::empty(src.sizes(), src.options());
       copy_within(packed, src);
@@ -172,16 +178,29 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   at::assert_no_internal_overlap(dst);
   const bool src_loom = self.device().type() == c10::DeviceType::PrivateUse1;
   const bool dst_loom = dst.device().type() == c10::DeviceType::PrivateUse1;
+  // Bytes move as they are; a conjugate or negative view that differs
+  // between the two sides is applied to the destination afterwards, as the
+  // CPU's copy_ does (resolving the source would copy through here again).
+  const at::Tensor src = without_bits(self), out = without_bits(dst);
   if (src_loom && dst_loom) {
-    device_to_device(dst, self);
+    device_to_device(out, src);
   } else if (dst_loom) {
     TORCH_CHECK(self.device().is_cpu(), "copy_: cannot copy from ",
                 self.device(), " to ", dst.device());
-    host_to_device(dst, self, non_blocking);
+    host_to_device(out, src, non_blocking);
   } else {
     TORCH_CHECK(dst.device().is_cpu(), "copy_: cannot copy from ",
                 self.device(), " to ", dst.device());
-    device_to_host(dst, self, non_blocking);
+    device_to_host(out, src, non_blocking);
+  }
+  const bool conj = self.is_conj() != dst.is_conj(), neg = self.is_neg() != dst.is_neg();
+  if (conj || neg) {
+    // loom has no complex kernels: a complex fix-up runs on the host.
+    const bool on_host = dst_loom && out.is_complex();
+    at::Tensor t = on_host ? out.cpu() : out;
+    if (conj) t.conj_physical_();
+    if (neg) t.neg_();
+    if (on_host) out.copy_(t);
   }
   return dst;
 }
@@ -204,6 +223,19 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
 }
 
 }  // namespace
+
+// The conjugate / negative-view fallbacks would resolve a lazy view with a
+// clone, which copies through _copy_from again, without end; copy_from
+// resolves the bits itself.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "_copy_from", copy_from);

@@ -9,11 +9,13 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <tuple>
 
 #include "common.h"
 #include "kernels/conv.h"
+#include "kernels/gemm/gemm.h"
 #include "ops/linalg_gemm.h"
 #include "register.h"
 
@@ -111,13 +113,53 @@ Tensor im2col(const Tensor& x, const Geom& g, const char* op) {
   return col;
 }
 
-// Sums col [C*K][N][L] back into image `img` (N, C, spatial), overwriting it.
+// Sums the fp32 col [C*K][N][L] back into image `img` (N, C, spatial),
+// overwriting it; the sums run in fp32 whatever img's dtype.
 void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op) {
+  Tensor acc = img.scalar_type() == at::kFloat
+                   ? img
+                   : at::empty(img.sizes(), img.options().dtype(at::kFloat));
   auto sc = geom_scalars(g);
-  loom_tensor ts[2] = {image5(img, op), describe(col, op)};
+  loom_tensor ts[2] = {image5(acc, op), describe(col, op)};
   int64_t planes = img.size(0) * img.size(1);
-  int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, spatial_numel(img) * g.taps()));
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, spatial_numel(img) * g.taps()));
   launch(op, loom_col2im_kernel, ts, sc, planes, grain);
+  if (!acc.is_same(img)) img.copy_(acc);
+}
+
+// The implicit GEMMs keep the weight's rows in 12-row register tiles: with
+// few output channels per group (depthwise) they would multiply padding,
+// and the col path's matrix-vector products do better.
+bool implicit_fits(int64_t rows_per_group) { return rows_per_group >= 8; }
+
+// The fp32 forward without a col matrix: the weight is packed once, then
+// loom_conv_gemm_kernel gathers col panels from the image tile by tile.
+void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor& weight,
+                           const Tensor& bias, const Geom& g, int64_t groups,
+                           loom_gemm_isa isa, const char* op) {
+  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
+  int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
+  loom_tensor a = view4(weight, op, {n, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_tensor b = view4(input, op, {n, groups, ck, len}, {groups * ck * len, ck * len, len, 1});
+  loom_tensor cc = view4(out, op, {n, groups, og, len}, {o * len, og * len, len, 1});
+  loom_gemm_plan plan;
+  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  // Only the packed weight lives in the workspace.
+  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, out.options().dtype(at::kByte));
+  loom_tensor w = describe(ws, op);
+  loom_tensor gemm_ops[4] = {cc, a, b, w};
+  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, gemm_ops, pack_sc, plan.pack_units_a, plan.pack_grain);
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  loom_tensor ts[6] = {cc, a, b, w, image5(input, op), bc.defined() ? describe(bc, op) : loom_tensor{}};
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS> sc{};
+  sc[0] = scalar_i(isa);
+  auto geom = geom_scalars(g);
+  std::copy(geom.begin(), geom.end(), sc.begin() + 2);
+  int64_t tiles = n * groups * ((len + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+  launch(op, loom_conv_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc,
+         tiles, 1);
 }
 
 // out (N, O, grid) = W (O, C/G, k) * x (N, C, spatial) [+ bias]: the forward
@@ -130,6 +172,13 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
   Tensor out = at::empty(out_sizes, input.options());
   if (out.numel() == 0) return out;
+  loom_gemm_isa isa = loom_gemm_isa_selected();
+  if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC && implicit_fits(og) &&
+      !(g.pointwise() && input.is_contiguous()) &&
+      (!bias.defined() || bias.scalar_type() == at::kFloat)) {
+    conv_forward_implicit(out, input, weight, bias, g, groups, isa, op);
+    return out;
+  }
   Tensor col;  // alive until both GEMM launches are enqueued
   loom_tensor b;
   if (g.pointwise() && input.is_contiguous()) {
@@ -181,8 +230,65 @@ Tensor conv_weight_grad(const Tensor& src_t, const Tensor& col,
   return gw;
 }
 
+// The fp32 weight gradient without a col matrix: dy (O, N, L) is packed,
+// loom_conv_wgrad_kernel gathers col^T panels from the image.
+Tensor conv_weight_grad_implicit(const Tensor& dy_t, const Tensor& input,
+                                 std::vector<int64_t> w_sizes, int64_t groups,
+                                 const Geom& g, loom_gemm_isa isa, const char* op) {
+  int64_t o = dy_t.size(0), nl = dy_t.numel() / o, c = input.size(1);
+  int64_t og = o / groups, ck = c / groups * g.taps();
+  Tensor gw = at::empty(w_sizes, input.options());
+  loom_tensor a = view4(dy_t, op, {1, groups, og, nl}, {0, og * nl, nl, 1});
+  loom_tensor b = view4(input, op, {1, groups, nl, ck}, {0, nl * ck, ck, 1});
+  loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_gemm_plan plan;
+  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, gw.options().dtype(at::kByte));
+  loom_tensor w = describe(ws, op);
+  loom_tensor ts[5] = {cc, a, b, w, image5(input, op)};
+  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(ts, 4), pack_sc,
+         plan.pack_units_a, plan.pack_grain);
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS> sc{};
+  sc[0] = scalar_i(isa);
+  auto geom = geom_scalars(g);
+  std::copy(geom.begin(), geom.end(), sc.begin() + 2);
+  launch(op, loom_conv_wgrad_kernel, ts, sc, groups * plan.n_panels, 1);
+  return gw;
+}
+
 std::vector<int64_t> grid_of(const Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin() + 2, t.sizes().end());
+}
+
+// With stride 1 the input gradient is itself a convolution: of dy with the
+// weight's in/out channels swapped and taps reversed, padded d*(k-1) - p.
+// Runs it through the implicit forward (fp32 on AVX-512) into `gi` and
+// returns true, or returns false when that does not apply.
+bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
+                        const Geom& g, int64_t groups, c10::IntArrayRef stride,
+                        c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                        const char* op) {
+  if (dy.scalar_type() != at::kFloat || loom_gemm_isa_selected() == LOOM_GEMM_GENERIC ||
+      !implicit_fits(gi.size(1) / groups))
+    return false;
+  for (int i = 0; i < 3; ++i)
+    if (g.s[i] != 1 || g.p[i] > g.d[i] * (g.k[i] - 1)) return false;
+  int64_t nsp = w.dim() - 2, o = w.size(0), c = gi.size(1);
+  int64_t og = o / groups, cg = c / groups;
+  std::vector<int64_t> grouped = {groups, og, cg}, flipped = {c, og}, flip_dims, pad;
+  for (int64_t i = 0; i < nsp; ++i) {
+    grouped.push_back(w.size(2 + i));
+    flipped.push_back(w.size(2 + i));
+    flip_dims.push_back(3 + i);
+    int64_t j = 3 - nsp + i;
+    pad.push_back(g.d[j] * (g.k[j] - 1) - g.p[j]);
+  }
+  Tensor wf = w.view(grouped).transpose(1, 2).flip(flip_dims).reshape(flipped).contiguous();
+  Geom g2 = make_geom(wf, stride, pad, dilation, grid_of(gi));
+  conv_forward_implicit(gi, dy, wf, Tensor(), g2, groups, loom_gemm_isa_selected(), op);
+  return true;
 }
 
 bool native_conv(const Tensor& input, const Tensor& weight) {
@@ -277,7 +383,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
           loom_tensor b = view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
           loom_tensor cc = view4(gi, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
           gemm_run(op, gi, cc, a, b, nullptr, 1.0, 0.0);
-        } else {
+        } else if (!input_grad_as_conv(gi, dy, w, g, groups, stride, padding, dilation, op)) {
           Tensor col = conv_col_grad(dy, w, c, groups, g, op);
           col2im(gi, col, g, op);
         }
@@ -289,9 +395,15 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
       if (dy.numel() == 0 || input.numel() == 0) {
         gw = at::zeros(w_sizes, weight.options());
       } else {
-        Tensor col = im2col(input, g, op);
         Tensor dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
-        gw = conv_weight_grad(dy_t, col, w_sizes, groups, op);
+        loom_gemm_isa isa = loom_gemm_isa_selected();
+        if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC &&
+            implicit_fits(dy.size(1) / groups)) {
+          gw = conv_weight_grad_implicit(dy_t, input, w_sizes, groups, g, isa, op);
+        } else {
+          Tensor col = im2col(input, g, op);
+          gw = conv_weight_grad(dy_t, col, w_sizes, groups, op);
+        }
       }
     }
   } else {

@@ -66,11 +66,12 @@ at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& i
 at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                        bool sparse_grad, at::Tensor& out) {
   dim = at::maybe_wrap_dim(dim, self.dim());
-  at::native::scatter_gather_dtype_check("gather", self, index, std::nullopt);
-  at::native::gather_shape_check(self, dim, index);
   TORCH_CHECK(out.scalar_type() == self.scalar_type(), "gather(): Expected self.dtype to be equal to src.dtype");
   at::native::resize_output(out, index.sizes());
-  if (out.numel() == 0) return out;
+  // As on the CPU, an empty index is not checked against self.
+  if (index.numel() == 0) return out;
+  at::native::scatter_gather_dtype_check("gather", self, index, std::nullopt);
+  at::native::gather_shape_check(self, dim, index);
   const loom_tensor t[3] = {describe(out, "gather"), describe(self, "gather"), describe(index, "gather")};
   launch_index("gather", LOOM_INDEX_GATHER, dim, t, scalar_i(0), 0, out.numel(), 1, out);
   return out;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemv.h"
 
 namespace torch_loom {
 
@@ -56,6 +57,23 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
   loom_tensor cin_v{};
   bool has_cin = cin != nullptr && beta != 0.0;
   if (has_cin) cin_v = *cin;
+  // A single result column (or row, transposed into one): a matrix-vector
+  // product, which a register tile would mostly spend on padding.
+  if (c.sizes[3] == 1 || c.sizes[2] == 1) {
+    if (c.sizes[3] != 1) {
+      loom_tensor at = gemm_transpose(b), bt = gemm_transpose(a);
+      a = at, b = bt, c = gemm_transpose(c);
+      if (has_cin) cin_v = gemm_transpose(cin_v);
+    }
+    int64_t units = c.sizes[0] * c.sizes[1] * ((c.sizes[2] + LOOM_GEMV_ROWS - 1) / LOOM_GEMV_ROWS);
+    if (units == 0) return;
+    c10::DeviceGuard guard(c_owner.device());
+    loom_tensor tensors[4] = {c, a, b, cin_v};
+    loom_scalar scalars[2] = {scalar_f(alpha), scalar_f(beta)};
+    launch(op, loom_gemv_kernel, c10::ArrayRef<loom_tensor>(tensors, has_cin ? 4 : 3), scalars,
+           units, 1);
+    return;
+  }
   // C^T = B^T A^T when C is column-major (no fp32 accumulator needed) or
   // when the transposed problem pads the register tile much less (thin C).
   int64_t m = c.sizes[2], n = c.sizes[3];

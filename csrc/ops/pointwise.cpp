@@ -122,8 +122,8 @@ const Entry kEntries[] = {
     {"clamp_min", "- out", Shape::kClamp, LOOM_PW_CLAMP, kNoBool},
     {"clamp_max", "- out", Shape::kClamp, LOOM_PW_CLAMP, kNoBool},
     {"clamp", "Tensor Tensor_out", Shape::kClampTensor, LOOM_PW_CLAMP_T, kNoBool},
-    {"clamp_min", "Tensor Tensor_out", Shape::kClampTensor, LOOM_PW_CLAMP_MIN_T, kNoBool},
-    {"clamp_max", "Tensor Tensor_out", Shape::kClampTensor, LOOM_PW_CLAMP_MAX_T, kNoBool},
+    {"clamp_min", "Tensor Tensor_out", Shape::kClampTensor, LOOM_PW_CLAMP_MIN_T, kAll},
+    {"clamp_max", "Tensor Tensor_out", Shape::kClampTensor, LOOM_PW_CLAMP_MAX_T, kAll},
 
     {"threshold_backward", "- grad_input", Shape::kBackward, LOOM_PW_THRESHOLD_BACKWARD, kNoBool},
     BWD(sigmoid_backward, SIGMOID_BACKWARD), BWD(tanh_backward, TANH_BACKWARD),
@@ -398,7 +398,8 @@ void run_clamp_tensor(const Entry& e, const Args& a, torch::jit::Stack* stack) {
   if (!hi) op = LOOM_PW_CLAMP_MIN_T;
   at::TensorIterator iter;
   iter.build(config);
-  check_types(e, iter.common_dtype());
+  // One-sided tensor bounds are a maximum / minimum: bool is fine, as on the CPU.
+  if (op == LOOM_PW_CLAMP_T || iter.common_dtype() != at::kBool) check_types(e, iter.common_dtype());
   const loom_scalar p[4] = {};
   launch_iter(e.name, iter, op, kind_of(iter.common_dtype(), e.name), p);
   finish(stack, a, result_of(a, iter));

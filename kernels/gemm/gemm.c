@@ -3,7 +3,8 @@
  *
  * Layout of the workspace: every distinct A as m_panels panels of
  * [kp][mr] (bf16 operands: [kp/2][mr][2]), every distinct B as n_panels
- * panels of [kp][nr] (or [kp/2][nr][2]), then, when C is not fp32 with unit
+ * panels of [kp][nr] (or [kp/2][nr][2]), each split into k blocks of kc
+ * stored block-major (loom_gemm_panel_offset), then, when C is not fp32 with unit
  * column stride, an fp32 accumulator of C's shape. Panels are zero-padded
  * to full tiles, so micro-kernels never branch on edges inside the k loop. */
 #include "kernels/gemm/gemm.h"
@@ -13,28 +14,11 @@
 #include "kernels/gemm/gemm_internal.h"
 #include "loom/status.h"
 
+/* Fewest compute tiles worth keeping a large tile for. */
+enum { LOOM_GEMM_MIN_TILES = 16 };
+
 static int64_t loom_gemm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t loom_gemm_align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
-
-static int loom_gemm_operand_dtype(int32_t dt) {
-  return dt == LOOM_FLOAT32 || dt == LOOM_BFLOAT16 || dt == LOOM_FLOAT16;
-}
-
-static float loom_gemm_load(const void *p, int32_t dtype, int64_t i) {
-  switch (dtype) {
-    case LOOM_FLOAT32: return ((const float *)p)[i];
-    case LOOM_BFLOAT16: return loom_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return loom_f16_to_f32(((const uint16_t *)p)[i]);
-  }
-}
-
-static void loom_gemm_store(void *p, int32_t dtype, int64_t i, float v) {
-  switch (dtype) {
-    case LOOM_FLOAT32: ((float *)p)[i] = v; break;
-    case LOOM_BFLOAT16: ((uint16_t *)p)[i] = loom_f32_to_bf16(v); break;
-    default: ((uint16_t *)p)[i] = loom_f32_to_f16(v); break;
-  }
-}
 
 /* Block sizes per variant: kc keeps a B micro-panel in L1 and an A block of
  * mc rows in L2; a compute tile is mc x nc. */
@@ -107,8 +91,19 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->pack_range = out->pack_units_a + out->b_count1 * out->b_count2 * out->n_panels;
   int64_t per_unit = (int64_t)blk.nr * (out->kp > 0 ? out->kp : 1);
   out->pack_grain = 65536 / per_unit > 1 ? 65536 / per_unit : 1;
-  out->mt = (int64_t)blk.mc_panels * blk.mr;
-  out->nt = (int64_t)blk.nc_panels * blk.nr;
+  /* Small C (a weight gradient: long k, few tiles) is cut into smaller
+   * tiles so every worker gets some. Each element still sums its k in the
+   * same order, so the tiling never changes a result. */
+  int64_t mcp = blk.mc_panels, ncp = blk.nc_panels;
+  for (;;) {
+    int64_t tiles = b1 * b2 * loom_gemm_ceil_div(out->m_panels, mcp) *
+                    loom_gemm_ceil_div(out->n_panels, ncp);
+    if (tiles >= LOOM_GEMM_MIN_TILES || (mcp == 1 && ncp == 1)) break;
+    if (ncp > 1 && (ncp >= mcp || mcp == 1)) ncp = (ncp + 1) / 2;
+    else mcp = (mcp + 1) / 2;
+  }
+  out->mt = mcp * blk.mr;
+  out->nt = ncp * blk.nr;
   out->m_tiles = loom_gemm_ceil_div(m, out->mt);
   out->n_tiles = loom_gemm_ceil_div(n, out->nt);
   out->compute_range = b1 * b2 * out->m_tiles * out->n_tiles;
@@ -120,7 +115,11 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
  * src[l*s_lane + kk*s_k]; fp32 destination [kp][width]. */
 static void loom_gemm_pack_f32(float *dst, const void *src, int32_t dtype,
                                int64_t s_lane, int64_t s_k, int64_t lanes,
-                               int64_t width, int64_t k, int64_t kp) {
+                               int64_t width, int64_t k, int64_t kp, int vec) {
+  if (dtype == LOOM_FLOAT32 && s_k == 1 && s_lane != 1 && vec) {
+    loom_gemm_pack_t32_avx512((uint32_t *)dst, src, s_lane * 4, lanes, width, k);
+    return;
+  }
   if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(float));
   if (dtype == LOOM_FLOAT32) {
     const float *s = (const float *)src;
@@ -148,6 +147,20 @@ static void loom_gemm_pack_f32(float *dst, const void *src, int32_t dtype,
 static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
                                 int64_t s_lane, int64_t s_k, int64_t lanes,
                                 int64_t width, int64_t k, int64_t kp) {
+  /* Only the AVX512-BF16 variant packs bf16, so AVX-512 is there. */
+  if (s_k == 1 && s_lane != 1) {
+    loom_gemm_pack_t32_avx512((uint32_t *)dst, src, s_lane * 2, lanes, width, k / 2);
+    if (k & 1) {
+      uint16_t *d = dst + (k >> 1) * 2 * width;
+      memset(d, 0, (size_t)(2 * width) * sizeof(uint16_t));
+      for (int64_t l = 0; l < lanes; ++l) d[2 * l] = src[l * s_lane + k - 1];
+    }
+    return;
+  }
+  if (s_lane == 1 && width % 32 == 0) {
+    loom_gemm_pack_pairs16_avx512(dst, src, s_k, lanes, width, k);
+    return;
+  }
   if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(uint16_t));
   if (s_k == 1) {
     for (int64_t l = 0; l < lanes; ++l) {
@@ -202,18 +215,24 @@ int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
     int64_t lanes = lanes_total - l0 < width ? lanes_total - l0 : width;
     const char *s = src == a ? loom_gemm_elem(a, i1, i2, l0, 0)
                              : loom_gemm_elem(b, i1, i2, 0, l0);
-    char *d = base + mat * bytes + panel * width * p.kp * width_bytes;
-    if (p.packed_bf16)
-      loom_gemm_pack_bf16((uint16_t *)d, (const uint16_t *)s, s_lane, s_k,
-                          lanes, width, p.k, p.kp);
-    else
-      loom_gemm_pack_f32((float *)d, s, src->dtype, s_lane, s_k, lanes, width,
-                         p.k, p.kp);
+    int64_t es = loom_dtype_size(src->dtype);
+    for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
+      int64_t kcur = p.kp - pc < p.kc ? p.kp - pc : p.kc;
+      int64_t kreal = p.k - pc < kcur ? p.k - pc : kcur;
+      char *d = base + mat * bytes + loom_gemm_panel_offset(&p, panels, width, pc, panel) * width_bytes;
+      const char *sk = s + pc * s_k * es;
+      if (p.packed_bf16)
+        loom_gemm_pack_bf16((uint16_t *)d, (const uint16_t *)sk, s_lane, s_k,
+                            lanes, width, kreal, kcur);
+      else
+        loom_gemm_pack_f32((float *)d, sk, src->dtype, s_lane, s_k, lanes, width,
+                           kreal, kcur, p.isa != LOOM_GEMM_GENERIC);
+    }
   }
   return 0;
 }
 
-static loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p) {
+loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p) {
   if (p->packed_bf16) return loom_gemm_ukr_avx512bf16_bf16;
   if (p->isa == LOOM_GEMM_AVX512 || p->isa == LOOM_GEMM_AVX512BF16)
     return loom_gemm_ukr_avx512_f32;
@@ -276,10 +295,10 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
     for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
       int64_t kc = p.kp - pc < p.kc ? p.kp - pc : p.kc;
       for (int64_t jp = 0; jp < npn; ++jp) {
-        const char *bpanel = bp + ((np0 + jp) * p.kp + pc) * p.nr * esz;
+        const char *bpanel = bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc, np0 + jp) * esz;
         int nr = (int)(nt - jp * p.nr < p.nr ? nt - jp * p.nr : p.nr);
         for (int64_t ip = 0; ip < mpn; ++ip) {
-          const char *apanel = ap + ((mp0 + ip) * p.kp + pc) * p.mr * esz;
+          const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
           ukr(kc / kstep, apanel, bpanel, tile + ip * p.mr * ldt + jp * p.nr,
               ldt, alpha, mr, nr);

@@ -31,7 +31,9 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
   } while (0)
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-    _mm_prefetch((const char *)(b + 8 * NR), _MM_HINT_T0);
+    _mm_prefetch((const char *)(b + 32 * NR), _MM_HINT_T0);
+    _mm_prefetch((const char *)(b + 32 * NR + 16), _MM_HINT_T0);
+    _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0);
     LOOM_ROW(c00, c01, 0);
     LOOM_ROW(c10, c11, 1);
     LOOM_ROW(c20, c21, 2);

@@ -34,7 +34,9 @@ void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
   for (int64_t k = 0; k < kc; ++k) {
     __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
     __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
-    _mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
+    _mm_prefetch((const char *)(b + 64 * NR), _MM_HINT_T0);
+    _mm_prefetch((const char *)(b + 64 * NR + 32), _MM_HINT_T0);
+    _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0);
     LOOM_ROW(c00, c01, 0);
     LOOM_ROW(c10, c11, 1);
     LOOM_ROW(c20, c21, 2);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/dtype.h"
+#include "kernels/gemm/gemm.h"
 
 /* T[0:mr, 0:nr] += alpha * Ap @ Bp, where T is fp32 with row stride ldt and
  * unit column stride. Ap is one packed A panel (kc steps of MR values, or of
@@ -35,5 +36,52 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
 void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
                                    float *t, int64_t ldt, float alpha, int mr,
                                    int nr);
+
+/* Element i of an fp32 / bf16 / fp16 buffer as fp32, and back. */
+static inline int loom_gemm_operand_dtype(int32_t dt) {
+  return dt == LOOM_FLOAT32 || dt == LOOM_BFLOAT16 || dt == LOOM_FLOAT16;
+}
+
+static inline float loom_gemm_load(const void *p, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case LOOM_FLOAT32: return ((const float *)p)[i];
+    case LOOM_BFLOAT16: return loom_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return loom_f16_to_f32(((const uint16_t *)p)[i]);
+  }
+}
+
+static inline void loom_gemm_store(void *p, int32_t dtype, int64_t i, float v) {
+  switch (dtype) {
+    case LOOM_FLOAT32: ((float *)p)[i] = v; break;
+    case LOOM_BFLOAT16: ((uint16_t *)p)[i] = loom_f32_to_bf16(v); break;
+    default: ((uint16_t *)p)[i] = loom_f32_to_f16(v); break;
+  }
+}
+
+/* The micro-kernel for a plan's variant and operand format. */
+loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p);
+
+/* Element offset of panel `panel`'s k block starting at `pc` within one
+ * packed matrix: blocks of kc steps are outermost ([kp/kc][panels][kc][width]),
+ * so the micro-panels the compute loop visits one after another are
+ * adjacent in memory. */
+static inline int64_t loom_gemm_panel_offset(const loom_gemm_plan *p, int64_t panels,
+                                      int64_t width, int64_t pc, int64_t panel) {
+  int64_t kcur = p->kp - pc < p->kc ? p->kp - pc : p->kc;
+  return (pc * panels + panel * kcur) * width;
+}
+
+/* Packs with AVX-512 (callers check the CPU runs it).
+ * t32: `lanes` (<= width) lanes of 32-bit words, lane l's k-run contiguous
+ * at src + l * lane_bytes, into dst [k][width]; lanes >= `lanes` get 0.
+ * pairs16: rows kk of `lanes` (<= width, width a multiple of 32) 16-bit
+ * values at src + kk * s_k, into k-pairs dst [ceil(k/2)][width][2]; a
+ * missing last row and lanes >= `lanes` get 0. */
+void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
+                               int64_t lane_bytes, int64_t lanes, int64_t width,
+                               int64_t k);
+void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
+                                   int64_t s_k, int64_t lanes, int64_t width,
+                                   int64_t k);
 
 #endif /* LOOM_KERNELS_GEMM_INTERNAL_H */

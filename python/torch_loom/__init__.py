@@ -9,7 +9,16 @@ device module ``torch.loom``.
 
 import warnings
 
-import torch
+
+def _autoload():
+    """Entry point of the ``torch.backends`` group, run by ``import torch``.
+
+    Importing this package registers the device. Defined before ``import
+    torch`` because ``import torch_loom`` on its own starts torch's
+    autoload while this module is still half initialised."""
+
+
+import torch  # noqa: E402
 
 try:
     from . import _C  # noqa: F401  (registers the device's C++ hooks)
@@ -35,8 +44,3 @@ if _C is not None:
     loom = _device_module
     _register()
 
-
-def _autoload():
-    """Entry point of the ``torch.backends`` group, run by ``import torch``.
-
-    Importing this package has already registered the device."""

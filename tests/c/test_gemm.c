@@ -2,7 +2,8 @@
  * double-precision reference and against the generic variant: odd shapes,
  * transposed and strided operands, batch broadcasting, alpha/beta with a
  * broadcast Cin, bf16/fp16 operands and outputs, and bitwise independence
- * of the chunking. Calls the kernels directly, without the runtime. */
+ * of the chunking; the matrix-vector kernel on single-column results.
+ * Calls the kernels directly, without the runtime. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/gemv.h"
 #include "loom/status.h"
 
 static int failures = 0;
@@ -58,11 +60,37 @@ static loom_tensor make(int32_t dtype, int64_t elems, const int64_t sizes[4],
   return t;
 }
 
+/* Not a GEMM variant: run() takes it to mean loom_gemv_kernel. */
+enum { GEMV = -1 };
+
+static const char *isa_name(int isa) {
+  return isa == GEMV ? "gemv" : loom_gemm_isa_name(isa);
+}
+
+static int run_gemv(loom_tensor *c, const loom_tensor *a, const loom_tensor *b,
+                    const loom_tensor *cin, double alpha, double beta, int64_t grain) {
+  loom_tensor ts[4] = {*c, *a, *b, cin ? *cin : *c};
+  loom_scalar sc[2] = {{.f = alpha}, {.f = beta}};
+  loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                           .num_tensors = cin ? 4 : 3, .tensors = ts,
+                           .num_scalars = 2, .scalars = sc};
+  args.range = c->sizes[0] * c->sizes[1] * ((c->sizes[2] + LOOM_GEMV_ROWS - 1) / LOOM_GEMV_ROWS);
+  args.grain = grain ? grain : 1;
+  int rc = 0;
+  int64_t chunks = args.range ? (args.range + args.grain - 1) / args.grain : 0;
+  for (int64_t ch = chunks - 1; ch >= 0 && !rc; --ch) {
+    int64_t s = ch * args.grain;
+    rc = loom_gemv_kernel(&args, s, s + args.grain < args.range ? s + args.grain : args.range);
+  }
+  return rc;
+}
+
 /* Runs both launches chunk by chunk, the compute chunks in reverse order
  * (as a thread pool might), with the given grain (0: the plan's). */
 static int run(loom_tensor *c, const loom_tensor *a, const loom_tensor *b,
                const loom_tensor *cin, int isa, double alpha, double beta,
                int64_t grain) {
+  if (isa == GEMV) return run_gemv(c, a, b, cin, alpha, beta, grain);
   loom_gemm_plan p;
   int rc = loom_gemm_plan_init(c, a, b, isa, &p);
   if (rc) return rc;
@@ -165,10 +193,10 @@ static void check_case(const gemm_case *g, int isa) {
           if (memcmp((char *)c.data + off * es, (char *)c2.data + off * es, es)) ++diff;
         }
   CHECK(bad == 0, "isa %s b=%ldx%ld m=%ld n=%ld k=%ld ta=%d tb=%d pad=%d in=%d out=%d: %d wrong",
-        loom_gemm_isa_name(isa), (long)g->b1, (long)g->b2, (long)g->m, (long)g->n,
+        isa_name(isa), (long)g->b1, (long)g->b2, (long)g->m, (long)g->n,
         (long)g->k, g->trans_a, g->trans_b, g->pad, g->in_dtype, g->out_dtype, bad);
   CHECK(diff == 0, "isa %s m=%ld n=%ld k=%ld: chunking changed %d results",
-        loom_gemm_isa_name(isa), (long)g->m, (long)g->n, (long)g->k, diff);
+        isa_name(isa), (long)g->m, (long)g->n, (long)g->k, diff);
   free(a.data), free(b.data), free(c.data), free(c2.data), free(cin.data);
 }
 
@@ -243,6 +271,31 @@ static void test_variants_agree(int isa) {
   free(a.data), free(b.data), free(c1.data), free(c2.data);
 }
 
+/* Single-column results through the matrix-vector kernel: row-major and
+ * column-major A, slices, batch broadcast, dtypes, alpha/beta, k = 0 and
+ * k across the staging chunks, m across several row blocks. */
+static void test_gemv(void) {
+  const int32_t dts[] = {LOOM_FLOAT32, LOOM_BFLOAT16, LOOM_FLOAT16};
+  static const int64_t ms[] = {1, 7, 63, 513}, ks[] = {0, 1, 17, 3000};
+  for (int mi = 0; mi < 4; ++mi)
+    for (int ki = 0; ki < 4; ++ki)
+      for (int t = 0; t < 4; ++t) {
+        gemm_case g = {.b1 = 1 + (t == 3), .b2 = 1 + (t >= 2), .m = ms[mi], .n = 1,
+                       .k = ks[ki], .trans_a = t & 1, .trans_b = t == 2, .pad = t,
+                       .bcast_a = t == 3, .in_dtype = LOOM_FLOAT32,
+                       .out_dtype = LOOM_FLOAT32, .alpha = t ? 0.5 : 1.0,
+                       .beta = t >= 2 ? 2.0 : 0.0, .cin_bias = t == 3};
+        check_case(&g, GEMV);
+      }
+  for (int i = 0; i < 3; ++i)
+    for (int o = 0; o < 3; ++o) {
+      gemm_case g = {.b1 = 1, .b2 = 2, .m = 70, .n = 1, .k = 601, .trans_a = (i + o) & 1,
+                     .in_dtype = dts[i], .out_dtype = dts[o], .alpha = 1.0,
+                     .beta = o == 2 ? 0.5 : 0.0};
+      check_case(&g, GEMV);
+    }
+}
+
 static void test_bad_input(void) {
   int64_t s[4] = {1, 1, 4, 5}, st[4] = {0, 0, 5, 1};
   loom_tensor a = {.dtype = LOOM_FLOAT32, .rank = 4}, b = a, c = a;
@@ -259,6 +312,8 @@ static void test_bad_input(void) {
 
 int main(void) {
   test_bad_input();
+  test_gemv();
+  printf("gemv: %s\n", failures ? "FAILED" : "ok");
   for (int isa = 0; isa < LOOM_GEMM_ISA_COUNT; ++isa) {
     if (!loom_gemm_isa_supported((loom_gemm_isa)isa)) {
       printf("skip %s (not supported here)\n", loom_gemm_isa_name((loom_gemm_isa)isa));

@@ -1,0 +1,272 @@
+/* kernels/conv_gemm_avx512.c — convolution as implicit GEMMs:
+ *   forward:         out[n, g] (og x L) = W[g] (og x C/G*K) @ col[n, g]
+ *   weight gradient: dW[g] (og x C/G*K) = dy[g] (og x N*L) @ col[g]^T
+ * where the col panels are gathered from the image straight into a stack
+ * buffer, one k block at a time, and consumed while they are still in
+ * cache. Nothing of the (K times larger) col matrix is written to memory. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/transpose_avx512.h"
+#include "loom/status.h"
+
+enum {
+  CG_PANELS = LOOM_CONV_GEMM_POSITIONS / LOOM_GEMM_AVX512_NR,
+  CG_KC = 256, /* the fp32 plan's k block; the stack buffer is sized for it */
+};
+
+/* A run of positions [j0, j0 + cnt) of a tile inside one output row
+ * (image n, od, oh) and one panel, starting at column ow0. */
+typedef struct cg_seg {
+  int64_t n, od, oh, ow0, j0, cnt;
+} cg_seg;
+
+/* Lanes [lo, hi) of 16, clipped. */
+static inline __mmask16 cg_range_mask(int64_t lo, int64_t hi) {
+  if (lo < 0) lo = 0;
+  if (hi > 16) hi = 16;
+  return hi > lo ? (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : 0;
+}
+
+/* The geometry scalars (kernels/conv.h) into kernel, stride, padding,
+ * dilation and grid. */
+static void cg_geometry(const loom_scalar *g, int64_t *k, int64_t *s, int64_t *p, int64_t *d,
+                        int64_t *o) {
+  for (int i = 0; i < 3; ++i)
+    k[i] = g[i].i, s[i] = g[3 + i].i, p[i] = g[6 + i].i, d[i] = g[9 + i].i, o[i] = g[12 + i].i;
+}
+
+/* Splits positions [l0, l0 + nl) of the flattened (image, od, oh, ow) grid
+ * into segments; returns how many. */
+static int cg_segments(int64_t l0, int64_t nl, const int64_t *o, cg_seg *seg) {
+  int n = 0;
+  int64_t l = l0, j = 0;
+  while (j < nl) {
+    int64_t ow = l % o[2], oh = (l / o[2]) % o[1], od = (l / (o[2] * o[1])) % o[0];
+    int64_t img = l / (o[2] * o[1] * o[0]);
+    int64_t cnt = o[2] - ow;
+    if (cnt > nl - j) cnt = nl - j;
+    int64_t to_panel = LOOM_GEMM_AVX512_NR - j % LOOM_GEMM_AVX512_NR;
+    if (cnt > to_panel) cnt = to_panel;
+    seg[n++] = (cg_seg){.n = img, .od = od, .oh = oh, .ow0 = ow, .j0 = j, .cnt = cnt};
+    j += cnt;
+    l += cnt;
+  }
+  return n;
+}
+
+/* Gathers col rows [k0, k0 + kn) (rows are (c - c0, kd, kh, kw)) at the
+ * segments' positions into panels buf[panel][kk][32], panels `ld` rows
+ * apart; lanes no segment covers are left as they are. */
+static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_seg *seg,
+                      int nseg, const loom_tensor *img, int64_t c0,
+                      const int64_t *k, const int64_t *s, const int64_t *p,
+                      const int64_t *d) {
+  const int64_t taps = k[0] * k[1] * k[2];
+  const float *x = (const float *)img->data;
+  const int64_t *st = img->strides, *sz = img->sizes;
+  /* What each segment's addresses do not owe to the row: its image, its
+   * window origin and its place in the panels. */
+  int64_t img_off[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  int64_t od0[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  int64_t oh0[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  int64_t ow0[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  int64_t dst0[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC];
+  for (int i = 0; i < nseg; ++i) {
+    img_off[i] = seg[i].n * st[0];
+    od0[i] = seg[i].od * s[0] - p[0];
+    oh0[i] = seg[i].oh * s[1] - p[1];
+    ow0[i] = seg[i].ow0 * s[2] - p[2];
+    dst0[i] = (seg[i].j0 / LOOM_GEMM_AVX512_NR) * ld * LOOM_GEMM_AVX512_NR +
+              seg[i].j0 % LOOM_GEMM_AVX512_NR;
+  }
+  const int unit = s[2] == 1 && st[4] == 1;
+  int64_t c = c0 + k0 / taps, t = k0 % taps;
+  int64_t kw = t % k[2], kh = (t / k[2]) % k[1], kd = t / (k[2] * k[1]);
+  for (int64_t kk = 0; kk < kn; ++kk) {
+    const float *plane = x + c * st[1];
+    const int64_t td = kd * d[0], th = kh * d[1], tw = kw * d[2];
+    float *drow = buf + kk * LOOM_GEMM_AVX512_NR;
+    for (int i = 0; i < nseg; ++i) {
+      const int64_t cnt = seg[i].cnt;
+      float *dst = drow + dst0[i];
+      const int64_t id = od0[i] + td, ih = oh0[i] + th, iw0 = ow0[i] + tw;
+      if (id < 0 || id >= sz[2] || ih < 0 || ih >= sz[3]) {
+        for (int64_t q = 0; q < cnt; ++q) dst[q] = 0.0f;
+        continue;
+      }
+      const float *row = plane + img_off[i] + id * st[2] + ih * st[3];
+      if (unit) {
+        /* Lanes whose column falls outside the row load as zero. */
+        const int64_t lo = iw0 < 0 ? -iw0 : 0;
+        const int64_t hi = sz[4] - iw0 < cnt ? sz[4] - iw0 : cnt;
+        for (int64_t q = 0; q < cnt; q += 16) {
+          int64_t a = lo > q ? lo - q : 0, b = hi - q < 16 ? hi - q : 16;
+          int64_t w = cnt - q < 16 ? cnt - q : 16;
+          __mmask16 valid = b > a ? (__mmask16)(((1u << b) - 1u) & ~((1u << a) - 1u)) : 0;
+          __m512 v = _mm512_maskz_loadu_ps(valid, row + (iw0 + q));
+          /* Channels are a plane apart, which no hardware prefetcher
+           * follows: fetch the same place two channels on. */
+          _mm_prefetch((const char *)(row + (iw0 + q) + 2 * st[1]), _MM_HINT_T0);
+          _mm512_mask_storeu_ps(dst + q, (__mmask16)((1u << w) - 1u), v);
+        }
+      } else if (s[2] == 2 && st[4] == 1) {
+        /* Stride 2: two loads of 16 neighbours, the even lanes kept. */
+        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8,
+                                              6, 4, 2, 0);
+        for (int64_t q = 0; q < cnt; q += 16) {
+          const int64_t i0 = iw0 + 2 * q; /* input column of lane 0 */
+          const int64_t lo = i0 < 0 ? -i0 : 0, hi = sz[4] - i0; /* valid [lo, hi) */
+          __mmask16 m0 = cg_range_mask(lo, hi), m1 = cg_range_mask(lo - 16, hi - 16);
+          __m512 v0 = _mm512_maskz_loadu_ps(m0, row + i0);
+          __m512 v1 = _mm512_maskz_loadu_ps(m1, row + i0 + 16);
+          int64_t w = cnt - q < 16 ? cnt - q : 16;
+          _mm512_mask_storeu_ps(dst + q, (__mmask16)((1u << w) - 1u),
+                                _mm512_permutex2var_ps(v0, even, v1));
+        }
+      } else {
+        for (int64_t q = 0; q < cnt; ++q) {
+          int64_t iw = iw0 + q * s[2];
+          dst[q] = iw >= 0 && iw < sz[4] ? row[iw * st[4]] : 0.0f;
+        }
+      }
+    }
+    /* Next row: taps (kd, kh, kw) in order, then the next channel. */
+    if (++kw == k[2]) {
+      kw = 0;
+      if (++kh == k[1]) {
+        kh = 0;
+        if (++kd == k[0]) kd = 0, ++c;
+      }
+    }
+  }
+}
+
+int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
+                          int64_t end) {
+  if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
+                    *b = &args->tensors[2], *img = &args->tensors[4];
+  const loom_tensor *bias = args->num_tensors > 5 ? &args->tensors[5] : NULL;
+  loom_gemm_plan pl;
+  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl);
+  if (rc) return rc;
+  if (pl.packed_bf16 || pl.use_acc || pl.kc > CG_KC || pl.nr != LOOM_GEMM_AVX512_NR ||
+      c->dtype != LOOM_FLOAT32 || img->dtype != LOOM_FLOAT32 || img->rank != 5 ||
+      (bias && bias->dtype != LOOM_FLOAT32))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t k[3], s[3], p[3], d[3], o[3];
+  cg_geometry(args->scalars + 2, k, s, p, d, o);
+  if (o[0] * o[1] * o[2] != pl.n) return LOOM_ERROR_INVALID_ARGUMENT;
+  const char *ws = (const char *)args->tensors[3].data;
+  loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
+  const int64_t tiles_n = (pl.n + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS;
+  const int64_t cg = (pl.k) / (k[0] * k[1] * k[2]); /* channels per group */
+  float buf[CG_PANELS * CG_KC * LOOM_GEMM_AVX512_NR];
+  cg_seg seg[2 * CG_PANELS + LOOM_CONV_GEMM_POSITIONS];
+
+  for (int64_t tile = begin; tile < end; ++tile) {
+    int64_t tn = tile % tiles_n, rest = tile / tiles_n;
+    int64_t grp = rest % pl.batch2, n = rest / pl.batch2;
+    int64_t l0 = tn * LOOM_CONV_GEMM_POSITIONS;
+    int64_t nl = pl.n - l0 < LOOM_CONV_GEMM_POSITIONS ? pl.n - l0 : LOOM_CONV_GEMM_POSITIONS;
+    int64_t npan = (nl + LOOM_GEMM_AVX512_NR - 1) / LOOM_GEMM_AVX512_NR;
+    int nseg = cg_segments(n * pl.n + l0, nl, o, seg);
+    float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
+    const int64_t ldt = c->strides[2];
+    for (int64_t i = 0; i < pl.m; ++i) {
+      float v = bias ? ((const float *)bias->data)[(grp * pl.m + i) * bias->strides[0]] : 0.0f;
+      for (int64_t j = 0; j < nl; ++j) tc[i * ldt + j] = v;
+    }
+    const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
+    for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
+      int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
+      if (nl < npan * LOOM_GEMM_AVX512_NR)
+        memset(buf + (npan - 1) * kc * LOOM_GEMM_AVX512_NR, 0,
+               (size_t)(kc * LOOM_GEMM_AVX512_NR) * sizeof(float));
+      cg_gather(buf, kc, kc, pc, seg, nseg, img, grp * cg, k, s, p, d);
+      for (int64_t jp = 0; jp < npan; ++jp) {
+        int nr = (int)(nl - jp * LOOM_GEMM_AVX512_NR < LOOM_GEMM_AVX512_NR
+                           ? nl - jp * LOOM_GEMM_AVX512_NR
+                           : LOOM_GEMM_AVX512_NR);
+        const float *bpanel = buf + jp * kc * LOOM_GEMM_AVX512_NR;
+        for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+          const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
+          int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
+          ukr(kc, apanel, bpanel, tc + ip * pl.mr * ldt + jp * LOOM_GEMM_AVX512_NR, ldt, 1.0f,
+              mr, nr);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+/* buf[panel][32 rows][32 positions] -> out[position][32 rows], positions
+ * [0, kn) (a multiple of 32 or the last, zero-padded panel). */
+static void cg_transpose(float *out, const float *buf, int64_t kn) {
+  for (int64_t q = 0; q < kn; q += 32) {
+    const float *blk = buf + q * 32;
+    for (int rh = 0; rh < 32; rh += 16)
+      for (int ph = 0; ph < 32; ph += 16) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i)
+          r[i] = _mm512_loadu_si512(blk + (rh + i) * 32 + ph);
+        loom_gemm_transpose16(r);
+        for (int i = 0; i < 16 && q + ph + i < kn; ++i)
+          _mm512_storeu_si512(out + (q + ph + i) * 32 + rh, r[i]);
+      }
+  }
+}
+
+int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
+                           int64_t end) {
+  if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
+                    *b = &args->tensors[2], *img = &args->tensors[4];
+  loom_gemm_plan pl;
+  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl);
+  if (rc) return rc;
+  if (pl.packed_bf16 || pl.use_acc || pl.kc > CG_KC || pl.nr != LOOM_GEMM_AVX512_NR ||
+      pl.batch1 != 1 || c->dtype != LOOM_FLOAT32 || img->dtype != LOOM_FLOAT32 ||
+      img->rank != 5)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t k[3], s[3], p[3], d[3], o[3];
+  cg_geometry(args->scalars + 2, k, s, p, d, o);
+  if (o[0] * o[1] * o[2] * img->sizes[0] != pl.k) return LOOM_ERROR_INVALID_ARGUMENT;
+  const char *ws = (const char *)args->tensors[3].data;
+  loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
+  const int64_t cg = pl.n / (k[0] * k[1] * k[2]); /* channels per group */
+  float buf[CG_KC * LOOM_GEMM_AVX512_NR], bt[CG_KC * LOOM_GEMM_AVX512_NR];
+  cg_seg seg[2 * (CG_KC / LOOM_GEMM_AVX512_NR) + CG_KC];
+
+  for (int64_t tile = begin; tile < end; ++tile) {
+    int64_t q = tile % pl.n_panels, grp = tile / pl.n_panels;
+    int64_t r0 = q * LOOM_GEMM_AVX512_NR;
+    int64_t rows = pl.n - r0 < LOOM_GEMM_AVX512_NR ? pl.n - r0 : LOOM_GEMM_AVX512_NR;
+    float *tc = (float *)c->data + grp * c->strides[1] + r0;
+    const int64_t ldt = c->strides[2];
+    for (int64_t i = 0; i < pl.m; ++i)
+      for (int64_t j = 0; j < rows; ++j) tc[i * ldt + j] = 0.0f;
+    const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
+    for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
+      int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
+      int64_t panels = (kc + 31) / 32;
+      /* Rows past the weight's end and positions past the block's are 0. */
+      if (rows < 32 || kc < panels * 32) memset(buf, 0, sizeof buf);
+      int nseg = cg_segments(pc, kc, o, seg);
+      cg_gather(buf, 32, rows, r0, seg, nseg, img, grp * cg, k, s, p, d);
+      cg_transpose(bt, buf, kc);
+      for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+        const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
+        int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
+        ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows);
+      }
+    }
+  }
+  return 0;
+}

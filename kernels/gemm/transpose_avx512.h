@@ -1,0 +1,36 @@
+/* kernels/gemm/transpose_avx512.h — in-register transpose for the AVX-512
+ * packs; include only from files built with AVX-512 flags. */
+#ifndef LOOM_KERNELS_GEMM_TRANSPOSE_AVX512_H
+#define LOOM_KERNELS_GEMM_TRANSPOSE_AVX512_H
+
+#include <immintrin.h>
+
+/* r[i] = row i of a 16 x 16 block of 32-bit words -> r[j] = column j. */
+static inline void loom_gemm_transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  /* Each 128-bit lane j of r[4q + c] now holds column 4j + c of rows
+   * 4q..4q+3; gather the four row quarters of every column. */
+  for (int q = 0; q < 16; q += 8)
+    for (int c = 0; c < 4; ++c) {
+      t[q + c] = _mm512_shuffle_i32x4(r[q + c], r[q + 4 + c], 0x88);
+      t[q + 4 + c] = _mm512_shuffle_i32x4(r[q + c], r[q + 4 + c], 0xdd);
+    }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
+#endif /* LOOM_KERNELS_GEMM_TRANSPOSE_AVX512_H */
