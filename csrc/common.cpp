@@ -20,6 +20,9 @@ void raise_status(loom_status status, const char* what) {
     case LOOM_ERROR_NOT_SUPPORTED:
       TORCH_CHECK_NOT_IMPLEMENTED(false, what, ": not supported on loom: ",
                                   detail);
+    case LOOM_ERROR_INDEX_OUT_OF_RANGE:
+      // IndexError, as the CPU backend raises for a bad index.
+      TORCH_CHECK_INDEX(false, what, ": ", detail);
     case LOOM_ERROR_INVALID_ARGUMENT:
       // RuntimeError, as the CPU backend raises for the same misuse.
       TORCH_CHECK(false, what, ": invalid argument: ", detail);
@@ -86,12 +89,8 @@ void launch(const char* name, loom_kernel_fn fn,
   desc.num_scalars = static_cast<uint32_t>(scalars.size());
   desc.range = range;
   desc.grain = grain < 1 ? 1 : grain;
-  // Kernels registered out of tree get no device guard from the dispatcher:
-  // run on the device that owns the operands, not on the current one.
-  for (size_t i = 0; device < 0 && i < tensors.size(); ++i) {
-    if (tensors[i].data != nullptr)
-      device = static_cast<c10::DeviceIndex>(loom_pointer_device(tensors[i].data));
-  }
+  // ATen kernels never wait for the host: a tiny one may run right here.
+  desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
   check(loom_launch(current_stream(device), &desc), name);
 }
 

@@ -11,9 +11,10 @@
 namespace torch_loom {
 
 // Turns a failed status into the matching c10 exception (OOM ->
-// c10::OutOfMemoryError, invalid argument -> c10::ValueError or
-// c10::Error, unsupported -> c10::NotImplementedError), with `what` (the op
-// or call) and loom_last_error() in the message. The only place that does so.
+// c10::OutOfMemoryError, invalid argument -> c10::Error, index out of range
+// -> c10::IndexError, unsupported -> c10::NotImplementedError), with `what`
+// (the op or call) and loom_last_error() in the message. The only place that
+// does so.
 [[noreturn]] void raise_status(loom_status status, const char* what);
 
 inline void check(loom_status status, const char* what) {
@@ -33,9 +34,9 @@ loom_tensor describe(const at::Tensor& t, const char* op);
 loom_stream_t* current_stream(c10::DeviceIndex device = -1);
 
 // Enqueues `fn` over [0, range) in chunks of `grain` on the current stream of
-// `device` (-1: the device owning the first operand with data, else the
-// current device), after checking the stream for pending
-// asynchronous errors. Descriptors and scalars are copied.
+// `device` (-1: the current device, which the registration guard of
+// register.h has made the operands' device), after checking the stream for
+// pending asynchronous errors. Descriptors and scalars are copied.
 void launch(const char* name, loom_kernel_fn fn,
             c10::ArrayRef<loom_tensor> tensors,
             c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,

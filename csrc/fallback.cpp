@@ -117,6 +117,10 @@ void clear_fallback_record() {
   g_counts.clear();
 }
 
+// No device guard (register.h) here: the CPU kernel needs none, and
+// cpu_fallback brings results back with loom ops (_to_copy to the first
+// tensor argument's device, _copy_from_and_resize into inputs), which hold
+// their own.
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&loom_cpu_fallback>());
 }

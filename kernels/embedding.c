@@ -23,7 +23,9 @@ int loom_embedding_backward_bucket(const loom_kernel_args *args,
       /* leave empty buckets behind: the row pass that may still run on
        * this stream then reads nothing */
       for (int64_t k = 0; k <= nw; ++k) offsets[k] = 0;
-      return LOOM_ERROR_INVALID_ARGUMENT;
+      return loom_error(LOOM_ERROR_INDEX_OUT_OF_RANGE,
+                        "index %lld is out of range for %lld embeddings",
+                        (long long)r, (long long)nw);
     }
     offsets[r + 1]++;
   }

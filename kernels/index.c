@@ -23,11 +23,18 @@ static int64_t ix_offset(const loom_tensor *shape, const loom_tensor *t,
 }
 
 /* The index at element offset `off`, checked against [0, limit) as the CPU
- * backend does (negative indices are errors here, not wrapped); -1 if out
- * of range. */
-static int64_t ix_value(const loom_tensor *index, int64_t off, int64_t limit) {
+ * backend does (negative indices are errors, except where `wrap` says they
+ * count from the end, as index_fill's do); -1 if out of range, with the
+ * reason left for the runtime by loom_error(). */
+static int64_t ix_value(const loom_tensor *index, int64_t off, int64_t limit,
+                        int32_t dim, int wrap) {
   const int64_t v = loom_nn_load_index(index->data, index->dtype, off);
-  return (v < 0 || v >= limit) ? -1 : v;
+  if (v >= 0 && v < limit) return v;
+  if (wrap && v < 0 && v >= -limit) return v + limit;
+  loom_error(LOOM_ERROR_INDEX_OUT_OF_RANGE,
+             "index %lld is out of bounds for dimension %d with size %lld",
+             (long long)v, (int)dim, (long long)limit);
+  return -1;
 }
 
 typedef struct ix_value_t {
@@ -103,8 +110,8 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
           if (op == LOOM_INDEX_GATHER) ioff += c * t2->strides[d];
         }
         if (op == LOOM_INDEX_SELECT) ioff = t2->rank ? k * t2->strides[0] : 0;
-        const int64_t v = ix_value(t2, ioff, limit);
-        if (v < 0) return LOOM_ERROR_INVALID_ARGUMENT;
+        const int64_t v = ix_value(t2, ioff, limit, dim, 0);
+        if (v < 0) return LOOM_ERROR_INDEX_OUT_OF_RANGE;
         if (t1->rank) src += v * t1->strides[dim];
         ix_store(t0, dst, integral, ix_load(t1, src, integral));
       }
@@ -121,8 +128,8 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
         const int64_t db = ix_offset(t1, t0, row, skip);
         const int64_t sb = t2 && t2->data ? ix_offset(t1, t2, row, skip) : 0;
         for (int64_t k = 0; k < n; ++k) {
-          const int64_t v = ix_value(t1, xb + k * xs, limit);
-          if (v < 0) return LOOM_ERROR_INVALID_ARGUMENT;
+          const int64_t v = ix_value(t1, xb + k * xs, limit, dim, 0);
+          if (v < 0) return LOOM_ERROR_INDEX_OUT_OF_RANGE;
           const ix_val x = t2 && t2->data ? ix_load(t2, sb + k * ss, integral) : scalar;
           ix_apply(t0, db + v * ds, integral, reduce, x);
         }
@@ -141,8 +148,8 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
         const int64_t db = ix_offset(t2, t0, row, skip);
         const int64_t sb = ix_offset(t2, t2, row, skip);
         for (int64_t k = 0; k < n; ++k) {
-          const int64_t v = ix_value(t1, k * xs, limit);
-          if (v < 0) return LOOM_ERROR_INVALID_ARGUMENT;
+          const int64_t v = ix_value(t1, k * xs, limit, dim, 0);
+          if (v < 0) return LOOM_ERROR_INDEX_OUT_OF_RANGE;
           ix_val x = ix_load(t2, sb + k * ss, integral);
           if (op == LOOM_INDEX_ADD) {
             x.f *= scalar.f;
@@ -162,8 +169,8 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
       for (int64_t row = begin; row < end; ++row) {
         const int64_t db = ix_offset(t0, t0, row, skip);
         for (int64_t k = 0; k < n; ++k) {
-          const int64_t v = ix_value(t1, k * xs, limit);
-          if (v < 0) return LOOM_ERROR_INVALID_ARGUMENT;
+          const int64_t v = ix_value(t1, k * xs, limit, dim, 1);
+          if (v < 0) return LOOM_ERROR_INDEX_OUT_OF_RANGE;
           ix_store(t0, db + v * ds, integral, scalar);
         }
       }

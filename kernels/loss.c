@@ -42,7 +42,9 @@ static int nll_term(const nll_view *v, int64_t ns, double *loss, double *w) {
     return LOOM_OK;
   }
   if (tgt < 0 || tgt >= v->c)
-    return LOOM_ERROR_INVALID_ARGUMENT;
+    return loom_error(LOOM_ERROR_INDEX_OUT_OF_RANGE,
+                      "Target %lld is out of bounds (%lld classes).",
+                      (long long)tgt, (long long)v->c);
   *w = v->weight->data ? loom_nn_load(v->weight->data, v->weight->dtype,
                                       tgt * v->weight->strides[0])
                        : 1.0;
@@ -116,7 +118,9 @@ int loom_nll_loss_backward(const loom_kernel_args *args, int64_t begin,
         loom_nn_load_index(t->data, t->dtype, n * t->strides[0] + s * t->strides[1]);
     if (tgt == ignore) continue;
     if (tgt < 0 || tgt >= c_len)
-      return LOOM_ERROR_INVALID_ARGUMENT;
+      return loom_error(LOOM_ERROR_INDEX_OUT_OF_RANGE,
+                        "Target %lld is out of bounds (%lld classes).",
+                        (long long)tgt, (long long)c_len);
     const double w = wt->data ? loom_nn_load(wt->data, wt->dtype, tgt * wt->strides[0]) : 1.0;
     const double g = reduction == LOOM_REDUCTION_NONE
                          ? loom_nn_load(go->data, go->dtype, ns)

@@ -52,9 +52,12 @@ def _restore_fallback_mode():
 @pytest.fixture
 def no_fallback():
     """Runs a test with the CPU fallback raising, so every op it reaches must
-    have a native loom kernel."""
+    have a native loom kernel, and checks that none ran on the CPU. (The
+    autouse fixture above restores the mode.)"""
     torch.loom.set_fallback_mode("error")
+    torch.loom.clear_fallback_ops()
     yield
+    assert torch.loom.fallback_ops() == {}
 
 
 @pytest.fixture

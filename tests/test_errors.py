@@ -52,3 +52,62 @@ def test_random_bad_arguments(loom):
         x.bernoulli_(1.5)
     with pytest.raises(RuntimeError, match="from"):
         x.random_(5, 3)
+
+
+def _rows(device):
+    return torch.arange(12.0).reshape(3, 4).to(device)
+
+
+def _idx(values, device):
+    return torch.tensor(values, device=device)
+
+
+# Each op with an index out of range; the name the error must carry, and the
+# bad index.
+OUT_OF_RANGE = {
+    "index_select": (lambda d: _rows(d).index_select(0, _idx([0, 5], d)), "5"),
+    "gather": (lambda d: _rows(d).gather(1, _idx([[0], [7], [1]], d)), "7"),
+    "scatter": (lambda d: torch.zeros(3, 4, device=d).scatter_(
+        1, _idx([[0], [9], [1]], d), 1.0), "9"),
+    "scatter_add": (lambda d: torch.zeros(3, 4, device=d).scatter_add_(
+        1, _idx([[0], [-1], [1]], d), torch.ones(3, 1, device=d)), "-1"),
+    "index_add": (lambda d: torch.zeros(3, 4, device=d).index_add_(
+        0, _idx([0, 3], d), torch.ones(2, 4, device=d)), "3"),
+    "embedding": (lambda d: torch.nn.functional.embedding(_idx([[1, 8]], d), _rows(d)), "8"),
+    "nll_loss": (lambda d: torch.nn.functional.nll_loss(
+        _rows(d).log_softmax(1), _idx([1, 6, 2], d)), "6"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_OF_RANGE))
+@pytest.mark.parametrize("sync", ["synchronize", "cpu"])
+def test_index_out_of_range_is_an_index_error(loom, name, sync):
+    fn, bad = OUT_OF_RANGE[name]
+    # The CPU backend raises IndexError or (gather, scatter, index_add)
+    # RuntimeError; loom raises IndexError for all.
+    with pytest.raises((IndexError, RuntimeError), match="out of"):
+        fn("cpu")
+    # The kernel finds the index, so the error surfaces at the next
+    # synchronizing call, with the op and the index in its message.
+    with pytest.raises(IndexError, match=rf"{name}\w*: (index|Target) {bad} is out of bounds"):
+        r = fn("loom")
+        if sync == "synchronize":
+            loom.synchronize()
+        else:
+            r.cpu()
+    # reported once; the stream works afterwards
+    loom.synchronize()
+    x = torch.arange(6.0, device="loom")
+    assert (x * 2).sum().item() == 30.0
+    assert _rows("loom").index_select(0, _idx([2, 0], "loom")).cpu().tolist() == [
+        [8.0, 9.0, 10.0, 11.0], [0.0, 1.0, 2.0, 3.0]]
+
+
+def test_index_error_on_a_side_stream(loom):
+    s = loom.Stream()
+    with loom.stream(s):
+        _rows("loom").gather(0, _idx([[3, 0, 0, 0]], "loom"))
+    with pytest.raises(IndexError, match="gather: index 3 is out of bounds"):
+        s.synchronize()
+    s.synchronize()
+    loom.synchronize()

@@ -56,19 +56,66 @@ def test_two_devices(py):
     assert "ok 1" in out
 
 
-@pytest.mark.xfail(reason="c10's copy-on-write materialisation allocates on the "
-                   "current device; loom kernels get no device guard, so the copy "
-                   "lands on loom:0 for a loom:1 tensor", strict=False)
 def test_copy_on_write_on_the_non_current_device(py):
+    # c10 materialises a lazy clone on the current device; the kernel's
+    # device guard must make that loom:1, not loom:0.
     out = py(
         """
         import torch
+        loom = torch.loom
         w = torch.arange(8.0, device="loom:1")
         v = torch._lazy_clone(w)
         v.add_(1)
         assert w.cpu().tolist() == list(map(float, range(8)))
         assert v.cpu().tolist() == list(map(float, range(1, 9)))
         assert v.untyped_storage().data_ptr() != w.untyped_storage().data_ptr()
+        assert loom.memory_allocated(0) == 0, loom.memory_allocated(0)
+        assert loom.memory_allocated(1) >= 2 * 8 * 4
+        assert loom.current_device() == 0
+        print("ok")
+        """,
+        env={"LOOM_NUM_DEVICES": "2"},
+    ).stdout
+    assert "ok" in out
+
+
+def test_ops_on_the_non_current_device(py):
+    # With loom:0 current, ops on loom:1 operands allocate, run and leave
+    # their results on loom:1, and the current device stays loom:0.
+    out = py(
+        """
+        import torch
+        loom = torch.loom
+        torch.manual_seed(0)
+        a_cpu, b_cpu = torch.randn(16, 8), torch.randn(8, 4)
+        a, b = a_cpu.to("loom:1"), b_cpu.to("loom:1")
+        assert loom.current_device() == 0
+        results = {
+            "add": (a + 1.5, a_cpu + 1.5),
+            "mul_": (a.clone().mul_(a), a_cpu.clone().mul_(a_cpu)),
+            # writing to a lazy clone copies its storage on the current device
+            "lazy_clone.mul_": (torch._lazy_clone(a).mul_(2), a_cpu * 2),
+            "lazy_clone.exp_": (torch._lazy_clone(a).exp_(), a_cpu.exp()),
+            "lazy_clone.index_fill_": (
+                torch._lazy_clone(a).index_fill_(0, torch.tensor([1], device="loom:1"), 0.0),
+                a_cpu.index_fill(0, torch.tensor([1]), 0.0)),
+            "sum": (a.sum(dim=0), a_cpu.sum(dim=0)),
+            "amax": (a.amax(), a_cpu.amax()),
+            "mm": (a @ b, a_cpu @ b_cpu),
+            "softmax": (a.softmax(-1), a_cpu.softmax(-1)),
+            "index_select": (a.index_select(0, torch.tensor([3, 1], device="loom:1")),
+                             a_cpu.index_select(0, torch.tensor([3, 1]))),
+            "zeros_like": (torch.zeros_like(a), torch.zeros_like(a_cpu)),
+            "full_like": (torch.full_like(a, 2.0), torch.full_like(a_cpu, 2.0)),
+            "rand_like": (torch.rand_like(a), None),
+        }
+        loom.synchronize(1)
+        for name, (got, want) in results.items():
+            assert got.device == torch.device("loom", 1), (name, got.device)
+            if want is not None:
+                torch.testing.assert_close(got.cpu(), want, msg=name)
+        assert loom.memory_allocated(0) == 0, loom.memory_allocated(0)
+        assert loom.current_device() == 0
         print("ok")
         """,
         env={"LOOM_NUM_DEVICES": "2"},

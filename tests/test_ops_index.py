@@ -5,25 +5,12 @@ repeat, narrow_copy, and out-of-range indices. Nothing may fall back."""
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
-    reason="loom device not built")
+    reason="loom device not built")]
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
           torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    """Every op here must run natively: the CPU fallback is an error."""
-    previous = torch.loom.get_fallback_mode()
-    torch.loom.set_fallback_mode("error")
-    torch.loom.clear_fallback_ops()
-    try:
-        yield
-        assert torch.loom.fallback_ops() == {}
-    finally:
-        torch.loom.set_fallback_mode(previous)
 
 
 def make(shape, dtype, seed=0):
@@ -127,6 +114,8 @@ def test_select_gather_scatter(dtype):
     check(lambda d, t, i, s: t.clone().index_copy_(1, i, s), x,
           torch.tensor([6, 0, 3, 2]), make((5, 4), dtype, seed=5))
     check(lambda d, t, i: t.clone().index_fill_(1, i, 1), x, idx)
+    # index_fill counts negative indices from the end, as the CPU does
+    check(lambda d, t, i: t.clone().index_fill_(1, i, 1), x, torch.tensor([-1, -7, 2]))
     mask = make((5, 7), torch.bool, seed=6)
     check(lambda d, t, m: t.masked_fill(m, 1), x, mask)
     check(lambda d, t, m: t.clone().masked_fill_(m[0], torch.tensor(0, dtype=t.dtype, device=d)), x, mask)
@@ -145,6 +134,9 @@ def test_index_errors():
         torch.loom.synchronize()
     with pytest.raises((IndexError, RuntimeError), match="gather|out of range"):
         torch.gather(xd, 1, torch.tensor([[70]], device="loom"))
+        torch.loom.synchronize()
+    with pytest.raises(IndexError, match="index_fill_: index -8 is out of bounds"):
+        xd.clone().index_fill_(1, torch.tensor([-8], device="loom"), 0.0)
         torch.loom.synchronize()
     assert (xd + 1).cpu().shape == (5, 7)
 

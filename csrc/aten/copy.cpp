@@ -12,6 +12,7 @@
 #include "host_allocator.h"
 #include "kernels/copy.h"
 #include "stream.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -237,9 +238,9 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_copy_from", copy_from);
-  m.impl("_copy_from_and_resize", copy_from_and_resize);
-  m.impl("_local_scalar_dense", local_scalar_dense);
+  LOOM_IMPL(m, "_copy_from", copy_from);
+  LOOM_IMPL(m, "_copy_from_and_resize", copy_from_and_resize);
+  LOOM_IMPL(m, "_local_scalar_dense", local_scalar_dense);
 }
 
 }  // namespace torch_loom

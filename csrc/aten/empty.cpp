@@ -1,12 +1,12 @@
 // Tensor creation: empty.memory_format and empty_strided allocate through
 // the loom allocator on the requested device.
 #include <ATen/EmptyTensor.h>
-#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include "allocator.h"
 #include "common.h"
 #include "device.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -34,7 +34,6 @@ at::Tensor empty_memory_format(c10::IntArrayRef size,
                                std::optional<c10::MemoryFormat> memory_format) {
   c10::Device device = c10::device_or_default(device_opt);
   check_options("empty", device, layout, pin_memory);
-  c10::DeviceGuard guard(device);
   return at::detail::empty_generic(size, device_allocator(), kLoomKeys,
                                    c10::dtype_or_default(dtype),
                                    memory_format);
@@ -47,7 +46,6 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<bool> pin_memory) {
   c10::Device device = c10::device_or_default(device_opt);
   check_options("empty_strided", device, layout, pin_memory);
-  c10::DeviceGuard guard(device);
   return at::detail::empty_strided_generic(size, stride, device_allocator(),
                                            kLoomKeys,
                                            c10::dtype_or_default(dtype));
@@ -56,8 +54,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("empty.memory_format", empty_memory_format);
-  m.impl("empty_strided", empty_strided);
+  LOOM_IMPL(m, "empty.memory_format", empty_memory_format);
+  LOOM_IMPL(m, "empty_strided", empty_strided);
 }
 
 }  // namespace torch_loom

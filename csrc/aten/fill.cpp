@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "kernels/fill.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -54,9 +55,9 @@ at::Tensor& zero(at::Tensor& self) { return fill_scalar(self, 0); }
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("fill_.Scalar", fill_scalar);
-  m.impl("fill_.Tensor", fill_tensor);
-  m.impl("zero_", zero);
+  LOOM_IMPL(m, "fill_.Scalar", fill_scalar);
+  LOOM_IMPL(m, "fill_.Tensor", fill_tensor);
+  LOOM_IMPL(m, "zero_", zero);
 }
 
 }  // namespace torch_loom

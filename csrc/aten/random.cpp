@@ -19,6 +19,7 @@
 #include "common.h"
 #include "generator.h"
 #include "kernels/random.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -213,19 +214,19 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("uniform_", uniform_);
-  m.impl("normal_", normal_);
-  m.impl("exponential_", exponential_);
-  m.impl("random_", random_);
-  m.impl("random_.from", random_from);
-  m.impl("random_.to", random_to);
-  m.impl("bernoulli_.float", bernoulli_float);
-  m.impl("bernoulli_.Tensor", bernoulli_tensor);
-  m.impl("native_dropout", native_dropout);
-  m.impl("native_dropout_backward", native_dropout_backward);
-  m.impl("normal.Tensor_float", normal_tensor_float);
-  m.impl("normal.float_Tensor", normal_float_tensor);
-  m.impl("normal.Tensor_Tensor", normal_tensor_tensor);
+  LOOM_IMPL(m, "uniform_", uniform_);
+  LOOM_IMPL(m, "normal_", normal_);
+  LOOM_IMPL(m, "exponential_", exponential_);
+  LOOM_IMPL(m, "random_", random_);
+  LOOM_IMPL(m, "random_.from", random_from);
+  LOOM_IMPL(m, "random_.to", random_to);
+  LOOM_IMPL(m, "bernoulli_.float", bernoulli_float);
+  LOOM_IMPL(m, "bernoulli_.Tensor", bernoulli_tensor);
+  LOOM_IMPL(m, "native_dropout", native_dropout);
+  LOOM_IMPL(m, "native_dropout_backward", native_dropout_backward);
+  LOOM_IMPL(m, "normal.Tensor_float", normal_tensor_float);
+  LOOM_IMPL(m, "normal.float_Tensor", normal_float_tensor);
+  LOOM_IMPL(m, "normal.Tensor_Tensor", normal_tensor_tensor);
 }
 
 }  // namespace torch_loom

@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "allocator.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -17,7 +18,7 @@ void record_stream_op(at::Tensor& self, c10::Stream stream) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("record_stream", record_stream_op);
+  LOOM_IMPL(m, "record_stream", record_stream_op);
 }
 
 }  // namespace torch_loom

@@ -8,6 +8,7 @@
 
 #include "allocator.h"
 #include "common.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -72,11 +73,11 @@ at::Tensor& set_empty(at::Tensor& self) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("resize_", resize_);
-  m.impl("set_.source_Storage_storage_offset", set_storage_offset);
-  m.impl("set_.source_Storage", set_storage);
-  m.impl("set_.source_Tensor", set_tensor);
-  m.impl("set_", set_empty);
+  LOOM_IMPL(m, "resize_", resize_);
+  LOOM_IMPL(m, "set_.source_Storage_storage_offset", set_storage_offset);
+  LOOM_IMPL(m, "set_.source_Storage", set_storage);
+  LOOM_IMPL(m, "set_.source_Tensor", set_tensor);
+  LOOM_IMPL(m, "set_", set_empty);
 }
 
 }  // namespace torch_loom

@@ -6,6 +6,8 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include "register.h"
+
 namespace torch_loom {
 namespace {
 
@@ -32,9 +34,9 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("as_strided", as_strided);
-  m.impl("view", view);
-  m.impl("_reshape_alias", reshape_alias);
+  LOOM_IMPL(m, "as_strided", as_strided);
+  LOOM_IMPL(m, "view", view);
+  LOOM_IMPL(m, "_reshape_alias", reshape_alias);
 }
 
 }  // namespace torch_loom

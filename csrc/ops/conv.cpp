@@ -17,6 +17,7 @@
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm.h"
 #include "ops/linalg_gemm.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -447,8 +448,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable", convolution);
-  m.impl("convolution_backward_overrideable", convolution_backward);
+  LOOM_IMPL(m, "convolution_overrideable", convolution);
+  LOOM_IMPL(m, "convolution_backward_overrideable", convolution_backward);
 }
 
 }  // namespace torch_loom

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "kernels/factory.h"
 #include "kernels/scan.h"
+#include "register.h"
 
 namespace torch_loom::factory {
 namespace {
@@ -151,23 +152,23 @@ void cummin_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indic
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("arange.start_out", arange_out);
-  m.impl("linspace.out", linspace_out);
-  m.impl("logspace.out", logspace_out);
-  m.impl("eye.out", eye_out);
-  m.impl("eye.m_out", eye_m_out);
-  m.impl("tril", tril);
-  m.impl("tril.out", tril_out);
-  m.impl("tril_", tril_);
-  m.impl("triu", triu);
-  m.impl("triu.out", triu_out);
-  m.impl("triu_", triu_);
-  m.impl("cumsum", cumsum);
-  m.impl("cumsum.out", cumsum_out);
-  m.impl("cumprod", cumprod);
-  m.impl("cumprod.out", cumprod_out);
-  m.impl("_cummax_helper", cummax_helper);
-  m.impl("_cummin_helper", cummin_helper);
+  LOOM_IMPL(m, "arange.start_out", arange_out);
+  LOOM_IMPL(m, "linspace.out", linspace_out);
+  LOOM_IMPL(m, "logspace.out", logspace_out);
+  LOOM_IMPL(m, "eye.out", eye_out);
+  LOOM_IMPL(m, "eye.m_out", eye_m_out);
+  LOOM_IMPL(m, "tril", tril);
+  LOOM_IMPL(m, "tril.out", tril_out);
+  LOOM_IMPL(m, "tril_", tril_);
+  LOOM_IMPL(m, "triu", triu);
+  LOOM_IMPL(m, "triu.out", triu_out);
+  LOOM_IMPL(m, "triu_", triu_);
+  LOOM_IMPL(m, "cumsum", cumsum);
+  LOOM_IMPL(m, "cumsum.out", cumsum_out);
+  LOOM_IMPL(m, "cumprod", cumprod);
+  LOOM_IMPL(m, "cumprod.out", cumprod_out);
+  LOOM_IMPL(m, "_cummax_helper", cummax_helper);
+  LOOM_IMPL(m, "_cummin_helper", cummin_helper);
 }
 
 }  // namespace

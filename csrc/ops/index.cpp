@@ -16,6 +16,7 @@
 #include "kernels/copy.h"
 #include "kernels/index.h"
 #include "ops/pointwise_iter.h"
+#include "register.h"
 
 namespace torch_loom::index {
 namespace {
@@ -446,45 +447,45 @@ at::Tensor narrow_copy(const at::Tensor& self, int64_t dim, int64_t start, int64
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // unfold is a view (as_strided over the same storage); repeat uses it.
-  m.impl("unfold", at::native::unfold);
-  m.impl("index_select", index_select);
-  m.impl("index_select.out", index_select_out);
-  m.impl("gather", gather);
-  m.impl("gather.out", gather_out);
-  m.impl("scatter.src", scatter_src);
-  m.impl("scatter.src_out", scatter_src_out);
-  m.impl("scatter_.src", scatter_src_);
-  m.impl("scatter.value", scatter_value);
-  m.impl("scatter.value_out", scatter_value_out);
-  m.impl("scatter_.value", scatter_value_);
-  m.impl("scatter.reduce", scatter_reduce);
-  m.impl("scatter.reduce_out", scatter_reduce_out);
-  m.impl("scatter_.reduce", scatter_reduce_);
-  m.impl("scatter.value_reduce", scatter_value_reduce);
-  m.impl("scatter.value_reduce_out", scatter_value_reduce_out);
-  m.impl("scatter_.value_reduce", scatter_value_reduce_);
-  m.impl("scatter_add", scatter_add);
-  m.impl("scatter_add.out", scatter_add_out);
-  m.impl("scatter_add_", scatter_add_);
-  m.impl("scatter_reduce.two", scatter_reduce_two);
-  m.impl("scatter_reduce.two_out", scatter_reduce_two_out);
-  m.impl("scatter_reduce_.two", scatter_reduce_two_);
-  m.impl("index_add", index_add);
-  m.impl("index_add.out", index_add_out);
-  m.impl("index_add_", index_add_);
-  m.impl("index_copy", index_copy);
-  m.impl("index_copy.out", index_copy_out);
-  m.impl("index_copy_", index_copy_);
-  m.impl("index_fill_.int_Scalar", index_fill_scalar_);
-  m.impl("index_fill_.int_Tensor", index_fill_tensor_);
-  m.impl("masked_fill_.Scalar", masked_fill_scalar_);
-  m.impl("masked_fill_.Tensor", masked_fill_tensor_);
-  m.impl("cat", cat);
-  m.impl("cat.out", cat_out);
-  m.impl("flip", flip);
-  m.impl("roll", roll_dims);
-  m.impl("narrow_copy", narrow_copy);
-  m.impl("narrow_copy.out", narrow_copy_out);
+  LOOM_IMPL(m, "unfold", at::native::unfold);
+  LOOM_IMPL(m, "index_select", index_select);
+  LOOM_IMPL(m, "index_select.out", index_select_out);
+  LOOM_IMPL(m, "gather", gather);
+  LOOM_IMPL(m, "gather.out", gather_out);
+  LOOM_IMPL(m, "scatter.src", scatter_src);
+  LOOM_IMPL(m, "scatter.src_out", scatter_src_out);
+  LOOM_IMPL(m, "scatter_.src", scatter_src_);
+  LOOM_IMPL(m, "scatter.value", scatter_value);
+  LOOM_IMPL(m, "scatter.value_out", scatter_value_out);
+  LOOM_IMPL(m, "scatter_.value", scatter_value_);
+  LOOM_IMPL(m, "scatter.reduce", scatter_reduce);
+  LOOM_IMPL(m, "scatter.reduce_out", scatter_reduce_out);
+  LOOM_IMPL(m, "scatter_.reduce", scatter_reduce_);
+  LOOM_IMPL(m, "scatter.value_reduce", scatter_value_reduce);
+  LOOM_IMPL(m, "scatter.value_reduce_out", scatter_value_reduce_out);
+  LOOM_IMPL(m, "scatter_.value_reduce", scatter_value_reduce_);
+  LOOM_IMPL(m, "scatter_add", scatter_add);
+  LOOM_IMPL(m, "scatter_add.out", scatter_add_out);
+  LOOM_IMPL(m, "scatter_add_", scatter_add_);
+  LOOM_IMPL(m, "scatter_reduce.two", scatter_reduce_two);
+  LOOM_IMPL(m, "scatter_reduce.two_out", scatter_reduce_two_out);
+  LOOM_IMPL(m, "scatter_reduce_.two", scatter_reduce_two_);
+  LOOM_IMPL(m, "index_add", index_add);
+  LOOM_IMPL(m, "index_add.out", index_add_out);
+  LOOM_IMPL(m, "index_add_", index_add_);
+  LOOM_IMPL(m, "index_copy", index_copy);
+  LOOM_IMPL(m, "index_copy.out", index_copy_out);
+  LOOM_IMPL(m, "index_copy_", index_copy_);
+  LOOM_IMPL(m, "index_fill_.int_Scalar", index_fill_scalar_);
+  LOOM_IMPL(m, "index_fill_.int_Tensor", index_fill_tensor_);
+  LOOM_IMPL(m, "masked_fill_.Scalar", masked_fill_scalar_);
+  LOOM_IMPL(m, "masked_fill_.Tensor", masked_fill_tensor_);
+  LOOM_IMPL(m, "cat", cat);
+  LOOM_IMPL(m, "cat.out", cat_out);
+  LOOM_IMPL(m, "flip", flip);
+  LOOM_IMPL(m, "roll", roll_dims);
+  LOOM_IMPL(m, "narrow_copy", narrow_copy);
+  LOOM_IMPL(m, "narrow_copy.out", narrow_copy_out);
 }
 
 }  // namespace

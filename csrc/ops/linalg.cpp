@@ -11,6 +11,7 @@
 
 #include "common.h"
 #include "ops/linalg_gemm.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -326,26 +327,26 @@ Tensor& addr_(Tensor& self, const Tensor& vec1, const Tensor& vec2,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("mm", mm);
-  m.impl("mm.out", mm_out);
-  m.impl("addmm", addmm);
-  m.impl("addmm.out", addmm_out);
-  m.impl("addmm_", addmm_);
-  m.impl("bmm", bmm);
-  m.impl("bmm.out", bmm_out);
-  m.impl("baddbmm", baddbmm);
-  m.impl("baddbmm.out", baddbmm_out);
-  m.impl("baddbmm_", baddbmm_);
-  m.impl("mv", mv);
-  m.impl("mv.out", mv_out);
-  m.impl("addmv", addmv);
-  m.impl("addmv.out", addmv_out);
-  m.impl("addmv_", addmv_);
-  m.impl("dot", dot_loom);
-  m.impl("vdot", vdot);
-  m.impl("addr", addr);
-  m.impl("addr.out", addr_out);
-  m.impl("addr_", addr_);
+  LOOM_IMPL(m, "mm", mm);
+  LOOM_IMPL(m, "mm.out", mm_out);
+  LOOM_IMPL(m, "addmm", addmm);
+  LOOM_IMPL(m, "addmm.out", addmm_out);
+  LOOM_IMPL(m, "addmm_", addmm_);
+  LOOM_IMPL(m, "bmm", bmm);
+  LOOM_IMPL(m, "bmm.out", bmm_out);
+  LOOM_IMPL(m, "baddbmm", baddbmm);
+  LOOM_IMPL(m, "baddbmm.out", baddbmm_out);
+  LOOM_IMPL(m, "baddbmm_", baddbmm_);
+  LOOM_IMPL(m, "mv", mv);
+  LOOM_IMPL(m, "mv.out", mv_out);
+  LOOM_IMPL(m, "addmv", addmv);
+  LOOM_IMPL(m, "addmv.out", addmv_out);
+  LOOM_IMPL(m, "addmv_", addmv_);
+  LOOM_IMPL(m, "dot", dot_loom);
+  LOOM_IMPL(m, "vdot", vdot);
+  LOOM_IMPL(m, "addr", addr);
+  LOOM_IMPL(m, "addr.out", addr_out);
+  LOOM_IMPL(m, "addr_", addr_);
 }
 
 }  // namespace torch_loom

@@ -13,6 +13,7 @@
 
 #include "kernels/attention.h"
 #include "ops/nn_util.h"
+#include "register.h"
 
 namespace torch_loom::nn {
 namespace {
@@ -185,10 +186,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_sdp_choice", TORCH_FN(sdp_choice));
-  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_forward));
-  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
-         TORCH_FN(sdpa_backward));
+  LOOM_IMPL(m, "_fused_sdp_choice", sdp_choice);
+  LOOM_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", sdpa_forward);
+  LOOM_IMPL(m, "_scaled_dot_product_fused_attention_overrideable_backward", sdpa_backward);
 }
 
 }  // namespace torch_loom::nn

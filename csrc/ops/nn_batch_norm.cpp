@@ -5,6 +5,7 @@
 
 #include "kernels/norm.h"
 #include "ops/nn_util.h"
+#include "register.h"
 
 namespace torch_loom::nn {
 namespace {
@@ -207,13 +208,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_backward(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("native_batch_norm", TORCH_FN(bn_native));
-  m.impl("native_batch_norm.out", TORCH_FN(native_batch_norm_out));
-  m.impl("_native_batch_norm_legit", TORCH_FN(legit));
-  m.impl("_native_batch_norm_legit.no_stats", TORCH_FN(legit_no_stats));
-  m.impl("_batch_norm_with_update", TORCH_FN(with_update));
-  m.impl("native_batch_norm_backward", TORCH_FN(native_batch_norm_backward));
-  m.impl("batch_norm_backward", TORCH_FN(batch_norm_backward));
+  LOOM_IMPL(m, "native_batch_norm", bn_native);
+  LOOM_IMPL(m, "native_batch_norm.out", native_batch_norm_out);
+  LOOM_IMPL(m, "_native_batch_norm_legit", legit);
+  LOOM_IMPL(m, "_native_batch_norm_legit.no_stats", legit_no_stats);
+  LOOM_IMPL(m, "_batch_norm_with_update", with_update);
+  LOOM_IMPL(m, "native_batch_norm_backward", native_batch_norm_backward);
+  LOOM_IMPL(m, "batch_norm_backward", batch_norm_backward);
 }
 
 }  // namespace torch_loom::nn

@@ -1,24 +1,54 @@
-// embedding_dense_backward on loom: bucket the indices, then reduce each row
-// of the gradient in occurrence order (no atomics, so deterministic).
+// embedding on loom: the forward is a row lookup launched under its own
+// name (so a bad index names embedding); the backward buckets the indices,
+// then reduces each row of the gradient in occurrence order (no atomics, so
+// deterministic).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include "kernels/embedding.h"
+#include "kernels/index.h"
 #include "ops/nn_util.h"
+#include "register.h"
 
 namespace torch_loom::nn {
 namespace {
+
+void check_indices(const at::Tensor& indices, const char* op) {
+  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
+              "Expected tensor for argument #1 'indices' to have one of the ",
+              "following scalar types: Long, Int; but got ",
+              indices.scalar_type(), " instead (while checking arguments for ",
+              op, ")");
+}
+
+at::Tensor embedding(const at::Tensor& weight, const at::Tensor& indices,
+                     c10::SymInt padding_idx, bool scale_grad_by_freq,
+                     bool sparse) {
+  static const char* op = "embedding";
+  TORCH_CHECK(weight.dim() == 2, "'weight' must be 2-D");
+  check_indices(indices, op);
+  check_loom(indices, weight, op, "indices");
+  std::vector<int64_t> shape = indices.sizes().vec();
+  shape.push_back(weight.size(1));
+  at::Tensor out = at::empty(shape, weight.options());
+  if (out.numel() == 0) return out;
+  const int64_t n = indices.numel(), d = weight.size(1);
+  const at::Tensor rows = out.view({n, d});
+  const at::Tensor idx = indices.reshape({n});
+  const loom_tensor t[3] = {describe(rows, op), describe(weight, op), describe(idx, op)};
+  // index_select along dim 0; the kernel checks each index against the rows.
+  const loom_scalar s[4] = {scalar_i(LOOM_INDEX_SELECT), scalar_i(0), scalar_i(0),
+                            scalar_i(0)};
+  launch(op, loom_kernel_index, t, s, n * d, grain_for(1), weight.device().index());
+  return out;
+}
 
 at::Tensor embedding_dense_backward(const at::Tensor& grad_output,
                                     const at::Tensor& indices,
                                     int64_t num_weights, int64_t padding_idx,
                                     bool scale_grad_by_freq) {
   static const char* op = "embedding_dense_backward";
-  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
-              "Expected tensor for argument #1 'indices' to have one of the ",
-              "following scalar types: Long, Int; but got ",
-              indices.scalar_type(), " instead (while checking arguments for ",
-              "embedding_backward)");
+  check_indices(indices, "embedding_backward");
   check_float(grad_output, op);
   check_loom(indices, grad_output, op, "indices");
   TORCH_CHECK(num_weights >= 0, op, ": num_weights must be non-negative");
@@ -60,7 +90,8 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
+  LOOM_IMPL(m, "embedding", embedding);
+  LOOM_IMPL(m, "embedding_dense_backward", embedding_dense_backward);
 }
 
 }  // namespace torch_loom::nn

@@ -7,6 +7,7 @@
 
 #include "kernels/loss.h"
 #include "ops/nn_util.h"
+#include "register.h"
 
 namespace torch_loom::nn {
 namespace {
@@ -338,21 +339,21 @@ at::Tensor binary_cross_entropy_backward(const at::Tensor& grad_output,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("nll_loss_forward", TORCH_FN(nll_forward_1d));
-  m.impl("nll_loss_forward.output", TORCH_FN(nll_loss_forward_out));
-  m.impl("nll_loss_backward", TORCH_FN(nll_backward_1d));
-  m.impl("nll_loss_backward.grad_input", TORCH_FN(nll_loss_backward_out));
-  m.impl("nll_loss2d_forward", TORCH_FN(nll_loss2d_forward));
-  m.impl("nll_loss2d_backward", TORCH_FN(nll_loss2d_backward));
-  m.impl("mse_loss", TORCH_FN(mse_forward));
-  m.impl("mse_loss.out", TORCH_FN(mse_loss_out));
-  m.impl("mse_loss_backward", TORCH_FN(mse_loss_backward));
-  m.impl("smooth_l1_loss", TORCH_FN(smooth_l1_loss));
-  m.impl("smooth_l1_loss_backward", TORCH_FN(smooth_l1_loss_backward));
-  m.impl("huber_loss", TORCH_FN(huber_loss));
-  m.impl("huber_loss_backward", TORCH_FN(huber_loss_backward));
-  m.impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy));
-  m.impl("binary_cross_entropy_backward", TORCH_FN(binary_cross_entropy_backward));
+  LOOM_IMPL(m, "nll_loss_forward", nll_forward_1d);
+  LOOM_IMPL(m, "nll_loss_forward.output", nll_loss_forward_out);
+  LOOM_IMPL(m, "nll_loss_backward", nll_backward_1d);
+  LOOM_IMPL(m, "nll_loss_backward.grad_input", nll_loss_backward_out);
+  LOOM_IMPL(m, "nll_loss2d_forward", nll_loss2d_forward);
+  LOOM_IMPL(m, "nll_loss2d_backward", nll_loss2d_backward);
+  LOOM_IMPL(m, "mse_loss", mse_forward);
+  LOOM_IMPL(m, "mse_loss.out", mse_loss_out);
+  LOOM_IMPL(m, "mse_loss_backward", mse_loss_backward);
+  LOOM_IMPL(m, "smooth_l1_loss", smooth_l1_loss);
+  LOOM_IMPL(m, "smooth_l1_loss_backward", smooth_l1_loss_backward);
+  LOOM_IMPL(m, "huber_loss", huber_loss);
+  LOOM_IMPL(m, "huber_loss_backward", huber_loss_backward);
+  LOOM_IMPL(m, "binary_cross_entropy", binary_cross_entropy);
+  LOOM_IMPL(m, "binary_cross_entropy_backward", binary_cross_entropy_backward);
 }
 
 }  // namespace torch_loom::nn

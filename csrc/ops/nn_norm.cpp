@@ -6,6 +6,7 @@
 
 #include "kernels/norm.h"
 #include "ops/nn_util.h"
+#include "register.h"
 
 namespace torch_loom::nn {
 namespace {
@@ -200,10 +201,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("native_layer_norm", TORCH_FN(layer_norm));
-  m.impl("native_layer_norm_backward", TORCH_FN(layer_norm_backward));
-  m.impl("native_group_norm", TORCH_FN(group_norm));
-  m.impl("native_group_norm_backward", TORCH_FN(group_norm_backward));
+  LOOM_IMPL(m, "native_layer_norm", layer_norm);
+  LOOM_IMPL(m, "native_layer_norm_backward", layer_norm_backward);
+  LOOM_IMPL(m, "native_group_norm", group_norm);
+  LOOM_IMPL(m, "native_group_norm_backward", group_norm_backward);
 }
 
 }  // namespace torch_loom::nn

@@ -5,6 +5,7 @@
 
 #include "kernels/optim.h"
 #include "ops/nn_util.h"
+#include "register.h"
 
 namespace torch_loom::nn {
 namespace {
@@ -172,12 +173,12 @@ void fused_sgd_tensor_lr(at::TensorList self, at::TensorList grads,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_adamw_", TORCH_FN(fused_adamw));
-  m.impl("_fused_adamw_.tensor_lr", TORCH_FN(fused_adamw_tensor_lr));
-  m.impl("_fused_adam_", TORCH_FN(fused_adam));
-  m.impl("_fused_adam_.tensor_lr", TORCH_FN(fused_adam_tensor_lr));
-  m.impl("_fused_sgd_", TORCH_FN(fused_sgd));
-  m.impl("_fused_sgd_.tensor_lr", TORCH_FN(fused_sgd_tensor_lr));
+  LOOM_IMPL(m, "_fused_adamw_", fused_adamw);
+  LOOM_IMPL(m, "_fused_adamw_.tensor_lr", fused_adamw_tensor_lr);
+  LOOM_IMPL(m, "_fused_adam_", fused_adam);
+  LOOM_IMPL(m, "_fused_adam_.tensor_lr", fused_adam_tensor_lr);
+  LOOM_IMPL(m, "_fused_sgd_", fused_sgd);
+  LOOM_IMPL(m, "_fused_sgd_.tensor_lr", fused_sgd_tensor_lr);
 }
 
 }  // namespace torch_loom::nn

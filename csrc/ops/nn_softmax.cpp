@@ -6,6 +6,7 @@
 
 #include "kernels/softmax.h"
 #include "ops/nn_util.h"
+#include "register.h"
 
 namespace torch_loom::nn {
 namespace {
@@ -125,14 +126,14 @@ at::Tensor& log_softmax_backward_out(const at::Tensor& grad,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_softmax", TORCH_FN(softmax));
-  m.impl("_softmax.out", TORCH_FN(softmax_out));
-  m.impl("_log_softmax", TORCH_FN(log_softmax));
-  m.impl("_log_softmax.out", TORCH_FN(log_softmax_out));
-  m.impl("_softmax_backward_data", TORCH_FN(softmax_backward));
-  m.impl("_softmax_backward_data.out", TORCH_FN(softmax_backward_out));
-  m.impl("_log_softmax_backward_data", TORCH_FN(log_softmax_backward));
-  m.impl("_log_softmax_backward_data.out", TORCH_FN(log_softmax_backward_out));
+  LOOM_IMPL(m, "_softmax", softmax);
+  LOOM_IMPL(m, "_softmax.out", softmax_out);
+  LOOM_IMPL(m, "_log_softmax", log_softmax);
+  LOOM_IMPL(m, "_log_softmax.out", log_softmax_out);
+  LOOM_IMPL(m, "_softmax_backward_data", softmax_backward);
+  LOOM_IMPL(m, "_softmax_backward_data.out", softmax_backward_out);
+  LOOM_IMPL(m, "_log_softmax_backward_data", log_softmax_backward);
+  LOOM_IMPL(m, "_log_softmax_backward_data.out", log_softmax_backward_out);
 }
 
 }  // namespace torch_loom::nn

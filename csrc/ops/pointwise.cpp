@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "ops/pointwise_iter.h"
+#include "register.h"
 
 namespace torch_loom::pw {
 namespace {
@@ -525,37 +526,51 @@ bool has_complex(const Args& a, torch::jit::Stack* stack) {
   return false;
 }
 
+void run_entry(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const Args a(op.schema(), stack);
+  if (has_complex(a, stack)) {
+    at::native::cpu_fallback(op, stack);
+    return;
+  }
+  switch (e.shape) {
+    case Shape::kUnary:
+    case Shape::kUnaryFloat:
+    case Shape::kUnaryBool: run_unary(e, a, stack); break;
+    case Shape::kPowScalar: run_pow_scalar(e, a, stack); break;
+    case Shape::kClamp: run_clamp(e, a, stack); break;
+    case Shape::kClampTensor: run_clamp_tensor(e, a, stack); break;
+    case Shape::kWhere: run_where(e, a, stack); break;
+    case Shape::kTernary: run_ternary(e, a, stack); break;
+    case Shape::kBackward: run_backward(e, a, stack); break;
+    default: run_binary(e, a, stack); break;
+  }
+}
+
 struct Kernel final : c10::OperatorKernel {
   explicit Kernel(const Entry* e) : entry(e) {}
   const Entry* entry;
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                   torch::jit::Stack* stack) {
-    const Args a(op.schema(), stack);
-    if (has_complex(a, stack)) {
-      at::native::cpu_fallback(op, stack);
-      return;
-    }
-    switch (entry->shape) {
-      case Shape::kUnary:
-      case Shape::kUnaryFloat:
-      case Shape::kUnaryBool: run_unary(*entry, a, stack); break;
-      case Shape::kPowScalar: run_pow_scalar(*entry, a, stack); break;
-      case Shape::kClamp: run_clamp(*entry, a, stack); break;
-      case Shape::kClampTensor: run_clamp_tensor(*entry, a, stack); break;
-      case Shape::kWhere: run_where(*entry, a, stack); break;
-      case Shape::kTernary: run_ternary(*entry, a, stack); break;
-      case Shape::kBackward: run_backward(*entry, a, stack); break;
-      default: run_binary(*entry, a, stack); break;
-    }
+    run_entry(*entry, op, stack);
   }
 };
 
 void register_entry(torch::Library& m, const Entry& e) {
   for (const std::string& base : {std::string(e.name), std::string(e.name) + "_"})
     for_each_overload(base, e.overloads, [&](const std::string& full) {
-      m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(&e)));
+      if (!has_fast_kernel(full)) impl_boxed<Kernel>(m, full.c_str(), &e);
     });
+}
+
+// The row of aten::<name> whose overload list holds `overload`.
+const Entry* find_entry(const char* name, const char* overload) {
+  for (const Entry& e : kEntries) {
+    if (std::strcmp(e.name, name) != 0) continue;
+    const std::string list = std::string(" ") + e.overloads + " ";
+    if (list.find(std::string(" ") + overload + " ") != std::string::npos) return &e;
+  }
+  return nullptr;
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -563,4 +578,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace
+
+TableKernel::TableKernel(const char* name, const char* overload)
+    : entry_(find_entry(name, overload)) {
+  TORCH_INTERNAL_ASSERT(entry_, "no pointwise table row for aten::", name, ".", overload);
+}
+
+void TableKernel::run(const c10::OperatorHandle& op, torch::jit::Stack* stack) const {
+  run_entry(*static_cast<const Entry*>(entry_), op, stack);
+}
 }  // namespace torch_loom::pw

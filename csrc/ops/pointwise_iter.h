@@ -69,6 +69,23 @@ void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
 // RuntimeError the CPU backend raises.
 void check_division(const char* name, const at::TensorIteratorBase& iter);
 
+// The table kernel of pointwise.cpp for aten::<name>.<overload> (either the
+// functional or the in-place form), for the unboxed kernels of
+// pointwise_fast.cpp when their fast path does not apply.
+class TableKernel {
+ public:
+  TableKernel(const char* name, const char* overload);
+  // Runs on a boxed call of `op`, leaving its result on `stack`.
+  void run(const c10::OperatorHandle& op, torch::jit::Stack* stack) const;
+
+ private:
+  const void* entry_;
+};
+
+// Whether "name.overload" has an unboxed kernel of its own in
+// pointwise_fast.cpp (the table then does not register it).
+bool has_fast_kernel(const std::string& full);
+
 // Calls fn("name.overload") for each overload in the space-separated list
 // ("-": the default overload) that aten::<base> has.
 void for_each_overload(const std::string& base, const char* overloads,

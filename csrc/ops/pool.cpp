@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "kernels/pool.h"
+#include "register.h"
 
 namespace torch_loom {
 namespace {
@@ -190,14 +191,14 @@ Tensor adaptive_max_pool2d_backward(const Tensor& grad_output, const Tensor& sel
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("max_pool2d_with_indices", max_pool2d_with_indices);
-  m.impl("max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);
-  m.impl("avg_pool2d", avg_pool2d);
-  m.impl("avg_pool2d_backward", avg_pool2d_backward);
-  m.impl("_adaptive_avg_pool2d", adaptive_avg_pool2d);
-  m.impl("_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
-  m.impl("adaptive_max_pool2d", adaptive_max_pool2d);
-  m.impl("adaptive_max_pool2d_backward", adaptive_max_pool2d_backward);
+  LOOM_IMPL(m, "max_pool2d_with_indices", max_pool2d_with_indices);
+  LOOM_IMPL(m, "max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);
+  LOOM_IMPL(m, "avg_pool2d", avg_pool2d);
+  LOOM_IMPL(m, "avg_pool2d_backward", avg_pool2d_backward);
+  LOOM_IMPL(m, "_adaptive_avg_pool2d", adaptive_avg_pool2d);
+  LOOM_IMPL(m, "_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
+  LOOM_IMPL(m, "adaptive_max_pool2d", adaptive_max_pool2d);
+  LOOM_IMPL(m, "adaptive_max_pool2d_backward", adaptive_max_pool2d_backward);
 }
 
 }  // namespace torch_loom

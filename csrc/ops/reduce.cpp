@@ -17,6 +17,7 @@
 
 #include "kernels/reduce.h"
 #include "ops/pointwise_iter.h"
+#include "register.h"
 
 namespace torch_loom::reduce {
 namespace {
@@ -343,7 +344,7 @@ struct Kernel final : c10::OperatorKernel {
 
 void register_entry(torch::Library& m, const Entry& e) {
   pw::for_each_overload(e.name, e.overloads, [&](const std::string& full) {
-    m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(&e)));
+    impl_boxed<Kernel>(m, full.c_str(), &e);
   });
 }
 

@@ -113,10 +113,13 @@ typedef struct loom_driver {
    * device's workers. Default: the chunks run in order on the caller. */
   loom_status (*run_now)(void *ctx, int device, const loom_command *command);
 
-  /* Optional: if the queue has no pending work, execute `command` (a COPY)
-   * on the calling thread, in queue order, and return LOOM_OK; otherwise
-   * return LOOM_ERROR_NOT_READY without doing anything. Saves a thread
-   * hand-off for copies the caller waits for anyway. */
+  /* Optional: if the queue has no pending work, execute `command` (a COPY,
+   * or a LAUNCH with LOOM_LAUNCH_MAY_RUN_INLINE that the driver judges
+   * small) on the calling thread, in queue order, and return LOOM_OK;
+   * otherwise return LOOM_ERROR_NOT_READY without doing anything. Saves a
+   * thread hand-off for copies the caller waits for anyway, and for tiny
+   * kernels, which cost less to run than to hand over. A launch that fails
+   * records its error on the queue's stream, as if the queue had run it. */
   loom_status (*queue_run_inline)(void *ctx, loom_driver_queue *queue,
                                   const loom_command *command);
 } loom_driver;
@@ -133,7 +136,7 @@ loom_status loom_driver_register(const loom_driver *driver);
 /* The status to record for a kernel's return code: its own if it is a
  * loom_status, else LOOM_ERROR_DEVICE. */
 static inline loom_status loom_kernel_status(int rc) {
-  return rc > LOOM_OK && rc <= LOOM_ERROR_INTERNAL ? (loom_status)rc : LOOM_ERROR_DEVICE;
+  return rc > LOOM_OK && rc <= LOOM_ERROR_INDEX_OUT_OF_RANGE ? (loom_status)rc : LOOM_ERROR_DEVICE;
 }
 
 /* ---- services the front end offers drivers ------------------------------- */

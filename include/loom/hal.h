@@ -195,7 +195,18 @@ typedef struct loom_launch_desc {
   uint32_t num_scalars;
   int64_t range;                /* parallel range; 0 launches nothing */
   int64_t grain;                /* chunk size (>= 1); see kernel_abi.h */
+  uint32_t flags;               /* LOOM_LAUNCH_* bits; 0: none */
 } loom_launch_desc;
+
+enum {
+  /* The launch may execute on the calling thread before loom_launch
+   * returns, when the stream has nothing pending and the driver judges the
+   * launch small: a tiny kernel costs less to run than to hand over. Order
+   * and error reporting stay those of the stream (a failure is recorded on
+   * it and raised at its next synchronization). Only for kernels that never
+   * wait for the host. */
+  LOOM_LAUNCH_MAY_RUN_INLINE = 1u << 0,
+};
 
 /* Enqueues a kernel launch. Returns (and clears) a pending asynchronous error
  * of the stream first, so errors surface at the next enqueue at the latest. */

@@ -11,7 +11,10 @@
  * the kernel once per chunk, possibly concurrently. A kernel therefore must
  * be reentrant, keep no globals, allocate nothing and call nothing in the OS.
  * It returns 0 on success or a loom_status code on failure (for instance
- * LOOM_ERROR_INVALID_ARGUMENT for an integer division by zero). */
+ * LOOM_ERROR_INVALID_ARGUMENT for an integer division by zero,
+ * LOOM_ERROR_INDEX_OUT_OF_RANGE for an index outside its dimension). A
+ * library kernel may state the reason with loom_error() (loom/status.h) and
+ * return its result; the runtime then carries that message to the error. */
 #ifndef LOOM_KERNEL_ABI_H
 #define LOOM_KERNEL_ABI_H
 

@@ -19,6 +19,7 @@ typedef enum loom_status {
   LOOM_ERROR_DEVICE = 5,           /* a command failed during asynchronous execution */
   LOOM_ERROR_UNAVAILABLE = 6,      /* no driver, or the runtime failed to start */
   LOOM_ERROR_INTERNAL = 7,         /* an invariant of the runtime broke */
+  LOOM_ERROR_INDEX_OUT_OF_RANGE = 8, /* a kernel met an index outside its bounds */
 } loom_status;
 
 /* Static name of a status, e.g. "LOOM_ERROR_OUT_OF_MEMORY". */
@@ -29,7 +30,9 @@ const char *loom_status_name(loom_status status);
 const char *loom_last_error(void);
 
 /* Sets this thread's message (printf format) and returns `status`, so that
- * `return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "bad size %zu", n);`. */
+ * `return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "bad size %zu", n);`.
+ * A kernel may do the same to give the reason of its failure: the runtime
+ * records the message of the failing chunk with the stream's error. */
 loom_status loom_error(loom_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

@@ -18,6 +18,7 @@ const char *loom_status_name(loom_status status) {
     case LOOM_ERROR_DEVICE: return "LOOM_ERROR_DEVICE";
     case LOOM_ERROR_UNAVAILABLE: return "LOOM_ERROR_UNAVAILABLE";
     case LOOM_ERROR_INTERNAL: return "LOOM_ERROR_INTERNAL";
+    case LOOM_ERROR_INDEX_OUT_OF_RANGE: return "LOOM_ERROR_INDEX_OUT_OF_RANGE";
   }
   return "LOOM_ERROR_UNKNOWN";
 }

@@ -176,6 +176,9 @@ loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
   if ((st = loom_stream_take_error(stream)) != LOOM_OK) return st;
   if (desc->range == 0) return LOOM_OK;
   const loom_command cmd = launch_command(desc);
+  if ((desc->flags & LOOM_LAUNCH_MAY_RUN_INLINE) && rt->driver->queue_run_inline &&
+      rt->driver->queue_run_inline(rt->driver->context, stream->queue, &cmd) == LOOM_OK)
+    return LOOM_OK;
   return loom_stream_submit(rt, stream, &cmd);
 }
 
@@ -206,9 +209,15 @@ loom_status loom_run_now(int device, const loom_launch_desc *desc) {
                                  .range = desc->range, .grain = desc->grain};
   /* Stepping by chunk end, never begin + grain: a huge grain must not
    * overflow. */
+  loom_clear_error();
   for (int64_t begin = 0, end; begin < desc->range; begin = end) {
     end = desc->range - begin > desc->grain ? begin + desc->grain : desc->range;
     int rc = desc->fn(&args, begin, end);
+    if (rc != 0 && loom_last_error()[0]) {
+      char reason[512];
+      snprintf(reason, sizeof reason, "%s", loom_last_error());
+      return loom_error(loom_kernel_status(rc), "%s: %s", cmd.name, reason);
+    }
     if (rc != 0)
       return loom_error(loom_kernel_status(rc), "%s: %s (kernel returned %d on [%lld, %lld) of %lld)",
                         cmd.name, loom_status_name(loom_kernel_status(rc)), rc, (long long)begin,

@@ -2,7 +2,9 @@
  * many host threads allocating, launching and copying at once. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loom/hal.h"
 #include "test_util.h"
@@ -169,11 +171,48 @@ static void test_run_now_error(void) {
   CHECK(strstr(loom_last_error(), "[50, 60)") != NULL);
 }
 
+/* Fails on the chunk holding element scalars[0], saying why. */
+static int bad_index_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  const int64_t at = args->scalars[0].i;
+  if (at < begin || at >= end) return 0;
+  return loom_error(LOOM_ERROR_INDEX_OUT_OF_RANGE, "index %lld is out of bounds",
+                    (long long)(at * 10));
+}
+
+/* A kernel's own reason reaches the stream's error, whichever thread ran the
+ * failing chunk, and the stream is clean afterwards. */
+static void test_kernel_reason(void) {
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  for (int64_t at = 0; at < 1000; at += 333) {
+    loom_scalar sc = {.i = at};
+    loom_launch_desc d = {.name = "lookup", .fn = bad_index_kernel, .scalars = &sc,
+                          .num_scalars = 1, .range = 1000, .grain = 7};
+    CHECK_OK(loom_launch(s, &d));
+    CHECK_EQ_INT(loom_stream_synchronize(s), LOOM_ERROR_INDEX_OUT_OF_RANGE);
+    char want[64];
+    snprintf(want, sizeof want, "lookup: index %lld is out of bounds", (long long)(at * 10));
+    CHECK(strstr(loom_last_error(), want) != NULL);
+    CHECK_OK(loom_stream_synchronize(s));
+    CHECK_EQ_INT(loom_run_now(0, &d), LOOM_ERROR_INDEX_OUT_OF_RANGE);
+    CHECK(strstr(loom_last_error(), want) != NULL);
+  }
+  /* a kernel that gives no reason still gets the runtime's description */
+  loom_scalar at = {.i = 50};
+  loom_launch_desc f = {.name = "fail_at", .fn = fail_at_kernel, .scalars = &at,
+                        .num_scalars = 1, .range = 100, .grain = 10};
+  CHECK_OK(loom_launch(s, &f));
+  CHECK_EQ_INT(loom_stream_synchronize(s), LOOM_ERROR_NOT_SUPPORTED);
+  CHECK(strstr(loom_last_error(), "fail_at: LOOM_ERROR_NOT_SUPPORTED") != NULL);
+  loom_stream_release(s);
+}
+
 int main(void) {
   RUN_TEST(test_determinism_across_thread_counts);
   RUN_TEST(test_concurrent_threads);
   RUN_TEST(test_run_now_error);
   RUN_TEST(test_huge_grain);
+  RUN_TEST(test_kernel_reason);
   loom_shutdown();
   TEST_MAIN_END();
 }

@@ -1,6 +1,7 @@
 /* Streams, events and asynchronous errors of the HAL. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "loom/hal.h"
 #include "test_util.h"
@@ -22,6 +23,10 @@ static int fill_kernel(const loom_kernel_args *args, int64_t begin, int64_t end)
 
 static int fail_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   return begin >= 10 ? LOOM_ERROR_INVALID_ARGUMENT : 0;
+}
+
+static int always_fail_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return LOOM_ERROR_INVALID_ARGUMENT;
 }
 
 /* Spins until the test opens the gate: asynchrony checks that cannot be
@@ -53,6 +58,44 @@ static void test_async_launch(void) {
   atomic_store(&gate, 1);
   CHECK_OK(loom_stream_synchronize(s));
   CHECK_OK(loom_stream_query(s));
+  loom_stream_release(s);
+}
+
+/* LOOM_LAUNCH_MAY_RUN_INLINE: on an idle stream the host driver runs a tiny
+ * launch before returning; behind pending work it still waits its turn; a
+ * failure is recorded on the stream, not returned by the launch. */
+static void test_inline_launch(void) {
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *x = NULL;
+  CHECK_OK(loom_malloc(0, 16 * sizeof(float), s, (void **)&x));
+  loom_tensor t = {.data = x, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {16}, .strides = {1}};
+  loom_scalar two = {.f = 2.0};
+  loom_launch_desc fill = {.name = "fill", .fn = fill_kernel, .tensors = &t, .num_tensors = 1,
+                           .scalars = &two, .num_scalars = 1, .range = 16, .grain = 16,
+                           .flags = LOOM_LAUNCH_MAY_RUN_INLINE};
+  CHECK_OK(loom_stream_synchronize(s));
+  CHECK_OK(loom_launch(s, &fill));
+  CHECK_OK(loom_stream_query(s)); /* nothing was left queued */
+  CHECK(x[15] == 30.0f);
+  /* behind a gated kernel it runs after it, on the executor */
+  atomic_store(&gate, 0);
+  CHECK_OK(loom_launch(s, &gate_desc));
+  two.f = 3.0;
+  CHECK_OK(loom_launch(s, &fill));
+  CHECK_EQ_INT(loom_stream_query(s), LOOM_ERROR_NOT_READY);
+  CHECK(x[15] == 30.0f);
+  atomic_store(&gate, 1);
+  CHECK_OK(loom_stream_synchronize(s));
+  CHECK(x[15] == 45.0f);
+  /* an inline failure surfaces at the next synchronization */
+  loom_launch_desc fail = {.name = "fail", .fn = always_fail_kernel, .range = 1, .grain = 1,
+                           .flags = LOOM_LAUNCH_MAY_RUN_INLINE};
+  CHECK_OK(loom_launch(s, &fail));
+  CHECK_EQ_INT(loom_stream_synchronize(s), LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(loom_last_error(), "fail: ") != NULL);
+  CHECK_OK(loom_stream_synchronize(s));
+  CHECK_OK(loom_free(x));
   loom_stream_release(s);
 }
 
@@ -297,6 +340,7 @@ static void test_error_surfaces_at_launch_and_device_sync(void) {
 
 int main(void) {
   RUN_TEST(test_async_launch);
+  RUN_TEST(test_inline_launch);
   RUN_TEST(test_fill_and_copy);
   RUN_TEST(test_async_error);
   RUN_TEST(test_events);

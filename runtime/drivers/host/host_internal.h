@@ -9,6 +9,15 @@
 
 #include "loom/driver.h"
 
+#define HOST_REASON_CAPACITY 256
+
+/* Where and why a launch failed: the first failing chunk's start and the
+ * message its kernel left with loom_error() ("" if none). */
+typedef struct host_failure {
+  int64_t begin;
+  char reason[HOST_REASON_CAPACITY];
+} host_failure;
+
 /* A persistent set of worker threads that, together with the submitting
  * thread, execute one parallel-for at a time. */
 typedef struct host_pool {
@@ -21,7 +30,8 @@ typedef struct host_pool {
   int64_t num_chunks;
   _Atomic int64_t next_chunk, done_chunks;
   atomic_int failed;    /* first failing status, 0 if none */
-  int64_t failed_begin; /* written by the thread that set `failed` */
+  int64_t failed_begin; /* written by the thread that set `failed`, */
+  char failed_reason[HOST_REASON_CAPACITY]; /* with its kernel's message */
   _Atomic uint64_t open;       /* generation of the open job, 0 if none */
   uint64_t generation;
   atomic_int in_job;           /* workers inside the job */
@@ -35,9 +45,9 @@ int host_pool_init(host_pool *pool, int num_workers);
 void host_pool_destroy(host_pool *pool);
 
 /* Runs fn over [0, range) in chunks of grain. Returns 0 or the first
- * failing kernel status, with *out_failed_begin its chunk's start. */
+ * failing kernel status, described in *out_failure. */
 int host_pool_run(host_pool *pool, loom_kernel_fn fn, const loom_kernel_args *args,
-                  int64_t *out_failed_begin);
+                  host_failure *out_failure);
 
 typedef struct host_device {
   host_pool pool;

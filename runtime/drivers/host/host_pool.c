@@ -10,15 +10,24 @@
  * in_job to drop to zero before the job's memory may change. */
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/base/clock.h"
 #include "runtime/drivers/host/host_internal.h"
 
 #define WORKER_SPIN_NS 30000
 
+/* Copies this thread's message, the failing kernel's reason, to `dst`. */
+static void take_reason(char *dst) {
+  strncpy(dst, loom_last_error(), HOST_REASON_CAPACITY - 1);
+  dst[HOST_REASON_CAPACITY - 1] = '\0';
+}
+
 static void run_chunks(host_pool *pool) {
   const loom_kernel_args *args = pool->args;
   const int64_t n = pool->num_chunks, grain = args->grain, range = args->range;
+  /* A message left from earlier must not pass for a failing kernel's. */
+  loom_clear_error();
   for (;;) {
     const int64_t k = atomic_fetch_add_explicit(&pool->next_chunk, 1, memory_order_relaxed);
     if (k >= n) break;
@@ -26,7 +35,10 @@ static void run_chunks(host_pool *pool) {
     const int rc = pool->fn(args, begin, end);
     if (rc != 0) {
       int expected = 0;
-      if (atomic_compare_exchange_strong(&pool->failed, &expected, rc)) pool->failed_begin = begin;
+      if (atomic_compare_exchange_strong(&pool->failed, &expected, rc)) {
+        pool->failed_begin = begin;
+        take_reason(pool->failed_reason);
+      }
     }
     atomic_fetch_add_explicit(&pool->done_chunks, 1, memory_order_acq_rel);
   }
@@ -89,12 +101,14 @@ void host_pool_destroy(host_pool *pool) {
   pthread_mutex_destroy(&pool->busy);
 }
 
-static int run_alone(loom_kernel_fn fn, const loom_kernel_args *args, int64_t *out_failed_begin) {
+static int run_alone(loom_kernel_fn fn, const loom_kernel_args *args, host_failure *out) {
+  loom_clear_error();
   for (int64_t begin = 0, end; begin < args->range; begin = end) {
     end = args->range - begin > args->grain ? begin + args->grain : args->range;
     const int rc = fn(args, begin, end);
     if (rc != 0) {
-      *out_failed_begin = begin;
+      out->begin = begin;
+      take_reason(out->reason);
       return rc;
     }
   }
@@ -102,12 +116,12 @@ static int run_alone(loom_kernel_fn fn, const loom_kernel_args *args, int64_t *o
 }
 
 int host_pool_run(host_pool *pool, loom_kernel_fn fn, const loom_kernel_args *args,
-                  int64_t *out_failed_begin) {
+                  host_failure *out_failure) {
   const int64_t num_chunks = args->range / args->grain + (args->range % args->grain != 0);
   /* One chunk, no workers, or the pool busy with another stream's launch:
    * the caller runs every chunk itself (same boundaries either way). */
   if (num_chunks <= 1 || pool->num_workers == 0 || pthread_mutex_trylock(&pool->busy) != 0)
-    return run_alone(fn, args, out_failed_begin);
+    return run_alone(fn, args, out_failure);
   pool->fn = fn;
   pool->args = args;
   pool->num_chunks = num_chunks;
@@ -131,7 +145,10 @@ int host_pool_run(host_pool *pool, loom_kernel_fn fn, const loom_kernel_args *ar
   for (unsigned spins = 0; atomic_load(&pool->in_job) != 0; ++spins)
     spins < 256 ? loom_cpu_relax() : (void)sched_yield();
   const int rc = atomic_load(&pool->failed);
-  *out_failed_begin = pool->failed_begin;
+  if (rc != 0) {
+    out_failure->begin = pool->failed_begin;
+    memcpy(out_failure->reason, pool->failed_reason, sizeof out_failure->reason);
+  }
   pthread_mutex_unlock(&pool->busy);
   return rc;
 }

@@ -3,7 +3,9 @@
  * Enqueue copies the command and its descriptors into one allocation and
  * appends it under a short lock; the executor is only signalled when it
  * sleeps. An idle executor spins briefly first, because a tiny op usually
- * follows another within microseconds. */
+ * follows another within microseconds. A tiny launch on an idle queue runs
+ * on the submitting thread instead (host_queue_run_inline). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,7 @@
 
 #define EXECUTOR_SPIN_NS 50000
 #define SYNC_SPIN_NS 20000
+#define INLINE_LAUNCH_MAX_ELEMENTS 4096
 
 typedef struct host_node {
   struct host_node *next;
@@ -44,20 +47,25 @@ loom_status host_execute_launch(host_context *ctx, int device, const loom_comman
                                  .scalars = cmd->u.launch.scalars,
                                  .range = cmd->u.launch.range,
                                  .grain = cmd->u.launch.grain};
-  int64_t failed_begin = 0;
-  const int rc = host_pool_run(&ctx->devices[device].pool, cmd->u.launch.fn, &args, &failed_begin);
+  host_failure failure;
+  const int rc = host_pool_run(&ctx->devices[device].pool, cmd->u.launch.fn, &args, &failure);
   if (rc == 0) return LOOM_OK;
   const loom_status st = loom_kernel_status(rc);
-  const int64_t end = args.range - failed_begin > args.grain ? failed_begin + args.grain : args.range;
+  const int64_t begin = failure.begin;
+  const int64_t end = args.range - begin > args.grain ? begin + args.grain : args.range;
+  /* The kernel's own reason when it gave one, else what the runtime knows. */
+  char message[HOST_REASON_CAPACITY + 160];
+  if (failure.reason[0])
+    snprintf(message, sizeof message, "%s: %s", cmd->name, failure.reason);
+  else
+    snprintf(message, sizeof message, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)",
+             cmd->name, loom_status_name(st), rc, (long long)begin, (long long)end,
+             (long long)args.range);
   if (report) {
-    loom_driver_report_error(report, st, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)",
-                             cmd->name, loom_status_name(st), rc, (long long)failed_begin,
-                             (long long)end, (long long)args.range);
+    loom_driver_report_error(report, st, "%s", message);
     return st;
   }
-  return loom_error(st, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)", cmd->name,
-                    loom_status_name(st), rc, (long long)failed_begin, (long long)end,
-                    (long long)args.range);
+  return loom_error(st, "%s", message);
 }
 
 /* Copies one chunk: tensor 0 is the destination, tensor 1 the source,
@@ -86,7 +94,7 @@ static void execute_copy(loom_driver_queue *q, const loom_command *cmd) {
                                 {.data = (void *)src, .dtype = LOOM_UINT8, .rank = 1, .sizes = {(int64_t)size}, .strides = {1}}};
   const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 2,
                                  .tensors = views, .range = (int64_t)size, .grain = COPY_CHUNK};
-  int64_t unused;
+  host_failure unused;
   (void)host_pool_run(&q->ctx->devices[q->device].pool, copy_kernel, &args, &unused);
 }
 
@@ -258,8 +266,19 @@ loom_status host_queue_synchronize(void *ctx, loom_driver_queue *q) {
   return LOOM_OK;
 }
 
+/* A launch cheap enough to run on the submitting thread: one chunk (the
+ * pool would not split it anyway) over small tensors, so that the caller is
+ * held for about as long as a hand-off to the executor would take. */
+static int small_launch(const loom_command *cmd) {
+  if (cmd->u.launch.range > cmd->u.launch.grain) return 0;
+  for (uint32_t i = 0; i < cmd->u.launch.num_tensors; ++i)
+    if (loom_tensor_numel(&cmd->u.launch.tensors[i]) > INLINE_LAUNCH_MAX_ELEMENTS) return 0;
+  return 1;
+}
+
 loom_status host_queue_run_inline(void *ctx, loom_driver_queue *q, const loom_command *cmd) {
-  if (cmd->kind != LOOM_COMMAND_COPY) return LOOM_ERROR_NOT_READY;
+  if (cmd->kind == LOOM_COMMAND_LAUNCH ? !small_launch(cmd) : cmd->kind != LOOM_COMMAND_COPY)
+    return LOOM_ERROR_NOT_READY;
   if (atomic_load(&q->completed) != atomic_load(&q->submitted)) return LOOM_ERROR_NOT_READY;
   /* Holding the lock keeps other threads' submissions behind this copy. */
   pthread_mutex_lock(&q->lock);
