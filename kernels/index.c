@@ -37,6 +37,15 @@ static int64_t ix_value(const loom_tensor *index, int64_t off, int64_t limit,
   return -1;
 }
 
+/* The status of an out-of-range index, so that Python sees the CPU's
+ * exception: IndexError for index_select / index_copy / index_fill,
+ * RuntimeError for gather / scatter / index_add. */
+static loom_status ix_range_status(int op) {
+  return op == LOOM_INDEX_GATHER || op == LOOM_INDEX_SCATTER || op == LOOM_INDEX_ADD
+             ? LOOM_ERROR_INVALID_ARGUMENT
+             : LOOM_ERROR_INDEX_OUT_OF_RANGE;
+}
+
 typedef struct ix_value_t {
   double f;
   int64_t i;
@@ -111,7 +120,7 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
         }
         if (op == LOOM_INDEX_SELECT) ioff = t2->rank ? k * t2->strides[0] : 0;
         const int64_t v = ix_value(t2, ioff, limit, dim, 0);
-        if (v < 0) return LOOM_ERROR_INDEX_OUT_OF_RANGE;
+        if (v < 0) return ix_range_status(op);
         if (t1->rank) src += v * t1->strides[dim];
         ix_store(t0, dst, integral, ix_load(t1, src, integral));
       }
@@ -129,7 +138,7 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
         const int64_t sb = t2 && t2->data ? ix_offset(t1, t2, row, skip) : 0;
         for (int64_t k = 0; k < n; ++k) {
           const int64_t v = ix_value(t1, xb + k * xs, limit, dim, 0);
-          if (v < 0) return LOOM_ERROR_INDEX_OUT_OF_RANGE;
+          if (v < 0) return ix_range_status(op);
           const ix_val x = t2 && t2->data ? ix_load(t2, sb + k * ss, integral) : scalar;
           ix_apply(t0, db + v * ds, integral, reduce, x);
         }
@@ -149,7 +158,7 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
         const int64_t sb = ix_offset(t2, t2, row, skip);
         for (int64_t k = 0; k < n; ++k) {
           const int64_t v = ix_value(t1, k * xs, limit, dim, 0);
-          if (v < 0) return LOOM_ERROR_INDEX_OUT_OF_RANGE;
+          if (v < 0) return ix_range_status(op);
           ix_val x = ix_load(t2, sb + k * ss, integral);
           if (op == LOOM_INDEX_ADD) {
             x.f *= scalar.f;
@@ -170,7 +179,7 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
         const int64_t db = ix_offset(t0, t0, row, skip);
         for (int64_t k = 0; k < n; ++k) {
           const int64_t v = ix_value(t1, k * xs, limit, dim, 1);
-          if (v < 0) return LOOM_ERROR_INDEX_OUT_OF_RANGE;
+          if (v < 0) return ix_range_status(op);
           ix_store(t0, db + v * ds, integral, scalar);
         }
       }
