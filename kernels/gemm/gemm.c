@@ -177,6 +177,22 @@ static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
   }
 }
 
+/* n fp32 values into a row of C (element stride cs), converted. The
+ * contiguous bf16 / fp16 loops have no dtype switch inside, so they
+ * vectorise. */
+static void loom_gemm_store_row(char *dst, int32_t dtype, int64_t cs, const float *src,
+                                int64_t n) {
+  if (cs == 1 && dtype == LOOM_BFLOAT16) {
+    uint16_t *d = (uint16_t *)dst;
+    for (int64_t j = 0; j < n; ++j) d[j] = loom_f32_to_bf16(src[j]);
+  } else if (cs == 1 && dtype == LOOM_FLOAT16) {
+    uint16_t *d = (uint16_t *)dst;
+    for (int64_t j = 0; j < n; ++j) d[j] = loom_f32_to_f16(src[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) loom_gemm_store(dst, dtype, j * cs, src[j]);
+  }
+}
+
 static const char *loom_gemm_elem(const loom_tensor *t, int64_t i0, int64_t i1,
                                   int64_t i2, int64_t i3) {
   return (const char *)t->data +
@@ -309,9 +325,7 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
     if (p.use_acc) {
       for (int64_t i = 0; i < mt; ++i) {
         char *cr = (char *)loom_gemm_elem(c, i1, i2, m0 + i, n0);
-        int64_t cs = c->strides[3];
-        for (int64_t j = 0; j < nt; ++j)
-          loom_gemm_store(cr, c->dtype, j * cs, tile[i * ldt + j]);
+        loom_gemm_store_row(cr, c->dtype, c->strides[3], tile + i * ldt, nt);
       }
     }
   }
