@@ -4,6 +4,7 @@
  * of the compute type are used in place, so the common case (same dtype,
  * contiguous) runs the op straight over memory. */
 #include "kernels/pointwise.h"
+#include "kernels/stream_store.h"
 
 #include <string.h>
 
@@ -185,11 +186,17 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
     }
   }
 
+  /* A large contiguous output is computed into the staging block and
+   * streamed past the cache. */
+  const int stream = direct[0] && (loom_cpu_features() & LOOM_FEATURE_AVX512F) &&
+                     args->range * ksize >= LOOM_STREAM_STORE_BYTES;
+  if (stream) direct[0] = 0;
+
   char *p[1 + LOOM_PW_MAX_INPUTS];
   const void *in[LOOM_PW_MAX_INPUTS] = {NULL, NULL, NULL};
   int64_t n;
   while ((n = loom_iter_next(&it, p)) > 0) {
-    const int64_t block = all_direct ? n : PW_BLOCK;
+    const int64_t block = all_direct && !stream ? n : PW_BLOCK;
     for (int64_t off = 0; off < n; off += block) {
       const int64_t m = n - off < block ? n - off : block;
       for (int k = 1; k < nops; ++k) {
@@ -206,10 +213,14 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
       void *out = direct[0] ? (void *)(p[0] + off * os) : (void *)stage[0].f;
       int rc = apply(op, m, out, in, params);
       if (rc) return rc;
-      if (!direct[0] &&
-          !loom_pw_store(kind, p[0] + off * os, ops[0]->dtype, os, stage[0].f, m))
+      if (stream) {
+        loom_stream_store_avx512(p[0] + off * os, stage[0].f, m * ksize);
+      } else if (!direct[0] &&
+                 !loom_pw_store(kind, p[0] + off * os, ops[0]->dtype, os, stage[0].f, m)) {
         return LOOM_ERROR_NOT_SUPPORTED;
+      }
     }
   }
+  if (stream) loom_stream_fence_avx512();
   return LOOM_OK;
 }
