@@ -17,7 +17,7 @@
 #define LANES 16
 /* Elements the sum prefetches ahead: one stream per core does not keep
  * enough lines in flight on its own. */
-#define RS_AHEAD (2048 / (int)sizeof(x[0]))
+#define RS_AHEAD (8192 / (int)sizeof(x[0]))
 
 static double rs_fold(double *acc) {
   for (int w = LANES / 2; w > 0; w /= 2)
