@@ -45,19 +45,62 @@ void loom_event_release(loom_event_t *event) {
 
 static void release_event_arg(void *arg) { loom_event_release(arg); }
 
+/* Under ev->lock: is `sequence` among the captures done out of order? */
+static int done_ahead_has(const loom_event_t *ev, uint64_t sequence) {
+  for (size_t i = 0; i < ev->done_ahead_len; ++i)
+    if (ev->done_ahead[i] == sequence) return 1;
+  return 0;
+}
+
 void loom_driver_event_complete(loom_event_t *ev, uint64_t sequence) {
   const uint64_t now = loom_now_ns();
   pthread_mutex_lock(&ev->lock);
-  if (sequence > atomic_load(&ev->completed)) {
-    atomic_store(&ev->completed_ns, now);
-    atomic_store(&ev->completed, sequence);
+  if (sequence == atomic_load(&ev->recorded)) atomic_store(&ev->completed_ns, now);
+  uint64_t done = atomic_load(&ev->completed);
+  if (sequence == done + 1) {
+    /* The next in order: absorb the captures that finished before it. */
+    done = sequence;
+    size_t i = 0;
+    while (i < ev->done_ahead_len) {
+      if (ev->done_ahead[i] == done + 1) {
+        ++done;
+        ev->done_ahead[i] = ev->done_ahead[--ev->done_ahead_len];
+        i = 0;
+      } else {
+        ++i;
+      }
+    }
+    atomic_store(&ev->ahead, ev->done_ahead_len);
+    atomic_store_explicit(&ev->completed, done, memory_order_release);
+  } else if (sequence > done) {
+    /* An earlier capture, recorded on another stream, is still pending:
+     * waiters for it must not be released by this one. */
+    if (ev->done_ahead_len == LOOM_EVENT_DONE_AHEAD) {
+      /* Too many pending at once to remember: everything up to the
+       * latest completion counts as done (never a hang; a waiter may be
+       * released early). */
+      uint64_t top = sequence;
+      for (size_t i = 0; i < ev->done_ahead_len; ++i)
+        if (ev->done_ahead[i] > top) top = ev->done_ahead[i];
+      ev->done_ahead_len = 0;
+      atomic_store(&ev->ahead, 0);
+      atomic_store_explicit(&ev->completed, top, memory_order_release);
+    } else {
+      ev->done_ahead[ev->done_ahead_len++] = sequence;
+      atomic_store_explicit(&ev->ahead, ev->done_ahead_len, memory_order_release);
+    }
   }
   if (atomic_load(&ev->waiters)) pthread_cond_broadcast(&ev->cond);
   pthread_mutex_unlock(&ev->lock);
 }
 
 static int event_done(loom_event_t *ev, uint64_t sequence) {
-  return atomic_load_explicit(&ev->completed, memory_order_acquire) >= sequence;
+  if (atomic_load_explicit(&ev->completed, memory_order_acquire) >= sequence) return 1;
+  if (!atomic_load_explicit(&ev->ahead, memory_order_acquire)) return 0;
+  pthread_mutex_lock(&ev->lock);
+  const int done = done_ahead_has(ev, sequence);
+  pthread_mutex_unlock(&ev->lock);
+  return done;
 }
 
 void loom_driver_event_wait(loom_event_t *ev, uint64_t sequence) {
@@ -68,7 +111,8 @@ void loom_driver_event_wait(loom_event_t *ev, uint64_t sequence) {
   if (event_done(ev, sequence)) return;
   pthread_mutex_lock(&ev->lock);
   atomic_fetch_add(&ev->waiters, 1);
-  while (!event_done(ev, sequence)) pthread_cond_wait(&ev->cond, &ev->lock);
+  while (atomic_load(&ev->completed) < sequence && !done_ahead_has(ev, sequence))
+    pthread_cond_wait(&ev->cond, &ev->lock);
   atomic_fetch_sub(&ev->waiters, 1);
   pthread_mutex_unlock(&ev->lock);
 }

@@ -2,6 +2,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "loom/hal.h"
 #include "test_util.h"
@@ -213,6 +214,40 @@ static void test_cross_stream_order(void) {
   loom_stream_release(b);
 }
 
+/* An event re-recorded on an idle stream while its first capture is still
+ * pending: a stream that waited on the first capture stays held until that
+ * capture completes, not until the later one does. */
+static void test_event_rerecorded_on_another_stream(void) {
+  loom_stream_t *a = NULL, *b = NULL, *c = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &a));
+  CHECK_OK(loom_stream_create(0, 0, &b));
+  CHECK_OK(loom_stream_create(0, 0, &c));
+  loom_event_t *e = NULL;
+  CHECK_OK(loom_event_create(0, LOOM_EVENT_DEFAULT, &e));
+  atomic_store(&gate, 0);
+  CHECK_OK(loom_launch(a, &gate_desc));
+  CHECK_OK(loom_event_record(e, a));     /* capture 1: behind the gate */
+  CHECK_OK(loom_stream_wait_event(c, e)); /* c waits for capture 1 */
+  CHECK_OK(loom_event_record(e, b));     /* capture 2: b is idle */
+  CHECK_OK(loom_stream_synchronize(b));  /* capture 2 is done */
+  CHECK_EQ_INT(loom_event_query(e), LOOM_OK);
+  /* Give a wrongly released c ample time to drain; the gate holds a. */
+  for (int i = 0; i < 50 && loom_stream_query(c) == LOOM_ERROR_NOT_READY; ++i) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  CHECK_EQ_INT(loom_stream_query(c), LOOM_ERROR_NOT_READY); /* still held */
+  CHECK_EQ_INT(loom_stream_query(a), LOOM_ERROR_NOT_READY);
+  atomic_store(&gate, 1);
+  CHECK_OK(loom_stream_synchronize(c));
+  CHECK_OK(loom_stream_synchronize(a));
+  CHECK_OK(loom_event_synchronize(e));
+  loom_event_release(e);
+  loom_stream_release(a);
+  loom_stream_release(b);
+  loom_stream_release(c);
+}
+
 static void test_memcpy_kinds(void) {
   loom_stream_t *s = NULL;
   CHECK_OK(loom_stream_create(0, 0, &s));
@@ -345,6 +380,7 @@ int main(void) {
   RUN_TEST(test_async_error);
   RUN_TEST(test_events);
   RUN_TEST(test_cross_stream_order);
+  RUN_TEST(test_event_rerecorded_on_another_stream);
   RUN_TEST(test_memcpy_kinds);
   RUN_TEST(test_host_callbacks_in_order);
   RUN_TEST(test_bad_arguments);
