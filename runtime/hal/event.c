@@ -15,7 +15,7 @@ loom_status loom_event_create(int device, unsigned flags, loom_event_t **out_eve
   if (!out_event) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_event_create: out_event is NULL");
   *out_event = NULL;
   loom_runtime *rt = loom_runtime_get();
-  if (!rt) return loom_init();
+  if (!rt) return loom_runtime_unavailable();
   loom_status st = loom_check_device(rt, device);
   if (st != LOOM_OK) return st;
   if (flags & ~(unsigned)LOOM_EVENT_TIMING)

@@ -67,6 +67,9 @@ typedef struct loom_runtime {
 
 /* The started runtime, or NULL with the error set (starts it if needed). */
 loom_runtime *loom_runtime_get(void);
+/* Why loom_runtime_get() returned NULL: always a failure status (the
+ * start error, or LOOM_ERROR_UNAVAILABLE), never LOOM_OK. */
+loom_status loom_runtime_unavailable(void);
 
 /* Validates a device index; sets the message on failure. */
 loom_status loom_check_device(loom_runtime *rt, int device);

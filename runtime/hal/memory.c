@@ -5,8 +5,9 @@
 #include "runtime/hal/hal_internal.h"
 
 static loom_status device_allocator(int device, loom_allocator **out, const char *what) {
+  *out = NULL;
   loom_runtime *rt = loom_runtime_get();
-  if (!rt) return loom_init();
+  if (!rt) return loom_runtime_unavailable();
   loom_status st = loom_check_device(rt, device);
   if (st != LOOM_OK) return loom_error(st, "%s: %s", what, loom_last_error());
   *out = rt->devices[device].allocator;
@@ -35,7 +36,7 @@ loom_status loom_malloc(int device, size_t size, loom_stream_t *stream, void **o
 loom_status loom_free(void *ptr) {
   if (!ptr) return LOOM_OK;
   loom_runtime *rt = loom_runtime_get();
-  if (!rt) return loom_init();
+  if (!rt) return loom_runtime_unavailable();
   int device = loom_allocator_owner(ptr, NULL);
   if (device < 0 || device >= rt->num_devices)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_free: %p is not loom device memory", ptr);

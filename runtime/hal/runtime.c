@@ -152,6 +152,12 @@ loom_status loom_init(void) {
   return atomic_load(&forked_child) ? LOOM_ERROR_UNAVAILABLE : start_status;
 }
 
+loom_status loom_runtime_unavailable(void) {
+  const loom_status st = loom_init();
+  return st != LOOM_OK ? st
+                       : loom_error(LOOM_ERROR_UNAVAILABLE, "the loom runtime is not running");
+}
+
 void loom_shutdown(void) {
   /* A forked child cannot join threads it does not have; it leaves the
    * parent's state alone. */
@@ -190,7 +196,7 @@ loom_status loom_device_properties(int device, loom_device_props *out) {
   if (!out) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_device_properties: out is NULL");
   memset(out, 0, sizeof *out);
   loom_runtime *rt = loom_runtime_get();
-  if (!rt) return loom_init();
+  if (!rt) return loom_runtime_unavailable();
   loom_status st = loom_check_device(rt, device);
   if (st != LOOM_OK) return st;
   out->index = device;
@@ -211,7 +217,7 @@ loom_status loom_device_properties(int device, loom_device_props *out) {
 
 loom_status loom_device_synchronize(int device) {
   loom_runtime *rt = loom_runtime_get();
-  if (!rt) return loom_init();
+  if (!rt) return loom_runtime_unavailable();
   loom_status st = loom_check_device(rt, device);
   if (st != LOOM_OK) return st;
   loom_device_state *dev = &rt->devices[device];

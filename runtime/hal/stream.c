@@ -56,7 +56,7 @@ loom_status loom_stream_create(int device, int priority, loom_stream_t **out_str
   if (!out_stream) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_stream_create: out_stream is NULL");
   *out_stream = NULL;
   loom_runtime *rt = loom_runtime_get();
-  if (!rt) return loom_init();
+  if (!rt) return loom_runtime_unavailable();
   loom_status st = loom_check_device(rt, device);
   if (st != LOOM_OK) return st;
   return loom_stream_create_internal(rt, device, priority, 0, out_stream);
@@ -66,7 +66,7 @@ loom_status loom_stream_default(int device, loom_stream_t **out_stream) {
   if (!out_stream) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_stream_default: out_stream is NULL");
   *out_stream = NULL;
   loom_runtime *rt = loom_runtime_get();
-  if (!rt) return loom_init();
+  if (!rt) return loom_runtime_unavailable();
   loom_status st = loom_check_device(rt, device);
   if (st != LOOM_OK) return st;
   *out_stream = rt->devices[device].default_stream;
@@ -198,7 +198,7 @@ loom_status loom_run_now(int device, const loom_launch_desc *desc) {
   loom_status st = check_launch(desc, "loom_run_now");
   if (st != LOOM_OK) return st;
   loom_runtime *rt = loom_runtime_get();
-  if (!rt) return loom_init();
+  if (!rt) return loom_runtime_unavailable();
   if ((st = loom_check_device(rt, device)) != LOOM_OK) return st;
   if (desc->range == 0) return LOOM_OK;
   const loom_command cmd = launch_command(desc);
