@@ -7,13 +7,8 @@
 #include "kernels/copy.h"
 #include "kernels/dtype.h"
 #include "kernels/fill.h"
+#include "test_util.h"
 
-static int passed, failed;
-#define EXPECT(cond)                                                  \
-  do {                                                                \
-    if (cond) ++passed;                                               \
-    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
-  } while (0)
 
 static loom_tensor tensor2d(void *data, int32_t dtype, int64_t r, int64_t c,
                             int64_t sr, int64_t sc) {
@@ -43,7 +38,7 @@ static void test_half_conversions(void) {
     if (isnan(f)) continue;
     if (loom_f32_to_f16(f) != h) ++bad16;
   }
-  EXPECT(bad16 == 0);
+  CHECK(bad16 == 0);
   /* float -> half rounding agrees with the compiler's _Float16. */
   srand(1);
   int badround = 0;
@@ -57,22 +52,22 @@ static void test_half_conversions(void) {
     memcpy(&rb, &ref, 2);
     if (loom_f32_to_f16(f) != rb) ++badround;
   }
-  EXPECT(badround == 0);
+  CHECK(badround == 0);
   /* bf16: ties round to even, NaN stays NaN. */
-  EXPECT(loom_f32_to_bf16(1.0f) == 0x3f80);
+  CHECK(loom_f32_to_bf16(1.0f) == 0x3f80);
   float tie;
   uint32_t tb = 0x3f808000u; /* exactly halfway between 0x3f80 and 0x3f81 */
   memcpy(&tie, &tb, 4);
-  EXPECT(loom_f32_to_bf16(tie) == 0x3f80);
+  CHECK(loom_f32_to_bf16(tie) == 0x3f80);
   tb = 0x3f818000u;
   memcpy(&tie, &tb, 4);
-  EXPECT(loom_f32_to_bf16(tie) == 0x3f82);
-  EXPECT(isnan(loom_bf16_to_f32(loom_f32_to_bf16(NAN))));
+  CHECK(loom_f32_to_bf16(tie) == 0x3f82);
+  CHECK(isnan(loom_bf16_to_f32(loom_f32_to_bf16(NAN))));
   for (uint32_t h = 0; h < 65536; ++h) {
     float f = loom_bf16_to_f32((uint16_t)h);
     if (!isnan(f) && loom_f32_to_bf16(f) != h) ++badbf;
   }
-  EXPECT(badbf == 0);
+  CHECK(badbf == 0);
 }
 
 static void test_transpose_copy(void) {
@@ -82,11 +77,11 @@ static void test_transpose_copy(void) {
   /* dst (C x R, contiguous) = src^T: src viewed with swapped strides. */
   loom_tensor t[2] = {tensor2d(dst, LOOM_FLOAT32, C, R, R, 1),
                       tensor2d(src, LOOM_FLOAT32, C, R, 1, C)};
-  EXPECT(run(loom_kernel_copy, t, 2, NULL, 0, C * R, 100) == 0);
+  CHECK(run(loom_kernel_copy, t, 2, NULL, 0, C * R, 100) == 0);
   int bad = 0;
   for (int i = 0; i < C; ++i)
     for (int j = 0; j < R; ++j) bad += dst[i * R + j] != src[j * C + i];
-  EXPECT(bad == 0);
+  CHECK(bad == 0);
 }
 
 static void test_broadcast_cast(void) {
@@ -97,28 +92,28 @@ static void test_broadcast_cast(void) {
   double back[R * C];
   loom_tensor t[2] = {tensor2d(out, LOOM_BFLOAT16, R, C, C, 1),
                       tensor2d(row, LOOM_INT64, R, C, 0, 1)};
-  EXPECT(run(loom_kernel_copy, t, 2, NULL, 0, R * C, 7) == 0);
+  CHECK(run(loom_kernel_copy, t, 2, NULL, 0, R * C, 7) == 0);
   loom_tensor u[2] = {tensor2d(back, LOOM_FLOAT64, R, C, C, 1),
                       tensor2d(out, LOOM_BFLOAT16, R, C, C, 1)};
-  EXPECT(run(loom_kernel_copy, u, 2, NULL, 0, R * C, 64) == 0);
+  CHECK(run(loom_kernel_copy, u, 2, NULL, 0, R * C, 64) == 0);
   int bad = 0;
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < C; ++j) bad += back[i * C + j] != (double)(j - 150);
-  EXPECT(bad == 0);
+  CHECK(bad == 0);
   /* float -> uint8 goes through int64 (negative values wrap, not UB). */
   float f[3] = {-1.0f, 255.9f, 3.5f};
   uint8_t b[3];
   loom_tensor v[2] = {tensor2d(b, LOOM_UINT8, 1, 3, 3, 1),
                       tensor2d(f, LOOM_FLOAT32, 1, 3, 3, 1)};
-  EXPECT(run(loom_kernel_copy, v, 2, NULL, 0, 3, 3) == 0);
-  EXPECT(b[0] == 255 && b[1] == 255 && b[2] == 3);
+  CHECK(run(loom_kernel_copy, v, 2, NULL, 0, 3, 3) == 0);
+  CHECK(b[0] == 255 && b[1] == 255 && b[2] == 3);
   /* anything -> bool is "nonzero". */
   double d[3] = {0.0, -0.5, 2.0};
   uint8_t bo[3];
   loom_tensor w[2] = {tensor2d(bo, LOOM_BOOL, 1, 3, 3, 1),
                       tensor2d(d, LOOM_FLOAT64, 1, 3, 3, 1)};
-  EXPECT(run(loom_kernel_copy, w, 2, NULL, 0, 3, 3) == 0);
-  EXPECT(bo[0] == 0 && bo[1] == 1 && bo[2] == 1);
+  CHECK(run(loom_kernel_copy, w, 2, NULL, 0, 3, 3) == 0);
+  CHECK(bo[0] == 0 && bo[1] == 1 && bo[2] == 1);
 }
 
 static void test_fill(void) {
@@ -128,19 +123,19 @@ static void test_fill(void) {
   /* every other column */
   loom_tensor t = tensor2d(buf, LOOM_INT32, R, (C + 1) / 2, C, 2);
   loom_scalar s = {.i = -7};
-  EXPECT(run(loom_kernel_fill, &t, 1, &s, 1, R * ((C + 1) / 2), 4) == 0);
+  CHECK(run(loom_kernel_fill, &t, 1, &s, 1, R * ((C + 1) / 2), 4) == 0);
   int bad = 0;
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < C; ++j) bad += buf[i * C + j] != (j % 2 == 0 ? -7 : 0);
-  EXPECT(bad == 0);
+  CHECK(bad == 0);
   uint16_t h[4];
   loom_tensor th = tensor2d(h, LOOM_FLOAT16, 2, 2, 2, 1);
   loom_scalar sf = {.f = 0.1};
-  EXPECT(run(loom_kernel_fill, &th, 1, &sf, 1, 4, 4) == 0);
+  CHECK(run(loom_kernel_fill, &th, 1, &sf, 1, 4, 4) == 0);
   _Float16 ref = (_Float16)(float)0.1;
   uint16_t rb;
   memcpy(&rb, &ref, 2);
-  EXPECT(h[0] == rb && h[3] == rb);
+  CHECK(h[0] == rb && h[3] == rb);
 }
 
 int main(void) {
@@ -148,6 +143,5 @@ int main(void) {
   test_transpose_copy();
   test_broadcast_cast();
   test_fill();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  TEST_MAIN_END();
 }

@@ -9,13 +9,8 @@
 #include "kernels/dtype.h"
 #include "kernels/pointwise.h"
 #include "loom/status.h"
+#include "test_util.h"
 
-static int passed, failed;
-#define EXPECT(cond)                                                       \
-  do {                                                                     \
-    if (cond) ++passed;                                                    \
-    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
-  } while (0)
 
 static loom_tensor tensor2d(void *data, int32_t dtype, int64_t r, int64_t c,
                             int64_t sr, int64_t sc) {
@@ -68,12 +63,12 @@ static void test_strided_add(void) {
   const int64_t grains[] = {1, 7, 64, 100000};
   for (int g = 0; g < 4; ++g) {
     memset(out, 0, sizeof out);
-    EXPECT(run(t, 3, s, R * C, grains[g]) == 0);
+    CHECK(run(t, 3, s, R * C, grains[g]) == 0);
     int bad = 0;
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c)
         bad += out[r * C + c] != a[r * C + c] + 2.0f * b[c * R + r];
-    EXPECT(bad == 0);
+    CHECK(bad == 0);
   }
 }
 
@@ -90,12 +85,12 @@ static void test_mixed_broadcast(void) {
                       tensor2d(col, LOOM_FLOAT32, R, C, 1, 0)};
   loom_scalar s[LOOM_PW_CONST + 3];
   scalars(s, LOOM_PW_MUL, LOOM_PW_F32, 0);
-  EXPECT(run(t, 3, s, R * C, 16) == 0);
+  CHECK(run(t, 3, s, R * C, 16) == 0);
   int bad = 0;
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c)
       bad += out[r * C + c] != loom_f32_to_bf16(loom_f16_to_f32(row[c]) * col[r]);
-  EXPECT(bad == 0);
+  CHECK(bad == 0);
 }
 
 /* A constant operand (data NULL) and a comparison stored to bool. */
@@ -109,10 +104,10 @@ static void test_constant_compare(void) {
   loom_scalar s[LOOM_PW_CONST + 3];
   scalars(s, LOOM_PW_GT, LOOM_PW_F64, 0);
   s[LOOM_PW_CONST + 1].f = 0.5;
-  EXPECT(run(t, 3, s, N, 300) == 0);
+  CHECK(run(t, 3, s, N, 300) == 0);
   int bad = 0;
   for (int i = 0; i < N; ++i) bad += out[i] != (a[i] > 0.5);
-  EXPECT(bad == 0);
+  CHECK(bad == 0);
 }
 
 /* Integer ops wrap in the narrow type; division by zero is reported. */
@@ -122,23 +117,23 @@ static void test_integer(void) {
                       tensor1d(b, LOOM_INT8, 4)};
   loom_scalar s[LOOM_PW_CONST + 3];
   scalars(s, LOOM_PW_ADD, LOOM_PW_I64, 1);
-  EXPECT(run(t, 3, s, 4, 4) == 0);
-  EXPECT(out[0] == -128 && out[1] == -127 && out[2] == 9 && out[3] == -5);
+  CHECK(run(t, 3, s, 4, 4) == 0);
+  CHECK(out[0] == -128 && out[1] == -127 && out[2] == 9 && out[3] == -5);
   scalars(s, LOOM_PW_DIV_FLOOR, LOOM_PW_I64, 0);
-  EXPECT(run(t, 3, s, 4, 4) == 0);
-  EXPECT(out[2] == 3 && out[3] == -4);
+  CHECK(run(t, 3, s, 4, 4) == 0);
+  CHECK(out[2] == 3 && out[3] == -4);
   scalars(s, LOOM_PW_REMAINDER, LOOM_PW_I64, 0);
-  EXPECT(run(t, 3, s, 4, 4) == 0);
-  EXPECT(out[2] == 1 && out[3] == 1);
+  CHECK(run(t, 3, s, 4, 4) == 0);
+  CHECK(out[2] == 1 && out[3] == 1);
   b[2] = 0;
-  EXPECT(run(t, 3, s, 4, 4) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(run(t, 3, s, 4, 4) == LOOM_ERROR_INVALID_ARGUMENT);
   int64_t x[2] = {INT64_MIN, 5}, y[2] = {-1, 70}, r[2];
   loom_tensor t64[3] = {tensor1d(r, LOOM_INT64, 2), tensor1d(x, LOOM_INT64, 2),
                         tensor1d(y, LOOM_INT64, 2)};
   scalars(s, LOOM_PW_DIV_TRUNC, LOOM_PW_I64, 0);
-  EXPECT(run(t64, 3, s, 1, 1) == 0 && r[0] == INT64_MIN);
+  CHECK(run(t64, 3, s, 1, 1) == 0 && r[0] == INT64_MIN);
   scalars(s, LOOM_PW_LSHIFT, LOOM_PW_I64, 0);
-  EXPECT(run(t64, 3, s, 2, 2) == 0 && r[1] == 0);
+  CHECK(run(t64, 3, s, 2, 2) == 0 && r[1] == 0);
 }
 
 /* A few float ops against libm directly. */
@@ -153,21 +148,21 @@ static void test_float_reference(void) {
       {LOOM_PW_ERF, erff}, {LOOM_PW_ROUND, nearbyintf}, {LOOM_PW_ABS, fabsf}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
     scalars(s, cases[c].op, LOOM_PW_F32, 0);
-    EXPECT(run(t, 2, s, N, 100) == 0);
+    CHECK(run(t, 2, s, N, 100) == 0);
     int bad = 0;
     for (int i = 0; i < N; ++i) {
       float ref = cases[c].ref(a[i]);
       bad += fabsf(out[i] - ref) > 1e-6f * (1 + fabsf(ref));
     }
-    EXPECT(bad == 0);
+    CHECK(bad == 0);
   }
   /* erfinv inverts erf. */
   for (int i = 0; i < N; ++i) a[i] = frand() / 4.1f;
   scalars(s, LOOM_PW_ERFINV, LOOM_PW_F32, 0);
-  EXPECT(run(t, 2, s, N, N) == 0);
+  CHECK(run(t, 2, s, N, N) == 0);
   int bad = 0;
   for (int i = 0; i < N; ++i) bad += fabsf(erff(out[i]) - a[i]) > 1e-6f;
-  EXPECT(bad == 0);
+  CHECK(bad == 0);
 }
 
 /* The AVX-512 build gives the generic build's bits for every op (any NaN
@@ -220,7 +215,7 @@ static void test_isa_agreement(void) {
       fprintf(stderr, "i64 op %d differs between ISA builds\n", op);
     }
   }
-  EXPECT(mismatched == 0);
+  CHECK(mismatched == 0);
 }
 
 int main(void) {
@@ -231,6 +226,5 @@ int main(void) {
   test_integer();
   test_float_reference();
   test_isa_agreement();
-  printf("pointwise: %d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  TEST_MAIN_END();
 }

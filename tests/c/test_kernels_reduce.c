@@ -8,13 +8,8 @@
 
 #include "kernels/reduce.h"
 #include "loom/status.h"
+#include "test_util.h"
 
-static int passed, failed;
-#define EXPECT(cond)                                                       \
-  do {                                                                     \
-    if (cond) ++passed;                                                    \
-    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
-  } while (0)
 
 static int run(loom_tensor *t, loom_scalar *s, int64_t range, int64_t grain) {
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 4,
@@ -70,40 +65,40 @@ static void test_ops(void) {
     double ref[C] = {0}, ref2[C] = {0};
     for (int64_t r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) ref[c] += x[r * C + c];
-    EXPECT(reduce_cols(LOOM_REDUCE_SUM, 0, x, R, C, out, idx, stage, 1) == 0);
-    for (int c = 0; c < C; ++c) EXPECT(fabs(out[c] - ref[c]) <= 1e-6 * fabs(ref[c]) + 1e-3);
+    CHECK(reduce_cols(LOOM_REDUCE_SUM, 0, x, R, C, out, idx, stage, 1) == 0);
+    for (int c = 0; c < C; ++c) CHECK(fabs(out[c] - ref[c]) <= 1e-6 * fabs(ref[c]) + 1e-3);
     /* bitwise equal whatever the chunking */
-    EXPECT(reduce_cols(LOOM_REDUCE_SUM, 0, x, R, C, out2, idx, stage, 2) == 0);
-    EXPECT(memcmp(out, out2, sizeof out) == 0);
+    CHECK(reduce_cols(LOOM_REDUCE_SUM, 0, x, R, C, out2, idx, stage, 2) == 0);
+    CHECK(memcmp(out, out2, sizeof out) == 0);
 
-    EXPECT(reduce_cols(LOOM_REDUCE_MAX, 0, x, R, C, out, idx, stage, 1) == 0);
-    EXPECT(out[1] == 5.0f && idx[1] == 777);
+    CHECK(reduce_cols(LOOM_REDUCE_MAX, 0, x, R, C, out, idx, stage, 1) == 0);
+    CHECK(out[1] == 5.0f && idx[1] == 777);
 
-    EXPECT(reduce_cols(LOOM_REDUCE_VAR, 1, x, R, C, out, idx, stage, 1) == 0);
+    CHECK(reduce_cols(LOOM_REDUCE_VAR, 1, x, R, C, out, idx, stage, 1) == 0);
     for (int c = 0; c < C; ++c) {
       double mean = ref[c] / R, m2 = 0;
       for (int64_t r = 0; r < R; ++r) m2 += (x[r * C + c] - mean) * (x[r * C + c] - mean);
       ref2[c] = m2 / (R - 1);
-      EXPECT(fabs(out[c] - ref2[c]) <= 1e-6 * ref2[c]);
+      CHECK(fabs(out[c] - ref2[c]) <= 1e-6 * ref2[c]);
     }
-    EXPECT(reduce_cols(LOOM_REDUCE_NORM, 3, x, R, C, out, idx, stage, 1) == 0);
+    CHECK(reduce_cols(LOOM_REDUCE_NORM, 3, x, R, C, out, idx, stage, 1) == 0);
     for (int c = 0; c < C; ++c) {
       double acc = 0;
       for (int64_t r = 0; r < R; ++r) acc += pow(fabs(x[r * C + c]), 3);
-      EXPECT(fabs(out[c] - pow(acc, 1.0 / 3)) <= 1e-5 * pow(acc, 1.0 / 3));
+      CHECK(fabs(out[c] - pow(acc, 1.0 / 3)) <= 1e-5 * pow(acc, 1.0 / 3));
     }
-    EXPECT(reduce_cols(LOOM_REDUCE_LOGSUMEXP, 0, x, R, C, out, idx, stage, 1) == 0);
+    CHECK(reduce_cols(LOOM_REDUCE_LOGSUMEXP, 0, x, R, C, out, idx, stage, 1) == 0);
     for (int c = 0; c < C; ++c) {
       double acc = 0;
       for (int64_t r = 0; r < R; ++r) acc += exp(x[r * C + c]);
-      EXPECT(fabs(out[c] - log(acc)) <= 1e-5 * fabs(log(acc)));
+      CHECK(fabs(out[c] - log(acc)) <= 1e-5 * fabs(log(acc)));
     }
   }
   x[5] = NAN; /* column 2: NaN propagates through max, index of the NaN */
   float out[C];
   int64_t idx[C];
-  EXPECT(reduce_cols(LOOM_REDUCE_MAX, 0, x, R, C, out, idx, 1, 1) == 0);
-  EXPECT(isnan(out[2]) && idx[2] == 1);
+  CHECK(reduce_cols(LOOM_REDUCE_MAX, 0, x, R, C, out, idx, 1, 1) == 0);
+  CHECK(isnan(out[2]) && idx[2] == 1);
   free(x);
 }
 
@@ -120,19 +115,18 @@ static void test_integral(void) {
   t[1] = (loom_tensor){.data = x, .dtype = LOOM_INT8, .rank = 1};
   t[1].sizes[0] = N; t[1].strides[0] = 1;
   loom_scalar s[5] = {{.i = LOOM_REDUCE_SUM}, {.i = 1}, {.f = 0}, {.i = 1}, {.i = 0}};
-  EXPECT(run(t, s, 1, 1) == 0 && out == ref);
+  CHECK(run(t, s, 1, 1) == 0 && out == ref);
   uint8_t b = 7;
   t[0] = (loom_tensor){.data = &b, .dtype = LOOM_BOOL, .rank = 0};
   s[0].i = LOOM_REDUCE_ALL;
-  EXPECT(run(t, s, 1, 1) == 0 && b == 0); /* x contains a zero */
+  CHECK(run(t, s, 1, 1) == 0 && b == 0); /* x contains a zero */
   s[0].i = LOOM_REDUCE_ANY;
-  EXPECT(run(t, s, 1, 1) == 0 && b == 1);
+  CHECK(run(t, s, 1, 1) == 0 && b == 1);
 }
 
 int main(void) {
   srand(3);
   test_ops();
   test_integral();
-  printf("reduce: %d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  TEST_MAIN_END();
 }

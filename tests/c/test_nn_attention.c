@@ -7,13 +7,8 @@
 
 #include "kernels/attention.h"
 #include "loom/status.h"
+#include "test_util.h"
 
-static int passed, failed;
-#define EXPECT(cond)                                                       \
-  do {                                                                     \
-    if (cond) ++passed;                                                    \
-    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
-  } while (0)
 
 enum { BH = 2, L = 5, S = 7, E = 3, EV = 4 };
 
@@ -92,15 +87,15 @@ static void test_attention(int causal, int use_mask, int use_bool) {
                       t3(v, LOOM_FLOAT64, BH, S, EV), m, t3(out, LOOM_FLOAT64, BH, L, EV),
                       t2(lse, LOOM_FLOAT64, BH, L)};
   loom_scalar s[2] = {{.f = scale}, {.i = causal}};
-  EXPECT(run(loom_attention_forward, f, 6, s, BH * L, 3) == 0);
-  EXPECT(check_forward(causal, use_mask, use_bool, scale) < 1e-12);
+  CHECK(run(loom_attention_forward, f, 6, s, BH * L, 3) == 0);
+  CHECK(check_forward(causal, use_mask, use_bool, scale) < 1e-12);
 
   loom_tensor bq[9] = {t3(dout, LOOM_FLOAT64, BH, L, EV), f[0], f[1], f[2], m, f[4], f[5],
                        t3(dq, LOOM_FLOAT64, BH, L, E), t2(delta, LOOM_FLOAT64, BH, L)};
-  EXPECT(run(loom_attention_backward_q, bq, 9, s, BH * L, 2) == 0);
+  CHECK(run(loom_attention_backward_q, bq, 9, s, BH * L, 2) == 0);
   loom_tensor bkv[9] = {bq[0], f[0], f[1], f[2], m, f[5], bq[8],
                         t3(dk, LOOM_FLOAT64, BH, S, E), t3(dv, LOOM_FLOAT64, BH, S, EV)};
-  EXPECT(run(loom_attention_backward_kv, bkv, 9, s, BH * S, 4) == 0);
+  CHECK(run(loom_attention_backward_kv, bkv, 9, s, BH * S, 4) == 0);
   struct { double *x, *g; int n; } params[3] = {{q, dq, BH * L * E}, {k, dk, BH * S * E}, {v, dv, BH * S * EV}};
   const double h = 1e-6;
   for (int p = 0; p < 3; ++p) {
@@ -116,7 +111,7 @@ static void test_attention(int causal, int use_mask, int use_bool) {
       worst = fmax(worst, fabs(num - params[p].g[i]) / (1e-3 + fabs(num)));
     }
     if (!(worst < 1e-6)) fprintf(stderr, "param %d causal %d mask %d/%d: %g\n", p, causal, use_mask, use_bool, worst);
-    EXPECT(worst < 1e-6);
+    CHECK(worst < 1e-6);
   }
   forward(f, s);
 }
@@ -157,30 +152,30 @@ static void test_blocked(int causal, int mask_kind) {
   loom_tensor fx[6] = {t3(xq, LOOM_FLOAT64, BB, BL, BE), t3(xk, LOOM_FLOAT64, BB, BS, BE),
                        t3(xv, LOOM_FLOAT64, BB, BS, BEV), mx, t3(xout, LOOM_FLOAT64, BB, BL, BEV),
                        t2(xlse, LOOM_FLOAT64, BB, BL)};
-  EXPECT(run(loom_attention_blocked_forward, ff, 6, s, blocks_q, 2) == 0);
-  EXPECT(run(loom_attention_forward, fx, 6, s, BB * BL, 7) == 0);
-  EXPECT(worst_f(fout, xout, BB * BL * BEV) < 1e-4);
+  CHECK(run(loom_attention_blocked_forward, ff, 6, s, blocks_q, 2) == 0);
+  CHECK(run(loom_attention_forward, fx, 6, s, BB * BL, 7) == 0);
+  CHECK(worst_f(fout, xout, BB * BL * BEV) < 1e-4);
   double wl = 0;
   for (int i = 0; i < BB * BL; ++i)
     wl = (flse[i] == xlse[i]) ? wl : fmax(wl, fabs(flse[i] - xlse[i]));
-  EXPECT(wl < 1e-4);
+  CHECK(wl < 1e-4);
   loom_tensor bqf[9] = {t3(fdout, LOOM_FLOAT32, BB, BL, BEV), ff[0], ff[1], ff[2], mf, ff[4], ff[5],
                         t3(fdq, LOOM_FLOAT32, BB, BL, BE), t2(fdelta, LOOM_FLOAT32, BB, BL)};
   loom_tensor bqx[9] = {t3(xdout, LOOM_FLOAT64, BB, BL, BEV), fx[0], fx[1], fx[2], mx, fx[4], fx[5],
                         t3(xdq, LOOM_FLOAT64, BB, BL, BE), t2(xdelta, LOOM_FLOAT64, BB, BL)};
-  EXPECT(run(loom_attention_blocked_backward_q, bqf, 9, s, blocks_q, 3) == 0);
-  EXPECT(run(loom_attention_backward_q, bqx, 9, s, BB * BL, 5) == 0);
+  CHECK(run(loom_attention_blocked_backward_q, bqf, 9, s, blocks_q, 3) == 0);
+  CHECK(run(loom_attention_backward_q, bqx, 9, s, BB * BL, 5) == 0);
   loom_tensor bkf[9] = {bqf[0], ff[0], ff[1], ff[2], mf, ff[5], bqf[8],
                         t3(fdk, LOOM_FLOAT32, BB, BS, BE), t3(fdv, LOOM_FLOAT32, BB, BS, BEV)};
   loom_tensor bkx[9] = {bqx[0], fx[0], fx[1], fx[2], mx, fx[5], bqx[8],
                         t3(xdk, LOOM_FLOAT64, BB, BS, BE), t3(xdv, LOOM_FLOAT64, BB, BS, BEV)};
-  EXPECT(run(loom_attention_blocked_backward_kv, bkf, 9, s, blocks_k, 1) == 0);
-  EXPECT(run(loom_attention_backward_kv, bkx, 9, s, BB * BS, 9) == 0);
+  CHECK(run(loom_attention_blocked_backward_kv, bkf, 9, s, blocks_k, 1) == 0);
+  CHECK(run(loom_attention_backward_kv, bkx, 9, s, BB * BS, 9) == 0);
   const double wq = worst_f(fdq, xdq, BB * BL * BE), wk = worst_f(fdk, xdk, BB * BS * BE),
                wv = worst_f(fdv, xdv, BB * BS * BEV);
   if (!(wq < 1e-3 && wk < 1e-3 && wv < 1e-3))
     fprintf(stderr, "blocked causal %d mask %d: dq %g dk %g dv %g\n", causal, mask_kind, wq, wk, wv);
-  EXPECT(wq < 1e-3 && wk < 1e-3 && wv < 1e-3);
+  CHECK(wq < 1e-3 && wk < 1e-3 && wv < 1e-3);
 }
 
 static void blocked_inputs(void) {
@@ -207,11 +202,10 @@ int main(void) {
   for (int causal = 0; causal <= 1; ++causal)
     for (int use_mask = 0; use_mask <= 1; ++use_mask)
       for (int use_bool = 0; use_bool <= use_mask; ++use_bool) test_attention(causal, use_mask, use_bool);
-  EXPECT(lse[1 * L + 2] == -INFINITY && out[(1 * L + 2) * EV] == 0.0);
-  for (int i = 0; i < BH * L * E; ++i) EXPECT(!isnan(dq[i]));
+  CHECK(lse[1 * L + 2] == -INFINITY && out[(1 * L + 2) * EV] == 0.0);
+  for (int i = 0; i < BH * L * E; ++i) CHECK(!isnan(dq[i]));
   blocked_inputs();
   for (int causal = 0; causal <= 1; ++causal)
     for (int mask_kind = 0; mask_kind <= 2; ++mask_kind) test_blocked(causal, mask_kind);
-  printf("test_nn_attention: %d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  TEST_MAIN_END();
 }

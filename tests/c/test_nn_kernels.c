@@ -12,13 +12,8 @@
 #include "kernels/norm.h"
 #include "kernels/softmax.h"
 #include "loom/status.h"
+#include "test_util.h"
 
-static int passed, failed;
-#define EXPECT(cond)                                                       \
-  do {                                                                     \
-    if (cond) ++passed;                                                    \
-    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
-  } while (0)
 
 static loom_tensor tensor(void *data, int32_t dtype, int rank,
                           const int64_t *sizes, const int64_t *strides) {
@@ -85,7 +80,7 @@ static void test_softmax(void) {
     loom_tensor t[3] = {tensor(x, LOOM_FLOAT64, 3, sizes, xstr),
                         dense(y, LOOM_FLOAT64, 3, sizes)};
     loom_scalar s[2] = {si(1), si(take_log)};
-    EXPECT(run(loom_softmax_forward, t, 2, s, 2, A * C, 3) == 0);
+    CHECK(run(loom_softmax_forward, t, 2, s, 2, A * C, 3) == 0);
     for (int a = 0; a < A; ++a)
       for (int c = 0; c < C; ++c) {
         double m = -INFINITY, sum = 0;
@@ -96,12 +91,12 @@ static void test_softmax(void) {
           yref[(a * B + b) * C + c] = take_log ? v - log(sum) : exp(v) / sum;
         }
       }
-    EXPECT(max_rel(y, yref, N) < 1e-12);
+    CHECK(max_rel(y, yref, N) < 1e-12);
     /* gradient of sum(y * g) against central differences */
     loom_tensor tb[3] = {dense(g, LOOM_FLOAT64, 3, sizes),
                          dense(y, LOOM_FLOAT64, 3, sizes),
                          tensor(gi, LOOM_FLOAT64, 3, sizes, xstr)};
-    EXPECT(run(loom_softmax_backward, tb, 3, s, 2, A * C, 2) == 0);
+    CHECK(run(loom_softmax_backward, tb, 3, s, 2, A * C, 2) == 0);
     const double h = 1e-6;
     for (int i = 0; i < N; ++i) {
       double keep = x[i], fp = 0, fm = 0;
@@ -114,7 +109,7 @@ static void test_softmax(void) {
       x[i] = keep;
       gnum[i] = (fp - fm) / (2 * h);
     }
-    EXPECT(max_rel(gi, gnum, N) < 1e-6);
+    CHECK(max_rel(gi, gnum, N) < 1e-6);
   }
 }
 
@@ -128,14 +123,14 @@ static void test_softmax_mixed_and_chunking(void) {
   loom_tensor t1[2] = {dense(xb, LOOM_BFLOAT16, 2, sizes), dense(y1, LOOM_FLOAT32, 2, sizes)};
   loom_tensor t2[2] = {dense(xb, LOOM_BFLOAT16, 2, sizes), dense(y2, LOOM_FLOAT32, 2, sizes)};
   loom_scalar s[2] = {si(1), si(0)};
-  EXPECT(run(loom_softmax_forward, t1, 2, s, 2, R, 1) == 0);
-  EXPECT(run(loom_softmax_forward, t2, 2, s, 2, R, R) == 0);
-  EXPECT(memcmp(y1, y2, sizeof y1) == 0);
+  CHECK(run(loom_softmax_forward, t1, 2, s, 2, R, 1) == 0);
+  CHECK(run(loom_softmax_forward, t2, 2, s, 2, R, R) == 0);
+  CHECK(memcmp(y1, y2, sizeof y1) == 0);
   double rowsum = 0;
   for (int j = 0; j < L; ++j) rowsum += y1[j];
-  EXPECT(fabs(rowsum - 1.0) < 1e-6);
+  CHECK(fabs(rowsum - 1.0) < 1e-6);
   loom_scalar bad[2] = {si(2), si(0)};
-  EXPECT(run(loom_softmax_forward, t1, 2, bad, 2, R, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(run(loom_softmax_forward, t1, 2, bad, 2, R, 1) == LOOM_ERROR_INVALID_ARGUMENT);
 }
 
 /* ---- layer norm / rms norm ------------------------------------------------ */
@@ -153,7 +148,7 @@ static void test_layer_norm(void) {
                         rms ? none() : dense(mean, LOOM_FLOAT64, 1, sm),
                         dense(rstd, LOOM_FLOAT64, 1, sm)};
     loom_scalar fs[3] = {si(N), sf(1e-5), si(rms)};
-    EXPECT(run(loom_layer_norm_forward, f, 6, fs, 3, M, 4) == 0);
+    CHECK(run(loom_layer_norm_forward, f, 6, fs, 3, M, 4) == 0);
     /* reference for row 2 */
     double mu = 0, var = 0;
     for (int j = 0; j < N; ++j) mu += x[2 * N + j];
@@ -161,16 +156,16 @@ static void test_layer_norm(void) {
     for (int j = 0; j < N; ++j) var += (x[2 * N + j] - mu) * (x[2 * N + j] - mu);
     var /= N;
     double ref = (x[2 * N + 5] - mu) / sqrt(var + 1e-5) * w[5] + (rms ? 0 : b[5]);
-    EXPECT(fabs(y[2 * N + 5] - ref) < 1e-12);
+    CHECK(fabs(y[2 * N + 5] - ref) < 1e-12);
 
     loom_tensor bi[6] = {dense(dy, LOOM_FLOAT64, 2, s2), f[0], f[4], f[5], f[1],
                          dense(dx, LOOM_FLOAT64, 2, s2)};
     loom_scalar bs[2] = {si(N), si(rms)};
-    EXPECT(run(loom_layer_norm_backward_input, bi, 6, bs, 2, M, 5) == 0);
+    CHECK(run(loom_layer_norm_backward_input, bi, 6, bs, 2, M, 5) == 0);
     loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw, LOOM_FLOAT64, 1, s1),
                          dense(db, LOOM_FLOAT64, 1, s1)};
     loom_scalar ps[3] = {si(M), si(N), si(rms)};
-    EXPECT(run(loom_layer_norm_backward_params, bp, 6, ps, 3, N, 3) == 0);
+    CHECK(run(loom_layer_norm_backward_params, bp, 6, ps, 3, N, 3) == 0);
     const double h = 1e-6;
     for (int i = 0; i < M * N + N; ++i) {
       double *p = i < M * N ? &x[i] : &w[i - M * N];
@@ -184,12 +179,12 @@ static void test_layer_norm(void) {
       *p = keep;
       *(i < M * N ? &num[i] : &numw[i - M * N]) = (fp - fm) / (2 * h);
     }
-    EXPECT(max_rel(dx, num, M * N) < 1e-6);
-    EXPECT(max_rel(dw, numw, N) < 1e-6);
+    CHECK(max_rel(dx, num, M * N) < 1e-6);
+    CHECK(max_rel(dw, numw, N) < 1e-6);
     if (!rms) {
       double s = 0;
       for (int r = 0; r < M; ++r) s += dy[r * N + 4];
-      EXPECT(fabs(db[4] - s) < 1e-12);
+      CHECK(fabs(db[4] - s) < 1e-12);
     }
   }
 }
@@ -208,23 +203,23 @@ static void test_batch_norm(void) {
                       dense(rv, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
                       dense(sm, LOOM_FLOAT64, 1, s1), dense(sinv, LOOM_FLOAT64, 1, s1)};
   loom_scalar fs[3] = {si(1), sf(0.1), sf(1e-5)};
-  EXPECT(run(loom_batch_norm_forward, f, 8, fs, 3, C, 3) == 0);
+  CHECK(run(loom_batch_norm_forward, f, 8, fs, 3, C, 3) == 0);
   double mu = 0, var = 0;
   for (int n = 0; n < NB; ++n)
     for (int s = 0; s < S; ++s) mu += x[(n * C + 2) * S + s];
   mu /= NB * S;
   for (int n = 0; n < NB; ++n)
     for (int s = 0; s < S; ++s) var += pow(x[(n * C + 2) * S + s] - mu, 2);
-  EXPECT(fabs(sm[2] - mu) < 1e-12);
-  EXPECT(fabs(sinv[2] - 1 / sqrt(var / (NB * S) + 1e-5)) < 1e-9);
-  EXPECT(fabs(rm[2] - (0.9 * 0.5 + 0.1 * mu)) < 1e-12);
-  EXPECT(fabs(rv[2] - (0.9 * 2.0 + 0.1 * var / (NB * S - 1))) < 1e-12);
+  CHECK(fabs(sm[2] - mu) < 1e-12);
+  CHECK(fabs(sinv[2] - 1 / sqrt(var / (NB * S) + 1e-5)) < 1e-9);
+  CHECK(fabs(rm[2] - (0.9 * 0.5 + 0.1 * mu)) < 1e-12);
+  CHECK(fabs(rv[2] - (0.9 * 2.0 + 0.1 * var / (NB * S - 1))) < 1e-12);
 
   loom_tensor bt[10] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[1], f[3], f[4], f[6], f[7],
                         dense(dx, LOOM_FLOAT64, 3, s3), dense(dw, LOOM_FLOAT64, 1, s1),
                         dense(db, LOOM_FLOAT64, 1, s1)};
   loom_scalar bs[2] = {si(1), sf(1e-5)};
-  EXPECT(run(loom_batch_norm_backward, bt, 10, bs, 2, C, 1) == 0);
+  CHECK(run(loom_batch_norm_backward, bt, 10, bs, 2, C, 1) == 0);
   /* numeric gradient in training mode, without running stats */
   loom_tensor g[8] = {f[0], f[1], f[2], none(), none(), f[5], none(), none()};
   const double h = 1e-6;
@@ -239,14 +234,14 @@ static void test_batch_norm(void) {
     x[i] = keep;
     num[i] = (fp - fm) / (2 * h);
   }
-  EXPECT(max_rel(dx, num, T) < 1e-6);
+  CHECK(max_rel(dx, num, T) < 1e-6);
 
   /* eval mode: y = (x - rm) / sqrt(rv + eps) * w + b */
   loom_scalar es[3] = {si(0), sf(0.1), sf(1e-5)};
   loom_tensor e[8] = {f[0], f[1], f[2], f[3], f[4], f[5], none(), none()};
-  EXPECT(run(loom_batch_norm_forward, e, 8, es, 3, C, 2) == 0);
+  CHECK(run(loom_batch_norm_forward, e, 8, es, 3, C, 2) == 0);
   int i = (1 * C + 3) * S + 2;
-  EXPECT(fabs(y[i] - ((x[i] - rm[3]) / sqrt(rv[3] + 1e-5) * w[3] + b[3])) < 1e-12);
+  CHECK(fabs(y[i] - ((x[i] - rm[3]) / sqrt(rv[3] + 1e-5) * w[3] + b[3])) < 1e-12);
 }
 
 /* ---- group norm ------------------------------------------------------------ */
@@ -261,13 +256,13 @@ static void test_group_norm(void) {
                       dense(b, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
                       dense(mean, LOOM_FLOAT64, 2, sg), dense(rstd, LOOM_FLOAT64, 2, sg)};
   loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)};
-  EXPECT(run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 4) == 0);
+  CHECK(run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 4) == 0);
   loom_tensor bi[6] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[4], f[5], f[1],
                        dense(dx, LOOM_FLOAT64, 3, s3)};
-  EXPECT(run(loom_group_norm_backward_input, bi, 6, fs, 4, NB * G, 5) == 0);
+  CHECK(run(loom_group_norm_backward_input, bi, 6, fs, 4, NB * G, 5) == 0);
   loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw, LOOM_FLOAT64, 1, s1),
                        dense(db, LOOM_FLOAT64, 1, s1)};
-  EXPECT(run(loom_group_norm_backward_params, bp, 6, fs, 4, C, 4) == 0);
+  CHECK(run(loom_group_norm_backward_params, bp, 6, fs, 4, C, 4) == 0);
   const double h = 1e-6;
   for (int i = 0; i < T + C; ++i) {
     double *p = i < T ? &x[i] : &w[i - T];
@@ -281,8 +276,8 @@ static void test_group_norm(void) {
     *p = keep;
     num[i] = (fp - fm) / (2 * h);
   }
-  EXPECT(max_rel(dx, num, T) < 1e-6);
-  EXPECT(max_rel(dw, num + T, C) < 1e-6);
+  CHECK(max_rel(dx, num, T) < 1e-6);
+  CHECK(max_rel(dw, num + T, C) < 1e-6);
 }
 
 /* ---- losses ----------------------------------------------------------------- */
@@ -299,26 +294,26 @@ static void test_nll_loss(void) {
                       dense(w, LOOM_FLOAT64, 1, s1), dense(&outs, LOOM_FLOAT64, 0, NULL),
                       dense(&tw, LOOM_FLOAT64, 0, NULL)};
   loom_scalar s[2] = {si(LOOM_REDUCTION_MEAN), si(-100)};
-  EXPECT(run(loom_nll_loss_forward, t, 5, s, 2, 1, 1) == 0);
+  CHECK(run(loom_nll_loss_forward, t, 5, s, 2, 1, 1) == 0);
   double ref = 0, wref = 0;
   for (int n = 0; n < N; ++n)
     if (tgt[n] != -100) { ref -= w[tgt[n]] * x[n * C + tgt[n]]; wref += w[tgt[n]]; }
-  EXPECT(fabs(tw - wref) < 1e-12);
-  EXPECT(fabs(outs - ref / wref) < 1e-12);
+  CHECK(fabs(tw - wref) < 1e-12);
+  CHECK(fabs(outs - ref / wref) < 1e-12);
   loom_tensor b[5] = {dense(&go, LOOM_FLOAT64, 0, NULL), t[1], t[2], t[4],
                       dense(gi, LOOM_FLOAT64, 3, s3)};
-  EXPECT(run(loom_nll_loss_backward, b, 5, s, 2, N, 2) == 0);
-  EXPECT(fabs(gi[1 * C + 3] + go * w[3] / wref) < 1e-12);
-  EXPECT(gi[1 * C + 2] == 0.0 && gi[2 * C + 0] == 0.0);
+  CHECK(run(loom_nll_loss_backward, b, 5, s, 2, N, 2) == 0);
+  CHECK(fabs(gi[1 * C + 3] + go * w[3] / wref) < 1e-12);
+  CHECK(gi[1 * C + 2] == 0.0 && gi[2 * C + 0] == 0.0);
   /* reduction none */
   t[3] = dense(out, LOOM_FLOAT64, 1, sn);
   loom_scalar sn0[2] = {si(LOOM_REDUCTION_NONE), si(-100)};
-  EXPECT(run(loom_nll_loss_forward, t, 5, sn0, 2, N, 2) == 0);
-  EXPECT(fabs(out[3] + w[2] * x[3 * C + 2]) < 1e-12 && out[2] == 0.0);
+  CHECK(run(loom_nll_loss_forward, t, 5, sn0, 2, N, 2) == 0);
+  CHECK(fabs(out[3] + w[2] * x[3 * C + 2]) < 1e-12 && out[2] == 0.0);
   /* out-of-range target */
   tgt[0] = C;
-  EXPECT(run(loom_nll_loss_forward, t, 5, s, 2, 1, 1) == LOOM_ERROR_INDEX_OUT_OF_RANGE);
-  EXPECT(strstr(loom_last_error(), "Target 4 is out of bounds") != NULL);
+  CHECK(run(loom_nll_loss_forward, t, 5, s, 2, 1, 1) == LOOM_ERROR_INDEX_OUT_OF_RANGE);
+  CHECK(strstr(loom_last_error(), "Target 4 is out of bounds") != NULL);
 }
 
 static void test_pointwise_losses(void) {
@@ -334,13 +329,13 @@ static void test_pointwise_losses(void) {
     loom_tensor f[4] = {tensor(x, LOOM_FLOAT64, 2, sz, tr), dense(y, LOOM_FLOAT64, 2, sz),
                         none(), dense(part, LOOM_FLOAT64, 1, sp)};
     loom_scalar s[3] = {si(kind), si(LOOM_REDUCTION_MEAN), sf(0.3)};
-    EXPECT(run(loom_pointwise_loss_forward, f, 4, s, 3, sp[0], 1) == 0);
+    CHECK(run(loom_pointwise_loss_forward, f, 4, s, 3, sp[0], 1) == 0);
     loom_tensor p[2] = {f[3], dense(&out, LOOM_FLOAT64, 0, NULL)};
     loom_scalar ps[1] = {sf(T)};
-    EXPECT(run(loom_loss_sum_partials, p, 2, ps, 1, 1, 1) == 0);
+    CHECK(run(loom_loss_sum_partials, p, 2, ps, 1, 1, 1) == 0);
     loom_tensor b[5] = {dense(&go, LOOM_FLOAT64, 0, NULL), f[0], f[1], none(),
                         tensor(gi, LOOM_FLOAT64, 2, sz, tr)};
-    EXPECT(run(loom_pointwise_loss_backward, b, 5, s, 3, T, 1000) == 0);
+    CHECK(run(loom_pointwise_loss_backward, b, 5, s, 3, T, 1000) == 0);
     const double h = 1e-6;
     for (int i = 0; i < T; i += 97) {
       double keep = x[i], fp, fm;
@@ -355,7 +350,7 @@ static void test_pointwise_losses(void) {
       x[i] = keep;
       num[i] = go * (fp - fm) / (2 * h);
       if (fabs(num[i] - gi[i]) > 1e-7 + 1e-5 * fabs(gi[i])) {
-        ++failed;
+        ++test_failed;
         fprintf(stderr, "loss kind %d grad %d: %g vs %g\n", kind, i, gi[i], num[i]);
         break;
       }
@@ -367,7 +362,7 @@ static void test_pointwise_losses(void) {
   loom_tensor f[4] = {dense(x, LOOM_FLOAT64, 2, sz), dense(y, LOOM_FLOAT64, 2, sz), none(),
                       dense(o, LOOM_FLOAT64, 2, sz)};
   loom_scalar s[3] = {si(LOOM_LOSS_BCE), si(LOOM_REDUCTION_NONE), sf(0)};
-  EXPECT(run(loom_pointwise_loss_forward, f, 4, s, 3, T, 64) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(run(loom_pointwise_loss_forward, f, 4, s, 3, T, 64) == LOOM_ERROR_INVALID_ARGUMENT);
 }
 
 /* ---- embedding backward ------------------------------------------------------- */
@@ -392,28 +387,28 @@ static void test_embedding_backward(void) {
     loom_tensor b[3] = {dense(idx, LOOM_INT64, 1, sn), dense(offsets, LOOM_INT64, 1, so),
                         dense(order, LOOM_INT64, 1, sn)};
     loom_scalar bs[1] = {si(NW)};
-    EXPECT(run(loom_embedding_backward_bucket, b, 3, bs, 1, 1, 1) == 0);
+    CHECK(run(loom_embedding_backward_bucket, b, 3, bs, 1, 1, 1) == 0);
     loom_tensor r[4] = {dense(go, LOOM_FLOAT32, 2, sg), b[1], b[2], dense(gw, LOOM_FLOAT32, 2, sw)};
     loom_scalar rs[2] = {si(padding), si(freq)};
-    EXPECT(run(loom_embedding_backward_rows, r, 4, rs, 2, NW, 2) == 0);
+    CHECK(run(loom_embedding_backward_rows, r, 4, rs, 2, NW, 2) == 0);
     double m = 0;
     for (int i = 0; i < NW * D; ++i) m = fmax(m, fabs(gw[i] - ref[i]));
-    EXPECT(m < 1e-5);
-    if (pass) EXPECT(gw[2 * D + 7] == 0.0f);
+    CHECK(m < 1e-5);
+    if (pass) CHECK(gw[2 * D + 7] == 0.0f);
   }
   idx[5] = NW;
   const int64_t sn[1] = {N}, so[1] = {NW + 1};
   loom_tensor b[3] = {dense(idx, LOOM_INT64, 1, sn), dense(offsets, LOOM_INT64, 1, so),
                       dense(order, LOOM_INT64, 1, sn)};
   loom_scalar bs[1] = {si(NW)};
-  EXPECT(run(loom_embedding_backward_bucket, b, 3, bs, 1, 1, 1) == LOOM_ERROR_INDEX_OUT_OF_RANGE);
+  CHECK(run(loom_embedding_backward_bucket, b, 3, bs, 1, 1, 1) == LOOM_ERROR_INDEX_OUT_OF_RANGE);
   /* a row pass queued behind the failed bucket pass reads nothing */
   for (int i = 0; i < N; ++i) order[i] = 1 << 30;
   const int64_t sg[2] = {N, D}, sw[2] = {NW, D};
   loom_tensor r[4] = {dense(go, LOOM_FLOAT32, 2, sg), b[1], b[2], dense(gw, LOOM_FLOAT32, 2, sw)};
   loom_scalar rs[2] = {si(-1), si(0)};
-  EXPECT(run(loom_embedding_backward_rows, r, 4, rs, 2, NW, 2) == 0);
-  EXPECT(gw[3 * D + 1] == 0.0f);
+  CHECK(run(loom_embedding_backward_rows, r, 4, rs, 2, NW, 2) == 0);
+  CHECK(gw[3 * D + 1] == 0.0f);
 }
 
 /* ---- fp32 fast paths against the fp64 path ----------------------------------- */
@@ -451,22 +446,22 @@ static void test_fast_paths(void) {
       loom_tensor tf[2] = {dense(xf, LOOM_FLOAT32, 2, sz), dense(yf, LOOM_FLOAT32, 2, sz)};
       loom_tensor td[2] = {dense(xd, LOOM_FLOAT64, 2, sz), dense(yd, LOOM_FLOAT64, 2, sz)};
       loom_scalar s[2] = {si(1), si(take_log)};
-      EXPECT(run(loom_softmax_forward, tf, 2, s, 2, R, 2) == 0);
-      EXPECT(run(loom_softmax_forward, td, 2, s, 2, R, 2) == 0);
-      if (n > 1) EXPECT(take_log ? yf[n / 2] == -INFINITY : yf[n / 2] == 0.0f);
+      CHECK(run(loom_softmax_forward, tf, 2, s, 2, R, 2) == 0);
+      CHECK(run(loom_softmax_forward, td, 2, s, 2, R, 2) == 0);
+      if (n > 1) CHECK(take_log ? yf[n / 2] == -INFINITY : yf[n / 2] == 0.0f);
       /* compare away from the masked entry */
       double err = 0;
       for (int i = 0; i < R * n; ++i)
         if (i != n / 2 || n == 1) err = fmax(err, fabs(yf[i] - yd[i]) / (1 + fabs(yd[i])));
-      EXPECT(err < 2e-6);
+      CHECK(err < 2e-6);
       if (n == 1) continue; /* row 0 holds only -inf: no gradient to compare */
       loom_tensor bf_[3] = {dense(gf, LOOM_FLOAT32, 2, sz), dense(yf, LOOM_FLOAT32, 2, sz),
                             dense(gif, LOOM_FLOAT32, 2, sz)};
       loom_tensor bd_[3] = {dense(gd, LOOM_FLOAT64, 2, sz), dense(yd, LOOM_FLOAT64, 2, sz),
                             dense(gid, LOOM_FLOAT64, 2, sz)};
-      EXPECT(run(loom_softmax_backward, bf_, 3, s, 2, R, 3) == 0);
-      EXPECT(run(loom_softmax_backward, bd_, 3, s, 2, R, 3) == 0);
-      EXPECT(max_abs_f32(gif, gid, R * n) < 1e-5 * n);
+      CHECK(run(loom_softmax_backward, bf_, 3, s, 2, R, 3) == 0);
+      CHECK(run(loom_softmax_backward, bd_, 3, s, 2, R, 3) == 0);
+      CHECK(max_abs_f32(gif, gid, R * n) < 1e-5 * n);
     }
     /* layer norm, affine, fp32 against fp64 */
     xf[n / 2] = 0.25f;
@@ -478,17 +473,17 @@ static void test_fast_paths(void) {
                          dense(bd, LOOM_FLOAT64, 1, sw), dense(yd, LOOM_FLOAT64, 2, sz),
                          dense(meand, LOOM_FLOAT64, 1, sm), dense(rstdd, LOOM_FLOAT64, 1, sm)};
     loom_scalar ls[3] = {si(n), sf(1e-5), si(0)};
-    EXPECT(run(loom_layer_norm_forward, lf, 6, ls, 3, R, 2) == 0);
-    EXPECT(run(loom_layer_norm_forward, ld, 6, ls, 3, R, 2) == 0);
-    EXPECT(max_abs_f32(yf, yd, R * n) < 1e-4);
+    CHECK(run(loom_layer_norm_forward, lf, 6, ls, 3, R, 2) == 0);
+    CHECK(run(loom_layer_norm_forward, ld, 6, ls, 3, R, 2) == 0);
+    CHECK(max_abs_f32(yf, yd, R * n) < 1e-4);
     loom_tensor bif[6] = {dense(gf, LOOM_FLOAT32, 2, sz), lf[0], lf[4], lf[5], lf[1],
                           dense(gif, LOOM_FLOAT32, 2, sz)};
     loom_tensor bid[6] = {dense(gd, LOOM_FLOAT64, 2, sz), ld[0], ld[4], ld[5], ld[1],
                           dense(gid, LOOM_FLOAT64, 2, sz)};
     loom_scalar bs[2] = {si(n), si(0)};
-    EXPECT(run(loom_layer_norm_backward_input, bif, 6, bs, 2, R, 2) == 0);
-    EXPECT(run(loom_layer_norm_backward_input, bid, 6, bs, 2, R, 2) == 0);
-    EXPECT(max_abs_f32(gif, gid, R * n) < 1e-3);
+    CHECK(run(loom_layer_norm_backward_input, bif, 6, bs, 2, R, 2) == 0);
+    CHECK(run(loom_layer_norm_backward_input, bid, 6, bs, 2, R, 2) == 0);
+    CHECK(max_abs_f32(gif, gid, R * n) < 1e-3);
   }
 }
 
@@ -514,20 +509,20 @@ static void test_staged_bf16(void) {
     loom_scalar s[2] = {si(1), si(take_log)};
     loom_tensor tb[2] = {dense(xb, LOOM_BFLOAT16, 2, sz), dense(yb, LOOM_BFLOAT16, 2, sz)};
     loom_tensor td[2] = {dense(xd, LOOM_FLOAT64, 2, sz), dense(yd, LOOM_FLOAT64, 2, sz)};
-    EXPECT(run(loom_softmax_forward, tb, 2, s, 2, R, 1) == 0);
-    EXPECT(run(loom_softmax_forward, td, 2, s, 2, R, 1) == 0);
+    CHECK(run(loom_softmax_forward, tb, 2, s, 2, R, 1) == 0);
+    CHECK(run(loom_softmax_forward, td, 2, s, 2, R, 1) == 0);
     double w = 0;
     for (int i = 0; i < R * N; ++i) w = fmax(w, fabs(loom_bf16_to_f32(yb[i]) - yd[i]) / (1e-3 + fabs(yd[i])));
-    EXPECT(w < 1e-2);
+    CHECK(w < 1e-2);
     loom_tensor bb[3] = {dense(gb, LOOM_BFLOAT16, 2, sz), dense(yb, LOOM_BFLOAT16, 2, sz),
                          dense(gib, LOOM_BFLOAT16, 2, sz)};
     loom_tensor bd[3] = {dense(gd, LOOM_FLOAT64, 2, sz), dense(yd, LOOM_FLOAT64, 2, sz),
                          dense(gid, LOOM_FLOAT64, 2, sz)};
-    EXPECT(run(loom_softmax_backward, bb, 3, s, 2, R, 1) == 0);
-    EXPECT(run(loom_softmax_backward, bd, 3, s, 2, R, 1) == 0);
+    CHECK(run(loom_softmax_backward, bb, 3, s, 2, R, 1) == 0);
+    CHECK(run(loom_softmax_backward, bd, 3, s, 2, R, 1) == 0);
     w = 0;
     for (int i = 0; i < R * N; ++i) w = fmax(w, fabs(loom_bf16_to_f32(gib[i]) - gid[i]));
-    EXPECT(w < 3e-2);
+    CHECK(w < 3e-2);
   }
   /* layer norm: bf16 input and weight, fp32 statistics (mixed precision) */
   loom_tensor lb[6] = {dense(xb, LOOM_BFLOAT16, 2, sz), dense(wb, LOOM_BFLOAT16, 1, sw), {.data = NULL},
@@ -537,22 +532,22 @@ static void test_staged_bf16(void) {
                        dense(yd, LOOM_FLOAT64, 2, sz), dense(md, LOOM_FLOAT64, 1, sm),
                        dense(rd, LOOM_FLOAT64, 1, sm)};
   loom_scalar ls[3] = {si(N), sf(1e-5), si(0)};
-  EXPECT(run(loom_layer_norm_forward, lb, 6, ls, 3, R, 3) == 0);
-  EXPECT(run(loom_layer_norm_forward, ld, 6, ls, 3, R, 3) == 0);
+  CHECK(run(loom_layer_norm_forward, lb, 6, ls, 3, R, 3) == 0);
+  CHECK(run(loom_layer_norm_forward, ld, 6, ls, 3, R, 3) == 0);
   double w = 0;
   for (int i = 0; i < R * N; ++i) w = fmax(w, fabs(loom_bf16_to_f32(yb[i]) - yd[i]) / (1e-2 + fabs(yd[i])));
-  EXPECT(w < 1e-2);
-  EXPECT(fabs(mf[2] - md[2]) < 1e-5 && fabs(rf[2] - rd[2]) < 1e-4 * rd[2]);
+  CHECK(w < 1e-2);
+  CHECK(fabs(mf[2] - md[2]) < 1e-5 && fabs(rf[2] - rd[2]) < 1e-4 * rd[2]);
   loom_tensor bib[6] = {dense(gb, LOOM_BFLOAT16, 2, sz), lb[0], lb[4], lb[5], lb[1],
                         dense(gib, LOOM_BFLOAT16, 2, sz)};
   loom_tensor bid[6] = {dense(gd, LOOM_FLOAT64, 2, sz), ld[0], ld[4], ld[5], ld[1],
                         dense(gid, LOOM_FLOAT64, 2, sz)};
   loom_scalar bs[2] = {si(N), si(0)};
-  EXPECT(run(loom_layer_norm_backward_input, bib, 6, bs, 2, R, 2) == 0);
-  EXPECT(run(loom_layer_norm_backward_input, bid, 6, bs, 2, R, 2) == 0);
+  CHECK(run(loom_layer_norm_backward_input, bib, 6, bs, 2, R, 2) == 0);
+  CHECK(run(loom_layer_norm_backward_input, bid, 6, bs, 2, R, 2) == 0);
   w = 0;
   for (int i = 0; i < R * N; ++i) w = fmax(w, fabs(loom_bf16_to_f32(gib[i]) - gid[i]) / (0.1 + fabs(gid[i])));
-  EXPECT(w < 2e-2);
+  CHECK(w < 2e-2);
 }
 
 int main(void) {
@@ -567,6 +562,5 @@ int main(void) {
   test_embedding_backward();
   test_fast_paths();
   test_staged_bf16();
-  printf("test_nn_kernels: %d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  TEST_MAIN_END();
 }

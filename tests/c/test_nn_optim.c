@@ -3,13 +3,8 @@
 #include <stdio.h>
 
 #include "kernels/optim.h"
+#include "test_util.h"
 
-static int passed, failed;
-#define EXPECT(cond)                                                       \
-  do {                                                                     \
-    if (cond) ++passed;                                                    \
-    else { ++failed; fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #cond); } \
-  } while (0)
 
 enum { N = 37 };
 
@@ -47,7 +42,7 @@ static void test_adam(int decoupled, int amsgrad) {
                       t1(&step, LOOM_FLOAT64, 1), none, none, none};
   loom_scalar s[8] = {{.f = lr}, {.f = b1}, {.f = b2}, {.f = wd}, {.f = eps},
                       {.i = amsgrad}, {.i = 0}, {.i = decoupled}};
-  EXPECT(run(loom_adam_step, t, 9, s, 8) == 0);
+  CHECK(run(loom_adam_step, t, 9, s, 8) == 0);
   double worst = 0;
   for (int i = 0; i < N; ++i) {
     double gi = g[i], pi = rp[i];
@@ -61,12 +56,12 @@ static void test_adam(int decoupled, int amsgrad) {
     pi -= lr * mhat / (sqrt(vhat) + eps);
     worst = fmax(worst, fabs(pi - p[i]) + fabs(rm[i] - m[i]) + fabs(rv[i] - v[i]));
   }
-  EXPECT(worst < 1e-6);
+  CHECK(worst < 1e-6);
   /* found_inf set: nothing moves */
   double inf = 1.0, before = p[5];
   t[7] = t1(&inf, LOOM_FLOAT64, 1);
-  EXPECT(run(loom_adam_step, t, 9, s, 8) == 0);
-  EXPECT(p[5] == before);
+  CHECK(run(loom_adam_step, t, 9, s, 8) == 0);
+  CHECK(p[5] == before);
 }
 
 static void test_sgd(int nesterov, int first) {
@@ -85,7 +80,7 @@ static void test_sgd(int nesterov, int first) {
   loom_scalar s[7] = {{.f = wd}, {.f = mom}, {.f = lr}, {.f = damp}, {.i = nesterov}, {.i = 0}, {.i = first}};
   float g0[N];
   for (int i = 0; i < N; ++i) g0[i] = g[i];
-  EXPECT(run(loom_sgd_step, t, 6, s, 7) == 0);
+  CHECK(run(loom_sgd_step, t, 6, s, 7) == 0);
   double worst = 0;
   for (int i = 0; i < N; ++i) {
     double gi = g0[i] / 2.0 + wd * rp[i];
@@ -93,7 +88,7 @@ static void test_sgd(int nesterov, int first) {
     double d = nesterov ? gi + mom * rb[i] : rb[i];
     worst = fmax(worst, fabs(rp[i] - lr * d - p[i]) + fabs(rb[i] - buf[i]) + fabs(g0[i] / 2.0 - g[i]));
   }
-  EXPECT(worst < 1e-6);
+  CHECK(worst < 1e-6);
 }
 
 int main(void) {
@@ -101,6 +96,5 @@ int main(void) {
     for (int a = 0; a <= 1; ++a) test_adam(d, a);
   for (int n = 0; n <= 1; ++n)
     for (int f = 0; f <= 1; ++f) test_sgd(n, f);
-  printf("test_nn_optim: %d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  TEST_MAIN_END();
 }
