@@ -103,10 +103,8 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
         const int64_t lo = iw0 < 0 ? -iw0 : 0;
         const int64_t hi = sz[4] - iw0 < cnt ? sz[4] - iw0 : cnt;
         for (int64_t q = 0; q < cnt; q += 16) {
-          int64_t a = lo > q ? lo - q : 0, b = hi - q < 16 ? hi - q : 16;
           int64_t w = cnt - q < 16 ? cnt - q : 16;
-          __mmask16 valid = b > a ? (__mmask16)(((1u << b) - 1u) & ~((1u << a) - 1u)) : 0;
-          __m512 v = _mm512_maskz_loadu_ps(valid, row + (iw0 + q));
+          __m512 v = _mm512_maskz_loadu_ps(cg_range_mask(lo - q, hi - q), row + (iw0 + q));
           /* Channels are a plane apart, which no hardware prefetcher
            * follows: fetch the same place two channels on. */
           _mm_prefetch((const char *)(row + (iw0 + q) + 2 * st[1]), _MM_HINT_T0);

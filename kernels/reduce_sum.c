@@ -4,6 +4,7 @@
  * reduce_sum_avx512.c with LOOM_REDUCE_ISA defined. */
 #pragma GCC optimize("fp-contract=off")
 
+#include "kernels/lanes.h"
 #include "kernels/reduce.h"
 
 #ifdef LOOM_REDUCE_ISA
@@ -18,12 +19,6 @@
 /* Elements the sum prefetches ahead: one stream per core does not keep
  * enough lines in flight on its own. */
 #define RS_AHEAD (8192 / (int)sizeof(x[0]))
-
-static double rs_fold(double *acc) {
-  for (int w = LANES / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
-}
 
 #define RS_DEFINE(NAME, T)                                          \
   double NAME(const T *x, int64_t n, int sq) {                      \
@@ -46,7 +41,7 @@ static double rs_fold(double *acc) {
       }                                                             \
       for (int j = 0; i < n; ++i, ++j) acc[j] += (double)x[i];      \
     }                                                               \
-    return rs_fold(acc);                                            \
+    return loom_lanes16_fold_f64(acc);                              \
   }
 
 RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float)

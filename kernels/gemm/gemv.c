@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/gemm/gemm_internal.h"
+#include "kernels/lanes.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
 
@@ -26,12 +27,6 @@ static const float *gv_stage(float *buf, const char *base, int32_t dtype, int64_
   if (dtype == LOOM_FLOAT32 && stride == 1) return (const float *)base + off;
   for (int64_t i = 0; i < n; ++i) buf[i] = loom_gemm_load(base, dtype, off + i * stride);
   return buf;
-}
-
-static float gv_fold(float *acc) {
-  for (int w = 8; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
 }
 
 static int64_t gv_offset(const loom_tensor *t, int64_t i1, int64_t i2) {
@@ -75,7 +70,7 @@ int loom_gemv_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
           else loom_gemv_dot_f32(acc[i], row, x, kn);
         }
       }
-      for (int64_t i = 0; i < rows; ++i) y[i] = gv_fold(acc[i]);
+      for (int64_t i = 0; i < rows; ++i) y[i] = loom_lanes16_fold_f32(acc[i]);
     } else {
       memset(y, 0, sizeof y);
       int64_t kk = 0;
