@@ -181,7 +181,8 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
     int nseg = cg_segments(n * len + l0, nl, o, seg);
     float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
     const int64_t ldt = c->strides[2];
-    for (int64_t i = 0; i < pl.m; ++i) {
+    /* Without a bias the first k block overwrites the tile. */
+    for (int64_t i = 0; i < pl.m && (bias || pl.kp == 0); ++i) {
       float v = bias ? ((const float *)bias->data)[(grp * pl.m + i) * bias->strides[0]] : 0.0f;
       for (int64_t j = 0; j < nl; ++j) tc[i * ldt + j] = v;
     }
@@ -201,7 +202,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
           const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
           int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
           ukr(kc, apanel, bpanel, tc + ip * pl.mr * ldt + jp * LOOM_GEMM_AVX512_NR, ldt, 1.0f,
-              mr, nr);
+              mr, nr, bias != NULL || pc > 0);
         }
       }
     }
@@ -254,7 +255,7 @@ int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
     int64_t rows = pl.n - r0 < LOOM_GEMM_AVX512_NR ? pl.n - r0 : LOOM_GEMM_AVX512_NR;
     float *tc = (float *)c->data + grp * c->strides[1] + r0;
     const int64_t ldt = c->strides[2];
-    for (int64_t i = 0; i < pl.m; ++i)
+    for (int64_t i = 0; i < pl.m && pl.kp == 0; ++i) /* else the first k block overwrites */
       for (int64_t j = 0; j < rows; ++j) tc[i * ldt + j] = 0.0f;
     const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
     for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
@@ -268,7 +269,7 @@ int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
       for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
         const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
         int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
-        ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows);
+        ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows, pc > 0);
       }
     }
   }

@@ -181,8 +181,10 @@ static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
  * contiguous bf16 / fp16 loops have no dtype switch inside, so they
  * vectorise. */
 static void loom_gemm_store_row(char *dst, int32_t dtype, int64_t cs, const float *src,
-                                int64_t n) {
-  if (cs == 1 && dtype == LOOM_BFLOAT16) {
+                                int64_t n, int vec) {
+  if (cs == 1 && dtype != LOOM_FLOAT32 && vec) {
+    loom_gemm_store_row16_avx512((uint16_t *)dst, src, n, dtype == LOOM_BFLOAT16);
+  } else if (cs == 1 && dtype == LOOM_BFLOAT16) {
     uint16_t *d = (uint16_t *)dst;
     for (int64_t j = 0; j < n; ++j) d[j] = loom_f32_to_bf16(src[j]);
   } else if (cs == 1 && dtype == LOOM_FLOAT16) {
@@ -248,6 +250,23 @@ int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
   return 0;
 }
 
+/* A byte range brought into L2 in equal slices, one slice per step. */
+typedef struct loom_gemm_fetch {
+  const char *next, *end;
+  int64_t slice;
+} loom_gemm_fetch;
+
+static loom_gemm_fetch loom_gemm_fetch_init(const char *p, int64_t bytes,
+                                            int64_t steps) {
+  int64_t slice = (bytes / (steps > 0 ? steps : 1) + 63) & ~(int64_t)63;
+  return (loom_gemm_fetch){.next = p, .end = p + bytes, .slice = slice};
+}
+
+static void loom_gemm_fetch_step(loom_gemm_fetch *f) {
+  const char *stop = f->next + f->slice < f->end ? f->next + f->slice : f->end;
+  for (; f->next < stop; f->next += 64) __builtin_prefetch(f->next, 0, 2);
+}
+
 loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p) {
   if (p->packed_bf16) return loom_gemm_ukr_avx512bf16_bf16;
   if (p->isa == LOOM_GEMM_AVX512 || p->isa == LOOM_GEMM_AVX512BF16)
@@ -293,7 +312,8 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
     for (int64_t i = 0; i < mt; ++i) {
       float *row = tile + i * ldt;
       if (cin == NULL) {
-        memset(row, 0, (size_t)nt * sizeof(float));
+        /* the first k block overwrites the tile */
+        if (p.kp == 0) memset(row, 0, (size_t)nt * sizeof(float));
         continue;
       }
       const char *cr = loom_gemm_elem(cin, i1, i2, m0 + i, n0);
@@ -310,14 +330,35 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
     int64_t mpn = loom_gemm_ceil_div(mt, p.mr), npn = loom_gemm_ceil_div(nt, p.nr);
     for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
       int64_t kc = p.kp - pc < p.kc ? p.kp - pc : p.kc;
+      int64_t pc_next = pc + p.kc;
+      int64_t kc_next = p.kp - pc_next < p.kc ? p.kp - pc_next : p.kc;
+      /* The next k block's A panels, fetched into L2 a slice per call. */
+      loom_gemm_fetch a_next = {0};
+      if (pc_next < p.kp)
+        a_next = loom_gemm_fetch_init(
+            ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc_next, mp0) * esz,
+            mpn * p.mr * kc_next * esz, npn * mpn);
       for (int64_t jp = 0; jp < npn; ++jp) {
         const char *bpanel = bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc, np0 + jp) * esz;
         int nr = (int)(nt - jp * p.nr < p.nr ? nt - jp * p.nr : p.nr);
+        /* The next B micro-panel, fetched into L2 while this one is in use:
+         * otherwise its first pass runs at memory latency. */
+        loom_gemm_fetch b_next = {0};
+        if (jp + 1 < npn)
+          b_next = loom_gemm_fetch_init(
+              bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc, np0 + jp + 1) * esz,
+              p.nr * kc * esz, mpn);
+        else if (pc_next < p.kp)
+          b_next = loom_gemm_fetch_init(
+              bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc_next, np0) * esz,
+              p.nr * kc_next * esz, mpn);
         for (int64_t ip = 0; ip < mpn; ++ip) {
           const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
+          loom_gemm_fetch_step(&b_next);
+          loom_gemm_fetch_step(&a_next);
           ukr(kc / kstep, apanel, bpanel, tile + ip * p.mr * ldt + jp * p.nr,
-              ldt, alpha, mr, nr);
+              ldt, alpha, mr, nr, cin != NULL || pc > 0);
         }
       }
     }
@@ -325,7 +366,8 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
     if (p.use_acc) {
       for (int64_t i = 0; i < mt; ++i) {
         char *cr = (char *)loom_gemm_elem(c, i1, i2, m0 + i, n0);
-        loom_gemm_store_row(cr, c->dtype, c->strides[3], tile + i * ldt, nt);
+        loom_gemm_store_row(cr, c->dtype, c->strides[3], tile + i * ldt, nt,
+                            p.isa != LOOM_GEMM_GENERIC);
       }
     }
   }

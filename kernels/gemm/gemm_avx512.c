@@ -9,7 +9,7 @@ enum { MR = LOOM_GEMM_AVX512_MR, NR = LOOM_GEMM_AVX512_NR };
 
 void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
                               float *t, int64_t ldt, float alpha, int mr,
-                              int nr) {
+                              int nr, int accumulate) {
   const float *a = (const float *)ap, *b = (const float *)bp;
   __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
   __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
@@ -60,8 +60,8 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
                         {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
   for (int i = 0; i < mr; ++i) {
     float *r = t + i * ldt;
-    __m512 t0 = _mm512_maskz_loadu_ps(m0, r);
-    __m512 t1 = _mm512_maskz_loadu_ps(m1, r + 16);
+    __m512 t0 = _mm512_maskz_loadu_ps(accumulate ? m0 : 0, r);
+    __m512 t1 = _mm512_maskz_loadu_ps(accumulate ? m1 : 0, r + 16);
     _mm512_mask_storeu_ps(r, m0, _mm512_fmadd_ps(va, rows[i][0], t0));
     _mm512_mask_storeu_ps(r + 16, m1, _mm512_fmadd_ps(va, rows[i][1], t1));
   }

@@ -6,7 +6,7 @@ enum { MR = LOOM_GEMM_GENERIC_MR, NR = LOOM_GEMM_GENERIC_NR };
 
 void loom_gemm_ukr_generic_f32(int64_t kc, const void *ap, const void *bp,
                                float *t, int64_t ldt, float alpha, int mr,
-                               int nr) {
+                               int nr, int accumulate) {
   const float *a = (const float *)ap, *b = (const float *)bp;
   float acc[MR][NR];
   memset(acc, 0, sizeof acc);
@@ -16,5 +16,6 @@ void loom_gemm_ukr_generic_f32(int64_t kc, const void *ap, const void *bp,
       for (int j = 0; j < NR; ++j) acc[i][j] += ak[i] * bk[j];
   }
   for (int i = 0; i < mr; ++i)
-    for (int j = 0; j < nr; ++j) t[i * ldt + j] += alpha * acc[i][j];
+    for (int j = 0; j < nr; ++j)
+      t[i * ldt + j] = (accumulate ? t[i * ldt + j] : 0.0f) + alpha * acc[i][j];
 }

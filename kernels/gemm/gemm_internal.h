@@ -9,13 +9,14 @@
 #include "kernels/dtype.h"
 #include "kernels/gemm/gemm.h"
 
-/* T[0:mr, 0:nr] += alpha * Ap @ Bp, where T is fp32 with row stride ldt and
+/* T[0:mr, 0:nr] += alpha * Ap @ Bp (or = alpha * Ap @ Bp when `accumulate`
+ * is 0, T then never read), where T is fp32 with row stride ldt and
  * unit column stride. Ap is one packed A panel (kc steps of MR values, or of
  * MR bf16 pairs), Bp one packed B panel (kc steps of NR values or pairs).
  * Rows >= mr and columns >= nr of the tile are computed but not stored. */
 typedef void (*loom_gemm_ukr_fn)(int64_t kc, const void *ap, const void *bp,
                                  float *t, int64_t ldt, float alpha, int mr,
-                                 int nr);
+                                 int nr, int accumulate);
 
 /* Register tiles of each variant. */
 enum {
@@ -29,13 +30,13 @@ enum {
 
 void loom_gemm_ukr_generic_f32(int64_t kc, const void *ap, const void *bp,
                                float *t, int64_t ldt, float alpha, int mr,
-                               int nr);
+                               int nr, int accumulate);
 void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
                               float *t, int64_t ldt, float alpha, int mr,
-                              int nr);
+                              int nr, int accumulate);
 void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
                                    float *t, int64_t ldt, float alpha, int mr,
-                                   int nr);
+                                   int nr, int accumulate);
 
 /* Element i of an fp32 / bf16 / fp16 buffer as fp32, and back. */
 static inline int loom_gemm_operand_dtype(int32_t dt) {
@@ -83,5 +84,10 @@ void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
 void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
                                    int64_t s_k, int64_t lanes, int64_t width,
                                    int64_t k);
+
+/* n fp32 values into contiguous bf16 (`bf16`) or fp16, rounded as the
+ * scalar conversions of kernels/dtype.h. */
+void loom_gemm_store_row16_avx512(uint16_t *dst, const float *src, int64_t n,
+                                  int bf16);
 
 #endif /* LOOM_KERNELS_GEMM_INTERNAL_H */

@@ -58,3 +58,25 @@ void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
     }
   }
 }
+
+/* n fp32 values into contiguous bf16 / fp16, rounded as loom_f32_to_bf16
+ * and loom_f32_to_f16 round (nearest even, NaN kept quiet). */
+void loom_gemm_store_row16_avx512(uint16_t *dst, const float *src, int64_t n,
+                                  int bf16) {
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 m = n - j < 16 ? (__mmask16)((1u << (n - j)) - 1u) : (__mmask16)0xffff;
+    __m512 v = _mm512_maskz_loadu_ps(m, src + j);
+    __m256i h;
+    if (bf16) {
+      __m512i bits = _mm512_castps_si512(v);
+      __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+      __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+      __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      r = _mm512_mask_or_epi32(r, nan, bits, _mm512_set1_epi32(0x400000));
+      h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    } else {
+      h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    _mm256_mask_storeu_epi16(dst + j, m, h);
+  }
+}

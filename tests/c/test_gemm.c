@@ -296,6 +296,32 @@ static void test_gemv(void) {
     }
 }
 
+/* The vector row store rounds every value as the scalar conversions do:
+ * ties, NaN payloads, infinities, signed zeros, subnormals, overflow. */
+static void test_store_row16(void) {
+  static const uint32_t special[] = {
+      0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+      0x7f800001u, 0xffa12345u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu,
+      0x00000001u, 0x807fffffu, 0x33000000u, 0x33000001u, 0x387fe000u,
+      0x477ff000u, 0x477fefffu, 0x7f7fffffu, 0x3c001000u, 0x3c003000u};
+  enum { N = 53 };
+  float src[N];
+  for (int i = 0; i < N; ++i) {
+    uint32_t bits = i < 20 ? special[i] : (uint32_t)(rnd() * 4e9f) ^ (uint32_t)i << 20;
+    memcpy(&src[i], &bits, sizeof bits);
+  }
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    uint16_t out[N + 1];
+    out[N] = 0xabcd;
+    loom_gemm_store_row16_avx512(out, src, N, bf16);
+    int bad = 0;
+    for (int i = 0; i < N; ++i)
+      bad += out[i] != (bf16 ? loom_f32_to_bf16(src[i]) : loom_f32_to_f16(src[i]));
+    CHECK(bad == 0 && out[N] == 0xabcd, "%s row store: %d values differ",
+          bf16 ? "bf16" : "fp16", bad);
+  }
+}
+
 static void test_bad_input(void) {
   int64_t s[4] = {1, 1, 4, 5}, st[4] = {0, 0, 5, 1};
   loom_tensor a = {.dtype = LOOM_FLOAT32, .rank = 4}, b = a, c = a;
@@ -323,6 +349,7 @@ int main(void) {
     test_shapes(isa);
     test_features(isa);
     test_variants_agree(isa);
+    if (isa == LOOM_GEMM_AVX512) test_store_row16();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            failures == before ? "ok" : "FAILED");
   }
