@@ -52,6 +52,11 @@ void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
       __m512i r0 = _mm512_maskz_loadu_epi16(load, src + kk * s_k + g);
       __m512i r1 = kk + 1 < k ? _mm512_maskz_loadu_epi16(load, src + (kk + 1) * s_k + g)
                               : _mm512_setzero_si512();
+      /* Rows a panel apart defeat the hardware prefetcher. */
+      if (kk + 17 < k) {
+        _mm_prefetch((const char *)(src + (kk + 16) * s_k + g), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + (kk + 17) * s_k + g), _MM_HINT_T0);
+      }
       uint16_t *d = dst + kk * width + 2 * g;
       _mm512_storeu_si512(d, _mm512_permutex2var_epi16(r0, lo, r1));
       _mm512_storeu_si512(d + 32, _mm512_permutex2var_epi16(r0, hi, r1));
