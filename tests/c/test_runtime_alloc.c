@@ -69,6 +69,9 @@ static void test_large_pool(void) {
   loom_memory_stats s = stats();
   CHECK_EQ_INT(s.allocation[LOOM_POOL_LARGE].current, 1);
   CHECK_EQ_INT(s.reserved_bytes[LOOM_POOL_LARGE].current, 20 * MiB);
+  /* a large segment starts on a huge-page boundary */
+  CHECK_EQ_INT((uintptr_t)p % (2 * MiB), 0);
+  ((char *)p)[3 * MiB - 1] = 1; /* the whole block is mapped */
   CHECK_EQ_INT(loom_pointer_device((char *)p + 12345), 0);
   CHECK_OK(loom_free(p));
   CHECK_EQ_INT(loom_pointer_device(p), -1);
