@@ -165,19 +165,35 @@ def write_markdown(results: dict, path: Path) -> None:
     lines += ["| limit | value | measured by |", "|---|---|---|"]
     for name, lim in results["limits"].items():
         lines.append(f"| {name} | {lim['value']:.1f} {lim['unit']} | {lim['source']} |")
-    for prog, data in results.get("limit_programs", {}).items():
-        if data.get("error"):
-            lines.append(f"\n{prog}: {data['error']}")
-    fma = results.get("limit_programs", {}).get("peak_fma", {}).get("results", [])
-    bw = results.get("limit_programs", {}).get("stream_bw", {}).get("results", [])
-    if fma or bw:
-        lines += ["", "| microbenchmark | threads | result |", "|---|---|---|"]
-        for r in fma:
-            val = f"{r['gflops']:.1f} GFLOP/s" if r.get("available") else f"n/a ({r.get('reason')})"
-            lines.append(f"| {r['kernel']} | {r['threads']} | {val} |")
-        for r in bw:
-            val = f"{r['gbps']:.1f} GB/s" if r.get("available") else f"n/a ({r.get('reason')})"
-            lines.append(f"| stream {r['kernel']} | {r['threads']} | {val} |")
+    runs = [("start", results.get("limit_programs", {}))]
+    if results.get("limit_programs_end"):
+        runs.append(("end", results["limit_programs_end"]))
+    for when, programs in runs:
+        for prog, data in programs.items():
+            if data.get("error"):
+                lines.append(f"\n{prog} ({when}): {data['error']}")
+
+    def cell(r, key, unit):
+        if r is None:
+            return "—"
+        return f"{r[key]:.1f} {unit}" if r.get("available") else f"n/a ({r.get('reason')})"
+
+    tables = [(prog, key, unit) for prog, key, unit in
+              (("peak_fma", "gflops", "GFLOP/s"), ("stream_bw", "gbps", "GB/s"))]
+    rows = []
+    for prog, key, unit in tables:
+        first = runs[0][1].get(prog, {}).get("results", [])
+        later = {(r["kernel"], r["threads"]): r
+                 for _, p in runs[1:] for r in p.get(prog, {}).get("results", [])}
+        for r in first:
+            name = r["kernel"] if prog == "peak_fma" else f"stream {r['kernel']}"
+            rows.append([name, str(r["threads"]), cell(r, key, unit)]
+                        + ([cell(later.get((r["kernel"], r["threads"])), key, unit)]
+                           if len(runs) > 1 else []))
+    if rows:
+        head = ["microbenchmark", "threads", "at start"] + (["at end"] if len(runs) > 1 else [])
+        lines += ["", "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
 
     names = [c["name"] for c in results["configs"]]
     lines += ["", "## Ratios per workload", "",

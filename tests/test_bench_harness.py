@@ -96,3 +96,23 @@ def test_limits_scale_compute_with_cores_but_not_bandwidth():
     assert limits["bw_triad"]["value"] == 45.0
     assert "bw_copy" not in limits
     assert summarize(programs, 1)["fma_bf16"]["value"] == 400.0
+
+
+def test_bandwidth_limits_take_streaming_stores_and_the_later_run():
+    from bench.limits import summarize
+
+    start = {"stream_bw": {"results": [
+        {"kernel": "triad", "threads": 2, "available": True, "gbps": 45.0},
+        {"kernel": "triad_nt", "threads": 2, "available": True, "gbps": 60.0},
+        {"kernel": "copy_nt", "threads": 2, "available": False, "reason": "no AVX-512"},
+        {"kernel": "read", "threads": 2, "available": True, "gbps": 50.0},
+    ]}}
+    end = {"stream_bw": {"results": [
+        {"kernel": "read", "threads": 2, "available": True, "gbps": 55.0},
+        {"kernel": "triad_nt", "threads": 2, "available": True, "gbps": 58.0},
+    ]}}
+    assert summarize(start, 2)["bw_triad"]["value"] == 60.0
+    assert "triad_nt" in summarize(start, 2)["bw_triad"]["source"]
+    both = summarize(start, 2, end)
+    assert both["bw_read"]["value"] == 55.0 and both["bw_triad"]["value"] == 60.0
+    assert "bw_copy" not in both
