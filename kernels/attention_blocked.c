@@ -2,7 +2,9 @@
  * float, scores come from small matrix products vectorized over the tile's
  * inner dim, and softmax terms from the vectorized exp of nn_rows. Built for
  * the baseline ISA and again by attention_blocked_avx512.c; the entry points
- * at the end pick a build at run time. */
+ * at the end pick a build at run time. Products and sums are never fused,
+ * and the AVX-512 tile products (register-blocked over four rows) add in
+ * the baseline loops' order, so both builds give the same bits. */
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
@@ -63,10 +65,38 @@ static void load_rows(float *dst, int64_t ld, const loom_tensor *t, int64_t b,
   }
 }
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+#include "kernels/gemm/transpose_avx512.h"
+
+static inline __mmask16 lanes_below(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
+}
+#endif
+
 /* the same rows transposed: element (r, e) at dst[e * ld + r]; columns
  * nr..ld-1 are zeroed so whole-width loops never read garbage */
 static void load_rows_t(float *dst, int64_t ld, const loom_tensor *t,
                         int64_t b, int64_t r0, int64_t nr, int64_t n) {
+#ifdef __AVX512F__
+  if (t->dtype == LOOM_FLOAT32 && t->strides[2] == 1 && ld % 16 == 0) {
+    /* 16 x 16 blocks through registers; rows past nr load as zeros */
+    for (int64_t rb = 0; rb < ld; rb += 16)
+      for (int64_t eb = 0; eb < n; eb += 16) {
+        __m512i blk[16];
+        const __mmask16 cols = lanes_below(n - eb);
+        for (int64_t i = 0; i < 16; ++i)
+          blk[i] = rb + i < nr ? _mm512_maskz_loadu_epi32(
+                                     cols, (const float *)t->data + at3(t, b, r0 + rb + i, eb))
+                               : _mm512_setzero_si512();
+        loom_gemm_transpose16(blk);
+        for (int64_t i = 0; i < 16 && eb + i < n; ++i)
+          _mm512_storeu_si512(dst + (eb + i) * ld + rb, blk[i]);
+      }
+    return;
+  }
+#endif
   for (int64_t e = 0; e < n; ++e)
     for (int64_t r = nr; r < ld; ++r) dst[e * ld + r] = 0.0f;
   for (int64_t r = 0; r < nr; ++r) {
@@ -107,7 +137,32 @@ static void store_rows(const loom_tensor *t, int64_t b, int64_t r0, int64_t nr,
  * (bt is zero-padded): the row of BK sums stays in registers. */
 static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
                     int64_t rows, int64_t inner) {
-  for (int64_t i = 0; i < rows; ++i) {
+#ifdef __AVX512F__
+  _Static_assert(BK == 64, "four vectors per row");
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) {
+    __m512 o[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) o[r][c] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < inner; ++e) {
+      const float *b = bt + e * BK;
+      const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+      const __m512 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
+      for (int r = 0; r < 4; ++r) {
+        const __m512 ae = _mm512_set1_ps(a[(i + r) * lda + e]);
+        o[r][0] = _mm512_add_ps(o[r][0], _mm512_mul_ps(ae, b0));
+        o[r][1] = _mm512_add_ps(o[r][1], _mm512_mul_ps(ae, b1));
+        o[r][2] = _mm512_add_ps(o[r][2], _mm512_mul_ps(ae, b2));
+        o[r][3] = _mm512_add_ps(o[r][3], _mm512_mul_ps(ae, b3));
+      }
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) _mm512_storeu_ps(out + (i + r) * BK + 16 * c, o[r][c]);
+  }
+#else
+  int64_t i = 0;
+#endif
+  for (; i < rows; ++i) {
     float o[BK];
     for (int j = 0; j < BK; ++j) o[j] = 0.0f;
     for (int64_t e = 0; e < inner; ++e) {
@@ -119,11 +174,43 @@ static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
   }
 }
 
-/* acc[i * ldc + e] += sum_j p[i * ldp + j] * v[j * ldv + e], e < n */
+/* acc[i * ldc + e] += sum_j p[i * ldp + j] * v[j * ldv + e], e < n, added
+ * in j order; a zero p adds nothing (0 * inf would be NaN). */
 static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
                      const float *v, int64_t ldv, int64_t rows, int64_t cols,
                      int64_t n) {
-  for (int64_t i = 0; i < rows; ++i) {
+#ifdef __AVX512F__
+  /* four rows by 64 columns of acc in registers across the j loop */
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4)
+    for (int64_t c0 = 0; c0 < n; c0 += 64) {
+      __mmask16 m[4];
+      __m512 o[4][4];
+      for (int c = 0; c < 4; ++c) m[c] = lanes_below(n - c0 - 16 * c);
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c)
+          o[r][c] = _mm512_maskz_loadu_ps(m[c], acc + (i + r) * ldc + c0 + 16 * c);
+      for (int64_t j = 0; j < cols; ++j) {
+        const float *vr = v + j * ldv + c0;
+        const __m512 v0 = _mm512_maskz_loadu_ps(m[0], vr), v1 = _mm512_maskz_loadu_ps(m[1], vr + 16);
+        const __m512 v2 = _mm512_maskz_loadu_ps(m[2], vr + 32), v3 = _mm512_maskz_loadu_ps(m[3], vr + 48);
+        for (int r = 0; r < 4; ++r) {
+          const __m512 pv = _mm512_set1_ps(p[(i + r) * ldp + j]);
+          const __mmask16 k = _mm512_cmp_ps_mask(pv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+          o[r][0] = _mm512_mask_add_ps(o[r][0], k, o[r][0], _mm512_mul_ps(pv, v0));
+          o[r][1] = _mm512_mask_add_ps(o[r][1], k, o[r][1], _mm512_mul_ps(pv, v1));
+          o[r][2] = _mm512_mask_add_ps(o[r][2], k, o[r][2], _mm512_mul_ps(pv, v2));
+          o[r][3] = _mm512_mask_add_ps(o[r][3], k, o[r][3], _mm512_mul_ps(pv, v3));
+        }
+      }
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c)
+          _mm512_mask_storeu_ps(acc + (i + r) * ldc + c0 + 16 * c, m[c], o[r][c]);
+    }
+#else
+  int64_t i = 0;
+#endif
+  for (; i < rows; ++i) {
     float *a = acc + i * ldc;
     for (int64_t j = 0; j < cols; ++j) {
       const float pj = p[i * ldp + j];
