@@ -46,6 +46,14 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
 int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
                                  int64_t end);
 
+/* 2-d image planes into zero-padded planes of row width wp, for the padded
+ * implicit GEMMs below: dst[n][c][(h + top) * wp + left + w] = src[n][c][h][w],
+ * zero elsewhere in the plane.
+ * tensors: [0] dst (rank 3: N, C, plane; fp32, unit last stride, planes in
+ *          any order), [1] src (rank 5: N, C, 1, H, W; fp32, any strides).
+ * scalars (.i): [0] top, [1] left, [2] wp. range: N * C. */
+int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+
 /* Forward convolution as an implicit GEMM (fp32, AVX-512 CPUs only): the
  * col panels are gathered from the image per tile, never materialised.
  * tensors: [0] out C, [1] weight A, [2] col B, [3] workspace: the GEMM
@@ -73,6 +81,34 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * range: G * ceil((C/G*K) / 32) (one 32-column panel of dW per item). */
 int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                            int64_t end);
+
+/* Stride-1 2-d forward over a zero-padded image (loom_conv_pad_kernel,
+ * rows of width wp >= wo + dw*(kw-1)), fp32, AVX-512 CPUs only. The GEMM
+ * runs over the grid q = y * wp + x of ho * wp positions; columns x >= wo
+ * are dropped. tensors: [0] C (N, G, O/G, ho * wp), [1] weight A, [2] B
+ * (N, G, C/G*K, ho * wp), shape only, [3] workspace: as for
+ * loom_conv_gemm_kernel (C's data is not used); [4] padded image (N, C,
+ * plane), plane >= (ho + dh*(kh-1)) * wp + dw*(kw-1) +
+ * LOOM_CONV_GEMM_POSITIONS; [5] out (N, O, ho, wo), any strides;
+ * [6] optional bias (O).
+ * scalars: [0].i isa, [1] unused, [2..16] the geometry, [17].i wp.
+ * range: N * G * ceil(ho * wp / LOOM_CONV_GEMM_POSITIONS). */
+int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
+                                 int64_t end);
+
+/* Stride-1 2-d weight gradient over zero-padded planes: dW[g] = dyp[g] @
+ * col[g]^T with k over (image, q) and each image's q padded to gpad, a
+ * multiple of 32; dyp is dy on the same grid, zero in
+ * columns x >= wo and past ho * wp. tensors: [0] dW C (1, G, O/G, C/G*K),
+ * [1] dyp A (1, G, O/G, N * gpad), packed into [3] as for
+ * loom_conv_wgrad_kernel; [2] B (1, G, N * gpad, C/G*K), shape only;
+ * [4] padded image (N, C, plane), plane >= gpad + dh*(kh-1)*wp + dw*(kw-1).
+ * scalars: as for loom_conv_padded_gemm_kernel, and (.i) [18] gpad,
+ * [19] np, [20] mp: a tile is np (<= 4) 32-column panels of dW by mp
+ * 12-row register tiles. range: G * ceil(panels / np) * ceil(row tiles / mp),
+ * (row tile fastest). */
+int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
+                                  int64_t end);
 
 #ifdef __cplusplus
 }

@@ -210,23 +210,6 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
   return 0;
 }
 
-/* buf[panel][32 rows][32 positions] -> out[position][32 rows], positions
- * [0, kn) (a multiple of 32 or the last, zero-padded panel). */
-static void cg_transpose(float *out, const float *buf, int64_t kn) {
-  for (int64_t q = 0; q < kn; q += 32) {
-    const float *blk = buf + q * 32;
-    for (int rh = 0; rh < 32; rh += 16)
-      for (int ph = 0; ph < 32; ph += 16) {
-        __m512i r[16];
-        for (int i = 0; i < 16; ++i)
-          r[i] = _mm512_loadu_si512(blk + (rh + i) * 32 + ph);
-        loom_gemm_transpose16(r);
-        for (int i = 0; i < 16 && q + ph + i < kn; ++i)
-          _mm512_storeu_si512(out + (q + ph + i) * 32 + rh, r[i]);
-      }
-  }
-}
-
 int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                            int64_t end) {
   if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
@@ -265,7 +248,7 @@ int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
       if (rows < 32 || kc < panels * 32) memset(buf, 0, sizeof buf);
       int nseg = cg_segments(pc, kc, o, seg);
       cg_gather(buf, 32, rows, r0, seg, nseg, img, grp * cg, k, s, p, d);
-      cg_transpose(bt, buf, kc);
+      loom_gemm_transpose_panels32(bt, buf, kc);
       for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
         const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
         int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);

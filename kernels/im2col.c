@@ -181,3 +181,38 @@ int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
   }
   return 0;
 }
+
+int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dst = &args->tensors[0], *src = &args->tensors[1];
+  const int64_t top = args->scalars[0].i, left = args->scalars[1].i, wp = args->scalars[2].i;
+  if (dst->rank != 3 || src->rank != 5 || dst->dtype != LOOM_FLOAT32 ||
+      src->dtype != LOOM_FLOAT32 || dst->strides[2] != 1 || src->sizes[2] != 1 ||
+      dst->sizes[0] != src->sizes[0] || dst->sizes[1] != src->sizes[1])
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t c_n = src->sizes[1], h_n = src->sizes[3], w_n = src->sizes[4];
+  const int64_t plane = dst->sizes[2];
+  if (top < 0 || left < 0 || left + w_n > wp || (top + h_n) * wp + left > plane)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t sh = src->strides[3], sw = src->strides[4];
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t n = item / c_n, c = item % c_n;
+    float *d = (float *)dst->data + n * dst->strides[0] + c * dst->strides[1];
+    const float *s = (const float *)src->data + n * src->strides[0] + c * src->strides[1];
+    /* every element written once: data rows, and the zeros between them */
+    int64_t zero_from = 0;
+    for (int64_t h = 0; h < h_n; ++h) {
+      float *row = d + (top + h) * wp + left;
+      memset(d + zero_from, 0, (size_t)(row - (d + zero_from)) * sizeof(float));
+      const float *sr = s + h * sh;
+      if (sw == 1) {
+        memcpy(row, sr, (size_t)w_n * sizeof(float));
+      } else {
+        for (int64_t w = 0; w < w_n; ++w) row[w] = sr[w * sw];
+      }
+      zero_from = (top + h) * wp + left + w_n;
+    }
+    memset(d + zero_from, 0, (size_t)(plane - zero_from) * sizeof(float));
+  }
+  return 0;
+}

@@ -56,6 +56,9 @@ CONV2D = [
     ((2, 64, 14, 14), (64, 3), dict(padding=1)),
     ((2, 32, 11, 11), (48, 3), dict(padding=1, groups=2)),          # grouped, implicit paths
     ((3, 16, 9, 9), (16, (3, 5)), dict(padding=(1, 2), dilation=(2, 1))),
+    # large enough for the padded-row kernels (stride 1, little waste)
+    ((2, 16, 30, 30), (24, 3), dict(padding=1)),
+    ((2, 16, 30, 60), (32, 3), dict(padding=2, dilation=2, groups=2)),
 ]
 
 
@@ -98,6 +101,14 @@ def test_conv_noncontiguous_input():
     x = rand(2, 9, 12, 3).permute(0, 3, 1, 2)  # (2, 3, 9, 12), channels last
     w = rand(5, 3, 3, 3)
     compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32)
+    x = rand(2, 30, 30, 8).permute(0, 3, 1, 2)  # padded-row kernels, channels last
+    w = rand(16, 8, 3, 3)
+    compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32)
+
+
+def test_conv1d_long_sequence():
+    x, w, b = rand(2, 8, 500), rand(12, 8, 3), rand(12)
+    compare(lambda x, w, b: F.conv1d(x, w, b, padding=1), [x, w, b], torch.float32)
 
 
 @pytest.mark.parametrize("fn", [

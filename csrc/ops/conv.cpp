@@ -132,11 +132,139 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op)
 // and the col path's matrix-vector products do better.
 bool implicit_fits(int64_t rows_per_group) { return rows_per_group >= 8; }
 
+// Stride-1 2-d geometry over zero-padded rows (kernels/conv_padded_avx512.c):
+// the GEMM runs over ho rows of wp padded columns, so it applies where the
+// thrown-away columns and the last tile's slack waste little.
+struct Padded {
+  int64_t hp, wp, ho, wo;
+  int64_t positions() const { return ho * wp; }
+};
+
+bool padded_fits(const Geom& g, const Tensor& input, Padded* pd) {
+  // A 1x1 window reads the image as it is: nothing to pad.
+  if (g.pointwise() || g.k[0] != 1 || g.p[0] != 0 || g.grid[0] != 1) return false;
+  for (int i = 0; i < 3; ++i)
+    if (g.s[i] != 1) return false;
+  const int64_t h = input.dim() >= 4 ? input.size(-2) : 1, w = input.size(-1);
+  *pd = Padded{h + 2 * g.p[1], w + 2 * g.p[2], g.grid[1], g.grid[2]};
+  const int64_t tiles = (pd->positions() + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS;
+  return pd->ho * pd->wo * 100 >= tiles * LOOM_CONV_GEMM_POSITIONS * 85;
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// (N, C, plane) fp32 of image `x` with its rows padded to pd.wp (zeros),
+// top/left padding from g, and at least `plane` elements per image plane.
+Tensor pad_planes(const Tensor& x, const Geom& g, const Padded& pd, int64_t plane,
+                  const char* op) {
+  Tensor xp = at::empty({x.size(0), x.size(1), round_up(plane, 16)}, x.options());
+  loom_tensor ts[2] = {describe(xp, op), image5(x, op)};
+  loom_scalar sc[3] = {scalar_i(g.p[1]), scalar_i(g.p[2]), scalar_i(pd.wp)};
+  launch(op, loom_conv_pad_kernel, ts, sc, x.size(0) * x.size(1),
+         std::max<int64_t>(1, 65536 / xp.size(2)));
+  return xp;
+}
+
+// `t` (N, C, [D = 1,] [H,] W) as rank 4 (N, C, H, W).
+loom_tensor plane4(const Tensor& t, const char* op) {
+  loom_tensor d = image5(t, op);
+  d.rank = 4;
+  for (int i = 2; i < 4; ++i) d.sizes[i] = d.sizes[i + 1], d.strides[i] = d.strides[i + 1];
+  return d;
+}
+
+std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> padded_scalars(
+    const Geom& g, loom_gemm_isa isa, const Padded& pd, int64_t gpad) {
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> sc{};
+  sc[0] = scalar_i(isa);
+  auto geom = geom_scalars(g);
+  std::copy(geom.begin(), geom.end(), sc.begin() + 2);
+  sc[17] = scalar_i(pd.wp);
+  sc[18] = scalar_i(gpad);
+  return sc;
+}
+
+// The stride-1 forward over a padded copy of the image.
+void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& weight,
+                         const Tensor& bias, const Geom& g, const Padded& pd, int64_t groups,
+                         loom_gemm_isa isa, const char* op) {
+  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
+  int64_t og = o / groups, ck = c / groups * g.taps(), pos = pd.positions();
+  Tensor xp = pad_planes(input, g, pd,
+                         pd.hp * pd.wp + g.d[2] * (g.k[2] - 1) + LOOM_CONV_GEMM_POSITIONS, op);
+  loom_tensor a = view4(weight, op, {n, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_tensor b = view4(xp, op, {n, groups, ck, pos}, {0, 0, pos, 1});  // shape only
+  loom_tensor cc = view4(out, op, {n, groups, og, pos}, {o * pos, og * pos, pos, 1});  // plan only
+  loom_gemm_plan plan;
+  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, out.options().dtype(at::kByte));
+  loom_tensor w = describe(ws, op);
+  loom_tensor gemm_ops[4] = {cc, a, b, w};
+  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, gemm_ops, pack_sc, plan.pack_units_a, plan.pack_grain);
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  loom_tensor ts[7] = {cc, a, b, w, describe(xp, op), plane4(out, op),
+                       bc.defined() ? describe(bc, op) : loom_tensor{}};
+  auto sc = padded_scalars(g, isa, pd, 0);
+  int64_t tiles = n * groups * ((pos + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+  launch(op, loom_conv_padded_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 7 : 6),
+         c10::ArrayRef<loom_scalar>(sc.data(), 18), tiles, 1);
+}
+
+// The stride-1 weight gradient over padded copies of the image and of dy.
+Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
+                               std::vector<int64_t> w_sizes, int64_t groups, const Geom& g,
+                               const Padded& pd, loom_gemm_isa isa, const char* op) {
+  int64_t n = input.size(0), c = input.size(1), o = dy.size(1);
+  int64_t og = o / groups, ck = c / groups * g.taps(), pos = pd.positions();
+  Tensor gw = at::empty(w_sizes, input.options());
+  loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
+  // Each image's k run is padded to whole 32-position panels.
+  const int64_t gpad = round_up(pos, 32);
+  Tensor xp = pad_planes(input, g, pd,
+                         gpad + g.d[1] * (g.k[1] - 1) * pd.wp + g.d[2] * (g.k[2] - 1), op);
+  // dy on the same grid, (O, N, gpad): zero past wo in each row and past ho rows.
+  Tensor dyp = at::empty({o, n, gpad}, dy.options());
+  loom_tensor pt[2] = {describe(dyp.permute({1, 0, 2}), op), image5(dy, op)};
+  loom_scalar psc[3] = {scalar_i(0), scalar_i(0), scalar_i(pd.wp)};
+  launch(op, loom_conv_pad_kernel, pt, psc, n * o, std::max<int64_t>(1, 65536 / gpad));
+  loom_tensor a = view4(dyp, op, {1, groups, og, n * gpad}, {0, og * n * gpad, n * gpad, 1});
+  loom_tensor b = view4(xp, op, {1, groups, n * gpad, ck}, {0, 0, ck, 1});  // shape only
+  loom_gemm_plan plan;
+  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, gw.options().dtype(at::kByte));
+  loom_tensor ts[5] = {cc, a, b, describe(ws, op), describe(xp, op)};
+  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(ts, 4), pack_sc,
+         plan.pack_units_a, plan.pack_grain);
+  // Tiles of up to four column panels, each packed A panel serving them all,
+  // fewer when that leaves too few tiles to share; the rows are split last,
+  // as each split gathers the panels again.
+  int64_t np = 4, mp = plan.m_panels;
+  auto tiles = [&] {
+    return groups * ((plan.n_panels + np - 1) / np) * ((plan.m_panels + mp - 1) / mp);
+  };
+  while (tiles() < 16 && np > 1) np /= 2;
+  while (tiles() < 16 && mp > 1) mp = (mp + 1) / 2;
+  auto sc = padded_scalars(g, isa, pd, gpad);
+  sc[19] = scalar_i(np);
+  sc[20] = scalar_i(mp);
+  launch(op, loom_conv_padded_wgrad_kernel, ts, sc, tiles(), 1);
+  return gw;
+}
+
 // The fp32 forward without a col matrix: the weight is packed once, then
 // loom_conv_gemm_kernel gathers col panels from the image tile by tile.
 void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const Geom& g, int64_t groups,
                            loom_gemm_isa isa, const char* op) {
+  Padded pd;
+  if (padded_fits(g, input, &pd)) {
+    conv_forward_padded(out, input, weight, bias, g, pd, groups, isa, op);
+    return;
+  }
   int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
   // Small images would leave much of each image's last 32-column panel
@@ -409,14 +537,20 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
       if (dy.numel() == 0 || input.numel() == 0) {
         gw = at::zeros(w_sizes, weight.options());
       } else {
-        Tensor dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
         loom_gemm_isa isa = loom_gemm_isa_selected();
-        if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC &&
-            implicit_fits(dy.size(1) / groups)) {
-          gw = conv_weight_grad_implicit(dy_t, input, w_sizes, groups, g, isa, op);
+        const bool implicit = input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC &&
+                              implicit_fits(dy.size(1) / groups);
+        Padded pd;
+        if (implicit && padded_fits(g, input, &pd)) {
+          gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, pd, isa, op);
         } else {
-          Tensor col = im2col(input, g, op);
-          gw = conv_weight_grad(dy_t, col, w_sizes, groups, op);
+          Tensor dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
+          if (implicit) {
+            gw = conv_weight_grad_implicit(dy_t, input, w_sizes, groups, g, isa, op);
+          } else {
+            Tensor col = im2col(input, g, op);
+            gw = conv_weight_grad(dy_t, col, w_sizes, groups, op);
+          }
         }
       }
     }

@@ -4,6 +4,7 @@
 #define LOOM_KERNELS_GEMM_TRANSPOSE_AVX512_H
 
 #include <immintrin.h>
+#include <stdint.h>
 
 /* r[i] = row i of a 16 x 16 block of 32-bit words -> r[j] = column j. */
 static inline void loom_gemm_transpose16(__m512i r[16]) {
@@ -30,6 +31,23 @@ static inline void loom_gemm_transpose16(__m512i r[16]) {
     r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
     r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
     r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
+/* buf[panel][32 rows][32 positions] -> out[position][32 rows], positions
+ * [0, kn) (a multiple of 32 or the last, zero-padded panel). */
+static inline void loom_gemm_transpose_panels32(float *out, const float *buf, int64_t kn) {
+  for (int64_t q = 0; q < kn; q += 32) {
+    const float *blk = buf + q * 32;
+    for (int rh = 0; rh < 32; rh += 16)
+      for (int ph = 0; ph < 32; ph += 16) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i)
+          r[i] = _mm512_loadu_si512(blk + (rh + i) * 32 + ph);
+        loom_gemm_transpose16(r);
+        for (int i = 0; i < 16 && q + ph + i < kn; ++i)
+          _mm512_storeu_si512(out + (q + ph + i) * 32 + rh, r[i]);
+      }
   }
 }
 

@@ -68,6 +68,98 @@ static int64_t src_index(const geom *g, int axis, int64_t o, int64_t t) {
   return (i >= 0 && i < g->in[axis]) ? i : -1;
 }
 
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* x (N, C, 1, H, W); y the reference forward (N, O, L) with bias; dy
+ * (O, N, L) and gw1 the reference weight gradient for it. */
+static void check_padded(const geom *g, float *x, float *w, float *bias, const float *y,
+                         const float *dy, const float *gw1, int isa) {
+  const int64_t kk = g->k[1] * g->k[2], cg = g->c / g->groups, og = g->o / g->groups;
+  const int64_t ck = cg * kk, ho = g->out[1], wo = g->out[2], len = ho * wo;
+  const int64_t hp = g->in[1] + 2 * g->p[1], wp = g->in[2] + 2 * g->p[2], pos = ho * wp;
+  const int64_t gpad = round_up(pos, 32);
+  const int64_t halo = g->d[1] * (g->k[1] - 1) * wp + g->d[2] * (g->k[2] - 1);
+  int64_t plane = hp * wp + g->d[2] * (g->k[2] - 1) + LOOM_CONV_GEMM_POSITIONS;
+  if (plane < gpad + halo) plane = gpad + halo;
+  plane = round_up(plane, 16);
+  float *xp = malloc(sizeof(float) * g->n * g->c * plane);
+  loom_tensor txp = {.data = xp, .dtype = LOOM_FLOAT32, .rank = 3,
+                     .sizes = {g->n, g->c, plane}, .strides = {g->c * plane, plane, 1}};
+  loom_tensor pts[2] = {txp, image(x, g->n, g->c, g->in)};
+  loom_scalar psc[3] = {{.i = g->p[1]}, {.i = g->p[2]}, {.i = wp}};
+  run(loom_conv_pad_kernel, pts, 2, psc, 3, g->n * g->c);
+  int bad = 0;
+  for (int64_t nc = 0; nc < g->n * g->c; ++nc)
+    for (int64_t i = 0; i < plane; ++i) {
+      const int64_t h = i / wp - g->p[1], ww = i % wp - g->p[2];
+      const float want = h >= 0 && h < g->in[1] && ww >= 0 && ww < g->in[2] && i < hp * wp
+                             ? x[(nc * g->in[1] + h) * g->in[2] + ww]
+                             : 0.0f;
+      bad += xp[nc * plane + i] != want;
+    }
+  CHECK(bad == 0, "pad: %d wrong entries", bad);
+
+  loom_scalar sc[2 + LOOM_CONV_NUM_SCALARS + 4] = {{.i = isa}};
+  scalars(g, sc + 2);
+  sc[17].i = wp, sc[18].i = gpad, sc[19].i = 2, sc[20].i = 1;
+  /* forward, with bias */
+  float *y2 = malloc(sizeof(float) * g->n * g->o * len);
+  loom_tensor tc = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
+                    .sizes = {g->n, g->groups, og, pos}, .strides = {0, 0, pos, 1}};
+  loom_tensor ta = {.data = w, .dtype = LOOM_FLOAT32, .rank = 4,
+                    .sizes = {g->n, g->groups, og, ck}, .strides = {0, og * ck, ck, 1}};
+  loom_tensor tb = {.data = xp, .dtype = LOOM_FLOAT32, .rank = 4,
+                    .sizes = {g->n, g->groups, ck, pos}, .strides = {0, 0, pos, 1}};
+  loom_gemm_plan p;
+  CHECK(loom_gemm_plan_init(&tc, &ta, &tb, isa, &p) == 0, "padded plan");
+  void *ws = malloc((size_t)p.workspace_bytes + 1);
+  loom_tensor tw = {.data = ws, .dtype = LOOM_UINT8, .rank = 1,
+                    .sizes = {p.workspace_bytes}, .strides = {1}};
+  loom_tensor tout = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
+                      .sizes = {g->n, g->o, ho, wo}, .strides = {g->o * len, len, wo, 1}};
+  loom_tensor tbias = {.data = bias, .dtype = LOOM_FLOAT32, .rank = 1,
+                       .sizes = {g->o}, .strides = {1}};
+  loom_tensor fts[7] = {tc, ta, tb, tw, txp, tout, tbias};
+  loom_scalar gsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 0.0}};
+  run(loom_gemm_pack_kernel, fts, 4, gsc, 3, p.pack_units_a);
+  run(loom_conv_padded_gemm_kernel, fts, 7, sc, 18,
+      g->n * g->groups * ((pos + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS));
+  CHECK(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
+        "padded conv n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM", (long)g->n,
+        (long)g->c, (long)g->o, (long)g->groups);
+  free(ws);
+
+  /* weight gradient over dy padded to the same grid, (O, N, gpad) */
+  float *dyp = malloc(sizeof(float) * g->o * g->n * gpad), *gw2 = malloc(sizeof(float) * g->o * ck);
+  loom_tensor tdyp = {.data = dyp, .dtype = LOOM_FLOAT32, .rank = 3,
+                      .sizes = {g->n, g->o, gpad}, .strides = {gpad, g->n * gpad, 1}};
+  loom_tensor tdy = {.data = (void *)dy, .dtype = LOOM_FLOAT32, .rank = 5,
+                     .sizes = {g->n, g->o, 1, ho, wo}, .strides = {len, g->n * len, len, wo, 1}};
+  loom_tensor dts[2] = {tdyp, tdy};
+  loom_scalar dsc[3] = {{.i = 0}, {.i = 0}, {.i = wp}};
+  run(loom_conv_pad_kernel, dts, 2, dsc, 3, g->n * g->o);
+  const int64_t nk = g->n * gpad;
+  loom_tensor wc = {.data = gw2, .dtype = LOOM_FLOAT32, .rank = 4,
+                    .sizes = {1, g->groups, og, ck}, .strides = {0, og * ck, ck, 1}};
+  loom_tensor wa = {.data = dyp, .dtype = LOOM_FLOAT32, .rank = 4,
+                    .sizes = {1, g->groups, og, nk}, .strides = {0, og * nk, nk, 1}};
+  loom_tensor wb = {.data = xp, .dtype = LOOM_FLOAT32, .rank = 4,
+                    .sizes = {1, g->groups, nk, ck}, .strides = {0, 0, ck, 1}};
+  CHECK(loom_gemm_plan_init(&wc, &wa, &wb, isa, &p) == 0, "padded wgrad plan");
+  ws = malloc((size_t)p.workspace_bytes + 1);
+  tw.data = ws, tw.sizes[0] = p.workspace_bytes;
+  loom_tensor wts[5] = {wc, wa, wb, tw, txp};
+  run(loom_gemm_pack_kernel, wts, 4, gsc, 3, p.pack_units_a);
+  const int64_t nblk = (p.n_panels + 1) / 2;
+  run(loom_conv_padded_wgrad_kernel, wts, 5, sc, 21, g->groups * nblk * p.m_panels);
+  bad = 0;
+  for (int64_t i = 0; i < g->o * ck; ++i)
+    bad += !(fabsf(gw1[i] - gw2[i]) <= 1e-5f * (1.0f + fabsf(gw1[i])));
+  CHECK(bad == 0, "padded weight grad n=%ld c=%ld o=%ld g=%ld: %d differ", (long)g->n,
+        (long)g->c, (long)g->o, (long)g->groups, bad);
+  free(xp), free(y2), free(ws), free(dyp), free(gw2);
+}
+
 static void check_geom(geom g) {
   finish(&g);
   int64_t kk = g.k[0] * g.k[1] * g.k[2];
@@ -241,6 +333,10 @@ static void check_geom(geom g) {
     CHECK(memcmp(gw1, gw2, sizeof(float) * g.o * ck) == 0,
           "implicit weight grad n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM",
           (long)g.n, (long)g.c, (long)g.o, (long)g.groups);
+    /* Stride 1, 2-d: the padded kernels. The forward equals im2col + GEMM
+     * bitwise; the weight gradient sums the same products plus zeros. */
+    if (g.s[0] == 1 && g.s[1] == 1 && g.s[2] == 1 && g.k[0] == 1 && g.in[0] == 1)
+      check_padded(&g, x, w, bias, y, dy, gw1, isa);
     free(dy), free(gw1), free(gw2), free(wws);
   }
   free(x), free(col), free(back), free(ref), free(w), free(bias), free(y), free(ws);
@@ -271,6 +367,12 @@ int main(void) {
                     .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
   check_geom((geom){.n = 1, .c = 3, .o = 8, .groups = 1, .in = {1, 20, 41},
                     .k = {1, 7, 7}, .s = {1, 2, 2}, .p = {0, 3, 3}, .d = {1, 1, 1}});
+  /* the padded kernels: many position tiles, two row passes (og > 96),
+   * dilation, an asymmetric kernel and padding */
+  check_geom((geom){.n = 2, .c = 6, .o = 200, .groups = 2, .in = {1, 17, 21},
+                    .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  check_geom((geom){.n = 3, .c = 4, .o = 13, .groups = 1, .in = {1, 12, 19},
+                    .k = {1, 3, 5}, .s = {1, 1, 1}, .p = {0, 2, 1}, .d = {1, 2, 1}});
   /* several position tiles, a partial last panel */
   check_geom((geom){.n = 2, .c = 5, .o = 14, .groups = 1, .in = {1, 20, 30},
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});

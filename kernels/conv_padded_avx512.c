@@ -1,0 +1,220 @@
+/* kernels/conv_padded_avx512.c — stride-1 2-d convolutions as implicit
+ * GEMMs over a zero-padded image (loom_conv_pad_kernel).
+ *
+ * With the image's rows padded to width wp, window position (y, x) and tap
+ * (kh, kw) read plane element q + kh*dh*wp + kw*dw, where q = y*wp + x. So
+ * over the grid of q in [0, ho*wp) (columns x >= wo are computed and thrown
+ * away) every col row is one contiguous run of the padded plane: gathering
+ * a panel is plain vector copies, with no row boundaries, masks or bounds
+ * checks. The forward sums the unpadded kernel's products in its k order,
+ * so its results are that kernel's bits. The weight gradient's k runs over
+ * the padded grid, where the gradient is zero-filled: the same products
+ * plus zeros, in k blocks that fall elsewhere. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/transpose_avx512.h"
+#include "loom/status.h"
+
+enum {
+  CP_NR = LOOM_GEMM_AVX512_NR,
+  CP_POS = LOOM_CONV_GEMM_POSITIONS,
+  CP_PANELS = CP_POS / CP_NR,
+  CP_KC = 256,   /* the fp32 plan's k block; the stack buffers are sized for it */
+  CP_MROWS = 96, /* output channels per pass over a tile: 8 register tiles */
+  CP_WG_PANELS = 4, /* most 32-column panels of dW per weight-gradient tile */
+};
+
+typedef struct cp_geom {
+  int64_t kh, kw, dh, dw, ho, wo, wp;
+} cp_geom;
+
+/* The geometry scalars of kernels/conv.h, then [17] wp; 2-d, stride 1. */
+static int cp_geometry(const loom_kernel_args *args, cp_geom *g) {
+  if (args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 1) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_scalar *s = args->scalars + 2;
+  *g = (cp_geom){.kh = s[1].i, .kw = s[2].i, .dh = s[10].i, .dw = s[11].i,
+                 .ho = s[13].i, .wo = s[14].i, .wp = args->scalars[17].i};
+  for (int i = 3; i < 6; ++i)
+    if (s[i].i != 1) return LOOM_ERROR_INVALID_ARGUMENT;
+  if (s[0].i != 1 || s[12].i != 1 || g->kh < 1 || g->kw < 1 || g->dh < 1 || g->dw < 1 ||
+      g->wp < g->wo + g->dw * (g->kw - 1))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  return 0;
+}
+
+/* Walks col rows (c, kh, kw) in order: the current row's plane offset. */
+typedef struct cp_rows {
+  int64_t c, th, tw;
+} cp_rows;
+
+static cp_rows cp_rows_at(const cp_geom *g, int64_t k) {
+  const int64_t taps = g->kh * g->kw, t = k % taps;
+  return (cp_rows){.c = k / taps, .th = t / g->kw, .tw = t % g->kw};
+}
+
+static int64_t cp_offset(const cp_geom *g, const cp_rows *r, int64_t plane) {
+  return r->c * plane + r->th * g->dh * g->wp + r->tw * g->dw;
+}
+
+static void cp_next(const cp_geom *g, cp_rows *r) {
+  if (++r->tw == g->kw) {
+    r->tw = 0;
+    if (++r->th == g->kh) r->th = 0, ++r->c;
+  }
+}
+
+/* Channels are a plane apart, which no hardware prefetcher follows: on a
+ * channel's first tap, fetch `lines` lines of the channel two on. */
+static void cp_prefetch(const cp_rows *r, const float *src, int64_t plane, int64_t lines) {
+  if (r->th != 0 || r->tw != 0) return;
+  for (int64_t l = 0; l < lines; ++l)
+    _mm_prefetch((const char *)(src + 2 * plane + 16 * l), _MM_HINT_T0);
+}
+
+int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 6) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1], *b = &args->tensors[2],
+                    *xp = &args->tensors[4], *out = &args->tensors[5];
+  const loom_tensor *bias = args->num_tensors > 6 ? &args->tensors[6] : NULL;
+  cp_geom g;
+  loom_gemm_plan pl;
+  int rc = cp_geometry(args, &g);
+  if (rc || (rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl))) return rc;
+  const int64_t plane = xp->sizes[2], taps = g.kh * g.kw;
+  if (pl.packed_bf16 || pl.kc > CP_KC || pl.nr != CP_NR || xp->rank != 3 || out->rank != 4 ||
+      xp->dtype != LOOM_FLOAT32 || out->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 ||
+      (bias && bias->dtype != LOOM_FLOAT32) || pl.batch1 != xp->sizes[0] ||
+      pl.n != g.ho * g.wp || pl.k % taps != 0 || out->sizes[0] != pl.batch1 ||
+      out->sizes[1] != pl.batch2 * pl.m || out->sizes[2] != g.ho || out->sizes[3] != g.wo ||
+      xp->sizes[1] != pl.batch2 * (pl.k / taps) ||
+      plane < (g.ho + g.dh * (g.kh - 1)) * g.wp + g.dw * (g.kw - 1) + CP_POS)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const float *xd = (const float *)xp->data;
+  float *od = (float *)out->data;
+  const int64_t cg = pl.k / taps, tiles_n = (pl.n + CP_POS - 1) / CP_POS;
+  const int64_t lines = (CP_POS + g.dh * (g.kh - 1) * g.wp + g.dw * (g.kw - 1) + 15) / 16;
+  const char *ws = (const char *)args->tensors[3].data;
+  loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
+  float buf[CP_PANELS * CP_KC * CP_NR], tile[CP_MROWS * CP_POS];
+
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t tn = item % tiles_n, rest = item / tiles_n;
+    const int64_t grp = rest % pl.batch2, n = rest / pl.batch2;
+    const int64_t q0 = tn * CP_POS, nq = pl.n - q0 < CP_POS ? pl.n - q0 : CP_POS;
+    const int64_t npan = (nq + CP_NR - 1) / CP_NR;
+    const float *img = xd + n * xp->strides[0] + grp * cg * xp->strides[1] + q0;
+    const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
+    for (int64_t m0 = 0; m0 < pl.m; m0 += CP_MROWS) {
+      const int64_t mrows = pl.m - m0 < CP_MROWS ? pl.m - m0 : CP_MROWS;
+      /* The bias starts the sums, as on the other paths; without one the
+       * first k block overwrites the tile. */
+      for (int64_t i = 0; i < mrows && (bias || pl.kp == 0); ++i) {
+        const int64_t o = grp * pl.m + m0 + i;
+        const float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
+        for (int64_t j = 0; j < npan * CP_NR; ++j) tile[i * CP_POS + j] = bv;
+      }
+      for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
+        const int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
+        cp_rows r = cp_rows_at(&g, pc);
+        for (int64_t kk = 0; kk < kc; ++kk, cp_next(&g, &r)) {
+          const float *src = img + cp_offset(&g, &r, xp->strides[1]);
+          cp_prefetch(&r, src, xp->strides[1], lines);
+          for (int64_t p = 0; p < npan; ++p) {
+            float *dst = buf + (p * kc + kk) * CP_NR;
+            _mm512_storeu_ps(dst, _mm512_loadu_ps(src + p * CP_NR));
+            _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + p * CP_NR + 16));
+          }
+        }
+        for (int64_t jp = 0; jp < npan; ++jp)
+          for (int64_t i = 0; i < mrows; i += pl.mr) {
+            const char *apanel =
+                ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, (m0 + i) / pl.mr) * 4;
+            const int mr = (int)(mrows - i < pl.mr ? mrows - i : pl.mr);
+            ukr(kc, apanel, buf + jp * kc * CP_NR, tile + i * CP_POS + jp * CP_NR, CP_POS, 1.0f,
+                mr, CP_NR, bias != NULL || pc > 0);
+          }
+      }
+      /* The grid's columns x < wo are the output's. */
+      for (int64_t i = 0; i < mrows; ++i) {
+        const int64_t o = grp * pl.m + m0 + i;
+        const float *t = tile + i * CP_POS;
+        for (int64_t y = q0 / g.wp; y * g.wp < q0 + nq; ++y) {
+          const int64_t x0 = q0 > y * g.wp ? q0 - y * g.wp : 0;
+          const int64_t x1 = q0 + nq - y * g.wp < g.wo ? q0 + nq - y * g.wp : g.wo;
+          float *orow = od + n * out->strides[0] + o * out->strides[1] + y * out->strides[2];
+          for (int64_t x = x0; x < x1; ++x)
+            orow[x * out->strides[3]] = t[y * g.wp + x - q0];
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 4)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1], *b = &args->tensors[2],
+                    *xp = &args->tensors[4];
+  cp_geom g;
+  loom_gemm_plan pl;
+  int rc = cp_geometry(args, &g);
+  if (rc || (rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl))) return rc;
+  const int64_t gpad = args->scalars[18].i, np = args->scalars[19].i, mp = args->scalars[20].i;
+  const int64_t plane = xp->sizes[2], taps = g.kh * g.kw;
+  if (pl.packed_bf16 || pl.use_acc || pl.kc > CP_KC || pl.kc % CP_NR != 0 || pl.nr != CP_NR ||
+      pl.batch1 != 1 || xp->rank != 3 || xp->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 ||
+      gpad <= 0 || gpad % CP_NR != 0 || pl.k != xp->sizes[0] * gpad || pl.n % taps != 0 ||
+      xp->sizes[1] != pl.batch2 * (pl.n / taps) || np < 1 || np > CP_WG_PANELS || mp < 1 ||
+      plane < gpad + g.dh * (g.kh - 1) * g.wp + g.dw * (g.kw - 1))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const float *xd = (const float *)xp->data;
+  const int64_t cg = pl.n / taps, ldt = c->strides[2];
+  const int64_t n_blocks = (pl.n_panels + np - 1) / np, m_blocks = (pl.m_panels + mp - 1) / mp;
+  const char *ws = (const char *)args->tensors[3].data;
+  loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
+  float buf[CP_KC * CP_NR], bt[CP_WG_PANELS][CP_KC * CP_NR];
+
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t mb = item % m_blocks, rest = item / m_blocks;
+    const int64_t nb = rest % n_blocks, grp = rest / n_blocks;
+    const int64_t q0 = nb * np, nq = pl.n_panels - q0 < np ? pl.n_panels - q0 : np;
+    const int64_t ip0 = mb * mp, ip1 = pl.m_panels < ip0 + mp ? pl.m_panels : ip0 + mp;
+    float *tc = (float *)c->data + grp * c->strides[1] + q0 * CP_NR;
+    const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
+    for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
+      const int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
+      for (int64_t j = 0; j < nq; ++j) {
+        const int64_t r0 = (q0 + j) * CP_NR, rows = pl.n - r0 < CP_NR ? pl.n - r0 : CP_NR;
+        if (rows < CP_NR) memset(buf, 0, sizeof buf); /* rows past the weight's end */
+        /* k runs of 32 never straddle images: gpad is a multiple of 32 */
+        for (int64_t p = 0; p < kc; p += CP_NR) {
+          const int64_t n = (pc + p) / gpad, q = (pc + p) % gpad;
+          const float *img = xd + n * xp->strides[0] + grp * cg * xp->strides[1] + q;
+          cp_rows r = cp_rows_at(&g, r0);
+          for (int64_t rr = 0; rr < rows; ++rr, cp_next(&g, &r)) {
+            const float *src = img + cp_offset(&g, &r, xp->strides[1]);
+            float *dst = buf + p * CP_NR + rr * CP_NR;
+            _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+            _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + 16));
+          }
+        }
+        loom_gemm_transpose_panels32(bt[j], buf, kc);
+      }
+      /* each A panel serves every panel of the tile while in L1 */
+      for (int64_t ip = ip0; ip < ip1; ++ip) {
+        const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
+        const int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
+        for (int64_t j = 0; j < nq; ++j) {
+          const int64_t r0 = (q0 + j) * CP_NR, rows = pl.n - r0 < CP_NR ? pl.n - r0 : CP_NR;
+          ukr(kc, apanel, bt[j], tc + ip * pl.mr * ldt + j * CP_NR, ldt, 1.0f, mr, (int)rows,
+              pc > 0);
+        }
+      }
+    }
+  }
+  return 0;
+}
