@@ -102,11 +102,14 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * columns x >= wo and past ho * wp. tensors: [0] dW C (1, G, O/G, C/G*K),
  * [1] dyp A (1, G, O/G, N * gpad), packed into [3] as for
  * loom_conv_wgrad_kernel; [2] B (1, G, N * gpad, C/G*K), shape only;
- * [4] padded image (N, C, plane), plane >= gpad + dh*(kh-1)*wp + dw*(kw-1).
+ * [4] padded image (N, C, plane), plane >= gpad + dh*(kh-1)*wp + dw*(kw-1);
+ * [5] partial sums P (ceil(N * gpad / kchunk), G, O/G, C/G*K), unit last
+ * stride: P[i] sums k in [i * kchunk, (i + 1) * kchunk), and dW is their
+ * sum in order (the caller's; P may be dW itself when there is one).
  * scalars: as for loom_conv_padded_gemm_kernel, and (.i) [18] gpad,
- * [19] np, [20] mp: a tile is np (<= 4) 32-column panels of dW by mp
- * 12-row register tiles. range: G * ceil(panels / np) * ceil(row tiles / mp),
- * (row tile fastest). */
+ * [19] np: a tile is np (<= 4) 32-column panels of dW, [20] kchunk, a
+ * multiple of the plan's k block.
+ * range: ceil(N * gpad / kchunk) * G * ceil(ceil((C/G*K) / 32) / np). */
 int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                                   int64_t end);
 

@@ -234,24 +234,29 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
   loom_gemm_plan plan;
   TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
               ": unsupported operands for the loom GEMM");
+  // Tiles of four column panels, each packed A panel serving them all; k is
+  // split into chunks summed afterwards when that leaves too few tiles to
+  // share. The split depends on the shape only, never on the thread count.
+  const int64_t np = 4, blocks = groups * ((plan.n_panels + np - 1) / np);
+  const int64_t want = std::min<int64_t>((16 + blocks - 1) / blocks, plan.kp / (2 * plan.kc));
+  const int64_t kchunk = round_up((plan.kp + std::max<int64_t>(want, 1) - 1) /
+                                      std::max<int64_t>(want, 1), plan.kc);
+  const int64_t chunks = (plan.kp + kchunk - 1) / kchunk;
+  Tensor part = chunks == 1 ? gw : at::empty({chunks, groups, og, ck}, gw.options());
   Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, gw.options().dtype(at::kByte));
-  loom_tensor ts[5] = {cc, a, b, describe(ws, op), describe(xp, op)};
+  loom_tensor ts[6] = {cc, a, b, describe(ws, op), describe(xp, op),
+                       view4(part, op, {chunks, groups, og, ck}, {groups * og * ck, og * ck, ck, 1})};
   loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
   launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(ts, 4), pack_sc,
          plan.pack_units_a, plan.pack_grain);
-  // Tiles of up to four column panels, each packed A panel serving them all,
-  // fewer when that leaves too few tiles to share; the rows are split last,
-  // as each split gathers the panels again.
-  int64_t np = 4, mp = plan.m_panels;
-  auto tiles = [&] {
-    return groups * ((plan.n_panels + np - 1) / np) * ((plan.m_panels + mp - 1) / mp);
-  };
-  while (tiles() < 16 && np > 1) np /= 2;
-  while (tiles() < 16 && mp > 1) mp = (mp + 1) / 2;
   auto sc = padded_scalars(g, isa, pd, gpad);
   sc[19] = scalar_i(np);
-  sc[20] = scalar_i(mp);
-  launch(op, loom_conv_padded_wgrad_kernel, ts, sc, tiles(), 1);
+  sc[20] = scalar_i(kchunk);
+  launch(op, loom_conv_padded_wgrad_kernel, ts, sc, chunks * blocks, 1);
+  if (chunks > 1) {
+    Tensor flat = gw.view({groups, og, ck});
+    at::sum_out(flat, part, {0});
+  }
   return gw;
 }
 

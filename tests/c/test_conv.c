@@ -101,7 +101,7 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
 
   loom_scalar sc[2 + LOOM_CONV_NUM_SCALARS + 4] = {{.i = isa}};
   scalars(g, sc + 2);
-  sc[17].i = wp, sc[18].i = gpad, sc[19].i = 2, sc[20].i = 1;
+  sc[17].i = wp, sc[18].i = gpad, sc[19].i = 2;
   /* forward, with bias */
   float *y2 = malloc(sizeof(float) * g->n * g->o * len);
   loom_tensor tc = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
@@ -148,16 +148,26 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   CHECK(loom_gemm_plan_init(&wc, &wa, &wb, isa, &p) == 0, "padded wgrad plan");
   ws = malloc((size_t)p.workspace_bytes + 1);
   tw.data = ws, tw.sizes[0] = p.workspace_bytes;
-  loom_tensor wts[5] = {wc, wa, wb, tw, txp};
+  /* k in chunks of one k block, the partial sums added in order */
+  sc[20].i = p.kc;
+  const int64_t chunks = (p.kp + p.kc - 1) / p.kc, nblk = (p.n_panels + 1) / 2;
+  float *part = malloc(sizeof(float) * chunks * g->o * ck);
+  loom_tensor tpart = {.data = part, .dtype = LOOM_FLOAT32, .rank = 4,
+                       .sizes = {chunks, g->groups, og, ck},
+                       .strides = {g->o * ck, og * ck, ck, 1}};
+  loom_tensor wts[6] = {wc, wa, wb, tw, txp, tpart};
   run(loom_gemm_pack_kernel, wts, 4, gsc, 3, p.pack_units_a);
-  const int64_t nblk = (p.n_panels + 1) / 2;
-  run(loom_conv_padded_wgrad_kernel, wts, 5, sc, 21, g->groups * nblk * p.m_panels);
+  run(loom_conv_padded_wgrad_kernel, wts, 6, sc, 21, chunks * g->groups * nblk);
+  for (int64_t i = 0; i < g->o * ck; ++i) {
+    gw2[i] = part[i];
+    for (int64_t k = 1; k < chunks; ++k) gw2[i] += part[k * g->o * ck + i];
+  }
   bad = 0;
   for (int64_t i = 0; i < g->o * ck; ++i)
     bad += !(fabsf(gw1[i] - gw2[i]) <= 1e-5f * (1.0f + fabsf(gw1[i])));
   CHECK(bad == 0, "padded weight grad n=%ld c=%ld o=%ld g=%ld: %d differ", (long)g->n,
         (long)g->c, (long)g->o, (long)g->groups, bad);
-  free(xp), free(y2), free(ws), free(dyp), free(gw2);
+  free(xp), free(y2), free(ws), free(dyp), free(gw2), free(part);
 }
 
 static void check_geom(geom g) {
