@@ -271,6 +271,28 @@ static void test_variants_agree(int isa) {
   free(a.data), free(b.data), free(c1.data), free(c2.data);
 }
 
+/* A last row panel of at most 4 or 8 rows runs a smaller register tile:
+ * its rows must be the bits the full 12-row tile gives for them. */
+static void test_small_tiles_agree(int isa) {
+  const int64_t k = 300, n = 70;
+  int64_t sa[4] = {1, 1, 12, k}, ta[4] = {0, 0, k, 1};
+  int64_t sb[4] = {1, 1, k, n}, tb[4] = {0, 0, n, 1};
+  loom_tensor a = make(LOOM_FLOAT32, 12 * k, sa, ta), b = make(LOOM_FLOAT32, k * n, sb, tb);
+  int64_t sc[4] = {1, 1, 12, n}, tc[4] = {0, 0, n, 1};
+  loom_tensor full = make(LOOM_FLOAT32, 12 * n, sc, tc);
+  CHECK(run(&full, &a, &b, NULL, isa, 0.5, 0, 0) == 0, "full tile");
+  for (int64_t rows = 1; rows <= 11; ++rows) {
+    loom_tensor ar = a, cr = full;
+    ar.sizes[2] = cr.sizes[2] = rows;
+    cr.data = calloc((size_t)(rows * n), sizeof(float));
+    CHECK(run(&cr, &ar, &b, NULL, isa, 0.5, 0, 0) == 0, "rows %ld", (long)rows);
+    CHECK(memcmp(cr.data, full.data, sizeof(float) * rows * n) == 0,
+          "%s: %ld-row panel differs from the full tile", loom_gemm_isa_name(isa), (long)rows);
+    free(cr.data);
+  }
+  free(a.data), free(b.data), free(full.data);
+}
+
 /* Single-column results through the matrix-vector kernel: row-major and
  * column-major A, slices, batch broadcast, dtypes, alpha/beta, k = 0 and
  * k across the staging chunks, m across several row blocks. */
@@ -349,6 +371,7 @@ int main(void) {
     test_shapes(isa);
     test_features(isa);
     test_variants_agree(isa);
+    test_small_tiles_agree(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            failures == before ? "ok" : "FAILED");
