@@ -145,8 +145,10 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
           const int64_t x0 = q0 > y * g.wp ? q0 - y * g.wp : 0;
           const int64_t x1 = q0 + nq - y * g.wp < g.wo ? q0 + nq - y * g.wp : g.wo;
           float *orow = od + n * out->strides[0] + o * out->strides[1] + y * out->strides[2];
-          for (int64_t x = x0; x < x1; ++x)
-            orow[x * out->strides[3]] = t[y * g.wp + x - q0];
+          if (out->strides[3] == 1 && x1 > x0)
+            memcpy(orow + x0, t + y * g.wp + x0 - q0, (size_t)(x1 - x0) * sizeof(float));
+          else
+            for (int64_t x = x0; x < x1; ++x) orow[x * out->strides[3]] = t[y * g.wp + x - q0];
         }
       }
     }

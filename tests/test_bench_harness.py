@@ -43,7 +43,8 @@ def test_derive_and_headline():
         "limits": {"fma_fp32": {"value": 100.0, "unit": "GFLOP/s", "source": "x"}},
         "workloads": [{"name": "w", "results": {
             "cpu_eager": {"status": "ok", "median_s": 2.0, "items": 4, "flops": 100e9, "limit": "fma_fp32"},
-            "cpu_inductor": {"status": "ok", "median_s": 1.0, "items": 4, "flops": 100e9, "limit": "fma_fp32"},
+            "cpu_inductor": {"status": "ok", "median_s": 1.0, "min_s": 0.8, "items": 4, "flops": 100e9,
+                             "limit": "fma_fp32"},
             "loom_eager": {"status": "unavailable", "reason": "r"},
             "loom_compile": {"status": "error", "reason": "r"},
         }}],
@@ -54,6 +55,8 @@ def test_derive_and_headline():
     assert r["cpu_inductor"]["ratio_vs_cpu_eager"] == 2.0
     assert r["cpu_inductor"]["gflops"] == 100.0
     assert r["cpu_inductor"]["percent_of_limit"] == 100.0
+    assert r["cpu_inductor"]["percent_of_limit_best"] == 125.0
+    assert r["cpu_eager"]["percent_of_limit_best"] == 50.0  # no min_s: the median
     assert r["cpu_eager"]["seconds_per_item"] == 0.5
     h = headline(results)
     assert h["cpu_inductor"] == {"geomean_ratio": 2.0, "workloads": 1}
