@@ -84,15 +84,15 @@ int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
 
 /* Stride-1 2-d forward over a zero-padded image (loom_conv_pad_kernel,
  * rows of width wp >= wo + dw*(kw-1)), fp32, AVX-512 CPUs only. The GEMM
- * runs over the grid q = y * wp + x of ho * wp positions; columns x >= wo
- * are dropped. tensors: [0] C (N, G, O/G, ho * wp), [1] weight A, [2] B
- * (N, G, C/G*K, ho * wp), shape only, [3] workspace: as for
+ * runs over every image's grid q = y * wp + x, q < gpos (a multiple of 32,
+ * >= ho * wp), in turn; positions with x >= wo or y >= ho are dropped.
+ * tensors: [0] C (1, G, O/G, N * gpos), [1] weight A (1, G, O/G, C/G*K),
+ * [2] B (1, G, C/G*K, N * gpos), shape only, [3] workspace: as for
  * loom_conv_gemm_kernel (C's data is not used); [4] padded image (N, C,
- * plane), plane >= (ho + dh*(kh-1)) * wp + dw*(kw-1) +
- * LOOM_CONV_GEMM_POSITIONS; [5] out (N, O, ho, wo), any strides;
- * [6] optional bias (O).
- * scalars: [0].i isa, [1] unused, [2..16] the geometry, [17].i wp.
- * range: N * G * ceil(ho * wp / LOOM_CONV_GEMM_POSITIONS). */
+ * plane), plane >= gpos + dh*(kh-1)*wp + dw*(kw-1); [5] out (N, O, ho,
+ * wo), any strides; [6] optional bias (O).
+ * scalars: [0].i isa, [1] unused, [2..16] the geometry, [17].i wp,
+ * [18].i gpos. range: G * ceil(N * gpos / LOOM_CONV_GEMM_POSITIONS). */
 int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
                                  int64_t end);
 

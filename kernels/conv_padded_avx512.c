@@ -75,7 +75,8 @@ static void cp_prefetch(const cp_rows *r, const float *src, int64_t plane, int64
 }
 
 int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors < 6) return LOOM_ERROR_INVALID_ARGUMENT;
+  if (args->num_tensors < 6 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 2)
+    return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1], *b = &args->tensors[2],
                     *xp = &args->tensors[4], *out = &args->tensors[5];
   const loom_tensor *bias = args->num_tensors > 6 ? &args->tensors[6] : NULL;
@@ -83,29 +84,35 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
   loom_gemm_plan pl;
   int rc = cp_geometry(args, &g);
   if (rc || (rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl))) return rc;
-  const int64_t plane = xp->sizes[2], taps = g.kh * g.kw;
+  const int64_t gpos = args->scalars[18].i, plane = xp->sizes[2], taps = g.kh * g.kw;
+  const int64_t halo = g.dh * (g.kh - 1) * g.wp + g.dw * (g.kw - 1);
   if (pl.packed_bf16 || pl.kc > CP_KC || pl.nr != CP_NR || xp->rank != 3 || out->rank != 4 ||
       xp->dtype != LOOM_FLOAT32 || out->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 ||
-      (bias && bias->dtype != LOOM_FLOAT32) || pl.batch1 != xp->sizes[0] ||
-      pl.n != g.ho * g.wp || pl.k % taps != 0 || out->sizes[0] != pl.batch1 ||
-      out->sizes[1] != pl.batch2 * pl.m || out->sizes[2] != g.ho || out->sizes[3] != g.wo ||
-      xp->sizes[1] != pl.batch2 * (pl.k / taps) ||
-      plane < (g.ho + g.dh * (g.kh - 1)) * g.wp + g.dw * (g.kw - 1) + CP_POS)
+      (bias && bias->dtype != LOOM_FLOAT32) || pl.batch1 != 1 || gpos % CP_NR != 0 ||
+      gpos < g.ho * g.wp || pl.n != xp->sizes[0] * gpos || pl.k % taps != 0 ||
+      out->sizes[0] != xp->sizes[0] || out->sizes[1] != pl.batch2 * pl.m ||
+      out->sizes[2] != g.ho || out->sizes[3] != g.wo ||
+      xp->sizes[1] != pl.batch2 * (pl.k / taps) || plane < gpos + halo)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const float *xd = (const float *)xp->data;
   float *od = (float *)out->data;
   const int64_t cg = pl.k / taps, tiles_n = (pl.n + CP_POS - 1) / CP_POS;
-  const int64_t lines = (CP_POS + g.dh * (g.kh - 1) * g.wp + g.dw * (g.kw - 1) + 15) / 16;
+  const int64_t lines = (CP_NR + halo + 15) / 16;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
   float buf[CP_PANELS * CP_KC * CP_NR], tile[CP_MROWS * CP_POS];
 
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t tn = item % tiles_n, rest = item / tiles_n;
-    const int64_t grp = rest % pl.batch2, n = rest / pl.batch2;
-    const int64_t q0 = tn * CP_POS, nq = pl.n - q0 < CP_POS ? pl.n - q0 : CP_POS;
-    const int64_t npan = (nq + CP_NR - 1) / CP_NR;
-    const float *img = xd + n * xp->strides[0] + grp * cg * xp->strides[1] + q0;
+    const int64_t tn = item % tiles_n, grp = item / tiles_n;
+    const int64_t p0 = tn * CP_POS, np = pl.n - p0 < CP_POS ? pl.n - p0 : CP_POS;
+    const int64_t npan = (np + CP_NR - 1) / CP_NR;
+    /* Each 32-position panel lies in one image: gpos is a multiple of 32. */
+    int64_t pn[CP_PANELS], pq[CP_PANELS];
+    const float *img[CP_PANELS];
+    for (int64_t p = 0; p < npan; ++p) {
+      pn[p] = (p0 + p * CP_NR) / gpos, pq[p] = (p0 + p * CP_NR) % gpos;
+      img[p] = xd + pn[p] * xp->strides[0] + grp * cg * xp->strides[1] + pq[p];
+    }
     const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
     for (int64_t m0 = 0; m0 < pl.m; m0 += CP_MROWS) {
       const int64_t mrows = pl.m - m0 < CP_MROWS ? pl.m - m0 : CP_MROWS;
@@ -120,12 +127,13 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
         const int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
         cp_rows r = cp_rows_at(&g, pc);
         for (int64_t kk = 0; kk < kc; ++kk, cp_next(&g, &r)) {
-          const float *src = img + cp_offset(&g, &r, xp->strides[1]);
-          cp_prefetch(&r, src, xp->strides[1], lines);
+          const int64_t off = cp_offset(&g, &r, xp->strides[1]);
           for (int64_t p = 0; p < npan; ++p) {
+            const float *src = img[p] + off;
+            cp_prefetch(&r, src, xp->strides[1], lines);
             float *dst = buf + (p * kc + kk) * CP_NR;
-            _mm512_storeu_ps(dst, _mm512_loadu_ps(src + p * CP_NR));
-            _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + p * CP_NR + 16));
+            _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+            _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + 16));
           }
         }
         for (int64_t jp = 0; jp < npan; ++jp)
@@ -137,18 +145,22 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
                 mr, CP_NR, bias != NULL || pc > 0);
           }
       }
-      /* The grid's columns x < wo are the output's. */
-      for (int64_t i = 0; i < mrows; ++i) {
-        const int64_t o = grp * pl.m + m0 + i;
-        const float *t = tile + i * CP_POS;
-        for (int64_t y = q0 / g.wp; y * g.wp < q0 + nq; ++y) {
-          const int64_t x0 = q0 > y * g.wp ? q0 - y * g.wp : 0;
-          const int64_t x1 = q0 + nq - y * g.wp < g.wo ? q0 + nq - y * g.wp : g.wo;
-          float *orow = od + n * out->strides[0] + o * out->strides[1] + y * out->strides[2];
-          if (out->strides[3] == 1 && x1 > x0)
-            memcpy(orow + x0, t + y * g.wp + x0 - q0, (size_t)(x1 - x0) * sizeof(float));
-          else
-            for (int64_t x = x0; x < x1; ++x) orow[x * out->strides[3]] = t[y * g.wp + x - q0];
+      /* The grid's columns x < wo of rows y < ho are the output's. */
+      for (int64_t p = 0; p < npan; ++p) {
+        const int64_t q0 = pq[p], q1 = q0 + CP_NR < g.ho * g.wp ? q0 + CP_NR : g.ho * g.wp;
+        for (int64_t i = 0; i < mrows; ++i) {
+          const int64_t o = grp * pl.m + m0 + i;
+          const float *t = tile + i * CP_POS + p * CP_NR;
+          float *oimg = od + pn[p] * out->strides[0] + o * out->strides[1];
+          for (int64_t y = q0 / g.wp; y * g.wp < q1; ++y) {
+            const int64_t x0 = q0 > y * g.wp ? q0 - y * g.wp : 0;
+            const int64_t x1 = q1 - y * g.wp < g.wo ? q1 - y * g.wp : g.wo;
+            float *orow = oimg + y * out->strides[2];
+            if (out->strides[3] == 1 && x1 > x0)
+              memcpy(orow + x0, t + y * g.wp + x0 - q0, (size_t)(x1 - x0) * sizeof(float));
+            else
+              for (int64_t x = x0; x < x1; ++x) orow[x * out->strides[3]] = t[y * g.wp + x - q0];
+          }
         }
       }
     }

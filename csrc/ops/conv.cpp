@@ -133,11 +133,13 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op)
 bool implicit_fits(int64_t rows_per_group) { return rows_per_group >= 8; }
 
 // Stride-1 2-d geometry over zero-padded rows (kernels/conv_padded_avx512.c):
-// the GEMM runs over ho rows of wp padded columns, so it applies where the
-// thrown-away columns and the last tile's slack waste little.
+// the GEMMs run over ho rows of wp padded columns per image, rounded up to
+// whole 32-position panels, so they apply where the thrown-away columns
+// and the rounding waste little.
 struct Padded {
   int64_t hp, wp, ho, wo;
-  int64_t positions() const { return ho * wp; }
+  int64_t positions() const { return (ho * wp + 31) / 32 * 32; }
+  int64_t halo(const Geom& g) const { return g.d[1] * (g.k[1] - 1) * wp + g.d[2] * (g.k[2] - 1); }
 };
 
 bool padded_fits(const Geom& g, const Tensor& input, Padded* pd) {
@@ -147,8 +149,7 @@ bool padded_fits(const Geom& g, const Tensor& input, Padded* pd) {
     if (g.s[i] != 1) return false;
   const int64_t h = input.dim() >= 4 ? input.size(-2) : 1, w = input.size(-1);
   *pd = Padded{h + 2 * g.p[1], w + 2 * g.p[2], g.grid[1], g.grid[2]};
-  const int64_t tiles = (pd->positions() + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS;
-  return pd->ho * pd->wo * 100 >= tiles * LOOM_CONV_GEMM_POSITIONS * 85;
+  return pd->ho * pd->wo * 4 >= pd->positions() * 3;
 }
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -189,12 +190,11 @@ void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& w
                          const Tensor& bias, const Geom& g, const Padded& pd, int64_t groups,
                          loom_gemm_isa isa, const char* op) {
   int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
-  int64_t og = o / groups, ck = c / groups * g.taps(), pos = pd.positions();
-  Tensor xp = pad_planes(input, g, pd,
-                         pd.hp * pd.wp + g.d[2] * (g.k[2] - 1) + LOOM_CONV_GEMM_POSITIONS, op);
-  loom_tensor a = view4(weight, op, {n, groups, og, ck}, {0, og * ck, ck, 1});
-  loom_tensor b = view4(xp, op, {n, groups, ck, pos}, {0, 0, pos, 1});  // shape only
-  loom_tensor cc = view4(out, op, {n, groups, og, pos}, {o * pos, og * pos, pos, 1});  // plan only
+  int64_t og = o / groups, ck = c / groups * g.taps(), cols = n * pd.positions();
+  Tensor xp = pad_planes(input, g, pd, pd.positions() + pd.halo(g), op);
+  loom_tensor a = view4(weight, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_tensor b = view4(xp, op, {1, groups, ck, cols}, {0, 0, cols, 1});  // shape only
+  loom_tensor cc = view4(out, op, {1, groups, og, cols}, {0, og * cols, cols, 1});  // plan only
   loom_gemm_plan plan;
   TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
               ": unsupported operands for the loom GEMM");
@@ -206,10 +206,10 @@ void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& w
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[7] = {cc, a, b, w, describe(xp, op), plane4(out, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
-  auto sc = padded_scalars(g, isa, pd, 0);
-  int64_t tiles = n * groups * ((pos + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+  auto sc = padded_scalars(g, isa, pd, pd.positions());
+  int64_t tiles = groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
   launch(op, loom_conv_padded_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 7 : 6),
-         c10::ArrayRef<loom_scalar>(sc.data(), 18), tiles, 1);
+         c10::ArrayRef<loom_scalar>(sc.data(), 19), tiles, 1);
 }
 
 // The stride-1 weight gradient over padded copies of the image and of dy.
@@ -217,13 +217,12 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
                                std::vector<int64_t> w_sizes, int64_t groups, const Geom& g,
                                const Padded& pd, loom_gemm_isa isa, const char* op) {
   int64_t n = input.size(0), c = input.size(1), o = dy.size(1);
-  int64_t og = o / groups, ck = c / groups * g.taps(), pos = pd.positions();
+  int64_t og = o / groups, ck = c / groups * g.taps();
   Tensor gw = at::empty(w_sizes, input.options());
   loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
   // Each image's k run is padded to whole 32-position panels.
-  const int64_t gpad = round_up(pos, 32);
-  Tensor xp = pad_planes(input, g, pd,
-                         gpad + g.d[1] * (g.k[1] - 1) * pd.wp + g.d[2] * (g.k[2] - 1), op);
+  const int64_t gpad = pd.positions();
+  Tensor xp = pad_planes(input, g, pd, gpad + pd.halo(g), op);
   // dy on the same grid, (O, N, gpad): zero past wo in each row and past ho rows.
   Tensor dyp = at::empty({o, n, gpad}, dy.options());
   loom_tensor pt[2] = {describe(dyp.permute({1, 0, 2}), op), image5(dy, op)};

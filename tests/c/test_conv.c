@@ -77,11 +77,9 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   const int64_t kk = g->k[1] * g->k[2], cg = g->c / g->groups, og = g->o / g->groups;
   const int64_t ck = cg * kk, ho = g->out[1], wo = g->out[2], len = ho * wo;
   const int64_t hp = g->in[1] + 2 * g->p[1], wp = g->in[2] + 2 * g->p[2], pos = ho * wp;
-  const int64_t gpad = round_up(pos, 32);
+  const int64_t gpad = round_up(pos, 32), cols = g->n * gpad;
   const int64_t halo = g->d[1] * (g->k[1] - 1) * wp + g->d[2] * (g->k[2] - 1);
-  int64_t plane = hp * wp + g->d[2] * (g->k[2] - 1) + LOOM_CONV_GEMM_POSITIONS;
-  if (plane < gpad + halo) plane = gpad + halo;
-  plane = round_up(plane, 16);
+  const int64_t plane = round_up(gpad + halo, 16);
   float *xp = malloc(sizeof(float) * g->n * g->c * plane);
   loom_tensor txp = {.data = xp, .dtype = LOOM_FLOAT32, .rank = 3,
                      .sizes = {g->n, g->c, plane}, .strides = {g->c * plane, plane, 1}};
@@ -105,11 +103,11 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   /* forward, with bias */
   float *y2 = malloc(sizeof(float) * g->n * g->o * len);
   loom_tensor tc = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
-                    .sizes = {g->n, g->groups, og, pos}, .strides = {0, 0, pos, 1}};
+                    .sizes = {1, g->groups, og, cols}, .strides = {0, 0, cols, 1}};
   loom_tensor ta = {.data = w, .dtype = LOOM_FLOAT32, .rank = 4,
-                    .sizes = {g->n, g->groups, og, ck}, .strides = {0, og * ck, ck, 1}};
+                    .sizes = {1, g->groups, og, ck}, .strides = {0, og * ck, ck, 1}};
   loom_tensor tb = {.data = xp, .dtype = LOOM_FLOAT32, .rank = 4,
-                    .sizes = {g->n, g->groups, ck, pos}, .strides = {0, 0, pos, 1}};
+                    .sizes = {1, g->groups, ck, cols}, .strides = {0, 0, cols, 1}};
   loom_gemm_plan p;
   CHECK(loom_gemm_plan_init(&tc, &ta, &tb, isa, &p) == 0, "padded plan");
   void *ws = malloc((size_t)p.workspace_bytes + 1);
@@ -122,8 +120,8 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   loom_tensor fts[7] = {tc, ta, tb, tw, txp, tout, tbias};
   loom_scalar gsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 0.0}};
   run(loom_gemm_pack_kernel, fts, 4, gsc, 3, p.pack_units_a);
-  run(loom_conv_padded_gemm_kernel, fts, 7, sc, 18,
-      g->n * g->groups * ((pos + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS));
+  run(loom_conv_padded_gemm_kernel, fts, 7, sc, 19,
+      g->groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS));
   CHECK(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
         "padded conv n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM", (long)g->n,
         (long)g->c, (long)g->o, (long)g->groups);
