@@ -1,18 +1,69 @@
 /* kernels/gemm/gemm_avx512bf16.c — bf16 micro-kernel: vdpbf16ps multiplies
  * pairs of bf16 (exact products) and accumulates in fp32, so one instruction
- * does twice the work of an fp32 FMA. Same 12x32 tile as the fp32 kernel;
- * each step consumes one k-pair. */
+ * does twice the work of an fp32 FMA. Same 12x32 tile as the fp32 kernel,
+ * and the same 4- and 8-row tiles for a short last row panel; each step
+ * consumes one k-pair. */
 #include <immintrin.h>
 
 #include "kernels/gemm/gemm_internal.h"
 
 enum { MR = LOOM_GEMM_BF16_MR, NR = LOOM_GEMM_BF16_NR };
 
+/* Rows [0, R) of the tile, R <= 8: the panel's A pairs are MR apart. */
+#define LOOM_GEMM_SMALL_TILE(R)                                                        \
+  static void ukr_rows##R(int64_t kc, const uint32_t *a, const uint16_t *b, float *t,  \
+                          int64_t ldt, float alpha, int mr, __mmask16 m0, __mmask16 m1, \
+                          int accumulate) {                                            \
+    __m512 c[R][2];                                                                    \
+    for (int i = 0; i < R; ++i) c[i][0] = c[i][1] = _mm512_setzero_ps();               \
+    for (int64_t k = 0; k < kc; ++k) {                                                 \
+      __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);                                   \
+      __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);                              \
+      _mm_prefetch((const char *)(b + 64 * NR), _MM_HINT_T0);                          \
+      _mm_prefetch((const char *)(b + 64 * NR + 32), _MM_HINT_T0);                     \
+      for (int i = 0; i < R; ++i) {                                                    \
+        __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[i]);                          \
+        c[i][0] = _mm512_dpbf16_ps(c[i][0], av, b0);                                   \
+        c[i][1] = _mm512_dpbf16_ps(c[i][1], av, b1);                                   \
+      }                                                                                \
+      a += MR;                                                                         \
+      b += 2 * NR;                                                                     \
+    }                                                                                  \
+    store_rows(c, R, t, ldt, alpha, mr, m0, m1, accumulate);                           \
+  }
+
+static inline void store_rows(__m512 (*c)[2], int rows, float *t, int64_t ldt, float alpha,
+                              int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
+  __m512 va = _mm512_set1_ps(alpha);
+  for (int i = 0; i < mr && i < rows; ++i) {
+    float *r = t + i * ldt;
+    __m512 t0 = _mm512_maskz_loadu_ps(accumulate ? m0 : 0, r);
+    __m512 t1 = _mm512_maskz_loadu_ps(accumulate ? m1 : 0, r + 16);
+    _mm512_mask_storeu_ps(r, m0, _mm512_fmadd_ps(va, c[i][0], t0));
+    _mm512_mask_storeu_ps(r + 16, m1, _mm512_fmadd_ps(va, c[i][1], t1));
+  }
+}
+
+LOOM_GEMM_SMALL_TILE(4)
+LOOM_GEMM_SMALL_TILE(8)
+
 void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
                                    float *t, int64_t ldt, float alpha, int mr,
                                    int nr, int accumulate) {
   const uint32_t *a = (const uint32_t *)ap; /* one bf16 pair per row */
   const uint16_t *b = (const uint16_t *)bp;
+  __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+  __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff
+                 : nr <= 16 ? (__mmask16)0
+                            : (__mmask16)((1u << (nr - 16)) - 1u);
+  if (mr <= 4) {
+    ukr_rows4(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
+    return;
+  }
+  if (mr <= 8) {
+    ukr_rows8(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
+    return;
+  }
   __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
   __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
   __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
@@ -53,19 +104,8 @@ void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
     b += 2 * NR;
   }
 #undef LOOM_ROW
-  __m512 va = _mm512_set1_ps(alpha);
-  __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
-  __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff
-                 : nr <= 16 ? (__mmask16)0
-                            : (__mmask16)((1u << (nr - 16)) - 1u);
   __m512 rows[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
                         {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71},
                         {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
-  for (int i = 0; i < mr; ++i) {
-    float *r = t + i * ldt;
-    __m512 t0 = _mm512_maskz_loadu_ps(accumulate ? m0 : 0, r);
-    __m512 t1 = _mm512_maskz_loadu_ps(accumulate ? m1 : 0, r + 16);
-    _mm512_mask_storeu_ps(r, m0, _mm512_fmadd_ps(va, rows[i][0], t0));
-    _mm512_mask_storeu_ps(r + 16, m1, _mm512_fmadd_ps(va, rows[i][1], t1));
-  }
+  store_rows(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
 }

@@ -273,11 +273,11 @@ static void test_variants_agree(int isa) {
 
 /* A last row panel of at most 4 or 8 rows runs a smaller register tile:
  * its rows must be the bits the full 12-row tile gives for them. */
-static void test_small_tiles_agree(int isa) {
+static void test_small_tiles_agree(int isa, int32_t dtype) {
   const int64_t k = 300, n = 70;
   int64_t sa[4] = {1, 1, 12, k}, ta[4] = {0, 0, k, 1};
   int64_t sb[4] = {1, 1, k, n}, tb[4] = {0, 0, n, 1};
-  loom_tensor a = make(LOOM_FLOAT32, 12 * k, sa, ta), b = make(LOOM_FLOAT32, k * n, sb, tb);
+  loom_tensor a = make(dtype, 12 * k, sa, ta), b = make(dtype, k * n, sb, tb);
   int64_t sc[4] = {1, 1, 12, n}, tc[4] = {0, 0, n, 1};
   loom_tensor full = make(LOOM_FLOAT32, 12 * n, sc, tc);
   CHECK(run(&full, &a, &b, NULL, isa, 0.5, 0, 0) == 0, "full tile");
@@ -371,7 +371,8 @@ int main(void) {
     test_shapes(isa);
     test_features(isa);
     test_variants_agree(isa);
-    test_small_tiles_agree(isa);
+    test_small_tiles_agree(isa, LOOM_FLOAT32);
+    test_small_tiles_agree(isa, LOOM_BFLOAT16);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            failures == before ? "ok" : "FAILED");
