@@ -23,7 +23,7 @@ enum {
   CP_POS = LOOM_CONV_GEMM_POSITIONS,
   CP_PANELS = CP_POS / CP_NR,
   CP_KC = 256,   /* the fp32 plan's k block; the stack buffers are sized for it */
-  CP_MROWS = 96, /* output channels per pass over a tile: 8 register tiles */
+  CP_MROWS = 192, /* output channels per pass over a tile: 16 register tiles */
   CP_WG_PANELS = 4, /* most 32-column panels of dW per weight-gradient tile */
 };
 
