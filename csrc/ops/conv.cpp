@@ -1,7 +1,11 @@
 // Convolution on loom (1-d, 2-d, 3-d; groups, stride, padding, dilation;
 // transposed), forward and backward, through the Overrideable backend that
-// aten::_convolution picks for PrivateUse1. Data movement is im2col/col2im
-// (kernels/im2col.c); all arithmetic is one batched GEMM per pass.
+// aten::_convolution picks for PrivateUse1. All arithmetic is the GEMM's
+// micro-kernel. fp32 on AVX-512 runs implicit GEMMs that gather col panels
+// as they go: over zero-padded rows for stride-1 2-d (conv_padded.cpp),
+// from the image otherwise (kernels/conv_gemm_avx512.c). The rest
+// materialises col with im2col/col2im (kernels/im2col.c) for one batched
+// GEMM per pass.
 //
 // col layout is [C*K][N][L] (kernels/conv.h), so for the weight gradient the
 // (image, position) pairs of a group form one contiguous k run.
@@ -16,48 +20,14 @@
 #include "common.h"
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm.h"
+#include "ops/conv_internal.h"
 #include "ops/linalg_gemm.h"
 #include "register.h"
 
 namespace torch_loom {
-namespace {
+namespace conv {
 
 using at::Tensor;
-
-// Convolution geometry padded to 3 spatial dims; `grid` is the set of
-// window positions (the col columns per image).
-struct Geom {
-  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0},
-          d[3] = {1, 1, 1}, grid[3] = {1, 1, 1};
-  int64_t taps() const { return k[0] * k[1] * k[2]; }
-  int64_t positions() const { return grid[0] * grid[1] * grid[2]; }
-  bool pointwise() const {
-    for (int i = 0; i < 3; ++i)
-      if (k[i] != 1 || s[i] != 1 || p[i] != 0) return false;
-    return true;
-  }
-};
-
-Geom make_geom(const Tensor& weight, c10::IntArrayRef stride,
-               c10::IntArrayRef padding, c10::IntArrayRef dilation,
-               c10::IntArrayRef grid) {
-  Geom g;
-  int64_t nsp = weight.dim() - 2;
-  TORCH_CHECK(nsp >= 1 && nsp <= 3, "convolution: expected 1, 2 or 3 spatial dims, got ", nsp);
-  auto at_ = [&](c10::IntArrayRef v, int64_t i, int64_t dflt) {
-    if (v.empty()) return dflt;
-    return v.size() == 1 ? v[0] : v[i];
-  };
-  for (int64_t i = 0; i < nsp; ++i) {
-    int64_t j = 3 - nsp + i;
-    g.k[j] = weight.size(2 + i);
-    g.s[j] = at_(stride, i, 1);
-    g.p[j] = at_(padding, i, 0);
-    g.d[j] = at_(dilation, i, 1);
-    g.grid[j] = grid[i];
-  }
-  return g;
-}
 
 std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> geom_scalars(const Geom& g) {
   std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> sc{};
@@ -93,6 +63,34 @@ loom_tensor view4(const Tensor& t, const char* op, std::array<int64_t, 4> sizes,
   d.rank = 4;
   for (int i = 0; i < 4; ++i) d.sizes[i] = sizes[i], d.strides[i] = strides[i];
   return d;
+}
+
+}  // namespace conv
+
+namespace {
+
+using at::Tensor;
+using namespace conv;
+
+Geom make_geom(const Tensor& weight, c10::IntArrayRef stride,
+               c10::IntArrayRef padding, c10::IntArrayRef dilation,
+               c10::IntArrayRef grid) {
+  Geom g;
+  int64_t nsp = weight.dim() - 2;
+  TORCH_CHECK(nsp >= 1 && nsp <= 3, "convolution: expected 1, 2 or 3 spatial dims, got ", nsp);
+  auto at_ = [&](c10::IntArrayRef v, int64_t i, int64_t dflt) {
+    if (v.empty()) return dflt;
+    return v.size() == 1 ? v[0] : v[i];
+  };
+  for (int64_t i = 0; i < nsp; ++i) {
+    int64_t j = 3 - nsp + i;
+    g.k[j] = weight.size(2 + i);
+    g.s[j] = at_(stride, i, 1);
+    g.p[j] = at_(padding, i, 0);
+    g.d[j] = at_(dilation, i, 1);
+    g.grid[j] = grid[i];
+  }
+  return g;
 }
 
 int64_t spatial_numel(const Tensor& t) {
@@ -131,133 +129,6 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op)
 // few output channels per group (depthwise) they would multiply padding,
 // and the col path's matrix-vector products do better.
 bool implicit_fits(int64_t rows_per_group) { return rows_per_group >= 8; }
-
-// Stride-1 2-d geometry over zero-padded rows (kernels/conv_padded_avx512.c):
-// the GEMMs run over ho rows of wp padded columns per image, rounded up to
-// whole 32-position panels, so they apply where the thrown-away columns
-// and the rounding waste little.
-struct Padded {
-  int64_t hp, wp, ho, wo;
-  int64_t positions() const { return (ho * wp + 31) / 32 * 32; }
-  int64_t halo(const Geom& g) const { return g.d[1] * (g.k[1] - 1) * wp + g.d[2] * (g.k[2] - 1); }
-};
-
-bool padded_fits(const Geom& g, const Tensor& input, Padded* pd) {
-  // A 1x1 window reads the image as it is: nothing to pad.
-  if (g.pointwise() || g.k[0] != 1 || g.p[0] != 0 || g.grid[0] != 1) return false;
-  for (int i = 0; i < 3; ++i)
-    if (g.s[i] != 1) return false;
-  const int64_t h = input.dim() >= 4 ? input.size(-2) : 1, w = input.size(-1);
-  *pd = Padded{h + 2 * g.p[1], w + 2 * g.p[2], g.grid[1], g.grid[2]};
-  return pd->ho * pd->wo * 4 >= pd->positions() * 3;
-}
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// (N, C, plane) fp32 of image `x` with its rows padded to pd.wp (zeros),
-// top/left padding from g, and at least `plane` elements per image plane.
-Tensor pad_planes(const Tensor& x, const Geom& g, const Padded& pd, int64_t plane,
-                  const char* op) {
-  Tensor xp = at::empty({x.size(0), x.size(1), round_up(plane, 16)}, x.options());
-  loom_tensor ts[2] = {describe(xp, op), image5(x, op)};
-  loom_scalar sc[3] = {scalar_i(g.p[1]), scalar_i(g.p[2]), scalar_i(pd.wp)};
-  launch(op, loom_conv_pad_kernel, ts, sc, x.size(0) * x.size(1),
-         std::max<int64_t>(1, 65536 / xp.size(2)));
-  return xp;
-}
-
-// `t` (N, C, [D = 1,] [H,] W) as rank 4 (N, C, H, W).
-loom_tensor plane4(const Tensor& t, const char* op) {
-  loom_tensor d = image5(t, op);
-  d.rank = 4;
-  for (int i = 2; i < 4; ++i) d.sizes[i] = d.sizes[i + 1], d.strides[i] = d.strides[i + 1];
-  return d;
-}
-
-std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> padded_scalars(
-    const Geom& g, loom_gemm_isa isa, const Padded& pd, int64_t gpad) {
-  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> sc{};
-  sc[0] = scalar_i(isa);
-  auto geom = geom_scalars(g);
-  std::copy(geom.begin(), geom.end(), sc.begin() + 2);
-  sc[17] = scalar_i(pd.wp);
-  sc[18] = scalar_i(gpad);
-  return sc;
-}
-
-// The stride-1 forward over a padded copy of the image.
-void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& weight,
-                         const Tensor& bias, const Geom& g, const Padded& pd, int64_t groups,
-                         loom_gemm_isa isa, const char* op) {
-  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
-  int64_t og = o / groups, ck = c / groups * g.taps(), cols = n * pd.positions();
-  Tensor xp = pad_planes(input, g, pd, pd.positions() + pd.halo(g), op);
-  loom_tensor a = view4(weight, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
-  loom_tensor b = view4(xp, op, {1, groups, ck, cols}, {0, 0, cols, 1});  // shape only
-  loom_tensor cc = view4(out, op, {1, groups, og, cols}, {0, og * cols, cols, 1});  // plan only
-  loom_gemm_plan plan;
-  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
-              ": unsupported operands for the loom GEMM");
-  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, out.options().dtype(at::kByte));
-  loom_tensor w = describe(ws, op);
-  loom_tensor gemm_ops[4] = {cc, a, b, w};
-  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
-  launch(op, loom_gemm_pack_kernel, gemm_ops, pack_sc, plan.pack_units_a, plan.pack_grain);
-  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-  loom_tensor ts[7] = {cc, a, b, w, describe(xp, op), plane4(out, op),
-                       bc.defined() ? describe(bc, op) : loom_tensor{}};
-  auto sc = padded_scalars(g, isa, pd, pd.positions());
-  int64_t tiles = groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
-  launch(op, loom_conv_padded_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 7 : 6),
-         c10::ArrayRef<loom_scalar>(sc.data(), 19), tiles, 1);
-}
-
-// The stride-1 weight gradient over padded copies of the image and of dy.
-Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
-                               std::vector<int64_t> w_sizes, int64_t groups, const Geom& g,
-                               const Padded& pd, loom_gemm_isa isa, const char* op) {
-  int64_t n = input.size(0), c = input.size(1), o = dy.size(1);
-  int64_t og = o / groups, ck = c / groups * g.taps();
-  Tensor gw = at::empty(w_sizes, input.options());
-  loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
-  // Each image's k run is padded to whole 32-position panels.
-  const int64_t gpad = pd.positions();
-  Tensor xp = pad_planes(input, g, pd, gpad + pd.halo(g), op);
-  // dy on the same grid, (O, N, gpad): zero past wo in each row and past ho rows.
-  Tensor dyp = at::empty({o, n, gpad}, dy.options());
-  loom_tensor pt[2] = {describe(dyp.permute({1, 0, 2}), op), image5(dy, op)};
-  loom_scalar psc[3] = {scalar_i(0), scalar_i(0), scalar_i(pd.wp)};
-  launch(op, loom_conv_pad_kernel, pt, psc, n * o, std::max<int64_t>(1, 65536 / gpad));
-  loom_tensor a = view4(dyp, op, {1, groups, og, n * gpad}, {0, og * n * gpad, n * gpad, 1});
-  loom_tensor b = view4(xp, op, {1, groups, n * gpad, ck}, {0, 0, ck, 1});  // shape only
-  loom_gemm_plan plan;
-  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
-              ": unsupported operands for the loom GEMM");
-  // Tiles of four column panels, each packed A panel serving them all; k is
-  // split into chunks summed afterwards when that leaves too few tiles to
-  // share. The split depends on the shape only, never on the thread count.
-  const int64_t np = 4, blocks = groups * ((plan.n_panels + np - 1) / np);
-  const int64_t want = std::min<int64_t>((16 + blocks - 1) / blocks, plan.kp / (2 * plan.kc));
-  const int64_t kchunk = round_up((plan.kp + std::max<int64_t>(want, 1) - 1) /
-                                      std::max<int64_t>(want, 1), plan.kc);
-  const int64_t chunks = (plan.kp + kchunk - 1) / kchunk;
-  Tensor part = chunks == 1 ? gw : at::empty({chunks, groups, og, ck}, gw.options());
-  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, gw.options().dtype(at::kByte));
-  loom_tensor ts[6] = {cc, a, b, describe(ws, op), describe(xp, op),
-                       view4(part, op, {chunks, groups, og, ck}, {groups * og * ck, og * ck, ck, 1})};
-  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
-  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(ts, 4), pack_sc,
-         plan.pack_units_a, plan.pack_grain);
-  auto sc = padded_scalars(g, isa, pd, gpad);
-  sc[19] = scalar_i(np);
-  sc[20] = scalar_i(kchunk);
-  launch(op, loom_conv_padded_wgrad_kernel, ts, sc, chunks * blocks, 1);
-  if (chunks > 1) {
-    Tensor flat = gw.view({groups, og, ck});
-    at::sum_out(flat, part, {0});
-  }
-  return gw;
-}
 
 // The fp32 forward without a col matrix: the weight is packed once, then
 // loom_conv_gemm_kernel gathers col panels from the image tile by tile.

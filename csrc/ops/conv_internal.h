@@ -1,0 +1,65 @@
+// csrc/ops/conv_internal.h — what the convolution adapters share: the
+// geometry, its kernel scalars and descriptors, and the padded-row
+// stride-1 paths (conv_padded.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <vector>
+
+#include "common.h"
+#include "kernels/conv.h"
+#include "kernels/gemm/gemm.h"
+
+namespace torch_loom::conv {
+
+// Convolution geometry padded to 3 spatial dims; `grid` is the set of
+// window positions (the col columns per image).
+struct Geom {
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0},
+          d[3] = {1, 1, 1}, grid[3] = {1, 1, 1};
+  int64_t taps() const { return k[0] * k[1] * k[2]; }
+  int64_t positions() const { return grid[0] * grid[1] * grid[2]; }
+  bool pointwise() const {
+    for (int i = 0; i < 3; ++i)
+      if (k[i] != 1 || s[i] != 1 || p[i] != 0) return false;
+    return true;
+  }
+};
+
+// The geometry as the kernels' scalars (kernels/conv.h).
+std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> geom_scalars(const Geom& g);
+
+// (N, C, spatial...) as rank 5 (N, C, D, H, W).
+loom_tensor image5(const at::Tensor& t, const char* op);
+
+// A rank-4 GEMM operand over `t`'s memory with explicit sizes and strides.
+loom_tensor view4(const at::Tensor& t, const char* op, std::array<int64_t, 4> sizes,
+                  std::array<int64_t, 4> strides);
+
+// Stride-1 2-d geometry over zero-padded rows (kernels/conv_padded_avx512.c):
+// the GEMMs run over ho rows of wp padded columns per image, rounded up to
+// whole 32-position panels, so they apply where the thrown-away columns
+// and the rounding waste little.
+struct Padded {
+  int64_t hp, wp, ho, wo;
+  int64_t positions() const { return (ho * wp + 31) / 32 * 32; }
+  int64_t halo(const Geom& g) const { return g.d[1] * (g.k[1] - 1) * wp + g.d[2] * (g.k[2] - 1); }
+};
+
+// Whether the padded kernels apply to `g` over `input`; fills *pd.
+bool padded_fits(const Geom& g, const at::Tensor& input, Padded* pd);
+
+// The stride-1 forward over a padded copy of the image, into `out`.
+void conv_forward_padded(const at::Tensor& out, const at::Tensor& input,
+                         const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
+                         const Padded& pd, int64_t groups, loom_gemm_isa isa, const char* op);
+
+// The stride-1 weight gradient over padded copies of the image and of dy.
+at::Tensor conv_weight_grad_padded(const at::Tensor& dy, const at::Tensor& input,
+                                   std::vector<int64_t> w_sizes, int64_t groups,
+                                   const Geom& g, const Padded& pd, loom_gemm_isa isa,
+                                   const char* op);
+
+}  // namespace torch_loom::conv

@@ -1,0 +1,129 @@
+// Stride-1 2-d convolutions over zero-padded rows: the adapters of
+// kernels/conv_padded_avx512.c (fp32, AVX-512 CPUs).
+#include "ops/conv_internal.h"
+
+#include <algorithm>
+
+namespace torch_loom::conv {
+namespace {
+
+using at::Tensor;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// (N, C, plane) fp32 of image `x` with its rows padded to pd.wp (zeros),
+// top/left padding from g, and at least `plane` elements per image plane.
+Tensor pad_planes(const Tensor& x, const Geom& g, const Padded& pd, int64_t plane,
+                  const char* op) {
+  Tensor xp = at::empty({x.size(0), x.size(1), round_up(plane, 16)}, x.options());
+  loom_tensor ts[2] = {describe(xp, op), image5(x, op)};
+  loom_scalar sc[3] = {scalar_i(g.p[1]), scalar_i(g.p[2]), scalar_i(pd.wp)};
+  launch(op, loom_conv_pad_kernel, ts, sc, x.size(0) * x.size(1),
+         std::max<int64_t>(1, 65536 / xp.size(2)));
+  return xp;
+}
+
+// `t` (N, C, [D = 1,] [H,] W) as rank 4 (N, C, H, W).
+loom_tensor plane4(const Tensor& t, const char* op) {
+  loom_tensor d = image5(t, op);
+  d.rank = 4;
+  for (int i = 2; i < 4; ++i) d.sizes[i] = d.sizes[i + 1], d.strides[i] = d.strides[i + 1];
+  return d;
+}
+
+std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> padded_scalars(
+    const Geom& g, loom_gemm_isa isa, const Padded& pd, int64_t gpad) {
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> sc{};
+  sc[0] = scalar_i(isa);
+  auto geom = geom_scalars(g);
+  std::copy(geom.begin(), geom.end(), sc.begin() + 2);
+  sc[17] = scalar_i(pd.wp);
+  sc[18] = scalar_i(gpad);
+  return sc;
+}
+
+}  // namespace
+
+bool padded_fits(const Geom& g, const Tensor& input, Padded* pd) {
+  // A 1x1 window reads the image as it is: nothing to pad.
+  if (g.pointwise() || g.k[0] != 1 || g.p[0] != 0 || g.grid[0] != 1) return false;
+  for (int i = 0; i < 3; ++i)
+    if (g.s[i] != 1) return false;
+  const int64_t h = input.dim() >= 4 ? input.size(-2) : 1, w = input.size(-1);
+  *pd = Padded{h + 2 * g.p[1], w + 2 * g.p[2], g.grid[1], g.grid[2]};
+  return pd->ho * pd->wo * 4 >= pd->positions() * 3;
+}
+
+void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& weight,
+                         const Tensor& bias, const Geom& g, const Padded& pd, int64_t groups,
+                         loom_gemm_isa isa, const char* op) {
+  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
+  int64_t og = o / groups, ck = c / groups * g.taps(), cols = n * pd.positions();
+  Tensor xp = pad_planes(input, g, pd, pd.positions() + pd.halo(g), op);
+  loom_tensor a = view4(weight, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_tensor b = view4(xp, op, {1, groups, ck, cols}, {0, 0, cols, 1});  // shape only
+  loom_tensor cc = view4(out, op, {1, groups, og, cols}, {0, og * cols, cols, 1});  // plan only
+  loom_gemm_plan plan;
+  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, out.options().dtype(at::kByte));
+  loom_tensor w = describe(ws, op);
+  loom_tensor gemm_ops[4] = {cc, a, b, w};
+  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, gemm_ops, pack_sc, plan.pack_units_a, plan.pack_grain);
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  loom_tensor ts[7] = {cc, a, b, w, describe(xp, op), plane4(out, op),
+                       bc.defined() ? describe(bc, op) : loom_tensor{}};
+  auto sc = padded_scalars(g, isa, pd, pd.positions());
+  int64_t tiles = groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+  launch(op, loom_conv_padded_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 7 : 6),
+         c10::ArrayRef<loom_scalar>(sc.data(), 19), tiles, 1);
+}
+
+Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
+                               std::vector<int64_t> w_sizes, int64_t groups, const Geom& g,
+                               const Padded& pd, loom_gemm_isa isa, const char* op) {
+  int64_t n = input.size(0), c = input.size(1), o = dy.size(1);
+  int64_t og = o / groups, ck = c / groups * g.taps();
+  Tensor gw = at::empty(w_sizes, input.options());
+  loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
+  // Each image's k run is padded to whole 32-position panels.
+  const int64_t gpad = pd.positions();
+  Tensor xp = pad_planes(input, g, pd, gpad + pd.halo(g), op);
+  // dy on the same grid, (O, N, gpad): zero past wo in each row and past ho rows.
+  Tensor dyp = at::empty({o, n, gpad}, dy.options());
+  loom_tensor pt[2] = {describe(dyp.permute({1, 0, 2}), op), image5(dy, op)};
+  loom_scalar psc[3] = {scalar_i(0), scalar_i(0), scalar_i(pd.wp)};
+  launch(op, loom_conv_pad_kernel, pt, psc, n * o, std::max<int64_t>(1, 65536 / gpad));
+  loom_tensor a = view4(dyp, op, {1, groups, og, n * gpad}, {0, og * n * gpad, n * gpad, 1});
+  loom_tensor b = view4(xp, op, {1, groups, n * gpad, ck}, {0, 0, ck, 1});  // shape only
+  loom_gemm_plan plan;
+  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  // Tiles of four column panels, each packed A panel serving them all; k is
+  // split into chunks summed afterwards when that leaves too few tiles to
+  // share. The split depends on the shape only, never on the thread count.
+  const int64_t np = 4, blocks = groups * ((plan.n_panels + np - 1) / np);
+  const int64_t want = std::min<int64_t>((16 + blocks - 1) / blocks, plan.kp / (2 * plan.kc));
+  const int64_t kchunk = round_up((plan.kp + std::max<int64_t>(want, 1) - 1) /
+                                      std::max<int64_t>(want, 1), plan.kc);
+  const int64_t chunks = (plan.kp + kchunk - 1) / kchunk;
+  Tensor part = chunks == 1 ? gw : at::empty({chunks, groups, og, ck}, gw.options());
+  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, gw.options().dtype(at::kByte));
+  loom_tensor ts[6] = {cc, a, b, describe(ws, op), describe(xp, op),
+                       view4(part, op, {chunks, groups, og, ck}, {groups * og * ck, og * ck, ck, 1})};
+  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(ts, 4), pack_sc,
+         plan.pack_units_a, plan.pack_grain);
+  auto sc = padded_scalars(g, isa, pd, gpad);
+  sc[19] = scalar_i(np);
+  sc[20] = scalar_i(kchunk);
+  launch(op, loom_conv_padded_wgrad_kernel, ts, sc, chunks * blocks, 1);
+  if (chunks > 1) {
+    Tensor flat = gw.view({groups, og, ck});
+    at::sum_out(flat, part, {0});
+  }
+  return gw;
+}
+
+}  // namespace torch_loom::conv
