@@ -65,6 +65,19 @@ loom_tensor view4(const Tensor& t, const char* op, std::array<int64_t, 4> sizes,
   return d;
 }
 
+Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
+              loom_gemm_isa isa, const at::TensorOptions& opts, const char* op,
+              loom_gemm_plan* plan) {
+  TORCH_CHECK(loom_gemm_plan_init(&c, &a, &b, isa, plan) == 0, op,
+              ": unsupported operands for the loom GEMM");
+  // Only the packed A lives in the workspace.
+  Tensor ws = at::empty({std::max<int64_t>(plan->b_offset, 1)}, opts.dtype(at::kByte));
+  loom_tensor ops[4] = {c, a, b, describe(ws, op)};
+  loom_scalar sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  launch(op, loom_gemm_pack_kernel, ops, sc, plan->pack_units_a, plan->pack_grain);
+  return ws;
+}
+
 }  // namespace conv
 
 namespace {
@@ -152,16 +165,10 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   loom_tensor b = view4(input, op, {bn, groups, ck, cols}, {groups * ck * cols, ck * cols, cols, 1});
   loom_tensor cc = view4(c_out, op, {bn, groups, og, cols}, {o * cols, og * cols, cols, 1});
   loom_gemm_plan plan;
-  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
-              ": unsupported operands for the loom GEMM");
-  // Only the packed weight lives in the workspace.
-  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, out.options().dtype(at::kByte));
-  loom_tensor w = describe(ws, op);
-  loom_tensor gemm_ops[4] = {cc, a, b, w};
-  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
-  launch(op, loom_gemm_pack_kernel, gemm_ops, pack_sc, plan.pack_units_a, plan.pack_grain);
+  Tensor ws = pack_a(cc, a, b, isa, out.options(), op, &plan);
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-  loom_tensor ts[6] = {cc, a, b, w, image5(input, op), bc.defined() ? describe(bc, op) : loom_tensor{}};
+  loom_tensor ts[6] = {cc, a, b, describe(ws, op), image5(input, op),
+                       bc.defined() ? describe(bc, op) : loom_tensor{}};
   std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS> sc{};
   sc[0] = scalar_i(isa);
   auto geom = geom_scalars(g);
@@ -252,14 +259,8 @@ Tensor conv_weight_grad_implicit(const Tensor& dy_t, const Tensor& input,
   loom_tensor b = view4(input, op, {1, groups, nl, ck}, {0, nl * ck, ck, 1});
   loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
   loom_gemm_plan plan;
-  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
-              ": unsupported operands for the loom GEMM");
-  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, gw.options().dtype(at::kByte));
-  loom_tensor w = describe(ws, op);
-  loom_tensor ts[5] = {cc, a, b, w, image5(input, op)};
-  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
-  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(ts, 4), pack_sc,
-         plan.pack_units_a, plan.pack_grain);
+  Tensor ws = pack_a(cc, a, b, isa, gw.options(), op, &plan);
+  loom_tensor ts[5] = {cc, a, b, describe(ws, op), image5(input, op)};
   std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS> sc{};
   sc[0] = scalar_i(isa);
   auto geom = geom_scalars(g);

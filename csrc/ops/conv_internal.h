@@ -38,6 +38,12 @@ loom_tensor image5(const at::Tensor& t, const char* op);
 loom_tensor view4(const at::Tensor& t, const char* op, std::array<int64_t, 4> sizes,
                   std::array<int64_t, 4> strides);
 
+// Plans C = A @ B for an implicit GEMM and packs A (the weight, or dy) into
+// a new workspace, which it returns; the kernels gather B themselves.
+at::Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
+                  loom_gemm_isa isa, const at::TensorOptions& opts, const char* op,
+                  loom_gemm_plan* plan);
+
 // Stride-1 2-d geometry over zero-padded rows (kernels/conv_padded_avx512.c):
 // the GEMMs run over ho rows of wp padded columns per image, rounded up to
 // whole 32-position panels, so they apply where the thrown-away columns

@@ -64,15 +64,9 @@ void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& w
   loom_tensor b = view4(xp, op, {1, groups, ck, cols}, {0, 0, cols, 1});  // shape only
   loom_tensor cc = view4(out, op, {1, groups, og, cols}, {0, og * cols, cols, 1});  // plan only
   loom_gemm_plan plan;
-  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
-              ": unsupported operands for the loom GEMM");
-  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, out.options().dtype(at::kByte));
-  loom_tensor w = describe(ws, op);
-  loom_tensor gemm_ops[4] = {cc, a, b, w};
-  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
-  launch(op, loom_gemm_pack_kernel, gemm_ops, pack_sc, plan.pack_units_a, plan.pack_grain);
+  Tensor ws = pack_a(cc, a, b, isa, out.options(), op, &plan);
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-  loom_tensor ts[7] = {cc, a, b, w, describe(xp, op), plane4(out, op),
+  loom_tensor ts[7] = {cc, a, b, describe(ws, op), describe(xp, op), plane4(out, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
   auto sc = padded_scalars(g, isa, pd, pd.positions());
   int64_t tiles = groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
@@ -98,8 +92,7 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
   loom_tensor a = view4(dyp, op, {1, groups, og, n * gpad}, {0, og * n * gpad, n * gpad, 1});
   loom_tensor b = view4(xp, op, {1, groups, n * gpad, ck}, {0, 0, ck, 1});  // shape only
   loom_gemm_plan plan;
-  TORCH_CHECK(loom_gemm_plan_init(&cc, &a, &b, isa, &plan) == 0, op,
-              ": unsupported operands for the loom GEMM");
+  Tensor ws = pack_a(cc, a, b, isa, gw.options(), op, &plan);
   // Tiles of four column panels, each packed A panel serving them all; k is
   // split into chunks summed afterwards when that leaves too few tiles to
   // share. The split depends on the shape only, never on the thread count.
@@ -109,12 +102,8 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
                                       std::max<int64_t>(want, 1), plan.kc);
   const int64_t chunks = (plan.kp + kchunk - 1) / kchunk;
   Tensor part = chunks == 1 ? gw : at::empty({chunks, groups, og, ck}, gw.options());
-  Tensor ws = at::empty({std::max<int64_t>(plan.b_offset, 1)}, gw.options().dtype(at::kByte));
   loom_tensor ts[6] = {cc, a, b, describe(ws, op), describe(xp, op),
                        view4(part, op, {chunks, groups, og, ck}, {groups * og * ck, og * ck, ck, 1})};
-  loom_scalar pack_sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
-  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(ts, 4), pack_sc,
-         plan.pack_units_a, plan.pack_grain);
   auto sc = padded_scalars(g, isa, pd, gpad);
   sc[19] = scalar_i(np);
   sc[20] = scalar_i(kchunk);

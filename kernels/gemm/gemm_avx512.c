@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/ukr_avx512.h"
 
 enum { MR = LOOM_GEMM_AVX512_MR, NR = LOOM_GEMM_AVX512_NR };
 
@@ -29,20 +30,8 @@ enum { MR = LOOM_GEMM_AVX512_MR, NR = LOOM_GEMM_AVX512_NR };
       a += MR;                                                                         \
       b += NR;                                                                         \
     }                                                                                  \
-    store_rows(c, R, t, ldt, alpha, mr, m0, m1, accumulate);                           \
+    loom_ukr_store(c, R, t, ldt, alpha, mr, m0, m1, accumulate);                           \
   }
-
-static inline void store_rows(__m512 (*c)[2], int rows, float *t, int64_t ldt, float alpha,
-                              int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
-  __m512 va = _mm512_set1_ps(alpha);
-  for (int i = 0; i < mr && i < rows; ++i) {
-    float *r = t + i * ldt;
-    __m512 t0 = _mm512_maskz_loadu_ps(accumulate ? m0 : 0, r);
-    __m512 t1 = _mm512_maskz_loadu_ps(accumulate ? m1 : 0, r + 16);
-    _mm512_mask_storeu_ps(r, m0, _mm512_fmadd_ps(va, c[i][0], t0));
-    _mm512_mask_storeu_ps(r + 16, m1, _mm512_fmadd_ps(va, c[i][1], t1));
-  }
-}
 
 LOOM_GEMM_SMALL_TILE(4)
 LOOM_GEMM_SMALL_TILE(8)
@@ -51,10 +40,8 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
                               float *t, int64_t ldt, float alpha, int mr,
                               int nr, int accumulate) {
   const float *a = (const float *)ap, *b = (const float *)bp;
-  __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
-  __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff
-                 : nr <= 16 ? (__mmask16)0
-                            : (__mmask16)((1u << (nr - 16)) - 1u);
+  __mmask16 m0, m1;
+  loom_ukr_masks(nr, &m0, &m1);
   if (mr <= 4) {
     ukr_rows4(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
     return;
@@ -105,5 +92,5 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
   __m512 rows[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
                         {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71},
                         {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
-  store_rows(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
+  loom_ukr_store(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
 }
