@@ -107,9 +107,9 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * stride: P[i] sums k in [i * kchunk, (i + 1) * kchunk), and dW is their
  * sum in order (the caller's; P may be dW itself when there is one).
  * scalars: as for loom_conv_padded_gemm_kernel, and (.i) [18] gpad,
- * [19] np: a tile is np (<= 4) 32-column panels of dW, [20] kchunk, a
- * multiple of the plan's k block.
- * range: ceil(N * gpad / kchunk) * G * ceil(ceil((C/G*K) / 32) / np). */
+ * [19] kchunk, a multiple of the plan's k block.
+ * range: ceil(N * gpad / kchunk) * G * ceil((C/G*K) / 32) (one 32-column
+ * panel of one partial sum per item). */
 int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                                   int64_t end);
 

@@ -24,7 +24,6 @@ enum {
   CP_PANELS = CP_POS / CP_NR,
   CP_KC = 256,   /* the fp32 plan's k block; the stack buffers are sized for it */
   CP_MROWS = 192, /* output channels per pass over a tile: 16 register tiles */
-  CP_WG_PANELS = 4, /* most 32-column panels of dW per weight-gradient tile */
 };
 
 typedef struct cp_geom {
@@ -169,7 +168,7 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
 }
 
 int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors < 6 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 4)
+  if (args->num_tensors < 6 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 3)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1], *b = &args->tensors[2],
                     *xp = &args->tensors[4], *part = &args->tensors[5];
@@ -177,59 +176,50 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
   loom_gemm_plan pl;
   int rc = cp_geometry(args, &g);
   if (rc || (rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl))) return rc;
-  const int64_t gpad = args->scalars[18].i, np = args->scalars[19].i, kchunk = args->scalars[20].i;
+  const int64_t gpad = args->scalars[18].i, kchunk = args->scalars[19].i;
   const int64_t plane = xp->sizes[2], taps = g.kh * g.kw;
   if (pl.packed_bf16 || pl.use_acc || pl.kc > CP_KC || pl.kc % CP_NR != 0 || pl.nr != CP_NR ||
       pl.batch1 != 1 || xp->rank != 3 || xp->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 ||
       gpad <= 0 || gpad % CP_NR != 0 || pl.k != xp->sizes[0] * gpad || pl.n % taps != 0 ||
-      xp->sizes[1] != pl.batch2 * (pl.n / taps) || np < 1 || np > CP_WG_PANELS ||
-      kchunk <= 0 || kchunk % pl.kc != 0 || part->rank != 4 || part->dtype != LOOM_FLOAT32 ||
+      xp->sizes[1] != pl.batch2 * (pl.n / taps) || kchunk <= 0 || kchunk % pl.kc != 0 ||
+      part->rank != 4 || part->dtype != LOOM_FLOAT32 ||
       part->sizes[0] != (pl.kp + kchunk - 1) / kchunk || part->sizes[1] != pl.batch2 ||
       part->sizes[2] != pl.m || part->sizes[3] != pl.n || part->strides[3] != 1 ||
       plane < gpad + g.dh * (g.kh - 1) * g.wp + g.dw * (g.kw - 1))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const float *xd = (const float *)xp->data;
   const int64_t cg = pl.n / taps, ldt = part->strides[2];
-  const int64_t n_blocks = (pl.n_panels + np - 1) / np;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
-  float buf[CP_KC * CP_NR], bt[CP_WG_PANELS][CP_KC * CP_NR];
+  float buf[CP_KC * CP_NR], bt[CP_KC * CP_NR];
 
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t nb = item % n_blocks, rest = item / n_blocks;
+    const int64_t q = item % pl.n_panels, rest = item / pl.n_panels;
     const int64_t grp = rest % pl.batch2, kci = rest / pl.batch2;
-    const int64_t q0 = nb * np, nq = pl.n_panels - q0 < np ? pl.n_panels - q0 : np;
+    const int64_t r0 = q * CP_NR, rows = pl.n - r0 < CP_NR ? pl.n - r0 : CP_NR;
     const int64_t k0 = kci * kchunk, k1 = pl.kp < k0 + kchunk ? pl.kp : k0 + kchunk;
-    float *tc = (float *)part->data + kci * part->strides[0] + grp * part->strides[1] + q0 * CP_NR;
+    float *tc = (float *)part->data + kci * part->strides[0] + grp * part->strides[1] + r0;
+    if (rows < CP_NR) memset(buf, 0, sizeof buf); /* rows past the weight's end */
     const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
     for (int64_t pc = k0; pc < k1; pc += pl.kc) {
       const int64_t kc = k1 - pc < pl.kc ? k1 - pc : pl.kc;
-      for (int64_t j = 0; j < nq; ++j) {
-        const int64_t r0 = (q0 + j) * CP_NR, rows = pl.n - r0 < CP_NR ? pl.n - r0 : CP_NR;
-        if (rows < CP_NR) memset(buf, 0, sizeof buf); /* rows past the weight's end */
-        /* k runs of 32 never straddle images: gpad is a multiple of 32 */
-        for (int64_t p = 0; p < kc; p += CP_NR) {
-          const int64_t n = (pc + p) / gpad, q = (pc + p) % gpad;
-          const float *img = xd + n * xp->strides[0] + grp * cg * xp->strides[1] + q;
-          cp_rows r = cp_rows_at(&g, r0);
-          for (int64_t rr = 0; rr < rows; ++rr, cp_next(&g, &r)) {
-            const float *src = img + cp_offset(&g, &r, xp->strides[1]);
-            float *dst = buf + p * CP_NR + rr * CP_NR;
-            _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
-            _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + 16));
-          }
+      /* k runs of 32 never straddle images: gpad is a multiple of 32 */
+      for (int64_t p = 0; p < kc; p += CP_NR) {
+        const int64_t n = (pc + p) / gpad, qq = (pc + p) % gpad;
+        const float *img = xd + n * xp->strides[0] + grp * cg * xp->strides[1] + qq;
+        cp_rows r = cp_rows_at(&g, r0);
+        for (int64_t rr = 0; rr < rows; ++rr, cp_next(&g, &r)) {
+          const float *src = img + cp_offset(&g, &r, xp->strides[1]);
+          float *dst = buf + p * CP_NR + rr * CP_NR;
+          _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+          _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + 16));
         }
-        loom_gemm_transpose_panels32(bt[j], buf, kc);
       }
-      /* each A panel, read from memory once per tile, serves every panel */
+      loom_gemm_transpose_panels32(bt, buf, kc);
       for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
         const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
         const int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
-        for (int64_t j = 0; j < nq; ++j) {
-          const int64_t r0 = (q0 + j) * CP_NR, rows = pl.n - r0 < CP_NR ? pl.n - r0 : CP_NR;
-          ukr(kc, apanel, bt[j], tc + ip * pl.mr * ldt + j * CP_NR, ldt, 1.0f, mr, (int)rows,
-              pc > k0);
-        }
+        ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows, pc > k0);
       }
     }
   }

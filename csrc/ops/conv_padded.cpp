@@ -31,9 +31,9 @@ loom_tensor plane4(const Tensor& t, const char* op) {
   return d;
 }
 
-std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> padded_scalars(
+std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 3> padded_scalars(
     const Geom& g, loom_gemm_isa isa, const Padded& pd, int64_t gpad) {
-  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> sc{};
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 3> sc{};
   sc[0] = scalar_i(isa);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
@@ -93,20 +93,20 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
   loom_tensor b = view4(xp, op, {1, groups, n * gpad, ck}, {0, 0, ck, 1});  // shape only
   loom_gemm_plan plan;
   Tensor ws = pack_a(cc, a, b, isa, gw.options(), op, &plan);
-  // Tiles of four column panels, each packed A panel serving them all; k is
-  // split into chunks summed afterwards when that leaves too few tiles to
-  // share. The split depends on the shape only, never on the thread count.
-  const int64_t np = 4, blocks = groups * ((plan.n_panels + np - 1) / np);
-  const int64_t want = std::min<int64_t>((16 + blocks - 1) / blocks, plan.kp / (2 * plan.kc));
-  const int64_t kchunk = round_up((plan.kp + std::max<int64_t>(want, 1) - 1) /
-                                      std::max<int64_t>(want, 1), plan.kc);
+  // Each tile is one 32-column panel of dW. When that leaves too few tiles
+  // for the workers, k is split into chunks whose partial sums are added
+  // afterwards, in order; the split depends on the shape only, never on the
+  // thread count.
+  const int64_t blocks = groups * plan.n_panels;
+  const int64_t want = std::max<int64_t>(
+      1, std::min<int64_t>((16 + blocks - 1) / blocks, plan.kp / (2 * plan.kc)));
+  const int64_t kchunk = round_up((plan.kp + want - 1) / want, plan.kc);
   const int64_t chunks = (plan.kp + kchunk - 1) / kchunk;
   Tensor part = chunks == 1 ? gw : at::empty({chunks, groups, og, ck}, gw.options());
   loom_tensor ts[6] = {cc, a, b, describe(ws, op), describe(xp, op),
                        view4(part, op, {chunks, groups, og, ck}, {groups * og * ck, og * ck, ck, 1})};
   auto sc = padded_scalars(g, isa, pd, gpad);
-  sc[19] = scalar_i(np);
-  sc[20] = scalar_i(kchunk);
+  sc[19] = scalar_i(kchunk);
   launch(op, loom_conv_padded_wgrad_kernel, ts, sc, chunks * blocks, 1);
   if (chunks > 1) {
     Tensor flat = gw.view({groups, og, ck});

@@ -97,9 +97,9 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
     }
   CHECK(bad == 0, "pad: %d wrong entries", bad);
 
-  loom_scalar sc[2 + LOOM_CONV_NUM_SCALARS + 4] = {{.i = isa}};
+  loom_scalar sc[2 + LOOM_CONV_NUM_SCALARS + 3] = {{.i = isa}};
   scalars(g, sc + 2);
-  sc[17].i = wp, sc[18].i = gpad, sc[19].i = 2;
+  sc[17].i = wp, sc[18].i = gpad;
   /* forward, with bias */
   float *y2 = malloc(sizeof(float) * g->n * g->o * len);
   loom_tensor tc = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
@@ -147,15 +147,15 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   ws = malloc((size_t)p.workspace_bytes + 1);
   tw.data = ws, tw.sizes[0] = p.workspace_bytes;
   /* k in chunks of one k block, the partial sums added in order */
-  sc[20].i = p.kc;
-  const int64_t chunks = (p.kp + p.kc - 1) / p.kc, nblk = (p.n_panels + 1) / 2;
+  sc[19].i = p.kc;
+  const int64_t chunks = (p.kp + p.kc - 1) / p.kc;
   float *part = malloc(sizeof(float) * chunks * g->o * ck);
   loom_tensor tpart = {.data = part, .dtype = LOOM_FLOAT32, .rank = 4,
                        .sizes = {chunks, g->groups, og, ck},
                        .strides = {g->o * ck, og * ck, ck, 1}};
   loom_tensor wts[6] = {wc, wa, wb, tw, txp, tpart};
   run(loom_gemm_pack_kernel, wts, 4, gsc, 3, p.pack_units_a);
-  run(loom_conv_padded_wgrad_kernel, wts, 6, sc, 21, chunks * g->groups * nblk);
+  run(loom_conv_padded_wgrad_kernel, wts, 6, sc, 20, chunks * g->groups * p.n_panels);
   for (int64_t i = 0; i < g->o * ck; ++i) {
     gw2[i] = part[i];
     for (int64_t k = 1; k < chunks; ++k) gw2[i] += part[k * g->o * ck + i];
