@@ -46,12 +46,17 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
 int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
                                  int64_t end);
 
-/* 2-d image planes into zero-padded planes of row width wp, for the padded
- * implicit GEMMs below: dst[n][c][(h + top) * wp + left + w] = src[n][c][h][w],
- * zero elsewhere in the plane.
- * tensors: [0] dst (rank 3: N, C, plane; fp32, unit last stride, planes in
- *          any order), [1] src (rank 5: N, C, 1, H, W; fp32, any strides).
- * scalars (.i): [0] top, [1] left, [2] wp. range: N * C. */
+/* 2-d image planes into zero-padded phase planes of row width wq, for the
+ * padded implicit GEMMs below. With strides (sh, sw), the padded image
+ * (top, left zeros before each dim) is split into sh * sw phases, phase
+ * (a, b) holding padded rows a, a + sh, ... and columns b, b + sw, ...:
+ * dst[n][(c * sh + a) * sw + b][i * wq + j] = padded[n][c][i*sh + a][j*sw + b],
+ * zero elsewhere in the plane. Stride 1 is one phase: the padded image.
+ * tensors: [0] dst (rank 3: N, C * sh * sw, plane; fp32, unit last stride,
+ *          planes in any order), [1] src (rank 5: N, C, 1, H, W; fp32, any
+ *          strides).
+ * scalars (.i): [0] top, [1] left, [2] wq, and optionally [3] sh, [4] sw
+ * (else 1). range: N * C * sh * sw (one phase plane per item). */
 int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* Forward convolution as an implicit GEMM (fp32, AVX-512 CPUs only): the

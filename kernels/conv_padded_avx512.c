@@ -1,12 +1,13 @@
-/* kernels/conv_padded_avx512.c — stride-1 2-d convolutions as implicit
- * GEMMs over a zero-padded image (loom_conv_pad_kernel).
+/* kernels/conv_padded_avx512.c — 2-d convolutions as implicit GEMMs over
+ * a zero-padded image split into stride phases (loom_conv_pad_kernel).
  *
- * With the image's rows padded to width wp, window position (y, x) and tap
- * (kh, kw) read plane element q + kh*dh*wp + kw*dw, where q = y*wp + x. So
- * over the grid of q in [0, ho*wp) (columns x >= wo are computed and thrown
- * away) every col row is one contiguous run of the padded plane: gathering
- * a panel is plain vector copies, with no row boundaries, masks or bounds
- * checks. The forward sums the unpadded kernel's products in its k order,
+ * With stride 1 and the image's rows padded to width wq, window position
+ * (y, x) and tap (kh, kw) read plane element q + kh*dh*wq + kw*dw, where
+ * q = y*wq + x. With stride (sh, sw) the same holds inside phase plane
+ * (kh*dh % sh, kw*dw % sw), at offset (kh*dh / sh)*wq + kw*dw / sw. So over
+ * the grid of q in [0, ho*wq) (columns x >= wo are computed and thrown
+ * away) every col row is one contiguous run of a plane: gathering a panel
+ * is plain vector copies, with no row boundaries, masks or bounds checks. The forward sums the unpadded kernel's products in its k order,
  * so its results are that kernel's bits. The weight gradient's k runs over
  * the padded grid, where the gradient is zero-filled: the same products
  * plus zeros, in k blocks that fall elsewhere. */
@@ -27,21 +28,24 @@ enum {
 };
 
 typedef struct cp_geom {
-  int64_t kh, kw, dh, dw, ho, wo, wp;
+  int64_t kh, kw, sh, sw, dh, dw, ho, wo, wq;
 } cp_geom;
 
-/* The geometry scalars of kernels/conv.h, then [17] wp; 2-d, stride 1. */
+/* The geometry scalars of kernels/conv.h, then [17] wq; 2-d. */
 static int cp_geometry(const loom_kernel_args *args, cp_geom *g) {
   if (args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 1) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_scalar *s = args->scalars + 2;
-  *g = (cp_geom){.kh = s[1].i, .kw = s[2].i, .dh = s[10].i, .dw = s[11].i,
-                 .ho = s[13].i, .wo = s[14].i, .wp = args->scalars[17].i};
-  for (int i = 3; i < 6; ++i)
-    if (s[i].i != 1) return LOOM_ERROR_INVALID_ARGUMENT;
-  if (s[0].i != 1 || s[12].i != 1 || g->kh < 1 || g->kw < 1 || g->dh < 1 || g->dw < 1 ||
-      g->wp < g->wo + g->dw * (g->kw - 1))
+  *g = (cp_geom){.kh = s[1].i, .kw = s[2].i, .sh = s[4].i, .sw = s[5].i, .dh = s[10].i,
+                 .dw = s[11].i, .ho = s[13].i, .wo = s[14].i, .wq = args->scalars[17].i};
+  if (s[0].i != 1 || s[3].i != 1 || s[12].i != 1 || g->kh < 1 || g->kw < 1 || g->sh < 1 ||
+      g->sw < 1 || g->dh < 1 || g->dw < 1 || g->wq < g->wo + g->dw * (g->kw - 1) / g->sw)
     return LOOM_ERROR_INVALID_ARGUMENT;
   return 0;
+}
+
+/* How far past a grid position the window's last tap reads. */
+static int64_t cp_halo(const cp_geom *g) {
+  return g->dh * (g->kh - 1) / g->sh * g->wq + g->dw * (g->kw - 1) / g->sw;
 }
 
 /* Walks col rows (c, kh, kw) in order: the current row's plane offset. */
@@ -54,8 +58,12 @@ static cp_rows cp_rows_at(const cp_geom *g, int64_t k) {
   return (cp_rows){.c = k / taps, .th = t / g->kw, .tw = t % g->kw};
 }
 
+/* The row's offset from its group's first phase plane; planes `plane`
+ * apart, sh * sw phases per channel. */
 static int64_t cp_offset(const cp_geom *g, const cp_rows *r, int64_t plane) {
-  return r->c * plane + r->th * g->dh * g->wp + r->tw * g->dw;
+  const int64_t h = r->th * g->dh, w = r->tw * g->dw;
+  return ((r->c * g->sh + h % g->sh) * g->sw + w % g->sw) * plane + h / g->sh * g->wq +
+         w / g->sw;
 }
 
 static void cp_next(const cp_geom *g, cp_rows *r) {
@@ -65,12 +73,12 @@ static void cp_next(const cp_geom *g, cp_rows *r) {
   }
 }
 
-/* Channels are a plane apart, which no hardware prefetcher follows: on a
+/* Channels are planes apart, which no hardware prefetcher follows: on a
  * channel's first tap, fetch `lines` lines of the channel two on. */
-static void cp_prefetch(const cp_rows *r, const float *src, int64_t plane, int64_t lines) {
+static void cp_prefetch(const cp_rows *r, const float *src, int64_t channel, int64_t lines) {
   if (r->th != 0 || r->tw != 0) return;
   for (int64_t l = 0; l < lines; ++l)
-    _mm_prefetch((const char *)(src + 2 * plane + 16 * l), _MM_HINT_T0);
+    _mm_prefetch((const char *)(src + 2 * channel + 16 * l), _MM_HINT_T0);
 }
 
 int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
@@ -84,14 +92,14 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
   int rc = cp_geometry(args, &g);
   if (rc || (rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl))) return rc;
   const int64_t gpos = args->scalars[18].i, plane = xp->sizes[2], taps = g.kh * g.kw;
-  const int64_t halo = g.dh * (g.kh - 1) * g.wp + g.dw * (g.kw - 1);
+  const int64_t halo = cp_halo(&g), phases = g.sh * g.sw;
   if (pl.packed_bf16 || pl.kc > CP_KC || pl.nr != CP_NR || xp->rank != 3 || out->rank != 4 ||
       xp->dtype != LOOM_FLOAT32 || out->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 ||
       (bias && bias->dtype != LOOM_FLOAT32) || pl.batch1 != 1 || gpos % CP_NR != 0 ||
-      gpos < g.ho * g.wp || pl.n != xp->sizes[0] * gpos || pl.k % taps != 0 ||
+      gpos < g.ho * g.wq || pl.n != xp->sizes[0] * gpos || pl.k % taps != 0 ||
       out->sizes[0] != xp->sizes[0] || out->sizes[1] != pl.batch2 * pl.m ||
       out->sizes[2] != g.ho || out->sizes[3] != g.wo ||
-      xp->sizes[1] != pl.batch2 * (pl.k / taps) || plane < gpos + halo)
+      xp->sizes[1] != pl.batch2 * (pl.k / taps) * phases || plane < gpos + halo)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const float *xd = (const float *)xp->data;
   float *od = (float *)out->data;
@@ -110,7 +118,7 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
     const float *img[CP_PANELS];
     for (int64_t p = 0; p < npan; ++p) {
       pn[p] = (p0 + p * CP_NR) / gpos, pq[p] = (p0 + p * CP_NR) % gpos;
-      img[p] = xd + pn[p] * xp->strides[0] + grp * cg * xp->strides[1] + pq[p];
+      img[p] = xd + pn[p] * xp->strides[0] + grp * cg * phases * xp->strides[1] + pq[p];
     }
     const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
     for (int64_t m0 = 0; m0 < pl.m; m0 += CP_MROWS) {
@@ -129,7 +137,7 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
           const int64_t off = cp_offset(&g, &r, xp->strides[1]);
           for (int64_t p = 0; p < npan; ++p) {
             const float *src = img[p] + off;
-            cp_prefetch(&r, src, xp->strides[1], lines);
+            cp_prefetch(&r, src, phases * xp->strides[1], lines);
             float *dst = buf + (p * kc + kk) * CP_NR;
             _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
             _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + 16));
@@ -146,19 +154,19 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
       }
       /* The grid's columns x < wo of rows y < ho are the output's. */
       for (int64_t p = 0; p < npan; ++p) {
-        const int64_t q0 = pq[p], q1 = q0 + CP_NR < g.ho * g.wp ? q0 + CP_NR : g.ho * g.wp;
+        const int64_t q0 = pq[p], q1 = q0 + CP_NR < g.ho * g.wq ? q0 + CP_NR : g.ho * g.wq;
         for (int64_t i = 0; i < mrows; ++i) {
           const int64_t o = grp * pl.m + m0 + i;
           const float *t = tile + i * CP_POS + p * CP_NR;
           float *oimg = od + pn[p] * out->strides[0] + o * out->strides[1];
-          for (int64_t y = q0 / g.wp; y * g.wp < q1; ++y) {
-            const int64_t x0 = q0 > y * g.wp ? q0 - y * g.wp : 0;
-            const int64_t x1 = q1 - y * g.wp < g.wo ? q1 - y * g.wp : g.wo;
+          for (int64_t y = q0 / g.wq; y * g.wq < q1; ++y) {
+            const int64_t x0 = q0 > y * g.wq ? q0 - y * g.wq : 0;
+            const int64_t x1 = q1 - y * g.wq < g.wo ? q1 - y * g.wq : g.wo;
             float *orow = oimg + y * out->strides[2];
             if (out->strides[3] == 1 && x1 > x0)
-              memcpy(orow + x0, t + y * g.wp + x0 - q0, (size_t)(x1 - x0) * sizeof(float));
+              memcpy(orow + x0, t + y * g.wq + x0 - q0, (size_t)(x1 - x0) * sizeof(float));
             else
-              for (int64_t x = x0; x < x1; ++x) orow[x * out->strides[3]] = t[y * g.wp + x - q0];
+              for (int64_t x = x0; x < x1; ++x) orow[x * out->strides[3]] = t[y * g.wq + x - q0];
           }
         }
       }
@@ -181,14 +189,15 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
   if (pl.packed_bf16 || pl.use_acc || pl.kc > CP_KC || pl.kc % CP_NR != 0 || pl.nr != CP_NR ||
       pl.batch1 != 1 || xp->rank != 3 || xp->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 ||
       gpad <= 0 || gpad % CP_NR != 0 || pl.k != xp->sizes[0] * gpad || pl.n % taps != 0 ||
-      xp->sizes[1] != pl.batch2 * (pl.n / taps) || kchunk <= 0 || kchunk % pl.kc != 0 ||
+      xp->sizes[1] != pl.batch2 * (pl.n / taps) * g.sh * g.sw || kchunk <= 0 ||
+      kchunk % pl.kc != 0 ||
       part->rank != 4 || part->dtype != LOOM_FLOAT32 ||
       part->sizes[0] != (pl.kp + kchunk - 1) / kchunk || part->sizes[1] != pl.batch2 ||
       part->sizes[2] != pl.m || part->sizes[3] != pl.n || part->strides[3] != 1 ||
-      plane < gpad + g.dh * (g.kh - 1) * g.wp + g.dw * (g.kw - 1))
+      plane < gpad + cp_halo(&g))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const float *xd = (const float *)xp->data;
-  const int64_t cg = pl.n / taps, ldt = part->strides[2];
+  const int64_t cg = pl.n / taps, ldt = part->strides[2], phases = g.sh * g.sw;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
   float buf[CP_KC * CP_NR], bt[CP_KC * CP_NR];
@@ -206,7 +215,7 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
       /* k runs of 32 never straddle images: gpad is a multiple of 32 */
       for (int64_t p = 0; p < kc; p += CP_NR) {
         const int64_t n = (pc + p) / gpad, qq = (pc + p) % gpad;
-        const float *img = xd + n * xp->strides[0] + grp * cg * xp->strides[1] + qq;
+        const float *img = xd + n * xp->strides[0] + grp * cg * phases * xp->strides[1] + qq;
         cp_rows r = cp_rows_at(&g, r0);
         for (int64_t rr = 0; rr < rows; ++rr, cp_next(&g, &r)) {
           const float *src = img + cp_offset(&g, &r, xp->strides[1]);

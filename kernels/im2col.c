@@ -182,35 +182,45 @@ int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
   return 0;
 }
 
+/* First index i >= 0 with i * s >= x (x may be negative). */
+static int64_t loom_conv_first_at(int64_t x, int64_t s) { return x <= 0 ? 0 : (x + s - 1) / s; }
+
 int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *dst = &args->tensors[0], *src = &args->tensors[1];
-  const int64_t top = args->scalars[0].i, left = args->scalars[1].i, wp = args->scalars[2].i;
+  const int64_t top = args->scalars[0].i, left = args->scalars[1].i, wq = args->scalars[2].i;
+  const int64_t sh = args->num_scalars > 4 ? args->scalars[3].i : 1;
+  const int64_t sw = args->num_scalars > 4 ? args->scalars[4].i : 1;
   if (dst->rank != 3 || src->rank != 5 || dst->dtype != LOOM_FLOAT32 ||
-      src->dtype != LOOM_FLOAT32 || dst->strides[2] != 1 || src->sizes[2] != 1 ||
-      dst->sizes[0] != src->sizes[0] || dst->sizes[1] != src->sizes[1])
+      src->dtype != LOOM_FLOAT32 || dst->strides[2] != 1 || src->sizes[2] != 1 || sh < 1 ||
+      sw < 1 || dst->sizes[0] != src->sizes[0] || dst->sizes[1] != src->sizes[1] * sh * sw ||
+      top < 0 || left < 0 || wq < 1)
     return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t c_n = src->sizes[1], h_n = src->sizes[3], w_n = src->sizes[4];
-  const int64_t plane = dst->sizes[2];
-  if (top < 0 || left < 0 || left + w_n > wp || (top + h_n) * wp + left > plane)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t sh = src->strides[3], sw = src->strides[4];
+  const int64_t phases = sh * sw, c_n = src->sizes[1], h_n = src->sizes[3], w_n = src->sizes[4];
+  const int64_t plane = dst->sizes[2], ssh = src->strides[3], ssw = src->strides[4];
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t n = item / c_n, c = item % c_n;
-    float *d = (float *)dst->data + n * dst->strides[0] + c * dst->strides[1];
+    const int64_t n = item / (c_n * phases), cp = item % (c_n * phases);
+    const int64_t c = cp / phases, a = cp % phases / sw, b = cp % sw;
+    float *d = (float *)dst->data + n * dst->strides[0] + cp * dst->strides[1];
     const float *s = (const float *)src->data + n * src->strides[0] + c * src->strides[1];
-    /* every element written once: data rows, and the zeros between them */
+    /* the phase's rows i and columns j read image row i*sh + a - top and
+     * column j*sw + b - left; those inside the image are its data */
+    const int64_t i0 = loom_conv_first_at(top - a, sh), i1 = loom_conv_first_at(h_n + top - a, sh);
+    const int64_t j0 = loom_conv_first_at(left - b, sw), j1 = loom_conv_first_at(w_n + left - b, sw);
+    if (j1 > wq || (i1 > i0 && j1 > j0 && (i1 - 1) * wq + j1 > plane))
+      return LOOM_ERROR_INVALID_ARGUMENT;
+    /* every element written once: data runs, and the zeros between them */
     int64_t zero_from = 0;
-    for (int64_t h = 0; h < h_n; ++h) {
-      float *row = d + (top + h) * wp + left;
-      memset(d + zero_from, 0, (size_t)(row - (d + zero_from)) * sizeof(float));
-      const float *sr = s + h * sh;
-      if (sw == 1) {
-        memcpy(row, sr, (size_t)w_n * sizeof(float));
+    for (int64_t i = i0; i < i1 && j1 > j0; ++i) {
+      float *row = d + i * wq;
+      memset(d + zero_from, 0, (size_t)(row + j0 - (d + zero_from)) * sizeof(float));
+      const float *sr = s + (i * sh + a - top) * ssh + (j0 * sw + b - left) * ssw;
+      if (sw == 1 && ssw == 1) {
+        memcpy(row + j0, sr, (size_t)(j1 - j0) * sizeof(float));
       } else {
-        for (int64_t w = 0; w < w_n; ++w) row[w] = sr[w * sw];
+        for (int64_t j = j0; j < j1; ++j) row[j] = sr[(j - j0) * sw * ssw];
       }
-      zero_from = (top + h) * wp + left + w_n;
+      zero_from = i * wq + j1;
     }
     memset(d + zero_from, 0, (size_t)(plane - zero_from) * sizeof(float));
   }

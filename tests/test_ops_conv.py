@@ -56,9 +56,11 @@ CONV2D = [
     ((2, 64, 14, 14), (64, 3), dict(padding=1)),
     ((2, 32, 11, 11), (48, 3), dict(padding=1, groups=2)),          # grouped, implicit paths
     ((3, 16, 9, 9), (16, (3, 5)), dict(padding=(1, 2), dilation=(2, 1))),
-    # large enough for the padded-row kernels (stride 1, little waste)
+    # large enough for the padded-row kernels (little waste), strided too
     ((2, 16, 30, 30), (24, 3), dict(padding=1)),
     ((2, 16, 30, 60), (32, 3), dict(padding=2, dilation=2, groups=2)),
+    ((2, 8, 31, 33), (16, 5), dict(stride=(2, 3), padding=2)),
+    ((2, 3, 40, 40), (16, 7), dict(stride=2, padding=3)),           # stem-like
 ]
 
 

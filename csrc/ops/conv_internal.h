@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -44,14 +45,21 @@ at::Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor&
                   loom_gemm_isa isa, const at::TensorOptions& opts, const char* op,
                   loom_gemm_plan* plan);
 
-// Stride-1 2-d geometry over zero-padded rows (kernels/conv_padded_avx512.c):
-// the GEMMs run over ho rows of wp padded columns per image, rounded up to
-// whole 32-position panels, so they apply where the thrown-away columns
-// and the rounding waste little.
+// 2-d geometry over zero-padded rows split into stride phases
+// (kernels/conv_padded_avx512.c): the GEMMs run over ho rows of wq phase
+// columns per image, rounded up to whole 32-position panels, so they apply
+// where the thrown-away columns and the rounding waste little.
 struct Padded {
-  int64_t hp, wp, ho, wo;
-  int64_t positions() const { return (ho * wp + 31) / 32 * 32; }
-  int64_t halo(const Geom& g) const { return g.d[1] * (g.k[1] - 1) * wp + g.d[2] * (g.k[2] - 1); }
+  int64_t hp, wp, ho, wo, sh, sw;
+  int64_t wq() const { return (wp + sw - 1) / sw; }
+  int64_t positions() const { return (ho * wq() + 31) / 32 * 32; }
+  int64_t halo(const Geom& g) const {
+    return g.d[1] * (g.k[1] - 1) / sh * wq() + g.d[2] * (g.k[2] - 1) / sw;
+  }
+  // A phase plane with room for `needed` elements and every padded row.
+  int64_t plane(int64_t needed) const {
+    return std::max(needed, (hp + sh - 1) / sh * wq());
+  }
 };
 
 // Whether the padded kernels apply to `g` over `input`; fills *pd.

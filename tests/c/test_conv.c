@@ -76,30 +76,38 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
                          const float *dy, const float *gw1, int isa) {
   const int64_t kk = g->k[1] * g->k[2], cg = g->c / g->groups, og = g->o / g->groups;
   const int64_t ck = cg * kk, ho = g->out[1], wo = g->out[2], len = ho * wo;
-  const int64_t hp = g->in[1] + 2 * g->p[1], wp = g->in[2] + 2 * g->p[2], pos = ho * wp;
+  const int64_t sh = g->s[1], sw = g->s[2], phases = sh * sw;
+  const int64_t hp = g->in[1] + 2 * g->p[1], wp = g->in[2] + 2 * g->p[2];
+  const int64_t wq = (wp + sw - 1) / sw, pos = ho * wq;
   const int64_t gpad = round_up(pos, 32), cols = g->n * gpad;
-  const int64_t halo = g->d[1] * (g->k[1] - 1) * wp + g->d[2] * (g->k[2] - 1);
-  const int64_t plane = round_up(gpad + halo, 16);
-  float *xp = malloc(sizeof(float) * g->n * g->c * plane);
+  const int64_t halo = g->d[1] * (g->k[1] - 1) / sh * wq + g->d[2] * (g->k[2] - 1) / sw;
+  int64_t plane = gpad + halo;
+  if (plane < (hp + sh - 1) / sh * wq) plane = (hp + sh - 1) / sh * wq;
+  plane = round_up(plane, 16);
+  float *xp = malloc(sizeof(float) * g->n * g->c * phases * plane);
   loom_tensor txp = {.data = xp, .dtype = LOOM_FLOAT32, .rank = 3,
-                     .sizes = {g->n, g->c, plane}, .strides = {g->c * plane, plane, 1}};
+                     .sizes = {g->n, g->c * phases, plane},
+                     .strides = {g->c * phases * plane, plane, 1}};
   loom_tensor pts[2] = {txp, image(x, g->n, g->c, g->in)};
-  loom_scalar psc[3] = {{.i = g->p[1]}, {.i = g->p[2]}, {.i = wp}};
-  run(loom_conv_pad_kernel, pts, 2, psc, 3, g->n * g->c);
+  loom_scalar psc[5] = {{.i = g->p[1]}, {.i = g->p[2]}, {.i = wq}, {.i = sh}, {.i = sw}};
+  run(loom_conv_pad_kernel, pts, 2, psc, 5, g->n * g->c * phases);
+  /* phase (a, b) of channel nc holds padded rows a, a + sh, ... and columns
+   * b, b + sw, ... */
   int bad = 0;
   for (int64_t nc = 0; nc < g->n * g->c; ++nc)
-    for (int64_t i = 0; i < plane; ++i) {
-      const int64_t h = i / wp - g->p[1], ww = i % wp - g->p[2];
-      const float want = h >= 0 && h < g->in[1] && ww >= 0 && ww < g->in[2] && i < hp * wp
-                             ? x[(nc * g->in[1] + h) * g->in[2] + ww]
-                             : 0.0f;
-      bad += xp[nc * plane + i] != want;
-    }
+    for (int64_t ph = 0; ph < phases; ++ph)
+      for (int64_t i = 0; i < plane; ++i) {
+        const int64_t h = i / wq * sh + ph / sw - g->p[1], ww = i % wq * sw + ph % sw - g->p[2];
+        const float want = h >= 0 && h < g->in[1] && ww >= 0 && ww < g->in[2]
+                               ? x[(nc * g->in[1] + h) * g->in[2] + ww]
+                               : 0.0f;
+        bad += xp[(nc * phases + ph) * plane + i] != want;
+      }
   CHECK(bad == 0, "pad: %d wrong entries", bad);
 
   loom_scalar sc[2 + LOOM_CONV_NUM_SCALARS + 3] = {{.i = isa}};
   scalars(g, sc + 2);
-  sc[17].i = wp, sc[18].i = gpad;
+  sc[17].i = wq, sc[18].i = gpad;
   /* forward, with bias */
   float *y2 = malloc(sizeof(float) * g->n * g->o * len);
   loom_tensor tc = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
@@ -134,7 +142,7 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   loom_tensor tdy = {.data = (void *)dy, .dtype = LOOM_FLOAT32, .rank = 5,
                      .sizes = {g->n, g->o, 1, ho, wo}, .strides = {len, g->n * len, len, wo, 1}};
   loom_tensor dts[2] = {tdyp, tdy};
-  loom_scalar dsc[3] = {{.i = 0}, {.i = 0}, {.i = wp}};
+  loom_scalar dsc[3] = {{.i = 0}, {.i = 0}, {.i = wq}};
   run(loom_conv_pad_kernel, dts, 2, dsc, 3, g->n * g->o);
   const int64_t nk = g->n * gpad;
   loom_tensor wc = {.data = gw2, .dtype = LOOM_FLOAT32, .rank = 4,
@@ -341,9 +349,9 @@ static void check_geom(geom g) {
     CHECK(memcmp(gw1, gw2, sizeof(float) * g.o * ck) == 0,
           "implicit weight grad n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM",
           (long)g.n, (long)g.c, (long)g.o, (long)g.groups);
-    /* Stride 1, 2-d: the padded kernels. The forward equals im2col + GEMM
-     * bitwise; the weight gradient sums the same products plus zeros. */
-    if (g.s[0] == 1 && g.s[1] == 1 && g.s[2] == 1 && g.k[0] == 1 && g.in[0] == 1)
+    /* 2-d: the padded kernels. The forward equals im2col + GEMM bitwise;
+     * the weight gradient sums the same products plus zeros. */
+    if (g.s[0] == 1 && g.k[0] == 1 && g.in[0] == 1)
       check_padded(&g, x, w, bias, y, dy, gw1, isa);
     free(dy), free(gw1), free(gw2), free(wws);
   }
