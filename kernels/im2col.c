@@ -170,14 +170,23 @@ int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
   const int64_t es = loom_dtype_size(src->dtype);
   for (int64_t item = begin; item < end; ++item) {
     const int64_t g = item / cg, c = item % cg;
-    char *d = (char *)dst->data + (item * og * taps) * es;
-    const char *s = (const char *)src->data + ((g * og * cg + c) * taps) * es;
-    for (int64_t o = 0; o < og; ++o) {
-      const char *so = s + o * cg * taps * es;
-      char *dO = d + o * taps * es;
-      for (int64_t t = 0; t < taps; ++t)
-        memcpy(dO + (taps - 1 - t) * es, so + t * es, (size_t)es);
+    const int64_t d0 = item * og * taps, s0 = (g * og * cg + c) * taps;
+    /* element moves of the dtype's width, not a memcpy call per element */
+#define LOOM_FLIP(T)                                                            \
+  do {                                                                          \
+    T *d = (T *)dst->data + d0;                                                 \
+    const T *s = (const T *)src->data + s0;                                     \
+    for (int64_t o = 0; o < og; ++o)                                            \
+      for (int64_t t = 0; t < taps; ++t) d[o * taps + taps - 1 - t] = s[o * cg * taps + t]; \
+  } while (0)
+    switch (es) {
+      case 8: LOOM_FLIP(uint64_t); break;
+      case 4: LOOM_FLIP(uint32_t); break;
+      case 2: LOOM_FLIP(uint16_t); break;
+      case 1: LOOM_FLIP(uint8_t); break;
+      default: return LOOM_ERROR_NOT_SUPPORTED;
     }
+#undef LOOM_FLIP
   }
   return 0;
 }
