@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "runtime/base/cpu.h"
 #include "runtime/drivers/host/host_internal.h"
@@ -66,10 +67,13 @@ static loom_status host_segment_alloc(void *ctx, int device, size_t size, void *
     return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "host driver: cannot map %zu bytes", size);
   }
   if (slack) {
+    /* keep [aligned, aligned + size rounded to pages): what free unmaps */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t kept = (size + page - 1) / page * page;
     char *aligned = (char *)(((uintptr_t)p + slack - 1) & ~(uintptr_t)(slack - 1));
     if (aligned > p) munmap(p, (size_t)(aligned - p));
-    size_t tail = (size_t)(p + size + slack - (aligned + size));
-    if (tail) munmap(aligned + size, tail);
+    char *end = p + kept + slack; /* the mapping's end */
+    if (end > aligned + kept) munmap(aligned + kept, (size_t)(end - (aligned + kept)));
     p = aligned;
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, size, MADV_HUGEPAGE);
