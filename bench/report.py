@@ -182,10 +182,8 @@ def write_markdown(results: dict, path: Path) -> None:
             return "—"
         return f"{r[key]:.1f} {unit}" if r.get("available") else f"n/a ({r.get('reason')})"
 
-    tables = [(prog, key, unit) for prog, key, unit in
-              (("peak_fma", "gflops", "GFLOP/s"), ("stream_bw", "gbps", "GB/s"))]
     rows = []
-    for prog, key, unit in tables:
+    for prog, key, unit in (("peak_fma", "gflops", "GFLOP/s"), ("stream_bw", "gbps", "GB/s")):
         first = runs[0][1].get(prog, {}).get("results", [])
         later = {(r["kernel"], r["threads"]): r
                  for _, p in runs[1:] for r in p.get(prog, {}).get("results", [])}
