@@ -230,6 +230,50 @@ def _conv(spec, backward: bool):
     return build
 
 
+# ResNet-18's distinct convolutions on a 224 x 224 batch of 8:
+# (c_in, c_out, kernel, stride, input size)
+RESNET18_CONVS = [
+    (3, 64, 7, 2, 224), (64, 64, 3, 1, 56), (64, 128, 3, 2, 56), (64, 128, 1, 2, 56),
+    (128, 128, 3, 1, 28), (128, 256, 3, 2, 28), (128, 256, 1, 2, 28), (256, 256, 3, 1, 14),
+    (256, 512, 3, 2, 14), (256, 512, 1, 2, 14), (512, 512, 3, 1, 7),
+]
+
+
+def _conv_resnet18(ctx: Ctx) -> Prepared:
+    """Every distinct conv layer of ResNet-18, forward and backward, once each."""
+    batch = 1 if ctx.quick else 8
+    layers, flops = [], 0.0
+    for i, (ci, co, k, stride, hw) in enumerate(RESNET18_CONVS):
+        if ctx.quick:
+            ci, co, hw = min(ci, 4), min(co, 8), max(hw // 16, k)
+        x = ctx.to(_randn(batch, ci, hw, hw, seed=40 + i)).requires_grad_(True)
+        w = ctx.to(0.1 * _randn(co, ci, k, k, seed=60 + i)).requires_grad_(True)
+
+        def conv(inp, weight, stride=stride, k=k):
+            return F.conv2d(inp, weight, stride=stride, padding=k // 2)
+
+        def meta_step(conv=conv, shape=(batch, ci, hw, hw), wshape=(co, ci, k, k)):
+            y = conv(torch.empty(*shape, device="meta", requires_grad=True),
+                     torch.empty(*wshape, device="meta", requires_grad=True))
+            y.backward(torch.empty_like(y))
+
+        flops += count_flops(meta_step)
+        with torch.no_grad():
+            gy = torch.ones_like(conv(x.detach(), w.detach()))
+        layers.append((ctx.compile(conv), x, w, gy))
+
+    def step():
+        grads = []
+        for cconv, x, w, gy in layers:
+            x.grad = None
+            w.grad = None
+            cconv(x, w).backward(gy)
+            grads.append(w.grad)
+        return tuple(grads)
+
+    return Prepared(step, flops=flops, limit=FMA_FP32, tol=1e-3)
+
+
 # ---- attention ---------------------------------------------------------------
 
 def _sdpa(ctx: Ctx) -> Prepared:
@@ -393,6 +437,10 @@ WORKLOADS += [
              f"stride {spec[6]}, {'forward + backward' if bwd else 'forward'}",
              _conv(spec, bwd))
     for bwd in (False, True) for spec in CONV_LAYERS
+]
+WORKLOADS += [
+    Workload("conv_resnet18", "conv", "call", "ResNet-18's 11 distinct conv layers, batch 8 of "
+             "224 x 224, forward + backward each", _conv_resnet18),
 ]
 WORKLOADS += [
     Workload("sdpa", "attention", "call", "scaled_dot_product_attention B=4 H=8 T=512 D=64 float32", _sdpa),
