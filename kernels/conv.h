@@ -87,27 +87,28 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
 int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                            int64_t end);
 
-/* Stride-1 2-d forward over a zero-padded image (loom_conv_pad_kernel,
- * rows of width wp >= wo + dw*(kw-1)), fp32, AVX-512 CPUs only. The GEMM
- * runs over every image's grid q = y * wp + x, q < gpos (a multiple of 32,
- * >= ho * wp), in turn; positions with x >= wo or y >= ho are dropped.
+/* 2-d forward over zero-padded phase planes (loom_conv_pad_kernel, rows
+ * of width wq >= wo + dw*(kw-1)/sw), fp32, AVX-512 CPUs only. The GEMM
+ * runs over every image's grid q = y * wq + x, q < gpos (a multiple of 32,
+ * >= ho * wq), in turn; positions with x >= wo or y >= ho are dropped.
+ * halo = dh*(kh-1)/sh * wq + dw*(kw-1)/sw is how far a window reads past q.
  * tensors: [0] C (1, G, O/G, N * gpos), [1] weight A (1, G, O/G, C/G*K),
  * [2] B (1, G, C/G*K, N * gpos), shape only, [3] workspace: as for
- * loom_conv_gemm_kernel (C's data is not used); [4] padded image (N, C,
- * plane), plane >= gpos + dh*(kh-1)*wp + dw*(kw-1); [5] out (N, O, ho,
- * wo), any strides; [6] optional bias (O).
- * scalars: [0].i isa, [1] unused, [2..16] the geometry, [17].i wp,
+ * loom_conv_gemm_kernel (C's data is not used); [4] the phase planes (N,
+ * C * sh * sw, plane), plane >= gpos + halo; [5] out (N, O, ho, wo), any
+ * strides; [6] optional bias (O).
+ * scalars: [0].i isa, [1] unused, [2..16] the geometry, [17].i wq,
  * [18].i gpos. range: G * ceil(N * gpos / LOOM_CONV_GEMM_POSITIONS). */
 int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
                                  int64_t end);
 
-/* Stride-1 2-d weight gradient over zero-padded planes: dW[g] = dyp[g] @
+/* 2-d weight gradient over the same phase planes: dW[g] = dyp[g] @
  * col[g]^T with k over (image, q) and each image's q padded to gpad, a
- * multiple of 32; dyp is dy on the same grid, zero in
- * columns x >= wo and past ho * wp. tensors: [0] dW C (1, G, O/G, C/G*K),
+ * multiple of 32; dyp is dy on the same grid, zero in columns x >= wo and
+ * past ho * wq. tensors: [0] dW C (1, G, O/G, C/G*K),
  * [1] dyp A (1, G, O/G, N * gpad), packed into [3] as for
  * loom_conv_wgrad_kernel; [2] B (1, G, N * gpad, C/G*K), shape only;
- * [4] padded image (N, C, plane), plane >= gpad + dh*(kh-1)*wp + dw*(kw-1);
+ * [4] the phase planes (N, C * sh * sw, plane), plane >= gpad + halo;
  * [5] partial sums P (ceil(N * gpad / kchunk), G, O/G, C/G*K), unit last
  * stride: P[i] sums k in [i * kchunk, (i + 1) * kchunk), and dW is their
  * sum in order (the caller's; P may be dW itself when there is one).

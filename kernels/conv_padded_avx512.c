@@ -7,10 +7,11 @@
  * (kh*dh % sh, kw*dw % sw), at offset (kh*dh / sh)*wq + kw*dw / sw. So over
  * the grid of q in [0, ho*wq) (columns x >= wo are computed and thrown
  * away) every col row is one contiguous run of a plane: gathering a panel
- * is plain vector copies, with no row boundaries, masks or bounds checks. The forward sums the unpadded kernel's products in its k order,
- * so its results are that kernel's bits. The weight gradient's k runs over
- * the padded grid, where the gradient is zero-filled: the same products
- * plus zeros, in k blocks that fall elsewhere. */
+ * is plain vector copies, with no row boundaries, masks or bounds checks.
+ * The forward sums the unpadded kernel's products in its k order, so its
+ * results are that kernel's bits. The weight gradient's k runs over the
+ * padded grid, where the gradient is zero-filled: the same products plus
+ * zeros, in k blocks that fall elsewhere. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -71,6 +72,12 @@ static void cp_next(const cp_geom *g, cp_rows *r) {
     r->tw = 0;
     if (++r->th == g->kh) r->th = 0, ++r->c;
   }
+}
+
+/* 32 floats of a col row into a panel row. */
+static inline void cp_copy32(float *dst, const float *src) {
+  _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
+  _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + 16));
 }
 
 /* Channels are planes apart, which no hardware prefetcher follows: on a
@@ -138,9 +145,7 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
           for (int64_t p = 0; p < npan; ++p) {
             const float *src = img[p] + off;
             cp_prefetch(&r, src, phases * xp->strides[1], lines);
-            float *dst = buf + (p * kc + kk) * CP_NR;
-            _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
-            _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + 16));
+            cp_copy32(buf + (p * kc + kk) * CP_NR, src);
           }
         }
         for (int64_t jp = 0; jp < npan; ++jp)
@@ -218,10 +223,7 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
         const float *img = xd + n * xp->strides[0] + grp * cg * phases * xp->strides[1] + qq;
         cp_rows r = cp_rows_at(&g, r0);
         for (int64_t rr = 0; rr < rows; ++rr, cp_next(&g, &r)) {
-          const float *src = img + cp_offset(&g, &r, xp->strides[1]);
-          float *dst = buf + p * CP_NR + rr * CP_NR;
-          _mm512_storeu_ps(dst, _mm512_loadu_ps(src));
-          _mm512_storeu_ps(dst + 16, _mm512_loadu_ps(src + 16));
+          cp_copy32(buf + p * CP_NR + rr * CP_NR, img + cp_offset(&g, &r, xp->strides[1]));
         }
       }
       loom_gemm_transpose_panels32(bt, buf, kc);

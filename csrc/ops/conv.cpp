@@ -2,7 +2,7 @@
 // transposed), forward and backward, through the Overrideable backend that
 // aten::_convolution picks for PrivateUse1. All arithmetic is the GEMM's
 // micro-kernel. fp32 on AVX-512 runs implicit GEMMs that gather col panels
-// as they go: over zero-padded rows for stride-1 2-d (conv_padded.cpp),
+// as they go: over zero-padded rows for 2-d windows (conv_padded.cpp),
 // from the image otherwise (kernels/conv_gemm_avx512.c). The rest
 // materialises col with im2col/col2im (kernels/im2col.c) for one batched
 // GEMM per pass.

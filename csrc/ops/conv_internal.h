@@ -1,6 +1,6 @@
 // csrc/ops/conv_internal.h — what the convolution adapters share: the
-// geometry, its kernel scalars and descriptors, and the padded-row
-// stride-1 paths (conv_padded.cpp).
+// geometry, its kernel scalars and descriptors, and the padded-row paths
+// (conv_padded.cpp).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -65,12 +65,12 @@ struct Padded {
 // Whether the padded kernels apply to `g` over `input`; fills *pd.
 bool padded_fits(const Geom& g, const at::Tensor& input, Padded* pd);
 
-// The stride-1 forward over a padded copy of the image, into `out`.
+// The forward over a padded copy of the image, into `out`.
 void conv_forward_padded(const at::Tensor& out, const at::Tensor& input,
                          const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
                          const Padded& pd, int64_t groups, loom_gemm_isa isa, const char* op);
 
-// The stride-1 weight gradient over padded copies of the image and of dy.
+// The weight gradient over padded copies of the image and of dy.
 at::Tensor conv_weight_grad_padded(const at::Tensor& dy, const at::Tensor& input,
                                    std::vector<int64_t> w_sizes, int64_t groups,
                                    const Geom& g, const Padded& pd, loom_gemm_isa isa,
