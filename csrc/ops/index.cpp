@@ -98,10 +98,19 @@ int reduce_of(c10::string_view reduce, bool two) {
   TORCH_CHECK(false, "reduce argument must be either add or multiply.");
 }
 
-// Scatters into `self` in place: src tensor or a scalar value.
+// Scatters into `self` in place: src tensor or a scalar value. Sums and
+// products into float16 / bfloat16 accumulate in a float32 copy and round
+// once, as the CPU backend's do.
 void scatter_into(const char* name, at::Tensor& self, int64_t dim, const at::Tensor& index,
                   const std::optional<at::Tensor>& src, const at::Scalar& value, int reduce) {
   if (index.numel() == 0) return;
+  if ((reduce == LOOM_INDEX_SUM || reduce == LOOM_INDEX_PROD) &&
+      at::isReducedFloatingType(self.scalar_type())) {
+    at::Tensor acc = self.to(at::kFloat);
+    scatter_into(name, acc, dim, index, src, value, reduce);
+    self.copy_(acc);
+    return;
+  }
   const loom_tensor t[3] = {describe(self, name), describe(index, name),
                             src ? describe(*src, name) : loom_tensor{}};
   const int64_t per = index.dim() ? index.size(dim) : 1;
