@@ -85,6 +85,26 @@ def test_adaptive_pools(dtype, out):
     compare(lambda x: F.adaptive_avg_pool2d(x, out), rand(3, 7, 9, dtype=dtype), dtype, noncontig=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("pool", [
+    lambda x: F.avg_pool2d(x, 5, stride=1, padding=2),
+    lambda x: F.adaptive_avg_pool2d(x, (12, 12)),
+    lambda x: F.max_pool2d(x, 3, stride=1),
+])
+def test_16_bit_pool_gradients_round_once(dtype, pool):
+    # Up to 25 windows add into one input gradient: they accumulate in
+    # float32, so the result is the float32 gradient rounded once (within
+    # one unit in the last place), not a sum rounded after every addition.
+    x = rand(2, 3, 13, 13, dtype=dtype)
+    g = rand(*pool(x).shape, dtype=dtype, seed=5)
+    x32 = x.float().requires_grad_()
+    pool(x32).backward(g.float())
+    d = x.to("loom").requires_grad_()
+    pool(d).backward(g.to("loom"))
+    ulp = 2.0 ** (-10 if dtype == torch.float16 else -7)
+    torch.testing.assert_close(d.grad.cpu(), x32.grad.to(dtype), rtol=ulp, atol=1e-6)
+
+
 @pytest.mark.parametrize("fn", [
     lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 5),
     lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 2, padding=2),

@@ -80,13 +80,18 @@ Tensor run_backward(const char* op, const Tensor& grad_output, const Tensor& sel
                     const Tensor* indices, const Scalars& sc) {
   TORCH_CHECK(grad_output.dim() == self.dim(), op, ": expected grad_output of rank ",
               self.dim(), ", got ", grad_output.dim());
-  Tensor gi = at::empty_strided(self.sizes(), self.strides(), grad_output.options());
-  if (gi.numel() == 0) return gi;
+  // Overlapping windows add several shares into one input element: for
+  // float16 / bfloat16 they accumulate in float32 and round once.
+  const at::ScalarType type = grad_output.scalar_type();
+  const bool widen = at::isReducedFloatingType(type);
+  Tensor gi = at::empty_strided(self.sizes(), self.strides(),
+                                grad_output.options().dtype(widen ? at::kFloat : type));
+  if (gi.numel() == 0) return gi.to(type);
   loom_tensor ts[3] = {planes4(gi, op), planes4(grad_output, op),
                        indices ? planes4(*indices, op) : loom_tensor{}};
   launch(op, loom_pool2d_backward_kernel, c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2),
          sc, planes(gi), grain_for(gi));
-  return gi;
+  return widen ? gi.to(type) : gi;
 }
 
 std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& self, c10::IntArrayRef k,
