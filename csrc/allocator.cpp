@@ -6,6 +6,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "common.h"
@@ -33,10 +34,14 @@ void copy_stats(c10::CachingAllocator::StatArray& to,
   for (int i = 0; i < LOOM_POOL_COUNT; ++i) copy_stat(to[i], from[i]);
 }
 
+std::atomic<bool> g_used[kMaxDevices];
+
 struct LoomDeviceAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = current_device();
     check_device_index(device, "allocate");
+    if (!g_used[device].load(std::memory_order_relaxed))
+      g_used[device].store(true, std::memory_order_relaxed);
     void* ptr = nullptr;
     if (nbytes > 0) {
       loom_stream_t* stream = native_stream(get_current_stream(device));
@@ -128,6 +133,10 @@ LoomDeviceAllocator g_allocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 c10::DeviceAllocator* device_allocator() { return &g_allocator; }
+
+bool device_used(c10::DeviceIndex device) {
+  return device >= 0 && device < kMaxDevices && g_used[device].load(std::memory_order_relaxed);
+}
 
 void record_stream(const c10::DataPtr& data, const c10::Stream& stream) {
   if (!data.get()) return;

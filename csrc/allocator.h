@@ -10,6 +10,9 @@ namespace torch_loom {
 
 c10::DeviceAllocator* device_allocator();
 
+// True once a tensor has been allocated on `device` in this process.
+bool device_used(c10::DeviceIndex device);
+
 // Defers reuse of the block behind `data` until `stream`'s work so far is
 // done (Tensor.record_stream).
 void record_stream(const c10::DataPtr& data, const c10::Stream& stream);

@@ -7,6 +7,7 @@
 namespace torch_loom::python {
 
 void init_device(pybind11::module& m);
+void init_autograd(pybind11::module& m);
 void init_random(pybind11::module& m);
 void init_fallback(pybind11::module& m);
 void init_testing(pybind11::module& m);

@@ -3,6 +3,7 @@
 PYBIND11_MODULE(_C, m) {
   m.doc() = "Native part of torch_loom: the loom device binding.";
   torch_loom::python::init_device(m);
+  torch_loom::python::init_autograd(m);
   torch_loom::python::init_random(m);
   torch_loom::python::init_fallback(m);
   torch_loom::python::init_testing(m);

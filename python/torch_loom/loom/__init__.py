@@ -5,6 +5,7 @@ number generators, memory statistics, plus :func:`fallback_ops`, the record
 of operators that ran on the CPU because loom has no kernel for them.
 """
 
+import atexit
 import threading
 from dataclasses import dataclass, field
 
@@ -15,6 +16,10 @@ from ._utils import _get_device_index
 
 _initialized = False
 _init_lock = threading.Lock()
+
+# Lets autograd's loom threads finish with the GIL before the interpreter
+# finalizes (see csrc/python/autograd.cpp).
+atexit.register(_C._drain_autograd)
 
 
 def _is_in_bad_fork() -> bool:
