@@ -125,8 +125,10 @@ Tensor im2col(const Tensor& x, const Geom& g, const char* op) {
 }
 
 // Sums the fp32 col [C*K][N][L] back into image `img` (N, C, spatial),
-// overwriting it; the sums run in fp32 whatever img's dtype.
-void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op) {
+// overwriting it, and adds `bias` per channel when it is defined; the sums
+// run in fp32 whatever img's dtype, which they reach with one rounding.
+void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op,
+            const Tensor& bias = Tensor()) {
   Tensor acc = img.scalar_type() == at::kFloat
                    ? img
                    : at::empty(img.sizes(), img.options().dtype(at::kFloat));
@@ -135,6 +137,11 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op)
   int64_t planes = img.size(0) * img.size(1);
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, spatial_numel(img) * g.taps()));
   launch(op, loom_col2im_kernel, ts, sc, planes, grain);
+  if (bias.defined()) {
+    std::vector<int64_t> shape(img.dim(), 1);
+    shape[1] = img.size(1);
+    acc.add_(bias.reshape(shape));
+  }
   if (!acc.is_same(img)) img.copy_(acc);
 }
 
@@ -361,12 +368,7 @@ Tensor convolution(const Tensor& input, const Tensor& weight,
   Tensor x = input.contiguous(), w = weight.contiguous();
   int64_t c_out = out_sizes[1];
   Tensor col = conv_col_grad(x, w, c_out, groups, g, op);
-  col2im(out, col, g, op);
-  if (bias.defined()) {
-    std::vector<int64_t> shape(out.dim(), 1);
-    shape[1] = c_out;
-    out.add_(bias.reshape(shape));
-  }
+  col2im(out, col, g, op, bias);
   return out;
 }
 
