@@ -144,3 +144,13 @@ def test_normal_with_tensor_arguments(loom):
     torch.manual_seed(1)
     a2 = torch.normal(torch.full((50000,), 3.0, device="loom"), 2.0).cpu()
     assert torch.equal(a, a2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool])
+def test_dropout_backward_types_follow_the_cpu(loom, dtype):
+    grad = torch.tensor([3, 1, 2, 5]).to(dtype)
+    mask = torch.tensor([True, False, True, True])
+    expected = torch.ops.aten.native_dropout_backward(grad, mask, 1.5)
+    actual = torch.ops.aten.native_dropout_backward(grad.to("loom"), mask.to("loom"), 1.5)
+    assert actual.dtype == expected.dtype
+    assert torch.equal(actual.cpu(), expected)

@@ -208,7 +208,10 @@ at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std,
 
 at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mask,
                                    double scale) {
-  return grad.mul(mask).mul_(scale);
+  // As on the CPU, integer gradients times the float scale give floats.
+  at::Tensor kept = grad.mul(mask);
+  if (at::isFloatingType(kept.scalar_type())) return kept.mul_(scale);
+  return kept.mul(scale);
 }
 
 }  // namespace
