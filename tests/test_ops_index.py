@@ -167,3 +167,105 @@ def test_gather_with_an_empty_index_is_not_shape_checked():
     assert got.device.type == "loom" and got.shape == want.shape == (2, 0)
     with pytest.raises(RuntimeError, match="same number of dimensions"):
         torch.gather(x.to("loom"), 0, torch.zeros(2, 1, dtype=torch.long, device="loom"))
+
+
+# ---- advanced indexing ------------------------------------------------------
+
+ADVANCED = [
+    lambda x, i, j, m: x[i],
+    lambda x, i, j, m: x[:, i],
+    lambda x, i, j, m: x[..., i],
+    lambda x, i, j, m: x[i, :, i],          # indexed dims apart: moved to the front
+    lambda x, i, j, m: x[j, j],             # 2-d index tensors
+    lambda x, i, j, m: x[:, j, 1:3],
+    lambda x, i, j, m: x[m],                # a mask: nonzero's indices
+    lambda x, i, j, m: x[m[:, :, 0]],
+    lambda x, i, j, m: x[1, m[0]],
+    lambda x, i, j, m: x.transpose(0, 2)[i],
+    lambda x, i, j, m: x[i.int()],
+    lambda x, i, j, m: x[i[:0]],
+    lambda x, i, j, m: torch.masked_select(x, m),
+    lambda x, i, j, m: torch.masked_select(x, m[0, 0]),  # broadcast mask
+    lambda x, i, j, m: torch.masked_select(x[0, 0, 0], m[0, 0, 0]),  # 0-d: 1-d result
+    lambda x, i, j, m: torch.take(x.transpose(0, 1), j * 9 - 3),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", range(len(ADVANCED)))
+def test_advanced_indexing_reads(dtype, case):
+    x = make((5, 6, 7), dtype)
+    i = torch.tensor([0, 4, -1, 2])
+    j = torch.tensor([[1, 2], [4, 0]])
+    m = make((5, 6, 7), torch.bool, seed=1)
+    check(lambda d, x, i, j, m: ADVANCED[case](x, i, j, m), x, i, j, m)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_advanced_indexing_writes(dtype):
+    x = make((5, 6, 7), dtype)
+    dup = torch.tensor([1, 3, 1, 1])
+    vals = make((4, 6, 7), dtype, seed=2)
+    mask = make((5, 6, 7), torch.bool, seed=3)
+
+    def put(d, x, i, v, accumulate):
+        return x.clone().index_put_((i,), v, accumulate=accumulate)
+
+    # accumulate adds duplicates in index order, as the CPU does
+    check(lambda d, x, i, v: put(d, x, i, v, True), x, dup, vals)
+    check(lambda d, x, i, v: put(d, x, i, v, False), x, torch.tensor([1, 3, 0, 2]), vals)
+    check(lambda d, x, i, v: put(d, x, i, v[0, 0], False), x, dup, vals)       # broadcast
+    check(lambda d, x, m, v: x.clone().index_put_((m,), v[0, 0, 0]), x, mask, vals)
+    check(lambda d, x, m, v: x.clone().index_put_((m,), v.flatten()[:int(m.sum())]), x, mask, vals)
+    check(lambda d, x, i, v: x.clone().index_put_((i, i), v[:, 0], accumulate=True), x, dup, vals)
+    flat = torch.tensor([[7, 0], [7, 209]])
+    for accumulate in [False, True]:
+        check(lambda d, x, i, v: x.clone().put_(i, v[0, 0, :4].reshape(2, 2), accumulate), x, flat, vals)
+        check(lambda d, x, i, v: x.transpose(0, 2).clone().put_(i, v[0, 0, :4].reshape(2, 2), accumulate),
+              x, flat, vals)
+
+
+def test_advanced_indexing_errors_and_gradient():
+    x = make((5, 6), torch.float32)
+    i = torch.tensor([0, 4])
+    check(lambda d, x, i: x[i + 5], x, i)                          # out of range
+    check(lambda d, x, i: torch.take(x, i * 10), x, i)
+    check(lambda d, x, i: x.clone().put_(i, torch.ones(3, device=d)), x, i)
+    check(lambda d, x, i: x[i, torch.tensor([0, 1, 2], device=d)], x, i)  # no broadcast
+    check(lambda d, x, i: x[i.float()], x, i)
+    check(lambda d, x, m: x[m[:, :3]], x, make((5, 6), torch.bool))
+    check(lambda d, x, i: x.clone().index_put_((i,), torch.ones(6, dtype=torch.float64, device=d)), x, i)
+    check(lambda d, x, i: x.clone().index_put_((i,), torch.ones(3, device=d)), x, i)
+    check(lambda d, x, i: x.clone().index_put_((i - 7,), torch.ones(6, device=d), accumulate=True), x, i)
+    # seven indexed dims are folded into one offset
+    y = make((2,) * 7, torch.float32)
+    check(lambda d, y: y[[0, 1], [1, 0], [0, 0], [1, 1], [0, 1], [1, 1], [0, 0]], y)
+    check(lambda d, y: y[[0, 1], [1, 0], [0, 0], [1, 1], [0, 1], [1, 1], [0, 2]], y)
+    # index's gradient is an accumulating index_put_
+    idx = torch.tensor([0, 0, 3, 4, 3])
+    w = torch.arange(30.0).reshape(5, 6)
+    g = {}
+    for d in ["cpu", "loom"]:
+        leaf = x.detach().to(d).requires_grad_()
+        (leaf[idx.to(d)] * w.to(d)).sum().backward()
+        g[d] = leaf.grad
+    same(g["loom"], g["cpu"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_nonzero_and_equal(dtype):
+    x = make((5, 6, 7), dtype)
+    check(lambda d, x: torch.nonzero(x), x)
+    check(lambda d, x: torch.stack(torch.nonzero(x.transpose(0, 2), as_tuple=True)), x)
+    check(lambda d, x: torch.nonzero(x[0, 0, 0]), x)             # 0-d
+    check(lambda d, x: torch.nonzero(x[:0]), x)
+    check(lambda d, x: torch.count_nonzero(x, dim=(0, 2)), x)
+    check(lambda d, x: torch.tensor(torch.equal(x, x.clone()), device=d), x)
+    check(lambda d, x: torch.tensor(torch.equal(x, x[:2]), device=d), x)
+    check(lambda d, x: torch.tensor(torch.equal(x, x.flip(0)), device=d), x)
+    # several chunks, in row-major order whatever the thread count
+    big = make((701, 503), torch.bool, seed=4)
+    check(lambda d, b: torch.nonzero(b.t()), big)
+    check(lambda d: torch.nonzero(torch.tensor([0.0, -0.0, float("nan"), 1.0], device=d)))
+    check(lambda d: torch.tensor(torch.equal(torch.tensor([1, 2], device=d),
+                                             torch.tensor([1.0, 2.0], device=d)), device=d))
