@@ -1,11 +1,14 @@
-/* Scan, index and factory kernels against scalar references, including
- * duplicate scatter indices (applied in order) and out-of-range indices. */
+/* Scan, index, advanced index, nonzero, sort and factory kernels against
+ * scalar references, including duplicate scatter indices (applied in
+ * order), out-of-range indices and equal sort keys. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kernels/factory.h"
 #include "kernels/index.h"
+#include "kernels/index_advanced.h"
+#include "kernels/sort.h"
 #include "kernels/scan.h"
 #include "loom/status.h"
 #include "test_util.h"
@@ -101,9 +104,93 @@ static void test_factories(void) {
   CHECK(tri[0][0] == 0 && tri[0][1] == 2 && tri[1][2] == 6 && tri[2][2] == 0);
 }
 
+static void test_advanced_index(void) {
+  /* out[e] = src[idx[e]] over a 1-d view; then put and accumulate */
+  float src[5] = {10, 11, 12, 13, 14}, out[4];
+  int64_t idx[4] = {4, -1, 0, 0};
+  loom_tensor g[3] = {t1d(out, LOOM_FLOAT32, 4), t1d(src, LOOM_FLOAT32, 4), t1d(idx, LOOM_INT64, 4)};
+  g[1].strides[0] = 0; /* the indexed dim, restrided */
+  loom_scalar s[4] = {{.i = LOOM_INDEX_ADVANCED_GET}, {.i = 1}, {.i = 5}, {.i = 1}};
+  CHECK(run(loom_kernel_index_advanced, g, 3, s, 4, 4, 3) == 0);
+  CHECK(out[0] == 14 && out[1] == 14 && out[2] == 10 && out[3] == 10);
+  float vals[4] = {1, 2, 3, 4};
+  loom_tensor p[3] = {t1d(src, LOOM_FLOAT32, 4), t1d(vals, LOOM_FLOAT32, 4), t1d(idx, LOOM_INT64, 4)};
+  p[0].strides[0] = 0;
+  s[0].i = LOOM_INDEX_ADVANCED_PUT_ADD;
+  CHECK(run(loom_kernel_index_advanced, p, 3, s, 4, 4, 4) == 0);
+  CHECK(src[0] == 17 && src[4] == 17 && src[2] == 12);
+  idx[2] = 5;
+  CHECK(run(loom_kernel_index_advanced, p, 3, s, 4, 4, 4) == LOOM_ERROR_INDEX_OUT_OF_RANGE);
+}
+
+static void test_nonzero(void) {
+  /* (3, 5) with -0.0 (zero) and NaN (nonzero), in chunks of 4 elements */
+  float x[3][5] = {{0, 1, -0.0f, 0, 2}, {NAN, 0, 0, 0, 0}, {0, 0, 0, 3, 4}};
+  int64_t counts[4], first[4], out[6][2];
+  loom_tensor c[2] = {t2d(x, LOOM_FLOAT32, 3, 5), t1d(counts, LOOM_INT64, 4)};
+  loom_scalar s[1] = {{.i = 4}};
+  CHECK(run(loom_kernel_nonzero_count, c, 2, s, 1, 4, 1) == 0);
+  CHECK(counts[0] == 1 && counts[1] == 2 && counts[2] == 0 && counts[3] == 2);
+  for (int i = 0, total = 0; i < 4; total += (int)counts[i++]) first[i] = total;
+  loom_tensor w[3] = {c[0], t1d(first, LOOM_INT64, 4), t2d(out, LOOM_INT64, 5, 2)};
+  CHECK(run(loom_kernel_nonzero_write, w, 3, s, 1, 4, 3) == 0);
+  const int64_t want[5][2] = {{0, 1}, {0, 4}, {1, 0}, {2, 3}, {2, 4}};
+  CHECK(memcmp(out, want, sizeof want) == 0);
+}
+
+/* Sorts 300 keys with many equals in every mode; checks the order, that
+ * the indices are a permutation, and that the stable sort keeps equal
+ * keys in index order. */
+static void test_sort(void) {
+  enum { N = 300, K = 40 };
+  static float x[N], v[N];
+  static int64_t ind[N];
+  static unsigned char ws[2 * N * LOOM_SORT_WORKSPACE_PER_ELEMENT];
+  for (int i = 0; i < N; ++i) x[i] = (float)((i * 7919) % 13) - 6;
+  x[17] = NAN;
+  for (int mode = LOOM_SORT_STABLE; mode <= LOOM_SORT_TOPK_UNSORTED; ++mode) {
+    for (int desc = 0; desc < 2; ++desc) {
+      const int64_t k = mode >= LOOM_SORT_TOPK_SORTED ? K : N;
+      loom_tensor t[4] = {t1d(v, LOOM_FLOAT32, k), t1d(ind, LOOM_INT64, k), t1d(x, LOOM_FLOAT32, N),
+                          t1d(ws, LOOM_UINT8, sizeof ws)};
+      loom_scalar s[5] = {{.i = 0}, {.i = desc}, {.i = k}, {.i = 1}, {.i = mode}};
+      CHECK(run(loom_kernel_sort, t, 4, s, 5, 1, 1) == 0);
+      int seen[N] = {0}, ordered = 1, stable = 1;
+      for (int64_t i = 0; i < k; ++i) {
+        ordered &= ind[i] >= 0 && ind[i] < N && !seen[ind[i]];
+        if (ind[i] >= 0 && ind[i] < N) seen[ind[i]] = 1;
+        ordered &= memcmp(&v[i], &x[ind[i]], sizeof(float)) == 0;
+        if (i == 0 || mode == LOOM_SORT_TOPK_UNSORTED) continue;
+        const float a = v[i - 1], b = v[i];
+        /* NaN is greatest: last ascending, first descending */
+        if (desc) ordered &= isnan(a) || (!isnan(b) && a >= b);
+        else ordered &= isnan(b) || (!isnan(a) && a <= b);
+        if (a == b) stable &= ind[i - 1] < ind[i];
+      }
+      CHECK(ordered);
+      if (mode == LOOM_SORT_STABLE) CHECK(stable);
+      if (mode == LOOM_SORT_TOPK_UNSORTED) { /* the k selected are the top k */
+        float lo = INFINITY, hi = -INFINITY;
+        int nan_in = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          if (isnan(v[i])) { nan_in = 1; continue; }
+          lo = v[i] < lo ? v[i] : lo;
+          hi = v[i] > hi ? v[i] : hi;
+        }
+        CHECK(nan_in == desc);
+        for (int i = 0; i < N; ++i)
+          if (!seen[i] && !isnan(x[i])) CHECK(desc ? x[i] <= lo : x[i] >= hi);
+      }
+    }
+  }
+}
+
 int main(void) {
   test_scan();
   test_gather_scatter();
+  test_advanced_index();
+  test_nonzero();
+  test_sort();
   test_factories();
   TEST_MAIN_END();
 }

@@ -1,0 +1,91 @@
+"""Sorting on loom against the CPU: sort (stable or not), argsort, msort
+and topk over dims, directions, dtypes, NaN and signed zeros, views and
+out= variants. Equal keys must land where the CPU puts them, so indices are
+compared exactly. Nothing may fall back."""
+import pytest
+import torch
+
+pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
+    not (hasattr(torch, "loom") and torch.loom.is_available()),
+    reason="loom device not built")]
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+          torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool]
+
+
+def keys(shape, dtype, seed=0):
+    """Few distinct values, so that most keys have equals."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 9, shape, generator=g)
+    return (x > 4) if dtype == torch.bool else x.to(dtype)
+
+
+def bitwise(actual, expected):
+    assert actual.device.type == "loom"
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    a = actual.cpu()
+    if a.is_floating_point():   # NaN and -0.0 by their bits
+        a, expected = a.reshape(-1).view(torch.uint8), expected.reshape(-1).view(torch.uint8)
+    assert torch.equal(a, expected)
+
+
+def check(fn, x):
+    for a, e in zip(fn(x.to("loom")), fn(x)):
+        bitwise(a, e)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_sort_orders_equal_keys_as_the_cpu(dtype):
+    x = keys((37, 300), dtype)
+    for dim in [0, 1, -1]:
+        for descending in [False, True]:
+            for stable in [None, False, True]:
+                check(lambda t: torch.sort(t, dim=dim, descending=descending, stable=stable), x)
+    check(lambda t: torch.sort(t.t(), dim=1), x)                        # strided slices
+    check(lambda t: (torch.argsort(t, dim=0, descending=True),), x)
+    check(lambda t: (torch.msort(t),), x)
+    check(lambda t: torch.sort(t[:4, :1].expand(4, 50), dim=1), x)     # stride-0 slices
+    check(lambda t: torch.sort(t[0, 0]), x)                            # 0-d
+    check(lambda t: torch.sort(t[:, :0], dim=1), x)                    # empty
+    if dtype not in (torch.bool, torch.float16, torch.bfloat16):
+        check(lambda t: torch.sort(keys((40000,), dtype, seed=1).to(t.device)), x)  # the CPU's radix sort
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != torch.bool], ids=str)
+def test_topk_orders_equal_keys_as_the_cpu(dtype):
+    x = keys((9, 500), dtype)
+    for k in [0, 1, 7, 300, 500]:    # partial sort (k*64 <= n) and selection
+        for largest in [True, False]:
+            for sorted_ in [True, False]:
+                check(lambda t: torch.topk(t, k, dim=1, largest=largest, sorted=sorted_), x)
+    check(lambda t: torch.topk(t.t(), 3, dim=0), x)
+    check(lambda t: torch.topk(t[0, 0], 1), x)
+
+
+def test_nan_and_signed_zero():
+    x = torch.tensor([float("nan"), 1.0, -0.0, 0.0, float("nan"), -float("inf"), 2.0] * 9)
+    for dtype in [torch.float32, torch.float16, torch.bfloat16, torch.float64]:
+        for descending in [False, True]:
+            check(lambda t: torch.sort(t, descending=descending), x.to(dtype))
+            check(lambda t: torch.topk(t, 5, largest=descending), x.to(dtype))
+
+
+def test_out_variants_and_errors():
+    x = keys((5, 6), torch.float32)
+    v, i = torch.empty(0, device="loom"), torch.empty(0, dtype=torch.long, device="loom")
+    torch.sort(x.to("loom"), dim=0, out=(v, i))
+    e = torch.sort(x, dim=0)
+    bitwise(v, e.values)
+    bitwise(i, e.indices)
+    torch.topk(x.to("loom"), 2, out=(v, i))
+    e = torch.topk(x, 2)
+    bitwise(v, e.values)
+    bitwise(i, e.indices)
+    for bad in [lambda d: torch.topk(x.to(d), 7),
+                lambda d: torch.sort(x.to(d), dim=2),
+                lambda d: torch.sort(x.to(d), out=(torch.empty(0, device=d),
+                                                   torch.empty(0, device=d)))]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")
