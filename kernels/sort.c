@@ -1,9 +1,9 @@
 /* Sorting slices: keys are loaded with their positions into (key, index)
- * pairs, ordered, and the first k written out. The stable sort is a
- * bottom-up merge sort between two buffers. The other orders are the steps
- * of the CPU backend's own algorithms (its C++ library's introsort,
- * partial sort and introselect), taken one by one, so that equal keys end
- * up where the CPU puts them. */
+ * pairs, ordered, and the first k (or one picked element) written out. The
+ * stable sort is a bottom-up merge sort between two buffers. The other
+ * orders are the steps of the CPU backend's own algorithms (its C++
+ * library's introsort, partial sort and introselect, and its quickselect),
+ * taken one by one, so that equal keys end up where the CPU puts them. */
 #include "kernels/sort.h"
 
 #include <string.h>
@@ -67,12 +67,29 @@ static sort_item *sort_items(sort_item *v, sort_item *tmp, int64_t n, int is_flo
  * library's introsort (std::sort), heap-based partial sort
  * (std::partial_sort) and introselect (std::nth_element). */
 
+/* The comparisons the CPU's algorithms are run with. */
+typedef enum sc_order {
+  SC_KEYS,      /* sort_before: NaN greatest, optionally descending */
+  SC_PLAIN,     /* a < b (mode): NaN compares equal to everything */
+  SC_MEDIAN,    /* by key, then by index (median) */
+  SC_NANMEDIAN, /* as SC_MEDIAN with NaN greatest (nanmedian) */
+} sc_order;
+
 typedef struct sort_cmp {
   int is_float, descending;
+  sc_order order;
 } sort_cmp;
 
 static inline int sc_less(const sort_cmp *c, const sort_item *a, const sort_item *b) {
-  return sort_before(a, b, c->is_float, c->descending);
+  if (c->order == SC_KEYS) return sort_before(a, b, c->is_float, c->descending);
+  if (!c->is_float) {
+    if (c->order == SC_PLAIN) return a->key.i < b->key.i;
+    return a->key.i < b->key.i || (a->key.i == b->key.i && a->index < b->index);
+  }
+  const double x = a->key.f, y = b->key.f;
+  if (c->order == SC_PLAIN) return x < y;
+  return x < y || (x == y && a->index < b->index) ||
+         (c->order == SC_NANMEDIAN && y != y && x == x);
 }
 
 static inline void sc_swap(sort_item *a, sort_item *b) {
@@ -257,6 +274,72 @@ static void sc_topk(const sort_cmp *c, sort_item *v, int64_t k, int64_t n, int s
   if (sorted) sc_sort(c, v, k - 1);
 }
 
+/* The CPU's kthvalue selection (its own quickselect) of position k, with
+ * gt(x, y) = sort_before(x, y) descending: x > y or x is the only NaN. */
+static void sc_quick_select(int is_float, sort_item *v, int64_t n, int64_t k) {
+  int64_t lo = 0, hi = n - 1;
+#define SC_GT(x, y) sort_before(x, y, is_float, 1)
+  for (;;) {
+    if (hi <= lo) return;
+    if (hi == lo + 1) {
+      if (SC_GT(&v[lo], &v[hi])) sc_swap(&v[lo], &v[hi]);
+      return;
+    }
+    sc_swap(&v[lo + (hi - lo) / 2], &v[lo + 1]);
+    if (SC_GT(&v[lo + 1], &v[hi])) sc_swap(&v[lo + 1], &v[hi]);
+    if (SC_GT(&v[lo], &v[hi])) sc_swap(&v[lo], &v[hi]);
+    if (SC_GT(&v[lo + 1], &v[lo])) sc_swap(&v[lo + 1], &v[lo]);
+    int64_t i = lo + 1, j = hi;
+    const sort_item pivot = v[lo];
+    for (;;) {
+      do ++i; while (SC_GT(&pivot, &v[i]));
+      do --j; while (SC_GT(&v[j], &pivot));
+      if (j < i) break;
+      sc_swap(&v[i], &v[j]);
+    }
+    sc_swap(&v[lo], &v[j]);
+    if (j <= k) lo = i;
+    if (j >= k) hi = j - 1;
+  }
+#undef SC_GT
+}
+
+/* The element the CPU's median, nanmedian or mode of v[0..n) returns. */
+static const sort_item *sc_pick(sort_cmp *c, sort_item *v, int64_t n, int mode) {
+  int64_t nan = 0, first_nan = -1;
+  if (c->is_float)
+    for (int64_t i = 0; i < n; ++i)
+      if (v[i].key.f != v[i].key.f) {
+        if (first_nan < 0) first_nan = i;
+        ++nan;
+      }
+  if (mode == LOOM_SORT_MEDIAN || mode == LOOM_SORT_NANMEDIAN) {
+    if (mode == LOOM_SORT_MEDIAN && first_nan >= 0) return &v[first_nan];
+    c->order = mode == LOOM_SORT_MEDIAN ? SC_MEDIAN : SC_NANMEDIAN;
+    const int64_t nth = (n - nan - 1) / 2; /* truncates to 0 when all are NaN */
+    sc_nth_element(c, v, nth, n);
+    return &v[nth];
+  }
+  /* mode: the longest run of equal keys after the CPU's sort with a < b,
+   * the first such run, at its last element */
+  c->order = SC_PLAIN;
+  sc_sort(c, v, n);
+  const sort_item *best = &v[0];
+  int64_t run = 0, longest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ++run;
+    const int differs = i == n - 1 || (c->is_float ? v[i].key.f != v[i + 1].key.f
+                                                   : v[i].key.i != v[i + 1].key.i);
+    if (!differs) continue;
+    if (run > longest) {
+      best = &v[i];
+      longest = run;
+    }
+    run = 0;
+  }
+  return best;
+}
+
 /* The CPU's topk hands 16-bit floats back through float32, which turns a
  * NaN into the quiet NaN its scalar conversions make. */
 static void sort_topk_nan(char *dst, int32_t dtype) {
@@ -294,11 +377,12 @@ int loom_kernel_sort(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int32_t rank = in->rank;
   if (rank < 1 || dim < 0 || dim >= rank || val->rank != rank || ind->rank != rank ||
       ind->dtype != LOOM_INT64 || val->dtype != in->dtype || grain <= 0 ||
-      mode < LOOM_SORT_STABLE || mode > LOOM_SORT_TOPK_UNSORTED)
+      mode < LOOM_SORT_STABLE || mode > LOOM_SORT_MODE)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t n = in->sizes[dim];
-  if (k < 0 || k > n || val->sizes[dim] != k || ind->sizes[dim] != k ||
-      (mode < LOOM_SORT_TOPK_SORTED && k != n))
+  const int64_t out_k = mode >= LOOM_SORT_KTHVALUE ? 1 : k;
+  if (k < 0 || k > n || val->sizes[dim] != out_k || ind->sizes[dim] != out_k ||
+      (mode < LOOM_SORT_TOPK_SORTED && k != n) || (mode >= LOOM_SORT_KTHVALUE && k < 1))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t chunk = begin / grain;
   if ((chunk + 1) * n * LOOM_SORT_WORKSPACE_PER_ELEMENT > loom_tensor_numel(ws) ||
@@ -317,17 +401,24 @@ int loom_kernel_sort(const loom_kernel_args *args, int64_t begin, int64_t end) {
       a[i].index = i;
     }
     const sort_item *r = a;
-    const sort_cmp cmp = {is_float, descending};
+    sort_cmp cmp = {is_float, descending, SC_KEYS};
     switch (mode) {
       case LOOM_SORT_STABLE: r = sort_items(a, b, n, is_float, descending); break;
       case LOOM_SORT_CPU_ORDER: sc_sort(&cmp, a, n); break;
-      default: sc_topk(&cmp, a, k, n, mode == LOOM_SORT_TOPK_SORTED); break;
+      case LOOM_SORT_TOPK_SORTED:
+      case LOOM_SORT_TOPK_UNSORTED: sc_topk(&cmp, a, k, n, mode == LOOM_SORT_TOPK_SORTED); break;
+      case LOOM_SORT_KTHVALUE:
+        sc_quick_select(is_float, a, n, k - 1);
+        r = a + k - 1;
+        break;
+      default: r = sc_pick(&cmp, a, n, mode); break;
     }
     const int64_t vb = sort_slice(val, dim, s), xb = sort_slice(ind, dim, s);
-    for (int64_t i = 0; i < k; ++i) {
+    for (int64_t i = 0; i < out_k; ++i) {
       char *dst = (char *)val->data + (vb + i * vs) * es;
       memcpy(dst, (const char *)in->data + (ib + r[i].index * is) * es, (size_t)es);
-      if (mode >= LOOM_SORT_TOPK_SORTED && is_float && r[i].key.f != r[i].key.f)
+      if ((mode == LOOM_SORT_TOPK_SORTED || mode == LOOM_SORT_TOPK_UNSORTED) && is_float &&
+          r[i].key.f != r[i].key.f)
         sort_topk_nan(dst, in->dtype);
       ((int64_t *)ind->data)[xb + i * xs] = r[i].index;
     }

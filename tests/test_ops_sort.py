@@ -89,3 +89,45 @@ def test_out_variants_and_errors():
             bad("cpu")
         with pytest.raises(type(cpu_err.value)):
             bad("loom")
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != torch.bool], ids=str)
+def test_selections_pick_the_cpus_element(dtype):
+    x = keys((23, 41), dtype)
+    for dim in [0, 1]:
+        for keepdim in [False, True]:
+            for k in [1, 5, 23]:
+                check(lambda t: torch.kthvalue(t, k, dim=dim, keepdim=keepdim), x)
+            check(lambda t: torch.median(t, dim=dim, keepdim=keepdim), x)
+            check(lambda t: torch.nanmedian(t, dim=dim, keepdim=keepdim), x)
+            check(lambda t: torch.mode(t, dim=dim, keepdim=keepdim), x)
+    check(lambda t: (torch.median(t),), x)
+    check(lambda t: (torch.nanmedian(t),), x)
+    check(lambda t: torch.mode(t[0, 0]), x)                            # 0-d
+
+
+def test_selections_with_nan():
+    nan = float("nan")
+    x = torch.tensor([[1.0, nan, 1.0, nan, 2.0, -0.0, 0.0, 3.0],
+                      [nan] * 8,
+                      [5.0, 4.0, nan, 4.0, 5.0, 4.0, 1.0, 0.0]])
+    for dtype in [torch.float32, torch.float16, torch.bfloat16]:
+        y = x.to(dtype)
+        for k in [1, 4, 8]:
+            check(lambda t: torch.kthvalue(t, k, dim=1), y)
+        check(lambda t: torch.median(t, dim=1), y)
+        check(lambda t: torch.nanmedian(t, dim=1), y)     # all NaN: index as the CPU's
+        check(lambda t: torch.mode(t, dim=1), y)
+        check(lambda t: (torch.median(t), torch.nanmedian(t)), y)
+
+
+def test_selection_errors():
+    for bad in [lambda d: torch.kthvalue(torch.ones(3, device=d), 4),
+                lambda d: torch.kthvalue(torch.ones(3, device=d), 0),
+                lambda d: torch.median(torch.ones(0, 3, device=d), dim=0),
+                lambda d: torch.mode(torch.ones(0, device=d))]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")
+    check(lambda t: (torch.median(t),), torch.ones(0))

@@ -1,5 +1,5 @@
-// Sorting on loom: sort, argsort and msort through it, and topk. Equal
-// keys come out in the CPU's order: stable where the CPU sorts stably,
+// Sorting on loom: sort, argsort and msort through it, topk, kthvalue,
+// median, nanmedian and mode. Equal keys come out in the CPU's order: stable where the CPU sorts stably,
 // else in the order of its unstable algorithms. kernels/sort.c sorts each
 // slice along the dim in a workspace per chunk of slices.
 #include <ATen/ATen.h>
@@ -115,9 +115,102 @@ std::tuple<Tensor, Tensor> topk(const Tensor& self, int64_t k, int64_t dim, bool
   return {values, indices};
 }
 
+// kthvalue, median, nanmedian and mode: one element of each slice, with
+// the index the CPU reports.
+std::tuple<Tensor&, Tensor&> pick_out(const char* op, loom_sort_mode mode, const Tensor& self,
+                                      int64_t k, int64_t dim, bool keepdim, Tensor& values,
+                                      Tensor& indices) {
+  check_sortable(self, op);
+  dim = at::maybe_wrap_dim(dim, self.dim(), /*wrap_scalar=*/true);
+  const int64_t n = self.dim() ? self.size(dim) : 1;
+  if (mode == LOOM_SORT_KTHVALUE) {
+    TORCH_CHECK(k >= 1 && k <= n, "kthvalue(): selected number k out of range for dimension ", dim);
+  } else {
+    TORCH_CHECK_INDEX(n > 0, mode == LOOM_SORT_MODE ? "mode" : "median",
+                      "(): Expected reduction dim ", dim, " to have non-zero size.");
+  }
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(), op, "(): Expected out tensor to have "
+              "dtype ", self.scalar_type(), ", but got ", values.scalar_type(), " instead");
+  TORCH_CHECK(indices.scalar_type() == at::kLong, op, "(): Expected out tensor to have dtype "
+              "long int, but got ", indices.scalar_type(), " instead");
+  std::vector<int64_t> shape = self.sizes().vec();
+  if (self.dim()) shape[dim] = 1;
+  Tensor v = at::empty(shape, self.options()), i = at::empty(shape, indices.options());
+  run_sort(op, as_1d(self), dim, false, mode == LOOM_SORT_KTHVALUE ? k : 1, mode, as_1d(v),
+           as_1d(i));
+  if (!keepdim && self.dim()) {
+    v = v.squeeze(dim);
+    i = i.squeeze(dim);
+  }
+  at::native::resize_output(values, v.sizes());
+  at::native::resize_output(indices, i.sizes());
+  values.copy_(v);
+  indices.copy_(i);
+  return {values, indices};
+}
+
+std::tuple<Tensor, Tensor> pick(const char* op, loom_sort_mode mode, const Tensor& self,
+                                int64_t k, int64_t dim, bool keepdim) {
+  Tensor values = at::empty({0}, self.options());
+  Tensor indices = at::empty({0}, self.options().dtype(at::kLong));
+  pick_out(op, mode, self, k, dim, keepdim, values, indices);
+  return {values, indices};
+}
+
+std::tuple<Tensor&, Tensor&> kthvalue_out(const Tensor& self, int64_t k, int64_t dim,
+                                          bool keepdim, Tensor& values, Tensor& indices) {
+  return pick_out("kthvalue", LOOM_SORT_KTHVALUE, self, k, dim, keepdim, values, indices);
+}
+std::tuple<Tensor, Tensor> kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim) {
+  return pick("kthvalue", LOOM_SORT_KTHVALUE, self, k, dim, keepdim);
+}
+std::tuple<Tensor&, Tensor&> median_dim_out(const Tensor& self, int64_t dim, bool keepdim,
+                                            Tensor& values, Tensor& indices) {
+  return pick_out("median", LOOM_SORT_MEDIAN, self, 1, dim, keepdim, values, indices);
+}
+std::tuple<Tensor, Tensor> median_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  return pick("median", LOOM_SORT_MEDIAN, self, 1, dim, keepdim);
+}
+std::tuple<Tensor&, Tensor&> nanmedian_dim_out(const Tensor& self, int64_t dim, bool keepdim,
+                                               Tensor& values, Tensor& indices) {
+  return pick_out("nanmedian", LOOM_SORT_NANMEDIAN, self, 1, dim, keepdim, values, indices);
+}
+std::tuple<Tensor, Tensor> nanmedian_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  return pick("nanmedian", LOOM_SORT_NANMEDIAN, self, 1, dim, keepdim);
+}
+std::tuple<Tensor&, Tensor&> mode_out(const Tensor& self, int64_t dim, bool keepdim,
+                                      Tensor& values, Tensor& indices) {
+  return pick_out("mode", LOOM_SORT_MODE, self, 1, dim, keepdim, values, indices);
+}
+std::tuple<Tensor, Tensor> mode(const Tensor& self, int64_t dim, bool keepdim) {
+  return pick("mode", LOOM_SORT_MODE, self, 1, dim, keepdim);
+}
+
+// The median of all elements; NaN for none. As on the CPU, median's NaN
+// (any NaN in the input) is a fresh one, not the input's.
+Tensor median_all(const Tensor& self, loom_sort_mode mode) {
+  check_sortable(self, "median");
+  if (self.numel() == 0) return at::full({}, NAN, self.options());
+  Tensor m = std::get<0>(pick("median", mode, self.reshape({-1}), 1, 0, false));
+  if (mode != LOOM_SORT_MEDIAN || !m.is_floating_point()) return m;
+  return at::where(m.isnan(), at::full({}, NAN, m.options()), m);
+}
+Tensor median(const Tensor& self) { return median_all(self, LOOM_SORT_MEDIAN); }
+Tensor nanmedian(const Tensor& self) { return median_all(self, LOOM_SORT_NANMEDIAN); }
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  LOOM_IMPL(m, "kthvalue", kthvalue);
+  LOOM_IMPL(m, "kthvalue.values", kthvalue_out);
+  LOOM_IMPL(m, "median", median);
+  LOOM_IMPL(m, "median.dim", median_dim);
+  LOOM_IMPL(m, "median.dim_values", median_dim_out);
+  LOOM_IMPL(m, "nanmedian", nanmedian);
+  LOOM_IMPL(m, "nanmedian.dim", nanmedian_dim);
+  LOOM_IMPL(m, "nanmedian.dim_values", nanmedian_dim_out);
+  LOOM_IMPL(m, "mode", mode);
+  LOOM_IMPL(m, "mode.values", mode_out);
   LOOM_IMPL(m, "sort.stable", sort_stable);
   LOOM_IMPL(m, "sort.values_stable", sort_out);
   LOOM_IMPL(m, "topk", topk);

@@ -185,12 +185,49 @@ static void test_sort(void) {
   }
 }
 
+/* One element per slice: kthvalue, median, nanmedian, mode of 300 keys
+ * from -6 to 6 with one NaN. */
+static void test_sort_picks(void) {
+  enum { N = 300 };
+  static float x[N], sorted[N];
+  static unsigned char ws[2 * N * LOOM_SORT_WORKSPACE_PER_ELEMENT];
+  int count[13] = {0};
+  for (int i = 0; i < N; ++i) {
+    x[i] = (float)((i * 7919) % 13) - 6;
+    if (i != 17) ++count[(int)x[i] + 6];
+  }
+  x[17] = NAN;
+  int64_t idx[N];
+  loom_tensor t[4] = {t1d(sorted, LOOM_FLOAT32, N), t1d(idx, LOOM_INT64, N), t1d(x, LOOM_FLOAT32, N),
+                      t1d(ws, LOOM_UINT8, sizeof ws)};
+  loom_scalar s[5] = {{.i = 0}, {.i = 0}, {.i = N}, {.i = 1}, {.i = LOOM_SORT_STABLE}};
+  CHECK(run(loom_kernel_sort, t, 4, s, 5, 1, 1) == 0);
+  int most = 0;
+  for (int v = 1; v < 13; ++v) most = count[v] > count[most] ? v : most;
+  float v1;
+  int64_t i1;
+  t[0] = t1d(&v1, LOOM_FLOAT32, 1);
+  t[1] = t1d(&i1, LOOM_INT64, 1);
+  const struct { int mode, k; float want; } picks[] = {
+      {LOOM_SORT_KTHVALUE, 1, sorted[0]}, {LOOM_SORT_KTHVALUE, 150, sorted[149]},
+      {LOOM_SORT_KTHVALUE, N, NAN}, {LOOM_SORT_MEDIAN, 1, NAN},
+      {LOOM_SORT_NANMEDIAN, 1, sorted[(N - 2) / 2]}, {LOOM_SORT_MODE, 1, (float)(most - 6)}};
+  for (size_t p = 0; p < sizeof picks / sizeof picks[0]; ++p) {
+    s[2].i = picks[p].k;
+    s[4].i = picks[p].mode;
+    CHECK(run(loom_kernel_sort, t, 4, s, 5, 1, 1) == 0);
+    CHECK(i1 >= 0 && i1 < N && memcmp(&v1, &x[i1], sizeof v1) == 0);
+    CHECK(isnan(picks[p].want) ? isnan(v1) : v1 == picks[p].want);
+  }
+}
+
 int main(void) {
   test_scan();
   test_gather_scatter();
   test_advanced_index();
   test_nonzero();
   test_sort();
+  test_sort_picks();
   test_factories();
   TEST_MAIN_END();
 }
