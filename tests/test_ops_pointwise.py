@@ -63,7 +63,8 @@ def _close(actual, expected, exact):
 
 UNARY_FLOAT = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
                "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-               "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "reciprocal"]
+               "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "reciprocal", "lgamma",
+               "digamma", "sinc", "angle"]
 UNARY_KEEP = ["abs", "neg", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac", "square",
               "relu", "bitwise_not", "logical_not", "isnan", "isinf", "isfinite", "signbit",
               "nan_to_num", "isposinf", "isneginf"]
@@ -91,6 +92,12 @@ def test_unary_special_values():
                  "isfinite", "signbit", "nan_to_num", "relu", "exp", "sigmoid", "tanh"]:
         check(getattr(torch, name), x, exact=name not in ("exp", "sigmoid", "tanh"))
     check(lambda t: torch.round(t, decimals=2), torch.tensor([1.2345, -2.5555, 1e3]))
+    # poles, reflection and the series' switch points of the special functions
+    s = torch.tensor([0.0, -0.0, -1.0, -2.5, 1e-8, 10.0, 9.999, 1e18, float("inf"), float("nan")])
+    for name in ["lgamma", "digamma", "sinc", "angle"]:
+        check(getattr(torch, name), s)
+    check(torch.logaddexp, x, x.flip(0))
+    check(torch.logaddexp2, x, torch.full_like(x, float("inf")))
     check(lambda t: torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-2.0), x)
     for dtype in [torch.float16, torch.bfloat16]:
         check(torch.nan_to_num, x.to(dtype))
@@ -124,7 +131,7 @@ BINARY = ["add", "sub", "mul", "div", "remainder", "fmod", "pow", "atan2", "maxi
           "minimum", "fmax", "fmin", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
           "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
           "bitwise_left_shift", "bitwise_right_shift", "copysign", "hypot", "xlogy",
-          "floor_divide"]
+          "floor_divide", "logaddexp", "logaddexp2"]
 
 
 @pytest.mark.parametrize("name", BINARY)
