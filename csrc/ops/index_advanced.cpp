@@ -157,8 +157,9 @@ Tensor& index_put_impl_(Tensor& self, const Indices& indices, const Tensor& valu
   for (const std::optional<Tensor>& i : indices)
     if (i.has_value() && i->defined()) at::assert_no_overlap(self, *i);
   Indexed ix = prepare(self, indices);
-  TORCH_CHECK(at::is_expandable_to(v.sizes(), ix.src.sizes()), "shape mismatch: value tensor of shape ",
-              v.sizes(), " cannot be broadcast to indexing result of shape ", ix.src.sizes());
+  TORCH_CHECK(at::is_expandable_to(v.sizes(), ix.src.sizes()),
+              "shape mismatch: value tensor of shape ", v.sizes(),
+              " cannot be broadcast to indexing result of shape ", ix.src.sizes());
   TORCH_CHECK(v.scalar_type() == self.scalar_type(),
               "Index put requires the source and destination dtypes match, got ",
               self.scalar_type(), " for the destination and ", v.scalar_type(), " for the source.");
@@ -227,8 +228,8 @@ Tensor& masked_select_out(const Tensor& self, const Tensor& mask, Tensor& out) {
 
 // take / put_ index the tensor as if it were flattened in row-major order.
 Tensor flat_index(const Tensor& index, const Tensor& self, const char* op) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, op, "(): Expected a long tensor for index, but got ",
-              index.scalar_type());
+  TORCH_CHECK(index.scalar_type() == at::kLong, op,
+              "(): Expected a long tensor for index, but got ", index.scalar_type());
   TORCH_CHECK_INDEX(self.numel() > 0 || index.numel() == 0, op,
                     "(): tried to take from an empty tensor");
   return index.reshape({-1});
@@ -252,9 +253,9 @@ Tensor& put_(Tensor& self, const Tensor& index, const Tensor& source, bool accum
   TORCH_CHECK(source.scalar_type() == self.scalar_type(), "put_(): self and source expected to "
               "have the same dtype, but got self.dtype = ", self.scalar_type(),
               " and source.dtype = ", source.scalar_type());
-  TORCH_CHECK_INDEX(index.numel() == source.numel(), "put_(): Expected source and index to have the "
-              "same number of elements, but got source.numel() = ", source.numel(),
-              ", index.numel() = ", index.numel());
+  TORCH_CHECK_INDEX(index.numel() == source.numel(), "put_(): Expected source and index to "
+                    "have the same number of elements, but got source.numel() = ",
+                    source.numel(), ", index.numel() = ", index.numel());
   Indices idx;
   idx.push_back(std::optional<Tensor>(flat_index(index, self, "put_")));
   Tensor flat = self.is_contiguous() ? self.view({-1}) : self.contiguous().view({-1});

@@ -1,7 +1,8 @@
 // Sorting on loom: sort, argsort and msort through it, topk, kthvalue,
-// median, nanmedian and mode. Equal keys come out in the CPU's order: stable where the CPU sorts stably,
-// else in the order of its unstable algorithms. kernels/sort.c sorts each
-// slice along the dim in a workspace per chunk of slices.
+// median, nanmedian and mode. Equal keys come out in the CPU's order:
+// stable where the CPU sorts stably, else in the order of its unstable
+// algorithms. kernels/sort.c sorts each slice along the dim in a
+// workspace per chunk of slices.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/WrapDimUtils.h>

@@ -1,4 +1,5 @@
-/* Neural-network kernels (softmax, norms, losses, embedding backward)
+/* Neural-network kernels (softmax, norms, losses, embedding backward,
+ * resampling)
  * against scalar references; gradients against central differences in
  * fp64; chunking must never change a result. */
 #include <math.h>
@@ -11,6 +12,7 @@
 #include "kernels/loss.h"
 #include "kernels/norm.h"
 #include "kernels/softmax.h"
+#include "kernels/upsample.h"
 #include "loom/status.h"
 #include "test_util.h"
 
@@ -550,8 +552,42 @@ static void test_staged_bf16(void) {
   CHECK(w < 2e-2);
 }
 
+/* Resampling: nearest 2x is a replication whose gradient sums 2x2
+ * blocks; align_corners linear reproduces the corners and midpoints. */
+static void test_upsample(void) {
+  float in[6] = {1, 2, 3, 4, 5, 6}, out[24], grad[6];
+  const int64_t is[4] = {1, 1, 2, 3}, os[4] = {1, 1, 4, 6};
+  loom_tensor t[2] = {dense(out, LOOM_FLOAT32, 4, os), dense(in, LOOM_FLOAT32, 4, is)};
+  loom_scalar s[LOOM_UPSAMPLE_NUM_SCALARS] = {
+      {.i = LOOM_UPSAMPLE_NEAREST}, {.i = 2}, {.i = 0}, {.f = 0}, {.f = 0}, {.i = 1}};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 2, .tensors = t,
+                        .num_scalars = LOOM_UPSAMPLE_NUM_SCALARS, .scalars = s, .range = 1,
+                        .grain = 1};
+  CHECK(loom_kernel_upsample(&a, 0, 1) == 0);
+  CHECK(out[0] == 1 && out[1] == 1 && out[7] == 1 && out[23] == 6 && out[14] == 5);
+  for (int i = 0; i < 24; ++i) out[i] = 1;
+  t[0] = dense(grad, LOOM_FLOAT32, 4, is);
+  t[1] = dense(out, LOOM_FLOAT32, 4, os);
+  CHECK(loom_kernel_upsample_backward(&a, 0, 1) == 0);
+  CHECK(grad[0] == 4 && grad[5] == 4);
+  /* align_corners linear 1-d: 3 -> 5 points */
+  float row[3] = {0, 2, 10}, lin[5];
+  const int64_t rs[4] = {1, 1, 1, 3}, ls[4] = {1, 1, 1, 5};
+  t[0] = dense(lin, LOOM_FLOAT32, 4, ls);
+  t[1] = dense(row, LOOM_FLOAT32, 4, rs);
+  s[0].i = LOOM_UPSAMPLE_LINEAR;
+  s[1].i = 1;
+  s[2].i = 1;
+  CHECK(loom_kernel_upsample(&a, 0, 1) == 0);
+  CHECK(lin[0] == 0 && lin[1] == 1 && lin[2] == 2 && lin[3] == 6 && lin[4] == 10);
+  s[1].i = 2; /* images are rank 4 */
+  t[1].rank = 3;
+  CHECK(loom_kernel_upsample(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
 int main(void) {
   srand(7);
+  test_upsample();
   test_softmax();
   test_softmax_mixed_and_chunking();
   test_layer_norm();
