@@ -1,5 +1,5 @@
 /* Neural-network kernels (softmax, norms, losses, embedding backward,
- * resampling)
+ * resampling, padding)
  * against scalar references; gradients against central differences in
  * fp64; chunking must never change a result. */
 #include <math.h>
@@ -11,6 +11,7 @@
 #include "kernels/embedding.h"
 #include "kernels/loss.h"
 #include "kernels/norm.h"
+#include "kernels/padding.h"
 #include "kernels/softmax.h"
 #include "kernels/upsample.h"
 #include "loom/status.h"
@@ -585,9 +586,32 @@ static void test_upsample(void) {
   CHECK(loom_kernel_upsample(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
 }
 
+/* Reflection and replication of one 4-element row padded by (3, 2); the
+ * gradient adds every output into its source. */
+static void test_padding(void) {
+  float in[4] = {0, 1, 2, 3}, out[9], grad[4], ones[9];
+  const int64_t is[5] = {1, 1, 1, 1, 4}, os[5] = {1, 1, 1, 1, 9};
+  loom_tensor t[2] = {dense(out, LOOM_FLOAT32, 5, os), dense(in, LOOM_FLOAT32, 5, is)};
+  loom_scalar s[4] = {{.i = LOOM_PAD_REFLECT}, {.i = 0}, {.i = 0}, {.i = 3}};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 2, .tensors = t,
+                        .num_scalars = 4, .scalars = s, .range = 1, .grain = 1};
+  const float reflect[9] = {3, 2, 1, 0, 1, 2, 3, 2, 1}, replicate[9] = {0, 0, 0, 0, 1, 2, 3, 3, 3};
+  CHECK(loom_kernel_padding(&a, 0, 1) == 0);
+  CHECK(memcmp(out, reflect, sizeof out) == 0);
+  s[0].i = LOOM_PAD_REPLICATE;
+  CHECK(loom_kernel_padding(&a, 0, 1) == 0);
+  CHECK(memcmp(out, replicate, sizeof out) == 0);
+  for (int i = 0; i < 9; ++i) ones[i] = 1;
+  t[0] = dense(grad, LOOM_FLOAT32, 5, is);
+  t[1] = dense(ones, LOOM_FLOAT32, 5, os);
+  CHECK(loom_kernel_padding_backward(&a, 0, 1) == 0);
+  CHECK(grad[0] == 4 && grad[1] == 1 && grad[2] == 1 && grad[3] == 3);
+}
+
 int main(void) {
   srand(7);
   test_upsample();
+  test_padding();
   test_softmax();
   test_softmax_mixed_and_chunking();
   test_layer_norm();
