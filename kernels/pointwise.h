@@ -55,6 +55,7 @@ typedef enum loom_pw_op {
   LOOM_PW_ISINF, LOOM_PW_ISPOSINF, LOOM_PW_ISNEGINF, LOOM_PW_ISFINITE,
   LOOM_PW_SIGNBIT, LOOM_PW_LOGICAL_NOT, LOOM_PW_BITWISE_NOT, LOOM_PW_LGAMMA,
   LOOM_PW_DIGAMMA, LOOM_PW_SINC, LOOM_PW_ANGLE,
+  LOOM_PW_THRESHOLD /* x <= p0 ? p1 : x */, LOOM_PW_LOG_SIGMOID,
   LOOM_PW_POW_SCALAR /* x ** p0 */, LOOM_PW_RPOW_SCALAR /* p0 ** x */,
   /* binary: a = tensors[1], b = tensors[2] */
   LOOM_PW_ADD /* a + p0*b */, LOOM_PW_SUB /* a - p0*b */, LOOM_PW_MUL,
@@ -76,6 +77,7 @@ typedef enum loom_pw_op {
   LOOM_PW_SOFTPLUS_BACKWARD /* [beta, threshold] */,
   LOOM_PW_HARDTANH_BACKWARD /* [min, max] */, LOOM_PW_HARDSIGMOID_BACKWARD,
   LOOM_PW_MISH_BACKWARD, LOOM_PW_LOGIT_BACKWARD /* [eps] */,
+  LOOM_PW_LOG_SIGMOID_BACKWARD,
   /* ternary: a, b, c = tensors[1..3] */
   LOOM_PW_WHERE /* a ? b : c */, LOOM_PW_LERP /* a + c*(b-a) */,
   LOOM_PW_ADDCMUL /* a + p0*b*c */, LOOM_PW_ADDCDIV /* a + p0*b/c */,

@@ -108,7 +108,8 @@ ACTIVATIONS = [
     (F.softplus, {"beta": 2.0, "threshold": 3.0}), (F.leaky_relu, {"negative_slope": 0.2}),
     (F.elu, {"alpha": 1.3}), (F.selu, {}), (F.celu, {"alpha": 0.7}),
     (F.hardtanh, {"min_val": -0.5, "max_val": 2.0}), (F.hardsigmoid, {}), (F.hardswish, {}),
-    (F.relu6, {}), (torch.logit, {}), (torch.logit, {"eps": 0.1}),
+    (F.relu6, {}), (torch.logit, {}), (torch.logit, {"eps": 0.1}), (F.logsigmoid, {}),
+    (F.threshold, {"threshold": 0.5, "value": -2.0}),
 ]
 
 

@@ -71,7 +71,7 @@ const Entry kEntries[] = {
     U(leaky_relu, LEAKY_RELU, kFloatOnly), U(elu, ELU, kFloatOnly),
     U(hardtanh, HARDTANH, kNoBool), U(hardsigmoid, HARDSIGMOID, kFloatOnly),
     U(hardswish, HARDSWISH, kFloatOnly), U(nan_to_num, NAN_TO_NUM, kAll),
-    U(bitwise_not, BITWISE_NOT, kIntegral),
+    U(bitwise_not, BITWISE_NOT, kIntegral), U(threshold, THRESHOLD, kNoBool),
     UF(exp, EXP), UF(exp2, EXP2), UF(expm1, EXPM1), UF(log, LOG),
     UF(log2, LOG2), UF(log10, LOG10), UF(log1p, LOG1P), UF(sqrt, SQRT),
     UF(rsqrt, RSQRT), UF(sin, SIN), UF(cos, COS), UF(tan, TAN), UF(asin, ASIN),
@@ -207,6 +207,10 @@ void unary_params(const Entry& e, const Args& a, at::ScalarType dtype,
     case LOOM_PW_HARDTANH:
       p[0] = param(a.scalar("min_val", -1), kind);
       p[1] = param(a.scalar("max_val", 1), kind);
+      break;
+    case LOOM_PW_THRESHOLD:
+      p[0] = param(a.scalar("threshold"), kind);
+      p[1] = param(a.scalar("value"), kind);
       break;
     case LOOM_PW_NAN_TO_NUM: {
       if (kind == LOOM_PW_I64) { *op = LOOM_PW_IDENTITY; break; }
