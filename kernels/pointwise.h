@@ -67,6 +67,7 @@ typedef enum loom_pw_op {
   LOOM_PW_BITWISE_XOR, LOOM_PW_LSHIFT, LOOM_PW_RSHIFT, LOOM_PW_COPYSIGN,
   LOOM_PW_HYPOT, LOOM_PW_XLOGY, LOOM_PW_LERP_SCALAR /* a + p0*(b-a) */,
   LOOM_PW_CLAMP_MIN_T, LOOM_PW_CLAMP_MAX_T, LOOM_PW_LOGADDEXP, LOOM_PW_LOGADDEXP2,
+  LOOM_PW_HEAVISIDE /* a == 0 ? b : a > 0 */,
   /* backward: a = grad, b = the forward input (or result where noted) */
   LOOM_PW_THRESHOLD_BACKWARD /* [threshold] */,
   LOOM_PW_SIGMOID_BACKWARD /* b = result */,

@@ -252,6 +252,19 @@ def test_advanced_indexing_errors_and_gradient():
     same(g["loom"], g["cpu"])
 
 
+def test_repeat_interleave():
+    for dtype in [torch.int64, torch.int32]:
+        reps = torch.tensor([2, 0, 3, 1, 0], dtype=dtype)
+        check(lambda d, r: torch.repeat_interleave(r), reps)
+        check(lambda d, r: torch.repeat_interleave(r, output_size=6), reps)
+        check(lambda d, r: torch.repeat_interleave(r[:0]), reps)
+        check(lambda d, r: torch.repeat_interleave(r - 1), reps)          # negative counts
+        check(lambda d, r: torch.repeat_interleave(r.view(1, 5)), reps)   # not 1-d
+    check(lambda d, r: torch.repeat_interleave(r), torch.tensor([1.5]))
+    x = make((4, 3), torch.float32)
+    check(lambda d, t, r: torch.repeat_interleave(t, r, dim=0), x, torch.tensor([1, 0, 2, 3]))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_nonzero_and_equal(dtype):
     x = make((5, 6, 7), dtype)

@@ -134,6 +134,14 @@ def test_bmm_baddbmm(dtype):
     lc3 = c3.to("loom")
     lc3.baddbmm_(la, lb)
     check(lc3, torch.baddbmm(c3, a, b), dtype, 40)
+    # addbmm sums the batch: one GEMM over k = batch x 40
+    check(torch.addbmm(c.to("loom"), la, lb, beta=0.5, alpha=2),
+          torch.addbmm(c, a, b, beta=0.5, alpha=2), dtype, 200)
+    check(torch.addbmm(c[0].to("loom"), la.transpose(1, 2).contiguous().transpose(1, 2), lb),
+          torch.addbmm(c[0], a, b), dtype, 200)
+    lc = c.to("loom")
+    lc.addbmm_(la, lb)
+    check(lc, torch.addbmm(c, a, b), dtype, 200)
 
 
 @pytest.mark.parametrize("sa,sb", [

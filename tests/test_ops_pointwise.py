@@ -97,6 +97,12 @@ def test_unary_special_values():
     for name in ["lgamma", "digamma", "sinc", "angle"]:
         check(getattr(torch, name), s)
     check(torch.logaddexp, x, x.flip(0))
+    check(torch.heaviside, x, x.flip(0) * 0 + 0.5)
+    check(lambda t: torch.threshold(t, 1, 7), torch.arange(-4, 5))
+    for dtype in [torch.int64, torch.bool, torch.float16]:
+        v = torch.tensor([-1, 0, 1, 0]).to(dtype)
+        check(torch.heaviside, v, torch.tensor([5, 6, 7, 8]).to(dtype))
+    check(torch.heaviside, torch.zeros(2), torch.ones(2, dtype=torch.float64))  # dtypes differ
     check(torch.logaddexp2, x, torch.full_like(x, float("inf")))
     check(lambda t: torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-2.0), x)
     for dtype in [torch.float16, torch.bfloat16]:

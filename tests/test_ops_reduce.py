@@ -147,6 +147,19 @@ def test_dtype_and_out_arguments():
     same((values, indices), torch.max(x.float(), 0))
 
 
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool], ids=str)
+def test_aminmax_and_empty_inputs(dtype):
+    x = make((4, 5, 6), dtype)
+    for kw in [{}, dict(dim=1), dict(dim=-1, keepdim=True)]:
+        check(lambda t: torch.aminmax(t, **kw), x)
+    empty = make((5, 0, 5), dtype)
+    for fn in [lambda t: torch.aminmax(t, dim=0), lambda t: torch.aminmax(t, dim=1),
+               lambda t: torch.aminmax(t), lambda t: torch.amin(t, 0), lambda t: torch.amax(t),
+               lambda t: torch.amax(t, dim=()), lambda t: torch.argmax(t, 2),
+               lambda t: torch.argmin(t)]:
+        check(fn, empty)   # the empty dim may stay, never be reduced
+
+
 def test_reduction_errors():
     x = make((3, 4), torch.float32)
     check(torch.sum, x, 2)                       # invalid dim -> IndexError

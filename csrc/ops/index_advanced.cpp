@@ -1,6 +1,6 @@
 // Advanced indexing on loom: x[i, j] and x[mask] (aten::index), their
 // assignments x[i] = v and x[i] += v (aten::_index_put_impl_), nonzero,
-// masked_select, take / put_, count_nonzero and equal. Index tensors are
+// masked_select, take / put_, count_nonzero, repeat_interleave and equal. Index tensors are
 // prepared as the CPU backend prepares them (masks become nonzero's
 // indices, all broadcast together, non-adjacent indexed dims moved to the
 // front) and the checks raise what the CPU raises; kernels/index_advanced.c
@@ -268,6 +268,26 @@ Tensor count_nonzero_dims(const Tensor& self, at::IntArrayRef dims) {
   return at::ne(self, 0).sum(dims, /*keepdim=*/false, at::kLong);
 }
 
+// repeat_interleave(repeats): index i repeated repeats[i] times. A 1 marks
+// where each index after the first starts; their running sum is the result.
+Tensor repeat_interleave(const Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK_NOT_IMPLEMENTED(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+                              "\"repeat_interleave_cpu\" not implemented for '",
+                              repeats.scalar_type(), "'");
+  const int64_t n = repeats.numel();
+  if (n == 0) return at::empty({0}, repeats.options());
+  Tensor ends = repeats.cumsum(0, at::kLong);
+  // One read from the device: the smallest count and the total.
+  Tensor host = at::stack({repeats.min().to(at::kLong), ends[-1]}).cpu();
+  TORCH_CHECK(host[0].item<int64_t>() >= 0, "repeats can not be negative");
+  const int64_t total = output_size ? output_size->expect_int() : host[1].item<int64_t>();
+  Tensor mark = at::zeros({total + 1}, repeats.options().dtype(at::kLong));
+  mark.index_add_(0, ends.slice(0, 0, n - 1).clamp_max(total),
+                  at::ones({n - 1}, mark.options()));
+  return mark.slice(0, 0, total).cumsum(0).to(repeats.scalar_type());
+}
+
 // Values compare after type promotion, as on the CPU.
 bool equal(const Tensor& self, const Tensor& other) {
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different "
@@ -292,6 +312,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "take.out", take_out);
   LOOM_IMPL(m, "put_", put_);
   LOOM_IMPL(m, "count_nonzero.dim_IntList", count_nonzero_dims);
+  LOOM_IMPL(m, "repeat_interleave.Tensor", repeat_interleave);
 }
 
 }  // namespace torch_loom::index_advanced

@@ -1,5 +1,5 @@
-// Matrix products on loom: mm, addmm, bmm, baddbmm, mv, addmv, dot, vdot,
-// addr (and their out/in-place forms). matmul, linear and einsum are
+// Matrix products on loom: mm, addmm, bmm, baddbmm, addbmm, mv, addmv, dot,
+// vdot, addr (and their out/in-place forms). matmul, linear and einsum are
 // composite in ATen and arrive here as these. Every product is one GEMM
 // launch pair over strided views, so transposed operands (autograd's
 // backward) cost no copy. dtypes the GEMM does not compute (float64,
@@ -159,6 +159,27 @@ Tensor bmm(const Tensor& self, const Tensor& mat2) {
   check_bmm(self, mat2);
   Tensor out = at::empty({0}, self.options());
   return bmm_out(self, mat2, out);
+}
+
+// addbmm: beta * self + alpha * sum_b batch1[b] @ batch2[b], one GEMM over
+// k = (b, m): batch1 laid out as (n, b*m) against batch2 as (b*m, p).
+Tensor& addbmm_out(const Tensor& self, const Tensor& batch1, const Tensor& batch2,
+                   const c10::Scalar& beta, const c10::Scalar& alpha, Tensor& out) {
+  check_bmm(batch1, batch2);
+  const int64_t b = batch1.size(0), n = batch1.size(1), m = batch1.size(2);
+  Tensor a = batch1.permute({1, 0, 2}).reshape({n, b * m});
+  return addmm_out(self, a, batch2.reshape({b * m, batch2.size(2)}), beta, alpha, out);
+}
+
+Tensor addbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2,
+              const c10::Scalar& beta, const c10::Scalar& alpha) {
+  Tensor out = at::empty({0}, batch1.options());
+  return addbmm_out(self, batch1, batch2, beta, alpha, out);
+}
+
+Tensor& addbmm_(Tensor& self, const Tensor& batch1, const Tensor& batch2,
+                const c10::Scalar& beta, const c10::Scalar& alpha) {
+  return addbmm_out(self, batch1, batch2, beta, alpha, self);
 }
 
 Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2,
@@ -337,6 +358,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "baddbmm", baddbmm);
   LOOM_IMPL(m, "baddbmm.out", baddbmm_out);
   LOOM_IMPL(m, "baddbmm_", baddbmm_);
+  LOOM_IMPL(m, "addbmm", addbmm);
+  LOOM_IMPL(m, "addbmm.out", addbmm_out);
+  LOOM_IMPL(m, "addbmm_", addbmm_);
   LOOM_IMPL(m, "mv", mv);
   LOOM_IMPL(m, "mv.out", mv_out);
   LOOM_IMPL(m, "addmv", addmv);

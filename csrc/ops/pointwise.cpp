@@ -115,6 +115,7 @@ const Entry kEntries[] = {
     BIN(hypot, "- out", HYPOT, kFloatOnly),
     BIN(logaddexp, "- out", LOGADDEXP, kFloatOnly),
     BIN(logaddexp2, "- out", LOGADDEXP2, kFloatOnly),
+    BIN(heaviside, "- out", HEAVISIDE, kAll),
     {"xlogy", "Tensor OutTensor Scalar_Other", Shape::kBinaryFloat, LOOM_PW_XLOGY, kAll},
     BIN(lerp, "Scalar Scalar_out", LERP_SCALAR, kFloatOnly),
     {"lerp", "Tensor Tensor_out", Shape::kTernary, LOOM_PW_LERP, kFloatOnly},
@@ -270,7 +271,12 @@ bool is_int_division(int op) {
 void run_binary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
   const bool pow = e.op == LOOM_PW_POW;
   at::Tensor self = a.tensor("self");
-  at::Tensor other = a.tensor(pow ? "exponent" : (e.op == LOOM_PW_LERP_SCALAR ? "end" : "other"));
+  at::Tensor other = a.tensor(pow                            ? "exponent"
+                              : e.op == LOOM_PW_LERP_SCALAR  ? "end"
+                              : e.op == LOOM_PW_HEAVISIDE    ? "values"
+                                                             : "other");
+  TORCH_CHECK(e.op != LOOM_PW_HEAVISIDE || self.scalar_type() == other.scalar_type(),
+              "heaviside is not yet implemented for tensors with different dtypes");
   if (std::strcmp(e.name, "rsub") == 0) std::swap(self, other);
   at::Tensor out = out_for(a);
   at::TensorIterator iter;

@@ -1,5 +1,5 @@
 // Reductions on loom: sum, mean, nansum, prod, max/min (values and
-// indices), amax/amin, argmax/argmin, var/std (and with mean), norm,
+// indices), amax/amin (and aminmax), argmax/argmin, var/std (and with mean), norm,
 // logsumexp, all/any. The adapter resolves dims, output shape and dtype as
 // the CPU backend does, presents the input with the reduced dims last and
 // launches loom_kernel_reduce; a large reduction into few outputs runs in
@@ -248,18 +248,19 @@ std::vector<at::Tensor> run_entry(const Entry& e, const Args& a) {
     case Kind::kArg: {
       DimMask mask = dims_of(a, ndim);
       const c10::IValue* dv = a.find("dim");
-      const bool all = !dv || dv->isNone();
-      bool kd = keepdim;
-      if (e.kind == Kind::kArg && all) {
-        kd = keepdim;  // argmax over the flattened tensor
-      }
+      const bool all = !dv || dv->isNone() || (dv->isIntList() && dv->toIntList().empty());
+      const bool kd = keepdim;
+      TORCH_CHECK(e.kind != Kind::kArg || self.scalar_type() != at::kBool, e.name,
+                  "(): does not support bool input");
+      // An empty tensor reduces only along given dims, and those must not
+      // be empty; the others may be. (argmax/argmin over all of an empty
+      // tensor fail on its empty dim instead, as on the CPU.)
+      TORCH_CHECK(e.kind == Kind::kArg || !all || self.numel() > 0, e.name,
+                  "(): Expected reduction dim to be specified for input.numel() == 0.");
       for (int64_t d = 0; d < ndim; ++d)
         if (mask[d])
           TORCH_CHECK_INDEX(self.size(d) != 0, e.name, "(): Expected reduction dim ",
                             d, " to have non-zero size.");
-      if (ndim == 0 || self.numel() == 0)
-        TORCH_CHECK(self.numel() > 0, e.name,
-                    "(): Expected reduction dim to be specified for input.numel() == 0.");
       auto shape = out_shape(self, mask, kd);
       if (e.kind == Kind::kArg) {
         at::Tensor idx = prepare(a.out(), self, shape, at::kLong, e.name);
@@ -348,8 +349,36 @@ void register_entry(torch::Library& m, const Entry& e) {
   });
 }
 
+// aminmax: amin and amax, with aminmax's own checks of empty reductions.
+std::tuple<at::Tensor&, at::Tensor&> aminmax_out(const at::Tensor& self,
+                                                 std::optional<int64_t> dim, bool keepdim,
+                                                 at::Tensor& min, at::Tensor& max) {
+  std::vector<int64_t> dims;
+  if (dim) {
+    const int64_t d = at::maybe_wrap_dim(*dim, self.dim());
+    TORCH_CHECK_INDEX(self.dim() == 0 || self.size(d) > 0, "aminmax: Expected reduction dim ", d,
+                      " to have non-zero size.");
+    if (self.dim()) dims.push_back(d);
+  } else {
+    TORCH_CHECK(self.numel() > 0, "aminmax(): cannot compute aminmax over an empty dimension as "
+                "the operation has no identity.");
+  }
+  at::amin_out(min, self, dims, keepdim);
+  at::amax_out(max, self, dims, keepdim);
+  return {min, max};
+}
+
+std::tuple<at::Tensor, at::Tensor> aminmax(const at::Tensor& self, std::optional<int64_t> dim,
+                                           bool keepdim) {
+  at::Tensor min = at::empty({0}, self.options()), max = at::empty({0}, self.options());
+  aminmax_out(self, dim, keepdim, min, max);
+  return {min, max};
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const Entry& e : kEntries) register_entry(m, e);
+  LOOM_IMPL(m, "aminmax", aminmax);
+  LOOM_IMPL(m, "aminmax.out", aminmax_out);
 }
 
 }  // namespace
