@@ -131,3 +131,24 @@ def test_selection_errors():
         with pytest.raises(type(cpu_err.value)):
             bad("loom")
     check(lambda t: (torch.median(t),), torch.ones(0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_unique(dtype):
+    x = keys((7, 30), dtype)
+    for sorted_ in [True, False]:
+        for inv in [False, True]:
+            for cnt in [False, True]:
+                check(lambda t: torch._unique2(t, sorted=sorted_, return_inverse=inv,
+                                               return_counts=cnt), x)
+    check(lambda t: torch.unique_consecutive(t, return_inverse=True, return_counts=True), x)
+    check(lambda t: torch.unique_consecutive(t, return_inverse=True, dim=1), x)
+    check(lambda t: torch._unique2(t[:0], return_inverse=True, return_counts=True), x)
+    check(lambda t: torch._unique2(t[0, 0], return_inverse=True, return_counts=True), x)
+
+
+def test_unique_keeps_each_nan():
+    nan = float("nan")
+    x = torch.tensor([3.0, nan, 1.0, 3.0, nan, -0.0, 0.0])
+    check(lambda t: torch._unique2(t, return_inverse=True, return_counts=True), x)
+    check(lambda t: torch.unique_consecutive(t, return_counts=True), x)

@@ -1,5 +1,5 @@
 // Sorting on loom: sort, argsort and msort through it, topk, kthvalue,
-// median, nanmedian and mode. Equal keys come out in the CPU's order:
+// median, nanmedian, mode, unique and unique_consecutive. Equal keys come out in the CPU's order:
 // stable where the CPU sorts stably, else in the order of its unstable
 // algorithms. kernels/sort.c sorts each slice along the dim in a
 // workspace per chunk of slices.
@@ -199,9 +199,62 @@ Tensor median_all(const Tensor& self, loom_sort_mode mode) {
 Tensor median(const Tensor& self) { return median_all(self, LOOM_SORT_MEDIAN); }
 Tensor nanmedian(const Tensor& self) { return median_all(self, LOOM_SORT_NANMEDIAN); }
 
+// ---- unique -------------------------------------------------------------
+// Runs of equal elements of `flat` (NaN equals nothing, so each NaN is its
+// own run): the values, each element's run and each run's length.
+std::tuple<Tensor, Tensor, Tensor> runs(const Tensor& flat, const Tensor& order,
+                                        const at::IntArrayRef shape, bool inverse, bool counts) {
+  const int64_t n = flat.numel();
+  Tensor is_new = at::ones({n}, flat.options().dtype(at::kBool));
+  if (n > 1) is_new.slice(0, 1).copy_(at::ne(flat.slice(0, 1), flat.slice(0, 0, n - 1)));
+  Tensor starts = at::nonzero(is_new).squeeze(1);
+  Tensor values = flat.index_select(0, starts);
+  Tensor inv = at::empty({0}, flat.options().dtype(at::kLong));
+  Tensor cnt = at::empty({0}, inv.options());
+  if (inverse) {
+    Tensor run = is_new.cumsum(0, at::kLong).sub_(1);
+    inv = order.defined() ? at::empty({n}, inv.options()).scatter_(0, order, run) : run;
+    inv = inv.view(shape);
+  }
+  if (counts) {
+    Tensor ends = at::cat({starts.slice(0, 1), at::full({1}, n, inv.options())});
+    cnt = ends.sub(starts);
+  }
+  return {values, inv, cnt};
+}
+
+std::tuple<Tensor, Tensor, Tensor> unique2(const Tensor& self, bool /*sorted*/,
+                                           bool return_inverse, bool return_counts) {
+  // Sorted whatever `sorted` says, as the CPU's results are.
+  Tensor flat = self.reshape({-1});
+  if (flat.numel() == 0)
+    return {at::empty({0}, self.options()),
+            return_inverse ? at::empty(self.sizes(), self.options().dtype(at::kLong))
+                           : at::empty({0}, self.options().dtype(at::kLong)),
+            at::empty({0}, self.options().dtype(at::kLong))};
+  auto [sorted, order] = at::sort(flat, /*stable=*/true, 0, false);
+  return runs(sorted, order, self.sizes(), return_inverse, return_counts);
+}
+
+std::tuple<Tensor, Tensor, Tensor> unique_consecutive(const Tensor& self, bool return_inverse,
+                                                      bool return_counts,
+                                                      std::optional<int64_t> dim) {
+  if (dim.has_value() && self.dim() > 0) {  // whole slices compare: on the CPU
+    auto [v, i, c] = at::unique_consecutive(self.cpu(), return_inverse, return_counts, dim);
+    return {v.to(self.device()), i.to(self.device()), c.to(self.device())};
+  }
+  Tensor flat = self.reshape({-1});
+  if (flat.numel() == 0)
+    return {at::empty({0}, self.options()), at::empty({0}, self.options().dtype(at::kLong)),
+            at::empty({0}, self.options().dtype(at::kLong))};
+  return runs(flat, Tensor(), self.sizes(), return_inverse, return_counts);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  LOOM_IMPL(m, "_unique2", unique2);
+  LOOM_IMPL(m, "unique_consecutive", unique_consecutive);
   LOOM_IMPL(m, "kthvalue", kthvalue);
   LOOM_IMPL(m, "kthvalue.values", kthvalue_out);
   LOOM_IMPL(m, "median", median);
