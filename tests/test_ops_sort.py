@@ -152,3 +152,34 @@ def test_unique_keeps_each_nan():
     x = torch.tensor([3.0, nan, 1.0, 3.0, nan, -0.0, 0.0])
     check(lambda t: torch._unique2(t, return_inverse=True, return_counts=True), x)
     check(lambda t: torch.unique_consecutive(t, return_counts=True), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8], ids=str)
+def test_searchsorted_and_bucketize(dtype):
+    g = torch.Generator().manual_seed(3)
+    bd = torch.sort(torch.randint(0, 20, (4, 9), generator=g)).values.to(dtype)
+    v = torch.randint(-2, 22, (4, 6), generator=g).to(dtype)
+    for right in [False, True]:
+        check(lambda b: (torch.searchsorted(b, v.to(b.device), right=right),), bd)
+        check(lambda b: (torch.searchsorted(b[0], v.to(b.device), right=right, out_int32=True),), bd)
+        check(lambda b: (torch.bucketize(v.to(b.device), b[1], right=right),), bd)
+        check(lambda b: (torch.searchsorted(b[2], 7, side="right" if right else "left"),), bd)
+    perm = torch.randperm(9, generator=g)
+    shuffled = bd[:, perm]
+    sorter = torch.argsort(shuffled, stable=True)
+    check(lambda b: (torch.searchsorted(b, v.to(b.device), sorter=sorter.to(b.device)),), shuffled)
+    check(lambda b: (torch.searchsorted(b, v.float().to(b.device)),), bd)   # promoted
+
+
+def test_searchsorted_nan_and_errors():
+    nan = float("nan")
+    bd = torch.tensor([1.0, 2.0, 2.0, 5.0, nan])
+    check(lambda b: (torch.searchsorted(b, torch.tensor([nan, 2.0, 9.0], device=b.device)),), bd)
+    for bad in [lambda d: torch.searchsorted(torch.ones(2, 3, device=d), torch.ones(3, 3, device=d)),
+                lambda d: torch.bucketize(torch.ones(3, device=d), torch.ones(2, 2, device=d)),
+                lambda d: torch.searchsorted(torch.ones(3, device=d), torch.ones(2, device=d),
+                                             side="middle")]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")

@@ -8,6 +8,7 @@
 #include "kernels/factory.h"
 #include "kernels/index.h"
 #include "kernels/index_advanced.h"
+#include "kernels/search.h"
 #include "kernels/sort.h"
 #include "kernels/scan.h"
 #include "loom/status.h"
@@ -221,6 +222,29 @@ static void test_sort_picks(void) {
   }
 }
 
+/* searchsorted: left/right bounds over two rows, NaN past every number,
+ * and a sorter over a shuffled row. */
+static void test_searchsorted(void) {
+  float bd[2][4] = {{1, 2, 2, 5}, {0, 0, 3, NAN}}, v[2][3] = {{2, NAN, 9}, {0, 3, -1}};
+  int64_t out[2][3];
+  loom_tensor t[4] = {t2d(out, LOOM_INT64, 2, 3), t2d(v, LOOM_FLOAT32, 2, 3),
+                      t2d(bd, LOOM_FLOAT32, 2, 4), {.data = NULL}};
+  loom_scalar s[2] = {{.i = 0}, {.i = 3}};
+  CHECK(run(loom_kernel_searchsorted, t, 4, s, 2, 6, 4) == 0);
+  const int64_t left[2][3] = {{1, 4, 4}, {0, 2, 0}}, right[2][3] = {{3, 4, 4}, {2, 4, 0}};
+  CHECK(memcmp(out, left, sizeof out) == 0);
+  s[0].i = 1;
+  CHECK(run(loom_kernel_searchsorted, t, 4, s, 2, 6, 4) == 0);
+  CHECK(memcmp(out, right, sizeof out) == 0);
+  int64_t keys[4] = {5, 1, 3, 2}, order[4] = {1, 3, 2, 0}, q[2] = {3, 6}, pos[2];
+  loom_tensor u[4] = {t1d(pos, LOOM_INT64, 2), t1d(q, LOOM_INT64, 2), t1d(keys, LOOM_INT64, 4),
+                      t1d(order, LOOM_INT64, 4)};
+  s[0].i = 0;
+  s[1].i = 0;
+  CHECK(run(loom_kernel_searchsorted, u, 4, s, 2, 2, 1) == 0);
+  CHECK(pos[0] == 2 && pos[1] == 4);
+}
+
 int main(void) {
   test_scan();
   test_gather_scatter();
@@ -228,6 +252,7 @@ int main(void) {
   test_nonzero();
   test_sort();
   test_sort_picks();
+  test_searchsorted();
   test_factories();
   TEST_MAIN_END();
 }
