@@ -154,3 +154,36 @@ def test_dropout_backward_types_follow_the_cpu(loom, dtype):
     actual = torch.ops.aten.native_dropout_backward(grad.to("loom"), mask.to("loom"), 1.5)
     assert actual.dtype == expected.dtype
     assert torch.equal(actual.cpu(), expected)
+
+
+def test_multinomial_distribution_and_errors(loom):
+    torch.manual_seed(3)
+    p = torch.tensor([[0.1, 0.0, 0.6, 0.3], [1.0, 2.0, 0.0, 1.0]], device="loom")
+    for replacement in [True, False]:
+        s = torch.multinomial(p, 4 if not replacement else 20000, replacement=replacement).cpu()
+        assert s.dtype == torch.long and s.shape == (2, 4 if not replacement else 20000)
+        if replacement:   # frequencies follow the probabilities; zero never drawn
+            freq = torch.stack([torch.bincount(r, minlength=4) for r in s]).double() / 20000
+            expected = p.cpu().double() / p.cpu().double().sum(1, keepdim=True)
+            assert torch.allclose(freq, expected, atol=0.02)
+        else:             # each category once, zero-probability ones last
+            assert all(sorted(r.tolist()) == [0, 1, 2, 3] for r in s)
+            assert s[0, 3].item() == 1 and s[1, 3].item() == 2
+    one = torch.multinomial(torch.tensor([0.0, 0.0, 5.0], device="loom"), 1)
+    assert one.tolist() == [2]
+    for dtype in [torch.float64, torch.float32]:   # 1-d, with replacement
+        r = torch.multinomial(torch.tensor([0.0, 2.0, 0.0], dtype=dtype, device="loom"), 5, True)
+        assert r.tolist() == [1] * 5
+    g = torch.Generator(device="loom").manual_seed(7)
+    a = torch.multinomial(p, 6, replacement=True, generator=g).cpu()
+    g.manual_seed(7)
+    assert torch.equal(a, torch.multinomial(p, 6, replacement=True, generator=g).cpu())
+    for bad in [lambda d: torch.multinomial(torch.ones(1, 1, 1, device=d), 1),
+                lambda d: torch.multinomial(torch.ones(2, dtype=torch.long, device=d), 1),
+                lambda d: torch.multinomial(torch.ones(3, device=d), 4),
+                lambda d: torch.multinomial(torch.zeros(3, device=d), 1),
+                lambda d: torch.multinomial(torch.tensor([-1.0, 2.0], device=d), 1)]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")

@@ -214,9 +214,60 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
   return kept.mul(scale);
 }
 
+// multinomial: without replacement (or for one sample) the CPU's
+// exponential race, argmax / topk of p / q with q ~ Exp(1); with
+// replacement, the first category whose normalised cumulative probability
+// exceeds u ~ U[0, 1).
+at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool replacement,
+                            std::optional<at::Generator> gen, at::Tensor& result) {
+  TORCH_CHECK(result.device() == self.device(),
+              "multinomial arguments must have the same device");
+  TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "multinomial only supports floating-point dtypes for input, got: ", self.scalar_type());
+  TORCH_CHECK(result.scalar_type() == at::kLong, "multinomial expects Long tensor out, got: ",
+              result.scalar_type());
+  TORCH_CHECK(n_sample > 0, "cannot sample n_sample <= 0 samples");
+  const int64_t n = self.size(-1);
+  TORCH_CHECK(replacement || n_sample <= n,
+              "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  TORCH_CHECK(n <= int64_t{1} << 24, "number of categories cannot exceed 2^24");
+  if (self.dim() == 1) result.resize_({n_sample});
+  else result.resize_({self.size(0), n_sample});
+  if (result.numel() == 0) return result;
+  // One read from the device for both checks.
+  at::Tensor sums = self.sum(-1);
+  at::Tensor flags = at::stack({((self.max() < INFINITY) & (self.min() >= 0)).to(at::kLong),
+                                (sums == 0).any().to(at::kLong)}).cpu();
+  TORCH_CHECK(flags[0].item<int64_t>(),
+              "probability tensor contains either `inf`, `nan` or element < 0");
+  TORCH_CHECK(!flags[1].item<int64_t>(),
+              "invalid multinomial distribution (sum of probabilities <= 0)");
+  if (!replacement || n_sample == 1) {
+    at::Tensor q = self / at::empty(self.sizes(), self.options()).exponential_(1, gen);
+    if (n_sample == 1) return at::argmax_out(result, q, -1, /*keepdim=*/true);
+    at::Tensor values = at::empty(result.sizes(), self.options());
+    at::topk_out(values, result, q, n_sample);
+    return result;
+  }
+  at::Tensor cdf = self.to(at::kDouble).cumsum(-1);
+  cdf = cdf / cdf.narrow(-1, n - 1, 1);  // the last is exactly 1
+  at::Tensor u = at::empty(result.sizes(), cdf.options()).uniform_(0, 1, gen);
+  at::searchsorted_out(result, cdf, u, /*out_int32=*/false, /*right=*/true);
+  return result.clamp_max_(n - 1);
+}
+
+at::Tensor multinomial(const at::Tensor& self, int64_t n_sample, bool replacement,
+                       std::optional<at::Generator> gen) {
+  at::Tensor result = at::empty({0}, self.options().dtype(at::kLong));
+  return multinomial_out(self, n_sample, replacement, gen, result);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  LOOM_IMPL(m, "multinomial", multinomial);
+  LOOM_IMPL(m, "multinomial.out", multinomial_out);
   LOOM_IMPL(m, "uniform_", uniform_);
   LOOM_IMPL(m, "normal_", normal_);
   LOOM_IMPL(m, "exponential_", exponential_);
