@@ -282,3 +282,25 @@ def test_nonzero_and_equal(dtype):
     check(lambda d: torch.nonzero(torch.tensor([0.0, -0.0, float("nan"), 1.0], device=d)))
     check(lambda d: torch.tensor(torch.equal(torch.tensor([1, 2], device=d),
                                              torch.tensor([1.0, 2.0], device=d)), device=d))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_masked_scatter_and_isin(dtype):
+    x = make((5, 6), dtype)
+    mask = make((5, 6), torch.bool, seed=1)
+    src = make((7, 6), dtype, seed=2)
+    check(lambda d, t, m, s: t.clone().masked_scatter_(m, s), x, mask, src)
+    check(lambda d, t, m, s: t.masked_scatter(m[0], s), x, mask, src)              # broadcast
+    check(lambda d, t, m, s: t.t().clone().t().masked_scatter_(m, s), x, mask, src)  # strided self
+    check(lambda d, t, m, s: t.clone().masked_scatter_(m, s[:1]), x, mask, src)     # too short
+    check(lambda d, t, m, s: t.clone().masked_scatter_(m.int(), s), x, mask, src)
+    test = make((9,), dtype, seed=3)
+    for invert in [False, True]:
+        check(lambda d, t, u: torch.isin(t, u, invert=invert), x, test)
+    check(lambda d, t, u: torch.isin(t, u[:0]), x, test)
+    if dtype not in (torch.bool, torch.uint8):
+        check(lambda d, t: torch.isin(t, 3), x)
+        check(lambda d, u: torch.isin(3, u), test)
+    if dtype.is_floating_point:
+        nan = torch.tensor([float("nan"), 1.0]).to(dtype)
+        check(lambda d, t, u: torch.isin(t, u), nan, nan)   # NaN is never in

@@ -105,6 +105,23 @@ def test_16_bit_pool_gradients_round_once(dtype, pool):
     torch.testing.assert_close(d.grad.cpu(), x32.grad.to(dtype), rtol=ulp, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_unpool2d(dtype):
+    x = rand(2, 3, 8, 8, dtype=dtype)
+    y, idx = F.max_pool2d(x, 2, return_indices=True)
+    for size in [None, (8, 8), (9, 9)]:
+        kw = {} if size is None else dict(output_size=size)
+        compare(lambda t: F.max_unpool2d(t, idx.to(t.device), 2, **kw), y, dtype)
+    compare(lambda t: F.max_unpool2d(t, idx[0].to(t.device), 2), y[0], dtype)   # 3-d
+    for bad in [lambda d: F.max_unpool2d(y.to(d), idx.to(d).int(), 2),
+                lambda d: F.max_unpool2d(y.to(d), idx[:, :2].to(d), 2),
+                lambda d: F.max_unpool2d(y[0, 0].to(d), idx[0, 0].to(d), 2)]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")
+
+
 @pytest.mark.parametrize("fn", [
     lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 5),
     lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 2, padding=2),

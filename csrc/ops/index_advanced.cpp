@@ -1,6 +1,7 @@
 // Advanced indexing on loom: x[i, j] and x[mask] (aten::index), their
 // assignments x[i] = v and x[i] += v (aten::_index_put_impl_), nonzero,
-// masked_select, take / put_, count_nonzero, repeat_interleave and equal. Index tensors are
+// masked_select, masked_scatter_, take / put_, count_nonzero,
+// repeat_interleave, isin and equal. Index tensors are
 // prepared as the CPU backend prepares them (masks become nonzero's
 // indices, all broadcast together, non-adjacent indexed dims moved to the
 // front) and the checks raise what the CPU raises; kernels/index_advanced.c
@@ -288,6 +289,67 @@ Tensor repeat_interleave(const Tensor& repeats, std::optional<c10::SymInt> outpu
   return mark.slice(0, 0, total).cumsum(0).to(repeats.scalar_type());
 }
 
+// masked_scatter_: the source's leading elements go, in order, to the
+// positions the (broadcast) mask selects.
+Tensor& masked_scatter_(Tensor& self, const Tensor& mask, const Tensor& source) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool,
+              "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+              "masked_scatter: expected self and source to have same dtypes but got",
+              self.scalar_type(), " and ", source.scalar_type());
+  Tensor m = mask.expand(self.sizes()).reshape({-1});
+  Tensor positions = at::nonzero(m).squeeze(1);
+  const int64_t n = positions.numel();
+  TORCH_CHECK(source.numel() >= n, "Number of elements of source < number of ones in mask");
+  if (n == 0) return self;
+  Tensor flat = self.is_contiguous() ? self.view({-1}) : self.contiguous().view({-1});
+  Indices idx;
+  idx.push_back(std::optional<Tensor>(positions));
+  index_put_impl_(flat, idx, source.reshape({-1}).slice(0, 0, n), false, false);
+  if (!flat.is_alias_of(self)) self.copy_(flat.view(self.sizes()));
+  return self;
+}
+
+// isin: each element's lower bound among the sorted test elements, and
+// whether it is there (NaN never is).
+Tensor& isin_out(const Tensor& elements, const Tensor& test, bool /*assume_unique*/, bool invert,
+                 Tensor& out) {
+  for (const Tensor* t : {&elements, &test})
+    TORCH_CHECK(t->scalar_type() != at::kBool,
+                "Unsupported input type encountered for isin(): ", t->scalar_type());
+  at::native::resize_output(out, elements.sizes());
+  if (elements.numel() == 0) return out;
+  if (test.numel() == 0) return out.fill_(invert);
+  const at::ScalarType common = at::result_type(elements, test);
+  Tensor e = elements.to(common), sorted = std::get<0>(at::sort(test.to(common).reshape({-1})));
+  if (sorted.is_floating_point()) {  // NaNs sort last and match nothing: drop them
+    const int64_t numbers = at::isnan(sorted).logical_not().sum().item<int64_t>();
+    if (numbers == 0) return out.fill_(invert);
+    sorted = sorted.slice(0, 0, numbers);
+  }
+  Tensor pos = at::searchsorted(sorted, e.contiguous()).clamp_max_(sorted.numel() - 1);
+  Tensor found = at::eq(sorted.index_select(0, pos.reshape({-1})).view(e.sizes()), e);
+  return out.copy_(invert ? found.logical_not() : found);
+}
+
+Tensor isin_tensors(const Tensor& elements, const Tensor& test, bool assume_unique, bool invert) {
+  Tensor out = at::empty({0}, elements.options().dtype(at::kBool));
+  return isin_out(elements, test, assume_unique, invert, out);
+}
+
+Tensor isin_scalar_test(const Tensor& elements, const at::Scalar& test, bool assume_unique,
+                        bool invert) {
+  return isin_tensors(elements, at::scalar_tensor(test, elements.options().dtype(test.type())),
+              assume_unique, invert);
+}
+
+Tensor isin_scalar_elements(const at::Scalar& element, const Tensor& test, bool assume_unique,
+                            bool invert) {
+  return isin_tensors(at::scalar_tensor(element, test.options().dtype(element.type())), test,
+              assume_unique, invert);
+}
+
 // Values compare after type promotion, as on the CPU.
 bool equal(const Tensor& self, const Tensor& other) {
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different "
@@ -313,6 +375,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "put_", put_);
   LOOM_IMPL(m, "count_nonzero.dim_IntList", count_nonzero_dims);
   LOOM_IMPL(m, "repeat_interleave.Tensor", repeat_interleave);
+  LOOM_IMPL(m, "masked_scatter_", masked_scatter_);
+  LOOM_IMPL(m, "isin.Tensor_Tensor", isin_tensors);
+  LOOM_IMPL(m, "isin.Tensor_Tensor_out", isin_out);
+  LOOM_IMPL(m, "isin.Tensor_Scalar", isin_scalar_test);
+  LOOM_IMPL(m, "isin.Scalar_Tensor", isin_scalar_elements);
 }
 
 }  // namespace torch_loom::index_advanced

@@ -1,7 +1,9 @@
 // 2-d pooling on loom: max_pool2d_with_indices, avg_pool2d,
-// _adaptive_avg_pool2d, adaptive_max_pool2d, and their backward ops. Shapes
-// and argument checks come from running the same op on the meta device, so
-// bad input raises exactly what the CPU raises; kernels/pool.c computes.
+// _adaptive_avg_pool2d, adaptive_max_pool2d, and their backward ops; and
+// max_unpool2d. Shapes and argument checks come from running the same op on
+// the meta device, so bad input raises exactly what the CPU raises;
+// kernels/pool.c computes.
+#include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -193,6 +195,41 @@ Tensor adaptive_max_pool2d_backward(const Tensor& grad_output, const Tensor& sel
                       pool_scalars(LOOM_POOL_ADAPTIVE_MAX, {}, {}, {}, {}, false, std::nullopt));
 }
 
+// max_unpool2d: each value goes to its index in a zeroed output plane.
+Tensor& max_unpool2d_out(const Tensor& self, const Tensor& indices, c10::SymIntArrayRef size,
+                         Tensor& out) {
+  TORCH_CHECK(indices.scalar_type() == at::kLong,
+              "elements in indices should be type int64 but got: ", indices.scalar_type());
+  TORCH_CHECK(size.size() == 2, "There should be exactly two elements (height, width) in "
+              "output_size, but got ", size.size(), " elements.");
+  TORCH_CHECK(self.dim() == 3 || self.dim() == 4, "Input to max_unpooling2d should be a 3d or "
+              "4d Tensor, but got a tensor with ", self.dim(), " dimensions.");
+  TORCH_CHECK(self.sizes() == indices.sizes(), "Expected shape of indices to be same as that of "
+              "the input tensor (", self.sizes(), ") but got indices tensor with shape: ",
+              indices.sizes());
+  for (int64_t i = 1; i < self.dim(); ++i)
+    TORCH_CHECK(self.size(i) > 0, "max_unpooling2d_forward_out_cpu(): Expected input to have "
+                "non-zero size for non-batch dimensions, but got ", self.sizes(),
+                " with dimension ", i, " being empty.");
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "max_unpool2d: expected out dtype ",
+              self.scalar_type(), ", but got ", out.scalar_type());
+  const int64_t oh = size[0].expect_int(), ow = size[1].expect_int();
+  std::vector<int64_t> shape = self.sizes().vec();
+  shape[shape.size() - 2] = oh;
+  shape[shape.size() - 1] = ow;
+  const int64_t planes = self.numel() / std::max<int64_t>(1, self.size(-1) * self.size(-2));
+  Tensor flat = at::zeros({planes, oh * ow}, self.options());
+  if (self.numel() > 0)
+    flat.scatter_(1, indices.reshape({planes, -1}), self.reshape({planes, -1}));
+  at::native::resize_output(out, shape);
+  return out.copy_(flat.view(shape));
+}
+
+Tensor max_unpool2d(const Tensor& self, const Tensor& indices, c10::SymIntArrayRef size) {
+  Tensor out = at::empty({0}, self.options());
+  return max_unpool2d_out(self, indices, size, out);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -202,6 +239,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "avg_pool2d_backward", avg_pool2d_backward);
   LOOM_IMPL(m, "_adaptive_avg_pool2d", adaptive_avg_pool2d);
   LOOM_IMPL(m, "_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
+  LOOM_IMPL(m, "max_unpool2d", max_unpool2d);
+  LOOM_IMPL(m, "max_unpool2d.out", max_unpool2d_out);
   LOOM_IMPL(m, "adaptive_max_pool2d", adaptive_max_pool2d);
   LOOM_IMPL(m, "adaptive_max_pool2d_backward", adaptive_max_pool2d_backward);
 }
