@@ -160,12 +160,14 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
           const int64_t v = ix_value(t1, k * xs, limit, dim, 0);
           if (v < 0) return ix_range_status(op);
           ix_val x = ix_load(t2, sb + k * ss, integral);
-          if (op == LOOM_INDEX_ADD) {
+          if (op == LOOM_INDEX_ADD && reduce == LOOM_INDEX_ASSIGN) { /* index_add: alpha */
             x.f *= scalar.f;
             x.i = (int64_t)((uint64_t)x.i * (uint64_t)args->scalars[2].i);
           }
           ix_apply(t0, db + v * ds, integral,
-                   op == LOOM_INDEX_ADD ? LOOM_INDEX_SUM : LOOM_INDEX_ASSIGN, x);
+                   op == LOOM_INDEX_COPY ? LOOM_INDEX_ASSIGN
+                                         : (reduce == LOOM_INDEX_ASSIGN ? LOOM_INDEX_SUM : reduce),
+                   x);
         }
       }
       return LOOM_OK;

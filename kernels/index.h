@@ -9,7 +9,9 @@
  *   SCATTER: tensors self (updated in place), index, src (data NULL: the
  *            scalar value); range numel(index) / index.size(dim)
  *   INDEX_ADD / INDEX_COPY: tensors self, index (1-d), source;
- *            range numel(source) / source.size(dim)
+ *            range numel(source) / source.size(dim). INDEX_ADD with a
+ *            reduction other than ASSIGN applies it (index_reduce)
+ *            instead of adding alpha * source.
  *   INDEX_FILL: tensors self, index (1-d); range numel(self) / self.size(dim)
  * Writes that may collide (scatter, index_add...) are grouped so that one
  * call owns every write to a destination slice and applies them in index

@@ -112,6 +112,14 @@ def test_select_gather_scatter(dtype):
         check(lambda d, t, i, s: torch.index_add(t, 1, i, s), x, idx, source, **tol)
     check(lambda d, t, i, s: t.clone().index_copy_(1, i, s), x,
           torch.tensor([6, 0, 3, 2]), make((5, 4), dtype, seed=5))
+    if dtype != torch.bool:
+        source = make((5, 4), dtype, seed=4)
+        for reduce in ["prod", "mean", "amax", "amin"]:
+            for include_self in [True, False]:
+                check(lambda d, t, i, s: t.clone().index_reduce_(1, i, s, reduce,
+                                                                  include_self=include_self),
+                      x, idx, source)
+        check(lambda d, t, i, s: t.index_reduce(1, i, s, "sum"), x, idx, source)
     check(lambda d, t, i: t.clone().index_fill_(1, i, 1), x, idx)
     # index_fill counts negative indices from the end, as the CPU does
     check(lambda d, t, i: t.clone().index_fill_(1, i, 1), x, torch.tensor([-1, -7, 2]))

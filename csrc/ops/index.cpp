@@ -260,7 +260,8 @@ at::Tensor& scatter_reduce_two_(at::Tensor& self, int64_t dim, const at::Tensor&
 
 at::Tensor& index_source_impl(const char* name, int op, const at::Tensor& self, int64_t dim,
                               const at::Tensor& index, const at::Tensor& source,
-                              const at::Scalar& alpha, at::Tensor& out) {
+                              const at::Scalar& alpha, at::Tensor& out,
+                              int reduce = LOOM_INDEX_ASSIGN) {
   dim = at::maybe_wrap_dim(dim, self.dim());
   check_index_1d(index, name);
   TORCH_CHECK(self.scalar_type() == source.scalar_type(), name,
@@ -279,8 +280,52 @@ at::Tensor& index_source_impl(const char* name, int op, const at::Tensor& self, 
   if (source.numel() == 0) return out;
   const loom_tensor t[3] = {describe(out, name), describe(index, name), describe(source, name)};
   const int64_t per = source.dim() ? source.size(dim) : 1;
-  launch_index(name, op, dim, t, value_param(alpha, out), 0, source.numel() / per, per, out);
+  launch_index(name, op, dim, t, value_param(alpha, out), reduce, source.numel() / per, per,
+               out);
   return out;
+}
+
+// index_reduce: prod, mean, amax or amin of the source slices into self's;
+// without include_self the touched slices start from the identity.
+at::Tensor& index_reduce_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                             const at::Tensor& source, c10::string_view reduce,
+                             bool include_self, at::Tensor& out) {
+  TORCH_CHECK(reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
+              "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ",
+              reduce, ".");
+  const int op = reduce_of(reduce, true);
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  if (!out.is_same(self)) {
+    at::native::resize_output(out, self.sizes());
+    out.copy_(self);
+  }
+  if (!include_self && index.numel() > 0) {
+    at::Scalar identity = 0;
+    if (op == LOOM_INDEX_PROD) identity = 1;
+    if (op == LOOM_INDEX_AMAX) identity = lowest(self.scalar_type());
+    if (op == LOOM_INDEX_AMIN) identity = highest(self.scalar_type());
+    out.index_fill_(dim, index, identity);
+  }
+  index_source_impl("index_reduce", LOOM_INDEX_ADD, out, dim, index, source, 1, out, op);
+  if (reduce == "mean") {
+    at::Tensor count = include_self ? at::ones_like(out) : at::zeros_like(out);
+    count.index_add_(dim, index, at::ones_like(source));
+    count.masked_fill_(count == 0, 1);
+    if (out.is_floating_point()) out.div_(count);
+    else out.div_(count, "floor");
+  }
+  return out;
+}
+
+at::Tensor index_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                        const at::Tensor& source, c10::string_view reduce, bool include_self) {
+  at::Tensor out = at::empty({0}, self.options());
+  return index_reduce_out(self, dim, index, source, reduce, include_self, out);
+}
+
+at::Tensor& index_reduce_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                          const at::Tensor& source, c10::string_view reduce, bool include_self) {
+  return index_reduce_out(self, dim, index, source, reduce, include_self, self);
 }
 
 at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
@@ -482,6 +527,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "index_add", index_add);
   LOOM_IMPL(m, "index_add.out", index_add_out);
   LOOM_IMPL(m, "index_add_", index_add_);
+  LOOM_IMPL(m, "index_reduce", index_reduce);
+  LOOM_IMPL(m, "index_reduce.out", index_reduce_out);
+  LOOM_IMPL(m, "index_reduce_", index_reduce_);
   LOOM_IMPL(m, "index_copy", index_copy);
   LOOM_IMPL(m, "index_copy.out", index_copy_out);
   LOOM_IMPL(m, "index_copy_", index_copy_);
