@@ -312,3 +312,17 @@ def test_masked_scatter_and_isin(dtype):
     if dtype.is_floating_point:
         nan = torch.tensor([float("nan"), 1.0]).to(dtype)
         check(lambda d, t, u: torch.isin(t, u), nan, nan)   # NaN is never in
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_channel_shuffle_and_unfold_backward(dtype):
+    x = make((2, 6, 3, 4), dtype)
+    check(lambda d, t: torch.nn.functional.channel_shuffle(t, 3), x)
+    check(lambda d, t: torch.nn.functional.channel_shuffle(t.to(memory_format=torch.channels_last), 2), x)
+    check(lambda d, t: torch.nn.functional.channel_shuffle(t, 4), x)      # 6 % 4 != 0
+    check(lambda d, t: torch.nn.functional.channel_shuffle(t[0, 0], 1), x)  # 2-d
+    if dtype.is_floating_point:   # overlapping windows add in window order
+        for dim, size, step in [(3, 2, 1), (2, 2, 2), (1, 4, 1), (3, 1, 3)]:
+            shape = list(x.unfold(dim, size, step).shape)
+            g = make(shape, dtype, seed=5)
+            check(lambda d, g: torch.ops.aten.unfold_backward(g, list(x.shape), dim, size, step), g)

@@ -210,6 +210,23 @@ def test_vector_products(dtype):
           torch.addr(c, y, x, beta=2, alpha=0.5), dtype, 1)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_cross(dtype):
+    a = rand(4, 3, 5, seed=20).to(dtype) * (10 if dtype == torch.int64 else 1)
+    b = rand(1, 3, 5, seed=21).to(dtype) * (10 if dtype == torch.int64 else 1)
+    exact = dtype == torch.int64
+    tol_args = dict(rtol=0, atol=0) if exact else dict(rtol=1e-5, atol=1e-6)
+    for fn in [lambda x, y: torch.linalg.cross(x, y, dim=1), lambda x, y: torch.cross(x, y, dim=1),
+               lambda x, y: torch.linalg.cross(x.transpose(1, 2), y.transpose(1, 2))]:
+        torch.testing.assert_close(fn(a.to("loom"), b.to("loom")).cpu(), fn(a, b), **tol_args)
+    for bad in [lambda d: torch.linalg.cross(a.to(d), a[:, :2].to(d), dim=1),
+                lambda d: torch.linalg.cross(a.to(d), a[0].to(d))]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")
+
+
 def test_einsum():
     a, b = rand(3, 5, 7, seed=27), rand(3, 7, 4, seed=28)
     la, lb = on_loom(a, b)

@@ -187,3 +187,24 @@ def test_multinomial_distribution_and_errors(loom):
             bad("cpu")
         with pytest.raises(type(cpu_err.value)):
             bad("loom")
+
+
+def test_geometric_log_normal_and_normal_out(loom):
+    torch.manual_seed(5)
+    g = torch.empty(200000, device="loom").geometric_(0.25).cpu()
+    assert g.min().item() >= 1 and abs(g.mean().item() - 4.0) < 0.05   # mean 1 / p
+    i = torch.empty(1000, dtype=torch.int64, device="loom").geometric_(0.5).cpu()
+    assert i.dtype == torch.int64 and i.min().item() >= 1
+    ln = torch.empty(200000, device="loom").log_normal_(0.0, 0.5).cpu()
+    assert abs(ln.log().mean().item()) < 0.01 and abs(ln.log().std().item() - 0.5) < 0.01
+    out = torch.empty(0, device="loom")
+    torch.normal(torch.zeros(50000, device="loom"), 2.0, out=out)
+    assert out.shape == (50000,) and abs(out.std().item() - 2.0) < 0.05
+    torch.normal(1.0, torch.full((50000,), 0.5, device="loom"), out=out)
+    assert abs(out.mean().item() - 1.0) < 0.02
+    for bad in [lambda d: torch.empty(3, device=d).geometric_(1.5),
+                lambda d: torch.empty(3, device=d).log_normal_(0, -1)]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")

@@ -1,7 +1,9 @@
 // Random ops drawn on the device from the loom generator (Philox): the
 // output depends only on the seed, the generator's offset and the element
 // index, so it is reproducible and independent of the thread count.
+#include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/result_type.h>
@@ -214,6 +216,43 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
   return kept.mul(scale);
 }
 
+// The out= forms of normal with tensor arguments.
+at::Tensor& into(at::Tensor& out, const at::Tensor& r) {
+  TORCH_CHECK(out.scalar_type() == r.scalar_type(), "normal: expected out dtype ",
+              r.scalar_type(), ", but got ", out.scalar_type());
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
+}
+at::Tensor& normal_tensor_float_out(const at::Tensor& mean, double std,
+                                    std::optional<at::Generator> gen, at::Tensor& out) {
+  return into(out, normal_tensor_float(mean, std, gen));
+}
+at::Tensor& normal_float_tensor_out(double mean, const at::Tensor& std,
+                                    std::optional<at::Generator> gen, at::Tensor& out) {
+  return into(out, normal_float_tensor(mean, std, gen));
+}
+at::Tensor& normal_tensor_tensor_out(const at::Tensor& mean, const at::Tensor& std,
+                                     std::optional<at::Generator> gen, at::Tensor& out) {
+  return into(out, normal_tensor_tensor(mean, std, gen));
+}
+
+// geometric_: the number of Bernoulli(p) trials to the first success,
+// ceil(log(1 - u) / log(1 - p)) for u ~ U[0, 1).
+at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
+  if (self.numel() == 0) return self;
+  at::Tensor u = at::empty(self.sizes(), self.options().dtype(at::kDouble)).uniform_(0, 1, gen);
+  return self.copy_(at::ceil(at::log1p(-u) / std::log1p(-p)));
+}
+
+// log_normal_: exp of normal samples.
+at::Tensor& log_normal_(at::Tensor& self, double mean, double std,
+                        std::optional<at::Generator> gen) {
+  TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
+  check_floating(self, "log_normal_");
+  return normal_(self, mean, std, gen).exp_();
+}
+
 // multinomial: without replacement (or for one sample) the CPU's
 // exponential race, argmax / topk of p / q with q ~ Exp(1); with
 // replacement, the first category whose normalised cumulative probability
@@ -267,6 +306,11 @@ at::Tensor multinomial(const at::Tensor& self, int64_t n_sample, bool replacemen
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "multinomial", multinomial);
+  LOOM_IMPL(m, "normal.Tensor_float_out", normal_tensor_float_out);
+  LOOM_IMPL(m, "normal.float_Tensor_out", normal_float_tensor_out);
+  LOOM_IMPL(m, "normal.Tensor_Tensor_out", normal_tensor_tensor_out);
+  LOOM_IMPL(m, "geometric_", geometric_);
+  LOOM_IMPL(m, "log_normal_", log_normal_);
   LOOM_IMPL(m, "multinomial.out", multinomial_out);
   LOOM_IMPL(m, "uniform_", uniform_);
   LOOM_IMPL(m, "normal_", normal_);

@@ -1,10 +1,11 @@
 // Matrix products on loom: mm, addmm, bmm, baddbmm, addbmm, mv, addmv, dot,
-// vdot, addr (and their out/in-place forms). matmul, linear and einsum are
+// vdot, addr (and their out/in-place forms), and linalg.cross. matmul, linear and einsum are
 // composite in ATen and arrive here as these. Every product is one GEMM
 // launch pair over strided views, so transposed operands (autograd's
 // backward) cost no copy. dtypes the GEMM does not compute (float64,
 // integers, complex) run on the CPU and come back.
 #include <ATen/ExpandUtils.h>
+#include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -180,6 +181,28 @@ Tensor addbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2,
 Tensor& addbmm_(Tensor& self, const Tensor& batch1, const Tensor& batch2,
                 const c10::Scalar& beta, const c10::Scalar& alpha) {
   return addbmm_out(self, batch1, batch2, beta, alpha, self);
+}
+
+// linalg.cross: the three components along dim from products of the
+// (broadcast) inputs; the meta call checks the arguments.
+Tensor& linalg_cross_out(const Tensor& self, const Tensor& other, int64_t dim, Tensor& out) {
+  Tensor m = at::linalg_cross(at::empty(self.sizes(), self.options().device(c10::kMeta)),
+                              at::empty(other.sizes(), other.options().device(c10::kMeta)), dim);
+  check_out_dtype(out, m, "linalg.cross");
+  dim = at::maybe_wrap_dim(dim, m.dim());
+  at::native::resize_output(out, m.sizes());
+  if (out.numel() == 0) return out;
+  Tensor a = self.expand(m.sizes()), b = other.expand(m.sizes());
+  for (int64_t k = 0; k < 3; ++k) {
+    const int64_t i = (k + 1) % 3, j = (k + 2) % 3;
+    out.select(dim, k).copy_(a.select(dim, i) * b.select(dim, j) - a.select(dim, j) * b.select(dim, i));
+  }
+  return out;
+}
+
+Tensor linalg_cross(const Tensor& self, const Tensor& other, int64_t dim) {
+  Tensor out = at::empty({0}, self.options());
+  return linalg_cross_out(self, other, dim, out);
 }
 
 Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2,
@@ -361,6 +384,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "addbmm", addbmm);
   LOOM_IMPL(m, "addbmm.out", addbmm_out);
   LOOM_IMPL(m, "addbmm_", addbmm_);
+  LOOM_IMPL(m, "linalg_cross", linalg_cross);
+  LOOM_IMPL(m, "linalg_cross.out", linalg_cross_out);
   LOOM_IMPL(m, "mv", mv);
   LOOM_IMPL(m, "mv.out", mv_out);
   LOOM_IMPL(m, "addmv", addmv);
