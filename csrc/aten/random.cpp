@@ -263,7 +263,8 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
               "multinomial arguments must have the same device");
   TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
   TORCH_CHECK(at::isFloatingType(self.scalar_type()),
-              "multinomial only supports floating-point dtypes for input, got: ", self.scalar_type());
+              "multinomial only supports floating-point dtypes for input, got: ",
+              self.scalar_type());
   TORCH_CHECK(result.scalar_type() == at::kLong, "multinomial expects Long tensor out, got: ",
               result.scalar_type());
   TORCH_CHECK(n_sample > 0, "cannot sample n_sample <= 0 samples");

@@ -195,7 +195,8 @@ Tensor& linalg_cross_out(const Tensor& self, const Tensor& other, int64_t dim, T
   Tensor a = self.expand(m.sizes()), b = other.expand(m.sizes());
   for (int64_t k = 0; k < 3; ++k) {
     const int64_t i = (k + 1) % 3, j = (k + 2) % 3;
-    out.select(dim, k).copy_(a.select(dim, i) * b.select(dim, j) - a.select(dim, j) * b.select(dim, i));
+    out.select(dim, k).copy_(a.select(dim, i) * b.select(dim, j) -
+                             a.select(dim, j) * b.select(dim, i));
   }
   return out;
 }
