@@ -123,6 +123,31 @@ def test_bf16_conv_transpose_with_bias_rounds_once(dim):
     assert bool(rounded_once(out, exact).all())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kw", [dict(kernel_size=3), dict(kernel_size=(2, 3), dilation=(2, 1),
+                                                            padding=(1, 2), stride=(2, 3))],
+                         ids=["3x3", "strided"])
+def test_unfold_and_fold_match_cpu_bitwise(dtype, kw):
+    x = rand(2, 3, 9, 11, dtype=dtype)
+    for batch in [lambda t: t, lambda t: t[0]]:   # batched and unbatched
+        xc = batch(x).clone().requires_grad_()
+        xl = batch(x).to("loom").requires_grad_()
+        u, ul = F.unfold(xc, **kw), F.unfold(xl, **kw)
+        assert torch.equal(ul.detach().cpu(), u.detach())
+        f, fl = F.fold(u, (9, 11), **kw), F.fold(ul, (9, 11), **kw)  # windows overlap
+        assert torch.equal(fl.detach().cpu(), f.detach())
+        g = rand(*f.shape, dtype=dtype, seed=3)
+        f.backward(g)
+        fl.backward(g.to("loom"))
+        assert torch.equal(xl.grad.cpu(), xc.grad)
+    for bad in [lambda d: F.unfold(torch.ones(1, 1, 2, 2, device=d), 3),
+                lambda d: F.fold(torch.ones(1, 4, 5, device=d), (3, 3), 2)]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")
+
+
 def test_conv_noncontiguous_input():
     x = rand(2, 9, 12, 3).permute(0, 3, 1, 2)  # (2, 3, 9, 12), channels last
     w = rand(5, 3, 3, 3)
