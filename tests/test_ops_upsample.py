@@ -75,3 +75,35 @@ def test_uint8_out_variants_and_errors():
             bad("cpu")
         with pytest.raises(type(cpu_err.value)):
             bad("loom")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample(dtype, mode, padding):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 7, generator=g).to(dtype)
+    grid = (torch.rand(2, 4, 6, 2, generator=g) * 2.6 - 1.3).to(dtype)  # some points outside
+    tol = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),
+           torch.bfloat16: dict(rtol=2e-2, atol=3e-2)}[dtype]
+    # bfloat16 coordinates are computed in float, not rounded to bfloat16 at
+    # every step as the CPU does: compare with the float64 result there
+    # (bicubic sampling runs on the CPU).
+    ref = torch.float64 if dtype == torch.bfloat16 and mode != "bicubic" else dtype
+    for align in [False, True]:
+        xc, gc = x.to(ref).clone().requires_grad_(), grid.to(ref).clone().requires_grad_()
+        xl, gl = x.to("loom").requires_grad_(), grid.to("loom").requires_grad_()
+        yc = F.grid_sample(xc, gc, mode=mode, padding_mode=padding, align_corners=align)
+        yl = F.grid_sample(xl, gl, mode=mode, padding_mode=padding, align_corners=align)
+        torch.testing.assert_close(yl.detach().cpu(), yc.detach().to(dtype), **tol)
+        go = torch.randn(yc.shape, generator=g).to(dtype)
+        yc.backward(go.to(ref))
+        yl.backward(go.to("loom"))
+        torch.testing.assert_close(xl.grad.cpu(), xc.grad.to(dtype), **tol)
+        torch.testing.assert_close(gl.grad.cpu(), gc.grad.to(dtype), **tol)
+    for bad in [lambda d: F.grid_sample(x.to(d), grid[..., :1].to(d), align_corners=False),
+                lambda d: F.grid_sample(x[0].to(d), grid.to(d), align_corners=False)]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")

@@ -1,5 +1,5 @@
 /* Neural-network kernels (softmax, norms, losses, embedding backward,
- * resampling, padding)
+ * resampling, padding, grid sampling)
  * against scalar references; gradients against central differences in
  * fp64; chunking must never change a result. */
 #include <math.h>
@@ -9,6 +9,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/embedding.h"
+#include "kernels/grid_sample.h"
 #include "kernels/loss.h"
 #include "kernels/norm.h"
 #include "kernels/padding.h"
@@ -608,9 +609,37 @@ static void test_padding(void) {
   CHECK(grad[0] == 4 && grad[1] == 1 && grad[2] == 1 && grad[3] == 3);
 }
 
+/* Grid sampling a 2x2 image: the corners with align_corners, the centre
+ * as the mean, a point outside as 0 (zeros) or the edge (border); the
+ * backward spreads a gradient of 1 over the four pixels. */
+static void test_grid_sample(void) {
+  float img[4] = {1, 2, 3, 4}, grid[4][2] = {{-1, -1}, {1, 1}, {0, 0}, {3, 0}}, out[4];
+  const int64_t is[4] = {1, 1, 2, 2}, gs[4] = {1, 1, 4, 2}, os[4] = {1, 1, 1, 4};
+  loom_tensor t[3] = {dense(out, LOOM_FLOAT32, 4, os), dense(img, LOOM_FLOAT32, 4, is),
+                      dense(grid, LOOM_FLOAT32, 4, gs)};
+  loom_scalar s[3] = {{.i = 0}, {.i = 0}, {.i = 1}};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = t,
+                        .num_scalars = 3, .scalars = s, .range = 1, .grain = 1};
+  CHECK(loom_kernel_grid_sample(&a, 0, 1) == 0);
+  CHECK(out[0] == 1 && out[1] == 4 && out[2] == 2.5f && out[3] == 0);
+  s[1].i = 1; /* border */
+  CHECK(loom_kernel_grid_sample(&a, 0, 1) == 0);
+  CHECK(out[3] == 3.0f); /* x clipped to 1, y = 0.5: (2 + 4) / 2 */
+  float go[4] = {0, 0, 1, 0}, gi[4], gg[4][2];
+  loom_tensor b[5] = {dense(gi, LOOM_FLOAT32, 4, is), dense(gg, LOOM_FLOAT32, 4, gs),
+                      dense(go, LOOM_FLOAT32, 4, os), t[1], t[2]};
+  a.tensors = b;
+  a.num_tensors = 5;
+  CHECK(loom_kernel_grid_sample_backward(&a, 0, 1) == 0);
+  CHECK(gi[0] == 0.25f && gi[3] == 0.25f && gg[3][0] == 0 && gg[3][1] == 0);
+  /* (size - 1) / 2 times the image slope: 1 across, 2 down */
+  CHECK(gg[2][0] == 0.5f && gg[2][1] == 1.0f);
+}
+
 int main(void) {
   srand(7);
   test_upsample();
+  test_grid_sample();
   test_padding();
   test_softmax();
   test_softmax_mixed_and_chunking();
