@@ -55,7 +55,7 @@ typedef enum loom_pw_op {
   LOOM_PW_ISINF, LOOM_PW_ISPOSINF, LOOM_PW_ISNEGINF, LOOM_PW_ISFINITE,
   LOOM_PW_SIGNBIT, LOOM_PW_LOGICAL_NOT, LOOM_PW_BITWISE_NOT, LOOM_PW_LGAMMA,
   LOOM_PW_DIGAMMA, LOOM_PW_SINC, LOOM_PW_ANGLE,
-  LOOM_PW_THRESHOLD /* x <= p0 ? p1 : x */, LOOM_PW_LOG_SIGMOID,
+  LOOM_PW_THRESHOLD /* x <= p0 ? p1 : x */, LOOM_PW_LOG_SIGMOID, LOOM_PW_ENTR,
   LOOM_PW_POW_SCALAR /* x ** p0 */, LOOM_PW_RPOW_SCALAR /* p0 ** x */,
   /* binary: a = tensors[1], b = tensors[2] */
   LOOM_PW_ADD /* a + p0*b */, LOOM_PW_SUB /* a - p0*b */, LOOM_PW_MUL,
@@ -67,7 +67,10 @@ typedef enum loom_pw_op {
   LOOM_PW_BITWISE_XOR, LOOM_PW_LSHIFT, LOOM_PW_RSHIFT, LOOM_PW_COPYSIGN,
   LOOM_PW_HYPOT, LOOM_PW_XLOGY, LOOM_PW_LERP_SCALAR /* a + p0*(b-a) */,
   LOOM_PW_CLAMP_MIN_T, LOOM_PW_CLAMP_MAX_T, LOOM_PW_LOGADDEXP, LOOM_PW_LOGADDEXP2,
-  LOOM_PW_HEAVISIDE /* a == 0 ? b : a > 0 */,
+  LOOM_PW_HEAVISIDE /* a == 0 ? b : a > 0 */, LOOM_PW_XLOG1PY,
+  /* xlogy / xlog1py of 16-bit floats: the log rounded to the dtype before
+   * the product, as the CPU computes them */
+  LOOM_PW_XLOGY_BF16, LOOM_PW_XLOGY_F16, LOOM_PW_XLOG1PY_BF16, LOOM_PW_XLOG1PY_F16,
   /* backward: a = grad, b = the forward input (or result where noted) */
   LOOM_PW_THRESHOLD_BACKWARD /* [threshold] */,
   LOOM_PW_SIGMOID_BACKWARD /* b = result */,

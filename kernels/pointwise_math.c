@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <tgmath.h>
 
+#include "kernels/dtype.h"
 #include "kernels/pointwise.h"
 #include "loom/status.h"
 

@@ -103,6 +103,13 @@ def test_unary_special_values():
         v = torch.tensor([-1, 0, 1, 0]).to(dtype)
         check(torch.heaviside, v, torch.tensor([5, 6, 7, 8]).to(dtype))
     check(torch.heaviside, torch.zeros(2), torch.ones(2, dtype=torch.float64))  # dtypes differ
+    check(torch.special.entr, torch.tensor([-1.0, 0.0, 2.0, float("nan"), 0.5]))
+    # 16-bit xlogy / xlog1py round the log before the product, as the CPU
+    for dtype in [torch.float16, torch.bfloat16]:
+        a, b = make((40, 50), dtype, -4, 4), make((40, 50), dtype, 0.01, 6, seed=3)
+        check(torch.xlogy, a, b, exact=True)
+        check(torch.special.xlog1py, a, b, exact=True)
+    check(torch.special.xlog1py, torch.tensor([0.0, 2.0, 0.0]), torch.tensor([float("nan"), 1.0, -1.0]))
     check(torch.logaddexp2, x, torch.full_like(x, float("inf")))
     check(lambda t: torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-2.0), x)
     for dtype in [torch.float16, torch.bfloat16]:

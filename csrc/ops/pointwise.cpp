@@ -79,7 +79,7 @@ const Entry kEntries[] = {
     UF(tanh, TANH), UF(asinh, ASINH), UF(acosh, ACOSH), UF(atanh, ATANH),
     UF(sigmoid, SIGMOID), UF(logit, LOGIT), UF(erf, ERF), UF(erfc, ERFC),
     UF(erfinv, ERFINV), UF(reciprocal, RECIPROCAL), UF(lgamma, LGAMMA),
-    UF(digamma, DIGAMMA), UF(sinc, SINC), UF(angle, ANGLE),
+    UF(digamma, DIGAMMA), UF(sinc, SINC), UF(angle, ANGLE), UF(special_entr, ENTR),
     {"isnan", "-", Shape::kUnaryBool, LOOM_PW_ISNAN, kAll},
     {"isposinf", "- out", Shape::kUnaryBool, LOOM_PW_ISPOSINF, kAll},
     {"isneginf", "- out", Shape::kUnaryBool, LOOM_PW_ISNEGINF, kAll},
@@ -117,6 +117,8 @@ const Entry kEntries[] = {
     BIN(logaddexp2, "- out", LOGADDEXP2, kFloatOnly),
     BIN(heaviside, "- out", HEAVISIDE, kAll),
     {"xlogy", "Tensor OutTensor Scalar_Other", Shape::kBinaryFloat, LOOM_PW_XLOGY, kAll},
+    {"special_xlog1py", "- out self_scalar self_scalar_out other_scalar other_scalar_out",
+     Shape::kBinaryFloat, LOOM_PW_XLOG1PY, kAll},
     BIN(lerp, "Scalar Scalar_out", LERP_SCALAR, kFloatOnly),
     {"lerp", "Tensor Tensor_out", Shape::kTernary, LOOM_PW_LERP, kFloatOnly},
     {"addcmul", "- out", Shape::kTernary, LOOM_PW_ADDCMUL, kNoBool},
@@ -311,6 +313,11 @@ void run_binary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
     const at::Scalar alpha = a.scalar("alpha", 1);
     at::native::alpha_check(common, alpha);
     p[0] = param(alpha, kind);
+  } else if ((e.op == LOOM_PW_XLOGY || e.op == LOOM_PW_XLOG1PY) &&
+             (common == at::kHalf || common == at::kBFloat16)) {
+    const bool bf16 = common == at::kBFloat16;
+    op = e.op == LOOM_PW_XLOGY ? (bf16 ? LOOM_PW_XLOGY_BF16 : LOOM_PW_XLOGY_F16)
+                               : (bf16 ? LOOM_PW_XLOG1PY_BF16 : LOOM_PW_XLOG1PY_F16);
   } else if (e.op == LOOM_PW_LERP_SCALAR) {
     TORCH_CHECK(self.scalar_type() == other.scalar_type(), "expected dtype ",
                 self.scalar_type(), " for `end` but got dtype ", other.scalar_type());
