@@ -280,6 +280,8 @@ def test_nonzero_and_equal(dtype):
     check(lambda d, x: torch.stack(torch.nonzero(x.transpose(0, 2), as_tuple=True)), x)
     check(lambda d, x: torch.nonzero(x[0, 0, 0]), x)             # 0-d
     check(lambda d, x: torch.nonzero(x[:0]), x)
+    for size in [0, 5, 500]:   # truncated or padded
+        check(lambda d, x: torch.nonzero_static(x, size=size, fill_value=-7), x)
     check(lambda d, x: torch.count_nonzero(x, dim=(0, 2)), x)
     check(lambda d, x: torch.tensor(torch.equal(x, x.clone()), device=d), x)
     check(lambda d, x: torch.tensor(torch.equal(x, x[:2]), device=d), x)

@@ -104,6 +104,10 @@ def test_unary_special_values():
         check(torch.heaviside, v, torch.tensor([5, 6, 7, 8]).to(dtype))
     check(torch.heaviside, torch.zeros(2), torch.ones(2, dtype=torch.float64))  # dtypes differ
     check(torch.special.entr, torch.tensor([-1.0, 0.0, 2.0, float("nan"), 0.5]))
+    for p in [1, 3]:
+        check(lambda t: torch.mvlgamma(t, p), make((6, 7), torch.float32, 1.5, 6))
+        check(lambda t: torch.mvlgamma(t, p), torch.arange(2, 9))   # integers: float result
+    check(lambda t: torch.mvlgamma(t, 0), make((3,), torch.float32, 1.5, 6))
     # 16-bit xlogy / xlog1py round the log before the product, as the CPU
     for dtype in [torch.float16, torch.bfloat16]:
         a, b = make((40, 50), dtype, -4, 4), make((40, 50), dtype, 0.01, 6, seed=3)

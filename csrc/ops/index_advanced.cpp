@@ -205,6 +205,27 @@ Tensor& nonzero_out(const Tensor& self, Tensor& out) {
   return out;
 }
 
+// nonzero_static: nonzero's first `size` rows, padded with fill_value.
+Tensor& nonzero_static_out(const Tensor& self, c10::SymInt size_sym, int64_t fill_value,
+                           Tensor& out) {
+  const int64_t size = size_sym.expect_int();
+  TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
+  TORCH_CHECK(out.scalar_type() == at::kLong, "nonzero_static: Expected out tensor to have "
+              "scalar type Long but got scalar type", out.scalar_type());
+  Tensor nz = at::empty({0}, self.options().dtype(at::kLong));
+  nonzero_out(self, nz);
+  at::native::resize_output(out, {size, self.dim()});
+  const int64_t rows = std::min(size, nz.size(0));
+  if (rows > 0) out.narrow(0, 0, rows).copy_(nz.narrow(0, 0, rows));
+  if (rows < size) out.narrow(0, rows, size - rows).fill_(fill_value);
+  return out;
+}
+
+Tensor nonzero_static(const Tensor& self, c10::SymInt size, int64_t fill_value) {
+  Tensor out = at::empty({0}, self.options().dtype(at::kLong));
+  return nonzero_static_out(self, size, fill_value, out);
+}
+
 Tensor nonzero(const Tensor& self) {
   Tensor out = at::empty({0}, self.options().dtype(at::kLong));
   return nonzero_out(self, out);
@@ -367,6 +388,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "_index_put_impl_", index_put_impl_);
   LOOM_IMPL(m, "nonzero", nonzero);
   LOOM_IMPL(m, "nonzero.out", nonzero_out);
+  LOOM_IMPL(m, "nonzero_static", nonzero_static);
+  LOOM_IMPL(m, "nonzero_static.out", nonzero_static_out);
   LOOM_IMPL(m, "masked_select", masked_select_get);
   LOOM_IMPL(m, "masked_select.out", masked_select_out);
   LOOM_IMPL(m, "equal", equal);

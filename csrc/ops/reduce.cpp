@@ -1,10 +1,10 @@
-// Reductions on loom: sum, mean, nansum, prod, max/min (values and
-// indices), amax/amin (and aminmax), argmax/argmin, var/std (and with mean), norm,
-// logsumexp, all/any. The adapter resolves dims, output shape and dtype as
-// the CPU backend does, presents the input with the reduced dims last and
-// launches loom_kernel_reduce; a large reduction into few outputs runs in
-// two launches (per-part partials, then an ordered combine), so the result
-// never depends on the thread count.
+// Reductions on loom: sum, mean, nansum, prod, max/min (values and indices),
+// amax/amin (and aminmax), argmax/argmin, var/std (and with mean), norm,
+// logsumexp, all/any; and mvlgamma (a sum of lgammas). The adapter resolves
+// dims, output shape and dtype as the CPU backend does, presents the input
+// with the reduced dims last and launches loom_kernel_reduce; a large
+// reduction into few outputs runs in two launches (per-part partials, then
+// an ordered combine), so the result never depends on the thread count.
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/Resize.h>
@@ -375,8 +375,26 @@ std::tuple<at::Tensor, at::Tensor> aminmax(const at::Tensor& self, std::optional
   return {min, max};
 }
 
+// mvlgamma: sum_i lgamma(x - i / 2) over i < p, plus p (p - 1) / 4 log(pi),
+// as the CPU composes it.
+at::Tensor& mvlgamma_out(const at::Tensor& self, int64_t p, at::Tensor& out) {
+  TORCH_CHECK(p >= 1, "p has to be greater than or equal to 1");
+  const at::ScalarType type = at::isIntegralType(self.scalar_type(), /*includeBool=*/true)
+                                  ? at::typeMetaToScalarType(c10::get_default_dtype())
+                                  : self.scalar_type();
+  at::Tensor args = at::arange(-p * 0.5 + 0.5, 0.5, 0.5, self.options().dtype(type))
+                        .add(self.unsqueeze(-1));
+  const double p2_sub_p = static_cast<double>(p * (p - 1));
+  at::Tensor r = args.lgamma_().sum(-1).add_(p2_sub_p * std::log(M_PI) * 0.25);
+  TORCH_CHECK(out.scalar_type() == r.scalar_type(), "mvlgamma: expected out dtype ",
+              r.scalar_type(), ", but got ", out.scalar_type());
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const Entry& e : kEntries) register_entry(m, e);
+  LOOM_IMPL(m, "mvlgamma.out", mvlgamma_out);
   LOOM_IMPL(m, "aminmax", aminmax);
   LOOM_IMPL(m, "aminmax.out", aminmax_out);
 }
