@@ -56,6 +56,7 @@ typedef enum loom_pw_op {
   LOOM_PW_SIGNBIT, LOOM_PW_LOGICAL_NOT, LOOM_PW_BITWISE_NOT, LOOM_PW_LGAMMA,
   LOOM_PW_DIGAMMA, LOOM_PW_SINC, LOOM_PW_ANGLE,
   LOOM_PW_THRESHOLD /* x <= p0 ? p1 : x */, LOOM_PW_LOG_SIGMOID, LOOM_PW_ENTR,
+  LOOM_PW_POLYGAMMA /* [.i n >= 1] */,
   LOOM_PW_POW_SCALAR /* x ** p0 */, LOOM_PW_RPOW_SCALAR /* p0 ** x */,
   /* binary: a = tensors[1], b = tensors[2] */
   LOOM_PW_ADD /* a + p0*b */, LOOM_PW_SUB /* a - p0*b */, LOOM_PW_MUL,

@@ -104,6 +104,12 @@ def test_unary_special_values():
         check(torch.heaviside, v, torch.tensor([5, 6, 7, 8]).to(dtype))
     check(torch.heaviside, torch.zeros(2), torch.ones(2, dtype=torch.float64))  # dtypes differ
     check(torch.special.entr, torch.tensor([-1.0, 0.0, 2.0, float("nan"), 0.5]))
+    for n in [0, 1, 2, 3, 4]:   # digamma, trigamma, then the Hurwitz zeta function
+        for dtype in [torch.float32, torch.float64]:
+            check(lambda t: torch.polygamma(n, t), make((6, 7), dtype, -2.5, 8))
+        check(lambda t: torch.polygamma(n, t), torch.arange(-2, 5))   # poles, integers
+        check(lambda t: t.clone().polygamma_(n), make((4,), torch.float32, 0.5, 3))
+    check(lambda t: torch.polygamma(-1, t), make((4,), torch.float32))
     for p in [1, 3]:
         check(lambda t: torch.mvlgamma(t, p), make((6, 7), torch.float32, 1.5, 6))
         check(lambda t: torch.mvlgamma(t, p), torch.arange(2, 9))   # integers: float result
