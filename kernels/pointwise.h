@@ -72,6 +72,7 @@ typedef enum loom_pw_op {
   /* xlogy / xlog1py of 16-bit floats: the log rounded to the dtype before
    * the product, as the CPU computes them */
   LOOM_PW_XLOGY_BF16, LOOM_PW_XLOGY_F16, LOOM_PW_XLOG1PY_BF16, LOOM_PW_XLOG1PY_F16,
+  LOOM_PW_ZETA /* Hurwitz zeta(a, b) */,
   /* backward: a = grad, b = the forward input (or result where noted) */
   LOOM_PW_THRESHOLD_BACKWARD /* [threshold] */,
   LOOM_PW_SIGMOID_BACKWARD /* b = result */,

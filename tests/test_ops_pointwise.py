@@ -110,6 +110,8 @@ def test_unary_special_values():
         check(lambda t: torch.polygamma(n, t), torch.arange(-2, 5))   # poles, integers
         check(lambda t: t.clone().polygamma_(n), make((4,), torch.float32, 0.5, 3))
     check(lambda t: torch.polygamma(-1, t), make((4,), torch.float32))
+    check(torch.special.zeta, make((5, 6), torch.float32, 0.5, 5), make((5, 6), torch.float32, -2, 4, seed=2))
+    check(torch.special.zeta, torch.tensor([2.0, 1.0, 0.5, 3.0]), torch.tensor([1.0, 2.0, 3.0, -2.0]))
     for p in [1, 3]:
         check(lambda t: torch.mvlgamma(t, p), make((6, 7), torch.float32, 1.5, 6))
         check(lambda t: torch.mvlgamma(t, p), torch.arange(2, 9))   # integers: float result

@@ -160,6 +160,14 @@ def test_aminmax_and_empty_inputs(dtype):
         check(fn, empty)   # the empty dim may stay, never be reduced
 
 
+def test_trace():
+    for dtype in FLOATS + INTS:
+        check(torch.trace, make((5, 7), dtype))
+        check(lambda t: torch.trace(t.t()), make((5, 7), dtype))
+    check(torch.trace, make((3,), torch.float32))
+    check(torch.trace, make((3, 3), torch.bool))
+
+
 def test_reduction_errors():
     x = make((3, 4), torch.float32)
     check(torch.sum, x, 2)                       # invalid dim -> IndexError

@@ -119,6 +119,8 @@ const Entry kEntries[] = {
     {"xlogy", "Tensor OutTensor Scalar_Other", Shape::kBinaryFloat, LOOM_PW_XLOGY, kAll},
     {"special_xlog1py", "- out self_scalar self_scalar_out other_scalar other_scalar_out",
      Shape::kBinaryFloat, LOOM_PW_XLOG1PY, kAll},
+    {"special_zeta", "- out self_scalar self_scalar_out other_scalar other_scalar_out",
+     Shape::kBinaryFloat, LOOM_PW_ZETA, kNoBool},
     BIN(lerp, "Scalar Scalar_out", LERP_SCALAR, kFloatOnly),
     {"lerp", "Tensor Tensor_out", Shape::kTernary, LOOM_PW_LERP, kFloatOnly},
     {"addcmul", "- out", Shape::kTernary, LOOM_PW_ADDCMUL, kNoBool},

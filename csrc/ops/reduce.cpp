@@ -1,10 +1,10 @@
 // Reductions on loom: sum, mean, nansum, prod, max/min (values and indices),
 // amax/amin (and aminmax), argmax/argmin, var/std (and with mean), norm,
-// logsumexp, all/any; and mvlgamma (a sum of lgammas). The adapter resolves
-// dims, output shape and dtype as the CPU backend does, presents the input
-// with the reduced dims last and launches loom_kernel_reduce; a large
-// reduction into few outputs runs in two launches (per-part partials, then
-// an ordered combine), so the result never depends on the thread count.
+// logsumexp, all/any; and mvlgamma (a sum of lgammas) and trace. The adapter
+// resolves dims, output shape and dtype as the CPU backend does, presents
+// the input with the reduced dims last and launches loom_kernel_reduce; a
+// large reduction into few outputs runs in two launches (per-part partials,
+// then an ordered combine), so the result never depends on the thread count.
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/Resize.h>
@@ -392,8 +392,17 @@ at::Tensor& mvlgamma_out(const at::Tensor& self, int64_t p, at::Tensor& out) {
   return out.copy_(r);
 }
 
+// trace: the sum of the diagonal, with sum's integer promotion.
+at::Tensor trace(const at::Tensor& self) {
+  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool,
+                              "\"trace\" not implemented for 'Bool'");
+  return self.diagonal().sum();
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const Entry& e : kEntries) register_entry(m, e);
+  LOOM_IMPL(m, "trace", trace);
   LOOM_IMPL(m, "mvlgamma.out", mvlgamma_out);
   LOOM_IMPL(m, "aminmax", aminmax);
   LOOM_IMPL(m, "aminmax.out", aminmax_out);
