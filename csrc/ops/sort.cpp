@@ -51,17 +51,21 @@ void check_sortable(const Tensor& self, const char* op) {
   TORCH_CHECK(!self.is_complex(), op, "(): input tensor must be of non-complex type");
 }
 
+// The dtypes of the values / indices out= tensors.
+void check_outs(const Tensor& self, const Tensor& values, const Tensor& indices) {
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(), "Expected out tensor to have dtype ",
+              self.scalar_type(), ", but got ", values.scalar_type(), " instead");
+  TORCH_CHECK(indices.scalar_type() == at::kLong,
+              "Expected out tensor to have dtype long int, but got ", indices.scalar_type(),
+              " instead");
+}
+
 std::tuple<Tensor&, Tensor&> sort_out(const Tensor& self, std::optional<bool> stable,
                                       int64_t dim, bool descending, Tensor& values,
                                       Tensor& indices) {
   check_sortable(self, "sort");
   dim = at::maybe_wrap_dim(dim, self.dim());
-  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
-              "Expected out tensor to have dtype ", self.scalar_type(), ", but got ",
-              values.scalar_type(), " instead");
-  TORCH_CHECK(indices.scalar_type() == at::kLong,
-              "Expected out tensor to have dtype long int, but got ", indices.scalar_type(),
-              " instead");
+  check_outs(self, values, indices);
   at::native::resize_output(values, self.sizes());
   at::native::resize_output(indices, self.sizes());
   const int64_t n = self.dim() ? self.size(dim) : 1;
@@ -93,12 +97,7 @@ std::tuple<Tensor&, Tensor&> topk_out(const Tensor& self, int64_t k, int64_t dim
   const int64_t n = self.dim() ? self.size(dim) : 1;
   TORCH_CHECK(k >= 0 && k <= n, "selected index k out of range");
   check_sortable(self, "topk");
-  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
-              "Expected out tensor to have dtype ", self.scalar_type(), ", but got ",
-              values.scalar_type(), " instead");
-  TORCH_CHECK(indices.scalar_type() == at::kLong,
-              "Expected out tensor to have dtype long int, but got ", indices.scalar_type(),
-              " instead");
+  check_outs(self, values, indices);
   std::vector<int64_t> shape = self.sizes().vec();
   if (self.dim()) shape[dim] = k;
   at::native::resize_output(values, shape);
@@ -130,10 +129,7 @@ std::tuple<Tensor&, Tensor&> pick_out(const char* op, loom_sort_mode mode, const
     TORCH_CHECK_INDEX(n > 0, mode == LOOM_SORT_MODE ? "mode" : "median",
                       "(): Expected reduction dim ", dim, " to have non-zero size.");
   }
-  TORCH_CHECK(values.scalar_type() == self.scalar_type(), op, "(): Expected out tensor to have "
-              "dtype ", self.scalar_type(), ", but got ", values.scalar_type(), " instead");
-  TORCH_CHECK(indices.scalar_type() == at::kLong, op, "(): Expected out tensor to have dtype "
-              "long int, but got ", indices.scalar_type(), " instead");
+  check_outs(self, values, indices);
   std::vector<int64_t> shape = self.sizes().vec();
   if (self.dim()) shape[dim] = 1;
   Tensor v = at::empty(shape, self.options()), i = at::empty(shape, indices.options());
