@@ -215,6 +215,23 @@ at::Scalar highest(at::ScalarType t) {
   }
 }
 
+// The identity of a reduction: where touched slots start without
+// include_self.
+at::Scalar identity_of(int op, at::ScalarType type) {
+  if (op == LOOM_INDEX_PROD) return 1;
+  if (op == LOOM_INDEX_AMAX) return lowest(type);
+  if (op == LOOM_INDEX_AMIN) return highest(type);
+  return 0;
+}
+
+// mean's division by the number of contributions (plus self's), given
+// those counts; untouched slots keep their value.
+void divide_by_counts(at::Tensor& out, at::Tensor& count) {
+  count.masked_fill_(count == 0, 1);
+  if (out.is_floating_point()) out.div_(count);
+  else out.div_(count, "floor");
+}
+
 // scatter_reduce.two: without include_self the touched slots start from the
 // reduction's identity; mean divides by the number of contributions.
 at::Tensor& scatter_reduce_two_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
@@ -229,20 +246,14 @@ at::Tensor& scatter_reduce_two_out(const at::Tensor& self, int64_t dim, const at
     out.copy_(self);
   }
   if (index.numel() == 0) return out;
-  if (!include_self) {
-    at::Scalar identity = 0;
-    if (op == LOOM_INDEX_PROD) identity = 1;
-    if (op == LOOM_INDEX_AMAX) identity = lowest(self.scalar_type());
-    if (op == LOOM_INDEX_AMIN) identity = highest(self.scalar_type());
-    scatter_into("scatter_reduce", out, dim, index, std::nullopt, identity, LOOM_INDEX_ASSIGN);
-  }
+  if (!include_self)
+    scatter_into("scatter_reduce", out, dim, index, std::nullopt,
+                 identity_of(op, self.scalar_type()), LOOM_INDEX_ASSIGN);
   scatter_into("scatter_reduce", out, dim, index, src, 0, op);
   if (reduce == "mean") {
     at::Tensor count = include_self ? at::ones_like(out) : at::zeros_like(out);
     count.scatter_add_(dim, index, at::ones_like(src));
-    count.masked_fill_(count == 0, 1);
-    if (out.is_floating_point()) out.div_(count);
-    else out.div_(count, "floor");
+    divide_by_counts(out, count);
   }
   return out;
 }
@@ -299,20 +310,13 @@ at::Tensor& index_reduce_out(const at::Tensor& self, int64_t dim, const at::Tens
     at::native::resize_output(out, self.sizes());
     out.copy_(self);
   }
-  if (!include_self && index.numel() > 0) {
-    at::Scalar identity = 0;
-    if (op == LOOM_INDEX_PROD) identity = 1;
-    if (op == LOOM_INDEX_AMAX) identity = lowest(self.scalar_type());
-    if (op == LOOM_INDEX_AMIN) identity = highest(self.scalar_type());
-    out.index_fill_(dim, index, identity);
-  }
+  if (!include_self && index.numel() > 0)
+    out.index_fill_(dim, index, identity_of(op, self.scalar_type()));
   index_source_impl("index_reduce", LOOM_INDEX_ADD, out, dim, index, source, 1, out, op);
   if (reduce == "mean") {
     at::Tensor count = include_self ? at::ones_like(out) : at::zeros_like(out);
     count.index_add_(dim, index, at::ones_like(source));
-    count.masked_fill_(count == 0, 1);
-    if (out.is_floating_point()) out.div_(count);
-    else out.div_(count, "floor");
+    divide_by_counts(out, count);
   }
   return out;
 }
