@@ -1,7 +1,7 @@
 /* Resampling with the CPU backend's index and weight arithmetic: source
  * indices in float (nearest always, linear for float32 and the 16-bit
- * floats), linear weights in the opmath type, rounded to the tensor's
- * dtype in the forward as the CPU stores them. */
+ * floats), linear weights in the opmath type and, where the CPU's generic
+ * kernel stores them so, rounded to the tensor's dtype in the forward. */
 #include "kernels/upsample.h"
 
 #include <math.h>
