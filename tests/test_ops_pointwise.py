@@ -86,6 +86,13 @@ def test_unary(name, dtype):
         check(lambda t: fn(t, out=torch.empty(0, dtype=t.dtype, device=t.device)), x)
 
 
+def test_sgn_gradient_is_zero():
+    # autograd's zero gradient comes from _efficientzerotensor
+    x = torch.randn(5, device="loom", requires_grad=True)
+    torch.sgn(x).sum().backward()
+    assert x.grad.device.type == "loom" and not x.grad.cpu().any()
+
+
 def test_unary_special_values():
     x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1.5, -2.5, 2.5])
     for name in ["abs", "neg", "sign", "floor", "ceil", "round", "trunc", "isnan", "isinf",

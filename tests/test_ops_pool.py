@@ -105,6 +105,13 @@ def test_16_bit_pool_gradients_round_once(dtype, pool):
     torch.testing.assert_close(d.grad.cpu(), x32.grad.to(dtype), rtol=ulp, atol=1e-6)
 
 
+def test_avg_pool2d_out():
+    x = rand(2, 3, 7, 9)
+    out = torch.empty(0, device="loom")
+    torch._C._nn.avg_pool2d(x.to("loom"), 2, out=out)
+    torch.testing.assert_close(out.cpu(), F.avg_pool2d(x, 2), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_max_unpool2d(dtype):
     x = rand(2, 3, 8, 8, dtype=dtype)

@@ -144,6 +144,7 @@ def test_unique(dtype):
     check(lambda t: torch.unique_consecutive(t, return_inverse=True, return_counts=True), x)
     check(lambda t: torch.unique_consecutive(t, return_inverse=True, dim=1), x)
     check(lambda t: torch._unique2(t[:0], return_inverse=True, return_counts=True), x)
+    check(lambda t: torch._unique(t, return_inverse=True), x)
     check(lambda t: torch._unique2(t[0, 0], return_inverse=True, return_counts=True), x)
 
 

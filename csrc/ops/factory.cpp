@@ -151,7 +151,18 @@ void cummin_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indic
   launch_scan("cummin", LOOM_SCAN_CUMMIN, self, at::maybe_wrap_dim(dim, self.dim()), values, indices);
 }
 
+// Autograd's zero gradients (sgn's, for one): plain zeros on loom, which
+// has no storage-free zero tensors.
+at::Tensor efficient_zero_tensor(c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype,
+                                 std::optional<at::Layout> layout,
+                                 std::optional<at::Device> device,
+                                 std::optional<bool> pin_memory) {
+  return at::zeros_symint(size, at::TensorOptions().dtype(dtype).layout(layout).device(device)
+                                    .pinned_memory(pin_memory));
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  LOOM_IMPL(m, "_efficientzerotensor", efficient_zero_tensor);
   LOOM_IMPL(m, "arange.start_out", arange_out);
   LOOM_IMPL(m, "linspace.out", linspace_out);
   LOOM_IMPL(m, "logspace.out", logspace_out);

@@ -140,6 +140,16 @@ Tensor avg_pool2d(const Tensor& self, c10::IntArrayRef k, c10::IntArrayRef s,
   return out;
 }
 
+Tensor& avg_pool2d_out(const Tensor& self, c10::IntArrayRef k, c10::IntArrayRef s,
+                       c10::IntArrayRef p, bool ceil_mode, bool include_pad,
+                       std::optional<int64_t> divisor, Tensor& out) {
+  Tensor r = torch_loom::avg_pool2d(self, k, s, p, ceil_mode, include_pad, divisor);
+  TORCH_CHECK(out.scalar_type() == r.scalar_type(), "avg_pool2d: expected out dtype ",
+              r.scalar_type(), ", but got ", out.scalar_type());
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
+}
+
 Tensor avg_pool2d_backward(const Tensor& grad_output, const Tensor& self,
                            c10::IntArrayRef k, c10::IntArrayRef s, c10::IntArrayRef p,
                            bool ceil_mode, bool include_pad,
@@ -236,6 +246,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "max_pool2d_with_indices", max_pool2d_with_indices);
   LOOM_IMPL(m, "max_pool2d_with_indices_backward", max_pool2d_with_indices_backward);
   LOOM_IMPL(m, "avg_pool2d", avg_pool2d);
+  LOOM_IMPL(m, "avg_pool2d.out", avg_pool2d_out);
   LOOM_IMPL(m, "avg_pool2d_backward", avg_pool2d_backward);
   LOOM_IMPL(m, "_adaptive_avg_pool2d", adaptive_avg_pool2d);
   LOOM_IMPL(m, "_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);

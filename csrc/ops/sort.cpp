@@ -232,6 +232,12 @@ std::tuple<Tensor, Tensor, Tensor> unique2(const Tensor& self, bool /*sorted*/,
   return runs(sorted, order, self.sizes(), return_inverse, return_counts);
 }
 
+// The older unique: values and inverse, no counts.
+std::tuple<Tensor, Tensor> unique_old(const Tensor& self, bool sorted, bool return_inverse) {
+  auto [values, inverse, counts] = unique2(self, sorted, return_inverse, false);
+  return {values, inverse};
+}
+
 std::tuple<Tensor, Tensor, Tensor> unique_consecutive(const Tensor& self, bool return_inverse,
                                                       bool return_counts,
                                                       std::optional<int64_t> dim) {
@@ -250,6 +256,7 @@ std::tuple<Tensor, Tensor, Tensor> unique_consecutive(const Tensor& self, bool r
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "_unique2", unique2);
+  LOOM_IMPL(m, "_unique", unique_old);
   LOOM_IMPL(m, "unique_consecutive", unique_consecutive);
   LOOM_IMPL(m, "kthvalue", kthvalue);
   LOOM_IMPL(m, "kthvalue.values", kthvalue_out);
