@@ -1,6 +1,7 @@
 // Status -> exception, tensor -> descriptor, launch on the current stream.
 #include "common.h"
 
+#include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 
 #include <string>
@@ -92,6 +93,22 @@ void launch(const char* name, loom_kernel_fn fn,
   // ATen kernels never wait for the host: a tiny one may run right here.
   desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
   check(loom_launch(current_stream(device), &desc), name);
+}
+
+at::Tensor meta_like(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+void check_out_dtype(const at::Tensor& out, const at::Tensor& like, const char* op) {
+  TORCH_CHECK(out.scalar_type() == like.scalar_type(), op,
+              ": expected out tensor to have dtype ", like.scalar_type(),
+              ", but got ", out.scalar_type(), " instead");
+}
+
+at::Tensor& copy_to_out(at::Tensor& out, const at::Tensor& r, const char* op) {
+  check_out_dtype(out, r, op);
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
 }
 
 }  // namespace torch_loom

@@ -42,6 +42,17 @@ void launch(const char* name, loom_kernel_fn fn,
             c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
             c10::DeviceIndex device = -1);
 
+// An empty tensor on the meta device with `t`'s sizes, strides and dtype:
+// running an op on it checks the arguments and sizes the result exactly as
+// the CPU backend does, without computing.
+at::Tensor meta_like(const at::Tensor& t);
+
+// out= arguments: the dtype check the CPU backend makes ("op: expected out
+// tensor to have dtype ..."), and an out= form built on the functional
+// result `r` (checked, resized into, copied to).
+void check_out_dtype(const at::Tensor& out, const at::Tensor& like, const char* op);
+at::Tensor& copy_to_out(at::Tensor& out, const at::Tensor& r, const char* op);
+
 inline loom_scalar scalar_i(int64_t v) { loom_scalar s; s.i = v; return s; }
 inline loom_scalar scalar_f(double v) { loom_scalar s; s.f = v; return s; }
 

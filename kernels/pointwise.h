@@ -69,9 +69,10 @@ typedef enum loom_pw_op {
   LOOM_PW_HYPOT, LOOM_PW_XLOGY, LOOM_PW_LERP_SCALAR /* a + p0*(b-a) */,
   LOOM_PW_CLAMP_MIN_T, LOOM_PW_CLAMP_MAX_T, LOOM_PW_LOGADDEXP, LOOM_PW_LOGADDEXP2,
   LOOM_PW_HEAVISIDE /* a == 0 ? b : a > 0 */, LOOM_PW_XLOG1PY,
-  /* xlogy / xlog1py of 16-bit floats: the log rounded to the dtype before
-   * the product, as the CPU computes them */
-  LOOM_PW_XLOGY_BF16, LOOM_PW_XLOGY_F16, LOOM_PW_XLOG1PY_BF16, LOOM_PW_XLOG1PY_F16,
+  /* xlogy (p0 = 0) / xlog1py (p0 = 1) of float16 (p1 = 0) or bfloat16
+   * (p1 = 1): the log rounded to the dtype before the product, as the CPU
+   * computes them */
+  LOOM_PW_XLOGY_16BIT /* [log1p, bf16] */,
   LOOM_PW_ZETA /* Hurwitz zeta(a, b) */,
   /* backward: a = grad, b = the forward input (or result where noted) */
   LOOM_PW_THRESHOLD_BACKWARD /* [threshold] */,

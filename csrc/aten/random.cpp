@@ -217,23 +217,17 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
 }
 
 // The out= forms of normal with tensor arguments.
-at::Tensor& into(at::Tensor& out, const at::Tensor& r) {
-  TORCH_CHECK(out.scalar_type() == r.scalar_type(), "normal: expected out dtype ",
-              r.scalar_type(), ", but got ", out.scalar_type());
-  at::native::resize_output(out, r.sizes());
-  return out.copy_(r);
-}
 at::Tensor& normal_tensor_float_out(const at::Tensor& mean, double std,
                                     std::optional<at::Generator> gen, at::Tensor& out) {
-  return into(out, normal_tensor_float(mean, std, gen));
+  return copy_to_out(out, normal_tensor_float(mean, std, gen), "normal");
 }
 at::Tensor& normal_float_tensor_out(double mean, const at::Tensor& std,
                                     std::optional<at::Generator> gen, at::Tensor& out) {
-  return into(out, normal_float_tensor(mean, std, gen));
+  return copy_to_out(out, normal_float_tensor(mean, std, gen), "normal");
 }
 at::Tensor& normal_tensor_tensor_out(const at::Tensor& mean, const at::Tensor& std,
                                      std::optional<at::Generator> gen, at::Tensor& out) {
-  return into(out, normal_tensor_tensor(mean, std, gen));
+  return copy_to_out(out, normal_tensor_tensor(mean, std, gen), "normal");
 }
 
 // geometric_: the number of Bernoulli(p) trials to the first success,

@@ -33,15 +33,10 @@ int64_t windows(int64_t size, int i, at::IntArrayRef k, at::IntArrayRef d, at::I
   return (size + 2 * p[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1;
 }
 
-Tensor meta_like(const Tensor& t) {
-  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-}
-
 Tensor& im2col_out(const Tensor& self, at::IntArrayRef k, at::IntArrayRef d, at::IntArrayRef p,
                    at::IntArrayRef s, Tensor& out) {
   Tensor m = at::im2col(meta_like(self), k, d, p, s);
-  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "im2col: expected out dtype ",
-              self.scalar_type(), ", but got ", out.scalar_type());
+  check_out_dtype(out, self, "im2col");
   at::native::resize_output(out, m.sizes());
   if (out.numel() == 0) return out;
   const Tensor x = self.dim() == 3 ? self.unsqueeze(0) : self;
@@ -69,8 +64,7 @@ Tensor im2col(const Tensor& self, at::IntArrayRef k, at::IntArrayRef d, at::IntA
 Tensor& col2im_out(const Tensor& self, c10::SymIntArrayRef size, at::IntArrayRef k,
                    at::IntArrayRef d, at::IntArrayRef p, at::IntArrayRef s, Tensor& out) {
   Tensor m = at::col2im_symint(meta_like(self), size, k, d, p, s);
-  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "col2im: expected out dtype ",
-              self.scalar_type(), ", but got ", out.scalar_type());
+  check_out_dtype(out, self, "col2im");
   at::native::resize_output(out, m.sizes());
   if (out.numel() == 0) return out;
   const Tensor cols = self.dim() == 2 ? self.unsqueeze(0) : self;

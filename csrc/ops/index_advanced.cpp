@@ -131,16 +131,8 @@ Tensor index_get(const Tensor& self, const Indices& indices) {
   return out;
 }
 
-// An out= form: the result `r`, resized into `out`, whose dtype must be r's.
-Tensor& into_out(Tensor& out, const Tensor& r, const char* op) {
-  TORCH_CHECK(out.scalar_type() == r.scalar_type(), op, "(): self (", r.scalar_type(),
-              ") and result (", out.scalar_type(), ") must have the same scalar type");
-  at::native::resize_output(out, r.sizes());
-  return out.copy_(r);
-}
-
 Tensor& index_out(const Tensor& self, const Indices& indices, Tensor& out) {
-  return into_out(out, index_get(self, indices), "index_out");
+  return copy_to_out(out, index_get(self, indices), "index_out");
 }
 
 Tensor& index_put_impl_(Tensor& self, const Indices& indices, const Tensor& values,
@@ -245,7 +237,7 @@ Tensor masked_select_get(const Tensor& self, const Tensor& mask) {
 }
 
 Tensor& masked_select_out(const Tensor& self, const Tensor& mask, Tensor& out) {
-  return into_out(out, masked_select_get(self, mask), "masked_select");
+  return copy_to_out(out, masked_select_get(self, mask), "masked_select");
 }
 
 // take / put_ index the tensor as if it were flattened in row-major order.
@@ -264,7 +256,7 @@ Tensor take_get(const Tensor& self, const Tensor& index) {
 }
 
 Tensor& take_out(const Tensor& self, const Tensor& index, Tensor& out) {
-  return into_out(out, take_get(self, index), "take");
+  return copy_to_out(out, take_get(self, index), "take");
 }
 
 Tensor& put_(Tensor& self, const Tensor& index, const Tensor& source, bool accumulate) {

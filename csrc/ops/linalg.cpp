@@ -24,12 +24,6 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* what) {
               " != ", b.scalar_type());
 }
 
-void check_out_dtype(const Tensor& out, const Tensor& like, const char* op) {
-  TORCH_CHECK(out.scalar_type() == like.scalar_type(), op,
-              ": expected out tensor to have dtype ", like.scalar_type(),
-              ", but got ", out.scalar_type(), " instead");
-}
-
 bool native(const Tensor& t, const c10::Scalar& alpha = 1,
             const c10::Scalar& beta = 0) {
   return gemm_native_dtype(t.scalar_type()) && !alpha.isComplex() &&

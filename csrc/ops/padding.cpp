@@ -17,10 +17,6 @@ namespace {
 using at::Tensor;
 using Pads = c10::SymIntArrayRef;
 
-Tensor meta_like(const Tensor& t) {
-  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-}
-
 // ([N,] C, [[D,] H,] W) as (N, C, D, H, W).
 loom_tensor as5(const Tensor& t, int dims, const char* op) {
   Tensor v = t.dim() == dims + 1 ? t.unsqueeze(0) : t;
@@ -40,11 +36,6 @@ void run(const char* op, loom_kernel_fn fn, loom_padding_mode mode, int dims, Pa
   launch(op, fn, ts, sc, planes, std::max<int64_t>(1, 16384 / per_plane));
 }
 
-void check_out(const Tensor& out, const Tensor& like, const char* op) {
-  TORCH_CHECK(out.scalar_type() == like.scalar_type(), op, ": Expected out tensor to have dtype ",
-              like.scalar_type(), ", but got ", out.scalar_type(), " instead");
-}
-
 template <typename Call>
 Tensor& forward_out(const char* op, loom_padding_mode mode, int dims, const Tensor& self,
                     Pads pads, Tensor& out, Call call) {
@@ -53,7 +44,7 @@ Tensor& forward_out(const char* op, loom_padding_mode mode, int dims, const Tens
               dims + 2, "D (batch mode) tensor with possibly 0 batch size and other non-zero "
               "dimensions for input, but got: ", self.sizes());
   Tensor m = call(meta_like(self));
-  check_out(out, self, op);
+  check_out_dtype(out, self, op);
   at::native::resize_output(out, m.sizes());
   run(op, loom_kernel_padding, mode, dims, pads, out, self);
   return out;
@@ -63,7 +54,7 @@ template <typename Call>
 Tensor& backward_out(const char* op, loom_padding_mode mode, int dims, const Tensor& grad_out,
                      const Tensor& self, Pads pads, Tensor& grad_in, Call call) {
   Tensor m = call(meta_like(grad_out), meta_like(self));
-  check_out(grad_in, grad_out, op);
+  check_out_dtype(grad_in, grad_out, op);
   at::native::resize_output(grad_in, m.sizes());
   if (!at::isFloatingType(grad_out.scalar_type()))
     return grad_in.copy_(call(grad_out.cpu(), self.cpu()));

@@ -317,9 +317,9 @@ void run_binary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
     p[0] = param(alpha, kind);
   } else if ((e.op == LOOM_PW_XLOGY || e.op == LOOM_PW_XLOG1PY) &&
              (common == at::kHalf || common == at::kBFloat16)) {
-    const bool bf16 = common == at::kBFloat16;
-    op = e.op == LOOM_PW_XLOGY ? (bf16 ? LOOM_PW_XLOGY_BF16 : LOOM_PW_XLOGY_F16)
-                               : (bf16 ? LOOM_PW_XLOG1PY_BF16 : LOOM_PW_XLOG1PY_F16);
+    op = LOOM_PW_XLOGY_16BIT;
+    p[0] = scalar_f(e.op == LOOM_PW_XLOG1PY ? 1.0 : 0.0);
+    p[1] = scalar_f(common == at::kBFloat16 ? 1.0 : 0.0);
   } else if (e.op == LOOM_PW_LERP_SCALAR) {
     TORCH_CHECK(self.scalar_type() == other.scalar_type(), "expected dtype ",
                 self.scalar_type(), " for `end` but got dtype ", other.scalar_type());

@@ -20,10 +20,6 @@ namespace {
 using at::Tensor;
 using Scalars = std::array<loom_scalar, LOOM_POOL_NUM_SCALARS>;
 
-Tensor meta_like(const Tensor& t) {
-  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-}
-
 Tensor empty_like_meta(const Tensor& meta, const Tensor& like) {
   return at::empty_strided(meta.sizes(), meta.strides(),
                            meta.options().device(like.device()));
@@ -143,11 +139,8 @@ Tensor avg_pool2d(const Tensor& self, c10::IntArrayRef k, c10::IntArrayRef s,
 Tensor& avg_pool2d_out(const Tensor& self, c10::IntArrayRef k, c10::IntArrayRef s,
                        c10::IntArrayRef p, bool ceil_mode, bool include_pad,
                        std::optional<int64_t> divisor, Tensor& out) {
-  Tensor r = torch_loom::avg_pool2d(self, k, s, p, ceil_mode, include_pad, divisor);
-  TORCH_CHECK(out.scalar_type() == r.scalar_type(), "avg_pool2d: expected out dtype ",
-              r.scalar_type(), ", but got ", out.scalar_type());
-  at::native::resize_output(out, r.sizes());
-  return out.copy_(r);
+  return copy_to_out(out, torch_loom::avg_pool2d(self, k, s, p, ceil_mode, include_pad, divisor),
+                     "avg_pool2d");
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_output, const Tensor& self,
@@ -221,8 +214,7 @@ Tensor& max_unpool2d_out(const Tensor& self, const Tensor& indices, c10::SymIntA
     TORCH_CHECK(self.size(i) > 0, "max_unpooling2d_forward_out_cpu(): Expected input to have "
                 "non-zero size for non-batch dimensions, but got ", self.sizes(),
                 " with dimension ", i, " being empty.");
-  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "max_unpool2d: expected out dtype ",
-              self.scalar_type(), ", but got ", out.scalar_type());
+  check_out_dtype(out, self, "max_unpool2d");
   const int64_t oh = size[0].expect_int(), ow = size[1].expect_int();
   std::vector<int64_t> shape = self.sizes().vec();
   shape[shape.size() - 2] = oh;

@@ -40,13 +40,12 @@ Tensor unfold_backward(const Tensor& grad_in, c10::SymIntArrayRef input_sizes_sy
   dim = at::maybe_wrap_dim(dim, static_cast<int64_t>(input_sizes.size()));
   Tensor result = at::zeros(input_sizes, grad_in.options());
   if (grad_in.numel() == 0) return result;
-  const int64_t windows = input_sizes.empty() ? 1 : grad_in.size(dim);
-  if (input_sizes.empty()) return result.add_(grad_in.reshape({}));
-  Tensor g = grad_in.movedim(-1, dim + 1).flatten(dim, dim + 1);  // (..., windows * size, ...)
-  Tensor index = (at::arange(windows, grad_in.options().dtype(at::kLong)).mul_(step).unsqueeze(1) +
-                  at::arange(size, grad_in.options().dtype(at::kLong)))
-                     .reshape({-1});
-  return result.index_add_(dim, index, g);
+  if (input_sizes.empty()) return result.add_(grad_in.reshape({}));  // one window of one
+  const auto longs = grad_in.options().dtype(at::kLong);
+  Tensor index = (at::arange(grad_in.size(dim), longs).mul_(step).unsqueeze(1) +
+                  at::arange(size, longs)).reshape({-1});
+  // (..., windows * size, ...) against their input positions
+  return result.index_add_(dim, index, grad_in.movedim(-1, dim + 1).flatten(dim, dim + 1));
 }
 
 }  // namespace

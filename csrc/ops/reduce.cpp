@@ -385,11 +385,8 @@ at::Tensor& mvlgamma_out(const at::Tensor& self, int64_t p, at::Tensor& out) {
   at::Tensor args = at::arange(-p * 0.5 + 0.5, 0.5, 0.5, self.options().dtype(type))
                         .add(self.unsqueeze(-1));
   const double p2_sub_p = static_cast<double>(p * (p - 1));
-  at::Tensor r = args.lgamma_().sum(-1).add_(p2_sub_p * std::log(M_PI) * 0.25);
-  TORCH_CHECK(out.scalar_type() == r.scalar_type(), "mvlgamma: expected out dtype ",
-              r.scalar_type(), ", but got ", out.scalar_type());
-  at::native::resize_output(out, r.sizes());
-  return out.copy_(r);
+  return copy_to_out(out, args.lgamma_().sum(-1).add_(p2_sub_p * std::log(M_PI) * 0.25),
+                     "mvlgamma");
 }
 
 // trace: the sum of the diagonal, with sum's integer promotion.

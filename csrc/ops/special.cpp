@@ -13,11 +13,8 @@ namespace {
 
 using at::Tensor;
 
-// out may be undefined: the iterator then allocates it.
+// Orders from 1; out may be undefined (the iterator then allocates it).
 Tensor polygamma_into(int64_t n, const Tensor& self, const Tensor& out) {
-  TORCH_CHECK(n >= 0, "polygamma(n, x) does not support negative n.");
-  if (n == 0) return out.defined() ? at::digamma_out(const_cast<Tensor&>(out), self)
-                                   : at::digamma(self);
   at::TensorIterator iter;
   iter.build_borrowing_unary_float_op(out, self);
   const loom_scalar p[4] = {scalar_i(n)};
@@ -26,17 +23,23 @@ Tensor polygamma_into(int64_t n, const Tensor& self, const Tensor& out) {
   return iter.output(0);
 }
 
-Tensor polygamma(int64_t n, const Tensor& self) { return polygamma_into(n, self, Tensor()); }
+void check_order(int64_t n) {
+  TORCH_CHECK(n >= 0, "polygamma(n, x) does not support negative n.");
+}
+
+Tensor polygamma(int64_t n, const Tensor& self) {
+  check_order(n);
+  return n == 0 ? at::digamma(self) : polygamma_into(n, self, Tensor());
+}
 
 Tensor& polygamma_out(int64_t n, const Tensor& self, Tensor& out) {
+  check_order(n);
+  if (n == 0) return at::digamma_out(out, self);
   polygamma_into(n, self, out);
   return out;
 }
 
-Tensor& polygamma_(Tensor& self, int64_t n) {
-  polygamma_into(n, self, self);
-  return self;
-}
+Tensor& polygamma_(Tensor& self, int64_t n) { return polygamma_out(n, self, self); }
 
 }  // namespace
 

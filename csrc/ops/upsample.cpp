@@ -29,10 +29,6 @@ struct Spec {
   Scale h, w;
 };
 
-Tensor meta_like(const Tensor& t) {
-  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-}
-
 // (N, C, [H,] W) as (N, C, H, W).
 loom_tensor image4(const Tensor& t, int dims, const char* op) {
   return describe(dims == 1 ? t.unsqueeze(2) : t, op);
@@ -85,19 +81,14 @@ Tensor empty_as(const Tensor& meta, const Tensor& like) {
   return at::empty_strided(meta.sizes(), meta.strides(), like.options());
 }
 
-void check_out(const Tensor& out, const Tensor& like, const char* op) {
-  TORCH_CHECK(out.scalar_type() == like.scalar_type(), op, ": Expected out tensor to have dtype ",
-              like.scalar_type(), ", but got ", out.scalar_type(), " instead");
-}
-
 // Checked before the meta call, whose arithmetic would divide by the zero.
 void check_sizes(const Tensor& self, Sizes size) {
-  bool ok = self.dim() >= 2 + static_cast<int64_t>(size.size());
-  for (size_t i = 0; ok && i < size.size(); ++i)
-    ok = size[i] > 0 && self.size(self.dim() - size.size() + i) > 0;
-  TORCH_CHECK(ok || self.dim() < 2 + static_cast<int64_t>(size.size()),
-              "Input and output sizes should be greater than 0, but got input ",
-              self.sizes(), " and output ", size);
+  const int64_t first = self.dim() - static_cast<int64_t>(size.size());
+  if (first < 2) return;  // the meta call reports the rank
+  for (size_t i = 0; i < size.size(); ++i)
+    TORCH_CHECK(size[i] > 0 && self.size(first + i) > 0,
+                "Input and output sizes should be greater than 0, but got input ",
+                self.sizes(), " and output ", size);
 }
 
 // The functional and out= forms of one op, given the op itself: on the
@@ -108,7 +99,7 @@ Tensor& forward_out(const char* op, const Spec& s, const Tensor& self, Sizes siz
                     Call call) {
   check_sizes(self, size);
   Tensor m = call(meta_like(self));
-  check_out(out, self, op);
+  check_out_dtype(out, self, op);
   at::native::resize_output(out, m.sizes());
   if (!at::isFloatingType(self.scalar_type())) return out.copy_(call(self.cpu()));
   forward_into(op, s, self, out);
@@ -129,7 +120,7 @@ template <typename Call>
 Tensor& backward_out(const char* op, const Spec& s, const Tensor& grad_out, Tensor& grad_in,
                      Call call) {
   Tensor m = call(meta_like(grad_out));
-  check_out(grad_in, grad_out, op);
+  check_out_dtype(grad_in, grad_out, op);
   at::native::resize_output(grad_in, m.sizes());
   backward_into(op, s, grad_out, grad_in);
   return grad_in;
