@@ -1,13 +1,17 @@
-/* Contiguous sums for the reduction kernel: 16 interleaved double lanes,
- * added in a fixed order at the end, so the result depends only on the data
- * and its length. Built as is for the baseline ISA and included by
- * reduce_sum_avx512.c with LOOM_REDUCE_ISA defined. */
+/* Contiguous sums for the reduction kernel: 64 interleaved double lanes
+ * (lane l takes elements l, l + 64, ...), folded pairwise at the end, so the
+ * result depends only on the data and its length. Sixty-four lanes keep
+ * eight independent vector additions in flight, enough to run at cache
+ * speed. Built as is for the baseline ISA and included by
+ * reduce_sum_avx512.c with LOOM_REDUCE_ISA defined, where the lanes are
+ * eight AVX-512 registers added in the same order. */
 #pragma GCC optimize("fp-contract=off")
 
 #include "kernels/lanes.h"
 #include "kernels/reduce.h"
 
 #ifdef LOOM_REDUCE_ISA
+#include <immintrin.h>
 #define RS_CAT2(a, b) a##b
 #define RS_CAT(a, b) RS_CAT2(a, b)
 #define RS_NAME(base) RS_CAT(base, LOOM_REDUCE_ISA)
@@ -15,11 +19,58 @@
 #define RS_NAME(base) base
 #endif
 
-#define LANES 16
+#define LANES 64
 /* Elements the sum prefetches ahead: one stream per core does not keep
  * enough lines in flight on its own. */
 #define RS_AHEAD (8192 / (int)sizeof(x[0]))
+/* Every cache line of the block of LANES elements at p. */
+#define RS_PREFETCH(p)                                                      \
+  for (int l = 0; l < LANES * (int)sizeof(*(p)); l += 64)                   \
+  __builtin_prefetch((const char *)(p) + l)
 
+/* The lanes' tail (elements past the last full block) and fold. */
+#define RS_FINISH(x, i, n, sq, acc)                        \
+  do {                                                     \
+    for (int j = 0; i < n; ++i, ++j) {                     \
+      double v = (double)x[i];                             \
+      acc[j] += sq ? v * v : v;                            \
+    }                                                      \
+    return loom_lanes_fold_f64(acc, LANES);                \
+  } while (0)
+
+#ifdef LOOM_REDUCE_ISA
+/* Eight vectors of eight double lanes from 64 elements at p. */
+static inline void rs_widen_f32(const float *p, __m512d v[8]) {
+  for (int r = 0; r < 8; ++r) v[r] = _mm512_cvtps_pd(_mm256_loadu_ps(p + 8 * r));
+}
+static inline void rs_widen_f64(const double *p, __m512d v[8]) {
+  for (int r = 0; r < 8; ++r) v[r] = _mm512_loadu_pd(p + 8 * r);
+}
+#define RS_DEFINE(NAME, T, WIDEN)                                         \
+  double NAME(const T *x, int64_t n, int sq) {                            \
+    __m512d a[8], v[8];                                                   \
+    for (int r = 0; r < 8; ++r) a[r] = _mm512_setzero_pd();               \
+    int64_t i = 0;                                                        \
+    if (sq) {                                                             \
+      for (; i + LANES <= n; i += LANES) {                                \
+        WIDEN(x + i, v);                                                  \
+        for (int r = 0; r < 8; ++r)                                       \
+          a[r] = _mm512_add_pd(a[r], _mm512_mul_pd(v[r], v[r]));          \
+      }                                                                   \
+    } else {                                                              \
+      for (; i + LANES <= n; i += LANES) {                                \
+        RS_PREFETCH(x + i + RS_AHEAD);                                    \
+        WIDEN(x + i, v);                                                  \
+        for (int r = 0; r < 8; ++r) a[r] = _mm512_add_pd(a[r], v[r]);    \
+      }                                                                   \
+    }                                                                     \
+    double acc[LANES];                                                    \
+    for (int r = 0; r < 8; ++r) _mm512_storeu_pd(acc + 8 * r, a[r]);      \
+    RS_FINISH(x, i, n, sq, acc);                                          \
+  }
+RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float, rs_widen_f32)
+RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double, rs_widen_f64)
+#else
 #define RS_DEFINE(NAME, T)                                          \
   double NAME(const T *x, int64_t n, int sq) {                      \
     double acc[LANES] = {0};                                        \
@@ -30,22 +81,17 @@
           double v = (double)x[i + j];                              \
           acc[j] += v * v;                                          \
         }                                                           \
-      for (int j = 0; i < n; ++i, ++j) {                            \
-        double v = (double)x[i];                                    \
-        acc[j] += v * v;                                            \
-      }                                                             \
     } else {                                                        \
       for (; i + LANES <= n; i += LANES) {                          \
-        __builtin_prefetch(x + i + RS_AHEAD);                       \
+        RS_PREFETCH(x + i + RS_AHEAD);                              \
         for (int j = 0; j < LANES; ++j) acc[j] += (double)x[i + j]; \
       }                                                             \
-      for (int j = 0; i < n; ++i, ++j) acc[j] += (double)x[i];      \
     }                                                               \
-    return loom_lanes16_fold_f64(acc);                              \
+    RS_FINISH(x, i, n, sq, acc);                                    \
   }
-
 RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float)
 RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double)
+#endif
 
 /* acc[j] += x[j] for j < n: one row of a column sum, widened to double. */
 void RS_NAME(loom_reduce_cols_f32)(double *restrict acc, const float *restrict x, int64_t n) {

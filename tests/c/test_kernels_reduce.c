@@ -8,6 +8,7 @@
 
 #include "kernels/reduce.h"
 #include "loom/status.h"
+#include "runtime/base/cpu.h"
 #include "test_util.h"
 
 
@@ -124,9 +125,32 @@ static void test_integral(void) {
   CHECK(run(t, s, 1, 1) == 0 && b == 1);
 }
 
+/* The contiguous sums built for AVX-512 add in the generic build's order:
+ * the same bits for every length, tails included, and for sums of squares. */
+static void test_sum_isa_equal(void) {
+  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
+  enum { N = 1000 };
+  float xf[N];
+  double xd[N];
+  for (int i = 0; i < N; ++i) {
+    xf[i] = ((float)rand() / RAND_MAX - 0.4f) * (float)(1 + i % 7) * 1e3f;
+    xd[i] = (double)xf[i] * 1.0000001;
+  }
+  const int64_t lengths[] = {0, 1, 63, 64, 65, 127, 128, 200, 999, N};
+  for (size_t j = 0; j < sizeof lengths / sizeof lengths[0]; ++j)
+    for (int sq = 0; sq < 2; ++sq) {
+      const int64_t n = lengths[j];
+      double a = loom_reduce_sum_f32(xf, n, sq), b = loom_reduce_sum_f32_avx512(xf, n, sq);
+      double c = loom_reduce_sum_f64(xd, n, sq), d = loom_reduce_sum_f64_avx512(xd, n, sq);
+      CHECK(memcmp(&a, &b, sizeof a) == 0);
+      CHECK(memcmp(&c, &d, sizeof c) == 0);
+    }
+}
+
 int main(void) {
   srand(3);
   test_ops();
   test_integral();
+  test_sum_isa_equal();
   TEST_MAIN_END();
 }
