@@ -55,6 +55,8 @@ CONV2D = [
     ((1, 2, 8, 8), (3, 4), dict(padding="same")),                    # asymmetric same
     ((2, 64, 14, 14), (64, 3), dict(padding=1)),
     ((2, 32, 11, 11), (48, 3), dict(padding=1, groups=2)),          # grouped, implicit paths
+    ((1, 40, 8, 8), (60, 3), dict(padding=1, groups=2)),            # partial flip tiles
+    ((2, 37, 6, 6), (45, 3), dict(padding=1)),
     ((3, 16, 9, 9), (16, (3, 5)), dict(padding=(1, 2), dilation=(2, 1))),
     # large enough for the padded-row kernels (little waste), strided too
     ((2, 16, 30, 30), (24, 3), dict(padding=1)),

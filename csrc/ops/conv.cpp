@@ -310,7 +310,7 @@ bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
   loom_tensor ft[2] = {
       view4(wf, op, {groups, cg, og, taps}, {cg * og * taps, og * taps, taps, 1}), src};
   loom_scalar fs[1] = {scalar_i(groups)};
-  launch(op, loom_conv_weight_flip_kernel, ft, fs, groups * cg, std::max<int64_t>(1, 64 / og));
+  launch(op, loom_conv_weight_flip_kernel, ft, fs, groups * cg, std::max<int64_t>(16, 64 / og));
   Geom g2 = make_geom(wf, stride, pad, dilation, grid_of(gi));
   conv_forward_implicit(gi, dy, wf, Tensor(), g2, groups, loom_gemm_isa_selected(), op);
   return true;
