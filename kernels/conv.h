@@ -39,12 +39,18 @@ int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
 int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
                        int64_t end);
 
-/* The weight of the convolution that gives a stride-1 input gradient:
- * dst[g][c][o][K-1-t] = src[g * O/G + o][c][t] (channels swapped, taps
- * reversed). tensors: [0] dst (G, C/G, O/G, K), [1] src (O, C/G, K), both
- * contiguous, one dtype. scalars: [0].i G. range: G * C/G. */
-int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
-                                 int64_t end);
+/* Packs the GEMM A panels of the convolution that gives a stride-1 input
+ * gradient, straight from the forward's weight w: that convolution's
+ * weight is wf[g][c][o][K-1-t] = w[g * O/G + o][c][t] (channels swapped,
+ * taps reversed), which is never written out.
+ * tensors: [0] C, [1] A (1, G, C/G, O/G * K; shape only), [2] B, [3]
+ *          workspace: as for loom_gemm_pack_kernel (fp32 operands);
+ *          [4] w (O, C/G, K), contiguous fp32.
+ * scalars: [0].i isa. range: G * ceil(plan.m_panels / LOOM_CONV_FLIP_PANELS)
+ * (that many of a group's panels per item). */
+enum { LOOM_CONV_FLIP_PANELS = 4 };
+int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
+                                  int64_t end);
 
 /* 2-d image planes into zero-padded phase planes of row width wq, for the
  * padded implicit GEMMs below. With strides (sh, sw), the padded image

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "kernels/conv.h"
+#include "kernels/gemm/gemm_internal.h"
 #include "loom/status.h"
 
 typedef struct loom_conv_geom {
@@ -157,47 +158,55 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
   return 0;
 }
 
-int loom_conv_weight_flip_kernel(const loom_kernel_args *args, int64_t begin,
-                                 int64_t end) {
-  if (args->num_tensors < 2 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *dst = &args->tensors[0], *src = &args->tensors[1];
-  const int64_t groups = args->scalars[0].i;
-  if (dst->rank != 4 || src->rank != 3 || dst->dtype != src->dtype || groups < 1 ||
-      dst->sizes[0] != groups || src->sizes[0] != groups * dst->sizes[2] ||
-      src->sizes[1] != dst->sizes[1] || src->sizes[2] != dst->sizes[3])
+int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
+                                  int64_t end) {
+  if (args->num_tensors < 5 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *w = &args->tensors[4];
+  loom_gemm_plan p;
+  int rc = loom_gemm_plan_init(&args->tensors[0], &args->tensors[1], &args->tensors[2],
+                               (int32_t)args->scalars[0].i, &p);
+  if (rc) return rc;
+  const int64_t groups = args->tensors[1].sizes[1], cg = p.m;
+  if (w->rank != 3 || w->dtype != LOOM_FLOAT32 || p.packed_bf16 || groups < 1 ||
+      p.batch1 * p.batch2 == 0 || w->sizes[0] % groups != 0 || w->sizes[1] != cg ||
+      w->sizes[0] / groups * w->sizes[2] != p.k || p.a_count1 != 1 || p.a_count2 != groups ||
+      w->strides[2] != 1 || w->strides[1] != w->sizes[2] || w->strides[0] != cg * w->sizes[2])
     return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t cg = dst->sizes[1], og = dst->sizes[2], taps = dst->sizes[3];
-  const int64_t es = loom_dtype_size(src->dtype);
-  /* Tiles of FLIP_TILE channels by FLIP_TILE outputs, so each row of
-   * either side is touched FLIP_TILE * taps elements at a time rather than
-   * taps: the two sides are far apart transposes of each other. */
-  enum { FLIP_TILE = 16 };
-  for (int64_t i0 = begin; i0 < end;) {
-    const int64_t g = i0 / cg, c0 = i0 % cg;
-    int64_t cn = cg - c0 < end - i0 ? cg - c0 : end - i0;
-    if (cn > FLIP_TILE) cn = FLIP_TILE;
-    for (int64_t o0 = 0; o0 < og; o0 += FLIP_TILE) {
-      const int64_t on = og - o0 < FLIP_TILE ? og - o0 : FLIP_TILE;
-      /* element moves of the dtype's width, not a memcpy call per element */
-#define LOOM_FLIP(T)                                                              \
-  do {                                                                            \
-    for (int64_t c = c0; c < c0 + cn; ++c) {                                      \
-      T *d = (T *)dst->data + ((g * cg + c) * og + o0) * taps + taps - 1;         \
-      const T *s = (const T *)src->data + ((g * og + o0) * cg + c) * taps;        \
-      for (int64_t o = 0; o < on; ++o)                                            \
-        for (int64_t t = 0; t < taps; ++t) d[o * taps - t] = s[o * cg * taps + t]; \
-    }                                                                             \
-  } while (0)
-      switch (es) {
-        case 8: LOOM_FLIP(uint64_t); break;
-        case 4: LOOM_FLIP(uint32_t); break;
-        case 2: LOOM_FLIP(uint16_t); break;
-        case 1: LOOM_FLIP(uint8_t); break;
-        default: return LOOM_ERROR_NOT_SUPPORTED;
+  const int64_t taps = w->sizes[2], og = w->sizes[0] / groups, mr = p.mr;
+  const int64_t units = (p.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
+  const float *src = (const float *)w->data;
+  for (int64_t u = begin; u < end; ++u) {
+    const int64_t g = u / units, p0 = u % units * LOOM_CONV_FLIP_PANELS;
+    const int64_t p1 = p0 + LOOM_CONV_FLIP_PANELS < p.m_panels ? p0 + LOOM_CONV_FLIP_PANELS
+                                                               : p.m_panels;
+    float *base = (float *)((char *)args->tensors[3].data + p.a_offset + g * p.a_bytes);
+    /* k = o * taps + j runs over (o, reversed tap j), in k blocks of kc;
+     * each output's row of w is read once, for all the unit's panels. */
+    int64_t pc = 0, kcur = p.kp < p.kc ? p.kp : p.kc, kk = 0;
+    const int64_t c_end = p1 * mr < cg ? p1 * mr : cg;
+    for (int64_t o = 0; o < og; ++o) {
+      const float *row = src + (g * og + o) * cg * taps;
+      /* rows are far apart, too short for the hardware to stream */
+      if (o + 2 < og) {
+        const char *next = (const char *)(row + 2 * cg * taps + p0 * mr * taps);
+        for (int64_t b = 0; b < (c_end - p0 * mr) * taps * (int64_t)sizeof(float); b += 64)
+          __builtin_prefetch(next + b);
       }
-#undef LOOM_FLIP
+      for (int64_t j = 0; j < taps; ++j, ++kk) {
+        if (kk == kcur) {
+          pc += p.kc, kk = 0;
+          kcur = p.kp - pc < p.kc ? p.kp - pc : p.kc;
+        }
+        for (int64_t panel = p0; panel < p1; ++panel) {
+          float *d = base + loom_gemm_panel_offset(&p, p.m_panels, mr, pc, panel) + kk * mr;
+          const int64_t c0 = panel * mr, lanes = cg - c0 < mr ? cg - c0 : mr;
+          const float *s = row + c0 * taps + taps - 1 - j;
+          int64_t l = 0;
+          for (; l < lanes; ++l) d[l] = s[l * taps];
+          for (; l < mr; ++l) d[l] = 0.0f;
+        }
+      }
     }
-    i0 += cn;
   }
   return 0;
 }

@@ -67,13 +67,26 @@ loom_tensor view4(const Tensor& t, const char* op, std::array<int64_t, 4> sizes,
 
 Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
               loom_gemm_isa isa, const at::TensorOptions& opts, const char* op,
-              loom_gemm_plan* plan) {
+              loom_gemm_plan* plan, const Tensor& flipped_from) {
   TORCH_CHECK(loom_gemm_plan_init(&c, &a, &b, isa, plan) == 0, op,
               ": unsupported operands for the loom GEMM");
   // Only the packed A lives in the workspace.
   Tensor ws = at::empty({std::max<int64_t>(plan->b_offset, 1)}, opts.dtype(at::kByte));
-  loom_tensor ops[4] = {c, a, b, describe(ws, op)};
   loom_scalar sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+  if (flipped_from.defined()) {
+    loom_tensor w = describe(flipped_from, op);
+    const int64_t taps = flipped_from.numel() / std::max<int64_t>(
+        1, flipped_from.size(0) * flipped_from.size(1));
+    w.rank = 3;
+    w.sizes[2] = taps, w.strides[2] = 1;
+    w.strides[1] = taps, w.strides[0] = w.sizes[1] * taps;
+    loom_tensor ops[5] = {c, a, b, describe(ws, op), w};
+    const int64_t units = (plan->m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
+    launch(op, loom_conv_pack_flipped_kernel, ops, c10::ArrayRef<loom_scalar>(sc, 1),
+           plan->a_count2 * units, 1);
+    return ws;
+  }
+  loom_tensor ops[4] = {c, a, b, describe(ws, op)};
   launch(op, loom_gemm_pack_kernel, ops, sc, plan->pack_units_a, plan->pack_grain);
   return ws;
 }
@@ -152,15 +165,18 @@ bool implicit_fits(int64_t rows_per_group) { return rows_per_group >= 8; }
 
 // The fp32 forward without a col matrix: the weight is packed once, then
 // loom_conv_gemm_kernel gathers col panels from the image tile by tile.
+// With `flipped`, the convolution's weight is the flipped form of `weight`
+// (see pack_a), which is packed from `weight` directly.
 void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const Geom& g, int64_t groups,
-                           loom_gemm_isa isa, const char* op) {
+                           loom_gemm_isa isa, const char* op, bool flipped = false) {
   Padded pd;
   if (padded_fits(g, input, &pd)) {
-    conv_forward_padded(out, input, weight, bias, g, pd, groups, isa, op);
+    conv_forward_padded(out, input, weight, bias, g, pd, groups, isa, op, flipped);
     return;
   }
-  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
+  int64_t n = input.size(0), c = input.size(1);
+  int64_t o = flipped ? weight.size(1) * groups : weight.size(0);
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
   // Small images would leave much of each image's last 32-column panel
   // empty: then all images' positions form one row, into (O, N, L).
@@ -172,7 +188,7 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   loom_tensor b = view4(input, op, {bn, groups, ck, cols}, {groups * ck * cols, ck * cols, cols, 1});
   loom_tensor cc = view4(c_out, op, {bn, groups, og, cols}, {o * cols, og * cols, cols, 1});
   loom_gemm_plan plan;
-  Tensor ws = pack_a(cc, a, b, isa, out.options(), op, &plan);
+  Tensor ws = pack_a(cc, a, b, isa, out.options(), op, &plan, flipped ? weight : Tensor());
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[6] = {cc, a, b, describe(ws, op), image5(input, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
@@ -282,8 +298,9 @@ std::vector<int64_t> grid_of(const Tensor& t) {
 
 // With stride 1 the input gradient is itself a convolution: of dy with the
 // weight's in/out channels swapped and taps reversed, padded d*(k-1) - p.
-// Runs it through the implicit forward (fp32 on AVX-512) into `gi` and
-// returns true, or returns false when that does not apply.
+// Runs it through the implicit forward (fp32 on AVX-512) into `gi`, packing
+// that weight straight from w, and returns true, or returns false when that
+// does not apply.
 bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
                         const Geom& g, int64_t groups, c10::IntArrayRef stride,
                         c10::IntArrayRef padding, c10::IntArrayRef dilation,
@@ -293,26 +310,16 @@ bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
     return false;
   for (int i = 0; i < 3; ++i)
     if (g.s[i] != 1 || g.p[i] > g.d[i] * (g.k[i] - 1)) return false;
-  int64_t nsp = w.dim() - 2, o = w.size(0), c = gi.size(1);
-  int64_t og = o / groups, cg = c / groups;
-  std::vector<int64_t> flipped = {c, og}, pad;
+  const int64_t nsp = w.dim() - 2;
+  std::vector<int64_t> pad;
   for (int64_t i = 0; i < nsp; ++i) {
-    flipped.push_back(w.size(2 + i));
     int64_t j = 3 - nsp + i;
     pad.push_back(g.d[j] * (g.k[j] - 1) - g.p[j]);
   }
-  const int64_t taps = g.taps();
-  Tensor wf = at::empty(flipped, w.options());
-  loom_tensor src = describe(w, op);
-  src.rank = 3;
-  src.sizes[0] = o, src.sizes[1] = cg, src.sizes[2] = taps;
-  src.strides[0] = cg * taps, src.strides[1] = taps, src.strides[2] = 1;
-  loom_tensor ft[2] = {
-      view4(wf, op, {groups, cg, og, taps}, {cg * og * taps, og * taps, taps, 1}), src};
-  loom_scalar fs[1] = {scalar_i(groups)};
-  launch(op, loom_conv_weight_flip_kernel, ft, fs, groups * cg, std::max<int64_t>(16, 64 / og));
-  Geom g2 = make_geom(wf, stride, pad, dilation, grid_of(gi));
-  conv_forward_implicit(gi, dy, wf, Tensor(), g2, groups, loom_gemm_isa_selected(), op);
+  // The flipped weight has the same window as w.
+  Geom g2 = make_geom(w, stride, pad, dilation, grid_of(gi));
+  conv_forward_implicit(gi, dy, w.contiguous(), Tensor(), g2, groups, loom_gemm_isa_selected(),
+                        op, /*flipped=*/true);
   return true;
 }
 

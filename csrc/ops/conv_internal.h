@@ -40,10 +40,13 @@ loom_tensor view4(const at::Tensor& t, const char* op, std::array<int64_t, 4> si
                   std::array<int64_t, 4> strides);
 
 // Plans C = A @ B for an implicit GEMM and packs A (the weight, or dy) into
-// a new workspace, which it returns; the kernels gather B themselves.
+// a new workspace, which it returns; the kernels gather B themselves. With
+// `flipped_from` (a forward's contiguous weight), A is that weight with its
+// channels swapped and taps reversed, packed without being written out;
+// `a` then gives the shape only.
 at::Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
                   loom_gemm_isa isa, const at::TensorOptions& opts, const char* op,
-                  loom_gemm_plan* plan);
+                  loom_gemm_plan* plan, const at::Tensor& flipped_from = {});
 
 // 2-d geometry over zero-padded rows split into stride phases
 // (kernels/conv_padded_avx512.c): the GEMMs run over ho rows of wq phase
@@ -65,10 +68,12 @@ struct Padded {
 // Whether the padded kernels apply to `g` over `input`; fills *pd.
 bool padded_fits(const Geom& g, const at::Tensor& input, Padded* pd);
 
-// The forward over a padded copy of the image, into `out`.
+// The forward over a padded copy of the image, into `out`; with `flipped`,
+// of the weight `weight` is the flipped form of (see pack_a).
 void conv_forward_padded(const at::Tensor& out, const at::Tensor& input,
                          const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
-                         const Padded& pd, int64_t groups, loom_gemm_isa isa, const char* op);
+                         const Padded& pd, int64_t groups, loom_gemm_isa isa, const char* op,
+                         bool flipped = false);
 
 // The weight gradient over padded copies of the image and of dy.
 at::Tensor conv_weight_grad_padded(const at::Tensor& dy, const at::Tensor& input,

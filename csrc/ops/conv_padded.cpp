@@ -62,15 +62,16 @@ bool padded_fits(const Geom& g, const Tensor& input, Padded* pd) {
 
 void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& weight,
                          const Tensor& bias, const Geom& g, const Padded& pd, int64_t groups,
-                         loom_gemm_isa isa, const char* op) {
-  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
+                         loom_gemm_isa isa, const char* op, bool flipped) {
+  int64_t n = input.size(0), c = input.size(1);
+  int64_t o = flipped ? weight.size(1) * groups : weight.size(0);
   int64_t og = o / groups, ck = c / groups * g.taps(), cols = n * pd.positions();
   Tensor xp = pad_planes(input, g, pd, pd.positions() + pd.halo(g), op);
   loom_tensor a = view4(weight, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
   loom_tensor b = view4(xp, op, {1, groups, ck, cols}, {0, 0, cols, 1});  // shape only
   loom_tensor cc = view4(out, op, {1, groups, og, cols}, {0, og * cols, cols, 1});  // plan only
   loom_gemm_plan plan;
-  Tensor ws = pack_a(cc, a, b, isa, out.options(), op, &plan);
+  Tensor ws = pack_a(cc, a, b, isa, out.options(), op, &plan, flipped ? weight : Tensor());
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[7] = {cc, a, b, describe(ws, op), describe(xp, op), plane4(out, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};

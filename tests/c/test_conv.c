@@ -9,6 +9,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm.h"
+#include "loom/status.h"
 
 static int failures = 0;
 #define CHECK(cond, ...)                                    \
@@ -358,7 +359,55 @@ static void check_geom(geom g) {
   free(x), free(col), free(back), free(ref), free(w), free(bias), free(y), free(ws);
 }
 
+/* The flipped pack writes the panels loom_gemm_pack_kernel writes from
+ * the flipped weight wf[g][c][o][K-1-t] = w[g * O/G + o][c][t] itself,
+ * across several k blocks and with a partial last panel. */
+static void check_pack_flipped(int64_t groups, int64_t o, int64_t cg, int64_t taps) {
+  const int64_t og = o / groups, k = og * taps, cols = 40;
+  float *w = malloc(sizeof(float) * o * cg * taps), *wf = malloc(sizeof(float) * o * cg * taps);
+  for (int64_t i = 0; i < o * cg * taps; ++i) w[i] = rnd();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t c = 0; c < cg; ++c)
+      for (int64_t oo = 0; oo < og; ++oo)
+        for (int64_t t = 0; t < taps; ++t)
+          wf[((g * cg + c) * og + oo) * taps + taps - 1 - t] = w[((g * og + oo) * cg + c) * taps + t];
+  loom_tensor ts[5];
+  memset(ts, 0, sizeof ts);
+  const int64_t c_sizes[4] = {1, groups, cg, cols}, a_sizes[4] = {1, groups, cg, k},
+                b_sizes[4] = {1, groups, k, cols};
+  for (int i = 0; i < 4; ++i) {
+    ts[0].sizes[i] = c_sizes[i], ts[1].sizes[i] = a_sizes[i], ts[2].sizes[i] = b_sizes[i];
+  }
+  for (int i = 0; i < 3; ++i) {
+    ts[i].rank = 4, ts[i].dtype = LOOM_FLOAT32, ts[i].strides[3] = 1;
+    ts[i].strides[2] = ts[i].sizes[3], ts[i].strides[1] = ts[i].sizes[2] * ts[i].sizes[3];
+  }
+  ts[1].data = wf;
+  loom_gemm_plan plan;
+  CHECK(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], LOOM_GEMM_GENERIC, &plan) == 0, "plan");
+  CHECK(plan.kp > plan.kc, "want several k blocks");
+  float *ref = calloc((size_t)plan.b_offset, 1), *got = calloc((size_t)plan.b_offset, 1);
+  ts[3] = (loom_tensor){.data = ref, .dtype = LOOM_UINT8, .rank = 1, .sizes = {plan.b_offset}};
+  loom_scalar sc[3] = {{.i = LOOM_GEMM_GENERIC}, {.f = 1.0}, {.f = 0.0}};
+  run(loom_gemm_pack_kernel, ts, 4, sc, 3, plan.pack_units_a);
+  ts[3].data = got;
+  ts[4] = (loom_tensor){.data = w, .dtype = LOOM_FLOAT32, .rank = 3, .sizes = {o, cg, taps},
+                        .strides = {cg * taps, taps, 1}};
+  const int64_t units = (plan.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
+  run(loom_conv_pack_flipped_kernel, ts, 5, sc, 1, groups * units);
+  CHECK(memcmp(ref, got, (size_t)plan.b_offset) == 0, "flipped pack differs (G %lld, O %lld)",
+        (long long)groups, (long long)o);
+  /* a weight whose shape does not give A's */
+  ts[4].sizes[1] = cg + 1;
+  loom_kernel_args bad = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 5,
+                          .tensors = ts, .num_scalars = 1, .scalars = sc, .range = 1, .grain = 1};
+  CHECK(loom_conv_pack_flipped_kernel(&bad, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "bad shape");
+  free(w), free(wf), free(ref), free(got);
+}
+
 int main(void) {
+  check_pack_flipped(1, 70, 61, 9);
+  check_pack_flipped(2, 128, 30, 5);
   /* 2-d, 3x3, pad 1 */
   check_geom((geom){.n = 2, .c = 3, .o = 5, .groups = 1, .in = {1, 7, 9},
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
