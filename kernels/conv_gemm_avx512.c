@@ -120,6 +120,8 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
           __mmask16 m0 = cg_range_mask(lo, hi), m1 = cg_range_mask(lo - 16, hi - 16);
           __m512 v0 = _mm512_maskz_loadu_ps(m0, row + i0);
           __m512 v1 = _mm512_maskz_loadu_ps(m1, row + i0 + 16);
+          _mm_prefetch((const char *)(row + i0 + 2 * st[1]), _MM_HINT_T0);
+          _mm_prefetch((const char *)(row + i0 + 16 + 2 * st[1]), _MM_HINT_T0);
           int64_t w = cnt - q < 16 ? cnt - q : 16;
           _mm512_mask_storeu_ps(dst + q, (__mmask16)((1u << w) - 1u),
                                 _mm512_permutex2var_ps(v0, even, v1));
