@@ -215,19 +215,36 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
     float *tc = (float *)part->data + kci * part->strides[0] + grp * part->strides[1] + r0;
     if (rows < CP_NR) memset(buf, 0, sizeof buf); /* rows past the weight's end */
     const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
+    const float *xg = xd + grp * cg * phases * xp->strides[1];
+    int64_t roff[CP_NR]; /* each col row's offset in an image's planes */
+    cp_rows r = cp_rows_at(&g, r0);
+    for (int64_t rr = 0; rr < rows; ++rr, cp_next(&g, &r)) roff[rr] = cp_offset(&g, &r, xp->strides[1]);
     for (int64_t pc = k0; pc < k1; pc += pl.kc) {
       const int64_t kc = k1 - pc < pl.kc ? k1 - pc : pl.kc;
       /* k runs of 32 never straddle images: gpad is a multiple of 32 */
       for (int64_t p = 0; p < kc; p += CP_NR) {
-        const int64_t n = (pc + p) / gpad, qq = (pc + p) % gpad;
-        const float *img = xd + n * xp->strides[0] + grp * cg * phases * xp->strides[1] + qq;
-        cp_rows r = cp_rows_at(&g, r0);
-        for (int64_t rr = 0; rr < rows; ++rr, cp_next(&g, &r)) {
-          cp_copy32(buf + p * CP_NR + rr * CP_NR, img + cp_offset(&g, &r, xp->strides[1]));
-        }
+        const float *img = xg + (pc + p) / gpad * xp->strides[0] + (pc + p) % gpad;
+        for (int64_t rr = 0; rr < rows; ++rr) cp_copy32(buf + p * CP_NR + rr * CP_NR, img + roff[rr]);
       }
       loom_gemm_transpose_panels32(bt, buf, kc);
+      /* The next block's runs lie planes apart, beyond any hardware
+       * prefetcher: fetch them a share per micro-kernel call. */
+      const int64_t next = pc + pl.kc;
+      const int64_t next_kc = next < k1 ? (k1 - next < pl.kc ? k1 - next : pl.kc) : 0;
+      const int64_t share = ((next_kc + CP_NR - 1) / CP_NR * rows + pl.m_panels - 1) / pl.m_panels;
+      int64_t fp = 0, frr = 0; /* the next run and row to fetch */
+      const float *fimg = xg + next / gpad * xp->strides[0] + next % gpad;
       for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+        for (int64_t f = 0; f < share && fp < next_kc; ++f) {
+          const float *src = fimg + roff[frr];
+          _mm_prefetch((const char *)src, _MM_HINT_T0);
+          _mm_prefetch((const char *)(src + 16), _MM_HINT_T0);
+          _mm_prefetch((const char *)(src + 31), _MM_HINT_T0);
+          if (++frr == rows) {
+            frr = 0, fp += CP_NR;
+            fimg = xg + (next + fp) / gpad * xp->strides[0] + (next + fp) % gpad;
+          }
+        }
         const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
         const int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
         ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows, pc > k0);
