@@ -74,10 +74,45 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
  *          loom_gemm_pack_kernel over [0, plan.pack_units_a); C fp32 with
  *          unit column stride; [4] image (rank 5: N, C, D, H, W, fp32, any
  *          strides); [5] optional bias (O, fp32).
- * scalars: [0].i isa, [1] unused, [2..16] the geometry as above.
- * range: C's batch * G * ceil(C's cols / LOOM_CONV_GEMM_POSITIONS), grain any. Each
- * output element sums its k in the GEMM's fixed order. */
+ * scalars: [0].i isa, [1].i positions per tile (loom_conv_tile_positions),
+ * [2..16] the geometry as above.
+ * range: C's batch * G * ceil(C's cols / positions per tile), grain any.
+ * Each output element sums its k in the GEMM's fixed order, whatever the
+ * tiling. */
 enum { LOOM_CONV_GEMM_POSITIONS = 128 };
+
+/* Positions per tile of the forward kernels over `batches` (images times
+ * groups) of `cols` positions, for `workers` threads: the widest of 128,
+ * 64 and 32 that keeps the workers as busy as any of them to within 5%.
+ * Narrower tiles spread small outputs (deep layers, one image) over the
+ * workers but read the weight's panels more often. The workers take tiles
+ * in order as they come free, which is simulated while the tiles are few. */
+static inline int64_t loom_conv_tile_positions(int64_t batches, int64_t cols, int64_t workers) {
+  enum { MAX_WORKERS = 64 };
+  if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+  if (workers <= 1 || batches * cols <= 0 ||
+      batches * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS) >= 8 * workers)
+    return LOOM_CONV_GEMM_POSITIONS;
+  double eff[3], best = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t p = LOOM_CONV_GEMM_POSITIONS >> i, per = (cols + p - 1) / p;
+    int64_t busy[MAX_WORKERS] = {0}, span = 0;
+    for (int64_t t = 0; t < batches * per; ++t) {
+      int64_t w = 0; /* the first worker to come free */
+      for (int64_t j = 1; j < workers; ++j)
+        if (busy[j] < busy[w]) w = j;
+      const int64_t j0 = t % per * p;
+      busy[w] += cols - j0 < p ? cols - j0 : p;
+      if (busy[w] > span) span = busy[w];
+    }
+    eff[i] = (double)(batches * cols) / (double)(span * workers);
+    if (eff[i] > best) best = eff[i];
+  }
+  for (int i = 0; i < 3; ++i)
+    if (eff[i] >= 0.95 * best) return LOOM_CONV_GEMM_POSITIONS >> i;
+  return 32;
+}
+
 int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
                           int64_t end);
 
@@ -88,7 +123,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  *          loom_gemm_pack_kernel over [0, plan.pack_units_a); [2] col^T B
  *          (1, G, N*L, C/G*K), shape only; [3] workspace; [4] image as
  *          for the forward.
- * scalars: as for loom_conv_gemm_kernel.
+ * scalars: as for loom_conv_gemm_kernel ([1] unused).
  * range: G * ceil((C/G*K) / 32) (one 32-column panel of dW per item). */
 int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                            int64_t end);
@@ -103,8 +138,9 @@ int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
  * loom_conv_gemm_kernel (C's data is not used); [4] the phase planes (N,
  * C * sh * sw, plane), plane >= gpos + halo; [5] out (N, O, ho, wo), any
  * strides; [6] optional bias (O).
- * scalars: [0].i isa, [1] unused, [2..16] the geometry, [17].i wq,
- * [18].i gpos. range: G * ceil(N * gpos / LOOM_CONV_GEMM_POSITIONS). */
+ * scalars: [0].i isa, [1].i positions per tile (loom_conv_tile_positions),
+ * [2..16] the geometry, [17].i wq, [18].i gpos.
+ * range: G * ceil(N * gpos / positions per tile). */
 int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
                                  int64_t end);
 
@@ -118,7 +154,7 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * [5] partial sums P (ceil(N * gpad / kchunk), G, O/G, C/G*K), unit last
  * stride: P[i] sums k in [i * kchunk, (i + 1) * kchunk), and dW is their
  * sum in order (the caller's; P may be dW itself when there is one).
- * scalars: as for loom_conv_padded_gemm_kernel, and (.i) [18] gpad,
+ * scalars: as for loom_conv_padded_gemm_kernel ([1] unused), and (.i) [18] gpad,
  * [19] kchunk, a multiple of the plan's k block.
  * range: ceil(N * gpad / kchunk) * G * ceil((C/G*K) / 32) (one 32-column
  * panel of one partial sum per item). */

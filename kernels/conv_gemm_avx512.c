@@ -169,7 +169,10 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
     return LOOM_ERROR_INVALID_ARGUMENT;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
-  const int64_t tiles_n = (pl.n + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS;
+  const int64_t tpos = args->scalars[1].i;
+  if (tpos < 32 || tpos > LOOM_CONV_GEMM_POSITIONS || tpos % 32 != 0)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t tiles_n = (pl.n + tpos - 1) / tpos;
   const int64_t cg = (pl.k) / (k[0] * k[1] * k[2]); /* channels per group */
   float buf[CG_PANELS * CG_KC * LOOM_GEMM_AVX512_NR];
   cg_seg seg[2 * CG_PANELS + LOOM_CONV_GEMM_POSITIONS];
@@ -177,8 +180,8 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
   for (int64_t tile = begin; tile < end; ++tile) {
     int64_t tn = tile % tiles_n, rest = tile / tiles_n;
     int64_t grp = rest % pl.batch2, n = rest / pl.batch2;
-    int64_t l0 = tn * LOOM_CONV_GEMM_POSITIONS;
-    int64_t nl = pl.n - l0 < LOOM_CONV_GEMM_POSITIONS ? pl.n - l0 : LOOM_CONV_GEMM_POSITIONS;
+    int64_t l0 = tn * tpos;
+    int64_t nl = pl.n - l0 < tpos ? pl.n - l0 : tpos;
     int64_t npan = (nl + LOOM_GEMM_AVX512_NR - 1) / LOOM_GEMM_AVX512_NR;
     int nseg = cg_segments(n * len + l0, nl, o, seg);
     float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;

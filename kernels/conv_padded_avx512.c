@@ -110,7 +110,9 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
     return LOOM_ERROR_INVALID_ARGUMENT;
   const float *xd = (const float *)xp->data;
   float *od = (float *)out->data;
-  const int64_t cg = pl.k / taps, tiles_n = (pl.n + CP_POS - 1) / CP_POS;
+  const int64_t tpos = args->scalars[1].i;
+  if (tpos < 32 || tpos > CP_POS || tpos % CP_NR != 0) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t cg = pl.k / taps, tiles_n = (pl.n + tpos - 1) / tpos;
   const int64_t lines = (CP_NR + halo + 15) / 16;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
@@ -118,7 +120,7 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
 
   for (int64_t item = begin; item < end; ++item) {
     const int64_t tn = item % tiles_n, grp = item / tiles_n;
-    const int64_t p0 = tn * CP_POS, np = pl.n - p0 < CP_POS ? pl.n - p0 : CP_POS;
+    const int64_t p0 = tn * tpos, np = pl.n - p0 < tpos ? pl.n - p0 : tpos;
     const int64_t npan = (np + CP_NR - 1) / CP_NR;
     /* Each 32-position panel lies in one image: gpos is a multiple of 32. */
     int64_t pn[CP_PANELS], pq[CP_PANELS];

@@ -65,6 +65,13 @@ loom_tensor view4(const Tensor& t, const char* op, std::array<int64_t, 4> sizes,
   return d;
 }
 
+int64_t tile_positions(const Tensor& t, int64_t batches, int64_t cols) {
+  loom_device_props props{};
+  const int64_t workers =
+      loom_device_properties(t.device().index(), &props) == LOOM_OK ? props.num_threads : 1;
+  return loom_conv_tile_positions(batches, cols, workers);
+}
+
 Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
               loom_gemm_isa isa, const at::TensorOptions& opts, const char* op,
               loom_gemm_plan* plan, const Tensor& flipped_from) {
@@ -196,7 +203,9 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   sc[0] = scalar_i(isa);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
-  int64_t tiles = bn * groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+  const int64_t tpos = tile_positions(out, bn * groups, cols);
+  sc[1] = scalar_i(tpos);
+  int64_t tiles = bn * groups * ((cols + tpos - 1) / tpos);
   launch(op, loom_conv_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc,
          tiles, 1);
   if (flat) out.view({n, o, len}).copy_(c_out.permute({1, 0, 2}));

@@ -32,6 +32,10 @@ struct Geom {
 // The geometry as the kernels' scalars (kernels/conv.h).
 std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> geom_scalars(const Geom& g);
 
+// Positions per tile of the forward kernels for `batches` x `cols`
+// positions on `t`'s device (loom_conv_tile_positions for its workers).
+int64_t tile_positions(const at::Tensor& t, int64_t batches, int64_t cols);
+
 // (N, C, spatial...) as rank 5 (N, C, D, H, W).
 loom_tensor image5(const at::Tensor& t, const char* op);
 

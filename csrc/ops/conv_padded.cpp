@@ -76,7 +76,9 @@ void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& w
   loom_tensor ts[7] = {cc, a, b, describe(ws, op), describe(xp, op), plane4(out, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
   auto sc = padded_scalars(g, isa, pd, pd.positions());
-  int64_t tiles = groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
+  const int64_t tpos = tile_positions(out, groups, cols);
+  sc[1] = scalar_i(tpos);
+  int64_t tiles = groups * ((cols + tpos - 1) / tpos);
   launch(op, loom_conv_padded_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 7 : 6),
          c10::ArrayRef<loom_scalar>(sc.data(), 19), tiles, 1);
 }

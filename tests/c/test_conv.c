@@ -129,11 +129,15 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   loom_tensor fts[7] = {tc, ta, tb, tw, txp, tout, tbias};
   loom_scalar gsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 0.0}};
   run(loom_gemm_pack_kernel, fts, 4, gsc, 3, p.pack_units_a);
-  run(loom_conv_padded_gemm_kernel, fts, 7, sc, 19,
-      g->groups * ((cols + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS));
-  CHECK(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
-        "padded conv n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM", (long)g->n,
-        (long)g->c, (long)g->o, (long)g->groups);
+  /* every tile width gives the same bits */
+  for (int64_t tp = 32; tp <= LOOM_CONV_GEMM_POSITIONS; tp *= 2) {
+    memset(y2, 0xff, sizeof(float) * g->n * g->o * len);
+    sc[1].i = tp;
+    run(loom_conv_padded_gemm_kernel, fts, 7, sc, 19, g->groups * ((cols + tp - 1) / tp));
+    CHECK(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
+          "padded conv n=%ld c=%ld o=%ld g=%ld tile %ld differs from im2col + GEMM", (long)g->n,
+          (long)g->c, (long)g->o, (long)g->groups, (long)tp);
+  }
   free(ws);
 
   /* weight gradient over dy padded to the same grid, (O, N, gpad) */
@@ -293,11 +297,15 @@ static void check_geom(geom g) {
     run(loom_gemm_pack_kernel, its, 4, gsc, 3, plan.pack_units_a);
     loom_scalar isc[2 + LOOM_CONV_NUM_SCALARS] = {{.i = isa}};
     scalars(&g, isc + 2);
-    int64_t tiles = g.n * g.groups * ((len + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
-    run(loom_conv_gemm_kernel, its, 6, isc, 2 + LOOM_CONV_NUM_SCALARS, tiles);
-    CHECK(memcmp(y, y2, sizeof(float) * g.n * g.o * len) == 0,
-          "implicit conv n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM", (long)g.n,
-          (long)g.c, (long)g.o, (long)g.groups);
+    for (int64_t tp = 32; tp <= LOOM_CONV_GEMM_POSITIONS; tp *= 2) {
+      memset(y2, 0xff, sizeof(float) * g.n * g.o * len);
+      isc[1].i = tp;
+      run(loom_conv_gemm_kernel, its, 6, isc, 2 + LOOM_CONV_NUM_SCALARS,
+          g.n * g.groups * ((len + tp - 1) / tp));
+      CHECK(memcmp(y, y2, sizeof(float) * g.n * g.o * len) == 0,
+            "implicit conv n=%ld c=%ld o=%ld g=%ld tile %ld differs from im2col + GEMM",
+            (long)g.n, (long)g.c, (long)g.o, (long)g.groups, (long)tp);
+    }
     /* Every image's positions as one row of columns: C is (O, N * L). */
     loom_tensor tcf = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
                        .sizes = {1, g.groups, og, g.n * len},
@@ -310,8 +318,9 @@ static void check_geom(geom g) {
     loom_gemm_plan fp;
     CHECK(loom_gemm_plan_init(&tcf, &taf, &tbf, isa, &fp) == 0, "flat plan");
     run(loom_gemm_pack_kernel, fts, 4, gsc, 3, fp.pack_units_a);
-    int64_t ftiles = g.groups * ((g.n * len + LOOM_CONV_GEMM_POSITIONS - 1) / LOOM_CONV_GEMM_POSITIONS);
-    run(loom_conv_gemm_kernel, fts, 6, isc, 2 + LOOM_CONV_NUM_SCALARS, ftiles);
+    isc[1].i = 32; /* the narrowest tiles here; the widest above */
+    run(loom_conv_gemm_kernel, fts, 6, isc, 2 + LOOM_CONV_NUM_SCALARS,
+        g.groups * ((g.n * len + 31) / 32));
     int fbad = 0;
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t o = 0; o < g.o; ++o)
@@ -405,7 +414,20 @@ static void check_pack_flipped(int64_t groups, int64_t o, int64_t cg, int64_t ta
   free(w), free(wf), free(ref), free(got);
 }
 
+/* Tile widths: the widest that keeps the workers about as busy as any. */
+static void check_tile_positions(void) {
+  CHECK(loom_conv_tile_positions(8, 3264, 2) == 128, "many tiles stay wide");
+  CHECK(loom_conv_tile_positions(1, 512, 2) == 128, "four even tiles over two workers");
+  CHECK(loom_conv_tile_positions(1, 392, 2) == 64, "3 + 1/16 wide tiles leave a worker idle");
+  CHECK(loom_conv_tile_positions(1, 392, 1) == 128, "one worker: the short tile costs nothing");
+  CHECK(loom_conv_tile_positions(1, 1568, 2) == 128, "12 tiles and a short one: even");
+  CHECK(loom_conv_tile_positions(2, 392, 2) == 128, "two batches of 4 tiles: even");
+  CHECK(loom_conv_tile_positions(1, 200, 4) == 64, "four tiles for four workers");
+  CHECK(loom_conv_tile_positions(1, 96, 3) == 32, "three narrow tiles for three workers");
+}
+
 int main(void) {
+  check_tile_positions();
   check_pack_flipped(1, 70, 61, 9);
   check_pack_flipped(2, 128, 30, 5);
   /* 2-d, 3x3, pad 1 */
