@@ -155,9 +155,12 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * stride: P[i] sums k in [i * kchunk, (i + 1) * kchunk), and dW is their
  * sum in order (the caller's; P may be dW itself when there is one).
  * scalars: as for loom_conv_padded_gemm_kernel ([1] unused), and (.i) [18] gpad,
- * [19] kchunk, a multiple of the plan's k block.
- * range: ceil(N * gpad / kchunk) * G * ceil((C/G*K) / 32) (one 32-column
- * panel of one partial sum per item). */
+ * [19] kchunk, a multiple of the plan's k block, [20] qn, the 32-column
+ * panels of dW per item (at most LOOM_CONV_WGRAD_MAX_PANELS).
+ * range: ceil(N * gpad / kchunk) * G * ceil(ceil((C/G*K) / 32) / qn) (qn
+ * panels of one partial sum per item, which reads its k chunk of dyp once
+ * for all of them). */
+enum { LOOM_CONV_WGRAD_MAX_PANELS = 64 };
 int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                                   int64_t end);
 

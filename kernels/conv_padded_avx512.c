@@ -182,8 +182,17 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
   return 0;
 }
 
+/* The col rows of panel q (32 rows, `rows` live) as plane offsets. */
+static int64_t cp_panel_rows(const cp_geom *g, int64_t q, int64_t n, int64_t plane,
+                             int64_t *roff) {
+  const int64_t r0 = q * CP_NR, rows = n - r0 < CP_NR ? n - r0 : CP_NR;
+  cp_rows r = cp_rows_at(g, r0);
+  for (int64_t rr = 0; rr < rows; ++rr, cp_next(g, &r)) roff[rr] = cp_offset(g, &r, plane);
+  return rows;
+}
+
 int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors < 6 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 3)
+  if (args->num_tensors < 6 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 4)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1], *b = &args->tensors[2],
                     *xp = &args->tensors[4], *part = &args->tensors[5];
@@ -192,12 +201,13 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
   int rc = cp_geometry(args, &g);
   if (rc || (rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl))) return rc;
   const int64_t gpad = args->scalars[18].i, kchunk = args->scalars[19].i;
+  const int64_t qn = args->scalars[20].i;
   const int64_t plane = xp->sizes[2], taps = g.kh * g.kw;
   if (pl.packed_bf16 || pl.use_acc || pl.kc > CP_KC || pl.kc % CP_NR != 0 || pl.nr != CP_NR ||
       pl.batch1 != 1 || xp->rank != 3 || xp->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 ||
       gpad <= 0 || gpad % CP_NR != 0 || pl.k != xp->sizes[0] * gpad || pl.n % taps != 0 ||
       xp->sizes[1] != pl.batch2 * (pl.n / taps) * g.sh * g.sw || kchunk <= 0 ||
-      kchunk % pl.kc != 0 ||
+      kchunk % pl.kc != 0 || qn < 1 || qn > LOOM_CONV_WGRAD_MAX_PANELS ||
       part->rank != 4 || part->dtype != LOOM_FLOAT32 ||
       part->sizes[0] != (pl.kp + kchunk - 1) / kchunk || part->sizes[1] != pl.batch2 ||
       part->sizes[2] != pl.m || part->sizes[3] != pl.n || part->strides[3] != 1 ||
@@ -205,51 +215,60 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
     return LOOM_ERROR_INVALID_ARGUMENT;
   const float *xd = (const float *)xp->data;
   const int64_t cg = pl.n / taps, ldt = part->strides[2], phases = g.sh * g.sw;
+  const int64_t qgroups = (pl.n_panels + qn - 1) / qn, s0 = xp->strides[0];
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
   float buf[CP_KC * CP_NR], bt[CP_KC * CP_NR];
+  int64_t roff[LOOM_CONV_WGRAD_MAX_PANELS][CP_NR], rows[LOOM_CONV_WGRAD_MAX_PANELS];
 
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t q = item % pl.n_panels, rest = item / pl.n_panels;
+    const int64_t qg = item % qgroups, rest = item / qgroups;
     const int64_t grp = rest % pl.batch2, kci = rest / pl.batch2;
-    const int64_t r0 = q * CP_NR, rows = pl.n - r0 < CP_NR ? pl.n - r0 : CP_NR;
+    const int64_t q0 = qg * qn, nq = pl.n_panels - q0 < qn ? pl.n_panels - q0 : qn;
     const int64_t k0 = kci * kchunk, k1 = pl.kp < k0 + kchunk ? pl.kp : k0 + kchunk;
-    float *tc = (float *)part->data + kci * part->strides[0] + grp * part->strides[1] + r0;
-    if (rows < CP_NR) memset(buf, 0, sizeof buf); /* rows past the weight's end */
+    float *pbase = (float *)part->data + kci * part->strides[0] + grp * part->strides[1];
     const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
     const float *xg = xd + grp * cg * phases * xp->strides[1];
-    int64_t roff[CP_NR]; /* each col row's offset in an image's planes */
-    cp_rows r = cp_rows_at(&g, r0);
-    for (int64_t rr = 0; rr < rows; ++rr, cp_next(&g, &r)) roff[rr] = cp_offset(&g, &r, xp->strides[1]);
+    for (int64_t j = 0; j < nq; ++j)
+      rows[j] = cp_panel_rows(&g, q0 + j, pl.n, xp->strides[1], roff[j]);
+    /* Every panel of the group over one k block, then the next block: the
+     * block's dy panels stay in cache across the group. */
     for (int64_t pc = k0; pc < k1; pc += pl.kc) {
       const int64_t kc = k1 - pc < pl.kc ? k1 - pc : pl.kc;
-      /* k runs of 32 never straddle images: gpad is a multiple of 32 */
-      for (int64_t p = 0; p < kc; p += CP_NR) {
-        const float *img = xg + (pc + p) / gpad * xp->strides[0] + (pc + p) % gpad;
-        for (int64_t rr = 0; rr < rows; ++rr) cp_copy32(buf + p * CP_NR + rr * CP_NR, img + roff[rr]);
-      }
-      loom_gemm_transpose_panels32(bt, buf, kc);
-      /* The next block's runs lie planes apart, beyond any hardware
-       * prefetcher: fetch them a share per micro-kernel call. */
-      const int64_t next = pc + pl.kc;
-      const int64_t next_kc = next < k1 ? (k1 - next < pl.kc ? k1 - next : pl.kc) : 0;
-      const int64_t share = ((next_kc + CP_NR - 1) / CP_NR * rows + pl.m_panels - 1) / pl.m_panels;
-      int64_t fp = 0, frr = 0; /* the next run and row to fetch */
-      const float *fimg = xg + next / gpad * xp->strides[0] + next % gpad;
-      for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
-        for (int64_t f = 0; f < share && fp < next_kc; ++f) {
-          const float *src = fimg + roff[frr];
-          _mm_prefetch((const char *)src, _MM_HINT_T0);
-          _mm_prefetch((const char *)(src + 16), _MM_HINT_T0);
-          _mm_prefetch((const char *)(src + 31), _MM_HINT_T0);
-          if (++frr == rows) {
-            frr = 0, fp += CP_NR;
-            fimg = xg + (next + fp) / gpad * xp->strides[0] + (next + fp) % gpad;
-          }
+      for (int64_t j = 0; j < nq; ++j) {
+        if (rows[j] < CP_NR) memset(buf, 0, sizeof buf); /* rows past the weight's end */
+        /* k runs of 32 never straddle images: gpad is a multiple of 32 */
+        for (int64_t p = 0; p < kc; p += CP_NR) {
+          const float *img = xg + (pc + p) / gpad * s0 + (pc + p) % gpad;
+          for (int64_t rr = 0; rr < rows[j]; ++rr)
+            cp_copy32(buf + p * CP_NR + rr * CP_NR, img + roff[j][rr]);
         }
-        const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
-        const int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
-        ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows, pc > k0);
+        loom_gemm_transpose_panels32(bt, buf, kc);
+        /* The next gather (the next panel, or the first over the next
+         * block) reads runs planes apart, beyond any hardware prefetcher:
+         * fetch them a share per micro-kernel call. */
+        const int last = j + 1 == nq;
+        const int64_t npc = last ? pc + pl.kc : pc, nj = last ? 0 : j + 1;
+        const int64_t nkc = npc < k1 ? (k1 - npc < pl.kc ? k1 - npc : pl.kc) : 0;
+        const int64_t share = ((nkc + CP_NR - 1) / CP_NR * rows[nj] + pl.m_panels - 1) / pl.m_panels;
+        int64_t fp = 0, frr = 0; /* the next run and row to fetch */
+        const float *fimg = xg + npc / gpad * s0 + npc % gpad;
+        for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+          for (int64_t f = 0; f < share && fp < nkc; ++f) {
+            const float *src = fimg + roff[nj][frr];
+            _mm_prefetch((const char *)src, _MM_HINT_T0);
+            _mm_prefetch((const char *)(src + 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(src + 31), _MM_HINT_T0);
+            if (++frr == rows[nj]) {
+              frr = 0, fp += CP_NR;
+              fimg = xg + (npc + fp) / gpad * s0 + (npc + fp) % gpad;
+            }
+          }
+          const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
+          const int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
+          ukr(kc, apanel, bt, pbase + ip * pl.mr * ldt + (q0 + j) * CP_NR, ldt, 1.0f, mr,
+              (int)rows[j], pc > k0);
+        }
       }
     }
   }

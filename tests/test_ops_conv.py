@@ -159,6 +159,13 @@ def test_conv_noncontiguous_input():
     compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32)
 
 
+def test_conv2d_weight_grad_long_k():
+    # dy (24 channels x 2 images x 160 x 162 grid) is over 4 MB: the padded
+    # weight gradient splits k into chunks, each serving all of dW's panels.
+    x, w = rand(2, 8, 160, 160), rand(24, 8, 3, 3)
+    compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32, scale=30.0)
+
+
 def test_conv1d_long_sequence():
     x, w, b = rand(2, 8, 500), rand(12, 8, 3), rand(12)
     compare(lambda x, w, b: F.conv1d(x, w, b, padding=1), [x, w, b], torch.float32)

@@ -34,9 +34,9 @@ loom_tensor plane4(const Tensor& t, const char* op) {
   return d;
 }
 
-std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 3> padded_scalars(
+std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> padded_scalars(
     const Geom& g, loom_gemm_isa isa, const Padded& pd, int64_t gpad) {
-  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 3> sc{};
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> sc{};
   sc[0] = scalar_i(isa);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
@@ -102,21 +102,33 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
   loom_tensor b = view4(xp, op, {1, groups, n * gpad, ck}, {0, 0, ck, 1});  // shape only
   loom_gemm_plan plan;
   Tensor ws = pack_a(cc, a, b, isa, gw.options(), op, &plan);
-  // Each tile is one 32-column panel of dW. When that leaves too few tiles
-  // for the workers, k is split into chunks whose partial sums are added
-  // afterwards, in order; the split depends on the shape only, never on the
-  // thread count.
-  const int64_t blocks = groups * plan.n_panels;
+  // Each item is one or more of dW's 32-column panels over one k chunk, and
+  // reads the chunk's dy once for all of them. A dy too big to stay in
+  // cache (a long k: the early layers) is split into k chunks first, whose
+  // partial sums are added afterwards, in order, and each chunk serves a
+  // group of panels. Otherwise every panel is an item (dy comes from cache,
+  // and a group's dW tiles would crowd it out) and k is split only when
+  // the panels are too few. The split depends on the shape only, never on
+  // the thread count.
+  const bool big_dy = og * plan.kp * int64_t{4} > (int64_t{4} << 20);
+  const int64_t blocks = big_dy ? groups : groups * plan.n_panels;
   const int64_t want = std::max<int64_t>(
       1, std::min<int64_t>((16 + blocks - 1) / blocks, plan.kp / (2 * plan.kc)));
   const int64_t kchunk = round_up((plan.kp + want - 1) / want, plan.kc);
   const int64_t chunks = (plan.kp + kchunk - 1) / kchunk;
+  const int64_t chunk_items = chunks * groups;
+  const int64_t sets = std::min<int64_t>(plan.n_panels, (16 + chunk_items - 1) / chunk_items);
+  const int64_t qn = big_dy ? std::min<int64_t>((plan.n_panels + sets - 1) / sets,
+                                                LOOM_CONV_WGRAD_MAX_PANELS)
+                            : 1;
+  const int64_t qgroups = (plan.n_panels + qn - 1) / qn;
   Tensor part = chunks == 1 ? gw : at::empty({chunks, groups, og, ck}, gw.options());
   loom_tensor ts[6] = {cc, a, b, describe(ws, op), describe(xp, op),
                        view4(part, op, {chunks, groups, og, ck}, {groups * og * ck, og * ck, ck, 1})};
   auto sc = padded_scalars(g, isa, pd, gpad);
   sc[19] = scalar_i(kchunk);
-  launch(op, loom_conv_padded_wgrad_kernel, ts, sc, chunks * blocks, 1);
+  sc[20] = scalar_i(qn);
+  launch(op, loom_conv_padded_wgrad_kernel, ts, sc, chunk_items * qgroups, 1);
   if (chunks > 1) {
     Tensor flat = gw.view({groups, og, ck});
     at::sum_out(flat, part, {0});

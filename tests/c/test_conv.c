@@ -106,7 +106,7 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
       }
   CHECK(bad == 0, "pad: %d wrong entries", bad);
 
-  loom_scalar sc[2 + LOOM_CONV_NUM_SCALARS + 3] = {{.i = isa}};
+  loom_scalar sc[2 + LOOM_CONV_NUM_SCALARS + 4] = {{.i = isa}};
   scalars(g, sc + 2);
   sc[17].i = wq, sc[18].i = gpad;
   /* forward, with bias */
@@ -168,16 +168,28 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
                        .strides = {g->o * ck, og * ck, ck, 1}};
   loom_tensor wts[6] = {wc, wa, wb, tw, txp, tpart};
   run(loom_gemm_pack_kernel, wts, 4, gsc, 3, p.pack_units_a);
-  run(loom_conv_padded_wgrad_kernel, wts, 6, sc, 20, chunks * g->groups * p.n_panels);
-  for (int64_t i = 0; i < g->o * ck; ++i) {
-    gw2[i] = part[i];
-    for (int64_t k = 1; k < chunks; ++k) gw2[i] += part[k * g->o * ck + i];
+  /* one panel per item, two, and all of them: the same bits */
+  float *first = malloc(sizeof(float) * g->o * ck);
+  const int64_t widths[3] = {1, 2, LOOM_CONV_WGRAD_MAX_PANELS};
+  for (int w = 0; w < 3; ++w) {
+    const int64_t qn = widths[w];
+    sc[20].i = qn;
+    memset(part, 0xff, sizeof(float) * chunks * g->o * ck);
+    run(loom_conv_padded_wgrad_kernel, wts, 6, sc, 21,
+        chunks * g->groups * ((p.n_panels + qn - 1) / qn));
+    for (int64_t i = 0; i < g->o * ck; ++i) {
+      gw2[i] = part[i];
+      for (int64_t k = 1; k < chunks; ++k) gw2[i] += part[k * g->o * ck + i];
+    }
+    bad = 0;
+    for (int64_t i = 0; i < g->o * ck; ++i)
+      bad += !(fabsf(gw1[i] - gw2[i]) <= 1e-5f * (1.0f + fabsf(gw1[i])));
+    CHECK(bad == 0, "padded weight grad n=%ld c=%ld o=%ld g=%ld qn=%ld: %d differ", (long)g->n,
+          (long)g->c, (long)g->o, (long)g->groups, (long)qn, bad);
+    if (w == 0) memcpy(first, gw2, sizeof(float) * g->o * ck);
+    CHECK(memcmp(first, gw2, sizeof(float) * g->o * ck) == 0, "qn=%ld changed bits", (long)qn);
   }
-  bad = 0;
-  for (int64_t i = 0; i < g->o * ck; ++i)
-    bad += !(fabsf(gw1[i] - gw2[i]) <= 1e-5f * (1.0f + fabsf(gw1[i])));
-  CHECK(bad == 0, "padded weight grad n=%ld c=%ld o=%ld g=%ld: %d differ", (long)g->n,
-        (long)g->c, (long)g->o, (long)g->groups, bad);
+  free(first);
   free(xp), free(y2), free(ws), free(dyp), free(gw2), free(part);
 }
 
