@@ -237,10 +237,29 @@ def write_markdown(results: dict, path: Path) -> None:
     extras = [(w, n, w["results"][n]["extra"]) for w in results["workloads"] for n in names
               if w["results"][n].get("extra")]
     if extras:
-        lines += ["", "## Phases", ""]
-        for w, n, ex in extras:
-            parts = ", ".join(f"{k} {_fmt_time(v)}" for k, v in ex.items())
-            lines.append(f"- `{w['name']}` / {n}: {parts}")
+        lines += ["", "## Phases", "",
+                  "Median time of each phase of a call; in parentheses, CPU eager's time over "
+                  "the configuration's (higher is better).", ""]
+        for w in results["workloads"]:
+            have = [n for n in names if w["results"][n].get("extra")]
+            if not have:
+                continue
+            base = w["results"].get(BASELINE, {}).get("extra") or {}
+            keys = list(w["results"][have[0]]["extra"])
+            lines += [f"`{w['name']}`:", "", "| phase | " + " | ".join(have) + " |",
+                      "|---|" + "---|" * len(have)]
+            for key in keys:
+                cells = []
+                for n in have:
+                    v = w["results"][n]["extra"].get(key)
+                    if v is None:
+                        cells.append("—")
+                    elif n != BASELINE and base.get(key):
+                        cells.append(f"{_fmt_time(v)} ({base[key] / v:.2f}x)")
+                    else:
+                        cells.append(_fmt_time(v))
+                lines.append(f"| {key} | " + " | ".join(cells) + " |")
+            lines.append("")
 
     problems = []
     for w in results["workloads"]:

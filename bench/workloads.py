@@ -244,6 +244,7 @@ def _conv_resnet18(ctx: Ctx) -> Prepared:
     batch = 1 if ctx.quick else 8
     layers, flops = [], 0.0
     for i, (ci, co, k, stride, hw) in enumerate(RESNET18_CONVS):
+        name = f"{ci}->{co} {k}x{k}/{stride} at {hw}"  # the layer's, also when shrunk
         if ctx.quick:
             ci, co, hw = min(ci, 4), min(co, 8), max(hw // 16, k)
         x = ctx.to(_randn(batch, ci, hw, hw, seed=40 + i)).requires_grad_(True)
@@ -260,18 +261,25 @@ def _conv_resnet18(ctx: Ctx) -> Prepared:
         flops += count_flops(meta_step)
         with torch.no_grad():
             gy = torch.ones_like(conv(x.detach(), w.detach()))
-        layers.append((ctx.compile(conv), x, w, gy))
+        layers.append((name, ctx.compile(conv), x, w, gy))
+    # Each layer's forward + backward on its own, so layers can be compared
+    # one by one; the device is synchronized around each.
+    phases = {name: [] for name, *_ in layers}
 
     def step():
         grads = []
-        for cconv, x, w, gy in layers:
+        for name, cconv, x, w, gy in layers:
             x.grad = None
             w.grad = None
+            ctx.sync()
+            t0 = time.perf_counter()
             cconv(x, w).backward(gy)
+            ctx.sync()
+            phases[name].append(time.perf_counter() - t0)
             grads.append(w.grad)
         return tuple(grads)
 
-    return Prepared(step, flops=flops, limit=FMA_FP32, tol=1e-3)
+    return Prepared(step, flops=flops, limit=FMA_FP32, tol=1e-3, extra=phases)
 
 
 # ---- attention ---------------------------------------------------------------

@@ -102,3 +102,18 @@ def test_quick_compiled_configs(tmp_path):
         lc = w["results"]["loom_compile"]
         assert lc["status"] in ("ok", "unavailable", "error", "crashed", "timeout")
         assert lc["status"] == "ok" or lc["reason"]
+
+
+def test_quick_times_each_resnet_layer(quick_all):
+    from bench.workloads import RESNET18_CONVS
+
+    out, results = quick_all
+    (w,) = [w for w in results["workloads"] if w["name"] == "conv_resnet18"]
+    for name in ("cpu_eager", "loom_eager"):
+        r = w["results"][name]
+        if r["status"] == "ok":
+            assert len(r["extra"]) == len(RESNET18_CONVS)
+            assert all(v > 0 for v in r["extra"].values())
+    text = (out / "RESULTS.md").read_text()
+    first = next(iter(w["results"]["cpu_eager"]["extra"]))
+    assert f"| {first} |" in text  # one row per layer in the phases table
