@@ -318,8 +318,16 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
       }
       const char *cr = loom_gemm_elem(cin, i1, i2, m0 + i, n0);
       int64_t cs = cin->strides[3];
-      for (int64_t j = 0; j < nt; ++j)
-        row[j] = beta * loom_gemm_load(cr, cin->dtype, j * cs);
+      if (cin->dtype == LOOM_FLOAT32 && cs == 1) { /* loops without a dtype switch vectorise */
+        const float *src = (const float *)cr;
+        for (int64_t j = 0; j < nt; ++j) row[j] = beta * src[j];
+      } else if (cin->dtype == LOOM_FLOAT32 && cs == 0) { /* a broadcast bias column */
+        const float v = beta * *(const float *)cr;
+        for (int64_t j = 0; j < nt; ++j) row[j] = v;
+      } else {
+        for (int64_t j = 0; j < nt; ++j)
+          row[j] = beta * loom_gemm_load(cr, cin->dtype, j * cs);
+      }
     }
 
     const char *ap = ws + p.a_offset +
