@@ -248,6 +248,26 @@ static void finish_scores(float *s, int64_t lds, int64_t rows, int64_t cols,
     }
     return;
   }
+  if (!transposed && (mask->dtype == LOOM_BOOL || mask->dtype == LOOM_FLOAT32)) {
+    /* A row is one query: its mask entries are a strided run, the causal
+     * boundary one column. */
+    const int64_t step = mask->strides[2];
+    for (int64_t r = 0; r < rows; ++r) {
+      float *row = s + r * lds;
+      const int64_t qi = i0 + r, base = at3(mask, b, qi, j0);
+      int64_t hi = valid_cols;
+      if (causal && qi - j0 + 1 < hi) hi = qi - j0 + 1 > 0 ? qi - j0 + 1 : 0;
+      if (mask->dtype == LOOM_BOOL) {
+        const uint8_t *mk = (const uint8_t *)mask->data + base;
+        for (int64_t c = 0; c < hi; ++c) row[c] = mk[c * step] ? row[c] * scale : -INFINITY;
+      } else {
+        const float *mk = (const float *)mask->data + base;
+        for (int64_t c = 0; c < hi; ++c) row[c] = row[c] * scale + mk[c * step];
+      }
+      for (int64_t c = hi; c < cols; ++c) row[c] = -INFINITY;
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     float *row = s + r * lds;
     for (int64_t c = 0; c < cols; ++c) {

@@ -464,7 +464,8 @@ def test_bitwise_identical_across_thread_counts():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("mask_kind", [None, "bool", "float"])
-@pytest.mark.parametrize("shape", [((2, 3, 5, 8), (2, 3, 7, 8), 6), ((4, 9, 16), (4, 9, 16), 16)])
+@pytest.mark.parametrize("shape", [((2, 3, 5, 8), (2, 3, 7, 8), 6), ((4, 9, 16), (4, 9, 16), 16),
+                                   ((1, 2, 70, 16), (1, 2, 90, 16), 16)])  # several tiles
 def test_sdpa(dtype, causal, mask_kind, shape):
     torch.manual_seed(14)
     qs, ks, ev = shape
