@@ -32,10 +32,10 @@ int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
 
 /* tensors: [0] image (rank 5: N, C, D, H, W, any strides, float32),
  *          [1] col (rank 3: C*K, N, L, contiguous, float32).
- * range: N*C (one image plane per item). Each image element becomes the
- * sum, in fixed (kd, kh, kw) order, of the col entries that read it; the
- * plane is the accumulator, so lower-precision images go through an fp32
- * one. */
+ * range: N*C (one image plane per item, item c * N + n). Each image
+ * element becomes the sum, in fixed (kd, kh, kw) order, of the col entries
+ * that read it; the plane is the accumulator, so lower-precision images go
+ * through an fp32 one. */
 int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
                        int64_t end);
 

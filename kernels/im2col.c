@@ -131,12 +131,14 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
   if (col->rank != 3 || img->rank != 5 || img->dtype != LOOM_FLOAT32 ||
       col->dtype != LOOM_FLOAT32)
     return LOOM_ERROR_INVALID_ARGUMENT;
-  int64_t n_img = img->sizes[0], channels = img->sizes[1];
+  int64_t n_img = img->sizes[0];
   int64_t kk = g.k[0] * g.k[1] * g.k[2];
   int64_t len = g.o[0] * g.o[1] * g.o[2];
   const int64_t *psize = img->sizes + 2, *pstride = img->strides + 2;
   for (int64_t pl = begin; pl < end; ++pl) {
-    int64_t n = pl / channels, c = pl % channels;
+    /* Images vary fastest: one channel's col rows of neighbouring images
+     * are adjacent, so successive planes read on where the last stopped. */
+    int64_t c = pl / n_img, n = pl % n_img;
     float *plane = (float *)img->data + n * img->strides[0] + c * img->strides[1];
     for (int64_t d = 0; d < psize[0]; ++d)
       for (int64_t h = 0; h < psize[1]; ++h) {
