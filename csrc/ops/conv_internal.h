@@ -73,7 +73,7 @@ struct Padded {
 bool padded_fits(const Geom& g, const at::Tensor& input, Padded* pd);
 
 // The forward over a padded copy of the image, into `out`; with `flipped`,
-// of the weight `weight` is the flipped form of (see pack_a).
+// the convolution's weight is the flipped form of `weight` (see pack_a).
 void conv_forward_padded(const at::Tensor& out, const at::Tensor& input,
                          const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
                          const Padded& pd, int64_t groups, loom_gemm_isa isa, const char* op,
