@@ -153,6 +153,31 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
       const int64_t ds = t0->rank ? t0->strides[dim] : 0;
       const int64_t ss = t2->rank ? t2->strides[dim] : 0;
       const int64_t xs = t1->rank ? t1->strides[0] : 0;
+      if (op == LOOM_INDEX_COPY && t0->dtype == t2->dtype) {
+        /* One dtype: the elements move as they are, without a round trip
+         * through double (a KV cache's index_copy_ is all of this). */
+#define LOOM_IX_COPY(T)                                                            \
+  do {                                                                             \
+    T *d = (T *)t0->data;                                                          \
+    const T *src = (const T *)t2->data;                                            \
+    for (int64_t row = begin; row < end; ++row) {                                  \
+      const int64_t db = ix_offset(t2, t0, row, skip), sb = ix_offset(t2, t2, row, skip); \
+      for (int64_t k = 0; k < n; ++k) {                                            \
+        const int64_t v = ix_value(t1, k * xs, limit, dim, 0);                     \
+        if (v < 0) return ix_range_status(op);                                     \
+        d[db + v * ds] = src[sb + k * ss];                                         \
+      }                                                                            \
+    }                                                                              \
+  } while (0)
+        switch (loom_dtype_size(t0->dtype)) {
+          case 8: LOOM_IX_COPY(uint64_t); return LOOM_OK;
+          case 4: LOOM_IX_COPY(uint32_t); return LOOM_OK;
+          case 2: LOOM_IX_COPY(uint16_t); return LOOM_OK;
+          case 1: LOOM_IX_COPY(uint8_t); return LOOM_OK;
+          default: break;
+        }
+#undef LOOM_IX_COPY
+      }
       for (int64_t row = begin; row < end; ++row) {
         const int64_t db = ix_offset(t2, t0, row, skip);
         const int64_t sb = ix_offset(t2, t2, row, skip);
