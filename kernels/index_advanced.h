@@ -20,6 +20,8 @@
  * (row-major), so the result does not depend on the thread count:
  * loom_kernel_nonzero_count: tensors [0] input, [1] counts (int64, one per
  *   chunk); scalars [0].i chunk length; range: chunks.
+ * loom_nonzero_first_rows turns the counts into each chunk's first output
+ *   row, on the host, and returns the total.
  * loom_kernel_nonzero_write: tensors [0] input, [1] first output row of
  *   each chunk (int64), [2] out (int64, rows x rank); scalars [0].i chunk
  *   length; range: chunks. Zero is 0, -0.0 or false; NaN is nonzero. */
@@ -40,6 +42,7 @@ enum { LOOM_INDEX_ADVANCED_MAX = 6 };
 
 int loom_kernel_index_advanced(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_kernel_nonzero_count(const loom_kernel_args *args, int64_t begin, int64_t end);
+int64_t loom_nonzero_first_rows(int64_t *counts, int64_t chunks);
 int loom_kernel_nonzero_write(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus

@@ -81,13 +81,8 @@ Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
   Tensor ws = at::empty({std::max<int64_t>(plan->b_offset, 1)}, opts.dtype(at::kByte));
   loom_scalar sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
   if (flipped_from.defined()) {
-    loom_tensor w = describe(flipped_from, op);
-    const int64_t taps = flipped_from.numel() / std::max<int64_t>(
-        1, flipped_from.size(0) * flipped_from.size(1));
-    w.rank = 3;
-    w.sizes[2] = taps, w.strides[2] = 1;
-    w.strides[1] = taps, w.strides[0] = w.sizes[1] * taps;
-    loom_tensor ops[5] = {c, a, b, describe(ws, op), w};
+    const Tensor w = flipped_from.reshape({flipped_from.size(0), flipped_from.size(1), -1});
+    loom_tensor ops[5] = {c, a, b, describe(ws, op), describe(w, op)};
     const int64_t units = (plan->m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
     launch(op, loom_conv_pack_flipped_kernel, ops, c10::ArrayRef<loom_scalar>(sc, 1),
            plan->a_count2 * units, 1);

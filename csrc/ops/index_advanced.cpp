@@ -185,13 +185,7 @@ Tensor& nonzero_out(const Tensor& self, Tensor& out) {
   const loom_tensor tc[2] = {describe(self, "nonzero"), describe(counts, "nonzero")};
   launch("nonzero", loom_kernel_nonzero_count, tc, sc, chunks, 1);
   Tensor first = counts.cpu();  // waits for the counts
-  int64_t* f = first.data_ptr<int64_t>();
-  int64_t total = 0;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t n = f[c];
-    f[c] = total;
-    total += n;
-  }
+  const int64_t total = loom_nonzero_first_rows(first.data_ptr<int64_t>(), chunks);
   at::native::resize_output(out, {total, self.dim()});
   if (total == 0 || self.dim() == 0) return out;
   Tensor first_d = first.to(self.device());

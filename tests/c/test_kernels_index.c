@@ -132,7 +132,9 @@ static void test_nonzero(void) {
   loom_scalar s[1] = {{.i = 4}};
   CHECK(run(loom_kernel_nonzero_count, c, 2, s, 1, 4, 1) == 0);
   CHECK(counts[0] == 1 && counts[1] == 2 && counts[2] == 0 && counts[3] == 2);
-  for (int i = 0, total = 0; i < 4; total += (int)counts[i++]) first[i] = total;
+  memcpy(first, counts, sizeof first);
+  CHECK(loom_nonzero_first_rows(first, 4) == 5);
+  CHECK(first[0] == 0 && first[1] == 1 && first[2] == 3 && first[3] == 3);
   loom_tensor w[3] = {c[0], t1d(first, LOOM_INT64, 4), t2d(out, LOOM_INT64, 5, 2)};
   CHECK(run(loom_kernel_nonzero_write, w, 3, s, 1, 4, 3) == 0);
   const int64_t want[5][2] = {{0, 1}, {0, 4}, {1, 0}, {2, 3}, {2, 4}};
