@@ -164,6 +164,34 @@ enum { LOOM_CONV_WGRAD_MAX_PANELS = 64 };
 int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                                   int64_t end);
 
+/* Winograd F(2x2, 3x3) for 3x3 windows with stride and dilation 1, fp32,
+ * AVX-512 CPUs only (kernels/conv_winograd_avx512.c). About 2.25 times
+ * fewer multiplications than the GEMM paths; the results differ from
+ * theirs by rounding only (the transforms' adds and halvings).
+ *
+ * The weight, transformed: U[e][p][k][i] is element e of G g G^T for output
+ * channel m = 12 p + i and input channel k (zero for m past the last).
+ * tensors: [0] U (16, ceil(M / 12), K, 12) contiguous fp32, [1] w (O, C,
+ * 3, 3) contiguous fp32. scalars: [0].i flipped: 0, the convolution's
+ * weight is w (M = O, K = C); 1, it is w with channels swapped and taps
+ * reversed (M = C, K = O), the stride-1 input gradient's.
+ * range: ceil(M / 12) (one panel per item). */
+int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin,
+                                     int64_t end);
+
+/* The convolution of 2x2 output tiles over a grid of tho = ceil(ho / 2)
+ * rows of wq tiles per image (tiles past ceil(wo / 2) dropped).
+ * tensors: [0] out (N, M, ho, wo) fp32, any strides; [1] U as above;
+ * [2] the stride-2 phase planes of the zero-padded image
+ * (loom_conv_pad_kernel with sh = sw = 2, rows wq wide; N, 4 K, plane),
+ * plane >= gpos + wq + 1; [3] optional bias (M).
+ * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of 32,
+ * >= tho * wq (the grid tiles per image, rounded up).
+ * range: N * gpos / 32 * ceil(ceil(M / 12) / 8) (32 tiles by 96 output
+ * channels per item). Each output sums its input channels in a fixed
+ * order, whatever the split. */
+int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+
 #ifdef __cplusplus
 }
 #endif

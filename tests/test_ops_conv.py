@@ -166,6 +166,31 @@ def test_conv2d_weight_grad_long_k():
     compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32, scale=30.0)
 
 
+@pytest.mark.parametrize("shape,padding", [
+    ((2, 64, 28, 28), 1),   # ResNet-like: many tile blocks
+    ((1, 130, 14, 15), 1),  # two channel passes, odd width (half tiles at the right)
+    ((2, 24, 17, 16), 0),   # no padding: odd output height
+    ((1, 16, 16, 16), 2),
+])
+def test_conv2d_winograd(shape, padding, monkeypatch):
+    # 3x3 windows of stride 1 over enough channels go through Winograd's
+    # F(2x2, 3x3): forward and input gradient, channels-last input included.
+    n, c, h, w = shape
+    x, wt, b = rand(*shape), rand(100, c, 3, 3, seed=1), rand(100, seed=2)
+    fn = lambda x, w, b: F.conv2d(x, w, b, padding=padding)
+    compare(fn, [x, wt, b], torch.float32)
+    compare(fn, [x.to(memory_format=torch.channels_last), wt, b], torch.float32)
+    # The results are the transforms', not the GEMM path's, and close to exact.
+    dx, dw, db = x.to("loom"), wt.to("loom"), b.to("loom")
+    wino = F.conv2d(dx, dw, db, padding=padding).cpu()
+    monkeypatch.setenv("LOOM_CONV_WINOGRAD", "0")
+    gemm = F.conv2d(dx, dw, db, padding=padding).cpu()
+    exact = F.conv2d(x.double(), wt.double(), b.double(), padding=padding)
+    assert not torch.equal(wino, gemm)
+    for got in (wino, gemm):  # both within a few fp32 roundings of the largest output
+        torch.testing.assert_close(got.double(), exact, rtol=0, atol=2e-6 * exact.abs().max())
+
+
 def test_conv1d_long_sequence():
     x, w, b = rand(2, 8, 500), rand(12, 8, 3), rand(12)
     compare(lambda x, w, b: F.conv1d(x, w, b, padding=1), [x, w, b], torch.float32)

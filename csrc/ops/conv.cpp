@@ -173,6 +173,10 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
                            const Tensor& bias, const Geom& g, int64_t groups,
                            loom_gemm_isa isa, const char* op, bool flipped = false) {
   Padded pd;
+  if (winograd_fits(g, input, out.size(1), groups, &pd)) {
+    conv_forward_winograd(out, input, weight, bias, g, pd, op, flipped);
+    return;
+  }
   if (padded_fits(g, input, &pd)) {
     conv_forward_padded(out, input, weight, bias, g, pd, groups, isa, op, flipped);
     return;

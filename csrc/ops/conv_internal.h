@@ -69,6 +69,24 @@ struct Padded {
   }
 };
 
+// (N, C * phases, plane) fp32: image `x` zero-padded by g and split into
+// pd's stride phases, rows pd.wq() wide, `needed` elements per plane or more.
+at::Tensor pad_planes(const at::Tensor& x, const Geom& g, const Padded& pd, int64_t needed,
+                      const char* op);
+
+// Whether the Winograd kernels apply to `g` over `input` (2-d 3x3 windows
+// of stride and dilation 1, enough channels and tiles that are mostly
+// output); fills *pd with the tile grid: ho, wo in tiles, stride-2 phases.
+// LOOM_CONV_WINOGRAD=0 turns them off.
+bool winograd_fits(const Geom& g, const at::Tensor& input, int64_t out_channels, int64_t groups,
+                   Padded* pd);
+
+// The forward by Winograd's F(2x2, 3x3) into `out` (flipped as for
+// conv_forward_padded).
+void conv_forward_winograd(const at::Tensor& out, const at::Tensor& input,
+                           const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
+                           const Padded& pd, const char* op, bool flipped);
+
 // Whether the padded kernels apply to `g` over `input`; fills *pd.
 bool padded_fits(const Geom& g, const at::Tensor& input, Padded* pd);
 

@@ -1,8 +1,11 @@
 // 2-d convolutions over zero-padded rows split into stride phases: the
-// adapters of kernels/conv_padded_avx512.c (fp32, AVX-512 CPUs).
+// adapters of kernels/conv_padded_avx512.c and kernels/conv_winograd_avx512.c
+// (fp32, AVX-512 CPUs).
 #include "ops/conv_internal.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace torch_loom::conv {
 namespace {
@@ -11,8 +14,8 @@ using at::Tensor;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// (N, C * phases, plane) fp32: image `x` zero-padded by g and split into
-// pd's stride phases, rows pd.wq() wide, `needed` elements per plane or more.
+}  // namespace
+
 Tensor pad_planes(const Tensor& x, const Geom& g, const Padded& pd, int64_t needed,
                   const char* op) {
   const int64_t phases = pd.sh * pd.sw;
@@ -25,6 +28,8 @@ Tensor pad_planes(const Tensor& x, const Geom& g, const Padded& pd, int64_t need
          std::max<int64_t>(1, 65536 / xp.size(2)));
   return xp;
 }
+
+namespace {
 
 // `t` (N, C, [D = 1,] [H,] W) as rank 4 (N, C, H, W).
 loom_tensor plane4(const Tensor& t, const char* op) {
@@ -138,6 +143,42 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
     at::sum_out(flat, part, {0});
   }
   return gw;
+}
+
+bool winograd_fits(const Geom& g, const Tensor& input, int64_t out_channels, int64_t groups,
+                   Padded* pd) {
+  const char* env = std::getenv("LOOM_CONV_WINOGRAD");
+  if (env && std::strcmp(env, "0") == 0) return false;
+  if (groups != 1 || g.k[0] != 1 || g.p[0] != 0 || g.grid[0] != 1 || input.dim() < 4) return false;
+  for (int i = 1; i < 3; ++i)
+    if (g.k[i] != 3 || g.s[i] != 1 || g.d[i] != 1) return false;
+  // Few channels leave the transforms the bulk of the work.
+  if (input.size(1) < 16 || out_channels < 16) return false;
+  const int64_t h = input.size(-2), w = input.size(-1);
+  *pd = Padded{h + 2 * g.p[1], w + 2 * g.p[2], (g.grid[1] + 1) / 2, (g.grid[2] + 1) / 2, 2, 2};
+  // At least 3/4 of the tiles' outputs must be the image's: 14x14 has
+  // 49 of 64 tiles (7 rows of 8, one past the last column per row), 7x7
+  // 16 of 32 (of whose 64 outputs 49 are kept).
+  return g.grid[1] * g.grid[2] * 4 >= 3 * 4 * pd->positions();
+}
+
+void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor& weight,
+                           const Tensor& bias, const Geom& g, const Padded& pd, const char* op,
+                           bool flipped) {
+  const int64_t m = out.size(1), k = input.size(1), panels = (m + 11) / 12;
+  Tensor u = at::empty({16, panels, k, 12}, out.options());
+  loom_tensor wts[2] = {describe(u, op), describe(weight.reshape({weight.size(0), weight.size(1), 3, 3}), op)};
+  loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
+  launch(op, loom_conv_winograd_weight_kernel, wts, wsc, panels, 1);
+  const int64_t gpos = pd.positions();
+  Tensor xp = pad_planes(input, g, pd, gpos + pd.wq() + 1, op);
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  loom_tensor ts[4] = {plane4(out, op), describe(u, op), describe(xp, op),
+                       bc.defined() ? describe(bc, op) : loom_tensor{}};
+  loom_scalar sc[2] = {scalar_i(pd.wq()), scalar_i(gpos)};
+  const int64_t items = input.size(0) * (gpos / 32) * ((panels + 7) / 8);
+  launch(op, loom_conv_winograd_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc,
+         items, 1);
 }
 
 }  // namespace torch_loom::conv

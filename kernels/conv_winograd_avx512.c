@@ -1,0 +1,245 @@
+/* kernels/conv_winograd_avx512.c — 3x3 stride-1 convolutions by Winograd's
+ * F(2x2, 3x3): each 2x2 block of output (a tile) comes from the 4x4 patch
+ * of input under it through 16 products per channel pair instead of 36.
+ *
+ * With V = B^T d B (the patch transformed), U = G g G^T (the weight) and
+ * Y = A^T M A, where M[e] = sum over input channels of U[e] * V[e] for each
+ * of the 16 elements e, the convolution is 16 GEMMs over channels, one per
+ * element, each run by the fp32 micro-kernel of kernels/gemm.
+ *
+ * The image comes as the four stride-2 phase planes of its zero-padded
+ * copy (loom_conv_pad_kernel), rows wq wide: tile (ty, tx) reads patch
+ * element (r, s) in phase (r & 1, s & 1) at q + (r >> 1) * wq + (s >> 1),
+ * where q = ty * wq + tx. So a block of 32 consecutive grid tiles reads each
+ * patch element as one run of 32 floats: the transforms are plain vector
+ * arithmetic over 32 tiles at once, and tiles with tx >= the tile columns
+ * are computed and dropped. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "loom/status.h"
+
+enum {
+  WG_T = LOOM_GEMM_AVX512_NR, /* tiles per block */
+  WG_MR = LOOM_GEMM_AVX512_MR,
+  WG_KC = 128,    /* input channels per transform pass */
+  WG_PANELS = 8,  /* 12-row panels of output channels per item */
+  WG_E = 16,      /* elements of a transformed tile */
+  /* The 16 elements' buffers are a line more than a multiple of 4 KB apart:
+   * at multiples, a tile's 16 loads or stores would all fall in one set
+   * of the L1 cache, which holds fewer ways. */
+  WG_VS = WG_KC * WG_T + 16,
+  WG_MS = WG_PANELS * WG_MR * WG_T + 16,
+};
+
+/* Whether a rank-4 tensor is contiguous. */
+static int wg_dense(const loom_tensor *t) {
+  int64_t step = 1;
+  for (int i = 3; i >= 0; --i) {
+    if (t->sizes[i] != 1 && t->strides[i] != step) return 0;
+    step *= t->sizes[i];
+  }
+  return 1;
+}
+
+int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin,
+                                     int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *u = &args->tensors[0], *w = &args->tensors[1];
+  const int flipped = args->scalars[0].i != 0;
+  if (u->rank != 4 || w->rank != 4 || u->dtype != LOOM_FLOAT32 || w->dtype != LOOM_FLOAT32 ||
+      !wg_dense(u) || !wg_dense(w) || w->sizes[2] != 3 || w->sizes[3] != 3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t m_n = flipped ? w->sizes[1] : w->sizes[0], k_n = flipped ? w->sizes[0] : w->sizes[1];
+  const int64_t panels = (m_n + WG_MR - 1) / WG_MR;
+  if (u->sizes[0] != WG_E || u->sizes[1] != panels || u->sizes[2] != k_n || u->sizes[3] != WG_MR)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const float *wd = (const float *)w->data;
+  float *ud = (float *)u->data;
+  enum { CHUNK = 16 };
+  float loc[WG_E][CHUNK * WG_MR];
+  for (int64_t p = begin; p < end; ++p)
+    for (int64_t k0 = 0; k0 < k_n; k0 += CHUNK) {
+      const int64_t kn = k_n - k0 < CHUNK ? k_n - k0 : CHUNK;
+      for (int64_t kk = 0; kk < kn; ++kk)
+        for (int64_t i = 0; i < WG_MR; ++i) {
+          const int64_t m = p * WG_MR + i, k = k0 + kk;
+          float g[3][3] = {{0}}, t[4][3];
+          for (int r = 0; r < 3 && m < m_n; ++r)
+            for (int s = 0; s < 3; ++s)
+              g[r][s] = flipped ? wd[((k * m_n + m) * 3 + 2 - r) * 3 + 2 - s]
+                                : wd[((m * k_n + k) * 3 + r) * 3 + s];
+          for (int s = 0; s < 3; ++s) { /* G g */
+            t[0][s] = g[0][s];
+            t[1][s] = 0.5f * (g[0][s] + g[1][s] + g[2][s]);
+            t[2][s] = 0.5f * (g[0][s] - g[1][s] + g[2][s]);
+            t[3][s] = g[2][s];
+          }
+          for (int r = 0; r < 4; ++r) { /* (G g) G^T */
+            float *l = &loc[4 * r][kk * WG_MR + i];
+            l[0] = t[r][0];
+            l[CHUNK * WG_MR] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+            l[2 * CHUNK * WG_MR] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+            l[3 * CHUNK * WG_MR] = t[r][2];
+          }
+        }
+      /* one contiguous run per element */
+      for (int e = 0; e < WG_E; ++e)
+        memcpy(ud + ((e * panels + p) * k_n + k0) * WG_MR, loc[e],
+               (size_t)(kn * WG_MR) * sizeof(float));
+    }
+  return 0;
+}
+
+/* B^T d B of 16 tiles: d[r][s] at src + off[r][s]; into v[e] (16 floats
+ * each, WG_VS apart). */
+static inline void wg_input16(float *v, const float *src, const int64_t off[4][4]) {
+  __m512 d[4][4], t[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s) d[r][s] = _mm512_loadu_ps(src + off[r][s]);
+  for (int s = 0; s < 4; ++s) {
+    t[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
+    t[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
+    t[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
+    t[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
+  }
+  for (int r = 0; r < 4; ++r) {
+    float *row = v + 4 * r * WG_VS;
+    _mm512_storeu_ps(row, _mm512_sub_ps(t[r][0], t[r][2]));
+    _mm512_storeu_ps(row + WG_VS, _mm512_add_ps(t[r][1], t[r][2]));
+    _mm512_storeu_ps(row + 2 * WG_VS, _mm512_sub_ps(t[r][2], t[r][1]));
+    _mm512_storeu_ps(row + 3 * WG_VS, _mm512_sub_ps(t[r][1], t[r][3]));
+  }
+}
+
+/* A^T m A (+ bias) of 16 tiles, m[e] 16 floats each `stride` apart: the
+ * tiles' rows 0 and 1, their columns interleaved, into y0 and y1 (32 each). */
+static inline void wg_output16(const float *m, int64_t stride, float bias, float *y0,
+                               float *y1) {
+  __m512 e[4][4], t[2][4];
+  for (int i = 0; i < WG_E; ++i) e[i / 4][i % 4] = _mm512_loadu_ps(m + i * stride);
+  for (int s = 0; s < 4; ++s) {
+    t[0][s] = _mm512_add_ps(_mm512_add_ps(e[0][s], e[1][s]), e[2][s]);
+    t[1][s] = _mm512_sub_ps(_mm512_sub_ps(e[1][s], e[2][s]), e[3][s]);
+  }
+  const __m512 b = _mm512_set1_ps(bias);
+  const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  for (int r = 0; r < 2; ++r) {
+    __m512 c0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[r][0], t[r][1]), t[r][2]), b);
+    __m512 c1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(t[r][1], t[r][2]), t[r][3]), b);
+    float *y = r ? y1 : y0;
+    _mm512_storeu_ps(y, _mm512_permutex2var_ps(c0, lo, c1));
+    _mm512_storeu_ps(y + 16, _mm512_permutex2var_ps(c0, hi, c1));
+  }
+}
+
+/* A run of a block's tiles that lie in one tile row: lanes [j, j + n) are
+ * tiles (ty, tx) ... (ty, tx + n - 1). */
+typedef struct wg_run {
+  int64_t j, n, ty, tx;
+} wg_run;
+
+/* Output row y's columns [x, x + n) from row[0, n), unit stride. */
+static inline void wg_put(float *dst, const float *row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_maskz_loadu_ps(m, row + i));
+  }
+}
+
+int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 3 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
+  const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
+  const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i;
+  if (out->rank != 4 || u->rank != 4 || xp->rank != 3 || out->dtype != LOOM_FLOAT32 ||
+      u->dtype != LOOM_FLOAT32 || xp->dtype != LOOM_FLOAT32 || !wg_dense(u) ||
+      xp->strides[2] != 1 || u->sizes[0] != WG_E || u->sizes[3] != WG_MR ||
+      (bias && (bias->dtype != LOOM_FLOAT32 || bias->rank != 1 || bias->sizes[0] != out->sizes[1])))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t n_img = out->sizes[0], m_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
+  const int64_t panels = u->sizes[1], k_n = u->sizes[2];
+  const int64_t tho = (ho + 1) / 2, two = (wo + 1) / 2;
+  if (panels != (m_n + WG_MR - 1) / WG_MR || xp->sizes[0] != n_img || xp->sizes[1] != 4 * k_n ||
+      wq < two + 1 || gpos % WG_T != 0 || gpos < tho * wq || xp->sizes[2] < gpos + wq + 1)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t blocks = gpos / WG_T, groups = (panels + WG_PANELS - 1) / WG_PANELS;
+  const int64_t s1 = xp->strides[1];
+  int64_t off[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s)
+      off[r][s] = ((r & 1) * 2 + (s & 1)) * s1 + (r >> 1) * wq + (s >> 1);
+  _Alignas(64) float v[WG_E * WG_VS], mt[WG_E * WG_MS];
+  float y[2][2 * WG_T];
+
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t og = item % groups, blk = item / groups % blocks, n = item / groups / blocks;
+    const int64_t p0 = og * WG_PANELS, np = panels - p0 < WG_PANELS ? panels - p0 : WG_PANELS;
+    const int64_t q0 = blk * WG_T;
+    const float *img = (const float *)xp->data + n * xp->strides[0] + q0;
+    for (int64_t k0 = 0; k0 < k_n; k0 += WG_KC) {
+      const int64_t kc = k_n - k0 < WG_KC ? k_n - k0 : WG_KC;
+      for (int64_t c = 0; c < kc; ++c) {
+        const float *src = img + (k0 + c) * 4 * s1;
+        /* the channel two on is planes away, beyond the hardware prefetchers:
+         * its runs, two rows of each phase */
+        if (k0 + c + 2 < k_n)
+          for (int ph = 0; ph < 4; ++ph)
+            for (int64_t row = 0; row < 2; ++row)
+              for (int h = 0; h < 3; ++h)
+                _mm_prefetch((const char *)(src + (8 + ph) * s1 + row * wq + 16 * h), _MM_HINT_T0);
+        wg_input16(v + c * WG_T, src, off);
+        wg_input16(v + c * WG_T + 16, src + 16, off);
+      }
+      for (int64_t e = 0; e < WG_E; ++e)
+        for (int64_t p = 0; p < np; ++p) {
+          const float *a = (const float *)u->data + ((e * panels + p0 + p) * k_n + k0) * WG_MR;
+          const int64_t rows = m_n - (p0 + p) * WG_MR;
+          loom_gemm_ukr_avx512_f32(kc, a, v + e * WG_VS, mt + e * WG_MS + p * WG_MR * WG_T, WG_T, 1.0f,
+                                   (int)(rows < WG_MR ? rows : WG_MR), WG_T, k0 > 0);
+        }
+    }
+    /* the block's runs of tiles inside the output's tile rows */
+    wg_run runs[WG_T];
+    int64_t nruns = 0;
+    for (int64_t j = 0; j < WG_T;) {
+      const int64_t q = q0 + j, ty = q / wq, tx = q % wq;
+      const int64_t n_run = wq - tx < WG_T - j ? wq - tx : WG_T - j;
+      if (ty < tho && tx < two)
+        runs[nruns++] = (wg_run){j, two - tx < n_run ? two - tx : n_run, ty, tx};
+      j += n_run;
+    }
+    for (int64_t p = 0; p < np; ++p)
+      for (int64_t i = 0; i < WG_MR && (p0 + p) * WG_MR + i < m_n; ++i) {
+        const int64_t o = (p0 + p) * WG_MR + i;
+        const float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
+        const float *m = mt + (p * WG_MR + i) * WG_T;
+        float *oimg = (float *)out->data + n * out->strides[0] + o * out->strides[1];
+        /* The output's lines are written in pieces, each a miss: ask for
+         * the ones two channels on now, to be written to. */
+        if (out->strides[3] == 1 && i + 2 < WG_MR && o + 2 < m_n)
+          for (int64_t r = 0; r < nruns; ++r)
+            for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
+              const float *ahead = oimg + 2 * out->strides[1] + (2 * runs[r].ty + dy) * out->strides[2] + 2 * runs[r].tx;
+              for (int64_t l = 0; l < 2 * runs[r].n; l += 16) __builtin_prefetch(ahead + l, 1, 3);
+            }
+        for (int h = 0; h < 2; ++h)
+          wg_output16(m + 16 * h, WG_MS, bv, y[0] + 32 * h, y[1] + 32 * h);
+        for (int64_t r = 0; r < nruns; ++r)
+          for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
+            const int64_t x0 = 2 * runs[r].tx;
+            const int64_t x1 = x0 + 2 * runs[r].n < wo ? x0 + 2 * runs[r].n : wo;
+            const float *src = y[dy] + 2 * runs[r].j;
+            float *row = oimg + (2 * runs[r].ty + dy) * out->strides[2];
+            if (out->strides[3] == 1)
+              wg_put(row + x0, src, x1 - x0);
+            else
+              for (int64_t x = x0; x < x1; ++x) row[x * out->strides[3]] = src[x - x0];
+          }
+      }
+  }
+  return 0;
+}

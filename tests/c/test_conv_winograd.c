@@ -1,0 +1,138 @@
+/* tests/c/test_conv_winograd.c — Winograd F(2x2, 3x3) (kernels/conv.h)
+ * against a direct 3x3 convolution in double, for the forward and the
+ * flipped (input gradient) weight; its results must not depend on how the
+ * items are split. Kernels are called directly. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/gemm/gemm.h"
+#include "loom/status.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, "\n");                               \
+      ++failures;                                          \
+    }                                                      \
+  } while (0)
+
+static uint64_t rng = 777;
+static float rnd(void) {
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((rng >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+static loom_tensor dense(void *data, int rank, const int64_t *sizes) {
+  loom_tensor t = {.data = data, .dtype = LOOM_FLOAT32, .rank = rank};
+  int64_t step = 1;
+  for (int i = rank - 1; i >= 0; --i) t.sizes[i] = sizes[i], t.strides[i] = step, step *= sizes[i];
+  return t;
+}
+
+/* Runs fn over [0, range) in pieces of `grain` items. */
+static void run(loom_kernel_fn fn, loom_tensor *ts, int nt, loom_scalar *sc, int ns,
+                int64_t range, int64_t grain) {
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = (uint32_t)nt,
+                        .tensors = ts, .num_scalars = (uint32_t)ns, .scalars = sc,
+                        .range = range, .grain = grain};
+  for (int64_t s = 0; s < range; s += grain) {
+    int rc = fn(&a, s, s + grain < range ? s + grain : range);
+    CHECK(rc == 0, "kernel rc %d", rc);
+  }
+}
+
+/* A convolution of n images of k channels (h x w, padding p) into m
+ * channels; with `flipped`, its weight is w (k, m, 3, 3) with channels
+ * swapped and taps reversed, else w is (m, k, 3, 3). */
+static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t p,
+                  int with_bias, int flipped) {
+  const int64_t ho = h + 2 * p - 2, wo = w + 2 * p - 2, tho = (ho + 1) / 2, two = (wo + 1) / 2;
+  const int64_t wq = (w + 2 * p + 1) / 2, gpos = (tho * wq + 31) / 32 * 32;
+  const int64_t prow = (h + 2 * p + 1) / 2 * wq;
+  const int64_t need = gpos + wq + 1 > prow ? gpos + wq + 1 : prow, plane = (need + 15) / 16 * 16;
+  const int64_t panels = (m + 11) / 12;
+  float *x = malloc(sizeof(float) * n * k * h * w), *wt = malloc(sizeof(float) * m * k * 9);
+  float *bias = malloc(sizeof(float) * m), *xp = malloc(sizeof(float) * n * 4 * k * plane);
+  float *u = malloc(sizeof(float) * 16 * panels * k * 12);
+  float *y1 = malloc(sizeof(float) * n * m * ho * wo), *y2 = malloc(sizeof(float) * n * m * ho * wo);
+  for (int64_t i = 0; i < n * k * h * w; ++i) x[i] = rnd();
+  for (int64_t i = 0; i < m * k * 9; ++i) wt[i] = rnd();
+  for (int64_t i = 0; i < m; ++i) bias[i] = rnd();
+  CHECK(two + 1 <= wq, "grid too narrow");
+
+  /* the phase planes, the transformed weight, then the convolution */
+  const int64_t xs[5] = {n, k, 1, h, w}, ps[3] = {n, 4 * k, plane};
+  loom_tensor pts[2] = {dense(xp, 3, ps), dense(x, 5, xs)};
+  loom_scalar psc[5] = {{.i = p}, {.i = p}, {.i = wq}, {.i = 2}, {.i = 2}};
+  run(loom_conv_pad_kernel, pts, 2, psc, 5, n * 4 * k, 7);
+  const int64_t ws[4] = {flipped ? k : m, flipped ? m : k, 3, 3}, us[4] = {16, panels, k, 12};
+  loom_tensor wts[2] = {dense(u, 4, us), dense(wt, 4, ws)};
+  loom_scalar wsc[1] = {{.i = flipped}};
+  run(loom_conv_winograd_weight_kernel, wts, 2, wsc, 1, panels, 1);
+  const int64_t os[4] = {n, m, ho, wo}, bs[1] = {m};
+  loom_tensor ts[4] = {dense(y1, 4, os), dense(u, 4, us), dense(xp, 3, ps), dense(bias, 1, bs)};
+  loom_scalar sc[2] = {{.i = wq}, {.i = gpos}};
+  const int64_t items = n * (gpos / 32) * ((panels + 7) / 8);
+  run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, sc, 2, items, items);
+  ts[0].data = y2;
+  run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, sc, 2, items, 1);
+  CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0,
+        "results depend on the split (n %ld k %ld m %ld)", (long)n, (long)k, (long)m);
+
+  int bad = 0;
+  double worst = 0.0;
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t i = 0; i < ho; ++i)
+        for (int64_t j = 0; j < wo; ++j) {
+          double ref = with_bias ? bias[o] : 0.0, mag = fabs(ref);
+          for (int64_t c = 0; c < k; ++c)
+            for (int64_t r = 0; r < 3; ++r)
+              for (int64_t s = 0; s < 3; ++s) {
+                const int64_t yy = i + r - p, xx = j + s - p;
+                if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+                const float wv = flipped ? wt[((c * m + o) * 3 + 2 - r) * 3 + 2 - s]
+                                         : wt[((o * k + c) * 3 + r) * 3 + s];
+                const double t = (double)wv * x[((b * k + c) * h + yy) * w + xx];
+                ref += t, mag += fabs(t);
+              }
+          const double err = fabs(y1[((b * m + o) * ho + i) * wo + j] - ref) / (mag + 1e-30);
+          if (err > worst) worst = err;
+          bad += err > 1e-6;
+        }
+  CHECK(bad == 0, "n %ld k %ld m %ld %ldx%ld p %ld flipped %d: %d differ (worst %.3g)",
+        (long)n, (long)k, (long)m, (long)h, (long)w, (long)p, flipped, bad, worst);
+
+  /* a grid one tile too narrow is refused */
+  loom_scalar narrow[2] = {{.i = two}, {.i = gpos}};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = ts,
+                        .num_scalars = 2, .scalars = narrow, .range = 1, .grain = 1};
+  CHECK(loom_conv_winograd_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "narrow grid");
+  free(x), free(wt), free(bias), free(xp), free(u), free(y1), free(y2);
+}
+
+int main(void) {
+  if (loom_gemm_isa_selected() == LOOM_GEMM_GENERIC) {
+    printf("ok (no AVX-512: the Winograd kernels are not used)\n");
+    return 0;
+  }
+  /* one tile block, odd output sizes (a half tile at the right and bottom) */
+  check(1, 3, 5, 7, 9, 1, 1, 0);
+  /* several blocks and channel passes (k > 128), two panel groups (m > 96),
+   * a partial last panel */
+  check(2, 130, 101, 12, 10, 1, 1, 0);
+  /* no padding, and padding 2 */
+  check(2, 16, 24, 11, 14, 0, 0, 0);
+  check(1, 8, 13, 9, 6, 2, 1, 0);
+  /* the input gradient's flipped weight */
+  check(2, 20, 17, 13, 15, 1, 0, 1);
+  check(1, 140, 30, 8, 8, 1, 0, 1);
+  printf(failures ? "FAILED\n" : "ok\n");
+  return failures ? 1 : 0;
+}
