@@ -15,6 +15,7 @@
  * arithmetic over 32 tiles at once, and tiles with tx >= the tile columns
  * are computed and dropped. */
 #include <immintrin.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/conv.h"
@@ -58,38 +59,50 @@ int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin
     return LOOM_ERROR_INVALID_ARGUMENT;
   const float *wd = (const float *)w->data;
   float *ud = (float *)u->data;
+  /* A panel's 12 rows are vector lanes: row i's 3x3 taps are gathered
+   * rows_apart floats apart. */
+  const int64_t rows_apart = flipped ? 9 : k_n * 9;
+  if (rows_apart * WG_MR > INT32_MAX) return LOOM_ERROR_INVALID_ARGUMENT;
+  const __m512i lanes = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32((int32_t)rows_apart));
+  const __m512 half = _mm512_set1_ps(0.5f);
   enum { CHUNK = 16 };
-  float loc[WG_E][CHUNK * WG_MR];
-  for (int64_t p = begin; p < end; ++p)
+  float loc[WG_E][CHUNK * WG_MR + 4];
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t live = m_n - p * WG_MR < WG_MR ? m_n - p * WG_MR : WG_MR;
+    const __mmask16 rows = (__mmask16)((1u << live) - 1u);
     for (int64_t k0 = 0; k0 < k_n; k0 += CHUNK) {
       const int64_t kn = k_n - k0 < CHUNK ? k_n - k0 : CHUNK;
-      for (int64_t kk = 0; kk < kn; ++kk)
-        for (int64_t i = 0; i < WG_MR; ++i) {
-          const int64_t m = p * WG_MR + i, k = k0 + kk;
-          float g[3][3] = {{0}}, t[4][3];
-          for (int r = 0; r < 3 && m < m_n; ++r)
-            for (int s = 0; s < 3; ++s)
-              g[r][s] = flipped ? wd[((k * m_n + m) * 3 + 2 - r) * 3 + 2 - s]
-                                : wd[((m * k_n + k) * 3 + r) * 3 + s];
-          for (int s = 0; s < 3; ++s) { /* G g */
-            t[0][s] = g[0][s];
-            t[1][s] = 0.5f * (g[0][s] + g[1][s] + g[2][s]);
-            t[2][s] = 0.5f * (g[0][s] - g[1][s] + g[2][s]);
-            t[3][s] = g[2][s];
-          }
-          for (int r = 0; r < 4; ++r) { /* (G g) G^T */
-            float *l = &loc[4 * r][kk * WG_MR + i];
-            l[0] = t[r][0];
-            l[CHUNK * WG_MR] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
-            l[2 * CHUNK * WG_MR] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
-            l[3 * CHUNK * WG_MR] = t[r][2];
-          }
+      for (int64_t kk = 0; kk < kn; ++kk) {
+        const int64_t k = k0 + kk;
+        /* tap (r, s) of row i: w[m][k][r][s], or w[k][m][2 - r][2 - s] */
+        const float *base = flipped ? wd + (k * m_n + p * WG_MR) * 9 : wd + (p * WG_MR * k_n + k) * 9;
+        __m512 g[3][3], t[4][3];
+        for (int r = 0; r < 3; ++r)
+          for (int s = 0; s < 3; ++s)
+            g[r][s] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rows, lanes,
+                                               base + (flipped ? (2 - r) * 3 + 2 - s : r * 3 + s), 4);
+        for (int s = 0; s < 3; ++s) { /* G g */
+          t[0][s] = g[0][s];
+          t[1][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(g[0][s], g[1][s]), g[2][s]));
+          t[2][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(g[0][s], g[1][s]), g[2][s]));
+          t[3][s] = g[2][s];
         }
+        for (int r = 0; r < 4; ++r) { /* (G g) G^T */
+          const __m512 v1 = _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(t[r][0], t[r][1]), t[r][2]));
+          const __m512 v2 = _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(t[r][0], t[r][1]), t[r][2]));
+          _mm512_storeu_ps(&loc[4 * r][kk * WG_MR], t[r][0]);
+          _mm512_storeu_ps(&loc[4 * r + 1][kk * WG_MR], v1);
+          _mm512_storeu_ps(&loc[4 * r + 2][kk * WG_MR], v2);
+          _mm512_storeu_ps(&loc[4 * r + 3][kk * WG_MR], t[r][2]);
+        }
+      }
       /* one contiguous run per element */
       for (int e = 0; e < WG_E; ++e)
         memcpy(ud + ((e * panels + p) * k_n + k0) * WG_MR, loc[e],
                (size_t)(kn * WG_MR) * sizeof(float));
     }
+  }
   return 0;
 }
 

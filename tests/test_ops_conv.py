@@ -166,13 +166,15 @@ def test_conv2d_weight_grad_long_k():
     compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32, scale=30.0)
 
 
-@pytest.mark.parametrize("shape,padding", [
-    ((2, 64, 28, 28), 1),   # ResNet-like: many tile blocks
-    ((1, 130, 14, 15), 1),  # two channel passes, odd width (half tiles at the right)
-    ((2, 24, 17, 16), 0),   # no padding: odd output height
-    ((1, 16, 16, 16), 2),
+@pytest.mark.parametrize("shape,padding,used", [
+    ((2, 64, 28, 28), 1, True),   # ResNet-like: many tile blocks
+    ((1, 130, 14, 15), 1, True),  # two channel passes, odd width (half tiles at the right)
+    ((2, 24, 17, 16), 0, True),   # no padding: odd output height
+    ((1, 16, 16, 16), 2, True),
+    ((2, 32, 8, 8), 1, True),     # half the tiles' outputs kept
+    ((2, 32, 7, 7), 1, False),    # under half: the GEMM path
 ])
-def test_conv2d_winograd(shape, padding, monkeypatch):
+def test_conv2d_winograd(shape, padding, used, monkeypatch):
     # 3x3 windows of stride 1 over enough channels go through Winograd's
     # F(2x2, 3x3): forward and input gradient, channels-last input included.
     n, c, h, w = shape
@@ -186,7 +188,7 @@ def test_conv2d_winograd(shape, padding, monkeypatch):
     monkeypatch.setenv("LOOM_CONV_WINOGRAD", "0")
     gemm = F.conv2d(dx, dw, db, padding=padding).cpu()
     exact = F.conv2d(x.double(), wt.double(), b.double(), padding=padding)
-    assert not torch.equal(wino, gemm)
+    assert torch.equal(wino, gemm) != used
     for got in (wino, gemm):  # both within a few fp32 roundings of the largest output
         torch.testing.assert_close(got.double(), exact, rtol=0, atol=2e-6 * exact.abs().max())
 

@@ -156,10 +156,15 @@ bool winograd_fits(const Geom& g, const Tensor& input, int64_t out_channels, int
   if (input.size(1) < 16 || out_channels < 16) return false;
   const int64_t h = input.size(-2), w = input.size(-1);
   *pd = Padded{h + 2 * g.p[1], w + 2 * g.p[2], (g.grid[1] + 1) / 2, (g.grid[2] + 1) / 2, 2, 2};
-  // At least 3/4 of the tiles' outputs must be the image's: 14x14 has
-  // 49 of 64 tiles (7 rows of 8, one past the last column per row), 7x7
-  // 16 of 32 (of whose 64 outputs 49 are kept).
-  return g.grid[1] * g.grid[2] * 4 >= 3 * 4 * pd->positions();
+  // Every block of 32 tiles streams the transformed weight, 16 M K floats,
+  // through the GEMMs: past 8 MB (512 x 512 channels make 16) that outpaces
+  // the cache (14x14, batch 8: 22.1 against 24.7 ms on the GEMM path, where
+  // 256 x 256 channels run 3.5 against 5.6). And at least half of the
+  // tiles' outputs must be the image's: 8x8 images are half (128 channels,
+  // batch 32: 1.87 against 2.36 ms), 7x7 ones 38% (16 of 32 tiles, 49 of
+  // their 64 outputs; 512 channels: 9.9 against 6.4 ms).
+  if (input.size(1) * out_channels > 128 * 1024) return false;
+  return g.grid[1] * g.grid[2] * 2 >= 4 * pd->positions();
 }
 
 void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor& weight,
