@@ -1,5 +1,6 @@
-"""Elementwise ops, reductions, scans and scatters give bitwise identical
-results with LOOM_NUM_THREADS=1 and 2, and across runs."""
+"""Elementwise ops, reductions, scans, scatters, matmul and convolutions
+(forward and gradients) give bitwise identical results with
+LOOM_NUM_THREADS=1 and 2, and across runs."""
 import hashlib
 
 import pytest
@@ -26,9 +27,15 @@ results = [
     torch.zeros(10).to("loom").scatter_add_(0, torch.randint(0, 10, (5000,)).to("loom"),
                                             torch.randn(5000).to("loom")),
 ]
+img = torch.randn(2, 32, 20, 20).to("loom").requires_grad_()
+ker = torch.randn(48, 32, 3, 3).to("loom").requires_grad_()
+wino = torch.nn.functional.conv2d(img, ker, padding=1)  # Winograd
+strided = torch.nn.functional.conv2d(img, ker, stride=2, padding=1)  # implicit GEMM
+(wino.square().sum() + strided.square().sum()).backward()
+results += [m @ m.T, wino, strided, img.grad, ker.grad]
 digest = hashlib.sha256()
 for r in results:
-    digest.update(r.cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+    digest.update(r.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
 print("DIGEST", digest.hexdigest())
 """
 
