@@ -192,6 +192,26 @@ int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin
  * order, whatever the split. */
 int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
+/* The weight gradient in the transformed domain: for each element e,
+ * dU[e][m][k] = sum over tiles of (A dY A^T)[e] (B^T d B)[e], dY the 2x2
+ * tiles of dy and d the 4x4 patches of the image; then dW = G^T dU G.
+ * tensors: [0] P (chunks, 16, M, K) contiguous fp32: the sums over chunks
+ *          of tchunk grid tiles (every image's gpos in turn);
+ *          [1] the image's stride-2 phase planes, zero-padded, rows wq wide
+ *          (loom_conv_pad_kernel; N, 4 K, plane), plane >= gpos + wq + 1;
+ *          [2] dy's, not padded (N, 4 M, plane), plane >= gpos.
+ * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of 32,
+ * >= ceil(ho / 2) wq, [2] tchunk, a multiple of 32.
+ * range: chunks * ceil(M / 96) * ceil(K / 64) (a chunk's tiles for 96
+ * output by 64 input channels per item). */
+int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+
+/* dW (M, K, 3, 3) contiguous fp32 = G^T (P's chunks summed in order) G;
+ * K <= 4096. tensors: [0] dW, [1] P as above. range: M (one output channel
+ * per item). */
+int loom_conv_winograd_wgrad_finish_kernel(const loom_kernel_args *args, int64_t begin,
+                                           int64_t end);
+
 #ifdef __cplusplus
 }
 #endif

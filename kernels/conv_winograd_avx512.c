@@ -20,6 +20,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
 
 enum {
@@ -28,6 +29,7 @@ enum {
   WG_KC = 128,    /* input channels per transform pass */
   WG_PANELS = 8,  /* 12-row panels of output channels per item */
   WG_E = 16,      /* elements of a transformed tile */
+  WG_FINISH_MAX_K = 4096, /* input channels the weight gradient's finish takes */
   /* The 16 elements' buffers are a line more than a multiple of 4 KB apart:
    * at multiples, a tile's 16 loads or stores would all fall in one set
    * of the L1 cache, which holds fewer ways. */
@@ -107,8 +109,8 @@ int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin
 }
 
 /* B^T d B of 16 tiles: d[r][s] at src + off[r][s]; into v[e] (16 floats
- * each, WG_VS apart). */
-static inline void wg_input16(float *v, const float *src, const int64_t off[4][4]) {
+ * each, `stride` apart). */
+static inline void wg_input16(float *v, int64_t stride, const float *src, const int64_t off[4][4]) {
   __m512 d[4][4], t[4][4];
   for (int r = 0; r < 4; ++r)
     for (int s = 0; s < 4; ++s) d[r][s] = _mm512_loadu_ps(src + off[r][s]);
@@ -119,11 +121,11 @@ static inline void wg_input16(float *v, const float *src, const int64_t off[4][4
     t[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
   }
   for (int r = 0; r < 4; ++r) {
-    float *row = v + 4 * r * WG_VS;
+    float *row = v + 4 * r * stride;
     _mm512_storeu_ps(row, _mm512_sub_ps(t[r][0], t[r][2]));
-    _mm512_storeu_ps(row + WG_VS, _mm512_add_ps(t[r][1], t[r][2]));
-    _mm512_storeu_ps(row + 2 * WG_VS, _mm512_sub_ps(t[r][2], t[r][1]));
-    _mm512_storeu_ps(row + 3 * WG_VS, _mm512_sub_ps(t[r][1], t[r][3]));
+    _mm512_storeu_ps(row + stride, _mm512_add_ps(t[r][1], t[r][2]));
+    _mm512_storeu_ps(row + 2 * stride, _mm512_sub_ps(t[r][2], t[r][1]));
+    _mm512_storeu_ps(row + 3 * stride, _mm512_sub_ps(t[r][1], t[r][3]));
   }
 }
 
@@ -204,8 +206,8 @@ int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64
             for (int64_t row = 0; row < 2; ++row)
               for (int h = 0; h < 3; ++h)
                 _mm_prefetch((const char *)(src + (8 + ph) * s1 + row * wq + 16 * h), _MM_HINT_T0);
-        wg_input16(v + c * WG_T, src, off);
-        wg_input16(v + c * WG_T + 16, src + 16, off);
+        wg_input16(v + c * WG_T, WG_VS, src, off);
+        wg_input16(v + c * WG_T + 16, WG_VS, src + 16, off);
       }
       for (int64_t e = 0; e < WG_E; ++e)
         for (int64_t p = 0; p < np; ++p) {
@@ -253,6 +255,179 @@ int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64
               for (int64_t x = x0; x < x1; ++x) row[x * out->strides[3]] = src[x - x0];
           }
       }
+  }
+  return 0;
+}
+
+/* A dY A^T of 16 tiles, dY[i][j] at src + off[i][j] (the 2x2 output tile's
+ * gradient): into m[e] (16 floats each, `stride` apart). A's rows take
+ * dY[0], dY[0] + dY[1], dY[0] - dY[1] and -dY[1]. */
+static inline void wg_grad16(float *m, int64_t stride, const float *src, const int64_t off[2][2]) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 y[2][2], r[4][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) y[i][j] = _mm512_loadu_ps(src + off[i][j]);
+  for (int j = 0; j < 2; ++j) {
+    r[0][j] = y[0][j];
+    r[1][j] = _mm512_add_ps(y[0][j], y[1][j]);
+    r[2][j] = _mm512_sub_ps(y[0][j], y[1][j]);
+    r[3][j] = _mm512_sub_ps(zero, y[1][j]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    float *row = m + 4 * i * stride;
+    _mm512_storeu_ps(row, r[i][0]);
+    _mm512_storeu_ps(row + stride, _mm512_add_ps(r[i][0], r[i][1]));
+    _mm512_storeu_ps(row + 2 * stride, _mm512_sub_ps(r[i][0], r[i][1]));
+    _mm512_storeu_ps(row + 3 * stride, _mm512_sub_ps(zero, r[i][1]));
+  }
+}
+
+enum {
+  WG_OG = 96, /* output channels per weight-gradient item: 8 panels of 12 */
+  WG_CG = 64, /* input channels per item: 2 panels of 32 */
+  WG_STAGE = 16 * 16, /* one element's 16 channels over 16 tiles */
+};
+
+/* One element's 16 channel vectors (lanes: 16 tiles) from the staging
+ * buffer, transposed: vector j holds tile j's 16 channels. */
+static inline void wg_stage_transposed(__m512i r[16], const float *stage) {
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(stage + i * 16);
+  loom_gemm_transpose16(r);
+}
+
+int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 3 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
+  const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
+  if (part->rank != 4 || xp->rank != 3 || dyp->rank != 3 || part->dtype != LOOM_FLOAT32 ||
+      xp->dtype != LOOM_FLOAT32 || dyp->dtype != LOOM_FLOAT32 || !wg_dense(part) ||
+      xp->strides[2] != 1 || dyp->strides[2] != 1 || part->sizes[1] != WG_E || wq < 2 ||
+      gpos <= 0 || gpos % WG_T != 0 || tchunk <= 0 || tchunk % WG_T != 0)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t m_n = part->sizes[2], k_n = part->sizes[3], n_img = xp->sizes[0];
+  const int64_t chunks = (n_img * gpos + tchunk - 1) / tchunk;
+  if (xp->sizes[1] != 4 * k_n || dyp->sizes[0] != n_img || dyp->sizes[1] != 4 * m_n ||
+      xp->sizes[2] < gpos + wq + 1 || dyp->sizes[2] < gpos || part->sizes[0] != chunks)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t ogs = (m_n + WG_OG - 1) / WG_OG, cgs = (k_n + WG_CG - 1) / WG_CG;
+  const int64_t xs = xp->strides[1], ds = dyp->strides[1];
+  int64_t xoff[4][4], doff[2][2];
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s) xoff[r][s] = ((r & 1) * 2 + (s & 1)) * xs + (r >> 1) * wq + (s >> 1);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) doff[i][j] = (i * 2 + j) * ds;
+  /* per element: dy's as A panels [8][32 tiles][12], x's as B panels
+   * [2][32 tiles][32]; staging for 16 channels' transposes */
+  _Alignas(64) float abuf[WG_E][WG_OG * WG_T], bbuf[WG_E][WG_CG * WG_T], stage[WG_E * WG_STAGE];
+
+  /* rows and columns of the panels past the last channel are never
+   * written; the micro-kernel computes them and stores none */
+  memset(abuf, 0, sizeof abuf);
+  memset(bbuf, 0, sizeof bbuf);
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t cgi = item % cgs, ogi = item / cgs % ogs, chunk = item / cgs / ogs;
+    const int64_t o_lo = ogi * WG_OG, o_n = m_n - o_lo < WG_OG ? m_n - o_lo : WG_OG;
+    const int64_t c_lo = cgi * WG_CG, c_n = k_n - c_lo < WG_CG ? k_n - c_lo : WG_CG;
+    const int64_t t_lo = chunk * tchunk;
+    const int64_t t_hi = n_img * gpos < t_lo + tchunk ? n_img * gpos : t_lo + tchunk;
+    for (int64_t t0 = t_lo; t0 < t_hi; t0 += WG_T) {
+      const int64_t n = t0 / gpos, q = t0 % gpos;
+      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + q;
+      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + q;
+      for (int64_t h = 0; h < WG_T; h += 16) {
+        for (int64_t c0 = 0; c0 < c_n; c0 += 16) {
+          for (int64_t i = 0; i < 16; ++i) {
+            if (c0 + i < c_n)
+              wg_input16(stage + i * 16, WG_STAGE, xsrc + (c_lo + c0 + i) * 4 * xs + h, xoff);
+            else
+              for (int e = 0; e < WG_E; ++e) memset(stage + e * WG_STAGE + i * 16, 0, 64);
+          }
+          for (int e = 0; e < WG_E; ++e) {
+            __m512i r[16];
+            wg_stage_transposed(r, stage + e * WG_STAGE);
+            float *dst = bbuf[e] + (c0 / 32 * WG_T + h) * 32 + c0 % 32;
+            for (int j = 0; j < 16; ++j) _mm512_storeu_si512(dst + j * 32, r[j]);
+          }
+        }
+        for (int64_t o0 = 0; o0 < o_n; o0 += 16) {
+          for (int64_t i = 0; i < 16; ++i) {
+            if (o0 + i < o_n)
+              wg_grad16(stage + i * 16, WG_STAGE, dsrc + (o_lo + o0 + i) * 4 * ds + h, doff);
+            else
+              for (int e = 0; e < WG_E; ++e) memset(stage + e * WG_STAGE + i * 16, 0, 64);
+          }
+          /* lanes o0 + l fall in panels (o0 + l) / 12: at most two */
+          const int64_t p0 = o0 / WG_MR, split = (p0 + 1) * WG_MR - o0;
+          const int64_t live = o_n - o0 < 16 ? o_n - o0 : 16;
+          const __mmask16 lo = (__mmask16)((1u << (split < live ? split : live)) - 1u);
+          const __mmask16 hi = (__mmask16)(((1u << live) - 1u) & ~(unsigned)lo);
+          for (int e = 0; e < WG_E; ++e) {
+            __m512i r[16];
+            wg_stage_transposed(r, stage + e * WG_STAGE);
+            for (int j = 0; j < 16; ++j) {
+              float *row = abuf[e] + (p0 * WG_T + h + j) * WG_MR;
+              _mm512_mask_storeu_ps(row + (o0 - p0 * WG_MR), lo, _mm512_castsi512_ps(r[j]));
+              if (hi) _mm512_mask_storeu_ps(row + WG_T * WG_MR - split, hi, _mm512_castsi512_ps(r[j]));
+            }
+          }
+        }
+      }
+      /* this block's 32 tiles added to the chunk's sums */
+      for (int e = 0; e < WG_E; ++e) {
+        float *pe = (float *)part->data + (chunk * WG_E + e) * m_n * k_n;
+        for (int64_t cp = 0; cp * 32 < c_n; ++cp)
+          for (int64_t op = 0; op * WG_MR < o_n; ++op) {
+            const int64_t rows = o_n - op * WG_MR, cols = c_n - cp * 32;
+            loom_gemm_ukr_avx512_f32(WG_T, abuf[e] + op * WG_T * WG_MR, bbuf[e] + cp * WG_T * 32,
+                                     pe + (o_lo + op * WG_MR) * k_n + c_lo + cp * 32, k_n, 1.0f,
+                                     (int)(rows < WG_MR ? rows : WG_MR), (int)(cols < 32 ? cols : 32),
+                                     t0 > t_lo);
+          }
+      }
+    }
+  }
+  return 0;
+}
+
+int loom_conv_winograd_wgrad_finish_kernel(const loom_kernel_args *args, int64_t begin,
+                                           int64_t end) {
+  if (args->num_tensors < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dw = &args->tensors[0], *part = &args->tensors[1];
+  if (dw->rank != 4 || part->rank != 4 || dw->dtype != LOOM_FLOAT32 ||
+      part->dtype != LOOM_FLOAT32 || !wg_dense(dw) || !wg_dense(part) || part->sizes[1] != WG_E ||
+      dw->sizes[0] != part->sizes[2] || dw->sizes[1] != part->sizes[3] || dw->sizes[2] != 3 ||
+      dw->sizes[3] != 3 || part->sizes[3] > WG_FINISH_MAX_K)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t chunks = part->sizes[0], m_n = part->sizes[2], k_n = part->sizes[3];
+  const float *pd = (const float *)part->data;
+  float *wd = (float *)dw->data;
+  float acc[WG_E * WG_FINISH_MAX_K];
+  for (int64_t o = begin; o < end; ++o) {
+    /* each element's sums over the chunks, in order */
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int e = 0; e < WG_E; ++e) {
+        const float *row = pd + ((c * WG_E + e) * m_n + o) * k_n;
+        float *a = acc + e * k_n;
+        if (c == 0)
+          memcpy(a, row, sizeof(float) * (size_t)k_n);
+        else
+          for (int64_t k = 0; k < k_n; ++k) a[k] += row[k];
+      }
+    for (int64_t k = 0; k < k_n; ++k) {
+      float s4[4][4], t[3][4];
+      for (int e = 0; e < WG_E; ++e) s4[e / 4][e % 4] = acc[e * k_n + k];
+      for (int j = 0; j < 4; ++j) { /* G^T S */
+        t[0][j] = s4[0][j] + 0.5f * (s4[1][j] + s4[2][j]);
+        t[1][j] = 0.5f * (s4[1][j] - s4[2][j]);
+        t[2][j] = 0.5f * (s4[1][j] + s4[2][j]) + s4[3][j];
+      }
+      float *w = wd + (o * k_n + k) * 9;
+      for (int r = 0; r < 3; ++r) { /* (G^T S) G */
+        w[r * 3 + 0] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
+        w[r * 3 + 1] = 0.5f * (t[r][1] - t[r][2]);
+        w[r * 3 + 2] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
+      }
+    }
   }
   return 0;
 }

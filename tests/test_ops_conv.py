@@ -182,15 +182,27 @@ def test_conv2d_winograd(shape, padding, used, monkeypatch):
     fn = lambda x, w, b: F.conv2d(x, w, b, padding=padding)
     compare(fn, [x, wt, b], torch.float32)
     compare(fn, [x.to(memory_format=torch.channels_last), wt, b], torch.float32)
-    # The results are the transforms', not the GEMM path's, and close to exact.
+    # The results (output and weight gradient) are the transforms', not the
+    # GEMM path's, and close to exact.
     dx, dw, db = x.to("loom"), wt.to("loom"), b.to("loom")
-    wino = F.conv2d(dx, dw, db, padding=padding).cpu()
+    dy = rand(n, 100, h + 2 * padding - 2, w + 2 * padding - 2, seed=3)
+
+    def run():
+        out = F.conv2d(dx, dw, db, padding=padding).cpu()
+        gw = torch.ops.aten.convolution_backward(
+            dy.to("loom"), dx, dw, None, [1, 1], [padding] * 2, [1, 1], False, [0, 0], 1,
+            [False, True, False])[1].cpu()
+        return out, gw
+
+    wino = run()
     monkeypatch.setenv("LOOM_CONV_WINOGRAD", "0")
-    gemm = F.conv2d(dx, dw, db, padding=padding).cpu()
-    exact = F.conv2d(x.double(), wt.double(), b.double(), padding=padding)
-    assert torch.equal(wino, gemm) != used
-    for got in (wino, gemm):  # both within a few fp32 roundings of the largest output
-        torch.testing.assert_close(got.double(), exact, rtol=0, atol=2e-6 * exact.abs().max())
+    gemm = run()
+    exact = (F.conv2d(x.double(), wt.double(), b.double(), padding=padding),
+             torch.nn.grad.conv2d_weight(x.double(), wt.shape, dy.double(), padding=padding))
+    for w_res, g_res, e_res in zip(wino, gemm, exact):
+        assert torch.equal(w_res, g_res) != used
+        for got in (w_res, g_res):  # both within a few fp32 roundings of the largest result
+            torch.testing.assert_close(got.double(), e_res, rtol=0, atol=2e-6 * e_res.abs().max())
 
 
 def test_conv1d_long_sequence():

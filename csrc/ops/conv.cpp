@@ -434,7 +434,9 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
         const bool implicit = input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC &&
                               implicit_fits(dy.size(1) / groups);
         Padded pd;
-        if (implicit && padded_fits(g, input, &pd)) {
+        if (implicit && winograd_fits(g, input, dy.size(1), groups, &pd)) {
+          gw = conv_weight_grad_winograd(dy, input, w_sizes, g, pd, op);
+        } else if (implicit && padded_fits(g, input, &pd)) {
           gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, pd, isa, op);
         } else {
           Tensor dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)

@@ -88,6 +88,11 @@ void conv_forward_winograd(const at::Tensor& out, const at::Tensor& input,
                            const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
                            const Padded& pd, const char* op, bool flipped);
 
+// The weight gradient (w_sizes) by F(2x2, 3x3), where winograd_fits gave pd.
+at::Tensor conv_weight_grad_winograd(const at::Tensor& dy, const at::Tensor& input,
+                                     const std::vector<int64_t>& w_sizes, const Geom& g,
+                                     const Padded& pd, const char* op);
+
 // Whether the padded kernels apply to `g` over `input`; fills *pd.
 bool padded_fits(const Geom& g, const at::Tensor& input, Padded* pd);
 

@@ -152,8 +152,9 @@ bool winograd_fits(const Geom& g, const Tensor& input, int64_t out_channels, int
   if (groups != 1 || g.k[0] != 1 || g.p[0] != 0 || g.grid[0] != 1 || input.dim() < 4) return false;
   for (int i = 1; i < 3; ++i)
     if (g.k[i] != 3 || g.s[i] != 1 || g.d[i] != 1) return false;
-  // Few channels leave the transforms the bulk of the work.
-  if (input.size(1) < 16 || out_channels < 16) return false;
+  // Few channels leave the transforms the bulk of the work; the weight
+  // gradient's last step holds 16 sums per input channel (kernels/conv.h).
+  if (input.size(1) < 16 || out_channels < 16 || input.size(1) > 4096) return false;
   const int64_t h = input.size(-2), w = input.size(-1);
   *pd = Padded{h + 2 * g.p[1], w + 2 * g.p[2], (g.grid[1] + 1) / 2, (g.grid[2] + 1) / 2, 2, 2};
   // Every block of 32 tiles streams the transformed weight, 16 M K floats,
@@ -184,6 +185,33 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
   const int64_t items = input.size(0) * (gpos / 32) * ((panels + 7) / 8);
   launch(op, loom_conv_winograd_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc,
          items, 1);
+}
+
+Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
+                                 const std::vector<int64_t>& w_sizes, const Geom& g,
+                                 const Padded& pd, const char* op) {
+  const int64_t m = dy.size(1), k = input.size(1), gpos = pd.positions(), wq = pd.wq();
+  Tensor xp = pad_planes(input, g, pd, gpos + wq + 1, op);
+  Geom g0 = g;  // dy's tiles start at its first row and column
+  g0.p[1] = g0.p[2] = 0;
+  Tensor dyp = pad_planes(dy, g0, Padded{dy.size(-2), 2 * wq, pd.ho, pd.wo, 2, 2}, gpos, op);
+  // The tiles are split into chunks, each summing into its own 16 M K
+  // floats: up to 16 chunks, as long as their sums stay within 4 MB. Items
+  // also split the channels, so the chunks need not be many. The split
+  // follows the shape only.
+  const int64_t tiles = input.size(0) * gpos;
+  const int64_t want = std::clamp<int64_t>((int64_t{4} << 20) / (64 * m * k), 1, 16);
+  const int64_t tchunk = round_up((tiles + want - 1) / want, 32);
+  const int64_t chunks = (tiles + tchunk - 1) / tchunk;
+  Tensor part = at::empty({chunks, 16, m, k}, input.options());
+  loom_tensor ts[3] = {describe(part, op), describe(xp, op), describe(dyp, op)};
+  loom_scalar sc[3] = {scalar_i(wq), scalar_i(gpos), scalar_i(tchunk)};
+  launch(op, loom_conv_winograd_wgrad_kernel, ts, sc, chunks * ((m + 95) / 96) * ((k + 63) / 64), 1);
+  Tensor gw = at::empty(w_sizes, input.options());
+  loom_tensor fts[2] = {describe(gw.view({m, k, 3, 3}), op), describe(part, op)};
+  launch(op, loom_conv_winograd_wgrad_finish_kernel, fts, c10::ArrayRef<loom_scalar>(), m,
+         std::max<int64_t>(1, 4096 / (k * chunks)));
+  return gw;
 }
 
 }  // namespace torch_loom::conv

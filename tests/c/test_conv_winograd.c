@@ -117,6 +117,69 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
   free(x), free(wt), free(bias), free(xp), free(u), free(y1), free(y2);
 }
 
+/* The weight gradient of that convolution (weight m x k x 3 x 3) against
+ * a direct sum in double, from the phase planes of x and dy, for every
+ * split of the items. */
+static void check_wgrad(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t p,
+                        int64_t tchunk) {
+  const int64_t ho = h + 2 * p - 2, wo = w + 2 * p - 2, tho = (ho + 1) / 2;
+  const int64_t wq = (w + 2 * p + 1) / 2, gpos = (tho * wq + 31) / 32 * 32;
+  const int64_t prow = (h + 2 * p + 1) / 2 * wq;
+  const int64_t xplane = ((gpos + wq + 1 > prow ? gpos + wq + 1 : prow) + 15) / 16 * 16;
+  const int64_t dplane = ((gpos > tho * wq ? gpos : tho * wq) + 15) / 16 * 16;
+  const int64_t chunks = (n * gpos + tchunk - 1) / tchunk;
+  const int64_t items = chunks * ((m + 95) / 96) * ((k + 63) / 64);
+  float *x = malloc(sizeof(float) * n * k * h * w), *dy = malloc(sizeof(float) * n * m * ho * wo);
+  float *xp = malloc(sizeof(float) * n * 4 * k * xplane);
+  float *dyp = malloc(sizeof(float) * n * 4 * m * dplane);
+  float *part = malloc(sizeof(float) * chunks * 16 * m * k);
+  float *dw1 = malloc(sizeof(float) * m * k * 9), *dw2 = malloc(sizeof(float) * m * k * 9);
+  for (int64_t i = 0; i < n * k * h * w; ++i) x[i] = rnd();
+  for (int64_t i = 0; i < n * m * ho * wo; ++i) dy[i] = rnd();
+  const int64_t xs[5] = {n, k, 1, h, w}, xps[3] = {n, 4 * k, xplane};
+  const int64_t ds[5] = {n, m, 1, ho, wo}, dps[3] = {n, 4 * m, dplane};
+  loom_tensor pts[2] = {dense(xp, 3, xps), dense(x, 5, xs)};
+  loom_scalar psc[5] = {{.i = p}, {.i = p}, {.i = wq}, {.i = 2}, {.i = 2}};
+  run(loom_conv_pad_kernel, pts, 2, psc, 5, n * 4 * k, 5);
+  loom_tensor dts[2] = {dense(dyp, 3, dps), dense(dy, 5, ds)};
+  loom_scalar dsc[5] = {{.i = 0}, {.i = 0}, {.i = wq}, {.i = 2}, {.i = 2}};
+  run(loom_conv_pad_kernel, dts, 2, dsc, 5, n * 4 * m, 5);
+  const int64_t partsz[4] = {chunks, 16, m, k}, dws[4] = {m, k, 3, 3};
+  loom_tensor ts[3] = {dense(part, 4, partsz), dense(xp, 3, xps), dense(dyp, 3, dps)};
+  loom_scalar sc[3] = {{.i = wq}, {.i = gpos}, {.i = tchunk}};
+  loom_tensor fts[2] = {dense(dw1, 4, dws), dense(part, 4, partsz)};
+  run(loom_conv_winograd_wgrad_kernel, ts, 3, sc, 3, items, items);
+  run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, m);
+  run(loom_conv_winograd_wgrad_kernel, ts, 3, sc, 3, items, 1);
+  fts[0].data = dw2;
+  run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, 3);
+  CHECK(memcmp(dw1, dw2, sizeof(float) * m * k * 9) == 0,
+        "weight gradient depends on the split (k %ld m %ld)", (long)k, (long)m);
+  int bad = 0;
+  double worst = 0.0;
+  for (int64_t o = 0; o < m; ++o)
+    for (int64_t c = 0; c < k; ++c)
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t s = 0; s < 3; ++s) {
+          double ref = 0.0, mag = 0.0;
+          for (int64_t b = 0; b < n; ++b)
+            for (int64_t i = 0; i < ho; ++i)
+              for (int64_t j = 0; j < wo; ++j) {
+                const int64_t yy = i + r - p, xx = j + s - p;
+                if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+                const double t = (double)dy[((b * m + o) * ho + i) * wo + j] *
+                                 x[((b * k + c) * h + yy) * w + xx];
+                ref += t, mag += fabs(t);
+              }
+          const double err = fabs(dw1[((o * k + c) * 3 + r) * 3 + s] - ref) / (mag + 1e-30);
+          if (err > worst) worst = err;
+          bad += err > 1e-6;
+        }
+  CHECK(bad == 0, "weight grad n %ld k %ld m %ld %ldx%ld p %ld: %d differ (worst %.3g)", (long)n,
+        (long)k, (long)m, (long)h, (long)w, (long)p, bad, worst);
+  free(x), free(dy), free(xp), free(dyp), free(part), free(dw1), free(dw2);
+}
+
 int main(void) {
   if (loom_gemm_isa_selected() == LOOM_GEMM_GENERIC) {
     printf("ok (no AVX-512: the Winograd kernels are not used)\n");
@@ -133,6 +196,11 @@ int main(void) {
   /* the input gradient's flipped weight */
   check(2, 20, 17, 13, 15, 1, 0, 1);
   check(1, 140, 30, 8, 8, 1, 0, 1);
+  /* weight gradients: one chunk; several chunks, two channel groups each
+   * way (m > 96, k > 64) with partial panels; odd sizes, no padding */
+  check_wgrad(1, 5, 7, 7, 9, 1, 32);
+  check_wgrad(2, 70, 100, 10, 11, 1, 64);
+  check_wgrad(2, 16, 20, 13, 8, 0, 32);
   printf(failures ? "FAILED\n" : "ok\n");
   return failures ? 1 : 0;
 }
