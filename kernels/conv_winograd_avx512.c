@@ -13,7 +13,12 @@
  * where q = ty * wq + tx. So a block of 32 consecutive grid tiles reads each
  * patch element as one run of 32 floats: the transforms are plain vector
  * arithmetic over 32 tiles at once, and tiles with tx >= the tile columns
- * are computed and dropped. */
+ * are computed and dropped.
+ *
+ * The weight gradient runs the same GEMMs with the tiles as k: dU[e] sums
+ * (A dY A^T)[e] (B^T d B)[e] over the tiles, and dW = G^T dU G. Its
+ * transforms, vectors over tiles, are transposed in registers into the
+ * micro-kernel's panels, whose vectors run over channels. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -65,8 +70,8 @@ int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin
    * rows_apart floats apart. */
   const int64_t rows_apart = flipped ? 9 : k_n * 9;
   if (rows_apart * WG_MR > INT32_MAX) return LOOM_ERROR_INVALID_ARGUMENT;
-  const __m512i lanes = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32((int32_t)rows_apart));
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i lanes = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int32_t)rows_apart));
   const __m512 half = _mm512_set1_ps(0.5f);
   enum { CHUNK = 16 };
   float loc[WG_E][CHUNK * WG_MR + 4];
@@ -238,7 +243,8 @@ int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64
         if (out->strides[3] == 1 && i + 2 < WG_MR && o + 2 < m_n)
           for (int64_t r = 0; r < nruns; ++r)
             for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
-              const float *ahead = oimg + 2 * out->strides[1] + (2 * runs[r].ty + dy) * out->strides[2] + 2 * runs[r].tx;
+              const float *ahead = oimg + 2 * out->strides[1] +
+                                   (2 * runs[r].ty + dy) * out->strides[2] + 2 * runs[r].tx;
               for (int64_t l = 0; l < 2 * runs[r].n; l += 16) __builtin_prefetch(ahead + l, 1, 3);
             }
         for (int h = 0; h < 2; ++h)
@@ -320,8 +326,8 @@ int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
    * [2][32 tiles][32]; staging for 16 channels' transposes */
   _Alignas(64) float abuf[WG_E][WG_OG * WG_T], bbuf[WG_E][WG_CG * WG_T], stage[WG_E * WG_STAGE];
 
-  /* rows and columns of the panels past the last channel are never
-   * written; the micro-kernel computes them and stores none */
+  /* Rows and columns of the panels past the last channel hold zeros or an
+   * earlier item's values: the micro-kernel computes them and stores none. */
   memset(abuf, 0, sizeof abuf);
   memset(bbuf, 0, sizeof bbuf);
   for (int64_t item = begin; item < end; ++item) {

@@ -75,10 +75,10 @@ at::Tensor pad_planes(const at::Tensor& x, const Geom& g, const Padded& pd, int6
                       const char* op);
 
 // Whether the Winograd kernels apply to `g` over `input` (2-d 3x3 windows
-// of stride and dilation 1, 16 to 512 x 256 channels, tiles that are at
-// least half output); fills *pd with the tile grid: ho, wo in tiles,
-// stride-2 phases.
-// LOOM_CONV_WINOGRAD=0 turns them off.
+// of stride and dilation 1, no groups, 16 or more channels in and out and
+// at most 128K channel pairs, tiles at least half output); fills *pd with
+// the tile grid: ho, wo in tiles, stride-2 phases. LOOM_CONV_WINOGRAD=0
+// turns them off.
 bool winograd_fits(const Geom& g, const at::Tensor& input, int64_t out_channels, int64_t groups,
                    Padded* pd);
 

@@ -173,7 +173,8 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
                            bool flipped) {
   const int64_t m = out.size(1), k = input.size(1), panels = (m + 11) / 12;
   Tensor u = at::empty({16, panels, k, 12}, out.options());
-  loom_tensor wts[2] = {describe(u, op), describe(weight.reshape({weight.size(0), weight.size(1), 3, 3}), op)};
+  Tensor w4 = weight.reshape({weight.size(0), weight.size(1), 3, 3});
+  loom_tensor wts[2] = {describe(u, op), describe(w4, op)};
   loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
   launch(op, loom_conv_winograd_weight_kernel, wts, wsc, panels, 1);
   const int64_t gpos = pd.positions();
