@@ -11,6 +11,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/pointwise.h"
+#include "kernels/pw_gelu.h"
 #include "loom/status.h"
 
 #ifdef LOOM_PW_ISA
@@ -21,21 +22,32 @@
 #define PW_NAME(base) base
 #endif
 
+/* The exact GELU: float32 in arithmetic alone (kernels/pw_gelu.h), whose
+ * loops vectorize and whose tail keeps its precision; float64 through the
+ * C library's erf. */
 #define T float
 #define FN PW_NAME(loom_pw_apply_f32)
 #define PW_(name) pw_f32_##name
+#define PW_GELU(x) loom_gelu_arith(x)
+#define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #include "kernels/pointwise_float.inc"
 #undef T
 #undef FN
 #undef PW_
+#undef PW_GELU
+#undef PW_GELU_BACKWARD
 
 #define T double
 #define FN PW_NAME(loom_pw_apply_f64)
 #define PW_(name) pw_f64_##name
+#define PW_GELU(x) ((x) * 0.5 * (1.0 + erf((x) * 0.70710678118654752440)))
+#define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #include "kernels/pointwise_float.inc"
 #undef T
 #undef FN
 #undef PW_
+#undef PW_GELU
+#undef PW_GELU_BACKWARD
 
 #define FN_I PW_NAME(loom_pw_apply_i64)
 #define PWI_(name) pw_i64_##name
