@@ -2,6 +2,8 @@
 supports for the op, functional / in-place / out=, broadcasting,
 non-contiguous inputs, scalar operands, and bad input raising what the CPU
 raises. Nothing may fall back to the CPU."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -158,6 +160,19 @@ def test_activation_forward_backward(fn, kw, dtype):
         fn(xc, **kw).backward(g)
         fn(xd, **kw).backward(g.to("loom"))
         _close(xd.grad, xc.grad, False)
+
+
+def test_gelu_tail_keeps_its_digits():
+    # x/2 erfc(-x/sqrt 2) down to x = -12 (1e-33), where x/2 (1 + erf(x/sqrt 2))
+    # cancels to nothing; and the gradient there, against double precision.
+    x = torch.linspace(-12, -3, 9001)
+    xd = x.double()
+    cdf = 0.5 * torch.special.erfc(-xd / math.sqrt(2))
+    pdf = torch.exp(-0.5 * xd * xd) / math.sqrt(2 * math.pi)
+    y = F.gelu(x.to("loom")).cpu().double()
+    dx = torch.ops.aten.gelu_backward(torch.ones_like(x).to("loom"), x.to("loom")).cpu().double()
+    torch.testing.assert_close(y, xd * cdf, rtol=1e-6, atol=0)
+    torch.testing.assert_close(dx, cdf + xd * pdf, rtol=1e-6, atol=0)
 
 
 BINARY = ["add", "sub", "mul", "div", "remainder", "fmod", "pow", "atan2", "maximum",
