@@ -11,7 +11,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/pointwise.h"
-#include "kernels/pw_gelu.h"
+#include "kernels/pointwise_exp.h"
 #include "loom/status.h"
 
 #ifdef LOOM_PW_ISA
@@ -22,30 +22,34 @@
 #define PW_NAME(base) base
 #endif
 
-/* The exact GELU: float32 in arithmetic alone (kernels/pw_gelu.h), whose
- * loops vectorize and whose tail keeps its precision; float64 through the
- * C library's erf. */
+/* e^x (exp, sigmoid, SiLU) and the exact GELU: float32 in arithmetic alone
+ * (kernels/pointwise_exp.h), whose loops vectorize, the GELU's tail keeping its
+ * precision; float64 through the C library. */
 #define T float
 #define FN PW_NAME(loom_pw_apply_f32)
 #define PW_(name) pw_f32_##name
+#define PW_EXP(x) loom_expf_arith(x)
 #define PW_GELU(x) loom_gelu_arith(x)
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #include "kernels/pointwise_float.inc"
 #undef T
 #undef FN
 #undef PW_
+#undef PW_EXP
 #undef PW_GELU
 #undef PW_GELU_BACKWARD
 
 #define T double
 #define FN PW_NAME(loom_pw_apply_f64)
 #define PW_(name) pw_f64_##name
+#define PW_EXP(x) exp(x)
 #define PW_GELU(x) ((x) * 0.5 * (1.0 + erf((x) * 0.70710678118654752440)))
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #include "kernels/pointwise_float.inc"
 #undef T
 #undef FN
 #undef PW_
+#undef PW_EXP
 #undef PW_GELU
 #undef PW_GELU_BACKWARD
 

@@ -1,7 +1,7 @@
-/* kernels/pw_gelu.h — the exact GELU and its derivative in float32
- * arithmetic alone: no library calls, so loops over them vectorize, and
- * every ISA build computes the same bits (the including file turns off
- * contraction).
+/* kernels/pointwise_exp.h — e^x, and the exact GELU and its derivative, in
+ * float32 arithmetic alone: no library calls, so loops over them
+ * vectorize, and every ISA build computes the same bits (the including
+ * file turns off contraction).
  *
  * erf(x) for |x| <= 1/2 is its Taylor series to x^17 (truncated below
  * 1e-9 relative). Beyond, erfc(z) = t exp(-z^2) exp(P(t)), t = 1/(1 + z/2),
@@ -12,15 +12,16 @@
  * 8.6 ulp, its tail included (the C library's erf in x/2 (1 + erf(x/sqrt 2))
  * loses all digits below x = -5); the derivative within 5 ulp away from its
  * root near -0.75, where it cancels. */
-#ifndef LOOM_KERNELS_PW_GELU_H
-#define LOOM_KERNELS_PW_GELU_H
+#ifndef LOOM_KERNELS_POINTWISE_EXP_H
+#define LOOM_KERNELS_POINTWISE_EXP_H
 
 #include <stdint.h>
 #include <string.h>
 
-/* e^x within about 1 ulp for x in [-87, 88]; 0 below -87.3. */
+/* e^x within 1.2 ulp over the whole float range (subnormal results
+ * included), inf past 88.73, NaN for NaN. */
 static inline float loom_expf_arith(float x) {
-  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float xc = x != x ? 0.0f : (x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x));
   /* k = round(x / ln 2), by the 1.5 * 2^23 shift */
   const float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
   const float r = (xc - k * 0.693145752f) - k * 1.42860677e-6f; /* ln 2 in two parts */
@@ -32,10 +33,15 @@ static inline float loom_expf_arith(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t bits = ((int32_t)k + 127) * (1 << 23); /* 2^k */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return x < -87.3f ? 0.0f : p * scale;
+  /* 2^k as two normal powers of two, k in [-150, 129]: only the last
+   * product rounds, to a subnormal, a normal or inf */
+  const int32_t ki = (int32_t)k, k1 = ki / 2, k2 = ki - k1;
+  const int32_t b1 = (k1 + 127) * (1 << 23), b2 = (k2 + 127) * (1 << 23);
+  float s1, s2;
+  memcpy(&s1, &b1, sizeof s1);
+  memcpy(&s2, &b2, sizeof s2);
+  const float e = p * s1 * s2;
+  return x != x ? x : (x < -104.0f ? 0.0f : e);
 }
 
 /* x * x = hi + lo exactly (Dekker's product), for |x| <= 2^12. */
@@ -108,4 +114,4 @@ static inline float loom_gelu_backward_arith(float g, float x) {
   return x != x ? x : g * d;
 }
 
-#endif /* LOOM_KERNELS_PW_GELU_H */
+#endif /* LOOM_KERNELS_POINTWISE_EXP_H */
