@@ -1,5 +1,5 @@
-/* kernels/pointwise_exp.h — e^x, and the exact GELU and its derivative, in
- * float32 arithmetic alone: no library calls, so loops over them
+/* kernels/pointwise_exp.h — e^x, tanh, and the exact GELU and its
+ * derivative, in float32 arithmetic alone: no library calls, so loops over them
  * vectorize, and every ISA build computes the same bits (the including
  * file turns off contraction).
  *
@@ -15,12 +15,17 @@
 #ifndef LOOM_KERNELS_POINTWISE_EXP_H
 #define LOOM_KERNELS_POINTWISE_EXP_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+/* Inlined into every loop that uses them, however many: a call left in a
+ * loop keeps it from vectorizing. */
+#define LOOM_PW_INLINE __attribute__((always_inline))
+
 /* e^x within 1.2 ulp over the whole float range (subnormal results
  * included), inf past 88.73, NaN for NaN. */
-static inline float loom_expf_arith(float x) {
+static inline LOOM_PW_INLINE float loom_expf_arith(float x) {
   const float xc = x != x ? 0.0f : (x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x));
   /* k = round(x / ln 2), by the 1.5 * 2^23 shift */
   const float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
@@ -44,15 +49,44 @@ static inline float loom_expf_arith(float x) {
   return x != x ? x : (x < -104.0f ? 0.0f : e);
 }
 
+/* tanh(x) = expm1(2|x|) / (expm1(2|x|) + 2), signed as x: expm1 from its
+ * Taylor series up to 0.7, past that from e^y - 1, which then loses at
+ * most a bit. Within 3 ulp; +-1 from |x| = 9 on. */
+static inline LOOM_PW_INLINE float loom_tanhf_arith(float x) {
+  const float ax = fabsf(x), a = ax < 9.0f ? ax : 9.0f; /* NaN: 9, then x itself */
+  const float y = 2.0f * a;
+  float p = 1.0f / 39916800.0f; /* y^11 / 11! */
+  p = p * y + 1.0f / 3628800.0f;
+  p = p * y + 1.0f / 362880.0f;
+  p = p * y + 1.0f / 40320.0f;
+  p = p * y + 1.0f / 5040.0f;
+  p = p * y + 1.0f / 720.0f;
+  p = p * y + 1.0f / 120.0f;
+  p = p * y + 1.0f / 24.0f;
+  p = p * y + 1.0f / 6.0f;
+  p = p * y + 0.5f;
+  p = p * y + 1.0f;
+  const float big = loom_expf_arith(y) - 1.0f; /* both computed: no branch in the loop */
+  const float em1 = y <= 0.7f ? y * p : big;
+  const float t = em1 / (em1 + 2.0f);
+  uint32_t tb, xb; /* t with x's sign */
+  memcpy(&tb, &t, sizeof tb);
+  memcpy(&xb, &x, sizeof xb);
+  tb |= xb & 0x80000000u;
+  float r;
+  memcpy(&r, &tb, sizeof r);
+  return x != x ? x : r;
+}
+
 /* x * x = hi + lo exactly (Dekker's product), for |x| <= 2^12. */
-static inline void loom_square_exact(float x, float *hi, float *lo) {
+static inline LOOM_PW_INLINE void loom_square_exact(float x, float *hi, float *lo) {
   const float c = 4097.0f * x, xh = c - (c - x), xl = x - xh;
   *hi = x * x;
   *lo = ((xh * xh - *hi) + 2.0f * xh * xl) + xl * xl;
 }
 
 /* erf for |x| <= 1/2: 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)). */
-static inline float loom_erf_small(float x) {
+static inline LOOM_PW_INLINE float loom_erf_small(float x) {
   const float z = x * x;
   float p = 1.0f / 342720.0f; /* n = 8: 8! * 17 */
   p = p * z - 1.0f / 75600.0f;
@@ -67,7 +101,7 @@ static inline float loom_erf_small(float x) {
 }
 
 /* erfc(z) for z >= 0 given z^2 = hi + lo. */
-static inline float loom_erfc_tail(float z, float hi, float lo) {
+static inline LOOM_PW_INLINE float loom_erfc_tail(float z, float hi, float lo) {
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;
   p = p * t - 0.82215223f;
@@ -84,7 +118,7 @@ static inline float loom_erfc_tail(float z, float hi, float lo) {
 
 /* erfc(w), with w^2 = hi + lo: 1 - erf near 0, the tail's formula beyond,
  * mirrored (2 - erfc(-w)) for negative w. */
-static inline float loom_erfc_sq(float w, float hi, float lo) {
+static inline LOOM_PW_INLINE float loom_erfc_sq(float w, float hi, float lo) {
   const float a = w < 0.0f ? -w : w;
   const float ws = w < -0.5f ? -0.5f : (w > 0.5f ? 0.5f : w);
   const float small = 1.0f - loom_erf_small(ws), tail = loom_erfc_tail(a < 16.0f ? a : 16.0f,
@@ -96,7 +130,7 @@ static inline float loom_erfc_sq(float w, float hi, float lo) {
  * exact; and its derivative Phi(x) + x phi(x), phi(x) = e^(-x^2/2) /
  * sqrt(2 pi), times g. As the formulas give them: gelu(inf) = inf,
  * gelu(-inf) = NaN (-inf * 0), and both derivatives at infinity NaN. */
-static inline float loom_gelu_arith(float x) {
+static inline LOOM_PW_INLINE float loom_gelu_arith(float x) {
   const float xc = x != x ? 0.0f : (x < -32.0f ? -32.0f : (x > 32.0f ? 32.0f : x));
   float hi, lo;
   loom_square_exact(xc, &hi, &lo);
@@ -104,7 +138,7 @@ static inline float loom_gelu_arith(float x) {
   return x * 0.5f * cdf2;
 }
 
-static inline float loom_gelu_backward_arith(float g, float x) {
+static inline LOOM_PW_INLINE float loom_gelu_backward_arith(float g, float x) {
   const float xc = x != x ? 0.0f : (x < -32.0f ? -32.0f : (x > 32.0f ? 32.0f : x));
   float hi, lo;
   loom_square_exact(xc, &hi, &lo);

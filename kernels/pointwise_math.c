@@ -22,13 +22,15 @@
 #define PW_NAME(base) base
 #endif
 
-/* e^x (exp, sigmoid, SiLU) and the exact GELU: float32 in arithmetic alone
- * (kernels/pointwise_exp.h), whose loops vectorize, the GELU's tail keeping its
- * precision; float64 through the C library. */
+/* e^x (exp, sigmoid, SiLU), tanh (and the tanh GELU) and the exact GELU:
+ * float32 in arithmetic alone (kernels/pointwise_exp.h), whose loops
+ * vectorize, the GELU's tail keeping its precision; float64 through the C
+ * library. */
 #define T float
 #define FN PW_NAME(loom_pw_apply_f32)
 #define PW_(name) pw_f32_##name
 #define PW_EXP(x) loom_expf_arith(x)
+#define PW_TANH(x) loom_tanhf_arith(x)
 #define PW_GELU(x) loom_gelu_arith(x)
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #include "kernels/pointwise_float.inc"
@@ -36,6 +38,7 @@
 #undef FN
 #undef PW_
 #undef PW_EXP
+#undef PW_TANH
 #undef PW_GELU
 #undef PW_GELU_BACKWARD
 
@@ -43,6 +46,7 @@
 #define FN PW_NAME(loom_pw_apply_f64)
 #define PW_(name) pw_f64_##name
 #define PW_EXP(x) exp(x)
+#define PW_TANH(x) tanh(x)
 #define PW_GELU(x) ((x) * 0.5 * (1.0 + erf((x) * 0.70710678118654752440)))
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #include "kernels/pointwise_float.inc"
@@ -50,6 +54,7 @@
 #undef FN
 #undef PW_
 #undef PW_EXP
+#undef PW_TANH
 #undef PW_GELU
 #undef PW_GELU_BACKWARD
 

@@ -218,6 +218,28 @@ static void test_exp_accuracy(void) {
         sy[4] == 0.0f && sy[5] == 1.0f);
 }
 
+/* float32 tanh against double precision within 3 ulp, small arguments
+ * (relative error) and saturation included; -0, NaN and infinities. */
+static void test_tanh_accuracy(void) {
+  enum { N = 30001 };
+  static float x[N], y[N];
+  for (int i = 0; i < N; ++i) {
+    const float u = -1.0f + 2.0f * (float)i / (N - 1);
+    x[i] = i % 2 ? 12.0f * u : 1e-3f * u;
+  }
+  const float *in[3] = {x, NULL, NULL};
+  loom_scalar p[4] = {{.f = 0}};
+  CHECK(loom_pw_apply_f32(LOOM_PW_TANH, N, y, in, p) == 0);
+  double worst = 0.0;
+  for (int i = 0; i < N; ++i)
+    if (x[i] != 0.0f) worst = fmax(worst, fabs(y[i] - tanh((double)x[i])) / ulp_of(tanh((double)x[i])));
+  CHECK(worst <= 3.0);
+  float sx[4] = {NAN, INFINITY, -INFINITY, -0.0f}, sy[4];
+  const float *sin_[3] = {sx, NULL, NULL};
+  CHECK(loom_pw_apply_f32(LOOM_PW_TANH, 4, sy, sin_, p) == 0);
+  CHECK(isnan(sy[0]) && sy[1] == 1.0f && sy[2] == -1.0f && sy[3] == 0.0f && signbit(sy[3]));
+}
+
 /* The AVX-512 build gives the generic build's bits for every op (any NaN
  * equals any NaN: operand order may pick another NaN's payload). */
 static int same_bits(const void *x, const void *y, size_t bytes) {
@@ -281,5 +303,6 @@ int main(void) {
   test_isa_agreement();
   test_gelu_accuracy();
   test_exp_accuracy();
+  test_tanh_accuracy();
   TEST_MAIN_END();
 }
