@@ -1,4 +1,4 @@
-/* kernels/pointwise_exp.h — e^x, tanh, and the exact GELU and its
+/* kernels/pointwise_exp.h — e^x, ln, tanh, and the exact GELU and its
  * derivative, in float32 arithmetic alone: no library calls, so loops over them
  * vectorize, and every ISA build computes the same bits (the including
  * file turns off contraction).
@@ -76,6 +76,48 @@ static inline LOOM_PW_INLINE float loom_tanhf_arith(float x) {
   float r;
   memcpy(&r, &tb, sizeof r);
   return x != x ? x : r;
+}
+
+/* ln x within 2 ulp: x = 2^e m with m in [sqrt(1/2), sqrt(2)), then
+ * ln m = 2 atanh(s), s = (m - 1) / (m + 1), by its series to s^13 (|s| <=
+ * 0.172, truncated below 1e-10). Subnormals are scaled by 2^23 first;
+ * ln 0 = -inf, ln of a negative number NaN, ln inf = inf. */
+static inline LOOM_PW_INLINE float loom_logf_arith(float x) {
+  /* (Arithmetic on both sides of each choice, then a choice of values: a
+   * conditional operation could trap, which keeps the loop from
+   * vectorizing.) */
+  const int sub = x < 1.17549435e-38f;
+  const float scaled = x * 8388608.0f, xs = sub ? scaled : x;
+  uint32_t b;
+  memcpy(&b, &xs, sizeof b);
+  int32_t e = (int32_t)((b >> 23) & 0xffu) - 127 - (sub ? 23 : 0);
+  const uint32_t mb = (b & 0x7fffffu) | 0x3f800000u;
+  float m;
+  memcpy(&m, &mb, sizeof m);
+  const int halve = m > 1.41421356f;
+  const float half_m = 0.5f * m;
+  m = halve ? half_m : m;
+  e += halve;
+  const float s = (m - 1.0f) / (m + 1.0f), z = s * s;
+  float p = 1.0f / 13.0f;
+  p = p * z + 1.0f / 11.0f;
+  p = p * z + 1.0f / 9.0f;
+  p = p * z + 1.0f / 7.0f;
+  p = p * z + 1.0f / 5.0f;
+  p = p * z + 1.0f / 3.0f;
+  const float lm = 2.0f * s + 2.0f * s * (z * p);
+  const float fe = (float)e, r = fe * 0.693145752f + (lm + fe * 1.42860677e-6f);
+  /* NaN and inf are their own logarithms; four outcomes at most in one
+   * choice, which is what the compiler's if-conversion takes */
+  return (x != x || x == INFINITY) ? x : (x < 0.0f ? NAN : (x == 0.0f ? -INFINITY : r));
+}
+
+/* ln(1 + x): ln u scaled by x / (u - 1), u = 1 + x, which undoes u's
+ * rounding; x itself where u rounds to 1. */
+static inline LOOM_PW_INLINE float loom_log1pf_arith(float x) {
+  const float u = 1.0f + x, d = u - 1.0f;
+  const float r = loom_logf_arith(u) * (x / (d != 0.0f ? d : 1.0f));
+  return d == 0.0f ? x : (x == INFINITY ? x : r);
 }
 
 /* x * x = hi + lo exactly (Dekker's product), for |x| <= 2^12. */

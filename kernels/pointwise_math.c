@@ -3,8 +3,11 @@
  * pointwise_math_avx512.c with LOOM_PW_ISA defined to build the same source
  * for AVX-512. */
 /* No fused multiply-add contraction: each ISA build must round exactly as
- * the generic one does. */
-#pragma GCC optimize("fp-contract=off")
+ * the generic one does. No trapping math: floating-point exceptions are
+ * never observed, so the compiler may compute both sides of a choice and
+ * keep one, which is what lets the loops over kernels/pointwise_exp.h's
+ * functions vectorize (the values are the same either way). */
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
 #include <stdint.h>
 #include <tgmath.h>
@@ -22,15 +25,17 @@
 #define PW_NAME(base) base
 #endif
 
-/* e^x (exp, sigmoid, SiLU), tanh (and the tanh GELU) and the exact GELU:
- * float32 in arithmetic alone (kernels/pointwise_exp.h), whose loops
- * vectorize, the GELU's tail keeping its precision; float64 through the C
- * library. */
+/* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU) and
+ * the exact GELU: float32 in arithmetic alone (kernels/pointwise_exp.h),
+ * whose loops vectorize, the GELU's tail keeping its precision; float64
+ * through the C library. */
 #define T float
 #define FN PW_NAME(loom_pw_apply_f32)
 #define PW_(name) pw_f32_##name
 #define PW_EXP(x) loom_expf_arith(x)
 #define PW_TANH(x) loom_tanhf_arith(x)
+#define PW_LOG(x) loom_logf_arith(x)
+#define PW_LOG1P(x) loom_log1pf_arith(x)
 #define PW_GELU(x) loom_gelu_arith(x)
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #include "kernels/pointwise_float.inc"
@@ -39,6 +44,8 @@
 #undef PW_
 #undef PW_EXP
 #undef PW_TANH
+#undef PW_LOG
+#undef PW_LOG1P
 #undef PW_GELU
 #undef PW_GELU_BACKWARD
 
@@ -47,6 +54,8 @@
 #define PW_(name) pw_f64_##name
 #define PW_EXP(x) exp(x)
 #define PW_TANH(x) tanh(x)
+#define PW_LOG(x) log(x)
+#define PW_LOG1P(x) log1p(x)
 #define PW_GELU(x) ((x) * 0.5 * (1.0 + erf((x) * 0.70710678118654752440)))
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #include "kernels/pointwise_float.inc"
@@ -55,6 +64,8 @@
 #undef PW_
 #undef PW_EXP
 #undef PW_TANH
+#undef PW_LOG
+#undef PW_LOG1P
 #undef PW_GELU
 #undef PW_GELU_BACKWARD
 
