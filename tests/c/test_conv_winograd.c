@@ -3,24 +3,11 @@
  * flipped (input gradient) weight; its results must not depend on how the
  * items are split. Kernels are called directly. */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm.h"
 #include "loom/status.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-      ++failures;                                          \
-    }                                                      \
-  } while (0)
+#include "test_util.h"
 
 static uint64_t rng = 777;
 static float rnd(void) {
@@ -43,7 +30,7 @@ static void run(loom_kernel_fn fn, loom_tensor *ts, int nt, loom_scalar *sc, int
                         .range = range, .grain = grain};
   for (int64_t s = 0; s < range; s += grain) {
     int rc = fn(&a, s, s + grain < range ? s + grain : range);
-    CHECK(rc == 0, "kernel rc %d", rc);
+    CHECK(rc == 0);
   }
 }
 
@@ -64,7 +51,7 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
   for (int64_t i = 0; i < n * k * h * w; ++i) x[i] = rnd();
   for (int64_t i = 0; i < m * k * 9; ++i) wt[i] = rnd();
   for (int64_t i = 0; i < m; ++i) bias[i] = rnd();
-  CHECK(two + 1 <= wq, "grid too narrow");
+  CHECK(two + 1 <= wq);
 
   /* the phase planes, the transformed weight, then the convolution */
   const int64_t xs[5] = {n, k, 1, h, w}, ps[3] = {n, 4 * k, plane};
@@ -82,8 +69,7 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
   run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, sc, 2, items, items);
   ts[0].data = y2;
   run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, sc, 2, items, 1);
-  CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0,
-        "results depend on the split (n %ld k %ld m %ld)", (long)n, (long)k, (long)m);
+  CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0); /* the split changes nothing */
 
   int bad = 0;
   double worst = 0.0;
@@ -106,14 +92,16 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
           if (err > worst) worst = err;
           bad += err > 1e-6;
         }
-  CHECK(bad == 0, "n %ld k %ld m %ld %ldx%ld p %ld flipped %d: %d differ (worst %.3g)",
-        (long)n, (long)k, (long)m, (long)h, (long)w, (long)p, flipped, bad, worst);
+  if (bad)
+    fprintf(stderr, "n %ld k %ld m %ld %ldx%ld p %ld flipped %d: %d differ (worst %.3g)\n",
+            (long)n, (long)k, (long)m, (long)h, (long)w, (long)p, flipped, bad, worst);
+  CHECK(bad == 0);
 
   /* a grid one tile too narrow is refused */
   loom_scalar narrow[2] = {{.i = two}, {.i = gpos}};
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = ts,
                         .num_scalars = 2, .scalars = narrow, .range = 1, .grain = 1};
-  CHECK(loom_conv_winograd_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "narrow grid");
+  CHECK(loom_conv_winograd_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   free(x), free(wt), free(bias), free(xp), free(u), free(y1), free(y2);
 }
 
@@ -153,8 +141,7 @@ static void check_wgrad(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, i
   run(loom_conv_winograd_wgrad_kernel, ts, 3, sc, 3, items, 1);
   fts[0].data = dw2;
   run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, 3);
-  CHECK(memcmp(dw1, dw2, sizeof(float) * m * k * 9) == 0,
-        "weight gradient depends on the split (k %ld m %ld)", (long)k, (long)m);
+  CHECK(memcmp(dw1, dw2, sizeof(float) * m * k * 9) == 0); /* the split changes nothing */
   int bad = 0;
   double worst = 0.0;
   for (int64_t o = 0; o < m; ++o)
@@ -175,8 +162,10 @@ static void check_wgrad(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, i
           if (err > worst) worst = err;
           bad += err > 1e-6;
         }
-  CHECK(bad == 0, "weight grad n %ld k %ld m %ld %ldx%ld p %ld: %d differ (worst %.3g)", (long)n,
-        (long)k, (long)m, (long)h, (long)w, (long)p, bad, worst);
+  if (bad)
+    fprintf(stderr, "weight grad n %ld k %ld m %ld %ldx%ld p %ld: %d differ (worst %.3g)\n",
+            (long)n, (long)k, (long)m, (long)h, (long)w, (long)p, bad, worst);
+  CHECK(bad == 0);
   free(x), free(dy), free(xp), free(dyp), free(part), free(dw1), free(dw2);
 }
 
@@ -201,6 +190,5 @@ int main(void) {
   check_wgrad(1, 5, 7, 7, 9, 1, 32);
   check_wgrad(2, 70, 100, 10, 11, 1, 64);
   check_wgrad(2, 16, 20, 13, 8, 0, 32);
-  printf(failures ? "FAILED\n" : "ok\n");
-  return failures ? 1 : 0;
+  TEST_MAIN_END();
 }
