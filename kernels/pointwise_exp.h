@@ -1,5 +1,5 @@
-/* kernels/pointwise_exp.h — e^x, ln x, ln(1 + x), tanh, and the exact GELU
- * and its derivative, in float32 arithmetic alone: no library calls, so
+/* kernels/pointwise_exp.h — e^x, ln x, ln(1 + x), tanh, softplus, and the
+ * exact GELU and its derivative, in float32 arithmetic alone: no library calls, so
  * loops over them vectorize, and every ISA build computes the same bits
  * (the including file turns off contraction). Each function states its
  * accuracy, measured against double precision.
@@ -119,6 +119,37 @@ static inline LOOM_PW_INLINE float loom_log1pf_arith(float x) {
   const float u = 1.0f + x, d = u - 1.0f;
   const float r = loom_logf_arith(u) * (x / (d != 0.0f ? d : 1.0f));
   return d == 0.0f ? x : (x == INFINITY ? x : r);
+}
+
+/* ln(1 + e) for e in [0, 1], as ln u * e / (u - 1), u = 1 + e in [1, 2]:
+ * ln u needs no exponent taken apart, which keeps loops that compose it
+ * with e^x vectorizing. */
+static inline LOOM_PW_INLINE float loom_log1p_unit(float e) {
+  const float u = 1.0f + e, d = u - 1.0f;
+  const int big = u > 1.41421356f;
+  const float half_u = 0.5f * u, m = big ? half_u : u;
+  const float s = (m - 1.0f) / (m + 1.0f), z = s * s;
+  float p = 1.0f / 13.0f;
+  p = p * z + 1.0f / 11.0f;
+  p = p * z + 1.0f / 9.0f;
+  p = p * z + 1.0f / 7.0f;
+  p = p * z + 1.0f / 5.0f;
+  p = p * z + 1.0f / 3.0f;
+  const float lm = 2.0f * s + 2.0f * s * (z * p);
+  const float lu = (big ? 0.693145752f : 0.0f) + (lm + (big ? 1.42860677e-6f : 0.0f));
+  const float r = lu * (e / (d != 0.0f ? d : 1.0f));
+  return d == 0.0f ? e : r;
+}
+
+/* ln(1 + e^t) for t <= 0 (NaN for NaN). */
+static inline LOOM_PW_INLINE float loom_log1p_exp_arith(float t) {
+  return loom_log1p_unit(loom_expf_arith(t));
+}
+
+/* Softplus ln(1 + e^x) = max(x, 0) + ln(1 + e^-|x|), which neither
+ * overflows nor cancels: within 3 ulp. */
+static inline LOOM_PW_INLINE float loom_softplus_arith(float x) {
+  return (x > 0.0f ? x : 0.0f) + loom_log1p_exp_arith(-fabsf(x));
 }
 
 /* x * x = hi + lo exactly (Dekker's product), for |x| <= 2^12. */

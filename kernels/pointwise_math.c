@@ -25,10 +25,10 @@
 #define PW_NAME(base) base
 #endif
 
-/* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU) and
- * the exact GELU: float32 in arithmetic alone (kernels/pointwise_exp.h),
- * whose loops vectorize, the GELU's tail keeping its precision; float64
- * through the C library. */
+/* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
+ * softplus (and Mish, log-sigmoid) and the exact GELU: float32 in
+ * arithmetic alone (kernels/pointwise_exp.h), whose loops vectorize, the
+ * GELU's tail keeping its precision; float64 through the C library. */
 #define T float
 #define FN PW_NAME(loom_pw_apply_f32)
 #define PW_(name) pw_f32_##name
@@ -36,6 +36,8 @@
 #define PW_TANH(x) loom_tanhf_arith(x)
 #define PW_LOG(x) loom_logf_arith(x)
 #define PW_LOG1P(x) loom_log1pf_arith(x)
+#define PW_SOFTPLUS(x) loom_softplus_arith(x)
+#define PW_LOG1P_EXP(t) loom_log1p_exp_arith(t)
 #define PW_GELU(x) loom_gelu_arith(x)
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #include "kernels/pointwise_float.inc"
@@ -46,6 +48,8 @@
 #undef PW_TANH
 #undef PW_LOG
 #undef PW_LOG1P
+#undef PW_SOFTPLUS
+#undef PW_LOG1P_EXP
 #undef PW_GELU
 #undef PW_GELU_BACKWARD
 
@@ -56,6 +60,8 @@
 #define PW_TANH(x) tanh(x)
 #define PW_LOG(x) log(x)
 #define PW_LOG1P(x) log1p(x)
+#define PW_SOFTPLUS(x) log1p(exp(x))
+#define PW_LOG1P_EXP(t) log1p(exp(t))
 #define PW_GELU(x) ((x) * 0.5 * (1.0 + erf((x) * 0.70710678118654752440)))
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #include "kernels/pointwise_float.inc"
@@ -66,6 +72,8 @@
 #undef PW_TANH
 #undef PW_LOG
 #undef PW_LOG1P
+#undef PW_SOFTPLUS
+#undef PW_LOG1P_EXP
 #undef PW_GELU
 #undef PW_GELU_BACKWARD
 
