@@ -207,8 +207,9 @@ int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64
 int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* dW (M, K, 3, 3) contiguous fp32 = G^T (P's chunks summed in order) G;
- * K <= 4096. tensors: [0] dW, [1] P as above. range: M (one output channel
- * per item). */
+ * K <= LOOM_CONV_WINOGRAD_MAX_K (each item holds 16 K sums).
+ * tensors: [0] dW, [1] P as above. range: M (one output channel per item). */
+enum { LOOM_CONV_WINOGRAD_MAX_K = 4096 };
 int loom_conv_winograd_wgrad_finish_kernel(const loom_kernel_args *args, int64_t begin,
                                            int64_t end);
 

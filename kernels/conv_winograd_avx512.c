@@ -34,7 +34,6 @@ enum {
   WG_KC = 128,    /* input channels per transform pass */
   WG_PANELS = 8,  /* 12-row panels of output channels per item */
   WG_E = 16,      /* elements of a transformed tile */
-  WG_FINISH_MAX_K = 4096, /* input channels the weight gradient's finish takes */
   /* The 16 elements' buffers are a line more than a multiple of 4 KB apart:
    * at multiples, a tile's 16 loads or stores would all fall in one set
    * of the L1 cache, which holds fewer ways. */
@@ -294,6 +293,11 @@ enum {
   WG_STAGE = 16 * 16, /* one element's 16 channels over 16 tiles */
 };
 
+/* Staged channel i past the last one: zero in every element. */
+static inline void wg_stage_zero(float *stage, int64_t i) {
+  for (int e = 0; e < WG_E; ++e) memset(stage + e * WG_STAGE + i * 16, 0, 16 * sizeof(float));
+}
+
 /* One element's 16 channel vectors (lanes: 16 tiles) from the staging
  * buffer, transposed: vector j holds tile j's 16 channels. */
 static inline void wg_stage_transposed(__m512i r[16], const float *stage) {
@@ -346,7 +350,7 @@ int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
             if (c0 + i < c_n)
               wg_input16(stage + i * 16, WG_STAGE, xsrc + (c_lo + c0 + i) * 4 * xs + h, xoff);
             else
-              for (int e = 0; e < WG_E; ++e) memset(stage + e * WG_STAGE + i * 16, 0, 64);
+              wg_stage_zero(stage, i);
           }
           for (int e = 0; e < WG_E; ++e) {
             __m512i r[16];
@@ -360,7 +364,7 @@ int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
             if (o0 + i < o_n)
               wg_grad16(stage + i * 16, WG_STAGE, dsrc + (o_lo + o0 + i) * 4 * ds + h, doff);
             else
-              for (int e = 0; e < WG_E; ++e) memset(stage + e * WG_STAGE + i * 16, 0, 64);
+              wg_stage_zero(stage, i);
           }
           /* lanes o0 + l fall in panels (o0 + l) / 12: at most two */
           const int64_t p0 = o0 / WG_MR, split = (p0 + 1) * WG_MR - o0;
@@ -402,12 +406,12 @@ int loom_conv_winograd_wgrad_finish_kernel(const loom_kernel_args *args, int64_t
   if (dw->rank != 4 || part->rank != 4 || dw->dtype != LOOM_FLOAT32 ||
       part->dtype != LOOM_FLOAT32 || !wg_dense(dw) || !wg_dense(part) || part->sizes[1] != WG_E ||
       dw->sizes[0] != part->sizes[2] || dw->sizes[1] != part->sizes[3] || dw->sizes[2] != 3 ||
-      dw->sizes[3] != 3 || part->sizes[3] > WG_FINISH_MAX_K)
+      dw->sizes[3] != 3 || part->sizes[3] > LOOM_CONV_WINOGRAD_MAX_K)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t chunks = part->sizes[0], m_n = part->sizes[2], k_n = part->sizes[3];
   const float *pd = (const float *)part->data;
   float *wd = (float *)dw->data;
-  float acc[WG_E * WG_FINISH_MAX_K];
+  float acc[WG_E * LOOM_CONV_WINOGRAD_MAX_K];
   for (int64_t o = begin; o < end; ++o) {
     /* each element's sums over the chunks, in order */
     for (int64_t c = 0; c < chunks; ++c)

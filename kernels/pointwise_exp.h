@@ -79,6 +79,20 @@ static inline LOOM_PW_INLINE float loom_tanhf_arith(float x) {
   return x != x ? x : r;
 }
 
+/* fe ln 2 + ln m for m in [sqrt(1/2), sqrt(2)]: ln m = 2 atanh(s),
+ * s = (m - 1) / (m + 1), by its series to s^13; ln 2 in two parts. */
+static inline LOOM_PW_INLINE float loom_log_reduced(float m, float fe) {
+  const float s = (m - 1.0f) / (m + 1.0f), z = s * s;
+  float p = 1.0f / 13.0f;
+  p = p * z + 1.0f / 11.0f;
+  p = p * z + 1.0f / 9.0f;
+  p = p * z + 1.0f / 7.0f;
+  p = p * z + 1.0f / 5.0f;
+  p = p * z + 1.0f / 3.0f;
+  const float lm = 2.0f * s + 2.0f * s * (z * p);
+  return fe * 0.693145752f + (lm + fe * 1.42860677e-6f);
+}
+
 /* ln x within 2 ulp: x = 2^e m with m in [sqrt(1/2), sqrt(2)), then
  * ln m = 2 atanh(s), s = (m - 1) / (m + 1), by its series to s^13 (|s| <=
  * 0.172, truncated below 1e-10). Subnormals are scaled by 2^23 first;
@@ -99,15 +113,7 @@ static inline LOOM_PW_INLINE float loom_logf_arith(float x) {
   const float half_m = 0.5f * m;
   m = halve ? half_m : m;
   e += halve;
-  const float s = (m - 1.0f) / (m + 1.0f), z = s * s;
-  float p = 1.0f / 13.0f;
-  p = p * z + 1.0f / 11.0f;
-  p = p * z + 1.0f / 9.0f;
-  p = p * z + 1.0f / 7.0f;
-  p = p * z + 1.0f / 5.0f;
-  p = p * z + 1.0f / 3.0f;
-  const float lm = 2.0f * s + 2.0f * s * (z * p);
-  const float fe = (float)e, r = fe * 0.693145752f + (lm + fe * 1.42860677e-6f);
+  const float r = loom_log_reduced(m, (float)e);
   /* NaN and inf are their own logarithms; four outcomes at most in one
    * choice, which is what the compiler's if-conversion takes */
   return (x != x || x == INFINITY) ? x : (x < 0.0f ? NAN : (x == 0.0f ? -INFINITY : r));
@@ -127,16 +133,8 @@ static inline LOOM_PW_INLINE float loom_log1pf_arith(float x) {
 static inline LOOM_PW_INLINE float loom_log1p_unit(float e) {
   const float u = 1.0f + e, d = u - 1.0f;
   const int big = u > 1.41421356f;
-  const float half_u = 0.5f * u, m = big ? half_u : u;
-  const float s = (m - 1.0f) / (m + 1.0f), z = s * s;
-  float p = 1.0f / 13.0f;
-  p = p * z + 1.0f / 11.0f;
-  p = p * z + 1.0f / 9.0f;
-  p = p * z + 1.0f / 7.0f;
-  p = p * z + 1.0f / 5.0f;
-  p = p * z + 1.0f / 3.0f;
-  const float lm = 2.0f * s + 2.0f * s * (z * p);
-  const float lu = (big ? 0.693145752f : 0.0f) + (lm + (big ? 1.42860677e-6f : 0.0f));
+  const float half_u = 0.5f * u;
+  const float lu = loom_log_reduced(big ? half_u : u, big ? 1.0f : 0.0f);
   const float r = lu * (e / (d != 0.0f ? d : 1.0f));
   return d == 0.0f ? e : r;
 }
@@ -195,8 +193,8 @@ static inline LOOM_PW_INLINE float loom_erfc_tail(float z, float hi, float lo) {
 static inline LOOM_PW_INLINE float loom_erfc_sq(float w, float hi, float lo) {
   const float a = w < 0.0f ? -w : w;
   const float ws = w < -0.5f ? -0.5f : (w > 0.5f ? 0.5f : w);
-  const float small = 1.0f - loom_erf_small(ws), tail = loom_erfc_tail(a < 16.0f ? a : 16.0f,
-                                                                        hi, lo);
+  const float small = 1.0f - loom_erf_small(ws);
+  const float tail = loom_erfc_tail(a < 16.0f ? a : 16.0f, hi, lo);
   return a <= 0.5f ? small : (w < 0.0f ? 2.0f - tail : tail);
 }
 

@@ -154,7 +154,8 @@ bool winograd_fits(const Geom& g, const Tensor& input, int64_t out_channels, int
     if (g.k[i] != 3 || g.s[i] != 1 || g.d[i] != 1) return false;
   // Few channels leave the transforms the bulk of the work; the weight
   // gradient's last step holds 16 sums per input channel (kernels/conv.h).
-  if (input.size(1) < 16 || out_channels < 16 || input.size(1) > 4096) return false;
+  if (input.size(1) < 16 || out_channels < 16 || input.size(1) > LOOM_CONV_WINOGRAD_MAX_K)
+    return false;
   const int64_t h = input.size(-2), w = input.size(-1);
   *pd = Padded{h + 2 * g.p[1], w + 2 * g.p[2], (g.grid[1] + 1) / 2, (g.grid[2] + 1) / 2, 2, 2};
   // Every block of 32 tiles streams the transformed weight, 16 M K floats,
