@@ -1,4 +1,5 @@
 /* Streams, events and asynchronous errors of the HAL. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -327,6 +328,58 @@ static void test_host_callbacks_in_order(void) {
   loom_stream_release(s);
 }
 
+/* Threads that synchronize at different points of a long queue: each
+ * returns once the commands it saw submitted are done, whichever waiter's
+ * wake-up comes first, and none is left asleep. */
+static atomic_int counted;
+
+static int count_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  spin_kernel(args, begin, end);
+  atomic_fetch_add(&counted, 1);
+  return 0;
+}
+
+typedef struct syncer {
+  loom_stream_t *stream;
+  pthread_t thread;
+  int submitted, seen;
+  loom_status status;
+} syncer;
+
+static void *syncer_main(void *arg) {
+  syncer *y = arg;
+  y->status = loom_stream_synchronize(y->stream);
+  y->seen = atomic_load(&counted);
+  return NULL;
+}
+
+static void test_concurrent_synchronizers(void) {
+  enum { WAITERS = 4, PER_WAITER = 8 };
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  const loom_scalar seconds = {.f = 2e-4};
+  const loom_launch_desc count = {.name = "count", .fn = count_kernel, .scalars = &seconds,
+                                  .num_scalars = 1, .range = 1, .grain = 1};
+  atomic_store(&counted, 0);
+  atomic_store(&gate, 0);
+  CHECK_OK(loom_launch(s, &gate_desc)); /* all waiters asleep before any completes */
+  syncer y[WAITERS];
+  for (int w = 0; w < WAITERS; ++w) {
+    for (int i = 0; i < PER_WAITER; ++i) CHECK_OK(loom_launch(s, &count));
+    y[w] = (syncer){.stream = s, .submitted = (w + 1) * PER_WAITER};
+    CHECK(pthread_create(&y[w].thread, NULL, syncer_main, &y[w]) == 0);
+    nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL); /* it waits on its own target */
+  }
+  atomic_store(&gate, 1);
+  for (int w = WAITERS - 1; w >= 0; --w) {
+    CHECK(pthread_join(y[w].thread, NULL) == 0);
+    CHECK_OK(y[w].status);
+    CHECK(y[w].seen >= y[w].submitted);
+  }
+  CHECK_EQ_INT(atomic_load(&counted), WAITERS * PER_WAITER);
+  loom_stream_release(s);
+}
+
 static void test_bad_arguments(void) {
   loom_stream_t *s = NULL;
   CHECK_EQ_INT(loom_stream_create(3, 0, &s), LOOM_ERROR_INVALID_ARGUMENT);
@@ -383,6 +436,7 @@ int main(void) {
   RUN_TEST(test_event_rerecorded_on_another_stream);
   RUN_TEST(test_memcpy_kinds);
   RUN_TEST(test_host_callbacks_in_order);
+  RUN_TEST(test_concurrent_synchronizers);
   RUN_TEST(test_bad_arguments);
   RUN_TEST(test_error_surfaces_at_launch_and_device_sync);
   loom_shutdown();

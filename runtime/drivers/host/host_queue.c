@@ -35,6 +35,11 @@ struct loom_driver_queue {
   pthread_cond_t work, done;
   host_node *head, *tail; /* under lock */
   _Atomic uint64_t submitted, completed;
+  /* The smallest count of completed commands a sleeping synchronizer waits
+   * for: the executor wakes them then, not after every command (each
+   * wake-up would preempt it for nothing). Lowered by waiters, reset by the
+   * wake-up, both under lock. */
+  _Atomic uint64_t wake_at;
   atomic_int executor_sleeping, sync_waiters, stop;
 };
 
@@ -139,9 +144,10 @@ static void drain(loom_driver_queue *q, uint64_t target) {
   while (atomic_load(&q->completed) < target && (n = pop(q)) != NULL) {
     execute(q, &n->command);
     free(n);
-    atomic_fetch_add(&q->completed, 1);
-    if (atomic_load(&q->sync_waiters)) {
+    const uint64_t completed = atomic_fetch_add(&q->completed, 1) + 1;
+    if (atomic_load(&q->sync_waiters) && completed >= atomic_load(&q->wake_at)) {
       pthread_mutex_lock(&q->lock);
+      atomic_store(&q->wake_at, UINT64_MAX);
       pthread_cond_broadcast(&q->done);
       pthread_mutex_unlock(&q->lock);
     }
@@ -187,6 +193,7 @@ loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t
   pthread_mutex_init(&q->exec, NULL);
   pthread_cond_init(&q->work, NULL);
   pthread_cond_init(&q->done, NULL);
+  atomic_store(&q->wake_at, UINT64_MAX);
   if (pthread_create(&q->thread, NULL, executor_main, q) != 0) {
     pthread_cond_destroy(&q->done);
     pthread_cond_destroy(&q->work);
@@ -260,7 +267,13 @@ loom_status host_queue_synchronize(void *ctx, loom_driver_queue *q) {
   if (atomic_load(&q->completed) >= target) return LOOM_OK;
   pthread_mutex_lock(&q->lock);
   atomic_fetch_add(&q->sync_waiters, 1);
-  while (atomic_load(&q->completed) < target) pthread_cond_wait(&q->done, &q->lock);
+  for (;;) {
+    /* Registered before the check: a completion either is seen here or
+     * sees this target (both sides are sequentially consistent). */
+    if (target < atomic_load(&q->wake_at)) atomic_store(&q->wake_at, target);
+    if (atomic_load(&q->completed) >= target) break;
+    pthread_cond_wait(&q->done, &q->lock);
+  }
   atomic_fetch_sub(&q->sync_waiters, 1);
   pthread_mutex_unlock(&q->lock);
   return LOOM_OK;
