@@ -2,6 +2,7 @@
 #ifndef LOOM_BASE_CLOCK_H
 #define LOOM_BASE_CLOCK_H
 
+#include <sched.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -19,7 +20,11 @@ static inline void loom_cpu_relax(void) {
 
 /* A bounded spin: loom_spin_more() pauses once and says whether the budget
  * lasts; it reads the clock only every 64 pauses, since a clock read costs
- * as much as the pause itself. */
+ * as much as the pause itself. At each clock read it also yields: a spinner
+ * must not keep a thread that has work (the submitting Python thread, a
+ * worker holding a chunk) off its core. With more threads than cores, the
+ * scheduler otherwise lets the spin run out first, and a runnable thread
+ * that shares the core waits for it, or for a whole time slice. */
 typedef struct loom_spin {
   uint64_t deadline;
   unsigned count;
@@ -32,6 +37,7 @@ static inline loom_spin loom_spin_start(uint64_t budget_ns) {
 static inline int loom_spin_more(loom_spin *spin) {
   loom_cpu_relax();
   if ((++spin->count & 63) != 0) return 1;
+  sched_yield();
   return loom_now_ns() < spin->deadline;
 }
 

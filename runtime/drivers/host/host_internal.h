@@ -38,6 +38,9 @@ typedef struct host_pool {
   pthread_mutex_t wake_lock;
   pthread_cond_t wake;
   atomic_int sleeping;
+  /* The owner, asleep until the last chunk is done (under wake_lock). */
+  pthread_cond_t joined;
+  atomic_int owner_waiting;
   atomic_int stop;
 } host_pool;
 

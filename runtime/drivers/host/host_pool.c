@@ -16,6 +16,7 @@
 #include "runtime/drivers/host/host_internal.h"
 
 #define WORKER_SPIN_NS 30000
+#define JOIN_SPIN_NS 20000
 
 /* Copies this thread's message, the failing kernel's reason, to `dst`. */
 static void take_reason(char *dst) {
@@ -40,7 +41,11 @@ static void run_chunks(host_pool *pool) {
         take_reason(pool->failed_reason);
       }
     }
-    atomic_fetch_add_explicit(&pool->done_chunks, 1, memory_order_acq_rel);
+    if (atomic_fetch_add(&pool->done_chunks, 1) + 1 == n && atomic_load(&pool->owner_waiting)) {
+      pthread_mutex_lock(&pool->wake_lock);
+      pthread_cond_signal(&pool->joined);
+      pthread_mutex_unlock(&pool->wake_lock);
+    }
   }
 }
 
@@ -79,6 +84,7 @@ int host_pool_init(host_pool *pool, int num_workers) {
   pthread_mutex_init(&pool->busy, NULL);
   pthread_mutex_init(&pool->wake_lock, NULL);
   pthread_cond_init(&pool->wake, NULL);
+  pthread_cond_init(&pool->joined, NULL);
   if (num_workers <= 0) return 0;
   pool->threads = calloc((size_t)num_workers, sizeof *pool->threads);
   if (!pool->threads) return -1;
@@ -96,9 +102,26 @@ void host_pool_destroy(host_pool *pool) {
   pthread_mutex_unlock(&pool->wake_lock);
   for (int i = 0; i < pool->num_workers; ++i) pthread_join(pool->threads[i], NULL);
   free(pool->threads);
+  pthread_cond_destroy(&pool->joined);
   pthread_cond_destroy(&pool->wake);
   pthread_mutex_destroy(&pool->wake_lock);
   pthread_mutex_destroy(&pool->busy);
+}
+
+/* The owner's wait for chunks other threads took: a short spin, then sleep.
+ * A worker descheduled mid-chunk can only move to the owner's core if that
+ * core goes idle; spinning or yielding there would keep it busy. */
+static void wait_for_chunks(host_pool *pool, int64_t num_chunks) {
+  loom_spin spin = loom_spin_start(JOIN_SPIN_NS);
+  while (atomic_load_explicit(&pool->done_chunks, memory_order_acquire) < num_chunks)
+    if (!loom_spin_more(&spin)) break;
+  if (atomic_load(&pool->done_chunks) >= num_chunks) return;
+  pthread_mutex_lock(&pool->wake_lock);
+  atomic_store(&pool->owner_waiting, 1);
+  while (atomic_load(&pool->done_chunks) < num_chunks)
+    pthread_cond_wait(&pool->joined, &pool->wake_lock);
+  atomic_store(&pool->owner_waiting, 0);
+  pthread_mutex_unlock(&pool->wake_lock);
 }
 
 static int run_alone(loom_kernel_fn fn, const loom_kernel_args *args, host_failure *out) {
@@ -137,10 +160,7 @@ int host_pool_run(host_pool *pool, loom_kernel_fn fn, const loom_kernel_args *ar
     pthread_mutex_unlock(&pool->wake_lock);
   }
   run_chunks(pool);
-  /* A worker may be descheduled mid-chunk on a busy machine: yield. */
-  for (unsigned spins = 0;
-       atomic_load_explicit(&pool->done_chunks, memory_order_acquire) < num_chunks; ++spins)
-    spins < 256 ? loom_cpu_relax() : (void)sched_yield();
+  wait_for_chunks(pool, num_chunks);
   atomic_store(&pool->open, 0);
   for (unsigned spins = 0; atomic_load(&pool->in_job) != 0; ++spins)
     spins < 256 ? loom_cpu_relax() : (void)sched_yield();
