@@ -2,9 +2,10 @@
  * float, scores come from small matrix products vectorized over the tile's
  * inner dim, and softmax terms from the vectorized exp of nn_rows. Built for
  * the baseline ISA and again by attention_blocked_avx512.c; the entry points
- * at the end pick a build at run time. Products and sums are never fused,
- * and the AVX-512 tile products (register-blocked over four rows) add in
- * the baseline loops' order, so both builds give the same bits. */
+ * at the end pick a build at run time. The tile products are explicit
+ * fused multiply-adds in both builds (fmaf in the baseline one, which is
+ * exact whatever the hardware), taken in the same order; nothing else is
+ * contracted. So both builds give the same bits. */
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
@@ -134,7 +135,8 @@ static void store_rows(const loom_tensor *t, int64_t b, int64_t r0, int64_t nr,
 }
 
 /* out[i * BK + j] = sum_e a[i * lda + e] * bt[e * BK + j] for all BK columns
- * (bt is zero-padded): the row of BK sums stays in registers. */
+ * (bt is zero-padded), each step one fused multiply-add: the row of BK sums
+ * stays in registers. */
 static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
                     int64_t rows, int64_t inner) {
 #ifdef __AVX512F__
@@ -150,10 +152,10 @@ static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
       const __m512 b2 = _mm512_loadu_ps(b + 32), b3 = _mm512_loadu_ps(b + 48);
       for (int r = 0; r < 4; ++r) {
         const __m512 ae = _mm512_set1_ps(a[(i + r) * lda + e]);
-        o[r][0] = _mm512_add_ps(o[r][0], _mm512_mul_ps(ae, b0));
-        o[r][1] = _mm512_add_ps(o[r][1], _mm512_mul_ps(ae, b1));
-        o[r][2] = _mm512_add_ps(o[r][2], _mm512_mul_ps(ae, b2));
-        o[r][3] = _mm512_add_ps(o[r][3], _mm512_mul_ps(ae, b3));
+        o[r][0] = _mm512_fmadd_ps(ae, b0, o[r][0]);
+        o[r][1] = _mm512_fmadd_ps(ae, b1, o[r][1]);
+        o[r][2] = _mm512_fmadd_ps(ae, b2, o[r][2]);
+        o[r][3] = _mm512_fmadd_ps(ae, b3, o[r][3]);
       }
     }
     for (int r = 0; r < 4; ++r)
@@ -168,14 +170,15 @@ static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
     for (int64_t e = 0; e < inner; ++e) {
       const float ae = a[i * lda + e];
       const float *b = bt + e * BK;
-      for (int j = 0; j < BK; ++j) o[j] += ae * b[j];
+      for (int j = 0; j < BK; ++j) o[j] = fmaf(ae, b[j], o[j]);
     }
     memcpy(out + i * BK, o, sizeof o);
   }
 }
 
-/* acc[i * ldc + e] += sum_j p[i * ldp + j] * v[j * ldv + e], e < n, added
- * in j order; a zero p adds nothing (0 * inf would be NaN). */
+/* acc[i * ldc + e] += sum_j p[i * ldp + j] * v[j * ldv + e], e < n, one
+ * fused multiply-add per j in j order; a zero p adds nothing (0 * inf would
+ * be NaN). */
 static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
                      const float *v, int64_t ldv, int64_t rows, int64_t cols,
                      int64_t n) {
@@ -197,10 +200,10 @@ static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
         for (int r = 0; r < 4; ++r) {
           const __m512 pv = _mm512_set1_ps(p[(i + r) * ldp + j]);
           const __mmask16 k = _mm512_cmp_ps_mask(pv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-          o[r][0] = _mm512_mask_add_ps(o[r][0], k, o[r][0], _mm512_mul_ps(pv, v0));
-          o[r][1] = _mm512_mask_add_ps(o[r][1], k, o[r][1], _mm512_mul_ps(pv, v1));
-          o[r][2] = _mm512_mask_add_ps(o[r][2], k, o[r][2], _mm512_mul_ps(pv, v2));
-          o[r][3] = _mm512_mask_add_ps(o[r][3], k, o[r][3], _mm512_mul_ps(pv, v3));
+          o[r][0] = _mm512_mask3_fmadd_ps(pv, v0, o[r][0], k);
+          o[r][1] = _mm512_mask3_fmadd_ps(pv, v1, o[r][1], k);
+          o[r][2] = _mm512_mask3_fmadd_ps(pv, v2, o[r][2], k);
+          o[r][3] = _mm512_mask3_fmadd_ps(pv, v3, o[r][3], k);
         }
       }
       for (int r = 0; r < 4; ++r)
@@ -216,7 +219,7 @@ static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
       const float pj = p[i * ldp + j];
       if (pj == 0.0f) continue;
       const float *vr = v + j * ldv;
-      for (int64_t e = 0; e < n; ++e) a[e] += pj * vr[e];
+      for (int64_t e = 0; e < n; ++e) a[e] = fmaf(pj, vr[e], a[e]);
     }
   }
 }
