@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/exp_neg.h"
 #include "kernels/nn_rows.h"
 #include "kernels/nn_util.h"
 #include "loom/status.h"
@@ -298,6 +299,76 @@ static inline float lse_load(const loom_tensor *lse, int64_t b, int64_t i) {
   return (float)loom_nn_load(lse->data, lse->dtype, b * lse->strides[0] + i * lse->strides[1]);
 }
 
+/* One row's step of the online softmax, given the maximum mb of its nk
+ * scores s: when the maximum grows, the running sum l and the accumulator
+ * row a (ev values) are rescaled to it. Returns 0 when no key of the tile is
+ * visible (s is then zeroed), else 1 with *mn the maximum the row's terms
+ * are taken against. */
+static int online_rescale(float *s, int64_t nk, float mb, float *m, float *l, float *a,
+                          int64_t ev, float *mn) {
+  if (mb == -INFINITY) {
+    for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
+    return 0;
+  }
+  *mn = mb > *m ? mb : *m;
+  if (*mn != *m) {
+    const float c = *m == -INFINITY ? 0.0f : expf(*m - *mn);
+    for (int64_t e = 0; e < ev; ++e) a[e] *= c;
+    *l *= c;
+    *m = *mn;
+  }
+  return 1;
+}
+
+#ifdef __AVX512F__
+/* The online-softmax step of 16 rows of full tiles (BK scores each): nn_rows'
+ * max and exp_sum, with their final reductions over 16 lanes taken for all
+ * the rows together through a transpose, in the same order, so the bits are
+ * those of the row-at-a-time loop. */
+static void softmax_rows16(float *S, float *m, float *l, float *acc, int64_t ev) {
+  __m512i t[16];
+  __mmask16 nan = 0, live = 0;
+  for (int r = 0; r < 16; ++r) {
+    __m512 a = _mm512_set1_ps(-INFINITY);
+    for (int c = 0; c < BK; c += 16) {
+      const __m512 v = _mm512_loadu_ps(S + r * BK + c);
+      a = _mm512_mask_mov_ps(a, _mm512_cmp_ps_mask(v, a, _CMP_GT_OQ), v);
+      if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) nan |= (__mmask16)(1u << r);
+    }
+    t[r] = _mm512_castps_si512(a);
+  }
+  loom_gemm_transpose16(t); /* t[j] lane r: lane j of row r */
+  __m512 mb = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < 16; ++j) {
+    const __m512 v = _mm512_castsi512_ps(t[j]);
+    mb = _mm512_mask_mov_ps(mb, _mm512_cmp_ps_mask(v, mb, _CMP_GT_OQ), v);
+  }
+  float mbs[16], mn[16], sums[16];
+  _mm512_storeu_ps(mbs, _mm512_mask_mov_ps(mb, nan, _mm512_set1_ps(NAN)));
+  for (int r = 0; r < 16; ++r)
+    if (online_rescale(S + r * BK, BK, mbs[r], &m[r], &l[r], acc + r * MAXD, ev, &mn[r]))
+      live |= (__mmask16)(1u << r);
+  for (int r = 0; r < 16; ++r) {
+    __m512 sum = _mm512_setzero_ps();
+    if (live >> r & 1) {
+      const __m512 vm = _mm512_set1_ps(mn[r]);
+      for (int c = 0; c < BK; c += 16) {
+        const __m512 e = loom_exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(S + r * BK + c), vm));
+        _mm512_storeu_ps(S + r * BK + c, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+    }
+    t[r] = _mm512_castps_si512(sum);
+  }
+  loom_gemm_transpose16(t);
+  __m512 total = _mm512_setzero_ps();
+  for (int j = 0; j < 16; ++j) total = _mm512_add_ps(total, _mm512_castsi512_ps(t[j]));
+  _mm512_storeu_ps(sums, total);
+  for (int r = 0; r < 16; ++r)
+    if (live >> r & 1) l[r] += sums[r];
+}
+#endif
+
 int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
                                                    int64_t begin, int64_t end) {
   if (args->num_tensors < 6 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
@@ -327,21 +398,15 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
       load_rows(V, MAXD, v, b, j0, nk, d.ev);
       tile_mm(S, Q, MAXD, Kt, nq, d.e);
       finish_scores(S, BK, nq, BK, nk, scale, mask, causal, b, i0, j0, 0);
-      for (int64_t i = 0; i < nq; ++i) {
-        float *s = S + i * BK;
-        const float mb = ops->max(s, nk);
-        if (mb == -INFINITY) { /* no key of this tile is visible */
-          for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
-          continue;
-        }
-        const float mn = mb > m[i] ? mb : m[i];
-        if (mn != m[i]) {
-          const float c = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
-          for (int64_t e = 0; e < d.ev; ++e) acc[i * MAXD + e] *= c;
-          l[i] *= c;
-          m[i] = mn;
-        }
-        l[i] += ops->exp_sum(s, nk, mn, s);
+      int64_t i = 0;
+#ifdef __AVX512F__
+      if (nk == BK)
+        for (; i + 16 <= nq; i += 16) softmax_rows16(S + i * BK, m + i, l + i, acc + i * MAXD, d.ev);
+#endif
+      for (; i < nq; ++i) {
+        float *s = S + i * BK, mn;
+        if (online_rescale(s, nk, ops->max(s, nk), &m[i], &l[i], acc + i * MAXD, d.ev, &mn))
+          l[i] += ops->exp_sum(s, nk, mn, s);
       }
       tile_acc(acc, MAXD, S, BK, V, MAXD, nq, nk, d.ev);
     }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/exp_neg.h"
 #include "kernels/nn_rows.h"
 
 #ifdef LOOM_NN_ROWS_ISA
@@ -25,57 +26,6 @@ static inline float lanes_total(const float *acc) {
   for (int l = 0; l < LANES; ++l) s += acc[l];
   return s;
 }
-
-/* exp(x) for x <= 0 (Cephes polynomial, about 1 ulp); exactly 0 below the
- * smallest normal result, including x = -inf. Branch-free for vectors. */
-static inline float exp_neg(float x) {
-  const float lo = -87.33654f;
-  const int tiny = !(x >= lo); /* also true for -inf */
-  float xc = tiny ? lo : x;
-  float fx = xc * 1.44269504088896341f + 0.5f;
-  float n = (float)(int32_t)fx;
-  n = n > fx ? n - 1.0f : n;
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return tiny ? 0.0f : p * scale;
-}
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-
-/* exp_neg on 16 lanes, the same operations in the same order. */
-static inline __m512 exp_neg16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33654f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  const __m512 xc = _mm512_mask_mov_ps(lo, keep, x);
-  const __m512 fx = _mm512_add_ps(
-      _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f));
-  const __m512 n = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
-  r = _mm512_add_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(2.12194440e-4f)));
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r),
-                    _mm512_set1_ps(1.0f));
-  const __m512i bits = _mm512_slli_epi32(
-      _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mov_ps(keep, _mm512_mul_ps(p, _mm512_castsi512_ps(bits)));
-}
-#endif
 
 static float ROWS_NAME(row_max)(const float *x, int64_t n) {
   float acc[LANES];
@@ -105,7 +55,7 @@ static float ROWS_NAME(row_exp_sum)(const float *x, int64_t n, float m,
   __m512 vacc = _mm512_setzero_ps();
   const __m512 vm = _mm512_set1_ps(m);
   for (; i + LANES <= n; i += LANES) {
-    const __m512 e = exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    const __m512 e = loom_exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
     _mm512_storeu_ps(y + i, e);
     vacc = _mm512_add_ps(vacc, e);
   }
@@ -113,14 +63,14 @@ static float ROWS_NAME(row_exp_sum)(const float *x, int64_t n, float m,
 #else
   for (; i + LANES <= n; i += LANES)
     for (int l = 0; l < LANES; ++l) {
-      const float e = exp_neg(x[i + l] - m);
+      const float e = loom_exp_neg(x[i + l] - m);
       y[i + l] = e;
       acc[l] += e;
     }
 #endif
   float s = lanes_total(acc);
   for (; i < n; ++i) {
-    const float e = exp_neg(x[i] - m);
+    const float e = loom_exp_neg(x[i] - m);
     y[i] = e;
     s += e;
   }
@@ -177,9 +127,9 @@ static void ROWS_NAME(row_log_softmax_grad)(const float *g, const float *y,
   const __m512 vs = _mm512_set1_ps(sum);
   for (; i + LANES <= n; i += LANES)
     _mm512_storeu_ps(gi + i, _mm512_sub_ps(_mm512_loadu_ps(g + i),
-                                           _mm512_mul_ps(exp_neg16(_mm512_loadu_ps(y + i)), vs)));
+                                           _mm512_mul_ps(loom_exp_neg16(_mm512_loadu_ps(y + i)), vs)));
 #endif
-  for (; i < n; ++i) gi[i] = g[i] - exp_neg(y[i]) * sum;
+  for (; i < n; ++i) gi[i] = g[i] - loom_exp_neg(y[i]) * sum;
 }
 
 static void ROWS_NAME(row_norm_apply)(const float *x, int64_t n, float mean,

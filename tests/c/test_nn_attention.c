@@ -191,12 +191,14 @@ int loom_attention_blocked_backward_kv_impl_avx512(const loom_kernel_args *, int
 
 enum { IB = 2, IL = 45, IS = 83, IE = 64 };
 
-static void isa_case(int causal, int e, int ev) {
+/* `poison`: one query row holds a NaN, so that row's maximum is NaN. */
+static void isa_case(int causal, int e, int ev, int poison) {
   static float iq[IB * IL * IE], ik[IB * IS * IE], iv[IB * IS * IE], ido[IB * IL * IE];
   static float out[2][IB * IL * IE], lse[2][IB * IL], dq[2][IB * IL * IE], delta[2][IB * IL];
   static float dk[2][IB * IS * IE], dv[2][IB * IS * IE];
   for (int i = 0; i < IB * IL * IE; ++i) iq[i] = (float)frand(), ido[i] = (float)frand();
   for (int i = 0; i < IB * IS * IE; ++i) ik[i] = (float)frand(), iv[i] = 2.0f * (float)frand();
+  if (poison) iq[5 * e] = NAN;
   loom_kernel_fn fwd[2] = {loom_attention_blocked_forward_impl,
                            loom_attention_blocked_forward_impl_avx512};
   loom_kernel_fn bq[2] = {loom_attention_blocked_backward_q_impl,
@@ -230,8 +232,9 @@ static void isa_case(int causal, int e, int ev) {
 static void test_blocked_isas_agree(void) {
   if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
   for (int causal = 0; causal <= 1; ++causal) {
-    isa_case(causal, 64, 64);
-    isa_case(causal, 24, 40);
+    isa_case(causal, 64, 64, 0);
+    isa_case(causal, 24, 40, 0);
+    isa_case(causal, 64, 64, 1);
   }
 }
 
