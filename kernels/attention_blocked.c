@@ -420,6 +420,20 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
   return LOOM_OK;
 }
 
+/* s = exp(s - m) over n values: exp_sum's terms without their sum, whose
+ * chain over 16 lanes would cost as much as the terms of a short row. */
+static void row_exp(float *s, int64_t n, float m, const loom_nn_rows_ops *ops) {
+#ifdef __AVX512F__
+  if (n % 16 == 0) {
+    const __m512 vm = _mm512_set1_ps(m);
+    for (int64_t c = 0; c < n; c += 16)
+      _mm512_storeu_ps(s + c, loom_exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(s + c), vm)));
+    return;
+  }
+#endif
+  ops->exp_sum(s, n, m, s);
+}
+
 int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *args,
                                                       int64_t begin, int64_t end) {
   if (args->num_tensors < 9 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
@@ -458,7 +472,7 @@ int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *ar
       tile_mm(dP, dO, MAXD, Vt, nq, d.ev);
       for (int64_t i = 0; i < nq; ++i) {
         float *s = S + i * BK;
-        ops->exp_sum(s, nk, L[i], s); /* P */
+        row_exp(s, nk, L[i], ops); /* P */
         for (int64_t j = 0; j < nk; ++j) s[j] = s[j] * (dP[i * BK + j] - D[i]); /* dS */
       }
       tile_acc(acc, MAXD, S, BK, K, MAXD, nq, nk, d.e);
@@ -511,7 +525,7 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
       for (int64_t j = 0; j < nk; ++j) {
         float *s = St + j * BK;
         for (int64_t i = 0; i < nq; ++i) s[i] -= L[i];
-        ops->exp_sum(s, nq, 0.0f, s); /* P^T */
+        row_exp(s, nq, 0.0f, ops); /* P^T */
       }
       tile_acc(acc_v, MAXD, St, BK, dO, MAXD, nk, nq, d.ev);
       for (int64_t j = 0; j < nk; ++j)
