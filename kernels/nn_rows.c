@@ -30,14 +30,28 @@ static inline float lanes_total(const float *acc) {
 static float ROWS_NAME(row_max)(const float *x, int64_t n) {
   float acc[LANES];
   int nan = 0;
-  for (int l = 0; l < LANES; ++l) acc[l] = -INFINITY;
   int64_t i = 0;
+#if defined(__AVX512F__)
+  /* max_ps(v, a) is v > a ? v : a in each lane, the choice of the loop
+   * below, which the compiler leaves scalar because of the NaN test. */
+  __m512 va = _mm512_set1_ps(-INFINITY);
+  __mmask16 vnan = 0;
+  for (; i + LANES <= n; i += LANES) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    va = _mm512_max_ps(v, va);
+    vnan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
+  _mm512_storeu_ps(acc, va);
+  nan = vnan != 0;
+#else
+  for (int l = 0; l < LANES; ++l) acc[l] = -INFINITY;
   for (; i + LANES <= n; i += LANES)
     for (int l = 0; l < LANES; ++l) {
       const float v = x[i + l];
       acc[l] = v > acc[l] ? v : acc[l];
       nan |= v != v;
     }
+#endif
   float m = -INFINITY;
   for (int l = 0; l < LANES; ++l) m = acc[l] > m ? acc[l] : m;
   for (; i < n; ++i) {

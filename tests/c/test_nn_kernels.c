@@ -11,11 +11,13 @@
 #include "kernels/embedding.h"
 #include "kernels/grid_sample.h"
 #include "kernels/loss.h"
+#include "kernels/nn_rows.h"
 #include "kernels/norm.h"
 #include "kernels/padding.h"
 #include "kernels/softmax.h"
 #include "kernels/upsample.h"
 #include "loom/status.h"
+#include "runtime/base/cpu.h"
 #include "test_util.h"
 
 
@@ -636,8 +638,39 @@ static void test_grid_sample(void) {
   CHECK(gg[2][0] == 0.5f && gg[2][1] == 1.0f);
 }
 
+/* The row primitives' two builds agree bit for bit: lengths with and
+ * without a tail, and rows holding NaN, infinities and zeros of both signs
+ * (the maximum's choice between -0 and +0 follows the order of the lanes). */
+extern const loom_nn_rows_ops loom_nn_rows_table, loom_nn_rows_table_avx512;
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static void test_rows_isas_agree(void) {
+  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
+  const loom_nn_rows_ops *g = &loom_nn_rows_table, *v = &loom_nn_rows_table_avx512;
+  static float x[1030], yg[1030], yv[1030];
+  const int64_t lengths[] = {0, 1, 15, 16, 17, 64, 100, 1030};
+  for (int kind = 0; kind < 4; ++kind)
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; ++li) {
+      const int64_t n = lengths[li];
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = (float)(frand() * 8.0 - 4.0);
+        if (kind == 1) x[i] = (i % 3) ? -0.0f : 0.0f;
+        if (kind == 2 && i % 7 == 3) x[i] = -INFINITY;
+      }
+      if (kind == 3 && n > 0) x[n / 2] = NAN;
+      CHECK(same_bits(g->max(x, n), v->max(x, n)));
+      if (kind == 3) continue;
+      const float m = g->max(x, n) == -INFINITY ? 0.0f : g->max(x, n);
+      CHECK(same_bits(g->exp_sum(x, n, m, yg), v->exp_sum(x, n, m, yv)));
+      CHECK(memcmp(yg, yv, (size_t)n * sizeof(float)) == 0);
+      CHECK(same_bits(g->sum(x, n), v->sum(x, n)));
+    }
+}
+
 int main(void) {
   srand(7);
+  test_rows_isas_agree();
   test_upsample();
   test_grid_sample();
   test_padding();
