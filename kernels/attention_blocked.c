@@ -67,6 +67,20 @@ static void load_rows(float *dst, int64_t ld, const loom_tensor *t, int64_t b,
   }
 }
 
+/* Rows [r0, r0 + nr) of t[b] for reading: t's own memory when its rows are
+ * contiguous floats (*ld is then t's row stride), else a float copy in
+ * scratch (*ld = MAXD). */
+static const float *rows_view(float *scratch, const loom_tensor *t, int64_t b, int64_t r0,
+                              int64_t nr, int64_t n, int64_t *ld) {
+  if (t->dtype == LOOM_FLOAT32 && t->strides[2] == 1) {
+    *ld = t->strides[1];
+    return (const float *)t->data + at3(t, b, r0, 0);
+  }
+  load_rows(scratch, MAXD, t, b, r0, nr, n);
+  *ld = MAXD;
+  return scratch;
+}
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 
@@ -395,7 +409,8 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
       const int64_t nk = kend - j0 < BK ? kend - j0 : BK;
       load_rows_t(Kt, BK, k, b, j0, nk, d.e);
-      load_rows(V, MAXD, v, b, j0, nk, d.ev);
+      int64_t ldv;
+      const float *vr = rows_view(V, v, b, j0, nk, d.ev, &ldv);
       tile_mm(S, Q, MAXD, Kt, nq, d.e);
       finish_scores(S, BK, nq, BK, nk, scale, mask, causal, b, i0, j0, 0);
       int64_t i = 0;
@@ -408,7 +423,7 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
         if (online_rescale(s, nk, ops->max(s, nk), &m[i], &l[i], acc + i * MAXD, d.ev, &mn))
           l[i] += ops->exp_sum(s, nk, mn, s);
       }
-      tile_acc(acc, MAXD, S, BK, V, MAXD, nq, nk, d.ev);
+      tile_acc(acc, MAXD, S, BK, vr, ldv, nq, nk, d.ev);
     }
     for (int64_t i = 0; i < nq; ++i) {
       inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
@@ -465,7 +480,8 @@ int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *ar
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
       const int64_t nk = kend - j0 < BK ? kend - j0 : BK;
       load_rows_t(Kt, BK, k, b, j0, nk, d.e);
-      load_rows(K, MAXD, k, b, j0, nk, d.e);
+      int64_t ldk;
+      const float *kr = rows_view(K, k, b, j0, nk, d.e, &ldk);
       load_rows_t(Vt, BK, v, b, j0, nk, d.ev);
       tile_mm(S, Q, MAXD, Kt, nq, d.e);
       finish_scores(S, BK, nq, BK, nk, scale, mask, causal, b, i0, j0, 0);
@@ -475,7 +491,7 @@ int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *ar
         row_exp(s, nk, L[i], ops); /* P */
         for (int64_t j = 0; j < nk; ++j) s[j] = s[j] * (dP[i * BK + j] - D[i]); /* dS */
       }
-      tile_acc(acc, MAXD, S, BK, K, MAXD, nq, nk, d.e);
+      tile_acc(acc, MAXD, S, BK, kr, ldk, nq, nk, d.e);
     }
     for (int64_t i = 0; i < nq; ++i) D[i] = scale; /* row scale for the store */
     store_rows(dq, b, i0, nq, d.e, acc, MAXD, D);
@@ -510,8 +526,9 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
     for (int64_t i0 = causal ? (j0 / BK) * BK : 0; i0 < d.l; i0 += BK) {
       const int64_t nq = d.l - i0 < BK ? d.l - i0 : BK;
       load_rows_t(Qt, BK, q, b, i0, nq, d.e);
-      load_rows(Qr, MAXD, q, b, i0, nq, d.e);
-      load_rows(dO, MAXD, dout, b, i0, nq, d.ev);
+      int64_t ldq, ldo;
+      const float *qr = rows_view(Qr, q, b, i0, nq, d.e, &ldq);
+      const float *dor = rows_view(dO, dout, b, i0, nq, d.ev, &ldo);
       load_rows_t(dOt, BK, dout, b, i0, nq, d.ev);
       for (int64_t i = 0; i < nq; ++i) {
         const float li = lse_load(lse, b, i0 + i);
@@ -527,10 +544,10 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
         for (int64_t i = 0; i < nq; ++i) s[i] -= L[i];
         row_exp(s, nq, 0.0f, ops); /* P^T */
       }
-      tile_acc(acc_v, MAXD, St, BK, dO, MAXD, nk, nq, d.ev);
+      tile_acc(acc_v, MAXD, St, BK, dor, ldo, nk, nq, d.ev);
       for (int64_t j = 0; j < nk; ++j)
         for (int64_t i = 0; i < nq; ++i) St[j * BK + i] *= dPt[j * BK + i] - D[i]; /* dS^T */
-      tile_acc(acc_k, MAXD, St, BK, Qr, MAXD, nk, nq, d.e);
+      tile_acc(acc_k, MAXD, St, BK, qr, ldq, nk, nq, d.e);
     }
     for (int64_t j = 0; j < nk; ++j) sc[j] = scale;
     store_rows(dk, b, j0, nk, d.e, acc_k, MAXD, sc);
