@@ -3,7 +3,9 @@
 
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm_internal.h"
+#include "kernels/im2col_internal.h"
 #include "loom/status.h"
+#include "runtime/base/cpu.h"
 
 typedef struct loom_conv_geom {
   int64_t k[3], s[3], p[3], d[3], o[3];
@@ -98,7 +100,7 @@ int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
 static void loom_col2im_tap(float *plane, const int64_t *pstride,
                             const int64_t *psize, const float *src,
                             const loom_conv_geom *g, int64_t kd, int64_t kh,
-                            int64_t kw) {
+                            int64_t kw, int avx512) {
   int64_t wlo, whi;
   loom_conv_valid(g->o[2], psize[2], g->s[2], g->p[2], kw * g->d[2], &wlo, &whi);
   if (whi <= wlo) return;
@@ -115,6 +117,8 @@ static void loom_col2im_tap(float *plane, const int64_t *pstride,
       int64_t n = whi - wlo;
       if (step == 1) {
         for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+      } else if (step == 2 && avx512) {
+        loom_col2im_add_stride2_avx512(d, s, n);
       } else {
         for (int64_t i = 0; i < n; ++i) d[i * step] += s[i];
       }
@@ -135,6 +139,7 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
   int64_t kk = g.k[0] * g.k[1] * g.k[2];
   int64_t len = g.o[0] * g.o[1] * g.o[2];
   const int64_t *psize = img->sizes + 2, *pstride = img->strides + 2;
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
   for (int64_t pl = begin; pl < end; ++pl) {
     /* Images vary fastest: one channel's col rows of neighbouring images
      * are adjacent, so successive planes read on where the last stopped. */
@@ -154,7 +159,7 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
     for (int64_t t = 0; t < kk; ++t) {
       int64_t kw = t % g.k[2], kh = (t / g.k[2]) % g.k[1], kd = t / (g.k[2] * g.k[1]);
       const float *src = (const float *)col->data + ((c * kk + t) * n_img + n) * len;
-      loom_col2im_tap(plane, pstride, psize, src, &g, kd, kh, kw);
+      loom_col2im_tap(plane, pstride, psize, src, &g, kd, kh, kw, avx512);
     }
   }
   return 0;

@@ -6,10 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/im2col_internal.h"
 #include "loom/status.h"
+#include "runtime/base/cpu.h"
 
 static int failures = 0;
 #define CHECK(cond, ...)                                    \
@@ -427,6 +431,31 @@ static void check_pack_flipped(int64_t groups, int64_t o, int64_t cg, int64_t ta
 }
 
 /* Tile widths: the widest that keeps the workers about as busy as any. */
+/* The vector stride-2 add of col2im touches only its destinations: the
+ * last one is placed just before an inaccessible page, so reaching one
+ * float further faults. */
+static void check_col2im_stride2_edge(void) {
+  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
+  const long page = sysconf(_SC_PAGESIZE);
+  char *mem = mmap(NULL, (size_t)(2 * page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  CHECK(mem != MAP_FAILED && mprotect(mem + page, (size_t)page, PROT_NONE) == 0, "guard page");
+  const int64_t counts[] = {1, 5, 16, 17, 32, 45};
+  float s[45];
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; ++c) {
+    const int64_t n = counts[c];
+    float *d = (float *)(mem + page) - (2 * n - 1);
+    for (int64_t j = 0; j < 2 * n - 1; ++j) d[j] = 0.5f * (float)j;
+    for (int64_t i = 0; i < n; ++i) s[i] = (float)(i + 1);
+    loom_col2im_add_stride2_avx512(d, s, n);
+    int bad = 0;
+    for (int64_t j = 0; j < 2 * n - 1; ++j)
+      bad += d[j] != 0.5f * (float)j + (j % 2 ? 0.0f : s[j / 2]);
+    CHECK(bad == 0, "col2im stride-2 add, n=%ld: %d wrong", (long)n, bad);
+  }
+  munmap(mem, (size_t)(2 * page));
+}
+
 static void check_tile_positions(void) {
   CHECK(loom_conv_tile_positions(8, 3264, 2) == 128, "many tiles stay wide");
   CHECK(loom_conv_tile_positions(1, 512, 2) == 128, "four even tiles over two workers");
@@ -439,6 +468,7 @@ static void check_tile_positions(void) {
 }
 
 int main(void) {
+  check_col2im_stride2_edge();
   check_tile_positions();
   check_pack_flipped(1, 70, 61, 9);
   check_pack_flipped(2, 128, 30, 5);
@@ -466,6 +496,10 @@ int main(void) {
                     .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
   check_geom((geom){.n = 1, .c = 3, .o = 8, .groups = 1, .in = {1, 20, 41},
                     .k = {1, 7, 7}, .s = {1, 2, 2}, .p = {0, 3, 3}, .d = {1, 1, 1}});
+  /* col2im's vector stride-2 add: rows of 16 outputs whose last vector
+   * window ends one column past the image */
+  check_geom((geom){.n = 1, .c = 2, .o = 3, .groups = 1, .in = {1, 4, 32},
+                    .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
   /* the padded kernels: many position tiles, two row passes (og > 192),
    * dilation, an asymmetric kernel and padding */
   check_geom((geom){.n = 2, .c = 6, .o = 400, .groups = 2, .in = {1, 17, 21},
