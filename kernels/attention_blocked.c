@@ -1,6 +1,6 @@
 /* Blocked attention in float: tiles of queries and keys are converted to
  * float, scores come from small matrix products vectorized over the tile's
- * inner dim, and softmax terms from the vectorized exp of nn_rows. Built for
+ * inner dim, and softmax terms from the vectorized exp of exp_neg.h. Built for
  * the baseline ISA and again by attention_blocked_avx512.c; the entry points
  * at the end pick a build at run time. The tile products are explicit
  * fused multiply-adds in both builds (fmaf in the baseline one, which is

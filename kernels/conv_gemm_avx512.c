@@ -57,9 +57,6 @@ static int cg_segments(int64_t l0, int64_t nl, const int64_t *o, cg_seg *seg) {
   return n;
 }
 
-/* Gathers col rows [k0, k0 + kn) (rows are (c - c0, kd, kh, kw)) at the
- * segments' positions into panels buf[panel][kk][32], panels `ld` rows
- * apart; lanes no segment covers are left as they are. */
 /* The first w (<= 16) lanes of v to dst: a whole-vector store when it can
  * be, since masked stores are slower on some cores. */
 static inline void cg_store(float *dst, int64_t w, __m512 v) {
@@ -67,6 +64,9 @@ static inline void cg_store(float *dst, int64_t w, __m512 v) {
   else _mm512_mask_storeu_ps(dst, (__mmask16)((1u << w) - 1u), v);
 }
 
+/* Gathers col rows [k0, k0 + kn) (rows are (c - c0, kd, kh, kw)) at the
+ * segments' positions into panels buf[panel][kk][32], panels `ld` rows
+ * apart; lanes no segment covers are left as they are. */
 static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_seg *seg,
                       int nseg, const loom_tensor *img, int64_t c0,
                       const int64_t *k, const int64_t *s, const int64_t *p,
