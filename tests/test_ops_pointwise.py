@@ -162,6 +162,20 @@ def test_activation_forward_backward(fn, kw, dtype):
         _close(xd.grad, xc.grad, False)
 
 
+BACKWARD_KERNELS = [
+    "threshold_backward", "sigmoid_backward", "tanh_backward", "gelu_backward", "silu_backward",
+    "hardswish_backward", "leaky_relu_backward", "elu_backward", "softplus_backward",
+    "mish_backward", "hardtanh_backward", "hardsigmoid_backward", "logit_backward",
+]
+
+
+@pytest.mark.parametrize("name", BACKWARD_KERNELS)
+def test_activation_backward_is_one_loom_kernel(name):
+    # Autograd's backward of each activation is one fused loom kernel, not
+    # a decomposition into several passes (mish_backward has one).
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "PrivateUse1")
+
+
 def test_gelu_tail_keeps_its_digits():
     # x/2 erfc(-x/sqrt 2) down to x = -12 (1e-33), where x/2 (1 + erf(x/sqrt 2))
     # cancels to nothing; and the gradient there, against double precision.

@@ -137,6 +137,7 @@ const Entry kEntries[] = {
     BWD(sigmoid_backward, SIGMOID_BACKWARD), BWD(tanh_backward, TANH_BACKWARD),
     BWD(gelu_backward, GELU_BACKWARD), BWD(silu_backward, SILU_BACKWARD),
     {"hardswish_backward", "-", Shape::kBackward, LOOM_PW_HARDSWISH_BACKWARD, kFloatOnly},
+    {"mish_backward", "-", Shape::kBackward, LOOM_PW_MISH_BACKWARD, kFloatOnly},
     BWD(leaky_relu_backward, LEAKY_RELU_BACKWARD), BWD(elu_backward, ELU_BACKWARD),
     BWD(softplus_backward, SOFTPLUS_BACKWARD),
     BWD(hardtanh_backward, HARDTANH_BACKWARD),
