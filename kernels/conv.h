@@ -169,13 +169,23 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
  * fewer multiplications than the GEMM paths; the results differ from
  * theirs by rounding only (the transforms' adds and halvings).
  *
+ * How the kernels split the work, which sizes their tensors and ranges: */
+enum {
+  LOOM_CONV_WINOGRAD_MR = 12,     /* output channels per panel of U */
+  LOOM_CONV_WINOGRAD_TILES = 32,  /* grid tiles per block; gpos and tchunk are multiples */
+  LOOM_CONV_WINOGRAD_PANELS = 8,  /* panels per forward item */
+  LOOM_CONV_WINOGRAD_WG_M = 96,   /* output channels per weight-gradient item */
+  LOOM_CONV_WINOGRAD_WG_K = 64,   /* input channels per weight-gradient item */
+};
+/*
  * The weight, transformed: U[e][p][k][i] is element e of G g G^T for output
- * channel m = 12 p + i and input channel k (zero for m past the last).
- * tensors: [0] U (16, ceil(M / 12), K, 12) contiguous fp32, [1] w (O, C,
+ * channel m = MR p + i and input channel k (zero for m past the last; MR
+ * is LOOM_CONV_WINOGRAD_MR).
+ * tensors: [0] U (16, ceil(M / MR), K, MR) contiguous fp32, [1] w (O, C,
  * 3, 3) contiguous fp32. scalars: [0].i flipped: 0, the convolution's
  * weight is w (M = O, K = C); 1, it is w with channels swapped and taps
  * reversed (M = C, K = O), the stride-1 input gradient's.
- * range: ceil(M / 12) (one panel per item). */
+ * range: ceil(M / MR) (one panel per item). */
 int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin,
                                      int64_t end);
 
@@ -185,10 +195,10 @@ int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin
  * [2] the stride-2 phase planes of the zero-padded image
  * (loom_conv_pad_kernel with sh = sw = 2, rows wq wide; N, 4 K, plane),
  * plane >= gpos + wq + 1; [3] optional bias (M).
- * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of 32,
+ * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of TILES,
  * >= tho * wq (the grid tiles per image, rounded up).
- * range: N * gpos / 32 * ceil(ceil(M / 12) / 8) (32 tiles by 96 output
- * channels per item). Each output sums its input channels in a fixed
+ * range: N * gpos / TILES * ceil(ceil(M / MR) / PANELS) (TILES tiles by
+ * PANELS panels of output channels per item; names LOOM_CONV_WINOGRAD_*). Each output sums its input channels in a fixed
  * order, whatever the split. */
 int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
@@ -200,10 +210,10 @@ int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64
  *          [1] the image's stride-2 phase planes, zero-padded, rows wq wide
  *          (loom_conv_pad_kernel; N, 4 K, plane), plane >= gpos + wq + 1;
  *          [2] dy's, not padded (N, 4 M, plane), plane >= gpos.
- * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of 32,
- * >= ceil(ho / 2) wq, [2] tchunk, a multiple of 32.
- * range: chunks * ceil(M / 96) * ceil(K / 64) (a chunk's tiles for 96
- * output by 64 input channels per item). */
+ * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of TILES,
+ * >= ceil(ho / 2) wq, [2] tchunk, a multiple of TILES.
+ * range: chunks * ceil(M / WG_M) * ceil(K / WG_K) (a chunk's tiles for WG_M
+ * output by WG_K input channels per item; names LOOM_CONV_WINOGRAD_*). */
 int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* dW (M, K, 3, 3) contiguous fp32 = G^T (P's chunks summed in order) G;

@@ -28,11 +28,15 @@
 #include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
 
+/* The split kernels/conv.h publishes is the fp32 micro-kernel's tile. */
+_Static_assert((int)LOOM_CONV_WINOGRAD_MR == (int)LOOM_GEMM_AVX512_MR, "panels are micro-kernel rows");
+_Static_assert((int)LOOM_CONV_WINOGRAD_TILES == (int)LOOM_GEMM_AVX512_NR, "blocks are micro-kernel columns");
+
 enum {
-  WG_T = LOOM_GEMM_AVX512_NR, /* tiles per block */
-  WG_MR = LOOM_GEMM_AVX512_MR,
+  WG_T = LOOM_CONV_WINOGRAD_TILES, /* tiles per block */
+  WG_MR = LOOM_CONV_WINOGRAD_MR,
   WG_KC = 128,    /* input channels per transform pass */
-  WG_PANELS = 8,  /* 12-row panels of output channels per item */
+  WG_PANELS = LOOM_CONV_WINOGRAD_PANELS, /* 12-row panels of output channels per item */
   WG_E = 16,      /* elements of a transformed tile */
   /* The 16 elements' buffers are a line more than a multiple of 4 KB apart:
    * at multiples, a tile's 16 loads or stores would all fall in one set
@@ -288,8 +292,8 @@ static inline void wg_grad16(float *m, int64_t stride, const float *src, const i
 }
 
 enum {
-  WG_OG = 96, /* output channels per weight-gradient item: 8 panels of 12 */
-  WG_CG = 64, /* input channels per item: 2 panels of 32 */
+  WG_OG = LOOM_CONV_WINOGRAD_WG_M, /* output channels per weight-gradient item: 8 panels of 12 */
+  WG_CG = LOOM_CONV_WINOGRAD_WG_K, /* input channels per item: 2 panels of 32 */
   WG_STAGE = 16 * 16, /* one element's 16 channels over 16 tiles */
 };
 

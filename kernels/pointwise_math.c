@@ -41,17 +41,6 @@
 #define PW_GELU(x) loom_gelu_arith(x)
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #include "kernels/pointwise_float.inc"
-#undef T
-#undef FN
-#undef PW_
-#undef PW_EXP
-#undef PW_TANH
-#undef PW_LOG
-#undef PW_LOG1P
-#undef PW_SOFTPLUS
-#undef PW_LOG1P_EXP
-#undef PW_GELU
-#undef PW_GELU_BACKWARD
 
 #define T double
 #define FN PW_NAME(loom_pw_apply_f64)
@@ -65,17 +54,6 @@
 #define PW_GELU(x) ((x) * 0.5 * (1.0 + erf((x) * 0.70710678118654752440)))
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #include "kernels/pointwise_float.inc"
-#undef T
-#undef FN
-#undef PW_
-#undef PW_EXP
-#undef PW_TANH
-#undef PW_LOG
-#undef PW_LOG1P
-#undef PW_SOFTPLUS
-#undef PW_LOG1P_EXP
-#undef PW_GELU
-#undef PW_GELU_BACKWARD
 
 #define FN_I PW_NAME(loom_pw_apply_i64)
 #define PWI_(name) pw_i64_##name

@@ -172,8 +172,9 @@ bool winograd_fits(const Geom& g, const Tensor& input, int64_t out_channels, int
 void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const Geom& g, const Padded& pd, const char* op,
                            bool flipped) {
-  const int64_t m = out.size(1), k = input.size(1), panels = (m + 11) / 12;
-  Tensor u = at::empty({16, panels, k, 12}, out.options());
+  constexpr int64_t mr = LOOM_CONV_WINOGRAD_MR;
+  const int64_t m = out.size(1), k = input.size(1), panels = (m + mr - 1) / mr;
+  Tensor u = at::empty({16, panels, k, mr}, out.options());
   Tensor w4 = weight.reshape({weight.size(0), weight.size(1), 3, 3});
   loom_tensor wts[2] = {describe(u, op), describe(w4, op)};
   loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
@@ -184,7 +185,8 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
   loom_tensor ts[4] = {plane4(out, op), describe(u, op), describe(xp, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
   loom_scalar sc[2] = {scalar_i(pd.wq()), scalar_i(gpos)};
-  const int64_t items = input.size(0) * (gpos / 32) * ((panels + 7) / 8);
+  const int64_t items = input.size(0) * (gpos / LOOM_CONV_WINOGRAD_TILES) *
+                        ((panels + LOOM_CONV_WINOGRAD_PANELS - 1) / LOOM_CONV_WINOGRAD_PANELS);
   launch(op, loom_conv_winograd_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc,
          items, 1);
 }
@@ -203,12 +205,14 @@ Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
   // follows the shape only.
   const int64_t tiles = input.size(0) * gpos;
   const int64_t want = std::clamp<int64_t>((int64_t{4} << 20) / (64 * m * k), 1, 16);
-  const int64_t tchunk = round_up((tiles + want - 1) / want, 32);
+  const int64_t tchunk = round_up((tiles + want - 1) / want, LOOM_CONV_WINOGRAD_TILES);
   const int64_t chunks = (tiles + tchunk - 1) / tchunk;
   Tensor part = at::empty({chunks, 16, m, k}, input.options());
   loom_tensor ts[3] = {describe(part, op), describe(xp, op), describe(dyp, op)};
   loom_scalar sc[3] = {scalar_i(wq), scalar_i(gpos), scalar_i(tchunk)};
-  launch(op, loom_conv_winograd_wgrad_kernel, ts, sc, chunks * ((m + 95) / 96) * ((k + 63) / 64), 1);
+  constexpr int64_t wm = LOOM_CONV_WINOGRAD_WG_M, wk = LOOM_CONV_WINOGRAD_WG_K;
+  launch(op, loom_conv_winograd_wgrad_kernel, ts, sc,
+         chunks * ((m + wm - 1) / wm) * ((k + wk - 1) / wk), 1);
   Tensor gw = at::empty(w_sizes, input.options());
   loom_tensor fts[2] = {describe(gw.view({m, k, 3, 3}), op), describe(part, op)};
   launch(op, loom_conv_winograd_wgrad_finish_kernel, fts, c10::ArrayRef<loom_scalar>(), m,

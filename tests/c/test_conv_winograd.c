@@ -9,6 +9,11 @@
 #include "loom/status.h"
 #include "test_util.h"
 
+enum {
+  MR = LOOM_CONV_WINOGRAD_MR, TILES = LOOM_CONV_WINOGRAD_TILES, PANELS = LOOM_CONV_WINOGRAD_PANELS,
+  WG_M = LOOM_CONV_WINOGRAD_WG_M, WG_K = LOOM_CONV_WINOGRAD_WG_K,
+};
+
 static uint64_t rng = 777;
 static float rnd(void) {
   rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -40,13 +45,13 @@ static void run(loom_kernel_fn fn, loom_tensor *ts, int nt, loom_scalar *sc, int
 static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t p,
                   int with_bias, int flipped) {
   const int64_t ho = h + 2 * p - 2, wo = w + 2 * p - 2, tho = (ho + 1) / 2, two = (wo + 1) / 2;
-  const int64_t wq = (w + 2 * p + 1) / 2, gpos = (tho * wq + 31) / 32 * 32;
+  const int64_t wq = (w + 2 * p + 1) / 2, gpos = (tho * wq + TILES - 1) / TILES * TILES;
   const int64_t prow = (h + 2 * p + 1) / 2 * wq;
   const int64_t need = gpos + wq + 1 > prow ? gpos + wq + 1 : prow, plane = (need + 15) / 16 * 16;
-  const int64_t panels = (m + 11) / 12;
+  const int64_t panels = (m + MR - 1) / MR;
   float *x = malloc(sizeof(float) * n * k * h * w), *wt = malloc(sizeof(float) * m * k * 9);
   float *bias = malloc(sizeof(float) * m), *xp = malloc(sizeof(float) * n * 4 * k * plane);
-  float *u = malloc(sizeof(float) * 16 * panels * k * 12);
+  float *u = malloc(sizeof(float) * 16 * panels * k * MR);
   float *y1 = malloc(sizeof(float) * n * m * ho * wo), *y2 = malloc(sizeof(float) * n * m * ho * wo);
   for (int64_t i = 0; i < n * k * h * w; ++i) x[i] = rnd();
   for (int64_t i = 0; i < m * k * 9; ++i) wt[i] = rnd();
@@ -58,14 +63,14 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
   loom_tensor pts[2] = {dense(xp, 3, ps), dense(x, 5, xs)};
   loom_scalar psc[5] = {{.i = p}, {.i = p}, {.i = wq}, {.i = 2}, {.i = 2}};
   run(loom_conv_pad_kernel, pts, 2, psc, 5, n * 4 * k, 7);
-  const int64_t ws[4] = {flipped ? k : m, flipped ? m : k, 3, 3}, us[4] = {16, panels, k, 12};
+  const int64_t ws[4] = {flipped ? k : m, flipped ? m : k, 3, 3}, us[4] = {16, panels, k, MR};
   loom_tensor wts[2] = {dense(u, 4, us), dense(wt, 4, ws)};
   loom_scalar wsc[1] = {{.i = flipped}};
   run(loom_conv_winograd_weight_kernel, wts, 2, wsc, 1, panels, 1);
   const int64_t os[4] = {n, m, ho, wo}, bs[1] = {m};
   loom_tensor ts[4] = {dense(y1, 4, os), dense(u, 4, us), dense(xp, 3, ps), dense(bias, 1, bs)};
   loom_scalar sc[2] = {{.i = wq}, {.i = gpos}};
-  const int64_t items = n * (gpos / 32) * ((panels + 7) / 8);
+  const int64_t items = n * (gpos / TILES) * ((panels + PANELS - 1) / PANELS);
   run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, sc, 2, items, items);
   ts[0].data = y2;
   run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, sc, 2, items, 1);
@@ -111,12 +116,12 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
 static void check_wgrad(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t p,
                         int64_t tchunk) {
   const int64_t ho = h + 2 * p - 2, wo = w + 2 * p - 2, tho = (ho + 1) / 2;
-  const int64_t wq = (w + 2 * p + 1) / 2, gpos = (tho * wq + 31) / 32 * 32;
+  const int64_t wq = (w + 2 * p + 1) / 2, gpos = (tho * wq + TILES - 1) / TILES * TILES;
   const int64_t prow = (h + 2 * p + 1) / 2 * wq;
   const int64_t xplane = ((gpos + wq + 1 > prow ? gpos + wq + 1 : prow) + 15) / 16 * 16;
   const int64_t dplane = ((gpos > tho * wq ? gpos : tho * wq) + 15) / 16 * 16;
   const int64_t chunks = (n * gpos + tchunk - 1) / tchunk;
-  const int64_t items = chunks * ((m + 95) / 96) * ((k + 63) / 64);
+  const int64_t items = chunks * ((m + WG_M - 1) / WG_M) * ((k + WG_K - 1) / WG_K);
   float *x = malloc(sizeof(float) * n * k * h * w), *dy = malloc(sizeof(float) * n * m * ho * wo);
   float *xp = malloc(sizeof(float) * n * 4 * k * xplane);
   float *dyp = malloc(sizeof(float) * n * 4 * m * dplane);
