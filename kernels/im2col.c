@@ -182,6 +182,9 @@ int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
   const int64_t taps = w->sizes[2], og = w->sizes[0] / groups, mr = p.mr;
   const int64_t units = (p.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
   const float *src = (const float *)w->data;
+  /* Lane indices of a gather stay within int32. */
+  const int vec = (loom_cpu_features() & LOOM_FEATURE_AVX512F) && mr <= 16 &&
+                  taps * (cg + 16) < ((int64_t)1 << 31);
   for (int64_t u = begin; u < end; ++u) {
     const int64_t g = u / units, p0 = u % units * LOOM_CONV_FLIP_PANELS;
     const int64_t p1 = p0 + LOOM_CONV_FLIP_PANELS < p.m_panels ? p0 + LOOM_CONV_FLIP_PANELS
@@ -203,6 +206,12 @@ int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
         if (kk == kcur) {
           pc += p.kc, kk = 0;
           kcur = p.kp - pc < p.kc ? p.kp - pc : p.kc;
+        }
+        if (vec) {
+          loom_conv_flip_lanes_avx512(
+              base + loom_gemm_panel_offset(&p, p.m_panels, mr, pc, p0) + kk * mr, kcur * mr,
+              row + p0 * mr * taps + taps - 1 - j, taps, c_end - p0 * mr, mr);
+          continue;
         }
         for (int64_t panel = p0; panel < p1; ++panel) {
           float *d = base + loom_gemm_panel_offset(&p, p.m_panels, mr, pc, panel) + kk * mr;

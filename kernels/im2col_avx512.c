@@ -1,6 +1,8 @@
-/* kernels/im2col_avx512.c — col2im's accumulation into every other column
- * (stride-2 convolutions) with AVX-512. Each destination element takes the
- * one addition the scalar loop gives it, so the bits are the same. */
+/* kernels/im2col_avx512.c — the AVX-512 loops of im2col.c: col2im's
+ * accumulation into every other column (stride-2 convolutions), where each
+ * destination element takes the one addition the scalar loop gives it, so
+ * the bits are the same; and the strided lanes of the flipped weight's
+ * pack. */
 #include <immintrin.h>
 
 #include "kernels/im2col_internal.h"
@@ -24,4 +26,18 @@ void loom_col2im_add_stride2_avx512(float *d, const float *s, int64_t n) {
     _mm512_mask_storeu_ps(w + 16, top, _mm512_mask_add_ps(d1, even, d1, _mm512_permutexvar_ps(hi, v)));
   }
   for (; i < n; ++i) d[2 * i] += s[i];
+}
+
+void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_t step,
+                                 int64_t lanes, int64_t width) {
+  const __m512i idx = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32((int)step));
+  const __mmask16 all = (__mmask16)((1u << width) - 1u);
+  for (int64_t l0 = 0; l0 < lanes; l0 += width, d += dstep) {
+    const int64_t live = lanes - l0 < width ? lanes - l0 : width;
+    const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)((1u << live) - 1u),
+                                              idx, s + l0 * step, 4);
+    _mm512_mask_storeu_ps(d, all, v);
+  }
 }
