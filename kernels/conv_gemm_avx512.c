@@ -38,15 +38,34 @@ static void cg_geometry(const loom_scalar *g, int64_t *k, int64_t *s, int64_t *p
     k[i] = g[i].i, s[i] = g[3 + i].i, p[i] = g[6 + i].i, d[i] = g[9 + i].i, o[i] = g[12 + i].i;
 }
 
+/* How the gather walks a tile's positions:
+ * - CG_ROWS: a run of positions per output row, read as one strided row;
+ * - CG_FLAT: a 2-d window of stride 1 whose output is as wide as the image
+ *   (a "same" padding), over rows stored back to back. Tap (kh, kw) reads
+ *   output position q = oh * W + ow at input q + (kh*dh - ph) * W +
+ *   (kw*dw - pw), so a run of positions need not stop at a row's end:
+ *   lanes whose row or column falls outside the image are masked instead.
+ *   Short rows (deep layers) fill whole vectors that way. */
+enum { CG_ROWS, CG_FLAT };
+
+static int cg_mode(const loom_tensor *img, const int64_t *s, const int64_t *o) {
+  const int64_t *sz = img->sizes, *st = img->strides;
+  return sz[2] == 1 && o[0] == 1 && s[1] == 1 && s[2] == 1 && o[2] == sz[4] && st[4] == 1 &&
+                 st[3] == sz[4]
+             ? CG_FLAT
+             : CG_ROWS;
+}
+
 /* Splits positions [l0, l0 + nl) of the flattened (image, od, oh, ow) grid
- * into segments; returns how many. */
-static int cg_segments(int64_t l0, int64_t nl, const int64_t *o, cg_seg *seg) {
+ * into segments, which end at a panel's end and at an output row's end (an
+ * image's in CG_FLAT); returns how many. */
+static int cg_segments(int64_t l0, int64_t nl, const int64_t *o, int mode, cg_seg *seg) {
   int n = 0;
   int64_t l = l0, j = 0;
   while (j < nl) {
     int64_t ow = l % o[2], oh = (l / o[2]) % o[1], od = (l / (o[2] * o[1])) % o[0];
     int64_t img = l / (o[2] * o[1] * o[0]);
-    int64_t cnt = o[2] - ow;
+    int64_t cnt = mode == CG_FLAT ? o[1] * o[2] - (oh * o[2] + ow) : o[2] - ow;
     if (cnt > nl - j) cnt = nl - j;
     int64_t to_panel = LOOM_GEMM_AVX512_NR - j % LOOM_GEMM_AVX512_NR;
     if (cnt > to_panel) cnt = to_panel;
@@ -70,7 +89,7 @@ static inline void cg_store(float *dst, int64_t w, __m512 v) {
 static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_seg *seg,
                       int nseg, const loom_tensor *img, int64_t c0,
                       const int64_t *k, const int64_t *s, const int64_t *p,
-                      const int64_t *d) {
+                      const int64_t *d, const int64_t *o) {
   const int64_t taps = k[0] * k[1] * k[2];
   const float *x = (const float *)img->data;
   const int64_t *st = img->strides, *sz = img->sizes;
@@ -89,7 +108,16 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
     dst0[i] = (seg[i].j0 / LOOM_GEMM_AVX512_NR) * ld * LOOM_GEMM_AVX512_NR +
               seg[i].j0 % LOOM_GEMM_AVX512_NR;
   }
-  const int unit = s[2] == 1 && st[4] == 1;
+  const int unit = s[2] == 1 && st[4] == 1, mode = cg_mode(img, s, o);
+  /* Flat runs: each lane's window corner (row, column), by place in the
+   * panels. */
+  int32_t prow[CG_KC], pcol[CG_KC];
+  for (int i = 0; i < nseg && mode == CG_FLAT; ++i)
+    for (int64_t q = 0; q < seg[i].cnt; ++q) {
+      const int64_t pos = seg[i].oh * o[2] + seg[i].ow0 + q;
+      prow[seg[i].j0 + q] = (int32_t)(pos / o[2] - p[1]);
+      pcol[seg[i].j0 + q] = (int32_t)(pos % o[2] - p[2]);
+    }
   int64_t c = c0 + k0 / taps, t = k0 % taps;
   int64_t kw = t % k[2], kh = (t / k[2]) % k[1], kd = t / (k[2] * k[1]);
   for (int64_t kk = 0; kk < kn; ++kk) {
@@ -100,7 +128,29 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
       const int64_t cnt = seg[i].cnt;
       float *dst = drow + dst0[i];
       const int64_t id = od0[i] + td, ih = oh0[i] + th, iw0 = ow0[i] + tw;
-      if (id < 0 || id >= sz[2] || ih < 0 || ih >= sz[3]) {
+      if (id < 0 || id >= sz[2]) {
+        for (int64_t q = 0; q < cnt; ++q) dst[q] = 0.0f;
+        continue;
+      }
+      if (mode == CG_FLAT) {
+        /* The run's first position reads src; the others follow it. */
+        const float *src = plane + img_off[i] + id * st[2] + ih * st[3] + iw0;
+        const int32_t *r = prow + seg[i].j0, *cl = pcol + seg[i].j0;
+        const __m512i dh = _mm512_set1_epi32((int)th), hh = _mm512_set1_epi32((int)sz[3]);
+        const __m512i dw = _mm512_set1_epi32((int)tw), ww = _mm512_set1_epi32((int)sz[4]);
+        for (int64_t q = 0; q < cnt; q += 16) {
+          const int64_t w = cnt - q < 16 ? cnt - q : 16;
+          const __mmask16 live = cg_range_mask(0, w);
+          __mmask16 m = _mm512_mask_cmplt_epu32_mask(
+              live, _mm512_add_epi32(_mm512_maskz_loadu_epi32(live, r + q), dh), hh);
+          m = _mm512_mask_cmplt_epu32_mask(
+              m, _mm512_add_epi32(_mm512_maskz_loadu_epi32(live, cl + q), dw), ww);
+          _mm_prefetch((const char *)(src + q + 2 * st[1]), _MM_HINT_T0);
+          cg_store(dst + q, w, _mm512_maskz_loadu_ps(m, src + q));
+        }
+        continue;
+      }
+      if (ih < 0 || ih >= sz[3]) {
         for (int64_t q = 0; q < cnt; ++q) dst[q] = 0.0f;
         continue;
       }
@@ -189,7 +239,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
     int64_t l0 = tn * tpos;
     int64_t nl = pl.n - l0 < tpos ? pl.n - l0 : tpos;
     int64_t npan = (nl + LOOM_GEMM_AVX512_NR - 1) / LOOM_GEMM_AVX512_NR;
-    int nseg = cg_segments(n * len + l0, nl, o, seg);
+    int nseg = cg_segments(n * len + l0, nl, o, cg_mode(img, s, o), seg);
     float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
     const int64_t ldt = c->strides[2];
     /* Without a bias the first k block overwrites the tile. */
@@ -203,7 +253,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
       if (nl < npan * LOOM_GEMM_AVX512_NR)
         memset(buf + (npan - 1) * kc * LOOM_GEMM_AVX512_NR, 0,
                (size_t)(kc * LOOM_GEMM_AVX512_NR) * sizeof(float));
-      cg_gather(buf, kc, kc, pc, seg, nseg, img, grp * cg, k, s, p, d);
+      cg_gather(buf, kc, kc, pc, seg, nseg, img, grp * cg, k, s, p, d, o);
       for (int64_t jp = 0; jp < npan; ++jp) {
         int nr = (int)(nl - jp * LOOM_GEMM_AVX512_NR < LOOM_GEMM_AVX512_NR
                            ? nl - jp * LOOM_GEMM_AVX512_NR
@@ -257,8 +307,8 @@ int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
       int64_t panels = (kc + 31) / 32;
       /* Rows past the weight's end and positions past the block's are 0. */
       if (rows < 32 || kc < panels * 32) memset(buf, 0, sizeof buf);
-      int nseg = cg_segments(pc, kc, o, seg);
-      cg_gather(buf, 32, rows, r0, seg, nseg, img, grp * cg, k, s, p, d);
+      int nseg = cg_segments(pc, kc, o, cg_mode(img, s, o), seg);
+      cg_gather(buf, 32, rows, r0, seg, nseg, img, grp * cg, k, s, p, d, o);
       loom_gemm_transpose_panels32(bt, buf, kc);
       for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
         const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;

@@ -506,6 +506,12 @@ int main(void) {
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
   check_geom((geom){.n = 3, .c = 4, .o = 13, .groups = 1, .in = {1, 12, 19},
                     .k = {1, 3, 5}, .s = {1, 1, 1}, .p = {0, 2, 1}, .d = {1, 2, 1}});
+  /* outputs as wide as the image (the gather's flat runs over whole
+   * images): dilated, and with rows that lose their edges */
+  check_geom((geom){.n = 3, .c = 5, .o = 7, .groups = 1, .in = {1, 7, 7},
+                    .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 2, 2}, .d = {1, 2, 2}});
+  check_geom((geom){.n = 4, .c = 3, .o = 5, .groups = 1, .in = {1, 9, 5},
+                    .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 0, 1}, .d = {1, 1, 1}});
   /* several position tiles, a partial last panel */
   check_geom((geom){.n = 2, .c = 5, .o = 14, .groups = 1, .in = {1, 20, 30},
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
