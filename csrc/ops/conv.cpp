@@ -165,6 +165,14 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op,
 // and the col path's matrix-vector products do better.
 bool implicit_fits(int64_t rows_per_group) { return rows_per_group >= 8; }
 
+// Small images would leave much of each image's last 32-column panel of a
+// GEMM over (O, L) empty: then all images' positions form one row of
+// columns, (O, N * L).
+bool flat_columns(int64_t n, int64_t len) {
+  const int64_t padded = (len + 31) / 32 * 32;
+  return n > 1 && (padded - len) * 20 > len;
+}
+
 // The fp32 forward without a col matrix: the weight is packed once, then
 // loom_conv_gemm_kernel gathers col panels from the image tile by tile.
 // With `flipped`, the convolution's weight is the flipped form of `weight`
@@ -184,10 +192,7 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   int64_t n = input.size(0), c = input.size(1);
   int64_t o = flipped ? weight.size(1) * groups : weight.size(0);
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
-  // Small images would leave much of each image's last 32-column panel
-  // empty: then all images' positions form one row, into (O, N, L).
-  const int64_t padded = (len + 31) / 32 * 32;
-  const bool flat = n > 1 && (padded - len) * 20 > len;
+  const bool flat = flat_columns(n, len);
   Tensor c_out = flat ? at::empty({o, n, len}, out.options()) : out;
   int64_t bn = flat ? 1 : n, cols = flat ? n * len : len;
   loom_tensor a = view4(weight, op, {bn, groups, og, ck}, {0, og * ck, ck, 1});
@@ -247,16 +252,25 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
   return out;
 }
 
-// col (C*K, N, L) in fp32 = W^T * dy per group and image: the adjoint of
-// the forward's GEMM. `w` is (O, C/G, k) contiguous, dy (N, O, L) contiguous.
-Tensor conv_col_grad(const Tensor& dy, const Tensor& w, int64_t c,
-                     int64_t groups, const Geom& g, const char* op) {
+// col (C*K, N, L) in fp32 = W^T * dy per group: the adjoint of the
+// forward's GEMM. `w` is (O, C/G, k) contiguous, dy (N, O, L) contiguous;
+// Per image, or over all images' positions at once when they are few
+// (flat_columns): the same sums. That needs dy as (O, N, L), which is made
+// into *dy_t unless already there (dy_t may be null).
+Tensor conv_col_grad(const Tensor& dy, const Tensor& w, int64_t c, int64_t groups,
+                     const Geom& g, const char* op, Tensor* dy_t) {
   int64_t n = dy.size(0), o = dy.size(1), len = g.positions();
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps();
   Tensor col = at::empty({c * g.taps(), n, len}, dy.options().dtype(at::kFloat));
-  loom_tensor a = view4(w, op, {n, groups, ck, og}, {0, og * ck, 1, ck});
-  loom_tensor b = view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
-  loom_tensor cc = view4(col, op, {n, groups, ck, len}, {len, ck * n * len, n * len, 1});
+  const bool flat = flat_columns(n, len);
+  Tensor own;
+  Tensor& dyt = dy_t ? *dy_t : own;
+  if (flat && !dyt.defined()) dyt = dy.transpose(0, 1).contiguous();
+  const int64_t bn = flat ? 1 : n, cols = flat ? n * len : len;
+  loom_tensor a = view4(w, op, {bn, groups, ck, og}, {0, og * ck, 1, ck});
+  loom_tensor b = flat ? view4(dyt, op, {1, groups, og, cols}, {0, og * cols, cols, 1})
+                       : view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
+  loom_tensor cc = view4(col, op, {bn, groups, ck, cols}, {len, ck * n * len, n * len, 1});
   gemm_run(op, col, cc, a, b, nullptr, 1.0, 0.0);
   return col;
 }
@@ -382,7 +396,7 @@ Tensor convolution(const Tensor& input, const Tensor& weight,
   Geom g = make_geom(weight, stride, padding, dilation, grid_of(input));
   Tensor x = input.contiguous(), w = weight.contiguous();
   int64_t c_out = out_sizes[1];
-  Tensor col = conv_col_grad(x, w, c_out, groups, g, op);
+  Tensor col = conv_col_grad(x, w, c_out, groups, g, op, nullptr);
   col2im(out, col, g, op, bias);
   return out;
 }
@@ -402,7 +416,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
     return {back(std::get<0>(r)), back(std::get<1>(r)), back(std::get<2>(r))};
   }
   Tensor dy = grad_output.contiguous();
-  Tensor gi, gw, gb;
+  Tensor gi, gw, gb, dy_t;  // dy_t: dy as (O, N, L), made when a pass needs it
   std::vector<int64_t> w_sizes(weight.sizes().begin(), weight.sizes().end());
   if (!transposed) {
     Geom g = make_geom(weight, stride, padding, dilation, grid_of(dy));
@@ -419,7 +433,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
           loom_tensor cc = view4(gi, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
           gemm_run(op, gi, cc, a, b, nullptr, 1.0, 0.0);
         } else if (!input_grad_as_conv(gi, dy, w, g, groups, stride, padding, dilation, op)) {
-          Tensor col = conv_col_grad(dy, w, c, groups, g, op);
+          Tensor col = conv_col_grad(dy, w, c, groups, g, op, &dy_t);
           col2im(gi, col, g, op);
         }
       } else if (gi.numel() > 0) {
@@ -439,7 +453,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
         } else if (implicit && padded_fits(g, input, &pd)) {
           gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, pd, isa, op);
         } else {
-          Tensor dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
+          if (!dy_t.defined()) dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
           if (implicit) {
             gw = conv_weight_grad_implicit(dy_t, input, w_sizes, groups, g, isa, op);
           } else {
