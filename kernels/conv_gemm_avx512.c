@@ -118,6 +118,20 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
       prow[seg[i].j0 + q] = (int32_t)(pos / o[2] - p[1]);
       pcol[seg[i].j0 + q] = (int32_t)(pos % o[2] - p[2]);
     }
+  /* Stride 2 along rows: which lanes of a segment's two 16-column loads
+   * lie inside the row depends on the segment, the column tap and the
+   * 16-position chunk only: worked out once for all rows and channels. */
+  enum { S2_TAPS = 4 };
+  const int s2 = mode == CG_ROWS && s[2] == 2 && st[4] == 1 && k[2] <= S2_TAPS;
+  __mmask16 s2m[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC][S2_TAPS][2][2];
+  for (int i = 0; i < nseg && s2; ++i)
+    for (int64_t w = 0; w < k[2]; ++w)
+      for (int64_t q = 0; q < seg[i].cnt; q += 16) {
+        const int64_t i0 = ow0[i] + w * d[2] + 2 * q; /* input column of lane 0 */
+        const int64_t lo = i0 < 0 ? -i0 : 0, hi = sz[4] - i0; /* valid [lo, hi) */
+        s2m[i][w][q / 16][0] = cg_range_mask(lo, hi);
+        s2m[i][w][q / 16][1] = cg_range_mask(lo - 16, hi - 16);
+      }
   int64_t c = c0 + k0 / taps, t = k0 % taps;
   int64_t kw = t % k[2], kh = (t / k[2]) % k[1], kd = t / (k[2] * k[1]);
   for (int64_t kk = 0; kk < kn; ++kk) {
@@ -173,12 +187,19 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
                                               6, 4, 2, 0);
         for (int64_t q = 0; q < cnt; q += 16) {
           const int64_t i0 = iw0 + 2 * q; /* input column of lane 0 */
-          const int64_t lo = i0 < 0 ? -i0 : 0, hi = sz[4] - i0; /* valid [lo, hi) */
-          __mmask16 m0 = cg_range_mask(lo, hi), m1 = cg_range_mask(lo - 16, hi - 16);
+          __mmask16 m0, m1;
+          if (s2) {
+            m0 = s2m[i][kw][q / 16][0], m1 = s2m[i][kw][q / 16][1];
+          } else {
+            const int64_t lo = i0 < 0 ? -i0 : 0, hi = sz[4] - i0; /* valid [lo, hi) */
+            m0 = cg_range_mask(lo, hi), m1 = cg_range_mask(lo - 16, hi - 16);
+          }
           __m512 v0 = _mm512_maskz_loadu_ps(m0, row + i0);
           __m512 v1 = _mm512_maskz_loadu_ps(m1, row + i0 + 16);
-          _mm_prefetch((const char *)(row + i0 + 2 * st[1]), _MM_HINT_T0);
-          _mm_prefetch((const char *)(row + i0 + 16 + 2 * st[1]), _MM_HINT_T0);
+          if (kw == 0) { /* the row's other taps read the same lines */
+            _mm_prefetch((const char *)(row + i0 + 2 * st[1]), _MM_HINT_T0);
+            _mm_prefetch((const char *)(row + i0 + 16 + 2 * st[1]), _MM_HINT_T0);
+          }
           int64_t w = cnt - q < 16 ? cnt - q : 16;
           cg_store(dst + q, w, _mm512_permutex2var_ps(v0, even, v1));
         }
