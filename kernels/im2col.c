@@ -140,6 +140,8 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
   int64_t len = g.o[0] * g.o[1] * g.o[2];
   const int64_t *psize = img->sizes + 2, *pstride = img->strides + 2;
   const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
+  const int64_t total = n_img * col->sizes[0] / kk; /* planes */
+  const int64_t fetch = len < 2048 ? len * (int64_t)sizeof(float) : 8192;
   for (int64_t pl = begin; pl < end; ++pl) {
     /* Images vary fastest: one channel's col rows of neighbouring images
      * are adjacent, so successive planes read on where the last stopped. */
@@ -159,6 +161,16 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
     for (int64_t t = 0; t < kk; ++t) {
       int64_t kw = t % g.k[2], kh = (t / g.k[2]) % g.k[1], kd = t / (g.k[2] * g.k[1]);
       const float *src = (const float *)col->data + ((c * kk + t) * n_img + n) * len;
+      /* The next col row (the next tap's, or the next plane's first) is a
+       * stride away: fetch its start (all of a short row, which the hardware
+       * would not stream in time) while this one is added. */
+      const int64_t next = t + 1 < kk ? (c * kk + t + 1) * n_img + n
+                           : pl + 1 < total ? ((pl + 1) / n_img * kk) * n_img + (pl + 1) % n_img
+                                            : -1;
+      if (next >= 0) {
+        const char *nx = (const char *)((const float *)col->data + next * len);
+        for (int64_t b = 0; b < fetch; b += 64) __builtin_prefetch(nx + b);
+      }
       loom_col2im_tap(plane, pstride, psize, src, &g, kd, kh, kw, avx512);
     }
   }

@@ -440,7 +440,7 @@ static void check_col2im_stride2_edge(void) {
   char *mem = mmap(NULL, (size_t)(2 * page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
   CHECK(mem != MAP_FAILED && mprotect(mem + page, (size_t)page, PROT_NONE) == 0, "guard page");
-  const int64_t counts[] = {1, 5, 16, 17, 32, 45};
+  const int64_t counts[] = {1, 5, 16, 17, 24, 25, 31, 32, 45};
   float s[45];
   for (size_t c = 0; c < sizeof counts / sizeof counts[0]; ++c) {
     const int64_t n = counts[c];
