@@ -120,6 +120,11 @@ static void loom_gemm_pack_f32(float *dst, const void *src, int32_t dtype,
     loom_gemm_pack_t32_avx512((uint32_t *)dst, src, s_lane * 4, lanes, width, k);
     return;
   }
+  if (dtype == LOOM_FLOAT32 && s_lane == 1 && width <= 32 && vec) {
+    loom_gemm_pack_rows32_avx512((uint32_t *)dst, (const uint32_t *)src, s_k, lanes, width, k);
+    if (kp > k) memset(dst + k * width, 0, (size_t)((kp - k) * width) * sizeof(float));
+    return;
+  }
   if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(float));
   if (dtype == LOOM_FLOAT32) {
     const float *s = (const float *)src;

@@ -77,7 +77,11 @@ static inline int64_t loom_gemm_panel_offset(const loom_gemm_plan *p, int64_t pa
  * at src + l * lane_bytes, into dst [k][width]; lanes >= `lanes` get 0.
  * pairs16: rows kk of `lanes` (<= width, width a multiple of 32) 16-bit
  * values at src + kk * s_k, into k-pairs dst [ceil(k/2)][width][2]; a
- * missing last row and lanes >= `lanes` get 0. */
+ * missing last row and lanes >= `lanes` get 0.
+ * rows32: rows kk of `lanes` (<= width <= 32) 32-bit words at src + kk *
+ * s_k, into dst [k][width]; lanes >= `lanes` get 0. */
+void loom_gemm_pack_rows32_avx512(uint32_t *dst, const uint32_t *src, int64_t s_k,
+                                  int64_t lanes, int64_t width, int64_t k);
 void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
                                int64_t lane_bytes, int64_t lanes, int64_t width,
                                int64_t k);

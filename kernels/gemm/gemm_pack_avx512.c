@@ -38,6 +38,25 @@ void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
   }
 }
 
+void loom_gemm_pack_rows32_avx512(uint32_t *dst, const uint32_t *src, int64_t s_k,
+                                  int64_t lanes, int64_t width, int64_t k) {
+  const __mmask16 l0 = (__mmask16)(lanes >= 16 ? 0xffff : (1u << lanes) - 1u);
+  const __mmask16 l1 = (__mmask16)(lanes >= 32 ? 0xffff : lanes <= 16 ? 0 : (1u << (lanes - 16)) - 1u);
+  const __mmask16 w0 = (__mmask16)(width >= 16 ? 0xffff : (1u << width) - 1u);
+  const __mmask16 w1 = (__mmask16)(width >= 32 ? 0xffff : width <= 16 ? 0 : (1u << (width - 16)) - 1u);
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const uint32_t *s = src + kk * s_k;
+    uint32_t *d = dst + kk * width;
+    /* Rows a stride apart defeat the hardware prefetcher. */
+    _mm_prefetch((const char *)(s + 8 * s_k), _MM_HINT_T0);
+    const __m512i v0 = _mm512_maskz_loadu_epi32(l0, s);
+    /* A narrow row's spill past its width is overwritten by the next row. */
+    if (width < 16 && kk + 1 < k) _mm512_storeu_si512(d, v0);
+    else _mm512_mask_storeu_epi32(d, w0, v0);
+    if (width > 16) _mm512_mask_storeu_epi32(d + 16, w1, _mm512_maskz_loadu_epi32(l1, s + 16));
+  }
+}
+
 void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
                                    int64_t s_k, int64_t lanes, int64_t width,
                                    int64_t k) {
