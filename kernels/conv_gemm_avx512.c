@@ -132,12 +132,57 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
         s2m[i][w][q / 16][0] = cg_range_mask(lo, hi);
         s2m[i][w][q / 16][1] = cg_range_mask(lo - 16, hi - 16);
       }
+  /* Three column taps of stride 2 and dilation 1 (3x3 windows) read one
+   * run of the row, 2 * 16 + 1 columns per 16 positions: loaded once, with
+   * the columns outside the row zeroed, for all three. */
+  const int trio = s2 && k[2] == 3 && d[2] == 1;
+  __mmask16 t3m[2 * CG_KC / LOOM_GEMM_AVX512_NR + CG_KC][2][3];
+  for (int i = 0; i < nseg && trio; ++i)
+    for (int64_t q = 0; q < seg[i].cnt; q += 16) {
+      const int64_t i0 = ow0[i] + 2 * q; /* the first tap's column of lane 0 */
+      const int64_t lo = i0 < 0 ? -i0 : 0, hi = sz[4] - i0;
+      for (int v = 0; v < 3; ++v) t3m[i][q / 16][v] = cg_range_mask(lo - 16 * v, hi - 16 * v);
+    }
   int64_t c = c0 + k0 / taps, t = k0 % taps;
   int64_t kw = t % k[2], kh = (t / k[2]) % k[1], kd = t / (k[2] * k[1]);
   for (int64_t kk = 0; kk < kn; ++kk) {
     const float *plane = x + c * st[1];
     const int64_t td = kd * d[0], th = kh * d[1], tw = kw * d[2];
     float *drow = buf + kk * LOOM_GEMM_AVX512_NR;
+    if (trio && kw == 0 && kk + 2 < kn) {
+      const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8,
+                                            6, 4, 2, 0);
+      const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+      for (int i = 0; i < nseg; ++i) {
+        const int64_t cnt = seg[i].cnt;
+        float *dst = drow + dst0[i];
+        const int64_t id = od0[i] + td, ih = oh0[i] + th;
+        if (id < 0 || id >= sz[2] || ih < 0 || ih >= sz[3]) {
+          for (int r = 0; r < 3; ++r)
+            for (int64_t q = 0; q < cnt; ++q) dst[r * LOOM_GEMM_AVX512_NR + q] = 0.0f;
+          continue;
+        }
+        const float *row = plane + img_off[i] + id * st[2] + ih * st[3];
+        for (int64_t q = 0; q < cnt; q += 16) {
+          const int64_t i0 = ow0[i] + 2 * q, w = cnt - q < 16 ? cnt - q : 16;
+          const __mmask16 *m = t3m[i][q / 16];
+          const __m512 v0 = _mm512_maskz_loadu_ps(m[0], row + i0);
+          const __m512 v1 = _mm512_maskz_loadu_ps(m[1], row + i0 + 16);
+          const __m512 v2 = _mm512_maskz_loadu_ps(m[2], row + i0 + 32);
+          _mm_prefetch((const char *)(row + i0 + 2 * st[1]), _MM_HINT_T0);
+          _mm_prefetch((const char *)(row + i0 + 16 + 2 * st[1]), _MM_HINT_T0);
+          /* columns i0 + 2l, i0 + 1 + 2l and i0 + 2 + 2l */
+          const __m512 a0 = _mm512_castsi512_ps(
+              _mm512_alignr_epi32(_mm512_castps_si512(v1), _mm512_castps_si512(v0), 2));
+          const __m512 a1 = _mm512_castsi512_ps(
+              _mm512_alignr_epi32(_mm512_castps_si512(v2), _mm512_castps_si512(v1), 2));
+          cg_store(dst + q, w, _mm512_permutex2var_ps(v0, even, v1));
+          cg_store(dst + LOOM_GEMM_AVX512_NR + q, w, _mm512_permutex2var_ps(v0, odd, v1));
+          cg_store(dst + 2 * LOOM_GEMM_AVX512_NR + q, w, _mm512_permutex2var_ps(a0, even, a1));
+        }
+      }
+      kk += 2, kw = 2; /* the next row's taps follow */
+    } else
     for (int i = 0; i < nseg; ++i) {
       const int64_t cnt = seg[i].cnt;
       float *dst = drow + dst0[i];

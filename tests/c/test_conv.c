@@ -496,6 +496,10 @@ int main(void) {
                     .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
   check_geom((geom){.n = 1, .c = 3, .o = 8, .groups = 1, .in = {1, 20, 41},
                     .k = {1, 7, 7}, .s = {1, 2, 2}, .p = {0, 3, 3}, .d = {1, 1, 1}});
+  /* stride 2 over more channels than one k block holds: a row's three
+   * column taps split between blocks */
+  check_geom((geom){.n = 2, .c = 32, .o = 20, .groups = 1, .in = {1, 13, 15},
+                    .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
   /* col2im's vector stride-2 add: rows of 16 outputs whose last vector
    * window ends one column past the image */
   check_geom((geom){.n = 1, .c = 2, .o = 3, .groups = 1, .in = {1, 4, 32},
