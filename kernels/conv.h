@@ -75,10 +75,11 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
  *          unit column stride; [4] image (rank 5: N, C, D, H, W, fp32, any
  *          strides); [5] optional bias (O, fp32).
  * scalars: [0].i isa, [1].i positions per tile (loom_conv_tile_positions),
- * [2..16] the geometry as above.
- * range: C's batch * G * ceil(C's cols / positions per tile), grain any.
- * Each output element sums its k in the GEMM's fixed order, whatever the
- * tiling. */
+ * [2..16] the geometry as above, and optionally [17].i the pieces of the
+ * last tile (loom_conv_tail_split; else 1).
+ * range: C's batch * G * (ceil(C's cols / positions per tile) - 1 + pieces),
+ * grain any. Each output element sums its k in the GEMM's fixed order,
+ * whatever the tiling. */
 enum { LOOM_CONV_GEMM_POSITIONS = 128 };
 
 /* Positions per tile of the forward kernels over `batches` (images times
@@ -111,6 +112,35 @@ static inline int64_t loom_conv_tile_positions(int64_t batches, int64_t cols, in
   for (int i = 0; i < 3; ++i)
     if (eff[i] >= 0.95 * best) return LOOM_CONV_GEMM_POSITIONS >> i;
   return 32;
+}
+
+/* Into how many pieces, by rows of C (output channels), the last position
+ * tile of each batch is cut: `workers` when the workers' loads come out
+ * more even by over 3% (when few tiles leave one worker an extra partial
+ * tile, as 13 panels over 2 do), else 1. Tiles are costed by their
+ * 32-position panels, and taken in order as the workers come free. */
+static inline int64_t loom_conv_tail_split(int64_t batches, int64_t cols, int64_t tpos,
+                                           int64_t workers) {
+  enum { MAX_WORKERS = 64 };
+  if (workers <= 1 || workers > MAX_WORKERS || batches <= 0 || cols <= 0 ||
+      batches * ((cols + tpos - 1) / tpos) >= 8 * workers)
+    return 1;
+  const int64_t per = (cols + tpos - 1) / tpos, tail = cols - (per - 1) * tpos;
+  int64_t span[2] = {0, 0};
+  for (int v = 0; v < 2; ++v) {
+    const int64_t split = v ? workers : 1;
+    int64_t busy[MAX_WORKERS] = {0};
+    /* in units of 1/workers of a panel */
+    for (int64_t b = 0; b < batches; ++b)
+      for (int64_t t = 0; t < per - 1 + split; ++t) {
+        int64_t w = 0;
+        for (int64_t j = 1; j < workers; ++j)
+          if (busy[j] < busy[w]) w = j;
+        busy[w] += t < per - 1 ? tpos / 32 * workers : (tail + 31) / 32 * workers / split;
+        if (busy[w] > span[v]) span[v] = busy[w];
+      }
+  }
+  return span[1] * 100 < span[0] * 97 ? workers : 1;
 }
 
 int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,

@@ -295,13 +295,24 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
   if (tpos < 32 || tpos > LOOM_CONV_GEMM_POSITIONS || tpos % 32 != 0)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t tiles_n = (pl.n + tpos - 1) / tpos;
+  const int64_t pieces = args->num_scalars > 2 + LOOM_CONV_NUM_SCALARS
+                             ? args->scalars[2 + LOOM_CONV_NUM_SCALARS].i
+                             : 1;
+  if (pieces < 1) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t units = tiles_n - 1 + pieces; /* per batch and group */
   const int64_t cg = (pl.k) / (k[0] * k[1] * k[2]); /* channels per group */
   float buf[CG_PANELS * CG_KC * LOOM_GEMM_AVX512_NR];
   cg_seg seg[2 * CG_PANELS + LOOM_CONV_GEMM_POSITIONS];
 
   for (int64_t tile = begin; tile < end; ++tile) {
-    int64_t tn = tile % tiles_n, rest = tile / tiles_n;
+    int64_t u = tile % units, rest = tile / units;
     int64_t grp = rest % pl.batch2, n = rest / pl.batch2;
+    /* The last position tile comes in pieces of C's row panels. */
+    int64_t tn = u < tiles_n - 1 ? u : tiles_n - 1, piece = u - tn;
+    int64_t ip0 = 0, ip1 = pl.m_panels;
+    if (u >= tiles_n - 1)
+      ip0 = pl.m_panels * piece / pieces, ip1 = pl.m_panels * (piece + 1) / pieces;
+    const int64_t r0 = ip0 * pl.mr, r1 = ip1 * pl.mr < pl.m ? ip1 * pl.mr : pl.m;
     int64_t l0 = tn * tpos;
     int64_t nl = pl.n - l0 < tpos ? pl.n - l0 : tpos;
     int64_t npan = (nl + LOOM_GEMM_AVX512_NR - 1) / LOOM_GEMM_AVX512_NR;
@@ -309,7 +320,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
     float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
     const int64_t ldt = c->strides[2];
     /* Without a bias the first k block overwrites the tile. */
-    for (int64_t i = 0; i < pl.m && (bias || pl.kp == 0); ++i) {
+    for (int64_t i = r0; i < r1 && (bias || pl.kp == 0); ++i) {
       float v = bias ? ((const float *)bias->data)[(grp * pl.m + i) * bias->strides[0]] : 0.0f;
       for (int64_t j = 0; j < nl; ++j) tc[i * ldt + j] = v;
     }
@@ -325,7 +336,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
                            ? nl - jp * LOOM_GEMM_AVX512_NR
                            : LOOM_GEMM_AVX512_NR);
         const float *bpanel = buf + jp * kc * LOOM_GEMM_AVX512_NR;
-        for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+        for (int64_t ip = ip0; ip < ip1; ++ip) {
           const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
           int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
           ukr(kc, apanel, bpanel, tc + ip * pl.mr * ldt + jp * LOOM_GEMM_AVX512_NR, ldt, 1.0f,

@@ -65,11 +65,13 @@ loom_tensor view4(const Tensor& t, const char* op, std::array<int64_t, 4> sizes,
   return d;
 }
 
-int64_t tile_positions(const Tensor& t, int64_t batches, int64_t cols) {
+int64_t device_workers(const Tensor& t) {
   loom_device_props props{};
-  const int64_t workers =
-      loom_device_properties(t.device().index(), &props) == LOOM_OK ? props.num_threads : 1;
-  return loom_conv_tile_positions(batches, cols, workers);
+  return loom_device_properties(t.device().index(), &props) == LOOM_OK ? props.num_threads : 1;
+}
+
+int64_t tile_positions(const Tensor& t, int64_t batches, int64_t cols) {
+  return loom_conv_tile_positions(batches, cols, device_workers(t));
 }
 
 Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
@@ -203,13 +205,15 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[6] = {cc, a, b, describe(ws, op), image5(input, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
-  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS> sc{};
+  std::array<loom_scalar, 3 + LOOM_CONV_NUM_SCALARS> sc{};
   sc[0] = scalar_i(isa);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
   const int64_t tpos = tile_positions(out, bn * groups, cols);
+  const int64_t pieces = loom_conv_tail_split(bn * groups, cols, tpos, device_workers(out));
   sc[1] = scalar_i(tpos);
-  int64_t tiles = bn * groups * ((cols + tpos - 1) / tpos);
+  sc[2 + LOOM_CONV_NUM_SCALARS] = scalar_i(pieces);
+  int64_t tiles = bn * groups * ((cols + tpos - 1) / tpos - 1 + pieces);
   launch(op, loom_conv_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc,
          tiles, 1);
   if (flat) out.view({n, o, len}).copy_(c_out.permute({1, 0, 2}));

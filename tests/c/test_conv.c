@@ -311,7 +311,7 @@ static void check_geom(geom g) {
                        .sizes = {g.o}, .strides = {1}};
     loom_tensor its[6] = {tc, ta, tbm, tw, image(x, g.n, g.c, g.in), tb1};
     run(loom_gemm_pack_kernel, its, 4, gsc, 3, plan.pack_units_a);
-    loom_scalar isc[2 + LOOM_CONV_NUM_SCALARS] = {{.i = isa}};
+    loom_scalar isc[3 + LOOM_CONV_NUM_SCALARS] = {{.i = isa}};
     scalars(&g, isc + 2);
     for (int64_t tp = 32; tp <= LOOM_CONV_GEMM_POSITIONS; tp *= 2) {
       memset(y2, 0xff, sizeof(float) * g.n * g.o * len);
@@ -334,17 +334,23 @@ static void check_geom(geom g) {
     loom_gemm_plan fp;
     CHECK(loom_gemm_plan_init(&tcf, &taf, &tbf, isa, &fp) == 0, "flat plan");
     run(loom_gemm_pack_kernel, fts, 4, gsc, 3, fp.pack_units_a);
-    isc[1].i = 32; /* the narrowest tiles here; the widest above */
-    run(loom_conv_gemm_kernel, fts, 6, isc, 2 + LOOM_CONV_NUM_SCALARS,
-        g.groups * ((g.n * len + 31) / 32));
-    int fbad = 0;
-    for (int64_t n = 0; n < g.n; ++n)
-      for (int64_t o = 0; o < g.o; ++o)
-        for (int64_t l = 0; l < len; ++l)
-          if (memcmp(&y[(n * g.o + o) * len + l], &y2[(o * g.n + n) * len + l], sizeof(float)))
-            ++fbad;
-    CHECK(fbad == 0, "flat implicit conv n=%ld c=%ld o=%ld g=%ld: %d outputs differ",
-          (long)g.n, (long)g.c, (long)g.o, (long)g.groups, fbad);
+    /* The narrowest tiles here (the widest above), the last one whole and
+     * cut into 2 and 3 pieces of output channels. */
+    isc[1].i = 32;
+    for (int64_t pieces = 1; pieces <= 3; ++pieces) {
+      memset(y2, 0xff, sizeof(float) * g.n * g.o * len);
+      isc[2 + LOOM_CONV_NUM_SCALARS].i = pieces;
+      run(loom_conv_gemm_kernel, fts, 6, isc, 3 + LOOM_CONV_NUM_SCALARS,
+          g.groups * ((g.n * len + 31) / 32 - 1 + pieces));
+      int fbad = 0;
+      for (int64_t n = 0; n < g.n; ++n)
+        for (int64_t o = 0; o < g.o; ++o)
+          for (int64_t l = 0; l < len; ++l)
+            if (memcmp(&y[(n * g.o + o) * len + l], &y2[(o * g.n + n) * len + l], sizeof(float)))
+              ++fbad;
+      CHECK(fbad == 0, "flat implicit conv n=%ld c=%ld o=%ld g=%ld, last tile in %ld: %d outputs differ",
+            (long)g.n, (long)g.c, (long)g.o, (long)g.groups, (long)pieces, fbad);
+    }
     free(y2);
 
     /* Weight gradient dW[g] = dy[g] @ col[g]^T: the implicit kernel against
@@ -456,6 +462,13 @@ static void check_col2im_stride2_edge(void) {
   munmap(mem, (size_t)(2 * page));
 }
 
+static void check_tail_split(void) {
+  CHECK(loom_conv_tail_split(1, 392, 64, 2) == 2, "13 panels over 2 workers: the last tile cut");
+  CHECK(loom_conv_tail_split(1, 392, 64, 1) == 1, "one worker: nothing to even out");
+  CHECK(loom_conv_tail_split(1, 512, 128, 2) == 1, "four even tiles stay whole");
+  CHECK(loom_conv_tail_split(8, 3264, 128, 2) == 1, "many tiles stay whole");
+}
+
 static void check_tile_positions(void) {
   CHECK(loom_conv_tile_positions(8, 3264, 2) == 128, "many tiles stay wide");
   CHECK(loom_conv_tile_positions(1, 512, 2) == 128, "four even tiles over two workers");
@@ -470,6 +483,7 @@ static void check_tile_positions(void) {
 int main(void) {
   check_col2im_stride2_edge();
   check_tile_positions();
+  check_tail_split();
   check_pack_flipped(1, 70, 61, 9);
   check_pack_flipped(2, 128, 30, 5);
   /* 2-d, 3x3, pad 1 */
