@@ -4,9 +4,10 @@
  * Layout of the workspace: every distinct A as m_panels panels of
  * [kp][mr] (bf16 operands: [kp/2][mr][2]), every distinct B as n_panels
  * panels of [kp][nr] (or [kp/2][nr][2]), each split into k blocks of kc
- * stored block-major (loom_gemm_panel_offset), then, when C is not fp32 with unit
- * column stride, an fp32 accumulator of C's shape. Panels are zero-padded
- * to full tiles, so micro-kernels never branch on edges inside the k loop. */
+ * stored block-major (loom_gemm_panel_offset). Panels are zero-padded to
+ * full tiles, so micro-kernels never branch on edges inside the k loop.
+ * When C is not fp32 with unit column stride, each compute tile sums in an
+ * fp32 buffer of the thread's own, then is stored converted. */
 #include "kernels/gemm/gemm.h"
 
 #include <string.h>
@@ -16,6 +17,13 @@
 
 /* Fewest compute tiles worth keeping a large tile for. */
 enum { LOOM_GEMM_MIN_TILES = 16 };
+
+/* The fp32 tile of a C of another dtype, each thread's own: it stays in
+ * the core's cache from tile to tile, where a whole-C accumulator in the
+ * workspace would go out to memory and come back. Holds the largest tile
+ * of every blocking below (plan_init checks). */
+enum { LOOM_GEMM_ACC_TILE = 144 * 512 };
+static _Thread_local float loom_gemm_acc_tile[LOOM_GEMM_ACC_TILE];
 
 static int64_t loom_gemm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t loom_gemm_align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
@@ -82,9 +90,7 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->use_acc = c->dtype != LOOM_FLOAT32 || (n > 1 && c->strides[3] != 1);
   out->a_offset = 0;
   out->b_offset = out->a_offset + out->a_count1 * out->a_count2 * out->a_bytes;
-  out->acc_offset = out->b_offset + out->b_count1 * out->b_count2 * out->b_bytes;
-  out->workspace_bytes =
-      out->acc_offset + (out->use_acc ? loom_gemm_align64(b1 * b2 * m * n * 4) : 0);
+  out->workspace_bytes = out->b_offset + out->b_count1 * out->b_count2 * out->b_bytes;
 
   if (b1 == 0 || b2 == 0 || m == 0 || n == 0) return 0; /* nothing to launch */
   out->pack_units_a = out->a_count1 * out->a_count2 * out->m_panels;
@@ -104,6 +110,7 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   }
   out->mt = mcp * blk.mr;
   out->nt = ncp * blk.nr;
+  if (out->mt * out->nt > LOOM_GEMM_ACC_TILE) return LOOM_ERROR_INTERNAL;
   out->m_tiles = loom_gemm_ceil_div(m, out->mt);
   out->n_tiles = loom_gemm_ceil_div(n, out->nt);
   out->compute_range = b1 * b2 * out->m_tiles * out->n_tiles;
@@ -308,8 +315,8 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
     float *tile;
     int64_t ldt;
     if (p.use_acc) {
-      tile = (float *)(ws + p.acc_offset) + ((i1 * p.batch2 + i2) * p.m + m0) * p.n + n0;
-      ldt = p.n;
+      tile = loom_gemm_acc_tile;
+      ldt = p.nt;
     } else {
       tile = (float *)loom_gemm_elem(c, i1, i2, m0, n0);
       ldt = c->strides[2];

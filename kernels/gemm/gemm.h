@@ -50,14 +50,14 @@ typedef struct loom_gemm_plan {
   int32_t isa;
   int32_t packed_bf16; /* operands packed as bf16 k-pairs (else fp32) */
   int32_t mr, nr;      /* register tile */
-  int32_t use_acc;     /* C accumulates in an fp32 buffer in the workspace */
+  int32_t use_acc;     /* C's tiles accumulate in the thread's fp32 buffer */
   int64_t batch1, batch2, m, n, k;
   int64_t kp;          /* k rounded up to the pack's k granule */
   int64_t kc;          /* k block walked per pass over a C tile */
   int64_t m_panels, n_panels;
   int64_t a_count1, a_count2, b_count1, b_count2; /* distinct packed matrices */
   int64_t a_bytes, b_bytes; /* one packed A / B matrix */
-  int64_t a_offset, b_offset, acc_offset, workspace_bytes;
+  int64_t a_offset, b_offset, workspace_bytes;
   int64_t pack_units_a, pack_range, pack_grain;
   int64_t mt, nt, m_tiles, n_tiles, compute_range, compute_grain;
 } loom_gemm_plan;
