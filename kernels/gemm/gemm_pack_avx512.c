@@ -50,10 +50,16 @@ void loom_gemm_pack_rows32_avx512(uint32_t *dst, const uint32_t *src, int64_t s_
     /* Rows a stride apart defeat the hardware prefetcher. */
     _mm_prefetch((const char *)(s + 8 * s_k), _MM_HINT_T0);
     const __m512i v0 = _mm512_maskz_loadu_epi32(l0, s);
-    /* A narrow row's spill past its width is overwritten by the next row. */
-    if (width < 16 && kk + 1 < k) _mm512_storeu_si512(d, v0);
+    /* Whole-vector stores (masked ones are slow on some cores): a row's
+     * spill past its width is overwritten by the next row. */
+    const int spill = kk + 1 < k;
+    if (width >= 16 || spill) _mm512_storeu_si512(d, v0);
     else _mm512_mask_storeu_epi32(d, w0, v0);
-    if (width > 16) _mm512_mask_storeu_epi32(d + 16, w1, _mm512_maskz_loadu_epi32(l1, s + 16));
+    if (width > 16) {
+      const __m512i v1 = _mm512_maskz_loadu_epi32(l1, s + 16);
+      if (width == 32 || spill) _mm512_storeu_si512(d + 16, v1);
+      else _mm512_mask_storeu_epi32(d + 16, w1, v1);
+    }
   }
 }
 
