@@ -122,6 +122,26 @@ int loom_sgd_step(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int nesterov = args->scalars[4].i != 0, maximize = args->scalars[5].i != 0;
   const int first = args->scalars[6].i != 0;
   const double gscale = opt_scalar(scale_t, 1.0);
+  const int with_buf = momentum != 0.0 && buf->data;
+  if (p->dtype == LOOM_FLOAT32 && g->dtype == LOOM_FLOAT32 &&
+      (!with_buf || buf->dtype == LOOM_FLOAT32) && !scale_t->data) {
+    /* fp32 in float arithmetic, as for Adam above; the gradient is only
+     * read, so the loop vectorizes. */
+    float *restrict pf = p->data, *restrict bf = with_buf ? buf->data : NULL;
+    const float *restrict gf = g->data;
+    const float sign = maximize ? -1.0f : 1.0f, fwd = (float)wd, fm = (float)momentum;
+    const float fd = (float)(1.0 - dampening), flr = (float)lr;
+    const int decay = wd != 0.0;
+    for (int64_t i = begin; i < end && bf; ++i) {
+      const float gv = decay ? sign * gf[i] + fwd * pf[i] : sign * gf[i];
+      const float b = first ? gv : fm * bf[i] + fd * gv;
+      bf[i] = b;
+      pf[i] = pf[i] - flr * (nesterov ? gv + fm * b : b);
+    }
+    for (int64_t i = begin; i < end && !bf; ++i)
+      pf[i] = pf[i] - flr * (decay ? sign * gf[i] + fwd * pf[i] : sign * gf[i]);
+    return LOOM_OK;
+  }
   for (int64_t i = begin; i < end; ++i) {
     double gv = loom_nn_load(g->data, g->dtype, i);
     if (scale_t->data) {

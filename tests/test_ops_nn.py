@@ -510,6 +510,8 @@ def test_sdpa_native_op_and_fallback_choices():
     lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True, fused=True),
     lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.05, maximize=True, fused=True),
     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3, fused=True),
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.5, dampening=0.3, maximize=True, fused=True),
+    lambda p: torch.optim.SGD(p, lr=0.1, weight_decay=1e-2, fused=True),
 ])
 def test_fused_optimizers_match_cpu(make_opt):
     torch.manual_seed(15)
