@@ -182,76 +182,77 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
         }
       }
       kk += 2, kw = 2; /* the next row's taps follow */
-    } else
-    for (int i = 0; i < nseg; ++i) {
-      const int64_t cnt = seg[i].cnt;
-      float *dst = drow + dst0[i];
-      const int64_t id = od0[i] + td, ih = oh0[i] + th, iw0 = ow0[i] + tw;
-      if (id < 0 || id >= sz[2]) {
-        for (int64_t q = 0; q < cnt; ++q) dst[q] = 0.0f;
-        continue;
-      }
-      if (mode == CG_FLAT) {
-        /* The run's first position reads src; the others follow it. */
-        const float *src = plane + img_off[i] + id * st[2] + ih * st[3] + iw0;
-        const int32_t *r = prow + seg[i].j0, *cl = pcol + seg[i].j0;
-        const __m512i dh = _mm512_set1_epi32((int)th), hh = _mm512_set1_epi32((int)sz[3]);
-        const __m512i dw = _mm512_set1_epi32((int)tw), ww = _mm512_set1_epi32((int)sz[4]);
-        for (int64_t q = 0; q < cnt; q += 16) {
-          const int64_t w = cnt - q < 16 ? cnt - q : 16;
-          const __mmask16 live = cg_range_mask(0, w);
-          __mmask16 m = _mm512_mask_cmplt_epu32_mask(
-              live, _mm512_add_epi32(_mm512_maskz_loadu_epi32(live, r + q), dh), hh);
-          m = _mm512_mask_cmplt_epu32_mask(
-              m, _mm512_add_epi32(_mm512_maskz_loadu_epi32(live, cl + q), dw), ww);
-          _mm_prefetch((const char *)(src + q + 2 * st[1]), _MM_HINT_T0);
-          cg_store(dst + q, w, _mm512_maskz_loadu_ps(m, src + q));
+    } else {
+      for (int i = 0; i < nseg; ++i) {
+        const int64_t cnt = seg[i].cnt;
+        float *dst = drow + dst0[i];
+        const int64_t id = od0[i] + td, ih = oh0[i] + th, iw0 = ow0[i] + tw;
+        if (id < 0 || id >= sz[2]) {
+          for (int64_t q = 0; q < cnt; ++q) dst[q] = 0.0f;
+          continue;
         }
-        continue;
-      }
-      if (ih < 0 || ih >= sz[3]) {
-        for (int64_t q = 0; q < cnt; ++q) dst[q] = 0.0f;
-        continue;
-      }
-      const float *row = plane + img_off[i] + id * st[2] + ih * st[3];
-      if (unit) {
-        /* Lanes whose column falls outside the row load as zero. */
-        const int64_t lo = iw0 < 0 ? -iw0 : 0;
-        const int64_t hi = sz[4] - iw0 < cnt ? sz[4] - iw0 : cnt;
-        for (int64_t q = 0; q < cnt; q += 16) {
-          int64_t w = cnt - q < 16 ? cnt - q : 16;
-          __m512 v = _mm512_maskz_loadu_ps(cg_range_mask(lo - q, hi - q), row + (iw0 + q));
-          /* Channels are a plane apart, which no hardware prefetcher
-           * follows: fetch the same place two channels on. */
-          _mm_prefetch((const char *)(row + (iw0 + q) + 2 * st[1]), _MM_HINT_T0);
-          cg_store(dst + q, w, v);
-        }
-      } else if (s[2] == 2 && st[4] == 1) {
-        /* Stride 2: two loads of 16 neighbours, the even lanes kept. */
-        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8,
-                                              6, 4, 2, 0);
-        for (int64_t q = 0; q < cnt; q += 16) {
-          const int64_t i0 = iw0 + 2 * q; /* input column of lane 0 */
-          __mmask16 m0, m1;
-          if (s2) {
-            m0 = s2m[i][kw][q / 16][0], m1 = s2m[i][kw][q / 16][1];
-          } else {
-            const int64_t lo = i0 < 0 ? -i0 : 0, hi = sz[4] - i0; /* valid [lo, hi) */
-            m0 = cg_range_mask(lo, hi), m1 = cg_range_mask(lo - 16, hi - 16);
+        if (mode == CG_FLAT) {
+          /* The run's first position reads src; the others follow it. */
+          const float *src = plane + img_off[i] + id * st[2] + ih * st[3] + iw0;
+          const int32_t *r = prow + seg[i].j0, *cl = pcol + seg[i].j0;
+          const __m512i dh = _mm512_set1_epi32((int)th), hh = _mm512_set1_epi32((int)sz[3]);
+          const __m512i dw = _mm512_set1_epi32((int)tw), ww = _mm512_set1_epi32((int)sz[4]);
+          for (int64_t q = 0; q < cnt; q += 16) {
+            const int64_t w = cnt - q < 16 ? cnt - q : 16;
+            const __mmask16 live = cg_range_mask(0, w);
+            __mmask16 m = _mm512_mask_cmplt_epu32_mask(
+                live, _mm512_add_epi32(_mm512_maskz_loadu_epi32(live, r + q), dh), hh);
+            m = _mm512_mask_cmplt_epu32_mask(
+                m, _mm512_add_epi32(_mm512_maskz_loadu_epi32(live, cl + q), dw), ww);
+            _mm_prefetch((const char *)(src + q + 2 * st[1]), _MM_HINT_T0);
+            cg_store(dst + q, w, _mm512_maskz_loadu_ps(m, src + q));
           }
-          __m512 v0 = _mm512_maskz_loadu_ps(m0, row + i0);
-          __m512 v1 = _mm512_maskz_loadu_ps(m1, row + i0 + 16);
-          if (kw == 0) { /* the row's other taps read the same lines */
-            _mm_prefetch((const char *)(row + i0 + 2 * st[1]), _MM_HINT_T0);
-            _mm_prefetch((const char *)(row + i0 + 16 + 2 * st[1]), _MM_HINT_T0);
-          }
-          int64_t w = cnt - q < 16 ? cnt - q : 16;
-          cg_store(dst + q, w, _mm512_permutex2var_ps(v0, even, v1));
+          continue;
         }
-      } else {
-        for (int64_t q = 0; q < cnt; ++q) {
-          int64_t iw = iw0 + q * s[2];
-          dst[q] = iw >= 0 && iw < sz[4] ? row[iw * st[4]] : 0.0f;
+        if (ih < 0 || ih >= sz[3]) {
+          for (int64_t q = 0; q < cnt; ++q) dst[q] = 0.0f;
+          continue;
+        }
+        const float *row = plane + img_off[i] + id * st[2] + ih * st[3];
+        if (unit) {
+          /* Lanes whose column falls outside the row load as zero. */
+          const int64_t lo = iw0 < 0 ? -iw0 : 0;
+          const int64_t hi = sz[4] - iw0 < cnt ? sz[4] - iw0 : cnt;
+          for (int64_t q = 0; q < cnt; q += 16) {
+            int64_t w = cnt - q < 16 ? cnt - q : 16;
+            __m512 v = _mm512_maskz_loadu_ps(cg_range_mask(lo - q, hi - q), row + (iw0 + q));
+            /* Channels are a plane apart, which no hardware prefetcher
+             * follows: fetch the same place two channels on. */
+            _mm_prefetch((const char *)(row + (iw0 + q) + 2 * st[1]), _MM_HINT_T0);
+            cg_store(dst + q, w, v);
+          }
+        } else if (s[2] == 2 && st[4] == 1) {
+          /* Stride 2: two loads of 16 neighbours, the even lanes kept. */
+          const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8,
+                                                6, 4, 2, 0);
+          for (int64_t q = 0; q < cnt; q += 16) {
+            const int64_t i0 = iw0 + 2 * q; /* input column of lane 0 */
+            __mmask16 m0, m1;
+            if (s2) {
+              m0 = s2m[i][kw][q / 16][0], m1 = s2m[i][kw][q / 16][1];
+            } else {
+              const int64_t lo = i0 < 0 ? -i0 : 0, hi = sz[4] - i0; /* valid [lo, hi) */
+              m0 = cg_range_mask(lo, hi), m1 = cg_range_mask(lo - 16, hi - 16);
+            }
+            __m512 v0 = _mm512_maskz_loadu_ps(m0, row + i0);
+            __m512 v1 = _mm512_maskz_loadu_ps(m1, row + i0 + 16);
+            if (kw == 0) { /* the row's other taps read the same lines */
+              _mm_prefetch((const char *)(row + i0 + 2 * st[1]), _MM_HINT_T0);
+              _mm_prefetch((const char *)(row + i0 + 16 + 2 * st[1]), _MM_HINT_T0);
+            }
+            int64_t w = cnt - q < 16 ? cnt - q : 16;
+            cg_store(dst + q, w, _mm512_permutex2var_ps(v0, even, v1));
+          }
+        } else {
+          for (int64_t q = 0; q < cnt; ++q) {
+            int64_t iw = iw0 + q * s[2];
+            dst[q] = iw >= 0 && iw < sz[4] ? row[iw * st[4]] : 0.0f;
+          }
         }
       }
     }

@@ -194,9 +194,9 @@ int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
   const int64_t taps = w->sizes[2], og = w->sizes[0] / groups, mr = p.mr;
   const int64_t units = (p.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
   const float *src = (const float *)w->data;
-  /* Lane indices of a gather stay within int32. */
+  /* A gather's lane indices (lane * taps) stay within int32. */
   const int vec = (loom_cpu_features() & LOOM_FEATURE_AVX512F) && mr <= 16 &&
-                  taps * (cg + 16) < ((int64_t)1 << 31);
+                  taps < ((int64_t)1 << 27);
   for (int64_t u = begin; u < end; ++u) {
     const int64_t g = u / units, p0 = u % units * LOOM_CONV_FLIP_PANELS;
     const int64_t p1 = p0 + LOOM_CONV_FLIP_PANELS < p.m_panels ? p0 + LOOM_CONV_FLIP_PANELS

@@ -9,8 +9,8 @@ void loom_col2im_add_stride2_avx512(float *d, const float *s, int64_t n);
 
 /* Lanes of `lanes` live lanes, in panels of width (<= 16) lanes: panel i
  * gets d[i * dstep + l] = s[(i * width + l) * step] for its live lanes
- * and 0 for the rest of its width. step * (lanes + 16) < 2^31 (AVX-512
- * CPUs only). */
+ * and 0 for the rest of its width. 16 * step < 2^31 (AVX-512 CPUs
+ * only). */
 void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_t step,
                                  int64_t lanes, int64_t width);
 

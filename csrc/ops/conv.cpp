@@ -257,7 +257,7 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
 }
 
 // col (C*K, N, L) in fp32 = W^T * dy per group: the adjoint of the
-// forward's GEMM. `w` is (O, C/G, k) contiguous, dy (N, O, L) contiguous;
+// forward's GEMM. `w` is (O, C/G, k) contiguous, dy (N, O, L) contiguous.
 // Per image, or over all images' positions at once when they are few
 // (flat_columns): the same sums. That needs dy as (O, N, L), which is made
 // into *dy_t unless already there (dy_t may be null).
