@@ -274,6 +274,9 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
       const float *sr = s + (i * sh + a - top) * ssh + (j0 * sw + b - left) * ssw;
       if (sw == 1 && ssw == 1) {
         memcpy(row + j0, sr, (size_t)(j1 - j0) * sizeof(float));
+      } else if (sw == 2 && ssw == 1) {
+        /* a constant stride, which the compiler vectorizes */
+        for (int64_t j = 0; j < j1 - j0; ++j) row[j0 + j] = sr[2 * j];
       } else {
         for (int64_t j = j0; j < j1; ++j) row[j] = sr[(j - j0) * sw * ssw];
       }
