@@ -82,6 +82,15 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
  * whatever the tiling. */
 enum { LOOM_CONV_GEMM_POSITIONS = 128 };
 
+/* The pool's workers take items in order, each as it comes free: gives
+ * `cost` to the least busy of `workers` and returns its new load. */
+static inline int64_t loom_conv_take(int64_t *busy, int64_t workers, int64_t cost) {
+  int64_t w = 0;
+  for (int64_t j = 1; j < workers; ++j)
+    if (busy[j] < busy[w]) w = j;
+  return busy[w] += cost;
+}
+
 /* Positions per tile of the forward kernels over `batches` (images times
  * groups) of `cols` positions, for `workers` threads: the widest of 128,
  * 64 and 32 that keeps the workers as busy as any of them to within 5%.
@@ -99,12 +108,9 @@ static inline int64_t loom_conv_tile_positions(int64_t batches, int64_t cols, in
     const int64_t p = LOOM_CONV_GEMM_POSITIONS >> i, per = (cols + p - 1) / p;
     int64_t busy[MAX_WORKERS] = {0}, span = 0;
     for (int64_t t = 0; t < batches * per; ++t) {
-      int64_t w = 0; /* the first worker to come free */
-      for (int64_t j = 1; j < workers; ++j)
-        if (busy[j] < busy[w]) w = j;
       const int64_t j0 = t % per * p;
-      busy[w] += cols - j0 < p ? cols - j0 : p;
-      if (busy[w] > span) span = busy[w];
+      const int64_t load = loom_conv_take(busy, workers, cols - j0 < p ? cols - j0 : p);
+      if (load > span) span = load;
     }
     eff[i] = (double)(batches * cols) / (double)(span * workers);
     if (eff[i] > best) best = eff[i];
@@ -133,11 +139,9 @@ static inline int64_t loom_conv_tail_split(int64_t batches, int64_t cols, int64_
     /* in units of 1/workers of a panel */
     for (int64_t b = 0; b < batches; ++b)
       for (int64_t t = 0; t < per - 1 + split; ++t) {
-        int64_t w = 0;
-        for (int64_t j = 1; j < workers; ++j)
-          if (busy[j] < busy[w]) w = j;
-        busy[w] += t < per - 1 ? tpos / 32 * workers : (tail + 31) / 32 * workers / split;
-        if (busy[w] > span[v]) span[v] = busy[w];
+        const int64_t load = loom_conv_take(
+            busy, workers, t < per - 1 ? tpos / 32 * workers : (tail + 31) / 32 * workers / split);
+        if (load > span[v]) span[v] = load;
       }
   }
   return span[1] * 100 < span[0] * 97 ? workers : 1;

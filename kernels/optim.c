@@ -132,14 +132,17 @@ int loom_sgd_step(const loom_kernel_args *args, int64_t begin, int64_t end) {
     const float sign = maximize ? -1.0f : 1.0f, fwd = (float)wd, fm = (float)momentum;
     const float fd = (float)(1.0 - dampening), flr = (float)lr;
     const int decay = wd != 0.0;
-    for (int64_t i = begin; i < end && bf; ++i) {
+    if (!bf) {
+      for (int64_t i = begin; i < end; ++i)
+        pf[i] = pf[i] - flr * (decay ? sign * gf[i] + fwd * pf[i] : sign * gf[i]);
+      return LOOM_OK;
+    }
+    for (int64_t i = begin; i < end; ++i) {
       const float gv = decay ? sign * gf[i] + fwd * pf[i] : sign * gf[i];
       const float b = first ? gv : fm * bf[i] + fd * gv;
       bf[i] = b;
       pf[i] = pf[i] - flr * (nesterov ? gv + fm * b : b);
     }
-    for (int64_t i = begin; i < end && !bf; ++i)
-      pf[i] = pf[i] - flr * (decay ? sign * gf[i] + fwd * pf[i] : sign * gf[i]);
     return LOOM_OK;
   }
   for (int64_t i = begin; i < end; ++i) {

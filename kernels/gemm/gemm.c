@@ -361,7 +361,7 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
       int64_t kc_next = p.kp - pc_next < p.kc ? p.kp - pc_next : p.kc;
       /* The next k block's A panels, fetched into L2 a slice per call. */
       loom_gemm_fetch a_next = {0};
-      if (pc_next < p.kp)
+      if (fetch && pc_next < p.kp)
         a_next = loom_gemm_fetch_init(
             ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc_next, mp0) * esz,
             mpn * p.mr * kc_next * esz, npn * mpn);
@@ -371,21 +371,19 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
         /* The next B micro-panel, fetched into L2 while this one is in use:
          * otherwise its first pass runs at memory latency. */
         loom_gemm_fetch b_next = {0};
-        if (jp + 1 < npn)
+        if (fetch && jp + 1 < npn)
           b_next = loom_gemm_fetch_init(
               bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc, np0 + jp + 1) * esz,
               p.nr * kc * esz, mpn);
-        else if (pc_next < p.kp)
+        else if (fetch && pc_next < p.kp)
           b_next = loom_gemm_fetch_init(
               bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc_next, np0) * esz,
               p.nr * kc_next * esz, mpn);
         for (int64_t ip = 0; ip < mpn; ++ip) {
           const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
-          if (fetch) {
-            loom_gemm_fetch_step(&b_next);
-            loom_gemm_fetch_step(&a_next);
-          }
+          loom_gemm_fetch_step(&b_next); /* nothing when not fetching */
+          loom_gemm_fetch_step(&a_next);
           ukr(kc / kstep, apanel, bpanel, tile + ip * p.mr * ldt + jp * p.nr,
               ldt, alpha, mr, nr, cin != NULL || pc > 0);
         }
