@@ -36,20 +36,11 @@ enum { MR = LOOM_GEMM_AVX512_MR, NR = LOOM_GEMM_AVX512_NR };
 LOOM_GEMM_SMALL_TILE(4)
 LOOM_GEMM_SMALL_TILE(8)
 
-void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
-                              float *t, int64_t ldt, float alpha, int mr,
-                              int nr, int accumulate) {
-  const float *a = (const float *)ap, *b = (const float *)bp;
-  __mmask16 m0, m1;
-  loom_ukr_masks(nr, &m0, &m1);
-  if (mr <= 4) {
-    ukr_rows4(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
-    return;
-  }
-  if (mr <= 8) {
-    ukr_rows8(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
-    return;
-  }
+/* The 12-row tile; A's value for row i, step k is a[i * si + k * sk]:
+ * (1, MR) for a packed panel, (lda, 1) for rows read in place. */
+static inline void ukr_rows12(int64_t kc, const float *a, int64_t si, int64_t sk,
+                              const float *b, float *t, int64_t ldt, float alpha,
+                              int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
   __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
   __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
   __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
@@ -64,7 +55,7 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
   __m512 cb0 = _mm512_setzero_ps(), cb1 = _mm512_setzero_ps();
 #define LOOM_ROW(ci0, ci1, i)                          \
   do {                                                 \
-    __m512 av = _mm512_set1_ps(a[i]);                  \
+    __m512 av = _mm512_set1_ps(a[(i) * si]);           \
     ci0 = _mm512_fmadd_ps(av, b0, ci0);                \
     ci1 = _mm512_fmadd_ps(av, b1, ci1);                \
   } while (0)
@@ -72,7 +63,7 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     _mm_prefetch((const char *)(b + 32 * NR), _MM_HINT_T0);
     _mm_prefetch((const char *)(b + 32 * NR + 16), _MM_HINT_T0);
-    _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0);
+    if (si == 1) _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0);
     LOOM_ROW(c00, c01, 0);
     LOOM_ROW(c10, c11, 1);
     LOOM_ROW(c20, c21, 2);
@@ -85,7 +76,7 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
     LOOM_ROW(c90, c91, 9);
     LOOM_ROW(ca0, ca1, 10);
     LOOM_ROW(cb0, cb1, 11);
-    a += MR;
+    a += sk;
     b += NR;
   }
 #undef LOOM_ROW
@@ -93,4 +84,30 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
                         {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71},
                         {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
   loom_ukr_store(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
+}
+
+void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
+                              float *t, int64_t ldt, float alpha, int mr,
+                              int nr, int accumulate) {
+  const float *a = (const float *)ap, *b = (const float *)bp;
+  __mmask16 m0, m1;
+  loom_ukr_masks(nr, &m0, &m1);
+  if (mr <= 4) {
+    ukr_rows4(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
+    return;
+  }
+  if (mr <= 8) {
+    ukr_rows8(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
+    return;
+  }
+  ukr_rows12(kc, a, 1, MR, b, t, ldt, alpha, mr, m0, m1, accumulate);
+}
+
+void loom_gemm_ukr_avx512_f32_rows(int64_t kc, const void *ap, int64_t lda,
+                                   const void *bp, float *t, int64_t ldt,
+                                   float alpha, int nr, int accumulate) {
+  __mmask16 m0, m1;
+  loom_ukr_masks(nr, &m0, &m1);
+  ukr_rows12(kc, (const float *)ap, lda, 1, (const float *)bp, t, ldt, alpha, MR,
+             m0, m1, accumulate);
 }

@@ -36,6 +36,57 @@ enum { MR = LOOM_GEMM_BF16_MR, NR = LOOM_GEMM_BF16_NR };
 LOOM_GEMM_SMALL_TILE(4)
 LOOM_GEMM_SMALL_TILE(8)
 
+/* The 12-row tile; A's pair for row i, step k is a[i * si + k * sk]:
+ * (1, MR) for a packed panel, (lda / 2, 1) for rows read in place. */
+static inline void ukr_rows12(int64_t kc, const uint32_t *a, int64_t si, int64_t sk,
+                              const uint16_t *b, float *t, int64_t ldt, float alpha,
+                              int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
+  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
+  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
+  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
+  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
+  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+  __m512 c60 = _mm512_setzero_ps(), c61 = _mm512_setzero_ps();
+  __m512 c70 = _mm512_setzero_ps(), c71 = _mm512_setzero_ps();
+  __m512 c80 = _mm512_setzero_ps(), c81 = _mm512_setzero_ps();
+  __m512 c90 = _mm512_setzero_ps(), c91 = _mm512_setzero_ps();
+  __m512 ca0 = _mm512_setzero_ps(), ca1 = _mm512_setzero_ps();
+  __m512 cb0 = _mm512_setzero_ps(), cb1 = _mm512_setzero_ps();
+#define LOOM_ROW(ci0, ci1, i)                                        \
+  do {                                                               \
+    __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[(i) * si]);     \
+    ci0 = _mm512_dpbf16_ps(ci0, av, b0);                             \
+    ci1 = _mm512_dpbf16_ps(ci1, av, b1);                             \
+  } while (0)
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+    __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
+    _mm_prefetch((const char *)(b + 64 * NR), _MM_HINT_T0);
+    _mm_prefetch((const char *)(b + 64 * NR + 32), _MM_HINT_T0);
+    if (si == 1) _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0);
+    LOOM_ROW(c00, c01, 0);
+    LOOM_ROW(c10, c11, 1);
+    LOOM_ROW(c20, c21, 2);
+    LOOM_ROW(c30, c31, 3);
+    LOOM_ROW(c40, c41, 4);
+    LOOM_ROW(c50, c51, 5);
+    LOOM_ROW(c60, c61, 6);
+    LOOM_ROW(c70, c71, 7);
+    LOOM_ROW(c80, c81, 8);
+    LOOM_ROW(c90, c91, 9);
+    LOOM_ROW(ca0, ca1, 10);
+    LOOM_ROW(cb0, cb1, 11);
+    a += sk;
+    b += 2 * NR;
+  }
+#undef LOOM_ROW
+  __m512 rows[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
+                        {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71},
+                        {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
+  loom_ukr_store(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
+}
+
 void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
                                    float *t, int64_t ldt, float alpha, int mr,
                                    int nr, int accumulate) {
@@ -51,48 +102,14 @@ void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
     ukr_rows8(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
     return;
   }
-  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
-  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
-  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
-  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
-  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
-  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
-  __m512 c60 = _mm512_setzero_ps(), c61 = _mm512_setzero_ps();
-  __m512 c70 = _mm512_setzero_ps(), c71 = _mm512_setzero_ps();
-  __m512 c80 = _mm512_setzero_ps(), c81 = _mm512_setzero_ps();
-  __m512 c90 = _mm512_setzero_ps(), c91 = _mm512_setzero_ps();
-  __m512 ca0 = _mm512_setzero_ps(), ca1 = _mm512_setzero_ps();
-  __m512 cb0 = _mm512_setzero_ps(), cb1 = _mm512_setzero_ps();
-#define LOOM_ROW(ci0, ci1, i)                                        \
-  do {                                                               \
-    __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[i]);            \
-    ci0 = _mm512_dpbf16_ps(ci0, av, b0);                             \
-    ci1 = _mm512_dpbf16_ps(ci1, av, b1);                             \
-  } while (0)
-  for (int64_t k = 0; k < kc; ++k) {
-    __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
-    __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
-    _mm_prefetch((const char *)(b + 64 * NR), _MM_HINT_T0);
-    _mm_prefetch((const char *)(b + 64 * NR + 32), _MM_HINT_T0);
-    _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0);
-    LOOM_ROW(c00, c01, 0);
-    LOOM_ROW(c10, c11, 1);
-    LOOM_ROW(c20, c21, 2);
-    LOOM_ROW(c30, c31, 3);
-    LOOM_ROW(c40, c41, 4);
-    LOOM_ROW(c50, c51, 5);
-    LOOM_ROW(c60, c61, 6);
-    LOOM_ROW(c70, c71, 7);
-    LOOM_ROW(c80, c81, 8);
-    LOOM_ROW(c90, c91, 9);
-    LOOM_ROW(ca0, ca1, 10);
-    LOOM_ROW(cb0, cb1, 11);
-    a += MR;
-    b += 2 * NR;
-  }
-#undef LOOM_ROW
-  __m512 rows[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
-                        {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71},
-                        {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
-  loom_ukr_store(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
+  ukr_rows12(kc, a, 1, MR, b, t, ldt, alpha, mr, m0, m1, accumulate);
+}
+
+void loom_gemm_ukr_avx512bf16_bf16_rows(int64_t kc, const void *ap, int64_t lda,
+                                        const void *bp, float *t, int64_t ldt,
+                                        float alpha, int nr, int accumulate) {
+  __mmask16 m0, m1;
+  loom_ukr_masks(nr, &m0, &m1);
+  ukr_rows12(kc, (const uint32_t *)ap, lda / 2, 1, (const uint16_t *)bp, t, ldt, alpha,
+             MR, m0, m1, accumulate);
 }

@@ -18,6 +18,18 @@ typedef void (*loom_gemm_ukr_fn)(int64_t kc, const void *ap, const void *bp,
                                  float *t, int64_t ldt, float alpha, int mr,
                                  int nr, int accumulate);
 
+/* The same 12-row tile with A's rows read in place: row i's k run starts
+ * at ap + i * lda elements (bf16: lda even, ap 4-byte aligned, kc pairs). */
+typedef void (*loom_gemm_ukr_rows_fn)(int64_t kc, const void *ap, int64_t lda,
+                                      const void *bp, float *t, int64_t ldt,
+                                      float alpha, int nr, int accumulate);
+void loom_gemm_ukr_avx512_f32_rows(int64_t kc, const void *ap, int64_t lda,
+                                   const void *bp, float *t, int64_t ldt,
+                                   float alpha, int nr, int accumulate);
+void loom_gemm_ukr_avx512bf16_bf16_rows(int64_t kc, const void *ap, int64_t lda,
+                                        const void *bp, float *t, int64_t ldt,
+                                        float alpha, int nr, int accumulate);
+
 /* Register tiles of each variant. */
 enum {
   LOOM_GEMM_GENERIC_MR = 4,

@@ -293,6 +293,58 @@ static void test_small_tiles_agree(int isa, int32_t dtype) {
   free(a.data), free(b.data), free(full.data);
 }
 
+/* Full row panels of A read in place (LOOM_GEMM_READ_A) must give the bits
+ * of packed panels, and the plan must take that path exactly when A allows
+ * it: the micro-kernel's format, k contiguous, aligned bf16 pairs, small. */
+static void check_read_a(const gemm_case *g, int isa, int expect) {
+  int64_t sa[4], ta[4], sb[4], tb[4];
+  int64_t na = operand(g, g->m, g->k, g->trans_a, g->bcast_a, sa, ta);
+  int64_t nb = operand(g, g->k, g->n, g->trans_b, g->bcast_b, sb, tb);
+  loom_tensor a = make(g->in_dtype, na, sa, ta), b = make(g->in_dtype, nb, sb, tb);
+  int64_t csz[4] = {g->b1, g->b2, g->m, g->n};
+  int64_t cst[4] = {g->b2 * g->m * g->n, g->m * g->n, g->n, 1};
+  int64_t elems = g->b1 * g->b2 * g->m * g->n;
+  loom_tensor packed = make(g->out_dtype, elems, csz, cst);
+  loom_tensor direct = make(g->out_dtype, elems, csz, cst);
+  loom_tensor cin = make(LOOM_FLOAT32, elems, csz, cst);
+  const loom_tensor *cinp = g->beta != 0.0 ? &cin : NULL;
+  loom_gemm_plan p;
+  CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_READ_A, &p) == 0, "plan");
+  int reads_bf16 = isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX;
+  int want = expect && (g->in_dtype == LOOM_FLOAT32 ? isa != LOOM_GEMM_GENERIC : reads_bf16);
+  CHECK(p.a_in_place == want, "%s m=%ld k=%ld in=%d pad=%d: a_in_place %d, want %d",
+        isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->pad, p.a_in_place, want);
+  CHECK(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
+  CHECK(run(&direct, &a, &b, cinp, isa | LOOM_GEMM_READ_A, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
+        "%s m=%ld k=%ld in=%d: A read in place changed the bits", isa_name(isa), (long)g->m,
+        (long)g->k, g->in_dtype);
+  free(a.data), free(b.data), free(packed.data), free(direct.data), free(cin.data);
+}
+
+static void test_read_a(int isa) {
+  /* 37 rows: three full panels in place and a packed last one; k spans
+   * several k blocks; sliced rows; a batch-broadcast A; alpha and Cin. */
+  gemm_case g = {.b1 = 1, .b2 = 3, .m = 37, .n = 45, .k = 600, .pad = 2, .bcast_a = 1,
+                 .in_dtype = LOOM_FLOAT32, .out_dtype = LOOM_FLOAT32, .alpha = 0.5,
+                 .beta = 2.0};
+  check_read_a(&g, isa, 1);
+  g.in_dtype = LOOM_BFLOAT16, g.out_dtype = LOOM_BFLOAT16, g.k = 1100, g.bcast_a = 0;
+  check_read_a(&g, isa, 1);
+  g.k = 71; /* an odd k has no last pair to read */
+  check_read_a(&g, isa, 0);
+  g.k = 70, g.pad = 1; /* rows an odd number of bf16 apart are not pairs */
+  check_read_a(&g, isa, 0);
+  g.in_dtype = LOOM_FLOAT16, g.pad = 2; /* packed as fp32 */
+  check_read_a(&g, isa, 0);
+  g.in_dtype = LOOM_FLOAT32, g.trans_a = 1; /* k not contiguous */
+  check_read_a(&g, isa, 0);
+  g.trans_a = 0, g.m = 11; /* no full panel */
+  check_read_a(&g, isa, 0);
+  g.m = 300, g.k = 500, g.b2 = 1; /* past the size worth reading in place */
+  check_read_a(&g, isa, 0);
+}
+
 /* Single-column results through the matrix-vector kernel: row-major and
  * column-major A, slices, batch broadcast, dtypes, alpha/beta, k = 0 and
  * k across the staging chunks, m across several row blocks. */
@@ -373,6 +425,7 @@ int main(void) {
     test_variants_agree(isa);
     test_small_tiles_agree(isa, LOOM_FLOAT32);
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
+    test_read_a(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            failures == before ? "ok" : "FAILED");
