@@ -231,9 +231,12 @@ static void check_geom(geom g) {
         }
   CHECK(bad == 0, "im2col: %d wrong entries", bad);
 
-  /* col2im against a naive scatter-add. */
+  /* col2im against a naive scatter-add, in double, and bitwise against
+   * the same adds in float, in tap order from +0 (entries include -0,
+   * which a +0 start must turn into +0). */
   float *back = malloc(sizeof(float) * g.n * g.c * vol);
   double *ref = calloc((size_t)(g.n * g.c * vol), sizeof(double));
+  float *ref32 = calloc((size_t)(g.n * g.c * vol), sizeof(float));
   for (int64_t c = 0; c < g.c; ++c)
     for (int64_t t = 0; t < kk; ++t)
       for (int64_t n = 0; n < g.n; ++n)
@@ -242,9 +245,12 @@ static void check_geom(geom g) {
           int64_t kd = t / (g.k[1] * g.k[2]), kh = (t / g.k[2]) % g.k[1], kw = t % g.k[2];
           int64_t id = src_index(&g, 0, od, kd), ih = src_index(&g, 1, oh, kh),
                   iw = src_index(&g, 2, ow, kw);
-          float v = col[((c * kk + t) * g.n + n) * len + l] = rnd();
-          if (id >= 0 && ih >= 0 && iw >= 0)
-            ref[((n * g.c + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] + iw] += v;
+          float v = col[((c * kk + t) * g.n + n) * len + l] = l % 5 == 3 ? -0.0f : rnd();
+          if (id >= 0 && ih >= 0 && iw >= 0) {
+            int64_t at = ((n * g.c + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] + iw;
+            ref[at] += v;
+            ref32[at] += v;
+          }
         }
   loom_tensor tb = image(back, g.n, g.c, g.in);
   loom_tensor ts2[2] = {tb, tcol};
@@ -253,6 +259,11 @@ static void check_geom(geom g) {
   for (int64_t i = 0; i < g.n * g.c * vol; ++i)
     if (!(fabs(back[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])))) ++bad;
   CHECK(bad == 0, "col2im: %d wrong entries", bad);
+  CHECK(memcmp(back, ref32, sizeof(float) * g.n * g.c * vol) == 0,
+        "col2im: not the bits of the tap-ordered sum (in %ldx%ldx%ld, k %ldx%ldx%ld, s %ld,%ld,%ld)",
+        (long)g.in[0], (long)g.in[1], (long)g.in[2], (long)g.k[0], (long)g.k[1], (long)g.k[2],
+        (long)g.s[0], (long)g.s[1], (long)g.s[2]);
+  free(ref32);
 
   /* Forward convolution: im2col + grouped, batched GEMM (+ bias). */
   run(loom_im2col_kernel, ts, 2, sc, LOOM_CONV_NUM_SCALARS, g.c * kk * g.n);
@@ -518,6 +529,17 @@ int main(void) {
    * window ends one column past the image */
   check_geom((geom){.n = 1, .c = 2, .o = 3, .groups = 1, .in = {1, 4, 32},
                     .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  /* col2im with a window stepping 2 columns (the vector stride-2 add):
+   * widths that end on either parity and span several vectors, padding
+   * past the window, dilated columns, row strides that leave rows
+   * without taps */
+  for (int64_t w = 1; w <= 70; w += 23)
+    for (int64_t kw = 1; kw <= 5; kw += 2)
+      check_geom((geom){.n = 2, .c = 2, .o = 2, .groups = 1, .in = {1, 7, w},
+                        .k = {1, 2, kw}, .s = {1, 3, 2}, .p = {0, kw % 3, kw / 2 + 1},
+                        .d = {1, 2, kw == 3 ? 2 : 1}});
+  check_geom((geom){.n = 2, .c = 3, .o = 2, .groups = 1, .in = {1, 6, 34},
+                    .k = {1, 3, 4}, .s = {1, 2, 2}, .p = {0, 1, 3}, .d = {1, 1, 1}});
   /* the padded kernels: many position tiles, two row passes (og > 192),
    * dilation, an asymmetric kernel and padding */
   check_geom((geom){.n = 2, .c = 6, .o = 400, .groups = 2, .in = {1, 17, 21},
