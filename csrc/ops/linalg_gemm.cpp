@@ -90,9 +90,9 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
     a = at, b = bt, c = gemm_transpose(c);
     if (has_cin) cin_v = gemm_transpose(cin_v);
   }
-  const int32_t isa_read_a = isa | LOOM_GEMM_READ_A;
+  const int32_t isa_in_compute = isa | LOOM_GEMM_IN_COMPUTE;
   loom_gemm_plan plan;
-  int rc = loom_gemm_plan_init(&c, &a, &b, isa_read_a, &plan);
+  int rc = loom_gemm_plan_init(&c, &a, &b, isa_in_compute, &plan);
   TORCH_CHECK(rc == 0, op, ": unsupported operands for the loom GEMM");
   if (plan.pack_range == 0 && plan.compute_range == 0) return;
   c10::DeviceGuard guard(c_owner.device());
@@ -100,7 +100,7 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
                             c_owner.options().dtype(at::kByte));
   loom_tensor w = describe(ws, op);
   loom_tensor tensors[5] = {c, a, b, w, cin_v};
-  loom_scalar scalars[3] = {scalar_i(isa_read_a), scalar_f(alpha), scalar_f(beta)};
+  loom_scalar scalars[3] = {scalar_i(isa_in_compute), scalar_f(alpha), scalar_f(beta)};
   size_t nt = has_cin ? 5 : 4;
   launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(tensors, nt),
          scalars, plan.pack_range, plan.pack_grain);

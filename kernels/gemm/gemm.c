@@ -1,4 +1,5 @@
-/* kernels/gemm/gemm.c — the GEMM driver: plan, pack and blocked compute.
+/* kernels/gemm/gemm.c — the GEMM driver: plan and blocked compute (the
+ * pack launch is in gemm_pack.c).
  * The per-ISA files hold only the register-tile micro-kernels.
  *
  * Layout of the workspace: every distinct A as m_panels panels of
@@ -29,6 +30,8 @@ enum { LOOM_GEMM_MIN_TILES = 16 };
  * of every blocking below (plan_init checks). */
 enum { LOOM_GEMM_ACC_TILE = 144 * 512 };
 static _Thread_local float loom_gemm_acc_tile[LOOM_GEMM_ACC_TILE];
+/* One k block of one B panel, packed by the compute launch (b_in_compute). */
+static _Thread_local _Alignas(64) float loom_gemm_b_block[256 * 32];
 
 static int64_t loom_gemm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t loom_gemm_align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
@@ -52,10 +55,10 @@ static loom_gemm_blocking loom_gemm_blocking_for(int32_t isa, int bf16) {
                               .mc_panels = 24, .nc_panels = 16};
 }
 
-/* Packed A past this size is worth its pack: reading a large A in place
- * was even at 512 and 1024 and 3-13% slower at 2048, where its rows a
- * multiple of 4 KB apart share cache sets. */
-#define LOOM_GEMM_A_IN_PLACE_BYTES ((int64_t)512 << 10)
+/* Packed A past this size is worth its pack: read over many column tiles
+ * (128 x 1024 fp32) it ran 4% faster packed, and at 2048 in place was
+ * 3-13% slower. */
+#define LOOM_GEMM_A_IN_PLACE_BYTES ((int64_t)256 << 10)
 
 /* Whether the 12-row tiles read A's rows where they lie instead of from a
  * packed panel: A must hold the micro-kernel's own format (fp32, or aligned
@@ -64,7 +67,10 @@ static loom_gemm_blocking loom_gemm_blocking_for(int32_t isa, int bf16) {
 static int loom_gemm_a_in_place(const loom_tensor *a, int32_t isa, int bf16,
                                 int64_t m, int64_t k) {
   if (isa != LOOM_GEMM_AVX512 && isa != LOOM_GEMM_AVX512BF16) return 0;
-  if (m < LOOM_GEMM_AVX512_MR || a->strides[3] != 1 ||
+  /* Rows a multiple of 4 KB apart share L1 sets: twelve of them fill a
+   * set's ways (128 x 1024 fp32: 12% slower than rows 1040 apart). */
+  const int64_t row_bytes = a->strides[2] * loom_dtype_size(a->dtype);
+  if (m < LOOM_GEMM_AVX512_MR || a->strides[3] != 1 || row_bytes % 4096 == 0 ||
       m * k * loom_dtype_size(a->dtype) > LOOM_GEMM_A_IN_PLACE_BYTES)
     return 0;
   if (!bf16) return a->dtype == LOOM_FLOAT32;
@@ -87,8 +93,8 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
       b->sizes[0] != b1 || b->sizes[1] != b2 || b->sizes[2] != k ||
       b->sizes[3] != n || b1 < 0 || b2 < 0 || m < 0 || n < 0 || k < 0)
     return LOOM_ERROR_INVALID_ARGUMENT;
-  const int read_a = (isa & LOOM_GEMM_READ_A) != 0;
-  isa &= ~LOOM_GEMM_READ_A;
+  const int in_compute = (isa & LOOM_GEMM_IN_COMPUTE) != 0;
+  isa &= ~LOOM_GEMM_IN_COMPUTE;
   if (isa < 0 || isa >= LOOM_GEMM_ISA_COUNT || isa == LOOM_GEMM_AMX)
     isa = isa == LOOM_GEMM_AMX ? LOOM_GEMM_AVX512BF16 : LOOM_GEMM_GENERIC;
   int bf16 = isa == LOOM_GEMM_AVX512BF16 && a->dtype == LOOM_BFLOAT16;
@@ -115,7 +121,7 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->a_bytes = loom_gemm_align64(out->m_panels * blk.mr * out->kp * esz);
   out->b_bytes = loom_gemm_align64(out->n_panels * blk.nr * out->kp * esz);
   out->use_acc = c->dtype != LOOM_FLOAT32 || (n > 1 && c->strides[3] != 1);
-  out->a_in_place = read_a && loom_gemm_a_in_place(a, isa, bf16, m, k);
+  out->a_in_place = in_compute && loom_gemm_a_in_place(a, isa, bf16, m, k);
   out->a_offset = 0;
   out->b_offset = out->a_offset + out->a_count1 * out->a_count2 * out->a_bytes;
   out->workspace_bytes = out->b_offset + out->b_count1 * out->b_count2 * out->b_bytes;
@@ -127,13 +133,14 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->pack_grain = 65536 / per_unit > 1 ? 65536 / per_unit : 1;
   /* Small C (a weight gradient: long k, few tiles) is cut into smaller
    * tiles so every worker gets some. Each element still sums its k in the
-   * same order, so the tiling never changes a result. */
+   * same order, so the tiling never changes a result. Rows that fit one
+   * tile are cut last: then every B panel serves a single tile. */
   int64_t mcp = blk.mc_panels, ncp = blk.nc_panels;
   for (;;) {
     int64_t tiles = b1 * b2 * loom_gemm_ceil_div(out->m_panels, mcp) *
                     loom_gemm_ceil_div(out->n_panels, ncp);
     if (tiles >= LOOM_GEMM_MIN_TILES || (mcp == 1 && ncp == 1)) break;
-    if (ncp > 1 && (ncp >= mcp || mcp == 1)) ncp = (ncp + 1) / 2;
+    if (ncp > 1 && (ncp >= mcp || mcp == 1 || out->m_panels <= mcp)) ncp = (ncp + 1) / 2;
     else mcp = (mcp + 1) / 2;
   }
   out->mt = mcp * blk.mr;
@@ -143,78 +150,17 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->n_tiles = loom_gemm_ceil_div(n, out->nt);
   out->compute_range = b1 * b2 * out->m_tiles * out->n_tiles;
   out->compute_grain = 1;
+  /* One row tile: each B panel serves one compute tile, which packs it
+   * just before use, into its own cache. Apart, the pack launch wrote all
+   * of B to memory and the compute launch read it back (a 1x1 convolution
+   * of 256 channels to 64: the pack took 40% of the forward). */
+  if (in_compute && out->m_tiles == 1 && out->b_count1 * out->b_count2 == b1 * b2) {
+    if (out->kc * out->nr * esz > (int64_t)sizeof loom_gemm_b_block) return LOOM_ERROR_INTERNAL;
+    out->b_in_compute = 1;
+    out->pack_range = out->pack_units_a;
+    out->workspace_bytes = out->b_offset;
+  }
   return 0;
-}
-
-/* Packs `lanes` (<= width) lanes of a k-major panel: lane l, step kk reads
- * src[l*s_lane + kk*s_k]; fp32 destination [kp][width]. */
-static void loom_gemm_pack_f32(float *dst, const void *src, int32_t dtype,
-                               int64_t s_lane, int64_t s_k, int64_t lanes,
-                               int64_t width, int64_t k, int64_t kp, int vec) {
-  if (dtype == LOOM_FLOAT32 && s_k == 1 && s_lane != 1 && vec) {
-    loom_gemm_pack_t32_avx512((uint32_t *)dst, src, s_lane * 4, lanes, width, k);
-    return;
-  }
-  if (dtype == LOOM_FLOAT32 && s_lane == 1 && width <= 32 && vec) {
-    loom_gemm_pack_rows32_avx512((uint32_t *)dst, (const uint32_t *)src, s_k, lanes, width, k);
-    if (kp > k) memset(dst + k * width, 0, (size_t)((kp - k) * width) * sizeof(float));
-    return;
-  }
-  if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(float));
-  if (dtype == LOOM_FLOAT32) {
-    const float *s = (const float *)src;
-    if (s_lane == 1) {
-      for (int64_t kk = 0; kk < k; ++kk)
-        memcpy(dst + kk * width, s + kk * s_k, (size_t)lanes * sizeof(float));
-    } else if (s_k == 1) {
-      for (int64_t l = 0; l < lanes; ++l) {
-        const float *row = s + l * s_lane;
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * width + l] = row[kk];
-      }
-    } else {
-      for (int64_t kk = 0; kk < k; ++kk)
-        for (int64_t l = 0; l < lanes; ++l)
-          dst[kk * width + l] = s[l * s_lane + kk * s_k];
-    }
-    return;
-  }
-  for (int64_t kk = 0; kk < k; ++kk)
-    for (int64_t l = 0; l < lanes; ++l)
-      dst[kk * width + l] = loom_gemm_load(src, dtype, l * s_lane + kk * s_k);
-}
-
-/* As above for bf16 operands kept in bf16: [kp/2][width][2] k-pairs. */
-static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
-                                int64_t s_lane, int64_t s_k, int64_t lanes,
-                                int64_t width, int64_t k, int64_t kp) {
-  /* Only the AVX512-BF16 variant packs bf16, so AVX-512 is there. */
-  if (s_k == 1 && s_lane != 1) {
-    loom_gemm_pack_t32_avx512((uint32_t *)dst, src, s_lane * 2, lanes, width, k / 2);
-    if (k & 1) {
-      uint16_t *d = dst + (k >> 1) * 2 * width;
-      memset(d, 0, (size_t)(2 * width) * sizeof(uint16_t));
-      for (int64_t l = 0; l < lanes; ++l) d[2 * l] = src[l * s_lane + k - 1];
-    }
-    return;
-  }
-  if (s_lane == 1 && width % 32 == 0) {
-    loom_gemm_pack_pairs16_avx512(dst, src, s_k, lanes, width, k);
-    return;
-  }
-  if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(uint16_t));
-  if (s_k == 1) {
-    for (int64_t l = 0; l < lanes; ++l) {
-      const uint16_t *row = src + l * s_lane;
-      for (int64_t kk = 0; kk < k; ++kk)
-        dst[(kk >> 1) * 2 * width + 2 * l + (kk & 1)] = row[kk];
-    }
-    return;
-  }
-  for (int64_t kk = 0; kk < k; ++kk) {
-    uint16_t *d = dst + (kk >> 1) * 2 * width + (kk & 1);
-    const uint16_t *s = src + kk * s_k;
-    for (int64_t l = 0; l < lanes; ++l) d[2 * l] = s[l * s_lane];
-  }
 }
 
 /* n fp32 values into a row of C (element stride cs), converted. The
@@ -235,77 +181,49 @@ static void loom_gemm_store_row(char *dst, int32_t dtype, int64_t cs, const floa
   }
 }
 
-static const char *loom_gemm_elem(const loom_tensor *t, int64_t i0, int64_t i1,
-                                  int64_t i2, int64_t i3) {
-  return (const char *)t->data +
-         (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] +
-          i3 * t->strides[3]) * loom_dtype_size(t->dtype);
-}
-
-int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
-                          int64_t end) {
-  if (args->num_tensors < 4 || args->num_scalars < 3)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
-                    *b = &args->tensors[2];
-  loom_gemm_plan p;
-  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &p);
-  if (rc) return rc;
-  char *ws = (char *)args->tensors[3].data;
-  int64_t width_bytes = p.packed_bf16 ? 2 : 4;
-  for (int64_t u = begin; u < end; ++u) {
-    const loom_tensor *src;
-    int64_t count2, panels, width, lanes_total, s_lane, s_k, unit;
-    char *base;
-    int64_t bytes;
-    if (u < p.pack_units_a) {
-      src = a, count2 = p.a_count2, panels = p.m_panels, width = p.mr;
-      lanes_total = p.m, s_lane = a->strides[2], s_k = a->strides[3];
-      unit = u, base = ws + p.a_offset, bytes = p.a_bytes;
-    } else {
-      src = b, count2 = p.b_count2, panels = p.n_panels, width = p.nr;
-      lanes_total = p.n, s_lane = b->strides[3], s_k = b->strides[2];
-      unit = u - p.pack_units_a, base = ws + p.b_offset, bytes = p.b_bytes;
-    }
-    int64_t mat = unit / panels, panel = unit % panels;
-    int64_t i1 = mat / count2, i2 = mat % count2;
-    int64_t l0 = panel * width;
-    int64_t lanes = lanes_total - l0 < width ? lanes_total - l0 : width;
-    if (src == a && p.a_in_place && lanes == width) continue; /* read in place */
-    const char *s = src == a ? loom_gemm_elem(a, i1, i2, l0, 0)
-                             : loom_gemm_elem(b, i1, i2, 0, l0);
-    int64_t es = loom_dtype_size(src->dtype);
-    for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
-      int64_t kcur = p.kp - pc < p.kc ? p.kp - pc : p.kc;
-      int64_t kreal = p.k - pc < kcur ? p.k - pc : kcur;
-      char *d = base + mat * bytes + loom_gemm_panel_offset(&p, panels, width, pc, panel) * width_bytes;
-      const char *sk = s + pc * s_k * es;
-      if (p.packed_bf16)
-        loom_gemm_pack_bf16((uint16_t *)d, (const uint16_t *)sk, s_lane, s_k,
-                            lanes, width, kreal, kcur);
-      else
-        loom_gemm_pack_f32((float *)d, sk, src->dtype, s_lane, s_k, lanes, width,
-                           kreal, kcur, p.isa != LOOM_GEMM_GENERIC);
-    }
-  }
-  return 0;
-}
-
-/* A byte range brought into L2 in equal slices, one slice per step. */
+/* Runs of bytes a stride apart (or one byte range, cut in slices) brought
+ * into L2, a share of the runs per step. */
 typedef struct loom_gemm_fetch {
-  const char *next, *end;
-  int64_t slice;
+  const char *run;
+  int64_t runs, stride, bytes, per_step;
 } loom_gemm_fetch;
 
-static loom_gemm_fetch loom_gemm_fetch_init(const char *p, int64_t bytes,
-                                            int64_t steps) {
-  int64_t slice = (bytes / (steps > 0 ? steps : 1) + 63) & ~(int64_t)63;
-  return (loom_gemm_fetch){.next = p, .end = p + bytes, .slice = slice};
+static loom_gemm_fetch loom_gemm_fetch_runs(const char *p, int64_t runs, int64_t stride,
+                                            int64_t bytes, int64_t steps) {
+  return (loom_gemm_fetch){.run = p, .runs = runs, .stride = stride, .bytes = bytes,
+                           .per_step = loom_gemm_ceil_div(runs, steps > 0 ? steps : 1)};
+}
+
+static loom_gemm_fetch loom_gemm_fetch_init(const char *p, int64_t bytes, int64_t steps) {
+  int64_t slice = loom_gemm_align64(loom_gemm_ceil_div(bytes, steps > 0 ? steps : 1));
+  int64_t runs = slice > 0 ? loom_gemm_ceil_div(bytes, slice) : 0;
+  /* the last slice may reach past the range: prefetches never fault */
+  return loom_gemm_fetch_runs(p, runs, slice, slice, steps);
 }
 
 static void loom_gemm_fetch_step(loom_gemm_fetch *f) {
-  const char *stop = f->next + f->slice < f->end ? f->next + f->slice : f->end;
-  for (; f->next < stop; f->next += 64) __builtin_prefetch(f->next, 0, 2);
+  for (int64_t r = 0; r < f->per_step && f->runs > 0; ++r, --f->runs, f->run += f->stride) {
+    for (int64_t b = 0; b < f->bytes; b += 64) __builtin_prefetch(f->run + b, 0, 2);
+    __builtin_prefetch(f->run + f->bytes - 1, 0, 2);
+  }
+}
+
+/* The source of B panel `panel`'s k block at pc (a B packed by the compute
+ * launch), as runs for loom_gemm_fetch: rows of the panel's lanes, or
+ * lanes of the block's k; nothing for other layouts. */
+static loom_gemm_fetch loom_gemm_fetch_b_source(const loom_gemm_plan *p, const loom_tensor *b,
+                                                int64_t mat, int64_t panel, int64_t pc,
+                                                int64_t steps) {
+  const int64_t es = loom_dtype_size(b->dtype), l0 = panel * p->nr;
+  const int64_t lanes = p->n - l0 < p->nr ? p->n - l0 : p->nr;
+  const int64_t kcur = p->kp - pc < p->kc ? p->kp - pc : p->kc;
+  const int64_t kreal = p->k - pc < kcur ? p->k - pc : kcur;
+  const char *s = loom_gemm_elem(b, mat / p->batch2, mat % p->batch2, pc, l0);
+  if (b->strides[3] == 1)
+    return loom_gemm_fetch_runs(s, kreal, b->strides[2] * es, lanes * es, steps);
+  if (b->strides[2] == 1)
+    return loom_gemm_fetch_runs(s, lanes, b->strides[3] * es, kreal * es, steps);
+  return (loom_gemm_fetch){0};
 }
 
 /* Rows of a micro-tile of C (fp32, unit column stride), each from its
@@ -393,8 +311,11 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
 
     const char *ap = ws + p.a_offset +
                      ((p.a_count1 > 1 ? i1 : 0) * p.a_count2 + (p.a_count2 > 1 ? i2 : 0)) * p.a_bytes;
-    const char *bp = ws + p.b_offset +
-                     ((p.b_count1 > 1 ? i1 : 0) * p.b_count2 + (p.b_count2 > 1 ? i2 : 0)) * p.b_bytes;
+    /* packed B, unless the tile packs its own panels */
+    const char *bp = p.b_in_compute ? NULL
+                   : ws + p.b_offset +
+                         ((p.b_count1 > 1 ? i1 : 0) * p.b_count2 + (p.b_count2 > 1 ? i2 : 0)) *
+                             p.b_bytes;
     int64_t mp0 = m0 / p.mr, np0 = n0 / p.nr;
     int64_t mpn = loom_gemm_ceil_div(mt, p.mr), npn = loom_gemm_ceil_div(nt, p.nr);
     for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
@@ -408,12 +329,24 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
             ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc_next, mp0) * esz,
             mpn * p.mr * kc_next * esz, npn * mpn);
       for (int64_t jp = 0; jp < npn; ++jp) {
-        const char *bpanel = bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc, np0 + jp) * esz;
+        const char *bpanel = (const char *)loom_gemm_b_block;
+        if (p.b_in_compute)
+          loom_gemm_pack_block(&p, b, 0, i1 * p.batch2 + i2, np0 + jp, pc,
+                               (char *)loom_gemm_b_block);
+        else
+          bpanel = bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc, np0 + jp) * esz;
         int nr = (int)(nt - jp * p.nr < p.nr ? nt - jp * p.nr : p.nr);
         /* The next B micro-panel, fetched into L2 while this one is in use:
          * otherwise its first pass runs at memory latency. */
         loom_gemm_fetch b_next = {0};
-        if (fetch && jp + 1 < npn)
+        if (p.b_in_compute) {
+          /* the next panel's source, which this tile packs next */
+          const int64_t mat = i1 * p.batch2 + i2;
+          if (jp + 1 < npn)
+            b_next = loom_gemm_fetch_b_source(&p, b, mat, np0 + jp + 1, pc, mpn);
+          else if (pc_next < p.kp)
+            b_next = loom_gemm_fetch_b_source(&p, b, mat, np0, pc_next, mpn);
+        } else if (fetch && jp + 1 < npn)
           b_next = loom_gemm_fetch_init(
               bp + loom_gemm_panel_offset(&p, p.n_panels, p.nr, pc, np0 + jp + 1) * esz,
               p.nr * kc * esz, mpn);

@@ -11,7 +11,7 @@
  * A multiply is two launches on one stream, over the same arguments:
  *   tensors: [0] C, [1] A, [2] B, [3] workspace (bytes, plan.workspace_bytes),
  *            [4] Cin (optional; omit it when beta == 0)
- *   scalars: [0].i isa (loom_gemm_isa), optionally | LOOM_GEMM_READ_A;
+ *   scalars: [0].i isa (loom_gemm_isa), optionally | LOOM_GEMM_IN_COMPUTE;
  *            [1].f alpha, [2].f beta
  *   1. loom_gemm_pack_kernel    over [0, plan.pack_range), grain plan.pack_grain
  *   2. loom_gemm_compute_kernel over [0, plan.compute_range), grain plan.compute_grain
@@ -39,10 +39,13 @@ typedef enum loom_gemm_isa {
 } loom_gemm_isa;
 
 /* Added to the isa of a plan (and of both launches): the compute launch
- * may read full row panels of a small, k-contiguous A where they lie, and
- * the pack launch then skips them. Only for loom_gemm_compute_kernel: other
- * users of the packed A (the convolutions) must not pass it. */
-enum { LOOM_GEMM_READ_A = 0x100 };
+ * may take over work of the pack launch. It reads full row panels of a
+ * small, k-contiguous A where they lie, and, when one row tile covers C
+ * (every B panel then serves one tile), packs each B panel itself just
+ * before use, into the thread's cache instead of through memory. Only for
+ * loom_gemm_compute_kernel: other users of the packed operands (the
+ * convolutions) must not pass it. */
+enum { LOOM_GEMM_IN_COMPUTE = 0x100 };
 
 /* The variant to use, chosen once from the CPU's features; LOOM_GEMM=
  * generic|avx512|avx512bf16|amx overrides it, capped at what the CPU runs. */
@@ -59,6 +62,7 @@ typedef struct loom_gemm_plan {
   int32_t mr, nr;      /* register tile */
   int32_t use_acc;     /* C's tiles accumulate in the thread's fp32 buffer */
   int32_t a_in_place;  /* full row panels of A are read where they lie */
+  int32_t b_in_compute; /* B's panels are packed by the compute launch */
   int64_t batch1, batch2, m, n, k;
   int64_t kp;          /* k rounded up to the pack's k granule */
   int64_t kc;          /* k block walked per pass over a C tile */

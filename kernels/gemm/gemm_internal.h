@@ -71,6 +71,19 @@ static inline void loom_gemm_store(void *p, int32_t dtype, int64_t i, float v) {
   }
 }
 
+/* Element (i0, i1, i2, i3) of a rank-4 operand. */
+static inline const char *loom_gemm_elem(const loom_tensor *t, int64_t i0, int64_t i1,
+                                         int64_t i2, int64_t i3) {
+  return (const char *)t->data +
+         (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] +
+          i3 * t->strides[3]) * loom_dtype_size(t->dtype);
+}
+
+/* k block [pc, pc + kc) of row panel `panel` of A (is_a) or column panel
+ * of B, of the distinct matrix `mat`, packed at dst (gemm_pack.c). */
+void loom_gemm_pack_block(const loom_gemm_plan *p, const loom_tensor *src, int is_a,
+                          int64_t mat, int64_t panel, int64_t pc, char *dst);
+
 /* The micro-kernel for a plan's variant and operand format. */
 loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p);
 

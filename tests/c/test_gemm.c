@@ -293,10 +293,13 @@ static void test_small_tiles_agree(int isa, int32_t dtype) {
   free(a.data), free(b.data), free(full.data);
 }
 
-/* Full row panels of A read in place (LOOM_GEMM_READ_A) must give the bits
- * of packed panels, and the plan must take that path exactly when A allows
- * it: the micro-kernel's format, k contiguous, aligned bf16 pairs, small. */
-static void check_read_a(const gemm_case *g, int isa, int expect) {
+/* The compute launch's own handling of operands (LOOM_GEMM_IN_COMPUTE)
+ * must give the bits of the two-launch path, and the plan must take each
+ * part exactly when it applies: full row panels of A read in place (the
+ * micro-kernel's format, k contiguous, aligned bf16 pairs, small, rows not
+ * 4 KB apart), and B's panels packed per tile (one row tile, B not
+ * broadcast). */
+static void check_in_compute(const gemm_case *g, int isa, int expect_a, int expect_b) {
   int64_t sa[4], ta[4], sb[4], tb[4];
   int64_t na = operand(g, g->m, g->k, g->trans_a, g->bcast_a, sa, ta);
   int64_t nb = operand(g, g->k, g->n, g->trans_b, g->bcast_b, sb, tb);
@@ -309,40 +312,49 @@ static void check_read_a(const gemm_case *g, int isa, int expect) {
   loom_tensor cin = make(LOOM_FLOAT32, elems, csz, cst);
   const loom_tensor *cinp = g->beta != 0.0 ? &cin : NULL;
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_READ_A, &p) == 0, "plan");
+  CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_IN_COMPUTE, &p) == 0, "plan");
   int reads_bf16 = isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX;
-  int want = expect && (g->in_dtype == LOOM_FLOAT32 ? isa != LOOM_GEMM_GENERIC : reads_bf16);
+  int want = expect_a && (g->in_dtype == LOOM_FLOAT32 ? isa != LOOM_GEMM_GENERIC : reads_bf16);
   CHECK(p.a_in_place == want, "%s m=%ld k=%ld in=%d pad=%d: a_in_place %d, want %d",
         isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->pad, p.a_in_place, want);
+  CHECK(p.b_in_compute == expect_b, "%s m=%ld n=%ld: b_in_compute %d, want %d", isa_name(isa),
+        (long)g->m, (long)g->n, p.b_in_compute, expect_b);
   CHECK(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
-  CHECK(run(&direct, &a, &b, cinp, isa | LOOM_GEMM_READ_A, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK(run(&direct, &a, &b, cinp, isa | LOOM_GEMM_IN_COMPUTE, g->alpha, g->beta, 0) == 0, "direct");
   CHECK(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
-        "%s m=%ld k=%ld in=%d: A read in place changed the bits", isa_name(isa), (long)g->m,
-        (long)g->k, g->in_dtype);
+        "%s m=%ld k=%ld in=%d tb=%d: the compute launch's own operands changed the bits",
+        isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->trans_b);
   free(a.data), free(b.data), free(packed.data), free(direct.data), free(cin.data);
 }
 
-static void test_read_a(int isa) {
-  /* 37 rows: three full panels in place and a packed last one; k spans
-   * several k blocks; sliced rows; a batch-broadcast A; alpha and Cin. */
-  gemm_case g = {.b1 = 1, .b2 = 3, .m = 37, .n = 45, .k = 600, .pad = 2, .bcast_a = 1,
+static void test_in_compute(int isa) {
+  /* 37 rows: three full panels in place and a packed last one, one row
+   * tile (600 columns make enough column tiles); k spans several k
+   * blocks; sliced rows; a batch-broadcast A; alpha and Cin. */
+  gemm_case g = {.b1 = 1, .b2 = 3, .m = 37, .n = 600, .k = 600, .pad = 2, .bcast_a = 1,
                  .in_dtype = LOOM_FLOAT32, .out_dtype = LOOM_FLOAT32, .alpha = 0.5,
                  .beta = 2.0};
-  check_read_a(&g, isa, 1);
-  g.in_dtype = LOOM_BFLOAT16, g.out_dtype = LOOM_BFLOAT16, g.k = 1100, g.bcast_a = 0;
-  check_read_a(&g, isa, 1);
+  check_in_compute(&g, isa, 1, 1);
+  g.trans_b = 1; /* B's panels from k-contiguous lanes */
+  check_in_compute(&g, isa, 1, 1);
+  g.trans_b = 0, g.bcast_a = 0, g.bcast_b = 1; /* a broadcast B serves several tiles */
+  check_in_compute(&g, isa, 1, 0);
+  g.bcast_b = 0, g.in_dtype = LOOM_BFLOAT16, g.out_dtype = LOOM_BFLOAT16, g.k = 1100;
+  check_in_compute(&g, isa, 1, 1);
   g.k = 71; /* an odd k has no last pair to read */
-  check_read_a(&g, isa, 0);
+  check_in_compute(&g, isa, 0, 1);
   g.k = 70, g.pad = 1; /* rows an odd number of bf16 apart are not pairs */
-  check_read_a(&g, isa, 0);
+  check_in_compute(&g, isa, 0, 1);
   g.in_dtype = LOOM_FLOAT16, g.pad = 2; /* packed as fp32 */
-  check_read_a(&g, isa, 0);
+  check_in_compute(&g, isa, 0, 1);
   g.in_dtype = LOOM_FLOAT32, g.trans_a = 1; /* k not contiguous */
-  check_read_a(&g, isa, 0);
+  check_in_compute(&g, isa, 0, 1);
   g.trans_a = 0, g.m = 11; /* no full panel */
-  check_read_a(&g, isa, 0);
-  g.m = 300, g.k = 500, g.b2 = 1; /* past the size worth reading in place */
-  check_read_a(&g, isa, 0);
+  check_in_compute(&g, isa, 0, 1);
+  g.m = 20, g.k = 1024, g.pad = 0; /* rows 4 KB apart */
+  check_in_compute(&g, isa, 0, 1);
+  g.m = 300, g.k = 500, g.b2 = 1; /* past the size worth reading in place; row tiles */
+  check_in_compute(&g, isa, 0, 0);
 }
 
 /* Single-column results through the matrix-vector kernel: row-major and
@@ -425,7 +437,7 @@ int main(void) {
     test_variants_agree(isa);
     test_small_tiles_agree(isa, LOOM_FLOAT32);
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
-    test_read_a(isa);
+    test_in_compute(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            failures == before ? "ok" : "FAILED");
