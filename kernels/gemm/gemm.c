@@ -55,23 +55,25 @@ static loom_gemm_blocking loom_gemm_blocking_for(int32_t isa, int bf16) {
                               .mc_panels = 24, .nc_panels = 16};
 }
 
-/* Packed A past this size is worth its pack: read over many column tiles
- * (128 x 1024 fp32) it ran 4% faster packed, and at 2048 in place was
- * 3-13% slower. */
+/* A pack pays off when its panels serve many column tiles. Reading A in
+ * place: 256 x 256: 2-4% faster (fp32), a C 256 columns wide 5-7%; A read
+ * over many column tiles ran up to 4% faster packed (128 x 1024 fp32 by
+ * 4096 columns), and at 2048 in place was 3-13% slower. */
 #define LOOM_GEMM_A_IN_PLACE_BYTES ((int64_t)256 << 10)
+#define LOOM_GEMM_A_IN_PLACE_COLS 512
 
 /* Whether the 12-row tiles read A's rows where they lie instead of from a
  * packed panel: A must hold the micro-kernel's own format (fp32, or aligned
- * bf16 pairs) with k contiguous. At 256 this saves the pack's transpose,
- * 7% of an fp32 multiply and 15% of a bf16 one. */
-static int loom_gemm_a_in_place(const loom_tensor *a, int32_t isa, int bf16,
-                                int64_t m, int64_t k) {
+ * bf16 pairs) with k contiguous, and be small or multiply a narrow C. */
+static int loom_gemm_a_in_place(const loom_tensor *a, int32_t isa, int bf16, int64_t m,
+                                int64_t n, int64_t k) {
   if (isa != LOOM_GEMM_AVX512 && isa != LOOM_GEMM_AVX512BF16) return 0;
   /* Rows a multiple of 4 KB apart share L1 sets: twelve of them fill a
    * set's ways (128 x 1024 fp32: 12% slower than rows 1040 apart). */
   const int64_t row_bytes = a->strides[2] * loom_dtype_size(a->dtype);
   if (m < LOOM_GEMM_AVX512_MR || a->strides[3] != 1 || row_bytes % 4096 == 0 ||
-      m * k * loom_dtype_size(a->dtype) > LOOM_GEMM_A_IN_PLACE_BYTES)
+      (m * k * loom_dtype_size(a->dtype) > LOOM_GEMM_A_IN_PLACE_BYTES &&
+       n > LOOM_GEMM_A_IN_PLACE_COLS))
     return 0;
   if (!bf16) return a->dtype == LOOM_FLOAT32;
   return k % 2 == 0 && a->strides[2] % 2 == 0 && a->strides[1] % 2 == 0 &&
@@ -121,7 +123,7 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->a_bytes = loom_gemm_align64(out->m_panels * blk.mr * out->kp * esz);
   out->b_bytes = loom_gemm_align64(out->n_panels * blk.nr * out->kp * esz);
   out->use_acc = c->dtype != LOOM_FLOAT32 || (n > 1 && c->strides[3] != 1);
-  out->a_in_place = in_compute && loom_gemm_a_in_place(a, isa, bf16, m, k);
+  out->a_in_place = in_compute && loom_gemm_a_in_place(a, isa, bf16, m, n, k);
   out->a_offset = 0;
   out->b_offset = out->a_offset + out->a_count1 * out->a_count2 * out->a_bytes;
   out->workspace_bytes = out->b_offset + out->b_count1 * out->b_count2 * out->b_bytes;

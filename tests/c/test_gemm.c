@@ -355,6 +355,8 @@ static void test_in_compute(int isa) {
   check_in_compute(&g, isa, 0, 1);
   g.m = 300, g.k = 500, g.b2 = 1; /* past the size worth reading in place; row tiles */
   check_in_compute(&g, isa, 0, 0);
+  g.n = 256; /* as large, but a narrow C: its panels serve few tiles */
+  check_in_compute(&g, isa, 1, 0);
   /* 200 rows in one tall tile, when the columns make tiles enough (the
    * generic kernel's 4-row panels are too many for one tile) */
   g.m = 200, g.k = 40, g.n = 1600, g.b2 = 3;
