@@ -169,7 +169,8 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   if (in_compute && out->m_tiles == 1 && out->b_count1 * out->b_count2 == b1 * b2) {
     if (out->kc * out->nr * esz > (int64_t)sizeof loom_gemm_b_block) return LOOM_ERROR_INTERNAL;
     out->b_in_compute = 1;
-    out->pack_range = out->pack_units_a;
+    /* nothing left for the pack launch when A is read in place whole */
+    out->pack_range = out->a_in_place && m % blk.mr == 0 ? 0 : out->pack_units_a;
     out->workspace_bytes = out->b_offset;
   }
   return 0;

@@ -319,6 +319,9 @@ static void check_in_compute(const gemm_case *g, int isa, int expect_a, int expe
         isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->pad, p.a_in_place, want);
   CHECK(p.b_in_compute == expect_b, "%s m=%ld n=%ld: b_in_compute %d, want %d", isa_name(isa),
         (long)g->m, (long)g->n, p.b_in_compute, expect_b);
+  if (p.a_in_place && p.b_in_compute)
+    CHECK((p.pack_range == 0) == (g->m % p.mr == 0), "%s m=%ld: pack range %ld",
+          isa_name(isa), (long)g->m, (long)p.pack_range);
   CHECK(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
   CHECK(run(&direct, &a, &b, cinp, isa | LOOM_GEMM_IN_COMPUTE, g->alpha, g->beta, 0) == 0, "direct");
   CHECK(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
@@ -335,7 +338,9 @@ static void test_in_compute(int isa) {
                  .in_dtype = LOOM_FLOAT32, .out_dtype = LOOM_FLOAT32, .alpha = 0.5,
                  .beta = 2.0};
   check_in_compute(&g, isa, 1, 1);
-  g.trans_b = 1; /* B's panels from k-contiguous lanes */
+  g.m = 36; /* whole panels only: nothing for the pack launch */
+  check_in_compute(&g, isa, 1, 1);
+  g.m = 37, g.trans_b = 1; /* B's panels from k-contiguous lanes */
   check_in_compute(&g, isa, 1, 1);
   g.trans_b = 0, g.bcast_a = 0, g.bcast_b = 1; /* a broadcast B serves several tiles */
   check_in_compute(&g, isa, 1, 0);
