@@ -191,16 +191,36 @@ class Timed:
         if self.plan.quick:
             self.samples = [self.first_call_s]
             return out
+        warm = []
         for _ in range(1 if est > self.plan.slow_call_s or self.hurry else 2):
             t0 = clock()
             self.fn()
             self.sync()
-            est = clock() - t0
+            warm.append(clock() - t0)
+        est = min(warm)  # a warm-up call that hit a hiccup is not the call's time
         if est < self.plan.min_sample_s:
-            self.inner = min(1000, max(1, int(self.plan.min_sample_s / max(est, 1e-7))))
+            self.inner = self._calibrate(est)
         if est > self.plan.slow_call_s or self.hurry:
             self.min_samples = 1
         return out
+
+    def _calibrate(self, est: float) -> int:
+        """Calls per sample for a call of about `est` seconds. One warm-up
+        call that hit a hiccup makes `est` too long and the count too small,
+        and then every sample is dominated by the wake-up after the idle
+        settle: the count doubles until a block of calls fills half a
+        sample."""
+        clock = time.perf_counter
+        n = min(1000, max(1, int(self.plan.min_sample_s / max(est, 1e-7))))
+        while n < 1000:
+            t0 = clock()
+            for _ in range(n):
+                self.fn()
+            self.sync()
+            if clock() - t0 >= self.plan.min_sample_s / 2:
+                break
+            n = min(1000, 2 * n)
+        return n
 
     @property
     def done(self) -> bool:

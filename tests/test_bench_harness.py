@@ -119,3 +119,26 @@ def test_bandwidth_limits_take_streaming_stores_and_the_later_run():
     both = summarize(start, 2, end)
     assert both["bw_read"]["value"] == 55.0 and both["bw_triad"]["value"] == 60.0
     assert "bw_copy" not in both
+
+
+def test_a_slow_warm_up_call_does_not_shrink_the_calls_per_sample():
+    """Warm-up calls that hit a hiccup must not leave samples of a few
+    calls, each then paying for the wake-up after the idle settle."""
+    import time
+
+    from bench.harness import Plan, Timed
+
+    for stalled in ({3}, {2, 3}):  # the last warm-up call stalls; both do
+        calls = []
+
+        def fn():
+            calls.append(1)
+            time.sleep(0.005 if len(calls) in stalled else 0.0002)
+
+        t = Timed(fn, lambda: None, Plan(quick=False, min_sample_s=0.01))
+        t.start()
+        # a call of ~0.2 ms needs about 50 per 10 ms sample; the stalled
+        # estimate alone gave 2
+        assert t.inner >= 16, (stalled, t.inner)
+        t.sample()
+        assert len(t.samples) == 1 and t.samples[0] < 0.002
