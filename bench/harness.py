@@ -155,7 +155,12 @@ class Plan:
     min_budget_s: float = 0.2  # ... and at least, however late the run is
     min_samples: int = 3
     max_samples: int = 21
-    min_sample_s: float = 0.01  # tiny calls are repeated inside one sample
+    # Calls shorter than this are repeated inside one sample. The first call
+    # after the idle settle runs slow (about 0.3 ms here, even one thread
+    # with no pool to wake): 50 ms keeps that under 1% of a sample, where
+    # 10 ms cost a 3 ms call about 9%.
+    min_sample_s: float = 0.05
+    max_inner: int = 100000  # calls per sample, at most
     slow_call_s: float = 4.0    # beyond this, one warm-up and one sample
     # Idle time before each sample: the configurations share one process,
     # and the thread pool that just ran (OpenMP's spins for milliseconds)
@@ -211,15 +216,16 @@ class Timed:
         settle: the count doubles until a block of calls fills half a
         sample."""
         clock = time.perf_counter
-        n = min(1000, max(1, int(self.plan.min_sample_s / max(est, 1e-7))))
-        while n < 1000:
+        cap = self.plan.max_inner
+        n = min(cap, max(1, int(self.plan.min_sample_s / max(est, 1e-7))))
+        while n < cap:
             t0 = clock()
             for _ in range(n):
                 self.fn()
             self.sync()
             if clock() - t0 >= self.plan.min_sample_s / 2:
                 break
-            n = min(1000, 2 * n)
+            n = min(cap, 2 * n)
         return n
 
     @property
