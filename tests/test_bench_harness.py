@@ -128,17 +128,19 @@ def test_a_slow_warm_up_call_does_not_shrink_the_calls_per_sample():
 
     from bench.harness import Plan, Timed
 
-    for stalled in ({3}, {2, 3}):  # the last warm-up call stalls; both do
+    # call number -> its stall: the last warm-up call, both, or one past a
+    # whole sample
+    for stalls in ({3: 0.005}, {2: 0.005, 3: 0.005}, {3: 0.02}):
         calls = []
 
         def fn():
             calls.append(1)
-            time.sleep(0.005 if len(calls) in stalled else 0.0002)
+            time.sleep(stalls.get(len(calls), 0.0002))
 
         t = Timed(fn, lambda: None, Plan(quick=False, min_sample_s=0.01))
         t.start()
         # a call of ~0.2 ms needs about 50 per 10 ms sample; the stalled
         # estimate alone gave 2
-        assert t.inner >= 16, (stalled, t.inner)
+        assert t.inner >= 16, (stalls, t.inner)
         t.sample()
         assert len(t.samples) == 1 and t.samples[0] < 0.002
