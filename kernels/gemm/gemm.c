@@ -7,6 +7,9 @@
  * panels of [kp][nr] (or [kp/2][nr][2]), each split into k blocks of kc
  * stored block-major (loom_gemm_panel_offset). Panels are zero-padded to
  * full tiles, so micro-kernels never branch on edges inside the k loop.
+ * With LOOM_GEMM_IN_COMPUTE only A's partial last panel is packed when A
+ * is read in place, and B has no space when each tile packs its own
+ * panels (a thread-local k block at a time).
  * When C is not fp32 with unit column stride, each compute tile sums in an
  * fp32 buffer of the thread's own, then is stored converted. */
 #include "kernels/gemm/gemm.h"
@@ -335,9 +338,10 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
       int64_t kc = p.kp - pc < p.kc ? p.kp - pc : p.kc;
       int64_t pc_next = pc + p.kc;
       int64_t kc_next = p.kp - pc_next < p.kc ? p.kp - pc_next : p.kc;
-      /* The next k block's A panels, fetched into L2 a slice per call. */
+      /* The next k block's A panels, fetched into L2 a slice per call (not
+       * when A is read in place: its packed panels were never written). */
       loom_gemm_fetch a_next = {0};
-      if (fetch && pc_next < p.kp)
+      if (fetch && !p.a_in_place && pc_next < p.kp)
         a_next = loom_gemm_fetch_init(
             ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc_next, mp0) * esz,
             mpn * p.mr * kc_next * esz, npn * mpn);

@@ -16,7 +16,9 @@
  *   1. loom_gemm_pack_kernel    over [0, plan.pack_range), grain plan.pack_grain
  *   2. loom_gemm_compute_kernel over [0, plan.compute_range), grain plan.compute_grain
  * The pack launch copies A and B into register-tile panels in the workspace
- * (each distinct matrix once, broadcast ones once); the compute launch owns
+ * (each distinct matrix once, broadcast ones once), except what the compute
+ * launch takes over under LOOM_GEMM_IN_COMPUTE; its range may then be 0,
+ * and it need not be launched. The compute launch owns
  * disjoint tiles of C and walks K in a fixed order, so the result is bitwise
  * independent of the thread count and of the grain. */
 #ifndef LOOM_KERNELS_GEMM_H
