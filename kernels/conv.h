@@ -74,9 +74,11 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
  *          loom_gemm_pack_kernel over [0, plan.pack_units_a); C fp32 with
  *          unit column stride; [4] image (rank 5: N, C, D, H, W, fp32, any
  *          strides); [5] optional bias (O, fp32).
- * scalars: [0].i isa, [1].i positions per tile (loom_conv_tile_positions),
- * [2..16] the geometry as above, and optionally [17].i the pieces of the
- * last tile (loom_conv_tail_split; else 1).
+ * scalars: [0].i isa, which may carry LOOM_GEMM_IN_COMPUTE: then the full
+ * panels of an A that the plan reads in place (plan.a_in_place) are not
+ * packed and are read from A itself; [1].i positions per tile
+ * (loom_conv_tile_positions), [2..16] the geometry as above, and optionally
+ * [17].i the pieces of the last tile (loom_conv_tail_split; else 1).
  * range: C's batch * G * (ceil(C's cols / positions per tile) - 1 + pieces),
  * grain any. Each output element sums its k in the GEMM's fixed order,
  * whatever the tiling. */

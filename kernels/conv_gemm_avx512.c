@@ -340,8 +340,13 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
         for (int64_t ip = ip0; ip < ip1; ++ip) {
           const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
           int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
-          ukr(kc, apanel, bpanel, tc + ip * pl.mr * ldt + jp * LOOM_GEMM_AVX512_NR, ldt, 1.0f,
-              mr, nr, bias != NULL || pc > 0);
+          float *ct = tc + ip * pl.mr * ldt + jp * LOOM_GEMM_AVX512_NR;
+          if (pl.a_in_place && mr == pl.mr)
+            loom_gemm_ukr_avx512_f32_rows(kc, loom_gemm_elem(a, 0, grp, ip * pl.mr, pc),
+                                          a->strides[2], bpanel, ct, ldt, 1.0f, nr,
+                                          bias != NULL || pc > 0);
+          else
+            ukr(kc, apanel, bpanel, ct, ldt, 1.0f, mr, nr, bias != NULL || pc > 0);
         }
       }
     }

@@ -201,6 +201,10 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   loom_tensor b = view4(input, op, {bn, groups, ck, cols}, {groups * ck * cols, ck * cols, cols, 1});
   loom_tensor cc = view4(c_out, op, {bn, groups, og, cols}, {o * cols, og * cols, cols, 1});
   loom_gemm_plan plan;
+  // The kernel reads full panels of a weight used as it is in place when
+  // the GEMM's rule says so (deep layers: 512 channels at 7x7, batch 8,
+  // 8% faster; at 14x14 by stride 2, 4%); a flipped one is always packed.
+  if (!flipped) isa = static_cast<loom_gemm_isa>(isa | LOOM_GEMM_IN_COMPUTE);
   Tensor ws = pack_a(cc, a, b, isa, out.options(), op, &plan, flipped ? weight : Tensor());
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[6] = {cc, a, b, describe(ws, op), image5(input, op),

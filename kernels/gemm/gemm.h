@@ -45,8 +45,9 @@ typedef enum loom_gemm_isa {
  * small, k-contiguous A where they lie, and, when one row tile covers C
  * (every B panel then serves one tile), packs each B panel itself just
  * before use, into the thread's cache instead of through memory. Only for
- * loom_gemm_compute_kernel: other users of the packed operands (the
- * convolutions) must not pass it. */
+ * loom_gemm_compute_kernel and for loom_conv_gemm_kernel (which reads A in
+ * place the same way and gathers B itself): the other users of the packed
+ * operands (the other convolutions) must not pass it. */
 enum { LOOM_GEMM_IN_COMPUTE = 0x100 };
 
 /* The variant to use, chosen once from the CPU's features; LOOM_GEMM=

@@ -16,6 +16,7 @@
 #include "runtime/base/cpu.h"
 
 static int failures = 0;
+static int a_in_place_cases = 0; /* geometries whose weight was read in place */
 #define CHECK(cond, ...)                                    \
   do {                                                      \
     if (!(cond)) {                                          \
@@ -362,6 +363,27 @@ static void check_geom(geom g) {
       CHECK(fbad == 0, "flat implicit conv n=%ld c=%ld o=%ld g=%ld, last tile in %ld: %d outputs differ",
             (long)g.n, (long)g.c, (long)g.o, (long)g.groups, (long)pieces, fbad);
     }
+    /* With LOOM_GEMM_IN_COMPUTE the plan may read the weight's full panels
+     * in place; only a partial last panel is packed. A workspace of NaNs
+     * catches a panel read from where nothing was packed. */
+    loom_gemm_plan ipl;
+    const int ic = isa | LOOM_GEMM_IN_COMPUTE;
+    CHECK(loom_gemm_plan_init(&tc, &ta, &tbm, ic, &ipl) == 0, "in-place plan");
+    a_in_place_cases += ipl.a_in_place;
+    memset(ws, 0xff, (size_t)plan.workspace_bytes);
+    loom_scalar ipsc[3] = {{.i = ic}, {.f = 1.0}, {.f = 1.0}};
+    run(loom_gemm_pack_kernel, its, 4, ipsc, 3, ipl.pack_units_a);
+    isc[0].i = ic;
+    for (int64_t tp = 32; tp <= LOOM_CONV_GEMM_POSITIONS; tp *= 4) {
+      memset(y2, 0xff, sizeof(float) * g.n * g.o * len);
+      isc[1].i = tp;
+      run(loom_conv_gemm_kernel, its, 6, isc, 2 + LOOM_CONV_NUM_SCALARS,
+          g.n * g.groups * ((len + tp - 1) / tp));
+      CHECK(memcmp(y, y2, sizeof(float) * g.n * g.o * len) == 0,
+            "implicit conv, A in place %d, n=%ld c=%ld o=%ld g=%ld tile %ld differs",
+            ipl.a_in_place, (long)g.n, (long)g.c, (long)g.o, (long)g.groups, (long)tp);
+    }
+    isc[0].i = isa;
     free(y2);
 
     /* Weight gradient dW[g] = dy[g] @ col[g]^T: the implicit kernel against
@@ -555,6 +577,14 @@ int main(void) {
   /* several position tiles, a partial last panel */
   check_geom((geom){.n = 2, .c = 5, .o = 14, .groups = 1, .in = {1, 20, 30},
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  /* weights read in place: two groups of 24 rows (two whole panels each),
+   * k past one block; and 12 rows exactly, nothing left to pack */
+  check_geom((geom){.n = 2, .c = 64, .o = 48, .groups = 2, .in = {1, 9, 11},
+                    .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  check_geom((geom){.n = 3, .c = 7, .o = 12, .groups = 1, .in = {1, 7, 7},
+                    .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
+  if (loom_gemm_isa_selected() != LOOM_GEMM_GENERIC)
+    CHECK(a_in_place_cases >= 4, "only %d geometries read the weight in place", a_in_place_cases);
   printf(failures ? "FAILED\n" : "ok\n");
   return failures ? 1 : 0;
 }
