@@ -412,6 +412,8 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
   for (int32_t d = keep; d < in->rank; ++d) count *= in->sizes[d];
   rd_state *scratch = stage ? (rd_state *)args->tensors[3].data : NULL;
   if (stage && (args->num_tensors < 4 || !scratch)) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t part = loom_reduce_part(count);
+  if (stage == 1 && parts != (count + part - 1) / part) return LOOM_ERROR_INVALID_ARGUMENT;
   if (stage == 0 && count > 0 && rd_columns(&c, out, in, keep, begin, end)) return LOOM_OK;
 
   for (int64_t w = begin; w < end; ++w) {
@@ -421,8 +423,8 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
     rd_state s;
     rd_init(&c, &s);
     if (stage == 1) {
-      const int64_t j = w % parts, lin = j * LOOM_REDUCE_PART;
-      const int64_t n = count - lin < LOOM_REDUCE_PART ? count - lin : LOOM_REDUCE_PART;
+      const int64_t j = w % parts, lin = j * part;
+      const int64_t n = count - lin < part ? count - lin : part;
       if (!rd_span(&c, &s, in, in_off, keep, lin, n)) return LOOM_ERROR_NOT_SUPPORTED;
       scratch[w] = s;
       continue;

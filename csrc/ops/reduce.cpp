@@ -152,7 +152,7 @@ void run(const char* name, int op, double param, const at::Tensor& self,
   const c10::DeviceIndex dev = self.device().index();
   // Two stages when few outputs each reduce many elements, so the work
   // spreads over the workers; the split depends on the shape alone.
-  const int64_t parts = (count + LOOM_REDUCE_PART - 1) / LOOM_REDUCE_PART;
+  const int64_t part = loom_reduce_part(count), parts = (count + part - 1) / part;
   if (parts >= 2 && outputs < 256) {
     at::Tensor scratch = at::empty({outputs * parts * LOOM_REDUCE_STATE_DOUBLES},
                                    self.options().dtype(at::kDouble));

@@ -38,7 +38,7 @@ static int reduce_cols(int op, double p, const float *x, int64_t rows,
   t[1].sizes[1] = rows; t[1].strides[1] = cols;
   t[2] = (loom_tensor){.data = idx, .dtype = LOOM_INT64, .rank = 1};
   t[2].sizes[0] = cols; t[2].strides[0] = 1;
-  const int64_t parts = two_stage ? (rows + LOOM_REDUCE_PART - 1) / LOOM_REDUCE_PART : 1;
+  const int64_t part = loom_reduce_part(rows), parts = two_stage ? (rows + part - 1) / part : 1;
   double *scratch = malloc(sizeof(double) * LOOM_REDUCE_STATE_DOUBLES * cols * parts);
   t[3] = (loom_tensor){.data = scratch, .dtype = LOOM_FLOAT64, .rank = 0};
   loom_scalar s[5] = {{.i = op}, {.i = 1}, {.f = p}, {.i = parts}, {.i = 0}};
@@ -103,6 +103,30 @@ static void test_ops(void) {
   free(x);
 }
 
+/* Parts longer than the 64K unit (a 32nd of a long reduction): every
+ * element is counted once, and the max's index lands in a late part. */
+static void test_long_parts(void) {
+  CHECK(loom_reduce_part(1000) == LOOM_REDUCE_PART_UNIT);
+  CHECK(loom_reduce_part((int64_t)16 << 20) == (int64_t)512 << 10);
+  enum { R = 3 * 1048576 + 12345 };
+  CHECK(loom_reduce_part(R) == 2 * LOOM_REDUCE_PART_UNIT);
+  float *x = malloc(sizeof(float) * R);
+  int64_t ref = 0; /* small integers: exact in any order */
+  for (int64_t i = 0; i < R; ++i) {
+    x[i] = (float)(1 + i % 3);
+    ref += 1 + i % 3;
+  }
+  float out, out2;
+  int64_t idx;
+  CHECK(reduce_cols(LOOM_REDUCE_SUM, 0, x, R, 1, &out, &idx, 1, 1) == 0 && out == (float)ref);
+  CHECK(reduce_cols(LOOM_REDUCE_SUM, 0, x, R, 1, &out2, &idx, 1, 7) == 0 &&
+        memcmp(&out, &out2, sizeof out) == 0);
+  x[R - 5] = 100.0f;
+  CHECK(reduce_cols(LOOM_REDUCE_MAX, 0, x, R, 1, &out, &idx, 1, 1) == 0 && out == 100.0f &&
+        idx == R - 5);
+  free(x);
+}
+
 /* A contiguous full reduction of int8 into int64 and an all/any. */
 static void test_integral(void) {
   enum { N = 1000 };
@@ -150,6 +174,7 @@ static void test_sum_isa_equal(void) {
 int main(void) {
   srand(3);
   test_ops();
+  test_long_parts();
   test_integral();
   test_sum_isa_equal();
   TEST_MAIN_END();
