@@ -249,6 +249,11 @@ static void test_features(int isa) {
   check_case(&big, isa);
   big.in_dtype = LOOM_FLOAT32, big.trans_b = 0, big.trans_a = 1;
   check_case(&big, isa);
+  /* Cin in tiles several micro-panels wide: a full C, and a bias row */
+  big.beta = 0.5;
+  check_case(&big, isa);
+  big.beta = 1.0, big.cin_bias = 1, big.trans_a = 0;
+  check_case(&big, isa);
 }
 
 /* Every variant must agree with the generic one to rounding. */
