@@ -198,6 +198,22 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   free(xp), free(y2), free(ws), free(dyp), free(gw2), free(part);
 }
 
+/* The implicit forward (isc: its scalars, [1] set here) over tiles of 32
+ * positions up to the widest, each `step` times the last, must give y's
+ * bits (im2col + GEMM). */
+static void check_tiles(const geom *g, loom_tensor its[6], loom_scalar *isc, int64_t len,
+                        const float *y, float *y2, int64_t step, const char *what) {
+  for (int64_t tp = 32; tp <= LOOM_CONV_GEMM_POSITIONS; tp *= step) {
+    memset(y2, 0xff, sizeof(float) * g->n * g->o * len);
+    isc[1].i = tp;
+    run(loom_conv_gemm_kernel, its, 6, isc, 2 + LOOM_CONV_NUM_SCALARS,
+        g->n * g->groups * ((len + tp - 1) / tp));
+    CHECK(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
+          "implicit conv (%s) n=%ld c=%ld o=%ld g=%ld tile %ld differs from im2col + GEMM",
+          what, (long)g->n, (long)g->c, (long)g->o, (long)g->groups, (long)tp);
+  }
+}
+
 static void check_geom(geom g) {
   finish(&g);
   int64_t kk = g.k[0] * g.k[1] * g.k[2];
@@ -325,15 +341,7 @@ static void check_geom(geom g) {
     run(loom_gemm_pack_kernel, its, 4, gsc, 3, plan.pack_units_a);
     loom_scalar isc[3 + LOOM_CONV_NUM_SCALARS] = {{.i = isa}};
     scalars(&g, isc + 2);
-    for (int64_t tp = 32; tp <= LOOM_CONV_GEMM_POSITIONS; tp *= 2) {
-      memset(y2, 0xff, sizeof(float) * g.n * g.o * len);
-      isc[1].i = tp;
-      run(loom_conv_gemm_kernel, its, 6, isc, 2 + LOOM_CONV_NUM_SCALARS,
-          g.n * g.groups * ((len + tp - 1) / tp));
-      CHECK(memcmp(y, y2, sizeof(float) * g.n * g.o * len) == 0,
-            "implicit conv n=%ld c=%ld o=%ld g=%ld tile %ld differs from im2col + GEMM",
-            (long)g.n, (long)g.c, (long)g.o, (long)g.groups, (long)tp);
-    }
+    check_tiles(&g, its, isc, len, y, y2, 2, "packed weight");
     /* Every image's positions as one row of columns: C is (O, N * L). */
     loom_tensor tcf = {.data = y2, .dtype = LOOM_FLOAT32, .rank = 4,
                        .sizes = {1, g.groups, og, g.n * len},
@@ -374,15 +382,7 @@ static void check_geom(geom g) {
     loom_scalar ipsc[3] = {{.i = ic}, {.f = 1.0}, {.f = 1.0}};
     run(loom_gemm_pack_kernel, its, 4, ipsc, 3, ipl.pack_units_a);
     isc[0].i = ic;
-    for (int64_t tp = 32; tp <= LOOM_CONV_GEMM_POSITIONS; tp *= 4) {
-      memset(y2, 0xff, sizeof(float) * g.n * g.o * len);
-      isc[1].i = tp;
-      run(loom_conv_gemm_kernel, its, 6, isc, 2 + LOOM_CONV_NUM_SCALARS,
-          g.n * g.groups * ((len + tp - 1) / tp));
-      CHECK(memcmp(y, y2, sizeof(float) * g.n * g.o * len) == 0,
-            "implicit conv, A in place %d, n=%ld c=%ld o=%ld g=%ld tile %ld differs",
-            ipl.a_in_place, (long)g.n, (long)g.c, (long)g.o, (long)g.groups, (long)tp);
-    }
+    check_tiles(&g, its, isc, len, y, y2, 4, ipl.a_in_place ? "weight in place" : "in compute");
     isc[0].i = isa;
     free(y2);
 
