@@ -41,52 +41,25 @@ LOOM_GEMM_SMALL_TILE(8)
 static inline void ukr_rows12(int64_t kc, const float *a, int64_t si, int64_t sk,
                               const float *b, float *t, int64_t ldt, float alpha,
                               int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
-  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
-  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
-  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
-  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
-  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
-  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
-  __m512 c60 = _mm512_setzero_ps(), c61 = _mm512_setzero_ps();
-  __m512 c70 = _mm512_setzero_ps(), c71 = _mm512_setzero_ps();
-  __m512 c80 = _mm512_setzero_ps(), c81 = _mm512_setzero_ps();
-  __m512 c90 = _mm512_setzero_ps(), c91 = _mm512_setzero_ps();
-  __m512 ca0 = _mm512_setzero_ps(), ca1 = _mm512_setzero_ps();
-  __m512 cb0 = _mm512_setzero_ps(), cb1 = _mm512_setzero_ps();
+  LOOM_UKR12_ACCUMULATORS;
 #define LOOM_ROW(ci0, ci1, x)                          \
   do {                                                 \
     __m512 av = _mm512_set1_ps(x);                     \
     ci0 = _mm512_fmadd_ps(av, b0, ci0);                \
     ci1 = _mm512_fmadd_ps(av, b1, ci1);                \
   } while (0)
-  /* Rows 0-11 from four bases and steps of 1, 2, 4 or 8 rows, which x86
-   * addressing takes as they are: twelve row pointers would not all stay
-   * in registers. */
   const float *a3 = a + 3 * si, *a6 = a + 6 * si, *a9 = a + 9 * si;
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     _mm_prefetch((const char *)(b + 32 * NR), _MM_HINT_T0);
     _mm_prefetch((const char *)(b + 32 * NR + 16), _MM_HINT_T0);
     if (si == 1) _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0);
-    LOOM_ROW(c00, c01, a[0]);
-    LOOM_ROW(c10, c11, a[si]);
-    LOOM_ROW(c20, c21, a[2 * si]);
-    LOOM_ROW(c30, c31, a3[0]);
-    LOOM_ROW(c40, c41, a[4 * si]);
-    LOOM_ROW(c50, c51, a3[2 * si]);
-    LOOM_ROW(c60, c61, a6[0]);
-    LOOM_ROW(c70, c71, a3[4 * si]);
-    LOOM_ROW(c80, c81, a[8 * si]);
-    LOOM_ROW(c90, c91, a9[0]);
-    LOOM_ROW(ca0, ca1, a9[si]);
-    LOOM_ROW(cb0, cb1, a9[2 * si]);
+    LOOM_UKR12_STEP(a, a3, a6, a9, si);
     a += sk, a3 += sk, a6 += sk, a9 += sk;
     b += NR;
   }
 #undef LOOM_ROW
-  __m512 rows[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
-                        {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71},
-                        {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
+  LOOM_UKR12_ROWS(rows);
   loom_ukr_store(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
 }
 

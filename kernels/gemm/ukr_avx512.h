@@ -1,5 +1,6 @@
 /* kernels/gemm/ukr_avx512.h — what the AVX-512 micro-kernels share: the
- * column masks of a tile and its store into T. Include only from files
+ * column masks of a tile, the 12-row tile's accumulators and k step, and
+ * its store into T. Include only from files
  * built with AVX-512 flags. */
 #ifndef LOOM_KERNELS_GEMM_UKR_AVX512_H
 #define LOOM_KERNELS_GEMM_UKR_AVX512_H
@@ -25,5 +26,46 @@ static inline void loom_ukr_store(__m512 (*c)[2], int rows, float *t, int64_t ld
     _mm512_mask_storeu_ps(r + 16, m1, _mm512_fmadd_ps(va, c[i][1], t1));
   }
 }
+
+/* The 12-row tile's 24 accumulators, c00 ... cb1 (row, half), zeroed. */
+#define LOOM_UKR12_ACCUMULATORS                                          \
+  __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();          \
+  __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();          \
+  __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();          \
+  __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();          \
+  __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();          \
+  __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();          \
+  __m512 c60 = _mm512_setzero_ps(), c61 = _mm512_setzero_ps();          \
+  __m512 c70 = _mm512_setzero_ps(), c71 = _mm512_setzero_ps();          \
+  __m512 c80 = _mm512_setzero_ps(), c81 = _mm512_setzero_ps();          \
+  __m512 c90 = _mm512_setzero_ps(), c91 = _mm512_setzero_ps();          \
+  __m512 ca0 = _mm512_setzero_ps(), ca1 = _mm512_setzero_ps();          \
+  __m512 cb0 = _mm512_setzero_ps(), cb1 = _mm512_setzero_ps()
+
+/* One k step of the 12-row tile: the including file's LOOM_ROW(acc0, acc1,
+ * A value) for rows 0-11. The rows come from four bases a, a3, a6, a9 (rows
+ * 0, 3, 6, 9) with steps of 1, 2, 4 or 8 rows of `si`, which x86 addressing
+ * takes as they are: twelve row pointers would not all stay in registers. */
+#define LOOM_UKR12_STEP(a, a3, a6, a9, si) \
+  do {                                     \
+    LOOM_ROW(c00, c01, a[0]);              \
+    LOOM_ROW(c10, c11, a[si]);             \
+    LOOM_ROW(c20, c21, a[2 * si]);         \
+    LOOM_ROW(c30, c31, a3[0]);             \
+    LOOM_ROW(c40, c41, a[4 * si]);         \
+    LOOM_ROW(c50, c51, a3[2 * si]);        \
+    LOOM_ROW(c60, c61, a6[0]);             \
+    LOOM_ROW(c70, c71, a3[4 * si]);        \
+    LOOM_ROW(c80, c81, a[8 * si]);         \
+    LOOM_ROW(c90, c91, a9[0]);             \
+    LOOM_ROW(ca0, ca1, a9[si]);            \
+    LOOM_ROW(cb0, cb1, a9[2 * si]);        \
+  } while (0)
+
+/* The accumulators as rows[12][2], for loom_ukr_store. */
+#define LOOM_UKR12_ROWS(rows)                                                         \
+  __m512 rows[12][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, \
+                        {c50, c51}, {c60, c61}, {c70, c71}, {c80, c81}, {c90, c91}, \
+                        {ca0, ca1}, {cb0, cb1}}
 
 #endif /* LOOM_KERNELS_GEMM_UKR_AVX512_H */
