@@ -155,18 +155,30 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
       const int64_t xs = t1->rank ? t1->strides[0] : 0;
       if (op == LOOM_INDEX_COPY && t0->dtype == t2->dtype) {
         /* One dtype: the elements move as they are, without a round trip
-         * through double (a KV cache's index_copy_ is all of this). */
+         * through double (a KV cache's index_copy_ is all of this). Rows
+         * that lie side by side in the last dim of both tensors move
+         * together, one run per index: a row's writes still come in index
+         * order, and every row stays with its own call. */
+        const int32_t last = t2->rank - 1;
+        const int64_t inner = last >= 0 && last != dim && t0->strides[last] == 1 &&
+                                      t2->strides[last] == 1
+                                  ? t2->sizes[last]
+                                  : 1;
 #define LOOM_IX_COPY(T)                                                            \
   do {                                                                             \
     T *d = (T *)t0->data;                                                          \
     const T *src = (const T *)t2->data;                                            \
-    for (int64_t row = begin; row < end; ++row) {                                  \
+    for (int64_t row = begin; row < end;) {                                        \
+      const int64_t len = inner - row % inner < end - row ? inner - row % inner : end - row; \
       const int64_t db = ix_offset(t2, t0, row, skip), sb = ix_offset(t2, t2, row, skip); \
       for (int64_t k = 0; k < n; ++k) {                                            \
         const int64_t v = ix_value(t1, k * xs, limit, dim, 0);                     \
         if (v < 0) return ix_range_status(op);                                     \
-        d[db + v * ds] = src[sb + k * ss];                                         \
+        T *dk = d + db + v * ds;                                                   \
+        const T *sk = src + sb + k * ss;                                           \
+        for (int64_t j = 0; j < len; ++j) dk[j] = sk[j];                           \
       }                                                                            \
+      row += len;                                                                  \
     }                                                                              \
   } while (0)
         switch (loom_dtype_size(t0->dtype)) {

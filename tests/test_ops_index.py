@@ -128,6 +128,22 @@ def test_select_gather_scatter(dtype):
     check(lambda d, t, m: t.clone().masked_fill_(m[0], torch.tensor(0, dtype=t.dtype, device=d)), x, mask)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool], ids=str)
+def test_index_copy_moves_rows_of_the_last_dim(dtype):
+    # a KV cache's update: dim 2 of [B, H, T, D] from a transposed view
+    cache = make((2, 3, 9, 16), dtype)
+    kv = make((2, 5, 3, 16), dtype, seed=1).transpose(1, 2)
+    pos = torch.tensor([4, 0, 8, 2, 4])  # 4 twice: the later source row wins
+    check(lambda d, t, i, s: t.clone().index_copy_(2, i, s), cache, pos, kv)
+    # a destination whose last dim is strided copies element by element
+    check(lambda d, t, i, s: t.clone().transpose(2, 3).index_copy_(3, i, s.transpose(2, 3)),
+          cache, pos, kv)
+    # 6000 rows of 100: the launch's chunks end inside a row of the last dim
+    big, src = make((60, 4, 100), dtype, seed=2), make((60, 3, 100), dtype, seed=3)
+    check(lambda d, t, i, s: t.clone().index_copy_(1, i, s), big, torch.tensor([3, 1, 3]), src)
+    check(lambda d, t, i, s: t.clone().index_copy_(1, i, s), big, torch.tensor([0, 4, 1]), src)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_scatter_sums_round_once_in_16_bit_floats(dtype):
     # Hundreds of contributions per slot: rounding after every addition
