@@ -1,18 +1,21 @@
-/* kernels/pointwise_exp.h — e^x, ln x, ln(1 + x), tanh, softplus, and the
- * exact GELU and its derivative, in float32 arithmetic alone: no library calls, so
- * loops over them vectorize, and every ISA build computes the same bits
- * (the including file turns off contraction). Each function states its
- * accuracy, measured against double precision.
+/* kernels/pointwise_exp.h — e^x, ln x, ln(1 + x), tanh, softplus, erf,
+ * erfc, and the exact GELU and its derivative, in float32 arithmetic
+ * alone: no library calls, so loops over them vectorize, and every ISA
+ * build computes the same bits (the including file turns off
+ * contraction). Each function states its accuracy, measured against
+ * double precision.
  *
- * The GELU's erf(x) for |x| <= 1/2 is its Taylor series to x^17 (truncated below
- * 1e-9 relative). Beyond, erfc(z) = t exp(-z^2) exp(P(t)), t = 1/(1 + z/2),
+ * erf(x) for |x| <= 1/2 is its Taylor series to x^17 (truncated below
+ * 1e-9 relative). Beyond, erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2),
  * with P the degree-9 Chebyshev fit of Numerical Recipes (relative error
  * under 1.2e-7 for all z >= 0), and z^2 carried as an exact sum of two
- * floats: erfc's steep tail would otherwise turn z^2's rounding into tens
- * of ulp. Measured against double precision over [-12, 12]: GELU within
- * 8.6 ulp, its tail included (the C library's erf in x/2 (1 + erf(x/sqrt 2))
- * loses all digits below x = -5); the derivative within 5 ulp away from its
- * root near -0.75, where it cancels. */
+ * floats, whose low part joins the exponent only after its large part has
+ * been reduced by ln 2: erfc's steep tail would otherwise turn z^2's
+ * rounding into tens of ulp. Measured against double precision over
+ * [-12, 12]: GELU within 6.2 ulp, its tail included (the C library's erf
+ * in x/2 (1 + erf(x/sqrt 2)) loses all digits below x = -5); the
+ * derivative within 3.3 ulp of its terms' size (it cancels near its root
+ * at -0.75); erf within 3 ulp; erfc within 6 ulp over the normal floats. */
 #ifndef LOOM_KERNELS_POINTWISE_EXP_H
 #define LOOM_KERNELS_POINTWISE_EXP_H
 
@@ -24,13 +27,10 @@
  * loop keeps it from vectorizing. */
 #define LOOM_PW_INLINE __attribute__((always_inline))
 
-/* e^x within 1.2 ulp over the whole float range (subnormal results
- * included), inf past 88.73, NaN for NaN. */
-static inline LOOM_PW_INLINE float loom_expf_arith(float x) {
-  const float xc = x != x ? 0.0f : (x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x));
-  /* k = round(x / ln 2), by the 1.5 * 2^23 shift */
-  const float k = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
-  const float r = (xc - k * 0.693145752f) - k * 1.42860677e-6f; /* ln 2 in two parts */
+/* 2^k e^r for |r| <= ln 2 / 2 and k in [-150, 128]: e^r by its Taylor
+ * series to r^7, 2^k as two normal powers of two, so that only the last
+ * product rounds, to a subnormal, a normal or inf. */
+static inline LOOM_PW_INLINE float loom_exp_kr(float k, float r) {
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
@@ -39,15 +39,38 @@ static inline LOOM_PW_INLINE float loom_expf_arith(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  /* 2^k as two normal powers of two, k in [-150, 128]: only the last
-   * product rounds, to a subnormal, a normal or inf */
   const int32_t ki = (int32_t)k, k1 = ki / 2, k2 = ki - k1;
   const int32_t b1 = (k1 + 127) * (1 << 23), b2 = (k2 + 127) * (1 << 23);
   float s1, s2;
   memcpy(&s1, &b1, sizeof s1);
   memcpy(&s2, &b2, sizeof s2);
-  const float e = p * s1 * s2;
+  return p * s1 * s2;
+}
+
+/* round(x / ln 2) for x in [-104, 89], by the 1.5 * 2^23 shift. */
+static inline LOOM_PW_INLINE float loom_exp_k(float x) {
+  return (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+}
+
+/* e^x within 1.2 ulp over the whole float range (subnormal results
+ * included), inf past 88.73, NaN for NaN. */
+static inline LOOM_PW_INLINE float loom_expf_arith(float x) {
+  const float xc = x != x ? 0.0f : (x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x));
+  const float k = loom_exp_k(xc);
+  const float r = (xc - k * 0.693145752f) - k * 1.42860677e-6f; /* ln 2 in two parts */
+  const float e = loom_exp_kr(k, r);
   return x != x ? x : (x < -104.0f ? 0.0f : e);
+}
+
+/* e^(a + b) for a <= 0 and a + b <= 0, b not NaN, without a + b's rounding:
+ * a - k ln 2 is formed first, where a's low bits survive, then b joins
+ * the small remainder. 0 below e^-104. */
+static inline LOOM_PW_INLINE float loom_exp_sum(float a, float b) {
+  const float s = a + b, sc = s < -104.0f ? -104.0f : s;
+  const float k = loom_exp_k(sc);
+  const float r = ((a - k * 0.693145752f) - k * 1.42860677e-6f) + b;
+  const float e = loom_exp_kr(k, r);
+  return s < -104.0f ? 0.0f : e;
 }
 
 /* tanh(x) = expm1(2|x|) / (expm1(2|x|) + 2), signed as x: expm1 from its
@@ -157,35 +180,29 @@ static inline LOOM_PW_INLINE void loom_square_exact(float x, float *hi, float *l
   *lo = ((xh * xh - *hi) + 2.0f * xh * xl) + xl * xl;
 }
 
-/* erf for |x| <= 1/2: 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)). */
+/* erf for |x| <= 1/2: 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)),
+ * the polynomial in z = x^2 evaluated in pairs of terms (Estrin's
+ * scheme): a shorter chain of dependent operations than Horner's. */
 static inline LOOM_PW_INLINE float loom_erf_small(float x) {
-  const float z = x * x;
-  float p = 1.0f / 342720.0f; /* n = 8: 8! * 17 */
-  p = p * z - 1.0f / 75600.0f;
-  p = p * z + 1.0f / 9360.0f;
-  p = p * z - 1.0f / 1320.0f;
-  p = p * z + 1.0f / 216.0f;
-  p = p * z - 1.0f / 42.0f;
-  p = p * z + 1.0f / 10.0f;
-  p = p * z - 1.0f / 3.0f;
-  p = p * z + 1.0f;
+  const float z = x * x, z2 = z * z, z4 = z2 * z2;
+  const float c01 = 1.0f - z * (1.0f / 3.0f), c23 = 1.0f / 10.0f - z * (1.0f / 42.0f);
+  const float c45 = 1.0f / 216.0f - z * (1.0f / 1320.0f);
+  const float c67 = 1.0f / 9360.0f - z * (1.0f / 75600.0f);
+  const float c8 = 1.0f / 342720.0f; /* n = 8: 8! * 17 */
+  const float lo4 = c01 + z2 * c23, hi4 = c45 + z2 * c67;
+  const float p = lo4 + z4 * (hi4 + z4 * c8);
   return 1.12837917f * (x * p);
 }
 
-/* erfc(z) for z >= 0 given z^2 = hi + lo. */
+/* erfc(z) for z >= 0 given z^2 = hi + lo, as t e^(-z^2 + P(t)), P in
+ * Estrin's scheme. */
 static inline LOOM_PW_INLINE float loom_erfc_tail(float z, float hi, float lo) {
-  const float t = 1.0f / (1.0f + 0.5f * z);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  return t * loom_expf_arith(-hi) * loom_expf_arith(p - lo);
+  const float t = 1.0f / (1.0f + 0.5f * z), t2 = t * t, t4 = t2 * t2;
+  const float c01 = -1.26551223f + t * 1.00002368f, c23 = 0.37409196f + t * 0.09678418f;
+  const float c45 = -0.18628806f + t * 0.27886807f, c67 = -1.13520398f + t * 1.48851587f;
+  const float c89 = -0.82215223f + t * 0.17087277f;
+  const float p = (c01 + t2 * c23) + t4 * ((c45 + t2 * c67) + t4 * c89);
+  return t * loom_exp_sum(-hi, p - lo);
 }
 
 /* erfc(w), with w^2 = hi + lo: 1 - erf near 0, the tail's formula beyond,
@@ -196,6 +213,28 @@ static inline LOOM_PW_INLINE float loom_erfc_sq(float w, float hi, float lo) {
   const float small = 1.0f - loom_erf_small(ws);
   const float tail = loom_erfc_tail(a < 16.0f ? a : 16.0f, hi, lo);
   return a <= 0.5f ? small : (w < 0.0f ? 2.0f - tail : tail);
+}
+
+/* erf(x): the series up to |x| = 1/2, 1 - erfc(|x|) beyond, signed as x;
+ * +-1 from |x| = 4.5 on (erf rounds to 1 from 3.92). */
+static inline LOOM_PW_INLINE float loom_erff_arith(float x) {
+  const float a = fabsf(x), ac = a < 4.5f ? a : 4.5f; /* NaN: 4.5, then x itself */
+  float hi, lo;
+  loom_square_exact(ac, &hi, &lo);
+  const float xs = x < -0.5f ? -0.5f : (x > 0.5f ? 0.5f : x);
+  const float small = loom_erf_small(xs);
+  const float big = 1.0f - loom_erfc_tail(ac, hi, lo);
+  return x != x ? x : (a <= 0.5f ? small : (x < 0.0f ? -big : big));
+}
+
+/* erfc(x), relative to its own size in the tail: 0 from x = 10.06 on
+ * (past the smallest subnormal), 2 below -3.9. */
+static inline LOOM_PW_INLINE float loom_erfcf_arith(float x) {
+  const float xc = x != x ? 0.0f : (x < -16.0f ? -16.0f : (x > 16.0f ? 16.0f : x));
+  float hi, lo;
+  loom_square_exact(xc, &hi, &lo);
+  const float r = loom_erfc_sq(xc, hi, lo);
+  return x != x ? x : r;
 }
 
 /* GELU x Phi(x) = x/2 erfc(-x / sqrt 2), with (x / sqrt 2)^2 = x^2 / 2

@@ -39,6 +39,8 @@
 #define PW_SOFTPLUS(x) loom_softplus_arith(x)
 #define PW_LOG1P_EXP(t) loom_log1p_exp_arith(t)
 #define PW_GELU(x) loom_gelu_arith(x)
+#define PW_ERF(x) loom_erff_arith(x)
+#define PW_ERFC(x) loom_erfcf_arith(x)
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #include "kernels/pointwise_float.inc"
 
@@ -52,6 +54,8 @@
 #define PW_SOFTPLUS(x) log1p(exp(x))
 #define PW_LOG1P_EXP(t) log1p(exp(t))
 #define PW_GELU(x) ((x) * 0.5 * (1.0 + erf((x) * 0.70710678118654752440)))
+#define PW_ERF(x) erf(x)
+#define PW_ERFC(x) erfc(x)
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #include "kernels/pointwise_float.inc"
 

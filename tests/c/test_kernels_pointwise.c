@@ -199,6 +199,35 @@ static void test_gelu_accuracy(void) {
   CHECK(isnan(sy[0]) && sy[1] == INFINITY && isnan(sy[2]));
 }
 
+/* float32 erf and erfc against double precision over [-12, 12]: erf
+ * within 4 ulp; erfc within 8 ulp down to the smallest normal float, and
+ * within 2e-7 of it everywhere. */
+static void test_erf_accuracy(void) {
+  enum { N = 48001 };
+  static float x[N], e[N], c[N];
+  for (int i = 0; i < N; ++i) x[i] = -12.0f + 24.0f * (float)i / (N - 1);
+  const float *in[3] = {x, NULL, NULL};
+  loom_scalar p[4] = {{.f = 0}};
+  CHECK(loom_pw_apply_f32(LOOM_PW_ERF, N, e, in, p) == 0);
+  CHECK(loom_pw_apply_f32(LOOM_PW_ERFC, N, c, in, p) == 0);
+  double worst_e = 0.0, worst_c = 0.0, worst_abs = 0.0;
+  for (int i = 0; i < N; ++i) {
+    const double re = erf((double)x[i]), rc = erfc((double)x[i]);
+    if (re != 0.0) worst_e = fmax(worst_e, fabs(e[i] - re) / ulp_of(re));
+    if (rc >= 1.17549435e-38) worst_c = fmax(worst_c, fabs(c[i] - rc) / ulp_of(rc));
+    worst_abs = fmax(worst_abs, fabs(c[i] - rc));
+  }
+  CHECK(worst_e <= 4.0);
+  CHECK(worst_c <= 8.0);
+  CHECK(worst_abs <= 2e-7);
+  float sx[4] = {NAN, INFINITY, -INFINITY, 0.0f}, se[4], sc[4];
+  const float *sin_[3] = {sx, NULL, NULL};
+  CHECK(loom_pw_apply_f32(LOOM_PW_ERF, 4, se, sin_, p) == 0);
+  CHECK(loom_pw_apply_f32(LOOM_PW_ERFC, 4, sc, sin_, p) == 0);
+  CHECK(isnan(se[0]) && se[1] == 1.0f && se[2] == -1.0f && se[3] == 0.0f);
+  CHECK(isnan(sc[0]) && sc[1] == 0.0f && sc[2] == 2.0f && sc[3] == 1.0f);
+}
+
 /* float32 e^x against double precision within 1.2 ulp over its range,
  * subnormal results included; inf past 88.73, 0 below -104, NaN kept. */
 static void test_exp_accuracy(void) {
@@ -358,6 +387,7 @@ int main(void) {
   test_float_reference();
   test_isa_agreement();
   test_gelu_accuracy();
+  test_erf_accuracy();
   test_exp_accuracy();
   test_tanh_accuracy();
   test_log_accuracy();
