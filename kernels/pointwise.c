@@ -187,8 +187,13 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
   }
 
   /* A large contiguous output is computed into the staging block and
-   * streamed past the cache. */
-  const int stream = direct[0] && (loom_cpu_features() & LOOM_FEATURE_AVX512F) &&
+   * streamed past the cache, unless it is also an input: its lines were
+   * just read into the cache, and a cache-bypassing store to them costs
+   * more than an ordinary one (an in-place add of 16M floats: 6.1 ms
+   * streamed, 4.1 ms not). */
+  int in_place = 0;
+  for (int k = 1; k < nops; ++k) in_place |= !is_const[k] && ops[k]->data == ops[0]->data;
+  const int stream = direct[0] && !in_place && (loom_cpu_features() & LOOM_FEATURE_AVX512F) &&
                      args->range * ksize >= LOOM_STREAM_STORE_BYTES;
   if (stream) direct[0] = 0;
 
