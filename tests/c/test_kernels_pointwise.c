@@ -201,7 +201,7 @@ static void test_gelu_accuracy(void) {
 
 /* float32 erf and erfc against double precision over [-12, 12]: erf
  * within 4 ulp; erfc within 8 ulp down to the smallest normal float, and
- * within 2e-7 of it everywhere. */
+ * within 4 of the smallest subnormal's steps below it. */
 static void test_erf_accuracy(void) {
   enum { N = 48001 };
   static float x[N], e[N], c[N];
@@ -215,11 +215,11 @@ static void test_erf_accuracy(void) {
     const double re = erf((double)x[i]), rc = erfc((double)x[i]);
     if (re != 0.0) worst_e = fmax(worst_e, fabs(e[i] - re) / ulp_of(re));
     if (rc >= 1.17549435e-38) worst_c = fmax(worst_c, fabs(c[i] - rc) / ulp_of(rc));
-    worst_abs = fmax(worst_abs, fabs(c[i] - rc));
+    else worst_abs = fmax(worst_abs, fabs(c[i] - rc) / 1.40129846e-45);
   }
   CHECK(worst_e <= 4.0);
   CHECK(worst_c <= 8.0);
-  CHECK(worst_abs <= 2e-7);
+  CHECK(worst_abs <= 4.0);
   float sx[4] = {NAN, INFINITY, -INFINITY, 0.0f}, se[4], sc[4];
   const float *sin_[3] = {sx, NULL, NULL};
   CHECK(loom_pw_apply_f32(LOOM_PW_ERF, 4, se, sin_, p) == 0);
