@@ -309,6 +309,40 @@ static void finish_scores(float *s, int64_t lds, int64_t rows, int64_t cols,
   }
 }
 
+/* Whether the mask hides every key of [j0, j0 + nk) from every query of
+ * [i0, i0 + nq), a bool mask by false, a float one by -inf (PyTorch hands
+ * a bool attn_mask over as such, in the query's dtype): the tile's scores
+ * would all be -inf, adding nothing to any row of the forward, and the
+ * tile is skipped. A KV cache's mask hides the slots past the last
+ * position, and the causal triangle's far side. (A key that is inf or NaN
+ * behind such a mask is thereby dropped, as the bool mask's scores
+ * already drop it.) */
+static int tile_hidden(const loom_tensor *mask, int64_t b, int64_t i0, int64_t nq,
+                       int64_t j0, int64_t nk) {
+  if (!mask->data) return 0;
+  const uint16_t neg_inf16 = mask->dtype == LOOM_BFLOAT16 ? 0xff80u : 0xfc00u;
+  if (mask->dtype != LOOM_BOOL && mask->dtype != LOOM_FLOAT32 &&
+      mask->dtype != LOOM_BFLOAT16 && mask->dtype != LOOM_FLOAT16)
+    return 0;
+  const int64_t step = mask->strides[2];
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t base = at3(mask, b, i0 + r, j0);
+    int any = 0;
+    if (mask->dtype == LOOM_BOOL) {
+      const uint8_t *mk = (const uint8_t *)mask->data + base;
+      for (int64_t c = 0; c < nk; ++c) any |= mk[c * step];
+    } else if (mask->dtype == LOOM_FLOAT32) {
+      const float *mk = (const float *)mask->data + base;
+      for (int64_t c = 0; c < nk; ++c) any |= mk[c * step] != -INFINITY;
+    } else {
+      const uint16_t *mk = (const uint16_t *)mask->data + base;
+      for (int64_t c = 0; c < nk; ++c) any |= mk[c * step] != neg_inf16;
+    }
+    if (any) return 0;
+  }
+  return 1;
+}
+
 static inline float lse_load(const loom_tensor *lse, int64_t b, int64_t i) {
   return (float)loom_nn_load(lse->data, lse->dtype, b * lse->strides[0] + i * lse->strides[1]);
 }
@@ -408,6 +442,7 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
     const int64_t kend = causal && i0 + nq < d.s ? i0 + nq : d.s;
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
       const int64_t nk = kend - j0 < BK ? kend - j0 : BK;
+      if (tile_hidden(mask, b, i0, nq, j0, nk)) continue;
       load_rows_t(Kt, BK, k, b, j0, nk, d.e);
       int64_t ldv;
       const float *vr = rows_view(V, v, b, j0, nk, d.ev, &ldv);

@@ -490,6 +490,26 @@ def test_sdpa(dtype, causal, mask_kind, shape):
         close(a, b, dtype, scale=4.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_skips_the_tiles_its_mask_hides(dtype):
+    # A KV cache's mask: query i, at position 100 + i, sees slots 0..100 + i
+    # of 300, so the last key tile is hidden from every query, and a query
+    # block's first rows miss tiles its later rows see; slots 64..127, a
+    # whole tile, are hidden from all. Skipping the hidden tiles gives the
+    # bits of a mask that hides them by a large finite bias, whose tiles are
+    # computed.
+    torch.manual_seed(16)
+    q, k, v = (torch.randn(1, 2, n, 16).to(dtype) for n in (150, 300, 300))
+    mask = torch.arange(300)[None] <= torch.arange(150)[:, None] + 100
+    mask[:, 64:128] = False
+    bias = torch.zeros(150, 300).to(dtype).masked_fill(~mask, -1e30)
+    qd, kd, vd = (t.to("loom") for t in (q, k, v))
+    skipped = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask.to("loom"))
+    computed = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=bias.to("loom"))
+    assert torch.equal(skipped.cpu(), computed.cpu())
+    close(skipped, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), dtype, scale=2.0)
+
+
 def test_sdpa_native_op_and_fallback_choices():
     q = torch.randn(2, 2, 4, 8, device="loom")
     out = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, q, q)
