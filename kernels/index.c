@@ -3,6 +3,8 @@
  * same result whatever the thread count. */
 #include "kernels/index.h"
 
+#include <string.h>
+
 #include "kernels/convert.h"
 #include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
@@ -108,6 +110,32 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
     case LOOM_INDEX_GATHER: { /* out, self, index */
       if (!t2) return LOOM_ERROR_INVALID_ARGUMENT;
       const int64_t limit = t1->rank ? t1->sizes[dim] : 1;
+      const int32_t last = t0->rank - 1;
+      if (op == LOOM_INDEX_SELECT && t0->dtype == t1->dtype && last >= 0 && last != dim &&
+          t0->strides[last] == 1 && t1->strides[last] == 1) {
+        /* index_select (and embedding through it) of rows whose last dim is
+         * contiguous in both tensors: one index lookup and one copy per
+         * run of the last dim. */
+        const int64_t inner = t0->sizes[last], es = loom_dtype_size(t0->dtype);
+        for (int64_t e = begin; e < end;) {
+          const int64_t c0 = e % inner, len = inner - c0 < end - e ? inner - c0 : end - e;
+          int64_t rest = e, k = 0, src = 0, dst = 0;
+          for (int32_t d = last; d >= 0; --d) {
+            const int64_t c = rest % t0->sizes[d];
+            rest /= t0->sizes[d];
+            dst += c * t0->strides[d];
+            if (d == dim) k = c;
+            else src += c * t1->strides[d];
+          }
+          const int64_t v = ix_value(t2, t2->rank ? k * t2->strides[0] : 0, limit, dim, 0);
+          if (v < 0) return ix_range_status(op);
+          src += v * t1->strides[dim];
+          memcpy((char *)t0->data + dst * es, (const char *)t1->data + src * es,
+                 (size_t)(len * es));
+          e += len;
+        }
+        return LOOM_OK;
+      }
       for (int64_t e = begin; e < end; ++e) {
         int64_t rest = e, k = 0, src = 0, dst = 0, ioff = 0;
         for (int32_t d = t0->rank - 1; d >= 0; --d) {

@@ -4,6 +4,7 @@ scatter (+add/reduce), index_add/copy/fill, masked_fill, flip, roll,
 repeat, narrow_copy, and out-of-range indices. Nothing may fall back."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
@@ -126,6 +127,20 @@ def test_select_gather_scatter(dtype):
     mask = make((5, 7), torch.bool, seed=6)
     check(lambda d, t, m: t.masked_fill(m, 1), x, mask)
     check(lambda d, t, m: t.clone().masked_fill_(m[0], torch.tensor(0, dtype=t.dtype, device=d)), x, mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_index_select_copies_rows_of_the_last_dim(dtype):
+    # 100 rows of 300: the launch's chunks end inside a row
+    x = make((50, 300), dtype)
+    rows = torch.randint(0, 50, (100,), generator=torch.Generator().manual_seed(7))
+    check(lambda d, t, i: torch.index_select(t, 0, i), x, rows)
+    if dtype.is_floating_point:
+        check(lambda d, t, i: F.embedding(i, t), x, rows)
+    # the middle dim of three; a transposed source copies element by element
+    y = make((3, 20, 7), dtype, seed=1)
+    check(lambda d, t, i: torch.index_select(t, 1, i), y, torch.tensor([19, 0, 4, 4]))
+    check(lambda d, t, i: torch.index_select(t.transpose(1, 2), 1, i), y, torch.tensor([6, 0]))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool], ids=str)
