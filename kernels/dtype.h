@@ -13,12 +13,14 @@ static inline float loom_bf16_to_f32(uint16_t h) {
   return f;
 }
 
+/* Round to nearest even; NaN stays NaN (quiet). A choice of values, not a
+ * branch, so that loops over it vectorize. */
 static inline uint16_t loom_f32_to_bf16(float f) {
   uint32_t bits;
   memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return (uint16_t)(bits >> 16);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet = (bits >> 16) | 0x40u;
+  return (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 static inline float loom_f16_to_f32(uint16_t h) {

@@ -28,49 +28,57 @@ static inline int64_t pw_f2i(double x) {
                                                                     : INT64_MIN;
 }
 
-#define PW_LOAD(DST_T, dst, src, dtype, stride, n, ok)                          \
+/* The byte step of a run: a constant for a contiguous one (CONTIG 1), so
+ * that the compiler vectorizes its loop. */
+#define PW_STEP(T, stride, CONTIG) ((CONTIG) ? (int64_t)sizeof(T) : (stride))
+
+#define PW_LOAD(DST_T, dst, src, dtype, stride, n, ok, CONTIG)                          \
   switch (dtype) {                                                            \
-    case LOOM_FLOAT32: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const float *)(src + i * stride); break; \
-    case LOOM_FLOAT64: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const double *)(src + i * stride); break; \
-    case LOOM_FLOAT16: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)loom_f16_to_f32(*(const uint16_t *)(src + i * stride)); break; \
-    case LOOM_BFLOAT16: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)loom_bf16_to_f32(*(const uint16_t *)(src + i * stride)); break; \
-    case LOOM_INT8: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const int8_t *)(src + i * stride); break; \
-    case LOOM_INT16: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const int16_t *)(src + i * stride); break; \
-    case LOOM_INT32: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const int32_t *)(src + i * stride); break; \
-    case LOOM_INT64: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const int64_t *)(src + i * stride); break; \
-    case LOOM_UINT8: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const uint8_t *)(src + i * stride); break; \
-    case LOOM_BOOL: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)(*(const uint8_t *)(src + i * stride) != 0); break; \
+    case LOOM_FLOAT32: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const float *)(src + i * PW_STEP(float, stride, CONTIG)); break; \
+    case LOOM_FLOAT64: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const double *)(src + i * PW_STEP(double, stride, CONTIG)); break; \
+    case LOOM_FLOAT16: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)loom_f16_to_f32(*(const uint16_t *)(src + i * PW_STEP(uint16_t, stride, CONTIG))); break; \
+    case LOOM_BFLOAT16: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)loom_bf16_to_f32(*(const uint16_t *)(src + i * PW_STEP(uint16_t, stride, CONTIG))); break; \
+    case LOOM_INT8: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const int8_t *)(src + i * PW_STEP(int8_t, stride, CONTIG)); break; \
+    case LOOM_INT16: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const int16_t *)(src + i * PW_STEP(int16_t, stride, CONTIG)); break; \
+    case LOOM_INT32: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const int32_t *)(src + i * PW_STEP(int32_t, stride, CONTIG)); break; \
+    case LOOM_INT64: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const int64_t *)(src + i * PW_STEP(int64_t, stride, CONTIG)); break; \
+    case LOOM_UINT8: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)*(const uint8_t *)(src + i * PW_STEP(uint8_t, stride, CONTIG)); break; \
+    case LOOM_BOOL: for (int64_t i = 0; i < n; ++i) dst[i] = (DST_T)(*(const uint8_t *)(src + i * PW_STEP(uint8_t, stride, CONTIG)) != 0); break; \
     default: ok = 0;                                                          \
   }
 
 /* Stores values of a floating compute type to any dtype. */
-#define PW_STORE_FLOAT(src, dst, dtype, stride, n, ok)                          \
+#define PW_STORE_FLOAT(src, dst, dtype, stride, n, ok, CONTIG)                          \
   switch (dtype) {                                                            \
-    case LOOM_FLOAT32: for (int64_t i = 0; i < n; ++i) *(float *)(dst + i * stride) = (float)src[i]; break; \
-    case LOOM_FLOAT64: for (int64_t i = 0; i < n; ++i) *(double *)(dst + i * stride) = (double)src[i]; break; \
-    case LOOM_FLOAT16: for (int64_t i = 0; i < n; ++i) *(uint16_t *)(dst + i * stride) = loom_f32_to_f16((float)src[i]); break; \
-    case LOOM_BFLOAT16: for (int64_t i = 0; i < n; ++i) *(uint16_t *)(dst + i * stride) = loom_f32_to_bf16((float)src[i]); break; \
-    case LOOM_INT8: for (int64_t i = 0; i < n; ++i) *(int8_t *)(dst + i * stride) = (int8_t)pw_f2i(src[i]); break; \
-    case LOOM_INT16: for (int64_t i = 0; i < n; ++i) *(int16_t *)(dst + i * stride) = (int16_t)pw_f2i(src[i]); break; \
-    case LOOM_INT32: for (int64_t i = 0; i < n; ++i) *(int32_t *)(dst + i * stride) = (int32_t)pw_f2i(src[i]); break; \
-    case LOOM_INT64: for (int64_t i = 0; i < n; ++i) *(int64_t *)(dst + i * stride) = pw_f2i(src[i]); break; \
-    case LOOM_UINT8: for (int64_t i = 0; i < n; ++i) *(uint8_t *)(dst + i * stride) = (uint8_t)pw_f2i(src[i]); break; \
-    case LOOM_BOOL: for (int64_t i = 0; i < n; ++i) *(uint8_t *)(dst + i * stride) = src[i] != 0; break; \
+    case LOOM_FLOAT32: for (int64_t i = 0; i < n; ++i) *(float *)(dst + i * PW_STEP(float, stride, CONTIG)) = (float)src[i]; break; \
+    case LOOM_FLOAT64: for (int64_t i = 0; i < n; ++i) *(double *)(dst + i * PW_STEP(double, stride, CONTIG)) = (double)src[i]; break; \
+    case LOOM_FLOAT16: for (int64_t i = 0; i < n; ++i) *(uint16_t *)(dst + i * PW_STEP(uint16_t, stride, CONTIG)) = loom_f32_to_f16((float)src[i]); break; \
+    case LOOM_BFLOAT16: for (int64_t i = 0; i < n; ++i) *(uint16_t *)(dst + i * PW_STEP(uint16_t, stride, CONTIG)) = loom_f32_to_bf16((float)src[i]); break; \
+    case LOOM_INT8: for (int64_t i = 0; i < n; ++i) *(int8_t *)(dst + i * PW_STEP(int8_t, stride, CONTIG)) = (int8_t)pw_f2i(src[i]); break; \
+    case LOOM_INT16: for (int64_t i = 0; i < n; ++i) *(int16_t *)(dst + i * PW_STEP(int16_t, stride, CONTIG)) = (int16_t)pw_f2i(src[i]); break; \
+    case LOOM_INT32: for (int64_t i = 0; i < n; ++i) *(int32_t *)(dst + i * PW_STEP(int32_t, stride, CONTIG)) = (int32_t)pw_f2i(src[i]); break; \
+    case LOOM_INT64: for (int64_t i = 0; i < n; ++i) *(int64_t *)(dst + i * PW_STEP(int64_t, stride, CONTIG)) = pw_f2i(src[i]); break; \
+    case LOOM_UINT8: for (int64_t i = 0; i < n; ++i) *(uint8_t *)(dst + i * PW_STEP(uint8_t, stride, CONTIG)) = (uint8_t)pw_f2i(src[i]); break; \
+    case LOOM_BOOL: for (int64_t i = 0; i < n; ++i) *(uint8_t *)(dst + i * PW_STEP(uint8_t, stride, CONTIG)) = src[i] != 0; break; \
     default: ok = 0;                                                          \
   }
 
 int loom_pw_load(int kind, void *dst, const char *src, int32_t dtype,
                    int64_t stride, int64_t n) {
   int ok = 1;
+  const int contig = stride == loom_dtype_size(dtype);
   if (kind == LOOM_PW_F32) {
     float *d = dst;
-    PW_LOAD(float, d, src, dtype, stride, n, ok)
+    if (contig) { PW_LOAD(float, d, src, dtype, stride, n, ok, 1) }
+    else { PW_LOAD(float, d, src, dtype, stride, n, ok, 0) }
   } else if (kind == LOOM_PW_F64) {
     double *d = dst;
-    PW_LOAD(double, d, src, dtype, stride, n, ok)
+    if (contig) { PW_LOAD(double, d, src, dtype, stride, n, ok, 1) }
+    else { PW_LOAD(double, d, src, dtype, stride, n, ok, 0) }
   } else {
     int64_t *d = dst;
-    PW_LOAD(int64_t, d, src, dtype, stride, n, ok)
+    if (contig) { PW_LOAD(int64_t, d, src, dtype, stride, n, ok, 1) }
+    else { PW_LOAD(int64_t, d, src, dtype, stride, n, ok, 0) }
   }
   return ok;
 }
@@ -78,12 +86,15 @@ int loom_pw_load(int kind, void *dst, const char *src, int32_t dtype,
 int loom_pw_store(int kind, char *dst, int32_t dtype, int64_t stride,
                     const void *src, int64_t n) {
   int ok = 1;
+  const int contig = stride == loom_dtype_size(dtype);
   if (kind == LOOM_PW_F32) {
     const float *s = src;
-    PW_STORE_FLOAT(s, dst, dtype, stride, n, ok)
+    if (contig) { PW_STORE_FLOAT(s, dst, dtype, stride, n, ok, 1) }
+    else { PW_STORE_FLOAT(s, dst, dtype, stride, n, ok, 0) }
   } else if (kind == LOOM_PW_F64) {
     const double *s = src;
-    PW_STORE_FLOAT(s, dst, dtype, stride, n, ok)
+    if (contig) { PW_STORE_FLOAT(s, dst, dtype, stride, n, ok, 1) }
+    else { PW_STORE_FLOAT(s, dst, dtype, stride, n, ok, 0) }
   } else {
     const int64_t *s = src;
     switch (dtype) {

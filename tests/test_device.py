@@ -58,6 +58,29 @@ def test_copy_casts_and_strides_on_device(loom):
     assert s.cpu().tolist() == [0.0] + list(range(9))
 
 
+def test_casts_between_float_widths_match_the_cpu_bitwise(loom):
+    # rounding ties, NaN, inf, a subnormal, fp16's overflow edge; contiguous
+    # runs and strided ones take different loops
+    bits = torch.tensor([0x3f808000, 0x3f818000, 0x7f800001, 0xffc00001, 0x7f800000,
+                         0x00000001, 0x477ff000, 0x3f7fffff], dtype=torch.int64)
+    edge = bits.to(torch.int32).view(torch.float32)
+    x = torch.cat([edge, torch.randn(1000, generator=torch.Generator().manual_seed(3)) * 1e3])
+
+    def same(a, b):  # bitwise, but any NaN for a NaN (the CPU's payloads vary by path)
+        iview = {4: torch.int32, 2: torch.int16}[a.element_size()]
+        nan = a.isnan()
+        return torch.equal(nan, b.isnan()) and torch.equal(a[~nan].view(iview), b[~nan].view(iview))
+
+    d = x.to("loom")
+    for dtype in (torch.bfloat16, torch.float16):
+        h = x.to(dtype)
+        assert same(d.to(dtype).cpu(), h)
+        assert same(d[::3].to(dtype).cpu(), h[::3])
+        hd = h.to("loom")
+        assert same(hd.float().cpu(), h.float())
+        assert same(hd[::3].float().cpu(), h[::3].float())
+
+
 def test_copies_resolve_conjugate_and_negative_views(loom):
     # Lazy conj / neg views on either side of a copy: the bytes move as they
     # are and the difference is applied to the destination (resolving on the
