@@ -2,6 +2,7 @@
 #include "kernels/factory.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels/convert.h"
 #include "kernels/nn_util.h"
@@ -24,6 +25,17 @@ int loom_kernel_factory(const loom_kernel_args *args, int64_t begin, int64_t end
   switch (op) {
     case LOOM_FACTORY_ARANGE: {
       const int64_t st = out->rank ? out->strides[0] : 0;
+      if (st == 1 && out->dtype == LOOM_FLOAT32) { /* the values fa_store gives */
+        float *o = (float *)out->data;
+        for (int64_t i = begin; i < end; ++i) o[i] = (float)(s[1].f + (double)i * s[2].f);
+        return LOOM_OK;
+      }
+      if (st == 1 && out->dtype == LOOM_INT64) {
+        int64_t *o = (int64_t *)out->data;
+        for (int64_t i = begin; i < end; ++i)
+          o[i] = (int64_t)((uint64_t)s[1].i + (uint64_t)i * (uint64_t)s[2].i);
+        return LOOM_OK;
+      }
       for (int64_t i = begin; i < end; ++i) {
         if (integral) fa_store(out, i * st, 1, 0.0, (int64_t)((uint64_t)s[1].i + (uint64_t)i * (uint64_t)s[2].i));
         else fa_store(out, i * st, 0, s[1].f + (double)i * s[2].f, 0);
@@ -62,6 +74,28 @@ int loom_kernel_factory(const loom_kernel_args *args, int64_t begin, int64_t end
       const int32_t r = out->rank;
       const int64_t rows = out->sizes[r - 2], cols = out->sizes[r - 1];
       const int64_t diag = s[1].i;
+      if (in->dtype == out->dtype && out->strides[r - 1] == 1 && in->strides[r - 1] == 1) {
+        /* Rows contiguous in both: each run of a row is a copy of the kept
+         * columns and zeros (all-zero bytes in every dtype) elsewhere. */
+        const int64_t es = loom_dtype_size(out->dtype);
+        for (int64_t e = begin; e < end;) {
+          const int64_t j0 = e % cols, i = (e / cols) % rows;
+          const int64_t len = cols - j0 < end - e ? cols - j0 : end - e;
+          /* kept columns [klo, khi) of row i */
+          int64_t klo = 0, khi = cols;
+          if (op == LOOM_FACTORY_TRIL) khi = i + diag + 1;
+          else klo = i + diag;
+          klo = klo < j0 ? j0 : (klo > j0 + len ? j0 + len : klo);
+          khi = khi < klo ? klo : (khi > j0 + len ? j0 + len : khi);
+          char *o = (char *)out->data + loom_nn_offset(out, e, -1) * es;
+          const char *x = (const char *)in->data + loom_nn_offset(in, e, -1) * es;
+          memset(o, 0, (size_t)((klo - j0) * es));
+          memmove(o + (klo - j0) * es, x + (klo - j0) * es, (size_t)((khi - klo) * es)); /* tril_ */
+          memset(o + (khi - j0) * es, 0, (size_t)((j0 + len - khi) * es));
+          e += len;
+        }
+        return LOOM_OK;
+      }
       for (int64_t e = begin; e < end; ++e) {
         const int64_t j = e % cols, i = (e / cols) % rows;
         const int keep = op == LOOM_FACTORY_TRIL ? j - i <= diag : j - i >= diag;

@@ -65,6 +65,12 @@ def test_tril_triu_cat_flip_roll(dtype):
         check(lambda d, t: torch.tril(t, k), x)
         check(lambda d, t: torch.triu(t.transpose(1, 2), k), x)
     check(lambda d, t: t.clone().tril_(1), x)
+    # rows of 300 split between the launch's chunks; diagonals past the edges
+    big = make((3, 70, 300), dtype, seed=2)
+    for k in [-100, -3, 5, 400]:
+        check(lambda d, t: torch.tril(t, k), big)
+        check(lambda d, t: torch.triu(t, k), big)
+    check(lambda d, t: t.clone().triu_(7), big)
     y = make((2, 3, 6), dtype, seed=1)
     check(lambda d, a, b: torch.cat([a, b], 1), x, y)
     check(lambda d, a, b: torch.cat([a, b.transpose(0, 0)], -2), x, y)
