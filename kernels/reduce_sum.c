@@ -46,9 +46,37 @@ static inline void rs_widen_f32(const float *p, __m512d v[8]) {
 static inline void rs_widen_f64(const double *p, __m512d v[8]) {
   for (int r = 0; r < 8; ++r) v[r] = _mm512_loadu_pd(p + 8 * r);
 }
-#define RS_DEFINE(NAME, T, WIDEN)                                         \
+/* The masked lanes of eight vectors from the tail's t < 64 elements at p. */
+static inline void rs_widen_tail_f32(const float *p, int64_t t, __m512d v[8], __mmask8 m[8]) {
+  for (int r = 0; r < 8; ++r) {
+    const int64_t k = t - 8 * r;
+    m[r] = k >= 8 ? (__mmask8)0xff : k <= 0 ? 0 : (__mmask8)((1u << k) - 1u);
+    v[r] = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m[r], p + 8 * r));
+  }
+}
+static inline void rs_widen_tail_f64(const double *p, int64_t t, __m512d v[8], __mmask8 m[8]) {
+  for (int r = 0; r < 8; ++r) {
+    const int64_t k = t - 8 * r;
+    m[r] = k >= 8 ? (__mmask8)0xff : k <= 0 ? 0 : (__mmask8)((1u << k) - 1u);
+    v[r] = _mm512_maskz_loadu_pd(m[r], p + 8 * r);
+  }
+}
+
+/* loom_lanes_fold_f64 of the 64 lanes held as a[r] lane q = lane 8r + q:
+ * the tree's first three levels add whole registers, the last three
+ * lanes within one, in the same pairs. */
+static inline double rs_fold(__m512d a[8]) {
+  for (int w = 4; w > 0; w /= 2)
+    for (int r = 0; r < w; ++r) a[r] = _mm512_add_pd(a[r], a[r + w]);
+  const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(a[0]), _mm512_extractf64x4_pd(a[0], 1));
+  const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+}
+
+#define RS_DEFINE(NAME, T, WIDEN, WIDEN_TAIL)                             \
   double NAME(const T *x, int64_t n, int sq) {                            \
     __m512d a[8], v[8];                                                   \
+    __mmask8 m[8];                                                        \
     for (int r = 0; r < 8; ++r) a[r] = _mm512_setzero_pd();               \
     int64_t i = 0;                                                        \
     if (sq) {                                                             \
@@ -64,12 +92,16 @@ static inline void rs_widen_f64(const double *p, __m512d v[8]) {
         for (int r = 0; r < 8; ++r) a[r] = _mm512_add_pd(a[r], v[r]);    \
       }                                                                   \
     }                                                                     \
-    double acc[LANES];                                                    \
-    for (int r = 0; r < 8; ++r) _mm512_storeu_pd(acc + 8 * r, a[r]);      \
-    RS_FINISH(x, i, n, sq, acc);                                          \
+    if (i < n) { /* the tail into its lanes only (-0.0 stays -0.0) */    \
+      WIDEN_TAIL(x + i, n - i, v, m);                                     \
+      for (int r = 0; r < 8; ++r)                                         \
+        a[r] = _mm512_mask_add_pd(a[r], m[r], a[r],                       \
+                                  sq ? _mm512_mul_pd(v[r], v[r]) : v[r]); \
+    }                                                                     \
+    return rs_fold(a);                                                    \
   }
-RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float, rs_widen_f32)
-RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double, rs_widen_f64)
+RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float, rs_widen_f32, rs_widen_tail_f32)
+RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double, rs_widen_f64, rs_widen_tail_f64)
 #else
 #define RS_DEFINE(NAME, T)                                          \
   double NAME(const T *x, int64_t n, int sq) {                      \
