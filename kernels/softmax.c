@@ -21,6 +21,30 @@ static softmax_row row_of(const loom_tensor *t, int32_t dim) {
   return (softmax_row){.n = t->sizes[dim], .stride = t->strides[dim]};
 }
 
+/* n elements of t at element offset off, step stride, as floats / back. */
+static void load_row(float *dst, const loom_tensor *t, int64_t off, int64_t stride, int64_t n) {
+  if (stride == 1) {
+    loom_nn_load_row_f32(dst, t->data, t->dtype, off, n);
+  } else if (t->dtype == LOOM_FLOAT32) {
+    const float *src = (const float *)t->data + off;
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i * stride];
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = (float)loom_nn_load(t->data, t->dtype, off + i * stride);
+  }
+}
+
+static void store_row(const loom_tensor *t, int64_t off, int64_t stride, const float *src,
+                      int64_t n) {
+  if (stride == 1) {
+    loom_nn_store_row_f32(t->data, t->dtype, off, src, n);
+  } else if (t->dtype == LOOM_FLOAT32) {
+    float *dst = (float *)t->data + off;
+    for (int64_t i = 0; i < n; ++i) dst[i * stride] = src[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) loom_nn_store(t->data, t->dtype, off + i * stride, src[i]);
+  }
+}
+
 static int check_args(const loom_kernel_args *args, uint32_t ntensors,
                       int32_t *dim) {
   if (args->num_tensors < ntensors || args->num_scalars < 2)
@@ -47,16 +71,16 @@ int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
   const loom_nn_rows_ops *ops = loom_nn_rows();
   const int fast = in->dtype == LOOM_FLOAT32 && out->dtype == LOOM_FLOAT32 &&
                    ri.stride == 1 && ro.stride == 1;
-  /* bf16/fp16 rows go through float buffers on the stack */
+  /* bf16/fp16 rows, and strided rows (a softmax over another dim than the
+   * last), go through float buffers on the stack */
   const int staged = !fast && loom_nn_is_f32_like(in->dtype) &&
-                     loom_nn_is_f32_like(out->dtype) && ri.stride == 1 &&
-                     ro.stride == 1 && n <= SOFTMAX_ROW_BUFFER;
+                     loom_nn_is_f32_like(out->dtype) && n <= SOFTMAX_ROW_BUFFER;
   float xbuf[SOFTMAX_ROW_BUFFER], ybuf[SOFTMAX_ROW_BUFFER];
   for (int64_t r = begin; r < end; ++r) {
     const int64_t xo = loom_nn_offset(in, r, dim);
     const int64_t yo = loom_nn_offset(out, r, dim);
     if (staged) {
-      loom_nn_load_row_f32(xbuf, in->data, in->dtype, xo, n);
+      load_row(xbuf, in, xo, ri.stride, n);
       const float m = ops->max(xbuf, n);
       if (isfinite(m)) {
         const float sum = ops->exp_sum(xbuf, n, m, ybuf);
@@ -66,7 +90,7 @@ int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
         } else {
           ops->affine(ybuf, n, 1.0f / sum, 0.0f, ybuf);
         }
-        loom_nn_store_row_f32(out->data, out->dtype, yo, ybuf, n);
+        store_row(out, yo, ro.stride, ybuf, n);
         continue;
       }
     }
