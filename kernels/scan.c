@@ -26,6 +26,22 @@ int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int64_t xs = idx->data && idx->rank ? idx->strides[dim] : 0;
   const int integral = loom_dtype_is_integral(in->dtype);
   const int32_t skip = in->rank ? dim : -1;
+  if ((op == LOOM_SCAN_CUMSUM || op == LOOM_SCAN_CUMPROD) && in->dtype == LOOM_FLOAT32 &&
+      out->dtype == LOOM_FLOAT32) {
+    /* the general loop's arithmetic (a double accumulator, rounded once per
+     * element) without its per-element loads and stores through dtype
+     * switches */
+    for (int64_t row = begin; row < end; ++row) {
+      const float *x = (const float *)in->data + loom_nn_offset(in, row, skip);
+      float *y = (float *)out->data + loom_nn_offset(out, row, skip);
+      double acc = op == LOOM_SCAN_CUMPROD ? 1.0 : 0.0;
+      if (op == LOOM_SCAN_CUMSUM)
+        for (int64_t k = 0; k < n; ++k) y[k * os] = (float)(acc += (double)x[k * is]);
+      else
+        for (int64_t k = 0; k < n; ++k) y[k * os] = (float)(acc *= (double)x[k * is]);
+    }
+    return LOOM_OK;
+  }
   for (int64_t row = begin; row < end; ++row) {
     const int64_t ib = loom_nn_offset(in, row, skip), ob = loom_nn_offset(out, row, skip);
     const int64_t xb = idx->data ? loom_nn_offset(idx, row, skip) : 0;
