@@ -218,6 +218,32 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
         }
 #undef LOOM_IX_COPY
       }
+      if (op == LOOM_INDEX_ADD && reduce == LOOM_INDEX_ASSIGN && t0->dtype == LOOM_FLOAT32 &&
+          t2->dtype == LOOM_FLOAT32) {
+        /* index_add_ of float32: the general loop's arithmetic (in double,
+         * rounded once per addition), a run of the last dim per index */
+        const int32_t last = t2->rank - 1;
+        const int64_t inner = last >= 0 && last != dim && t0->strides[last] == 1 &&
+                                      t2->strides[last] == 1
+                                  ? t2->sizes[last]
+                                  : 1;
+        float *d = (float *)t0->data;
+        const float *src = (const float *)t2->data;
+        const double alpha = scalar.f;
+        for (int64_t row = begin; row < end;) {
+          const int64_t len = inner - row % inner < end - row ? inner - row % inner : end - row;
+          const int64_t db = ix_offset(t2, t0, row, skip), sb = ix_offset(t2, t2, row, skip);
+          for (int64_t k = 0; k < n; ++k) {
+            const int64_t v = ix_value(t1, k * xs, limit, dim, 0);
+            if (v < 0) return ix_range_status(op);
+            float *dk = d + db + v * ds;
+            const float *sk = src + sb + k * ss;
+            for (int64_t j = 0; j < len; ++j) dk[j] = (float)((double)sk[j] * alpha + (double)dk[j]);
+          }
+          row += len;
+        }
+        return LOOM_OK;
+      }
       for (int64_t row = begin; row < end; ++row) {
         const int64_t db = ix_offset(t2, t0, row, skip);
         const int64_t sb = ix_offset(t2, t2, row, skip);

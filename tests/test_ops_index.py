@@ -165,6 +165,22 @@ def test_index_copy_moves_rows_of_the_last_dim(dtype):
     check(lambda d, t, i, s: t.clone().index_copy_(1, i, s), big, torch.tensor([0, 4, 1]), src)
 
 
+def test_index_add_of_float32_rounds_once_per_addition():
+    # each addition in double, rounded to float32, in index order: rows of
+    # the last dim add as runs (chunks of the launch ending inside rows), a
+    # destination strided in its last dim element by element
+    g = torch.Generator().manual_seed(8)
+    base, src = torch.randn(60, 4, 100, generator=g), torch.randn(60, 5, 100, generator=g)
+    idx = torch.tensor([3, 1, 3, 0, 3])
+    want = base.clone()
+    for k, i in enumerate(idx.tolist()):
+        want[:, i] = (want[:, i].double() + src[:, k].double() * 0.3).float()
+    runs = base.to("loom").index_add_(1, idx.to("loom"), src.to("loom"), alpha=0.3)
+    strided = base.transpose(0, 2).contiguous().transpose(0, 2).to("loom")
+    strided.index_add_(1, idx.to("loom"), src.to("loom"), alpha=0.3)
+    assert torch.equal(runs.cpu(), want) and torch.equal(strided.cpu(), want)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_scatter_sums_round_once_in_16_bit_floats(dtype):
     # Hundreds of contributions per slot: rounding after every addition
