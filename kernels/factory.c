@@ -49,12 +49,19 @@ int loom_kernel_factory(const loom_kernel_args *args, int64_t begin, int64_t end
       const double start = s[1].f, stop = s[2].f;
       const double step = n > 1 ? (stop - start) / (double)(n - 1) : 0.0;
       const int64_t half = n / 2;
+#define LINSPACE_VALUE(i)                                                                   \
+  (n == 1 ? start : ((i) < half ? start + step * (double)(i) : stop - step * (double)(n - (i) - 1)))
+      if (op == LOOM_FACTORY_LINSPACE && st == 1 && out->dtype == LOOM_FLOAT32) {
+        float *o = (float *)out->data; /* the values fa_store gives */
+        for (int64_t i = begin; i < end; ++i) o[i] = (float)LINSPACE_VALUE(i);
+        return LOOM_OK;
+      }
       for (int64_t i = begin; i < end; ++i) {
-        double v = n == 1 ? start
-                   : (i < half ? start + step * (double)i : stop - step * (double)(n - i - 1));
+        double v = LINSPACE_VALUE(i);
         if (op == LOOM_FACTORY_LOGSPACE) v = pow(s[3].f, v);
         fa_store(out, i * st, integral, v, (int64_t)v);
       }
+#undef LINSPACE_VALUE
       return LOOM_OK;
     }
     case LOOM_FACTORY_EYE: {
