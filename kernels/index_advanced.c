@@ -103,6 +103,18 @@ static int ia_chunk(const loom_kernel_args *args, int64_t c, int64_t *b, int64_t
   return *b < *e ? 0 : LOOM_ERROR_INVALID_ARGUMENT;
 }
 
+/* Whether t is a dense row-major tensor of one-byte integers or bools (a
+ * mask, nonzero's usual input), whose elements are scanned as bytes. */
+static int ia_byte_mask(const loom_tensor *t) {
+  if (loom_dtype_size(t->dtype) != 1 || loom_nn_is_float(t->dtype)) return 0;
+  int64_t expect = 1;
+  for (int32_t d = t->rank - 1; d >= 0; --d) {
+    if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
+    expect *= t->sizes[d];
+  }
+  return 1;
+}
+
 int loom_kernel_nonzero_count(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors != 2 || args->num_scalars < 1 || args->tensors[1].dtype != LOOM_INT64)
     return LOOM_ERROR_INVALID_ARGUMENT;
@@ -112,7 +124,12 @@ int loom_kernel_nonzero_count(const loom_kernel_args *args, int64_t begin, int64
   for (int64_t c = begin; c < end; ++c) {
     int64_t b, e, count = 0;
     if (ia_chunk(args, c, &b, &e)) return LOOM_ERROR_INVALID_ARGUMENT;
-    IA_FOR_EACH(in, b, e, { count += ia_nonzero(elem, in->dtype, es); });
+    if (ia_byte_mask(in)) {
+      const uint8_t *p = (const uint8_t *)in->data;
+      for (int64_t i = b; i < e; ++i) count += p[i] != 0;
+    } else {
+      IA_FOR_EACH(in, b, e, { count += ia_nonzero(elem, in->dtype, es); });
+    }
     counts[c * args->tensors[1].strides[0]] = count;
   }
   return LOOM_OK;
@@ -147,6 +164,29 @@ int loom_kernel_nonzero_write(const loom_kernel_args *args, int64_t begin, int64
       lin /= in->sizes[d];
     }
     int64_t row = first[c * args->tensors[1].strides[0]];
+    if (ia_byte_mask(in)) {
+      /* zero bytes skipped eight at a time; a set one's coordinates come
+       * from its position */
+      const uint8_t *p = (const uint8_t *)in->data;
+      for (int64_t i = b; i < e;) {
+        uint64_t word;
+        if (i + 8 <= e && (memcpy(&word, p + i, 8), word == 0)) {
+          i += 8;
+          continue;
+        }
+        if (p[i]) {
+          if (row >= out->sizes[0]) return LOOM_ERROR_INVALID_ARGUMENT;
+          int64_t q = i;
+          for (int32_t d = rank - 1; d >= 0; --d) {
+            od[row * out->strides[0] + d * out->strides[1]] = q % in->sizes[d];
+            q /= in->sizes[d];
+          }
+          ++row;
+        }
+        ++i;
+      }
+      continue;
+    }
     IA_FOR_EACH(in, b, e, {
       if (ia_nonzero(elem, in->dtype, es)) {
         if (row >= out->sizes[0]) return LOOM_ERROR_INVALID_ARGUMENT;

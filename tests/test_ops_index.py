@@ -342,6 +342,12 @@ def test_nonzero_and_equal(dtype):
     # several chunks, in row-major order whatever the thread count
     big = make((701, 503), torch.bool, seed=4)
     check(lambda d, b: torch.nonzero(b.t()), big)
+    # dense masks scan bytes: sparse ones skip zero words, in every chunk
+    check(lambda d, b: torch.nonzero(b), big)
+    sparse = torch.zeros(3, 70, 301, dtype=torch.bool)
+    sparse.view(-1)[torch.randperm(sparse.numel(), generator=torch.Generator().manual_seed(5))[:97]] = True
+    check(lambda d, b: torch.nonzero(b), sparse)
+    check(lambda d, b: torch.nonzero(b.to(torch.uint8) * 3), sparse)
     check(lambda d: torch.nonzero(torch.tensor([0.0, -0.0, float("nan"), 1.0], device=d)))
     check(lambda d: torch.tensor(torch.equal(torch.tensor([1, 2], device=d),
                                              torch.tensor([1.0, 2.0], device=d)), device=d))
