@@ -366,17 +366,54 @@ static int rd_span(const rd_ctx *c, rd_state *s, const loom_tensor *in,
  * Returns 0 when the layout does not fit (the caller takes the general
  * path). */
 #define RD_COLS 256
+/* max / min (values, and indices where `second` has data) of float32
+ * columns, as rd_block_f takes them: a NaN wins and stays, and the first
+ * of equal extremes keeps its index. Called by rd_columns, which has
+ * checked the layout. */
+static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
+                              const loom_tensor *second, const loom_tensor *in,
+                              int32_t keep, int64_t begin, int64_t end) {
+  const int64_t inner = in->sizes[keep - 1], n = in->sizes[keep];
+  const int64_t stride = in->strides[keep];
+  const int max = c->op == LOOM_REDUCE_MAX;
+  const int64_t ss = second->data && second->rank == out->rank ? second->strides[keep - 1] : 0;
+  for (int64_t w = begin; w < end;) {
+    const int64_t col = w % inner;
+    int64_t width = inner - col < end - w ? inner - col : end - w;
+    if (width > RD_COLS) width = RD_COLS;
+    int64_t out_off, second_off, in_off;
+    rd_offsets(out, second, in, w, &out_off, &second_off, &in_off);
+    float best[RD_COLS];
+    int64_t idx[RD_COLS];
+    const float *x0 = (const float *)in->data + in_off;
+    for (int64_t j = 0; j < width; ++j) best[j] = x0[j], idx[j] = 0;
+    for (int64_t k = 1; k < n; ++k) {
+      if (c->avx512) loom_reduce_cols_extreme_f32_avx512(best, idx, x0 + k * stride, width, k, max);
+      else loom_reduce_cols_extreme_f32(best, idx, x0 + k * stride, width, k, max);
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      if (!rd_store(out, out_off + j, 0, (double)best[j], 0)) return 0;
+      if (second->data && !rd_store(second, second_off + j * ss, 1, 0.0, idx[j])) return 0;
+    }
+    w += width;
+  }
+  return 1;
+}
+
 static int rd_columns(const rd_ctx *c, const loom_tensor *out,
-                      const loom_tensor *in, int32_t keep, int64_t begin,
-                      int64_t end) {
-  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN) ||
+                      const loom_tensor *second, const loom_tensor *in, int32_t keep,
+                      int64_t begin, int64_t end) {
+  const int extreme = c->op == LOOM_REDUCE_MAX || c->op == LOOM_REDUCE_MIN;
+  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN && !extreme) ||
       (c->dtype != LOOM_FLOAT32 && c->dtype != LOOM_FLOAT64) ||
+      (extreme && c->dtype != LOOM_FLOAT32) ||
       keep < 1 || in->rank != keep + 1 || in->strides[keep - 1] != 1 ||
       out->strides[keep - 1] != 1 || !out->data)
     return 0;
   const int64_t inner = in->sizes[keep - 1], n = in->sizes[keep];
   const int64_t stride = in->strides[keep];
   const int f32 = c->dtype == LOOM_FLOAT32;
+  if (extreme) return rd_columns_extreme(c, out, second, in, keep, begin, end);
   for (int64_t w = begin; w < end;) {
     const int64_t col = w % inner;
     int64_t width = inner - col < end - w ? inner - col : end - w;
@@ -427,7 +464,7 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
   if (stage && (args->num_tensors < 4 || !scratch)) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t part = loom_reduce_part(count);
   if (stage == 1 && parts != (count + part - 1) / part) return LOOM_ERROR_INVALID_ARGUMENT;
-  if (stage == 0 && count > 0 && rd_columns(&c, out, in, keep, begin, end)) return LOOM_OK;
+  if (stage == 0 && count > 0 && rd_columns(&c, out, second, in, keep, begin, end)) return LOOM_OK;
 
   for (int64_t w = begin; w < end; ++w) {
     const int64_t o = stage == 1 ? w / parts : w;

@@ -67,6 +67,13 @@ void loom_reduce_cols_f32(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_f64(double *acc, const double *x, int64_t n);
 void loom_reduce_cols_f32_avx512(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_f64_avx512(double *acc, const double *x, int64_t n);
+/* One row of a column max (max 1) or min over n float32 columns: best[j]
+ * and idx[j] take x[j] and k where x[j] is better (a NaN wins and stays;
+ * equal values keep the earlier index). */
+void loom_reduce_cols_extreme_f32(float *best, int64_t *idx, const float *x, int64_t n,
+                                  int64_t k, int max);
+void loom_reduce_cols_extreme_f32_avx512(float *best, int64_t *idx, const float *x,
+                                         int64_t n, int64_t k, int max);
 
 #ifdef __cplusplus
 }

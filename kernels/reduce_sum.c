@@ -133,3 +133,33 @@ void RS_NAME(loom_reduce_cols_f32)(double *restrict acc, const float *restrict x
 void RS_NAME(loom_reduce_cols_f64)(double *restrict acc, const double *restrict x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
 }
+
+/* One row of a column max (max 1) or min: best[j] and idx[j] take x[j] and
+ * k where x[j] is better, as rd_block_f decides it: a NaN wins and stays,
+ * and equal values keep the earlier index. */
+void RS_NAME(loom_reduce_cols_extreme_f32)(float *restrict best, int64_t *restrict idx,
+                                           const float *restrict x, int64_t n, int64_t k,
+                                           int max) {
+  int64_t j = 0;
+#ifdef LOOM_REDUCE_ISA
+  const __m512i kv = _mm512_set1_epi64(k);
+  for (; j + 16 <= n; j += 16) {
+    const __m512 v = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(best + j);
+    const __mmask16 better = max ? _mm512_cmp_ps_mask(v, b, _CMP_GT_OQ)
+                                 : _mm512_cmp_ps_mask(v, b, _CMP_LT_OQ);
+    const __mmask16 take = _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q) &
+                           (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) | better);
+    _mm512_storeu_ps(best + j, _mm512_mask_mov_ps(b, take, v));
+    _mm512_mask_storeu_epi64(idx + j, (__mmask8)take, kv);
+    _mm512_mask_storeu_epi64(idx + j + 8, (__mmask8)(take >> 8), kv);
+  }
+#endif
+  for (; j < n; ++j) {
+    const float v = x[j], b = best[j];
+    if (b == b && (v != v || (max ? v > b : v < b))) {
+      best[j] = v;
+      idx[j] = k;
+    }
+  }
+}
+

@@ -69,6 +69,23 @@ def test_sum_family(dtype, dim, keepdim):
         check(torch.cumprod, x, dim)
 
 
+def test_column_max_min_take_nan_and_the_first_of_ties():
+    # max / min over dim 0 of float32 rows walk the rows with whole blocks
+    # of columns (300 columns: a full block of 256 and a tail)
+    g = torch.Generator().manual_seed(9)
+    x = torch.randint(-3, 4, (70, 300), generator=g).float()  # many ties
+    x[5, 7] = float("nan")
+    x[9, 7] = float("nan")
+    x[40, 280] = float("nan")
+    d = x.to("loom")
+    for fn in (lambda t: t.max(0), lambda t: t.min(0)):
+        got, want = fn(d), fn(x)
+        assert torch.equal(got.values.cpu().nan_to_num(99), want.values.nan_to_num(99))
+        assert torch.equal(got.indices.cpu(), want.indices)
+    for fn in (lambda t: t.amax(0), lambda t: t.amin(0)):
+        assert torch.equal(fn(d).cpu().nan_to_num(99), fn(x).nan_to_num(99))
+
+
 @pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
 def test_max_min_arg(dtype):
     x = make((5, 7, 3), dtype)

@@ -171,11 +171,37 @@ static void test_sum_isa_equal(void) {
     }
 }
 
+/* A row step of the column max / min built for AVX-512 keeps the generic
+ * build's values and indices: NaN wins and stays, ties keep the earlier
+ * row; widths past a vector and a tail. */
+static void test_cols_extreme_isa_equal(void) {
+  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
+  enum { W = 37, ROWS = 30 };
+  for (int max = 0; max < 2; ++max) {
+    float b1[W], b2[W], x[ROWS][W];
+    int64_t i1[W], i2[W];
+    for (int k = 0; k < ROWS; ++k)
+      for (int j = 0; j < W; ++j) x[k][j] = (float)(rand() % 5) - 2.0f;
+    x[3][4] = NAN;
+    x[0][9] = NAN;
+    x[20][33] = NAN;
+    for (int j = 0; j < W; ++j) b1[j] = b2[j] = x[0][j], i1[j] = i2[j] = 0;
+    for (int k = 1; k < ROWS; ++k) {
+      loom_reduce_cols_extreme_f32(b1, i1, x[k], W, k, max);
+      loom_reduce_cols_extreme_f32_avx512(b2, i2, x[k], W, k, max);
+    }
+    CHECK(memcmp(b1, b2, sizeof b1) == 0);
+    CHECK(memcmp(i1, i2, sizeof i1) == 0);
+    CHECK(isnan(b1[4]) && i1[4] == 3 && isnan(b1[9]) && i1[9] == 0);
+  }
+}
+
 int main(void) {
   srand(3);
   test_ops();
   test_long_parts();
   test_integral();
   test_sum_isa_equal();
+  test_cols_extreme_isa_equal();
   TEST_MAIN_END();
 }
