@@ -199,6 +199,19 @@ static int rd_run(const rd_ctx *c, rd_state *s, const char *p, int64_t stride,
     s->n += n;
     return 1;
   }
+  if ((c->op == LOOM_REDUCE_MAX || c->op == LOOM_REDUCE_MIN) && c->dtype == LOOM_FLOAT32 &&
+      stride == 4 && n > 0 && n < ((int64_t)1 << 31)) {
+    const int max = c->op == LOOM_REDUCE_MAX;
+    int64_t at;
+    const float v = c->avx512 ? loom_reduce_extreme_f32_avx512((const float *)p, n, max, &at)
+                              : loom_reduce_extreme_f32((const float *)p, n, max, &at);
+    if (s->n == 0 || rd_better(v, s->a, max)) {
+      s->a = v;
+      s->idx = lin + at;
+    }
+    s->n += n;
+    return 1;
+  }
   union { double f[RD_BLOCK]; int64_t i[RD_BLOCK]; } buf;
   for (int64_t off = 0; off < n; off += RD_BLOCK) {
     const int64_t m = n - off < RD_BLOCK ? n - off : RD_BLOCK;

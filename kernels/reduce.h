@@ -74,6 +74,10 @@ void loom_reduce_cols_extreme_f32(float *best, int64_t *idx, const float *x, int
                                   int64_t k, int max);
 void loom_reduce_cols_extreme_f32_avx512(float *best, int64_t *idx, const float *x,
                                          int64_t n, int64_t k, int max);
+/* The max (max 1) or min of n > 0 contiguous floats (n < 2^31), and in
+ * *index the position of its first occurrence (a NaN wins and stays). */
+float loom_reduce_extreme_f32(const float *x, int64_t n, int max, int64_t *index);
+float loom_reduce_extreme_f32_avx512(const float *x, int64_t n, int max, int64_t *index);
 
 #ifdef __cplusplus
 }

@@ -163,3 +163,58 @@ void RS_NAME(loom_reduce_cols_extreme_f32)(float *restrict best, int64_t *restri
   }
 }
 
+/* The max (max 1) or min of n > 0 contiguous floats and the index of its
+ * first occurrence, as a scan in order finds them: a NaN wins and stays,
+ * and equal values keep the earlier index. The AVX-512 build keeps 16
+ * lanes, each such a scan of its own elements, and takes the lanes' best
+ * with the smallest index. */
+float RS_NAME(loom_reduce_extreme_f32)(const float *x, int64_t n, int max, int64_t *index) {
+  float best = x[0];
+  int64_t at = 0, j = 1;
+#ifdef LOOM_REDUCE_ISA
+  if (n >= 32) {
+    __m512 b = _mm512_loadu_ps(x);
+    __m512i bi = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i ji = bi;
+    const __m512i step = _mm512_set1_epi32(16);
+    /* 32-bit indices: the caller cuts runs below 2^31 elements */
+    for (j = 16; j + 16 <= n; j += 16) {
+      ji = _mm512_add_epi32(ji, step);
+      const __m512 v = _mm512_loadu_ps(x + j);
+      const __mmask16 better = max ? _mm512_cmp_ps_mask(v, b, _CMP_GT_OQ)
+                                   : _mm512_cmp_ps_mask(v, b, _CMP_LT_OQ);
+      const __mmask16 take = _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q) &
+                             (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) | better);
+      b = _mm512_mask_mov_ps(b, take, v);
+      bi = _mm512_mask_mov_epi32(bi, take, ji);
+    }
+    float lb[16];
+    int32_t li[16];
+    _mm512_storeu_ps(lb, b);
+    _mm512_storeu_si512(li, bi);
+    best = lb[0];
+    at = li[0];
+    for (int l = 1; l < 16; ++l) {
+      const float v = lb[l];
+      const int nan_v = v != v, nan_b = best != best;
+      const int win = nan_b ? (nan_v && li[l] < at)
+                            : (nan_v || (max ? v > best : v < best) || (v == best && li[l] < at));
+      if (win) {
+        best = v;
+        at = li[l];
+      }
+    }
+  }
+#endif
+  /* the tail continues the scan in order */
+  for (; j < n; ++j) {
+    const float v = x[j];
+    if (best == best && (v != v || (max ? v > best : v < best))) {
+      best = v;
+      at = j;
+    }
+  }
+  *index = at;
+  return best;
+}
+

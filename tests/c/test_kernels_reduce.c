@@ -196,6 +196,39 @@ static void test_cols_extreme_isa_equal(void) {
   }
 }
 
+/* The max / min of a contiguous run, value and first index, against a scan
+ * in order, for both builds: ties everywhere (few distinct values), -0.0
+ * beside 0.0, a NaN early or late, lengths around the vector loop's. */
+static void test_extreme_run(void) {
+  enum { N = 1000 };
+  static float x[N];
+  const int64_t lengths[] = {1, 2, 31, 32, 33, 47, 100, N};
+  for (int trial = 0; trial < 4; ++trial) {
+    for (int i = 0; i < N; ++i) x[i] = (float)(rand() % 4) - 1.5f;
+    x[17] = -0.0f;
+    x[18] = 0.0f;
+    if (trial == 1) x[40] = NAN;
+    if (trial == 2) x[990] = NAN, x[995] = NAN;
+    if (trial == 3) x[0] = NAN;
+    for (size_t t = 0; t < sizeof lengths / sizeof lengths[0]; ++t)
+      for (int max = 0; max < 2; ++max) {
+        const int64_t n = lengths[t];
+        float want = x[0];
+        int64_t want_at = 0;
+        for (int64_t j = 1; j < n; ++j)
+          if (want == want && (x[j] != x[j] || (max ? x[j] > want : x[j] < want)))
+            want = x[j], want_at = j;
+        int64_t a1 = -1, a2 = -1;
+        const float v1 = loom_reduce_extreme_f32(x, n, max, &a1);
+        CHECK(memcmp(&v1, &want, sizeof v1) == 0 && a1 == want_at);
+        if (loom_cpu_features() & LOOM_FEATURE_AVX512F) {
+          const float v2 = loom_reduce_extreme_f32_avx512(x, n, max, &a2);
+          CHECK(memcmp(&v2, &want, sizeof v2) == 0 && a2 == want_at);
+        }
+      }
+  }
+}
+
 int main(void) {
   srand(3);
   test_ops();
@@ -203,5 +236,6 @@ int main(void) {
   test_integral();
   test_sum_isa_equal();
   test_cols_extreme_isa_equal();
+  test_extreme_run();
   TEST_MAIN_END();
 }
