@@ -101,6 +101,24 @@ int loom_group_norm_forward(const loom_kernel_args *args, int64_t begin,
   return LOOM_OK;
 }
 
+/* sg[j] += w dy[i], sgx[j] += w dy[i] (x[i] - mu) rs for i = j mod 4 over
+ * n floats: the sums of the backward in four chains each. */
+static void gn_sums_f32(const float *dy, const float *x, int64_t n, double w, double mu,
+                        double rs, double sg[4], double sgx[4]) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; ++j) {
+      const double gv = (double)dy[i + j] * w;
+      sg[j] += gv;
+      sgx[j] += gv * ((double)x[i + j] - mu) * rs;
+    }
+  for (int j = 0; i < n; ++i, ++j) {
+    const double gv = (double)dy[i] * w;
+    sg[j] += gv;
+    sgx[j] += gv * ((double)x[i] - mu) * rs;
+  }
+}
+
 int loom_group_norm_backward_input(const loom_kernel_args *args,
                                    int64_t begin, int64_t end) {
   gn_shape s;
@@ -110,6 +128,29 @@ int loom_group_norm_backward_input(const loom_kernel_args *args,
                     *mean = &args->tensors[2], *rstd = &args->tensors[3],
                     *w = &args->tensors[4], *dx = &args->tensors[5];
   const int64_t len = s.d * s.hw;
+  if (dy->dtype == LOOM_FLOAT32 && x->dtype == LOOM_FLOAT32 && dx->dtype == LOOM_FLOAT32) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t base = row * len, g = row % s.g;
+      const double mu = loom_nn_load(mean->data, mean->dtype, row);
+      const double rs = loom_nn_load(rstd->data, rstd->dtype, row);
+      const float *dyr = (const float *)dy->data + base, *xr = (const float *)x->data + base;
+      float *dxr = (float *)dx->data + base;
+      double sg[4] = {0.0, 0.0, 0.0, 0.0}, sgx[4] = {0.0, 0.0, 0.0, 0.0};
+      for (int64_t k = 0; k < s.d; ++k)
+        gn_sums_f32(dyr + k * s.hw, xr + k * s.hw, s.hw, opt_load(w, g * s.d + k, 1.0), mu, rs,
+                    sg, sgx);
+      const double a = len ? ((sg[0] + sg[1]) + (sg[2] + sg[3])) / (double)len : 0.0;
+      const double cc = len ? ((sgx[0] + sgx[1]) + (sgx[2] + sgx[3])) / (double)len : 0.0;
+      for (int64_t k = 0; k < s.d; ++k) {
+        const double wc = opt_load(w, g * s.d + k, 1.0);
+        for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i) {
+          const double gv = (double)dyr[i] * wc, xh = ((double)xr[i] - mu) * rs;
+          dxr[i] = (float)(rs * (gv - a - xh * cc));
+        }
+      }
+    }
+    return LOOM_OK;
+  }
   for (int64_t row = begin; row < end; ++row) {
     const int64_t base = row * len, g = row % s.g;
     const double mu = loom_nn_load(mean->data, mean->dtype, row);
@@ -145,6 +186,21 @@ int loom_group_norm_backward_params(const loom_kernel_args *args,
   const loom_tensor *dy = &args->tensors[0], *x = &args->tensors[1],
                     *mean = &args->tensors[2], *rstd = &args->tensors[3],
                     *dw = &args->tensors[4], *db = &args->tensors[5];
+  if (dy->dtype == LOOM_FLOAT32 && x->dtype == LOOM_FLOAT32) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t g = c / s.d;
+      double sb[4] = {0.0, 0.0, 0.0, 0.0}, sw[4] = {0.0, 0.0, 0.0, 0.0};
+      for (int64_t n = 0; n < s.n; ++n) {
+        const int64_t row = n * s.g + g, base = (n * s.c + c) * s.hw;
+        gn_sums_f32((const float *)dy->data + base, (const float *)x->data + base, s.hw, 1.0,
+                    loom_nn_load(mean->data, mean->dtype, row),
+                    loom_nn_load(rstd->data, rstd->dtype, row), sb, sw);
+      }
+      if (dw->data) loom_nn_store(dw->data, dw->dtype, c, (sw[0] + sw[1]) + (sw[2] + sw[3]));
+      if (db->data) loom_nn_store(db->data, db->dtype, c, (sb[0] + sb[1]) + (sb[2] + sb[3]));
+    }
+    return LOOM_OK;
+  }
   for (int64_t c = begin; c < end; ++c) {
     const int64_t g = c / s.d;
     double acc_w = 0.0, acc_b = 0.0;
