@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "kernels/nn_util.h"
+#include "kernels/upsample_rows.h"
+#include "runtime/base/cpu.h"
 #include "loom/status.h"
 
 typedef struct us_params {
@@ -97,43 +99,30 @@ static int us_read(const loom_kernel_args *args, us_params *q) {
   (((p) / (t)->sizes[1]) * (t)->strides[0] + ((p) % (t)->sizes[1]) * (t)->strides[1] + \
    (y) * (t)->strides[2] + (x) * (t)->strides[3])
 
-/* Widest output row whose horizontal taps the float32 linear path keeps on
+/* Widest (and tallest) output whose taps the float32 linear path keeps on
  * the stack. */
 #define US_MAX_ROW 2048
 
 /* The linear forward of float32 planes, with the general loop's
- * arithmetic: the horizontal taps computed once per call, and each plane's
- * rows addressed once. */
+ * arithmetic: the taps computed once per call, the rows in
+ * kernels/upsample_rows.c. */
 static void us_linear_f32(const us_params *q, const loom_tensor *out, const loom_tensor *in,
                           int64_t begin, int64_t end) {
   const int64_t oh = out->sizes[2], ow = out->sizes[3], ih = in->sizes[2], iw = in->sizes[3];
-  const int32_t store = LOOM_FLOAT32;
-  us_tap taps[US_MAX_ROW];
-  for (int64_t x = 0; x < ow; ++x) taps[x] = us_linear(q, 1, x, iw, ow, 0, store);
-  const float *src = (const float *)in->data;
-  float *dst = (float *)out->data;
-  const int64_t is3 = in->strides[3], os3 = out->strides[3];
-  for (int64_t p = begin; p < end; ++p) {
-    const int64_t ib = US_AT(in, p, 0, 0), ob = US_AT(out, p, 0, 0);
-    for (int64_t y = 0; y < oh; ++y) {
-      const us_tap h = us_linear(q, 0, y, ih, oh, 0, store);
-      const float *r0 = src + ib + h.i0 * in->strides[2];
-      const float *r1 = src + ib + h.i1 * in->strides[2];
-      float *o = dst + ob + y * out->strides[2];
-      const float h0 = (float)h.l0, h1 = (float)h.l1;
-      for (int64_t x = 0; x < ow; ++x) {
-        const us_tap *w = &taps[x];
-        const float w0 = (float)w->l0, w1 = (float)w->l1;
-        const float t0 = fmaf(r0[w->i0 * is3], w0, r0[w->i1 * is3] * w1);
-        float v = t0;
-        if (q->dims == 2) {
-          const float t1 = fmaf(r1[w->i0 * is3], w0, r1[w->i1 * is3] * w1);
-          v = fmaf(t0, h0, t1 * h1);
-        }
-        o[x * os3] = v;
-      }
-    }
+  loom_us_tap xt[US_MAX_ROW], yt[US_MAX_ROW];
+  for (int64_t x = 0; x < ow; ++x) {
+    const us_tap t = us_linear(q, 1, x, iw, ow, 0, LOOM_FLOAT32);
+    xt[x] = (loom_us_tap){t.i0, t.i1, (float)t.l0, (float)t.l1};
   }
+  for (int64_t y = 0; y < oh; ++y) {
+    const us_tap t = us_linear(q, 0, y, ih, oh, 0, LOOM_FLOAT32);
+    yt[y] = (loom_us_tap){t.i0, t.i1, (float)t.l0, (float)t.l1};
+  }
+  const uint32_t avx2_fma = LOOM_FEATURE_AVX2 | LOOM_FEATURE_FMA;
+  if ((loom_cpu_features() & avx2_fma) == avx2_fma)
+    loom_upsample_rows_f32_avx2(out, in, q->dims, xt, yt, begin, end);
+  else
+    loom_upsample_rows_f32(out, in, q->dims, xt, yt, begin, end);
 }
 
 int loom_kernel_upsample(const loom_kernel_args *args, int64_t begin, int64_t end) {
@@ -144,7 +133,7 @@ int loom_kernel_upsample(const loom_kernel_args *args, int64_t begin, int64_t en
   const int64_t oh = out->sizes[2], ow = out->sizes[3], ih = in->sizes[2], iw = in->sizes[3];
   const int wide = in->dtype == LOOM_FLOAT64;
   if (q.mode == LOOM_UPSAMPLE_LINEAR && in->dtype == LOOM_FLOAT32 &&
-      out->dtype == LOOM_FLOAT32 && ow <= US_MAX_ROW) {
+      out->dtype == LOOM_FLOAT32 && ow <= US_MAX_ROW && oh <= US_MAX_ROW) {
     us_linear_f32(&q, out, in, begin, end);
     return LOOM_OK;
   }
