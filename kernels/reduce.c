@@ -372,13 +372,8 @@ static int rd_span(const rd_ctx *c, rd_state *s, const loom_tensor *in,
   return 1;
 }
 
-/* Sums over one strided dim into outputs that are contiguous in both the
- * input and the output (e.g. a sum over dim 0 of a row-major matrix): a
- * block of neighbouring outputs is accumulated row by row, so memory is
- * read in order. Each output still adds its elements in index order.
- * Returns 0 when the layout does not fit (the caller takes the general
- * path). */
 #define RD_COLS 256
+
 /* max / min (values, and indices where `second` has data) of float32
  * columns, as rd_block_f takes them: a NaN wins and stays, and the first
  * of equal extremes keeps its index. Called by rd_columns, which has
@@ -413,6 +408,13 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
   return 1;
 }
 
+/* Sums over one strided dim into outputs that are contiguous in both the
+ * input and the output (e.g. a sum over dim 0 of a row-major matrix): a
+ * block of neighbouring outputs is accumulated row by row, so memory is
+ * read in order. Each output still adds its elements in index order; max
+ * and min of float32 take rd_columns_extreme.
+ * Returns 0 when the layout does not fit (the caller takes the general
+ * path). */
 static int rd_columns(const rd_ctx *c, const loom_tensor *out,
                       const loom_tensor *second, const loom_tensor *in, int32_t keep,
                       int64_t begin, int64_t end) {
