@@ -57,45 +57,40 @@ int loom_group_norm_forward(const loom_kernel_args *args, int64_t begin,
                     *mean = &args->tensors[4], *rstd = &args->tensors[5];
   const double eps = args->scalars[4].f;
   const int64_t len = s.d * s.hw;
-  if (x->dtype == LOOM_FLOAT32 && y->dtype == LOOM_FLOAT32) {
-    const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t base = row * len, g = row % s.g;
-      const float *xr = (const float *)x->data + base;
-      float *yr = (float *)y->data + base;
-      double mu, var;
-      gn_moments_f32(xr, len, avx512, &mu, &var);
-      const double rs = 1.0 / sqrt(var + eps);
-      loom_nn_store(mean->data, mean->dtype, row, mu);
-      loom_nn_store(rstd->data, rstd->dtype, row, rs);
-      for (int64_t k = 0; k < s.d; ++k) {
-        const int64_t c = g * s.d + k;
-        const double scale = rs * opt_load(w, c, 1.0), shift = opt_load(b, c, 0.0);
-        for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i)
-          yr[i] = (float)(((double)xr[i] - mu) * scale + shift);
-      }
-    }
-    return LOOM_OK;
-  }
+  /* float32 rows: moments by gn_moments_f32, elements read and written
+   * in place; other dtypes element by element in one chain */
+  const int f32 = x->dtype == LOOM_FLOAT32 && y->dtype == LOOM_FLOAT32;
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
   for (int64_t row = begin; row < end; ++row) {
     const int64_t base = row * len, g = row % s.g;
+    const float *xr = f32 ? (const float *)x->data + base : NULL;
+    float *yr = f32 ? (float *)y->data + base : NULL;
     double mu = 0.0, var = 0.0;
-    for (int64_t i = 0; i < len; ++i) mu += loom_nn_load(x->data, x->dtype, base + i);
-    mu = len ? mu / (double)len : 0.0;
-    for (int64_t i = 0; i < len; ++i) {
-      double dd = loom_nn_load(x->data, x->dtype, base + i) - mu;
-      var += dd * dd;
+    if (f32) {
+      gn_moments_f32(xr, len, avx512, &mu, &var);
+    } else {
+      for (int64_t i = 0; i < len; ++i) mu += loom_nn_load(x->data, x->dtype, base + i);
+      mu = len ? mu / (double)len : 0.0;
+      for (int64_t i = 0; i < len; ++i) {
+        double dd = loom_nn_load(x->data, x->dtype, base + i) - mu;
+        var += dd * dd;
+      }
+      var = len ? var / (double)len : 0.0;
     }
-    var = len ? var / (double)len : 0.0;
     const double rs = 1.0 / sqrt(var + eps);
     loom_nn_store(mean->data, mean->dtype, row, mu);
     loom_nn_store(rstd->data, rstd->dtype, row, rs);
     for (int64_t k = 0; k < s.d; ++k) {
       const int64_t c = g * s.d + k;
       const double scale = rs * opt_load(w, c, 1.0), shift = opt_load(b, c, 0.0);
-      for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i)
-        loom_nn_store(y->data, y->dtype, base + i,
-                      (loom_nn_load(x->data, x->dtype, base + i) - mu) * scale + shift);
+      if (f32) {
+        for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i)
+          yr[i] = (float)(((double)xr[i] - mu) * scale + shift);
+      } else {
+        for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i)
+          loom_nn_store(y->data, y->dtype, base + i,
+                        (loom_nn_load(x->data, x->dtype, base + i) - mu) * scale + shift);
+      }
     }
   }
   return LOOM_OK;

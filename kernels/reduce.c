@@ -374,6 +374,14 @@ static int rd_span(const rd_ctx *c, rd_state *s, const loom_tensor *in,
 
 #define RD_COLS 256
 
+/* Outputs from w on that one block takes: up to the end of the range, of
+ * the row of `inner` outputs, and RD_COLS. */
+static int64_t rd_block_width(int64_t w, int64_t end, int64_t inner) {
+  const int64_t col = w % inner;
+  const int64_t width = inner - col < end - w ? inner - col : end - w;
+  return width > RD_COLS ? RD_COLS : width;
+}
+
 /* max / min (values, and indices where `second` has data) of float32
  * columns, as rd_block_f takes them: a NaN wins and stays, and the first
  * of equal extremes keeps its index. Called by rd_columns, which has
@@ -386,9 +394,7 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
   const int max = c->op == LOOM_REDUCE_MAX;
   const int64_t ss = second->data && second->rank == out->rank ? second->strides[keep - 1] : 0;
   for (int64_t w = begin; w < end;) {
-    const int64_t col = w % inner;
-    int64_t width = inner - col < end - w ? inner - col : end - w;
-    if (width > RD_COLS) width = RD_COLS;
+    const int64_t width = rd_block_width(w, end, inner);
     int64_t out_off, second_off, in_off;
     rd_offsets(out, second, in, w, &out_off, &second_off, &in_off);
     float best[RD_COLS];
@@ -430,9 +436,7 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
   const int f32 = c->dtype == LOOM_FLOAT32;
   if (extreme) return rd_columns_extreme(c, out, second, in, keep, begin, end);
   for (int64_t w = begin; w < end;) {
-    const int64_t col = w % inner;
-    int64_t width = inner - col < end - w ? inner - col : end - w;
-    if (width > RD_COLS) width = RD_COLS;
+    const int64_t width = rd_block_width(w, end, inner);
     int64_t out_off, second_off, in_off;
     rd_offsets(out, out, in, w, &out_off, &second_off, &in_off);
     double acc[RD_COLS] = {0};
