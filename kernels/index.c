@@ -93,6 +93,22 @@ static void ix_apply(const loom_tensor *dst, int64_t off, int integral,
   ix_store(dst, off, integral, v);
 }
 
+/* Length of the run of the last dim that moves as one for rows (or
+ * elements) of a and b indexed along `dim`: the last dim's size where it
+ * is another dim than `dim` and contiguous in both, else 1. */
+static int64_t ix_last_run(const loom_tensor *a, const loom_tensor *b, int32_t dim) {
+  const int32_t last = b->rank - 1;
+  return last >= 0 && last != dim && a->strides[last] == 1 && b->strides[last] == 1
+             ? b->sizes[last]
+             : 1;
+}
+
+/* Positions from `pos` on in its run of `inner`, up to `end`. */
+static inline int64_t ix_run_len(int64_t pos, int64_t end, int64_t inner) {
+  const int64_t rest = inner - pos % inner;
+  return rest < end - pos ? rest : end - pos;
+}
+
 int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 4) return LOOM_ERROR_INVALID_ARGUMENT;
   const int op = (int)args->scalars[0].i;
@@ -110,17 +126,16 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
     case LOOM_INDEX_GATHER: { /* out, self, index */
       if (!t2) return LOOM_ERROR_INVALID_ARGUMENT;
       const int64_t limit = t1->rank ? t1->sizes[dim] : 1;
-      const int32_t last = t0->rank - 1;
-      if (op == LOOM_INDEX_SELECT && t0->dtype == t1->dtype && last >= 0 && last != dim &&
-          t0->strides[last] == 1 && t1->strides[last] == 1) {
+      const int64_t inner = ix_last_run(t1, t0, dim);
+      if (op == LOOM_INDEX_SELECT && t0->dtype == t1->dtype && inner > 1) {
         /* index_select (and embedding through it) of rows whose last dim is
          * contiguous in both tensors: one index lookup and one copy per
          * run of the last dim. */
-        const int64_t inner = t0->sizes[last], es = loom_dtype_size(t0->dtype);
+        const int64_t es = loom_dtype_size(t0->dtype);
         for (int64_t e = begin; e < end;) {
-          const int64_t c0 = e % inner, len = inner - c0 < end - e ? inner - c0 : end - e;
+          const int64_t len = ix_run_len(e, end, inner);
           int64_t rest = e, k = 0, src = 0, dst = 0;
-          for (int32_t d = last; d >= 0; --d) {
+          for (int32_t d = t0->rank - 1; d >= 0; --d) {
             const int64_t c = rest % t0->sizes[d];
             rest /= t0->sizes[d];
             dst += c * t0->strides[d];
@@ -187,17 +202,13 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
          * that lie side by side in the last dim of both tensors move
          * together, one run per index: a row's writes still come in index
          * order, and every row stays with its own call. */
-        const int32_t last = t2->rank - 1;
-        const int64_t inner = last >= 0 && last != dim && t0->strides[last] == 1 &&
-                                      t2->strides[last] == 1
-                                  ? t2->sizes[last]
-                                  : 1;
+        const int64_t inner = ix_last_run(t0, t2, dim);
 #define LOOM_IX_COPY(T)                                                            \
   do {                                                                             \
     T *d = (T *)t0->data;                                                          \
     const T *src = (const T *)t2->data;                                            \
     for (int64_t row = begin; row < end;) {                                        \
-      const int64_t len = inner - row % inner < end - row ? inner - row % inner : end - row; \
+      const int64_t len = ix_run_len(row, end, inner);                            \
       const int64_t db = ix_offset(t2, t0, row, skip), sb = ix_offset(t2, t2, row, skip); \
       for (int64_t k = 0; k < n; ++k) {                                            \
         const int64_t v = ix_value(t1, k * xs, limit, dim, 0);                     \
@@ -222,16 +233,12 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
           t2->dtype == LOOM_FLOAT32) {
         /* index_add_ of float32: the general loop's arithmetic (in double,
          * rounded once per addition), a run of the last dim per index */
-        const int32_t last = t2->rank - 1;
-        const int64_t inner = last >= 0 && last != dim && t0->strides[last] == 1 &&
-                                      t2->strides[last] == 1
-                                  ? t2->sizes[last]
-                                  : 1;
+        const int64_t inner = ix_last_run(t0, t2, dim);
         float *d = (float *)t0->data;
         const float *src = (const float *)t2->data;
         const double alpha = scalar.f;
         for (int64_t row = begin; row < end;) {
-          const int64_t len = inner - row % inner < end - row ? inner - row % inner : end - row;
+          const int64_t len = ix_run_len(row, end, inner);
           const int64_t db = ix_offset(t2, t0, row, skip), sb = ix_offset(t2, t2, row, skip);
           for (int64_t k = 0; k < n; ++k) {
             const int64_t v = ix_value(t1, k * xs, limit, dim, 0);

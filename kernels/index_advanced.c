@@ -106,13 +106,8 @@ static int ia_chunk(const loom_kernel_args *args, int64_t c, int64_t *b, int64_t
 /* Whether t is a dense row-major tensor of one-byte integers or bools (a
  * mask, nonzero's usual input), whose elements are scanned as bytes. */
 static int ia_byte_mask(const loom_tensor *t) {
-  if (loom_dtype_size(t->dtype) != 1 || loom_nn_is_float(t->dtype)) return 0;
-  int64_t expect = 1;
-  for (int32_t d = t->rank - 1; d >= 0; --d) {
-    if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
-    expect *= t->sizes[d];
-  }
-  return 1;
+  return loom_dtype_size(t->dtype) == 1 && !loom_nn_is_float(t->dtype) &&
+         loom_nn_dense_from(t, 0);
 }
 
 int loom_kernel_nonzero_count(const loom_kernel_args *args, int64_t begin, int64_t end) {

@@ -169,17 +169,6 @@ static int check_bce_input(double x) {
   return LOOM_OK;
 }
 
-/* Whether t's elements lie densely in row-major order, so that element i
- * is at offset i. */
-static int loss_dense(const loom_tensor *t) {
-  int64_t expect = 1;
-  for (int32_t d = t->rank - 1; d >= 0; --d) {
-    if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
-    expect *= t->sizes[d];
-  }
-  return 1;
-}
-
 /* Element i of t as a double: a dense float32 tensor read in place. */
 static inline double loss_load(const loom_tensor *t, int dense_f32, int64_t i) {
   return dense_f32 ? (double)((const float *)t->data)[i]
@@ -223,8 +212,8 @@ int loom_pointwise_loss_forward(const loom_kernel_args *args, int64_t begin,
   const int64_t numel = loom_nn_numel(x);
   /* Per block: with reduction none a block is one element. */
   const int64_t block = reduction == LOOM_REDUCTION_NONE ? 1 : LOOM_LOSS_BLOCK;
-  const int xf = x->dtype == LOOM_FLOAT32 && loss_dense(x);
-  const int yf = y->dtype == LOOM_FLOAT32 && loss_dense(y);
+  const int xf = x->dtype == LOOM_FLOAT32 && loom_nn_dense_from(x, 0);
+  const int yf = y->dtype == LOOM_FLOAT32 && loom_nn_dense_from(y, 0);
   const int fast = xf && yf && !w->data && reduction != LOOM_REDUCTION_NONE &&
                    kind != LOOM_LOSS_BCE;
   for (int64_t b = begin; b < end; ++b) {
@@ -287,9 +276,9 @@ int loom_pointwise_loss_backward(const loom_kernel_args *args, int64_t begin,
     scale = loom_nn_load(go->data, go->dtype, 0);
     if (reduction == LOOM_REDUCTION_MEAN) scale /= (double)numel;
   }
-  const int xf = x->dtype == LOOM_FLOAT32 && loss_dense(x);
-  const int yf = y->dtype == LOOM_FLOAT32 && loss_dense(y);
-  const int gf = gi->dtype == LOOM_FLOAT32 && loss_dense(gi);
+  const int xf = x->dtype == LOOM_FLOAT32 && loom_nn_dense_from(x, 0);
+  const int yf = y->dtype == LOOM_FLOAT32 && loom_nn_dense_from(y, 0);
+  const int gf = gi->dtype == LOOM_FLOAT32 && loom_nn_dense_from(gi, 0);
   for (int64_t i = begin; i < end; ++i) {
     const double xv = loss_load(x, xf, i), yv = loss_load(y, yf, i);
     double g = reduction == LOOM_REDUCTION_NONE

@@ -112,6 +112,18 @@ static inline int64_t loom_nn_offset(const loom_tensor *t, int64_t linear,
   return off;
 }
 
+/* Whether dims [first, rank) of t lie densely in row-major order, so that
+ * the element at linear index i over them is at offset i (size-1 dims may
+ * have any stride). first 0 asks it of the whole tensor. */
+static inline int loom_nn_dense_from(const loom_tensor *t, int32_t first) {
+  int64_t expect = 1;
+  for (int32_t d = t->rank - 1; d >= first; --d) {
+    if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
+    expect *= t->sizes[d];
+  }
+  return 1;
+}
+
 /* Product of sizes, 1 for rank 0. */
 static inline int64_t loom_nn_numel(const loom_tensor *t) {
   return loom_tensor_numel(t);

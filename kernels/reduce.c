@@ -9,6 +9,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/iter.h"
+#include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
@@ -340,13 +341,7 @@ static int rd_span(const rd_ctx *c, rd_state *s, const loom_tensor *in,
                    int64_t in_off, int32_t keep, int64_t lin, int64_t count) {
   /* Reduced dims that lie densely (a sum over a row-major tensor's last
    * dims) are one run: no iterator to set up per output. */
-  int64_t expect = 1;
-  int dense = 1;
-  for (int32_t d = in->rank - 1; d >= keep && dense; --d) {
-    dense = in->sizes[d] == 1 || in->strides[d] == expect;
-    expect *= in->sizes[d];
-  }
-  if (dense) {
+  if (loom_nn_dense_from(in, keep)) {
     if (count <= 0) return 1;
     const int64_t es = loom_dtype_size(in->dtype);
     return rd_run(c, s, (const char *)in->data + (in_off + lin) * es, es, count, lin);

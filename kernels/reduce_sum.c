@@ -46,18 +46,21 @@ static inline void rs_widen_f32(const float *p, __m512d v[8]) {
 static inline void rs_widen_f64(const double *p, __m512d v[8]) {
   for (int r = 0; r < 8; ++r) v[r] = _mm512_loadu_pd(p + 8 * r);
 }
+/* The lanes of vector r that the tail's t < 64 elements fill. */
+static inline __mmask8 rs_tail_mask(int64_t t, int r) {
+  const int64_t k = t - 8 * r;
+  return k >= 8 ? (__mmask8)0xff : k <= 0 ? 0 : (__mmask8)((1u << k) - 1u);
+}
 /* The masked lanes of eight vectors from the tail's t < 64 elements at p. */
 static inline void rs_widen_tail_f32(const float *p, int64_t t, __m512d v[8], __mmask8 m[8]) {
   for (int r = 0; r < 8; ++r) {
-    const int64_t k = t - 8 * r;
-    m[r] = k >= 8 ? (__mmask8)0xff : k <= 0 ? 0 : (__mmask8)((1u << k) - 1u);
+    m[r] = rs_tail_mask(t, r);
     v[r] = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m[r], p + 8 * r));
   }
 }
 static inline void rs_widen_tail_f64(const double *p, int64_t t, __m512d v[8], __mmask8 m[8]) {
   for (int r = 0; r < 8; ++r) {
-    const int64_t k = t - 8 * r;
-    m[r] = k >= 8 ? (__mmask8)0xff : k <= 0 ? 0 : (__mmask8)((1u << k) - 1u);
+    m[r] = rs_tail_mask(t, r);
     v[r] = _mm512_maskz_loadu_pd(m[r], p + 8 * r);
   }
 }

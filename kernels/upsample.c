@@ -94,10 +94,6 @@ static int us_read(const loom_kernel_args *args, us_params *q) {
   return 0;
 }
 
-/* Element (plane p = n * C + c, y, x) of an (N, C, H, W) tensor. */
-#define US_AT(t, p, y, x)                                                          \
-  (((p) / (t)->sizes[1]) * (t)->strides[0] + ((p) % (t)->sizes[1]) * (t)->strides[1] + \
-   (y) * (t)->strides[2] + (x) * (t)->strides[3])
 
 /* Widest (and tallest) output whose taps the float32 linear path keeps on
  * the stack. */
@@ -143,8 +139,8 @@ int loom_kernel_upsample(const loom_kernel_args *args, int64_t begin, int64_t en
         const int64_t sy = q.dims == 2 ? us_nearest(&q, 0, y, ih, oh) : 0;
         for (int64_t x = 0; x < ow; ++x) {
           const int64_t sx = us_nearest(&q, 1, x, iw, ow);
-          loom_nn_store(out->data, out->dtype, US_AT(out, p, y, x),
-                        loom_nn_load(in->data, in->dtype, US_AT(in, p, sy, sx)));
+          loom_nn_store(out->data, out->dtype, loom_us_at(out, p, y, x),
+                        loom_nn_load(in->data, in->dtype, loom_us_at(in, p, sy, sx)));
         }
         continue;
       }
@@ -152,8 +148,8 @@ int loom_kernel_upsample(const loom_kernel_args *args, int64_t begin, int64_t en
       const us_tap h = us_linear(&q, 0, y, ih, oh, wide, store);
       for (int64_t x = 0; x < ow; ++x) {
         const us_tap w = us_linear(&q, 1, x, iw, ow, wide, store);
-        const double a00 = loom_nn_load(in->data, in->dtype, US_AT(in, p, h.i0, w.i0));
-        const double a01 = loom_nn_load(in->data, in->dtype, US_AT(in, p, h.i0, w.i1));
+        const double a00 = loom_nn_load(in->data, in->dtype, loom_us_at(in, p, h.i0, w.i0));
+        const double a01 = loom_nn_load(in->data, in->dtype, loom_us_at(in, p, h.i0, w.i1));
         /* t0 * w0 + t1 * w1 with the product of the first pair fused, as
          * the CPU's compiled kernels evaluate it */
         double v;
@@ -162,8 +158,8 @@ int loom_kernel_upsample(const loom_kernel_args *args, int64_t begin, int64_t en
           if (q.dims == 1) {
             v = t0;
           } else {
-            const double a10 = loom_nn_load(in->data, in->dtype, US_AT(in, p, h.i1, w.i0));
-            const double a11 = loom_nn_load(in->data, in->dtype, US_AT(in, p, h.i1, w.i1));
+            const double a10 = loom_nn_load(in->data, in->dtype, loom_us_at(in, p, h.i1, w.i0));
+            const double a11 = loom_nn_load(in->data, in->dtype, loom_us_at(in, p, h.i1, w.i1));
             v = fma(t0, h.l0, fma(a10, w.l0, a11 * w.l1) * h.l1);
           }
         } else {
@@ -171,13 +167,13 @@ int loom_kernel_upsample(const loom_kernel_args *args, int64_t begin, int64_t en
           if (q.dims == 1) {
             v = t0;
           } else {
-            const float a10 = (float)loom_nn_load(in->data, in->dtype, US_AT(in, p, h.i1, w.i0));
-            const float a11 = (float)loom_nn_load(in->data, in->dtype, US_AT(in, p, h.i1, w.i1));
+            const float a10 = (float)loom_nn_load(in->data, in->dtype, loom_us_at(in, p, h.i1, w.i0));
+            const float a11 = (float)loom_nn_load(in->data, in->dtype, loom_us_at(in, p, h.i1, w.i1));
             const float t1 = fmaf(a10, (float)w.l0, a11 * (float)w.l1);
             v = fmaf(t0, (float)h.l0, t1 * (float)h.l1);
           }
         }
-        loom_nn_store(out->data, out->dtype, US_AT(out, p, y, x), v);
+        loom_nn_store(out->data, out->dtype, loom_us_at(out, p, y, x), v);
       }
     }
   }
@@ -194,15 +190,15 @@ int loom_kernel_upsample_backward(const loom_kernel_args *args, int64_t begin, i
   const int wide = gi->dtype == LOOM_FLOAT64;
   for (int64_t p = begin; p < end; ++p) {
     for (int64_t y = 0; y < ih; ++y)
-      for (int64_t x = 0; x < iw; ++x) loom_nn_store(gi->data, gi->dtype, US_AT(gi, p, y, x), 0.0);
+      for (int64_t x = 0; x < iw; ++x) loom_nn_store(gi->data, gi->dtype, loom_us_at(gi, p, y, x), 0.0);
     for (int64_t y = 0; y < oh; ++y) {
       const us_tap h = q.mode == LOOM_UPSAMPLE_LINEAR
                            ? us_linear(&q, 0, y, ih, oh, wide, gi->dtype)
                            : (us_tap){q.dims == 2 ? us_nearest(&q, 0, y, ih, oh) : 0, 0, 1.0, 0.0};
       for (int64_t x = 0; x < ow; ++x) {
-        const double g = loom_nn_load(go->data, go->dtype, US_AT(go, p, y, x));
+        const double g = loom_nn_load(go->data, go->dtype, loom_us_at(go, p, y, x));
         if (q.mode != LOOM_UPSAMPLE_LINEAR) {
-          const int64_t o = US_AT(gi, p, h.i0, us_nearest(&q, 1, x, iw, ow));
+          const int64_t o = loom_us_at(gi, p, h.i0, us_nearest(&q, 1, x, iw, ow));
           loom_nn_store(gi->data, gi->dtype, o, loom_nn_load(gi->data, gi->dtype, o) + g);
           continue;
         }
@@ -211,7 +207,7 @@ int loom_kernel_upsample_backward(const loom_kernel_args *args, int64_t begin, i
         const int64_t ys[4] = {h.i0, h.i0, h.i1, h.i1}, xs[4] = {w.i0, w.i1, w.i0, w.i1};
         const double hl[4] = {h.l0, h.l0, h.l1, h.l1}, wl[4] = {w.l0, w.l1, w.l0, w.l1};
         for (int64_t t = 0; t < taps; ++t) {
-          const int64_t o = US_AT(gi, p, q.dims == 2 ? ys[t] : 0, xs[t]);
+          const int64_t o = loom_us_at(gi, p, q.dims == 2 ? ys[t] : 0, xs[t]);
           const double cur = loom_nn_load(gi->data, gi->dtype, o);
           /* acc += weight * g, fused as the CPU's compiled kernel does */
           if (wide) {

@@ -16,12 +16,6 @@
 #define US_NAME(base) base
 #endif
 
-/* Offset of (plane p = n * C + c, y, x) in an (N, C, H, W) tensor. */
-static inline int64_t us_at(const loom_tensor *t, int64_t p, int64_t y, int64_t x) {
-  return (p / t->sizes[1]) * t->strides[0] + (p % t->sizes[1]) * t->strides[1] +
-         y * t->strides[2] + x * t->strides[3];
-}
-
 void US_NAME(loom_upsample_rows_f32)(const loom_tensor *out, const loom_tensor *in, int dims,
                                      const loom_us_tap *xt, const loom_us_tap *yt,
                                      int64_t begin, int64_t end) {
@@ -30,7 +24,7 @@ void US_NAME(loom_upsample_rows_f32)(const loom_tensor *out, const loom_tensor *
   float *dst = (float *)out->data;
   const int64_t is3 = in->strides[3], os3 = out->strides[3];
   for (int64_t p = begin; p < end; ++p) {
-    const int64_t ib = us_at(in, p, 0, 0), ob = us_at(out, p, 0, 0);
+    const int64_t ib = loom_us_at(in, p, 0, 0), ob = loom_us_at(out, p, 0, 0);
     for (int64_t y = 0; y < oh; ++y) {
       const loom_us_tap h = yt[y];
       const float *r0 = src + ib + h.i0 * in->strides[2];

@@ -10,6 +10,12 @@
 
 #include "loom/kernel_abi.h"
 
+/* Element offset of (plane p = n * C + c, y, x) in an (N, C, H, W) tensor. */
+static inline int64_t loom_us_at(const loom_tensor *t, int64_t p, int64_t y, int64_t x) {
+  return (p / t->sizes[1]) * t->strides[0] + (p % t->sizes[1]) * t->strides[1] +
+         y * t->strides[2] + x * t->strides[3];
+}
+
 /* Sources i0, i1 along one axis and their float weights. */
 typedef struct loom_us_tap {
   int64_t i0, i1;
