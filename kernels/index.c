@@ -126,32 +126,14 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
     case LOOM_INDEX_GATHER: { /* out, self, index */
       if (!t2) return LOOM_ERROR_INVALID_ARGUMENT;
       const int64_t limit = t1->rank ? t1->sizes[dim] : 1;
+      /* index_select (and embedding through it) of rows whose last dim is
+       * contiguous in both tensors: one index lookup and one copy per run
+       * of the last dim; otherwise element by element */
       const int64_t inner = ix_last_run(t1, t0, dim);
-      if (op == LOOM_INDEX_SELECT && t0->dtype == t1->dtype && inner > 1) {
-        /* index_select (and embedding through it) of rows whose last dim is
-         * contiguous in both tensors: one index lookup and one copy per
-         * run of the last dim. */
-        const int64_t es = loom_dtype_size(t0->dtype);
-        for (int64_t e = begin; e < end;) {
-          const int64_t len = ix_run_len(e, end, inner);
-          int64_t rest = e, k = 0, src = 0, dst = 0;
-          for (int32_t d = t0->rank - 1; d >= 0; --d) {
-            const int64_t c = rest % t0->sizes[d];
-            rest /= t0->sizes[d];
-            dst += c * t0->strides[d];
-            if (d == dim) k = c;
-            else src += c * t1->strides[d];
-          }
-          const int64_t v = ix_value(t2, t2->rank ? k * t2->strides[0] : 0, limit, dim, 0);
-          if (v < 0) return ix_range_status(op);
-          src += v * t1->strides[dim];
-          memcpy((char *)t0->data + dst * es, (const char *)t1->data + src * es,
-                 (size_t)(len * es));
-          e += len;
-        }
-        return LOOM_OK;
-      }
-      for (int64_t e = begin; e < end; ++e) {
+      const int runs = op == LOOM_INDEX_SELECT && t0->dtype == t1->dtype && inner > 1;
+      const int64_t es = loom_dtype_size(t0->dtype);
+      for (int64_t e = begin; e < end;) {
+        const int64_t len = runs ? ix_run_len(e, end, inner) : 1;
         int64_t rest = e, k = 0, src = 0, dst = 0, ioff = 0;
         for (int32_t d = t0->rank - 1; d >= 0; --d) {
           const int64_t c = rest % t0->sizes[d];
@@ -165,7 +147,12 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
         const int64_t v = ix_value(t2, ioff, limit, dim, 0);
         if (v < 0) return ix_range_status(op);
         if (t1->rank) src += v * t1->strides[dim];
-        ix_store(t0, dst, integral, ix_load(t1, src, integral));
+        if (runs)
+          memcpy((char *)t0->data + dst * es, (const char *)t1->data + src * es,
+                 (size_t)(len * es));
+        else
+          ix_store(t0, dst, integral, ix_load(t1, src, integral));
+        e += len;
       }
       return LOOM_OK;
     }
