@@ -4,7 +4,7 @@
  * of the compute type are used in place, so the common case (same dtype,
  * contiguous) runs the op straight over memory. */
 #include "kernels/pointwise.h"
-#include "kernels/stream_store.h"
+#include "runtime/base/stream_store.h"
 
 #include <string.h>
 
@@ -15,6 +15,10 @@
 #include "runtime/base/cpu.h"
 
 #define PW_BLOCK 512
+/* A streamed output is computed in blocks this small: loads and
+ * cache-bypassing stores then interleave finely (2 x 16M float add, one
+ * thread: 24 GB/s in blocks of 512, 32 GB/s in blocks of 128). */
+#define PW_STREAM_BLOCK 128
 
 int loom_pw_arity(int op) {
   if (op >= LOOM_PW_WHERE) return 3;
@@ -187,7 +191,7 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
   /* A staging block per operand; the last dim's strides are fixed for the
    * whole walk, so which operands can be used in place is decided once. */
   union {
-    float f[PW_BLOCK];
+    _Alignas(64) float f[PW_BLOCK];
     double d[PW_BLOCK];
     int64_t i[PW_BLOCK];
   } stage[1 + LOOM_PW_MAX_INPUTS];
@@ -223,7 +227,7 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
   const void *in[LOOM_PW_MAX_INPUTS] = {NULL, NULL, NULL};
   int64_t n;
   while ((n = loom_iter_next(&it, p)) > 0) {
-    const int64_t block = all_direct && !stream ? n : PW_BLOCK;
+    const int64_t block = all_direct && !stream ? n : (stream ? PW_STREAM_BLOCK : PW_BLOCK);
     for (int64_t off = 0; off < n; off += block) {
       const int64_t m = n - off < block ? n - off : block;
       for (int k = 1; k < nops; ++k) {
