@@ -58,6 +58,21 @@ def test_copy_casts_and_strides_on_device(loom):
     assert s.cpu().tolist() == [0.0] + list(range(9))
 
 
+def test_large_copies_stream_past_the_cache(loom):
+    # Copies of 32 MiB and more write with non-temporal stores: the byte copy
+    # of contiguous tensors (any alignment, head and tail included) and the
+    # strided copy's contiguous runs.
+    n = 8 * 1024 * 1024 + 33037
+    x = torch.randn(n, generator=torch.Generator().manual_seed(4))
+    d = x.to("loom")
+    assert torch.equal(d.clone().cpu(), x)
+    out = torch.zeros(n + 3, device="loom")
+    out[3:].copy_(d)  # 12 bytes past a line boundary
+    assert torch.equal(out.cpu(), torch.cat([torch.zeros(3), x]))
+    rows = d[: 4112 * 2048].view(4112, 2048)[:, 1:2045]  # 32.06 MiB in rows of 2044
+    assert torch.equal(rows.contiguous().cpu(), x[: 4112 * 2048].view(4112, 2048)[:, 1:2045])
+
+
 def test_casts_between_float_widths_match_the_cpu_bitwise(loom):
     # rounding ties, NaN, inf, a subnormal, fp16's overflow edge; contiguous
     # runs and strided ones take different loops

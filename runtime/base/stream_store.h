@@ -1,6 +1,6 @@
-/* kernels/stream_store.h — cache-bypassing stores for large outputs. */
-#ifndef LOOM_KERNELS_STREAM_STORE_H
-#define LOOM_KERNELS_STREAM_STORE_H
+/* runtime/base/stream_store.h — cache-bypassing stores for large outputs. */
+#ifndef LOOM_BASE_STREAM_STORE_H
+#define LOOM_BASE_STREAM_STORE_H
 
 #include <stdint.h>
 
@@ -17,4 +17,4 @@
 void loom_stream_store_avx512(void *dst, const void *src, int64_t bytes);
 void loom_stream_fence_avx512(void);
 
-#endif /* LOOM_KERNELS_STREAM_STORE_H */
+#endif /* LOOM_BASE_STREAM_STORE_H */

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "runtime/base/clock.h"
+#include "runtime/base/cpu.h"
+#include "runtime/base/stream_store.h"
 #include "runtime/drivers/host/host_internal.h"
 
 #define EXECUTOR_SPIN_NS 50000
@@ -74,10 +76,17 @@ loom_status host_execute_launch(host_context *ctx, int device, const loom_comman
 }
 
 /* Copies one chunk: tensor 0 is the destination, tensor 1 the source,
- * both as bytes. */
+ * both as bytes. A copy too large for the last-level cache writes past it
+ * (64 MB on two threads: 26 GB/s through memcpy, 40 streamed). */
 static int copy_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  memcpy((char *)args->tensors[0].data + begin, (const char *)args->tensors[1].data + begin,
-         (size_t)(end - begin));
+  char *dst = (char *)args->tensors[0].data + begin;
+  const char *src = (const char *)args->tensors[1].data + begin;
+  if (args->range >= LOOM_STREAM_STORE_BYTES && (loom_cpu_features() & LOOM_FEATURE_AVX512F)) {
+    loom_stream_store_avx512(dst, src, end - begin);
+    loom_stream_fence_avx512();
+  } else {
+    memcpy(dst, src, (size_t)(end - begin));
+  }
   return 0;
 }
 
