@@ -56,6 +56,88 @@ static void move_run(char *dst, int64_t ds, const char *src, int64_t ss,
   }
 }
 
+/* Whether a same-dtype copy reads across the destination's rows: the
+ * source steps by one element along the destination's second-to-last dim
+ * and by more along its last, as in x.t().contiguous() or NCHW <-> NHWC. */
+static int is_transpose(const loom_iter *it, int64_t size) {
+  const int32_t r = it->rank;
+  return r >= 2 && (size == 1 || size == 2 || size == 4 || size == 8) &&
+         it->strides[0][r - 1] == size && it->strides[1][r - 1] != size &&
+         it->strides[1][r - 2] == size;
+}
+
+/* A transposing copy moves tiles of one cache line by one cache line of
+ * elements: the tile's source lines are read whole into a buffer and its
+ * destination lines written whole from it. Lines a power-of-two stride
+ * apart share a cache set, so a tile read across many of them straight
+ * into its destination rows would evict what it reuses. */
+#define TILE_BYTES 64
+
+/* h <= TILE_BYTES / size destination rows of c elements, row a at
+ * dst + a * dst_row; element (a, j) comes from src + a * size + j * src_col.
+ * A whole tile also asks for the source lines that the next block of rows
+ * will read: the lines of one tile are too few to keep memory busy. */
+static void move_transposed(char *dst, int64_t dst_row, const char *src, int64_t src_col,
+                            int64_t h, int64_t c, int64_t size) {
+  switch (size) {
+#define TILE(T)                                                        \
+  enum { N = TILE_BYTES / sizeof(T) };                                 \
+  for (int64_t j0 = 0; j0 < c; j0 += N) {                              \
+    const int64_t w = c - j0 < N ? c - j0 : N;                         \
+    T buf[N][N];                                                       \
+    if (h == N && w == N) { /* fixed trip counts */                    \
+      for (int64_t j = 0; j < N; ++j) {                                \
+        const char *x = src + (j0 + j) * src_col;                      \
+        __builtin_prefetch(x + TILE_BYTES);                            \
+        memcpy(buf[j], x, TILE_BYTES);                                 \
+      }                                                                \
+      for (int64_t a = 0; a < N; ++a) {                                \
+        T *d = (T *)(dst + a * dst_row) + j0;                          \
+        for (int64_t j = 0; j < N; ++j) d[j] = buf[j][a];              \
+      }                                                                \
+      continue;                                                        \
+    }                                                                  \
+    for (int64_t j = 0; j < w; ++j) {                                  \
+      const T *x = (const T *)(src + (j0 + j) * src_col);              \
+      for (int64_t a = 0; a < h; ++a) buf[j][a] = x[a];                \
+    }                                                                  \
+    for (int64_t a = 0; a < h; ++a) {                                  \
+      T *d = (T *)(dst + a * dst_row) + j0;                            \
+      for (int64_t j = 0; j < w; ++j) d[j] = buf[j][a];                \
+    }                                                                  \
+  }                                                                    \
+  break;
+    case 1: { TILE(uint8_t) }
+    case 2: { TILE(uint16_t) }
+    case 4: { TILE(uint32_t) }
+    case 8: { TILE(uint64_t) }
+#undef TILE
+  }
+}
+
+/* The runs of [begin, end) of a transposing copy: whole rows in blocks of
+ * one tile, partial rows and leftovers one run at a time. */
+static void copy_transposed(loom_iter *it, int64_t size) {
+  const int32_t r = it->rank;
+  const int64_t cols = it->sizes[r - 1], rows = it->sizes[r - 2];
+  char *p[2];
+  while (it->remaining > 0) {
+    int64_t h = 0;
+    if (it->index[r - 1] == 0) {
+      h = it->remaining / cols;
+      if (h > rows - it->index[r - 2]) h = rows - it->index[r - 2];
+      if (h > TILE_BYTES / size) h = TILE_BYTES / size;
+    }
+    const int64_t n = loom_iter_next(it, p);
+    if (h < 2) {
+      move_run(p[0], size, p[1], it->strides[1][r - 1], n, size);
+      continue;
+    }
+    move_transposed(p[0], it->strides[0][r - 2], p[1], it->strides[1][r - 1], h, cols, size);
+    for (int64_t a = 1; a < h; ++a) loom_iter_next(it, p);
+  }
+}
+
 int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *dst = &args->tensors[0];
@@ -77,6 +159,11 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int stream = same && ds == dsize && ss == dsize && dst->data != src->data &&
                      args->range * dsize >= LOOM_STREAM_STORE_BYTES &&
                      (loom_cpu_features() & LOOM_FEATURE_AVX512F);
+
+  if (same && is_transpose(&it, dsize)) {
+    copy_transposed(&it, dsize);
+    return LOOM_OK;
+  }
 
   char *p[2];
   int64_t n;

@@ -73,6 +73,23 @@ def test_large_copies_stream_past_the_cache(loom):
     assert torch.equal(rows.contiguous().cpu(), x[: 4112 * 2048].view(4112, 2048)[:, 1:2045])
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_transposing_copies_move_tiles(loom, dtype):
+    # A source that steps by one element down the destination's rows is
+    # copied in tiles: whole tiles, partial tiles at the right and bottom
+    # edges, and chunks of the launch that start and end mid-row.
+    g = torch.Generator().manual_seed(6)
+    for shape in [(1000, 333), (77, 5), (3, 300, 70)]:
+        x = (torch.randn(shape, generator=g) * 100).to(dtype)
+        d = x.to("loom")
+        assert torch.equal(d.transpose(-1, -2).contiguous().cpu(), x.transpose(-1, -2).contiguous())
+    img = (torch.randn(2, 19, 41, 23, generator=g) * 100).to(dtype)
+    di = img.to("loom")
+    assert torch.equal(di.permute(0, 2, 3, 1).contiguous().cpu(), img.permute(0, 2, 3, 1).contiguous())
+    cl = di.contiguous(memory_format=torch.channels_last)
+    assert torch.equal(cl.contiguous().cpu(), img)
+
+
 def test_casts_between_float_widths_match_the_cpu_bitwise(loom):
     # rounding ties, NaN, inf, a subnormal, fp16's overflow edge; contiguous
     # runs and strided ones take different loops
