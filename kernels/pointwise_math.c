@@ -15,6 +15,7 @@
 #include "kernels/dtype.h"
 #include "kernels/pointwise.h"
 #include "kernels/pointwise_exp.h"
+#include "kernels/pointwise_trig.h"
 #include "loom/status.h"
 
 #ifdef LOOM_PW_ISA
@@ -26,9 +27,10 @@
 #endif
 
 /* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
- * softplus (and Mish, log-sigmoid) and the exact GELU: float32 in
- * arithmetic alone (kernels/pointwise_exp.h), whose loops vectorize, the
- * GELU's tail keeping its precision; float64 through the C library. */
+ * softplus (and Mish, log-sigmoid), the exact GELU, sin and cos: float32
+ * in arithmetic alone (kernels/pointwise_exp.h, kernels/pointwise_trig.h),
+ * whose loops vectorize, the GELU's tail keeping its precision; float64
+ * through the C library. */
 #define T float
 #define FN PW_NAME(loom_pw_apply_f32)
 #define PW_(name) pw_f32_##name
@@ -42,6 +44,8 @@
 #define PW_ERF(x) loom_erff_arith(x)
 #define PW_ERFC(x) loom_erfcf_arith(x)
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
+#define PW_SINCOS(x, phase) loom_sincosf_arith(x, phase)
+#define PW_SINCOS_MAX LOOM_TRIG_MAX
 #include "kernels/pointwise_float.inc"
 
 #define T double
@@ -57,6 +61,8 @@
 #define PW_ERF(x) erf(x)
 #define PW_ERFC(x) erfc(x)
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
+#define PW_SINCOS(x, phase) ((phase) ? cos(x) : sin(x))
+#define PW_SINCOS_MAX INFINITY
 #include "kernels/pointwise_float.inc"
 
 #define FN_I PW_NAME(loom_pw_apply_i64)

@@ -88,6 +88,25 @@ def test_unary(name, dtype):
         check(lambda t: fn(t, out=torch.empty(0, dtype=t.dtype, device=t.device)), x)
 
 
+@pytest.mark.parametrize("fn", [torch.sin, torch.cos], ids=lambda f: f.__name__)
+def test_sin_cos_over_their_range(fn):
+    # float32 sin and cos run in double arithmetic up to |x| = 2^17 and take
+    # the C library past it: near the CPU's values everywhere, 16-bit
+    # floats, views and in-place forms included.
+    g = torch.Generator().manual_seed(11)
+    x = torch.cat([torch.randn(3000, generator=g) * s for s in (1e-3, 1.0, 100.0, 1e5, 1e9)])
+    x[::97] = torch.tensor([float("inf"), float("nan"), -0.0, 3e38])[torch.arange(x[::97].numel()) % 4]
+    ref = fn(x.double()).float()
+    got = fn(x.to("loom")).cpu()
+    torch.testing.assert_close(got, ref, rtol=1.3e-7, atol=1e-30, equal_nan=True)
+    assert torch.equal(got.isnan(), ref.isnan())
+    check(fn, x.view(150, 100).t(), exact=False)
+    check(lambda t: fn(t, out=torch.empty_like(t)), x[:500])
+    check(lambda t: getattr(t, fn.__name__ + "_")(), x.clone())
+    for dtype in (torch.bfloat16, torch.float16):
+        check(fn, make((40, 30), dtype, low=-8, high=8))
+
+
 def test_sgn_gradient_is_zero():
     # autograd's zero gradient comes from _efficientzerotensor
     x = torch.randn(5, device="loom", requires_grad=True)
