@@ -15,6 +15,7 @@
 #include "kernels/dtype.h"
 #include "kernels/pointwise.h"
 #include "kernels/pointwise_exp.h"
+#include "kernels/pointwise_fmod.h"
 #include "kernels/pointwise_trig.h"
 #include "loom/status.h"
 
@@ -27,8 +28,8 @@
 #endif
 
 /* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
- * softplus (and Mish, log-sigmoid), the exact GELU, sin and cos: float32
- * in arithmetic alone (kernels/pointwise_exp.h, kernels/pointwise_trig.h),
+ * softplus (and Mish, log-sigmoid), the exact GELU, sin, cos and fmod:
+ * float32 in arithmetic alone (kernels/pointwise_exp.h, _trig.h, _fmod.h),
  * whose loops vectorize, the GELU's tail keeping its precision; float64
  * through the C library. */
 #define T float
@@ -46,6 +47,8 @@
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #define PW_SINCOS(x, phase) loom_sincosf_arith(x, phase)
 #define PW_SINCOS_MAX LOOM_TRIG_MAX
+#define PW_FMOD(a, b) loom_fmodf_arith(a, b)
+#define PW_FMOD_OK(a, b) LOOM_FMODF_OK(a, b)
 #include "kernels/pointwise_float.inc"
 
 #define T double
@@ -63,6 +66,8 @@
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #define PW_SINCOS(x, phase) ((phase) ? cos(x) : sin(x))
 #define PW_SINCOS_MAX INFINITY
+#define PW_FMOD(a, b) fmod(a, b)
+#define PW_FMOD_OK(a, b) 0
 #include "kernels/pointwise_float.inc"
 
 #define FN_I PW_NAME(loom_pw_apply_i64)

@@ -107,6 +107,26 @@ def test_sin_cos_over_their_range(fn):
         check(fn, make((40, 30), dtype, low=-8, high=8))
 
 
+def test_float_modulo_ops_are_exact():
+    # float32 fmod runs in double arithmetic where the quotient is below
+    # 2^29 and in the C library elsewhere; fmod, remainder and floor
+    # division equal the CPU's bit for bit, with a tensor or a number.
+    g = torch.Generator().manual_seed(12)
+    a = torch.randn(20000, generator=g) * torch.exp2(torch.randint(-20, 40, (20000,), generator=g).float())
+    b = torch.randn(20000, generator=g) * torch.exp2(torch.randint(-20, 20, (20000,), generator=g).float())
+    b[::101] = torch.tensor([0.0, float("inf"), float("nan"), -0.0])[torch.arange(b[::101].numel()) % 4]
+    a[1:6], b[1:6] = torch.tensor([-4.0, -6.0, 4.0, -0.0, 7.5]), torch.tensor([2.0, -3.0, -2.0, 1.0, -2.5])
+    def same_bits(x, y):  # zeros' signs included; any NaN for a NaN
+        nan = y.isnan()
+        return torch.equal(x.isnan(), nan) and torch.equal(x[~nan].view(torch.int32), y[~nan].view(torch.int32))
+
+    la, lb = a.to("loom"), b.to("loom")
+    for fn in (torch.fmod, torch.remainder, torch.floor_divide):
+        assert same_bits(fn(la, lb).cpu(), fn(a, b))
+        assert same_bits(fn(la, 0.7).cpu(), fn(a, 0.7))
+        assert same_bits(fn(la.view(100, 200).t(), lb.view(200, 100)).cpu(), fn(a.view(100, 200).t(), b.view(200, 100)))
+
+
 def test_sgn_gradient_is_zero():
     # autograd's zero gradient comes from _efficientzerotensor
     x = torch.randn(5, device="loom", requires_grad=True)

@@ -372,6 +372,49 @@ static void test_sincos_accuracy(void) {
   }
 }
 
+/* float32 fmod bit for bit equal to the C library's, in both ISA builds:
+ * random pairs, dividends an ulp off multiples of the divisor, quotients
+ * up to 2^29 and past it, zeros, infinities and NaN in the same blocks;
+ * remainder and floor division take their fmod. */
+static void test_fmod_exact(void) {
+  enum { N = 30000 };
+  static float a[N], b[N], y[2][N], r[N], f[N];
+  uint32_t seed = 12345;
+  for (int i = 0; i < N; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    b[i] = ldexpf(1.0f + (float)(seed >> 9) / 8388608.0f, (int)(seed % 40) - 20) * (seed & 1 ? -1 : 1);
+    seed = seed * 1664525u + 1013904223u;
+    const float k = (float)(seed % 100000) - 50000.0f + (i % 3 == 1 ? 5.36e8f : 0.0f);
+    a[i] = i % 2 ? nextafterf(k * b[i], (seed >> 3) & 1 ? INFINITY : -INFINITY)
+                 : ldexpf((float)(seed >> 8), (int)(seed % 30) - 40);
+  }
+  const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e-30f, 3.0f};
+  for (int i = 0; i < 64; ++i) a[100 * i] = special[i % 8], b[100 * i + 1] = special[(i + 3) % 8];
+  const float *in[3] = {a, b, NULL};
+  loom_scalar p[4] = {{.f = 0}};
+  CHECK(loom_pw_apply_f32(LOOM_PW_FMOD, N, y[0], in, p) == 0);
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_FMOD, N, y[1], in, p) == 0);
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_REMAINDER, N, r, in, p) == 0);
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_DIV_FLOOR, N, f, in, p) == 0);
+  int bad = 0, bad_r = 0, bad_f = 0;
+  for (int i = 0; i < N; ++i) {
+    const float want = fmodf(a[i], b[i]);
+    bad += !same_f32(&y[0][i], &want, 1) || !same_f32(&y[1][i], &want, 1);
+    float rem = want;
+    if (rem != 0 && (b[i] < 0) != (rem < 0)) rem += b[i];
+    bad_r += !same_f32(&r[i], &rem, 1);
+    /* PyTorch's floor division from that fmod */
+    float div = (a[i] - want) / b[i], fl;
+    if (want != 0 && (b[i] < 0) != (want < 0)) div -= 1.0f;
+    fl = div != 0 ? floorf(div) + (div - floorf(div) > 0.5f) : copysignf(0.0f, a[i] / b[i]);
+    if (b[i] == 0) fl = a[i] / b[i];
+    bad_f += !same_f32(&f[i], &fl, 1);
+  }
+  CHECK(bad == 0);
+  CHECK(bad_r == 0);
+  CHECK(bad_f == 0);
+}
+
 static void test_isa_agreement(void) {
   enum { N = 203 };
   float fa[3][N], fo[2][N];
@@ -429,5 +472,6 @@ int main(void) {
   test_log_accuracy();
   test_softplus_accuracy();
   test_sincos_accuracy();
+  test_fmod_exact();
   TEST_MAIN_END();
 }
