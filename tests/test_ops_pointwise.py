@@ -127,6 +127,18 @@ def test_float_modulo_ops_are_exact():
         assert same_bits(fn(la.view(100, 200).t(), lb.view(200, 100)).cpu(), fn(a.view(100, 200).t(), b.view(200, 100)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_pow_and_hard_activations_match_the_cpu_bitwise(dtype):
+    # x ** 3 and x ** -2 take PyTorch's products; hardsigmoid and hardswish
+    # clamp by comparisons, a NaN staying NaN.
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, -3.0, 3.0, 7.0, -5.0])
+    x = torch.cat([special, make((1000,), torch.float64, low=-9, high=9)]).to(dtype)
+    for fn in (lambda t: t.pow(3), lambda t: t.pow(-2.0), lambda t: t ** 3.0,
+               torch.nn.functional.hardsigmoid, torch.nn.functional.hardswish):
+        check(fn, x, exact=True)
+        check(fn, x[::3], exact=True)
+
+
 def test_sgn_gradient_is_zero():
     # autograd's zero gradient comes from _efficientzerotensor
     x = torch.randn(5, device="loom", requires_grad=True)
