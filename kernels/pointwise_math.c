@@ -14,6 +14,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/pointwise.h"
+#include "kernels/pointwise_dexp.h"
 #include "kernels/pointwise_exp.h"
 #include "kernels/pointwise_fmod.h"
 #include "kernels/pointwise_trig.h"
@@ -28,8 +29,9 @@
 #endif
 
 /* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
- * softplus (and Mish, log-sigmoid), the exact GELU, sin, cos and fmod:
- * float32 in arithmetic alone (kernels/pointwise_exp.h, _trig.h, _fmod.h),
+ * softplus (and Mish, log-sigmoid), the exact GELU, e^x - 1 (and ELU),
+ * 2^x, sinh, cosh, sin, cos, tan and fmod: float32 in arithmetic alone
+ * (kernels/pointwise_exp.h, _dexp.h, _trig.h, _fmod.h),
  * whose loops vectorize, the GELU's tail keeping its precision; float64
  * through the C library. */
 #define T float
@@ -47,6 +49,11 @@
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #define PW_SINCOS(x, phase) loom_sincosf_arith(x, phase)
 #define PW_SINCOS_MAX LOOM_TRIG_MAX
+#define PW_TAN(x) loom_tanf_arith(x)
+#define PW_EXPM1(x) loom_expm1f_arith(x)
+#define PW_EXP2(x) loom_exp2f_arith(x)
+#define PW_SINH(x) loom_sinhf_arith(x)
+#define PW_COSH(x) loom_coshf_arith(x)
 #define PW_FMOD(a, b) loom_fmodf_arith(a, b)
 #define PW_FMOD_OK(a, b) LOOM_FMODF_OK(a, b)
 #include "kernels/pointwise_float.inc"
@@ -66,6 +73,11 @@
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #define PW_SINCOS(x, phase) ((phase) ? cos(x) : sin(x))
 #define PW_SINCOS_MAX INFINITY
+#define PW_TAN(x) tan(x)
+#define PW_EXPM1(x) expm1(x)
+#define PW_EXP2(x) exp2(x)
+#define PW_SINH(x) sinh(x)
+#define PW_COSH(x) cosh(x)
 #define PW_FMOD(a, b) fmod(a, b)
 #define PW_FMOD_OK(a, b) 0
 #include "kernels/pointwise_float.inc"
