@@ -109,6 +109,101 @@ static inline int64_t ix_run_len(int64_t pos, int64_t end, int64_t inner) {
   return rest < end - pos ? rest : end - pos;
 }
 
+typedef struct ix_bytes16 {
+  uint64_t w[2];
+} ix_bytes16;
+
+/* gather of [begin, end) of out's elements from self of the same dtype by
+ * int64 indices: one offset computation per run of out's last dim, and
+ * the elements moved as they are. Returns 0, or -1 at an index out of
+ * range (its reason left by ix_value). */
+static __attribute__((noinline)) int ix_gather_same(const loom_tensor *out, const loom_tensor *self,
+                          const loom_tensor *index, int32_t dim, int64_t begin, int64_t end) {
+  const int32_t last = out->rank - 1;
+  const int64_t inner = out->sizes[last], limit = self->sizes[dim];
+  const int64_t os = out->strides[last], xs = index->strides[last];
+  const int64_t ss = last == dim ? 0 : self->strides[last], sd = self->strides[dim];
+  for (int64_t e = begin; e < end;) {
+    const int64_t len = ix_run_len(e, end, inner);
+    int64_t rest = e, dst = 0, src = 0, ioff = 0;
+    for (int32_t d = last; d >= 0; --d) {
+      const int64_t c = rest % out->sizes[d];
+      rest /= out->sizes[d];
+      dst += c * out->strides[d];
+      ioff += c * index->strides[d];
+      if (d != dim) src += c * self->strides[d];
+    }
+    const int64_t *ix = (const int64_t *)index->data + ioff;
+    switch (loom_dtype_size(out->dtype)) {
+#define GATHER(T)                                                                 \
+  {                                                                               \
+    T *o = (T *)out->data + dst;                                                  \
+    const T *x = (const T *)self->data + src;                                     \
+    for (int64_t j = 0; j < len; ++j) {                                           \
+      const int64_t v = ix[j * xs];                                               \
+      if ((uint64_t)v >= (uint64_t)limit)                                         \
+        return (int)ix_value(index, ioff + j * xs, limit, dim, 0);                \
+      o[j * os] = x[j * ss + v * sd];                                             \
+    }                                                                             \
+  }                                                                               \
+  break;
+      case 1: GATHER(uint8_t)
+      case 2: GATHER(uint16_t)
+      case 4: GATHER(uint32_t)
+      case 8: GATHER(uint64_t)
+      case 16: GATHER(ix_bytes16)
+#undef GATHER
+    }
+    e += len;
+  }
+  return 0;
+}
+
+/* scatter (reduce ASSIGN, or SUM of float32) of rows [begin, end) of src
+ * into self of the same dtype by int64 indices: the general loop's order
+ * and arithmetic (a float32 sum rounds once from double), the elements
+ * moved as they are. Returns 0, or -1 at an index out of range. */
+static __attribute__((noinline)) int ix_scatter_same(const loom_tensor *self,
+                                                     const loom_tensor *index,
+                                                     const loom_tensor *src, int32_t dim,
+                                                     int reduce, int64_t begin, int64_t end) {
+  const int32_t skip = dim;
+  const int64_t n = index->sizes[dim], limit = self->sizes[dim];
+  const int64_t xs = index->strides[dim], ss = src->strides[dim], ds = self->strides[dim];
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t *ix = (const int64_t *)index->data + ix_offset(index, index, row, skip);
+    const int64_t db = ix_offset(index, self, row, skip), sb = ix_offset(index, src, row, skip);
+#define SCATTER(T, UPDATE)                                                         \
+  do {                                                                             \
+    T *d = (T *)self->data + db;                                                   \
+    const T *x = (const T *)src->data + sb;                                        \
+    for (int64_t k = 0; k < n; ++k) {                                              \
+      const int64_t v = ix[k * xs];                                                \
+      if ((uint64_t)v >= (uint64_t)limit)                                          \
+        return (int)ix_value(index, (ix - (const int64_t *)index->data) + k * xs, limit, dim, 0); \
+      UPDATE(d[v * ds], x[k * ss]);                                                \
+    }                                                                              \
+  } while (0)
+#define ASSIGN(dst, v) dst = v
+#define ADD_F32(dst, v) dst = (float)((double)(v) + (double)(dst))
+    if (reduce == LOOM_INDEX_SUM) {
+      SCATTER(float, ADD_F32);
+      continue;
+    }
+    switch (loom_dtype_size(self->dtype)) {
+      case 1: SCATTER(uint8_t, ASSIGN); break;
+      case 2: SCATTER(uint16_t, ASSIGN); break;
+      case 4: SCATTER(uint32_t, ASSIGN); break;
+      case 8: SCATTER(uint64_t, ASSIGN); break;
+      case 16: SCATTER(ix_bytes16, ASSIGN); break;
+    }
+#undef ADD_F32
+#undef ASSIGN
+#undef SCATTER
+  }
+  return 0;
+}
+
 int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 4) return LOOM_ERROR_INVALID_ARGUMENT;
   const int op = (int)args->scalars[0].i;
@@ -126,6 +221,9 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
     case LOOM_INDEX_GATHER: { /* out, self, index */
       if (!t2) return LOOM_ERROR_INVALID_ARGUMENT;
       const int64_t limit = t1->rank ? t1->sizes[dim] : 1;
+      if (op == LOOM_INDEX_GATHER && t0->rank && t0->rank == t1->rank && t2->rank == t0->rank &&
+          t0->dtype == t1->dtype && t2->dtype == LOOM_INT64)
+        return ix_gather_same(t0, t1, t2, dim, begin, end) ? ix_range_status(op) : LOOM_OK;
       /* index_select (and embedding through it) of rows whose last dim is
        * contiguous in both tensors: one index lookup and one copy per run
        * of the last dim; otherwise element by element */
@@ -157,6 +255,10 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
       return LOOM_OK;
     }
     case LOOM_INDEX_SCATTER: { /* self, index, src */
+      if (t2 && t2->data && t0->rank && t1->rank == t0->rank && t2->rank == t0->rank &&
+          t2->dtype == t0->dtype && t1->dtype == LOOM_INT64 &&
+          (reduce == LOOM_INDEX_ASSIGN || (reduce == LOOM_INDEX_SUM && t0->dtype == LOOM_FLOAT32)))
+        return ix_scatter_same(t0, t1, t2, dim, reduce, begin, end) ? ix_range_status(op) : LOOM_OK;
       const int64_t n = t1->rank ? t1->sizes[dim] : 1;
       const int64_t limit = t0->rank ? t0->sizes[dim] : 1;
       const int64_t xs = t1->rank ? t1->strides[dim] : 0;

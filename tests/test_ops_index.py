@@ -135,6 +135,31 @@ def test_select_gather_scatter(dtype):
     check(lambda d, t, m: t.clone().masked_fill_(m[0], torch.tensor(0, dtype=t.dtype, device=d)), x, mask)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8], ids=str)
+def test_gather_and_scatter_of_one_dtype_walk_runs(dtype):
+    # One dtype and int64 indices: elements move as they are, one offset
+    # computation per run of the last dim; views, every dim, launch chunks
+    # that end inside a run, and out-of-range indices.
+    g = torch.Generator().manual_seed(14)
+    x = make((30, 40, 50), dtype)
+    for dim in range(3):
+        idx = torch.randint(0, x.shape[dim], (30, 40, 50), generator=g)
+        check(lambda d, t, i: torch.gather(t, dim, i), x, idx)
+        check(lambda d, t, i: torch.gather(t.transpose(0, 2), dim, i.transpose(0, 2)), x, idx)
+        check(lambda d, t, i: torch.gather(t, dim, i[:, :7, 3:]), x, idx)
+        perm = torch.argsort(torch.rand(30, 40, 50, generator=g), dim=dim)  # no duplicates
+        src = make((30, 40, 50), dtype, seed=7)
+        check(lambda d, t, i, s: t.clone().scatter_(dim, i, s), x, perm, src)
+        check(lambda d, t, i, s: t.clone().scatter_(dim, i.transpose(0, 1).contiguous().transpose(0, 1), s),
+              x, perm, src)
+        if dtype == torch.float32:
+            check(lambda d, t, i, s: torch.scatter_add(t, dim, i, s), x, idx, src)
+        bad = idx.clone()
+        bad[17, 3, 9] = x.shape[dim]
+        check(lambda d, t, i: torch.gather(t, dim, i), x, bad)
+        check(lambda d, t, i, s: t.clone().scatter_(dim, i, s), x, bad, src)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
 def test_index_select_copies_rows_of_the_last_dim(dtype):
     # 100 rows of 300: the launch's chunks end inside a row
