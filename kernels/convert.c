@@ -160,3 +160,6 @@ int loom_convert_run(char *dst, int32_t dst_dtype, int64_t dst_stride,
   if (load_f64(re, im, src, src_dtype, src_stride, n)) return 1;
   return store_from_f64(dst, dst_dtype, dst_stride, re, im, n);
 }
+
+#define LOOM_CAST_NAME loom_convert_contig
+#include "kernels/convert_cast.inc"

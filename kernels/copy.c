@@ -154,6 +154,7 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int64_t ss = it.strides[1][it.rank - 1];
   const int same = dst->dtype == src->dtype;
   const int kind = same ? -1 : fast_kind(dst->dtype, src->dtype);
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
   /* A copy too large for the last-level cache writes its contiguous runs
    * past it (64 MB, one thread: 23 GB/s through memcpy, 35 streamed). */
   const int stream = same && ds == dsize && ss == dsize && dst->data != src->data &&
@@ -176,6 +177,10 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
       move_run(p[0], ds, p[1], ss, n, dsize);
       continue;
     }
+    if (ds == dsize && ss == loom_dtype_size(src->dtype) &&
+        !(avx512 ? loom_convert_contig_avx512 : loom_convert_contig)(p[0], dst->dtype, p[1],
+                                                                      src->dtype, n))
+      continue;
     for (int64_t i = 0; i < n; i += LOOM_CONVERT_BLOCK) {
       int64_t m = n - i < LOOM_CONVERT_BLOCK ? n - i : LOOM_CONVERT_BLOCK;
       if (kind >= 0) { /* 16/32-bit floats via float, integers via int64 */

@@ -72,10 +72,15 @@ int loom_pw_load(int kind, void *dst, const char *src, int32_t dtype,
                    int64_t stride, int64_t n) {
   int ok = 1;
   const int contig = stride == loom_dtype_size(dtype);
-  if (kind == LOOM_PW_F32 && contig && dtype == LOOM_BFLOAT16 &&
-      (loom_cpu_features() & LOOM_FEATURE_AVX512F)) {
-    loom_bf16_to_f32_avx512(dst, (const uint16_t *)src, n);
-    return 1;
+  if (kind == LOOM_PW_F32 && contig && (loom_cpu_features() & LOOM_FEATURE_AVX512F)) {
+    if (dtype == LOOM_BFLOAT16) {
+      loom_bf16_to_f32_avx512(dst, (const uint16_t *)src, n);
+      return 1;
+    }
+    if (dtype == LOOM_FLOAT16) {
+      loom_f16_to_f32_avx512(dst, (const uint16_t *)src, n);
+      return 1;
+    }
   }
   if (kind == LOOM_PW_F32) {
     float *d = dst;
@@ -97,10 +102,15 @@ int loom_pw_store(int kind, char *dst, int32_t dtype, int64_t stride,
                     const void *src, int64_t n) {
   int ok = 1;
   const int contig = stride == loom_dtype_size(dtype);
-  if (kind == LOOM_PW_F32 && contig && dtype == LOOM_BFLOAT16 &&
-      (loom_cpu_features() & LOOM_FEATURE_AVX512F)) {
-    loom_f32_to_bf16_avx512((uint16_t *)dst, src, n);
-    return 1;
+  if (kind == LOOM_PW_F32 && contig && (loom_cpu_features() & LOOM_FEATURE_AVX512F)) {
+    if (dtype == LOOM_BFLOAT16) {
+      loom_f32_to_bf16_avx512((uint16_t *)dst, src, n);
+      return 1;
+    }
+    if (dtype == LOOM_FLOAT16) {
+      loom_f32_to_f16_avx512((uint16_t *)dst, src, n);
+      return 1;
+    }
   }
   if (kind == LOOM_PW_F32) {
     const float *s = src;

@@ -90,6 +90,48 @@ def test_transposing_copies_move_tiles(loom, dtype):
     assert torch.equal(cl.contiguous().cpu(), img)
 
 
+@pytest.mark.parametrize("pair", [
+    (torch.float32, torch.float64), (torch.float64, torch.float32), (torch.float32, torch.bool),
+    (torch.float64, torch.bool), (torch.float32, torch.int64), (torch.float32, torch.int32),
+    (torch.float64, torch.int64), (torch.int64, torch.float32), (torch.int32, torch.float32),
+    (torch.uint8, torch.float32), (torch.bool, torch.float32), (torch.int64, torch.float64),
+    (torch.int32, torch.int64), (torch.int64, torch.int32), (torch.uint8, torch.int64),
+    (torch.bool, torch.int64), (torch.int64, torch.bool), (torch.int32, torch.bool),
+    (torch.uint8, torch.bool), (torch.float16, torch.float32), (torch.float32, torch.float16)],
+    ids=lambda p: f"{p[0]}->{p[1]}".replace("torch.", ""))
+def test_contiguous_casts_match_the_cpu_bitwise(loom, pair):
+    # Contiguous runs between common dtypes take typed loops; strided ones
+    # the general conversion: the same values either way (float to integer
+    # within range: beyond it the value is the platform's).
+    src, dst = pair
+    g = torch.Generator().manual_seed(8)
+    if src.is_floating_point:
+        x = torch.randn(5003, generator=g, dtype=torch.float64) * 1e4
+        x[:6] = torch.tensor([0.0, -0.0, 0.5, -2.5, 1e-30, 65519.0])
+        if not dst.is_floating_point and dst != torch.bool:
+            x = x.clamp(-2e9, 2e9)
+        else:
+            x[6:9] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+        x = x.to(src)
+    elif src == torch.bool:
+        x = torch.rand(5003, generator=g) > 0.5
+    else:
+        hi = 255 if src == torch.uint8 else 2**31 - 1
+        x = torch.randint(0 if src == torch.uint8 else -hi, hi, (5003,), generator=g, dtype=src)
+        if src == torch.int64:
+            x[:3] = torch.tensor([2**62 + 1, -(2**53) - 1, 2**31 + 5])
+    d = x.to("loom")
+    for got, want in ((d.to(dst), x.to(dst)), (d[::2].to(dst), x[::2].to(dst))):
+        got = got.cpu()
+        if dst.is_floating_point:
+            nan = want.isnan()
+            assert torch.equal(got.isnan(), nan)
+            iv = {8: torch.int64, 4: torch.int32, 2: torch.int16}[want.element_size()]
+            assert torch.equal(got[~nan].view(iv), want[~nan].view(iv))
+        else:
+            assert torch.equal(got, want)
+
+
 def test_casts_between_float_widths_match_the_cpu_bitwise(loom):
     # rounding ties, NaN, inf, a subnormal, fp16's overflow edge; contiguous
     # runs and strided ones take different loops
