@@ -20,9 +20,8 @@ static int fast_kind(int32_t dst, int32_t src) {
   return -1;
 }
 
-/* Same-dtype strided run: moves elements of `size` bytes. */
-static void move_run(char *dst, int64_t ds, const char *src, int64_t ss,
-                     int64_t n, int64_t size) {
+void loom_move_run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n,
+                   int64_t size) {
   /* Contiguous runs whose ends share their alignment take memcpy; others a
    * typed loop: the C library's copy is slow on some CPUs exactly when
    * the destination sits a few bytes off the source's alignment (a roll
@@ -130,7 +129,7 @@ static void copy_transposed(loom_iter *it, int64_t size) {
     }
     const int64_t n = loom_iter_next(it, p);
     if (h < 2) {
-      move_run(p[0], size, p[1], it->strides[1][r - 1], n, size);
+      loom_move_run(p[0], size, p[1], it->strides[1][r - 1], n, size);
       continue;
     }
     move_transposed(p[0], it->strides[0][r - 2], p[1], it->strides[1][r - 1], h, cols, size);
@@ -174,7 +173,7 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
       continue;
     }
     if (same) {
-      move_run(p[0], ds, p[1], ss, n, dsize);
+      loom_move_run(p[0], ds, p[1], ss, n, dsize);
       continue;
     }
     if (ds == dsize && ss == loom_dtype_size(src->dtype) &&

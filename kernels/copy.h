@@ -17,6 +17,10 @@ extern "C" {
 
 int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end);
 
+/* Moves n elements of `size` bytes (any size) from a strided run to
+ * another, strides in bytes: the typed loop or memcpy that suits them. */
+void loom_move_run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, int64_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "kernels/copy.h"
 #include "kernels/iter.h"
 #include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
@@ -45,10 +46,16 @@ int loom_kernel_index_advanced(const loom_kernel_args *args, int64_t begin, int6
   if (loom_iter_init(&it, 2 + k, ops)) return LOOM_ERROR_INVALID_ARGUMENT;
   loom_iter_seek(&it, begin, end - begin);
   const int32_t last = it.rank - 1;
+  /* Whether the indices stay the same along a run: none of the indexed
+   * dims is the innermost one (x[idx] of rows), so a run moves as one. */
+  int constant = 1;
+  for (int j = 0; j < k; ++j) constant &= it.strides[2 + j][last] == 0;
+  const int64_t ds = it.strides[0][last], ss = it.strides[1][last];
   char *p[LOOM_ITER_MAX_OPS];
   int64_t n;
   while ((n = loom_iter_next(&it, p)) > 0) {
-    for (int64_t i = 0; i < n; ++i) {
+    const int64_t per_run = constant ? n : 1;
+    for (int64_t i = 0; i < n; i += per_run) {
       int64_t off = 0;
       for (int j = 0; j < k; ++j) {
         int64_t v = *(const int64_t *)(p[2 + j] + i * it.strides[2 + j][last]);
@@ -58,11 +65,12 @@ int loom_kernel_index_advanced(const loom_kernel_args *args, int64_t begin, int6
                             (long long)v, (long long)size[j]);
         off += (v < 0 ? v + size[j] : v) * stride[j];
       }
-      char *d = p[0] + i * it.strides[0][last];
-      const char *s = p[1] + i * it.strides[1][last];
-      if (mode == LOOM_INDEX_ADVANCED_GET) memcpy(d, s + off, (size_t)es);
-      else if (mode == LOOM_INDEX_ADVANCED_PUT) memcpy(d + off, s, (size_t)es);
-      else ia_add(d + off, s, dtype);
+      char *d = p[0] + i * ds;
+      const char *x = p[1] + i * ss;
+      if (mode == LOOM_INDEX_ADVANCED_GET) loom_move_run(d, ds, x + off, ss, per_run, es);
+      else if (mode == LOOM_INDEX_ADVANCED_PUT) loom_move_run(d + off, ds, x, ss, per_run, es);
+      else
+        for (int64_t e = 0; e < per_run; ++e) ia_add(d + off + e * ds, x + e * ss, dtype);
     }
   }
   return LOOM_OK;
