@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "kernels/copy.h"
 #include "kernels/nn_util.h"
 #include "loom/status.h"
 
@@ -25,10 +26,9 @@ static int pad_check(const loom_kernel_args *args) {
   return 0;
 }
 
-/* Offset of element (plane p, d, h, w) of an (N, C, D, H, W) tensor. */
-static int64_t pad_at(const loom_tensor *t, int64_t p, int64_t d, int64_t h, int64_t w) {
-  return (p / t->sizes[1]) * t->strides[0] + (p % t->sizes[1]) * t->strides[1] +
-         d * t->strides[2] + h * t->strides[3] + w * t->strides[4];
+/* Offset of plane p of an (N, C, D, H, W) tensor. */
+static int64_t pad_plane(const loom_tensor *t, int64_t p) {
+  return (p / t->sizes[1]) * t->strides[0] + (p % t->sizes[1]) * t->strides[1];
 }
 
 int loom_kernel_padding(const loom_kernel_args *args, int64_t begin, int64_t end) {
@@ -36,17 +36,24 @@ int loom_kernel_padding(const loom_kernel_args *args, int64_t begin, int64_t end
   if (rc) return rc;
   const loom_tensor *out = &args->tensors[0], *in = &args->tensors[1];
   const int mode = (int)args->scalars[0].i;
-  const int64_t es = loom_dtype_size(out->dtype);
+  const int64_t es = loom_dtype_size(out->dtype), before = args->scalars[3].i;
+  const int64_t ow = out->sizes[4], iw = in->sizes[4];
+  const int64_t os = out->strides[4] * es, is = in->strides[4] * es;
+  /* each output row: the input row's run in the middle, its reflected or
+   * repeated elements at the ends */
+  const int64_t lo = before < 0 ? 0 : before, hi = before + iw < ow ? before + iw : ow;
   for (int64_t p = begin; p < end; ++p)
     for (int64_t d = 0; d < out->sizes[2]; ++d) {
       const int64_t sd = pad_source(mode, d, args->scalars[1].i, in->sizes[2]);
       for (int64_t h = 0; h < out->sizes[3]; ++h) {
         const int64_t sh = pad_source(mode, h, args->scalars[2].i, in->sizes[3]);
-        for (int64_t w = 0; w < out->sizes[4]; ++w) {
-          const int64_t sw = pad_source(mode, w, args->scalars[3].i, in->sizes[4]);
-          memcpy((char *)out->data + pad_at(out, p, d, h, w) * es,
-                 (const char *)in->data + pad_at(in, p, sd, sh, sw) * es, (size_t)es);
-        }
+        char *o = (char *)out->data + (pad_plane(out, p) + d * out->strides[2] + h * out->strides[3]) * es;
+        const char *x = (const char *)in->data + (pad_plane(in, p) + sd * in->strides[2] + sh * in->strides[3]) * es;
+        for (int64_t w = 0; w < lo; ++w)
+          memcpy(o + w * os, x + pad_source(mode, w, before, iw) * is, (size_t)es);
+        if (hi > lo) loom_move_run(o + lo * os, os, x + (lo - before) * is, is, hi - lo, es);
+        for (int64_t w = hi > lo ? hi : lo; w < ow; ++w)
+          memcpy(o + w * os, x + pad_source(mode, w, before, iw) * is, (size_t)es);
       }
     }
   return LOOM_OK;
@@ -59,20 +66,25 @@ int loom_kernel_padding_backward(const loom_kernel_args *args, int64_t begin, in
   if (!loom_nn_is_float(gi->dtype)) return LOOM_ERROR_INVALID_ARGUMENT;
   const int mode = (int)args->scalars[0].i;
   for (int64_t p = begin; p < end; ++p) {
+    const int64_t gp = pad_plane(gi, p), op = pad_plane(go, p);
     for (int64_t d = 0; d < gi->sizes[2]; ++d)
-      for (int64_t h = 0; h < gi->sizes[3]; ++h)
+      for (int64_t h = 0; h < gi->sizes[3]; ++h) {
+        const int64_t row = gp + d * gi->strides[2] + h * gi->strides[3];
         for (int64_t w = 0; w < gi->sizes[4]; ++w)
-          loom_nn_store(gi->data, gi->dtype, pad_at(gi, p, d, h, w), 0.0);
+          loom_nn_store(gi->data, gi->dtype, row + w * gi->strides[4], 0.0);
+      }
     for (int64_t d = 0; d < go->sizes[2]; ++d) {
       const int64_t sd = pad_source(mode, d, args->scalars[1].i, gi->sizes[2]);
       for (int64_t h = 0; h < go->sizes[3]; ++h) {
         const int64_t sh = pad_source(mode, h, args->scalars[2].i, gi->sizes[3]);
+        const int64_t grow = gp + sd * gi->strides[2] + sh * gi->strides[3];
+        const int64_t orow = op + d * go->strides[2] + h * go->strides[3];
         for (int64_t w = 0; w < go->sizes[4]; ++w) {
           const int64_t sw = pad_source(mode, w, args->scalars[3].i, gi->sizes[4]);
-          const int64_t o = pad_at(gi, p, sd, sh, sw);
+          const int64_t o = grow + sw * gi->strides[4];
           /* (float) first: the CPU adds 16-bit floats in float */
           const double sum = loom_nn_load(gi->data, gi->dtype, o) +
-                             loom_nn_load(go->data, go->dtype, pad_at(go, p, d, h, w));
+                             loom_nn_load(go->data, go->dtype, orow + w * go->strides[4]);
           loom_nn_store(gi->data, gi->dtype, o, gi->dtype == LOOM_FLOAT64 ? sum : (double)(float)sum);
         }
       }
