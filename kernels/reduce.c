@@ -200,6 +200,18 @@ static int rd_run(const rd_ctx *c, rd_state *s, const char *p, int64_t stride,
     s->n += n;
     return 1;
   }
+  if (fast_sum && (c->dtype == LOOM_BFLOAT16 || c->dtype == LOOM_FLOAT16) && stride == 2) {
+    /* 16-bit floats widen exactly to float32 blocks, summed as float32
+     * runs are: 64 lanes, no chain of dependent additions */
+    float buf[RD_BLOCK];
+    for (int64_t off = 0; off < n; off += RD_BLOCK) {
+      const int64_t m = n - off < RD_BLOCK ? n - off : RD_BLOCK;
+      if (!loom_pw_load(LOOM_PW_F32, buf, p + off * 2, c->dtype, 2, m)) return 0;
+      s->a += c->avx512 ? loom_reduce_sum_f32_avx512(buf, m, sq) : loom_reduce_sum_f32(buf, m, sq);
+    }
+    s->n += n;
+    return 1;
+  }
   if ((c->op == LOOM_REDUCE_MAX || c->op == LOOM_REDUCE_MIN) && c->dtype == LOOM_FLOAT32 &&
       stride == 4 && n > 0 && n < ((int64_t)1 << 31)) {
     const int max = c->op == LOOM_REDUCE_MAX;
@@ -410,7 +422,8 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
 }
 
 /* Sums over one strided dim into outputs that are contiguous in both the
- * input and the output (e.g. a sum over dim 0 of a row-major matrix): a
+ * input and the output (e.g. a sum over dim 0 of a row-major matrix; 16-bit
+ * floats widened to float32 rows): a
  * block of neighbouring outputs is accumulated row by row, so memory is
  * read in order. Each output still adds its elements in index order; max
  * and min of float32 take rd_columns_extreme.
@@ -420,8 +433,9 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
                       const loom_tensor *second, const loom_tensor *in, int32_t keep,
                       int64_t begin, int64_t end) {
   const int extreme = c->op == LOOM_REDUCE_MAX || c->op == LOOM_REDUCE_MIN;
+  const int half = c->dtype == LOOM_BFLOAT16 || c->dtype == LOOM_FLOAT16;
   if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN && !extreme) ||
-      (c->dtype != LOOM_FLOAT32 && c->dtype != LOOM_FLOAT64) ||
+      (c->dtype != LOOM_FLOAT32 && c->dtype != LOOM_FLOAT64 && !half) ||
       (extreme && c->dtype != LOOM_FLOAT32) ||
       keep < 1 || in->rank != keep + 1 || in->strides[keep - 1] != 1 ||
       out->strides[keep - 1] != 1 || !out->data)
@@ -436,7 +450,14 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
     rd_offsets(out, out, in, w, &out_off, &second_off, &in_off);
     double acc[RD_COLS] = {0};
     for (int64_t k = 0; k < n; ++k) {
-      if (f32) {
+      if (half) { /* widened exactly to float32 */
+        float x[RD_COLS];
+        if (!loom_pw_load(LOOM_PW_F32, x, (const char *)in->data + (in_off + k * stride) * 2,
+                          c->dtype, 2, width))
+          return 0;
+        if (c->avx512) loom_reduce_cols_f32_avx512(acc, x, width);
+        else loom_reduce_cols_f32(acc, x, width);
+      } else if (f32) {
         const float *x = (const float *)in->data + in_off + k * stride;
         if (c->avx512) loom_reduce_cols_f32_avx512(acc, x, width);
         else loom_reduce_cols_f32(acc, x, width);

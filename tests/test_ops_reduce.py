@@ -204,3 +204,19 @@ def test_zero_dim_input():
         check(fn, x)
     check(torch.max, x, 0)
     check(torch.cumsum, x, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_sums_widen_to_float32_runs_and_columns(dtype):
+    # 16-bit floats are widened to float32 blocks: rows sum in 64 lanes,
+    # columns (a sum over dim 0) row by row. With small integers every
+    # partial sum is exact, so the only rounding is the output's: the exact
+    # value rounded once (the CPU's float16 total can be a step off it), and
+    # any lost, repeated or misplaced element shows.
+    g = torch.Generator().manual_seed(15)
+    x = torch.randint(-8, 9, (700, 1030), generator=g).to(dtype)
+    d = x.to("loom")
+    for fn in (lambda t: t.sum(0), lambda t: t.sum(1), lambda t: t.mean(1), lambda t: t.sum(),
+               lambda t: t[:, 3:517].sum(0), lambda t: t.t().sum(1), lambda t: t.norm(dim=1)):
+        torch.testing.assert_close(fn(d).cpu(), fn(x.double()).to(dtype), rtol=0, atol=0)
+
