@@ -3,6 +3,7 @@
 #include "kernels/softmax.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels/nn_rows.h"
 #include "kernels/nn_util.h"
@@ -11,6 +12,15 @@
 /* Longest bf16/fp16 row staged through float buffers (longer rows take the
  * exact double path). */
 #define SOFTMAX_ROW_BUFFER 8192
+/* Strided rows whose neighbours lie next to them in memory (a softmax over
+ * dim 0 of a matrix) are staged up to this many at a time, so that each
+ * cache line read serves them all, when a row has too many elements for
+ * the lines of one row to stay in L1 until the next row reads them. Tile
+ * rows are padded by a line: a power-of-two stride would put them all in
+ * one cache set. */
+#define SOFTMAX_TILE_ROWS 16
+#define SOFTMAX_TILE_MIN 256
+#define SOFTMAX_TILE_FLOATS (16384 + 16 * SOFTMAX_TILE_ROWS)
 
 typedef struct softmax_row {
   int64_t n, stride;
@@ -59,6 +69,78 @@ static int check_args(const loom_kernel_args *args, uint32_t ntensors,
   return LOOM_OK;
 }
 
+/* Row r in double precision through the C library: rows with NaN or inf,
+ * and those the float paths do not take. */
+static void softmax_exact(const loom_tensor *in, const loom_tensor *out, int32_t dim, int64_t r,
+                          int64_t n, int64_t xs, int64_t ys, int take_log) {
+  const int64_t xo = loom_nn_offset(in, r, dim), yo = loom_nn_offset(out, r, dim);
+  double m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = loom_nn_load(in->data, in->dtype, xo + i * xs);
+    if (v > m || v != v) m = v; /* a NaN poisons the row, as in PyTorch */
+  }
+  /* An all -inf row yields NaN (-inf - -inf), matching PyTorch. */
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += exp(loom_nn_load(in->data, in->dtype, xo + i * xs) - m);
+  const double logsum = log(sum), inv = 1.0 / sum;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = loom_nn_load(in->data, in->dtype, xo + i * xs) - m;
+    loom_nn_store(out->data, out->dtype, yo + i * ys, take_log ? v - logsum : exp(v) * inv);
+  }
+}
+
+/* (log-)softmax of a staged float row x into y (x and y distinct); 0 when
+ * the row holds NaN or inf, which the caller's exact path takes. */
+static int staged_row(const loom_nn_rows_ops *ops, const float *x, int64_t n, int take_log,
+                      float *y) {
+  const float m = ops->max(x, n);
+  if (!isfinite(m)) return 0;
+  const float sum = ops->exp_sum(x, n, m, y);
+  if (take_log) {
+    ops->affine(x, n, 1.0f, -m, y);
+    ops->affine(y, n, 1.0f, -logf(sum), y);
+  } else {
+    ops->affine(y, n, 1.0f / sum, 0.0f, y);
+  }
+  return 1;
+}
+
+/* Rows r, r + 1, ... that lie one element apart in both tensors, up to
+ * `most`: how many a tile may take. */
+static int64_t tile_rows(const loom_tensor *in, const loom_tensor *out, int32_t dim, int64_t r,
+                         int64_t most) {
+  const int64_t xo = loom_nn_offset(in, r, dim), yo = loom_nn_offset(out, r, dim);
+  int64_t b = 1;
+  while (b < most && loom_nn_offset(in, r + b, dim) == xo + b &&
+         loom_nn_offset(out, r + b, dim) == yo + b)
+    ++b;
+  return b;
+}
+
+/* Moves element k of rows 0..b-1 between a tile (row j at tile + j * ld)
+ * and a tensor (row j at off + j, step stride). */
+static void tile_load(float *tile, int64_t ld, const loom_tensor *t, int64_t off, int64_t stride,
+                      int64_t n, int64_t b) {
+  if (t->dtype == LOOM_FLOAT32) {
+    const float *x = (const float *)t->data + off;
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t j = 0; j < b; ++j) tile[j * ld + k] = x[k * stride + j];
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t j = 0; j < b; ++j)
+      tile[j * ld + k] = (float)loom_nn_load(t->data, t->dtype, off + k * stride + j);
+}
+static void tile_store(const loom_tensor *t, int64_t off, int64_t stride, const float *tile,
+                       int64_t ld, int64_t n, int64_t b, const int *done) {
+  for (int64_t k = 0; k < n; ++k)
+    for (int64_t j = 0; j < b; ++j) {
+      if (!done[j]) continue;
+      if (t->dtype == LOOM_FLOAT32) ((float *)t->data)[off + k * stride + j] = tile[j * ld + k];
+      else loom_nn_store(t->data, t->dtype, off + k * stride + j, tile[j * ld + k]);
+    }
+}
+
 int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
                          int64_t end) {
   int32_t dim;
@@ -76,20 +158,39 @@ int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
   const int staged = !fast && loom_nn_is_f32_like(in->dtype) &&
                      loom_nn_is_f32_like(out->dtype) && n <= SOFTMAX_ROW_BUFFER;
   float xbuf[SOFTMAX_ROW_BUFFER], ybuf[SOFTMAX_ROW_BUFFER];
+  const int64_t ld = n + 16;
+  const int64_t tile_most = staged && ri.stride != 1 && n >= SOFTMAX_TILE_MIN
+                                ? (SOFTMAX_TILE_FLOATS / ld < SOFTMAX_TILE_ROWS ? SOFTMAX_TILE_FLOATS / ld
+                                                                               : SOFTMAX_TILE_ROWS)
+                                : 0;
+  float tile[tile_most > 1 ? SOFTMAX_TILE_FLOATS : 1];
   for (int64_t r = begin; r < end; ++r) {
     const int64_t xo = loom_nn_offset(in, r, dim);
     const int64_t yo = loom_nn_offset(out, r, dim);
+    const int64_t b = tile_most > 1 ? tile_rows(in, out, dim, r, end - r < tile_most ? end - r : tile_most) : 1;
+    if (b > 1) { /* the same rows' values as one at a time, read and written together */
+      int done[SOFTMAX_TILE_ROWS];
+      tile_load(tile, ld, in, xo, ri.stride, n, b);
+      for (int64_t j = 0; j < b; ++j) {
+        done[j] = staged_row(ops, tile + j * ld, n, take_log, ybuf);
+        if (done[j]) memcpy(tile + j * ld, ybuf, (size_t)n * sizeof(float));
+      }
+      tile_store(out, yo, ro.stride, tile, ld, n, b, done);
+      int all = 1;
+      for (int64_t j = 0; j < b; ++j) all &= done[j];
+      if (all) {
+        r += b - 1;
+        continue;
+      }
+      /* rows with NaN or inf: the exact path below, one at a time */
+      for (int64_t j = 0; j < b; ++j)
+        if (!done[j]) softmax_exact(in, out, dim, r + j, n, ri.stride, ro.stride, take_log);
+      r += b - 1;
+      continue;
+    }
     if (staged) {
       load_row(xbuf, in, xo, ri.stride, n);
-      const float m = ops->max(xbuf, n);
-      if (isfinite(m)) {
-        const float sum = ops->exp_sum(xbuf, n, m, ybuf);
-        if (take_log) {
-          ops->affine(xbuf, n, 1.0f, -m, ybuf);
-          ops->affine(ybuf, n, 1.0f, -logf(sum), ybuf);
-        } else {
-          ops->affine(ybuf, n, 1.0f / sum, 0.0f, ybuf);
-        }
+      if (staged_row(ops, xbuf, n, take_log, ybuf)) {
         store_row(out, yo, ro.stride, ybuf, n);
         continue;
       }
@@ -112,21 +213,7 @@ int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
         continue;
       }
     }
-    double m = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) {
-      double v = loom_nn_load(in->data, in->dtype, xo + i * ri.stride);
-      if (v > m || v != v) m = v; /* a NaN poisons the row, as in PyTorch */
-    }
-    /* An all -inf row yields NaN (-inf - -inf), matching PyTorch. */
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i)
-      sum += exp(loom_nn_load(in->data, in->dtype, xo + i * ri.stride) - m);
-    const double logsum = log(sum), inv = 1.0 / sum;
-    for (int64_t i = 0; i < n; ++i) {
-      double v = loom_nn_load(in->data, in->dtype, xo + i * ri.stride) - m;
-      loom_nn_store(out->data, out->dtype, yo + i * ro.stride,
-                    take_log ? v - logsum : exp(v) * inv);
-    }
+    softmax_exact(in, out, dim, r, n, ri.stride, ro.stride, take_log);
   }
   return LOOM_OK;
 }
