@@ -122,7 +122,11 @@ static void rd_block_f(const rd_ctx *c, rd_state *s, const double *x,
         if (rd_better(x[i], m, 1)) m = x[i];
       const double r = isinf(m) ? 0.0 : m;
       double sum = 0.0;
-      for (int64_t i = 0; i < n; ++i) sum += exp(x[i] - r);
+      if (isfinite(m)) {
+        sum = c->avx512 ? loom_reduce_exp_sum_f64_avx512(x, n, r) : loom_reduce_exp_sum_f64(x, n, r);
+      } else {
+        for (int64_t i = 0; i < n; ++i) sum += exp(x[i] - r);
+      }
       if (s->n == 0) {
         s->a = r;
         s->b = sum;

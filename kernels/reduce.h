@@ -62,6 +62,9 @@ double loom_reduce_sum_f32(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64(const double *x, int64_t n, int sq);
 double loom_reduce_sum_f32_avx512(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64_avx512(const double *x, int64_t n, int sq);
+/* The sum in order of e^(x[i] - r) over finite x[i] <= r, r their max. */
+double loom_reduce_exp_sum_f64(const double *x, int64_t n, double r);
+double loom_reduce_exp_sum_f64_avx512(const double *x, int64_t n, double r);
 /* acc[j] += x[j] for j < n (one row of a column sum). */
 void loom_reduce_cols_f32(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_f64(double *acc, const double *x, int64_t n);

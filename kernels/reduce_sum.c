@@ -8,6 +8,7 @@
 #pragma GCC optimize("fp-contract=off")
 
 #include "kernels/lanes.h"
+#include "kernels/pointwise_dexp.h"
 #include "kernels/reduce.h"
 
 #ifdef LOOM_REDUCE_ISA
@@ -127,6 +128,23 @@ RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double, rs_widen_f64, rs_widen_tail_f64)
 RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float)
 RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double)
 #endif
+
+/* The sum, in order, of e^(x[i] - r) for x[i] <= r finite (r their max):
+ * the terms in double arithmetic that vectorizes (kernels/pointwise_dexp.h),
+ * those below e^-110 taken as 0 (under the last bit of a sum that holds
+ * the max's 1). */
+double RS_NAME(loom_reduce_exp_sum_f64)(const double *x, int64_t n, double r) {
+  double term[256], sum = 0.0;
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    const int64_t m = n - i0 < 256 ? n - i0 : 256;
+    for (int64_t i = 0; i < m; ++i) {
+      const double t = x[i0 + i] - r;
+      term[i] = t < -110.0 ? 0.0 : loom_dexp(t > 0.0 ? 0.0 : t);
+    }
+    for (int64_t i = 0; i < m; ++i) sum += term[i];
+  }
+  return sum;
+}
 
 /* acc[j] += x[j] for j < n: one row of a column sum, widened to double. */
 void RS_NAME(loom_reduce_cols_f32)(double *restrict acc, const float *restrict x, int64_t n) {
