@@ -6,6 +6,9 @@
 #include "kernels/pointwise.h"
 #include "loom/status.h"
 
+/* Side-by-side rows a float32 sum or product scans together. */
+#define SCAN_COLS 64
+
 static void scan_store(const loom_tensor *t, int64_t off, int integral,
                        double f, int64_t i) {
   char *dst = (char *)t->data + off * loom_dtype_size(t->dtype);
@@ -34,6 +37,28 @@ int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const float *x = (const float *)in->data + loom_nn_offset(in, row, skip);
       float *y = (float *)out->data + loom_nn_offset(out, row, skip);
+      /* rows that lie side by side (a scan over dim 0 of a matrix) are
+       * scanned SCAN_COLS at a time, each with its own accumulator: every
+       * cache line read then serves them all */
+      int64_t b = 1;
+      while (b < SCAN_COLS && row + b < end &&
+             loom_nn_offset(in, row + b, skip) == loom_nn_offset(in, row, skip) + b &&
+             loom_nn_offset(out, row + b, skip) == loom_nn_offset(out, row, skip) + b)
+        ++b;
+      if (b > 1) {
+        double acc[SCAN_COLS];
+        for (int64_t j = 0; j < b; ++j) acc[j] = op == LOOM_SCAN_CUMPROD ? 1.0 : 0.0;
+        for (int64_t k = 0; k < n; ++k) {
+          const float *xk = x + k * is;
+          float *yk = y + k * os;
+          if (op == LOOM_SCAN_CUMSUM)
+            for (int64_t j = 0; j < b; ++j) yk[j] = (float)(acc[j] += (double)xk[j]);
+          else
+            for (int64_t j = 0; j < b; ++j) yk[j] = (float)(acc[j] *= (double)xk[j]);
+        }
+        row += b - 1;
+        continue;
+      }
       double acc = op == LOOM_SCAN_CUMPROD ? 1.0 : 0.0;
       if (op == LOOM_SCAN_CUMSUM)
         for (int64_t k = 0; k < n; ++k) y[k * os] = (float)(acc += (double)x[k * is]);

@@ -220,3 +220,19 @@ def test_16_bit_sums_widen_to_float32_runs_and_columns(dtype):
                lambda t: t[:, 3:517].sum(0), lambda t: t.t().sum(1), lambda t: t.norm(dim=1)):
         torch.testing.assert_close(fn(d).cpu(), fn(x.double()).to(dtype), rtol=0, atol=0)
 
+
+@pytest.mark.parametrize("fn", [torch.cumsum, torch.cumprod], ids=["cumsum", "cumprod"])
+def test_float32_scans_over_dim_0_take_columns_together(fn):
+    # Side-by-side rows are scanned 64 at a time, each with its own double
+    # accumulator: the same bits as scanning them one at a time (the same
+    # rows made contiguous), with blocks cut by the launch's chunks and by
+    # the end of a matrix in a batch.
+    g = torch.Generator().manual_seed(17)
+    x = torch.rand(3, 150, 333, generator=g) + 0.5
+    d = x.to("loom")
+    for dim, t in ((1, d), (0, d[:, 7]), (1, d.transpose(1, 2).contiguous().transpose(1, 2))):
+        got = fn(t, dim).cpu()
+        want = fn(t.movedim(dim, -1).contiguous(), -1).movedim(-1, dim).cpu()
+        assert torch.equal(got, want)
+        torch.testing.assert_close(got, fn(t.cpu(), dim))
+
