@@ -1,5 +1,5 @@
-/* kernels/pointwise_dexp.h — e^x - 1, 2^x, sinh and cosh of float32 in
- * double arithmetic alone: no library calls, so loops over them
+/* kernels/pointwise_dexp.h — e^x - 1, 2^x, sinh, cosh, log2 and log10 of
+ * float32 in double arithmetic alone: no library calls, so loops over them
  * vectorize, and every ISA build computes the same bits (the including
  * file turns off contraction).
  *
@@ -96,6 +96,40 @@ static inline LOOM_PW_INLINE float loom_sinhf_arith(float x) {
 static inline LOOM_PW_INLINE float loom_coshf_arith(float x) {
   const double e = loom_dexp(loom_dexp_clamp(x < 0.0f ? -x : x, 0.0, 91.0));
   return x != x ? x : (float)(0.5 * (e + 1.0 / e));
+}
+
+/* ln x of a positive finite float in double: x = 2^e m with m in
+ * [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23 first), ln m =
+ * 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.1716, by its series to s^15
+ * (truncation under 2e-14 relative), plus e ln 2. */
+static inline LOOM_PW_INLINE double loom_dlog(float x) {
+  const int sub = x < 1.17549435e-38f;
+  const float scaled = x * 8388608.0f, xs = sub ? scaled : x;
+  uint32_t b;
+  memcpy(&b, &xs, sizeof b);
+  int32_t e = (int32_t)((b >> 23) & 0xffu) - 127 - (sub ? 23 : 0);
+  const uint32_t mb = (b & 0x7fffffu) | 0x3f800000u;
+  float mf;
+  memcpy(&mf, &mb, sizeof mf);
+  const int halve = mf > 1.41421356f;
+  const double m = halve ? 0.5 * (double)mf : (double)mf;
+  e += halve;
+  const double sd = (m - 1.0) / (m + 1.0), z = sd * sd;
+  double p = 1.0 / 15.0;
+  p = p * z + 1.0 / 13.0;
+  p = p * z + 1.0 / 11.0;
+  p = p * z + 1.0 / 9.0;
+  p = p * z + 1.0 / 7.0;
+  p = p * z + 1.0 / 5.0;
+  p = p * z + 1.0 / 3.0;
+  return (double)e * 0.69314718055994530942 + 2.0 * sd * (1.0 + z * p);
+}
+
+/* log_b x = ln x * (1 / ln b) within 0.5 ulp and a hair: -inf at 0, NaN
+ * below, inf and NaN as they are. */
+static inline LOOM_PW_INLINE float loom_logbf_arith(float x, double inv_ln_b) {
+  const float r = (float)(loom_dlog(x > 0.0f ? x : 1.0f) * inv_ln_b);
+  return (x != x || x == INFINITY) ? x : (x < 0.0f ? NAN : (x == 0.0f ? -INFINITY : r));
 }
 
 #endif /* LOOM_KERNELS_POINTWISE_DEXP_H */

@@ -30,7 +30,8 @@
 
 /* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
  * softplus (and Mish, log-sigmoid), the exact GELU, e^x - 1 (and ELU),
- * 2^x, sinh, cosh, sin, cos, tan and fmod: float32 in arithmetic alone
+ * 2^x, sinh, cosh, log2, log10, sin, cos, tan and fmod: float32 in
+ * arithmetic alone
  * (kernels/pointwise_exp.h, _dexp.h, _trig.h, _fmod.h),
  * whose loops vectorize, the GELU's tail keeping its precision; float64
  * through the C library. */
@@ -54,6 +55,8 @@
 #define PW_EXP2(x) loom_exp2f_arith(x)
 #define PW_SINH(x) loom_sinhf_arith(x)
 #define PW_COSH(x) loom_coshf_arith(x)
+#define PW_LOG2(x) loom_logbf_arith(x, 1.44269504088896340736)
+#define PW_LOG10(x) loom_logbf_arith(x, 0.43429448190325182765)
 #define PW_FMOD(a, b) loom_fmodf_arith(a, b)
 #define PW_FMOD_OK(a, b) LOOM_FMODF_OK(a, b)
 #include "kernels/pointwise_float.inc"
@@ -78,6 +81,8 @@
 #define PW_EXP2(x) exp2(x)
 #define PW_SINH(x) sinh(x)
 #define PW_COSH(x) cosh(x)
+#define PW_LOG2(x) log2(x)
+#define PW_LOG10(x) log10(x)
 #define PW_FMOD(a, b) fmod(a, b)
 #define PW_FMOD_OK(a, b) 0
 #include "kernels/pointwise_float.inc"

@@ -108,9 +108,11 @@ def test_sin_cos_over_their_range(fn):
 
 
 @pytest.mark.parametrize("fn", [torch.expm1, torch.exp2, torch.sinh, torch.cosh, torch.tan,
-                                torch.nn.functional.elu, torch.nn.functional.selu,
+                                torch.log2, torch.log10, torch.nn.functional.elu,
+                                torch.nn.functional.selu,
                                 lambda t: torch.nn.functional.celu(t, alpha=0.7)],
-                         ids=["expm1", "exp2", "sinh", "cosh", "tan", "elu", "selu", "celu"])
+                         ids=["expm1", "exp2", "sinh", "cosh", "tan", "log2", "log10", "elu",
+                              "selu", "celu"])
 def test_exp_family_and_tan_over_their_range(fn):
     # float32 e^x - 1, 2^x, sinh, cosh and tan run in double arithmetic:
     # within an ulp or so of the exact value (overflow, tiny arguments and

@@ -372,18 +372,19 @@ static void test_sincos_accuracy(void) {
   }
 }
 
-/* float32 e^x - 1, 2^x, sinh, cosh and tan against double precision within
- * 0.51 ulp over their ranges (arguments from 1e-30 up, overflow to inf
- * included); special values. */
+/* float32 e^x - 1, 2^x, sinh, cosh, tan, log2 and log10 against double
+ * precision within 0.51 ulp over their ranges (arguments from 1e-30 up,
+ * overflow to inf included); special values. */
 static void test_dexp_accuracy(void) {
-  enum { N = 40000, F = 5 };
+  enum { N = 40000, F = 7 };
   static float x[N], y[F][N];
   for (int i = 0; i < N; ++i) {
     const float u = (float)i / (N - 1);
     x[i] = (i % 2 ? -1.0f : 1.0f) * (i % 4 < 2 ? 120.0f * u : ldexpf(1.0f + u, (int)(u * 100.0f) - 100));
   }
-  const int ops[F] = {LOOM_PW_EXPM1, LOOM_PW_EXP2, LOOM_PW_SINH, LOOM_PW_COSH, LOOM_PW_TAN};
-  double (*ref[F])(double) = {expm1, exp2, sinh, cosh, tan};
+  const int ops[F] = {LOOM_PW_EXPM1, LOOM_PW_EXP2, LOOM_PW_SINH, LOOM_PW_COSH, LOOM_PW_TAN,
+                      LOOM_PW_LOG2, LOOM_PW_LOG10};
+  double (*ref[F])(double) = {expm1, exp2, sinh, cosh, tan, log2, log10};
   const float *in[3] = {x, NULL, NULL};
   loom_scalar p[4] = {{.f = 0}};
   for (int f = 0; f < F; ++f) {
@@ -408,6 +409,14 @@ static void test_dexp_accuracy(void) {
   CHECK(isnan(sy[2][0]) && sy[2][1] == 0.0f && signbit(sy[2][1]) && sy[2][2] == INFINITY && sy[2][3] == -INFINITY);
   CHECK(isnan(sy[3][0]) && sy[3][1] == 1.0f && sy[3][2] == INFINITY && sy[3][3] == INFINITY);
   CHECK(isnan(sy[4][0]) && sy[4][1] == 0.0f && signbit(sy[4][1]) && isnan(sy[4][2]) && isnan(sy[4][3]));
+  for (int f = 5; f < 7; ++f)
+    CHECK(isnan(sy[f][0]) && sy[f][1] == -INFINITY && sy[f][2] == INFINITY && isnan(sy[f][3]));
+  /* exact powers give exact logarithms */
+  float px[4] = {8.0f, 0.125f, 1000.0f, 1.0f}, py[2][4];
+  const float *pin[3] = {px, NULL, NULL};
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_LOG2, 4, py[0], pin, p) == 0);
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_LOG10, 4, py[1], pin, p) == 0);
+  CHECK(py[0][0] == 3.0f && py[0][1] == -3.0f && py[0][3] == 0.0f && py[1][2] == 3.0f && py[1][3] == 0.0f);
 }
 
 /* float32 fmod bit for bit equal to the C library's, in both ISA builds:
