@@ -9,6 +9,7 @@
  * functions vectorize (the values are the same either way). */
 #pragma GCC optimize("fp-contract=off", "no-trapping-math")
 
+#include <float.h>
 #include <stdint.h>
 #include <tgmath.h>
 
@@ -30,8 +31,8 @@
 
 /* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
  * softplus (and Mish, log-sigmoid), the exact GELU, e^x - 1 (and ELU),
- * 2^x, sinh, cosh, log2, log10, sin, cos, tan and fmod: float32 in
- * arithmetic alone
+ * 2^x, sinh, cosh, log2, log10, sin, cos, tan, atan, asin, acos, atan2 and
+ * fmod: float32 in arithmetic alone
  * (kernels/pointwise_exp.h, _dexp.h, _trig.h, _fmod.h),
  * whose loops vectorize, the GELU's tail keeping its precision; float64
  * through the C library. */
@@ -57,6 +58,10 @@
 #define PW_COSH(x) loom_coshf_arith(x)
 #define PW_LOG2(x) loom_logbf_arith(x, 1.44269504088896340736)
 #define PW_LOG10(x) loom_logbf_arith(x, 0.43429448190325182765)
+#define PW_ATAN(x) loom_atanf_arith(x)
+#define PW_ASIN(x) loom_asinf_arith(x)
+#define PW_ACOS(x) loom_acosf_arith(x)
+#define PW_ATAN2(y, x) loom_atan2f_arith(y, x)
 #define PW_FMOD(a, b) loom_fmodf_arith(a, b)
 #define PW_FMOD_OK(a, b) LOOM_FMODF_OK(a, b)
 #include "kernels/pointwise_float.inc"
@@ -83,6 +88,10 @@
 #define PW_COSH(x) cosh(x)
 #define PW_LOG2(x) log2(x)
 #define PW_LOG10(x) log10(x)
+#define PW_ATAN(x) atan(x)
+#define PW_ASIN(x) asin(x)
+#define PW_ACOS(x) acos(x)
+#define PW_ATAN2(y, x) atan2(y, x)
 #define PW_FMOD(a, b) fmod(a, b)
 #define PW_FMOD_OK(a, b) 0
 #include "kernels/pointwise_float.inc"

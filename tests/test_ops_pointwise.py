@@ -130,6 +130,25 @@ def test_exp_family_and_tan_over_their_range(fn):
     check(fn, x.clamp(-88, 88).view(100, 100).t())
 
 
+@pytest.mark.parametrize("fn", [torch.atan, torch.asin, torch.acos, torch.atan2],
+                         ids=["atan", "asin", "acos", "atan2"])
+def test_inverse_trig_over_its_range(fn):
+    # float32 atan, asin, acos and atan2 run in double arithmetic (finite
+    # arguments; asin and acos on [-1, 1]) and take the C library elsewhere:
+    # within an ulp or so of the exact value, signed zeros kept.
+    g = torch.Generator().manual_seed(18)
+    x = torch.cat([torch.randn(2000, generator=g) * s for s in (1e-20, 1e-3, 0.5, 1.0, 1e6)])
+    x[::89] = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0, 0.0, 1.0, -1.0])[
+        torch.arange(x[::89].numel()) % 7]
+    args = (x, x.flip(0)) if fn is torch.atan2 else (x,)
+    ref = fn(*(a.double() for a in args)).float()
+    got = fn(*(a.to("loom") for a in args)).cpu()
+    torch.testing.assert_close(got, ref, rtol=2.4e-7, atol=1e-37, equal_nan=True)
+    zero = ref == 0
+    assert torch.equal(got[zero].signbit(), ref[zero].signbit())
+    check(fn, *(a[:5000].view(50, 100).t() for a in args))
+
+
 def test_float_modulo_ops_are_exact():
     # float32 fmod runs in double arithmetic where the quotient is below
     # 2^29 and in the C library elsewhere; fmod, remainder and floor

@@ -372,19 +372,19 @@ static void test_sincos_accuracy(void) {
   }
 }
 
-/* float32 e^x - 1, 2^x, sinh, cosh, tan, log2 and log10 against double
- * precision within 0.51 ulp over their ranges (arguments from 1e-30 up,
- * overflow to inf included); special values. */
+/* float32 e^x - 1, 2^x, sinh, cosh, tan, log2, log10, atan, asin and acos
+ * against double precision within 0.51 ulp over their ranges (arguments
+ * from 1e-30 up, overflow to inf included); special values. */
 static void test_dexp_accuracy(void) {
-  enum { N = 40000, F = 7 };
+  enum { N = 40000, F = 10 };
   static float x[N], y[F][N];
   for (int i = 0; i < N; ++i) {
     const float u = (float)i / (N - 1);
     x[i] = (i % 2 ? -1.0f : 1.0f) * (i % 4 < 2 ? 120.0f * u : ldexpf(1.0f + u, (int)(u * 100.0f) - 100));
   }
   const int ops[F] = {LOOM_PW_EXPM1, LOOM_PW_EXP2, LOOM_PW_SINH, LOOM_PW_COSH, LOOM_PW_TAN,
-                      LOOM_PW_LOG2, LOOM_PW_LOG10};
-  double (*ref[F])(double) = {expm1, exp2, sinh, cosh, tan, log2, log10};
+                      LOOM_PW_LOG2, LOOM_PW_LOG10, LOOM_PW_ATAN, LOOM_PW_ASIN, LOOM_PW_ACOS};
+  double (*ref[F])(double) = {expm1, exp2, sinh, cosh, tan, log2, log10, atan, asin, acos};
   const float *in[3] = {x, NULL, NULL};
   loom_scalar p[4] = {{.f = 0}};
   for (int f = 0; f < F; ++f) {
@@ -411,6 +411,35 @@ static void test_dexp_accuracy(void) {
   CHECK(isnan(sy[4][0]) && sy[4][1] == 0.0f && signbit(sy[4][1]) && isnan(sy[4][2]) && isnan(sy[4][3]));
   for (int f = 5; f < 7; ++f)
     CHECK(isnan(sy[f][0]) && sy[f][1] == -INFINITY && sy[f][2] == INFINITY && isnan(sy[f][3]));
+  CHECK(isnan(sy[7][0]) && sy[7][1] == 0.0f && signbit(sy[7][1]) && sy[7][2] == atanf(INFINITY) &&
+        sy[7][3] == -atanf(INFINITY));
+  CHECK(isnan(sy[8][0]) && sy[8][1] == 0.0f && signbit(sy[8][1]) && isnan(sy[8][2]) && isnan(sy[8][3]));
+  CHECK(isnan(sy[9][0]) && sy[9][1] == acosf(0.0f) && isnan(sy[9][2]) && isnan(sy[9][3]));
+  /* atan2 of signed zeros, infinities and random pairs, in both builds */
+  enum { M = 4000 };
+  static float ya[M], xa[M], t2[2][M];
+  const float sp[6] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.5f};
+  for (int i = 0; i < M; ++i) {
+    ya[i] = i < 36 ? sp[i % 6] : x[(i * 7) % N];
+    xa[i] = i < 36 ? sp[i / 6] : x[(i * 13 + 5) % N] * (i % 3 ? 1.0f : 1e-5f);
+  }
+  const float *in2[3] = {ya, xa, NULL};
+  CHECK(loom_pw_apply_f32(LOOM_PW_ATAN2, M, t2[0], in2, p) == 0);
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_ATAN2, M, t2[1], in2, p) == 0);
+  CHECK(same_f32(t2[0], t2[1], M));
+  double worst2 = 0.0;
+  int bad2 = 0;
+  for (int i = 0; i < M; ++i) {
+    const float want = atan2f(ya[i], xa[i]);
+    if (i < 36) {
+      bad2 += !(isnan(want) ? isnan(t2[1][i]) : same_f32(&t2[1][i], &want, 1));
+    } else {
+      const double r = atan2((double)ya[i], (double)xa[i]);
+      if (r != 0.0) worst2 = fmax(worst2, fabs(t2[1][i] - r) / ulp_of(r));
+    }
+  }
+  CHECK(bad2 == 0);
+  CHECK(worst2 <= 0.51);
   /* exact powers give exact logarithms */
   float px[4] = {8.0f, 0.125f, 1000.0f, 1.0f}, py[2][4];
   const float *pin[3] = {px, NULL, NULL};
