@@ -23,10 +23,11 @@
 /* |x| up to which the reduction above holds (|k| < 2^17). */
 #define LOOM_TRIG_MAX 131072.0f
 
-/* k mod 4 (plus phase), sin r and cos r for |x| <= LOOM_TRIG_MAX. */
-static inline LOOM_PW_INLINE int64_t loom_trig_reduce(float x, int phase, double *sin_r,
+/* k mod 4 (plus phase), sin r and cos r for |x| <= LOOM_TRIG_MAX: x a
+ * float, or a double (whose reduction is then within an ulp of x). */
+static inline LOOM_PW_INLINE int64_t loom_trig_reduce(double xd, int phase, double *sin_r,
                                                       double *cos_r) {
-  const double xd = x, shift = 6755399441055744.0; /* 1.5 * 2^52 */
+  const double shift = 6755399441055744.0; /* 1.5 * 2^52 */
   const double s = xd * 0.63661977236758134308 + shift;
   const double k = s - shift;
   int64_t bits; /* s's low bits hold k mod 4 */

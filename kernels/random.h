@@ -28,6 +28,14 @@ extern "C" {
  * (c0 = low 64 bits, c1 = high 64 bits). */
 void loom_philox4x32(uint64_t seed, uint64_t c0, uint64_t c1, uint32_t out[4]);
 
+/* For j < n: radius[j] = sqrt(-2 ln u[j]) (u in (0, 1]), sine[j] and
+ * cosine[j] of angle[j] (in [0, 2 pi)), in double arithmetic within 1e-11
+ * relative; the AVX-512 build (AVX-512 CPUs only) gives the same bits. */
+void loom_box_muller(const double *u, const double *angle, int64_t n, double *radius,
+                     double *sine, double *cosine);
+void loom_box_muller_avx512(const double *u, const double *angle, int64_t n, double *radius,
+                            double *sine, double *cosine);
+
 /* Uniform on [from, to): scalars[2].f = from, scalars[3].f = to. Floating
  * out. float64 uses 53 random bits, narrower types 24. */
 int loom_kernel_uniform(const loom_kernel_args *args, int64_t begin, int64_t end);

@@ -208,3 +208,16 @@ def test_geometric_log_normal_and_normal_out(loom):
             bad("cpu")
         with pytest.raises(type(cpu_err.value)):
             bad("loom")
+
+
+def test_float32_normals_are_the_float64_ones_rounded(loom):
+    # Narrow normal draws take the Box-Muller transform in double arithmetic
+    # (no library calls); float64 draws the C library's. Both read the same
+    # Philox stream, so they agree to within float32's rounding.
+    torch.manual_seed(21)
+    a = torch.randn(100003, device="loom").cpu()
+    torch.manual_seed(21)
+    b = torch.randn(100003, device="loom", dtype=torch.float64).cpu()
+    torch.testing.assert_close(a, b.float(), rtol=1.2e-7, atol=1e-12)
+    assert 0.99 < a.std().item() < 1.01 and abs(a.mean().item()) < 0.01
+
