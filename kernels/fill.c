@@ -7,9 +7,18 @@
 #include "loom/status.h"
 
 /* Writes the pattern of one element (`size` bytes) n times at stride `ds`;
- * a contiguous run as a typed loop, which the compiler vectorizes. */
+ * a contiguous run as memset or a typed loop, which the compiler
+ * vectorizes. */
 static void fill_run(char *dst, int64_t ds, const unsigned char *elem,
                      int64_t size, int64_t n) {
+  /* A contiguous run of one repeated byte (zeros above all) is the C
+   * library's memset, which uses the CPU's widest stores. */
+  int one_byte = ds == size;
+  for (int64_t b = 1; b < size && one_byte; ++b) one_byte = elem[b] == elem[0];
+  if (one_byte) {
+    memset(dst, elem[0], (size_t)(n * size));
+    return;
+  }
   switch (size) {
 #define FILL(T)                                                   \
   {                                                               \

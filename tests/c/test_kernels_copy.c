@@ -137,6 +137,28 @@ static void test_fill(void) {
   uint16_t rb;
   memcpy(&rb, &ref, 2);
   CHECK(h[0] == rb && h[3] == rb);
+  /* contiguous runs of one repeated byte (0, -1) take memset, others
+   * (-0.0) the typed loop; neighbours stay untouched */
+  enum { N = 1000 };
+  static float fb[N + 2];
+  const double values[3] = {0.0, -0.0, 2.5};
+  for (int v = 0; v < 3; ++v) {
+    for (int i = 0; i < N + 2; ++i) fb[i] = 7.0f;
+    loom_tensor tf = tensor2d(fb + 1, LOOM_FLOAT32, 1, N, N, 1);
+    loom_scalar sv = {.f = values[v]};
+    CHECK(run(loom_kernel_fill, &tf, 1, &sv, 1, N, 300) == 0);
+    const float want = (float)values[v];
+    int wrong = fb[0] != 7.0f || fb[N + 1] != 7.0f;
+    for (int i = 1; i <= N; ++i) wrong += memcmp(&fb[i], &want, sizeof want) != 0;
+    CHECK(wrong == 0);
+  }
+  int64_t ib[N];
+  loom_tensor ti = tensor2d(ib, LOOM_INT64, 1, N, N, 1);
+  loom_scalar si = {.i = -1};
+  CHECK(run(loom_kernel_fill, &ti, 1, &si, 1, N, 300) == 0);
+  int wrong_i = 0;
+  for (int i = 0; i < N; ++i) wrong_i += ib[i] != -1;
+  CHECK(wrong_i == 0);
 }
 
 /* The AVX-512 float16 runs give the scalar conversions' bits, NaN payloads
