@@ -114,7 +114,10 @@ static inline LOOM_PW_INLINE double loom_dlog_me(double m, double e) {
 }
 
 /* ln x of a positive finite float in double: x = 2^e m with m in
- * [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23 first). */
+ * [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23 first), split as
+ * loom_logf_arith splits it, but with m halved in double: a split shared
+ * by both, returning m and e together, keeps the compiler from
+ * vectorizing this one's loops. */
 static inline LOOM_PW_INLINE double loom_dlog(float x) {
   const int sub = x < 1.17549435e-38f;
   const float scaled = x * 8388608.0f, xs = sub ? scaled : x;
