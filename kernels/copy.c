@@ -6,9 +6,9 @@
 #include "kernels/convert.h"
 #include "kernels/iter.h"
 #include "kernels/pointwise.h"
-#include "runtime/base/stream_store.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
+#include "runtime/base/stream_store.h"
 
 /* The staging kind that converts between two dtypes exactly as c10's casts
  * do, or -1 when only the double path does (float64, int <-> float). */
@@ -157,8 +157,7 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
   /* A copy too large for the last-level cache writes its contiguous runs
    * past it (64 MB, one thread: 23 GB/s through memcpy, 35 streamed). */
   const int stream = same && ds == dsize && ss == dsize && dst->data != src->data &&
-                     args->range * dsize >= LOOM_STREAM_STORE_BYTES &&
-                     (loom_cpu_features() & LOOM_FEATURE_AVX512F);
+                     args->range * dsize >= LOOM_STREAM_STORE_BYTES && avx512;
 
   if (same && is_transpose(&it, dsize)) {
     copy_transposed(&it, dsize);

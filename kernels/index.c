@@ -117,8 +117,10 @@ typedef struct ix_bytes16 {
  * int64 indices: one offset computation per run of out's last dim, and
  * the elements moved as they are. Returns 0, or -1 at an index out of
  * range (its reason left by ix_value). */
-static __attribute__((noinline)) int ix_gather_same(const loom_tensor *out, const loom_tensor *self,
-                          const loom_tensor *index, int32_t dim, int64_t begin, int64_t end) {
+static __attribute__((noinline)) int ix_gather_same(const loom_tensor *out,
+                                                    const loom_tensor *self,
+                                                    const loom_tensor *index, int32_t dim,
+                                                    int64_t begin, int64_t end) {
   const int32_t last = out->rank - 1;
   const int64_t inner = out->sizes[last], limit = self->sizes[dim];
   const int64_t os = out->strides[last], xs = index->strides[last];

@@ -427,9 +427,8 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
 
 /* Sums over one strided dim into outputs that are contiguous in both the
  * input and the output (e.g. a sum over dim 0 of a row-major matrix; 16-bit
- * floats widened to float32 rows): a
- * block of neighbouring outputs is accumulated row by row, so memory is
- * read in order. Each output still adds its elements in index order; max
+ * floats widened to float32 rows): a block of neighbouring outputs is
+ * accumulated row by row, so memory is read in order. Each output still adds its elements in index order; max
  * and min of float32 take rd_columns_extreme.
  * Returns 0 when the layout does not fit (the caller takes the general
  * path). */

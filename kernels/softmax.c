@@ -163,7 +163,7 @@ int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
                                 ? (SOFTMAX_TILE_FLOATS / ld < SOFTMAX_TILE_ROWS ? SOFTMAX_TILE_FLOATS / ld
                                                                                : SOFTMAX_TILE_ROWS)
                                 : 0;
-  float tile[tile_most > 1 ? SOFTMAX_TILE_FLOATS : 1];
+  float tile[SOFTMAX_TILE_FLOATS];
   for (int64_t r = begin; r < end; ++r) {
     const int64_t xo = loom_nn_offset(in, r, dim);
     const int64_t yo = loom_nn_offset(out, r, dim);
@@ -176,13 +176,7 @@ int loom_softmax_forward(const loom_kernel_args *args, int64_t begin,
         if (done[j]) memcpy(tile + j * ld, ybuf, (size_t)n * sizeof(float));
       }
       tile_store(out, yo, ro.stride, tile, ld, n, b, done);
-      int all = 1;
-      for (int64_t j = 0; j < b; ++j) all &= done[j];
-      if (all) {
-        r += b - 1;
-        continue;
-      }
-      /* rows with NaN or inf: the exact path below, one at a time */
+      /* rows with NaN or inf: the exact path, one at a time */
       for (int64_t j = 0; j < b; ++j)
         if (!done[j]) softmax_exact(in, out, dim, r + j, n, ri.stride, ro.stride, take_log);
       r += b - 1;
