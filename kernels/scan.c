@@ -67,6 +67,29 @@ int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end) {
     }
     return LOOM_OK;
   }
+  if ((op == LOOM_SCAN_CUMMAX || op == LOOM_SCAN_CUMMIN) && in->dtype == LOOM_FLOAT32 &&
+      out->dtype == LOOM_FLOAT32 && (!idx->data || idx->dtype == LOOM_INT64)) {
+    /* the general loop's choices on float32 values read and written as
+     * they are: a NaN wins and stays, ties move the index on */
+    const int max = op == LOOM_SCAN_CUMMAX;
+    for (int64_t row = begin; row < end; ++row) {
+      const float *x = (const float *)in->data + loom_nn_offset(in, row, skip);
+      float *y = (float *)out->data + loom_nn_offset(out, row, skip);
+      int64_t *ip = idx->data ? (int64_t *)idx->data + loom_nn_offset(idx, row, skip) : NULL;
+      float best = 0.0f;
+      int64_t best_i = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const float v = x[k * is];
+        if (k == 0 || v != v || (best == best && (max ? v >= best : v <= best))) {
+          best = v;
+          best_i = k;
+        }
+        y[k * os] = best;
+        if (ip) ip[k * xs] = best_i;
+      }
+    }
+    return LOOM_OK;
+  }
   for (int64_t row = begin; row < end; ++row) {
     const int64_t ib = loom_nn_offset(in, row, skip), ob = loom_nn_offset(out, row, skip);
     const int64_t xb = idx->data ? loom_nn_offset(idx, row, skip) : 0;

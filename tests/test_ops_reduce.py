@@ -111,8 +111,13 @@ def test_max_min_arg(dtype):
 
 def test_max_nan_and_ties():
     x = torch.tensor([[1.0, float("nan"), 3.0, 3.0], [2.0, 2.0, 1.0, float("nan")]])
-    for fn in [torch.max, torch.min, torch.argmax, torch.argmin, torch.cummax]:
+    for fn in [torch.max, torch.min, torch.argmax, torch.argmin, torch.cummax, torch.cummin]:
         check(fn, x, 1)
+    # cummax/cummin move the index on at ties (-0.0 ties 0.0), a NaN wins and stays
+    y = torch.tensor([[1.0, 1.0, 2.0, 2.0, 1.0], [3.0, -0.0, 0.0, float("nan"), 1.0]])
+    for fn in [torch.cummax, torch.cummin]:
+        check(fn, y, 1)
+        check(fn, y.t().contiguous(), 0)
     check(torch.amax, x)
     check(torch.argmax, torch.tensor([1, 5, 5, 2]))
 
