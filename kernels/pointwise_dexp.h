@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/pointwise_exp.h" /* LOOM_PW_INLINE */
+#include "kernels/pointwise_exp.h" /* LOOM_PW_INLINE, loom_log_m1, loom_log_e1 */
 
 /* e^r - 1 for |r| <= ln 2 / 2. */
 static inline LOOM_PW_INLINE double loom_dexp_poly(double r) {
@@ -113,24 +113,13 @@ static inline LOOM_PW_INLINE double loom_dlog_me(double m, double e) {
   return e * 0.69314718055994530942 + 2.0 * sd * (1.0 + z * p);
 }
 
-/* ln x of a positive finite float in double: x = 2^e m with m in
- * [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23 first), split as
- * loom_logf_arith splits it, but with m halved in double: a split shared
- * by both, returning m and e together, keeps the compiler from
- * vectorizing this one's loops. */
+/* ln x of a positive finite float in double, split as loom_logf_arith
+ * splits it, m halved in double. */
 static inline LOOM_PW_INLINE double loom_dlog(float x) {
-  const int sub = x < 1.17549435e-38f;
-  const float scaled = x * 8388608.0f, xs = sub ? scaled : x;
-  uint32_t b;
-  memcpy(&b, &xs, sizeof b);
-  int32_t e = (int32_t)((b >> 23) & 0xffu) - 127 - (sub ? 23 : 0);
-  const uint32_t mb = (b & 0x7fffffu) | 0x3f800000u;
-  float mf;
-  memcpy(&mf, &mb, sizeof mf);
+  const float mf = loom_log_m1(x);
   const int halve = mf > 1.41421356f;
   const double m = halve ? 0.5 * (double)mf : (double)mf;
-  e += halve;
-  return loom_dlog_me(m, (double)e);
+  return loom_dlog_me(m, (double)(loom_log_e1(x) + halve));
 }
 
 /* ln x of a positive normal double, within 2e-14 relative. */

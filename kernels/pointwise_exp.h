@@ -121,18 +121,30 @@ static inline LOOM_PW_INLINE float loom_log_reduced(float m, float fe) {
  * ln m = 2 atanh(s), s = (m - 1) / (m + 1), by its series to s^13 (|s| <=
  * 0.172, truncated below 1e-10). Subnormals are scaled by 2^23 first;
  * ln 0 = -inf, ln of a negative number NaN, ln inf = inf. */
-static inline LOOM_PW_INLINE float loom_logf_arith(float x) {
-  /* (Arithmetic on both sides of each choice, then a choice of values: a
-   * conditional operation could trap, which keeps the loop from
-   * vectorizing.) */
-  const int sub = x < 1.17549435e-38f;
-  const float scaled = x * 8388608.0f, xs = sub ? scaled : x;
+/* x > 0 finite as 2^e m1 with m1 in [1, 2) (subnormals scaled by 2^23
+ * first): m1 and e, each a function of its own, which loops over them
+ * vectorize. (Arithmetic on both sides of each choice, then a choice of
+ * values: a conditional operation could trap, which keeps the loop from
+ * vectorizing.) */
+static inline LOOM_PW_INLINE uint32_t loom_log_bits(float x) {
+  const float scaled = x * 8388608.0f, xs = x < 1.17549435e-38f ? scaled : x;
   uint32_t b;
   memcpy(&b, &xs, sizeof b);
-  int32_t e = (int32_t)((b >> 23) & 0xffu) - 127 - (sub ? 23 : 0);
-  const uint32_t mb = (b & 0x7fffffu) | 0x3f800000u;
+  return b;
+}
+static inline LOOM_PW_INLINE float loom_log_m1(float x) {
+  const uint32_t mb = (loom_log_bits(x) & 0x7fffffu) | 0x3f800000u;
   float m;
   memcpy(&m, &mb, sizeof m);
+  return m;
+}
+static inline LOOM_PW_INLINE int32_t loom_log_e1(float x) {
+  return (int32_t)((loom_log_bits(x) >> 23) & 0xffu) - 127 - (x < 1.17549435e-38f ? 23 : 0);
+}
+
+static inline LOOM_PW_INLINE float loom_logf_arith(float x) {
+  float m = loom_log_m1(x);
+  int32_t e = loom_log_e1(x);
   const int halve = m > 1.41421356f;
   const float half_m = 0.5f * m;
   m = halve ? half_m : m;
