@@ -1,7 +1,7 @@
 /* kernels/lanes.h — the fixed fold of accumulator lanes. Sums that keep
  * lane l of n for elements l, l + n, l + 2n, ... and fold them with these
- * add in an order that depends only on the length, whatever the ISA build
- * or the chunking. */
+ * add (or multiply) in an order that depends only on the length, whatever
+ * the ISA build or the chunking. */
 #ifndef LOOM_KERNELS_LANES_H
 #define LOOM_KERNELS_LANES_H
 
@@ -10,6 +10,13 @@
 static inline double loom_lanes_fold_f64(double *acc, int n) {
   for (int w = n / 2; w > 0; w /= 2)
     for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+/* acc[0] * ... * acc[n - 1] in the same pairwise tree. */
+static inline double loom_lanes_fold_mul_f64(double *acc, int n) {
+  for (int w = n / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] *= acc[j + w];
   return acc[0];
 }
 

@@ -9,6 +9,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/iter.h"
+#include "kernels/lanes.h"
 #include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
 #include "loom/status.h"
@@ -57,6 +58,28 @@ static inline int rd_better(double v, double best, int max) {
   return max ? v > best : v < best;
 }
 
+/* The largest of n > 0 doubles, NaN if any is NaN (which keeps NaN away
+ * from the arithmetic e^x): 16 lanes, no chain of dependent choices. */
+static double rd_max_f64(const double *x, int64_t n) {
+  double lane[16];
+  int nan = 0;
+  for (int j = 0; j < 16; ++j) lane[j] = -INFINITY;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) {
+      const double v = x[i + j];
+      lane[j] = v > lane[j] ? v : lane[j];
+      nan |= v != v;
+    }
+  for (; i < n; ++i) {
+    lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+    nan |= x[i] != x[i];
+  }
+  double m = lane[0];
+  for (int j = 1; j < 16; ++j) m = lane[j] > m ? lane[j] : m;
+  return nan ? NAN : m;
+}
+
 /* Folds a block of staged doubles (the elements at linear indices
  * lin..lin+n-1) into s. */
 static void rd_block_f(const rd_ctx *c, rd_state *s, const double *x,
@@ -71,7 +94,7 @@ static void rd_block_f(const rd_ctx *c, rd_state *s, const double *x,
       for (int64_t i = 0; i < n; ++i) s->a += x[i] != x[i] ? 0.0 : x[i];
       break;
     case LOOM_REDUCE_PROD:
-      for (int64_t i = 0; i < n; ++i) s->a *= x[i];
+      s->a *= c->avx512 ? loom_reduce_prod_f64_avx512(x, n) : loom_reduce_prod_f64(x, n);
       break;
     case LOOM_REDUCE_MAX:
     case LOOM_REDUCE_MIN: {
@@ -84,10 +107,15 @@ static void rd_block_f(const rd_ctx *c, rd_state *s, const double *x,
     }
     case LOOM_REDUCE_VAR:
     case LOOM_REDUCE_STD: { /* exact two-pass block, then Chan's merge */
-      double sum = 0.0, m2 = 0.0;
-      for (int64_t i = 0; i < n; ++i) sum += x[i];
+      const double sum = c->avx512 ? loom_reduce_sum_f64_avx512(x, n, 0)
+                                   : loom_reduce_sum_f64(x, n, 0);
       const double mean = sum / (double)n;
-      for (int64_t i = 0; i < n; ++i) m2 += (x[i] - mean) * (x[i] - mean);
+      double lane[16] = {0};
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; ++j) lane[j] += (x[i + j] - mean) * (x[i + j] - mean);
+      for (int j = 0; i < n; ++i, ++j) lane[j] += (x[i] - mean) * (x[i] - mean);
+      const double m2 = loom_lanes16_fold_f64(lane);
       const double na = (double)s->n, nb = (double)n, nt = na + nb;
       const double delta = mean - s->a;
       s->a += delta * nb / nt;
@@ -117,9 +145,7 @@ static void rd_block_f(const rd_ctx *c, rd_state *s, const double *x,
     case LOOM_REDUCE_LOGSUMEXP: {
       /* a: reference point (the max, or 0 when it is infinite), b: sum of
        * exp(x - a). A block's state merges like any other part's. */
-      double m = x[0];
-      for (int64_t i = 1; i < n; ++i)
-        if (rd_better(x[i], m, 1)) m = x[i];
+      const double m = rd_max_f64(x, n);
       const double r = isinf(m) ? 0.0 : m;
       double sum = 0.0;
       if (isfinite(m)) {
@@ -213,6 +239,18 @@ static int rd_run(const rd_ctx *c, rd_state *s, const char *p, int64_t stride,
       if (!loom_pw_load(LOOM_PW_F32, buf, p + off * 2, c->dtype, 2, m)) return 0;
       s->a += c->avx512 ? loom_reduce_sum_f32_avx512(buf, m, sq) : loom_reduce_sum_f32(buf, m, sq);
     }
+    s->n += n;
+    return 1;
+  }
+  if (c->op == LOOM_REDUCE_PROD && c->dtype == LOOM_FLOAT32 && stride == 4) {
+    s->a *= c->avx512 ? loom_reduce_prod_f32_avx512((const float *)p, n)
+                      : loom_reduce_prod_f32((const float *)p, n);
+    s->n += n;
+    return 1;
+  }
+  if (c->op == LOOM_REDUCE_PROD && c->dtype == LOOM_FLOAT64 && stride == 8) {
+    s->a *= c->avx512 ? loom_reduce_prod_f64_avx512((const double *)p, n)
+                      : loom_reduce_prod_f64((const double *)p, n);
     s->n += n;
     return 1;
   }
@@ -425,19 +463,21 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
   return 1;
 }
 
-/* Sums over one strided dim into outputs that are contiguous in both the
- * input and the output (e.g. a sum over dim 0 of a row-major matrix; 16-bit
- * floats widened to float32 rows): a block of neighbouring outputs is
- * accumulated row by row, so memory is read in order. Each output still adds its elements in index order; max
- * and min of float32 take rd_columns_extreme.
+/* Sums and products over one strided dim into outputs that are contiguous
+ * in both the input and the output (e.g. a sum over dim 0 of a row-major
+ * matrix; 16-bit floats widened to float32 rows): a block of neighbouring
+ * outputs is accumulated row by row, so memory is read in order. Each
+ * output still takes its elements in index order; max and min of float32
+ * take rd_columns_extreme.
  * Returns 0 when the layout does not fit (the caller takes the general
  * path). */
 static int rd_columns(const rd_ctx *c, const loom_tensor *out,
                       const loom_tensor *second, const loom_tensor *in, int32_t keep,
                       int64_t begin, int64_t end) {
   const int extreme = c->op == LOOM_REDUCE_MAX || c->op == LOOM_REDUCE_MIN;
+  const int prod = c->op == LOOM_REDUCE_PROD;
   const int half = c->dtype == LOOM_BFLOAT16 || c->dtype == LOOM_FLOAT16;
-  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN && !extreme) ||
+  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN && !extreme && !prod) ||
       (c->dtype != LOOM_FLOAT32 && c->dtype != LOOM_FLOAT64 && !half) ||
       (extreme && c->dtype != LOOM_FLOAT32) ||
       keep < 1 || in->rank != keep + 1 || in->strides[keep - 1] != 1 ||
@@ -451,23 +491,24 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
     const int64_t width = rd_block_width(w, end, inner);
     int64_t out_off, second_off, in_off;
     rd_offsets(out, out, in, w, &out_off, &second_off, &in_off);
-    double acc[RD_COLS] = {0};
+    double acc[RD_COLS];
+    for (int64_t j = 0; j < width; ++j) acc[j] = prod ? 1.0 : 0.0;
     for (int64_t k = 0; k < n; ++k) {
+      float wide[RD_COLS];
+      const float *xf = (const float *)in->data + in_off + k * stride;
       if (half) { /* widened exactly to float32 */
-        float x[RD_COLS];
-        if (!loom_pw_load(LOOM_PW_F32, x, (const char *)in->data + (in_off + k * stride) * 2,
+        if (!loom_pw_load(LOOM_PW_F32, wide, (const char *)in->data + (in_off + k * stride) * 2,
                           c->dtype, 2, width))
           return 0;
-        if (c->avx512) loom_reduce_cols_f32_avx512(acc, x, width);
-        else loom_reduce_cols_f32(acc, x, width);
-      } else if (f32) {
-        const float *x = (const float *)in->data + in_off + k * stride;
-        if (c->avx512) loom_reduce_cols_f32_avx512(acc, x, width);
-        else loom_reduce_cols_f32(acc, x, width);
+        xf = wide;
+      }
+      if (f32 || half) {
+        if (prod) (c->avx512 ? loom_reduce_cols_prod_f32_avx512 : loom_reduce_cols_prod_f32)(acc, xf, width);
+        else (c->avx512 ? loom_reduce_cols_f32_avx512 : loom_reduce_cols_f32)(acc, xf, width);
       } else {
         const double *x = (const double *)in->data + in_off + k * stride;
-        if (c->avx512) loom_reduce_cols_f64_avx512(acc, x, width);
-        else loom_reduce_cols_f64(acc, x, width);
+        if (prod) (c->avx512 ? loom_reduce_cols_prod_f64_avx512 : loom_reduce_cols_prod_f64)(acc, x, width);
+        else (c->avx512 ? loom_reduce_cols_f64_avx512 : loom_reduce_cols_f64)(acc, x, width);
       }
     }
     for (int64_t j = 0; j < width; ++j) {

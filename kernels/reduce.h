@@ -56,15 +56,25 @@ typedef enum loom_reduce_op {
 int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
                        int64_t end);
 
-/* Contiguous sums in double with 16 interleaved lanes (fixed order), per ISA;
+/* Contiguous sums in double with 64 interleaved lanes (fixed order), per ISA;
  * sq selects the sum of squares. */
 double loom_reduce_sum_f32(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64(const double *x, int64_t n, int sq);
 double loom_reduce_sum_f32_avx512(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64_avx512(const double *x, int64_t n, int sq);
-/* The sum in order of e^(x[i] - r) over finite x[i] <= r, r their max. */
+/* The sum of e^(x[i] - r) over finite x[i] <= r, r their max (fixed order). */
 double loom_reduce_exp_sum_f64(const double *x, int64_t n, double r);
 double loom_reduce_exp_sum_f64_avx512(const double *x, int64_t n, double r);
+/* Contiguous products in double, 64 interleaved lanes folded pairwise. */
+double loom_reduce_prod_f32(const float *x, int64_t n);
+double loom_reduce_prod_f64(const double *x, int64_t n);
+double loom_reduce_prod_f32_avx512(const float *x, int64_t n);
+double loom_reduce_prod_f64_avx512(const double *x, int64_t n);
+/* acc[j] *= x[j] for j < n (one row of a column product). */
+void loom_reduce_cols_prod_f32(double *acc, const float *x, int64_t n);
+void loom_reduce_cols_prod_f64(double *acc, const double *x, int64_t n);
+void loom_reduce_cols_prod_f32_avx512(double *acc, const float *x, int64_t n);
+void loom_reduce_cols_prod_f64_avx512(double *acc, const double *x, int64_t n);
 /* acc[j] += x[j] for j < n (one row of a column sum). */
 void loom_reduce_cols_f32(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_f64(double *acc, const double *x, int64_t n);

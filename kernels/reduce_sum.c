@@ -129,10 +129,10 @@ RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float)
 RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double)
 #endif
 
-/* The sum, in order, of e^(x[i] - r) for x[i] <= r finite (r their max):
- * the terms in double arithmetic that vectorizes (kernels/pointwise_dexp.h),
- * those below e^-110 taken as 0 (under the last bit of a sum that holds
- * the max's 1). */
+/* The sum of e^(x[i] - r) for x[i] <= r finite (r their max): the terms
+ * in double arithmetic that vectorizes (kernels/pointwise_dexp.h), those
+ * below e^-110 taken as 0 (under the last bit of a sum that holds the
+ * max's 1), added 256 at a time in the lanes of the contiguous sum. */
 double RS_NAME(loom_reduce_exp_sum_f64)(const double *x, int64_t n, double r) {
   double term[256], sum = 0.0;
   for (int64_t i0 = 0; i0 < n; i0 += 256) {
@@ -141,9 +141,35 @@ double RS_NAME(loom_reduce_exp_sum_f64)(const double *x, int64_t n, double r) {
       const double t = x[i0 + i] - r;
       term[i] = t < -110.0 ? 0.0 : loom_dexp(t > 0.0 ? 0.0 : t);
     }
-    for (int64_t i = 0; i < m; ++i) sum += term[i];
+    sum += RS_NAME(loom_reduce_sum_f64)(term, m, 0);
   }
   return sum;
+}
+
+/* Contiguous products in double, lanes as the sums keep them: lane l
+ * multiplies elements l, l + 64, ..., and the lanes fold pairwise. A
+ * product has no -0.0 to keep apart from a lane's start (x * 1 is x), so
+ * one loop serves both builds. */
+#define RS_PROD(NAME, T)                                                      \
+  double NAME(const T *x, int64_t n) {                                        \
+    double acc[LANES];                                                        \
+    for (int j = 0; j < LANES; ++j) acc[j] = 1.0;                             \
+    int64_t i = 0;                                                            \
+    for (; i + LANES <= n; i += LANES)                                        \
+      for (int j = 0; j < LANES; ++j) acc[j] *= (double)x[i + j];             \
+    for (int j = 0; i < n; ++i, ++j) acc[j] *= (double)x[i];                  \
+    return loom_lanes_fold_mul_f64(acc, LANES);                               \
+  }
+RS_PROD(RS_NAME(loom_reduce_prod_f32), float)
+RS_PROD(RS_NAME(loom_reduce_prod_f64), double)
+
+/* acc[j] *= x[j] for j < n: one row of a column product, in double. */
+void RS_NAME(loom_reduce_cols_prod_f32)(double *restrict acc, const float *restrict x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] *= (double)x[j];
+}
+
+void RS_NAME(loom_reduce_cols_prod_f64)(double *restrict acc, const double *restrict x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] *= x[j];
 }
 
 /* acc[j] += x[j] for j < n: one row of a column sum, widened to double. */

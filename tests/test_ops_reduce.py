@@ -226,6 +226,37 @@ def test_16_bit_sums_widen_to_float32_runs_and_columns(dtype):
         torch.testing.assert_close(fn(d).cpu(), fn(x.double()).to(dtype), rtol=0, atol=0)
 
 
+def test_products_logsumexp_and_var_over_lanes():
+    # Products run in 64 double lanes (rows) or row by row in double
+    # (columns), logsumexp's max and sum and var's squares in lanes: each
+    # compared with float64 on lengths past the lanes with tails, so a lost,
+    # repeated or wrongly started lane shows.
+    g = torch.Generator().manual_seed(19)
+    x = torch.rand(130, 1000, generator=g, dtype=torch.float64) * 0.2 + 0.9
+    for t in (x, x[:, :77], x.t()):
+        for dt in (torch.float32, torch.float64):
+            d = t.to(dt).to("loom")
+            tol = dict(rtol=2e-6, atol=0) if dt == torch.float32 else dict(rtol=1e-12, atol=0)
+            for dim in (0, 1):
+                ref = t.to(dt).double()
+                torch.testing.assert_close(d.prod(dim).cpu().double(), ref.prod(dim), **tol)
+                torch.testing.assert_close(d.logsumexp(dim).cpu().double(), ref.logsumexp(dim), **tol)
+                torch.testing.assert_close(d.var(dim).cpu().double(), ref.var(dim), rtol=1e-5, atol=0)
+            torch.testing.assert_close(d[:7, :9].prod().cpu().double(), t.to(dt).double()[:7, :9].prod(),
+                                       **tol)
+    # a NaN anywhere in a row is its logsumexp; -inf rows are -inf
+    y = torch.randn(4, 300, generator=g)
+    y[1, 250] = float("nan")
+    y[2] = -float("inf")
+    y[3, 7] = float("inf")
+    check(torch.logsumexp, y, 1)
+    z = torch.full((5, 70), 1.25)
+    z[2, 33] = 0.0
+    z[3, 69] = -0.5
+    check(torch.prod, z, 1)
+    check(torch.prod, z.t().contiguous(), 0)
+
+
 @pytest.mark.parametrize("fn", [torch.cumsum, torch.cumprod], ids=["cumsum", "cumprod"])
 def test_float32_scans_over_dim_0_take_columns_together(fn):
     # Side-by-side rows are scanned 64 at a time, each with its own double
