@@ -1,5 +1,5 @@
-/* kernels/pointwise_dexp.h — e^x - 1, 2^x, sinh, cosh, log2 and log10 of
- * float32 in double arithmetic alone: no library calls, so loops over them
+/* kernels/pointwise_dexp.h — e^x - 1, 2^x, sinh, cosh, log2, log10 and x^y
+ * of float32 in double arithmetic alone: no library calls, so loops over them
  * vectorize, and every ISA build computes the same bits (the including
  * file turns off contraction).
  *
@@ -141,6 +141,28 @@ static inline LOOM_PW_INLINE double loom_dlog_d(double x) {
 static inline LOOM_PW_INLINE float loom_logbf_arith(float x, double inv_ln_b) {
   const float r = (float)(loom_dlog(x > 0.0f ? x : 1.0f) * inv_ln_b);
   return (x != x || x == INFINITY) ? x : (x < 0.0f ? NAN : (x == 0.0f ? -INFINITY : r));
+}
+
+/* Where loom_powf_arith holds: x normal or subnormal-free finite and
+ * nonzero (its biased exponent in 1..254), y finite, and |y| (|e| + 1) ln 2
+ * <= 109 for x's exponent e, which bounds |y ln|x|| by 110. */
+static inline LOOM_PW_INLINE int loom_powf_ok(float x, float y) {
+  uint32_t b;
+  memcpy(&b, &x, sizeof b);
+  const int32_t be = (int32_t)((b >> 23) & 0xffu), e = be - 127;
+  const float span = (float)((e < 0 ? -e : e) + 1) * 0.69314718f;
+  return (be >= 1) & (be <= 254) & (fabsf(y) * span <= 109.0f);
+}
+
+/* x^y where loom_powf_ok: e^(y ln|x|) in double, |y ln|x|| <= 110, within
+ * 3e-12 relative, so 0.5 ulp and a hair as a float (subnormal results
+ * rounded once); a negative x takes the sign of an odd integral y and
+ * gives NaN for a fractional one (|y| < 160 there: int32 holds it). */
+static inline LOOM_PW_INLINE float loom_powf_arith(float x, float y) {
+  const float r = (float)loom_dexp((double)y * loom_dlog(fabsf(x)));
+  const int32_t yi = (int32_t)y;
+  const float s = (yi & 1) ? -r : r, neg = (float)yi == y ? s : NAN;
+  return x < 0.0f ? neg : r;
 }
 
 #endif /* LOOM_KERNELS_POINTWISE_DEXP_H */

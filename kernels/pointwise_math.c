@@ -31,8 +31,8 @@
 
 /* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
  * softplus (and Mish, log-sigmoid), the exact GELU, e^x - 1 (and ELU),
- * 2^x, sinh, cosh, log2, log10, sin, cos, tan, atan, asin, acos, atan2 and
- * fmod: float32 in arithmetic alone
+ * 2^x, sinh, cosh, log2, log10, sin, cos, tan, atan, asin, acos, atan2,
+ * fmod and pow: float32 in arithmetic alone
  * (kernels/pointwise_exp.h, _dexp.h, _trig.h, _fmod.h),
  * whose loops vectorize, the GELU's tail keeping its precision; float64
  * through the C library. */
@@ -64,6 +64,8 @@
 #define PW_ATAN2(y, x) loom_atan2f_arith(y, x)
 #define PW_FMOD(a, b) loom_fmodf_arith(a, b)
 #define PW_FMOD_OK(a, b) LOOM_FMODF_OK(a, b)
+#define PW_POW(x, y) loom_powf_arith(x, y)
+#define PW_POW_OK(x, y) loom_powf_ok(x, y)
 #include "kernels/pointwise_float.inc"
 
 #define T double
@@ -94,6 +96,8 @@
 #define PW_ATAN2(y, x) atan2(y, x)
 #define PW_FMOD(a, b) fmod(a, b)
 #define PW_FMOD_OK(a, b) 0
+#define PW_POW(x, y) pow(x, y)
+#define PW_POW_OK(x, y) 0
 #include "kernels/pointwise_float.inc"
 
 #define FN_I PW_NAME(loom_pw_apply_i64)

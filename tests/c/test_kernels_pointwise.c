@@ -491,6 +491,62 @@ static void test_fmod_exact(void) {
   CHECK(bad_f == 0);
 }
 
+/* float32 x^y (tensor and scalar exponents, scalar bases) against double
+ * precision within 0.51 ulp where its arithmetic form holds, both builds
+ * the same bits; negative bases with integral and fractional exponents,
+ * overflow and underflow, and the C library's special values elsewhere
+ * (zeros, infinities, NaN, huge exponents) in the same blocks. */
+static void test_pow_accuracy(void) {
+  enum { N = 40000 };
+  static float x[N], e[N], y[2][N];
+  uint32_t seed = 99;
+  for (int i = 0; i < N; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    const float u = (float)(seed >> 8) / 16777216.0f;
+    x[i] = ldexpf(0.5f + u, (int)(seed % 60) - 30) * (i % 5 == 0 ? -1.0f : 1.0f);
+    seed = seed * 1664525u + 1013904223u;
+    e[i] = i % 5 == 0 ? (float)((int)(seed % 21) - 10) + (i % 10 == 0 ? 0.5f : 0.0f)
+                      : ((float)(seed >> 8) / 16777216.0f - 0.5f) * 12.0f;
+  }
+  const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-42f, -1.0f, 3.0f};
+  for (int i = 0; i < 64; ++i) x[300 * i] = special[i % 8], e[300 * i + 1] = special[(i + 3) % 8];
+  e[7] = 200.0f, x[7] = 2.0f;   /* past the arithmetic range: inf */
+  e[9] = -200.0f, x[9] = 2.0f;  /* and 0 */
+  const float *in[3] = {x, e, NULL};
+  loom_scalar p[4] = {{.f = 0}};
+  CHECK(loom_pw_apply_f32(LOOM_PW_POW, N, y[0], in, p) == 0);
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_POW, N, y[1], in, p) == 0);
+  CHECK(same_f32(y[0], y[1], N));
+  double worst = 0.0;
+  int bad = 0;
+  for (int i = 0; i < N; ++i) {
+    const double r = pow((double)x[i], (double)e[i]);
+    if (isnan(r) || isinf(r) || r == 0.0 || fabs(r) > 3.4028234663852886e38) {
+      const float want = powf(x[i], e[i]);
+      bad += !(isnan(want) ? isnan(y[1][i]) : same_f32(&y[1][i], &want, 1));
+    } else if (fabs(r) >= 1.17549435e-38) {
+      worst = fmax(worst, fabs(y[1][i] - r) / ulp_of(r));
+    }
+  }
+  if (worst > 0.51 || bad) fprintf(stderr, "pow: %.3f ulp, %d special values off\n", worst, bad);
+  CHECK(worst <= 0.51);
+  CHECK(bad == 0);
+  CHECK(y[1][7] == INFINITY && y[1][9] == 0.0f);
+  /* scalar exponent and scalar base */
+  loom_scalar ps[4] = {{.f = 2.5}};
+  const float *in1[3] = {x, NULL, NULL};
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_POW_SCALAR, N, y[0], in1, ps) == 0);
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_RPOW_SCALAR, N, y[1], in1, ps) == 0);
+  int bad_s = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const double r0 = pow((double)x[i], 2.5), r1 = pow(2.5, (double)x[i]);
+    bad_s += isnan(r0) ? !isnan(y[0][i]) : fabs(y[0][i] - r0) > 0.51 * ulp_of(r0) && !isinf(y[0][i]);
+    bad_s += fabs(y[1][i] - r1) > 0.51 * ulp_of(r1) && !(isinf(y[1][i]) && r1 > 3.4e38) &&
+             !(y[1][i] == 0.0f && r1 < 1e-45);
+  }
+  CHECK(bad_s == 0);
+}
+
 static void test_isa_agreement(void) {
   enum { N = 203 };
   float fa[3][N], fo[2][N];
@@ -550,5 +606,6 @@ int main(void) {
   test_sincos_accuracy();
   test_fmod_exact();
   test_dexp_accuracy();
+  test_pow_accuracy();
   TEST_MAIN_END();
 }
