@@ -422,6 +422,13 @@ static int rd_span(const rd_ctx *c, rd_state *s, const loom_tensor *in,
 }
 
 #define RD_COLS 256
+/* Rows a column block fetches ahead: each row's run starts a new page,
+ * where the hardware's prefetch stops. */
+#define RD_AHEAD 4
+
+static void rd_prefetch_row(const char *p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
 
 /* Outputs from w on that one block takes: up to the end of the range, of
  * the row of `inner` outputs, and RD_COLS. */
@@ -451,6 +458,7 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
     const float *x0 = (const float *)in->data + in_off;
     for (int64_t j = 0; j < width; ++j) best[j] = x0[j], idx[j] = 0;
     for (int64_t k = 1; k < n; ++k) {
+      if (k + RD_AHEAD < n) rd_prefetch_row((const char *)(x0 + (k + RD_AHEAD) * stride), width * 4);
       if (c->avx512) loom_reduce_cols_extreme_f32_avx512(best, idx, x0 + k * stride, width, k, max);
       else loom_reduce_cols_extreme_f32(best, idx, x0 + k * stride, width, k, max);
     }
@@ -493,7 +501,10 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
     rd_offsets(out, out, in, w, &out_off, &second_off, &in_off);
     double acc[RD_COLS];
     for (int64_t j = 0; j < width; ++j) acc[j] = prod ? 1.0 : 0.0;
+    const int64_t es = loom_dtype_size(c->dtype);
     for (int64_t k = 0; k < n; ++k) {
+      if (k + RD_AHEAD < n)
+        rd_prefetch_row((const char *)in->data + (in_off + (k + RD_AHEAD) * stride) * es, width * es);
       float wide[RD_COLS];
       const float *xf = (const float *)in->data + in_off + k * stride;
       if (half) { /* widened exactly to float32 */
