@@ -438,6 +438,53 @@ static int64_t rd_block_width(int64_t w, int64_t end, int64_t inner) {
   return width > RD_COLS ? RD_COLS : width;
 }
 
+/* best[j], idx[j]: the max (max 1) or min of `width` float32 columns of n
+ * rows `stride` apart from x0, and its row: a NaN wins and stays, the
+ * first of equal extremes keeps its index. */
+static void rd_cols_best(const rd_ctx *c, const float *x0, int64_t stride, int64_t n,
+                         int64_t width, int max, float *best, int64_t *idx) {
+  for (int64_t j = 0; j < width; ++j) best[j] = x0[j], idx[j] = 0;
+  for (int64_t k = 1; k < n; ++k) {
+    if (k + RD_AHEAD < n) rd_prefetch_row((const char *)(x0 + (k + RD_AHEAD) * stride), width * 4);
+    if (c->avx512) loom_reduce_cols_extreme_f32_avx512(best, idx, x0 + k * stride, width, k, max);
+    else loom_reduce_cols_extreme_f32(best, idx, x0 + k * stride, width, k, max);
+  }
+}
+
+/* logsumexp of float32 columns: each column's max m, then e^(x - m)
+ * summed row by row in double, in index order; a column whose max is not
+ * finite (inf, -inf, NaN) has it as its result. */
+static int rd_columns_logsumexp(const rd_ctx *c, const loom_tensor *out, const loom_tensor *in,
+                                int32_t keep, int64_t begin, int64_t end) {
+  const int64_t inner = in->sizes[keep - 1], n = in->sizes[keep];
+  const int64_t stride = in->strides[keep];
+  for (int64_t w = begin; w < end;) {
+    const int64_t width = rd_block_width(w, end, inner);
+    int64_t out_off, second_off, in_off;
+    rd_offsets(out, out, in, w, &out_off, &second_off, &in_off);
+    const float *x0 = (const float *)in->data + in_off;
+    float best[RD_COLS];
+    int64_t idx[RD_COLS];
+    double ref[RD_COLS], acc[RD_COLS];
+    rd_cols_best(c, x0, stride, n, width, 1, best, idx);
+    for (int64_t j = 0; j < width; ++j) {
+      ref[j] = isfinite(best[j]) ? (double)best[j] : 0.0;
+      acc[j] = 0.0;
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      if (k + RD_AHEAD < n) rd_prefetch_row((const char *)(x0 + (k + RD_AHEAD) * stride), width * 4);
+      if (c->avx512) loom_reduce_cols_exp_f32_avx512(acc, x0 + k * stride, ref, width);
+      else loom_reduce_cols_exp_f32(acc, x0 + k * stride, ref, width);
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      const double v = isfinite(best[j]) ? log(acc[j]) + ref[j] : (double)best[j];
+      if (!rd_store(out, out_off + j, 0, v, 0)) return 0;
+    }
+    w += width;
+  }
+  return 1;
+}
+
 /* max / min (values, and indices where `second` has data) of float32
  * columns, as rd_block_f takes them: a NaN wins and stays, and the first
  * of equal extremes keeps its index. Called by rd_columns, which has
@@ -455,13 +502,7 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
     rd_offsets(out, second, in, w, &out_off, &second_off, &in_off);
     float best[RD_COLS];
     int64_t idx[RD_COLS];
-    const float *x0 = (const float *)in->data + in_off;
-    for (int64_t j = 0; j < width; ++j) best[j] = x0[j], idx[j] = 0;
-    for (int64_t k = 1; k < n; ++k) {
-      if (k + RD_AHEAD < n) rd_prefetch_row((const char *)(x0 + (k + RD_AHEAD) * stride), width * 4);
-      if (c->avx512) loom_reduce_cols_extreme_f32_avx512(best, idx, x0 + k * stride, width, k, max);
-      else loom_reduce_cols_extreme_f32(best, idx, x0 + k * stride, width, k, max);
-    }
+    rd_cols_best(c, (const float *)in->data + in_off, stride, n, width, max, best, idx);
     for (int64_t j = 0; j < width; ++j) {
       if (!rd_store(out, out_off + j, 0, (double)best[j], 0)) return 0;
       if (second->data && !rd_store(second, second_off + j * ss, 1, 0.0, idx[j])) return 0;
@@ -476,18 +517,19 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
  * matrix; 16-bit floats widened to float32 rows): a block of neighbouring
  * outputs is accumulated row by row, so memory is read in order. Each
  * output still takes its elements in index order; max and min of float32
- * take rd_columns_extreme.
+ * take rd_columns_extreme, logsumexp rd_columns_logsumexp.
  * Returns 0 when the layout does not fit (the caller takes the general
  * path). */
 static int rd_columns(const rd_ctx *c, const loom_tensor *out,
                       const loom_tensor *second, const loom_tensor *in, int32_t keep,
                       int64_t begin, int64_t end) {
   const int extreme = c->op == LOOM_REDUCE_MAX || c->op == LOOM_REDUCE_MIN;
+  const int lse = c->op == LOOM_REDUCE_LOGSUMEXP;
   const int prod = c->op == LOOM_REDUCE_PROD;
   const int half = c->dtype == LOOM_BFLOAT16 || c->dtype == LOOM_FLOAT16;
-  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN && !extreme && !prod) ||
+  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN && !extreme && !prod && !lse) ||
       (c->dtype != LOOM_FLOAT32 && c->dtype != LOOM_FLOAT64 && !half) ||
-      (extreme && c->dtype != LOOM_FLOAT32) ||
+      ((extreme || lse) && c->dtype != LOOM_FLOAT32) ||
       keep < 1 || in->rank != keep + 1 || in->strides[keep - 1] != 1 ||
       out->strides[keep - 1] != 1 || !out->data)
     return 0;
@@ -495,6 +537,7 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
   const int64_t stride = in->strides[keep];
   const int f32 = c->dtype == LOOM_FLOAT32;
   if (extreme) return rd_columns_extreme(c, out, second, in, keep, begin, end);
+  if (lse) return rd_columns_logsumexp(c, out, in, keep, begin, end);
   for (int64_t w = begin; w < end;) {
     const int64_t width = rd_block_width(w, end, inner);
     int64_t out_off, second_off, in_off;

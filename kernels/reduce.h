@@ -75,6 +75,10 @@ void loom_reduce_cols_prod_f32(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_prod_f64(double *acc, const double *x, int64_t n);
 void loom_reduce_cols_prod_f32_avx512(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_prod_f64_avx512(double *acc, const double *x, int64_t n);
+/* acc[j] += e^(x[j] - r[j]) (one row of a column logsumexp; r[j] finite,
+ * the column's max or 0; NaN and terms below e^-110 count 0). */
+void loom_reduce_cols_exp_f32(double *acc, const float *x, const double *r, int64_t n);
+void loom_reduce_cols_exp_f32_avx512(double *acc, const float *x, const double *r, int64_t n);
 /* acc[j] += x[j] for j < n (one row of a column sum). */
 void loom_reduce_cols_f32(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_f64(double *acc, const double *x, int64_t n);

@@ -172,6 +172,19 @@ void RS_NAME(loom_reduce_cols_prod_f64)(double *restrict acc, const double *rest
   for (int64_t j = 0; j < n; ++j) acc[j] *= x[j];
 }
 
+/* acc[j] += e^(x[j] - r[j]) for j < n, r[j] finite and at least every
+ * x[j] of its column (a column's max; 0 for a column whose max is not
+ * finite, whose result the caller takes from the max): the term as
+ * loom_reduce_exp_sum_f64 forms it, NaN and terms below e^-110 as 0. */
+void RS_NAME(loom_reduce_cols_exp_f32)(double *restrict acc, const float *restrict x,
+                                       const double *restrict r, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const double t = (double)x[j] - r[j];
+    const int zero = !(t >= -110.0);
+    acc[j] += zero ? 0.0 : loom_dexp(zero ? -110.0 : (t > 0.0 ? 0.0 : t));
+  }
+}
+
 /* acc[j] += x[j] for j < n: one row of a column sum, widened to double. */
 void RS_NAME(loom_reduce_cols_f32)(double *restrict acc, const float *restrict x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += (double)x[j];

@@ -250,6 +250,7 @@ def test_products_logsumexp_and_var_over_lanes():
     y[2] = -float("inf")
     y[3, 7] = float("inf")
     check(torch.logsumexp, y, 1)
+    check(torch.logsumexp, y.t().contiguous(), 0)  # the columns' path
     z = torch.full((5, 70), 1.25)
     z[2, 33] = 0.0
     z[3, 69] = -0.5
