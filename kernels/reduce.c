@@ -230,7 +230,13 @@ static int rd_run(const rd_ctx *c, rd_state *s, const char *p, int64_t stride,
     s->n += n;
     return 1;
   }
-  if (fast_sum && (c->dtype == LOOM_BFLOAT16 || c->dtype == LOOM_FLOAT16) && stride == 2) {
+  if (fast_sum && c->dtype == LOOM_BFLOAT16 && stride == 2) { /* widened as it is read */
+    s->a += c->avx512 ? loom_reduce_sum_bf16_avx512((const uint16_t *)p, n, sq)
+                      : loom_reduce_sum_bf16((const uint16_t *)p, n, sq);
+    s->n += n;
+    return 1;
+  }
+  if (fast_sum && c->dtype == LOOM_FLOAT16 && stride == 2) {
     /* 16-bit floats widen exactly to float32 blocks, summed as float32
      * runs are: 64 lanes, no chain of dependent additions */
     float buf[RD_BLOCK];
@@ -550,6 +556,11 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
         rd_prefetch_row((const char *)in->data + (in_off + (k + RD_AHEAD) * stride) * es, width * es);
       float wide[RD_COLS];
       const float *xf = (const float *)in->data + in_off + k * stride;
+      if (c->dtype == LOOM_BFLOAT16 && !prod) {
+        const uint16_t *xh = (const uint16_t *)in->data + in_off + k * stride;
+        (c->avx512 ? loom_reduce_cols_bf16_avx512 : loom_reduce_cols_bf16)(acc, xh, width);
+        continue;
+      }
       if (half) { /* widened exactly to float32 */
         if (!loom_pw_load(LOOM_PW_F32, wide, (const char *)in->data + (in_off + k * stride) * 2,
                           c->dtype, 2, width))

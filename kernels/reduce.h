@@ -62,6 +62,8 @@ double loom_reduce_sum_f32(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64(const double *x, int64_t n, int sq);
 double loom_reduce_sum_f32_avx512(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64_avx512(const double *x, int64_t n, int sq);
+double loom_reduce_sum_bf16(const uint16_t *x, int64_t n, int sq);
+double loom_reduce_sum_bf16_avx512(const uint16_t *x, int64_t n, int sq);
 /* The sum of e^(x[i] - r) over finite x[i] <= r, r their max (fixed order). */
 double loom_reduce_exp_sum_f64(const double *x, int64_t n, double r);
 double loom_reduce_exp_sum_f64_avx512(const double *x, int64_t n, double r);
@@ -82,6 +84,8 @@ void loom_reduce_cols_exp_f32_avx512(double *acc, const float *x, const double *
 /* acc[j] += x[j] for j < n (one row of a column sum). */
 void loom_reduce_cols_f32(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_f64(double *acc, const double *x, int64_t n);
+void loom_reduce_cols_bf16(double *acc, const uint16_t *x, int64_t n);
+void loom_reduce_cols_bf16_avx512(double *acc, const uint16_t *x, int64_t n);
 void loom_reduce_cols_f32_avx512(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_f64_avx512(double *acc, const double *x, int64_t n);
 /* One row of a column max (max 1) or min over n float32 columns: best[j]

@@ -7,6 +7,7 @@
  * eight AVX-512 registers added in the same order. */
 #pragma GCC optimize("fp-contract=off")
 
+#include "kernels/dtype.h"
 #include "kernels/lanes.h"
 #include "kernels/pointwise_dexp.h"
 #include "kernels/reduce.h"
@@ -146,6 +147,60 @@ double RS_NAME(loom_reduce_exp_sum_f64)(const double *x, int64_t n, double r) {
   return sum;
 }
 
+/* Contiguous bfloat16 sums (sq: of squares, exact in float) in float32,
+ * as PyTorch accumulates 16-bit floats: blocks of RS_BF16_BLOCK elements
+ * in 64 float lanes (lane l takes elements l, l + 64, ...) folded
+ * pairwise, each block's sum added in double, so a lane never holds more
+ * than 64 terms. The AVX-512 build keeps the lanes in four registers and
+ * adds in the same order. */
+#define RS_BF16_BLOCK 4096
+#ifdef LOOM_REDUCE_ISA
+/* Sixteen bfloat16 at p widened to float (their bits are a float's top
+ * half); the first t only, the rest 0. */
+static inline __m512 rs_bf16x16(const uint16_t *p, int64_t t) {
+  const __mmask16 m = t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << t) - 1u);
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+static float rs_bf16_block(const uint16_t *p, int64_t m, int sq) {
+  __m512 a[4];
+  for (int r = 0; r < 4; ++r) a[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < m; i += LANES)
+    for (int r = 0; r < 4; ++r) {
+      const int64_t t = m - i - 16 * r;
+      if (t <= 0) break;
+      const __m512 v = rs_bf16x16(p + i + 16 * r, t);
+      a[r] = _mm512_add_ps(a[r], sq ? _mm512_mul_ps(v, v) : v);
+    }
+  a[0] = _mm512_add_ps(a[0], a[2]);
+  a[1] = _mm512_add_ps(a[1], a[3]);
+  a[0] = _mm512_add_ps(a[0], a[1]);
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a[0]),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[0]), 1)));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
+}
+#else
+static float rs_bf16_block(const uint16_t *p, int64_t m, int sq) {
+  float acc[LANES] = {0};
+  for (int64_t i = 0; i < m; ++i) {
+    const float v = loom_bf16_to_f32(p[i]);
+    acc[i % LANES] += sq ? v * v : v;
+  }
+  for (int w = LANES / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+#endif
+
+double RS_NAME(loom_reduce_sum_bf16)(const uint16_t *x, int64_t n, int sq) {
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += RS_BF16_BLOCK)
+    total += (double)rs_bf16_block(x + b, n - b < RS_BF16_BLOCK ? n - b : RS_BF16_BLOCK, sq);
+  return total;
+}
+
 /* Contiguous products in double, lanes as the sums keep them: lane l
  * multiplies elements l, l + 64, ..., and the lanes fold pairwise. A
  * product has no -0.0 to keep apart from a lane's start (x * 1 is x), so
@@ -188,6 +243,10 @@ void RS_NAME(loom_reduce_cols_exp_f32)(double *restrict acc, const float *restri
 /* acc[j] += x[j] for j < n: one row of a column sum, widened to double. */
 void RS_NAME(loom_reduce_cols_f32)(double *restrict acc, const float *restrict x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += (double)x[j];
+}
+
+void RS_NAME(loom_reduce_cols_bf16)(double *restrict acc, const uint16_t *restrict x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += (double)loom_bf16_to_f32(x[j]);
 }
 
 void RS_NAME(loom_reduce_cols_f64)(double *restrict acc, const double *restrict x, int64_t n) {

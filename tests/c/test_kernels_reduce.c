@@ -169,6 +169,31 @@ static void test_sum_isa_equal(void) {
       CHECK(memcmp(&a, &b, sizeof a) == 0);
       CHECK(memcmp(&c, &d, sizeof c) == 0);
     }
+  /* bfloat16 in float lanes, blocks of 4096: both builds the same bits,
+   * lengths around the lanes and the block; small integers sum exactly */
+  enum { H = 9000 };
+  static uint16_t h[H];
+  double exact = 0.0;
+  for (int i = 0; i < H; ++i) {
+    const float v = (float)(rand() % 17 - 8) * (i % 3 ? 1.0f : 0.5f);
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    h[i] = (uint16_t)(bits >> 16);
+  }
+  const int64_t hl[] = {0, 1, 15, 17, 63, 64, 65, 100, 4095, 4096, 4097, 8200, H};
+  for (size_t j = 0; j < sizeof hl / sizeof hl[0]; ++j)
+    for (int sq = 0; sq < 2; ++sq) {
+      exact = 0.0;
+      for (int64_t i = 0; i < hl[j]; ++i) {
+        uint32_t bits = (uint32_t)h[i] << 16;
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        exact += sq ? (double)v * v : v;
+      }
+      const double a = loom_reduce_sum_bf16(h, hl[j], sq), b = loom_reduce_sum_bf16_avx512(h, hl[j], sq);
+      CHECK(memcmp(&a, &b, sizeof a) == 0);
+      CHECK(a == exact);
+    }
 }
 
 /* Products in 64 double lanes: both builds the same bits for every length
