@@ -80,6 +80,21 @@ static double rd_max_f64(const double *x, int64_t n) {
   return nan ? NAN : m;
 }
 
+/* Joins a part whose elements have e^(x - r) summing to `sum` (r their
+ * max, 0 when that is infinite; NaN when one is NaN) to logsumexp's state. */
+static void rd_lse_join(rd_state *s, double r, double sum) {
+  if (s->n == 0) {
+    s->a = r;
+    s->b = sum;
+  } else if (r != r || s->a != s->a) {
+    s->a = NAN;
+  } else {
+    const double ref = r > s->a ? r : s->a;
+    s->b = s->b * exp(s->a - ref) + sum * exp(r - ref);
+    s->a = ref;
+  }
+}
+
 /* Folds a block of staged doubles (the elements at linear indices
  * lin..lin+n-1) into s. */
 static void rd_block_f(const rd_ctx *c, rd_state *s, const double *x,
@@ -153,16 +168,7 @@ static void rd_block_f(const rd_ctx *c, rd_state *s, const double *x,
       } else {
         for (int64_t i = 0; i < n; ++i) sum += exp(x[i] - r);
       }
-      if (s->n == 0) {
-        s->a = r;
-        s->b = sum;
-      } else if (r != r || s->a != s->a) {
-        s->a = NAN;
-      } else {
-        const double ref = r > s->a ? r : s->a;
-        s->b = s->b * exp(s->a - ref) + sum * exp(r - ref);
-        s->a = ref;
-      }
+      rd_lse_join(s, r, sum);
       break;
     }
     case LOOM_REDUCE_ALL:
@@ -245,6 +251,23 @@ static int rd_run(const rd_ctx *c, rd_state *s, const char *p, int64_t stride,
       if (!loom_pw_load(LOOM_PW_F32, buf, p + off * 2, c->dtype, 2, m)) return 0;
       s->a += c->avx512 ? loom_reduce_sum_f32_avx512(buf, m, sq) : loom_reduce_sum_f32(buf, m, sq);
     }
+    s->n += n;
+    return 1;
+  }
+  if (c->op == LOOM_REDUCE_LOGSUMEXP && c->dtype == LOOM_FLOAT32 && stride == 4 && n > 0 &&
+      n < ((int64_t)1 << 31)) { /* as rd_block_f's, read in place */
+    const float *x = (const float *)p;
+    int64_t at;
+    const double m = c->avx512 ? loom_reduce_extreme_f32_avx512(x, n, 1, &at)
+                               : loom_reduce_extreme_f32(x, n, 1, &at);
+    const double r = isinf(m) ? 0.0 : m;
+    double sum = 0.0;
+    if (isfinite(m)) {
+      sum = c->avx512 ? loom_reduce_exp_sum_f32_avx512(x, n, r) : loom_reduce_exp_sum_f32(x, n, r);
+    } else {
+      for (int64_t i = 0; i < n; ++i) sum += exp((double)x[i] - r);
+    }
+    rd_lse_join(s, r, sum);
     s->n += n;
     return 1;
   }

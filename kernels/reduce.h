@@ -67,6 +67,8 @@ double loom_reduce_sum_bf16_avx512(const uint16_t *x, int64_t n, int sq);
 /* The sum of e^(x[i] - r) over finite x[i] <= r, r their max (fixed order). */
 double loom_reduce_exp_sum_f64(const double *x, int64_t n, double r);
 double loom_reduce_exp_sum_f64_avx512(const double *x, int64_t n, double r);
+double loom_reduce_exp_sum_f32(const float *x, int64_t n, double r);
+double loom_reduce_exp_sum_f32_avx512(const float *x, int64_t n, double r);
 /* Contiguous products in double, 64 interleaved lanes folded pairwise. */
 double loom_reduce_prod_f32(const float *x, int64_t n);
 double loom_reduce_prod_f64(const double *x, int64_t n);

@@ -134,18 +134,21 @@ RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double)
  * in double arithmetic that vectorizes (kernels/pointwise_dexp.h), those
  * below e^-110 taken as 0 (under the last bit of a sum that holds the
  * max's 1), added 256 at a time in the lanes of the contiguous sum. */
-double RS_NAME(loom_reduce_exp_sum_f64)(const double *x, int64_t n, double r) {
-  double term[256], sum = 0.0;
-  for (int64_t i0 = 0; i0 < n; i0 += 256) {
-    const int64_t m = n - i0 < 256 ? n - i0 : 256;
-    for (int64_t i = 0; i < m; ++i) {
-      const double t = x[i0 + i] - r;
-      term[i] = t < -110.0 ? 0.0 : loom_dexp(t > 0.0 ? 0.0 : t);
-    }
-    sum += RS_NAME(loom_reduce_sum_f64)(term, m, 0);
+#define RS_EXP_SUM(NAME, T)                                        \
+  double NAME(const T *x, int64_t n, double r) {                   \
+    double term[256], sum = 0.0;                                   \
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {                      \
+      const int64_t m = n - i0 < 256 ? n - i0 : 256;               \
+      for (int64_t i = 0; i < m; ++i) {                            \
+        const double t = (double)x[i0 + i] - r;                    \
+        term[i] = t < -110.0 ? 0.0 : loom_dexp(t > 0.0 ? 0.0 : t); \
+      }                                                            \
+      sum += RS_NAME(loom_reduce_sum_f64)(term, m, 0);             \
+    }                                                              \
+    return sum;                                                    \
   }
-  return sum;
-}
+RS_EXP_SUM(RS_NAME(loom_reduce_exp_sum_f64), double)
+RS_EXP_SUM(RS_NAME(loom_reduce_exp_sum_f32), float)
 
 /* Contiguous bfloat16 sums (sq: of squares, exact in float) in float32,
  * as PyTorch accumulates 16-bit floats: blocks of RS_BF16_BLOCK elements
