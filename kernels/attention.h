@@ -43,9 +43,9 @@ int loom_attention_backward_kv(const loom_kernel_args *args, int64_t begin,
  * backward_q, keys for backward_kv), so the ranges are BH * ceil(L / BLOCK)
  * and BH * ceil(S / BLOCK). Sums run in a fixed tile order, whatever the
  * block. A block of 64 rows reuses each transposed tile of the other side
- * for 64 rows; its tiles take up to 300 KiB of the running thread's stack. */
+ * for 64 rows; its tiles take up to 550 KiB of the running thread's stack. */
 #define LOOM_ATTENTION_BLOCK 64
-#define LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM 128
+#define LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM 256
 
 int loom_attention_blocked_forward(const loom_kernel_args *args, int64_t begin,
                                    int64_t end);

@@ -501,7 +501,9 @@ def test_bitwise_identical_across_thread_counts():
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("mask_kind", [None, "bool", "float"])
 @pytest.mark.parametrize("shape", [((2, 3, 5, 8), (2, 3, 7, 8), 6), ((4, 9, 16), (4, 9, 16), 16),
-                                   ((1, 2, 70, 16), (1, 2, 90, 16), 16)])  # several tiles
+                                   ((1, 2, 70, 16), (1, 2, 90, 16), 16),  # several tiles
+                                   ((1, 2, 9, 256), (1, 2, 70, 256), 200),  # the widest tiled heads
+                                   ((1, 1, 5, 300), (1, 1, 6, 300), 300)])  # past them: rows
 def test_sdpa(dtype, causal, mask_kind, shape):
     torch.manual_seed(14)
     qs, ks, ev = shape

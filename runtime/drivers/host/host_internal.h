@@ -45,6 +45,10 @@ typedef struct host_pool {
 } host_pool;
 
 int host_pool_init(host_pool *pool, int num_workers);
+/* Starts a device thread with an 8 MiB stack, whatever the process's
+ * default: kernels keep their tiles on the stack (attention's take up to
+ * 550 KiB). pthread_create's result. */
+int host_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
 void host_pool_destroy(host_pool *pool);
 
 /* Runs fn over [0, range) in chunks of grain. Returns 0 or the first

@@ -79,6 +79,16 @@ static void *worker_main(void *arg) {
   }
 }
 
+int host_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg) {
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc != 0) return rc;
+  rc = pthread_attr_setstacksize(&attr, (size_t)8 << 20);
+  if (rc == 0) rc = pthread_create(thread, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
+  return rc;
+}
+
 int host_pool_init(host_pool *pool, int num_workers) {
   *pool = (host_pool){0};
   pthread_mutex_init(&pool->busy, NULL);
@@ -89,7 +99,7 @@ int host_pool_init(host_pool *pool, int num_workers) {
   pool->threads = calloc((size_t)num_workers, sizeof *pool->threads);
   if (!pool->threads) return -1;
   for (int i = 0; i < num_workers; ++i) {
-    if (pthread_create(&pool->threads[i], NULL, worker_main, pool) != 0) break;
+    if (host_thread_start(&pool->threads[i], worker_main, pool) != 0) break;
     pool->num_workers = i + 1;
   }
   return 0;

@@ -203,7 +203,7 @@ loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t
   pthread_cond_init(&q->work, NULL);
   pthread_cond_init(&q->done, NULL);
   atomic_store(&q->wake_at, UINT64_MAX);
-  if (pthread_create(&q->thread, NULL, executor_main, q) != 0) {
+  if (host_thread_start(&q->thread, executor_main, q) != 0) {
     pthread_cond_destroy(&q->done);
     pthread_cond_destroy(&q->work);
     pthread_mutex_destroy(&q->exec);
