@@ -71,6 +71,20 @@ static inline int64_t pw_f2i(double x) {
 int loom_pw_load(int kind, void *dst, const char *src, int32_t dtype,
                    int64_t stride, int64_t n) {
   int ok = 1;
+  if (stride == 0 && n > 1) { /* a broadcast value: converted once */
+    if (!loom_pw_load(kind, dst, src, dtype, 0, 1)) return 0;
+    if (kind == LOOM_PW_F32) {
+      float *d = dst;
+      for (int64_t i = 1; i < n; ++i) d[i] = d[0];
+    } else if (kind == LOOM_PW_F64) {
+      double *d = dst;
+      for (int64_t i = 1; i < n; ++i) d[i] = d[0];
+    } else {
+      int64_t *d = dst;
+      for (int64_t i = 1; i < n; ++i) d[i] = d[0];
+    }
+    return 1;
+  }
   const int contig = stride == loom_dtype_size(dtype);
   if (kind == LOOM_PW_F32 && contig && (loom_cpu_features() & LOOM_FEATURE_AVX512F)) {
     if (dtype == LOOM_BFLOAT16) {
