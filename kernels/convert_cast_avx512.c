@@ -2,6 +2,7 @@
  * same values, wider vectors (64-bit integer <-> float conversions exist
  * only here). */
 #include "kernels/convert.h"
+#include "kernels/dtype.h"
 
 #define LOOM_CAST_NAME loom_convert_contig_avx512
 #include "kernels/convert_cast.inc"

@@ -97,7 +97,8 @@ def test_transposing_copies_move_tiles(loom, dtype):
     (torch.uint8, torch.float32), (torch.bool, torch.float32), (torch.int64, torch.float64),
     (torch.int32, torch.int64), (torch.int64, torch.int32), (torch.uint8, torch.int64),
     (torch.bool, torch.int64), (torch.int64, torch.bool), (torch.int32, torch.bool),
-    (torch.uint8, torch.bool), (torch.float16, torch.float32), (torch.float32, torch.float16)],
+    (torch.uint8, torch.bool), (torch.float16, torch.float32), (torch.float32, torch.float16),
+    (torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16)],
     ids=lambda p: f"{p[0]}->{p[1]}".replace("torch.", ""))
 def test_contiguous_casts_match_the_cpu_bitwise(loom, pair):
     # Contiguous runs between common dtypes take typed loops; strided ones
