@@ -31,6 +31,7 @@ typedef struct rd_ctx {
   int32_t dtype;
   double p; /* correction or norm order */
   int avx512;
+  int want_index; /* max / min: the index output is written */
 } rd_ctx;
 
 _Static_assert(sizeof(rd_state) == LOOM_REDUCE_STATE_DOUBLES * sizeof(double),
@@ -286,9 +287,12 @@ static int rd_run(const rd_ctx *c, rd_state *s, const char *p, int64_t stride,
   if ((c->op == LOOM_REDUCE_MAX || c->op == LOOM_REDUCE_MIN) && c->dtype == LOOM_FLOAT32 &&
       stride == 4 && n > 0 && n < ((int64_t)1 << 31)) {
     const int max = c->op == LOOM_REDUCE_MAX;
-    int64_t at;
-    const float v = c->avx512 ? loom_reduce_extreme_f32_avx512((const float *)p, n, max, &at)
-                              : loom_reduce_extreme_f32((const float *)p, n, max, &at);
+    int64_t at = 0;
+    const float v = !c->want_index
+                        ? (c->avx512 ? loom_reduce_extreme_value_f32_avx512 : loom_reduce_extreme_value_f32)(
+                              (const float *)p, n, max)
+                    : c->avx512 ? loom_reduce_extreme_f32_avx512((const float *)p, n, max, &at)
+                                : loom_reduce_extreme_f32((const float *)p, n, max, &at);
     if (s->n == 0 || rd_better(v, s->a, max)) {
       s->a = v;
       s->idx = lin + at;
@@ -468,11 +472,13 @@ static int64_t rd_block_width(int64_t w, int64_t end, int64_t inner) {
 }
 
 /* best[j], idx[j]: the max (max 1) or min of `width` float32 columns of n
- * rows `stride` apart from x0, and its row: a NaN wins and stays, the
- * first of equal extremes keeps its index. */
+ * rows `stride` apart from x0, and its row (idx may be NULL): a NaN wins
+ * and stays, the first of equal extremes keeps its index. */
 static void rd_cols_best(const rd_ctx *c, const float *x0, int64_t stride, int64_t n,
                          int64_t width, int max, float *best, int64_t *idx) {
-  for (int64_t j = 0; j < width; ++j) best[j] = x0[j], idx[j] = 0;
+  for (int64_t j = 0; j < width; ++j) best[j] = x0[j];
+  if (idx)
+    for (int64_t j = 0; j < width; ++j) idx[j] = 0;
   for (int64_t k = 1; k < n; ++k) {
     if (k + RD_AHEAD < n) rd_prefetch_row((const char *)(x0 + (k + RD_AHEAD) * stride), width * 4);
     if (c->avx512) loom_reduce_cols_extreme_f32_avx512(best, idx, x0 + k * stride, width, k, max);
@@ -493,9 +499,8 @@ static int rd_columns_logsumexp(const rd_ctx *c, const loom_tensor *out, const l
     rd_offsets(out, out, in, w, &out_off, &second_off, &in_off);
     const float *x0 = (const float *)in->data + in_off;
     float best[RD_COLS];
-    int64_t idx[RD_COLS];
     double ref[RD_COLS], acc[RD_COLS];
-    rd_cols_best(c, x0, stride, n, width, 1, best, idx);
+    rd_cols_best(c, x0, stride, n, width, 1, best, NULL);
     for (int64_t j = 0; j < width; ++j) {
       ref[j] = isfinite(best[j]) ? (double)best[j] : 0.0;
       acc[j] = 0.0;
@@ -531,7 +536,8 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
     rd_offsets(out, second, in, w, &out_off, &second_off, &in_off);
     float best[RD_COLS];
     int64_t idx[RD_COLS];
-    rd_cols_best(c, (const float *)in->data + in_off, stride, n, width, max, best, idx);
+    rd_cols_best(c, (const float *)in->data + in_off, stride, n, width, max, best,
+                 second->data ? idx : NULL);
     for (int64_t j = 0; j < width; ++j) {
       if (!rd_store(out, out_off + j, 0, (double)best[j], 0)) return 0;
       if (second->data && !rd_store(second, second_off + j * ss, 1, 0.0, idx[j])) return 0;
@@ -623,7 +629,8 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
                     .integral = loom_dtype_is_integral(in->dtype),
                     .dtype = in->dtype,
                     .p = args->scalars[2].f,
-                    .avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0};
+                    .avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0,
+                    .want_index = second->data != NULL};
   if (c.op < 0 || c.op >= LOOM_REDUCE_OP_COUNT) return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t count = 1;
   for (int32_t d = keep; d < in->rank; ++d) count *= in->sizes[d];

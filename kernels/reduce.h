@@ -92,7 +92,7 @@ void loom_reduce_cols_f32_avx512(double *acc, const float *x, int64_t n);
 void loom_reduce_cols_f64_avx512(double *acc, const double *x, int64_t n);
 /* One row of a column max (max 1) or min over n float32 columns: best[j]
  * and idx[j] take x[j] and k where x[j] is better (a NaN wins and stays;
- * equal values keep the earlier index). */
+ * equal values keep the earlier index). idx may be NULL. */
 void loom_reduce_cols_extreme_f32(float *best, int64_t *idx, const float *x, int64_t n,
                                   int64_t k, int max);
 void loom_reduce_cols_extreme_f32_avx512(float *best, int64_t *idx, const float *x,
@@ -101,6 +101,9 @@ void loom_reduce_cols_extreme_f32_avx512(float *best, int64_t *idx, const float 
  * *index the position of its first occurrence (a NaN wins and stays). */
 float loom_reduce_extreme_f32(const float *x, int64_t n, int max, int64_t *index);
 float loom_reduce_extreme_f32_avx512(const float *x, int64_t n, int max, int64_t *index);
+/* The same value without its index. */
+float loom_reduce_extreme_value_f32(const float *x, int64_t n, int max);
+float loom_reduce_extreme_value_f32_avx512(const float *x, int64_t n, int max);
 
 #ifdef __cplusplus
 }

@@ -258,7 +258,7 @@ void RS_NAME(loom_reduce_cols_f64)(double *restrict acc, const double *restrict 
 
 /* One row of a column max (max 1) or min: best[j] and idx[j] take x[j] and
  * k where x[j] is better, as rd_block_f decides it: a NaN wins and stays,
- * and equal values keep the earlier index. */
+ * and equal values keep the earlier index. idx may be NULL. */
 void RS_NAME(loom_reduce_cols_extreme_f32)(float *restrict best, int64_t *restrict idx,
                                            const float *restrict x, int64_t n, int64_t k,
                                            int max) {
@@ -272,17 +272,53 @@ void RS_NAME(loom_reduce_cols_extreme_f32)(float *restrict best, int64_t *restri
     const __mmask16 take = _mm512_cmp_ps_mask(b, b, _CMP_ORD_Q) &
                            (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) | better);
     _mm512_storeu_ps(best + j, _mm512_mask_mov_ps(b, take, v));
-    _mm512_mask_storeu_epi64(idx + j, (__mmask8)take, kv);
-    _mm512_mask_storeu_epi64(idx + j + 8, (__mmask8)(take >> 8), kv);
+    if (idx) {
+      _mm512_mask_storeu_epi64(idx + j, (__mmask8)take, kv);
+      _mm512_mask_storeu_epi64(idx + j + 8, (__mmask8)(take >> 8), kv);
+    }
   }
 #endif
   for (; j < n; ++j) {
     const float v = x[j], b = best[j];
     if (b == b && (v != v || (max ? v > b : v < b))) {
       best[j] = v;
-      idx[j] = k;
+      if (idx) idx[j] = k;
     }
   }
+}
+
+/* The value loom_reduce_extreme_f32 returns, without its index: running
+ * extremes in lanes and a NaN flag, no choice of index per element. Where
+ * a scan in order could return another value of the same size (the first
+ * NaN, or the first of 0.0 and -0.0), that value is found by a scan. */
+float RS_NAME(loom_reduce_extreme_value_f32)(const float *x, int64_t n, int max) {
+  float m = x[0];
+  int nan = 0;
+  int64_t i = 0;
+#ifdef LOOM_REDUCE_ISA
+  if (n >= 32) {
+    __m512 b0 = _mm512_set1_ps(x[0]), b1 = b0;
+    __mmask16 un = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+      b0 = max ? _mm512_max_ps(b0, v0) : _mm512_min_ps(b0, v0);
+      b1 = max ? _mm512_max_ps(b1, v1) : _mm512_min_ps(b1, v1);
+      un |= _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q);
+    }
+    b0 = max ? _mm512_max_ps(b0, b1) : _mm512_min_ps(b0, b1);
+    m = max ? _mm512_reduce_max_ps(b0) : _mm512_reduce_min_ps(b0);
+    nan = un != 0;
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i];
+    m = (max ? v > m : v < m) ? v : m;
+    nan |= v != v;
+  }
+  if (nan || m == 0.0f)
+    for (i = 0; i < n; ++i)
+      if (nan ? x[i] != x[i] : x[i] == 0.0f) return x[i];
+  return m;
 }
 
 /* The max (max 1) or min of n > 0 contiguous floats and the index of its

@@ -86,6 +86,38 @@ def test_column_max_min_take_nan_and_the_first_of_ties():
         assert torch.equal(fn(d).cpu().nan_to_num(99), fn(x).nan_to_num(99))
 
 
+def test_values_only_max_min_keep_the_first_nan_and_zero():
+    # max() and amax() want no index: float32 runs take lanes of running
+    # extremes, then the value a scan in order gives: the first NaN (its
+    # payload kept) and, among zeros, the first of 0.0 and -0.0 -- the bits
+    # of the value max(dim) returns with its index. (The CPU's own bits
+    # differ between its paths there.)
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(6, 333, generator=g)
+    x[1, 100] = float("nan")
+    x[1, 200] = -float("nan")
+    x[2] = -x[2].abs()
+    x[2, 50] = -0.0
+    x[2, 60] = 0.0
+    x[3] = x[3].abs()
+    x[3, 70] = 0.0
+    x[3, 90] = -0.0
+    x[4, 332] = float("nan")
+    d = x.to("loom")
+    bits = lambda t: t.cpu().view(torch.int32)
+    want_max, want_min = bits(d.max(1).values), bits(d.min(1).values)
+    assert torch.equal(want_max[[1, 2]], bits(x[[1, 2], [100, 50]]))
+    assert torch.equal(want_min[[1, 3]], bits(x[[1, 3], [100, 70]]))
+    torch.testing.assert_close(d.max(1).values.cpu(), x.max(1).values, equal_nan=True)
+    for r in range(6):
+        assert torch.equal(bits(d[r].max()), want_max[r]), r
+        assert torch.equal(bits(d[r].min()), want_min[r]), r
+    assert torch.equal(bits(d.amax(1)), want_max)
+    assert torch.equal(bits(d.amin(1)), want_min)
+    assert torch.equal(bits(d.t().contiguous().amax(0)), want_max)
+    assert torch.equal(bits(d.t().contiguous().amin(0)), want_min)
+
+
 @pytest.mark.parametrize("dtype", FLOATS + INTS, ids=str)
 def test_max_min_arg(dtype):
     x = make((5, 7, 3), dtype)
