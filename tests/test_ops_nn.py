@@ -161,6 +161,38 @@ def test_layer_norm_noncontiguous(dtype):
     close(gd, gc, dtype, scale=2.0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("normalized", [(33,), (4, 33)], ids=str)
+@pytest.mark.parametrize("affine", [False, True])
+@pytest.mark.parametrize("eps", [None, 1e-3])
+def test_rms_norm_runs_fused(dtype, normalized, affine, eps):
+    # F.rms_norm takes the fused op on loom (one kernel each way, not the
+    # composite's six); its values, rstd and gradients against the CPU's
+    # composite, eps defaulting to the computation type's epsilon.
+    torch.manual_seed(4)
+    shape = (3, 4, 33)
+    xc, xd = pair(torch.randn(shape).to(dtype) * 2 + 0.5)
+    wc = wd = None
+    if affine:
+        wc, wd = pair(torch.randn(normalized).to(dtype))
+    yc = F.rms_norm(xc, normalized, wc, eps=eps)
+    yd = F.rms_norm(xd, normalized, wd, eps=eps)
+    assert type(yd.grad_fn).__name__ == "FusedRmsNormBackward0"
+    close(yd, yc.detach(), dtype)
+    out_c = torch.ops.aten._fused_rms_norm(xc.detach(), list(normalized), wc, eps)
+    out_d = torch.ops.aten._fused_rms_norm(xd.detach(), list(normalized), wd, eps)
+    assert out_d[1].dtype == out_c[1].dtype and out_d[1].shape == out_c[1].shape
+    torch.testing.assert_close(out_d[1].cpu(), out_c[1], rtol=1e-5, atol=0)
+    small = (torch.randn(5, 33) * 3e-4).to(dtype)  # eps is a tenth of mean(x^2)
+    torch.testing.assert_close(torch.ops.aten._fused_rms_norm(small.to("loom"), [33], None, eps)[1].cpu(),
+                               torch.ops.aten._fused_rms_norm(small, [33], None, eps)[1], rtol=1e-5, atol=0)
+    g = torch.randn(shape).to(dtype)
+    inc = [xc] + ([wc] if affine else [])
+    ind = [xd] + ([wd] if affine else [])
+    for a, b in zip(grads(yd, ind, g.to("loom")), grads(yc, inc, g)):
+        close(a, b, dtype, scale=2.0)
+
+
 def test_layer_norm_stats_match_cpu():
     x = torch.randn(5, 8)
     for a, b in zip(torch.native_layer_norm(x.to("loom"), [8], None, None, 1e-5),

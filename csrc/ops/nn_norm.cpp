@@ -1,5 +1,6 @@
-// layer norm and group norm (forward and backward) on loom.
+// layer norm, RMS norm and group norm (forward and backward) on loom.
 #include <ATen/ATen.h>
+#include <limits>
 #include <ATen/native/layer_norm.h>
 #include <c10/core/SymIntArrayRef.h>
 #include <torch/library.h>
@@ -98,6 +99,83 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
            std::clamp<int64_t>(N / 8, 16, 256), dev);
   }
   return {dx, dw, db};
+}
+
+// ---- RMS norm ---------------------------------------------------------------
+// The layer-norm kernels with no mean. As PyTorch's composite form: the
+// statistic rstd = 1/sqrt(mean(x^2) + eps) in the computation type (float
+// for 16-bit inputs, else the input's), eps defaulting to that type's
+// epsilon; the output in the input's dtype.
+
+at::ScalarType rms_stats_type(const at::Tensor& input) {
+  const auto t = input.scalar_type();
+  return t == at::kBFloat16 || t == at::kHalf ? at::kFloat : t;
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& input,
+                                            at::IntArrayRef normalized_shape,
+                                            const std::optional<at::Tensor>& weight_opt,
+                                            std::optional<double> eps_opt) {
+  static const char* op = "_fused_rms_norm";
+  const at::Tensor weight = value_or_undefined(weight_opt);
+  auto [M, N] = at::native::_check_layer_norm_inputs(input, normalized_shape, weight, at::Tensor());
+  check_float(input, op);
+  check_loom(weight, input, op, "weight");
+  const at::ScalarType st = rms_stats_type(input);
+  const double eps = eps_opt.has_value()
+                         ? *eps_opt
+                         : (st == at::kDouble ? std::numeric_limits<double>::epsilon()
+                                              : std::numeric_limits<float>::epsilon());
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
+  at::Tensor y = at::empty(input.sizes(), input.options());
+  const int axis = input.dim() - static_cast<int>(normalized_shape.size());
+  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().end());
+  for (size_t d = axis; d < stat_shape.size(); ++d) stat_shape[d] = 1;
+  at::Tensor rstd = at::empty(stat_shape, input.options().dtype(st));
+  if (M > 0 && N > 0) {
+    const loom_tensor t[6] = {describe(x, op), describe_opt(w, op), loom_tensor{},
+                              describe(y, op), loom_tensor{}, describe(rstd, op)};
+    const loom_scalar s[3] = {scalar_i(N), scalar_f(eps), scalar_i(1)};
+    launch(op, loom_layer_norm_forward, t, s, M, grain_for(N), input.device().index());
+  }
+  return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, at::IntArrayRef normalized_shape,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight_opt,
+    std::array<bool, 2> mask) {
+  static const char* op = "_fused_rms_norm_backward";
+  const at::Tensor weight = value_or_undefined(weight_opt);
+  auto [M, N] = at::native::_check_layer_norm_inputs(input, normalized_shape, weight, at::Tensor());
+  TORCH_CHECK(grad_out.sizes() == input.sizes(), op, ": grad_out of size ",
+              grad_out.sizes(), " does not match input of size ", input.sizes());
+  check_loom(rstd, input, op, "rstd");
+  TORCH_CHECK(rstd.numel() == M, op, ": rstd has ", rstd.numel(), " elements, expected ", M);
+  const at::Tensor dy = grad_out.contiguous(), x = input.contiguous(), rs = rstd.contiguous();
+  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
+  at::Tensor dx, dw;
+  const auto dev = input.device().index();
+  if (mask[0]) {
+    dx = at::empty(input.sizes(), input.options());
+    if (M > 0 && N > 0) {
+      const loom_tensor t[6] = {describe(dy, op), describe(x, op), loom_tensor{},
+                                describe(rs, op), describe_opt(w, op), describe(dx, op)};
+      const loom_scalar s[2] = {scalar_i(N), scalar_i(1)};
+      launch(op, loom_layer_norm_backward_input, t, s, M, grain_for(N), dev);
+    }
+  }
+  if (mask[1] && weight.defined()) {
+    dw = at::empty(weight.sizes(), weight.options());
+    if (N > 0) {
+      const loom_tensor t[6] = {describe(dy, op), describe(x, op), loom_tensor{},
+                                describe(rs, op), describe(dw, op), loom_tensor{}};
+      const loom_scalar s[3] = {scalar_i(M), scalar_i(N), scalar_i(1)};
+      launch(op, loom_layer_norm_backward_params, t, s, N, std::clamp<int64_t>(N / 8, 16, 256), dev);
+    }
+  }
+  return {dx, dw};
 }
 
 // ---- group norm -------------------------------------------------------------
@@ -203,6 +281,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "native_layer_norm", layer_norm);
   LOOM_IMPL(m, "native_layer_norm_backward", layer_norm_backward);
+  LOOM_IMPL(m, "_fused_rms_norm", rms_norm);
+  LOOM_IMPL(m, "_fused_rms_norm_backward", rms_norm_backward);
   LOOM_IMPL(m, "native_group_norm", group_norm);
   LOOM_IMPL(m, "native_group_norm_backward", group_norm_backward);
 }
