@@ -1,12 +1,26 @@
 /* Group norm over contiguous x of shape [N, C, HxW]: row (n, g) is the
- * contiguous block of the C/G channels of group g in sample n. */
+ * contiguous block of the C/G channels of group g in sample n. Built for
+ * the baseline ISA and again by norm_group_avx512.c (LOOM_GN_ISA defined);
+ * the entry points at the end pick the build once per call. No contraction:
+ * both builds round alike. */
+#pragma GCC optimize("fp-contract=off")
+
 #include <math.h>
 
+#include "kernels/lanes.h"
 #include "kernels/nn_util.h"
 #include "kernels/norm.h"
 #include "kernels/reduce.h"
 #include "runtime/base/cpu.h"
 #include "loom/status.h"
+
+#ifdef LOOM_GN_ISA
+#define GN_CAT2(a, b) a##b
+#define GN_CAT(a, b) GN_CAT2(a, b)
+#define GN_NAME(base) GN_CAT(base, LOOM_GN_ISA)
+#else
+#define GN_NAME(base) base
+#endif
 
 typedef struct gn_shape {
   int64_t n, c, hw, g, d; /* d: channels per group */
@@ -26,28 +40,31 @@ static inline double opt_load(const loom_tensor *t, int64_t i, double dflt) {
   return t->data ? loom_nn_load(t->data, t->dtype, i) : dflt;
 }
 
+/* Lanes of the double sums below: lane j takes positions j, j + 16, ...,
+ * folded pairwise; enough independent additions to run at vector speed. */
+#define GN_LANES 16
+
 /* Mean and biased variance of n floats, in double: the sum by the
- * reduction's 64-lane kernel, the squared deviations in four chains by
- * position mod 4. */
+ * reduction's 64-lane kernel, the squared deviations in GN_LANES lanes. */
 static void gn_moments_f32(const float *x, int64_t n, int avx512, double *mu, double *var) {
   const double sum = avx512 ? loom_reduce_sum_f32_avx512(x, n, 0) : loom_reduce_sum_f32(x, n, 0);
   const double m = n ? sum / (double)n : 0.0;
-  double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+  double a[GN_LANES] = {0};
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const double d0 = (double)x[i] - m, d1 = (double)x[i + 1] - m;
-    const double d2 = (double)x[i + 2] - m, d3 = (double)x[i + 3] - m;
-    a0 += d0 * d0, a1 += d1 * d1, a2 += d2 * d2, a3 += d3 * d3;
-  }
-  for (; i < n; ++i) {
+  for (; i + GN_LANES <= n; i += GN_LANES)
+    for (int j = 0; j < GN_LANES; ++j) {
+      const double d = (double)x[i + j] - m;
+      a[j] += d * d;
+    }
+  for (int j = 0; i < n; ++i, ++j) {
     const double d = (double)x[i] - m;
-    a0 += d * d;
+    a[j] += d * d;
   }
   *mu = m;
-  *var = n ? ((a0 + a1) + (a2 + a3)) / (double)n : 0.0;
+  *var = n ? loom_lanes16_fold_f64(a) / (double)n : 0.0;
 }
 
-int loom_group_norm_forward(const loom_kernel_args *args, int64_t begin,
+int GN_NAME(loom_group_norm_forward_impl)(const loom_kernel_args *args, int64_t begin,
                             int64_t end) {
   gn_shape s;
   if (args->num_tensors < 6 || args->num_scalars < 5 || gn_shape_of(args, &s))
@@ -96,13 +113,13 @@ int loom_group_norm_forward(const loom_kernel_args *args, int64_t begin,
   return LOOM_OK;
 }
 
-/* sg[j] += w dy[i], sgx[j] += w dy[i] (x[i] - mu) rs for i = j mod 4 over
- * n floats: the sums of the backward in four chains each. */
+/* sg[j] += w dy[i], sgx[j] += w dy[i] (x[i] - mu) rs for i = j mod
+ * GN_LANES over n floats: the sums of the backward in lanes. */
 static void gn_sums_f32(const float *dy, const float *x, int64_t n, double w, double mu,
-                        double rs, double sg[4], double sgx[4]) {
+                        double rs, double sg[GN_LANES], double sgx[GN_LANES]) {
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int j = 0; j < 4; ++j) {
+  for (; i + GN_LANES <= n; i += GN_LANES)
+    for (int j = 0; j < GN_LANES; ++j) {
       const double gv = (double)dy[i + j] * w;
       sg[j] += gv;
       sgx[j] += gv * ((double)x[i + j] - mu) * rs;
@@ -114,7 +131,7 @@ static void gn_sums_f32(const float *dy, const float *x, int64_t n, double w, do
   }
 }
 
-int loom_group_norm_backward_input(const loom_kernel_args *args,
+int GN_NAME(loom_group_norm_backward_input_impl)(const loom_kernel_args *args,
                                    int64_t begin, int64_t end) {
   gn_shape s;
   if (args->num_tensors < 6 || gn_shape_of(args, &s))
@@ -130,12 +147,12 @@ int loom_group_norm_backward_input(const loom_kernel_args *args,
       const double rs = loom_nn_load(rstd->data, rstd->dtype, row);
       const float *dyr = (const float *)dy->data + base, *xr = (const float *)x->data + base;
       float *dxr = (float *)dx->data + base;
-      double sg[4] = {0.0, 0.0, 0.0, 0.0}, sgx[4] = {0.0, 0.0, 0.0, 0.0};
+      double sg[GN_LANES] = {0}, sgx[GN_LANES] = {0};
       for (int64_t k = 0; k < s.d; ++k)
         gn_sums_f32(dyr + k * s.hw, xr + k * s.hw, s.hw, opt_load(w, g * s.d + k, 1.0), mu, rs,
                     sg, sgx);
-      const double a = len ? ((sg[0] + sg[1]) + (sg[2] + sg[3])) / (double)len : 0.0;
-      const double cc = len ? ((sgx[0] + sgx[1]) + (sgx[2] + sgx[3])) / (double)len : 0.0;
+      const double a = len ? loom_lanes16_fold_f64(sg) / (double)len : 0.0;
+      const double cc = len ? loom_lanes16_fold_f64(sgx) / (double)len : 0.0;
       for (int64_t k = 0; k < s.d; ++k) {
         const double wc = opt_load(w, g * s.d + k, 1.0);
         for (int64_t i = k * s.hw; i < (k + 1) * s.hw; ++i) {
@@ -173,7 +190,7 @@ int loom_group_norm_backward_input(const loom_kernel_args *args,
   return LOOM_OK;
 }
 
-int loom_group_norm_backward_params(const loom_kernel_args *args,
+int GN_NAME(loom_group_norm_backward_params_impl)(const loom_kernel_args *args,
                                     int64_t begin, int64_t end) {
   gn_shape s;
   if (args->num_tensors < 6 || gn_shape_of(args, &s))
@@ -184,15 +201,15 @@ int loom_group_norm_backward_params(const loom_kernel_args *args,
   if (dy->dtype == LOOM_FLOAT32 && x->dtype == LOOM_FLOAT32) {
     for (int64_t c = begin; c < end; ++c) {
       const int64_t g = c / s.d;
-      double sb[4] = {0.0, 0.0, 0.0, 0.0}, sw[4] = {0.0, 0.0, 0.0, 0.0};
+      double sb[GN_LANES] = {0}, sw[GN_LANES] = {0};
       for (int64_t n = 0; n < s.n; ++n) {
         const int64_t row = n * s.g + g, base = (n * s.c + c) * s.hw;
         gn_sums_f32((const float *)dy->data + base, (const float *)x->data + base, s.hw, 1.0,
                     loom_nn_load(mean->data, mean->dtype, row),
                     loom_nn_load(rstd->data, rstd->dtype, row), sb, sw);
       }
-      if (dw->data) loom_nn_store(dw->data, dw->dtype, c, (sw[0] + sw[1]) + (sw[2] + sw[3]));
-      if (db->data) loom_nn_store(db->data, db->dtype, c, (sb[0] + sb[1]) + (sb[2] + sb[3]));
+      if (dw->data) loom_nn_store(dw->data, dw->dtype, c, loom_lanes16_fold_f64(sw));
+      if (db->data) loom_nn_store(db->data, db->dtype, c, loom_lanes16_fold_f64(sb));
     }
     return LOOM_OK;
   }
@@ -214,3 +231,26 @@ int loom_group_norm_backward_params(const loom_kernel_args *args,
   }
   return LOOM_OK;
 }
+
+#ifndef LOOM_GN_ISA
+int loom_group_norm_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_backward_input_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_backward_params_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+
+static int gn_avx512(void) { return (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0; }
+
+int loom_group_norm_forward(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return gn_avx512() ? loom_group_norm_forward_impl_avx512(args, begin, end)
+                     : loom_group_norm_forward_impl(args, begin, end);
+}
+
+int loom_group_norm_backward_input(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return gn_avx512() ? loom_group_norm_backward_input_impl_avx512(args, begin, end)
+                     : loom_group_norm_backward_input_impl(args, begin, end);
+}
+
+int loom_group_norm_backward_params(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return gn_avx512() ? loom_group_norm_backward_params_impl_avx512(args, begin, end)
+                     : loom_group_norm_backward_params_impl(args, begin, end);
+}
+#endif

@@ -286,6 +286,58 @@ static void test_group_norm(void) {
   CHECK(max_rel(dw, num + T, C) < 1e-6);
 }
 
+/* The float32 group norm in both builds: the same bits forward and
+ * backward (sums in lanes past a vector, a tail), and near the double
+ * reference kernel's values. */
+int loom_group_norm_forward_impl(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_backward_input_impl(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_backward_input_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_backward_params_impl(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_backward_params_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+
+static void test_group_norm_isas_agree(void) {
+  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
+  enum { NB = 2, C = 6, HW = 37, G = 3, T = NB * C * HW };
+  static float x[T], w[C], b[C], dy[T], y[2][T], mean[2][NB * G], rstd[2][NB * G];
+  static float dx[2][T], dw[2][C], db[2][C];
+  for (int i = 0; i < T; ++i) x[i] = (float)(frand() * 3.0 + 0.5), dy[i] = (float)frand();
+  for (int i = 0; i < C; ++i) w[i] = (float)frand(), b[i] = (float)frand();
+  const int64_t s3[3] = {NB, C, HW}, s1[1] = {C}, sg[2] = {NB, G};
+  loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)};
+  loom_kernel_fn fwd[2] = {loom_group_norm_forward_impl, loom_group_norm_forward_impl_avx512};
+  loom_kernel_fn bin[2] = {loom_group_norm_backward_input_impl,
+                           loom_group_norm_backward_input_impl_avx512};
+  loom_kernel_fn bpa[2] = {loom_group_norm_backward_params_impl,
+                           loom_group_norm_backward_params_impl_avx512};
+  for (int k = 0; k < 2; ++k) {
+    loom_tensor f[6] = {dense(x, LOOM_FLOAT32, 3, s3), dense(w, LOOM_FLOAT32, 1, s1),
+                        dense(b, LOOM_FLOAT32, 1, s1), dense(y[k], LOOM_FLOAT32, 3, s3),
+                        dense(mean[k], LOOM_FLOAT32, 2, sg), dense(rstd[k], LOOM_FLOAT32, 2, sg)};
+    CHECK(run(fwd[k], f, 6, fs, 5, NB * G, 2) == 0);
+    loom_tensor bi[6] = {dense(dy, LOOM_FLOAT32, 3, s3), f[0], f[4], f[5], f[1],
+                         dense(dx[k], LOOM_FLOAT32, 3, s3)};
+    CHECK(run(bin[k], bi, 6, fs, 4, NB * G, 3) == 0);
+    loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw[k], LOOM_FLOAT32, 1, s1),
+                         dense(db[k], LOOM_FLOAT32, 1, s1)};
+    CHECK(run(bpa[k], bp, 6, fs, 4, C, 4) == 0);
+  }
+  CHECK(memcmp(y[0], y[1], sizeof y[0]) == 0 && memcmp(rstd[0], rstd[1], sizeof rstd[0]) == 0);
+  CHECK(memcmp(dx[0], dx[1], sizeof dx[0]) == 0);
+  CHECK(memcmp(dw[0], dw[1], sizeof dw[0]) == 0 && memcmp(db[0], db[1], sizeof db[0]) == 0);
+  /* the statistics against a plain double computation */
+  for (int r = 0; r < NB * G; ++r) {
+    double m = 0.0, v = 0.0;
+    const int len = C / G * HW;
+    for (int i = 0; i < len; ++i) m += x[r * len + i];
+    m /= len;
+    for (int i = 0; i < len; ++i) v += (x[r * len + i] - m) * (x[r * len + i] - m);
+    v /= len;
+    CHECK(fabs(mean[0][r] - m) <= 1e-6 * fabs(m) + 1e-7);
+    CHECK(fabs(rstd[0][r] - 1.0 / sqrt(v + 1e-5)) <= 1e-6 / sqrt(v + 1e-5));
+  }
+}
+
 /* ---- losses ----------------------------------------------------------------- */
 
 static void test_nll_loss(void) {
@@ -679,6 +731,7 @@ int main(void) {
   test_layer_norm();
   test_batch_norm();
   test_group_norm();
+  test_group_norm_isas_agree();
   test_nll_loss();
   test_pointwise_losses();
   test_embedding_backward();
