@@ -16,6 +16,7 @@
 #include "kernels/dtype.h"
 #include "kernels/pointwise.h"
 #include "kernels/pointwise_dexp.h"
+#include "kernels/pointwise_erfinv.h"
 #include "kernels/pointwise_exp.h"
 #include "kernels/pointwise_fmod.h"
 #include "kernels/pointwise_trig.h"
@@ -32,8 +33,8 @@
 /* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
  * softplus (and Mish, log-sigmoid), the exact GELU, e^x - 1 (and ELU),
  * 2^x, sinh, cosh, log2, log10, sin, cos, tan, atan, asin, acos, atan2,
- * fmod and pow: float32 in arithmetic alone
- * (kernels/pointwise_exp.h, _dexp.h, _trig.h, _fmod.h),
+ * fmod, pow and erfinv: float32 in arithmetic alone
+ * (kernels/pointwise_exp.h, _dexp.h, _trig.h, _fmod.h, _erfinv.h),
  * whose loops vectorize, the GELU's tail keeping its precision; float64
  * through the C library. */
 #define T float
@@ -48,6 +49,7 @@
 #define PW_GELU(x) loom_gelu_arith(x)
 #define PW_ERF(x) loom_erff_arith(x)
 #define PW_ERFC(x) loom_erfcf_arith(x)
+#define PW_ERFINV(x) loom_erfinvf_arith(x)
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #define PW_SINCOS(x, phase) loom_sincosf_arith(x, phase)
 #define PW_SINCOS_MAX LOOM_TRIG_MAX
@@ -80,6 +82,7 @@
 #define PW_GELU(x) ((x) * 0.5 * (1.0 + erf((x) * 0.70710678118654752440)))
 #define PW_ERF(x) erf(x)
 #define PW_ERFC(x) erfc(x)
+#define PW_ERFINV(x) pw_f64_erfinv(x)
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #define PW_SINCOS(x, phase) ((phase) ? cos(x) : sin(x))
 #define PW_SINCOS_MAX INFINITY
