@@ -5,18 +5,22 @@
  * contraction). Each function states its accuracy, measured against
  * double precision.
  *
- * erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), with P the degree-9
- * Chebyshev fit of Numerical Recipes (relative error under 1.2e-7 for all
- * z >= 0), and z^2 carried as an exact sum of two floats, whose low part
- * joins the exponent only after its large part has been reduced by ln 2:
- * erfc's steep tail would otherwise turn z^2's rounding into tens of ulp.
- * The GELU and erfc use it alone (2 - erfc(-z) below 0); erf, which goes
- * to 0 with x, takes its Taylor series to x^17 up to |x| = 1/2 (truncated
- * below 1e-9 relative). Measured against double precision over [-12, 12]:
- * GELU within 6.2 ulp, its tail included (the C library's erf in
- * x/2 (1 + erf(x/sqrt 2)) loses all digits below x = -5); the derivative
- * within 4.4 ulp of its terms' size (it cancels near its root at -0.75);
- * erf within 3 ulp; erfc within 6 ulp over the normal floats. */
+ * erfc(a) = e^(-a^2) D(a) / (sqrt(pi) a D(a) + N(a)) for a >= 0, N and D
+ * polynomials of degrees 3 and 4 (a rational form whose rounding errors
+ * largely cancel: the dominant term shares D), with a^2 carried exactly
+ * as m^2 + (a - m)(a + m), m = a's leading 12 bits, m^2 reduced by k ln 2
+ * before the small rest joins: erfc's steep tail would otherwise turn
+ * a^2's rounding into tens of ulp. e^-r is a tuned [3/3] Pade form, whose
+ * division merges with the rational's: one division in all. The GELU uses
+ * Phi(-a) = e^(-a^2/2) D(a) / (sqrt(2 pi) a D(a) + N(a)) alike (a^2/2
+ * exact), erfc mirrors it below 0 (2 - erfc(-x)); erf, which goes to 0
+ * with x, takes an odd polynomial up to |x| = 3/4 and 1 - erfc beyond
+ * (a plain quotient of its own there, whose error 1 - erfc shrinks).
+ * Measured against double precision over every float in [-12, 12]: GELU
+ * within 6.8 ulp, its tail included (the C library's erf in x/2 (1 +
+ * erf(x/sqrt 2)) loses all digits below x = -5); the derivative within
+ * 5.9 ulp of its terms' size (it cancels near its root at -0.75); erf
+ * within 2.3 ulp; erfc within 6 ulp over the normal floats. */
 #ifndef LOOM_KERNELS_POINTWISE_EXP_H
 #define LOOM_KERNELS_POINTWISE_EXP_H
 
@@ -61,17 +65,6 @@ static inline LOOM_PW_INLINE float loom_expf_arith(float x) {
   const float r = (xc - k * 0.693145752f) - k * 1.42860677e-6f; /* ln 2 in two parts */
   const float e = loom_exp_kr(k, r);
   return x != x ? x : (x < -104.0f ? 0.0f : e);
-}
-
-/* e^(a + b) for a <= 0 and a + b <= 0, b not NaN, without a + b's rounding:
- * a - k ln 2 is formed first, where a's low bits survive, then b joins
- * the small remainder. 0 below e^-104. */
-static inline LOOM_PW_INLINE float loom_exp_sum(float a, float b) {
-  const float s = a + b, sc = s < -104.0f ? -104.0f : s;
-  const float k = loom_exp_k(sc);
-  const float r = ((a - k * 0.693145752f) - k * 1.42860677e-6f) + b;
-  const float e = loom_exp_kr(k, r);
-  return s < -104.0f ? 0.0f : e;
 }
 
 /* tanh(x) = expm1(2|x|) / (expm1(2|x|) + 2), signed as x: expm1 from its
@@ -186,89 +179,163 @@ static inline LOOM_PW_INLINE float loom_softplus_arith(float x) {
   return (x > 0.0f ? x : 0.0f) + loom_log1p_exp_arith(-fabsf(x));
 }
 
-/* x * x = hi + lo exactly (Dekker's product), for |x| <= 2^12. */
-static inline LOOM_PW_INLINE void loom_square_exact(float x, float *hi, float *lo) {
-  const float c = 4097.0f * x, xh = c - (c - x), xl = x - xh;
-  *hi = x * x;
-  *lo = ((xh * xh - *hi) + 2.0f * xh * xl) + xl * xl;
+/* min(a, c) for a = |x| or NaN and c > 0 finite, on the bits (NaN: c).
+ * A choice between a and a constant would let the compiler specialize
+ * what follows for the constant and compute the rest for every a, out
+ * of range too (subnormal and garbage values, slow to compute). */
+static inline LOOM_PW_INLINE float loom_abs_min(float a, float c) {
+  uint32_t b, cb;
+  memcpy(&b, &a, sizeof b);
+  memcpy(&cb, &c, sizeof cb);
+  b = b < cb ? b : cb;
+  float r;
+  memcpy(&r, &b, sizeof r);
+  return r;
 }
 
-/* erf for |x| <= 1/2: 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)),
- * the polynomial in z = x^2 evaluated in pairs of terms (Estrin's
- * scheme): a shorter chain of dependent operations than Horner's. */
+/* a with its low 12 bits cleared: a's leading 12 significant bits, whose
+ * square is exact in float (x^2 = m^2 + (x - m)(x + m), the second term
+ * small). */
+static inline LOOM_PW_INLINE float loom_hi12(float a) {
+  uint32_t b;
+  memcpy(&b, &a, sizeof b);
+  b &= 0xfffff000u;
+  float m;
+  memcpy(&m, &b, sizeof m);
+  return m;
+}
+
+/* e^-y = 2^k e^-rr, k = round(-y / ln 2), rr = y + k ln 2, as pieces s,
+ * n, d: the callers form j = -y log2 e + jc, jc = 1.5 2^23 + bias, whose
+ * rounding leaves k + bias in its low mantissa bits, k = j - jc and rr;
+ * s = 2^(k + bias - 127) from j's bits, 0 where k = -bias (the callers
+ * clamp their argument there). e^-rr = n / d = (E - O) / (E + O), E = 3/2
+ * (1 + e1 rr^2), O = 3/2 rr (1/2 + o1 rr^2): the [3/3] Pade form, e1 and
+ * o1 tuned to a relative error under 3.4e-9 for |rr| <= 0.45 (the 3/2
+ * keeps n and d in the upper part of their binades, where rounding costs
+ * less). */
+static inline LOOM_PW_INLINE void loom_exp_neg_frac(float j, float rr, float *s, float *n, float *d) {
+  uint32_t jb;
+  memcpy(&jb, &j, sizeof jb);
+  jb <<= 23;
+  memcpy(s, &jb, sizeof *s);
+  const float r2 = rr * rr;
+  const float e = 1.5f + r2 * 0.149967119f, o = rr * (0.75f + r2 * 0.012483559f);
+  *n = e - o;
+  *d = e + o;
+}
+
+/* erf for |x| <= 3/4 as x + x P(x^2), 1 + P of degree 5 fitted to erf(x)
+ * / x (relative error under 7.5e-9 with its float coefficients); x joins
+ * last, so that 2 / sqrt(pi), which float rounds by 5e-8, is no factor. */
 static inline LOOM_PW_INLINE float loom_erf_small(float x) {
-  const float z = x * x, z2 = z * z, z4 = z2 * z2;
-  const float c01 = 1.0f - z * (1.0f / 3.0f), c23 = 1.0f / 10.0f - z * (1.0f / 42.0f);
-  const float c45 = 1.0f / 216.0f - z * (1.0f / 1320.0f);
-  const float c67 = 1.0f / 9360.0f - z * (1.0f / 75600.0f);
-  const float c8 = 1.0f / 342720.0f; /* n = 8: 8! * 17 */
-  const float lo4 = c01 + z2 * c23, hi4 = c45 + z2 * c67;
-  const float p = lo4 + z4 * (hi4 + z4 * c8);
-  return 1.12837917f * (x * p);
+  const float z = x * x;
+  float p = -0.000674946525f;
+  p = p * z + 0.00511433929f;
+  p = p * z - 0.026834622f;
+  p = p * z + 0.112833768f;
+  p = p * z - 0.3761262f;
+  p = p * z + 0.128379166f;
+  return x + x * p;
 }
 
-/* erfc(z) for z >= 0 given z^2 = hi + lo, as t e^(-z^2 + P(t)), P in
- * Estrin's scheme. */
-static inline LOOM_PW_INLINE float loom_erfc_tail(float z, float hi, float lo) {
-  const float t = 1.0f / (1.0f + 0.5f * z), t2 = t * t, t4 = t2 * t2;
-  const float c01 = -1.26551223f + t * 1.00002368f, c23 = 0.37409196f + t * 0.09678418f;
-  const float c45 = -0.18628806f + t * 0.27886807f, c67 = -1.13520398f + t * 1.48851587f;
-  const float c89 = -0.82215223f + t * 0.17087277f;
-  const float p = (c01 + t2 * c23) + t4 * ((c45 + t2 * c67) + t4 * c89);
-  return t * loom_exp_sum(-hi, p - lo);
-}
-
-/* erfc(w), with w^2 = hi + lo: the tail's formula, mirrored (2 - erfc(-w))
- * for negative w. Near 0 erfc is near 1, so the formula's relative error
- * holds there too, and no series is needed. */
-static inline LOOM_PW_INLINE float loom_erfc_sq(float w, float hi, float lo) {
-  const float a = w < 0.0f ? -w : w;
-  const float tail = loom_erfc_tail(a < 16.0f ? a : 16.0f, hi, lo);
-  return w < 0.0f ? 2.0f - tail : tail;
-}
-
-/* erf(x): the series up to |x| = 1/2, 1 - erfc(|x|) beyond, signed as x;
- * +-1 from |x| = 4.5 on (erf rounds to 1 from 3.92). */
+/* erf(x): the polynomial up to |x| = 3/4, beyond it 1 - erfc(|x|) with x's
+ * sign, erfc(a) = e^(-a^2) N(a) / D(a), N and D of degrees 3 and 4
+ * fitted over [3/4, 4.5] (relative error under 3e-9), a^2 rounded, k ln 2
+ * in one part: these move erfc(a) by under 1e-8 of 1 - erfc(a). +-1 from
+ * |x| = 4.5 on (erf rounds to 1 from 3.92); NaN stays NaN (the
+ * polynomial's). Measured within 2.3 ulp. */
 static inline LOOM_PW_INLINE float loom_erff_arith(float x) {
-  const float a = fabsf(x), ac = a < 4.5f ? a : 4.5f; /* NaN: 4.5, then x itself */
-  float hi, lo;
-  loom_square_exact(ac, &hi, &lo);
-  const float xs = x < -0.5f ? -0.5f : (x > 0.5f ? 0.5f : x);
-  const float small = loom_erf_small(xs);
-  const float big = 1.0f - loom_erfc_tail(ac, hi, lo);
-  return x != x ? x : (a <= 0.5f ? small : (x < 0.0f ? -big : big));
+  const float a = fabsf(x), ac = loom_abs_min(a, 4.5f);
+  const float aa = ac * ac;
+  const float j = aa * -1.44269504f + (12582912.0f + 127.0f), k = j - (12582912.0f + 127.0f);
+  const float rr = aa + k * 0.693147182f;
+  float s, n, d;
+  loom_exp_neg_frac(j, rr, &s, &n, &d);
+  const float nr = ((0.109960737f * ac + 0.506508257f) * ac + 1.05301249f) * ac + 0.999859996f;
+  const float dr = (((0.194927404f * ac + 0.897131491f) * ac + 1.97045725f) * ac + 2.18033704f) * ac + 1.0f;
+  const float big = 1.0f - (n * nr * s) / (d * dr);
+  uint32_t bb, xb; /* big with x's sign */
+  memcpy(&bb, &big, sizeof bb);
+  memcpy(&xb, &x, sizeof xb);
+  bb |= xb & 0x80000000u;
+  float sbig;
+  memcpy(&sbig, &bb, sizeof sbig);
+  const float small = loom_erf_small(x);
+  return a > 0.75f ? sbig : small;
 }
 
-/* erfc(x), relative to its own size in the tail: 0 from x = 10.06 on
- * (past the smallest subnormal), 2 below -3.9. */
+/* erfc(x) = e^(-a^2) D(a) / (sqrt(pi) a D(a) + N(a)), a = |x|, for x >= 0,
+ * 2 - that below 0; D and N of degrees 4 and 3 fitted over [0, 10.1]
+ * (relative error under 4.7e-8 with their float coefficients), a^2 exact
+ * as m^2 + (a - m)(a + m), the large part reduced by k ln 2 (two parts)
+ * first. The scale 2^(k + 20) (times 2^8 in D's coefficients) keeps the
+ * quotient normal; the one product by 2^-28 rounds subnormal results once.
+ * a is clamped to 10.09, where the scale is 0: erfc is 0 from 10.08 on
+ * (past half the smallest subnormal), 2 below -3.9. Measured within 6 ulp
+ * over the normal floats, 2.4 of the smallest subnormal's steps below. */
 static inline LOOM_PW_INLINE float loom_erfcf_arith(float x) {
-  const float xc = x != x ? 0.0f : (x < -16.0f ? -16.0f : (x > 16.0f ? 16.0f : x));
-  float hi, lo;
-  loom_square_exact(xc, &hi, &lo);
-  const float r = loom_erfc_sq(xc, hi, lo);
-  return x != x ? x : r;
+  const float ac = loom_abs_min(fabsf(x), 10.09f);
+  const float m = loom_hi12(ac), dm = ac - m;
+  const float hi = m * m, lo = dm * (ac + m);
+  const float j = hi * -1.44269504f + (12582912.0f + 147.0f), k = j - (12582912.0f + 147.0f);
+  const float rr = ((hi + k * 0.693145752f) + lo) + k * 1.42860677e-6f;
+  float s, n, d;
+  loom_exp_neg_frac(j, rr, &s, &n, &d);
+  const float dp = (((17.4754677f * ac + 110.106636f) * ac + 325.833008f) * ac + 516.711975f) * ac + 384.0f;
+  const float np = ((0.060441725f * ac + 0.382579178f) * ac + 1.05229795f) * ac + 1.5f;
+  const float den = (0.00692364806f * ac) * dp + np;
+  const float t = ((n * dp * s) / (d * den)) * 3.7252903e-9f; /* 2^-28 */
+  return x != x ? x : (x < 0.0f ? 2.0f - t : t);
 }
 
-/* GELU x Phi(x) = x/2 erfc(-x / sqrt 2), with (x / sqrt 2)^2 = x^2 / 2
- * exact; and its derivative Phi(x) + x phi(x), phi(x) = e^(-x^2/2) /
- * sqrt(2 pi), times g. As the formulas give them: gelu(inf) = inf,
- * gelu(-inf) = NaN (-inf * 0), and both derivatives at infinity NaN. */
+/* For a = |x| clamped to 14.61 (where the scale is 0, and the GELU and
+ * its derivative are below half the smallest subnormal): Phi(-a) 2^35 =
+ * (s n / d) dp / den, with s n / d = e^(-a^2/2) 2^27 (a^2 exact as in
+ * erfc, k from its large part, so |rr| <= 0.45), dp = 384 D(a), den = 3/2
+ * (sqrt(2 pi) a D(a) + N(a)), D and N of degrees 4 and 3 fitted over [0,
+ * 14.7] (relative error under 4.9e-8 with their float coefficients). */
+static inline LOOM_PW_INLINE void loom_phi_parts(float ac, float *sn, float *d, float *dp, float *den) {
+  const float m = loom_hi12(ac), dm = ac - m;
+  const float hi = m * m, lo = dm * (ac + m);
+  const float j = hi * -0.72134752f + (12582912.0f + 154.0f), k = j - (12582912.0f + 154.0f);
+  const float rr = ((hi + k * 1.3862915f) + lo) * 0.5f + k * 1.42860677e-6f;
+  float s, n;
+  loom_exp_neg_frac(j, rr, &s, &n, d);
+  *sn = s * n;
+  *dp = (((4.39783525f * ac + 39.1008072f) * ac + 163.389587f) * ac + 365.94873f) * ac + 384.0f;
+  const float np = ((0.0430248864f * ac + 0.38421604f) * ac + 1.4926914f) * ac + 3.0f;
+  *den = (0.0097915167f * ac) * *dp + np;
+}
+
+/* GELU x Phi(x) = max(x, 0) - |x| Phi(-|x|), max(x, 0) taken as x - min(x,
+ * 0): gelu(inf) = inf, gelu(-inf) = NaN (-inf - -inf, as x Phi(x) gives
+ * -inf * 0), NaN stays NaN. Results below 2^-126 (x < -13.2) round once,
+ * in the product by 2^-35. Measured within 6.8 ulp over [-12, 12], 2.9 of
+ * the smallest subnormal's steps below. */
 static inline LOOM_PW_INLINE float loom_gelu_arith(float x) {
-  const float xc = x != x ? 0.0f : (x < -32.0f ? -32.0f : (x > 32.0f ? 32.0f : x));
-  float hi, lo;
-  loom_square_exact(xc, &hi, &lo);
-  const float cdf2 = loom_erfc_sq(-0.70710678f * xc, 0.5f * hi, 0.5f * lo); /* 2 Phi(x) */
-  return x * 0.5f * cdf2;
+  const float ac = loom_abs_min(fabsf(x), 14.61f);
+  float sn, d, dp, den;
+  loom_phi_parts(ac, &sn, &d, &dp, &den);
+  const float q = (sn * dp) / (d * den); /* Phi(-ac) 2^35 */
+  return (x - (x < 0.0f ? x : 0.0f)) - (ac * q) * 2.91038305e-11f; /* 2^-35 */
 }
 
+/* Its derivative Phi(x) + x phi(x), phi(x) = e^(-x^2/2) / sqrt(2 pi),
+ * times g: (x < 0 ? 0 : 1) + (x phi(x) +- Phi(-|x|)), the sum formed in
+ * the terms scaled by 2^35 and scaled back once. The infinities give NaN
+ * (x * 0), as the formula does; NaN stays NaN. Measured within 5.9 ulp of
+ * Phi(x) + |x phi(x)| over [-12, 12]. */
 static inline LOOM_PW_INLINE float loom_gelu_backward_arith(float g, float x) {
-  const float xc = x != x ? 0.0f : (x < -32.0f ? -32.0f : (x > 32.0f ? 32.0f : x));
-  float hi, lo;
-  loom_square_exact(xc, &hi, &lo);
-  const float cdf2 = loom_erfc_sq(-0.70710678f * xc, 0.5f * hi, 0.5f * lo);
-  const float pdf = 0.39894228f * loom_expf_arith(-0.5f * hi) * (1.0f - 0.5f * lo);
-  const float d = 0.5f * cdf2 + x * pdf; /* x: infinities give NaN, as x * 0 */
-  return x != x ? x : g * d;
+  const float ac = loom_abs_min(fabsf(x), 14.61f);
+  float sn, d, dp, den;
+  loom_phi_parts(ac, &sn, &d, &dp, &den);
+  const float e = sn / (d * den);
+  const float q = e * dp;                    /* Phi(-ac) 2^35 */
+  const float pdf = (e * den) * 102.129227f; /* phi(ac) 2^35: 2^8 / sqrt(2 pi) */
+  const float sq = x < 0.0f ? q : -q;
+  const float dsum = (x * pdf + sq) * 2.91038305e-11f;
+  return g * ((x < 0.0f ? 0.0f : 1.0f) + dsum);
 }
 
 #endif /* LOOM_KERNELS_POINTWISE_EXP_H */
