@@ -75,6 +75,59 @@ static int64_t loom_pool_divisor(const loom_pool_params *q, loom_pool_window wh,
   return wh.count * ww.count;
 }
 
+/* Output columns whose windows pool2d_f32 computes once per call. */
+#define POOL_COLS 256
+
+/* loom_pool2d_kernel's loops for float32 planes, the elements read as they
+ * are rather than through a dtype switch, the columns' windows computed
+ * once: the same comparisons and the same double sums in the same order,
+ * so the same bits. */
+static void pool2d_f32(const loom_pool_params *q, const loom_tensor *in, const loom_tensor *out,
+                       const loom_tensor *ind, int is_max, int64_t begin, int64_t end) {
+  const int64_t ih = in->sizes[2], iw = in->sizes[3], oh = out->sizes[2], ow = out->sizes[3];
+  const int64_t sh = in->strides[2], sw = in->strides[3];
+  loom_pool_window cols[POOL_COLS];
+  for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 1, x, ow, iw);
+  for (int64_t pl = begin; pl < end; ++pl) {
+    const float *ip = (const float *)in->data + loom_pool_plane(in, pl);
+    float *op = (float *)out->data + loom_pool_plane(out, pl);
+    int64_t *xp = is_max ? (int64_t *)ind->data + loom_pool_plane(ind, pl) : NULL;
+    for (int64_t y = 0; y < oh; ++y) {
+      const loom_pool_window wh = loom_pool_window_of(q, 0, y, oh, ih);
+      for (int64_t x = 0; x < ow; ++x) {
+        const loom_pool_window ww = x < POOL_COLS ? cols[x] : loom_pool_window_of(q, 1, x, ow, iw);
+        float *o = op + y * out->strides[2] + x * out->strides[3];
+        if (is_max) {
+          float best = -INFINITY;
+          int64_t best_i = -1;
+          for (int64_t a = 0; a < wh.count; ++a) {
+            const int64_t hh = wh.start + a * wh.step;
+            for (int64_t b = 0; b < ww.count; ++b) {
+              const int64_t xx = ww.start + b * ww.step;
+              const float v = ip[hh * sh + xx * sw];
+              /* as PyTorch: a NaN wins, and so does each later NaN; a
+               * choice of values, not a branch (random data mispredicts) */
+              const int take = (best_i < 0) | (v > best) | (v != v);
+              best = take ? v : best;
+              best_i = take ? hh * iw + xx : best_i;
+            }
+          }
+          *o = best;
+          xp[y * ind->strides[2] + x * ind->strides[3]] = best_i < 0 ? 0 : best_i;
+        } else {
+          double sum = 0.0;
+          for (int64_t a = 0; a < wh.count; ++a) {
+            const float *row = ip + (wh.start + a) * sh + ww.start * sw;
+            for (int64_t b = 0; b < ww.count; ++b) sum += (double)row[b * sw];
+          }
+          const int64_t div = loom_pool_divisor(q, wh, ww);
+          *o = (float)(div ? sum / (double)div : NAN);
+        }
+      }
+    }
+  }
+}
+
 int loom_pool2d_kernel(const loom_kernel_args *args, int64_t begin,
                        int64_t end) {
   loom_pool_params q;
@@ -87,6 +140,10 @@ int loom_pool2d_kernel(const loom_kernel_args *args, int64_t begin,
   if (in->rank != 4 || out->rank != 4 || (ind && (ind->rank != 4 || ind->dtype != LOOM_INT64)))
     return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t ih = in->sizes[2], iw = in->sizes[3], oh = out->sizes[2], ow = out->sizes[3];
+  if (in->dtype == LOOM_FLOAT32 && out->dtype == LOOM_FLOAT32) {
+    pool2d_f32(&q, in, out, ind, is_max, begin, end);
+    return 0;
+  }
   for (int64_t pl = begin; pl < end; ++pl) {
     int64_t ib = loom_pool_plane(in, pl), ob = loom_pool_plane(out, pl);
     int64_t xb = ind ? loom_pool_plane(ind, pl) : 0;
