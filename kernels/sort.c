@@ -31,10 +31,36 @@ static inline int sort_before(const sort_item *a, const sort_item *b, int is_flo
   return descending ? a->key.i > b->key.i : a->key.i < b->key.i;
 }
 
+/* Integer keys from 256 items on: a stable LSD radix sort on the keys'
+ * bits (the sign bit flipped, so that unsigned order is the keys' order;
+ * all bits flipped for descending), 8 bits a pass, a pass skipped where
+ * every key has the same digit. Stable, so the same order as the merge
+ * sort below: by key, ties in their first order. */
+static sort_item *sort_radix(sort_item *v, sort_item *tmp, int64_t n, int descending) {
+  const uint64_t flip = descending ? ~(uint64_t)0 >> 1 : (uint64_t)1 << 63;
+  for (int shift = 0; shift < 64; shift += 8) {
+    int64_t count[256] = {0};
+    for (int64_t i = 0; i < n; ++i) ++count[(((uint64_t)v[i].key.i ^ flip) >> shift) & 255u];
+    if (count[(((uint64_t)v[0].key.i ^ flip) >> shift) & 255u] == n) continue;
+    int64_t at = 0;
+    for (int d = 0; d < 256; ++d) {
+      const int64_t c = count[d];
+      count[d] = at;
+      at += c;
+    }
+    for (int64_t i = 0; i < n; ++i) tmp[count[(((uint64_t)v[i].key.i ^ flip) >> shift) & 255u]++] = v[i];
+    sort_item *t = v;
+    v = tmp;
+    tmp = t;
+  }
+  return v;
+}
+
 /* Sorts v[0..n) stably using tmp[0..n); returns the buffer holding the
  * result. */
 static sort_item *sort_items(sort_item *v, sort_item *tmp, int64_t n, int is_float,
                              int descending) {
+  if (!is_float && n >= 256) return sort_radix(v, tmp, n, descending);
   enum { RUN = 16 };
   for (int64_t s = 0; s < n; s += RUN) { /* insertion sort of short runs */
     const int64_t e = s + RUN < n ? s + RUN : n;

@@ -51,6 +51,22 @@ def test_sort_orders_equal_keys_as_the_cpu(dtype):
         check(lambda t: torch.sort(keys((40000,), dtype, seed=1).to(t.device)), x)  # the CPU's radix sort
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64], ids=str)
+def test_stable_integer_sorts_by_radix_keep_sign_order_and_ties(dtype):
+    # Integer rows of 256 or more sort stably by radix on the keys' bits:
+    # negatives before positives, the extremes at the ends, equal keys in
+    # their first order, either direction.
+    info = torch.iinfo(dtype)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(-20, 20, (3, 700), generator=g).to(dtype)
+    x[0, 10], x[0, 500] = info.min, info.max
+    x[1, ::7] = info.min
+    x[2] = torch.randint(-3, 3, (700,), generator=g).to(dtype) * 40
+    for descending in [False, True]:
+        check(lambda t: torch.sort(t, dim=1, descending=descending, stable=True), x)
+    check(lambda t: torch._unique2(t, return_inverse=True, return_counts=True), x)
+
+
 @pytest.mark.parametrize("dtype", [d for d in DTYPES if d != torch.bool], ids=str)
 def test_topk_orders_equal_keys_as_the_cpu(dtype):
     x = keys((9, 500), dtype)
