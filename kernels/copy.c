@@ -165,14 +165,16 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
   }
 
   char *p[2];
-  int64_t n;
-  while ((n = loom_iter_next(&it, p)) > 0) {
+  int64_t n, rows = 1;
+  while ((n = (same && !stream ? loom_iter_next_rows(&it, p, &rows) : loom_iter_next(&it, p))) > 0) {
     if (stream) {
       loom_stream_store_avx512(p[0], p[1], n * dsize);
       continue;
     }
-    if (same) {
-      loom_move_run(p[0], ds, p[1], ss, n, dsize);
+    if (same) { /* short rows (a pad's interior, a slice) in one step */
+      const int64_t dr = it.rank >= 2 ? it.strides[0][it.rank - 2] : 0;
+      const int64_t sr = it.rank >= 2 ? it.strides[1][it.rank - 2] : 0;
+      for (int64_t r = 0; r < rows; ++r) loom_move_run(p[0] + r * dr, ds, p[1] + r * sr, ss, n, dsize);
       continue;
     }
     if (ds == dsize && ss == loom_dtype_size(src->dtype) &&

@@ -101,4 +101,32 @@ static inline int64_t loom_iter_next(loom_iter *it, char **ptrs) {
   return n;
 }
 
+/* As loom_iter_next, but at the start of a row (rank >= 2) takes every
+ * whole row left in the current span of the next-to-last dim: returns the
+ * row length n and in *rows their number (1 for a partial row); row r of
+ * operand k starts at ptrs[k] + r * it->strides[k][rank - 2]. */
+static inline int64_t loom_iter_next_rows(loom_iter *it, char **ptrs, int64_t *rows) {
+  const int32_t last = it->rank - 1;
+  *rows = 1;
+  if (it->rank < 2 || it->remaining <= 0 || it->index[last] != 0 ||
+      it->remaining < 2 * it->sizes[last])
+    return loom_iter_next(it, ptrs);
+  const int64_t n = it->sizes[last];
+  int64_t r = it->sizes[last - 1] - it->index[last - 1];
+  if (r > it->remaining / n) r = it->remaining / n;
+  for (int k = 0; k < it->nops; ++k) {
+    char *p = it->base[k];
+    for (int32_t d = 0; d < it->rank; ++d) p += it->index[d] * it->strides[k][d];
+    ptrs[k] = p;
+  }
+  it->remaining -= r * n;
+  it->index[last - 1] += r;
+  for (int32_t d = last - 1; d > 0 && it->index[d] == it->sizes[d]; --d) {
+    it->index[d] = 0;
+    it->index[d - 1] += 1;
+  }
+  *rows = r;
+  return n;
+}
+
 #endif /* LOOM_KERNELS_ITER_H */
