@@ -143,8 +143,8 @@ static inline LOOM_PW_INLINE float loom_logbf_arith(float x, double inv_ln_b) {
   return (x != x || x == INFINITY) ? x : (x < 0.0f ? NAN : (x == 0.0f ? -INFINITY : r));
 }
 
-/* Where loom_powf_arith holds: x normal or subnormal-free finite and
- * nonzero (its biased exponent in 1..254), y finite, and |y| (|e| + 1) ln 2
+/* Where loom_powf_arith holds: x a normal float (its biased exponent in
+ * 1..254: not 0, subnormal, inf or NaN), y finite, and |y| (|e| + 1) ln 2
  * <= 109 for x's exponent e, which bounds |y ln|x|| by 110. */
 static inline LOOM_PW_INLINE int loom_powf_ok(float x, float y) {
   uint32_t b;

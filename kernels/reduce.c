@@ -583,18 +583,19 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
     for (int64_t k = 0; k < n; ++k) {
       if (k + RD_AHEAD < n)
         rd_prefetch_row((const char *)in->data + (in_off + (k + RD_AHEAD) * stride) * es, width * es);
-      float wide[RD_COLS];
-      const float *xf = (const float *)in->data + in_off + k * stride;
       if (c->dtype == LOOM_BFLOAT16 && !prod) {
         const uint16_t *xh = (const uint16_t *)in->data + in_off + k * stride;
         (c->avx512 ? loom_reduce_cols_bf16_avx512 : loom_reduce_cols_bf16)(acc, xh, width);
         continue;
       }
+      float wide[RD_COLS];
+      const float *xf = wide;
       if (half) { /* widened exactly to float32 */
         if (!loom_pw_load(LOOM_PW_F32, wide, (const char *)in->data + (in_off + k * stride) * 2,
                           c->dtype, 2, width))
           return 0;
-        xf = wide;
+      } else if (f32) {
+        xf = (const float *)in->data + in_off + k * stride;
       }
       if (f32 || half) {
         if (prod) (c->avx512 ? loom_reduce_cols_prod_f32_avx512 : loom_reduce_cols_prod_f32)(acc, xf, width);
