@@ -67,6 +67,17 @@ static inline LOOM_PW_INLINE float loom_expf_arith(float x) {
   return x != x ? x : (x < -104.0f ? 0.0f : e);
 }
 
+/* v >= 0 with x's sign, by the bits (no choice in the loop). */
+static inline LOOM_PW_INLINE float loom_signed_as(float v, float x) {
+  uint32_t vb, xb;
+  memcpy(&vb, &v, sizeof vb);
+  memcpy(&xb, &x, sizeof xb);
+  vb |= xb & 0x80000000u;
+  float r;
+  memcpy(&r, &vb, sizeof r);
+  return r;
+}
+
 /* tanh(x) = expm1(2|x|) / (expm1(2|x|) + 2), signed as x: expm1 from its
  * Taylor series up to 0.7, past that from e^y - 1, which then loses at
  * most a bit. Within 3 ulp; +-1 from |x| = 9 on. */
@@ -87,13 +98,7 @@ static inline LOOM_PW_INLINE float loom_tanhf_arith(float x) {
   const float big = loom_expf_arith(y) - 1.0f; /* both computed: no branch in the loop */
   const float em1 = y <= 0.7f ? y * p : big;
   const float t = em1 / (em1 + 2.0f);
-  uint32_t tb, xb; /* t with x's sign */
-  memcpy(&tb, &t, sizeof tb);
-  memcpy(&xb, &x, sizeof xb);
-  tb |= xb & 0x80000000u;
-  float r;
-  memcpy(&r, &tb, sizeof r);
-  return x != x ? x : r;
+  return x != x ? x : loom_signed_as(t, x);
 }
 
 /* fe ln 2 + ln m for m in [sqrt(1/2), sqrt(2)]: ln m = 2 atanh(s),
@@ -255,14 +260,8 @@ static inline LOOM_PW_INLINE float loom_erff_arith(float x) {
   const float nr = ((0.109960737f * ac + 0.506508257f) * ac + 1.05301249f) * ac + 0.999859996f;
   const float dr = (((0.194927404f * ac + 0.897131491f) * ac + 1.97045725f) * ac + 2.18033704f) * ac + 1.0f;
   const float big = 1.0f - (n * nr * s) / (d * dr);
-  uint32_t bb, xb; /* big with x's sign */
-  memcpy(&bb, &big, sizeof bb);
-  memcpy(&xb, &x, sizeof xb);
-  bb |= xb & 0x80000000u;
-  float sbig;
-  memcpy(&sbig, &bb, sizeof sbig);
   const float small = loom_erf_small(x);
-  return a > 0.75f ? sbig : small;
+  return a > 0.75f ? loom_signed_as(big, x) : small;
 }
 
 /* erfc(x) = e^(-a^2) D(a) / (sqrt(pi) a D(a) + N(a)), a = |x|, for x >= 0,
