@@ -75,6 +75,12 @@ static int64_t loom_pool_divisor(const loom_pool_params *q, loom_pool_window wh,
   return wh.count * ww.count;
 }
 
+/* Whether a max window's tap v replaces the best so far (best_i < 0: none
+ * yet): as PyTorch, a NaN wins, and so does each later NaN. */
+static inline int pool_takes(int64_t best_i, double v, double best) {
+  return (best_i < 0) | (v > best) | (v != v);
+}
+
 /* Output columns whose windows pool2d_f32 computes once per call. */
 #define POOL_COLS 256
 
@@ -105,9 +111,8 @@ static void pool2d_f32(const loom_pool_params *q, const loom_tensor *in, const l
             for (int64_t b = 0; b < ww.count; ++b) {
               const int64_t xx = ww.start + b * ww.step;
               const float v = ip[hh * sh + xx * sw];
-              /* as PyTorch: a NaN wins, and so does each later NaN; a
-               * choice of values, not a branch (random data mispredicts) */
-              const int take = (best_i < 0) | (v > best) | (v != v);
+              /* a choice of values, not a branch (random data mispredicts) */
+              const int take = pool_takes(best_i, v, best);
               best = take ? v : best;
               best_i = take ? hh * iw + xx : best_i;
             }
@@ -161,8 +166,7 @@ int loom_pool2d_kernel(const loom_kernel_args *args, int64_t begin,
               int64_t xx = ww.start + b * ww.step;
               double v = loom_nn_load(in->data, in->dtype,
                                       ib + hh * in->strides[2] + xx * in->strides[3]);
-              /* as PyTorch: a NaN wins, and so does each later NaN */
-              if (best_i < 0 || v > best || isnan(v)) best = v, best_i = hh * iw + xx;
+              if (pool_takes(best_i, v, best)) best = v, best_i = hh * iw + xx;
             }
           }
           loom_nn_store(out->data, out->dtype, o_off, best);

@@ -256,21 +256,17 @@ static int rd_run(const rd_ctx *c, rd_state *s, const char *p, int64_t stride,
     return 1;
   }
   if (c->op == LOOM_REDUCE_LOGSUMEXP && c->dtype == LOOM_FLOAT32 && stride == 4 && n > 0 &&
-      n < ((int64_t)1 << 31)) { /* as rd_block_f's, read in place */
+      n < ((int64_t)1 << 31)) { /* rd_block_f's terms read in place; a run with
+                                 * an inf or NaN max is staged as any other */
     const float *x = (const float *)p;
-    int64_t at;
-    const double m = c->avx512 ? loom_reduce_extreme_f32_avx512(x, n, 1, &at)
-                               : loom_reduce_extreme_f32(x, n, 1, &at);
-    const double r = isinf(m) ? 0.0 : m;
-    double sum = 0.0;
+    const double m = c->avx512 ? loom_reduce_extreme_value_f32_avx512(x, n, 1)
+                               : loom_reduce_extreme_value_f32(x, n, 1);
     if (isfinite(m)) {
-      sum = c->avx512 ? loom_reduce_exp_sum_f32_avx512(x, n, r) : loom_reduce_exp_sum_f32(x, n, r);
-    } else {
-      for (int64_t i = 0; i < n; ++i) sum += exp((double)x[i] - r);
+      rd_lse_join(s, m, c->avx512 ? loom_reduce_exp_sum_f32_avx512(x, n, m)
+                                  : loom_reduce_exp_sum_f32(x, n, m));
+      s->n += n;
+      return 1;
     }
-    rd_lse_join(s, r, sum);
-    s->n += n;
-    return 1;
   }
   if (c->op == LOOM_REDUCE_PROD && c->dtype == LOOM_FLOAT32 && stride == 4) {
     s->a *= c->avx512 ? loom_reduce_prod_f32_avx512((const float *)p, n)

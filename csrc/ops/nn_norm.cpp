@@ -22,6 +22,14 @@ at::ScalarType stats_type(const at::Tensor& input, const at::Tensor& weight) {
   return input.scalar_type();
 }
 
+// The per-row statistics' shape: the input's, its normalized dims 1.
+std::vector<int64_t> stats_shape(const at::Tensor& input, at::IntArrayRef normalized_shape) {
+  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
+  const size_t axis = shape.size() - normalized_shape.size();
+  for (size_t d = axis; d < shape.size(); ++d) shape[d] = 1;
+  return shape;
+}
+
 // ---- layer norm -------------------------------------------------------------
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
@@ -41,9 +49,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
   const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
   const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
   at::Tensor y = at::empty(input.sizes(), input.options());
-  const int axis = input.dim() - static_cast<int>(normalized_shape.size());
-  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().end());
-  for (size_t d = axis; d < stat_shape.size(); ++d) stat_shape[d] = 1;
+  const std::vector<int64_t> stat_shape = stats_shape(input, normalized_shape);
   const auto st = input.options().dtype(stats_type(input, weight));
   at::Tensor mean = at::empty(stat_shape, st), rstd = at::empty(stat_shape, st);
   if (M > 0 && N > 0) {
@@ -129,9 +135,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& input,
   const at::Tensor x = input.contiguous();
   const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
   at::Tensor y = at::empty(input.sizes(), input.options());
-  const int axis = input.dim() - static_cast<int>(normalized_shape.size());
-  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().end());
-  for (size_t d = axis; d < stat_shape.size(); ++d) stat_shape[d] = 1;
+  const std::vector<int64_t> stat_shape = stats_shape(input, normalized_shape);
   at::Tensor rstd = at::empty(stat_shape, input.options().dtype(st));
   if (M > 0 && N > 0) {
     const loom_tensor t[6] = {describe(x, op), describe_opt(w, op), loom_tensor{},
