@@ -306,7 +306,7 @@ def test_result_independent_of_thread_count():
     assert run_script({"LOOM_NUM_THREADS": "1"}) == run_script({"LOOM_NUM_THREADS": "2"})
 
 
-@pytest.mark.parametrize("variant", ["generic", "avx512", "avx512bf16"])
+@pytest.mark.parametrize("variant", ["generic", "avx512", "avx512bf16", "amx"])
 def test_every_gemm_variant_is_correct(variant):
     # The script checks each result against the CPU itself.
     run_script({"LOOM_GEMM": variant})

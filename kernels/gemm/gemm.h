@@ -36,7 +36,7 @@ typedef enum loom_gemm_isa {
   LOOM_GEMM_GENERIC = 0,    /* portable C, always correct */
   LOOM_GEMM_AVX512 = 1,     /* fp32 FMA register tile; bf16/fp16 widened at pack */
   LOOM_GEMM_AVX512BF16 = 2, /* AVX512 for fp32, vdpbf16ps for bf16 operands */
-  LOOM_GEMM_AMX = 3,        /* reserved: AMX tiles (not built yet; never selected) */
+  LOOM_GEMM_AMX = 3,        /* AVX512BF16, with AMX tiles for bf16 operands */
   LOOM_GEMM_ISA_COUNT = 4,
 } loom_gemm_isa;
 

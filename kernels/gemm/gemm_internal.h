@@ -29,6 +29,9 @@ void loom_gemm_ukr_avx512_f32_rows(int64_t kc, const void *ap, int64_t lda,
 void loom_gemm_ukr_avx512bf16_bf16_rows(int64_t kc, const void *ap, int64_t lda,
                                         const void *bp, float *t, int64_t ldt,
                                         float alpha, int nr, int accumulate);
+/* AMX: the 32-row tile over k a multiple of 32 (lda any, in elements). */
+void loom_gemm_ukr_amx_bf16_rows(int64_t kc, const void *ap, int64_t lda, const void *bp,
+                                 float *t, int64_t ldt, float alpha, int nr, int accumulate);
 
 /* Register tiles of each variant. */
 enum {
@@ -38,6 +41,9 @@ enum {
   LOOM_GEMM_AVX512_NR = 32,
   LOOM_GEMM_BF16_MR = 12,
   LOOM_GEMM_BF16_NR = 32,
+  LOOM_GEMM_AMX_MR = 32, /* four 16x16 tiles */
+  LOOM_GEMM_AMX_NR = 32,
+  LOOM_GEMM_AMX_KB = 32, /* k per tile step; AMX plans round k up to it */
 };
 
 void loom_gemm_ukr_generic_f32(int64_t kc, const void *ap, const void *bp,
@@ -49,6 +55,15 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
 void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,
                                    float *t, int64_t ldt, float alpha, int mr,
                                    int nr, int accumulate);
+/* A panel [kc/32][32][32] bf16 (rows' k runs of one tile step together),
+ * B panel as for the AVX512-BF16 kernel; kc pairs, a multiple of 16. */
+/* Around a run of AMX micro-kernel calls on one thread: the tile
+ * configuration, and its release. Other code on the thread (a library's
+ * own AMX kernels) may release or change it between runs. */
+void loom_gemm_amx_begin(void);
+void loom_gemm_amx_end(void);
+void loom_gemm_ukr_amx_bf16(int64_t kc, const void *ap, const void *bp, float *t, int64_t ldt,
+                            float alpha, int mr, int nr, int accumulate);
 
 /* Element i of an fp32 / bf16 / fp16 buffer as fp32, and back. */
 static inline int loom_gemm_operand_dtype(int32_t dt) {

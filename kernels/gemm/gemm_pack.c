@@ -48,7 +48,9 @@ static void loom_gemm_pack_f32(float *dst, const void *src, int32_t dtype,
 static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
                                 int64_t s_lane, int64_t s_k, int64_t lanes,
                                 int64_t width, int64_t k, int64_t kp) {
-  /* Only the AVX512-BF16 variant packs bf16, so AVX-512 is there. */
+  /* Only the AVX512-BF16 and AMX variants pack bf16, so AVX-512 is there.
+   * The vector packs fill ceil(k/2) pairs; AMX's k granule leaves more. */
+  const int64_t filled = (k + 1) / 2 * 2 * width;
   if (s_k == 1 && s_lane != 1) {
     loom_gemm_pack_t32_avx512((uint32_t *)dst, src, s_lane * 2, lanes, width, k / 2);
     if (k & 1) {
@@ -56,10 +58,12 @@ static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
       memset(d, 0, (size_t)(2 * width) * sizeof(uint16_t));
       for (int64_t l = 0; l < lanes; ++l) d[2 * l] = src[l * s_lane + k - 1];
     }
+    memset(dst + filled, 0, (size_t)(kp * width - filled) * sizeof(uint16_t));
     return;
   }
   if (s_lane == 1 && width % 32 == 0) {
     loom_gemm_pack_pairs16_avx512(dst, src, s_k, lanes, width, k);
+    memset(dst + filled, 0, (size_t)(kp * width - filled) * sizeof(uint16_t));
     return;
   }
   if (lanes < width || kp > k) memset(dst, 0, (size_t)(kp * width) * sizeof(uint16_t));
@@ -78,6 +82,28 @@ static void loom_gemm_pack_bf16(uint16_t *dst, const uint16_t *src,
   }
 }
 
+/* A panel for AMX tiles: [kp/32][width][32] bf16, each row's k run of a
+ * tile step contiguous; rows >= lanes and k >= k give 0. */
+static void loom_gemm_pack_amx_a(uint16_t *dst, const uint16_t *src, int64_t s_lane,
+                                 int64_t s_k, int64_t lanes, int64_t width, int64_t k,
+                                 int64_t kp) {
+  enum { KB = LOOM_GEMM_AMX_KB };
+  for (int64_t k0 = 0; k0 < kp; k0 += KB, dst += width * KB) {
+    const int64_t run = k - k0 >= KB ? KB : k - k0 > 0 ? k - k0 : 0;
+    if (lanes < width || run < KB) memset(dst, 0, (size_t)(width * KB) * sizeof(uint16_t));
+    if (s_k == 1) {
+      for (int64_t l = 0; l < lanes; ++l)
+        memcpy(dst + l * KB, src + l * s_lane + k0, (size_t)run * sizeof(uint16_t));
+    } else {
+      /* lanes along memory (a transposed A): read rows of lanes */
+      for (int64_t kk = 0; kk < run; ++kk) {
+        const uint16_t *s = src + (k0 + kk) * s_k;
+        for (int64_t l = 0; l < lanes; ++l) dst[l * KB + kk] = s[l * s_lane];
+      }
+    }
+  }
+}
+
 void loom_gemm_pack_block(const loom_gemm_plan *p, const loom_tensor *src, int is_a,
                           int64_t mat, int64_t panel, int64_t pc, char *dst) {
   const int64_t count2 = is_a ? p->a_count2 : p->b_count2;
@@ -89,7 +115,10 @@ void loom_gemm_pack_block(const loom_gemm_plan *p, const loom_tensor *src, int i
   const char *s = is_a ? loom_gemm_elem(src, i1, i2, l0, pc) : loom_gemm_elem(src, i1, i2, pc, l0);
   const int64_t kcur = p->kp - pc < p->kc ? p->kp - pc : p->kc;
   const int64_t kreal = p->k - pc < kcur ? p->k - pc : kcur;
-  if (p->packed_bf16)
+  if (p->packed_bf16 && is_a && p->isa == LOOM_GEMM_AMX)
+    loom_gemm_pack_amx_a((uint16_t *)dst, (const uint16_t *)s, s_lane, s_k, lanes, width, kreal,
+                         kcur);
+  else if (p->packed_bf16)
     loom_gemm_pack_bf16((uint16_t *)dst, (const uint16_t *)s, s_lane, s_k, lanes, width, kreal,
                         kcur);
   else

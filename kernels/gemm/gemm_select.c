@@ -34,7 +34,7 @@ static int loom_gemm_cpu_has(loom_gemm_isa isa) {
     case LOOM_GEMM_GENERIC: return 1;
     case LOOM_GEMM_AVX512: return avx512;
     case LOOM_GEMM_AVX512BF16: return avx512 && bf16;
-    case LOOM_GEMM_AMX: return 0 && amx; /* no AMX kernel is built yet */
+    case LOOM_GEMM_AMX: return avx512 && bf16 && amx; /* the OS's part: runtime/base/cpu.c */
     default: return 0;
   }
 }

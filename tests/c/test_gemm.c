@@ -276,26 +276,33 @@ static void test_variants_agree(int isa) {
   free(a.data), free(b.data), free(c1.data), free(c2.data);
 }
 
-/* A last row panel of at most 4 or 8 rows runs a smaller register tile:
- * its rows must be the bits the full 12-row tile gives for them. */
+/* A last row panel of at most 4 or 8 rows runs a smaller register tile
+ * (AMX: an edge tile goes through a buffer): its rows must be the bits the
+ * full tile gives for them, with alpha or without, over one k block or
+ * several (AMX's tiles then start from the sum so far). */
 static void test_small_tiles_agree(int isa, int32_t dtype) {
-  const int64_t k = 300, n = 70;
-  int64_t sa[4] = {1, 1, 12, k}, ta[4] = {0, 0, k, 1};
-  int64_t sb[4] = {1, 1, k, n}, tb[4] = {0, 0, n, 1};
-  loom_tensor a = make(dtype, 12 * k, sa, ta), b = make(dtype, k * n, sb, tb);
-  int64_t sc[4] = {1, 1, 12, n}, tc[4] = {0, 0, n, 1};
-  loom_tensor full = make(LOOM_FLOAT32, 12 * n, sc, tc);
-  CHECK(run(&full, &a, &b, NULL, isa, 0.5, 0, 0) == 0, "full tile");
-  for (int64_t rows = 1; rows <= 11; ++rows) {
-    loom_tensor ar = a, cr = full;
-    ar.sizes[2] = cr.sizes[2] = rows;
-    cr.data = calloc((size_t)(rows * n), sizeof(float));
-    CHECK(run(&cr, &ar, &b, NULL, isa, 0.5, 0, 0) == 0, "rows %ld", (long)rows);
-    CHECK(memcmp(cr.data, full.data, sizeof(float) * rows * n) == 0,
-          "%s: %ld-row panel differs from the full tile", loom_gemm_isa_name(isa), (long)rows);
-    free(cr.data);
+  const int64_t full_rows = isa == LOOM_GEMM_AMX && dtype == LOOM_BFLOAT16 ? 32 : 12, n = 70;
+  for (int v = 0; v < 2; ++v) {
+    const int64_t k = v ? 1100 : 300;
+    const double alpha = v ? 1.0 : 0.5;
+    int64_t sa[4] = {1, 1, full_rows, k}, ta[4] = {0, 0, k, 1};
+    int64_t sb[4] = {1, 1, k, n}, tb[4] = {0, 0, n, 1};
+    loom_tensor a = make(dtype, full_rows * k, sa, ta), b = make(dtype, k * n, sb, tb);
+    int64_t sc[4] = {1, 1, full_rows, n}, tc[4] = {0, 0, n, 1};
+    loom_tensor full = make(LOOM_FLOAT32, full_rows * n, sc, tc);
+    CHECK(run(&full, &a, &b, NULL, isa, alpha, 0, 0) == 0, "full tile");
+    for (int64_t rows = 1; rows < full_rows; ++rows) {
+      loom_tensor ar = a, cr = full;
+      ar.sizes[2] = cr.sizes[2] = rows;
+      cr.data = calloc((size_t)(rows * n), sizeof(float));
+      CHECK(run(&cr, &ar, &b, NULL, isa, alpha, 0, 0) == 0, "rows %ld", (long)rows);
+      CHECK(memcmp(cr.data, full.data, sizeof(float) * rows * n) == 0,
+            "%s k=%ld: %ld-row panel differs from the full tile", loom_gemm_isa_name(isa),
+            (long)k, (long)rows);
+      free(cr.data);
+    }
+    free(a.data), free(b.data), free(full.data);
   }
-  free(a.data), free(b.data), free(full.data);
 }
 
 /* The compute launch's own handling of operands (LOOM_GEMM_IN_COMPUTE)
@@ -320,6 +327,8 @@ static void check_in_compute(const gemm_case *g, int isa, int expect_a, int expe
   CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_IN_COMPUTE, &p) == 0, "plan");
   int reads_bf16 = isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX;
   int want = expect_a && (g->in_dtype == LOOM_FLOAT32 ? isa != LOOM_GEMM_GENERIC : reads_bf16);
+  /* AMX tiles read whole 32-k runs of 32 rows */
+  if (isa == LOOM_GEMM_AMX && g->in_dtype == LOOM_BFLOAT16 && (g->k % 32 || g->m < 32)) want = 0;
   CHECK(p.a_in_place == want, "%s m=%ld k=%ld in=%d pad=%d: a_in_place %d, want %d",
         isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->pad, p.a_in_place, want);
   CHECK(p.b_in_compute == expect_b, "%s m=%ld n=%ld: b_in_compute %d, want %d", isa_name(isa),
@@ -351,7 +360,11 @@ static void test_in_compute(int isa) {
   check_in_compute(&g, isa, 1, 0);
   g.bcast_b = 0, g.in_dtype = LOOM_BFLOAT16, g.out_dtype = LOOM_BFLOAT16, g.k = 1100;
   check_in_compute(&g, isa, 1, 1);
-  g.k = 71; /* an odd k has no last pair to read */
+  g.k = 1088; /* whole AMX tile steps */
+  check_in_compute(&g, isa, 1, 1);
+  g.m = 64; /* two whole AMX row panels */
+  check_in_compute(&g, isa, 1, 1);
+  g.m = 37, g.k = 71; /* an odd k has no last pair to read */
   check_in_compute(&g, isa, 0, 1);
   g.k = 70, g.pad = 1; /* rows an odd number of bf16 apart are not pairs */
   check_in_compute(&g, isa, 0, 1);
