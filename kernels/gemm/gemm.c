@@ -3,10 +3,11 @@
  * The per-ISA files hold only the register-tile micro-kernels.
  *
  * Layout of the workspace: every distinct A as m_panels panels of
- * [kp][mr] (bf16 operands: [kp/2][mr][2]), every distinct B as n_panels
- * panels of [kp][nr] (or [kp/2][nr][2]), each split into k blocks of kc
- * stored block-major (loom_gemm_panel_offset). Panels are zero-padded to
- * full tiles, so micro-kernels never branch on edges inside the k loop.
+ * [kp][mr] (bf16 operands: [kp/2][mr][2]; on AMX [kp/32][mr][32]), every
+ * distinct B as n_panels panels of [kp][nr] (or [kp/2][nr][2]), each
+ * split into k blocks of kc stored block-major (loom_gemm_panel_offset).
+ * Panels are zero-padded to full tiles, so micro-kernels never branch on
+ * edges inside the k loop.
  * With LOOM_GEMM_IN_COMPUTE only A's partial last panel is packed when A
  * is read in place, and B has no space when each tile packs its own
  * panels (a thread-local k block at a time).
