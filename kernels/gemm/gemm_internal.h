@@ -129,6 +129,12 @@ void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
                                    int64_t s_k, int64_t lanes, int64_t width,
                                    int64_t k);
 
+/* One AMX tile step of a transposed bf16 A: rows kk < run (<= 32) of
+ * `lanes` (<= 32) values at src + kk * s_k, into dst[32 lanes][32 k];
+ * lanes >= `lanes` and k >= run get 0. */
+void loom_gemm_pack_amx_t16_avx512(uint16_t *dst, const uint16_t *src, int64_t s_k,
+                                   int64_t lanes, int64_t run);
+
 /* n fp32 values into contiguous bf16 (`bf16`) or fp16, rounded as the
  * scalar conversions of kernels/dtype.h. */
 void loom_gemm_store_row16_avx512(uint16_t *dst, const float *src, int64_t n,

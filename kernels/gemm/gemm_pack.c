@@ -90,6 +90,10 @@ static void loom_gemm_pack_amx_a(uint16_t *dst, const uint16_t *src, int64_t s_l
   enum { KB = LOOM_GEMM_AMX_KB };
   for (int64_t k0 = 0; k0 < kp; k0 += KB, dst += width * KB) {
     const int64_t run = k - k0 >= KB ? KB : k - k0 > 0 ? k - k0 : 0;
+    if (s_lane == 1 && width == KB) { /* only AMX plans get here: AVX-512 is there */
+      loom_gemm_pack_amx_t16_avx512(dst, src + k0 * s_k, s_k, lanes, run);
+      continue;
+    }
     if (lanes < width || run < KB) memset(dst, 0, (size_t)(width * KB) * sizeof(uint16_t));
     if (s_k == 1) {
       for (int64_t l = 0; l < lanes; ++l)

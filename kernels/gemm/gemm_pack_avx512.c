@@ -89,6 +89,33 @@ void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
   }
 }
 
+void loom_gemm_pack_amx_t16_avx512(uint16_t *dst, const uint16_t *src, int64_t s_k,
+                                   int64_t lanes, int64_t run) {
+  /* rows 2p and 2p + 1 interleaved into k-pairs (one 32-bit word per
+   * lane), lanes 0-15 and 16-31 apart; each half transposed gives a lane's
+   * 16 pairs, its k run, per register */
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10,
+                                      41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
+                                      34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  const __mmask32 load = lanes >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << lanes) - 1u);
+  __m512i w0[16], w1[16];
+  for (int p = 0; p < 16; ++p) {
+    const __m512i r0 = 2 * p < run ? _mm512_maskz_loadu_epi16(load, src + 2 * p * s_k)
+                                   : _mm512_setzero_si512();
+    const __m512i r1 = 2 * p + 1 < run ? _mm512_maskz_loadu_epi16(load, src + (2 * p + 1) * s_k)
+                                       : _mm512_setzero_si512();
+    w0[p] = _mm512_permutex2var_epi16(r0, lo, r1);
+    w1[p] = _mm512_permutex2var_epi16(r0, hi, r1);
+  }
+  loom_gemm_transpose16(w0);
+  loom_gemm_transpose16(w1);
+  for (int l = 0; l < 16; ++l) {
+    _mm512_storeu_si512(dst + l * 32, w0[l]);
+    _mm512_storeu_si512(dst + (16 + l) * 32, w1[l]);
+  }
+}
+
 /* n fp32 values into contiguous bf16 / fp16, rounded as loom_f32_to_bf16
  * and loom_f32_to_f16 round (nearest even, NaN kept quiet). */
 void loom_gemm_store_row16_avx512(uint16_t *dst, const float *src, int64_t n,
