@@ -560,6 +560,26 @@ def test_sdpa(dtype, causal, mask_kind, shape):
         close(a, b, dtype, scale=4.0)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [None, -0.3])
+def test_sdpa_bf16_scores_in_blocks(causal, scale):
+    # bf16 without a mask takes its two products from the GEMM (AMX tiles
+    # where the CPU has them): 4096 keys fill the 8 MB score block in 512
+    # rows, so 600 queries are two row blocks of each head, and the causal
+    # rows of the second block start past its first row; a negative scale
+    # must not turn hidden keys into visible ones.
+    torch.manual_seed(17)
+    qc, qd = pair(torch.randn(1, 2, 600, 16).bfloat16())
+    kc, kd = pair(torch.randn(1, 2, 4096, 16).bfloat16())
+    vc, vd = pair(torch.randn(1, 2, 4096, 24).bfloat16())
+    oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal, scale=scale)
+    od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal, scale=scale)
+    close(od, oc.detach(), torch.bfloat16, scale=2.0)
+    g = torch.randn(oc.shape).bfloat16()
+    for a, b in zip(grads(od, [qd, kd, vd], g.to("loom")), grads(oc, [qc, kc, vc], g)):
+        close(a, b, torch.bfloat16, scale=4.0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sdpa_skips_the_tiles_its_mask_hides(dtype):
     # A KV cache's mask: query i, at position 100 + i, sees slots 0..100 + i

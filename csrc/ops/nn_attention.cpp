@@ -9,9 +9,12 @@
 #include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/gemm/gemm.h"
+#include "ops/linalg_gemm.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -96,6 +99,43 @@ at::Tensor mask3(const at::Tensor& mask, const at::Tensor& q, int64_t S) {
   return flat3(mask.expand(with_last(q, 1, {S})));
 }
 
+// bf16 attention without a mask, where the GEMM runs on AMX tiles: the
+// scores and the weighted sum are batched GEMMs on the tiles (products
+// summed in fp32), the softmax between them is the row kernel's, from fp32
+// scores to bf16 weights, as the fused CPU kernels round them. Heads and
+// query rows are taken in blocks whose scores fill at most 8 MB.
+bool use_amx(const at::Tensor& q, const std::optional<at::Tensor>& mask) {
+  return q.scalar_type() == at::kBFloat16 && !(mask.has_value() && mask->defined()) &&
+         loom_gemm_isa_selected() == LOOM_GEMM_AMX;
+}
+
+void forward_amx(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3,
+                 const at::Tensor& out3, const at::Tensor& lse2, double scale, bool is_causal,
+                 const char* op) {
+  constexpr int64_t kScoreBytes = int64_t{8} << 20;
+  const int64_t BH = q3.size(0), L = q3.size(1), S = k3.size(1);
+  const int64_t rows = std::clamp<int64_t>(kScoreBytes / (S * 4), 1, L);
+  const int64_t heads = std::clamp<int64_t>(kScoreBytes / (rows * S * 4), 1, BH);
+  for (int64_t h0 = 0; h0 < BH; h0 += heads) {
+    const int64_t hc = std::min(heads, BH - h0);
+    const at::Tensor k = k3.narrow(0, h0, hc), v = v3.narrow(0, h0, hc);
+    for (int64_t r0 = 0; r0 < L; r0 += rows) {
+      const int64_t rc = std::min(rows, L - r0);
+      at::Tensor s = at::empty({hc, rc, S}, q3.options().dtype(at::kFloat));
+      gemm_run(op, s, gemm_view(s, op), gemm_view(q3.narrow(0, h0, hc).narrow(1, r0, rc), op),
+               gemm_transpose(gemm_view(k, op)), nullptr, 1.0, 0.0);
+      at::Tensor p = at::empty({hc, rc, S}, q3.options());
+      const loom_tensor wt[3] = {describe(s.view({hc * rc, S}), op),
+                                 describe(p.view({hc * rc, S}), op),
+                                 describe(lse2.narrow(0, h0, hc).narrow(1, r0, rc), op)};
+      const loom_scalar ws[3] = {scalar_f(scale), scalar_i(is_causal), scalar_i(r0)};
+      launch(op, loom_attention_weights_bf16, wt, ws, hc * rc, grain_for(S), q3.device().index());
+      const at::Tensor o = out3.narrow(0, h0, hc).narrow(1, r0, rc);
+      gemm_run(op, o, gemm_view(o, op), gemm_view(p, op), gemm_view(v, op), nullptr, 1.0, 0.0);
+    }
+  }
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt,
            c10::SymInt, at::Tensor, at::Tensor, at::Tensor>
 sdpa_forward(const at::Tensor& query, const at::Tensor& key,
@@ -120,7 +160,10 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
                               describe_opt(mask, op), describe(flat3(out), op),
                               describe(lse.view({BH, L}), op)};
     const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
-    if (use_blocked(query, value))
+    if (use_amx(query, bias))
+      forward_amx(q3, k3, v3, flat3(out), lse.view({BH, L}), scale_of(query, scale), is_causal,
+                  op);
+    else if (use_blocked(query, value))
       launch(op, loom_attention_blocked_forward, t, s, blocks(BH, L), 1,
              query.device().index());
     else
