@@ -57,10 +57,13 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
 /* The weights of a block of attention rows, for the forward that takes its
  * two products from the GEMM (bf16 operands on AMX). Range: rows.
  * tensors: [0] scores (rows, n) fp32, unit last stride, overwritten;
- * [1] weights (rows, n) bf16, unit last stride: softmax of each score row
- * times scalar [0].f (the scale), rounded; with [1].i (causal) set, row r
- * is query [2].i + r % b and sees keys up to its own index only; [2] lse (a, b) fp32, a * b = rows, any strides: row r's
- * log-sum-exp at [r / b][r % b]. A row whose max is inf or NaN gets NaN. */
+ *          [1] weights (rows, n) bf16, unit last stride: the softmax of
+ *          each row of scores times the scale, rounded;
+ *          [2] lse (a, b) fp32, a * b = rows, any strides: row r's
+ *          log-sum-exp at [r / b][r % b].
+ * scalars: [0].f scale, [1].i causal: row r is query [2].i + r % b and
+ * sees the keys up to its own index only. A row whose max is inf or NaN
+ * gets NaN weights. */
 int loom_attention_weights_bf16(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus
