@@ -284,16 +284,22 @@ def _conv_resnet18(ctx: Ctx) -> Prepared:
 
 # ---- attention ---------------------------------------------------------------
 
-def _sdpa(ctx: Ctx) -> Prepared:
-    b, h, t, d = (1, 2, 16, 8) if ctx.quick else (4, 8, 512, 64)
-    q, k, v = (ctx.to(_randn(b, h, t, d, seed=s)) for s in (12, 13, 14))
+def _sdpa(dtype: torch.dtype):
+    def build(ctx: Ctx) -> Prepared:
+        b, h, t, d = (1, 2, 16, 8) if ctx.quick else (4, 8, 512, 64)
+        q, k, v = (ctx.to(_randn(b, h, t, d, seed=s, dtype=dtype)) for s in (12, 13, 14))
 
-    def attention(q_, k_, v_):
-        return F.scaled_dot_product_attention(q_, k_, v_)
+        def attention(q_, k_, v_):
+            return F.scaled_dot_product_attention(q_, k_, v_)
 
-    flops = count_flops(lambda: attention(*(torch.empty(b, h, t, d, device="meta") for _ in range(3))))
-    attention = ctx.compile(attention)
-    return Prepared(lambda: attention(q, k, v), flops=flops, limit=FMA_FP32, tol=1e-4)
+        flops = count_flops(lambda: attention(
+            *(torch.empty(b, h, t, d, device="meta", dtype=dtype) for _ in range(3))))
+        attention = ctx.compile(attention)
+        bf16 = dtype == torch.bfloat16
+        return Prepared(lambda: attention(q, k, v), flops=flops,
+                        limit=FMA_BF16 if bf16 else FMA_FP32, tol=2e-2 if bf16 else 1e-4)
+
+    return build
 
 
 # ---- whole training and inference steps --------------------------------------
@@ -451,7 +457,10 @@ WORKLOADS += [
              "224 x 224, forward + backward each", _conv_resnet18),
 ]
 WORKLOADS += [
-    Workload("sdpa", "attention", "call", "scaled_dot_product_attention B=4 H=8 T=512 D=64 float32", _sdpa),
+    Workload("sdpa", "attention", "call", "scaled_dot_product_attention B=4 H=8 T=512 D=64 float32",
+             _sdpa(torch.float32)),
+    Workload("sdpa_bf16", "attention", "call",
+             "scaled_dot_product_attention B=4 H=8 T=512 D=64 bfloat16", _sdpa(torch.bfloat16)),
     Workload("mlp_train", "training", "sample", "MLP 1024-1024x3-10 training step, batch 256, SGD",
              _mlp_train),
     Workload("cnn_train", "training", "sample", "ResNet-style CNN (3 stages, width 32) training step, "
