@@ -54,6 +54,17 @@ int loom_attention_blocked_backward_q(const loom_kernel_args *args,
 int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
                                        int64_t begin, int64_t end);
 
+/* The forward on AMX tiles (kernels/attention_amx.c), bf16, flash style:
+ * items of up to 128 queries walk the keys 64 at a time, the weights
+ * rounded to bf16 for the second product. Head dims multiples of 32, at
+ * most LOOM_ATTENTION_AMX_MAX_HEAD_DIM; no mask; S > 0; AMX CPUs only.
+ * tensors: [0] q (BH, L, E), [1] k (BH, S, E), [2] v (BH, S, Ev), [3] out
+ * (BH, L, Ev), all bf16 with unit last stride; [4] lse (BH, L) fp32.
+ * scalars: [0].f scale, [1].i causal. Range: BH * ceil(L / 128). A row with
+ * a NaN or +inf score gets NaN. */
+#define LOOM_ATTENTION_AMX_MAX_HEAD_DIM 256
+int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
+
 /* The weights of a block of attention rows, for the forward that takes its
  * two products from the GEMM (bf16 operands on AMX). Range: rows.
  * tensors: [0] scores (rows, n) fp32, unit last stride, overwritten;

@@ -504,10 +504,11 @@ _DETERMINISM_SCRIPT = textwrap.dedent("""
                                          allow_unused=True):
                 if g is not None:
                     add(g)
-        q = torch.randn(2, 3, 40, 24).to(dtype).to("loom").requires_grad_()
-        o = F.scaled_dot_product_attention(q, q * 0.5, q, is_causal=True)
-        add(o)
-        add(torch.autograd.grad(o, q, torch.randn(o.shape).to(dtype).to("loom"))[0])
+        for e in (24, 64):  # 64: bf16 takes the fused AMX kernel where there is one
+            q = torch.randn(2, 3, 200, e).to(dtype).to("loom").requires_grad_()
+            o = F.scaled_dot_product_attention(q, q * 0.5, q, is_causal=True)
+            add(o)
+            add(torch.autograd.grad(o, q, torch.randn(o.shape).to(dtype).to("loom"))[0])
         idx = torch.randint(0, 50, (4000,)).to("loom")
         add(torch.ops.aten.embedding_dense_backward(
             torch.randn(4000, 33).to(dtype).to("loom"), idx, 50, -1, False))
@@ -562,22 +563,53 @@ def test_sdpa(dtype, causal, mask_kind, shape):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("scale", [None, -0.3])
-def test_sdpa_bf16_scores_in_blocks(causal, scale):
-    # bf16 without a mask takes its two products from the GEMM (AMX tiles
-    # where the CPU has them): 4096 keys fill the 8 MB score block in 512
-    # rows, so 600 queries are two row blocks of each head, and the causal
-    # rows of the second block start past its first row; a negative scale
-    # must not turn hidden keys into visible ones.
+@pytest.mark.parametrize("dims", [(16, 24), (64, 96)])
+def test_sdpa_bf16_on_amx(causal, scale, dims):
+    # bf16 without a mask runs on AMX tiles where the CPU has them. Head
+    # dims that are multiples of 32 take the fused kernel: 600 queries are
+    # 18 full blocks and a partial one, 4096 keys 128 key blocks; causal
+    # blocks stop at their last query. Other head dims take the products
+    # from the GEMM: 4096 keys fill the 8 MB score block in 512 rows, so the
+    # causal rows of the second row block start past its first row. A
+    # negative scale must not turn hidden keys into visible ones.
     torch.manual_seed(17)
-    qc, qd = pair(torch.randn(1, 2, 600, 16).bfloat16())
-    kc, kd = pair(torch.randn(1, 2, 4096, 16).bfloat16())
-    vc, vd = pair(torch.randn(1, 2, 4096, 24).bfloat16())
+    e, ev = dims
+    qc, qd = pair(torch.randn(1, 2, 600, e).bfloat16())
+    kc, kd = pair(torch.randn(1, 2, 4096, e).bfloat16())
+    vc, vd = pair(torch.randn(1, 2, 4096, ev).bfloat16())
     oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal, scale=scale)
     od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal, scale=scale)
     close(od, oc.detach(), torch.bfloat16, scale=2.0)
     g = torch.randn(oc.shape).bfloat16()
     for a, b in zip(grads(od, [qd, kd, vd], g.to("loom")), grads(oc, [qc, kc, vc], g)):
         close(a, b, torch.bfloat16, scale=4.0)
+
+
+@pytest.mark.parametrize("shape", [(3, 37, 50, 32, 64), (1, 1, 1, 32, 32), (2, 70, 33, 128, 32)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_bf16_fused_edges(shape, causal):
+    # partial query and key blocks, one query, more queries than keys
+    # (causal rows past the keys see them all), wide heads
+    torch.manual_seed(18)
+    bh, L, S, e, ev = shape
+    qc, qd = pair(torch.randn(bh, L, e).bfloat16())
+    kc, kd = pair(torch.randn(bh, S, e).bfloat16())
+    vc, vd = pair(torch.randn(bh, S, ev).bfloat16())
+    oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal)
+    od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal)
+    close(od, oc.detach(), torch.bfloat16, scale=2.0)
+
+
+def test_sdpa_bf16_nan_rows():
+    # a NaN in a query's scores makes its row NaN, as on the CPU; the other
+    # rows are untouched
+    q, k, v = (torch.randn(1, 40, 32).bfloat16() for _ in range(3))
+    q[0, 5, 3] = float("nan")
+    k[0, 7, 0] = float("inf")
+    ref = F.scaled_dot_product_attention(q, k, v)
+    out = F.scaled_dot_product_attention(q.to("loom"), k.to("loom"), v.to("loom")).cpu()
+    assert torch.equal(out.isnan(), ref.isnan())
+    torch.testing.assert_close(out.nan_to_num(), ref.nan_to_num(), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -99,14 +99,25 @@ at::Tensor mask3(const at::Tensor& mask, const at::Tensor& q, int64_t S) {
   return flat3(mask.expand(with_last(q, 1, {S})));
 }
 
-// bf16 attention without a mask, where the GEMM runs on AMX tiles: the
-// scores and the weighted sum are batched GEMMs on the tiles (products
-// summed in fp32), the softmax between them is the row kernel's, from fp32
-// scores to bf16 weights, as the fused CPU kernels round them. Heads and
-// query rows are taken in blocks whose scores fill at most 8 MB.
+// bf16 attention without a mask runs on AMX tiles where the GEMM does.
+// Head dims that are multiples of 32 take the fused kernel
+// (kernels/attention_amx.c); others take the scores and the weighted sum
+// from batched GEMMs (products summed in fp32) with the row kernel's
+// softmax between them, from fp32 scores to bf16 weights, in blocks of
+// heads and query rows whose scores fill at most 8 MB. Both round the
+// weights to bf16, as the fused CPU kernels do.
 bool use_amx(const at::Tensor& q, const std::optional<at::Tensor>& mask) {
   return q.scalar_type() == at::kBFloat16 && !(mask.has_value() && mask->defined()) &&
          loom_gemm_isa_selected() == LOOM_GEMM_AMX;
+}
+
+// What the fused AMX kernel takes: head dims multiples of 32 within its
+// tiles, rows of unit stride, some keys.
+bool fused_amx_fits(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3) {
+  const int64_t e = q3.size(2), ev = v3.size(2);
+  return k3.size(1) > 0 && e % 32 == 0 && ev % 32 == 0 &&
+         e <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM && ev <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
+         q3.stride(2) == 1 && k3.stride(2) == 1 && v3.stride(2) == 1;
 }
 
 void forward_amx(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3,
@@ -160,7 +171,11 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
                               describe_opt(mask, op), describe(flat3(out), op),
                               describe(lse.view({BH, L}), op)};
     const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
-    if (use_amx(query, bias))
+    const loom_tensor fused[5] = {t[0], t[1], t[2], t[4], t[5]};  // no mask
+    if (use_amx(query, bias) && fused_amx_fits(q3, k3, v3))
+      launch(op, loom_attention_amx_forward, fused, s, BH * ((L + 127) / 128), 1,
+             query.device().index());
+    else if (use_amx(query, bias))
       forward_amx(q3, k3, v3, flat3(out), lse.view({BH, L}), scale_of(query, scale), is_causal,
                   op);
     else if (use_blocked(query, value))

@@ -55,7 +55,8 @@ static void amx_tile(int64_t chunks, const char *a, int64_t a_row, int64_t a_ste
     if (!direct)
       for (int i = 0; i < MR; ++i) {
         _mm512_store_ps(buf + i * NR, _mm512_maskz_loadu_ps(i < mr ? m0 : 0, t + i * ldt));
-        _mm512_store_ps(buf + i * NR + 16, _mm512_maskz_loadu_ps(i < mr ? m1 : 0, t + i * ldt + 16));
+        _mm512_store_ps(buf + i * NR + 16,
+                        _mm512_maskz_loadu_ps(i < mr ? m1 : 0, t + i * ldt + 16));
       }
     _tile_loadd(0, c, cs);
     _tile_loadd(1, c + 16, cs);

@@ -1,0 +1,268 @@
+/* kernels/attention_amx.c — bf16 attention, flash style, on AMX tiles: an
+ * item of up to four blocks of 32 queries walks the keys 64 at a time,
+ * each key block packed once for all four; the scores of a block (32 x 64,
+ * fp32) and its weighted values come from tdpbf16ps, the online softmax
+ * between them from AVX-512 in fp32. The weights are rounded to bf16 for
+ * the second product, as the GEMM route and the CPU's fused kernels round
+ * them. Nothing leaves the core's caches but the output.
+ *
+ * Tiles (palette 1, kernels/gemm/gemm_amx.c's configuration): 0-3 the 2x2
+ * results, 4-5 the A halves (rows 0-15, 16-31), 6-7 the B halves. */
+#pragma GCC optimize("fp-contract=off")
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/exp_neg.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/transpose_avx512.h"
+#include "loom/status.h"
+
+enum { QB = 32, KB = 64, MAXE = LOOM_ATTENTION_AMX_MAX_HEAD_DIM };
+
+/* exp(x) for x <= 0 to about 3e-6 relative, 0 below -87 (the -inf of
+ * hidden keys included): 2^n 2^f, t = x log2(e), n = t rounded, f = t - n
+ * in [-1/2, 1/2], 2^f by its degree-5 Taylor polynomial. Plenty for
+ * weights rounded to bf16. */
+static inline __m512 exp_weights(__m512 x) {
+  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.3333558146e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+  return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+typedef struct amx_attn {
+  const loom_tensor *q, *k, *v, *out, *lse;
+  int64_t l, s, e, ev;
+  float scale;
+  int causal;
+} amx_attn;
+
+/* Rows [r0, r0 + n) of t[b] (bf16, unit last stride) into dst rows `ld`
+ * apart, `cols` wide; rows past n are zero. */
+static void load_rows16(uint16_t *dst, int64_t ld, const loom_tensor *t, int64_t b, int64_t r0,
+                        int64_t n, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r < n)
+      memcpy(dst + r * ld, (const uint16_t *)t->data + b * t->strides[0] + (r0 + r) * t->strides[1],
+             (size_t)cols * sizeof(uint16_t));
+    else
+      memset(dst + r * ld, 0, (size_t)cols * sizeof(uint16_t));
+  }
+}
+
+/* A key block as the B operand of Q K^T, in halves of 32 keys:
+ * kp[half][c][pair r][key j] holds K's elements 32c + 2r, 32c + 2r + 1 of
+ * key 32 half + j (32-bit words). */
+static void pack_keys(uint32_t *kp, const uint16_t *kb, int64_t e) {
+  for (int64_t q = 0; q < KB / 16; ++q) { /* 16 keys at a time */
+    uint32_t *half = kp + q / 2 * (e / 2) * 32;
+    for (int64_t c = 0; c < e / 32; ++c) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(kb + (16 * q + j) * e + 32 * c);
+      loom_gemm_transpose16(r); /* r[p] = pair p of the 16 keys */
+      for (int p = 0; p < 16; ++p)
+        _mm512_storeu_si512(half + (c * 16 + p) * 32 + 16 * (q % 2), r[p]);
+    }
+  }
+}
+
+/* A value block as the B operand of P V: vp[pair r][col][2] holds values
+ * 2r and 2r + 1 of each column. */
+static void pack_values(uint16_t *vp, const uint16_t *vb, int64_t ev) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int p = 0; p < KB / 2; ++p)
+    for (int64_t g = 0; g < ev; g += 32) {
+      const __m512i r0 = _mm512_loadu_si512(vb + 2 * p * ev + g);
+      const __m512i r1 = _mm512_loadu_si512(vb + (2 * p + 1) * ev + g);
+      _mm512_storeu_si512(vp + (p * ev + g) * 2, _mm512_permutex2var_epi16(r0, lo, r1));
+      _mm512_storeu_si512(vp + (p * ev + g) * 2 + 32, _mm512_permutex2var_epi16(r0, hi, r1));
+    }
+}
+
+/* The running state of one block of 32 queries. */
+typedef struct q_block {
+  _Alignas(64) uint16_t q[QB * MAXE];
+  _Alignas(64) float o[QB * MAXE];
+  float m[QB], l[QB];
+  int bad[QB]; /* a NaN or +inf score: the row's result is NaN */
+  int64_t q0, qn;
+} q_block;
+
+/* Scores of block u against the packed key block at k0 (kn keys), its
+ * online softmax, and O += P V. */
+static void attend_keys(const amx_attn *a, q_block *u, int64_t k0, int64_t kn, const uint32_t *kp,
+                        const uint16_t *vp, float *sb, uint16_t *pb) {
+  const int64_t e = a->e, ev = a->ev, q0 = u->q0, qn = u->qn;
+  const uint16_t *qb = u->q;
+  float *ob = u->o, *m = u->m, *l = u->l;
+  int *bad = u->bad;
+  /* scores: per half of the keys, 2 x 2 tiles over e in steps of 32 */
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t *half = kp + h * (e / 2) * 32;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t c = 0; c < e / 32; ++c) {
+      _tile_loadd(4, qb + 32 * c, e * 2);
+      _tile_loadd(5, qb + 16 * e + 32 * c, e * 2);
+      _tile_loadd(6, half + c * 16 * 32, 32 * 4);
+      _tile_loadd(7, half + c * 16 * 32 + 16, 32 * 4);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, sb + 32 * h, KB * 4);
+    _tile_stored(1, sb + 32 * h + 16, KB * 4);
+    _tile_stored(2, sb + 16 * KB + 32 * h, KB * 4);
+    _tile_stored(3, sb + 16 * KB + 32 * h + 16, KB * 4);
+  }
+  /* online softmax, row by row; rows past qn weigh nothing */
+  const __m512 vs = _mm512_set1_ps(a->scale), ninf = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < QB; ++i) {
+    float *srow = sb + i * KB;
+    /* keys this row sees: below kn, and (causal) up to its own index */
+    int64_t seen = i < qn ? kn : 0;
+    if (a->causal && q0 + i - k0 + 1 < seen) seen = q0 + i - k0 + 1 > 0 ? q0 + i - k0 + 1 : 0;
+    const __mmask64 vis = seen >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << seen) - 1u);
+    __m512 sv[4];
+    __mmask16 nan = 0;
+    for (int c = 0; c < 4; ++c) {
+      sv[c] = _mm512_mask_mul_ps(ninf, (__mmask16)(vis >> (16 * c)),
+                                 _mm512_load_ps(srow + 16 * c), vs);
+      nan |= _mm512_cmp_ps_mask(sv[c], sv[c], _CMP_UNORD_Q);
+    }
+    const float bm = _mm512_reduce_max_ps(
+        _mm512_max_ps(_mm512_max_ps(sv[0], sv[1]), _mm512_max_ps(sv[2], sv[3])));
+    if (nan || bm == INFINITY) bad[i] = 1; /* a NaN or +inf score */
+    const float mn = bm > m[i] ? bm : m[i];
+    __m512i pw[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    if (mn != -INFINITY && !bad[i]) { /* else nothing seen yet: weights 0, sums as they are */
+      const float alpha = loom_exp_neg(m[i] - mn); /* 0 when m[i] is -inf */
+      const __m512 vm = _mm512_set1_ps(mn);
+      __m512 p[4];
+      for (int c = 0; c < 4; ++c) p[c] = exp_weights(_mm512_sub_ps(sv[c], vm));
+      const __m512 psum = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
+      l[i] = l[i] * alpha + _mm512_reduce_add_ps(psum);
+      m[i] = mn;
+      if (alpha != 1.0f) {
+        const __m512 va = _mm512_set1_ps(alpha);
+        for (int64_t c = 0; c < ev; c += 16)
+          _mm512_store_ps(ob + i * ev + c, _mm512_mul_ps(va, _mm512_load_ps(ob + i * ev + c)));
+      }
+      for (int c = 0; c < 2; ++c) {
+        pw[c] = _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(p[2 * c]));
+        pw[c] = _mm512_inserti64x4(pw[c], (__m256i)_mm512_cvtneps_pbh(p[2 * c + 1]), 1);
+      }
+    }
+    _mm512_store_si512(pb + i * KB, pw[0]);
+    _mm512_store_si512(pb + i * KB + 32, pw[1]);
+  }
+  /* O += P V, 32 columns at a time over both halves of the keys, the
+   * tiles starting from O */
+  for (int64_t g = 0; g < ev; g += 32) {
+    _tile_loadd(0, ob + g, ev * 4);
+    _tile_loadd(1, ob + g + 16, ev * 4);
+    _tile_loadd(2, ob + 16 * ev + g, ev * 4);
+    _tile_loadd(3, ob + 16 * ev + g + 16, ev * 4);
+    for (int h = 0; h < 2; ++h) {
+      const uint16_t *vh = vp + h * 16 * ev * 2;
+      _tile_loadd(4, pb + 32 * h, KB * 2);
+      _tile_loadd(5, pb + 16 * KB + 32 * h, KB * 2);
+      _tile_loadd(6, vh + g * 2, ev * 4);
+      _tile_loadd(7, vh + g * 2 + 32, ev * 4);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, ob + g, ev * 4);
+    _tile_stored(1, ob + g + 16, ev * 4);
+    _tile_stored(2, ob + 16 * ev + g, ev * 4);
+    _tile_stored(3, ob + 16 * ev + g + 16, ev * 4);
+  }
+}
+
+/* Up to QN blocks of 32 queries of head b from q0, sharing each packed key
+ * block. */
+enum { QN = 4 };
+static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
+  _Alignas(64) uint16_t kb[KB * MAXE], vb[KB * MAXE], pb[QB * KB];
+  _Alignas(64) uint32_t kp[MAXE / 2 * KB]; /* two halves of MAXE / 2 x 32 words */
+  _Alignas(64) uint16_t vp[KB * MAXE];
+  _Alignas(64) float sb[QB * KB];
+  q_block blk[QN];
+  const int64_t e = a->e, ev = a->ev;
+  int nb = 0;
+  for (; nb < QN && q0 + nb * QB < a->l; ++nb) {
+    q_block *u = &blk[nb];
+    u->q0 = q0 + nb * QB;
+    u->qn = a->l - u->q0 < QB ? a->l - u->q0 : QB;
+    load_rows16(u->q, e, a->q, b, u->q0, u->qn, QB, e);
+    memset(u->o, 0, (size_t)(QB * ev) * sizeof(float));
+    for (int i = 0; i < QB; ++i) u->m[i] = -INFINITY, u->l[i] = 0.0f, u->bad[i] = 0;
+  }
+  /* causal: keys past the last query are hidden from all of them */
+  const int64_t last = blk[nb - 1].q0 + blk[nb - 1].qn;
+  const int64_t s_end = a->causal && last < a->s ? last : a->s;
+  for (int64_t k0 = 0; k0 < s_end; k0 += KB) {
+    const int64_t kn = s_end - k0 < KB ? s_end - k0 : KB;
+    load_rows16(kb, e, a->k, b, k0, kn, KB, e);
+    load_rows16(vb, ev, a->v, b, k0, kn, KB, ev);
+    pack_keys(kp, kb, e);
+    pack_values(vp, vb, ev);
+    for (int j = 0; j < nb; ++j)
+      if (!a->causal || blk[j].q0 + blk[j].qn > k0) /* else it sees none of these keys */
+        attend_keys(a, &blk[j], k0, kn, kp, vp, sb, pb);
+  }
+  for (int j = 0; j < nb; ++j) {
+    const q_block *u = &blk[j];
+    for (int64_t i = 0; i < u->qn; ++i) {
+      const float inv = u->bad[i] ? NAN : 1.0f / u->l[i];
+      uint16_t *orow = (uint16_t *)a->out->data + b * a->out->strides[0] +
+                       (u->q0 + i) * a->out->strides[1];
+      for (int64_t c = 0; c < ev; c += 16) {
+        const __m512 o = _mm512_mul_ps(_mm512_load_ps(u->o + i * ev + c), _mm512_set1_ps(inv));
+        _mm256_storeu_si256((__m256i *)(orow + c), (__m256i)_mm512_cvtneps_pbh(o));
+      }
+      float *lr = (float *)a->lse->data + b * a->lse->strides[0] + (u->q0 + i) * a->lse->strides[1];
+      *lr = u->bad[i] ? NAN : u->m[i] + logf(u->l[i]);
+    }
+  }
+}
+
+int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors != 5 || args->num_scalars != 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *t = args->tensors;
+  amx_attn a = {.q = &t[0], .k = &t[1], .v = &t[2], .out = &t[3], .lse = &t[4],
+                .l = t[0].sizes[1], .s = t[1].sizes[1], .e = t[0].sizes[2],
+                .ev = t[2].sizes[2], .scale = (float)args->scalars[0].f,
+                .causal = args->scalars[1].i != 0};
+  for (int i = 0; i < 4; ++i)
+    if (t[i].rank != 3 || t[i].dtype != LOOM_BFLOAT16 || t[i].strides[2] != 1)
+      return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t bh = t[0].sizes[0];
+  if (t[4].rank != 2 || t[4].dtype != LOOM_FLOAT32 || t[1].sizes[0] != bh ||
+      t[2].sizes[0] != bh || t[1].sizes[2] != a.e || t[2].sizes[1] != a.s ||
+      t[3].sizes[0] != bh || t[3].sizes[1] != a.l || t[3].sizes[2] != a.ev ||
+      a.e % 32 != 0 || a.ev % 32 != 0 || a.e > MAXE || a.ev > MAXE || a.e <= 0 || a.ev <= 0)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t blocks = (a.l + QB * QN - 1) / (QB * QN);
+  loom_gemm_amx_begin();
+  for (int64_t it = begin; it < end; ++it) attend_blocks(&a, it / blocks, it % blocks * QB * QN);
+  loom_gemm_amx_end();
+  return LOOM_OK;
+}
