@@ -8,14 +8,12 @@
  *
  * Tiles (palette 1, kernels/gemm/gemm_amx.c's configuration): 0-3 the 2x2
  * results, 4-5 the A halves (rows 0-15, 16-31), 6-7 the B halves. */
-#pragma GCC optimize("fp-contract=off")
 
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
 #include "kernels/attention.h"
-#include "kernels/exp_neg.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
@@ -151,7 +149,8 @@ static void attend_keys(const amx_attn *a, q_block *u, int64_t k0, int64_t kn, c
     const float mn = bm > m[i] ? bm : m[i];
     __m512i pw[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     if (mn != -INFINITY && !bad[i]) { /* else nothing seen yet: weights 0, sums as they are */
-      const float alpha = loom_exp_neg(m[i] - mn); /* 0 when m[i] is -inf */
+      /* 0 when m[i] is -inf, exactly 1 when the max stays */
+      const float alpha = _mm512_cvtss_f32(exp_weights(_mm512_set1_ps(m[i] - mn)));
       const __m512 vm = _mm512_set1_ps(mn);
       __m512 p[4];
       for (int c = 0; c < 4; ++c) p[c] = exp_weights(_mm512_sub_ps(sv[c], vm));
