@@ -1,10 +1,11 @@
 /* kernels/attention_amx.c — bf16 attention, flash style, on AMX tiles: an
- * item of up to four blocks of 32 queries walks the keys 64 at a time,
- * each key block packed once for all four; the scores of a block (32 x 64,
+ * item of up to two blocks of 32 queries walks the keys 64 at a time,
+ * every key block packed once beforehand; the scores of a block (32 x 64,
  * fp32) and its weighted values come from tdpbf16ps, the online softmax
  * between them from AVX-512 in fp32. The weights are rounded to bf16 for
  * the second product, as the GEMM route and the CPU's fused kernels round
- * them. Nothing leaves the core's caches but the output.
+ * them. Past the packed key and value blocks, nothing leaves the core's
+ * caches but the output.
  *
  * Tiles (palette 1, kernels/gemm/gemm_amx.c's configuration): 0-3 the 2x2
  * results, 4-5 the A halves (rows 0-15, 16-31), 6-7 the B halves. */
@@ -18,7 +19,7 @@
 #include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
 
-enum { QB = 32, KB = 64, MAXE = LOOM_ATTENTION_AMX_MAX_HEAD_DIM };
+enum { QB = 32, KB = LOOM_ATTENTION_AMX_KEYS, MAXE = LOOM_ATTENTION_AMX_MAX_HEAD_DIM };
 
 /* exp(x) for x <= 0 to about 3e-6 relative, 0 below -87 (the -inf of
  * hidden keys included): 2^n 2^f, t = x log2(e), n = t rounded, f = t - n
@@ -39,7 +40,7 @@ static inline __m512 exp_weights(__m512 x) {
 }
 
 typedef struct amx_attn {
-  const loom_tensor *q, *k, *v, *out, *lse;
+  const loom_tensor *q, *k, *v, *out, *lse, *kp, *vp;
   int64_t l, s, e, ev;
   float scale;
   int causal;
@@ -195,13 +196,10 @@ static void attend_keys(const amx_attn *a, q_block *u, int64_t k0, int64_t kn, c
   }
 }
 
-/* Up to QN blocks of 32 queries of head b from q0, sharing each packed key
- * block. */
-enum { QN = 4 };
+/* Up to QN blocks of 32 queries of head b from q0. */
+enum { QN = LOOM_ATTENTION_AMX_QUERIES / QB };
 static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
-  _Alignas(64) uint16_t kb[KB * MAXE], vb[KB * MAXE], pb[QB * KB];
-  _Alignas(64) uint32_t kp[MAXE / 2 * KB]; /* two halves of MAXE / 2 x 32 words */
-  _Alignas(64) uint16_t vp[KB * MAXE];
+  _Alignas(64) uint16_t pb[QB * KB];
   _Alignas(64) float sb[QB * KB];
   q_block blk[QN];
   const int64_t e = a->e, ev = a->ev;
@@ -219,10 +217,9 @@ static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
   const int64_t s_end = a->causal && last < a->s ? last : a->s;
   for (int64_t k0 = 0; k0 < s_end; k0 += KB) {
     const int64_t kn = s_end - k0 < KB ? s_end - k0 : KB;
-    load_rows16(kb, e, a->k, b, k0, kn, KB, e);
-    load_rows16(vb, ev, a->v, b, k0, kn, KB, ev);
-    pack_keys(kp, kb, e);
-    pack_values(vp, vb, ev);
+    const int64_t packed = b * ((a->s + KB - 1) / KB) + k0 / KB; /* the pack's item */
+    const uint32_t *kp = (const uint32_t *)a->kp->data + packed * (KB * e / 2);
+    const uint16_t *vp = (const uint16_t *)a->vp->data + packed * (KB * ev);
     for (int j = 0; j < nb; ++j)
       if (!a->causal || blk[j].q0 + blk[j].qn > k0) /* else it sees none of these keys */
         attend_keys(a, &blk[j], k0, kn, kp, vp, sb, pb);
@@ -243,22 +240,44 @@ static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
   }
 }
 
-int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors != 5 || args->num_scalars != 2) return LOOM_ERROR_INVALID_ARGUMENT;
+/* The shapes of the kernels' tensors (kernels/attention.h); 0 if wrong. */
+static int amx_attn_of(const loom_kernel_args *args, amx_attn *a) {
+  if (args->num_tensors != 7 || args->num_scalars != 2) return 0;
   const loom_tensor *t = args->tensors;
-  amx_attn a = {.q = &t[0], .k = &t[1], .v = &t[2], .out = &t[3], .lse = &t[4],
-                .l = t[0].sizes[1], .s = t[1].sizes[1], .e = t[0].sizes[2],
-                .ev = t[2].sizes[2], .scale = (float)args->scalars[0].f,
-                .causal = args->scalars[1].i != 0};
+  *a = (amx_attn){.q = &t[0], .k = &t[1], .v = &t[2], .out = &t[3], .lse = &t[4], .kp = &t[5],
+                  .vp = &t[6], .l = t[0].sizes[1], .s = t[1].sizes[1], .e = t[0].sizes[2],
+                  .ev = t[2].sizes[2], .scale = (float)args->scalars[0].f,
+                  .causal = args->scalars[1].i != 0};
   for (int i = 0; i < 4; ++i)
-    if (t[i].rank != 3 || t[i].dtype != LOOM_BFLOAT16 || t[i].strides[2] != 1)
-      return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t bh = t[0].sizes[0];
-  if (t[4].rank != 2 || t[4].dtype != LOOM_FLOAT32 || t[1].sizes[0] != bh ||
-      t[2].sizes[0] != bh || t[1].sizes[2] != a.e || t[2].sizes[1] != a.s ||
-      t[3].sizes[0] != bh || t[3].sizes[1] != a.l || t[3].sizes[2] != a.ev ||
-      a.e % 32 != 0 || a.ev % 32 != 0 || a.e > MAXE || a.ev > MAXE || a.e <= 0 || a.ev <= 0)
-    return LOOM_ERROR_INVALID_ARGUMENT;
+    if (t[i].rank != 3 || t[i].dtype != LOOM_BFLOAT16 || t[i].strides[2] != 1) return 0;
+  const int64_t bh = t[0].sizes[0], blocks = (a->s + KB - 1) / KB;
+  return t[4].rank == 2 && t[4].dtype == LOOM_FLOAT32 && t[1].sizes[0] == bh &&
+         t[2].sizes[0] == bh && t[1].sizes[2] == a->e && t[2].sizes[1] == a->s &&
+         t[3].sizes[0] == bh && t[3].sizes[1] == a->l && t[3].sizes[2] == a->ev &&
+         a->e % 32 == 0 && a->ev % 32 == 0 && a->e <= MAXE && a->ev <= MAXE && a->e > 0 &&
+         a->ev > 0 && a->s > 0 && t[5].rank == 1 && t[6].rank == 1 &&
+         t[5].sizes[0] * loom_dtype_size(t[5].dtype) >= bh * blocks * KB * a->e * 2 &&
+         t[6].sizes[0] * loom_dtype_size(t[6].dtype) >= bh * blocks * KB * a->ev * 2;
+}
+
+int loom_attention_amx_pack(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  amx_attn a;
+  if (!amx_attn_of(args, &a)) return LOOM_ERROR_INVALID_ARGUMENT;
+  _Alignas(64) uint16_t kb[KB * MAXE], vb[KB * MAXE];
+  const int64_t blocks = (a.s + KB - 1) / KB;
+  for (int64_t it = begin; it < end; ++it) {
+    const int64_t b = it / blocks, k0 = it % blocks * KB, kn = a.s - k0 < KB ? a.s - k0 : KB;
+    load_rows16(kb, a.e, a.k, b, k0, kn, KB, a.e);
+    load_rows16(vb, a.ev, a.v, b, k0, kn, KB, a.ev);
+    pack_keys((uint32_t *)a.kp->data + it * (KB * a.e / 2), kb, a.e);
+    pack_values((uint16_t *)a.vp->data + it * (KB * a.ev), vb, a.ev);
+  }
+  return LOOM_OK;
+}
+
+int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  amx_attn a;
+  if (!amx_attn_of(args, &a)) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t blocks = (a.l + QB * QN - 1) / (QB * QN);
   loom_gemm_amx_begin();
   for (int64_t it = begin; it < end; ++it) attend_blocks(&a, it / blocks, it % blocks * QB * QN);

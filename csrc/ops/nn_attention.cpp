@@ -120,6 +120,21 @@ bool fused_amx_fits(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor
          q3.stride(2) == 1 && k3.stride(2) == 1 && v3.stride(2) == 1;
 }
 
+// The fused kernel's two launches over t (sdpa_forward's tensors; no
+// mask) and the key and value blocks in the tiles' layout.
+void forward_fused_amx(const loom_tensor (&t)[6], const loom_scalar (&s)[2], const at::Tensor& q3,
+                       const at::Tensor& k3, const at::Tensor& v3, const char* op) {
+  constexpr int64_t kKeys = LOOM_ATTENTION_AMX_KEYS;
+  const int64_t BH = q3.size(0), L = q3.size(1), blocks = (k3.size(1) + kKeys - 1) / kKeys;
+  const at::Tensor kp = at::empty({BH * blocks * kKeys * k3.size(2)}, q3.options());
+  const at::Tensor vp = at::empty({BH * blocks * kKeys * v3.size(2)}, q3.options());
+  const loom_tensor fused[7] = {t[0], t[1], t[2], t[4], t[5], describe(kp, op), describe(vp, op)};
+  const int device = q3.device().index();
+  launch(op, loom_attention_amx_pack, fused, s, BH * blocks, 1, device);
+  constexpr int64_t kQueries = LOOM_ATTENTION_AMX_QUERIES;
+  launch(op, loom_attention_amx_forward, fused, s, BH * ((L + kQueries - 1) / kQueries), 1, device);
+}
+
 void forward_amx(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3,
                  const at::Tensor& out3, const at::Tensor& lse2, double scale, bool is_causal,
                  const char* op) {
@@ -171,10 +186,8 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
                               describe_opt(mask, op), describe(flat3(out), op),
                               describe(lse.view({BH, L}), op)};
     const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
-    const loom_tensor fused[5] = {t[0], t[1], t[2], t[4], t[5]};  // no mask
     if (use_amx(query, bias) && fused_amx_fits(q3, k3, v3))
-      launch(op, loom_attention_amx_forward, fused, s, BH * ((L + 127) / 128), 1,
-             query.device().index());
+      forward_fused_amx(t, s, q3, k3, v3, op);
     else if (use_amx(query, bias))
       forward_amx(q3, k3, v3, flat3(out), lse.view({BH, L}), scale_of(query, scale), is_causal,
                   op);
