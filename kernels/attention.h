@@ -55,19 +55,21 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
                                        int64_t begin, int64_t end);
 
 /* The forward on AMX tiles (kernels/attention_amx.c), bf16, flash style:
- * items of up to 64 queries walk the keys 64 at a time, the weights
- * rounded to bf16 for the second product. Head dims multiples of 32, at
- * most LOOM_ATTENTION_AMX_MAX_HEAD_DIM; no mask; S > 0; AMX CPUs only.
- * Two launches over the same arguments: the pack, range BH * ceil(S / 64),
- * writes every block of 64 keys and values in the tiles' layout into [5]
- * and [6]; the forward, range BH * ceil(L / 64), reads them.
+ * items of LOOM_ATTENTION_AMX_QUERIES queries walk the keys
+ * LOOM_ATTENTION_AMX_KEYS at a time, the weights rounded to bf16 for the
+ * second product. Head dims multiples of 32, at most
+ * LOOM_ATTENTION_AMX_MAX_HEAD_DIM; no mask; S > 0; AMX CPUs only.
+ * Two launches over the same arguments: the pack, range BH * ceil(S /
+ * KEYS), writes every block of KEYS keys and values in the tiles' layout
+ * into [5] and [6]; the forward, range BH * ceil(L / QUERIES), reads them.
  * tensors: [0] q (BH, L, E), [1] k (BH, S, E), [2] v (BH, S, Ev), [3] out
  * (BH, L, Ev), all bf16 with unit last stride; [4] lse (BH, L) fp32;
- * [5], [6] rank-1 workspaces of BH * ceil(S / 64) * 64 * E and * Ev bf16.
+ * [5], [6] rank-1 workspaces of BH * ceil(S / KEYS) * KEYS * E and * Ev
+ * bf16 (names LOOM_ATTENTION_AMX_*).
  * scalars: [0].f scale, [1].i causal. A row with a NaN or +inf score gets
  * NaN. */
 #define LOOM_ATTENTION_AMX_MAX_HEAD_DIM 256
-#define LOOM_ATTENTION_AMX_KEYS 64
+#define LOOM_ATTENTION_AMX_KEYS 256
 #define LOOM_ATTENTION_AMX_QUERIES 64
 int loom_attention_amx_pack(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
