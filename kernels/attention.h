@@ -62,6 +62,9 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
  * Two launches over the same arguments: the pack, range BH * ceil(S /
  * KEYS), writes every block of KEYS keys and values in the tiles' layout
  * into [5] and [6]; the forward, range BH * ceil(L / QUERIES), reads them.
+ * Without [5] and [6] (and the pack), each item of the forward packs its
+ * key blocks as it goes: for one item per head (L <= QUERIES, decoding),
+ * where the blocks would serve no other item.
  * tensors: [0] q (BH, L, E), [1] k (BH, S, E), [2] v (BH, S, Ev), [3] out
  * (BH, L, Ev), all bf16 with unit last stride; [4] lse (BH, L) fp32;
  * [5], [6] rank-1 workspaces of BH * ceil(S / KEYS) * KEYS * E and * Ev

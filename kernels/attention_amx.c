@@ -61,15 +61,23 @@ static void load_rows16(uint16_t *dst, int64_t ld, const loom_tensor *t, int64_t
   }
 }
 
-/* A key block as the B operand of Q K^T, in groups of 32 keys:
- * kp[group][c][pair r][key j] holds K's elements 32c + 2r, 32c + 2r + 1
- * of key 32 group + j (32-bit words). */
-static void pack_keys(uint32_t *kp, const uint16_t *kb, int64_t e) {
+/* Row r of t[b] (bf16, unit last stride). */
+static inline const uint16_t *row16(const loom_tensor *t, int64_t b, int64_t r) {
+  return (const uint16_t *)t->data + b * t->strides[0] + r * t->strides[1];
+}
+
+/* The key block at k0 (kn keys, the rest zero) as the B operand of Q K^T,
+ * in groups of 32 keys: kp[group][c][pair r][key j] holds K's elements
+ * 32c + 2r, 32c + 2r + 1 of key 32 group + j (32-bit words). */
+static void pack_keys(uint32_t *kp, const loom_tensor *k, int64_t b, int64_t k0, int64_t kn,
+                      int64_t e) {
   for (int64_t q = 0; q < KB / 16; ++q) { /* 16 keys at a time */
     uint32_t *group = kp + q / 2 * (e / 2) * 32;
     for (int64_t c = 0; c < e / 32; ++c) {
       __m512i r[16];
-      for (int j = 0; j < 16; ++j) r[j] = _mm512_loadu_si512(kb + (16 * q + j) * e + 32 * c);
+      for (int j = 0; j < 16; ++j)
+        r[j] = 16 * q + j < kn ? _mm512_loadu_si512(row16(k, b, k0 + 16 * q + j) + 32 * c)
+                               : _mm512_setzero_si512();
       loom_gemm_transpose16(r); /* r[p] = pair p of the 16 keys */
       for (int p = 0; p < 16; ++p)
         _mm512_storeu_si512(group + (c * 16 + p) * 32 + 16 * (q % 2), r[p]);
@@ -77,19 +85,23 @@ static void pack_keys(uint32_t *kp, const uint16_t *kb, int64_t e) {
   }
 }
 
-/* A value block as the B operand of P V: vp[pair r][col][2] holds values
- * 2r and 2r + 1 of each column. */
-static void pack_values(uint16_t *vp, const uint16_t *vb, int64_t ev) {
+/* The value block at k0 (kn rows, the rest zero) as the B operand of P V:
+ * vp[pair r][col][2] holds values 2r and 2r + 1 of each column. */
+static void pack_values(uint16_t *vp, const loom_tensor *v, int64_t b, int64_t k0, int64_t kn,
+                        int64_t ev) {
   const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                       8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-  for (int p = 0; p < KB / 2; ++p)
+  for (int64_t p = 0; p < KB / 2; ++p) {
+    const uint16_t *v0 = 2 * p < kn ? row16(v, b, k0 + 2 * p) : NULL;
+    const uint16_t *v1 = 2 * p + 1 < kn ? row16(v, b, k0 + 2 * p + 1) : NULL;
     for (int64_t g = 0; g < ev; g += 32) {
-      const __m512i r0 = _mm512_loadu_si512(vb + 2 * p * ev + g);
-      const __m512i r1 = _mm512_loadu_si512(vb + (2 * p + 1) * ev + g);
+      const __m512i r0 = v0 ? _mm512_loadu_si512(v0 + g) : _mm512_setzero_si512();
+      const __m512i r1 = v1 ? _mm512_loadu_si512(v1 + g) : _mm512_setzero_si512();
       _mm512_storeu_si512(vp + (p * ev + g) * 2, _mm512_permutex2var_epi16(r0, lo, r1));
       _mm512_storeu_si512(vp + (p * ev + g) * 2 + 32, _mm512_permutex2var_epi16(r0, hi, r1));
     }
+  }
 }
 
 /* The running state of one block of 32 queries. */
@@ -131,13 +143,14 @@ static void attend_keys(const amx_attn *a, q_block *u, int64_t k0, int64_t kn, c
     _tile_stored(2, sb + 16 * KB + 32 * h, KB * 4);
     _tile_stored(3, sb + 16 * KB + 32 * h + 16, KB * 4);
   }
-  /* online softmax, row by row; rows past qn weigh nothing */
+  /* online softmax, row by row; the rows past qn, whose results are never
+   * read, keep the weights pb has (zero, or another block's) */
   const __m512 vs = _mm512_set1_ps(a->scale), ninf = _mm512_set1_ps(-INFINITY);
-  for (int64_t i = 0; i < QB; ++i) {
+  for (int64_t i = 0; i < qn; ++i) {
     float *srow = sb + i * KB;
     uint16_t *prow = pb + i * KB;
     /* keys this row sees: below kn, and (causal) up to its own index */
-    int64_t seen = i < qn ? kn : 0;
+    int64_t seen = kn;
     if (a->causal && q0 + i - k0 + 1 < seen) seen = q0 + i - k0 + 1 > 0 ? q0 + i - k0 + 1 : 0;
     /* the scaled scores, hidden keys -inf, back in place; their max */
     __m512 vmax = ninf;
@@ -205,8 +218,12 @@ enum { QN = LOOM_ATTENTION_AMX_QUERIES / QB };
 static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
   _Alignas(64) uint16_t pb[QB * KB];
   _Alignas(64) float sb[QB * KB];
+  /* the key and value blocks, when no pack launch wrote them */
+  _Alignas(64) uint32_t own_kp[KB * MAXE / 2];
+  _Alignas(64) uint16_t own_vp[KB * MAXE];
   q_block blk[QN];
   const int64_t e = a->e, ev = a->ev;
+  memset(pb, 0, sizeof pb);
   int nb = 0;
   for (; nb < QN && q0 + nb * QB < a->l; ++nb) {
     q_block *u = &blk[nb];
@@ -222,8 +239,15 @@ static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
   for (int64_t k0 = 0; k0 < s_end; k0 += KB) {
     const int64_t kn = s_end - k0 < KB ? s_end - k0 : KB;
     const int64_t packed = b * ((a->s + KB - 1) / KB) + k0 / KB; /* the pack's item */
-    const uint32_t *kp = (const uint32_t *)a->kp->data + packed * (KB * e / 2);
-    const uint16_t *vp = (const uint16_t *)a->vp->data + packed * (KB * ev);
+    const uint32_t *kp = own_kp;
+    const uint16_t *vp = own_vp;
+    if (a->kp) {
+      kp = (const uint32_t *)a->kp->data + packed * (KB * e / 2);
+      vp = (const uint16_t *)a->vp->data + packed * (KB * ev);
+    } else {
+      pack_keys(own_kp, a->k, b, k0, kn, e);
+      pack_values(own_vp, a->v, b, k0, kn, ev);
+    }
     for (int j = 0; j < nb; ++j)
       if (!a->causal || blk[j].q0 + blk[j].qn > k0) /* else it sees none of these keys */
         attend_keys(a, &blk[j], k0, kn, kp, vp, sb, pb);
@@ -246,10 +270,12 @@ static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
 
 /* The shapes of the kernels' tensors (kernels/attention.h); 0 if wrong. */
 static int amx_attn_of(const loom_kernel_args *args, amx_attn *a) {
-  if (args->num_tensors != 7 || args->num_scalars != 2) return 0;
+  if ((args->num_tensors != 5 && args->num_tensors != 7) || args->num_scalars != 2) return 0;
   const loom_tensor *t = args->tensors;
-  *a = (amx_attn){.q = &t[0], .k = &t[1], .v = &t[2], .out = &t[3], .lse = &t[4], .kp = &t[5],
-                  .vp = &t[6], .l = t[0].sizes[1], .s = t[1].sizes[1], .e = t[0].sizes[2],
+  const int packed = args->num_tensors == 7;
+  *a = (amx_attn){.q = &t[0], .k = &t[1], .v = &t[2], .out = &t[3], .lse = &t[4],
+                  .kp = packed ? &t[5] : NULL, .vp = packed ? &t[6] : NULL,
+                  .l = t[0].sizes[1], .s = t[1].sizes[1], .e = t[0].sizes[2],
                   .ev = t[2].sizes[2], .scale = (float)args->scalars[0].f,
                   .causal = args->scalars[1].i != 0};
   for (int i = 0; i < 4; ++i)
@@ -259,22 +285,21 @@ static int amx_attn_of(const loom_kernel_args *args, amx_attn *a) {
          t[2].sizes[0] == bh && t[1].sizes[2] == a->e && t[2].sizes[1] == a->s &&
          t[3].sizes[0] == bh && t[3].sizes[1] == a->l && t[3].sizes[2] == a->ev &&
          a->e % 32 == 0 && a->ev % 32 == 0 && a->e <= MAXE && a->ev <= MAXE && a->e > 0 &&
-         a->ev > 0 && a->s > 0 && t[5].rank == 1 && t[6].rank == 1 &&
-         t[5].sizes[0] * loom_dtype_size(t[5].dtype) >= bh * blocks * KB * a->e * 2 &&
-         t[6].sizes[0] * loom_dtype_size(t[6].dtype) >= bh * blocks * KB * a->ev * 2;
+         a->ev > 0 && a->s > 0 &&
+         (!packed ||
+          (t[5].rank == 1 && t[6].rank == 1 &&
+           t[5].sizes[0] * loom_dtype_size(t[5].dtype) >= bh * blocks * KB * a->e * 2 &&
+           t[6].sizes[0] * loom_dtype_size(t[6].dtype) >= bh * blocks * KB * a->ev * 2));
 }
 
 int loom_attention_amx_pack(const loom_kernel_args *args, int64_t begin, int64_t end) {
   amx_attn a;
-  if (!amx_attn_of(args, &a)) return LOOM_ERROR_INVALID_ARGUMENT;
-  _Alignas(64) uint16_t kb[KB * MAXE], vb[KB * MAXE];
+  if (!amx_attn_of(args, &a) || !a.kp) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t blocks = (a.s + KB - 1) / KB;
   for (int64_t it = begin; it < end; ++it) {
     const int64_t b = it / blocks, k0 = it % blocks * KB, kn = a.s - k0 < KB ? a.s - k0 : KB;
-    load_rows16(kb, a.e, a.k, b, k0, kn, KB, a.e);
-    load_rows16(vb, a.ev, a.v, b, k0, kn, KB, a.ev);
-    pack_keys((uint32_t *)a.kp->data + it * (KB * a.e / 2), kb, a.e);
-    pack_values((uint16_t *)a.vp->data + it * (KB * a.ev), vb, a.ev);
+    pack_keys((uint32_t *)a.kp->data + it * (KB * a.e / 2), a.k, b, k0, kn, a.e);
+    pack_values((uint16_t *)a.vp->data + it * (KB * a.ev), a.v, b, k0, kn, a.ev);
   }
   return LOOM_OK;
 }

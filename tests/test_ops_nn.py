@@ -585,11 +585,14 @@ def test_sdpa_bf16_on_amx(causal, scale, dims):
         close(a, b, torch.bfloat16, scale=4.0)
 
 
-@pytest.mark.parametrize("shape", [(3, 37, 50, 32, 64), (1, 1, 1, 32, 32), (2, 70, 33, 128, 32)])
+@pytest.mark.parametrize("shape", [(3, 37, 50, 32, 64), (1, 1, 1, 32, 32), (2, 70, 33, 128, 32),
+                                   (2, 5, 700, 64, 64)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpa_bf16_fused_edges(shape, causal):
     # partial query and key blocks, one query, more queries than keys
-    # (causal rows past the keys see them all), wide heads
+    # (causal rows past the keys see them all), wide heads; a few queries
+    # (one item per head, which packs its own key blocks) over several key
+    # blocks
     torch.manual_seed(18)
     bh, L, S, e, ev = shape
     qc, qd = pair(torch.randn(bh, L, e).bfloat16())
