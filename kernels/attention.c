@@ -4,12 +4,8 @@
 
 #include <math.h>
 
-#include "kernels/convert.h"
-#include "kernels/dtype.h"
-#include "kernels/nn_rows.h"
 #include "kernels/nn_util.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
 
 typedef struct attn_dims {
   int64_t bh, l, s, e, ev;
@@ -206,40 +202,6 @@ int loom_attention_backward_kv(const loom_kernel_args *args, int64_t begin,
     }
     store_row(dk, b, j, acc_k, scale, d.e);
     store_row(dv, b, j, acc_v, 1.0, d.ev);
-  }
-  return LOOM_OK;
-}
-
-int loom_attention_weights_bf16(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors != 3 || args->num_scalars != 3) return LOOM_ERROR_INVALID_ARGUMENT;
-  const float scale = (float)args->scalars[0].f;
-  const int causal = args->scalars[1].i != 0;
-  const int64_t q0 = args->scalars[2].i;
-  const loom_tensor *sc = &args->tensors[0], *p = &args->tensors[1], *lse = &args->tensors[2];
-  if (sc->rank != 2 || p->rank != 2 || lse->rank != 2 || sc->dtype != LOOM_FLOAT32 ||
-      p->dtype != LOOM_BFLOAT16 || lse->dtype != LOOM_FLOAT32 || sc->strides[1] != 1 ||
-      p->strides[1] != 1 || p->sizes[0] != sc->sizes[0] || p->sizes[1] != sc->sizes[1] ||
-      lse->sizes[0] * lse->sizes[1] != sc->sizes[0] || end > sc->sizes[0])
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t n = sc->sizes[1], per = lse->sizes[1];
-  const loom_nn_rows_ops *ops = loom_nn_rows();
-  const int vec = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
-  for (int64_t r = begin; r < end; ++r) {
-    float *x = (float *)sc->data + r * sc->strides[0];
-    uint16_t *y = (uint16_t *)p->data + r * p->strides[0];
-    float *l = (float *)lse->data + r / per * lse->strides[0] + r % per * lse->strides[1];
-    ops->affine(x, n, scale, 0.0f, x);
-    for (int64_t j = causal ? q0 + r % per + 1 : n; j < n; ++j) x[j] = -INFINITY;
-    const float m = ops->max(x, n);
-    /* an inf or NaN max makes every weight NaN, as the softmax gives them */
-    const float sum = isfinite(m) ? ops->exp_sum(x, n, m, x) : NAN;
-    *l = m + logf(sum);
-    ops->affine(x, n, 1.0f / sum, 0.0f, x);
-    if (vec) {
-      loom_f32_to_bf16_avx512(y, x, n);
-    } else {
-      for (int64_t j = 0; j < n; ++j) y[j] = loom_f32_to_bf16(x[j]);
-    }
   }
   return LOOM_OK;
 }

@@ -57,8 +57,9 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
 /* The forward on AMX tiles (kernels/attention_amx.c), bf16, flash style:
  * items of LOOM_ATTENTION_AMX_QUERIES queries walk the keys
  * LOOM_ATTENTION_AMX_KEYS at a time, the weights rounded to bf16 for the
- * second product. Head dims multiples of 32, at most
- * LOOM_ATTENTION_AMX_MAX_HEAD_DIM; no mask; S > 0; AMX CPUs only.
+ * second product. Head dims up to LOOM_ATTENTION_AMX_MAX_HEAD_DIM (the
+ * tiles take them in steps of 32, zero-padded); no mask; S > 0; AMX CPUs
+ * only.
  * Two launches over the same arguments: the pack, range BH * ceil(S /
  * KEYS), writes every block of KEYS keys and values in the tiles' layout
  * into [5] and [6]; the forward, range BH * ceil(L / QUERIES), reads them.
@@ -67,8 +68,9 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
  * where the blocks would serve no other item.
  * tensors: [0] q (BH, L, E), [1] k (BH, S, E), [2] v (BH, S, Ev), [3] out
  * (BH, L, Ev), all bf16 with unit last stride; [4] lse (BH, L) fp32;
- * [5], [6] rank-1 workspaces of BH * ceil(S / KEYS) * KEYS * E and * Ev
- * bf16 (names LOOM_ATTENTION_AMX_*).
+ * [5], [6] rank-1 workspaces of BH * ceil(S / KEYS) * KEYS * E32 and *
+ * Ev32 bf16, E32 and Ev32 the head dims rounded up to 32 (names
+ * LOOM_ATTENTION_AMX_*).
  * scalars: [0].f scale, [1].i causal. A row with a NaN or +inf score gets
  * NaN. */
 #define LOOM_ATTENTION_AMX_MAX_HEAD_DIM 256
@@ -76,18 +78,6 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
 #define LOOM_ATTENTION_AMX_QUERIES 64
 int loom_attention_amx_pack(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
-
-/* The weights of a block of attention rows, for the forward that takes its
- * two products from the GEMM (bf16 operands on AMX). Range: rows.
- * tensors: [0] scores (rows, n) fp32, unit last stride, overwritten;
- *          [1] weights (rows, n) bf16, unit last stride: the softmax of
- *          each row of scores times the scale, rounded;
- *          [2] lse (a, b) fp32, a * b = rows, any strides: row r's
- *          log-sum-exp at [r / b][r % b].
- * scalars: [0].f scale, [1].i causal: row r is query [2].i + r % b and
- * sees the keys up to its own index only. A row whose max is inf or NaN
- * gets NaN weights. */
-int loom_attention_weights_bf16(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus
 }

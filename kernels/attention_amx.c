@@ -41,24 +41,28 @@ static inline __m512 exp_weights(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
+/* e and ev are the head dims rounded up to 32, the tiles' steps, with
+ * zeros past e_in and ev_in, the tensors' own. */
 typedef struct amx_attn {
   const loom_tensor *q, *k, *v, *out, *lse, *kp, *vp;
-  int64_t l, s, e, ev;
+  int64_t l, s, e, ev, e_in, ev_in;
   float scale;
   int causal;
 } amx_attn;
 
-/* Rows [r0, r0 + n) of t[b] (bf16, unit last stride) into dst rows `ld`
- * apart, `cols` wide; rows past n are zero. */
+/* Rows [r0, r0 + n) of t[b] (bf16, unit last stride, `cols` wide) into
+ * dst rows `ld` apart; rows past n and columns past cols are zero. */
 static void load_rows16(uint16_t *dst, int64_t ld, const loom_tensor *t, int64_t b, int64_t r0,
                         int64_t n, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    if (r < n)
-      memcpy(dst + r * ld, (const uint16_t *)t->data + b * t->strides[0] + (r0 + r) * t->strides[1],
-             (size_t)cols * sizeof(uint16_t));
-    else
-      memset(dst + r * ld, 0, (size_t)cols * sizeof(uint16_t));
-  }
+  memset(dst, 0, (size_t)(rows * ld) * sizeof(uint16_t));
+  for (int64_t r = 0; r < n && r < rows; ++r)
+    memcpy(dst + r * ld, (const uint16_t *)t->data + b * t->strides[0] + (r0 + r) * t->strides[1],
+           (size_t)cols * sizeof(uint16_t));
+}
+
+/* Lanes [0, n) of 32, clipped. */
+static inline __mmask32 lanes32(int64_t n) {
+  return n >= 32 ? ~(__mmask32)0 : n <= 0 ? (__mmask32)0 : (((__mmask32)1 << n) - 1u);
 }
 
 /* Row r of t[b] (bf16, unit last stride). */
@@ -70,14 +74,16 @@ static inline const uint16_t *row16(const loom_tensor *t, int64_t b, int64_t r) 
  * in groups of 32 keys: kp[group][c][pair r][key j] holds K's elements
  * 32c + 2r, 32c + 2r + 1 of key 32 group + j (32-bit words). */
 static void pack_keys(uint32_t *kp, const loom_tensor *k, int64_t b, int64_t k0, int64_t kn,
-                      int64_t e) {
+                      int64_t e, int64_t e_in) {
   for (int64_t q = 0; q < KB / 16; ++q) { /* 16 keys at a time */
     uint32_t *group = kp + q / 2 * (e / 2) * 32;
     for (int64_t c = 0; c < e / 32; ++c) {
+      const __mmask32 cols = lanes32(e_in - 32 * c);
       __m512i r[16];
       for (int j = 0; j < 16; ++j)
-        r[j] = 16 * q + j < kn ? _mm512_loadu_si512(row16(k, b, k0 + 16 * q + j) + 32 * c)
-                               : _mm512_setzero_si512();
+        r[j] = 16 * q + j < kn
+                   ? _mm512_maskz_loadu_epi16(cols, row16(k, b, k0 + 16 * q + j) + 32 * c)
+                   : _mm512_setzero_si512();
       loom_gemm_transpose16(r); /* r[p] = pair p of the 16 keys */
       for (int p = 0; p < 16; ++p)
         _mm512_storeu_si512(group + (c * 16 + p) * 32 + 16 * (q % 2), r[p]);
@@ -88,16 +94,15 @@ static void pack_keys(uint32_t *kp, const loom_tensor *k, int64_t b, int64_t k0,
 /* The value block at k0 (kn rows, the rest zero) as the B operand of P V:
  * vp[pair r][col][2] holds values 2r and 2r + 1 of each column. */
 static void pack_values(uint16_t *vp, const loom_tensor *v, int64_t b, int64_t k0, int64_t kn,
-                        int64_t ev) {
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
-                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+                        int64_t ev, int64_t ev_in) {
+  const __m512i lo = loom_gemm_pair_index(0), hi = loom_gemm_pair_index(1);
   for (int64_t p = 0; p < KB / 2; ++p) {
     const uint16_t *v0 = 2 * p < kn ? row16(v, b, k0 + 2 * p) : NULL;
     const uint16_t *v1 = 2 * p + 1 < kn ? row16(v, b, k0 + 2 * p + 1) : NULL;
     for (int64_t g = 0; g < ev; g += 32) {
-      const __m512i r0 = v0 ? _mm512_loadu_si512(v0 + g) : _mm512_setzero_si512();
-      const __m512i r1 = v1 ? _mm512_loadu_si512(v1 + g) : _mm512_setzero_si512();
+      const __mmask32 cols = lanes32(ev_in - g);
+      const __m512i r0 = v0 ? _mm512_maskz_loadu_epi16(cols, v0 + g) : _mm512_setzero_si512();
+      const __m512i r1 = v1 ? _mm512_maskz_loadu_epi16(cols, v1 + g) : _mm512_setzero_si512();
       _mm512_storeu_si512(vp + (p * ev + g) * 2, _mm512_permutex2var_epi16(r0, lo, r1));
       _mm512_storeu_si512(vp + (p * ev + g) * 2 + 32, _mm512_permutex2var_epi16(r0, hi, r1));
     }
@@ -229,7 +234,7 @@ static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
     q_block *u = &blk[nb];
     u->q0 = q0 + nb * QB;
     u->qn = a->l - u->q0 < QB ? a->l - u->q0 : QB;
-    load_rows16(u->q, e, a->q, b, u->q0, u->qn, QB, e);
+    load_rows16(u->q, e, a->q, b, u->q0, u->qn, QB, a->e_in);
     memset(u->o, 0, (size_t)(QB * ev) * sizeof(float));
     for (int i = 0; i < QB; ++i) u->m[i] = -INFINITY, u->l[i] = 0.0f, u->bad[i] = 0;
   }
@@ -245,8 +250,8 @@ static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
       kp = (const uint32_t *)a->kp->data + packed * (KB * e / 2);
       vp = (const uint16_t *)a->vp->data + packed * (KB * ev);
     } else {
-      pack_keys(own_kp, a->k, b, k0, kn, e);
-      pack_values(own_vp, a->v, b, k0, kn, ev);
+      pack_keys(own_kp, a->k, b, k0, kn, e, a->e_in);
+      pack_values(own_vp, a->v, b, k0, kn, ev, a->ev_in);
     }
     for (int j = 0; j < nb; ++j)
       if (!a->causal || blk[j].q0 + blk[j].qn > k0) /* else it sees none of these keys */
@@ -258,9 +263,10 @@ static void attend_blocks(const amx_attn *a, int64_t b, int64_t q0) {
       const float inv = u->bad[i] ? NAN : 1.0f / u->l[i];
       uint16_t *orow = (uint16_t *)a->out->data + b * a->out->strides[0] +
                        (u->q0 + i) * a->out->strides[1];
-      for (int64_t c = 0; c < ev; c += 16) {
+      for (int64_t c = 0; c < a->ev_in; c += 16) {
         const __m512 o = _mm512_mul_ps(_mm512_load_ps(u->o + i * ev + c), _mm512_set1_ps(inv));
-        _mm256_storeu_si256((__m256i *)(orow + c), (__m256i)_mm512_cvtneps_pbh(o));
+        _mm256_mask_storeu_epi16(orow + c, (__mmask16)lanes32(a->ev_in - c),
+                                 (__m256i)_mm512_cvtneps_pbh(o));
       }
       float *lr = (float *)a->lse->data + b * a->lse->strides[0] + (u->q0 + i) * a->lse->strides[1];
       *lr = u->bad[i] ? NAN : u->m[i] + logf(u->l[i]);
@@ -275,17 +281,17 @@ static int amx_attn_of(const loom_kernel_args *args, amx_attn *a) {
   const int packed = args->num_tensors == 7;
   *a = (amx_attn){.q = &t[0], .k = &t[1], .v = &t[2], .out = &t[3], .lse = &t[4],
                   .kp = packed ? &t[5] : NULL, .vp = packed ? &t[6] : NULL,
-                  .l = t[0].sizes[1], .s = t[1].sizes[1], .e = t[0].sizes[2],
-                  .ev = t[2].sizes[2], .scale = (float)args->scalars[0].f,
+                  .l = t[0].sizes[1], .s = t[1].sizes[1], .e = (t[0].sizes[2] + 31) / 32 * 32,
+                  .ev = (t[2].sizes[2] + 31) / 32 * 32, .e_in = t[0].sizes[2],
+                  .ev_in = t[2].sizes[2], .scale = (float)args->scalars[0].f,
                   .causal = args->scalars[1].i != 0};
   for (int i = 0; i < 4; ++i)
     if (t[i].rank != 3 || t[i].dtype != LOOM_BFLOAT16 || t[i].strides[2] != 1) return 0;
   const int64_t bh = t[0].sizes[0], blocks = (a->s + KB - 1) / KB;
   return t[4].rank == 2 && t[4].dtype == LOOM_FLOAT32 && t[1].sizes[0] == bh &&
-         t[2].sizes[0] == bh && t[1].sizes[2] == a->e && t[2].sizes[1] == a->s &&
-         t[3].sizes[0] == bh && t[3].sizes[1] == a->l && t[3].sizes[2] == a->ev &&
-         a->e % 32 == 0 && a->ev % 32 == 0 && a->e <= MAXE && a->ev <= MAXE && a->e > 0 &&
-         a->ev > 0 && a->s > 0 &&
+         t[2].sizes[0] == bh && t[1].sizes[2] == a->e_in && t[2].sizes[1] == a->s &&
+         t[3].sizes[0] == bh && t[3].sizes[1] == a->l && t[3].sizes[2] == a->ev_in &&
+         a->e <= MAXE && a->ev <= MAXE && a->e_in > 0 && a->ev_in > 0 && a->s > 0 &&
          (!packed ||
           (t[5].rank == 1 && t[6].rank == 1 &&
            t[5].sizes[0] * loom_dtype_size(t[5].dtype) >= bh * blocks * KB * a->e * 2 &&
@@ -298,8 +304,8 @@ int loom_attention_amx_pack(const loom_kernel_args *args, int64_t begin, int64_t
   const int64_t blocks = (a.s + KB - 1) / KB;
   for (int64_t it = begin; it < end; ++it) {
     const int64_t b = it / blocks, k0 = it % blocks * KB, kn = a.s - k0 < KB ? a.s - k0 : KB;
-    pack_keys((uint32_t *)a.kp->data + it * (KB * a.e / 2), a.k, b, k0, kn, a.e);
-    pack_values((uint16_t *)a.vp->data + it * (KB * a.ev), a.v, b, k0, kn, a.ev);
+    pack_keys((uint32_t *)a.kp->data + it * (KB * a.e / 2), a.k, b, k0, kn, a.e, a.e_in);
+    pack_values((uint16_t *)a.vp->data + it * (KB * a.ev), a.v, b, k0, kn, a.ev, a.ev_in);
   }
   return LOOM_OK;
 }

@@ -565,13 +565,11 @@ def test_sdpa(dtype, causal, mask_kind, shape):
 @pytest.mark.parametrize("scale", [None, -0.3])
 @pytest.mark.parametrize("dims", [(16, 24), (64, 96)])
 def test_sdpa_bf16_on_amx(causal, scale, dims):
-    # bf16 without a mask runs on AMX tiles where the CPU has them. Head
-    # dims that are multiples of 32 take the fused kernel: 600 queries are
-    # 18 full blocks and a partial one, 4096 keys 128 key blocks; causal
-    # blocks stop at their last query. Other head dims take the products
-    # from the GEMM: 4096 keys fill the 8 MB score block in 512 rows, so the
-    # causal rows of the second row block start past its first row. A
-    # negative scale must not turn hidden keys into visible ones.
+    # bf16 without a mask runs fused on AMX tiles where the CPU has them:
+    # 600 queries are 9 full items and a partial one, 4096 keys 16 key
+    # blocks; causal items stop at their last query. Head dims that are not
+    # multiples of 32 are zero-padded to the tiles' steps. A negative scale
+    # must not turn hidden keys into visible ones.
     torch.manual_seed(17)
     e, ev = dims
     qc, qd = pair(torch.randn(1, 2, 600, e).bfloat16())
@@ -601,6 +599,19 @@ def test_sdpa_bf16_fused_edges(shape, causal):
     oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal)
     od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal)
     close(od, oc.detach(), torch.bfloat16, scale=2.0)
+
+
+def test_sdpa_bf16_head_dims_read_only_their_columns():
+    # head dims of 24 are padded to the tiles' 32 with zeros, never with the
+    # next columns of a row: here those hold NaN, which a padded product
+    # (0 * NaN) would spread into every result
+    torch.manual_seed(19)
+    full = [torch.randn(2, 300, 32).bfloat16() for _ in range(3)]
+    for t in full:
+        t[..., 24:] = float("nan")
+    qc, kc, vc = (t[..., :24] for t in full)
+    od = F.scaled_dot_product_attention(*(t.to("loom")[..., :24] for t in full))
+    close(od, F.scaled_dot_product_attention(qc, kc, vc), torch.bfloat16, scale=2.0)
 
 
 def test_sdpa_bf16_nan_rows():

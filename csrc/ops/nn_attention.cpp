@@ -9,12 +9,10 @@
 #include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "kernels/attention.h"
 #include "kernels/gemm/gemm.h"
-#include "ops/linalg_gemm.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -99,31 +97,25 @@ at::Tensor mask3(const at::Tensor& mask, const at::Tensor& q, int64_t S) {
   return flat3(mask.expand(with_last(q, 1, {S})));
 }
 
-// bf16 attention without a mask runs on AMX tiles where the GEMM does.
-// Head dims that are multiples of 32 take the fused kernel
-// (kernels/attention_amx.c); others take the scores and the weighted sum
-// from batched GEMMs (products summed in fp32) with the row kernel's
-// softmax between them, from fp32 scores to bf16 weights, in blocks of
-// heads and query rows whose scores fill at most 8 MB. Both round the
-// weights to bf16, as the fused CPU kernels do.
-bool use_amx(const at::Tensor& q, const std::optional<at::Tensor>& mask) {
-  return q.scalar_type() == at::kBFloat16 && !(mask.has_value() && mask->defined()) &&
-         loom_gemm_isa_selected() == LOOM_GEMM_AMX;
-}
+int64_t round32(int64_t x) { return (x + 31) / 32 * 32; }
 
-// What the fused AMX kernel takes: head dims multiples of 32 within its
-// tiles, rows of unit stride, some keys.
-bool fused_amx_fits(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3) {
-  const int64_t e = q3.size(2), ev = v3.size(2);
-  return k3.size(1) > 0 && e % 32 == 0 && ev % 32 == 0 &&
-         e <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM && ev <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
-         q3.stride(2) == 1 && k3.stride(2) == 1 && v3.stride(2) == 1;
+// bf16 attention without a mask runs fused on AMX tiles where the GEMM
+// does (kernels/attention_amx.c): head dims within its tiles, rows of unit
+// stride, some keys. It rounds the weights to bf16, as the fused CPU
+// kernels do.
+bool use_amx(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3,
+             const std::optional<at::Tensor>& mask) {
+  return q3.scalar_type() == at::kBFloat16 && !(mask.has_value() && mask->defined()) &&
+         loom_gemm_isa_selected() == LOOM_GEMM_AMX && k3.size(1) > 0 &&
+         round32(q3.size(2)) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
+         round32(v3.size(2)) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM && q3.stride(2) == 1 &&
+         k3.stride(2) == 1 && v3.stride(2) == 1;
 }
 
 // The fused kernel over t (sdpa_forward's tensors; no mask). The key and
 // value blocks are packed once, into the tiles' layout, when several query
 // items of a head read them; a head's only item packs them as it goes
-// (decoding: 1 query, 8 heads of 4096 keys, 0.68 -> 0.18 ms).
+// (decoding: 1 query, 8 heads of 4096 keys, 0.68 -> 0.41 ms).
 void forward_fused_amx(const loom_tensor (&t)[6], const loom_scalar (&s)[2], const at::Tensor& q3,
                        const at::Tensor& k3, const at::Tensor& v3, const char* op) {
   constexpr int64_t kKeys = LOOM_ATTENTION_AMX_KEYS, kQueries = LOOM_ATTENTION_AMX_QUERIES;
@@ -135,38 +127,11 @@ void forward_fused_amx(const loom_tensor (&t)[6], const loom_scalar (&s)[2], con
     launch(op, loom_attention_amx_forward, own, s, items, 1, device);
     return;
   }
-  const at::Tensor kp = at::empty({BH * blocks * kKeys * k3.size(2)}, q3.options());
-  const at::Tensor vp = at::empty({BH * blocks * kKeys * v3.size(2)}, q3.options());
+  const at::Tensor kp = at::empty({BH * blocks * kKeys * round32(k3.size(2))}, q3.options());
+  const at::Tensor vp = at::empty({BH * blocks * kKeys * round32(v3.size(2))}, q3.options());
   const loom_tensor fused[7] = {t[0], t[1], t[2], t[4], t[5], describe(kp, op), describe(vp, op)};
   launch(op, loom_attention_amx_pack, fused, s, BH * blocks, 1, device);
   launch(op, loom_attention_amx_forward, fused, s, items, 1, device);
-}
-
-void forward_amx(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3,
-                 const at::Tensor& out3, const at::Tensor& lse2, double scale, bool is_causal,
-                 const char* op) {
-  constexpr int64_t kScoreBytes = int64_t{8} << 20;
-  const int64_t BH = q3.size(0), L = q3.size(1), S = k3.size(1);
-  const int64_t rows = std::clamp<int64_t>(kScoreBytes / (S * 4), 1, L);
-  const int64_t heads = std::clamp<int64_t>(kScoreBytes / (rows * S * 4), 1, BH);
-  for (int64_t h0 = 0; h0 < BH; h0 += heads) {
-    const int64_t hc = std::min(heads, BH - h0);
-    const at::Tensor k = k3.narrow(0, h0, hc), v = v3.narrow(0, h0, hc);
-    for (int64_t r0 = 0; r0 < L; r0 += rows) {
-      const int64_t rc = std::min(rows, L - r0);
-      at::Tensor s = at::empty({hc, rc, S}, q3.options().dtype(at::kFloat));
-      gemm_run(op, s, gemm_view(s, op), gemm_view(q3.narrow(0, h0, hc).narrow(1, r0, rc), op),
-               gemm_transpose(gemm_view(k, op)), nullptr, 1.0, 0.0);
-      at::Tensor p = at::empty({hc, rc, S}, q3.options());
-      const loom_tensor wt[3] = {describe(s.view({hc * rc, S}), op),
-                                 describe(p.view({hc * rc, S}), op),
-                                 describe(lse2.narrow(0, h0, hc).narrow(1, r0, rc), op)};
-      const loom_scalar ws[3] = {scalar_f(scale), scalar_i(is_causal), scalar_i(r0)};
-      launch(op, loom_attention_weights_bf16, wt, ws, hc * rc, grain_for(S), q3.device().index());
-      const at::Tensor o = out3.narrow(0, h0, hc).narrow(1, r0, rc);
-      gemm_run(op, o, gemm_view(o, op), gemm_view(p, op), gemm_view(v, op), nullptr, 1.0, 0.0);
-    }
-  }
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt,
@@ -193,11 +158,8 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
                               describe_opt(mask, op), describe(flat3(out), op),
                               describe(lse.view({BH, L}), op)};
     const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
-    if (use_amx(query, bias) && fused_amx_fits(q3, k3, v3))
+    if (use_amx(q3, k3, v3, bias))
       forward_fused_amx(t, s, q3, k3, v3, op);
-    else if (use_amx(query, bias))
-      forward_amx(q3, k3, v3, flat3(out), lse.view({BH, L}), scale_of(query, scale), is_causal,
-                  op);
     else if (use_blocked(query, value))
       launch(op, loom_attention_blocked_forward, t, s, blocks(BH, L), 1,
              query.device().index());

@@ -66,10 +66,7 @@ void loom_gemm_pack_rows32_avx512(uint32_t *dst, const uint32_t *src, int64_t s_
 void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
                                    int64_t s_k, int64_t lanes, int64_t width,
                                    int64_t k) {
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10,
-                                      41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
-                                      34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  const __m512i lo = loom_gemm_pair_index(0), hi = loom_gemm_pair_index(1);
   for (int64_t g = 0; g < width; g += 32) {
     int64_t gl = lanes - g < 32 ? (lanes - g > 0 ? lanes - g : 0) : 32;
     __mmask32 load = gl >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << gl) - 1u);
@@ -94,10 +91,7 @@ void loom_gemm_pack_amx_t16_avx512(uint16_t *dst, const uint16_t *src, int64_t s
   /* rows 2p and 2p + 1 interleaved into k-pairs (one 32-bit word per
    * lane), lanes 0-15 and 16-31 apart; each half transposed gives a lane's
    * 16 pairs, its k run, per register */
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10,
-                                      41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3,
-                                      34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  const __m512i lo = loom_gemm_pair_index(0), hi = loom_gemm_pair_index(1);
   const __mmask32 load = lanes >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << lanes) - 1u);
   __m512i w0[16], w1[16];
   for (int p = 0; p < 16; ++p) {

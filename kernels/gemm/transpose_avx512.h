@@ -34,6 +34,14 @@ static inline void loom_gemm_transpose16(__m512i r[16]) {
   }
 }
 
+/* The permutex2var_epi16 indices that interleave lanes [16 half, 16 half
+ * + 16) of two rows of 32 16-bit values into k-pairs: (a0, b0, a1, b1, ...). */
+static inline __m512i loom_gemm_pair_index(int half) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  return half ? _mm512_add_epi16(lo, _mm512_set1_epi16(16)) : lo;
+}
+
 /* buf[panel][32 rows][32 positions] -> out[position][32 rows], positions
  * [0, kn) (a multiple of 32 or the last, zero-padded panel). */
 static inline void loom_gemm_transpose_panels32(float *out, const float *buf, int64_t kn) {
