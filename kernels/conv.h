@@ -52,6 +52,11 @@ enum { LOOM_CONV_FLIP_PANELS = 4 };
 int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
                                   int64_t end);
 
+/* The same for a bf16 w and the AMX plan's A panels (AMX CPUs only,
+ * kernels/conv_gemm_amx.c); K <= 32. */
+int loom_conv_pack_flipped_amx_kernel(const loom_kernel_args *args, int64_t begin,
+                                      int64_t end);
+
 /* 2-d image planes into zero-padded phase planes of row width wq, for the
  * padded implicit GEMMs below. With strides (sh, sw), the padded image
  * (top, left zeros before each dim) is split into sh * sw phases, phase
@@ -152,6 +157,12 @@ static inline int64_t loom_conv_tail_split(int64_t batches, int64_t cols, int64_
 int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
                           int64_t end);
 
+/* The same forward for bf16 on AMX CPUs (kernels/conv_gemm_amx.c): tensors
+ * and scalars as loom_conv_gemm_kernel's, with C, A, the image and the bias
+ * bf16 and the isa LOOM_GEMM_AMX (A packed by that plan); C's tiles sum in
+ * fp32 and are rounded once. */
+int loom_conv_gemm_amx_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+
 /* Weight gradient as an implicit GEMM (fp32, AVX-512 CPUs only):
  * dW[g] = dy[g] @ col[g]^T with k running over (image, position).
  * tensors: [0] dW C (1, G, O/G, C/G*K) fp32, unit column stride;
@@ -163,6 +174,14 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * range: G * ceil((C/G*K) / 32) (one 32-column panel of dW per item). */
 int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                            int64_t end);
+
+/* The same weight gradient for bf16 on AMX CPUs (kernels/conv_gemm_amx.c):
+ * tensors as loom_conv_wgrad_kernel's, with dW, dy and the image bf16 and
+ * the isa LOOM_GEMM_AMX (dy packed by that plan, not read in place); dW's
+ * sums run in fp32 and are rounded once.
+ * scalars: [0].i isa, [1].i qn in [1, 4], dW panels per item, [2..16] the
+ * geometry. range: G * ceil(ceil((C/G*K) / 32) / qn). */
+int loom_conv_wgrad_amx_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* 2-d forward over zero-padded phase planes (loom_conv_pad_kernel, rows
  * of width wq >= wo + dw*(kw-1)/sw), fp32, AVX-512 CPUs only. The GEMM

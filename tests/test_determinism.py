@@ -33,6 +33,13 @@ wino = torch.nn.functional.conv2d(img, ker, padding=1)  # Winograd
 strided = torch.nn.functional.conv2d(img, ker, stride=2, padding=1)  # implicit GEMM
 (wino.square().sum() + strided.square().sum()).backward()
 results += [m @ m.T, wino, strided, img.grad, ker.grad]
+# bf16: the implicit GEMMs on AMX tiles where the CPU has them
+bimg = torch.randn(2, 64, 14, 14).bfloat16().to("loom").requires_grad_()
+bker = torch.randn(80, 64, 3, 3).bfloat16().to("loom").requires_grad_()
+bsame = torch.nn.functional.conv2d(bimg, bker, padding=1)
+bstrided = torch.nn.functional.conv2d(bimg, bker, stride=2, padding=1)
+(bsame.float().square().sum() + bstrided.float().square().sum()).backward()
+results += [bsame, bstrided, bimg.grad, bker.grad]
 digest = hashlib.sha256()
 for r in results:
     digest.update(r.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())

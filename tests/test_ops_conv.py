@@ -125,6 +125,64 @@ def test_bf16_conv_transpose_with_bias_rounds_once(dim):
     assert bool(rounded_once(out, exact).all())
 
 
+BF16_CONVS = [
+    # (N, C, spatial), (O, k), dict(...): the bf16 implicit GEMMs' read modes
+    ((2, 64, 28, 28), (96, 3), dict(padding=1)),             # runs across rows; k in 3 blocks
+    ((2, 40, 13, 11), (36, 3), dict()),                      # runs along rows; a packed weight
+    ((2, 32, 17, 17), (48, 3), dict(stride=2, padding=1)),   # stride 2
+    ((1, 16, 5, 75), (24, 3), dict(stride=2, padding=1)),    # stride 2 past 32 columns
+    ((1, 24, 14, 14), (40, 3), dict(stride=3, padding=1)),   # stride 3, lane by lane
+    ((2, 48, 12, 12), (64, 3), dict(padding=2, dilation=2, groups=2)),
+    ((1, 16, 24, 24), (544, 3), dict(padding=1)),            # 544 outputs: two passes of rows
+    ((3, 32, 7, 7), (32, 5), dict(padding=2)),               # 25 taps
+    ((2, 32, 50), (40, 5), dict(padding=2)),                 # conv1d
+    ((1, 16, 5, 6, 7), (24, 3), dict(padding=1)),            # conv3d
+]
+
+
+def rounded_once_of_sums(actual, exact, abs_sums):
+    """`actual` (bfloat16) is `exact` rounded once, give or take float32
+    summation error (2^-16 of the sum of the terms' magnitudes): a wrong
+    term is off by far more."""
+    a, e = actual.double(), exact.double()
+    mag = torch.maximum(a.abs(), e.abs()).clamp_min(2.0 ** -126)
+    ulp = torch.exp2(torch.floor(torch.log2(mag)) - 7)
+    bad = (a - e).abs() > 0.5 * ulp + abs_sums * 2.0 ** -16
+    assert not bool(bad.any()), f"{int(bad.sum())} of {bad.numel()} off"
+
+
+@pytest.mark.parametrize("case", BF16_CONVS, ids=[str(i) for i in range(len(BF16_CONVS))])
+def test_bf16_conv_sums_round_once(case):
+    # Output and both gradients are float32 sums rounded to bfloat16 once,
+    # 2-d images channels-last too.
+    (n, c, *sp), (o, k), kw = case
+    x = rand(n, c, *sp, dtype=torch.bfloat16, seed=1)
+    check_bf16_conv(x, case)
+    if len(sp) == 2:
+        check_bf16_conv(x.to(memory_format=torch.channels_last), case)
+
+
+def check_bf16_conv(x, case):
+    (n, c, *sp), (o, k), kw = case
+    groups = kw.get("groups", 1)
+    conv = [F.conv1d, F.conv2d, F.conv3d][len(sp) - 1]
+    w = rand(o, c // groups, *[k] * len(sp), dtype=torch.bfloat16, seed=2)
+    b = rand(o, dtype=torch.bfloat16, seed=3)
+    xl, wl = leaf(x, "loom"), leaf(w, "loom")
+    y = conv(xl, wl, b.to("loom"), **kw)
+    gy = rand(*y.shape, dtype=torch.bfloat16, seed=4)
+    y.backward(gy.to("loom"))
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    exact = conv(xd, wd, b.double(), **kw)
+    exact.backward(gy.double())
+    xa, wa = x.double().abs().requires_grad_(), w.double().abs().requires_grad_()
+    sums = conv(xa, wa, b.double().abs(), **kw)
+    sums.backward(gy.double().abs())
+    rounded_once_of_sums(y.detach().cpu(), exact.detach(), sums.detach())
+    rounded_once_of_sums(xl.grad.cpu(), xd.grad, xa.grad)
+    rounded_once_of_sums(wl.grad.cpu(), wd.grad, wa.grad)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("kw", [dict(kernel_size=3), dict(kernel_size=(2, 3), dilation=(2, 1),
                                                             padding=(1, 2), stride=(2, 3))],

@@ -3,9 +3,9 @@
 // aten::_convolution picks for PrivateUse1. All arithmetic is the GEMM's
 // micro-kernel. fp32 on AVX-512 runs implicit GEMMs that gather col panels
 // as they go: over zero-padded rows for 2-d windows (conv_padded.cpp),
-// from the image otherwise (kernels/conv_gemm_avx512.c). The rest
-// materialises col with im2col/col2im (kernels/im2col.c) for one batched
-// GEMM per pass.
+// from the image otherwise (kernels/conv_gemm_avx512.c); so does bf16 on
+// AMX tiles (kernels/conv_gemm_amx.c). The rest materialises col with
+// im2col/col2im (kernels/im2col.c) for one batched GEMM per pass.
 //
 // col layout is [C*K][N][L] (kernels/conv.h), so for the weight gradient the
 // (image, position) pairs of a group form one contiguous k run.
@@ -86,8 +86,9 @@ Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
     const Tensor w = flipped_from.reshape({flipped_from.size(0), flipped_from.size(1), -1});
     loom_tensor ops[5] = {c, a, b, describe(ws, op), describe(w, op)};
     const int64_t units = (plan->m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
-    launch(op, loom_conv_pack_flipped_kernel, ops, c10::ArrayRef<loom_scalar>(sc, 1),
-           plan->a_count2 * units, 1);
+    launch(op,
+           plan->packed_bf16 ? loom_conv_pack_flipped_amx_kernel : loom_conv_pack_flipped_kernel,
+           ops, c10::ArrayRef<loom_scalar>(sc, 1), plan->a_count2 * units, 1);
     return ws;
   }
   loom_tensor ops[4] = {c, a, b, describe(ws, op)};
@@ -175,19 +176,28 @@ bool flat_columns(int64_t n, int64_t len) {
   return n > 1 && (padded - len) * 20 > len;
 }
 
-// The fp32 forward without a col matrix: the weight is packed once, then
-// loom_conv_gemm_kernel gathers col panels from the image tile by tile.
-// With `flipped`, the convolution's weight is the flipped form of `weight`
-// (see pack_a), which is packed from `weight` directly.
+// Whether the implicit kernels run `dtype` under `isa`: fp32 on AVX-512,
+// bf16 on AMX tiles.
+bool implicit_dtype(at::ScalarType dtype, loom_gemm_isa isa) {
+  return (dtype == at::kFloat && isa != LOOM_GEMM_GENERIC) ||
+         (dtype == at::kBFloat16 && isa == LOOM_GEMM_AMX);
+}
+
+// The forward without a col matrix: the weight is packed once, then
+// loom_conv_gemm_kernel (fp32) or loom_conv_gemm_amx_kernel (bf16) gathers
+// col panels from the image tile by tile. With `flipped`, the
+// convolution's weight is the flipped form of `weight` (see pack_a), which
+// is packed from `weight` directly.
 void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const Geom& g, int64_t groups,
                            loom_gemm_isa isa, const char* op, bool flipped = false) {
+  const bool amx = input.scalar_type() == at::kBFloat16;
   Padded pd;
-  if (winograd_fits(g, input, out.size(1), groups, &pd)) {
+  if (!amx && winograd_fits(g, input, out.size(1), groups, &pd)) {
     conv_forward_winograd(out, input, weight, bias, g, pd, op, flipped);
     return;
   }
-  if (padded_fits(g, input, &pd)) {
+  if (!amx && padded_fits(g, input, &pd)) {
     conv_forward_padded(out, input, weight, bias, g, pd, groups, isa, op, flipped);
     return;
   }
@@ -218,8 +228,8 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   sc[1] = scalar_i(tpos);
   sc[2 + LOOM_CONV_NUM_SCALARS] = scalar_i(pieces);
   int64_t tiles = bn * groups * ((cols + tpos - 1) / tpos - 1 + pieces);
-  launch(op, loom_conv_gemm_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc,
-         tiles, 1);
+  launch(op, amx ? loom_conv_gemm_amx_kernel : loom_conv_gemm_kernel,
+         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc, tiles, 1);
   if (flat) out.view({n, o, len}).copy_(c_out.permute({1, 0, 2}));
 }
 
@@ -234,9 +244,9 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
   Tensor out = at::empty(out_sizes, input.options());
   if (out.numel() == 0) return out;
   loom_gemm_isa isa = loom_gemm_isa_selected();
-  if (input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC && implicit_fits(og) &&
+  if (implicit_dtype(input.scalar_type(), isa) && implicit_fits(og) &&
       !(g.pointwise() && input.is_contiguous()) &&
-      (!bias.defined() || bias.scalar_type() == at::kFloat)) {
+      (!bias.defined() || bias.scalar_type() == input.scalar_type())) {
     conv_forward_implicit(out, input, weight, bias, g, groups, isa, op);
     return out;
   }
@@ -300,8 +310,9 @@ Tensor conv_weight_grad(const Tensor& src_t, const Tensor& col,
   return gw;
 }
 
-// The fp32 weight gradient without a col matrix: dy (O, N, L) is packed,
-// loom_conv_wgrad_kernel gathers col^T panels from the image.
+// The weight gradient without a col matrix: dy (O, N, L) is packed,
+// loom_conv_wgrad_kernel (fp32) or loom_conv_wgrad_amx_kernel (bf16)
+// gathers col^T panels from the image.
 Tensor conv_weight_grad_implicit(const Tensor& dy_t, const Tensor& input,
                                  std::vector<int64_t> w_sizes, int64_t groups,
                                  const Geom& g, loom_gemm_isa isa, const char* op) {
@@ -318,7 +329,16 @@ Tensor conv_weight_grad_implicit(const Tensor& dy_t, const Tensor& input,
   sc[0] = scalar_i(isa);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
-  launch(op, loom_conv_wgrad_kernel, ts, sc, groups * plan.n_panels, 1);
+  if (input.scalar_type() == at::kFloat) {
+    launch(op, loom_conv_wgrad_kernel, ts, sc, groups * plan.n_panels, 1);
+    return gw;
+  }
+  // An AMX item reads each k block of dy once for up to 4 panels of dW,
+  // as long as that leaves every worker 2 items or more.
+  const int64_t want = groups * plan.n_panels / (2 * device_workers(gw));
+  const int64_t qn = std::clamp<int64_t>(want, 1, 4);
+  sc[1] = scalar_i(qn);
+  launch(op, loom_conv_wgrad_amx_kernel, ts, sc, groups * ((plan.n_panels + qn - 1) / qn), 1);
   return gw;
 }
 
@@ -328,15 +348,16 @@ std::vector<int64_t> grid_of(const Tensor& t) {
 
 // With stride 1 the input gradient is itself a convolution: of dy with the
 // weight's in/out channels swapped and taps reversed, padded d*(k-1) - p.
-// Runs it through the implicit forward (fp32 on AVX-512) into `gi`, packing
-// that weight straight from w, and returns true, or returns false when that
-// does not apply.
+// Runs it through the implicit forward into `gi`, packing that weight
+// straight from w, and returns true, or returns false when that does not
+// apply.
 bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
                         const Geom& g, int64_t groups, c10::IntArrayRef stride,
                         c10::IntArrayRef padding, c10::IntArrayRef dilation,
                         const char* op) {
-  if (dy.scalar_type() != at::kFloat || loom_gemm_isa_selected() == LOOM_GEMM_GENERIC ||
-      !implicit_fits(gi.size(1) / groups))
+  const loom_gemm_isa isa = loom_gemm_isa_selected();
+  if (!implicit_dtype(dy.scalar_type(), isa) || !implicit_fits(gi.size(1) / groups) ||
+      (dy.scalar_type() == at::kBFloat16 && g.taps() > 32))
     return false;
   for (int i = 0; i < 3; ++i)
     if (g.s[i] != 1 || g.p[i] > g.d[i] * (g.k[i] - 1)) return false;
@@ -348,8 +369,8 @@ bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
   }
   // The flipped weight has the same window as w.
   Geom g2 = make_geom(w, stride, pad, dilation, grid_of(gi));
-  conv_forward_implicit(gi, dy, w.contiguous(), Tensor(), g2, groups, loom_gemm_isa_selected(),
-                        op, /*flipped=*/true);
+  conv_forward_implicit(gi, dy, w.contiguous(), Tensor(), g2, groups, isa, op,
+                        /*flipped=*/true);
   return true;
 }
 
@@ -453,12 +474,13 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
         gw = at::zeros(w_sizes, weight.options());
       } else {
         loom_gemm_isa isa = loom_gemm_isa_selected();
-        const bool implicit = input.scalar_type() == at::kFloat && isa != LOOM_GEMM_GENERIC &&
-                              implicit_fits(dy.size(1) / groups);
+        const bool implicit =
+            implicit_dtype(input.scalar_type(), isa) && implicit_fits(dy.size(1) / groups);
+        const bool fp32 = input.scalar_type() == at::kFloat;
         Padded pd;
-        if (implicit && winograd_fits(g, input, dy.size(1), groups, &pd)) {
+        if (implicit && fp32 && winograd_fits(g, input, dy.size(1), groups, &pd)) {
           gw = conv_weight_grad_winograd(dy, input, w_sizes, g, pd, op);
-        } else if (implicit && padded_fits(g, input, &pd)) {
+        } else if (implicit && fp32 && padded_fits(g, input, &pd)) {
           gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, pd, isa, op);
         } else {
           if (!dy_t.defined()) dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)

@@ -1,0 +1,76 @@
+/* kernels/conv_gemm_internal.h — how the implicit-GEMM convolutions
+ * (conv_gemm_avx512.c, conv_gemm_amx.c) cut a tile's positions into runs
+ * that one strided read gathers. AVX-512 CPUs only. */
+#ifndef LOOM_KERNELS_CONV_GEMM_INTERNAL_H
+#define LOOM_KERNELS_CONV_GEMM_INTERNAL_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/conv.h"
+#include "kernels/gemm/gemm_internal.h"
+
+/* Positions per col panel: the register tiles' width, fp32 and AMX alike. */
+enum { CG_NR = LOOM_GEMM_AVX512_NR };
+_Static_assert((int)LOOM_GEMM_AMX_NR == (int)CG_NR, "AMX and fp32 col panels share their width");
+
+/* A run of positions [j0, j0 + cnt) of a tile inside one output row
+ * (image n, od, oh) and one panel, starting at column ow0. */
+typedef struct cg_seg {
+  int64_t n, od, oh, ow0, j0, cnt;
+} cg_seg;
+
+/* Lanes [lo, hi) of 16, clipped. */
+static inline __mmask16 cg_range_mask(int64_t lo, int64_t hi) {
+  if (lo < 0) lo = 0;
+  if (hi > 16) hi = 16;
+  return hi > lo ? (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : 0;
+}
+
+/* The geometry scalars (kernels/conv.h) into kernel, stride, padding,
+ * dilation and grid. */
+static inline void cg_geometry(const loom_scalar *g, int64_t *k, int64_t *s, int64_t *p,
+                               int64_t *d, int64_t *o) {
+  for (int i = 0; i < 3; ++i)
+    k[i] = g[i].i, s[i] = g[3 + i].i, p[i] = g[6 + i].i, d[i] = g[9 + i].i, o[i] = g[12 + i].i;
+}
+
+/* How the gather walks a tile's positions:
+ * - CG_ROWS: a run of positions per output row, read as one strided row;
+ * - CG_FLAT: a 2-d window of stride 1 whose output is as wide as the image
+ *   (a "same" padding), over rows stored back to back. Tap (kh, kw) reads
+ *   output position q = oh * W + ow at input q + (kh*dh - ph) * W +
+ *   (kw*dw - pw), so a run of positions need not stop at a row's end:
+ *   lanes whose row or column falls outside the image are masked instead.
+ *   Short rows (deep layers) fill whole vectors that way. */
+enum { CG_ROWS, CG_FLAT };
+
+static inline int cg_mode(const loom_tensor *img, const int64_t *s, const int64_t *o) {
+  const int64_t *sz = img->sizes, *st = img->strides;
+  return sz[2] == 1 && o[0] == 1 && s[1] == 1 && s[2] == 1 && o[2] == sz[4] && st[4] == 1 &&
+                 st[3] == sz[4]
+             ? CG_FLAT
+             : CG_ROWS;
+}
+
+/* Splits positions [l0, l0 + nl) of the flattened (image, od, oh, ow) grid
+ * into segments, which end at a panel's end and at an output row's end (an
+ * image's in CG_FLAT); returns how many. */
+static inline int cg_segments(int64_t l0, int64_t nl, const int64_t *o, int mode, cg_seg *seg) {
+  int n = 0;
+  int64_t l = l0, j = 0;
+  while (j < nl) {
+    int64_t ow = l % o[2], oh = (l / o[2]) % o[1], od = (l / (o[2] * o[1])) % o[0];
+    int64_t img = l / (o[2] * o[1] * o[0]);
+    int64_t cnt = mode == CG_FLAT ? o[1] * o[2] - (oh * o[2] + ow) : o[2] - ow;
+    if (cnt > nl - j) cnt = nl - j;
+    int64_t to_panel = CG_NR - j % CG_NR;
+    if (cnt > to_panel) cnt = to_panel;
+    seg[n++] = (cg_seg){.n = img, .od = od, .oh = oh, .ow0 = ow, .j0 = j, .cnt = cnt};
+    j += cnt;
+    l += cnt;
+  }
+  return n;
+}
+
+#endif /* LOOM_KERNELS_CONV_GEMM_INTERNAL_H */
