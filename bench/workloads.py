@@ -239,7 +239,11 @@ RESNET18_CONVS = [
 ]
 
 
-def _conv_resnet18(ctx: Ctx) -> Prepared:
+def _conv_resnet18(dtype: torch.dtype):
+    return lambda ctx: _resnet18_layers(ctx, dtype)
+
+
+def _resnet18_layers(ctx: Ctx, dtype: torch.dtype) -> Prepared:
     """Every distinct conv layer of ResNet-18, forward and backward, once each."""
     batch = 1 if ctx.quick else 8
     layers, flops = [], 0.0
@@ -247,15 +251,15 @@ def _conv_resnet18(ctx: Ctx) -> Prepared:
         name = f"{ci}->{co} {k}x{k}/{stride} at {hw}"  # the layer's, also when shrunk
         if ctx.quick:
             ci, co, hw = min(ci, 4), min(co, 8), max(hw // 16, k)
-        x = ctx.to(_randn(batch, ci, hw, hw, seed=40 + i)).requires_grad_(True)
-        w = ctx.to(0.1 * _randn(co, ci, k, k, seed=60 + i)).requires_grad_(True)
+        x = ctx.to(_randn(batch, ci, hw, hw, seed=40 + i, dtype=dtype)).requires_grad_(True)
+        w = ctx.to(0.1 * _randn(co, ci, k, k, seed=60 + i, dtype=dtype)).requires_grad_(True)
 
         def conv(inp, weight, stride=stride, k=k):
             return F.conv2d(inp, weight, stride=stride, padding=k // 2)
 
         def meta_step(conv=conv, shape=(batch, ci, hw, hw), wshape=(co, ci, k, k)):
-            y = conv(torch.empty(*shape, device="meta", requires_grad=True),
-                     torch.empty(*wshape, device="meta", requires_grad=True))
+            y = conv(torch.empty(*shape, device="meta", dtype=dtype, requires_grad=True),
+                     torch.empty(*wshape, device="meta", dtype=dtype, requires_grad=True))
             y.backward(torch.empty_like(y))
 
         flops += count_flops(meta_step)
@@ -279,7 +283,9 @@ def _conv_resnet18(ctx: Ctx) -> Prepared:
             grads.append(w.grad)
         return tuple(grads)
 
-    return Prepared(step, flops=flops, limit=FMA_FP32, tol=1e-3, extra=phases)
+    bf16 = dtype == torch.bfloat16
+    return Prepared(step, flops=flops, limit=FMA_BF16 if bf16 else FMA_FP32,
+                    tol=2e-2 if bf16 else 1e-3, extra=phases)
 
 
 # ---- attention ---------------------------------------------------------------
@@ -454,7 +460,9 @@ WORKLOADS += [
 ]
 WORKLOADS += [
     Workload("conv_resnet18", "conv", "call", "ResNet-18's 11 distinct conv layers, batch 8 of "
-             "224 x 224, forward + backward each", _conv_resnet18),
+             "224 x 224, forward + backward each", _conv_resnet18(torch.float32)),
+    Workload("conv_resnet18_bf16", "conv", "call", "ResNet-18's 11 distinct conv layers, batch 8 "
+             "of 224 x 224, forward + backward each, bfloat16", _conv_resnet18(torch.bfloat16)),
 ]
 WORKLOADS += [
     Workload("sdpa", "attention", "call", "scaled_dot_product_attention B=4 H=8 T=512 D=64 float32",

@@ -189,7 +189,7 @@ int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
   if (w->rank != 3 || w->dtype != LOOM_FLOAT32 || p.packed_bf16 || groups < 1 ||
       p.batch1 * p.batch2 == 0 || w->sizes[0] % groups != 0 || w->sizes[1] != cg ||
       w->sizes[0] / groups * w->sizes[2] != p.k || p.a_count1 != 1 || p.a_count2 != groups ||
-      w->strides[2] != 1 || w->strides[1] != w->sizes[2] || w->strides[0] != cg * w->sizes[2])
+      (w->strides[2] != 1 && w->sizes[2] != 1) || w->strides[1] != w->sizes[2] || w->strides[0] != cg * w->sizes[2])
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t taps = w->sizes[2], og = w->sizes[0] / groups, mr = p.mr;
   const int64_t units = (p.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;

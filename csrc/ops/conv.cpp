@@ -374,6 +374,76 @@ bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
   return true;
 }
 
+// With a stride s > 1 (and dilation 1), input position s i + a meets only
+// the taps t = a + p (mod s), at dy position i + (a + p - t) / s. So each
+// phase a of the input gradient (positions a, a + s, ...) is a stride-1
+// convolution of dy with the taps t0, t0 + s, ... of w, reversed: it runs
+// through the implicit forward as above, into a phase tensor copied into
+// its positions of `gi`; a phase without taps is 0. Its grid may reach
+// past the standard output's bottom and right edges (dy reads 0 there),
+// which the gathers allow and fp32's padded-row kernels do not: bf16 (AMX)
+// only. Returns false when that does not apply.
+bool input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, const Geom& g,
+                          int64_t groups, const char* op) {
+  const loom_gemm_isa isa = loom_gemm_isa_selected();
+  if (dy.scalar_type() != at::kBFloat16 || !implicit_dtype(dy.scalar_type(), isa) ||
+      !implicit_fits(gi.size(1) / groups))
+    return false;
+  struct Phase {
+    int64_t t0 = 0, taps = 0, pad = 0, size = 1;
+  };
+  const int64_t nsp = w.dim() - 2;
+  std::array<std::vector<Phase>, 3> phases;
+  for (int j = 0; j < 3; ++j) {
+    const int64_t s = g.s[j], dim = 2 + j - (3 - nsp);
+    if (g.d[j] != 1) return false;
+    if (j < 3 - nsp) {
+      phases[j].push_back(Phase{0, 1, 0, 1});
+      continue;
+    }
+    for (int64_t a = 0; a < s; ++a) {
+      Phase ph;
+      ph.size = (gi.size(dim) - a + s - 1) / s;
+      for (int64_t t = g.k[j] - 1; t >= 0; --t)
+        if ((a + g.p[j] - t) % s == 0) ph.t0 = t, ++ph.taps;
+      // dy rows before the first one a phase output reads: its padding
+      ph.pad = (ph.t0 + (ph.taps - 1) * s - a - g.p[j]) / s;
+      if (ph.taps > 0 && ph.pad < 0) return false;
+      phases[j].push_back(ph);
+    }
+  }
+  for (const Phase& pd : phases[0])  // the flipped AMX pack's limit
+    for (const Phase& ph : phases[1])
+      for (const Phase& pw : phases[2])
+        if (pd.taps * ph.taps * pw.taps > 32) return false;
+  for (size_t ad = 0; ad < phases[0].size(); ++ad)
+    for (size_t ah = 0; ah < phases[1].size(); ++ah)
+      for (size_t aw = 0; aw < phases[2].size(); ++aw) {
+        const Phase* ph[3] = {&phases[0][ad], &phases[1][ah], &phases[2][aw]};
+        const int64_t at_[3] = {int64_t(ad), int64_t(ah), int64_t(aw)};
+        Tensor dst = gi, wsub = w;
+        Geom g2;
+        bool empty = false;
+        for (int j = 3 - nsp; j < 3; ++j) {
+          const int64_t dim = 2 + j - (3 - nsp);
+          dst = dst.slice(dim, at_[j], gi.size(dim), g.s[j]);
+          wsub = wsub.slice(dim, ph[j]->t0, w.size(dim), g.s[j]);
+          g2.k[j] = ph[j]->taps, g2.p[j] = ph[j]->pad, g2.grid[j] = ph[j]->size;
+          empty = empty || ph[j]->taps == 0;
+        }
+        if (dst.numel() == 0) continue;
+        if (empty) {
+          dst.zero_();
+          continue;
+        }
+        Tensor out = at::empty(dst.sizes(), gi.options());
+        conv_forward_implicit(out, dy, wsub.contiguous(), Tensor(), g2, groups, isa, op,
+                              /*flipped=*/true);
+        dst.copy_(out);
+      }
+  return true;
+}
+
 bool native_conv(const Tensor& input, const Tensor& weight) {
   return gemm_native_dtype(input.scalar_type()) &&
          input.scalar_type() == weight.scalar_type() && input.dim() >= 3 &&
@@ -461,7 +531,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
           loom_tensor b = view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
           loom_tensor cc = view4(gi, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
           gemm_run(op, gi, cc, a, b, nullptr, 1.0, 0.0);
-        } else if (!input_grad_as_conv(gi, dy, w, g, groups, stride, padding, dilation, op)) {
+        } else if (!input_grad_as_conv(gi, dy, w, g, groups, stride, padding, dilation, op) &&
+                   !input_grad_by_phases(gi, dy, w, g, groups, op)) {
           Tensor col = conv_col_grad(dy, w, c, groups, g, op, &dy_t);
           col2im(gi, col, g, op);
         }
