@@ -137,11 +137,11 @@ BF16_CONVS = [
     ((3, 32, 7, 7), (32, 5), dict(padding=2)),               # 25 taps
     ((2, 32, 50), (40, 5), dict(padding=2)),                 # conv1d
     ((1, 16, 5, 6, 7), (24, 3), dict(padding=1)),            # conv3d
-    # strided: the input gradient by phases of the input
-    ((2, 16, 20, 21), (24, 7), dict(stride=2, padding=3)),   # the stem's window
-    ((2, 16, 15, 15), (32, 1), dict(stride=2)),              # phases without taps
-    ((2, 16, 13, 13), (32, 3), dict(stride=(2, 3), padding=2)),
-    ((1, 16, 7, 8, 9), (24, 3), dict(stride=2, padding=1)),  # conv3d
+    # strided over 512 outputs or more: the input gradient by phases
+    ((1, 16, 46, 50), (24, 7), dict(stride=2, padding=3)),     # the stem's window
+    ((1, 16, 47, 45), (32, 1), dict(stride=2)),                # phases without taps
+    ((1, 16, 50, 70), (32, 3), dict(stride=(2, 3), padding=2)),
+    ((1, 16, 15, 16, 18), (24, 3), dict(stride=2, padding=1)),  # conv3d
 ]
 
 

@@ -382,12 +382,16 @@ bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
 // its positions of `gi`; a phase without taps is 0. Its grid may reach
 // past the standard output's bottom and right edges (dy reads 0 there),
 // which the gathers allow and fp32's padded-row kernels do not: bf16 (AMX)
-// only. Returns false when that does not apply.
+// only. Outputs under 512 positions per image are left to col2im, whose
+// col is small then: each phase pays launches and copies (batch 8,
+// forward + backward, 3x3 windows of stride 2: 64->128 at 56, 6.1 against
+// 6.7 ms; 128->256 at 28, 5.4 against 3.9; 256->512 at 14, 5.9 against
+// 4.0). Returns false when that does not apply.
 bool input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, const Geom& g,
                           int64_t groups, const char* op) {
   const loom_gemm_isa isa = loom_gemm_isa_selected();
   if (dy.scalar_type() != at::kBFloat16 || !implicit_dtype(dy.scalar_type(), isa) ||
-      !implicit_fits(gi.size(1) / groups))
+      !implicit_fits(gi.size(1) / groups) || g.positions() < 512)
     return false;
   struct Phase {
     int64_t t0 = 0, taps = 0, pad = 0, size = 1;
