@@ -310,3 +310,56 @@ def test_result_independent_of_thread_count():
 def test_every_gemm_variant_is_correct(variant):
     # The script checks each result against the CPU itself.
     run_script({"LOOM_GEMM": variant})
+
+
+def amx_here():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "amx_bf16" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def matmul_precision():
+    old = torch.get_float32_matmul_precision()
+    yield torch.set_float32_matmul_precision
+    torch.set_float32_matmul_precision(old)
+
+
+def test_float32_matmul_precision(matmul_precision):
+    # "medium" multiplies float32 as bfloat16 on AMX, as CPU eager's oneDNN
+    # does; "high" as three products of bfloat16 high and low parts (about
+    # 16 bits of each operand); "highest" in float32. Without AMX all three
+    # are float32. Convolutions are not matrix products here.
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(70, 600, generator=g), torch.randn(600, 45, generator=g)
+    bias, bat = torch.randn(70, generator=g), torch.randn(3, 20, 600, generator=g)
+    x, w = torch.randn(2, 8, 9, 9, generator=g), torch.randn(4, 8, 3, 3, generator=g)
+    la, lb, lbias, lbat = (t.to("loom") for t in (a, b, bias, bat))
+    d = lambda t: t.double()
+    r = lambda t: t.bfloat16().double()
+    cases = [  # loom product, exact, with operands rounded to bfloat16, magnitudes
+        (lambda: la @ lb, d(a) @ d(b), r(a) @ r(b), d(a).abs() @ d(b).abs()),
+        (lambda: torch.addmm(lbias, lb.t(), la.t()), d(bias) + d(b).t() @ d(a).t(),
+         d(bias) + r(b).t() @ r(a).t(), d(bias).abs() + d(b).abs().t() @ d(a).abs().t()),
+        (lambda: torch.nn.functional.linear(lbat, la), d(bat) @ d(a).t(), r(bat) @ r(a).t(),
+         d(bat).abs() @ d(a).abs().t()),
+    ]
+    amx = amx_here()
+    conv_ref = None
+    for prec in ("highest", "medium", "high"):
+        matmul_precision(prec)
+        for fn, exact, rounded, mag in cases:
+            got = fn().cpu().double()
+            if prec == "medium" and amx:
+                assert ((got - rounded).abs() <= mag * 2.0 ** -20).all(), prec
+                assert ((got - exact).abs() > mag * 2.0 ** -14).any(), prec
+            elif prec == "high" and amx:
+                assert ((got - exact).abs() <= mag * 2.0 ** -15).all(), prec
+                assert ((got - rounded).abs() > mag * 2.0 ** -14).any(), prec
+            else:
+                assert ((got - exact).abs() <= mag * 2.0 ** -20).all(), prec
+        conv = torch.nn.functional.conv2d(x.to("loom"), w.to("loom")).cpu()
+        conv_ref = conv if conv_ref is None else conv_ref
+        assert torch.equal(conv, conv_ref), prec

@@ -43,14 +43,15 @@ void product_into(const char* op, Tensor& out, loom_tensor a, loom_tensor b,
   loom_tensor c = gemm_view(out, op);
   if (out_is_matrix_of_vectors) c = gemm_transpose(c);
   double beta_d = beta.toDouble(), alpha_d = alpha.toDouble();
+  const GemmMath math = matmul_math(out.scalar_type());
   if (!self.defined() || beta_d == 0.0) {
-    gemm_run(op, out, c, a, b, nullptr, alpha_d, 0.0);
+    gemm_run(op, out, c, a, b, nullptr, alpha_d, 0.0, math);
     return;
   }
   Tensor expanded = self.expand(out.sizes());
   loom_tensor cin = gemm_view(expanded, op);
   if (out_is_matrix_of_vectors) cin = gemm_transpose(cin);
-  gemm_run(op, out, c, a, b, &cin, alpha_d, beta_d);
+  gemm_run(op, out, c, a, b, &cin, alpha_d, beta_d, math);
 }
 
 // ---- mm / addmm --------------------------------------------------------------

@@ -50,9 +50,18 @@ int64_t padded_area(int64_t m, int64_t n, int64_t mr, int64_t nr) {
 
 }  // namespace
 
+GemmMath matmul_math(at::ScalarType operands) {
+  if (operands != at::kFloat || loom_gemm_isa_selected() != LOOM_GEMM_AMX) return GemmMath::exact;
+  switch (at::globalContext().float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::MEDIUM: return GemmMath::bf16;
+    case at::Float32MatmulPrecision::HIGH: return GemmMath::bf16x3;
+    default: return GemmMath::exact;
+  }
+}
+
 void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
               loom_tensor a, loom_tensor b, const loom_tensor* cin,
-              double alpha, double beta) {
+              double alpha, double beta, GemmMath math) {
   loom_gemm_isa isa = loom_gemm_isa_selected();
   loom_tensor cin_v{};
   bool has_cin = cin != nullptr && beta != 0.0;
@@ -90,22 +99,39 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
     a = at, b = bt, c = gemm_transpose(c);
     if (has_cin) cin_v = gemm_transpose(cin_v);
   }
-  const int32_t isa_in_compute = isa | LOOM_GEMM_IN_COMPUTE;
-  loom_gemm_plan plan;
-  int rc = loom_gemm_plan_init(&c, &a, &b, isa_in_compute, &plan);
-  TORCH_CHECK(rc == 0, op, ": unsupported operands for the loom GEMM");
-  if (plan.pack_range == 0 && plan.compute_range == 0) return;
+  // bf16x3: the products of the low parts with the high ones, then of the
+  // high parts, each pass adding to C (small terms first)
+  int32_t passes[3] = {0, 0, 0};
+  int n_passes = 1;
+  if (math == GemmMath::bf16 && a.dtype == LOOM_FLOAT32) {
+    passes[0] = LOOM_GEMM_BF16_MATH;
+  } else if (math == GemmMath::bf16x3 && a.dtype == LOOM_FLOAT32) {
+    passes[0] = LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW;
+    passes[1] = LOOM_GEMM_BF16_MATH | LOOM_GEMM_B_LOW;
+    passes[2] = LOOM_GEMM_BF16_MATH;
+    n_passes = 3;
+  }
   c10::DeviceGuard guard(c_owner.device());
-  at::Tensor ws = at::empty({std::max<int64_t>(plan.workspace_bytes, 1)},
-                            c_owner.options().dtype(at::kByte));
-  loom_tensor w = describe(ws, op);
-  loom_tensor tensors[5] = {c, a, b, w, cin_v};
-  loom_scalar scalars[3] = {scalar_i(isa_in_compute), scalar_f(alpha), scalar_f(beta)};
-  size_t nt = has_cin ? 5 : 4;
-  launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(tensors, nt),
-         scalars, plan.pack_range, plan.pack_grain);
-  launch(op, loom_gemm_compute_kernel, c10::ArrayRef<loom_tensor>(tensors, nt),
-         scalars, plan.compute_range, plan.compute_grain);
+  for (int pass = 0; pass < n_passes; ++pass) {
+    const int32_t isa_in_compute = isa | LOOM_GEMM_IN_COMPUTE | passes[pass];
+    loom_gemm_plan plan;
+    int rc = loom_gemm_plan_init(&c, &a, &b, isa_in_compute, &plan);
+    TORCH_CHECK(rc == 0, op, ": unsupported operands for the loom GEMM");
+    if (plan.pack_range == 0 && plan.compute_range == 0) return;
+    at::Tensor ws = at::empty({std::max<int64_t>(plan.workspace_bytes, 1)},
+                              c_owner.options().dtype(at::kByte));
+    loom_tensor w = describe(ws, op);
+    // passes after the first add to C
+    const bool add = pass > 0;
+    loom_tensor tensors[5] = {c, a, b, w, add ? c : cin_v};
+    loom_scalar scalars[3] = {scalar_i(isa_in_compute), scalar_f(alpha),
+                              scalar_f(add ? 1.0 : beta)};
+    size_t nt = add || has_cin ? 5 : 4;
+    launch(op, loom_gemm_pack_kernel, c10::ArrayRef<loom_tensor>(tensors, nt),
+           scalars, plan.pack_range, plan.pack_grain);
+    launch(op, loom_gemm_compute_kernel, c10::ArrayRef<loom_tensor>(tensors, nt),
+           scalars, plan.compute_range, plan.compute_grain);
+  }
 }
 
 }  // namespace torch_loom

@@ -88,6 +88,7 @@ static int loom_gemm_a_in_place(const loom_tensor *a, int32_t isa, int bf16, int
        n > LOOM_GEMM_A_IN_PLACE_COLS))
     return 0;
   if (!bf16) return a->dtype == LOOM_FLOAT32;
+  if (a->dtype != LOOM_BFLOAT16) return 0; /* converted as it is packed */
   /* AMX tiles load whole 32-k runs of a row: none may pass its end */
   if (isa == LOOM_GEMM_AMX) return k % LOOM_GEMM_AMX_KB == 0;
   return k % 2 == 0 && a->strides[2] % 2 == 0 && a->strides[1] % 2 == 0 &&
@@ -110,16 +111,21 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
       b->sizes[3] != n || b1 < 0 || b2 < 0 || m < 0 || n < 0 || k < 0)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int in_compute = (isa & LOOM_GEMM_IN_COMPUTE) != 0;
-  isa &= ~LOOM_GEMM_IN_COMPUTE;
+  int32_t math = isa & (LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW | LOOM_GEMM_B_LOW);
+  isa &= ~(LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW | LOOM_GEMM_B_LOW);
   if (isa < 0 || isa >= LOOM_GEMM_ISA_COUNT) isa = LOOM_GEMM_GENERIC;
+  if (!(math & LOOM_GEMM_BF16_MATH) || isa != LOOM_GEMM_AMX || a->dtype != LOOM_FLOAT32)
+    math = 0;
   /* AMX multiplies bf16 only; other operands take the AVX-512 kernels */
-  if (isa == LOOM_GEMM_AMX && a->dtype != LOOM_BFLOAT16) isa = LOOM_GEMM_AVX512BF16;
-  int bf16 = (isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX) && a->dtype == LOOM_BFLOAT16;
+  if (isa == LOOM_GEMM_AMX && a->dtype != LOOM_BFLOAT16 && !math) isa = LOOM_GEMM_AVX512BF16;
+  int bf16 = ((isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX) && a->dtype == LOOM_BFLOAT16) ||
+             math;
   loom_gemm_blocking blk = loom_gemm_blocking_for(isa, bf16);
   int64_t esz = bf16 ? 2 : 4;
 
   out->isa = isa;
   out->packed_bf16 = bf16;
+  out->bf16_math = math;
   out->mr = blk.mr;
   out->nr = blk.nr;
   out->batch1 = b1;
@@ -139,7 +145,11 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->b_count2 = (b->strides[1] == 0) ? 1 : b2;
   out->a_bytes = loom_gemm_align64(out->m_panels * blk.mr * out->kp * esz);
   out->b_bytes = loom_gemm_align64(out->n_panels * blk.nr * out->kp * esz);
-  out->use_acc = c->dtype != LOOM_FLOAT32 || (n > 1 && c->strides[3] != 1);
+  /* AMX tiles load and store their sums at every k block: from the
+   * thread's buffer, not from a C rows apart in memory (bf16 math into an
+   * fp32 C, 2048: 14.2 against 16.5 ms) */
+  out->use_acc = c->dtype != LOOM_FLOAT32 || (n > 1 && c->strides[3] != 1) ||
+                 (isa == LOOM_GEMM_AMX && bf16);
   out->a_in_place = in_compute && loom_gemm_a_in_place(a, isa, bf16, m, n, k);
   out->a_offset = 0;
   out->b_offset = out->a_offset + out->a_count1 * out->a_count2 * out->a_bytes;
@@ -198,7 +208,9 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
  * vectorise. */
 static void loom_gemm_store_row(char *dst, int32_t dtype, int64_t cs, const float *src,
                                 int64_t n, int vec) {
-  if (cs == 1 && dtype != LOOM_FLOAT32 && vec) {
+  if (cs == 1 && dtype == LOOM_FLOAT32) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+  } else if (cs == 1 && dtype != LOOM_FLOAT32 && vec) {
     loom_gemm_store_row16_avx512((uint16_t *)dst, src, n, dtype == LOOM_BFLOAT16);
   } else if (cs == 1 && dtype == LOOM_BFLOAT16) {
     uint16_t *d = (uint16_t *)dst;

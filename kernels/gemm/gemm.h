@@ -50,6 +50,16 @@ typedef enum loom_gemm_isa {
  * operands (the other convolutions) must not pass it. */
 enum { LOOM_GEMM_IN_COMPUTE = 0x100 };
 
+/* Added to the isa: fp32 A and B are multiplied as bf16 on AMX tiles
+ * (summing in fp32 as ever), each element rounded to the nearest bf16 as
+ * it is packed; with LOOM_GEMM_A_LOW / LOOM_GEMM_B_LOW, that operand's
+ * low part instead: x - bf16(x), rounded to bf16 (0 for infinities and
+ * NaN, which the high part carries). The three products of the high and
+ * low parts that matter sum to the fp32 product within about 2^-16 of
+ * each element (PyTorch's "high" float32 matmul precision); the high parts
+ * alone within 2^-8 ("medium"). Ignored without AMX or for other dtypes. */
+enum { LOOM_GEMM_BF16_MATH = 0x200, LOOM_GEMM_A_LOW = 0x400, LOOM_GEMM_B_LOW = 0x800 };
+
 /* The variant to use, chosen once from the CPU's features; LOOM_GEMM=
  * generic|avx512|avx512bf16|amx overrides it, capped at what the CPU runs. */
 loom_gemm_isa loom_gemm_isa_selected(void);
@@ -62,6 +72,8 @@ const char *loom_gemm_isa_name(loom_gemm_isa isa);
 typedef struct loom_gemm_plan {
   int32_t isa;
   int32_t packed_bf16; /* operands packed as bf16 k-pairs (else fp32) */
+  int32_t bf16_math;   /* fp32 operands packed as bf16: LOOM_GEMM_BF16_MATH,
+                          with LOOM_GEMM_A_LOW / LOOM_GEMM_B_LOW, or 0 */
   int32_t mr, nr;      /* register tile */
   int32_t use_acc;     /* C's tiles accumulate in the thread's fp32 buffer */
   int32_t a_in_place;  /* full row panels of A are read where they lie */

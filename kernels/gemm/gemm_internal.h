@@ -129,6 +129,10 @@ void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
                                    int64_t s_k, int64_t lanes, int64_t width,
                                    int64_t k);
 
+/* n contiguous fp32 values to bf16, rounded to nearest even; with `low`,
+ * their low parts x - bf16(x), rounded (0 where x is not finite). */
+void loom_gemm_split_bf16_avx512(uint16_t *dst, const float *src, int64_t n, int low);
+
 /* One AMX tile step of a transposed bf16 A: rows kk < run (<= 32) of
  * `lanes` (<= 32) values at src + kk * s_k, into dst[32 lanes][32 k];
  * lanes >= `lanes` and k >= run get 0. */

@@ -108,6 +108,43 @@ static void loom_gemm_pack_amx_a(uint16_t *dst, const uint16_t *src, int64_t s_l
   }
 }
 
+/* A k block of an fp32 operand, at most 32 lanes by 512 k, in bf16 (its
+ * high or low parts): bf16 math packs from here. */
+static _Thread_local _Alignas(64) uint16_t loom_gemm_split[32 * 512];
+
+/* Lanes [0, lanes) by k [0, k) of fp32 src (lane l, step kk at
+ * l * s_lane + kk * s_k) into loom_gemm_split, kept along the source's
+ * contiguous dim; *s_lane, *s_k become the copy's strides. */
+static const uint16_t *loom_gemm_split_block(const float *src, int64_t *s_lane, int64_t *s_k,
+                                             int64_t lanes, int64_t width, int64_t k, int low) {
+  uint16_t *d = loom_gemm_split;
+  if (*s_lane == 1 && *s_k != 1) { /* rows of lanes */
+    for (int64_t kk = 0; kk < k; ++kk) {
+      /* rows far apart: the hardware prefetcher does not follow */
+      if (kk + 8 < k) {
+        __builtin_prefetch(src + (kk + 8) * *s_k);
+        __builtin_prefetch(src + (kk + 8) * *s_k + lanes - 1);
+      }
+      loom_gemm_split_bf16_avx512(d + kk * width, src + kk * *s_k, lanes, low);
+    }
+    *s_k = width;
+    return d;
+  }
+  for (int64_t l = 0; l < lanes; ++l) { /* runs of k */
+    if (*s_k == 1) {
+      loom_gemm_split_bf16_avx512(d + l * k, src + l * *s_lane, k, low);
+      continue;
+    }
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float x = src[l * *s_lane + kk * *s_k];
+      const uint16_t h = loom_f32_to_bf16(x);
+      d[l * k + kk] = low ? (x - x == 0.0f ? loom_f32_to_bf16(x - loom_bf16_to_f32(h)) : 0) : h;
+    }
+  }
+  *s_lane = k, *s_k = 1;
+  return d;
+}
+
 void loom_gemm_pack_block(const loom_gemm_plan *p, const loom_tensor *src, int is_a,
                           int64_t mat, int64_t panel, int64_t pc, char *dst) {
   const int64_t count2 = is_a ? p->a_count2 : p->b_count2;
@@ -119,12 +156,15 @@ void loom_gemm_pack_block(const loom_gemm_plan *p, const loom_tensor *src, int i
   const char *s = is_a ? loom_gemm_elem(src, i1, i2, l0, pc) : loom_gemm_elem(src, i1, i2, pc, l0);
   const int64_t kcur = p->kp - pc < p->kc ? p->kp - pc : p->kc;
   const int64_t kreal = p->k - pc < kcur ? p->k - pc : kcur;
+  int64_t sl = s_lane, sk = s_k;
+  if (p->bf16_math && kreal > 0) {
+    const int low = (p->bf16_math & (is_a ? LOOM_GEMM_A_LOW : LOOM_GEMM_B_LOW)) != 0;
+    s = (const char *)loom_gemm_split_block((const float *)s, &sl, &sk, lanes, width, kreal, low);
+  }
   if (p->packed_bf16 && is_a && p->isa == LOOM_GEMM_AMX)
-    loom_gemm_pack_amx_a((uint16_t *)dst, (const uint16_t *)s, s_lane, s_k, lanes, width, kreal,
-                         kcur);
+    loom_gemm_pack_amx_a((uint16_t *)dst, (const uint16_t *)s, sl, sk, lanes, width, kreal, kcur);
   else if (p->packed_bf16)
-    loom_gemm_pack_bf16((uint16_t *)dst, (const uint16_t *)s, s_lane, s_k, lanes, width, kreal,
-                        kcur);
+    loom_gemm_pack_bf16((uint16_t *)dst, (const uint16_t *)s, sl, sk, lanes, width, kreal, kcur);
   else
     loom_gemm_pack_f32((float *)dst, s, src->dtype, s_lane, s_k, lanes, width, kreal, kcur,
                        p->isa != LOOM_GEMM_GENERIC);

@@ -453,6 +453,63 @@ static void test_bad_input(void) {
   CHECK(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "rank");
 }
 
+/* bf16 math: fp32 operands (either layout, with NaN and infinities in
+ * places) multiplied as their bf16 high or low parts give bitwise the
+ * GEMM of those parts made beforehand; and the three passes of high and
+ * low parts come within 2^-15 of the fp32 product's magnitude sums. */
+static uint16_t split_part(float x, int low) {
+  const uint16_t h = loom_f32_to_bf16(x);
+  if (!low) return h;
+  return x - x == 0.0f ? loom_f32_to_bf16(x - loom_bf16_to_f32(h)) : 0;
+}
+
+static void test_bf16_math(void) {
+  const int64_t m = 45, n = 70, k = 600; /* two k blocks, partial panels */
+  for (int trans = 0; trans < 4; ++trans) {
+    const int ta = trans & 1, tb = trans >> 1;
+    const int64_t as[4] = {1, 1, m, k}, bs[4] = {1, 1, k, n}, cs[4] = {1, 1, m, n};
+    const int64_t ast[4] = {0, 0, ta ? 1 : k, ta ? m : 1}, bst[4] = {0, 0, tb ? 1 : n, tb ? k : 1};
+    const int64_t cst[4] = {0, 0, n, 1};
+    loom_tensor a = make(LOOM_FLOAT32, m * k, as, ast), b = make(LOOM_FLOAT32, k * n, bs, bst);
+    float *af = a.data, *bf = b.data;
+    for (int64_t i = 0; i < m * k; ++i) af[i] *= 1000.0f; /* low parts matter */
+    af[7] = 1.0f / 0.0f, bf[11] = -1.0f / 0.0f, af[k + 3] = 0.0f / 0.0f;
+    loom_tensor c = make(LOOM_FLOAT32, m * n, cs, cst), ref = make(LOOM_FLOAT32, m * n, cs, cst);
+    loom_tensor a16 = make(LOOM_BFLOAT16, m * k, as, ast), b16 = make(LOOM_BFLOAT16, k * n, bs, bst);
+    float *sum3 = calloc((size_t)(m * n), sizeof(float));
+    const int parts[3][2] = {{1, 0}, {0, 1}, {0, 0}};
+    for (int pass = 0; pass < 3; ++pass) {
+      const int al = parts[pass][0], bl = parts[pass][1];
+      for (int64_t i = 0; i < m * k; ++i) ((uint16_t *)a16.data)[i] = split_part(af[i], al);
+      for (int64_t i = 0; i < k * n; ++i) ((uint16_t *)b16.data)[i] = split_part(bf[i], bl);
+      const int flags = LOOM_GEMM_BF16_MATH | (al ? LOOM_GEMM_A_LOW : 0) | (bl ? LOOM_GEMM_B_LOW : 0);
+      CHECK(run(&ref, &a16, &b16, NULL, LOOM_GEMM_AMX, 1.0, 0.0, 0) == 0, "bf16 parts");
+      CHECK(run(&c, &a, &b, NULL, LOOM_GEMM_AMX | flags, 1.0, 0.0, 0) == 0, "bf16 math");
+      CHECK(memcmp(c.data, ref.data, sizeof(float) * (size_t)(m * n)) == 0,
+            "bf16 math (A %s%s, B %s%s) differs from the GEMM of its parts",
+            al ? "low" : "high", ta ? ", transposed" : "", bl ? "low" : "high",
+            tb ? ", transposed" : "");
+      for (int64_t i = 0; i < m * n; ++i) sum3[i] += ((float *)c.data)[i];
+    }
+    /* the three passes against the fp32 product, rows and columns away
+     * from the non-finite entries */
+    int bad = 0;
+    for (int64_t i = 2; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = 0, mag = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double x = get(&a, 0, 0, i, kk), y = get(&b, 0, 0, kk, j);
+          exact += x * y, mag += fabs(x * y);
+        }
+        if (!isfinite(exact)) continue;
+        if (!(fabs(sum3[i * n + j] - exact) <= mag * 0x1p-15)) ++bad;
+      }
+    CHECK(bad == 0, "bf16x3 (trans %d): %d results off", trans, bad);
+    free(sum3);
+    free(a.data), free(b.data), free(c.data), free(ref.data), free(a16.data), free(b16.data);
+  }
+}
+
 int main(void) {
   test_bad_input();
   test_gemv();
@@ -470,6 +527,7 @@ int main(void) {
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
     test_in_compute(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
+    if (isa == LOOM_GEMM_AMX) test_bf16_math();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            failures == before ? "ok" : "FAILED");
   }
