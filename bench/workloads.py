@@ -176,6 +176,27 @@ def _gemm(n: int, dtype: torch.dtype):
     return build
 
 
+def _gemm_medium(n: int):
+    """float32 matmul under torch.set_float32_matmul_precision("medium"), which
+    lets each configuration multiply as bfloat16 where it can."""
+    def build(ctx: Ctx) -> Prepared:
+        m = 32 if ctx.quick else n
+        a, b = ctx.to(_randn(m, m, seed=8)), ctx.to(_randn(m, m, seed=9))
+        mm = ctx.compile(lambda x, y: x @ y)
+
+        def step():
+            old = torch.get_float32_matmul_precision()
+            torch.set_float32_matmul_precision("medium")
+            try:
+                return mm(a, b)
+            finally:
+                torch.set_float32_matmul_precision(old)
+
+        return Prepared(step, flops=2.0 * m ** 3, limit=FMA_BF16, tol=2e-2)
+
+    return build
+
+
 # ---- convolution -------------------------------------------------------------
 
 # (name, batch, c_in, c_out, spatial, kernel, stride): typical ResNet-50 layers
@@ -450,6 +471,11 @@ WORKLOADS += [
     Workload(f"gemm_{tag}_{n}", "gemm", "call", f"matmul {n} x {n} x {n} {dtype_name}", _gemm(n, dtype))
     for tag, dtype, dtype_name in (("fp32", torch.float32, "float32"), ("bf16", torch.bfloat16, "bfloat16"))
     for n in (256, 512, 1024, 2048)
+]
+WORKLOADS += [
+    Workload("gemm_fp32_medium_2048", "gemm", "call",
+             "matmul 2048 x 2048 x 2048 float32, float32 matmul precision \"medium\"",
+             _gemm_medium(2048)),
 ]
 WORKLOADS += [
     Workload(f"conv_{spec[0]}_{'fwdbwd' if bwd else 'fwd'}", "conv", "call",
