@@ -77,6 +77,16 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
 #define LOOM_ATTENTION_AMX_KEYS 256
 #define LOOM_ATTENTION_AMX_QUERIES 64
 int loom_attention_amx_pack(const loom_kernel_args *args, int64_t begin, int64_t end);
+
+/* Decoding (kernels/attention_amx.c, AVX-512): up to DECODE_QUERIES
+ * queries of a head against up to DECODE_KEYS keys, every key and value
+ * row read once for all of them; the same tensors and scalars as the
+ * forward without [5] and [6], the same arithmetic but for the order of
+ * the sums (the scores in fp32, softmax over all keys at once, weights
+ * rounded to bf16). range: BH (one head per item). */
+#define LOOM_ATTENTION_DECODE_QUERIES 4
+#define LOOM_ATTENTION_DECODE_KEYS 16384
+int loom_attention_amx_decode(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus

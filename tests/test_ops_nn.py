@@ -626,6 +626,59 @@ def test_sdpa_bf16_nan_rows():
     torch.testing.assert_close(out.nan_to_num(), ref.nan_to_num(), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("shape", [(8, 1, 4096, 64, 64), (3, 3, 1000, 24, 40), (2, 4, 17, 256, 256),
+                                   (1, 2, 16384, 16, 200), (1, 1, 16385, 32, 32), (2, 4, 1, 8, 8)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_bf16_decoding(shape, causal):
+    # Up to 4 queries over up to 16384 keys (one more key: the fused tiles)
+    # read each key and value row once; odd head dims, a negative scale, and
+    # the gradients through the log-sum-exp it leaves.
+    torch.manual_seed(20)
+    bh, L, S, e, ev = shape
+    qc, qd = pair(torch.randn(bh, L, e).bfloat16())
+    kc, kd = pair(torch.randn(bh, S, e).bfloat16())
+    vc, vd = pair(torch.randn(bh, S, ev).bfloat16())
+    for scale in (None, -0.3):
+        oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal, scale=scale)
+        od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal, scale=scale)
+        close(od, oc.detach(), torch.bfloat16, scale=2.0)
+    g = torch.randn(oc.shape).bfloat16()
+    for a, b in zip(grads(od, [qd, kd, vd], g.to("loom")), grads(oc, [qc, kc, vc], g)):
+        close(a, b, torch.bfloat16, scale=4.0)
+    # the log-sum-exp the backward reads, against float64
+    lse = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+        qd.detach()[None], kd.detach()[None], vd.detach()[None], is_causal=causal)[1]
+    s64 = qc.detach().double() @ kc.detach().double().transpose(-1, -2) / e ** 0.5
+    if causal:
+        s64 = s64.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(lse.cpu()[0].double(), torch.logsumexp(s64, -1), rtol=1e-5,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_bf16_decoding_nan_rows_and_columns(causal):
+    # A NaN score makes its query's row NaN, an infinite key every row whose
+    # score with it is +inf or NaN; columns past the head dims (NaN here)
+    # are never read. (Causal rows hide key 7, which the CPU kernel still
+    # adds into their scores: no infinite key there.)
+    torch.manual_seed(21)
+    full = [torch.randn(3, n, 32).bfloat16() for n in (4, 300, 300)]
+    for t in full:
+        t[..., 24:] = float("nan")
+    q, k, v = (t[..., :24].clone() for t in full)
+    q[0, 2, 3] = float("nan")
+    if not causal:
+        k[1, 7, 0] = float("inf")
+    for t, c in zip(full, (q, k, v)):
+        t[..., :24] = c
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    out = F.scaled_dot_product_attention(*(t.to("loom")[..., :24] for t in full),
+                                         is_causal=causal).cpu()
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert bool(out.isnan().any())
+    torch.testing.assert_close(out.nan_to_num(), ref.nan_to_num(), rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sdpa_skips_the_tiles_its_mask_hides(dtype):
     # A KV cache's mask: query i, at position 100 + i, sees slots 0..100 + i
