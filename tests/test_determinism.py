@@ -40,6 +40,13 @@ bsame = torch.nn.functional.conv2d(bimg, bker, padding=1)
 bstrided = torch.nn.functional.conv2d(bimg, bker, stride=2, padding=1)
 (bsame.float().square().sum() + bstrided.float().square().sum()).backward()
 results += [bsame, bstrided, bimg.grad, bker.grad]
+# bf16 attention while decoding; float32 products as bf16 ("medium"/"high")
+dq, dk, dv = (torch.randn(3, 2, n, 40).bfloat16().to("loom") for n in (2, 900, 900))
+results.append(torch.nn.functional.scaled_dot_product_attention(dq, dk, dv))
+for precision in ("medium", "high"):
+    torch.set_float32_matmul_precision(precision)
+    results.append(m[:300] @ m.T[:, :200])
+torch.set_float32_matmul_precision("highest")
 digest = hashlib.sha256()
 for r in results:
     digest.update(r.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
