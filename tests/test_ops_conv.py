@@ -268,6 +268,13 @@ def test_conv2d_winograd(shape, padding, used, monkeypatch):
             torch.testing.assert_close(got.double(), e_res, rtol=0, atol=2e-6 * e_res.abs().max())
 
 
+def test_conv_input_grad_with_a_col_past_the_caches():
+    # 3 images whose col is 38 MB: the strided input gradient makes it an
+    # image at a time (a chunk, and the chunks' seams, must not show)
+    x, w = rand(3, 8, 180, 179), rand(4, 8, 7, 7)
+    compare(lambda x, w: F.conv2d(x, w, stride=2, padding=3), [x, w], torch.float32, scale=30.0)
+
+
 def test_conv1d_long_sequence():
     x, w, b = rand(2, 8, 500), rand(12, 8, 3), rand(12)
     compare(lambda x, w, b: F.conv1d(x, w, b, padding=1), [x, w, b], torch.float32)
