@@ -11,6 +11,7 @@
 #include "kernels/conv_gemm_internal.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
+#include "kernels/im2col_internal.h"
 #include "loom/status.h"
 
 enum {
@@ -97,6 +98,38 @@ static int ca_mode(const loom_tensor *img, const int64_t *k, const int64_t *s,
   return s[2] == 2 && 2 * k[2] <= CA_MASKS ? CA_RUN2 : CA_LANES;
 }
 
+/* Col rows in order from `row`: tap t = (kd, kh, kw) of channel c. */
+typedef struct ca_walk {
+  int64_t c, t, kd, kh, kw;
+} ca_walk;
+
+static inline ca_walk ca_walk_from(int64_t row, const int64_t *k) {
+  const int64_t taps = k[0] * k[1] * k[2], t = row % taps;
+  return (ca_walk){.c = row / taps, .t = t, .kw = t % k[2], .kh = t / k[2] % k[1],
+                   .kd = t / (k[2] * k[1])};
+}
+
+/* The walk's row read from the image's channels from c0 on (src NULL when
+ * `past`: a row past k), then the walk moves to the next row. */
+static inline ca_tap ca_walk_tap(ca_walk *w, const loom_tensor *img, int64_t c0,
+                                 const int64_t *k, const int64_t *d, int past) {
+  const int64_t *st = img->strides;
+  ca_tap tap = {.td = w->kd * d[0], .th = w->kh * d[1], .tw = w->kw * d[2], .kw = (int)w->kw,
+                .t = (int)w->t};
+  tap.src = past ? NULL
+                 : (const uint16_t *)img->data + (c0 + w->c) * st[1] + tap.td * st[2] +
+                       tap.th * st[3] + tap.tw * st[4];
+  ++w->t;
+  if (++w->kw == k[2]) {
+    w->kw = 0;
+    if (++w->kh == k[1]) {
+      w->kh = 0;
+      if (++w->kd == k[0]) w->kd = 0, w->t = 0, ++w->c;
+    }
+  }
+  return tap;
+}
+
 /* The segments' reads, worked out once per tile into sg (lane masks into
  * live). */
 static void ca_segs_init(ca_seg *sg, __mmask32 (*live)[CA_MASKS], const cg_seg *seg, int nseg,
@@ -165,29 +198,11 @@ __attribute__((noipa)) static void ca_gather(uint16_t *cols, int64_t kc, int64_t
                                              int nseg, int mode, const loom_tensor *img,
                                              int64_t c0, const int64_t *k, const int64_t *s,
                                              const int64_t *d) {
-  const int64_t taps = k[0] * k[1] * k[2], *st = img->strides;
   const __m512i lo = loom_gemm_pair_index(0), hi = loom_gemm_pair_index(1);
-  const uint16_t *x = (const uint16_t *)img->data;
-  /* Row k0 + kk is tap t = (kd, kh, kw) of channel c; taps advance in order. */
-  int64_t c = k0 / taps, t = k0 % taps;
-  int64_t kw = t % k[2], kh = t / k[2] % k[1], kd = t / (k[2] * k[1]);
+  ca_walk walk = ca_walk_from(k0, k);
   ca_tap tap[2];
   for (int64_t kk = 0; kk < kc; kk += 2) {
-    for (int h = 0; h < 2; ++h) {
-      tap[h].td = kd * d[0], tap[h].th = kh * d[1], tap[h].tw = kw * d[2];
-      tap[h].kw = (int)kw, tap[h].t = (int)t;
-      tap[h].src = k0 + kk + h < krows ? x + (c0 + c) * st[1] + tap[h].td * st[2] +
-                                             tap[h].th * st[3] + tap[h].tw * st[4]
-                                       : NULL;
-      ++t;
-      if (++kw == k[2]) {
-        kw = 0;
-        if (++kh == k[1]) {
-          kh = 0;
-          if (++kd == k[0]) kd = 0, t = 0, ++c;
-        }
-      }
-    }
+    for (int h = 0; h < 2; ++h) tap[h] = ca_walk_tap(&walk, img, c0, k, d, k0 + kk + h >= krows);
     const int64_t pair_row = kk * CG_NR / 2; /* in 32-bit words */
     for (int i = 0; i < nseg; ++i) {
       const __m512i v0 = ca_load(&tap[0], &sg[i], seg[i].cnt, mode, img, s);
@@ -223,19 +238,8 @@ int loom_conv_gemm_amx_kernel(const loom_kernel_args *args, int64_t begin, int64
     return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t k[3], s[3], p[3], d[3], o[3];
   cg_geometry(args->scalars + 2, k, s, p, d, o);
-  const int64_t len = o[0] * o[1] * o[2];
-  if (!(pl.batch1 == img->sizes[0] && pl.n == len) &&
-      !(pl.batch1 == 1 && pl.n == len * img->sizes[0]))
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t tpos = args->scalars[1].i;
-  if (tpos < 32 || tpos > LOOM_CONV_GEMM_POSITIONS || tpos % 32 != 0)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t tiles_n = (pl.n + tpos - 1) / tpos;
-  const int64_t pieces = args->num_scalars > 2 + LOOM_CONV_NUM_SCALARS
-                             ? args->scalars[2 + LOOM_CONV_NUM_SCALARS].i
-                             : 1;
-  if (pieces < 1) return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t units = tiles_n - 1 + pieces; /* per batch and group */
+  cg_tiling tl;
+  if (cg_tiling_of(args, &pl, img, o, &tl)) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t cg = pl.k / (k[0] * k[1] * k[2]); /* channels per group */
   const char *ws = (const char *)args->tensors[3].data;
   const int64_t ldt = LOOM_CONV_GEMM_POSITIONS; /* the sums' row stride */
@@ -246,16 +250,11 @@ int loom_conv_gemm_amx_kernel(const loom_kernel_args *args, int64_t begin, int64
 
   loom_gemm_amx_begin();
   for (int64_t tile = begin; tile < end; ++tile) {
-    int64_t u = tile % units, rest = tile / units;
-    int64_t grp = rest % pl.batch2, n = rest / pl.batch2;
-    /* The last position tile comes in pieces of C's row panels. */
-    int64_t tn = u < tiles_n - 1 ? u : tiles_n - 1, piece = u - tn;
-    int64_t ip0 = 0, ip1 = pl.m_panels;
-    if (u >= tiles_n - 1)
-      ip0 = pl.m_panels * piece / pieces, ip1 = pl.m_panels * (piece + 1) / pieces;
-    const int64_t l0 = tn * tpos, nl = pl.n - l0 < tpos ? pl.n - l0 : tpos;
+    const cg_tile t = cg_tile_at(&tl, &pl, tile);
+    const int64_t n = t.n, grp = t.grp, l0 = t.l0, nl = t.nl, ip0 = t.ip0, ip1 = t.ip1;
     const int64_t npan = (nl + CG_NR - 1) / CG_NR;
-    const int nseg = cg_segments(n * len + l0, nl, o, mode == CA_FLAT ? CG_FLAT : CG_ROWS, seg);
+    const int nseg =
+        cg_segments(n * tl.len + l0, nl, o, mode == CA_FLAT ? CG_FLAT : CG_ROWS, seg);
     ca_segs_init(sg, live, seg, nseg, mode, img, k, s, p, d, o);
     const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
     uint16_t *out = (uint16_t *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
@@ -312,25 +311,13 @@ __attribute__((noipa)) static void ca_gather_rows(uint16_t *buf, int64_t ld, int
                                                   const loom_tensor *img, int64_t c0,
                                                   const int64_t *k, const int64_t *s,
                                                   const int64_t *d) {
-  const int64_t taps = k[0] * k[1] * k[2], *st = img->strides;
-  const uint16_t *x = (const uint16_t *)img->data;
-  int64_t c = r0 / taps, t = r0 % taps;
-  int64_t kw = t % k[2], kh = t / k[2] % k[1], kd = t / (k[2] * k[1]);
+  ca_walk walk = ca_walk_from(r0, k);
   for (int64_t r = 0; r < rows; ++r) {
-    ca_tap tap = {.td = kd * d[0], .th = kh * d[1], .tw = kw * d[2], .kw = (int)kw, .t = (int)t};
-    tap.src = x + (c0 + c) * st[1] + tap.td * st[2] + tap.th * st[3] + tap.tw * st[4];
+    const ca_tap tap = ca_walk_tap(&walk, img, c0, k, d, 0);
     uint16_t *row = buf + r * ld + col;
     for (int i = 0; i < nseg; ++i)
       _mm512_mask_storeu_epi16(row + sg[i].j0, ca_range_mask(0, seg[i].cnt),
                                ca_load(&tap, &sg[i], seg[i].cnt, mode, img, s));
-    ++t;
-    if (++kw == k[2]) {
-      kw = 0;
-      if (++kh == k[1]) {
-        kh = 0;
-        if (++kd == k[0]) kd = 0, t = 0, ++c;
-      }
-    }
   }
 }
 
@@ -418,19 +405,12 @@ int loom_conv_wgrad_amx_kernel(const loom_kernel_args *args, int64_t begin, int6
 int loom_conv_pack_flipped_amx_kernel(const loom_kernel_args *args, int64_t begin,
                                       int64_t end) {
   enum { KB = LOOM_GEMM_AMX_KB };
-  if (args->num_tensors < 5 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *w = &args->tensors[4];
   loom_gemm_plan p;
-  int rc = loom_gemm_plan_init(&args->tensors[0], &args->tensors[1], &args->tensors[2],
-                               (int32_t)args->scalars[0].i, &p);
-  if (rc) return rc;
-  const int64_t groups = args->tensors[1].sizes[1], cg = p.m;
-  if (w->rank != 3 || w->dtype != LOOM_BFLOAT16 || p.isa != LOOM_GEMM_AMX || !p.packed_bf16 ||
-      groups < 1 || p.batch1 * p.batch2 == 0 || w->sizes[0] % groups != 0 ||
-      w->sizes[1] != cg || w->sizes[2] > 32 || w->sizes[0] / groups * w->sizes[2] != p.k ||
-      p.a_count1 != 1 || p.a_count2 != groups || (w->strides[2] != 1 && w->sizes[2] != 1) ||
-      w->strides[1] != w->sizes[2] || w->strides[0] != cg * w->sizes[2])
+  if (loom_conv_flip_plan(args, &p) || args->tensors[4].dtype != LOOM_BFLOAT16 ||
+      p.isa != LOOM_GEMM_AMX || !p.packed_bf16 || args->tensors[4].sizes[2] > 32)
     return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *w = &args->tensors[4];
+  const int64_t groups = args->tensors[1].sizes[1], cg = p.m;
   const int64_t taps = w->sizes[2], og = w->sizes[0] / groups;
   const int64_t units = (p.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
   const uint16_t *src = (const uint16_t *)w->data;

@@ -228,38 +228,20 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
   /* Columns are one image's positions (C batched over images), or every
    * image's positions in turn (C unbatched; small images waste less of the
    * last panel that way). */
-  const int64_t len = o[0] * o[1] * o[2];
-  if (!(pl.batch1 == img->sizes[0] && pl.n == len) &&
-      !(pl.batch1 == 1 && pl.n == len * img->sizes[0]))
-    return LOOM_ERROR_INVALID_ARGUMENT;
+  cg_tiling tl;
+  if (cg_tiling_of(args, &pl, img, o, &tl)) return LOOM_ERROR_INVALID_ARGUMENT;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
-  const int64_t tpos = args->scalars[1].i;
-  if (tpos < 32 || tpos > LOOM_CONV_GEMM_POSITIONS || tpos % 32 != 0)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t tiles_n = (pl.n + tpos - 1) / tpos;
-  const int64_t pieces = args->num_scalars > 2 + LOOM_CONV_NUM_SCALARS
-                             ? args->scalars[2 + LOOM_CONV_NUM_SCALARS].i
-                             : 1;
-  if (pieces < 1) return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t units = tiles_n - 1 + pieces; /* per batch and group */
   const int64_t cg = (pl.k) / (k[0] * k[1] * k[2]); /* channels per group */
   float buf[CG_PANELS * CG_KC * LOOM_GEMM_AVX512_NR];
   cg_seg seg[2 * CG_PANELS + LOOM_CONV_GEMM_POSITIONS];
 
   for (int64_t tile = begin; tile < end; ++tile) {
-    int64_t u = tile % units, rest = tile / units;
-    int64_t grp = rest % pl.batch2, n = rest / pl.batch2;
-    /* The last position tile comes in pieces of C's row panels. */
-    int64_t tn = u < tiles_n - 1 ? u : tiles_n - 1, piece = u - tn;
-    int64_t ip0 = 0, ip1 = pl.m_panels;
-    if (u >= tiles_n - 1)
-      ip0 = pl.m_panels * piece / pieces, ip1 = pl.m_panels * (piece + 1) / pieces;
+    const cg_tile t = cg_tile_at(&tl, &pl, tile);
+    const int64_t n = t.n, grp = t.grp, l0 = t.l0, nl = t.nl, ip0 = t.ip0, ip1 = t.ip1;
     const int64_t r0 = ip0 * pl.mr, r1 = ip1 * pl.mr < pl.m ? ip1 * pl.mr : pl.m;
-    int64_t l0 = tn * tpos;
-    int64_t nl = pl.n - l0 < tpos ? pl.n - l0 : tpos;
     int64_t npan = (nl + LOOM_GEMM_AVX512_NR - 1) / LOOM_GEMM_AVX512_NR;
-    int nseg = cg_segments(n * len + l0, nl, o, cg_mode(img, s, o), seg);
+    int nseg = cg_segments(n * tl.len + l0, nl, o, cg_mode(img, s, o), seg);
     float *tc = (float *)c->data + n * c->strides[0] + grp * c->strides[1] + l0;
     const int64_t ldt = c->strides[2];
     /* Without a bias the first k block overwrites the tile. */

@@ -9,6 +9,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm_internal.h"
+#include "loom/status.h"
 
 /* Positions per col panel: the register tiles' width, fp32 and AMX alike. */
 enum { CG_NR = LOOM_GEMM_AVX512_NR };
@@ -71,6 +72,49 @@ static inline int cg_segments(int64_t l0, int64_t nl, const int64_t *o, int mode
     l += cnt;
   }
   return n;
+}
+
+/* How a forward kernel's range cuts C (kernels/conv.h): tiles of tpos
+ * positions per batch and group, the last one in `pieces` pieces of C's
+ * row panels. */
+typedef struct cg_tiling {
+  int64_t len, tpos, tiles_n, pieces, units;
+} cg_tiling;
+
+/* Reads and checks the tiling scalars of a forward kernel over plan pl
+ * and image img (C's columns one image's positions, or every image's in
+ * turn); returns 0 or LOOM_ERROR_INVALID_ARGUMENT. */
+static inline int cg_tiling_of(const loom_kernel_args *args, const loom_gemm_plan *pl,
+                               const loom_tensor *img, const int64_t *o, cg_tiling *t) {
+  t->len = o[0] * o[1] * o[2];
+  t->tpos = args->scalars[1].i;
+  t->pieces = args->num_scalars > 2 + LOOM_CONV_NUM_SCALARS
+                  ? args->scalars[2 + LOOM_CONV_NUM_SCALARS].i
+                  : 1;
+  if ((!(pl->batch1 == img->sizes[0] && pl->n == t->len) &&
+       !(pl->batch1 == 1 && pl->n == t->len * img->sizes[0])) ||
+      t->tpos < 32 || t->tpos > LOOM_CONV_GEMM_POSITIONS || t->tpos % 32 != 0 || t->pieces < 1)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  t->tiles_n = (pl->n + t->tpos - 1) / t->tpos;
+  t->units = t->tiles_n - 1 + t->pieces; /* per batch and group */
+  return 0;
+}
+
+/* Tile `tile` of the range: batch n, group grp, positions [l0, l0 + nl),
+ * C's row panels [ip0, ip1). */
+typedef struct cg_tile {
+  int64_t n, grp, l0, nl, ip0, ip1;
+} cg_tile;
+
+static inline cg_tile cg_tile_at(const cg_tiling *t, const loom_gemm_plan *pl, int64_t tile) {
+  const int64_t u = tile % t->units, rest = tile / t->units;
+  const int64_t tn = u < t->tiles_n - 1 ? u : t->tiles_n - 1, piece = u - tn;
+  cg_tile r = {.n = rest / pl->batch2, .grp = rest % pl->batch2, .l0 = tn * t->tpos,
+               .ip0 = 0, .ip1 = pl->m_panels};
+  r.nl = pl->n - r.l0 < t->tpos ? pl->n - r.l0 : t->tpos;
+  if (u >= t->tiles_n - 1) /* the last tile comes in pieces of row panels */
+    r.ip0 = pl->m_panels * piece / t->pieces, r.ip1 = pl->m_panels * (piece + 1) / t->pieces;
+  return r;
 }
 
 #endif /* LOOM_KERNELS_CONV_GEMM_INTERNAL_H */

@@ -177,20 +177,29 @@ int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
   return 0;
 }
 
-int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
-                                  int64_t end) {
+int loom_conv_flip_plan(const loom_kernel_args *args, loom_gemm_plan *p) {
   if (args->num_tensors < 5 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *w = &args->tensors[4];
-  loom_gemm_plan p;
   int rc = loom_gemm_plan_init(&args->tensors[0], &args->tensors[1], &args->tensors[2],
-                               (int32_t)args->scalars[0].i, &p);
+                               (int32_t)args->scalars[0].i, p);
   if (rc) return rc;
-  const int64_t groups = args->tensors[1].sizes[1], cg = p.m;
-  if (w->rank != 3 || w->dtype != LOOM_FLOAT32 || p.packed_bf16 || groups < 1 ||
-      p.batch1 * p.batch2 == 0 || w->sizes[0] % groups != 0 || w->sizes[1] != cg ||
-      w->sizes[0] / groups * w->sizes[2] != p.k || p.a_count1 != 1 || p.a_count2 != groups ||
-      (w->strides[2] != 1 && w->sizes[2] != 1) || w->strides[1] != w->sizes[2] || w->strides[0] != cg * w->sizes[2])
+  const int64_t groups = args->tensors[1].sizes[1], cg = p->m;
+  /* a size-1 tap dim may have any stride */
+  if (w->rank != 3 || groups < 1 || p->batch1 * p->batch2 == 0 || w->sizes[0] % groups != 0 ||
+      w->sizes[1] != cg || w->sizes[0] / groups * w->sizes[2] != p->k || p->a_count1 != 1 ||
+      p->a_count2 != groups || (w->strides[2] != 1 && w->sizes[2] != 1) ||
+      w->strides[1] != w->sizes[2] || w->strides[0] != cg * w->sizes[2])
     return LOOM_ERROR_INVALID_ARGUMENT;
+  return 0;
+}
+
+int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
+                                  int64_t end) {
+  loom_gemm_plan p;
+  if (loom_conv_flip_plan(args, &p) || args->tensors[4].dtype != LOOM_FLOAT32 || p.packed_bf16)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *w = &args->tensors[4];
+  const int64_t groups = args->tensors[1].sizes[1], cg = p.m;
   const int64_t taps = w->sizes[2], og = w->sizes[0] / groups, mr = p.mr;
   const int64_t units = (p.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
   const float *src = (const float *)w->data;

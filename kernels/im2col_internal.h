@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "loom/kernel_abi.h"
+
 /* d[2i] += s[i] for i < n; touches no other element (AVX-512 CPUs only). */
 void loom_col2im_add_stride2_avx512(float *d, const float *s, int64_t n);
 
@@ -13,5 +15,11 @@ void loom_col2im_add_stride2_avx512(float *d, const float *s, int64_t n);
  * only). */
 void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_t step,
                                  int64_t lanes, int64_t width);
+
+/* The plan of a flipped pack's arguments (kernels/conv.h) into *p, and
+ * whether its weight w (tensor [4]) fits it: 0, or a loom_status. The
+ * caller checks the dtypes and the plan's variant. */
+struct loom_gemm_plan;
+int loom_conv_flip_plan(const loom_kernel_args *args, struct loom_gemm_plan *p);
 
 #endif /* LOOM_KERNELS_IM2COL_INTERNAL_H */

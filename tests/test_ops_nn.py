@@ -583,6 +583,13 @@ def test_sdpa_bf16_on_amx(causal, scale, dims):
         close(a, b, torch.bfloat16, scale=4.0)
 
 
+def bf16_qkv(shape):
+    """Random bf16 q (BH, L, E), k (BH, S, E), v (BH, S, Ev), each as a
+    (CPU, loom) pair of leaves, for shape (BH, L, S, E, Ev)."""
+    bh, L, S, e, ev = shape
+    return (pair(torch.randn(bh, n, d).bfloat16()) for n, d in ((L, e), (S, e), (S, ev)))
+
+
 @pytest.mark.parametrize("shape", [(3, 37, 50, 32, 64), (1, 1, 1, 32, 32), (2, 70, 33, 128, 32),
                                    (2, 5, 700, 64, 64)])
 @pytest.mark.parametrize("causal", [False, True])
@@ -592,10 +599,7 @@ def test_sdpa_bf16_fused_edges(shape, causal):
     # (one item per head, which packs its own key blocks) over several key
     # blocks
     torch.manual_seed(18)
-    bh, L, S, e, ev = shape
-    qc, qd = pair(torch.randn(bh, L, e).bfloat16())
-    kc, kd = pair(torch.randn(bh, S, e).bfloat16())
-    vc, vd = pair(torch.randn(bh, S, ev).bfloat16())
+    (qc, qd), (kc, kd), (vc, vd) = bf16_qkv(shape)
     oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal)
     od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal)
     close(od, oc.detach(), torch.bfloat16, scale=2.0)
@@ -635,9 +639,7 @@ def test_sdpa_bf16_decoding(shape, causal):
     # the gradients through the log-sum-exp it leaves.
     torch.manual_seed(20)
     bh, L, S, e, ev = shape
-    qc, qd = pair(torch.randn(bh, L, e).bfloat16())
-    kc, kd = pair(torch.randn(bh, S, e).bfloat16())
-    vc, vd = pair(torch.randn(bh, S, ev).bfloat16())
+    (qc, qd), (kc, kd), (vc, vd) = bf16_qkv(shape)
     for scale in (None, -0.3):
         oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal, scale=scale)
         od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal, scale=scale)
