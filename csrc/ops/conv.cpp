@@ -540,7 +540,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
           // A col (fp32) far past the caches is made a few images at a
           // time, up to 8 MB of it (or one image), which col2im reads back
           // from the last-level cache: the 7x7 stem of ResNet, batch 8 of
-          // 224 x 224 (59 MB of col), bf16, 10.7 -> 8.9 ms. Smaller ones
+          // 224 x 224 (59 MB of col), bf16, 7.1 -> 6.1 ms. Smaller ones
           // lose more to the smaller GEMMs (128->256 3x3/2 at 28, fp32,
           // 3.7 -> 4.1 ms by images of 3.6 MB).
           const int64_t n = dy.size(0), per_image = c * g.taps() * g.positions() * 4;
