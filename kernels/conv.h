@@ -204,7 +204,9 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * multiple of 32; dyp is dy on the same grid, zero in columns x >= wo and
  * past ho * wq. tensors: [0] dW C (1, G, O/G, C/G*K),
  * [1] dyp A (1, G, O/G, N * gpad), packed into [3] as for
- * loom_conv_wgrad_kernel; [2] B (1, G, N * gpad, C/G*K), shape only;
+ * loom_conv_wgrad_kernel, but for the full row panels of a plan that reads
+ * them in place (isa | LOOM_GEMM_IN_COMPUTE); [2] B (1, G, N * gpad,
+ * C/G*K), shape only;
  * [4] the phase planes (N, C * sh * sw, plane), plane >= gpad + halo;
  * [5] partial sums P (ceil(N * gpad / kchunk), G, O/G, C/G*K), unit last
  * stride: P[i] sums k in [i * kchunk, (i + 1) * kchunk), and dW is their

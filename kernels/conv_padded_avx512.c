@@ -266,8 +266,12 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
           }
           const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
           const int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
-          ukr(kc, apanel, bt, pbase + ip * pl.mr * ldt + (q0 + j) * CP_NR, ldt, 1.0f, mr,
-              (int)rows[j], pc > k0);
+          float *ct = pbase + ip * pl.mr * ldt + (q0 + j) * CP_NR;
+          if (pl.a_in_place && mr == pl.mr) /* dy's rows where they lie */
+            loom_gemm_ukr_avx512_f32_rows(kc, loom_gemm_elem(a, 0, grp, ip * pl.mr, pc),
+                                          a->strides[2], bt, ct, ldt, 1.0f, (int)rows[j], pc > k0);
+          else
+            ukr(kc, apanel, bt, ct, ldt, 1.0f, mr, (int)rows[j], pc > k0);
         }
       }
     }

@@ -45,9 +45,10 @@ typedef enum loom_gemm_isa {
  * small, k-contiguous A where they lie, and, when one row tile covers C
  * (every B panel then serves one tile), packs each B panel itself just
  * before use, into the thread's cache instead of through memory. Only for
- * loom_gemm_compute_kernel and for loom_conv_gemm_kernel (which reads A in
- * place the same way and gathers B itself): the other users of the packed
- * operands (the other convolutions) must not pass it. */
+ * loom_gemm_compute_kernel and for the convolutions that read A in place
+ * the same way and gather B themselves (loom_conv_gemm_kernel, the AMX
+ * forward, loom_conv_padded_wgrad_kernel): the other users of the packed
+ * operands must not pass it. */
 enum { LOOM_GEMM_IN_COMPUTE = 0x100 };
 
 /* Added to the isa: fp32 A and B are multiplied as bf16 on AMX tiles

@@ -17,6 +17,7 @@
 #include "tests/c/conv_util.h"
 
 static int a_in_place_cases = 0; /* geometries whose weight was read in place */
+static int padded_in_place_cases = 0; /* padded weight gradients reading dy in place */
 
 /* The input index read by output o through tap t along one axis, or -1. */
 static int64_t src_index(const geom *g, int axis, int64_t o, int64_t t) {
@@ -144,6 +145,25 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
     if (w == 0) memcpy(first, gw2, sizeof(float) * g->o * ck);
     CHECK(memcmp(first, gw2, sizeof(float) * g->o * ck) == 0, "qn=%ld changed bits", (long)qn);
   }
+  /* dy's full row panels read in place (only a partial last one packed,
+   * into a workspace of NaNs otherwise): the same bits */
+  loom_gemm_plan ip;
+  const int ic = isa | LOOM_GEMM_IN_COMPUTE;
+  CHECK(loom_gemm_plan_init(&wc, &wa, &wb, ic, &ip) == 0, "in-place wgrad plan");
+  memset(ws, 0xff, (size_t)p.workspace_bytes);
+  loom_scalar isc[3] = {{.i = ic}, {.f = 1.0}, {.f = 0.0}};
+  run(loom_gemm_pack_kernel, wts, 4, isc, 3, ip.pack_units_a);
+  sc[0].i = ic, sc[20].i = 1;
+  memset(part, 0xff, sizeof(float) * chunks * g->o * ck);
+  run(loom_conv_padded_wgrad_kernel, wts, 6, sc, 21, chunks * g->groups * p.n_panels);
+  sc[0].i = isa;
+  for (int64_t i = 0; i < g->o * ck; ++i) {
+    gw2[i] = part[i];
+    for (int64_t k = 1; k < chunks; ++k) gw2[i] += part[k * g->o * ck + i];
+  }
+  CHECK(memcmp(first, gw2, sizeof(float) * g->o * ck) == 0,
+        "padded weight grad with dy %s changed bits", ip.a_in_place ? "in place" : "packed");
+  padded_in_place_cases += ip.a_in_place;
   free(first);
   free(xp), free(y2), free(ws), free(dyp), free(gw2), free(part);
 }
@@ -535,6 +555,9 @@ int main(void) {
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
   if (loom_gemm_isa_selected() != LOOM_GEMM_GENERIC)
     CHECK(a_in_place_cases >= 4, "only %d geometries read the weight in place", a_in_place_cases);
+  if (loom_gemm_isa_selected() != LOOM_GEMM_GENERIC)
+    CHECK(padded_in_place_cases >= 2, "only %d padded weight gradients read dy in place",
+          padded_in_place_cases);
   printf(failures ? "FAILED\n" : "ok\n");
   return failures ? 1 : 0;
 }
