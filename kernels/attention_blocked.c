@@ -348,13 +348,15 @@ static inline float lse_load(const loom_tensor *lse, int64_t b, int64_t i) {
 }
 
 /* One row's step of the online softmax, given the maximum mb of its nk
- * scores s: when the maximum grows, the running sum l and the accumulator
- * row a (ev values) are rescaled to it. Returns 0 when no key of the tile is
- * visible (s is then zeroed), else 1 with *mn the maximum the row's terms
- * are taken against. */
+ * scores s (NaN if any is): when the maximum grows, the running sum l and
+ * the accumulator row a (ev values) are rescaled to it. Returns 0 when no
+ * key of the tile is visible, or when a score is NaN or +inf, which sets
+ * *bad (the row's result is NaN, as on the CPU); s is then zeroed. Else 1,
+ * with *mn the maximum the row's terms are taken against. */
 static int online_rescale(float *s, int64_t nk, float mb, float *m, float *l, float *a,
-                          int64_t ev, float *mn) {
-  if (mb == -INFINITY) {
+                          int64_t ev, float *mn, int *bad) {
+  if (mb != mb || mb == INFINITY) *bad = 1;
+  if (mb == -INFINITY || *bad) {
     for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
     return 0;
   }
@@ -373,7 +375,7 @@ static int online_rescale(float *s, int64_t nk, float mb, float *m, float *l, fl
  * max and exp_sum, with their final reductions over 16 lanes taken for all
  * the rows together through a transpose, in the same order, so the bits are
  * those of the row-at-a-time loop. */
-static void softmax_rows16(float *S, float *m, float *l, float *acc, int64_t ev) {
+static void softmax_rows16(float *S, float *m, float *l, float *acc, int64_t ev, int *bad) {
   __m512i t[16];
   __mmask16 nan = 0, live = 0;
   for (int r = 0; r < 16; ++r) {
@@ -394,7 +396,8 @@ static void softmax_rows16(float *S, float *m, float *l, float *acc, int64_t ev)
   float mbs[16], mn[16], sums[16];
   _mm512_storeu_ps(mbs, _mm512_mask_mov_ps(mb, nan, _mm512_set1_ps(NAN)));
   for (int r = 0; r < 16; ++r)
-    if (online_rescale(S + r * BK, BK, mbs[r], &m[r], &l[r], acc + r * MAXD, ev, &mn[r]))
+    if (online_rescale(S + r * BK, BK, mbs[r], &m[r], &l[r], acc + r * MAXD, ev, &mn[r],
+                       &bad[r]))
       live |= (__mmask16)(1u << r);
   for (int r = 0; r < 16; ++r) {
     __m512 sum = _mm512_setzero_ps();
@@ -430,6 +433,7 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
   const int64_t nqb = (d.l + BQ - 1) / BQ;
   float Q[BQ * MAXD], Kt[MAXD * BK], V[BK * MAXD], S[BQ * BK], acc[BQ * MAXD];
   float m[BQ], l[BQ], inv[BQ];
+  int bad[BQ];
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / nqb, i0 = (item % nqb) * BQ;
     const int64_t nq = d.l - i0 < BQ ? d.l - i0 : BQ;
@@ -437,6 +441,7 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
     for (int64_t i = 0; i < nq; ++i) {
       m[i] = -INFINITY;
       l[i] = 0.0f;
+      bad[i] = 0;
       for (int64_t e = 0; e < d.ev; ++e) acc[i * MAXD + e] = 0.0f;
     }
     const int64_t kend = causal && i0 + nq < d.s ? i0 + nq : d.s;
@@ -451,19 +456,23 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
       int64_t i = 0;
 #ifdef __AVX512F__
       if (nk == BK)
-        for (; i + 16 <= nq; i += 16) softmax_rows16(S + i * BK, m + i, l + i, acc + i * MAXD, d.ev);
+        for (; i + 16 <= nq; i += 16)
+          softmax_rows16(S + i * BK, m + i, l + i, acc + i * MAXD, d.ev, bad + i);
 #endif
       for (; i < nq; ++i) {
-        float *s = S + i * BK, mn;
-        if (online_rescale(s, nk, ops->max(s, nk), &m[i], &l[i], acc + i * MAXD, d.ev, &mn))
+        float *s = S + i * BK, mn, mb = ops->max(s, nk);
+        for (int64_t j = 0; j < nk; ++j) mb = s[j] != s[j] ? s[j] : mb;
+        if (online_rescale(s, nk, mb, &m[i], &l[i], acc + i * MAXD, d.ev, &mn, &bad[i]))
           l[i] += ops->exp_sum(s, nk, mn, s);
       }
       tile_acc(acc, MAXD, S, BK, vr, ldv, nq, nk, d.ev);
     }
     for (int64_t i = 0; i < nq; ++i) {
-      inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+      inv[i] = bad[i] ? NAN : l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
       loom_nn_store(lse->data, lse->dtype, b * lse->strides[0] + (i0 + i) * lse->strides[1],
-                    l[i] > 0.0f ? (double)m[i] + log((double)l[i]) : -INFINITY);
+                    bad[i]         ? NAN
+                    : l[i] > 0.0f ? (double)m[i] + log((double)l[i])
+                                  : -INFINITY);
     }
     store_rows(out, b, i0, nq, d.ev, acc, MAXD, inv);
   }

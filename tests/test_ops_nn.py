@@ -618,10 +618,13 @@ def test_sdpa_bf16_head_dims_read_only_their_columns():
     close(od, F.scaled_dot_product_attention(qc, kc, vc), torch.bfloat16, scale=2.0)
 
 
-def test_sdpa_bf16_nan_rows():
-    # a NaN in a query's scores makes its row NaN, as on the CPU; the other
-    # rows are untouched
-    q, k, v = (torch.randn(1, 40, 32).bfloat16() for _ in range(3))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_sdpa_nan_rows(dtype):
+    # a NaN in a query's scores makes its row NaN, as on the CPU, and so
+    # does a +inf score; the other rows are untouched (the blocked kernels
+    # too: fp32, and bf16 where the CPU has no AMX)
+    torch.manual_seed(22)
+    q, k, v = (torch.randn(1, 40, 32).to(dtype) for _ in range(3))
     q[0, 5, 3] = float("nan")
     k[0, 7, 0] = float("inf")
     ref = F.scaled_dot_product_attention(q, k, v)
