@@ -1,9 +1,11 @@
-/* kernels/conv_gemm_amx.c — the bf16 forward convolution as an implicit
- * GEMM on AMX tiles (kernels/conv.h): out[n, g] = W[g] @ col[n, g], where
- * the col panels are gathered from the image per tile, one k block at a
- * time, straight into the tiles' k-pair layout. The sums run in fp32 in a
- * per-thread buffer and reach the bf16 output with one rounding, as the
- * GEMM's do. */
+/* kernels/conv_gemm_amx.c — bf16 convolutions as implicit GEMMs on AMX
+ * tiles (kernels/conv.h). The forward, out[n, g] = W[g] @ col[n, g],
+ * gathers its col panels from the image per tile, one k block at a time,
+ * straight into the tiles' k-pair layout; with a flipped weight, packed
+ * here, it is also the stride-1 input gradient. The weight gradient,
+ * dW[g] = dy[g] @ col[g]^T, gathers col rows and pairs them. The sums run
+ * in fp32 in a per-thread buffer and reach the bf16 result with one
+ * rounding, as the GEMM's do. */
 #include <immintrin.h>
 #include <string.h>
 
