@@ -226,22 +226,17 @@ __attribute__((noipa)) static void ca_gather(uint16_t *cols, int64_t kc, int64_t
 }
 
 int loom_conv_gemm_amx_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
-                    *b = &args->tensors[2], *img = &args->tensors[4];
-  const loom_tensor *bias = args->num_tensors > 5 ? &args->tensors[5] : NULL;
-  loom_gemm_plan pl;
-  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl);
+  cg_forward f;
+  int rc = cg_forward_of(args, &f);
   if (rc) return rc;
+  const loom_tensor *c = f.c, *a = f.a, *img = f.img, *bias = f.bias;
+  const loom_gemm_plan pl = f.pl;
+  const cg_tiling tl = f.tl;
+  const int64_t *k = f.k, *s = f.s, *p = f.p, *d = f.d, *o = f.o;
   if (pl.isa != LOOM_GEMM_AMX || !pl.packed_bf16 || pl.kc > CA_KC || pl.nr != CG_NR ||
       c->dtype != LOOM_BFLOAT16 || c->strides[3] != 1 || img->dtype != LOOM_BFLOAT16 ||
-      img->rank != 5 || (bias && bias->dtype != LOOM_BFLOAT16))
+      (bias && bias->dtype != LOOM_BFLOAT16))
     return LOOM_ERROR_INVALID_ARGUMENT;
-  int64_t k[3], s[3], p[3], d[3], o[3];
-  cg_geometry(args->scalars + 2, k, s, p, d, o);
-  cg_tiling tl;
-  if (cg_tiling_of(args, &pl, img, o, &tl)) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t cg = pl.k / (k[0] * k[1] * k[2]); /* channels per group */
   const char *ws = (const char *)args->tensors[3].data;
   const int64_t ldt = LOOM_CONV_GEMM_POSITIONS; /* the sums' row stride */

@@ -211,25 +211,17 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
 
 int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
                           int64_t end) {
-  if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],
-                    *b = &args->tensors[2], *img = &args->tensors[4];
-  const loom_tensor *bias = args->num_tensors > 5 ? &args->tensors[5] : NULL;
-  loom_gemm_plan pl;
-  int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl);
+  cg_forward f;
+  int rc = cg_forward_of(args, &f);
   if (rc) return rc;
+  const loom_tensor *c = f.c, *a = f.a, *img = f.img, *bias = f.bias;
+  const loom_gemm_plan pl = f.pl;
+  const cg_tiling tl = f.tl;
+  const int64_t *k = f.k, *s = f.s, *p = f.p, *d = f.d, *o = f.o;
   if (pl.packed_bf16 || pl.use_acc || pl.kc > CG_KC || pl.nr != LOOM_GEMM_AVX512_NR ||
-      c->dtype != LOOM_FLOAT32 || img->dtype != LOOM_FLOAT32 || img->rank != 5 ||
+      c->dtype != LOOM_FLOAT32 || img->dtype != LOOM_FLOAT32 ||
       (bias && bias->dtype != LOOM_FLOAT32))
     return LOOM_ERROR_INVALID_ARGUMENT;
-  int64_t k[3], s[3], p[3], d[3], o[3];
-  cg_geometry(args->scalars + 2, k, s, p, d, o);
-  /* Columns are one image's positions (C batched over images), or every
-   * image's positions in turn (C unbatched; small images waste less of the
-   * last panel that way). */
-  cg_tiling tl;
-  if (cg_tiling_of(args, &pl, img, o, &tl)) return LOOM_ERROR_INVALID_ARGUMENT;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
   const int64_t cg = (pl.k) / (k[0] * k[1] * k[2]); /* channels per group */

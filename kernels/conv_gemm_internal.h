@@ -81,18 +81,37 @@ typedef struct cg_tiling {
   int64_t len, tpos, tiles_n, pieces, units;
 } cg_tiling;
 
-/* Reads and checks the tiling scalars of a forward kernel over plan pl
- * and image img (C's columns one image's positions, or every image's in
- * turn); returns 0 or LOOM_ERROR_INVALID_ARGUMENT. */
-static inline int cg_tiling_of(const loom_kernel_args *args, const loom_gemm_plan *pl,
-                               const loom_tensor *img, const int64_t *o, cg_tiling *t) {
-  t->len = o[0] * o[1] * o[2];
+/* A forward kernel's arguments (kernels/conv.h): C, A, the image and the
+ * optional bias, the plan, the geometry and the tiling. */
+typedef struct cg_forward {
+  const loom_tensor *c, *a, *img, *bias;
+  loom_gemm_plan pl;
+  int64_t k[3], s[3], p[3], d[3], o[3];
+  cg_tiling tl;
+} cg_forward;
+
+/* Reads and checks what the forward kernels share (C's columns one
+ * image's positions, or every image's in turn; small images waste less
+ * of the last panel that way); returns 0 or a loom_status. Each kernel
+ * checks its dtypes and plan variant itself. */
+static inline int cg_forward_of(const loom_kernel_args *args, cg_forward *f) {
+  if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  f->c = &args->tensors[0], f->a = &args->tensors[1], f->img = &args->tensors[4];
+  f->bias = args->num_tensors > 5 ? &args->tensors[5] : NULL;
+  const loom_gemm_plan *pl = &f->pl;
+  int rc = loom_gemm_plan_init(f->c, f->a, &args->tensors[2], (int32_t)args->scalars[0].i, &f->pl);
+  if (rc) return rc;
+  cg_geometry(args->scalars + 2, f->k, f->s, f->p, f->d, f->o);
+  cg_tiling *t = &f->tl;
+  t->len = f->o[0] * f->o[1] * f->o[2];
   t->tpos = args->scalars[1].i;
   t->pieces = args->num_scalars > 2 + LOOM_CONV_NUM_SCALARS
                   ? args->scalars[2 + LOOM_CONV_NUM_SCALARS].i
                   : 1;
-  if ((!(pl->batch1 == img->sizes[0] && pl->n == t->len) &&
-       !(pl->batch1 == 1 && pl->n == t->len * img->sizes[0])) ||
+  if (f->img->rank != 5 ||
+      (!(pl->batch1 == f->img->sizes[0] && pl->n == t->len) &&
+       !(pl->batch1 == 1 && pl->n == t->len * f->img->sizes[0])) ||
       t->tpos < 32 || t->tpos > LOOM_CONV_GEMM_POSITIONS || t->tpos % 32 != 0 || t->pieces < 1)
     return LOOM_ERROR_INVALID_ARGUMENT;
   t->tiles_n = (pl->n + t->tpos - 1) / t->tpos;

@@ -124,13 +124,12 @@ void forward_fused_amx(const loom_tensor (&t)[6], const loom_scalar (&s)[2], con
   const int64_t BH = q3.size(0), L = q3.size(1), blocks = (k3.size(1) + kKeys - 1) / kKeys;
   const int64_t items = BH * ((L + kQueries - 1) / kQueries);
   const int device = q3.device().index();
+  const loom_tensor own[5] = {t[0], t[1], t[2], t[4], t[5]};  // no packed blocks
   if (L <= LOOM_ATTENTION_DECODE_QUERIES && k3.size(1) <= LOOM_ATTENTION_DECODE_KEYS) {
-    const loom_tensor own[5] = {t[0], t[1], t[2], t[4], t[5]};
     launch(op, loom_attention_amx_decode, own, s, BH, 1, device);
     return;
   }
   if (L <= kQueries) {
-    const loom_tensor own[5] = {t[0], t[1], t[2], t[4], t[5]};
     launch(op, loom_attention_amx_forward, own, s, items, 1, device);
     return;
   }
