@@ -191,6 +191,60 @@ static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
   }
 }
 
+#ifdef __AVX512F__
+/* Whether rows [0, rows) of v (row stride ld, n values each) are all
+ * finite, by their sums: an infinite or NaN value makes a sum non-finite,
+ * and a sum that overflows only answers no for finite rows, which is
+ * safe. Four sums per row for throughput. */
+static int rows_finite(const float *v, int64_t ld, int64_t rows, int64_t n) {
+  __m512 z[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                 _mm512_setzero_ps()};
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t e = 0; e < n; e += 16)
+      z[(e >> 4) & 3] = _mm512_add_ps(z[(e >> 4) & 3],
+                                      _mm512_maskz_loadu_ps(lanes_below(n - e), v + j * ld + e));
+  const __m512 t = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(z[0], z[1]), _mm512_add_ps(z[2], z[3])),
+                                 _mm512_setzero_ps());
+  return _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q) == 0;
+}
+
+/* Four rows of tile_acc's sums over 64 columns from c0, in registers
+ * across the j loop. `guard` skips zero p's; without it they add 0 * v,
+ * which leaves every sum's bits as they are when v is finite (a sum
+ * starts at +0 and never becomes -0). */
+static inline __attribute__((always_inline)) void acc_rows4(
+    float *acc, int64_t ldc, const float *p, int64_t ldp, const float *v, int64_t ldv,
+    int64_t cols, int64_t n, int64_t c0, const int guard) {
+  __mmask16 m[4];
+  __m512 o[4][4];
+  for (int c = 0; c < 4; ++c) m[c] = lanes_below(n - c0 - 16 * c);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) o[r][c] = _mm512_maskz_loadu_ps(m[c], acc + r * ldc + c0 + 16 * c);
+  for (int64_t j = 0; j < cols; ++j) {
+    const float *vr = v + j * ldv + c0;
+    const __m512 v0 = _mm512_maskz_loadu_ps(m[0], vr), v1 = _mm512_maskz_loadu_ps(m[1], vr + 16);
+    const __m512 v2 = _mm512_maskz_loadu_ps(m[2], vr + 32), v3 = _mm512_maskz_loadu_ps(m[3], vr + 48);
+    for (int r = 0; r < 4; ++r) {
+      const __m512 pv = _mm512_set1_ps(p[r * ldp + j]);
+      if (guard) {
+        const __mmask16 k = _mm512_cmp_ps_mask(pv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        o[r][0] = _mm512_mask3_fmadd_ps(pv, v0, o[r][0], k);
+        o[r][1] = _mm512_mask3_fmadd_ps(pv, v1, o[r][1], k);
+        o[r][2] = _mm512_mask3_fmadd_ps(pv, v2, o[r][2], k);
+        o[r][3] = _mm512_mask3_fmadd_ps(pv, v3, o[r][3], k);
+      } else {
+        o[r][0] = _mm512_fmadd_ps(pv, v0, o[r][0]);
+        o[r][1] = _mm512_fmadd_ps(pv, v1, o[r][1]);
+        o[r][2] = _mm512_fmadd_ps(pv, v2, o[r][2]);
+        o[r][3] = _mm512_fmadd_ps(pv, v3, o[r][3]);
+      }
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(acc + r * ldc + c0 + 16 * c, m[c], o[r][c]);
+}
+#endif
+
 /* acc[i * ldc + e] += sum_j p[i * ldp + j] * v[j * ldv + e], e < n, one
  * fused multiply-add per j in j order; a zero p adds nothing (0 * inf would
  * be NaN). */
@@ -198,32 +252,14 @@ static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
                      const float *v, int64_t ldv, int64_t rows, int64_t cols,
                      int64_t n) {
 #ifdef __AVX512F__
-  /* four rows by 64 columns of acc in registers across the j loop */
   int64_t i = 0;
+  const int finite = rows_finite(v, ldv, cols, n);
   for (; i + 4 <= rows; i += 4)
     for (int64_t c0 = 0; c0 < n; c0 += 64) {
-      __mmask16 m[4];
-      __m512 o[4][4];
-      for (int c = 0; c < 4; ++c) m[c] = lanes_below(n - c0 - 16 * c);
-      for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c)
-          o[r][c] = _mm512_maskz_loadu_ps(m[c], acc + (i + r) * ldc + c0 + 16 * c);
-      for (int64_t j = 0; j < cols; ++j) {
-        const float *vr = v + j * ldv + c0;
-        const __m512 v0 = _mm512_maskz_loadu_ps(m[0], vr), v1 = _mm512_maskz_loadu_ps(m[1], vr + 16);
-        const __m512 v2 = _mm512_maskz_loadu_ps(m[2], vr + 32), v3 = _mm512_maskz_loadu_ps(m[3], vr + 48);
-        for (int r = 0; r < 4; ++r) {
-          const __m512 pv = _mm512_set1_ps(p[(i + r) * ldp + j]);
-          const __mmask16 k = _mm512_cmp_ps_mask(pv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-          o[r][0] = _mm512_mask3_fmadd_ps(pv, v0, o[r][0], k);
-          o[r][1] = _mm512_mask3_fmadd_ps(pv, v1, o[r][1], k);
-          o[r][2] = _mm512_mask3_fmadd_ps(pv, v2, o[r][2], k);
-          o[r][3] = _mm512_mask3_fmadd_ps(pv, v3, o[r][3], k);
-        }
-      }
-      for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c)
-          _mm512_mask_storeu_ps(acc + (i + r) * ldc + c0 + 16 * c, m[c], o[r][c]);
+      if (finite)
+        acc_rows4(acc + i * ldc, ldc, p + i * ldp, ldp, v, ldv, cols, n, c0, 0);
+      else
+        acc_rows4(acc + i * ldc, ldc, p + i * ldp, ldp, v, ldv, cols, n, c0, 1);
     }
 #else
   int64_t i = 0;

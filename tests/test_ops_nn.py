@@ -633,6 +633,29 @@ def test_sdpa_nan_rows(dtype):
     torch.testing.assert_close(out.nan_to_num(), ref.nan_to_num(), rtol=2e-2, atol=2e-2)
 
 
+def test_sdpa_hidden_infinite_values_add_nothing():
+    # A key hidden from a query adds nothing to its row, even where its value
+    # (the output) or its key (the query gradient) is infinite: rows 64..99
+    # share a tile with key 100 but cannot see it, and keep the bits they
+    # have with that key zero.
+    torch.manual_seed(23)
+    q, k, v = (torch.randn(1, 2, 150, 16) for _ in range(3))
+
+    def run(key, value):
+        qd, kd, vd = (t.to("loom").requires_grad_() for t in (q, key, value))
+        out = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
+        out[:, :, :100].sum().backward()
+        return out.detach().cpu()[:, :, :100], qd.grad.cpu()[:, :, :100]
+
+    zero_k, zero_v, inf_k, inf_v = k.clone(), v.clone(), k.clone(), v.clone()
+    zero_k[:, :, 100] = zero_v[:, :, 100] = 0.0
+    inf_k[:, :, 100] = inf_v[:, :, 100] = float("inf")
+    out, dq = run(zero_k, zero_v)
+    assert bool(out.isfinite().all()) and bool(dq.isfinite().all())
+    assert torch.equal(run(zero_k, inf_v)[0], out)
+    assert torch.equal(run(inf_k, zero_v)[1], dq)
+
+
 @pytest.mark.parametrize("shape", [(8, 1, 4096, 64, 64), (3, 3, 1000, 24, 40), (2, 4, 17, 256, 256),
                                    (1, 2, 16384, 16, 200), (1, 1, 16385, 32, 32), (2, 4, 1, 8, 8)])
 @pytest.mark.parametrize("causal", [False, True])
