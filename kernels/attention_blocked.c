@@ -624,6 +624,11 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
         for (int64_t i = 0; i < nq; ++i) s[i] -= L[i];
         row_exp(s, nq, 0.0f, ops); /* P^T */
       }
+      /* A row the forward made NaN (NaN log-sum-exp) weighs NaN on every
+       * key of the tile, as its output did: exp took its NaN for 0. */
+      for (int64_t i = 0; i < nq; ++i)
+        if (L[i] != L[i])
+          for (int64_t j = 0; j < nk; ++j) St[j * BK + i] = NAN;
       tile_acc(acc_v, MAXD, St, BK, dor, ldo, nk, nq, d.ev);
       for (int64_t j = 0; j < nk; ++j)
         for (int64_t i = 0; i < nq; ++i) St[j * BK + i] *= dPt[j * BK + i] - D[i]; /* dS^T */

@@ -631,6 +631,17 @@ def test_sdpa_nan_rows(dtype):
     out = F.scaled_dot_product_attention(q.to("loom"), k.to("loom"), v.to("loom")).cpu()
     assert torch.equal(out.isnan(), ref.isnan())
     torch.testing.assert_close(out.nan_to_num(), ref.nan_to_num(), rtol=2e-2, atol=2e-2)
+    # The gradients are NaN where the CPU's are: the NaN row weighs NaN on
+    # every key, so all of dK and dV, and its own row of dQ.
+    k[0, 7, 0] = 0.0
+    inputs = [tuple(t.to(dev).detach().requires_grad_() for t in (q, k, v)) for dev in ("cpu", "loom")]
+    for qkv in inputs:
+        out = F.scaled_dot_product_attention(*qkv)
+        out.backward(torch.ones_like(out))
+    for r, l in zip(*inputs):
+        assert torch.equal(l.grad.cpu().isnan(), r.grad.isnan())
+        torch.testing.assert_close(l.grad.cpu().nan_to_num(), r.grad.nan_to_num(), rtol=2e-2,
+                                   atol=2e-2)
 
 
 def test_sdpa_hidden_infinite_values_add_nothing():
