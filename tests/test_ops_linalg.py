@@ -335,7 +335,8 @@ def test_float32_matmul_precision(matmul_precision):
     # "medium" multiplies float32 as bfloat16 on AMX, as CPU eager's oneDNN
     # does; "high" as three products of bfloat16 high and low parts (about
     # 16 bits of each operand); "highest" in float32. Without AMX all three
-    # are float32. Convolutions are not matrix products here.
+    # are float32. Convolutions, matrix-vector and outer products are not
+    # matrix products here (nor on the CPU).
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(70, 600, generator=g), torch.randn(600, 45, generator=g)
     bias, bat = torch.randn(70, generator=g), torch.randn(3, 20, 600, generator=g)
@@ -351,7 +352,7 @@ def test_float32_matmul_precision(matmul_precision):
          d(bat).abs() @ d(a).abs().t()),
     ]
     amx = amx_here()
-    conv_ref = None
+    conv_ref = vector_ref = None
     for prec in ("highest", "medium", "high"):
         matmul_precision(prec)
         for fn, exact, rounded, mag in cases:
@@ -367,3 +368,8 @@ def test_float32_matmul_precision(matmul_precision):
         conv = torch.nn.functional.conv2d(x.to("loom"), w.to("loom")).cpu()
         conv_ref = conv if conv_ref is None else conv_ref
         assert torch.equal(conv, conv_ref), prec
+        vector = [torch.addr(la[:, :45], la[:, 0], lb[0]), torch.addmv(lbias, la, lb[:, 0]),
+                  torch.outer(la[:, 0], lb[0])]
+        vector_ref = vector_ref if prec != "highest" else vector
+        for v, ref in zip(vector, vector_ref):
+            assert torch.equal(v.cpu(), ref.cpu()), prec

@@ -37,13 +37,15 @@ loom_tensor column(const Tensor& v, const char* op) {
 
 // C = beta * self + alpha * A @ B into `out` (already sized), with self
 // broadcast to out's shape by expand (so a bad self raises as on CPU).
+// Matrix products (`matrix`) follow float32_matmul_precision; matrix-vector
+// and outer products stay in float32, as on the CPU and CUDA.
 void product_into(const char* op, Tensor& out, loom_tensor a, loom_tensor b,
                   const Tensor& self, const c10::Scalar& beta,
-                  const c10::Scalar& alpha, bool out_is_matrix_of_vectors) {
+                  const c10::Scalar& alpha, bool out_is_matrix_of_vectors, bool matrix) {
   loom_tensor c = gemm_view(out, op);
   if (out_is_matrix_of_vectors) c = gemm_transpose(c);
   double beta_d = beta.toDouble(), alpha_d = alpha.toDouble();
-  const GemmMath math = matmul_math(out.scalar_type());
+  const GemmMath math = matrix ? matmul_math(out.scalar_type()) : GemmMath::exact;
   if (!self.defined() || beta_d == 0.0) {
     gemm_run(op, out, c, a, b, nullptr, alpha_d, 0.0, math);
     return;
@@ -82,7 +84,7 @@ Tensor& addmm_out(const Tensor& self, const Tensor& mat1, const Tensor& mat2,
     return out;
   }
   product_into("addmm", out, gemm_view(mat1, "addmm"), gemm_view(mat2, "addmm"),
-               self, beta, alpha, false);
+               self, beta, alpha, false, true);
   return out;
 }
 
@@ -143,7 +145,7 @@ Tensor& baddbmm_out(const Tensor& self, const Tensor& batch1,
     return out;
   }
   product_into("baddbmm", out, gemm_view(batch1, "baddbmm"),
-               gemm_view(batch2, "baddbmm"), self, beta, alpha, false);
+               gemm_view(batch2, "baddbmm"), self, beta, alpha, false, true);
   return out;
 }
 
@@ -248,7 +250,7 @@ Tensor& addmv_out(const Tensor& self, const Tensor& mat, const Tensor& vec,
     return out;
   }
   product_into("addmv", out, gemm_view(mat, "addmv"), column(vec, "addmv"),
-               self, beta, alpha, true);
+               self, beta, alpha, true, false);
   return out;
 }
 
@@ -337,7 +339,7 @@ Tensor& addr_out(const Tensor& self, const Tensor& vec1, const Tensor& vec2,
   check_out_dtype(out, vec1, "addr");
   at::native::resize_output(out, {vec1.size(0), vec2.size(0)});
   product_into("addr", out, column(vec1, "addr"), gemm_view(vec2, "addr"),
-               self, beta, alpha, false);
+               self, beta, alpha, false, false);
   return out;
 }
 
