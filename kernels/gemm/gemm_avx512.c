@@ -73,7 +73,8 @@ static inline void ukr_rows12(int64_t kc, const float *a, int64_t si, int64_t sk
       LOOM_STEP;
       LOOM_STEP;
     }
-    for (; j < pf->n; ++j) _mm_prefetch(pf->line[j], j < pf->to_l1 ? _MM_HINT_T0 : _MM_HINT_T1);
+    for (; j < pf->to_l1; ++j) _mm_prefetch(pf->line[j], _MM_HINT_T0);
+    for (; j < pf->n; ++j) _mm_prefetch(pf->line[j], _MM_HINT_T1);
   }
   for (; k < kc; ++k) LOOM_STEP;
 #undef LOOM_STEP
