@@ -59,13 +59,15 @@ int loom_batch_norm_backward(const loom_kernel_args *args, int64_t begin,
 int loom_group_norm_forward(const loom_kernel_args *args, int64_t begin,
                             int64_t end);
 
-/* grad_input, range N*G. tensors: [dy, x, mean, rstd, weight?, dx];
- * scalars: [N, C, HxW, G]. */
+/* grad_input, and the sums the parameter gradients need, range N*G.
+ * tensors: [dy, x, mean, rstd, weight?, dx?, sum_dy?, sum_dy_xhat?]; the
+ * sums are float64 [N, C] (both or neither): per sample and channel,
+ * sum dy and sum dy * (x - mean) * rstd. scalars: [N, C, HxW, G]. */
 int loom_group_norm_backward_input(const loom_kernel_args *args,
                                    int64_t begin, int64_t end);
 
-/* grad_weight / grad_bias, range C (summed over N in order).
- * tensors: [dy, x, mean, rstd, dweight?, dbias?]; scalars: [N, C, HxW, G]. */
+/* grad_weight / grad_bias from those sums, over N in order; range C.
+ * tensors: [sum_dy, sum_dy_xhat, dweight?, dbias?]; scalars: [N, C]. */
 int loom_group_norm_backward_params(const loom_kernel_args *args,
                                     int64_t begin, int64_t end);
 

@@ -254,28 +254,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(
   const auto dev = input.device().index();
   const loom_scalar s[4] = {scalar_i(N), scalar_i(C), scalar_i(HxW),
                             scalar_i(group)};
-  at::Tensor dx, dw, db;
-  if (mask[0]) {
-    dx = at::empty(input.sizes(), input.options());
-    if (work) {
-      const loom_tensor t[6] = {describe(dy, op), describe(x, op),
-                                describe(mu, op), describe(rs, op),
-                                describe_opt(weight, op), describe(dx, op)};
-      launch(op, loom_group_norm_backward_input, t, s, N * group,
-             grain_for(C / group * HxW), dev);
-    }
+  // One pass gives each sample's and channel's sums (for dw and db), a
+  // second dx; the parameter gradients then sum over the samples.
+  const bool params = mask[1] || mask[2];
+  at::Tensor dx, dw, db, sums;
+  if (mask[0]) dx = at::empty(input.sizes(), input.options());
+  if (params) sums = at::empty({2, N, C}, input.options().dtype(at::kDouble));
+  if ((mask[0] || params) && work) {
+    const loom_tensor t[8] = {describe(dy, op), describe(x, op),
+                              describe(mu, op), describe(rs, op),
+                              describe_opt(weight, op), describe_opt(dx, op),
+                              describe_opt(params ? sums[0] : at::Tensor(), op),
+                              describe_opt(params ? sums[1] : at::Tensor(), op)};
+    launch(op, loom_group_norm_backward_input, t, s, N * group,
+           grain_for(C / group * HxW), dev);
   }
   // A parameter gradient is returned with the input's dtype and C elements,
   // whether or not the weight exists, as the CPU backend does.
   const auto popts = weight.defined() ? weight.options() : input.options();
   if (mask[1]) dw = at::zeros({C}, popts);
   if (mask[2]) db = at::zeros({C}, popts);
-  if ((dw.defined() || db.defined()) && work) {
-    const loom_tensor t[6] = {describe(dy, op), describe(x, op),
-                              describe(mu, op), describe(rs, op),
+  if (params && work) {
+    const loom_tensor t[4] = {describe(sums[0], op), describe(sums[1], op),
                               describe_opt(dw, op), describe_opt(db, op)};
-    launch(op, loom_group_norm_backward_params, t, s, C, grain_for(N * HxW),
-           dev);
+    const loom_scalar sp[2] = {scalar_i(N), scalar_i(C)};
+    launch(op, loom_group_norm_backward_params, t, sp, C, grain_for(N), dev);
   }
   return {dx, dw, db};
 }

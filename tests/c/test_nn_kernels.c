@@ -255,20 +255,33 @@ static void test_batch_norm(void) {
 static void test_group_norm(void) {
   enum { NB = 2, C = 6, HW = 5, G = 3, T = NB * C * HW };
   static double x[T], w[C], b[C], y[T], mean[NB * G], rstd[NB * G], dy[T];
-  static double dx[T], dw[C], db[C], num[T + C];
+  static double dx[T], dw[C], db[C], num[T + C], sums[2][NB * C], sums_only[2][NB * C];
   fill(x, T); fill(w, C); fill(b, C); fill(dy, T);
-  const int64_t s3[3] = {NB, C, HW}, s1[1] = {C}, sg[2] = {NB, G};
+  const int64_t s3[3] = {NB, C, HW}, s1[1] = {C}, sg[2] = {NB, G}, sc[2] = {NB, C};
   loom_tensor f[6] = {dense(x, LOOM_FLOAT64, 3, s3), dense(w, LOOM_FLOAT64, 1, s1),
                       dense(b, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
                       dense(mean, LOOM_FLOAT64, 2, sg), dense(rstd, LOOM_FLOAT64, 2, sg)};
   loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)};
   CHECK(run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 4) == 0);
-  loom_tensor bi[6] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[4], f[5], f[1],
-                       dense(dx, LOOM_FLOAT64, 3, s3)};
-  CHECK(run(loom_group_norm_backward_input, bi, 6, fs, 4, NB * G, 5) == 0);
-  loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw, LOOM_FLOAT64, 1, s1),
-                       dense(db, LOOM_FLOAT64, 1, s1)};
-  CHECK(run(loom_group_norm_backward_params, bp, 6, fs, 4, C, 4) == 0);
+  loom_tensor bi[8] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[4], f[5], f[1],
+                       dense(dx, LOOM_FLOAT64, 3, s3), dense(sums[0], LOOM_FLOAT64, 2, sc),
+                       dense(sums[1], LOOM_FLOAT64, 2, sc)};
+  CHECK(run(loom_group_norm_backward_input, bi, 8, fs, 4, NB * G, 5) == 0);
+  /* without dx, the same sums */
+  loom_tensor bs[8] = {bi[0], bi[1], bi[2], bi[3], bi[4], none(),
+                       dense(sums_only[0], LOOM_FLOAT64, 2, sc),
+                       dense(sums_only[1], LOOM_FLOAT64, 2, sc)};
+  CHECK(run(loom_group_norm_backward_input, bs, 8, fs, 4, NB * G, 2) == 0);
+  CHECK(memcmp(sums, sums_only, sizeof sums) == 0);
+  loom_tensor bp[4] = {bi[6], bi[7], dense(dw, LOOM_FLOAT64, 1, s1), dense(db, LOOM_FLOAT64, 1, s1)};
+  loom_scalar ps[2] = {si(NB), si(C)};
+  CHECK(run(loom_group_norm_backward_params, bp, 4, ps, 2, C, 4) == 0);
+  for (int c = 0; c < C; ++c) { /* db: dy summed over samples and positions */
+    double want = 0.0;
+    for (int n = 0; n < NB; ++n)
+      for (int i = 0; i < HW; ++i) want += dy[(n * C + c) * HW + i];
+    CHECK(fabs(db[c] - want) <= 1e-12 * NB * HW);
+  }
   const double h = 1e-6;
   for (int i = 0; i < T + C; ++i) {
     double *p = i < T ? &x[i] : &w[i - T];
@@ -326,35 +339,34 @@ int loom_group_norm_forward_impl(const loom_kernel_args *, int64_t, int64_t);
 int loom_group_norm_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
 int loom_group_norm_backward_input_impl(const loom_kernel_args *, int64_t, int64_t);
 int loom_group_norm_backward_input_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
-int loom_group_norm_backward_params_impl(const loom_kernel_args *, int64_t, int64_t);
-int loom_group_norm_backward_params_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
 
 static void test_group_norm_isas_agree(void) {
   if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
   enum { NB = 2, C = 6, HW = 37, G = 3, T = NB * C * HW };
   static float x[T], w[C], b[C], dy[T], y[2][T], mean[2][NB * G], rstd[2][NB * G];
   static float dx[2][T], dw[2][C], db[2][C];
+  static double sums[2][2][NB * C];
   for (int i = 0; i < T; ++i) x[i] = (float)(frand() * 3.0 + 0.5), dy[i] = (float)frand();
   for (int i = 0; i < C; ++i) w[i] = (float)frand(), b[i] = (float)frand();
-  const int64_t s3[3] = {NB, C, HW}, s1[1] = {C}, sg[2] = {NB, G};
-  loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)};
+  const int64_t s3[3] = {NB, C, HW}, s1[1] = {C}, sg[2] = {NB, G}, sc[2] = {NB, C};
+  loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)}, ps[2] = {si(NB), si(C)};
   loom_kernel_fn fwd[2] = {loom_group_norm_forward_impl, loom_group_norm_forward_impl_avx512};
   loom_kernel_fn bin[2] = {loom_group_norm_backward_input_impl,
                            loom_group_norm_backward_input_impl_avx512};
-  loom_kernel_fn bpa[2] = {loom_group_norm_backward_params_impl,
-                           loom_group_norm_backward_params_impl_avx512};
   for (int k = 0; k < 2; ++k) {
     loom_tensor f[6] = {dense(x, LOOM_FLOAT32, 3, s3), dense(w, LOOM_FLOAT32, 1, s1),
                         dense(b, LOOM_FLOAT32, 1, s1), dense(y[k], LOOM_FLOAT32, 3, s3),
                         dense(mean[k], LOOM_FLOAT32, 2, sg), dense(rstd[k], LOOM_FLOAT32, 2, sg)};
     CHECK(run(fwd[k], f, 6, fs, 5, NB * G, 2) == 0);
-    loom_tensor bi[6] = {dense(dy, LOOM_FLOAT32, 3, s3), f[0], f[4], f[5], f[1],
-                         dense(dx[k], LOOM_FLOAT32, 3, s3)};
-    CHECK(run(bin[k], bi, 6, fs, 4, NB * G, 3) == 0);
-    loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw[k], LOOM_FLOAT32, 1, s1),
+    loom_tensor bi[8] = {dense(dy, LOOM_FLOAT32, 3, s3), f[0], f[4], f[5], f[1],
+                         dense(dx[k], LOOM_FLOAT32, 3, s3), dense(sums[k][0], LOOM_FLOAT64, 2, sc),
+                         dense(sums[k][1], LOOM_FLOAT64, 2, sc)};
+    CHECK(run(bin[k], bi, 8, fs, 4, NB * G, 3) == 0);
+    loom_tensor bp[4] = {bi[6], bi[7], dense(dw[k], LOOM_FLOAT32, 1, s1),
                          dense(db[k], LOOM_FLOAT32, 1, s1)};
-    CHECK(run(bpa[k], bp, 6, fs, 4, C, 4) == 0);
+    CHECK(run(loom_group_norm_backward_params, bp, 4, ps, 2, C, 4) == 0);
   }
+  CHECK(memcmp(sums[0], sums[1], sizeof sums[0]) == 0);
   CHECK(memcmp(y[0], y[1], sizeof y[0]) == 0 && memcmp(rstd[0], rstd[1], sizeof rstd[0]) == 0);
   CHECK(memcmp(dx[0], dx[1], sizeof dx[0]) == 0);
   CHECK(memcmp(dw[0], dw[1], sizeof dw[0]) == 0 && memcmp(db[0], db[1], sizeof db[0]) == 0);
