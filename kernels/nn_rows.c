@@ -195,6 +195,20 @@ static void ROWS_NAME(row_norm_grad_apply)(const float *dy, const float *x,
   }
 }
 
+static void ROWS_NAME(row_norm_param_sums)(const float *restrict dy, const float *restrict x,
+                                           int64_t ld, int64_t rows, int64_t n,
+                                           const double *mean, const double *rstd,
+                                           double *restrict acc_b, double *restrict acc_w) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *restrict g = dy + r * ld, *restrict xr = x + r * ld;
+    const double mu = mean[r], rs = rstd[r];
+    for (int64_t i = 0; i < n; ++i) {
+      acc_b[i] += g[i];
+      acc_w[i] += g[i] * ((xr[i] - mu) * rs);
+    }
+  }
+}
+
 const loom_nn_rows_ops ROWS_NAME(loom_nn_rows_table) = {
     .max = ROWS_NAME(row_max),
     .exp_sum = ROWS_NAME(row_exp_sum),
@@ -207,6 +221,7 @@ const loom_nn_rows_ops ROWS_NAME(loom_nn_rows_table) = {
     .norm_apply = ROWS_NAME(row_norm_apply),
     .norm_grad_sums = ROWS_NAME(row_norm_grad_sums),
     .norm_grad_apply = ROWS_NAME(row_norm_grad_apply),
+    .norm_param_sums = ROWS_NAME(row_norm_param_sums),
 };
 
 #ifndef LOOM_NN_ROWS_ISA

@@ -39,6 +39,12 @@ typedef struct loom_nn_rows_ops {
   void (*norm_grad_apply)(const float *dy, const float *x, const float *w,
                           int64_t n, float mean, float rstd, float a, float c,
                           float *dx);
+  /* rows r < rows' share of the layer-norm parameter gradients, per column
+   * i < n, in double, rows in order: acc_b[i] += dy[r * ld + i], acc_w[i] +=
+   * dy[r * ld + i] * ((x[r * ld + i] - mean[r]) * rstd[r]) */
+  void (*norm_param_sums)(const float *dy, const float *x, int64_t ld, int64_t rows, int64_t n,
+                          const double *mean, const double *rstd, double *acc_b,
+                          double *acc_w);
 } loom_nn_rows_ops;
 
 /* The best build for this CPU. */

@@ -36,6 +36,7 @@ static const float *stage_vector(float *buf, const loom_tensor *t, int64_t n) {
 /* Columns of grad_weight/grad_bias accumulated together per pass over the
  * rows: wide enough to stream rows, small enough for the stack. */
 #define LN_COLUMN_BLOCK 256
+#define LN_ROW_BLOCK 64
 
 int loom_layer_norm_forward(const loom_kernel_args *args, int64_t begin,
                             int64_t end) {
@@ -183,21 +184,25 @@ int loom_layer_norm_backward_params(const loom_kernel_args *args,
   const loom_tensor *const ins[4] = {dy, x, mean, rstd};
   const int fast = all_f32(ins, 4);
   const int bf16 = dy->dtype == LOOM_BFLOAT16 && x->dtype == LOOM_BFLOAT16;
+  const loom_nn_rows_ops *ops = loom_nn_rows();
   for (int64_t j0 = begin; j0 < end; j0 += LN_COLUMN_BLOCK) {
     const int64_t j1 = j0 + LN_COLUMN_BLOCK < end ? j0 + LN_COLUMN_BLOCK : end;
     for (int64_t j = j0; j < j1; ++j) acc_w[j - j0] = acc_b[j - j0] = 0.0;
-    for (int64_t r = 0; r < m; ++r) {
+    for (int64_t r0 = 0; fast && r0 < m; r0 += LN_ROW_BLOCK) {
+      /* rows in blocks, their statistics read once */
+      const int64_t rows = m - r0 < LN_ROW_BLOCK ? m - r0 : LN_ROW_BLOCK;
+      double mus[LN_ROW_BLOCK], rss[LN_ROW_BLOCK];
+      for (int64_t r = 0; r < rows; ++r) {
+        mus[r] = (rms || !mean->data) ? 0.0 : loom_nn_load(mean->data, mean->dtype, r0 + r);
+        rss[r] = loom_nn_load(rstd->data, rstd->dtype, r0 + r);
+      }
+      ops->norm_param_sums((const float *)dy->data + r0 * n + j0,
+                           (const float *)x->data + r0 * n + j0, n, rows, j1 - j0, mus, rss,
+                           acc_b, acc_w);
+    }
+    for (int64_t r = 0; !fast && r < m; ++r) {
       const double mu = (rms || !mean->data) ? 0.0 : loom_nn_load(mean->data, mean->dtype, r);
       const double rs = loom_nn_load(rstd->data, rstd->dtype, r);
-      if (fast) {
-        const float *dyr = (const float *)dy->data + r * n;
-        const float *xr = (const float *)x->data + r * n;
-        for (int64_t j = j0; j < j1; ++j) {
-          acc_b[j - j0] += dyr[j];
-          acc_w[j - j0] += dyr[j] * ((xr[j] - mu) * rs);
-        }
-        continue;
-      }
       if (bf16) {
         const uint16_t *dyr = (const uint16_t *)dy->data + r * n;
         const uint16_t *xr = (const uint16_t *)x->data + r * n;

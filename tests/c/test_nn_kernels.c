@@ -763,6 +763,30 @@ static void test_rows_isas_agree(void) {
       CHECK(memcmp(yg, yv, (size_t)n * sizeof(float)) == 0);
       CHECK(same_bits(g->sum(x, n), v->sum(x, n)));
     }
+  /* layer norm's parameter sums: 3 rows of n columns, a stride apart */
+  static float dy[3 * 1031];
+  /* statistics whose products round (short ones would be exact) */
+  static double mean[3] = {0.1, -1.37, 0.0};
+  static double rstd[3] = {1.0 / 3.0, 0.7310585786300049, 2.718281828459045};
+  static double acc[2][2][1030];
+  for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; ++li) {
+    const int64_t n = lengths[li];
+    static float xs[3 * 1031];
+    for (int64_t i = 0; i < 3 * 1031; ++i) xs[i] = (float)frand(), dy[i] = (float)frand();
+    for (int k = 0; k < 2; ++k) {
+      for (int64_t i = 0; i < n; ++i) acc[k][0][i] = acc[k][1][i] = 0.5;
+      (k ? v : g)->norm_param_sums(dy, xs, 1031, 3, n, mean, rstd, acc[k][0], acc[k][1]);
+    }
+    CHECK(memcmp(acc[0], acc[1], sizeof acc[0]) == 0);
+    for (int64_t i = 0; i < n; ++i) {
+      double b = 0.5, w = 0.5;
+      for (int r = 0; r < 3; ++r) {
+        b += dy[r * 1031 + i];
+        w += dy[r * 1031 + i] * ((xs[r * 1031 + i] - mean[r]) * rstd[r]);
+      }
+      CHECK(acc[1][0][i] == b && acc[1][1][i] == w);
+    }
+  }
 }
 
 int main(void) {
