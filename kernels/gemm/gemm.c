@@ -163,6 +163,8 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->pack_range = out->pack_units_a + out->b_count1 * out->b_count2 * out->n_panels;
   int64_t per_unit = (int64_t)blk.nr * (out->kp > 0 ? out->kp : 1);
   out->pack_grain = 65536 / per_unit > 1 ? 65536 / per_unit : 1;
+  /* whole groups of four panels for the transposed-A pack */
+  if (loom_gemm_a_rows12x4(out, a)) out->pack_grain = (out->pack_grain + 3) / 4 * 4;
   /* Small C (a weight gradient: long k, few tiles) is cut into smaller
    * tiles so every worker gets some. Each element still sums its k in the
    * same order, so the tiling never changes a result. Rows that fit one

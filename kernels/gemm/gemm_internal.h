@@ -110,6 +110,15 @@ static inline const char *loom_gemm_elem(const loom_tensor *t, int64_t i0, int64
           i3 * t->strides[3]) * loom_dtype_size(t->dtype);
 }
 
+/* Whether the pack launch takes A's panels four at a time
+ * (loom_gemm_pack_rows12x4_avx512): fp32 12-row panels of an A whose rows
+ * are along memory (a transposed A), packed as fp32. */
+static inline int loom_gemm_a_rows12x4(const loom_gemm_plan *p, const loom_tensor *a) {
+  return !p->packed_bf16 && p->mr == 12 && a->dtype == LOOM_FLOAT32 && a->strides[2] == 1 &&
+         a->strides[3] != 1 && p->kp == p->k &&
+         (p->isa == LOOM_GEMM_AVX512 || p->isa == LOOM_GEMM_AVX512BF16);
+}
+
 /* k block [pc, pc + kc) of row panel `panel` of A (is_a) or column panel
  * of B, of the distinct matrix `mat`, packed at dst (gemm_pack.c). */
 void loom_gemm_pack_block(const loom_gemm_plan *p, const loom_tensor *src, int is_a,
@@ -138,6 +147,12 @@ static inline int64_t loom_gemm_panel_offset(const loom_gemm_plan *p, int64_t pa
  * s_k, into dst [k][width]; lanes >= `lanes` get 0. */
 void loom_gemm_pack_rows32_avx512(uint32_t *dst, const uint32_t *src, int64_t s_k,
                                   int64_t lanes, int64_t width, int64_t k);
+/* rows12x4: four adjacent 12-lane panels of rows32's layout at once, panel
+ * q at dst + q * panel_stride: rows kk < k of `lanes` (<= 48) 32-bit words
+ * at src + kk * s_k, lanes >= `lanes` 0. Each row's lines are read once,
+ * where four rows32 passes would read them twice. */
+void loom_gemm_pack_rows12x4_avx512(uint32_t *dst, int64_t panel_stride, const uint32_t *src,
+                                    int64_t s_k, int64_t lanes, int64_t k);
 void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
                                int64_t lane_bytes, int64_t lanes, int64_t width,
                                int64_t k);

@@ -63,6 +63,30 @@ void loom_gemm_pack_rows32_avx512(uint32_t *dst, const uint32_t *src, int64_t s_
   }
 }
 
+void loom_gemm_pack_rows12x4_avx512(uint32_t *dst, int64_t panel_stride, const uint32_t *src,
+                                    int64_t s_k, int64_t lanes, int64_t k) {
+  const int64_t l0 = lanes, l1 = lanes - 16, l2 = lanes - 32;
+  const __mmask16 m0 = (__mmask16)(l0 >= 16 ? 0xffff : l0 <= 0 ? 0 : (1u << l0) - 1u);
+  const __mmask16 m1 = (__mmask16)(l1 >= 16 ? 0xffff : l1 <= 0 ? 0 : (1u << l1) - 1u);
+  const __mmask16 m2 = (__mmask16)(l2 >= 16 ? 0xffff : l2 <= 0 ? 0 : (1u << l2) - 1u);
+  const __mmask16 row = 0x0fff;
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const uint32_t *s = src + kk * s_k;
+    uint32_t *d = dst + kk * 12;
+    /* Rows a stride apart defeat the hardware prefetcher. */
+    _mm_prefetch((const char *)(s + 8 * s_k), _MM_HINT_T0);
+    _mm_prefetch((const char *)(s + 8 * s_k + 32), _MM_HINT_T0);
+    const __m512i v0 = _mm512_maskz_loadu_epi32(m0, s);
+    const __m512i v1 = _mm512_maskz_loadu_epi32(m1, s + 16);
+    const __m512i v2 = _mm512_maskz_loadu_epi32(m2, s + 32);
+    /* panel q takes lanes [12q, 12q + 12) of the three vectors */
+    _mm512_mask_storeu_epi32(d, row, v0);
+    _mm512_mask_storeu_epi32(d + panel_stride, row, _mm512_alignr_epi32(v1, v0, 12));
+    _mm512_mask_storeu_epi32(d + 2 * panel_stride, row, _mm512_alignr_epi32(v2, v1, 8));
+    _mm512_mask_storeu_epi32(d + 3 * panel_stride, row, _mm512_alignr_epi32(v2, v2, 4));
+  }
+}
+
 void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
                                    int64_t s_k, int64_t lanes, int64_t width,
                                    int64_t k) {

@@ -305,6 +305,42 @@ static void test_small_tiles_agree(int isa, int32_t dtype) {
   }
 }
 
+/* A stored transposed (rows along memory) packs four panels per pass over
+ * its rows: the product has the bits of the same A stored by rows, for
+ * row counts around the groups of 48, two k blocks, two matrices (groups
+ * that do not start at a multiple of four units) and grains that split
+ * the groups. */
+static void test_transposed_a_groups(int isa) {
+  const int64_t ms[] = {1, 11, 12, 47, 48, 49, 60, 100, 131}, ks[] = {1, 7, 300};
+  const int64_t n = 40, b1 = 2;
+  for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi)
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ++ki) {
+      const int64_t m = ms[mi], k = ks[ki];
+      int64_t sa[4] = {b1, 1, m, k}, ta_rows[4] = {m * k, 0, k, 1}, ta_cols[4] = {m * k, 0, 1, m};
+      int64_t sb[4] = {b1, 1, k, n}, tb[4] = {k * n, 0, n, 1};
+      int64_t sc[4] = {b1, 1, m, n}, tc[4] = {m * n, 0, n, 1};
+      loom_tensor by_rows = make(LOOM_FLOAT32, b1 * m * k, sa, ta_rows);
+      loom_tensor by_cols = make(LOOM_FLOAT32, b1 * m * k, sa, ta_cols);
+      for (int64_t bb = 0; bb < b1; ++bb)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t kk = 0; kk < k; ++kk)
+            ((float *)by_cols.data)[bb * m * k + kk * m + i] =
+                ((float *)by_rows.data)[bb * m * k + i * k + kk];
+      loom_tensor b = make(LOOM_FLOAT32, b1 * k * n, sb, tb);
+      loom_tensor want = make(LOOM_FLOAT32, b1 * m * n, sc, tc);
+      CHECK(run(&want, &by_rows, &b, NULL, isa, 1.0, 0.0, 0) == 0, "rows");
+      for (int64_t grain = 0; grain < 4; ++grain) {
+        loom_tensor got = make(LOOM_FLOAT32, b1 * m * n, sc, tc);
+        CHECK(run(&got, &by_cols, &b, NULL, isa, 1.0, 0.0, grain) == 0, "cols");
+        CHECK(memcmp(got.data, want.data, sizeof(float) * b1 * m * n) == 0,
+              "%s transposed A m=%ld k=%ld grain %ld differs", loom_gemm_isa_name(isa), (long)m,
+              (long)k, (long)grain);
+        free(got.data);
+      }
+      free(by_rows.data), free(by_cols.data), free(b.data), free(want.data);
+    }
+}
+
 /* The fp32 tile that fetches lines between its k steps gives the bits of
  * the plain one, whatever the lines (none, a few, more than the k pairs
  * hold, some into L1) and k (odd, shorter than the list). */
@@ -555,6 +591,7 @@ int main(void) {
     test_small_tiles_agree(isa, LOOM_FLOAT32);
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
     test_in_compute(isa);
+    test_transposed_a_groups(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16(), test_fetching_tile();
     if (isa == LOOM_GEMM_AMX) test_bf16_math();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
