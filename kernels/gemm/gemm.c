@@ -248,30 +248,11 @@ static loom_gemm_fetch loom_gemm_fetch_init(const char *p, int64_t bytes, int64_
   return loom_gemm_fetch_runs(p, runs, slice, slice, steps);
 }
 
-/* The lines of bytes [p, p + bytes), for the micro-kernel to fetch; past
- * the list's room, into L2 now (C's lines, which come first, always find
- * room). */
-static void loom_gemm_lines_add(loom_gemm_lines *l, const char *p, int64_t bytes) {
-  if (bytes <= 0) return;
-  const uintptr_t first = (uintptr_t)p & ~(uintptr_t)63;
-  const int64_t count = (int64_t)((((uintptr_t)p + (uintptr_t)bytes - 1) & ~(uintptr_t)63) - first) / 64 + 1;
-  const int64_t room = LOOM_GEMM_LINES - l->n, fit = count < room ? count : room;
-  const char **out = l->line + l->n;
-  for (int64_t i = 0; i < fit; ++i) out[i] = (const char *)(first + 64 * (uintptr_t)i);
-  for (int64_t i = fit; i < count; ++i) __builtin_prefetch((const char *)(first + 64 * (uintptr_t)i), 0, 2);
-  l->n += (int)fit;
-}
-
-/* The lines, fetched now, for a micro-kernel that does not fetch. */
-static void loom_gemm_lines_issue(const loom_gemm_lines *l) {
-  for (int j = 0; j < l->to_l1; ++j) __builtin_prefetch(l->line[j], 0, 3);
-  for (int j = l->to_l1; j < l->n; ++j) __builtin_prefetch(l->line[j], 0, 2);
-}
-
-/* The step's share of the runs, as lines into L2. */
-static void loom_gemm_fetch_step(loom_gemm_fetch *f, loom_gemm_lines *l) {
-  for (int64_t r = 0; r < f->per_step && f->runs > 0; ++r, --f->runs, f->run += f->stride)
-    loom_gemm_lines_add(l, f->run, f->bytes);
+static void loom_gemm_fetch_step(loom_gemm_fetch *f) {
+  for (int64_t r = 0; r < f->per_step && f->runs > 0; ++r, --f->runs, f->run += f->stride) {
+    for (int64_t b = 0; b < f->bytes; b += 64) __builtin_prefetch(f->run + b, 0, 2);
+    __builtin_prefetch(f->run + f->bytes - 1, 0, 2);
+  }
 }
 
 /* The source of B panel `panel`'s k block at pc (a B packed by the compute
@@ -293,12 +274,13 @@ static loom_gemm_fetch loom_gemm_fetch_b_source(const loom_gemm_plan *p, const l
 }
 
 /* Rows of a micro-tile of C (fp32, unit column stride), each from its
- * first to its last column, as lines into L1. Prefetches never fault,
+ * first to its last column, into L1 for writing. Prefetches never fault,
  * so rows past C's end cost nothing but the instruction. */
-static void loom_gemm_fetch_tile(const float *t, int64_t ldt, int rows, int cols,
-                                 loom_gemm_lines *l) {
-  for (int i = 0; i < rows; ++i) loom_gemm_lines_add(l, (const char *)(t + i * ldt), cols * 4);
-  l->to_l1 = l->n;
+static void loom_gemm_fetch_tile(const float *t, int64_t ldt, int rows, int cols) {
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; j += 16) __builtin_prefetch(t + i * ldt + j, 1, 3);
+    __builtin_prefetch(t + i * ldt + cols - 1, 1, 3);
+  }
 }
 
 loom_gemm_ukr_fn loom_gemm_ukr_for(const loom_gemm_plan *p) {
@@ -337,9 +319,6 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
    * cache already, and the prefetches only cost (256, 512, bf16: 1-5%). */
   const int fetch_c = !p.use_acc && p.m * p.n * (int64_t)sizeof(float) > LOOM_GEMM_FETCH_C_BYTES;
 
-  /* The fp32 AVX-512 tile fetches the lines itself, between its steps. */
-  const int fetching = ukr == loom_gemm_ukr_avx512_f32;
-  loom_gemm_lines lines;
   const int amx = p.isa == LOOM_GEMM_AMX && p.packed_bf16;
   if (amx) loom_gemm_amx_begin();
   for (int64_t t = begin; t < end; ++t) {
@@ -430,29 +409,21 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
         for (int64_t ip = 0; ip < mpn; ++ip) {
           const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
+          loom_gemm_fetch_step(&b_next); /* nothing when not fetching */
+          loom_gemm_fetch_step(&a_next);
           /* The next call's C rows, brought into L1 while this one runs:
            * its loads and stores come after its k loop, where out-of-order
            * execution cannot hide an L2 or L3 miss. */
-          lines.n = lines.to_l1 = 0;
           if (fetch_c)
             loom_gemm_fetch_tile(ip + 1 < mpn ? tile + (ip + 1) * p.mr * ldt + jp * p.nr
                                               : tile + (jp + 1 < npn ? (jp + 1) * p.nr : 0),
-                                 ldt, p.mr, p.nr, &lines);
-          loom_gemm_fetch_step(&b_next, &lines); /* nothing when not fetching */
-          loom_gemm_fetch_step(&a_next, &lines);
+                                 ldt, p.mr, p.nr);
           float *ct = tile + ip * p.mr * ldt + jp * p.nr;
-          const int acc = cin != NULL || pc > 0;
-          if (p.a_in_place && mr == p.mr) {
-            loom_gemm_lines_issue(&lines);
+          if (p.a_in_place && mr == p.mr)
             ukr_rows(kc / kstep, loom_gemm_elem(a, i1, i2, m0 + ip * p.mr, pc), a->strides[2],
-                     bpanel, ct, ldt, alpha, nr, acc);
-          } else if (fetching && mr > 8) {
-            loom_gemm_ukr_avx512_f32_fetching(kc, apanel, bpanel, ct, ldt, alpha, mr, nr, acc,
-                                              &lines);
-          } else {
-            loom_gemm_lines_issue(&lines);
-            ukr(kc / kstep, apanel, bpanel, ct, ldt, alpha, mr, nr, acc);
-          }
+                     bpanel, ct, ldt, alpha, nr, cin != NULL || pc > 0);
+          else
+            ukr(kc / kstep, apanel, bpanel, ct, ldt, alpha, mr, nr, cin != NULL || pc > 0);
         }
       }
     }

@@ -40,8 +40,7 @@ LOOM_GEMM_SMALL_TILE(8)
  * (1, MR) for a packed panel, (lda, 1) for rows read in place. */
 static inline void ukr_rows12(int64_t kc, const float *a, int64_t si, int64_t sk,
                               const float *b, float *t, int64_t ldt, float alpha,
-                              int mr, __mmask16 m0, __mmask16 m1, int accumulate,
-                              const loom_gemm_lines *pf) {
+                              int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
   LOOM_UKR12_ACCUMULATORS;
 #define LOOM_ROW(ci0, ci1, x)                          \
   do {                                                 \
@@ -49,35 +48,16 @@ static inline void ukr_rows12(int64_t kc, const float *a, int64_t si, int64_t sk
     ci0 = _mm512_fmadd_ps(av, b0, ci0);                \
     ci1 = _mm512_fmadd_ps(av, b1, ci1);                \
   } while (0)
-#define LOOM_STEP                                                      \
-  do {                                                                 \
-    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);      \
-    _mm_prefetch((const char *)(b + 32 * NR), _MM_HINT_T0);            \
-    _mm_prefetch((const char *)(b + 32 * NR + 16), _MM_HINT_T0);       \
-    if (si == 1) _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0); \
-    LOOM_UKR12_STEP(a, a3, a6, a9, si);                                \
-    a += sk, a3 += sk, a6 += sk, a9 += sk;                             \
-    b += NR;                                                           \
-  } while (0)
   const float *a3 = a + 3 * si, *a6 = a + 6 * si, *a9 = a + 9 * si;
-  int64_t k = 0;
-  if (pf) {
-    int j = 0;
-    for (; j < pf->to_l1 && k + 2 <= kc; ++j, k += 2) {
-      _mm_prefetch(pf->line[j], _MM_HINT_T0);
-      LOOM_STEP;
-      LOOM_STEP;
-    }
-    for (; j < pf->n && k + 2 <= kc; ++j, k += 2) {
-      _mm_prefetch(pf->line[j], _MM_HINT_T1);
-      LOOM_STEP;
-      LOOM_STEP;
-    }
-    for (; j < pf->to_l1; ++j) _mm_prefetch(pf->line[j], _MM_HINT_T0);
-    for (; j < pf->n; ++j) _mm_prefetch(pf->line[j], _MM_HINT_T1);
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+    _mm_prefetch((const char *)(b + 32 * NR), _MM_HINT_T0);
+    _mm_prefetch((const char *)(b + 32 * NR + 16), _MM_HINT_T0);
+    if (si == 1) _mm_prefetch((const char *)(a + 16 * MR), _MM_HINT_T0);
+    LOOM_UKR12_STEP(a, a3, a6, a9, si);
+    a += sk, a3 += sk, a6 += sk, a9 += sk;
+    b += NR;
   }
-  for (; k < kc; ++k) LOOM_STEP;
-#undef LOOM_STEP
 #undef LOOM_ROW
   LOOM_UKR12_ROWS(rows);
   loom_ukr_store(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
@@ -97,16 +77,7 @@ void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,
     ukr_rows8(kc, a, b, t, ldt, alpha, mr, m0, m1, accumulate);
     return;
   }
-  ukr_rows12(kc, a, 1, MR, b, t, ldt, alpha, mr, m0, m1, accumulate, NULL);
-}
-
-void loom_gemm_ukr_avx512_f32_fetching(int64_t kc, const void *ap, const void *bp, float *t,
-                                       int64_t ldt, float alpha, int mr, int nr, int accumulate,
-                                       const loom_gemm_lines *pf) {
-  __mmask16 m0, m1;
-  loom_ukr_masks(nr, &m0, &m1);
-  ukr_rows12(kc, (const float *)ap, 1, MR, (const float *)bp, t, ldt, alpha, mr, m0, m1,
-             accumulate, pf);
+  ukr_rows12(kc, a, 1, MR, b, t, ldt, alpha, mr, m0, m1, accumulate);
 }
 
 void loom_gemm_ukr_avx512_f32_rows(int64_t kc, const void *ap, int64_t lda,
@@ -115,5 +86,5 @@ void loom_gemm_ukr_avx512_f32_rows(int64_t kc, const void *ap, int64_t lda,
   __mmask16 m0, m1;
   loom_ukr_masks(nr, &m0, &m1);
   ukr_rows12(kc, (const float *)ap, lda, 1, (const float *)bp, t, ldt, alpha, MR,
-             m0, m1, accumulate, NULL);
+             m0, m1, accumulate);
 }

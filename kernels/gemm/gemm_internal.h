@@ -33,22 +33,6 @@ void loom_gemm_ukr_avx512bf16_bf16_rows(int64_t kc, const void *ap, int64_t lda,
 void loom_gemm_ukr_amx_bf16_rows(int64_t kc, const void *ap, int64_t lda, const void *bp,
                                  float *t, int64_t ldt, float alpha, int nr, int accumulate);
 
-/* Cache lines a micro-kernel fetches while it multiplies, one every two k
- * steps, so the fetches overlap its arithmetic instead of stalling the
- * driver between calls: line[0, to_l1) into L1, line[to_l1, n) into L2.
- * Lines left over when k runs out are fetched after the loop. */
-enum { LOOM_GEMM_LINES = 160 };
-typedef struct loom_gemm_lines {
-  const char *line[LOOM_GEMM_LINES];
-  int n, to_l1;
-} loom_gemm_lines;
-
-/* The fp32 12-row tile over a packed A panel that fetches `pf` as it runs
- * (mr and nr as for loom_gemm_ukr_fn; mr > 8). */
-void loom_gemm_ukr_avx512_f32_fetching(int64_t kc, const void *ap, const void *bp, float *t,
-                                       int64_t ldt, float alpha, int mr, int nr, int accumulate,
-                                       const loom_gemm_lines *pf);
-
 /* Register tiles of each variant. */
 enum {
   LOOM_GEMM_GENERIC_MR = 4,

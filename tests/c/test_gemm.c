@@ -341,35 +341,6 @@ static void test_transposed_a_groups(int isa) {
     }
 }
 
-/* The fp32 tile that fetches lines between its k steps gives the bits of
- * the plain one, whatever the lines (none, a few, more than the k pairs
- * hold, some into L1) and k (odd, shorter than the list). */
-static void test_fetching_tile(void) {
-  enum { MR = LOOM_GEMM_AVX512_MR, NR = LOOM_GEMM_AVX512_NR, KMAX = 257 };
-  float *a = malloc(sizeof(float) * MR * KMAX), *b = malloc(sizeof(float) * NR * KMAX);
-  float *want = malloc(sizeof(float) * MR * NR), *got = malloc(sizeof(float) * MR * NR);
-  for (int i = 0; i < MR * KMAX; ++i) a[i] = rnd();
-  for (int i = 0; i < NR * KMAX; ++i) b[i] = rnd();
-  static loom_gemm_lines lines;
-  for (int i = 0; i < LOOM_GEMM_LINES; ++i) lines.line[i] = (const char *)(b + 16 * (i % KMAX));
-  const int64_t ks[] = {1, 2, 3, 7, 64, 255, 256, KMAX};
-  const int counts[][2] = {{0, 0}, {3, 0}, {5, 5}, {40, 24}, {LOOM_GEMM_LINES, 36}};
-  for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ++ki)
-    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ++ci)
-      for (int acc = 0; acc < 2; ++acc) {
-        const int64_t kc = ks[ki];
-        const int mr = acc ? MR : 9, nr = acc ? NR : 21;
-        lines.n = counts[ci][0], lines.to_l1 = counts[ci][1];
-        for (int i = 0; i < MR * NR; ++i) want[i] = got[i] = (float)i;
-        loom_gemm_ukr_avx512_f32(kc, a, b, want, NR, 0.75f, mr, nr, acc);
-        loom_gemm_ukr_avx512_f32_fetching(kc, a, b, got, NR, 0.75f, mr, nr, acc, &lines);
-        CHECK(memcmp(want, got, sizeof(float) * MR * NR) == 0,
-              "fetching tile differs: k=%ld, %d lines (%d to L1), accumulate %d", (long)kc,
-              lines.n, lines.to_l1, acc);
-      }
-  free(a), free(b), free(want), free(got);
-}
-
 /* The compute launch's own handling of operands (LOOM_GEMM_IN_COMPUTE)
  * must give the bits of the two-launch path, and the plan must take each
  * part exactly when it applies: full row panels of A read in place (the
@@ -592,7 +563,7 @@ int main(void) {
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
     test_in_compute(isa);
     test_transposed_a_groups(isa);
-    if (isa == LOOM_GEMM_AVX512) test_store_row16(), test_fetching_tile();
+    if (isa == LOOM_GEMM_AVX512) test_store_row16();
     if (isa == LOOM_GEMM_AMX) test_bf16_math();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            failures == before ? "ok" : "FAILED");
