@@ -13,6 +13,22 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def gemm_variant_here(variant):
+    """Whether loom's GEMM can run `variant` ("avx512", "amx") here: the
+    CPU has its instructions and LOOM_GEMM does not pick a variant below
+    it (the variants go generic < avx512 < avx512bf16 < amx)."""
+    order = ["generic", "avx512", "avx512bf16", "amx"]
+    chosen = os.environ.get("LOOM_GEMM", "amx")
+    if chosen in order and order.index(chosen) < order.index(variant):
+        return False
+    flag = {"avx512": "avx512f", "avx512bf16": "avx512_bf16", "amx": "amx_bf16"}[variant]
+    try:
+        with open("/proc/cpuinfo") as f:
+            return flag in f.read().split()
+    except OSError:
+        return False
+
+
 def run_python(code, env=None, timeout=300, check=True):
     """Runs `code` in a fresh interpreter with extra `env`; returns the
     CompletedProcess (stdout/stderr as text). With `check`, a non-zero exit

@@ -4,12 +4,11 @@ transposed convolution; forward and every gradient; fp32/bf16/fp64; odd
 sizes; bad parameters; and a small CNN trained with no CPU fallback."""
 
 
-import os
-
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from conftest import gemm_variant_here
 
 pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
@@ -231,19 +230,6 @@ def test_conv2d_weight_grad_long_k():
     compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32, scale=30.0)
 
 
-def avx512_gemm_here():
-    """Whether loom's fp32 convolutions run their AVX-512 kernels (Winograd
-    among them): the CPU has AVX-512 and LOOM_GEMM does not pick the
-    generic variant."""
-    if os.environ.get("LOOM_GEMM") == "generic":
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512f" in f.read()
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("shape,padding,used", [
     ((2, 64, 28, 28), 1, True),   # ResNet-like: many tile blocks
     ((1, 130, 14, 15), 1, True),  # two channel passes, odd width (half tiles at the right)
@@ -256,7 +242,7 @@ def test_conv2d_winograd(shape, padding, used, monkeypatch):
     # 3x3 windows of stride 1 over enough channels go through Winograd's
     # F(2x2, 3x3): forward and input gradient, channels-last input included.
     # Without AVX-512 there is no Winograd: both runs take the GEMM path.
-    used = used and avx512_gemm_here()
+    used = used and gemm_variant_here("avx512")
     n, c, h, w = shape
     x, wt, b = rand(*shape), rand(100, c, 3, 3, seed=1), rand(100, seed=2)
     fn = lambda x, w, b: F.conv2d(x, w, b, padding=padding)

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import gemm_variant_here
 
 pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
@@ -313,15 +314,8 @@ def test_every_gemm_variant_is_correct(variant):
 
 
 def amx_here():
-    """Whether loom's GEMM runs on AMX: the CPU has it and LOOM_GEMM does
-    not pick a variant below it."""
-    if os.environ.get("LOOM_GEMM", "amx") != "amx":
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "amx_bf16" in f.read()
-    except OSError:
-        return False
+    """Whether loom's GEMM runs on AMX."""
+    return gemm_variant_here("amx")
 
 
 @pytest.fixture
