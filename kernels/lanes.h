@@ -32,10 +32,6 @@ static inline float loom_lanes16_fold_f32(float *acc) {
   return acc[0];
 }
 
-/* sum_i (x[i] - mu)^2 of n floats in double, lane i mod 16, folded. The
- * AVX-512 build does the same operations on each lane in two vectors, so
- * both builds give the same bits. Include from translation units built
- * without floating-point contraction. */
 #ifdef __AVX512F__
 #include <immintrin.h>
 
@@ -52,6 +48,10 @@ static inline void loom_lanes16_load_pd(const float *x, int64_t i, int64_t n, __
 }
 #endif
 
+/* sum_i (x[i] - mu)^2 of n floats in double, lane i mod 16, folded. The
+ * AVX-512 build does the same operations on each lane in two vectors, so
+ * both builds give the same bits. Include from translation units built
+ * without floating-point contraction. */
 static inline double loom_lanes16_sqdev_f32(const float *x, int64_t n, double mu) {
   double q[16] = {0};
   int64_t i = 0;
