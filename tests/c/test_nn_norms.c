@@ -1,0 +1,268 @@
+/* Normalisation kernels (layer and RMS norm, batch norm, group norm)
+ * against fp64 references and central differences; their AVX-512 and
+ * baseline builds give the same bits. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/nn_rows.h"
+#include "kernels/norm.h"
+#include "loom/status.h"
+#include "runtime/base/cpu.h"
+#include "kernel_test_util.h"
+#include "test_util.h"
+
+/* ---- layer norm / rms norm ------------------------------------------------ */
+
+static void test_layer_norm(void) {
+  enum { M = 6, N = 13 };
+  static double x[M * N], w[N], b[N], y[M * N], mean[M], rstd[M], dy[M * N];
+  static double dx[M * N], dw[N], db[N], num[M * N], numw[N];
+  fill(x, M * N); fill(w, N); fill(b, N); fill(dy, M * N);
+  const int64_t s2[2] = {M, N}, s1[1] = {N}, sm[1] = {M};
+  for (int rms = 0; rms <= 1; ++rms) {
+    loom_tensor f[6] = {dense(x, LOOM_FLOAT64, 2, s2), dense(w, LOOM_FLOAT64, 1, s1),
+                        rms ? none() : dense(b, LOOM_FLOAT64, 1, s1),
+                        dense(y, LOOM_FLOAT64, 2, s2),
+                        rms ? none() : dense(mean, LOOM_FLOAT64, 1, sm),
+                        dense(rstd, LOOM_FLOAT64, 1, sm)};
+    loom_scalar fs[3] = {si(N), sf(1e-5), si(rms)};
+    CHECK(run(loom_layer_norm_forward, f, 6, fs, 3, M, 4) == 0);
+    /* reference for row 2 */
+    double mu = 0, var = 0;
+    for (int j = 0; j < N; ++j) mu += x[2 * N + j];
+    mu = rms ? 0 : mu / N;
+    for (int j = 0; j < N; ++j) var += (x[2 * N + j] - mu) * (x[2 * N + j] - mu);
+    var /= N;
+    double ref = (x[2 * N + 5] - mu) / sqrt(var + 1e-5) * w[5] + (rms ? 0 : b[5]);
+    CHECK(fabs(y[2 * N + 5] - ref) < 1e-12);
+
+    loom_tensor bi[6] = {dense(dy, LOOM_FLOAT64, 2, s2), f[0], f[4], f[5], f[1],
+                         dense(dx, LOOM_FLOAT64, 2, s2)};
+    loom_scalar bs[2] = {si(N), si(rms)};
+    CHECK(run(loom_layer_norm_backward_input, bi, 6, bs, 2, M, 5) == 0);
+    loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw, LOOM_FLOAT64, 1, s1),
+                         dense(db, LOOM_FLOAT64, 1, s1)};
+    loom_scalar ps[3] = {si(M), si(N), si(rms)};
+    CHECK(run(loom_layer_norm_backward_params, bp, 6, ps, 3, N, 3) == 0);
+    const double h = 1e-6;
+    for (int i = 0; i < M * N + N; ++i) {
+      double *p = i < M * N ? &x[i] : &w[i - M * N];
+      double keep = *p, fp = 0, fm = 0;
+      *p = keep + h;
+      run(loom_layer_norm_forward, f, 6, fs, 3, M, M);
+      for (int j = 0; j < M * N; ++j) fp += y[j] * dy[j];
+      *p = keep - h;
+      run(loom_layer_norm_forward, f, 6, fs, 3, M, M);
+      for (int j = 0; j < M * N; ++j) fm += y[j] * dy[j];
+      *p = keep;
+      *(i < M * N ? &num[i] : &numw[i - M * N]) = (fp - fm) / (2 * h);
+    }
+    CHECK(max_rel(dx, num, M * N) < 1e-6);
+    CHECK(max_rel(dw, numw, N) < 1e-6);
+    if (!rms) {
+      double s = 0;
+      for (int r = 0; r < M; ++r) s += dy[r * N + 4];
+      CHECK(fabs(db[4] - s) < 1e-12);
+    }
+  }
+}
+
+/* ---- batch norm ------------------------------------------------------------ */
+
+static void test_batch_norm(void) {
+  enum { NB = 3, C = 4, S = 5, T = NB * C * S };
+  static double x[T], w[C], b[C], rm[C], rv[C], y[T], sm[C], sinv[C], dy[T];
+  static double dx[T], dw[C], db[C], num[T];
+  fill(x, T); fill(w, C); fill(b, C); fill(dy, T);
+  for (int c = 0; c < C; ++c) { rm[c] = 0.5; rv[c] = 2.0; }
+  const int64_t s3[3] = {NB, C, S}, s1[1] = {C};
+  loom_tensor f[8] = {dense(x, LOOM_FLOAT64, 3, s3), dense(w, LOOM_FLOAT64, 1, s1),
+                      dense(b, LOOM_FLOAT64, 1, s1), dense(rm, LOOM_FLOAT64, 1, s1),
+                      dense(rv, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
+                      dense(sm, LOOM_FLOAT64, 1, s1), dense(sinv, LOOM_FLOAT64, 1, s1)};
+  loom_scalar fs[3] = {si(1), sf(0.1), sf(1e-5)};
+  CHECK(run(loom_batch_norm_forward, f, 8, fs, 3, C, 3) == 0);
+  double mu = 0, var = 0;
+  for (int n = 0; n < NB; ++n)
+    for (int s = 0; s < S; ++s) mu += x[(n * C + 2) * S + s];
+  mu /= NB * S;
+  for (int n = 0; n < NB; ++n)
+    for (int s = 0; s < S; ++s) var += pow(x[(n * C + 2) * S + s] - mu, 2);
+  CHECK(fabs(sm[2] - mu) < 1e-12);
+  CHECK(fabs(sinv[2] - 1 / sqrt(var / (NB * S) + 1e-5)) < 1e-9);
+  CHECK(fabs(rm[2] - (0.9 * 0.5 + 0.1 * mu)) < 1e-12);
+  CHECK(fabs(rv[2] - (0.9 * 2.0 + 0.1 * var / (NB * S - 1))) < 1e-12);
+
+  loom_tensor bt[10] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[1], f[3], f[4], f[6], f[7],
+                        dense(dx, LOOM_FLOAT64, 3, s3), dense(dw, LOOM_FLOAT64, 1, s1),
+                        dense(db, LOOM_FLOAT64, 1, s1)};
+  loom_scalar bs[2] = {si(1), sf(1e-5)};
+  CHECK(run(loom_batch_norm_backward, bt, 10, bs, 2, C, 1) == 0);
+  /* numeric gradient in training mode, without running stats */
+  loom_tensor g[8] = {f[0], f[1], f[2], none(), none(), f[5], none(), none()};
+  const double h = 1e-6;
+  for (int i = 0; i < T; ++i) {
+    double keep = x[i], fp = 0, fm = 0;
+    x[i] = keep + h;
+    run(loom_batch_norm_forward, g, 8, fs, 3, C, C);
+    for (int j = 0; j < T; ++j) fp += y[j] * dy[j];
+    x[i] = keep - h;
+    run(loom_batch_norm_forward, g, 8, fs, 3, C, C);
+    for (int j = 0; j < T; ++j) fm += y[j] * dy[j];
+    x[i] = keep;
+    num[i] = (fp - fm) / (2 * h);
+  }
+  CHECK(max_rel(dx, num, T) < 1e-6);
+
+  /* eval mode: y = (x - rm) / sqrt(rv + eps) * w + b */
+  loom_scalar es[3] = {si(0), sf(0.1), sf(1e-5)};
+  loom_tensor e[8] = {f[0], f[1], f[2], f[3], f[4], f[5], none(), none()};
+  CHECK(run(loom_batch_norm_forward, e, 8, es, 3, C, 2) == 0);
+  int i = (1 * C + 3) * S + 2;
+  CHECK(fabs(y[i] - ((x[i] - rm[3]) / sqrt(rv[3] + 1e-5) * w[3] + b[3])) < 1e-12);
+}
+
+/* ---- group norm ------------------------------------------------------------ */
+
+static void test_group_norm(void) {
+  enum { NB = 2, C = 6, HW = 5, G = 3, T = NB * C * HW };
+  static double x[T], w[C], b[C], y[T], mean[NB * G], rstd[NB * G], dy[T];
+  static double dx[T], dw[C], db[C], num[T + C], sums[2][NB * C], sums_only[2][NB * C];
+  fill(x, T); fill(w, C); fill(b, C); fill(dy, T);
+  const int64_t s3[3] = {NB, C, HW}, s1[1] = {C}, sg[2] = {NB, G}, sc[2] = {NB, C};
+  loom_tensor f[6] = {dense(x, LOOM_FLOAT64, 3, s3), dense(w, LOOM_FLOAT64, 1, s1),
+                      dense(b, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
+                      dense(mean, LOOM_FLOAT64, 2, sg), dense(rstd, LOOM_FLOAT64, 2, sg)};
+  loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)};
+  CHECK(run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 4) == 0);
+  loom_tensor bi[8] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[4], f[5], f[1],
+                       dense(dx, LOOM_FLOAT64, 3, s3), dense(sums[0], LOOM_FLOAT64, 2, sc),
+                       dense(sums[1], LOOM_FLOAT64, 2, sc)};
+  CHECK(run(loom_group_norm_backward_input, bi, 8, fs, 4, NB * G, 5) == 0);
+  /* without dx, the same sums */
+  loom_tensor bs[8] = {bi[0], bi[1], bi[2], bi[3], bi[4], none(),
+                       dense(sums_only[0], LOOM_FLOAT64, 2, sc),
+                       dense(sums_only[1], LOOM_FLOAT64, 2, sc)};
+  CHECK(run(loom_group_norm_backward_input, bs, 8, fs, 4, NB * G, 2) == 0);
+  CHECK(memcmp(sums, sums_only, sizeof sums) == 0);
+  loom_tensor bp[4] = {bi[6], bi[7], dense(dw, LOOM_FLOAT64, 1, s1), dense(db, LOOM_FLOAT64, 1, s1)};
+  loom_scalar ps[2] = {si(NB), si(C)};
+  CHECK(run(loom_group_norm_backward_params, bp, 4, ps, 2, C, 4) == 0);
+  for (int c = 0; c < C; ++c) { /* db: dy summed over samples and positions */
+    double want = 0.0;
+    for (int n = 0; n < NB; ++n)
+      for (int i = 0; i < HW; ++i) want += dy[(n * C + c) * HW + i];
+    CHECK(fabs(db[c] - want) <= 1e-12 * NB * HW);
+  }
+  const double h = 1e-6;
+  for (int i = 0; i < T + C; ++i) {
+    double *p = i < T ? &x[i] : &w[i - T];
+    double keep = *p, fp = 0, fm = 0;
+    *p = keep + h;
+    run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 64);
+    for (int j = 0; j < T; ++j) fp += y[j] * dy[j];
+    *p = keep - h;
+    run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 64);
+    for (int j = 0; j < T; ++j) fm += y[j] * dy[j];
+    *p = keep;
+    num[i] = (fp - fm) / (2 * h);
+  }
+  CHECK(max_rel(dx, num, T) < 1e-6);
+  CHECK(max_rel(dw, num + T, C) < 1e-6);
+}
+
+/* Batch norm's row sums in both builds: the same bits for every length
+ * (whole vectors, a tail, a tail alone), against a double sum. */
+double loom_bn_row_sqdev(const float *x, int64_t n, double mu);
+double loom_bn_row_sqdev_avx512(const float *x, int64_t n, double mu);
+void loom_bn_row_grad_sums(const float *g, const float *x, int64_t n, double mu, double *sum_g,
+                           double *sum_gx);
+void loom_bn_row_grad_sums_avx512(const float *g, const float *x, int64_t n, double mu,
+                                  double *sum_g, double *sum_gx);
+
+static void test_bn_rows_isas_agree(void) {
+  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
+  enum { MAXN = 1029 };
+  static float x[MAXN], g[MAXN];
+  for (int i = 0; i < MAXN; ++i) x[i] = (float)(frand() * 3.0 + 0.5), g[i] = (float)frand();
+  const int64_t lens[] = {1, 5, 8, 9, 16, 17, 31, 100, 1024, MAXN};
+  for (size_t t = 0; t < sizeof lens / sizeof lens[0]; ++t) {
+    const int64_t n = lens[t];
+    const double mu = 0.37;
+    const double q0 = loom_bn_row_sqdev(x, n, mu), q1 = loom_bn_row_sqdev_avx512(x, n, mu);
+    double sg[2], sgx[2], ref_q = 0.0, ref_g = 0.0, ref_gx = 0.0;
+    loom_bn_row_grad_sums(g, x, n, mu, &sg[0], &sgx[0]);
+    loom_bn_row_grad_sums_avx512(g, x, n, mu, &sg[1], &sgx[1]);
+    CHECK(memcmp(&q0, &q1, sizeof q0) == 0);
+    CHECK(memcmp(&sg[0], &sg[1], sizeof sg[0]) == 0 && memcmp(&sgx[0], &sgx[1], sizeof sgx[0]) == 0);
+    for (int64_t i = 0; i < n; ++i) {
+      ref_q += ((double)x[i] - mu) * ((double)x[i] - mu);
+      ref_g += g[i], ref_gx += (double)g[i] * ((double)x[i] - mu);
+    }
+    CHECK(fabs(q1 - ref_q) <= 1e-12 * ref_q);
+    CHECK(fabs(sg[1] - ref_g) <= 1e-12 * n && fabs(sgx[1] - ref_gx) <= 1e-12 * n);
+  }
+}
+
+/* The float32 group norm in both builds: the same bits forward and
+ * backward (sums in lanes past a vector, a tail), and near the double
+ * reference kernel's values. */
+int loom_group_norm_forward_impl(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_backward_input_impl(const loom_kernel_args *, int64_t, int64_t);
+int loom_group_norm_backward_input_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
+
+static void test_group_norm_isas_agree(void) {
+  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
+  enum { NB = 2, C = 6, HW = 37, G = 3, T = NB * C * HW };
+  static float x[T], w[C], b[C], dy[T], y[2][T], mean[2][NB * G], rstd[2][NB * G];
+  static float dx[2][T], dw[2][C], db[2][C];
+  static double sums[2][2][NB * C];
+  for (int i = 0; i < T; ++i) x[i] = (float)(frand() * 3.0 + 0.5), dy[i] = (float)frand();
+  for (int i = 0; i < C; ++i) w[i] = (float)frand(), b[i] = (float)frand();
+  const int64_t s3[3] = {NB, C, HW}, s1[1] = {C}, sg[2] = {NB, G}, sc[2] = {NB, C};
+  loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)}, ps[2] = {si(NB), si(C)};
+  loom_kernel_fn fwd[2] = {loom_group_norm_forward_impl, loom_group_norm_forward_impl_avx512};
+  loom_kernel_fn bin[2] = {loom_group_norm_backward_input_impl,
+                           loom_group_norm_backward_input_impl_avx512};
+  for (int k = 0; k < 2; ++k) {
+    loom_tensor f[6] = {dense(x, LOOM_FLOAT32, 3, s3), dense(w, LOOM_FLOAT32, 1, s1),
+                        dense(b, LOOM_FLOAT32, 1, s1), dense(y[k], LOOM_FLOAT32, 3, s3),
+                        dense(mean[k], LOOM_FLOAT32, 2, sg), dense(rstd[k], LOOM_FLOAT32, 2, sg)};
+    CHECK(run(fwd[k], f, 6, fs, 5, NB * G, 2) == 0);
+    loom_tensor bi[8] = {dense(dy, LOOM_FLOAT32, 3, s3), f[0], f[4], f[5], f[1],
+                         dense(dx[k], LOOM_FLOAT32, 3, s3), dense(sums[k][0], LOOM_FLOAT64, 2, sc),
+                         dense(sums[k][1], LOOM_FLOAT64, 2, sc)};
+    CHECK(run(bin[k], bi, 8, fs, 4, NB * G, 3) == 0);
+    loom_tensor bp[4] = {bi[6], bi[7], dense(dw[k], LOOM_FLOAT32, 1, s1),
+                         dense(db[k], LOOM_FLOAT32, 1, s1)};
+    CHECK(run(loom_group_norm_backward_params, bp, 4, ps, 2, C, 4) == 0);
+  }
+  CHECK(memcmp(sums[0], sums[1], sizeof sums[0]) == 0);
+  CHECK(memcmp(y[0], y[1], sizeof y[0]) == 0 && memcmp(rstd[0], rstd[1], sizeof rstd[0]) == 0);
+  CHECK(memcmp(dx[0], dx[1], sizeof dx[0]) == 0);
+  CHECK(memcmp(dw[0], dw[1], sizeof dw[0]) == 0 && memcmp(db[0], db[1], sizeof db[0]) == 0);
+  /* the statistics against a plain double computation */
+  for (int r = 0; r < NB * G; ++r) {
+    double m = 0.0, v = 0.0;
+    const int len = C / G * HW;
+    for (int i = 0; i < len; ++i) m += x[r * len + i];
+    m /= len;
+    for (int i = 0; i < len; ++i) v += (x[r * len + i] - m) * (x[r * len + i] - m);
+    v /= len;
+    CHECK(fabs(mean[0][r] - m) <= 1e-6 * fabs(m) + 1e-7);
+    CHECK(fabs(rstd[0][r] - 1.0 / sqrt(v + 1e-5)) <= 1e-6 / sqrt(v + 1e-5));
+  }
+}
+
+int main(void) {
+  srand(7);
+  test_layer_norm();
+  test_batch_norm();
+  test_group_norm();
+  test_group_norm_isas_agree();
+  test_bn_rows_isas_agree();
+  TEST_MAIN_END();
+}
