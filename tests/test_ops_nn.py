@@ -40,6 +40,20 @@ def grads(out, inputs, grad):
     return torch.autograd.grad(out, inputs, grad, allow_unused=True)
 
 
+def sdpa_agrees(cpu, dev, dtype, grad=True, mask=None, **kw):
+    """scaled_dot_product_attention of (q, k, v) leaves on the CPU and on
+    loom (`mask` moved there too): the outputs are close, and with `grad`
+    the three gradients of a random output gradient."""
+    oc = F.scaled_dot_product_attention(*cpu, attn_mask=mask, **kw)
+    od = F.scaled_dot_product_attention(
+        *dev, attn_mask=None if mask is None else mask.to("loom"), **kw)
+    close(od, oc.detach(), dtype, scale=2.0)
+    if grad:
+        g = torch.randn(oc.shape).to(dtype)
+        for a, b in zip(grads(od, list(dev), g.to("loom")), grads(oc, list(cpu), g)):
+            close(a, b, dtype, scale=4.0)
+
+
 def noncontig(shape, dtype, seed=0):
     """A loom/cpu pair of tensors of `shape` whose memory is not contiguous:
     a transposed, strided slice of a larger buffer."""
@@ -553,12 +567,7 @@ def test_sdpa(dtype, causal, mask_kind, shape):
         mask = torch.randn(L, S).to(dtype)
     md = None if mask is None else mask.to("loom")
     assert torch._fused_sdp_choice(qd, kd, vd, md, 0.0, causal) == 4  # overrideable
-    oc = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, is_causal=causal and mask is None)
-    od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=md, is_causal=causal and mask is None)
-    close(od, oc.detach(), dtype, scale=2.0)
-    g = torch.randn(oc.shape).to(dtype)
-    for a, b in zip(grads(od, [qd, kd, vd], g.to("loom")), grads(oc, [qc, kc, vc], g)):
-        close(a, b, dtype, scale=4.0)
+    sdpa_agrees((qc, kc, vc), (qd, kd, vd), dtype, mask=mask, is_causal=causal and mask is None)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -575,12 +584,7 @@ def test_sdpa_bf16_on_amx(causal, scale, dims):
     qc, qd = pair(torch.randn(1, 2, 600, e).bfloat16())
     kc, kd = pair(torch.randn(1, 2, 4096, e).bfloat16())
     vc, vd = pair(torch.randn(1, 2, 4096, ev).bfloat16())
-    oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal, scale=scale)
-    od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal, scale=scale)
-    close(od, oc.detach(), torch.bfloat16, scale=2.0)
-    g = torch.randn(oc.shape).bfloat16()
-    for a, b in zip(grads(od, [qd, kd, vd], g.to("loom")), grads(oc, [qc, kc, vc], g)):
-        close(a, b, torch.bfloat16, scale=4.0)
+    sdpa_agrees((qc, kc, vc), (qd, kd, vd), torch.bfloat16, is_causal=causal, scale=scale)
 
 
 def bf16_qkv(shape):
@@ -600,9 +604,7 @@ def test_sdpa_bf16_fused_edges(shape, causal):
     # blocks
     torch.manual_seed(18)
     (qc, qd), (kc, kd), (vc, vd) = bf16_qkv(shape)
-    oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal)
-    od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal)
-    close(od, oc.detach(), torch.bfloat16, scale=2.0)
+    sdpa_agrees((qc, kc, vc), (qd, kd, vd), torch.bfloat16, grad=False, is_causal=causal)
 
 
 def test_sdpa_bf16_head_dims_read_only_their_columns():
@@ -678,12 +680,8 @@ def test_sdpa_bf16_decoding(shape, causal):
     bh, L, S, e, ev = shape
     (qc, qd), (kc, kd), (vc, vd) = bf16_qkv(shape)
     for scale in (None, -0.3):
-        oc = F.scaled_dot_product_attention(qc, kc, vc, is_causal=causal, scale=scale)
-        od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal, scale=scale)
-        close(od, oc.detach(), torch.bfloat16, scale=2.0)
-    g = torch.randn(oc.shape).bfloat16()
-    for a, b in zip(grads(od, [qd, kd, vd], g.to("loom")), grads(oc, [qc, kc, vc], g)):
-        close(a, b, torch.bfloat16, scale=4.0)
+        sdpa_agrees((qc, kc, vc), (qd, kd, vd), torch.bfloat16, grad=scale is not None,
+                    is_causal=causal, scale=scale)
     # the log-sum-exp the backward reads, against float64
     lse = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
         qd.detach()[None], kd.detach()[None], vd.detach()[None], is_causal=causal)[1]
