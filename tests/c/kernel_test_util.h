@@ -30,8 +30,10 @@ static inline loom_tensor dense(void *data, int32_t dtype, int rank,
   return tensor(data, dtype, rank, sizes, strides);
 }
 
+/* An absent optional tensor. */
 static inline loom_tensor none(void) { return (loom_tensor){.data = NULL}; }
 
+/* Runs a kernel over [0, range) in chunks of `grain`, like the runtime. */
 static inline int run(loom_kernel_fn fn, loom_tensor *t, int nt, loom_scalar *s,
                int ns, int64_t range, int64_t grain) {
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,

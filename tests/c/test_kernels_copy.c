@@ -8,6 +8,7 @@
 #include "kernels/copy.h"
 #include "kernels/dtype.h"
 #include "kernels/fill.h"
+#include "kernel_test_util.h"
 #include "test_util.h"
 
 
@@ -16,20 +17,6 @@ static loom_tensor tensor2d(void *data, int32_t dtype, int64_t r, int64_t c,
   loom_tensor t = {.data = data, .dtype = dtype, .rank = 2};
   t.sizes[0] = r; t.sizes[1] = c; t.strides[0] = sr; t.strides[1] = sc;
   return t;
-}
-
-/* Runs a kernel over [0, range) in chunks of `grain`, like the runtime. */
-static int run(loom_kernel_fn fn, loom_tensor *t, int nt, loom_scalar *s,
-               int ns, int64_t range, int64_t grain) {
-  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = (uint32_t)nt,
-                        .tensors = t, .num_scalars = (uint32_t)ns, .scalars = s,
-                        .range = range, .grain = grain};
-  for (int64_t b = 0; b < range; b += grain) {
-    int64_t e = b + grain < range ? b + grain : range;
-    int rc = fn(&a, b, e);
-    if (rc) return rc;
-  }
-  return 0;
 }
 
 static void test_half_conversions(void) {
