@@ -9,8 +9,8 @@
 
 #include "loom/kernel_abi.h"
 
-static inline loom_tensor tensor(void *data, int32_t dtype, int rank,
-                          const int64_t *sizes, const int64_t *strides) {
+static inline loom_tensor tensor(void *data, int32_t dtype, int rank, const int64_t *sizes,
+                                 const int64_t *strides) {
   loom_tensor t = {.data = data, .dtype = dtype, .rank = rank};
   for (int d = 0; d < rank; ++d) {
     t.sizes[d] = sizes[d];
@@ -20,8 +20,7 @@ static inline loom_tensor tensor(void *data, int32_t dtype, int rank,
 }
 
 /* Contiguous strides for `sizes`. */
-static inline loom_tensor dense(void *data, int32_t dtype, int rank,
-                         const int64_t *sizes) {
+static inline loom_tensor dense(void *data, int32_t dtype, int rank, const int64_t *sizes) {
   int64_t strides[LOOM_MAX_DIMS], s = 1;
   for (int d = rank - 1; d >= 0; --d) {
     strides[d] = s;
@@ -35,7 +34,7 @@ static inline loom_tensor none(void) { return (loom_tensor){.data = NULL}; }
 
 /* Runs a kernel over [0, range) in chunks of `grain`, like the runtime. */
 static inline int run(loom_kernel_fn fn, loom_tensor *t, int nt, loom_scalar *s,
-               int ns, int64_t range, int64_t grain) {
+                      int ns, int64_t range, int64_t grain) {
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
                         .num_tensors = (uint32_t)nt, .tensors = t,
                         .num_scalars = (uint32_t)ns, .scalars = s,
