@@ -1,5 +1,6 @@
 """Errors: an asynchronous kernel failure surfaces at the next
-synchronization naming the op, and the device stays usable."""
+synchronization naming the op, and the device stays usable; input the CPU
+refuses, loom refuses with the same exception."""
 
 import pytest
 import torch
@@ -111,3 +112,34 @@ def test_index_error_on_a_side_stream(loom):
         s.synchronize()
     s.synchronize()
     loom.synchronize()
+
+
+# Input the CPU refuses before computing anything, with the type and the
+# message it raises; `pytest.raises(type)` would also pass a subclass
+# (NotImplementedError where the CPU raises RuntimeError).
+_ONES = lambda dtype, d: torch.ones(3, dtype=dtype, device=d)  # noqa: E731
+REFUSED = {
+    "neg_bool": lambda d: -_ONES(torch.bool, d),
+    "hardtanh_bool": lambda d: torch.nn.functional.hardtanh(_ONES(torch.bool, d)),
+    "hardtanh_uint8": lambda d: torch.nn.functional.hardtanh(_ONES(torch.uint8, d)),
+    "hardtanh__uint8": lambda d: torch.nn.functional.hardtanh_(_ONES(torch.uint8, d), 0, -1),
+    "arange_bool": lambda d: torch.arange(4, dtype=torch.bool, device=d),
+    "linspace_bool": lambda d: torch.linspace(0, 1, 4, dtype=torch.bool, device=d),
+    "logspace_bool": lambda d: torch.logspace(0, 1, 4, dtype=torch.bool, device=d),
+    "cumsum_out_bool": lambda d: torch.cumsum(_ONES(torch.bool, d), 0, out=_ONES(torch.bool, d)),
+    "cumprod_out_bool": lambda d: torch.cumprod(_ONES(torch.int64, d), 0,
+                                                out=_ONES(torch.bool, d)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_refused_input_raises_the_cpus_exception(loom, name):
+    with pytest.raises(Exception) as cpu_error:
+        REFUSED[name]("cpu")
+    with pytest.raises(Exception) as loom_error:
+        REFUSED[name]("loom")
+    assert loom_error.type is cpu_error.type
+    assert str(loom_error.value).split("\n")[0] == \
+        str(cpu_error.value).split("\n")[0].replace("_cpu", "_loom")
+    # the hardtanh limits the CPU accepts for uint8 still clamp
+    assert torch.nn.functional.hardtanh(_ONES(torch.uint8, "loom") * 5, 0, 2).tolist() == [2] * 3

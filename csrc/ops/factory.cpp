@@ -18,6 +18,12 @@
 namespace torch_loom::factory {
 namespace {
 
+// The CPU has no bool ranges: neither has loom, with the CPU's exception.
+void check_range_dtype(const char* name, const at::Tensor& out) {
+  TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"", name,
+                              "_loom\" not implemented for 'Bool'");
+}
+
 void launch_factory(const char* name, const at::Tensor& out, const loom_scalar (&s)[4],
                     const at::Tensor& in = at::Tensor()) {
   if (out.numel() == 0) return;
@@ -28,6 +34,7 @@ void launch_factory(const char* name, const at::Tensor& out, const loom_scalar (
 
 at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
                        at::Tensor& out) {
+  check_range_dtype("arange", out);
   const bool integral = at::isIntegralType(out.scalar_type(), true);
   const int64_t size = integral ? at::native::compute_arange_size<int64_t>(start, end, step)
                                 : at::native::compute_arange_size<double>(start, end, step);
@@ -41,6 +48,7 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at:
 
 at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps,
                          at::Tensor& out) {
+  check_range_dtype("linspace", out);
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   if (out.numel() != steps) out.resize_({steps});
   const loom_scalar s[4] = {scalar_i(LOOM_FACTORY_LINSPACE), scalar_f(start.toDouble()),
@@ -51,6 +59,7 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
 
 at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps,
                          double base, at::Tensor& out) {
+  check_range_dtype("logspace", out);
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   if (out.numel() != steps) out.resize_({steps});
   const loom_scalar s[4] = {scalar_i(LOOM_FACTORY_LOGSPACE), scalar_f(start.toDouble()),
@@ -112,6 +121,8 @@ at::Tensor& cum_out(const char* name, int op, const at::Tensor& self, int64_t di
                     std::optional<at::ScalarType> dtype, at::Tensor& out) {
   dim = at::maybe_wrap_dim(dim, self.dim());
   TORCH_CHECK(!self.is_complex(), name, " is not supported on loom for complex tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"", name,
+                              "_out_loom\" not implemented for 'Bool'");
   if (dtype) TORCH_CHECK(out.scalar_type() == *dtype, name, "(): expected out dtype ", *dtype,
                          " but got ", out.scalar_type());
   at::native::resize_output(out, self.sizes());

@@ -211,6 +211,9 @@ void unary_params(const Entry& e, const Args& a, at::ScalarType dtype,
       p[2] = param(a.scalar("input_scale", 1), kind);
       break;
     case LOOM_PW_HARDTANH:
+      TORCH_CHECK(dtype != at::kByte || (a.scalar("min_val", -1).toLong() >= 0 &&
+                                         a.scalar("max_val", 1).toLong() >= 0),
+                  "cannot do hardtanh on an unsigned type with negative limits");
       p[0] = param(a.scalar("min_val", -1), kind);
       p[1] = param(a.scalar("max_val", 1), kind);
       break;
@@ -238,6 +241,13 @@ void run_unary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
   at::Tensor self = a.tensor("self");
   at::Tensor out = out_for(a);
   at::TensorIterator iter;
+  // the CPU's own messages, ahead of the dtype check's generic one
+  TORCH_CHECK(!(e.op == LOOM_PW_NEG && self.scalar_type() == at::kBool),
+              "Negation, the `-` operator, on a bool tensor is not "
+              "supported. If you are trying to invert a mask, use the `~` "
+              "or `logical_not()` operator instead.");
+  TORCH_CHECK(!(e.op == LOOM_PW_HARDTANH && self.scalar_type() == at::kBool),
+              "Bool inputs not supported for hardtanh");
   check_types(e, self.scalar_type());
   switch (e.shape) {
     case Shape::kUnaryFloat: iter.build_borrowing_unary_float_op(out, self); break;
@@ -251,12 +261,7 @@ void run_unary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
         iter.build_borrowing_unary_force_boolean_op(out, self);
       }
       break;
-    default:
-      TORCH_CHECK(!(e.op == LOOM_PW_NEG && self.scalar_type() == at::kBool),
-                  "Negation, the `-` operator, on a bool tensor is not "
-                  "supported. If you are trying to invert a mask, use the `~` "
-                  "or `logical_not()` operator instead.");
-      iter.build_borrowing_unary_op(out, self);
+    default: iter.build_borrowing_unary_op(out, self);
   }
   const at::ScalarType in_type = iter.dtype(1);
   const loom_pw_kind kind = kind_of(
