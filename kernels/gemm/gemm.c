@@ -36,6 +36,9 @@ enum { LOOM_GEMM_ACC_TILE = 144 * 512 };
 static _Thread_local float loom_gemm_acc_tile[LOOM_GEMM_ACC_TILE];
 /* One k block of one B panel, packed by the compute launch (b_in_compute). */
 static _Thread_local _Alignas(64) float loom_gemm_b_block[256 * 32];
+/* One k block of a tile's A panels, packed by the compute launch
+ * (a_in_compute): the largest tile's rows by a k block of 256 floats. */
+static _Thread_local _Alignas(64) float loom_gemm_a_block[288 * 256];
 
 static int64_t loom_gemm_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t loom_gemm_align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
@@ -111,8 +114,10 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
       b->sizes[3] != n || b1 < 0 || b2 < 0 || m < 0 || n < 0 || k < 0)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int in_compute = (isa & LOOM_GEMM_IN_COMPUTE) != 0;
+  const int a_in_compute = in_compute && (isa & LOOM_GEMM_A_IN_COMPUTE) != 0;
   int32_t math = isa & (LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW | LOOM_GEMM_B_LOW);
-  isa &= ~(LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW | LOOM_GEMM_B_LOW);
+  isa &= ~(LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE | LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW |
+           LOOM_GEMM_B_LOW);
   if (isa < 0 || isa >= LOOM_GEMM_ISA_COUNT) isa = LOOM_GEMM_GENERIC;
   if (!(math & LOOM_GEMM_BF16_MATH) || isa != LOOM_GEMM_AMX || a->dtype != LOOM_FLOAT32)
     math = 0;
@@ -184,7 +189,12 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
     int64_t tiles = b1 * b2 * loom_gemm_ceil_div(out->m_panels, mcp) *
                     loom_gemm_ceil_div(out->n_panels, ncp);
     if (tiles >= LOOM_GEMM_MIN_TILES || (mcp == 1 && ncp == 1)) break;
-    if (ncp > 1 && (ncp >= mcp || mcp == 1 || out->m_panels <= mcp)) ncp = (ncp + 1) / 2;
+    /* Tiles as wide as C, when its A is packed, are cut in rows first:
+     * each tile then packs its A panels itself (a_in_compute, below). */
+    if (a_in_compute && !out->a_in_place && out->n_panels <= ncp && mcp > 1)
+      mcp = (mcp + 1) / 2;
+    else if (ncp > 1 && (ncp >= mcp || mcp == 1 || out->m_panels <= mcp))
+      ncp = (ncp + 1) / 2;
     else mcp = (mcp + 1) / 2;
   }
   out->mt = mcp * blk.mr;
@@ -204,6 +214,21 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
     /* nothing left for the pack launch when A is read in place whole */
     out->pack_range = out->a_in_place && m % blk.mr == 0 ? 0 : out->pack_units_a;
     out->workspace_bytes = out->b_offset;
+  }
+  /* One column tile: each A panel serves one compute tile, which packs it
+   * just before its first use, into its own cache, rather than the pack
+   * launch writing all of A to memory for the compute launch to read back
+   * (1024 x 1024 @ 1024 x 256 fp32, rows 4 KB apart so not read in place:
+   * the pack launch took 9% of the product). */
+  if (a_in_compute && !out->a_in_place && out->n_tiles == 1 &&
+      out->a_count1 * out->a_count2 == b1 * b2 &&
+      out->mt * out->kc * esz <= (int64_t)sizeof loom_gemm_a_block) {
+    out->a_in_compute = 1;
+    out->pack_range = out->b_in_compute ? 0 : out->pack_range - out->pack_units_a;
+    out->pack_units_a = 0; /* the pack launch's units are all B's */
+    out->b_offset = out->a_offset;
+    out->workspace_bytes =
+        out->b_in_compute ? 0 : out->b_offset + out->b_count1 * out->b_count2 * out->b_bytes;
   }
   return 0;
 }
@@ -376,7 +401,7 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
       /* The next k block's A panels, fetched into L2 a slice per call (not
        * when A is read in place: its packed panels were never written). */
       loom_gemm_fetch a_next = {0};
-      if (fetch && !p.a_in_place && pc_next < p.kp)
+      if (fetch && !p.a_in_place && !p.a_in_compute && pc_next < p.kp)
         a_next = loom_gemm_fetch_init(
             ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc_next, mp0) * esz,
             mpn * p.mr * kc_next * esz, npn * mpn);
@@ -408,6 +433,11 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
               p.nr * kc_next * esz, mpn);
         for (int64_t ip = 0; ip < mpn; ++ip) {
           const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
+          if (p.a_in_compute) {
+            apanel = (const char *)loom_gemm_a_block + ip * p.mr * kc * esz;
+            if (jp == 0) /* packed before its first use, which finds it in L1 */
+              loom_gemm_pack_block(&p, a, 1, i1 * p.batch2 + i2, mp0 + ip, pc, (char *)apanel);
+          }
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
           loom_gemm_fetch_step(&b_next); /* nothing when not fetching */
           loom_gemm_fetch_step(&a_next);

@@ -51,6 +51,12 @@ typedef enum loom_gemm_isa {
  * operands must not pass it. */
 enum { LOOM_GEMM_IN_COMPUTE = 0x100 };
 
+/* Added with LOOM_GEMM_IN_COMPUTE, by loom_gemm_compute_kernel's users
+ * only: when one column tile covers C (every A panel then serves one
+ * tile), the compute launch packs each A panel itself too (plan.a_in_compute),
+ * and the workspace holds no A. */
+enum { LOOM_GEMM_A_IN_COMPUTE = 0x1000 };
+
 /* Added to the isa: fp32 A and B are multiplied as bf16 on AMX tiles
  * (summing in fp32 as ever), each element rounded to the nearest bf16 as
  * it is packed; with LOOM_GEMM_A_LOW / LOOM_GEMM_B_LOW, that operand's
@@ -79,6 +85,7 @@ typedef struct loom_gemm_plan {
   int32_t use_acc;     /* C's tiles accumulate in the thread's fp32 buffer */
   int32_t a_in_place;  /* full row panels of A are read where they lie */
   int32_t b_in_compute; /* B's panels are packed by the compute launch */
+  int32_t a_in_compute; /* A's panels are packed by the compute launch */
   int64_t batch1, batch2, m, n, k;
   int64_t kp;          /* k rounded up to the pack's k granule */
   int64_t kc;          /* k block walked per pass over a C tile */

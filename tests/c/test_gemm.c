@@ -425,6 +425,59 @@ static void test_in_compute(int isa) {
   check_in_compute(&g, isa, 1, 0);
 }
 
+/* A packed by the compute launch (LOOM_GEMM_A_IN_COMPUTE): taken when one
+ * column tile covers C and A is neither read in place nor shared by several
+ * products, and giving the bits of the two-launch path. Without the flag
+ * (the convolutions' plans) A is never packed by its tile. */
+static void check_a_in_compute(const gemm_case *g, int isa, int expect) {
+  int64_t sa[4], ta[4], sb[4], tb[4];
+  int64_t na = operand(g, g->m, g->k, g->trans_a, g->bcast_a, sa, ta);
+  int64_t nb = operand(g, g->k, g->n, g->trans_b, g->bcast_b, sb, tb);
+  loom_tensor a = make(g->in_dtype, na, sa, ta), b = make(g->in_dtype, nb, sb, tb);
+  int64_t csz[4] = {g->b1, g->b2, g->m, g->n};
+  int64_t cst[4] = {g->b2 * g->m * g->n, g->m * g->n, g->n, 1};
+  int64_t elems = g->b1 * g->b2 * g->m * g->n;
+  loom_tensor packed = make(g->out_dtype, elems, csz, cst);
+  loom_tensor direct = make(g->out_dtype, elems, csz, cst);
+  loom_tensor cin = make(LOOM_FLOAT32, elems, csz, cst);
+  const loom_tensor *cinp = g->beta != 0.0 ? &cin : NULL;
+  const int flags = LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE;
+  loom_gemm_plan p, without;
+  CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | flags, &p) == 0, "plan");
+  CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_IN_COMPUTE, &without) == 0, "plan");
+  CHECK(p.a_in_compute == expect && !without.a_in_compute,
+        "%s m=%ld k=%ld n=%ld ta=%d: a_in_compute %d (%d without the flag), want %d",
+        isa_name(isa), (long)g->m, (long)g->k, (long)g->n, g->trans_a, p.a_in_compute,
+        without.a_in_compute, expect);
+  if (p.a_in_compute) CHECK(p.pack_units_a == 0 && p.n_tiles == 1, "%s: A units", isa_name(isa));
+  CHECK(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
+  CHECK(run(&direct, &a, &b, cinp, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
+        "%s m=%ld k=%ld n=%ld in=%d ta=%d: A packed by its tile changed the bits",
+        isa_name(isa), (long)g->m, (long)g->k, (long)g->n, g->in_dtype, g->trans_a);
+  free(a.data), free(b.data), free(packed.data), free(direct.data), free(cin.data);
+}
+
+static void test_a_in_compute(int isa) {
+  /* rows 4 KB apart (not read in place), several k blocks, a partial last
+   * row panel, 200 columns: one column tile; alpha and Cin */
+  gemm_case g = {.b1 = 1, .b2 = 2, .m = 101, .n = 200, .k = 1024, .in_dtype = LOOM_FLOAT32,
+                 .out_dtype = LOOM_FLOAT32, .alpha = 0.5, .beta = 2.0};
+  check_a_in_compute(&g, isa, 1);
+  g.trans_a = 1, g.k = 700; /* a transposed A */
+  check_a_in_compute(&g, isa, 1);
+  /* bf16 pairs; AMX's 32-row panels need more rows for tiles enough */
+  g.in_dtype = LOOM_BFLOAT16, g.out_dtype = LOOM_BFLOAT16, g.beta = 0.0, g.m = 257, g.k = 300;
+  check_a_in_compute(&g, isa, 1);
+  g.in_dtype = LOOM_FLOAT32, g.out_dtype = LOOM_FLOAT32, g.m = 101, g.k = 700;
+  g.n = 700; /* two column tiles */
+  check_a_in_compute(&g, isa, 0);
+  g.n = 200, g.bcast_a = 1; /* one A for both products: packed once */
+  check_a_in_compute(&g, isa, 0);
+  g.bcast_a = 0, g.trans_a = 0, g.k = 600, g.pad = 2; /* small, k contiguous: read in place */
+  check_a_in_compute(&g, isa, isa == LOOM_GEMM_GENERIC);
+}
+
 /* Single-column results through the matrix-vector kernel: row-major and
  * column-major A, slices, batch broadcast, dtypes, alpha/beta, k = 0 and
  * k across the staging chunks, m across several row blocks. */
@@ -563,6 +616,7 @@ int main(void) {
     test_small_tiles_agree(isa, LOOM_FLOAT32);
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
     test_in_compute(isa);
+    test_a_in_compute(isa);
     if (isa == LOOM_GEMM_AVX512) test_transposed_a_groups(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     if (isa == LOOM_GEMM_AMX) test_bf16_math();
