@@ -164,10 +164,13 @@ void run(const char* name, int op, double param, const at::Tensor& self,
     launch(name, loom_kernel_reduce, t, s, outputs, 64, dev);
     return;
   }
-  // About 32K elements per chunk, but whole runs of neighbouring outputs
-  // (up to 256) when there are plenty, so column sums read rows in order.
+  // About 32K elements per chunk, but runs of neighbouring outputs (a
+  // quarter of them, up to 256) when there are plenty, so column sums read
+  // long runs of each row in order ([1024, 768] over dim 0: 79 -> 66 us with
+  // a quarter rather than a sixteenth). Each output still takes its
+  // elements in index order: the chunking never changes a result.
   const int64_t grain = std::max<int64_t>(
-      {int64_t{1}, 32768 / std::max<int64_t>(1, count), std::min<int64_t>(256, outputs / 16)});
+      {int64_t{1}, 32768 / std::max<int64_t>(1, count), std::min<int64_t>(256, outputs / 4)});
   launch(name, loom_kernel_reduce, t, s, outputs, grain, dev);
 }
 
