@@ -1,10 +1,13 @@
 /* Kernel execution: chunk boundaries independent of the thread count, and
  * many host threads allocating, launching and copying at once. */
+#define _GNU_SOURCE /* sched_getcpu, CPU sets */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "loom/hal.h"
 #include "test_util.h"
@@ -207,12 +210,63 @@ static void test_kernel_reason(void) {
   loom_stream_release(s);
 }
 
+/* The pool keeps its workers off the CPU of the thread that owns a launch
+ * (host_pool.c): each chunk records where it ran, and a worker's chunk its
+ * own allowed CPUs. Chunks spin 1 ms, so the worker joins. */
+enum { AFF_CHUNKS = 24 };
+static pthread_t aff_owner;
+static int aff_cpu[AFF_CHUNKS], aff_is_owner[AFF_CHUNKS];
+static cpu_set_t aff_mask[AFF_CHUNKS];
+
+static int affinity_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  (void)args;
+  const int owner = pthread_equal(pthread_self(), aff_owner);
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 1000000L);
+  aff_cpu[begin] = sched_getcpu();
+  aff_is_owner[begin] = owner;
+  if (!owner) sched_getaffinity(0, sizeof aff_mask[begin], &aff_mask[begin]);
+  (void)end;
+  return 0;
+}
+
+static void test_workers_kept_off_the_owner(void) {
+  cpu_set_t mine;
+  sched_getaffinity(0, sizeof mine, &mine);
+  setenv("LOOM_NUM_THREADS", "2", 1);
+  loom_shutdown();
+  loom_launch_desc d = {.name = "affinity", .fn = affinity_kernel, .range = AFF_CHUNKS,
+                        .grain = 1};
+  aff_owner = pthread_self();
+  int worker_chunks = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    memset(aff_is_owner, 0, sizeof aff_is_owner);
+    CHECK_OK(loom_run_now(0, &d));
+    int owner_cpu = -1;
+    for (int i = 0; i < AFF_CHUNKS && owner_cpu < 0; ++i)
+      if (aff_is_owner[i]) owner_cpu = aff_cpu[i];
+    for (int i = 0; i < AFF_CHUNKS; ++i) {
+      if (aff_is_owner[i] || owner_cpu < 0 || CPU_COUNT(&mine) < 2) continue;
+      ++worker_chunks;
+      CHECK(!CPU_ISSET(owner_cpu, &aff_mask[i]));
+      CHECK(CPU_COUNT(&aff_mask[i]) >= 1 && aff_cpu[i] != owner_cpu);
+    }
+  }
+  if (CPU_COUNT(&mine) >= 2) CHECK(worker_chunks > 0);
+  else printf("  (one CPU: the worker has nowhere else to go)\n");
+  unsetenv("LOOM_NUM_THREADS");
+  loom_shutdown();
+}
+
 int main(void) {
   RUN_TEST(test_determinism_across_thread_counts);
   RUN_TEST(test_concurrent_threads);
   RUN_TEST(test_run_now_error);
   RUN_TEST(test_huge_grain);
   RUN_TEST(test_kernel_reason);
+  RUN_TEST(test_workers_kept_off_the_owner);
   loom_shutdown();
   TEST_MAIN_END();
 }

@@ -42,6 +42,7 @@ typedef struct host_pool {
   pthread_cond_t joined;
   atomic_int owner_waiting;
   atomic_int stop;
+  int workers_off_cpu; /* the CPU the workers are kept off, -1 if none (under busy) */
 } host_pool;
 
 int host_pool_init(host_pool *pool, int num_workers);
