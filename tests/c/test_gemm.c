@@ -342,6 +342,31 @@ static void test_transposed_a_groups(int isa) {
     }
 }
 
+/* g's operands, and two C (for the two-launch and the compute launch's
+ * own path) and a Cin, for check_in_compute and check_a_in_compute. */
+typedef struct two_paths {
+  loom_tensor a, b, packed, direct, cin;
+  int64_t elems;
+} two_paths;
+
+static two_paths two_paths_make(const gemm_case *g) {
+  int64_t sa[4], ta[4], sb[4], tb[4];
+  int64_t na = operand(g, g->m, g->k, g->trans_a, g->bcast_a, sa, ta);
+  int64_t nb = operand(g, g->k, g->n, g->trans_b, g->bcast_b, sb, tb);
+  int64_t csz[4] = {g->b1, g->b2, g->m, g->n};
+  int64_t cst[4] = {g->b2 * g->m * g->n, g->m * g->n, g->n, 1};
+  two_paths t = {.elems = g->b1 * g->b2 * g->m * g->n};
+  t.a = make(g->in_dtype, na, sa, ta), t.b = make(g->in_dtype, nb, sb, tb);
+  t.packed = make(g->out_dtype, t.elems, csz, cst);
+  t.direct = make(g->out_dtype, t.elems, csz, cst);
+  t.cin = make(LOOM_FLOAT32, t.elems, csz, cst);
+  return t;
+}
+
+static void two_paths_free(two_paths *t) {
+  free(t->a.data), free(t->b.data), free(t->packed.data), free(t->direct.data), free(t->cin.data);
+}
+
 /* The compute launch's own handling of operands (LOOM_GEMM_IN_COMPUTE)
  * must give the bits of the two-launch path, and the plan must take each
  * part exactly when it applies: full row panels of A read in place (the
@@ -349,17 +374,10 @@ static void test_transposed_a_groups(int isa) {
  * 4 KB apart), and B's panels packed per tile (one row tile, B not
  * broadcast). */
 static void check_in_compute(const gemm_case *g, int isa, int expect_a, int expect_b) {
-  int64_t sa[4], ta[4], sb[4], tb[4];
-  int64_t na = operand(g, g->m, g->k, g->trans_a, g->bcast_a, sa, ta);
-  int64_t nb = operand(g, g->k, g->n, g->trans_b, g->bcast_b, sb, tb);
-  loom_tensor a = make(g->in_dtype, na, sa, ta), b = make(g->in_dtype, nb, sb, tb);
-  int64_t csz[4] = {g->b1, g->b2, g->m, g->n};
-  int64_t cst[4] = {g->b2 * g->m * g->n, g->m * g->n, g->n, 1};
-  int64_t elems = g->b1 * g->b2 * g->m * g->n;
-  loom_tensor packed = make(g->out_dtype, elems, csz, cst);
-  loom_tensor direct = make(g->out_dtype, elems, csz, cst);
-  loom_tensor cin = make(LOOM_FLOAT32, elems, csz, cst);
-  const loom_tensor *cinp = g->beta != 0.0 ? &cin : NULL;
+  two_paths t = two_paths_make(g);
+  loom_tensor a = t.a, b = t.b, packed = t.packed, direct = t.direct;
+  const loom_tensor *cinp = g->beta != 0.0 ? &t.cin : NULL;
+  const int64_t elems = t.elems;
   loom_gemm_plan p;
   CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_IN_COMPUTE, &p) == 0, "plan");
   int reads_bf16 = isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX;
@@ -378,7 +396,7 @@ static void check_in_compute(const gemm_case *g, int isa, int expect_a, int expe
   CHECK(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
         "%s m=%ld k=%ld in=%d tb=%d: the compute launch's own operands changed the bits",
         isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->trans_b);
-  free(a.data), free(b.data), free(packed.data), free(direct.data), free(cin.data);
+  two_paths_free(&t);
 }
 
 static void test_in_compute(int isa) {
@@ -430,17 +448,10 @@ static void test_in_compute(int isa) {
  * products, and giving the bits of the two-launch path. Without the flag
  * (the convolutions' plans) A is never packed by its tile. */
 static void check_a_in_compute(const gemm_case *g, int isa, int expect) {
-  int64_t sa[4], ta[4], sb[4], tb[4];
-  int64_t na = operand(g, g->m, g->k, g->trans_a, g->bcast_a, sa, ta);
-  int64_t nb = operand(g, g->k, g->n, g->trans_b, g->bcast_b, sb, tb);
-  loom_tensor a = make(g->in_dtype, na, sa, ta), b = make(g->in_dtype, nb, sb, tb);
-  int64_t csz[4] = {g->b1, g->b2, g->m, g->n};
-  int64_t cst[4] = {g->b2 * g->m * g->n, g->m * g->n, g->n, 1};
-  int64_t elems = g->b1 * g->b2 * g->m * g->n;
-  loom_tensor packed = make(g->out_dtype, elems, csz, cst);
-  loom_tensor direct = make(g->out_dtype, elems, csz, cst);
-  loom_tensor cin = make(LOOM_FLOAT32, elems, csz, cst);
-  const loom_tensor *cinp = g->beta != 0.0 ? &cin : NULL;
+  two_paths t = two_paths_make(g);
+  loom_tensor a = t.a, b = t.b, packed = t.packed, direct = t.direct;
+  const loom_tensor *cinp = g->beta != 0.0 ? &t.cin : NULL;
+  const int64_t elems = t.elems;
   const int flags = LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE;
   loom_gemm_plan p, without;
   CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | flags, &p) == 0, "plan");
@@ -455,7 +466,7 @@ static void check_a_in_compute(const gemm_case *g, int isa, int expect) {
   CHECK(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
         "%s m=%ld k=%ld n=%ld in=%d ta=%d: A packed by its tile changed the bits",
         isa_name(isa), (long)g->m, (long)g->k, (long)g->n, g->in_dtype, g->trans_a);
-  free(a.data), free(b.data), free(packed.data), free(direct.data), free(cin.data);
+  two_paths_free(&t);
 }
 
 static void test_a_in_compute(int isa) {
