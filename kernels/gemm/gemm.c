@@ -10,7 +10,8 @@
  * edges inside the k loop.
  * With LOOM_GEMM_IN_COMPUTE only A's partial last panel is packed when A
  * is read in place, and B has no space when each tile packs its own
- * panels (a thread-local k block at a time).
+ * panels (a thread-local k block at a time); with LOOM_GEMM_A_IN_COMPUTE
+ * too, A has none when each tile packs its own A panels.
  * When C is not fp32 with unit column stride, each compute tile sums in an
  * fp32 buffer of the thread's own, then is stored converted. */
 #include "kernels/gemm/gemm.h"
