@@ -576,7 +576,16 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
     double acc[RD_COLS];
     for (int64_t j = 0; j < width; ++j) acc[j] = prod ? 1.0 : 0.0;
     const int64_t es = loom_dtype_size(c->dtype);
-    for (int64_t k = 0; k < n; ++k) {
+    /* float32 sums: groups of 32 rows in strips of 64 columns, the strip's
+     * sums in registers across the group; other sums and products: rows */
+    const int strips = f32 && !prod;
+    if (strips)
+      for (int64_t k0 = 0; k0 < n; k0 += 32)
+        for (int64_t j0 = 0; j0 < width; j0 += 64)
+          (c->avx512 ? loom_reduce_cols_rows_f32_avx512 : loom_reduce_cols_rows_f32)(
+              acc + j0, (const float *)in->data + in_off + k0 * stride + j0, stride,
+              n - k0 < 32 ? n - k0 : 32, width - j0 < 64 ? width - j0 : 64);
+    for (int64_t k = 0; !strips && k < n; ++k) {
       if (k + RD_AHEAD < n)
         rd_prefetch_row((const char *)in->data + (in_off + (k + RD_AHEAD) * stride) * es, width * es);
       if (c->dtype == LOOM_BFLOAT16 && !prod) {

@@ -89,6 +89,11 @@ void loom_reduce_cols_f64(double *acc, const double *x, int64_t n);
 void loom_reduce_cols_bf16(double *acc, const uint16_t *x, int64_t n);
 void loom_reduce_cols_bf16_avx512(double *acc, const uint16_t *x, int64_t n);
 void loom_reduce_cols_f32_avx512(double *acc, const float *x, int64_t n);
+/* The same over rows k < `rows` at x + k * stride, in order, n <= 64. */
+void loom_reduce_cols_rows_f32(double *acc, const float *x, int64_t stride, int64_t rows,
+                               int64_t n);
+void loom_reduce_cols_rows_f32_avx512(double *acc, const float *x, int64_t stride,
+                                      int64_t rows, int64_t n);
 void loom_reduce_cols_f64_avx512(double *acc, const double *x, int64_t n);
 /* One row of a column max (max 1) or min over n float32 columns: best[j]
  * and idx[j] take x[j] and k where x[j] is better (a NaN wins and stays;

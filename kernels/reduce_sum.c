@@ -248,6 +248,35 @@ void RS_NAME(loom_reduce_cols_f32)(double *restrict acc, const float *restrict x
   for (int64_t j = 0; j < n; ++j) acc[j] += (double)x[j];
 }
 
+/* acc[j] += x[k * stride + j] for k < rows in order, j < n <= 64: a block
+ * of a column sum's rows, each still widened and added as by
+ * loom_reduce_cols_f32, with the sums in registers across the rows. */
+void RS_NAME(loom_reduce_cols_rows_f32)(double *restrict acc, const float *restrict x,
+                                        int64_t stride, int64_t rows, int64_t n) {
+#ifdef LOOM_REDUCE_ISA
+  __m512d a[8];
+  __mmask8 m[8];
+  for (int r = 0; r < 8; ++r) {
+    const int64_t left = n - 8 * r;
+    m[r] = left >= 8 ? (__mmask8)0xff : left <= 0 ? 0 : (__mmask8)((1u << left) - 1u);
+    a[r] = _mm512_maskz_loadu_pd(m[r], acc + 8 * r);
+  }
+  const int lines = (int)((n * (int64_t)sizeof(float) + 63) / 64);
+  for (int64_t k = 0; k < rows; ++k) {
+    const float *row = x + k * stride;
+    /* each row starts a new page, where the hardware's prefetch stops;
+     * past the matrix's end the prefetches only cost their issue */
+    for (int l = 0; l <= lines; ++l) __builtin_prefetch((const char *)(row + 4 * stride) + 64 * l);
+    for (int r = 0; r < 8; ++r)
+      if (m[r])
+        a[r] = _mm512_add_pd(a[r], _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m[r], row + 8 * r)));
+  }
+  for (int r = 0; r < 8; ++r) _mm512_mask_storeu_pd(acc + 8 * r, m[r], a[r]);
+#else
+  for (int64_t k = 0; k < rows; ++k) RS_NAME(loom_reduce_cols_f32)(acc, x + k * stride, n);
+#endif
+}
+
 void RS_NAME(loom_reduce_cols_bf16)(double *restrict acc, const uint16_t *restrict x, int64_t n) {
   for (int64_t j = 0; j < n; ++j) acc[j] += (double)loom_bf16_to_f32(x[j]);
 }

@@ -256,6 +256,29 @@ static void test_cols_extreme_isa_equal(void) {
   }
 }
 
+/* A block of a column sum's rows, both builds, gives the bits of adding
+ * the rows one at a time (loom_reduce_cols_f32): every width up to 64 (the
+ * vector tail's masks), rows a stride apart, 0 rows, magnitudes far apart
+ * so that the order shows, and lanes past the width left alone. */
+static void test_cols_rows(void) {
+  enum { ROWS = 37, STRIDE = 70 };
+  float x[ROWS * STRIDE];
+  for (int i = 0; i < ROWS * STRIDE; ++i)
+    x[i] = ((float)rand() / RAND_MAX - 0.5f) * (i % 5 == 0 ? 1e9f : i % 3 == 0 ? 1e-3f : 1.0f);
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
+  for (int64_t n = 1; n <= 64; ++n)
+    for (int64_t rows = 0; rows <= ROWS; rows += rows < 3 ? 1 : 17) {
+      double want[66], got[66], got512[66];
+      for (int j = 0; j < 66; ++j) want[j] = got[j] = got512[j] = 0.25 * j - 3.0;
+      for (int64_t k = 0; k < rows; ++k) loom_reduce_cols_f32(want, x + 3 + k * STRIDE, n);
+      loom_reduce_cols_rows_f32(got, x + 3, STRIDE, rows, n);
+      CHECK(memcmp(got, want, sizeof want) == 0);
+      if (!avx512) continue;
+      loom_reduce_cols_rows_f32_avx512(got512, x + 3, STRIDE, rows, n);
+      CHECK(memcmp(got512, want, sizeof want) == 0);
+    }
+}
+
 /* The max / min of a contiguous run, value and first index, against a scan
  * in order, for both builds: ties everywhere (few distinct values), -0.0
  * beside 0.0, a NaN early or late, lengths around the vector loop's. */
@@ -336,6 +359,7 @@ int main(void) {
   test_sum_isa_equal();
   test_prod_lanes();
   test_cols_extreme_isa_equal();
+  test_cols_rows();
   test_extreme_run();
   test_exp_sum();
   TEST_MAIN_END();
