@@ -33,8 +33,8 @@ static inline loom_tensor dense(void *data, int32_t dtype, int rank, const int64
 static inline loom_tensor none(void) { return (loom_tensor){.data = NULL}; }
 
 /* Runs a kernel over [0, range) in chunks of `grain`, like the runtime. */
-static inline int run(loom_kernel_fn fn, loom_tensor *t, int nt, loom_scalar *s,
-                      int ns, int64_t range, int64_t grain) {
+static inline int run_chunks(loom_kernel_fn fn, loom_tensor *t, int nt, loom_scalar *s,
+                             int ns, int64_t range, int64_t grain) {
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
                         .num_tensors = (uint32_t)nt, .tensors = t,
                         .num_scalars = (uint32_t)ns, .scalars = s,

@@ -65,7 +65,7 @@ static void test_transpose_copy(void) {
   /* dst (C x R, contiguous) = src^T: src viewed with swapped strides. */
   loom_tensor t[2] = {tensor2d(dst, LOOM_FLOAT32, C, R, R, 1),
                       tensor2d(src, LOOM_FLOAT32, C, R, 1, C)};
-  CHECK(run(loom_kernel_copy, t, 2, NULL, 0, C * R, 100) == 0);
+  CHECK(run_chunks(loom_kernel_copy, t, 2, NULL, 0, C * R, 100) == 0);
   int bad = 0;
   for (int i = 0; i < C; ++i)
     for (int j = 0; j < R; ++j) bad += dst[i * R + j] != src[j * C + i];
@@ -80,10 +80,10 @@ static void test_broadcast_cast(void) {
   double back[R * C];
   loom_tensor t[2] = {tensor2d(out, LOOM_BFLOAT16, R, C, C, 1),
                       tensor2d(row, LOOM_INT64, R, C, 0, 1)};
-  CHECK(run(loom_kernel_copy, t, 2, NULL, 0, R * C, 7) == 0);
+  CHECK(run_chunks(loom_kernel_copy, t, 2, NULL, 0, R * C, 7) == 0);
   loom_tensor u[2] = {tensor2d(back, LOOM_FLOAT64, R, C, C, 1),
                       tensor2d(out, LOOM_BFLOAT16, R, C, C, 1)};
-  CHECK(run(loom_kernel_copy, u, 2, NULL, 0, R * C, 64) == 0);
+  CHECK(run_chunks(loom_kernel_copy, u, 2, NULL, 0, R * C, 64) == 0);
   int bad = 0;
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < C; ++j) bad += back[i * C + j] != (double)(j - 150);
@@ -93,14 +93,14 @@ static void test_broadcast_cast(void) {
   uint8_t b[3];
   loom_tensor v[2] = {tensor2d(b, LOOM_UINT8, 1, 3, 3, 1),
                       tensor2d(f, LOOM_FLOAT32, 1, 3, 3, 1)};
-  CHECK(run(loom_kernel_copy, v, 2, NULL, 0, 3, 3) == 0);
+  CHECK(run_chunks(loom_kernel_copy, v, 2, NULL, 0, 3, 3) == 0);
   CHECK(b[0] == 255 && b[1] == 255 && b[2] == 3);
   /* anything -> bool is "nonzero". */
   double d[3] = {0.0, -0.5, 2.0};
   uint8_t bo[3];
   loom_tensor w[2] = {tensor2d(bo, LOOM_BOOL, 1, 3, 3, 1),
                       tensor2d(d, LOOM_FLOAT64, 1, 3, 3, 1)};
-  CHECK(run(loom_kernel_copy, w, 2, NULL, 0, 3, 3) == 0);
+  CHECK(run_chunks(loom_kernel_copy, w, 2, NULL, 0, 3, 3) == 0);
   CHECK(bo[0] == 0 && bo[1] == 1 && bo[2] == 1);
 }
 
@@ -111,7 +111,7 @@ static void test_fill(void) {
   /* every other column */
   loom_tensor t = tensor2d(buf, LOOM_INT32, R, (C + 1) / 2, C, 2);
   loom_scalar s = {.i = -7};
-  CHECK(run(loom_kernel_fill, &t, 1, &s, 1, R * ((C + 1) / 2), 4) == 0);
+  CHECK(run_chunks(loom_kernel_fill, &t, 1, &s, 1, R * ((C + 1) / 2), 4) == 0);
   int bad = 0;
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < C; ++j) bad += buf[i * C + j] != (j % 2 == 0 ? -7 : 0);
@@ -119,7 +119,7 @@ static void test_fill(void) {
   uint16_t h[4];
   loom_tensor th = tensor2d(h, LOOM_FLOAT16, 2, 2, 2, 1);
   loom_scalar sf = {.f = 0.1};
-  CHECK(run(loom_kernel_fill, &th, 1, &sf, 1, 4, 4) == 0);
+  CHECK(run_chunks(loom_kernel_fill, &th, 1, &sf, 1, 4, 4) == 0);
   _Float16 ref = (_Float16)(float)0.1;
   uint16_t rb;
   memcpy(&rb, &ref, 2);
@@ -133,7 +133,7 @@ static void test_fill(void) {
     for (int i = 0; i < N + 2; ++i) fb[i] = 7.0f;
     loom_tensor tf = tensor2d(fb + 1, LOOM_FLOAT32, 1, N, N, 1);
     loom_scalar sv = {.f = values[v]};
-    CHECK(run(loom_kernel_fill, &tf, 1, &sv, 1, N, 300) == 0);
+    CHECK(run_chunks(loom_kernel_fill, &tf, 1, &sv, 1, N, 300) == 0);
     const float want = (float)values[v];
     int wrong = fb[0] != 7.0f || fb[N + 1] != 7.0f;
     for (int i = 1; i <= N; ++i) wrong += memcmp(&fb[i], &want, sizeof want) != 0;
@@ -142,7 +142,7 @@ static void test_fill(void) {
   int64_t ib[N];
   loom_tensor ti = tensor2d(ib, LOOM_INT64, 1, N, N, 1);
   loom_scalar si = {.i = -1};
-  CHECK(run(loom_kernel_fill, &ti, 1, &si, 1, N, 300) == 0);
+  CHECK(run_chunks(loom_kernel_fill, &ti, 1, &si, 1, N, 300) == 0);
   int wrong_i = 0;
   for (int i = 0; i < N; ++i) wrong_i += ib[i] != -1;
   CHECK(wrong_i == 0);
@@ -192,7 +192,7 @@ static void test_short_rows(void) {
   const int64_t grains[] = {1, 6, 7, 13, 35, 200};
   for (size_t gi = 0; gi < sizeof grains / sizeof grains[0]; ++gi) {
     for (int i = 0; i < P * SP; ++i) dst[i] = -1.0f;
-    CHECK(run(loom_kernel_copy, t, 2, NULL, 0, P * R * C, grains[gi]) == 0);
+    CHECK(run_chunks(loom_kernel_copy, t, 2, NULL, 0, P * R * C, grains[gi]) == 0);
     int bad = 0;
     for (int p = 0; p < P; ++p)
       for (int r = 0; r < SP / SR; ++r)

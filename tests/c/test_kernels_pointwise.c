@@ -9,8 +9,8 @@
 #include "kernels/dtype.h"
 #include "kernels/pointwise.h"
 #include "loom/status.h"
+#include "kernel_test_util.h"
 #include "test_util.h"
-
 
 static loom_tensor tensor2d(void *data, int32_t dtype, int64_t r, int64_t c,
                             int64_t sr, int64_t sc) {
@@ -25,19 +25,9 @@ static loom_tensor tensor1d(void *data, int32_t dtype, int64_t n) {
   return t;
 }
 
-/* Runs the kernel over [0, range) in chunks of `grain`, like the runtime. */
-static int run(loom_tensor *t, int nt, loom_scalar *s, int64_t range,
-               int64_t grain) {
-  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
-                        .num_tensors = (uint32_t)nt, .tensors = t,
-                        .num_scalars = LOOM_PW_CONST + 3, .scalars = s,
-                        .range = range, .grain = grain};
-  for (int64_t b = 0; b < range; b += grain) {
-    int64_t e = b + grain < range ? b + grain : range;
-    int rc = loom_kernel_pointwise(&a, b, e);
-    if (rc) return rc;
-  }
-  return 0;
+/* The elementwise kernel over [0, range) in chunks of `grain`. */
+static int run(loom_tensor *t, int nt, loom_scalar *s, int64_t range, int64_t grain) {
+  return run_chunks(loom_kernel_pointwise, t, nt, s, LOOM_PW_CONST + 3, range, grain);
 }
 
 static void scalars(loom_scalar *s, int op, int kind, double p0) {
@@ -48,13 +38,14 @@ static void scalars(loom_scalar *s, int op, int kind, double p0) {
   else s[LOOM_PW_PARAM].f = p0;
 }
 
-static float frand(void) { return (float)rand() / RAND_MAX * 8.0f - 4.0f; }
+/* Uniform in [-4, 4]. */
+static float frand4(void) { return (float)rand() / RAND_MAX * 8.0f - 4.0f; }
 
 /* out = a + alpha*b^T with b transposed, under chunkings that split rows. */
 static void test_strided_add(void) {
   enum { R = 13, C = 29 };
   float a[R * C], b[C * R], out[R * C];
-  for (int i = 0; i < R * C; ++i) { a[i] = frand(); b[i] = frand(); }
+  for (int i = 0; i < R * C; ++i) { a[i] = frand4(); b[i] = frand4(); }
   loom_tensor t[3] = {tensor2d(out, LOOM_FLOAT32, R, C, C, 1),
                       tensor2d(a, LOOM_FLOAT32, R, C, C, 1),
                       tensor2d(b, LOOM_FLOAT32, R, C, 1, R)};
@@ -78,8 +69,8 @@ static void test_mixed_broadcast(void) {
   enum { R = 5, C = 37 };
   uint16_t row[C], out[R * C];
   float col[R];
-  for (int c = 0; c < C; ++c) row[c] = loom_f32_to_f16(frand());
-  for (int r = 0; r < R; ++r) col[r] = frand();
+  for (int c = 0; c < C; ++c) row[c] = loom_f32_to_f16(frand4());
+  for (int r = 0; r < R; ++r) col[r] = frand4();
   loom_tensor t[3] = {tensor2d(out, LOOM_BFLOAT16, R, C, C, 1),
                       tensor2d(row, LOOM_FLOAT16, R, C, 0, 1),
                       tensor2d(col, LOOM_FLOAT32, R, C, 1, 0)};
@@ -98,7 +89,7 @@ static void test_constant_compare(void) {
   enum { N = 1000 };
   double a[N];
   uint8_t out[N];
-  for (int i = 0; i < N; ++i) a[i] = frand();
+  for (int i = 0; i < N; ++i) a[i] = frand4();
   loom_tensor t[3] = {tensor1d(out, LOOM_BOOL, N), tensor1d(a, LOOM_FLOAT64, N),
                       {.data = NULL, .dtype = LOOM_FLOAT64, .rank = 0}};
   loom_scalar s[LOOM_PW_CONST + 3];
@@ -140,7 +131,7 @@ static void test_integer(void) {
 static void test_float_reference(void) {
   enum { N = 257 };
   float a[N], out[N];
-  for (int i = 0; i < N; ++i) a[i] = frand();
+  for (int i = 0; i < N; ++i) a[i] = frand4();
   loom_tensor t[2] = {tensor1d(out, LOOM_FLOAT32, N), tensor1d(a, LOOM_FLOAT32, N)};
   loom_scalar s[LOOM_PW_CONST + 3];
   struct { int op; float (*ref)(float); } cases[] = {
@@ -157,7 +148,7 @@ static void test_float_reference(void) {
     CHECK(bad == 0);
   }
   /* erfinv inverts erf. */
-  for (int i = 0; i < N; ++i) a[i] = frand() / 4.1f;
+  for (int i = 0; i < N; ++i) a[i] = frand4() / 4.1f;
   scalars(s, LOOM_PW_ERFINV, LOOM_PW_F32, 0);
   CHECK(run(t, 2, s, N, N) == 0);
   int bad = 0;
@@ -589,8 +580,8 @@ static void test_isa_agreement(void) {
   int64_t ia[3][N], io[2][N];
   for (int k = 0; k < 3; ++k)
     for (int i = 0; i < N; ++i) {
-      fa[k][i] = frand();
-      da[k][i] = frand();
+      fa[k][i] = frand4();
+      da[k][i] = frand4();
       ia[k][i] = rand() % 200 - 100 + (k == 1 && ia[k][i] == 0);
       if (k == 1 && ia[k][i] == 0) ia[k][i] = 3;
     }

@@ -9,19 +9,12 @@
 #include "kernels/reduce.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
+#include "kernel_test_util.h"
 #include "test_util.h"
 
-
+/* The reduction kernel over [0, range) in chunks of `grain`. */
 static int run(loom_tensor *t, loom_scalar *s, int64_t range, int64_t grain) {
-  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 4,
-                        .tensors = t, .num_scalars = 5, .scalars = s,
-                        .range = range, .grain = grain};
-  for (int64_t b = 0; b < range; b += grain) {
-    int64_t e = b + grain < range ? b + grain : range;
-    int rc = loom_kernel_reduce(&a, b, e);
-    if (rc) return rc;
-  }
-  return 0;
+  return run_chunks(loom_kernel_reduce, t, 4, s, 5, range, grain);
 }
 
 /* Reduces x viewed as [rows, cols] over the rows (dim 0, strided), i.e. the

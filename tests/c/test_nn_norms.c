@@ -28,7 +28,7 @@ static void test_layer_norm(void) {
                         rms ? none() : dense(mean, LOOM_FLOAT64, 1, sm),
                         dense(rstd, LOOM_FLOAT64, 1, sm)};
     loom_scalar fs[3] = {si(N), sf(1e-5), si(rms)};
-    CHECK(run(loom_layer_norm_forward, f, 6, fs, 3, M, 4) == 0);
+    CHECK(run_chunks(loom_layer_norm_forward, f, 6, fs, 3, M, 4) == 0);
     /* reference for row 2 */
     double mu = 0, var = 0;
     for (int j = 0; j < N; ++j) mu += x[2 * N + j];
@@ -41,20 +41,20 @@ static void test_layer_norm(void) {
     loom_tensor bi[6] = {dense(dy, LOOM_FLOAT64, 2, s2), f[0], f[4], f[5], f[1],
                          dense(dx, LOOM_FLOAT64, 2, s2)};
     loom_scalar bs[2] = {si(N), si(rms)};
-    CHECK(run(loom_layer_norm_backward_input, bi, 6, bs, 2, M, 5) == 0);
+    CHECK(run_chunks(loom_layer_norm_backward_input, bi, 6, bs, 2, M, 5) == 0);
     loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw, LOOM_FLOAT64, 1, s1),
                          dense(db, LOOM_FLOAT64, 1, s1)};
     loom_scalar ps[3] = {si(M), si(N), si(rms)};
-    CHECK(run(loom_layer_norm_backward_params, bp, 6, ps, 3, N, 3) == 0);
+    CHECK(run_chunks(loom_layer_norm_backward_params, bp, 6, ps, 3, N, 3) == 0);
     const double h = 1e-6;
     for (int i = 0; i < M * N + N; ++i) {
       double *p = i < M * N ? &x[i] : &w[i - M * N];
       double keep = *p, fp = 0, fm = 0;
       *p = keep + h;
-      run(loom_layer_norm_forward, f, 6, fs, 3, M, M);
+      run_chunks(loom_layer_norm_forward, f, 6, fs, 3, M, M);
       for (int j = 0; j < M * N; ++j) fp += y[j] * dy[j];
       *p = keep - h;
-      run(loom_layer_norm_forward, f, 6, fs, 3, M, M);
+      run_chunks(loom_layer_norm_forward, f, 6, fs, 3, M, M);
       for (int j = 0; j < M * N; ++j) fm += y[j] * dy[j];
       *p = keep;
       *(i < M * N ? &num[i] : &numw[i - M * N]) = (fp - fm) / (2 * h);
@@ -83,7 +83,7 @@ static void test_batch_norm(void) {
                       dense(rv, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
                       dense(sm, LOOM_FLOAT64, 1, s1), dense(sinv, LOOM_FLOAT64, 1, s1)};
   loom_scalar fs[3] = {si(1), sf(0.1), sf(1e-5)};
-  CHECK(run(loom_batch_norm_forward, f, 8, fs, 3, C, 3) == 0);
+  CHECK(run_chunks(loom_batch_norm_forward, f, 8, fs, 3, C, 3) == 0);
   double mu = 0, var = 0;
   for (int n = 0; n < NB; ++n)
     for (int s = 0; s < S; ++s) mu += x[(n * C + 2) * S + s];
@@ -99,17 +99,17 @@ static void test_batch_norm(void) {
                         dense(dx, LOOM_FLOAT64, 3, s3), dense(dw, LOOM_FLOAT64, 1, s1),
                         dense(db, LOOM_FLOAT64, 1, s1)};
   loom_scalar bs[2] = {si(1), sf(1e-5)};
-  CHECK(run(loom_batch_norm_backward, bt, 10, bs, 2, C, 1) == 0);
+  CHECK(run_chunks(loom_batch_norm_backward, bt, 10, bs, 2, C, 1) == 0);
   /* numeric gradient in training mode, without running stats */
   loom_tensor g[8] = {f[0], f[1], f[2], none(), none(), f[5], none(), none()};
   const double h = 1e-6;
   for (int i = 0; i < T; ++i) {
     double keep = x[i], fp = 0, fm = 0;
     x[i] = keep + h;
-    run(loom_batch_norm_forward, g, 8, fs, 3, C, C);
+    run_chunks(loom_batch_norm_forward, g, 8, fs, 3, C, C);
     for (int j = 0; j < T; ++j) fp += y[j] * dy[j];
     x[i] = keep - h;
-    run(loom_batch_norm_forward, g, 8, fs, 3, C, C);
+    run_chunks(loom_batch_norm_forward, g, 8, fs, 3, C, C);
     for (int j = 0; j < T; ++j) fm += y[j] * dy[j];
     x[i] = keep;
     num[i] = (fp - fm) / (2 * h);
@@ -119,7 +119,7 @@ static void test_batch_norm(void) {
   /* eval mode: y = (x - rm) / sqrt(rv + eps) * w + b */
   loom_scalar es[3] = {si(0), sf(0.1), sf(1e-5)};
   loom_tensor e[8] = {f[0], f[1], f[2], f[3], f[4], f[5], none(), none()};
-  CHECK(run(loom_batch_norm_forward, e, 8, es, 3, C, 2) == 0);
+  CHECK(run_chunks(loom_batch_norm_forward, e, 8, es, 3, C, 2) == 0);
   int i = (1 * C + 3) * S + 2;
   CHECK(fabs(y[i] - ((x[i] - rm[3]) / sqrt(rv[3] + 1e-5) * w[3] + b[3])) < 1e-12);
 }
@@ -136,20 +136,20 @@ static void test_group_norm(void) {
                       dense(b, LOOM_FLOAT64, 1, s1), dense(y, LOOM_FLOAT64, 3, s3),
                       dense(mean, LOOM_FLOAT64, 2, sg), dense(rstd, LOOM_FLOAT64, 2, sg)};
   loom_scalar fs[5] = {si(NB), si(C), si(HW), si(G), sf(1e-5)};
-  CHECK(run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 4) == 0);
+  CHECK(run_chunks(loom_group_norm_forward, f, 6, fs, 5, NB * G, 4) == 0);
   loom_tensor bi[8] = {dense(dy, LOOM_FLOAT64, 3, s3), f[0], f[4], f[5], f[1],
                        dense(dx, LOOM_FLOAT64, 3, s3), dense(sums[0], LOOM_FLOAT64, 2, sc),
                        dense(sums[1], LOOM_FLOAT64, 2, sc)};
-  CHECK(run(loom_group_norm_backward_input, bi, 8, fs, 4, NB * G, 5) == 0);
+  CHECK(run_chunks(loom_group_norm_backward_input, bi, 8, fs, 4, NB * G, 5) == 0);
   /* without dx, the same sums */
   loom_tensor bs[8] = {bi[0], bi[1], bi[2], bi[3], bi[4], none(),
                        dense(sums_only[0], LOOM_FLOAT64, 2, sc),
                        dense(sums_only[1], LOOM_FLOAT64, 2, sc)};
-  CHECK(run(loom_group_norm_backward_input, bs, 8, fs, 4, NB * G, 2) == 0);
+  CHECK(run_chunks(loom_group_norm_backward_input, bs, 8, fs, 4, NB * G, 2) == 0);
   CHECK(memcmp(sums, sums_only, sizeof sums) == 0);
   loom_tensor bp[4] = {bi[6], bi[7], dense(dw, LOOM_FLOAT64, 1, s1), dense(db, LOOM_FLOAT64, 1, s1)};
   loom_scalar ps[2] = {si(NB), si(C)};
-  CHECK(run(loom_group_norm_backward_params, bp, 4, ps, 2, C, 4) == 0);
+  CHECK(run_chunks(loom_group_norm_backward_params, bp, 4, ps, 2, C, 4) == 0);
   for (int c = 0; c < C; ++c) { /* db: dy summed over samples and positions */
     double want = 0.0;
     for (int n = 0; n < NB; ++n)
@@ -161,10 +161,10 @@ static void test_group_norm(void) {
     double *p = i < T ? &x[i] : &w[i - T];
     double keep = *p, fp = 0, fm = 0;
     *p = keep + h;
-    run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 64);
+    run_chunks(loom_group_norm_forward, f, 6, fs, 5, NB * G, 64);
     for (int j = 0; j < T; ++j) fp += y[j] * dy[j];
     *p = keep - h;
-    run(loom_group_norm_forward, f, 6, fs, 5, NB * G, 64);
+    run_chunks(loom_group_norm_forward, f, 6, fs, 5, NB * G, 64);
     for (int j = 0; j < T; ++j) fm += y[j] * dy[j];
     *p = keep;
     num[i] = (fp - fm) / (2 * h);
@@ -231,14 +231,14 @@ static void test_group_norm_isas_agree(void) {
     loom_tensor f[6] = {dense(x, LOOM_FLOAT32, 3, s3), dense(w, LOOM_FLOAT32, 1, s1),
                         dense(b, LOOM_FLOAT32, 1, s1), dense(y[k], LOOM_FLOAT32, 3, s3),
                         dense(mean[k], LOOM_FLOAT32, 2, sg), dense(rstd[k], LOOM_FLOAT32, 2, sg)};
-    CHECK(run(fwd[k], f, 6, fs, 5, NB * G, 2) == 0);
+    CHECK(run_chunks(fwd[k], f, 6, fs, 5, NB * G, 2) == 0);
     loom_tensor bi[8] = {dense(dy, LOOM_FLOAT32, 3, s3), f[0], f[4], f[5], f[1],
                          dense(dx[k], LOOM_FLOAT32, 3, s3), dense(sums[k][0], LOOM_FLOAT64, 2, sc),
                          dense(sums[k][1], LOOM_FLOAT64, 2, sc)};
-    CHECK(run(bin[k], bi, 8, fs, 4, NB * G, 3) == 0);
+    CHECK(run_chunks(bin[k], bi, 8, fs, 4, NB * G, 3) == 0);
     loom_tensor bp[4] = {bi[6], bi[7], dense(dw[k], LOOM_FLOAT32, 1, s1),
                          dense(db[k], LOOM_FLOAT32, 1, s1)};
-    CHECK(run(loom_group_norm_backward_params, bp, 4, ps, 2, C, 4) == 0);
+    CHECK(run_chunks(loom_group_norm_backward_params, bp, 4, ps, 2, C, 4) == 0);
   }
   CHECK(memcmp(sums[0], sums[1], sizeof sums[0]) == 0);
   CHECK(memcmp(y[0], y[1], sizeof y[0]) == 0 && memcmp(rstd[0], rstd[1], sizeof rstd[0]) == 0);
