@@ -27,15 +27,6 @@ enum {
 static _Thread_local _Alignas(64) uint16_t ca_cols[CA_PANELS * CA_KC * CG_NR];
 static _Thread_local _Alignas(64) float ca_sums[CA_ROWS * LOOM_CONV_GEMM_POSITIONS];
 
-/* Lanes [lo, hi) of 32, clipped. */
-static inline __mmask32 ca_range_mask(int64_t lo, int64_t hi) {
-  if (lo < 0) lo = 0;
-  if (hi > 32) hi = 32;
-  if (hi <= lo) return 0;
-  const __mmask32 upto = hi == 32 ? ~(__mmask32)0 : (((__mmask32)1 << hi) - 1u);
-  return upto & ~(((__mmask32)1 << lo) - 1u);
-}
-
 /* How a col row is read at a segment's positions:
  * - CA_RUN: unit stride along the row, one load of the run;
  * - CA_RUN2: stride 2, two loads whose even lanes are kept;
@@ -145,8 +136,8 @@ static void ca_segs_init(ca_seg *sg, __mmask32 (*live)[CA_MASKS], const cg_seg *
     sg[i].iw0 = seg[i].ow0 * s[2] - p[2];
     sg[i].off = seg[i].n * st[0] + sg[i].id0 * st[2] + sg[i].ih0 * st[3] + sg[i].iw0 * st[4];
     sg[i].j0 = seg[i].j0;
-    sg[i].lo = (__mmask16)ca_range_mask(0, cnt);
-    sg[i].hi = (__mmask16)ca_range_mask(0, cnt - 16);
+    sg[i].lo = (__mmask16)cg_range_mask32(0, cnt);
+    sg[i].hi = (__mmask16)cg_range_mask32(0, cnt - 16);
     sg[i].live = live[i];
     if (mode == CA_FLAT) {
       /* lane q is output position oh * W + ow0 + q of the image: its
@@ -175,16 +166,16 @@ static void ca_segs_init(ca_seg *sg, __mmask32 (*live)[CA_MASKS], const cg_seg *
         if (j < k[2]) in_col[j] = m[1];
       }
       for (int64_t t = 0; t < taps; ++t)
-        live[i][t] = in_row[t / k[2]] & in_col[t % k[2]] & ca_range_mask(0, cnt);
+        live[i][t] = in_row[t / k[2]] & in_col[t % k[2]] & cg_range_mask32(0, cnt);
     }
     for (int64_t w = 0; w < k[2] && (mode == CA_RUN || mode == CA_RUN2); ++w) {
       const int64_t c0w = sg[i].iw0 + w * d[2]; /* the column of lane 0 */
       if (mode == CA_RUN) {
-        live[i][w] = ca_range_mask(-c0w, sz[4] - c0w) & ca_range_mask(0, cnt);
+        live[i][w] = cg_range_mask32(-c0w, sz[4] - c0w) & cg_range_mask32(0, cnt);
       } else {
         const int64_t end = sz[4] - c0w < 2 * cnt - 1 ? sz[4] - c0w : 2 * cnt - 1;
-        live[i][2 * w] = ca_range_mask(-c0w, end);
-        live[i][2 * w + 1] = ca_range_mask(-c0w - 32, end - 32);
+        live[i][2 * w] = cg_range_mask32(-c0w, end);
+        live[i][2 * w + 1] = cg_range_mask32(-c0w - 32, end - 32);
       }
     }
   }
@@ -313,7 +304,7 @@ __attribute__((noipa)) static void ca_gather_rows(uint16_t *buf, int64_t ld, int
     const ca_tap tap = ca_walk_tap(&walk, img, c0, k, d, 0);
     uint16_t *row = buf + r * ld + col;
     for (int i = 0; i < nseg; ++i)
-      _mm512_mask_storeu_epi16(row + sg[i].j0, ca_range_mask(0, seg[i].cnt),
+      _mm512_mask_storeu_epi16(row + sg[i].j0, cg_range_mask32(0, seg[i].cnt),
                                ca_load(&tap, &sg[i], seg[i].cnt, mode, img, s));
   }
 }
@@ -414,7 +405,7 @@ int loom_conv_pack_flipped_amx_kernel(const loom_kernel_args *args, int64_t begi
   const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
                                         17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,
                                         1, 0);
-  const __mmask32 row = ca_range_mask(0, taps);
+  const __mmask32 row = cg_range_mask32(0, taps);
   for (int64_t u = begin; u < end; ++u) {
     const int64_t g = u / units, p0 = u % units * LOOM_CONV_FLIP_PANELS;
     const int64_t p1 = p0 + LOOM_CONV_FLIP_PANELS < p.m_panels ? p0 + LOOM_CONV_FLIP_PANELS
@@ -443,10 +434,10 @@ int loom_conv_pack_flipped_amx_kernel(const loom_kernel_args *args, int64_t begi
         const uint16_t *s = src + ((g * og + o) * cg + c0) * taps;
         for (int64_t i = 0; i < lanes; ++i, s += taps) {
           const __m512i v = _mm512_maskz_loadu_epi16(row, s);
-          _mm512_mask_storeu_epi16(d0 + i * KB, ca_range_mask(0, n1),
+          _mm512_mask_storeu_epi16(d0 + i * KB, cg_range_mask32(0, n1),
                                    _mm512_permutexvar_epi16(first, v));
           if (n1 < taps)
-            _mm512_mask_storeu_epi16(d1 + i * KB, ca_range_mask(0, taps - n1),
+            _mm512_mask_storeu_epi16(d1 + i * KB, cg_range_mask32(0, taps - n1),
                                      _mm512_permutexvar_epi16(rest, v));
         }
       }

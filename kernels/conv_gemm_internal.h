@@ -28,6 +28,15 @@ static inline __mmask16 cg_range_mask(int64_t lo, int64_t hi) {
   return hi > lo ? (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : 0;
 }
 
+/* Lanes [lo, hi) of 32, clipped. */
+static inline __mmask32 cg_range_mask32(int64_t lo, int64_t hi) {
+  if (lo < 0) lo = 0;
+  if (hi > 32) hi = 32;
+  if (hi <= lo) return 0;
+  const __mmask32 upto = hi == 32 ? ~(__mmask32)0 : (((__mmask32)1 << hi) - 1u);
+  return upto & ~(((__mmask32)1 << lo) - 1u);
+}
+
 /* The geometry scalars (kernels/conv.h) into kernel, stride, padding,
  * dilation and grid. */
 static inline void cg_geometry(const loom_scalar *g, int64_t *k, int64_t *s, int64_t *p,
