@@ -143,6 +143,10 @@ BF16_CONVS = [
     ((1, 16, 47, 45), (32, 1), dict(stride=2)),                # phases without taps
     ((1, 16, 50, 70), (32, 3), dict(stride=(2, 3), padding=2)),
     ((1, 16, 15, 16, 18), (24, 3), dict(stride=2, padding=1)),  # conv3d
+    # 4096 grid positions or more: the channels-last kernels (forward and
+    # stride-1 input gradient), blocks of channels part empty
+    ((2, 32, 40, 50), (48, 3), dict(padding=1)),
+    ((4, 48, 64, 64), (48, 3), dict(stride=2, padding=1)),
 ]
 
 

@@ -197,6 +197,11 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
     conv_forward_winograd(out, input, weight, bias, g, pd, op, flipped);
     return;
   }
+  if (amx && nhwc_fits(g, input, input.size(1), flipped ? weight.size(1) : weight.size(0),
+                       groups, &pd)) {
+    conv_forward_nhwc(out, input, weight, bias, g, pd, op, flipped);
+    return;
+  }
   if (!amx && padded_fits(g, input, &pd)) {
     conv_forward_padded(out, input, weight, bias, g, pd, groups, isa, op, flipped);
     return;

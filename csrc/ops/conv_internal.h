@@ -111,4 +111,17 @@ at::Tensor conv_weight_grad_padded(const at::Tensor& dy, const at::Tensor& input
                                    const Geom& g, const Padded& pd, loom_gemm_isa isa,
                                    const char* op);
 
+// Whether the channels-last AMX kernels (kernels/conv_nhwc.h) apply: bf16
+// on AMX, 2-d, no groups, 32 or more channels in and out of which at most a
+// quarter is padding to blocks of 32, and at least 80% of the padded grid
+// output; fills *pd with the padded extent the grid reads.
+bool nhwc_fits(const Geom& g, const at::Tensor& input, int64_t in_channels,
+               int64_t out_channels, int64_t groups, Padded* pd);
+
+// The forward over a channels-last padded copy of `input` into `out`
+// (flipped as for conv_forward_padded).
+void conv_forward_nhwc(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight,
+                       const at::Tensor& bias, const Geom& g, const Padded& pd, const char* op,
+                       bool flipped);
+
 }  // namespace torch_loom::conv

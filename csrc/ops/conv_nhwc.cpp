@@ -1,0 +1,74 @@
+// bf16 2-d convolutions on AMX tiles over a channels-last padded copy of
+// the image: the adapter of kernels/conv_nhwc_amx.c.
+#include "ops/conv_internal.h"
+
+#include <algorithm>
+
+#include "kernels/conv_nhwc.h"
+
+namespace torch_loom::conv {
+namespace {
+
+using at::Tensor;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+bool nhwc_fits(const Geom& g, const Tensor& input, int64_t in_channels, int64_t out_channels,
+               int64_t groups, Padded* pd) {
+  if (input.scalar_type() != at::kBFloat16 || loom_gemm_isa_selected() != LOOM_GEMM_AMX ||
+      groups != 1 || input.dim() != 4 || g.k[0] != 1 || g.p[0] != 0 || g.s[0] != 1 ||
+      g.grid[0] != 1 || g.taps() > 64)
+    return false;
+  // Channels come in blocks of 32: at most a quarter of them padding.
+  for (int64_t c : {in_channels, out_channels})
+    if (c < 32 || c * 4 < round_up(c, 32) * 3) return false;
+  // The padded extent the grid reads, in stride phases of rows wq wide.
+  const int64_t ho = g.grid[1], wo = g.grid[2];
+  *pd = Padded{(ho - 1) * g.s[1] + g.d[1] * (g.k[1] - 1) + 1,
+               (wo - 1) * g.s[2] + g.d[2] * (g.k[2] - 1) + 1, ho, wo, g.s[1], g.s[2]};
+  // At least 80% of the grid must be output, and the grid (all images')
+  // must be large enough to pay for repacking the weight per call: ResNet's
+  // 3x3 windows at 14x14, batch 8 (1792 positions), ran 3-9% slower than
+  // the implicit GEMM, those at 28x28 (6720) 1-19% faster. A 1x1 window
+  // gathers nothing on the implicit path: 7-9% slower here.
+  return g.taps() > 1 && ho * wo * 5 >= ho * pd->wq() * 4 &&
+         input.size(0) * ho * pd->wq() >= 4096;
+}
+
+void conv_forward_nhwc(const Tensor& out, const Tensor& input, const Tensor& weight,
+                       const Tensor& bias, const Geom& g, const Padded& pd, const char* op,
+                       bool flipped) {
+  const int64_t n = input.size(0), c = input.size(1), o = out.size(1), taps = g.taps();
+  const int64_t cp = round_up(c, LOOM_CONV_NHWC_CB), op_ = round_up(o, 32), wq = pd.wq();
+  Tensor w3 = weight.reshape({weight.size(0), weight.size(1), taps});
+  Tensor wp = at::empty({op_ / 32, cp / LOOM_CONV_NHWC_CB, taps, 32, 32}, out.options());
+  loom_tensor wts[2] = {describe(wp, op), describe(w3, op)};
+  loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
+  launch(op, loom_conv_nhwc_weight_kernel, wts, wsc, wp.size(0) * 2 * wp.size(1), 1);
+  const int64_t plane = pd.positions() + pd.halo(g), rows = (plane + wq - 1) / wq;
+  // Positions an odd number of cache lines apart: a power-of-two stride
+  // would put a tile's 16 rows, and the taps' rows, in a few of L1's sets.
+  const int64_t ps = cp / LOOM_CONV_NHWC_CB % 2 == 0 ? cp + LOOM_CONV_NHWC_CB : cp;
+  Tensor xp = at::empty({n, pd.sh * pd.sw, plane, ps}, out.options()).narrow(3, 0, cp);
+  loom_tensor pts[2] = {describe(xp, op), image5(input, op)};
+  loom_scalar psc[5] = {scalar_i(g.p[1]), scalar_i(g.p[2]), scalar_i(wq), scalar_i(pd.sh),
+                        scalar_i(pd.sw)};
+  launch(op, loom_conv_nhwc_pad_kernel, pts, psc, xp.size(0) * xp.size(1) * rows,
+         std::max<int64_t>(1, 16384 / (wq * cp)));
+  // Items of up to 128 positions, fewer when the items would be too few
+  // to share out: each output's sums are the same either way.
+  const int64_t grid = pd.ho * wq, workers = device_workers(out);
+  int64_t ppi = LOOM_CONV_NHWC_POSITIONS;
+  while (ppi > 32 && n * ((grid + ppi - 1) / ppi) < 8 * workers) ppi /= 2;
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  loom_tensor ts[4] = {describe(out, op), describe(xp, op), describe(wp, op),
+                       bc.defined() ? describe(bc, op) : loom_tensor{}};
+  loom_scalar sc[8] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
+                       scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(ppi)};
+  launch(op, loom_conv_nhwc_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc,
+         n * ((grid + ppi - 1) / ppi), 1);
+}
+
+}  // namespace torch_loom::conv

@@ -1,0 +1,72 @@
+/* kernels/conv_nhwc.h — bf16 2-d convolutions on AMX tiles over a
+ * channels-last copy of the image (kernels/conv_nhwc_amx.c; AMX CPUs only).
+ *
+ * The image is copied once, zero-padded and split into stride phases as for
+ * loom_conv_pad_kernel (kernels/conv.h), but channels last: each phase
+ * plane is a run of positions q = i * wq + j, each of cp channels (a
+ * multiple of 32, the channels past the image's zero). Over the grid of
+ * output positions q in [0, ho * wq) (columns past wo are computed and
+ * thrown away), tap (kh, kw) of position q reads position
+ * q + (kh*dh / sh) * wq + kw*dw / sw of phase plane (kh*dh % sh, kw*dw % sw):
+ * 16 positions of 32 channels are one AMX A tile, loaded straight from the
+ * copy. The weight is packed into B tiles, 32 in-channels and 16
+ * out-channels each, in the order the products take them. Each output
+ * sums its in-channels 32 at a time, within each block its taps in order
+ * and within a tap the channels in tdpbf16ps's order, in fp32, starting
+ * from the bias; the sum is rounded to bf16 once. */
+#ifndef LOOM_KERNELS_CONV_NHWC_H
+#define LOOM_KERNELS_CONV_NHWC_H
+
+#include <stdint.h>
+
+#include "loom/kernel_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Channels of the copy and of the packed weight come in blocks of 32
+ * (in) and 16 (out); a launch's item covers up to this many positions. */
+enum { LOOM_CONV_NHWC_CB = 32, LOOM_CONV_NHWC_OB = 16, LOOM_CONV_NHWC_POSITIONS = 128 };
+
+/* The channels-last padded copy:
+ * dst[n][a * sw + b][i * wq + j][c] = padded[n][c][i * sh + a][j * sw + b],
+ * where padded is the image with `top` rows and `left` columns of zeros
+ * before it (zeros after it as far as the plane goes); c >= C gives 0.
+ * tensors: [0] dst (rank 4: N, sh * sw, plane, cp; bf16, cp a multiple of
+ *          32; channels unit-stride, positions ps >= cp apart, planes and
+ *          images back to back), [1] src (rank 5: N, C, 1, H, W; bf16, any
+ *          strides, C <= cp).
+ * scalars (.i): [0] top, [1] left, [2] wq, [3] sh, [4] sw.
+ * range: N * sh * sw * ceil(plane / wq) (one row of a phase plane per item). */
+int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+
+/* The weight as B tiles: dst[p][cb][t][16 h + r][2 o + e] =
+ * wc[t][32 cb + 2 r + e][32 p + 16 h + o], 0 past the in- or out-channels,
+ * where wc[t][c][o] is the convolution's weight: w[o][c][t], or with
+ * `flipped` w[c][o][T - 1 - t] (the input gradient's convolution, channels
+ * swapped and taps reversed). A panel p of 32 out-channels is one run.
+ * tensors: [0] dst (rank 5: op / 32, cp / 32, T, 32, 32; bf16, contiguous),
+ *          [1] w (rank 3: the forward's O, C, T; bf16, contiguous).
+ * scalars: [0].i flipped.
+ * range: op / 16 * cp / 32 (32 in-channels by 16 out-channels per item). */
+int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+
+/* The convolution: out[n][o][y][x] = bias[o] + sum over taps and channels.
+ * tensors: [0] out (rank 4: N, O, ho, wo; bf16, unit last stride),
+ *          [1] the copy (as dst of loom_conv_nhwc_pad_kernel; its plane
+ *          must hold every position a tap reads: ceil(ho * wq / 32) * 32
+ *          plus the window's reach), [2] the packed weight (as dst of
+ *          loom_conv_nhwc_weight_kernel, op >= O a multiple of 32),
+ *          [3] optional bias (O; bf16).
+ * scalars (.i): [0] kh, [1] kw, [2] sh, [3] sw, [4] dh, [5] dw, [6] wq,
+ * [7] positions per item (a multiple of 32, at most
+ * LOOM_CONV_NHWC_POSITIONS).
+ * range: N * ceil(ho * wq / positions per item). */
+int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_KERNELS_CONV_NHWC_H */

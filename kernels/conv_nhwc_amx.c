@@ -1,0 +1,278 @@
+/* kernels/conv_nhwc_amx.c — bf16 2-d convolutions on AMX tiles over a
+ * channels-last padded copy of the image (kernels/conv_nhwc.h): output
+ * positions are the tiles' rows, so every A tile is 16 positions of 32
+ * channels read straight from the copy, and the weight is the B tiles.
+ * Nothing is gathered per tile: the copy's one pass replaces the implicit
+ * GEMM's col gather (kernels/conv_gemm_amx.c), which cost about as much as
+ * the products. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/conv_gemm_internal.h"
+#include "kernels/conv_nhwc.h"
+#include "kernels/dtype.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/transpose_avx512.h"
+#include "loom/status.h"
+
+enum {
+  CB = LOOM_CONV_NHWC_CB,
+  OB = LOOM_CONV_NHWC_OB,
+  BTILE = 16 * 32, /* a B tile: 16 channel pairs of 16 out-channels, bf16 */
+  MAX_TAPS = 64,
+};
+
+static int is_contiguous(const loom_tensor *t) {
+  int64_t step = 1;
+  for (int i = t->rank - 1; i >= 0; --i) {
+    if (t->sizes[i] != 1 && t->strides[i] != step) return 0;
+    step *= t->sizes[i];
+  }
+  return 1;
+}
+
+/* The copy's layout (kernels/conv_nhwc.h): channels unit-stride, then
+ * positions ps >= cp apart, planes and images in turn, bf16. */
+static int copy_layout(const loom_tensor *t) {
+  const int64_t *st = t->strides, *sz = t->sizes;
+  return t->rank == 4 && t->dtype == LOOM_BFLOAT16 && st[3] == 1 && sz[3] % CB == 0 &&
+         st[2] >= sz[3] && st[1] == sz[2] * st[2] && st[0] == sz[1] * st[1];
+}
+
+/* Channel c's row at the 32 columns ix0 + l * sw (l < 32) as the lanes of
+ * a vector, 0 outside [0, w): `m` (and `m2` for stride 2) are the valid
+ * lanes of the one or two loads of unit-stride rows. */
+static inline __m512i pad_load(const uint16_t *row, int64_t ix0, int64_t w, int64_t sw,
+                               int64_t step, __mmask32 m, __mmask32 m2) {
+  if (step == 1 && sw == 1) return _mm512_maskz_loadu_epi16(m, row + ix0);
+  if (step == 1 && sw == 2) {
+    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38,
+                                          36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
+                                          10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(m, row + ix0), even,
+                                     _mm512_maskz_loadu_epi16(m2, row + ix0 + 32));
+  }
+  _Alignas(64) uint16_t v[32];
+  for (int64_t l = 0; l < 32; ++l) {
+    const int64_t ix = ix0 + l * sw;
+    v[l] = ix >= 0 && ix < w ? row[ix * step] : 0;
+  }
+  return _mm512_load_si512(v);
+}
+
+int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 5) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dst = &args->tensors[0], *src = &args->tensors[1];
+  const int64_t top = args->scalars[0].i, left = args->scalars[1].i, wq = args->scalars[2].i,
+                sh = args->scalars[3].i, sw = args->scalars[4].i;
+  if (!copy_layout(dst) || src->rank != 5 || src->dtype != LOOM_BFLOAT16 ||
+      src->sizes[2] != 1 || dst->sizes[0] != src->sizes[0] ||
+      src->sizes[1] > dst->sizes[3] || wq < 1 || sh < 1 || sw < 1 || top < 0 || left < 0 ||
+      dst->sizes[1] != sh * sw)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t phases = dst->sizes[1], plane = dst->sizes[2], cp = dst->sizes[3];
+  const int64_t ps = dst->strides[2];
+  const int64_t rows = (plane + wq - 1) / wq, c_in = src->sizes[1];
+  const int64_t *st = src->strides, h = src->sizes[3], w = src->sizes[4];
+  const __m512i lo = loom_gemm_pair_index(0), hi = loom_gemm_pair_index(1);
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t n = item / (phases * rows), ph = item / rows % phases, i = item % rows;
+    const int64_t iy = i * sh + ph / sw - top, q0 = i * wq;
+    const int64_t count = plane - q0 < wq ? plane - q0 : wq;
+    uint16_t *drow = (uint16_t *)dst->data + ((n * phases + ph) * plane + q0) * ps;
+    if (iy < 0 || iy >= h) {
+      for (int64_t j = 0; j < count; ++j)
+        memset(drow + j * ps, 0, (size_t)cp * sizeof(uint16_t));
+      continue;
+    }
+    const uint16_t *srow = (const uint16_t *)src->data + n * st[0] + iy * st[3];
+    for (int64_t j0 = 0; j0 < count; j0 += 32) {
+      const int64_t jn = count - j0 < 32 ? count - j0 : 32;
+      const int64_t ix0 = j0 * sw + ph % sw - left; /* lane 0's column */
+      const __mmask32 m = cg_range_mask32(-ix0, w - ix0);
+      const __mmask32 m2 = cg_range_mask32(-ix0 - 32, w - ix0 - 32);
+      for (int64_t c0 = 0; c0 < cp; c0 += CB) {
+        /* 16 channel pairs at 32 positions, as 32-bit pairs: lo holds
+         * positions 0-15, hi 16-31; transposed, each is a position's 32
+         * channels */
+        __m512i r_lo[16], r_hi[16];
+        for (int q = 0; q < 16; ++q) {
+          const int64_t c = c0 + 2 * q;
+          const __m512i v0 = c < c_in ? pad_load(srow + c * st[1], ix0, w, sw, st[4], m, m2)
+                                      : _mm512_setzero_si512();
+          const __m512i v1 = c + 1 < c_in
+                                 ? pad_load(srow + (c + 1) * st[1], ix0, w, sw, st[4], m, m2)
+                                 : _mm512_setzero_si512();
+          r_lo[q] = _mm512_permutex2var_epi16(v0, lo, v1);
+          r_hi[q] = _mm512_permutex2var_epi16(v0, hi, v1);
+        }
+        loom_gemm_transpose16(r_lo);
+        for (int64_t p = 0; p < 16 && p < jn; ++p)
+          _mm512_storeu_si512(drow + (j0 + p) * ps + c0, r_lo[p]);
+        if (jn <= 16) continue;
+        loom_gemm_transpose16(r_hi);
+        for (int64_t p = 16; p < jn; ++p)
+          _mm512_storeu_si512(drow + (j0 + p) * ps + c0, r_hi[p - 16]);
+      }
+    }
+  }
+  return 0;
+}
+
+int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dst = &args->tensors[0], *w = &args->tensors[1];
+  const int flipped = args->scalars[0].i != 0;
+  /* the convolution's in- and out-channels */
+  const int64_t c_in = flipped ? w->sizes[0] : w->sizes[1];
+  const int64_t o_out = flipped ? w->sizes[1] : w->sizes[0], taps = w->sizes[2];
+  if (dst->rank != 5 || w->rank != 3 || dst->dtype != LOOM_BFLOAT16 ||
+      w->dtype != LOOM_BFLOAT16 || !is_contiguous(dst) || !is_contiguous(w) ||
+      dst->sizes[2] != taps || dst->sizes[3] != 2 * OB || dst->sizes[4] != CB ||
+      c_in > dst->sizes[1] * CB || o_out > dst->sizes[0] * 2 * OB)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t cbs = dst->sizes[1], obs = dst->sizes[0] * 2, cw = w->sizes[1];
+  const uint16_t *src = (const uint16_t *)w->data;
+  /* where in w channel pair (c, o) has its row of taps */
+  const int64_t c_step = flipped ? cw * taps : taps, o_step = flipped ? taps : cw * taps;
+  for (int64_t item = begin; item < end; ++item) {
+    /* 32 in-channels by 16 out-channels, every tap; written in order */
+    const int64_t cb = item / obs, ob = item % obs;
+    const int64_t nc = c_in - cb * CB < CB ? c_in - cb * CB : CB;
+    const int64_t no = o_out - ob * OB < OB ? o_out - ob * OB : OB;
+    const uint16_t *blk = src + cb * CB * c_step + ob * OB * o_step;
+    for (int64_t t = 0; t < taps; ++t) {
+      uint16_t *d = (uint16_t *)dst->data + (((ob / 2 * cbs + cb) * taps + t) * 2 + ob % 2) * BTILE;
+      const int64_t tt = flipped ? taps - 1 - t : t;
+      for (int64_t r = 0; r < 16; ++r, d += 32) {
+        _Alignas(64) uint16_t row[32] = {0};
+        for (int64_t e = 0; e < 2 && 2 * r + e < nc; ++e) {
+          const uint16_t *from = blk + (2 * r + e) * c_step + tt;
+          for (int64_t j = 0; j < no; ++j) row[2 * j + e] = from[j * o_step];
+        }
+        _mm512_storeu_si512(d, _mm512_load_si512(row));
+      }
+    }
+  }
+  return 0;
+}
+
+/* The 32 x 32 sums buf[position][out-channel] to the output: transposed,
+ * rounded, positions [0, qn) of the grid from q0 on, out channels from o0
+ * on. */
+static void nhwc_emit(const float *buf, const loom_tensor *out, int64_t n, int64_t o0,
+                      int64_t q0, int64_t qn, int64_t wq) {
+  const int64_t *st = out->strides, o_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
+  /* the positions' runs inside output rows: where each starts in the
+   * plane and among the 32 lanes, and its lanes */
+  int64_t at[32];
+  __mmask32 lanes[32];
+  int runs = 0;
+  for (int64_t l = 0; l < qn;) {
+    const int64_t q = q0 + l, y = q / wq, x = q % wq;
+    const int64_t run = wq - x < qn - l ? wq - x : qn - l;
+    if (y < ho && x < wo) {
+      at[runs] = y * st[2] + x - l;
+      lanes[runs++] = cg_range_mask32(l, l + (wo - x < run ? wo - x : run));
+    }
+    l += run;
+  }
+  const uintptr_t base = (uintptr_t)((uint16_t *)out->data + n * st[0] + o0 * st[1]);
+  const __m512i evens = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36,
+                                         34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8,
+                                         6, 4, 2, 0);
+  for (int ch = 0; ch < 32 && o0 + ch < o_n; ch += 16) {
+    /* out-channels ch..ch+15 at positions 0-15 (lo) and 16-31 (hi) */
+    __m512i lo[16], hi[16];
+    for (int i = 0; i < 16; ++i) {
+      lo[i] = _mm512_load_si512(buf + i * 32 + ch);
+      hi[i] = _mm512_load_si512(buf + (16 + i) * 32 + ch);
+    }
+    loom_gemm_transpose16(lo);
+    loom_gemm_transpose16(hi);
+    for (int i = 0; i < 16 && o0 + ch + i < o_n; ++i) {
+      const __m512i v = _mm512_permutex2var_epi16(loom_gemm_rne_bf16(lo[i]), evens,
+                                                  loom_gemm_rne_bf16(hi[i]));
+      const uintptr_t row = base + (uintptr_t)((ch + i) * st[1]) * sizeof(uint16_t);
+      for (int r = 0; r < runs; ++r)
+        _mm512_mask_storeu_epi16((void *)(row + (uintptr_t)at[r] * sizeof(uint16_t)), lanes[r], v);
+    }
+  }
+}
+
+int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 3 || args->num_scalars < 8) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *out = &args->tensors[0], *xp = &args->tensors[1], *wp = &args->tensors[2];
+  const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
+  const loom_scalar *s = args->scalars;
+  const int64_t kh = s[0].i, kw = s[1].i, sh = s[2].i, sw = s[3].i, dh = s[4].i, dw = s[5].i;
+  const int64_t wq = s[6].i, ppi = s[7].i, taps = kh * kw;
+  if (out->rank != 4 || !copy_layout(xp) || wp->rank != 5 || out->dtype != LOOM_BFLOAT16 ||
+      wp->dtype != LOOM_BFLOAT16 || out->strides[3] != 1 || !is_contiguous(wp) || (bias && bias->dtype != LOOM_BFLOAT16) ||
+      kh < 1 || kw < 1 || taps > MAX_TAPS || sh < 1 || sw < 1 || dh < 1 || dw < 1 ||
+      wq < out->sizes[3] || ppi < 32 || ppi > LOOM_CONV_NHWC_POSITIONS || ppi % 32 != 0 ||
+      xp->sizes[0] != out->sizes[0] || xp->sizes[1] != sh * sw || wp->sizes[2] != taps ||
+      wp->sizes[3] != 2 * OB || wp->sizes[4] != CB || xp->sizes[3] != wp->sizes[1] * CB ||
+      wp->sizes[0] * 2 * OB < out->sizes[1])
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t plane = xp->sizes[2], ps = xp->strides[2], cbs = wp->sizes[1];
+  const int64_t obs = wp->sizes[0] * 2;
+  const int64_t grid = out->sizes[2] * wq, per = (grid + ppi - 1) / ppi;
+  /* each tap's phase plane and offset in it */
+  int64_t tap_off[MAX_TAPS];
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t y = t / kw * dh, x = t % kw * dw;
+    tap_off[t] = (y % sh * sw + x % sw) * plane + y / sh * wq + x / sw;
+    if (y / sh * wq + x / sw + (grid + 31) / 32 * 32 > plane) return LOOM_ERROR_INVALID_ARGUMENT;
+  }
+  _Alignas(64) float buf[32 * 32];
+  _Alignas(64) float bias_row[32];
+  loom_gemm_amx_begin();
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t n = item / per, q0 = item % per * ppi;
+    const int64_t qn = grid - q0 < ppi ? grid - q0 : ppi;
+    const uint16_t *x = (const uint16_t *)xp->data + n * xp->strides[0];
+    for (int64_t ob = 0; ob < obs; ob += 2) {
+      for (int64_t j = 0; j < 32 && bias; ++j)
+        bias_row[j] = ob * OB + j < out->sizes[1]
+                          ? loom_bf16_to_f32(((const uint16_t *)bias->data)
+                                                 [(ob * OB + j) * bias->strides[0]])
+                          : 0.0f;
+      /* this panel's B tiles, in the order the k loop takes them */
+      const uint16_t *panel = (const uint16_t *)wp->data + ob * taps * cbs * BTILE;
+      for (int64_t q = q0; q < q0 + qn; q += 32) {
+        if (bias) { /* every row of a C tile starts as the bias */
+          _tile_loadd(0, bias_row, 0);
+          _tile_loadd(1, bias_row + 16, 0);
+          _tile_loadd(2, bias_row, 0);
+          _tile_loadd(3, bias_row + 16, 0);
+        } else {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        }
+        const uint16_t *b = panel;
+        for (int64_t cb = 0; cb < cbs; ++cb)
+          for (int64_t t = 0; t < taps; ++t, b += 2 * BTILE) {
+            const uint16_t *a = x + (tap_off[t] + q) * ps + cb * CB;
+            _tile_loadd(4, a, ps * 2);
+            _tile_loadd(5, a + 16 * ps, ps * 2);
+            _tile_loadd(6, b, 64);
+            _tile_loadd(7, b + BTILE, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+        _tile_stored(0, buf, 128);
+        _tile_stored(1, buf + 16, 128);
+        _tile_stored(2, buf + 16 * 32, 128);
+        _tile_stored(3, buf + 16 * 32 + 16, 128);
+        nhwc_emit(buf, out, n, ob * OB, q, q0 + qn - q < 32 ? q0 + qn - q : 32, wq);
+      }
+    }
+  }
+  loom_gemm_amx_end();
+  return 0;
+}

@@ -1,0 +1,160 @@
+/* tests/c/test_conv_nhwc.c — the bf16 channels-last convolutions on AMX
+ * tiles (kernels/conv_nhwc_amx.c) against a float64 loop over the same
+ * bf16 values: strides, dilation, channel counts that leave blocks part
+ * empty, a bias, the flipped weight of an input gradient, item widths and
+ * chunkings (the same bits for each), and the arguments they refuse.
+ * Skipped without AMX. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/conv_nhwc.h"
+#include "kernels/dtype.h"
+#include "kernels/gemm/gemm.h"
+#include "loom/status.h"
+#include "tests/c/conv_util.h"
+
+typedef struct case_ {
+  int64_t n, c, o, h, w, kh, kw, sh, sw, ph, pw, dh, dw;
+  int bias, flipped;
+} case_;
+
+static uint16_t *bf16_rand(int64_t n) {
+  uint16_t *v = malloc(sizeof(uint16_t) * (size_t)n);
+  for (int64_t i = 0; i < n; ++i) v[i] = loom_f32_to_bf16(rnd());
+  return v;
+}
+
+/* Runs the three kernels over x (N, C, H, W) and w (the forward's weight:
+ * O, C, taps, or C, O, taps when flipped) into out (N, O, ho, wo), items of
+ * `ppi` positions in chunks of `grain`; returns the compute kernel's status. */
+static int conv(const case_ *k, const uint16_t *x, const uint16_t *w, const uint16_t *bias,
+                uint16_t *out, int64_t ho, int64_t wo, int64_t ppi, int64_t grain,
+                int64_t plane_cut) {
+  const int64_t taps = k->kh * k->kw, cp = (k->c + 31) / 32 * 32, op = (k->o + 31) / 32 * 32;
+  const int64_t wp = (wo - 1) * k->sw + k->dw * (k->kw - 1) + 1, wq = (wp + k->sw - 1) / k->sw;
+  const int64_t halo = k->dh * (k->kh - 1) / k->sh * wq + k->dw * (k->kw - 1) / k->sw;
+  const int64_t plane = (ho * wq + 31) / 32 * 32 + halo - plane_cut, phases = k->sh * k->sw;
+  const int64_t ps = cp + 32; /* the adapter's odd-line stride, whatever cp */
+  uint16_t *xp = malloc(sizeof(uint16_t) * (size_t)(k->n * phases * plane * ps));
+  uint16_t *wpk = malloc(sizeof(uint16_t) * (size_t)(taps * cp * op));
+  loom_tensor img = {.data = (void *)x, .dtype = LOOM_BFLOAT16, .rank = 5,
+                     .sizes = {k->n, k->c, 1, k->h, k->w},
+                     .strides = {k->c * k->h * k->w, k->h * k->w, k->h * k->w, k->w, 1}};
+  loom_tensor cpy = {.data = xp, .dtype = LOOM_BFLOAT16, .rank = 4,
+                     .sizes = {k->n, phases, plane, cp},
+                     .strides = {phases * plane * ps, plane * ps, ps, 1}};
+  loom_tensor pts[2] = {cpy, img};
+  loom_scalar psc[5] = {{.i = k->ph}, {.i = k->pw}, {.i = wq}, {.i = k->sh}, {.i = k->sw}};
+  run(loom_conv_nhwc_pad_kernel, pts, 2, psc, 5, k->n * phases * ((plane + wq - 1) / wq));
+  const int64_t w0 = k->flipped ? k->c : k->o, w1 = k->flipped ? k->o : k->c;
+  loom_tensor wt = {.data = (void *)w, .dtype = LOOM_BFLOAT16, .rank = 3,
+                    .sizes = {w0, w1, taps}, .strides = {w1 * taps, taps, 1}};
+  loom_tensor packed = {.data = wpk, .dtype = LOOM_BFLOAT16, .rank = 5,
+                        .sizes = {op / 32, cp / 32, taps, 32, 32},
+                        .strides = {cp * taps * 32, taps * 1024, 1024, 32, 1}};
+  loom_tensor wts[2] = {packed, wt};
+  loom_scalar wsc[1] = {{.i = k->flipped}};
+  run(loom_conv_nhwc_weight_kernel, wts, 2, wsc, 1, cp / 32 * op / 16);
+  loom_tensor ts[4] = {{.data = out, .dtype = LOOM_BFLOAT16, .rank = 4,
+                        .sizes = {k->n, k->o, ho, wo},
+                        .strides = {k->o * ho * wo, ho * wo, wo, 1}},
+                       cpy, packed,
+                       {.data = (void *)bias, .dtype = LOOM_BFLOAT16, .rank = 1,
+                        .sizes = {k->o}, .strides = {1}}};
+  loom_scalar sc[8] = {{.i = k->kh}, {.i = k->kw}, {.i = k->sh}, {.i = k->sw},
+                       {.i = k->dh}, {.i = k->dw}, {.i = wq}, {.i = ppi}};
+  const int64_t items = k->n * ((ho * wq + ppi - 1) / ppi);
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = bias ? 4 : 3,
+                        .tensors = ts, .num_scalars = 8, .scalars = sc, .range = items,
+                        .grain = grain};
+  int rc = 0;
+  for (int64_t s = 0; s < items && rc == 0; s += grain)
+    rc = loom_conv_nhwc_kernel(&a, s, s + grain < items ? s + grain : items);
+  free(xp), free(wpk);
+  return rc;
+}
+
+static void check(case_ k) {
+  const int64_t taps = k.kh * k.kw;
+  const int64_t ho = (k.h + 2 * k.ph - k.dh * (k.kh - 1) - 1) / k.sh + 1;
+  const int64_t wo = (k.w + 2 * k.pw - k.dw * (k.kw - 1) - 1) / k.sw + 1;
+  uint16_t *x = bf16_rand(k.n * k.c * k.h * k.w), *w = bf16_rand(k.o * k.c * taps);
+  uint16_t *bias = k.bias ? bf16_rand(k.o) : NULL;
+  const size_t ny = (size_t)(k.n * k.o * ho * wo);
+  uint16_t *y = malloc(sizeof(uint16_t) * ny), *y2 = malloc(sizeof(uint16_t) * ny);
+  CHECK(conv(&k, x, w, bias, y, ho, wo, 128, 3, 0) == 0, "rc");
+  int bad = 0;
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t o = 0; o < k.o; ++o)
+      for (int64_t i = 0; i < ho; ++i)
+        for (int64_t j = 0; j < wo; ++j) {
+          double ref = bias ? loom_bf16_to_f32(bias[o]) : 0.0, mag = fabs(ref);
+          for (int64_t c = 0; c < k.c; ++c)
+            for (int64_t t = 0; t < taps; ++t) {
+              const int64_t yy = i * k.sh - k.ph + t / k.kw * k.dh;
+              const int64_t xx = j * k.sw - k.pw + t % k.kw * k.dw;
+              if (yy < 0 || yy >= k.h || xx < 0 || xx >= k.w) continue;
+              /* flipped: the weight is w[c][o][taps - 1 - t] */
+              const uint16_t wv = k.flipped ? w[(c * k.o + o) * taps + taps - 1 - t]
+                                            : w[(o * k.c + c) * taps + t];
+              const double p = (double)loom_bf16_to_f32(wv) *
+                               loom_bf16_to_f32(x[((n * k.c + c) * k.h + yy) * k.w + xx]);
+              ref += p, mag += fabs(p);
+            }
+          const double got = loom_bf16_to_f32(y[((n * k.o + o) * ho + i) * wo + j]);
+          /* one bf16 rounding of the sum, and fp32's on the way */
+          if (fabs(got - ref) > fabs(ref) / 128.0 + mag * 1e-6) ++bad;
+        }
+  CHECK(bad == 0, "%d of %zu outputs off (c %lld o %lld k %lldx%lld s %lld)", bad, ny,
+        (long long)k.c, (long long)k.o, (long long)k.kh, (long long)k.kw, (long long)k.sh);
+  /* narrower items and other chunkings: the same bits */
+  for (int64_t ppi = 32; ppi <= 64; ppi *= 2) {
+    memset(y2, 0xff, sizeof(uint16_t) * ny);
+    CHECK(conv(&k, x, w, bias, y2, ho, wo, ppi, 1 + ppi / 32, 0) == 0, "rc");
+    CHECK(memcmp(y, y2, sizeof(uint16_t) * ny) == 0, "items of %lld positions differ",
+          (long long)ppi);
+  }
+  free(x), free(w), free(bias), free(y), free(y2);
+}
+
+/* What the compute kernel refuses: a plane too short for the last tap's
+ * reads, items not whole panels, a weight of other channels. */
+static void check_refused(void) {
+  case_ k = {.n = 1, .c = 32, .o = 32, .h = 6, .w = 7, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
+             .ph = 1, .pw = 1, .dh = 1, .dw = 1};
+  uint16_t *x = bf16_rand(32 * 6 * 7), *w = bf16_rand(32 * 32 * 9), *y = malloc(2 * 32 * 42);
+  CHECK(conv(&k, x, w, NULL, y, 6, 7, 64, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT, "short plane");
+  CHECK(conv(&k, x, w, NULL, y, 6, 7, 48, 1, 0) == LOOM_ERROR_INVALID_ARGUMENT, "items");
+  CHECK(conv(&k, x, w, NULL, y, 6, 7, 256, 1, 0) == LOOM_ERROR_INVALID_ARGUMENT, "items");
+  loom_tensor none[3] = {{0}};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3,
+                        .tensors = none, .num_scalars = 8, .scalars = (loom_scalar[8]){{0}}};
+  CHECK(loom_conv_nhwc_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty");
+  CHECK(loom_conv_nhwc_pad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty pad");
+  a.num_scalars = 1;
+  CHECK(loom_conv_nhwc_weight_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty weight");
+  free(x), free(w), free(y);
+}
+
+int main(void) {
+  if (!loom_gemm_isa_supported(LOOM_GEMM_AMX)) {
+    printf("skip: no AMX\n");
+    return 0;
+  }
+  /* "same" 3x3, rows wider than a tile's 32 positions, a bias */
+  check((case_){.n = 2, .c = 64, .o = 64, .h = 9, .w = 37, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
+                .ph = 1, .pw = 1, .dh = 1, .dw = 1, .bias = 1});
+  /* channels that leave part of a block (40 in, 48 out), 5x5 dilated */
+  check((case_){.n = 1, .c = 40, .o = 48, .h = 13, .w = 11, .kh = 5, .kw = 5, .sh = 1,
+                .sw = 1, .ph = 2, .pw = 4, .dh = 2, .dw = 1});
+  /* stride 2 over odd sizes: four phase planes; 96 out-channels */
+  check((case_){.n = 2, .c = 32, .o = 96, .h = 15, .w = 17, .kh = 3, .kw = 3, .sh = 2, .sw = 2,
+                .ph = 1, .pw = 1, .dh = 1, .dw = 1, .bias = 1});
+  /* the input gradient's flipped weight; stride 2 down, 1 across */
+  check((case_){.n = 1, .c = 64, .o = 40, .h = 12, .w = 10, .kh = 3, .kw = 2, .sh = 2,
+                .sw = 1, .ph = 2, .pw = 1, .dh = 1, .dw = 1, .flipped = 1});
+  check_refused();
+  printf(failures ? "FAILED\n" : "ok\n");
+  return failures ? 1 : 0;
+}
