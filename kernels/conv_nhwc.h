@@ -29,13 +29,16 @@ extern "C" {
  * (in) and 16 (out); a launch's item covers up to this many positions. */
 enum { LOOM_CONV_NHWC_CB = 32, LOOM_CONV_NHWC_OB = 16, LOOM_CONV_NHWC_POSITIONS = 128 };
 
-/* The channels-last padded copy:
+/* The channels-last padded copy (or, for the weight gradient, with
+ * positions in interleaved pairs: dst of rank 5, see below):
  * dst[n][a * sw + b][i * wq + j][c] = padded[n][c][i * sh + a][j * sw + b],
  * where padded is the image with `top` rows and `left` columns of zeros
  * before it (zeros after it as far as the plane goes); c >= C gives 0.
  * tensors: [0] dst (rank 4: N, sh * sw, plane, cp; bf16, cp a multiple of
  *          32; channels unit-stride, positions ps >= cp apart, planes and
- *          images back to back), [1] src (rank 5: N, C, 1, H, W; bf16, any
+ *          images back to back; or rank 5: N, sh * sw, plane / 2, cp, 2,
+ *          position q's channel c at (q / 2) * ps + 2 c + q % 2, ps >= 2 cp
+ *          and wq even), [1] src (rank 5: N, C, 1, H, W; bf16, any
  *          strides, C <= cp).
  * scalars (.i): [0] top, [1] left, [2] wq, [3] sh, [4] sw.
  * range: N * sh * sw * ceil(plane / wq) (one row of a phase plane per item). */
@@ -64,6 +67,23 @@ int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, in
  * LOOM_CONV_NHWC_POSITIONS).
  * range: N * ceil(ho * wq / positions per item). */
 int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+
+/* The weight gradient: dw[o][c][t] = the sum over images and grid
+ * positions q of dy[n][o][q] * copy[n][phase][q + offset][c] (the tap's
+ * phase plane and offset, as above), in fp32 in the order of the copy's
+ * positions p = q + offset, 32 at a time in tdpbf16ps's order, images and
+ * phase planes in turn; rounded to bf16 once.
+ * tensors: [0] dw (rank 3: O, C, T; bf16, contiguous), [1] the copy with
+ *          positions in pairs (loom_conv_nhwc_pad_kernel's dst of rank 5:
+ *          N, sh * sw, plane / 2, cp, 2, the plane a multiple of 32),
+ *          [2] dy (rank 3: N, op, span; bf16, contiguous, op a multiple of
+ *          32 and >= O): dy on the grid of positions q = y * wq + x from
+ *          `lead` on, 0 everywhere else (x >= wo, rows past O, and before
+ *          and after the grid as far as any p - offset reaches).
+ * scalars (.i): [0] kh, [1] kw, [2] sh, [3] sw, [4] dh, [5] dw, [6] wq,
+ * [7] lead (>= every offset; span >= lead + plane).
+ * range: op / 32 * cp / 32 (32 out-channels by 32 in-channels per item). */
+int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus
 }

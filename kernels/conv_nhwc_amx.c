@@ -39,6 +39,15 @@ static int copy_layout(const loom_tensor *t) {
          st[2] >= sz[3] && st[1] == sz[2] * st[2] && st[0] == sz[1] * st[1];
 }
 
+/* The weight gradient's copy: the same positions in interleaved pairs,
+ * position q's channel c at (q / 2) * ps + 2 c + q % 2 (ps >= 2 cp). */
+static int pair_layout(const loom_tensor *t) {
+  const int64_t *st = t->strides, *sz = t->sizes;
+  return t->rank == 5 && t->dtype == LOOM_BFLOAT16 && sz[4] == 2 && st[4] == 1 && st[3] == 2 &&
+         sz[3] % CB == 0 && st[2] >= 2 * sz[3] && st[1] == sz[2] * st[2] &&
+         st[0] == sz[1] * st[1];
+}
+
 /* Channel c's row at the 32 columns ix0 + l * sw (l < 32) as the lanes of
  * a vector, 0 outside [0, w): `m` (and `m2` for stride 2) are the valid
  * lanes of the one or two loads of unit-stride rows. */
@@ -60,18 +69,36 @@ static inline __m512i pad_load(const uint16_t *row, int64_t ix0, int64_t w, int6
   return _mm512_load_si512(v);
 }
 
+/* Positions j0.. j0 + count - 1 of a row, v[p] holding position j0 + p's
+ * 32 channels from c0 on, into the copy: one position per row of it, or
+ * with `pairs` two positions interleaved (j0 and count even). */
+static inline void pad_store(uint16_t *drow, int64_t j0, int64_t count, int64_t c0, int64_t ps,
+                             int pairs, const __m512i v[16]) {
+  if (!pairs) {
+    for (int64_t p = 0; p < count; ++p) _mm512_storeu_si512(drow + (j0 + p) * ps + c0, v[p]);
+    return;
+  }
+  const __m512i lo = loom_gemm_pair_index(0), hi = loom_gemm_pair_index(1);
+  for (int64_t p = 0; p < count; p += 2) {
+    uint16_t *d = drow + (j0 + p) / 2 * ps + 2 * c0;
+    _mm512_storeu_si512(d, _mm512_permutex2var_epi16(v[p], lo, v[p + 1]));
+    _mm512_storeu_si512(d + 32, _mm512_permutex2var_epi16(v[p], hi, v[p + 1]));
+  }
+}
+
 int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 5) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *dst = &args->tensors[0], *src = &args->tensors[1];
   const int64_t top = args->scalars[0].i, left = args->scalars[1].i, wq = args->scalars[2].i,
                 sh = args->scalars[3].i, sw = args->scalars[4].i;
-  if (!copy_layout(dst) || src->rank != 5 || src->dtype != LOOM_BFLOAT16 ||
-      src->sizes[2] != 1 || dst->sizes[0] != src->sizes[0] ||
+  const int pairs = dst->rank == 5;
+  if (!(pairs ? pair_layout(dst) : copy_layout(dst)) || src->rank != 5 ||
+      src->dtype != LOOM_BFLOAT16 || src->sizes[2] != 1 || dst->sizes[0] != src->sizes[0] ||
       src->sizes[1] > dst->sizes[3] || wq < 1 || sh < 1 || sw < 1 || top < 0 || left < 0 ||
-      dst->sizes[1] != sh * sw)
+      dst->sizes[1] != sh * sw || (pairs && wq % 2 != 0))
     return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t phases = dst->sizes[1], plane = dst->sizes[2], cp = dst->sizes[3];
-  const int64_t ps = dst->strides[2];
+  const int64_t phases = dst->sizes[1], plane = dst->sizes[2] << pairs, cp = dst->sizes[3];
+  const int64_t ps = dst->strides[2]; /* per position, or per pair */
   const int64_t rows = (plane + wq - 1) / wq, c_in = src->sizes[1];
   const int64_t *st = src->strides, h = src->sizes[3], w = src->sizes[4];
   const __m512i lo = loom_gemm_pair_index(0), hi = loom_gemm_pair_index(1);
@@ -79,10 +106,12 @@ int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64
     const int64_t n = item / (phases * rows), ph = item / rows % phases, i = item % rows;
     const int64_t iy = i * sh + ph / sw - top, q0 = i * wq;
     const int64_t count = plane - q0 < wq ? plane - q0 : wq;
-    uint16_t *drow = (uint16_t *)dst->data + ((n * phases + ph) * plane + q0) * ps;
+    /* position j of the row; with pairs, j even: its pair */
+    uint16_t *drow = (uint16_t *)dst->data + (n * phases + ph) * dst->strides[1] +
+                     (pairs ? q0 / 2 : q0) * ps;
     if (iy < 0 || iy >= h) {
-      for (int64_t j = 0; j < count; ++j)
-        memset(drow + j * ps, 0, (size_t)cp * sizeof(uint16_t));
+      for (int64_t j = 0; j < count; j += 1 + pairs)
+        memset(drow + (j >> pairs) * ps, 0, (size_t)(cp << pairs) * sizeof(uint16_t));
       continue;
     }
     const uint16_t *srow = (const uint16_t *)src->data + n * st[0] + iy * st[3];
@@ -107,12 +136,10 @@ int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64
           r_hi[q] = _mm512_permutex2var_epi16(v0, hi, v1);
         }
         loom_gemm_transpose16(r_lo);
-        for (int64_t p = 0; p < 16 && p < jn; ++p)
-          _mm512_storeu_si512(drow + (j0 + p) * ps + c0, r_lo[p]);
+        pad_store(drow, j0, jn < 16 ? jn : 16, c0, ps, pairs, r_lo);
         if (jn <= 16) continue;
         loom_gemm_transpose16(r_hi);
-        for (int64_t p = 16; p < jn; ++p)
-          _mm512_storeu_si512(drow + (j0 + p) * ps + c0, r_hi[p - 16]);
+        pad_store(drow, j0 + 16, jn - 16, c0, ps, pairs, r_hi);
       }
     }
   }
@@ -272,6 +299,84 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
         nhwc_emit(buf, out, n, ob * OB, q, q0 + qn - q < 32 ? q0 + qn - q : 32, wq);
       }
     }
+  }
+  loom_gemm_amx_end();
+  return 0;
+}
+
+/* The weight gradient's sums, a 32 x 32 block per tap, in fp32. */
+static _Thread_local _Alignas(64) float wg_sums[MAX_TAPS][32 * 32];
+
+int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 3 || args->num_scalars < 8) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dw = &args->tensors[0], *xq = &args->tensors[1], *dy = &args->tensors[2];
+  const loom_scalar *s = args->scalars;
+  const int64_t kh = s[0].i, kw = s[1].i, sh = s[2].i, sw = s[3].i, dh = s[4].i, dwl = s[5].i;
+  const int64_t wq = s[6].i, lead = s[7].i, taps = kh * kw;
+  if (dw->rank != 3 || dw->dtype != LOOM_BFLOAT16 || !is_contiguous(dw) || !pair_layout(xq) ||
+      dy->rank != 3 || dy->dtype != LOOM_BFLOAT16 || !is_contiguous(dy) || kh < 1 || kw < 1 ||
+      taps > MAX_TAPS || dw->sizes[2] != taps || sh < 1 || sw < 1 || dh < 1 || dwl < 1 ||
+      wq < 1 || xq->sizes[1] != sh * sw || dy->sizes[0] != xq->sizes[0] ||
+      dy->sizes[1] % 32 != 0 || dy->sizes[1] < dw->sizes[0] || xq->sizes[3] < dw->sizes[1] ||
+      xq->sizes[2] % 16 != 0 || lead < 0)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t o_n = dw->sizes[0], c_n = dw->sizes[1], cbs = xq->sizes[3] / CB;
+  const int64_t images = xq->sizes[0], phases = xq->sizes[1], plane = xq->sizes[2] * 2;
+  const int64_t span = dy->sizes[2], ps = xq->strides[2];
+  /* each tap's phase plane and offset in it; dy is read at p - offset */
+  int64_t tap_ph[MAX_TAPS], tap_off[MAX_TAPS];
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t y = t / kw * dh, x = t % kw * dwl;
+    tap_ph[t] = y % sh * sw + x % sw;
+    tap_off[t] = y / sh * wq + x / sw;
+    if (tap_off[t] > lead || span < lead - tap_off[t] + plane) return LOOM_ERROR_INVALID_ARGUMENT;
+  }
+  enum { CHUNK = 128 }; /* positions summed per tile load of the sums */
+  loom_gemm_amx_begin();
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t ob = item / cbs, cb = item % cbs;
+    memset(wg_sums, 0, (size_t)taps * sizeof wg_sums[0]);
+    for (int64_t n = 0; n < images; ++n)
+      for (int64_t ph = 0; ph < phases; ++ph) {
+        const uint16_t *x = (const uint16_t *)xq->data + n * xq->strides[0] +
+                            ph * xq->strides[1] + cb * CB * 2;
+        const uint16_t *g = (const uint16_t *)dy->data + (n * dy->sizes[1] + ob * 32) * span + lead;
+        for (int64_t p0 = 0; p0 < plane; p0 += CHUNK) {
+          const int64_t p1 = p0 + CHUNK < plane ? p0 + CHUNK : plane;
+          for (int64_t t = 0; t < taps; ++t) {
+            if (tap_ph[t] != ph) continue;
+            float *c = wg_sums[t];
+            _tile_loadd(0, c, 128);
+            _tile_loadd(1, c + 16, 128);
+            _tile_loadd(2, c + 16 * 32, 128);
+            _tile_loadd(3, c + 16 * 32 + 16, 128);
+            for (int64_t p = p0; p < p1; p += 32) {
+              /* dy of out-channels 0-15 and 16-31 at 32 positions, and
+               * those positions' in-channels 0-15 and 16-31 in pairs */
+              const uint16_t *a = g + p - tap_off[t];
+              const uint16_t *b = x + p / 2 * ps;
+              _tile_loadd(4, a, span * 2);
+              _tile_loadd(5, a + 16 * span, span * 2);
+              _tile_loadd(6, b, ps * 2);
+              _tile_loadd(7, b + 32, ps * 2);
+              _tile_dpbf16ps(0, 4, 6);
+              _tile_dpbf16ps(1, 4, 7);
+              _tile_dpbf16ps(2, 5, 6);
+              _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, c, 128);
+            _tile_stored(1, c + 16, 128);
+            _tile_stored(2, c + 16 * 32, 128);
+            _tile_stored(3, c + 16 * 32 + 16, 128);
+          }
+        }
+      }
+    uint16_t *out = (uint16_t *)dw->data;
+    for (int64_t i = 0; i < 32 && ob * 32 + i < o_n; ++i)
+      for (int64_t j = 0; j < 32 && cb * CB + j < c_n; ++j)
+        for (int64_t t = 0; t < taps; ++t)
+          out[((ob * 32 + i) * c_n + cb * CB + j) * taps + t] =
+              loom_f32_to_bf16(wg_sums[t][i * 32 + j]);
   }
   loom_gemm_amx_end();
   return 0;

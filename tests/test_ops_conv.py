@@ -147,6 +147,9 @@ BF16_CONVS = [
     # stride-1 input gradient), blocks of channels part empty
     ((2, 32, 40, 50), (48, 3), dict(padding=1)),
     ((4, 48, 64, 64), (48, 3), dict(stride=2, padding=1)),
+    # 64 channels or more: the channels-last weight gradient too
+    ((2, 64, 46, 44), (72, 3), dict(padding=1)),
+    ((4, 64, 64, 63), (64, 3), dict(stride=2, padding=1)),
 ]
 
 

@@ -124,4 +124,15 @@ void conv_forward_nhwc(const at::Tensor& out, const at::Tensor& input, const at:
                        const at::Tensor& bias, const Geom& g, const Padded& pd, const char* op,
                        bool flipped);
 
+// Whether the channels-last weight gradient applies: as nhwc_fits, with
+// 64 or more channels in and out.
+bool nhwc_wgrad_fits(const Geom& g, const at::Tensor& input, int64_t out_channels,
+                     int64_t groups, Padded* pd);
+
+// The weight gradient (w_sizes) over a channels-last copy of `input` in
+// pairs of positions, where nhwc_wgrad_fits gave pd.
+at::Tensor conv_weight_grad_nhwc(const at::Tensor& dy, const at::Tensor& input,
+                                 const std::vector<int64_t>& w_sizes, const Geom& g,
+                                 const Padded& pd, const char* op);
+
 }  // namespace torch_loom::conv

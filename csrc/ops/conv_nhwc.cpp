@@ -71,4 +71,45 @@ void conv_forward_nhwc(const Tensor& out, const Tensor& input, const Tensor& wei
          n * ((grid + ppi - 1) / ppi), 1);
 }
 
+bool nhwc_wgrad_fits(const Geom& g, const Tensor& input, int64_t out_channels, int64_t groups,
+                     Padded* pd) {
+  // Items are blocks of 32 by 32 channels: at least four of them.
+  return input.size(1) >= 64 && out_channels >= 64 &&
+         nhwc_fits(g, input, input.size(1), out_channels, groups, pd);
+}
+
+Tensor conv_weight_grad_nhwc(const Tensor& dy, const Tensor& input,
+                             const std::vector<int64_t>& w_sizes, const Geom& g,
+                             const Padded& pd, const char* op) {
+  const int64_t n = input.size(0), c = input.size(1), o = dy.size(1), taps = g.taps();
+  const int64_t cp = round_up(c, LOOM_CONV_NHWC_CB), op_ = round_up(o, 32);
+  const int64_t phases = pd.sh * pd.sw, ho = pd.ho, wo = pd.wo;
+  // Rows of an even width start whole pairs of positions.
+  const int64_t wq = round_up(pd.wq(), 2), grid = ho * wq;
+  const int64_t halo = g.d[1] * (g.k[1] - 1) / pd.sh * wq + g.d[2] * (g.k[2] - 1) / pd.sw;
+  const int64_t plane = round_up(round_up(grid, 32) + halo, 32);
+  // The image in pairs of positions, each pair an odd number of cache
+  // lines from the next (as for the forward's copy).
+  const int64_t ps = 2 * cp + 32;
+  Tensor xq = at::empty({n * phases * (plane / 2) * ps}, input.options())
+                  .as_strided({n, phases, plane / 2, cp, 2},
+                              {phases * (plane / 2) * ps, (plane / 2) * ps, ps, 2, 1});
+  loom_tensor pts[2] = {describe(xq, op), image5(input, op)};
+  loom_scalar psc[5] = {scalar_i(g.p[1]), scalar_i(g.p[2]), scalar_i(wq), scalar_i(pd.sh),
+                        scalar_i(pd.sw)};
+  launch(op, loom_conv_nhwc_pad_kernel, pts, psc, n * phases * ((plane + wq - 1) / wq),
+         std::max<int64_t>(1, 16384 / (wq * cp)));
+  // dy on the grid, zero past wo, past O and as far around the grid as the
+  // taps reach.
+  const int64_t lead = halo, span = lead + plane;
+  Tensor dyp = at::zeros({n, op_, span}, dy.options());
+  dyp.narrow(1, 0, o).narrow(2, lead, grid).unflatten(2, {ho, wq}).narrow(3, 0, wo).copy_(dy);
+  Tensor gw = at::empty(w_sizes, input.options());
+  loom_tensor ts[3] = {describe(gw.view({o, c, taps}), op), describe(xq, op), describe(dyp, op)};
+  loom_scalar sc[8] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
+                       scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(lead)};
+  launch(op, loom_conv_nhwc_wgrad_kernel, ts, sc, op_ / 32 * (cp / LOOM_CONV_NHWC_CB), 1);
+  return gw;
+}
+
 }  // namespace torch_loom::conv

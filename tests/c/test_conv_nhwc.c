@@ -2,7 +2,8 @@
  * tiles (kernels/conv_nhwc_amx.c) against a float64 loop over the same
  * bf16 values: strides, dilation, channel counts that leave blocks part
  * empty, a bias, the flipped weight of an input gradient, item widths and
- * chunkings (the same bits for each), and the arguments they refuse.
+ * chunkings (the same bits for each), the weight gradient over the copy in
+ * pairs of positions, and the arguments they refuse.
  * Skipped without AMX. */
 #include <math.h>
 #include <stdlib.h>
@@ -118,6 +119,68 @@ static void check(case_ k) {
   free(x), free(w), free(bias), free(y), free(y2);
 }
 
+/* The weight gradient of case k (not flipped) against float64 sums. */
+static void check_wgrad(case_ k) {
+  const int64_t taps = k.kh * k.kw, cp = (k.c + 31) / 32 * 32, op = (k.o + 31) / 32 * 32;
+  const int64_t ho = (k.h + 2 * k.ph - k.dh * (k.kh - 1) - 1) / k.sh + 1;
+  const int64_t wo = (k.w + 2 * k.pw - k.dw * (k.kw - 1) - 1) / k.sw + 1;
+  const int64_t wp = (wo - 1) * k.sw + k.dw * (k.kw - 1) + 1;
+  const int64_t wq = ((wp + k.sw - 1) / k.sw + 1) / 2 * 2, grid = ho * wq;
+  const int64_t halo = k.dh * (k.kh - 1) / k.sh * wq + k.dw * (k.kw - 1) / k.sw;
+  const int64_t plane = ((grid + 31) / 32 * 32 + halo + 31) / 32 * 32, phases = k.sh * k.sw;
+  const int64_t ps = 2 * cp + 32, span = halo + plane;
+  uint16_t *x = bf16_rand(k.n * k.c * k.h * k.w), *gy = bf16_rand(k.n * k.o * ho * wo);
+  uint16_t *xq = malloc(sizeof(uint16_t) * (size_t)(k.n * phases * plane / 2 * ps));
+  uint16_t *dyp = calloc((size_t)(k.n * op * span), sizeof(uint16_t));
+  uint16_t *dw = malloc(sizeof(uint16_t) * (size_t)(k.o * k.c * taps));
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t o = 0; o < k.o; ++o)
+      for (int64_t i = 0; i < ho; ++i)
+        memcpy(dyp + (n * op + o) * span + halo + i * wq, gy + ((n * k.o + o) * ho + i) * wo,
+               sizeof(uint16_t) * (size_t)wo);
+  loom_tensor pts[2] = {
+      {.data = xq, .dtype = LOOM_BFLOAT16, .rank = 5, .sizes = {k.n, phases, plane / 2, cp, 2},
+       .strides = {phases * plane / 2 * ps, plane / 2 * ps, ps, 2, 1}},
+      {.data = x, .dtype = LOOM_BFLOAT16, .rank = 5, .sizes = {k.n, k.c, 1, k.h, k.w},
+       .strides = {k.c * k.h * k.w, k.h * k.w, k.h * k.w, k.w, 1}}};
+  loom_scalar psc[5] = {{.i = k.ph}, {.i = k.pw}, {.i = wq}, {.i = k.sh}, {.i = k.sw}};
+  run(loom_conv_nhwc_pad_kernel, pts, 2, psc, 5, k.n * phases * ((plane + wq - 1) / wq));
+  loom_tensor ts[3] = {{.data = dw, .dtype = LOOM_BFLOAT16, .rank = 3, .sizes = {k.o, k.c, taps},
+                        .strides = {k.c * taps, taps, 1}},
+                       pts[0],
+                       {.data = dyp, .dtype = LOOM_BFLOAT16, .rank = 3, .sizes = {k.n, op, span},
+                        .strides = {op * span, span, 1}}};
+  loom_scalar sc[8] = {{.i = k.kh}, {.i = k.kw}, {.i = k.sh}, {.i = k.sw},
+                       {.i = k.dh}, {.i = k.dw}, {.i = wq}, {.i = halo}};
+  run(loom_conv_nhwc_wgrad_kernel, ts, 3, sc, 8, op / 32 * cp / 32);
+  int bad = 0;
+  for (int64_t o = 0; o < k.o; ++o)
+    for (int64_t c = 0; c < k.c; ++c)
+      for (int64_t t = 0; t < taps; ++t) {
+        double ref = 0.0, mag = 0.0;
+        for (int64_t n = 0; n < k.n; ++n)
+          for (int64_t i = 0; i < ho; ++i)
+            for (int64_t j = 0; j < wo; ++j) {
+              const int64_t yy = i * k.sh - k.ph + t / k.kw * k.dh;
+              const int64_t xx = j * k.sw - k.pw + t % k.kw * k.dw;
+              if (yy < 0 || yy >= k.h || xx < 0 || xx >= k.w) continue;
+              const double p = (double)loom_bf16_to_f32(gy[((n * k.o + o) * ho + i) * wo + j]) *
+                               loom_bf16_to_f32(x[((n * k.c + c) * k.h + yy) * k.w + xx]);
+              ref += p, mag += fabs(p);
+            }
+        const double got = loom_bf16_to_f32(dw[(o * k.c + c) * taps + t]);
+        if (fabs(got - ref) > fabs(ref) / 128.0 + mag * 0x1p-14) ++bad;
+      }
+  CHECK(bad == 0, "weight gradient: %d of %lld off (c %lld o %lld s %lld)", bad,
+        (long long)(k.o * k.c * taps), (long long)k.c, (long long)k.o, (long long)k.sh);
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = ts,
+                        .num_scalars = 8, .scalars = sc};
+  sc[7].i = halo - 1; /* dy's lead too short for the farthest tap */
+  CHECK(taps == 1 || loom_conv_nhwc_wgrad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT,
+        "short lead");
+  free(x), free(gy), free(xq), free(dyp), free(dw);
+}
+
 /* What the compute kernel refuses: a plane too short for the last tap's
  * reads, items not whole panels, a weight of other channels. */
 static void check_refused(void) {
@@ -154,6 +217,15 @@ int main(void) {
   /* the input gradient's flipped weight; stride 2 down, 1 across */
   check((case_){.n = 1, .c = 64, .o = 40, .h = 12, .w = 10, .kh = 3, .kw = 2, .sh = 2,
                 .sw = 1, .ph = 2, .pw = 1, .dh = 1, .dw = 1, .flipped = 1});
+  /* the weight gradient: whole blocks; part-empty ones; stride 2; dilated 5x5 */
+  check_wgrad((case_){.n = 2, .c = 64, .o = 64, .h = 9, .w = 37, .kh = 3, .kw = 3, .sh = 1,
+                      .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1});
+  check_wgrad((case_){.n = 1, .c = 72, .o = 40, .h = 11, .w = 10, .kh = 3, .kw = 3, .sh = 1,
+                      .sw = 1, .ph = 1, .pw = 1, .dh = 1, .dw = 1});
+  check_wgrad((case_){.n = 2, .c = 32, .o = 64, .h = 15, .w = 17, .kh = 3, .kw = 3, .sh = 2,
+                      .sw = 2, .ph = 1, .pw = 1, .dh = 1, .dw = 1});
+  check_wgrad((case_){.n = 1, .c = 32, .o = 32, .h = 13, .w = 11, .kh = 5, .kw = 5, .sh = 1,
+                      .sw = 1, .ph = 2, .pw = 4, .dh = 2, .dw = 1});
   check_refused();
   printf(failures ? "FAILED\n" : "ok\n");
   return failures ? 1 : 0;
