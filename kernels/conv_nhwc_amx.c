@@ -205,9 +205,6 @@ static void nhwc_emit(const float *buf, const loom_tensor *out, int64_t n, int64
     l += run;
   }
   const uintptr_t base = (uintptr_t)((uint16_t *)out->data + n * st[0] + o0 * st[1]);
-  const __m512i evens = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36,
-                                         34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8,
-                                         6, 4, 2, 0);
   for (int ch = 0; ch < 32 && o0 + ch < o_n; ch += 16) {
     /* out-channels ch..ch+15 at positions 0-15 (lo) and 16-31 (hi) */
     __m512i lo[16], hi[16];
@@ -218,8 +215,10 @@ static void nhwc_emit(const float *buf, const loom_tensor *out, int64_t n, int64
     loom_gemm_transpose16(lo);
     loom_gemm_transpose16(hi);
     for (int i = 0; i < 16 && o0 + ch + i < o_n; ++i) {
-      const __m512i v = _mm512_permutex2var_epi16(loom_gemm_rne_bf16(lo[i]), evens,
-                                                  loom_gemm_rne_bf16(hi[i]));
+      /* tdpbf16ps flushes subnormal sums to 0, so vcvtne2ps2bf16, which
+       * would take them for 0, rounds these as loom_f32_to_bf16 does */
+      const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi[i]),
+                                                     _mm512_castsi512_ps(lo[i]));
       const uintptr_t row = base + (uintptr_t)((ch + i) * st[1]) * sizeof(uint16_t);
       for (int r = 0; r < runs; ++r)
         _mm512_mask_storeu_epi16((void *)(row + (uintptr_t)at[r] * sizeof(uint16_t)), lanes[r], v);

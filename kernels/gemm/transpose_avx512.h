@@ -1,6 +1,5 @@
-/* kernels/gemm/transpose_avx512.h — in-register transposes and bf16
- * rounding for the AVX-512 packs; include only from files built with
- * AVX-512 flags. */
+/* kernels/gemm/transpose_avx512.h — in-register transpose for the AVX-512
+ * packs; include only from files built with AVX-512 flags. */
 #ifndef LOOM_KERNELS_GEMM_TRANSPOSE_AVX512_H
 #define LOOM_KERNELS_GEMM_TRANSPOSE_AVX512_H
 
@@ -33,19 +32,6 @@ static inline void loom_gemm_transpose16(__m512i r[16]) {
     r[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
     r[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
   }
-}
-
-/* float32 bits to bfloat16 bits, rounded to nearest even (NaN quieted), as
- * loom_f32_to_bf16 (kernels/dtype.h) does, in the low half of each lane */
-static inline __m512i loom_gemm_rne_bf16(__m512i b) {
-  const __m512i hi = _mm512_srli_epi32(b, 16);
-  const __m512i r = _mm512_srli_epi32(
-      _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                           _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
-      16);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-      _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
 }
 
 /* The permutex2var_epi16 indices that interleave lanes [16 half, 16 half
