@@ -64,7 +64,9 @@ int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, in
  *          [3] optional bias (O; bf16).
  * scalars (.i): [0] kh, [1] kw, [2] sh, [3] sw, [4] dh, [5] dw, [6] wq,
  * [7] positions per item (a multiple of 32, at most
- * LOOM_CONV_NHWC_POSITIONS).
+ * LOOM_CONV_NHWC_POSITIONS), and optionally [8] an origin (else 0): every
+ * tap reads that many positions further on (one copy serving windows of
+ * different paddings).
  * range: N * ceil(ho * wq / positions per item). */
 int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 

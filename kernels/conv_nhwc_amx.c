@@ -199,7 +199,7 @@ static void nhwc_emit(const float *buf, const loom_tensor *out, int64_t n, int64
     const int64_t q = q0 + l, y = q / wq, x = q % wq;
     const int64_t run = wq - x < qn - l ? wq - x : qn - l;
     if (y < ho && x < wo) {
-      at[runs] = y * st[2] + x - l;
+      at[runs] = y * st[2] + (x - l) * st[3];
       lanes[runs++] = cg_range_mask32(l, l + (wo - x < run ? wo - x : run));
     }
     l += run;
@@ -220,8 +220,24 @@ static void nhwc_emit(const float *buf, const loom_tensor *out, int64_t n, int64
       const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi[i]),
                                                      _mm512_castsi512_ps(lo[i]));
       const uintptr_t row = base + (uintptr_t)((ch + i) * st[1]) * sizeof(uint16_t);
-      for (int r = 0; r < runs; ++r)
+      for (int r = 0; r < runs && st[3] == 1; ++r)
         _mm512_mask_storeu_epi16((void *)(row + (uintptr_t)at[r] * sizeof(uint16_t)), lanes[r], v);
+      /* every other element: each half of the lanes spread to the even
+       * lanes of a vector */
+      for (int r = 0; r < runs && st[3] == 2; ++r)
+        for (int h = 0; h < 2; ++h) {
+          uint32_t m = lanes[r] >> (16 * h) & 0xffffu; /* lane k to bit 2k */
+          m = (m | m << 8) & 0x00ff00ffu, m = (m | m << 4) & 0x0f0f0f0fu;
+          m = (m | m << 2) & 0x33333333u, m = (m | m << 1) & 0x55555555u;
+          if (m == 0) continue;
+          const __m512i spread = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10,
+                                                  9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2,
+                                                  2, 1, 1, 0, 0);
+          _mm512_mask_storeu_epi16(
+              (void *)(row + (uintptr_t)(at[r] + 32 * h) * sizeof(uint16_t)), (__mmask32)m,
+              _mm512_permutexvar_epi16(
+                  _mm512_add_epi16(spread, _mm512_set1_epi16((short)(16 * h))), v));
+        }
     }
   }
 }
@@ -233,13 +249,14 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
   const loom_scalar *s = args->scalars;
   const int64_t kh = s[0].i, kw = s[1].i, sh = s[2].i, sw = s[3].i, dh = s[4].i, dw = s[5].i;
   const int64_t wq = s[6].i, ppi = s[7].i, taps = kh * kw;
+  const int64_t origin = args->num_scalars > 8 ? s[8].i : 0;
   if (out->rank != 4 || !copy_layout(xp) || wp->rank != 5 || out->dtype != LOOM_BFLOAT16 ||
-      wp->dtype != LOOM_BFLOAT16 || out->strides[3] != 1 || !is_contiguous(wp) || (bias && bias->dtype != LOOM_BFLOAT16) ||
+      wp->dtype != LOOM_BFLOAT16 || (out->strides[3] != 1 && out->strides[3] != 2) || !is_contiguous(wp) || (bias && bias->dtype != LOOM_BFLOAT16) ||
       kh < 1 || kw < 1 || taps > MAX_TAPS || sh < 1 || sw < 1 || dh < 1 || dw < 1 ||
       wq < out->sizes[3] || ppi < 32 || ppi > LOOM_CONV_NHWC_POSITIONS || ppi % 32 != 0 ||
       xp->sizes[0] != out->sizes[0] || xp->sizes[1] != sh * sw || wp->sizes[2] != taps ||
       wp->sizes[3] != 2 * OB || wp->sizes[4] != CB || xp->sizes[3] != wp->sizes[1] * CB ||
-      wp->sizes[0] * 2 * OB < out->sizes[1])
+      wp->sizes[0] * 2 * OB < out->sizes[1] || origin < 0)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t plane = xp->sizes[2], ps = xp->strides[2], cbs = wp->sizes[1];
   const int64_t obs = wp->sizes[0] * 2;
@@ -248,8 +265,9 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
   int64_t tap_off[MAX_TAPS];
   for (int64_t t = 0; t < taps; ++t) {
     const int64_t y = t / kw * dh, x = t % kw * dw;
-    tap_off[t] = (y % sh * sw + x % sw) * plane + y / sh * wq + x / sw;
-    if (y / sh * wq + x / sw + (grid + 31) / 32 * 32 > plane) return LOOM_ERROR_INVALID_ARGUMENT;
+    const int64_t at = origin + y / sh * wq + x / sw;
+    tap_off[t] = (y % sh * sw + x % sw) * plane + at;
+    if (at + (grid + 31) / 32 * 32 > plane) return LOOM_ERROR_INVALID_ARGUMENT;
   }
   _Alignas(64) float buf[32 * 32];
   _Alignas(64) float bias_row[32];

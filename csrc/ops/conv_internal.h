@@ -111,6 +111,15 @@ at::Tensor conv_weight_grad_padded(const at::Tensor& dy, const at::Tensor& input
                                    const Geom& g, const Padded& pd, loom_gemm_isa isa,
                                    const char* op);
 
+// Whether the channels-last AMX kernels (kernels/conv_nhwc.h) take
+// `input`'s channels: bf16 on AMX, 2-d, no groups, 32 or more channels in
+// and out of which at most a quarter is padding to blocks of 32.
+bool nhwc_channels_fit(const at::Tensor& input, int64_t in_channels, int64_t out_channels,
+                       int64_t groups);
+
+// Whether they pay on a grid of n images of ho x wo outputs in rows wq wide.
+bool nhwc_grid_fits(int64_t n, int64_t ho, int64_t wo, int64_t wq);
+
 // Whether the channels-last AMX kernels (kernels/conv_nhwc.h) apply: bf16
 // on AMX, 2-d, no groups, 32 or more channels in and out of which at most a
 // quarter is padding to blocks of 32, and at least 80% of the padded grid
@@ -123,6 +132,19 @@ bool nhwc_fits(const Geom& g, const at::Tensor& input, int64_t in_channels,
 void conv_forward_nhwc(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight,
                        const at::Tensor& bias, const Geom& g, const Padded& pd, const char* op,
                        bool flipped);
+
+// The channels-last padded copy of `input` (N, C, H, W) for the kernels
+// of kernels/conv_nhwc.h: `top` rows and `left` columns of zeros first,
+// phase planes (sh x sw) of rows wq wide and `plane` positions.
+at::Tensor nhwc_copy(const at::Tensor& input, int64_t top, int64_t left, int64_t wq, int64_t sh,
+                     int64_t sw, int64_t plane, const char* op);
+
+// The convolution of g's window, stride and dilation over a copy of rows
+// wq wide into `out`, every tap reading `origin` positions further on
+// (flipped as for conv_forward_padded).
+void nhwc_run(const at::Tensor& out, const at::Tensor& xp, const at::Tensor& weight,
+              const at::Tensor& bias, const Geom& g, int64_t wq, int64_t origin, bool flipped,
+              const char* op);
 
 // Whether the channels-last weight gradient applies: as nhwc_fits, with
 // 64 or more channels in and out.

@@ -15,60 +15,82 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 }  // namespace
 
-bool nhwc_fits(const Geom& g, const Tensor& input, int64_t in_channels, int64_t out_channels,
-               int64_t groups, Padded* pd) {
+bool nhwc_channels_fit(const Tensor& input, int64_t in_channels, int64_t out_channels,
+                       int64_t groups) {
   if (input.scalar_type() != at::kBFloat16 || loom_gemm_isa_selected() != LOOM_GEMM_AMX ||
-      groups != 1 || input.dim() != 4 || g.k[0] != 1 || g.p[0] != 0 || g.s[0] != 1 ||
-      g.grid[0] != 1 || g.taps() > 64)
+      groups != 1 || input.dim() != 4)
     return false;
   // Channels come in blocks of 32: at most a quarter of them padding.
   for (int64_t c : {in_channels, out_channels})
     if (c < 32 || c * 4 < round_up(c, 32) * 3) return false;
+  return true;
+}
+
+bool nhwc_fits(const Geom& g, const Tensor& input, int64_t in_channels, int64_t out_channels,
+               int64_t groups, Padded* pd) {
+  if (!nhwc_channels_fit(input, in_channels, out_channels, groups) || g.k[0] != 1 ||
+      g.p[0] != 0 || g.s[0] != 1 || g.grid[0] != 1 || g.taps() > 64)
+    return false;
   // The padded extent the grid reads, in stride phases of rows wq wide.
   const int64_t ho = g.grid[1], wo = g.grid[2];
   *pd = Padded{(ho - 1) * g.s[1] + g.d[1] * (g.k[1] - 1) + 1,
                (wo - 1) * g.s[2] + g.d[2] * (g.k[2] - 1) + 1, ho, wo, g.s[1], g.s[2]};
+  return g.taps() > 1 && nhwc_grid_fits(input.size(0), ho, wo, pd->wq());
+}
+
+bool nhwc_grid_fits(int64_t n, int64_t ho, int64_t wo, int64_t wq) {
   // At least 80% of the grid must be output, and the grid (all images')
   // must be large enough to pay for repacking the weight per call: ResNet's
   // 3x3 windows at 14x14, batch 8 (1792 positions), ran 3-9% slower than
   // the implicit GEMM, those at 28x28 (6720) 1-19% faster. A 1x1 window
   // gathers nothing on the implicit path: 7-9% slower here.
-  return g.taps() > 1 && ho * wo * 5 >= ho * pd->wq() * 4 &&
-         input.size(0) * ho * pd->wq() >= 4096;
+  return wo * 5 >= wq * 4 && n * ho * wq >= 4096;
 }
 
-void conv_forward_nhwc(const Tensor& out, const Tensor& input, const Tensor& weight,
-                       const Tensor& bias, const Geom& g, const Padded& pd, const char* op,
-                       bool flipped) {
-  const int64_t n = input.size(0), c = input.size(1), o = out.size(1), taps = g.taps();
-  const int64_t cp = round_up(c, LOOM_CONV_NHWC_CB), op_ = round_up(o, 32), wq = pd.wq();
-  Tensor w3 = weight.reshape({weight.size(0), weight.size(1), taps});
-  Tensor wp = at::empty({op_ / 32, cp / LOOM_CONV_NHWC_CB, taps, 32, 32}, out.options());
-  loom_tensor wts[2] = {describe(wp, op), describe(w3, op)};
-  loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
-  launch(op, loom_conv_nhwc_weight_kernel, wts, wsc, wp.size(0) * 2 * wp.size(1), 1);
-  const int64_t plane = pd.positions() + pd.halo(g), rows = (plane + wq - 1) / wq;
+Tensor nhwc_copy(const Tensor& input, int64_t top, int64_t left, int64_t wq, int64_t sh,
+                 int64_t sw, int64_t plane, const char* op) {
+  const int64_t n = input.size(0), cp = round_up(input.size(1), LOOM_CONV_NHWC_CB);
   // Positions an odd number of cache lines apart: a power-of-two stride
   // would put a tile's 16 rows, and the taps' rows, in a few of L1's sets.
   const int64_t ps = cp / LOOM_CONV_NHWC_CB % 2 == 0 ? cp + LOOM_CONV_NHWC_CB : cp;
-  Tensor xp = at::empty({n, pd.sh * pd.sw, plane, ps}, out.options()).narrow(3, 0, cp);
+  Tensor xp = at::empty({n, sh * sw, plane, ps}, input.options()).narrow(3, 0, cp);
   loom_tensor pts[2] = {describe(xp, op), image5(input, op)};
-  loom_scalar psc[5] = {scalar_i(g.p[1]), scalar_i(g.p[2]), scalar_i(wq), scalar_i(pd.sh),
-                        scalar_i(pd.sw)};
-  launch(op, loom_conv_nhwc_pad_kernel, pts, psc, xp.size(0) * xp.size(1) * rows,
+  loom_scalar psc[5] = {scalar_i(top), scalar_i(left), scalar_i(wq), scalar_i(sh), scalar_i(sw)};
+  launch(op, loom_conv_nhwc_pad_kernel, pts, psc, n * sh * sw * ((plane + wq - 1) / wq),
          std::max<int64_t>(1, 16384 / (wq * cp)));
+  return xp;
+}
+
+void nhwc_run(const Tensor& out, const Tensor& xp, const Tensor& weight, const Tensor& bias,
+              const Geom& g, int64_t wq, int64_t origin, bool flipped, const char* op) {
+  const int64_t n = out.size(0), o = out.size(1), taps = g.taps(), cp = xp.size(3);
+  Tensor w3 = weight.reshape({weight.size(0), weight.size(1), taps});
+  Tensor wp = at::empty({round_up(o, 32) / 32, cp / LOOM_CONV_NHWC_CB, taps, 32, 32},
+                        out.options());
+  loom_tensor wts[2] = {describe(wp, op), describe(w3, op)};
+  loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
+  launch(op, loom_conv_nhwc_weight_kernel, wts, wsc, wp.size(0) * 2 * wp.size(1), 1);
   // Items of up to 128 positions, fewer when the items would be too few
   // to share out: each output's sums are the same either way.
-  const int64_t grid = pd.ho * wq, workers = device_workers(out);
+  const int64_t grid = out.size(2) * wq, workers = device_workers(out);
   int64_t ppi = LOOM_CONV_NHWC_POSITIONS;
   while (ppi > 32 && n * ((grid + ppi - 1) / ppi) < 8 * workers) ppi /= 2;
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[4] = {describe(out, op), describe(xp, op), describe(wp, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
-  loom_scalar sc[8] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
-                       scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(ppi)};
+  loom_scalar sc[9] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
+                       scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(ppi),
+                       scalar_i(origin)};
   launch(op, loom_conv_nhwc_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc,
          n * ((grid + ppi - 1) / ppi), 1);
+}
+
+void conv_forward_nhwc(const Tensor& out, const Tensor& input, const Tensor& weight,
+                       const Tensor& bias, const Geom& g, const Padded& pd, const char* op,
+                       bool flipped) {
+  Tensor xp = nhwc_copy(input, g.p[1], g.p[2], pd.wq(), pd.sh, pd.sw,
+                        pd.positions() + pd.halo(g), op);
+  nhwc_run(out, xp, weight, bias, g, pd.wq(), 0, flipped, op);
 }
 
 bool nhwc_wgrad_fits(const Geom& g, const Tensor& input, int64_t out_channels, int64_t groups,

@@ -2,8 +2,9 @@
  * tiles (kernels/conv_nhwc_amx.c) against a float64 loop over the same
  * bf16 values: strides, dilation, channel counts that leave blocks part
  * empty, a bias, the flipped weight of an input gradient, item widths and
- * chunkings (the same bits for each), the weight gradient over the copy in
- * pairs of positions, and the arguments they refuse.
+ * chunkings (the same bits for each), output rows of stride 2, the weight
+ * gradient over the copy in pairs of positions, and the arguments they
+ * refuse.
  * Skipped without AMX. */
 #include <math.h>
 #include <stdlib.h>
@@ -27,11 +28,12 @@ static uint16_t *bf16_rand(int64_t n) {
 }
 
 /* Runs the three kernels over x (N, C, H, W) and w (the forward's weight:
- * O, C, taps, or C, O, taps when flipped) into out (N, O, ho, wo), items of
- * `ppi` positions in chunks of `grain`; returns the compute kernel's status. */
+ * O, C, taps, or C, O, taps when flipped) into out (N, O, ho, wo; elements
+ * `xs` apart along rows), items of `ppi` positions in chunks of `grain`;
+ * returns the compute kernel's status. */
 static int conv(const case_ *k, const uint16_t *x, const uint16_t *w, const uint16_t *bias,
                 uint16_t *out, int64_t ho, int64_t wo, int64_t ppi, int64_t grain,
-                int64_t plane_cut) {
+                int64_t plane_cut, int64_t xs) {
   const int64_t taps = k->kh * k->kw, cp = (k->c + 31) / 32 * 32, op = (k->o + 31) / 32 * 32;
   const int64_t wp = (wo - 1) * k->sw + k->dw * (k->kw - 1) + 1, wq = (wp + k->sw - 1) / k->sw;
   const int64_t halo = k->dh * (k->kh - 1) / k->sh * wq + k->dw * (k->kw - 1) / k->sw;
@@ -59,7 +61,7 @@ static int conv(const case_ *k, const uint16_t *x, const uint16_t *w, const uint
   run(loom_conv_nhwc_weight_kernel, wts, 2, wsc, 1, cp / 32 * op / 16);
   loom_tensor ts[4] = {{.data = out, .dtype = LOOM_BFLOAT16, .rank = 4,
                         .sizes = {k->n, k->o, ho, wo},
-                        .strides = {k->o * ho * wo, ho * wo, wo, 1}},
+                        .strides = {k->o * ho * wo * xs, ho * wo * xs, wo * xs, xs}},
                        cpy, packed,
                        {.data = (void *)bias, .dtype = LOOM_BFLOAT16, .rank = 1,
                         .sizes = {k->o}, .strides = {1}}};
@@ -84,7 +86,7 @@ static void check(case_ k) {
   uint16_t *bias = k.bias ? bf16_rand(k.o) : NULL;
   const size_t ny = (size_t)(k.n * k.o * ho * wo);
   uint16_t *y = malloc(sizeof(uint16_t) * ny), *y2 = malloc(sizeof(uint16_t) * ny);
-  CHECK(conv(&k, x, w, bias, y, ho, wo, 128, 3, 0) == 0, "rc");
+  CHECK(conv(&k, x, w, bias, y, ho, wo, 128, 3, 0, 1) == 0, "rc");
   int bad = 0;
   for (int64_t n = 0; n < k.n; ++n)
     for (int64_t o = 0; o < k.o; ++o)
@@ -112,11 +114,19 @@ static void check(case_ k) {
   /* narrower items and other chunkings: the same bits */
   for (int64_t ppi = 32; ppi <= 64; ppi *= 2) {
     memset(y2, 0xff, sizeof(uint16_t) * ny);
-    CHECK(conv(&k, x, w, bias, y2, ho, wo, ppi, 1 + ppi / 32, 0) == 0, "rc");
+    CHECK(conv(&k, x, w, bias, y2, ho, wo, ppi, 1 + ppi / 32, 0, 1) == 0, "rc");
     CHECK(memcmp(y, y2, sizeof(uint16_t) * ny) == 0, "items of %lld positions differ",
           (long long)ppi);
   }
-  free(x), free(w), free(bias), free(y), free(y2);
+  /* into every other element of the output's rows: the same bits there,
+   * the others untouched */
+  uint16_t *y3 = malloc(2 * sizeof(uint16_t) * ny);
+  memset(y3, 0xff, 2 * sizeof(uint16_t) * ny);
+  CHECK(conv(&k, x, w, bias, y3, ho, wo, 64, 2, 0, 2) == 0, "rc");
+  int off = 0;
+  for (size_t i = 0; i < ny; ++i) off += y3[2 * i] != y[i] || y3[2 * i + 1] != 0xffff;
+  CHECK(off == 0, "%d outputs off with every other element", off);
+  free(x), free(w), free(bias), free(y), free(y2), free(y3);
 }
 
 /* The weight gradient of case k (not flipped) against float64 sums. */
@@ -187,9 +197,9 @@ static void check_refused(void) {
   case_ k = {.n = 1, .c = 32, .o = 32, .h = 6, .w = 7, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
              .ph = 1, .pw = 1, .dh = 1, .dw = 1};
   uint16_t *x = bf16_rand(32 * 6 * 7), *w = bf16_rand(32 * 32 * 9), *y = malloc(2 * 32 * 42);
-  CHECK(conv(&k, x, w, NULL, y, 6, 7, 64, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT, "short plane");
-  CHECK(conv(&k, x, w, NULL, y, 6, 7, 48, 1, 0) == LOOM_ERROR_INVALID_ARGUMENT, "items");
-  CHECK(conv(&k, x, w, NULL, y, 6, 7, 256, 1, 0) == LOOM_ERROR_INVALID_ARGUMENT, "items");
+  CHECK(conv(&k, x, w, NULL, y, 6, 7, 64, 1, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT, "short plane");
+  CHECK(conv(&k, x, w, NULL, y, 6, 7, 48, 1, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "items");
+  CHECK(conv(&k, x, w, NULL, y, 6, 7, 256, 1, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "items");
   loom_tensor none[3] = {{0}};
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3,
                         .tensors = none, .num_scalars = 8, .scalars = (loom_scalar[8]){{0}}};
