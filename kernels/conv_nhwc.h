@@ -56,7 +56,7 @@ int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64
 int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* The convolution: out[n][o][y][x] = bias[o] + sum over taps and channels.
- * tensors: [0] out (rank 4: N, O, ho, wo; bf16, unit last stride),
+ * tensors: [0] out (rank 4: N, O, ho, wo; bf16, elements 1 or 2 apart along rows),
  *          [1] the copy (as dst of loom_conv_nhwc_pad_kernel; its plane
  *          must hold every position a tap reads: ceil(ho * wq / 32) * 32
  *          plus the window's reach), [2] the packed weight (as dst of

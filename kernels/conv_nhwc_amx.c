@@ -251,7 +251,8 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
   const int64_t wq = s[6].i, ppi = s[7].i, taps = kh * kw;
   const int64_t origin = args->num_scalars > 8 ? s[8].i : 0;
   if (out->rank != 4 || !copy_layout(xp) || wp->rank != 5 || out->dtype != LOOM_BFLOAT16 ||
-      wp->dtype != LOOM_BFLOAT16 || (out->strides[3] != 1 && out->strides[3] != 2) || !is_contiguous(wp) || (bias && bias->dtype != LOOM_BFLOAT16) ||
+      wp->dtype != LOOM_BFLOAT16 || (out->strides[3] != 1 && out->strides[3] != 2) ||
+      !is_contiguous(wp) || (bias && bias->dtype != LOOM_BFLOAT16) ||
       kh < 1 || kw < 1 || taps > MAX_TAPS || sh < 1 || sw < 1 || dh < 1 || dw < 1 ||
       wq < out->sizes[3] || ppi < 32 || ppi > LOOM_CONV_NHWC_POSITIONS || ppi % 32 != 0 ||
       xp->sizes[0] != out->sizes[0] || xp->sizes[1] != sh * sw || wp->sizes[2] != taps ||

@@ -188,9 +188,10 @@ bool implicit_dtype(at::ScalarType dtype, loom_gemm_isa isa) {
 // col panels from the image tile by tile. With `flipped`, the
 // convolution's weight is the flipped form of `weight` (see pack_a), which
 // is packed from `weight` directly. `whole` says the convolution is a
-// layer's own, not one of the phases of an input gradient, each of which
-// would copy dy channels last again for its few taps (64->128 3x3/2 at 56,
-// batch 8: 2.4 against 2.1 ms).
+// layer's own, not one of the phases of an input gradient: those take the
+// channels-last kernels only from a copy of dy they share
+// (input_grad_by_phases), since each copying dy for its few taps cost more
+// than it saved (64->128 3x3/2 at 56, batch 8: 2.4 against 2.1 ms).
 void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const Geom& g, int64_t groups,
                            loom_gemm_isa isa, const char* op, bool flipped = false,
@@ -447,8 +448,8 @@ bool input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
       for (const Phase& pw : phases[2]) {
         if (ph.taps == 0 || pw.taps == 0) continue;
         fit = fit && nhwc_grid_fits(dy.size(0), ph.size, pw.size, wq);
-        plane = std::max(plane, (ph.size * wq + 31) / 32 * 32 +
-                                    (ph.taps - 1 + top - ph.pad) * wq + pw.taps - 1 + left - pw.pad);
+        const int64_t reach = (ph.taps - 1 + top - ph.pad) * wq + pw.taps - 1 + left - pw.pad;
+        plane = std::max(plane, (ph.size * wq + 31) / 32 * 32 + reach);
       }
     if (fit) copy = nhwc_copy(dy, top, left, wq, 1, 1, plane, op);
   }
@@ -472,15 +473,14 @@ bool input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
           dst.zero_();
           continue;
         }
+        const int64_t origin = (top - g2.p[1]) * wq + left - g2.p[2];
         if (copy.defined() && dst.stride(3) <= 2) {  // written in place
-          nhwc_run(dst, copy, wsub.contiguous(), Tensor(), g2, wq,
-                   (top - g2.p[1]) * wq + left - g2.p[2], /*flipped=*/true, op);
+          nhwc_run(dst, copy, wsub.contiguous(), Tensor(), g2, wq, origin, /*flipped=*/true, op);
           continue;
         }
         Tensor out = at::empty(dst.sizes(), gi.options());
         if (copy.defined())
-          nhwc_run(out, copy, wsub.contiguous(), Tensor(), g2, wq,
-                   (top - g2.p[1]) * wq + left - g2.p[2], /*flipped=*/true, op);
+          nhwc_run(out, copy, wsub.contiguous(), Tensor(), g2, wq, origin, /*flipped=*/true, op);
         else
           conv_forward_implicit(out, dy, wsub.contiguous(), Tensor(), g2, groups, isa, op,
                                 /*flipped=*/true, /*whole=*/false);
