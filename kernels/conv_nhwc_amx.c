@@ -184,6 +184,28 @@ int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, in
   return 0;
 }
 
+/* One step of 32 k over the 2 x 2 C tiles 0-3: A tiles of rows 0-15 at a0
+ * and 16-31 at a1, `as` bytes apart, B tiles at b0 and b1, `bs` apart. */
+static inline void tiles_step(const void *a0, const void *a1, int64_t as, const void *b0,
+                              const void *b1, int64_t bs) {
+  _tile_loadd(4, a0, as);
+  _tile_loadd(5, a1, as);
+  _tile_loadd(6, b0, bs);
+  _tile_loadd(7, b1, bs);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+/* C tiles 0-3 to a 32 x 32 block of fp32, rows 32 apart. */
+static inline void tiles_store(float *c) {
+  _tile_stored(0, c, 128);
+  _tile_stored(1, c + 16, 128);
+  _tile_stored(2, c + 16 * 32, 128);
+  _tile_stored(3, c + 16 * 32 + 16, 128);
+}
+
 /* The 32 x 32 sums buf[position][out-channel] to the output: transposed,
  * rounded, positions [0, qn) of the grid from q0 on, out channels from o0
  * on. */
@@ -301,19 +323,9 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
         for (int64_t cb = 0; cb < cbs; ++cb)
           for (int64_t t = 0; t < taps; ++t, b += 2 * BTILE) {
             const uint16_t *a = x + (tap_off[t] + q) * ps + cb * CB;
-            _tile_loadd(4, a, ps * 2);
-            _tile_loadd(5, a + 16 * ps, ps * 2);
-            _tile_loadd(6, b, 64);
-            _tile_loadd(7, b + BTILE, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
+            tiles_step(a, a + 16 * ps, ps * 2, b, b + BTILE, 64);
           }
-        _tile_stored(0, buf, 128);
-        _tile_stored(1, buf + 16, 128);
-        _tile_stored(2, buf + 16 * 32, 128);
-        _tile_stored(3, buf + 16 * 32 + 16, 128);
+        tiles_store(buf);
         nhwc_emit(buf, out, n, ob * OB, q, q0 + qn - q < 32 ? q0 + qn - q : 32, wq);
       }
     }
@@ -371,21 +383,10 @@ int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int
             for (int64_t p = p0; p < p1; p += 32) {
               /* dy of out-channels 0-15 and 16-31 at 32 positions, and
                * those positions' in-channels 0-15 and 16-31 in pairs */
-              const uint16_t *a = g + p - tap_off[t];
-              const uint16_t *b = x + p / 2 * ps;
-              _tile_loadd(4, a, span * 2);
-              _tile_loadd(5, a + 16 * span, span * 2);
-              _tile_loadd(6, b, ps * 2);
-              _tile_loadd(7, b + 32, ps * 2);
-              _tile_dpbf16ps(0, 4, 6);
-              _tile_dpbf16ps(1, 4, 7);
-              _tile_dpbf16ps(2, 5, 6);
-              _tile_dpbf16ps(3, 5, 7);
+              const uint16_t *a = g + p - tap_off[t], *b = x + p / 2 * ps;
+              tiles_step(a, a + 16 * span, span * 2, b, b + 32, ps * 2);
             }
-            _tile_stored(0, c, 128);
-            _tile_stored(1, c + 16, 128);
-            _tile_stored(2, c + 16 * 32, 128);
-            _tile_stored(3, c + 16 * 32 + 16, 128);
+            tiles_store(c);
           }
         }
       }
