@@ -40,6 +40,13 @@ bsame = torch.nn.functional.conv2d(bimg, bker, padding=1)
 bstrided = torch.nn.functional.conv2d(bimg, bker, stride=2, padding=1)
 (bsame.float().square().sum() + bstrided.float().square().sum()).backward()
 results += [bsame, bstrided, bimg.grad, bker.grad]
+# bf16 over 4096 positions or more: the channels-last kernels on AMX tiles
+nimg = torch.randn(4, 64, 66, 65).bfloat16().to("loom").requires_grad_()
+nker = torch.randn(72, 64, 3, 3).bfloat16().to("loom").requires_grad_()
+nsame = torch.nn.functional.conv2d(nimg[:2], nker, padding=1)
+nstrided = torch.nn.functional.conv2d(nimg, nker, stride=2, padding=1)
+(nsame.float().square().sum() + nstrided.float().square().sum()).backward()
+results += [nsame, nstrided, nimg.grad, nker.grad]
 # bf16 attention while decoding; float32 products as bf16 ("medium"/"high")
 dq, dk, dv = (torch.randn(3, 2, n, 40).bfloat16().to("loom") for n in (2, 900, 900))
 results.append(torch.nn.functional.scaled_dot_product_attention(dq, dk, dv))
