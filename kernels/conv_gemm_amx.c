@@ -67,9 +67,7 @@ static inline __m512i ca_load(const ca_tap *tp, const ca_seg *sg, int64_t cnt, i
     return _mm512_setzero_si512();
   if (mode == CA_RUN) return _mm512_maskz_loadu_epi16(sg->live[tp->kw], r);
   if (mode == CA_RUN2) {
-    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38,
-                                          36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
-                                          10, 8, 6, 4, 2, 0);
+    const __m512i even = cg_even_lanes16();
     return _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(sg->live[2 * tp->kw], r), even,
                                      _mm512_maskz_loadu_epi16(sg->live[2 * tp->kw + 1], r + 32));
   }

@@ -28,6 +28,13 @@ static inline __mmask16 cg_range_mask(int64_t lo, int64_t hi) {
   return hi > lo ? (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : 0;
 }
 
+/* The permutex2var_epi16 indices of the even lanes of two vectors of 32
+ * 16-bit values: a stride-2 row's every other element. */
+static inline __m512i cg_even_lanes16(void) {
+  return _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30,
+                          28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+}
+
 /* Lanes [lo, hi) of 32, clipped. */
 static inline __mmask32 cg_range_mask32(int64_t lo, int64_t hi) {
   if (lo < 0) lo = 0;

@@ -55,9 +55,7 @@ static inline __m512i pad_load(const uint16_t *row, int64_t ix0, int64_t w, int6
                                int64_t step, __mmask32 m, __mmask32 m2) {
   if (step == 1 && sw == 1) return _mm512_maskz_loadu_epi16(m, row + ix0);
   if (step == 1 && sw == 2) {
-    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38,
-                                          36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
-                                          10, 8, 6, 4, 2, 0);
+    const __m512i even = cg_even_lanes16();
     return _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(m, row + ix0), even,
                                      _mm512_maskz_loadu_epi16(m2, row + ix0 + 32));
   }

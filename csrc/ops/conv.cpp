@@ -449,7 +449,7 @@ bool input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
         if (ph.taps == 0 || pw.taps == 0) continue;
         fit = fit && nhwc_grid_fits(dy.size(0), ph.size, pw.size, wq);
         const int64_t reach = (ph.taps - 1 + top - ph.pad) * wq + pw.taps - 1 + left - pw.pad;
-        plane = std::max(plane, (ph.size * wq + 31) / 32 * 32 + reach);
+        plane = std::max(plane, round_up(ph.size * wq, 32) + reach);
       }
     if (fit) copy = nhwc_copy(dy, top, left, wq, 1, 1, plane, op);
   }

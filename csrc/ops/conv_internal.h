@@ -15,6 +15,8 @@
 
 namespace torch_loom::conv {
 
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 // Convolution geometry padded to 3 spatial dims; `grid` is the set of
 // window positions (the col columns per image).
 struct Geom {

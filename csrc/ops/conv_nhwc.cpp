@@ -7,13 +7,8 @@
 #include "kernels/conv_nhwc.h"
 
 namespace torch_loom::conv {
-namespace {
 
 using at::Tensor;
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-}  // namespace
 
 bool nhwc_channels_fit(const Tensor& input, int64_t in_channels, int64_t out_channels,
                        int64_t groups) {

@@ -8,13 +8,8 @@
 #include <cstring>
 
 namespace torch_loom::conv {
-namespace {
 
 using at::Tensor;
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-}  // namespace
 
 Tensor pad_planes(const Tensor& x, const Geom& g, const Padded& pd, int64_t needed,
                   const char* op) {

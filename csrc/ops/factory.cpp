@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <string>
 
 #include "common.h"
 #include "kernels/factory.h"
@@ -18,9 +19,10 @@
 namespace torch_loom::factory {
 namespace {
 
-// The CPU has no bool ranges: neither has loom, with the CPU's exception.
-void check_range_dtype(const char* name, const at::Tensor& out) {
-  TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"", name,
+// The CPU has no bool ranges or bool scans: neither has loom, with the
+// CPU's exception, naming loom's kernel (`kernel`_loom).
+void refuse_bool(const char* kernel, const at::Tensor& out) {
+  TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"", kernel,
                               "_loom\" not implemented for 'Bool'");
 }
 
@@ -34,7 +36,7 @@ void launch_factory(const char* name, const at::Tensor& out, const loom_scalar (
 
 at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
                        at::Tensor& out) {
-  check_range_dtype("arange", out);
+  refuse_bool("arange", out);
   const bool integral = at::isIntegralType(out.scalar_type(), true);
   const int64_t size = integral ? at::native::compute_arange_size<int64_t>(start, end, step)
                                 : at::native::compute_arange_size<double>(start, end, step);
@@ -48,7 +50,7 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at:
 
 at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps,
                          at::Tensor& out) {
-  check_range_dtype("linspace", out);
+  refuse_bool("linspace", out);
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   if (out.numel() != steps) out.resize_({steps});
   const loom_scalar s[4] = {scalar_i(LOOM_FACTORY_LINSPACE), scalar_f(start.toDouble()),
@@ -59,7 +61,7 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
 
 at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps,
                          double base, at::Tensor& out) {
-  check_range_dtype("logspace", out);
+  refuse_bool("logspace", out);
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   if (out.numel() != steps) out.resize_({steps});
   const loom_scalar s[4] = {scalar_i(LOOM_FACTORY_LOGSPACE), scalar_f(start.toDouble()),
@@ -121,8 +123,7 @@ at::Tensor& cum_out(const char* name, int op, const at::Tensor& self, int64_t di
                     std::optional<at::ScalarType> dtype, at::Tensor& out) {
   dim = at::maybe_wrap_dim(dim, self.dim());
   TORCH_CHECK(!self.is_complex(), name, " is not supported on loom for complex tensors");
-  TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"", name,
-                              "_out_loom\" not implemented for 'Bool'");
+  refuse_bool((std::string(name) + "_out").c_str(), out);
   if (dtype) TORCH_CHECK(out.scalar_type() == *dtype, name, "(): expected out dtype ", *dtype,
                          " but got ", out.scalar_type());
   at::native::resize_output(out, self.sizes());
