@@ -111,4 +111,9 @@ at::Tensor& copy_to_out(at::Tensor& out, const at::Tensor& r, const char* op) {
   return out.copy_(r);
 }
 
+int64_t device_workers(const at::Tensor& t) {
+  loom_device_props props{};
+  return loom_device_properties(t.device().index(), &props) == LOOM_OK ? props.num_threads : 1;
+}
+
 }  // namespace torch_loom

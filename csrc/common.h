@@ -42,6 +42,9 @@ void launch(const char* name, loom_kernel_fn fn,
             c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
             c10::DeviceIndex device = -1);
 
+// The threads that run `t`'s device's launches (1 if it cannot say).
+int64_t device_workers(const at::Tensor& t);
+
 // An empty tensor on the meta device with `t`'s sizes, strides and dtype:
 // running an op on it checks the arguments and sizes the result exactly as
 // the CPU backend does, without computing.

@@ -65,11 +65,6 @@ loom_tensor view4(const Tensor& t, const char* op, std::array<int64_t, 4> sizes,
   return d;
 }
 
-int64_t device_workers(const Tensor& t) {
-  loom_device_props props{};
-  return loom_device_properties(t.device().index(), &props) == LOOM_OK ? props.num_threads : 1;
-}
-
 int64_t tile_positions(const Tensor& t, int64_t batches, int64_t cols) {
   return loom_conv_tile_positions(batches, cols, device_workers(t));
 }

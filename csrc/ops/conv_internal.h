@@ -37,8 +37,6 @@ std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> geom_scalars(const Geom& g);
 // Positions per tile of the forward kernels for `batches` x `cols`
 // positions on `t`'s device (loom_conv_tile_positions for its workers).
 int64_t tile_positions(const at::Tensor& t, int64_t batches, int64_t cols);
-// The worker threads of `t`'s device.
-int64_t device_workers(const at::Tensor& t);
 
 // (N, C, spatial...) as rank 5 (N, C, D, H, W).
 loom_tensor image5(const at::Tensor& t, const char* op);

@@ -113,8 +113,8 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
   }
   c10::DeviceGuard guard(c_owner.device());
   for (int pass = 0; pass < n_passes; ++pass) {
-    const int32_t isa_in_compute =
-        isa | LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE | passes[pass];
+    const int32_t isa_in_compute = isa | LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE |
+                                   passes[pass] | LOOM_GEMM_WORKERS(device_workers(c_owner));
     loom_gemm_plan plan;
     int rc = loom_gemm_plan_init(&c, &a, &b, isa_in_compute, &plan);
     TORCH_CHECK(rc == 0, op, ": unsupported operands for the loom GEMM");

@@ -77,6 +77,41 @@ static loom_gemm_blocking loom_gemm_blocking_for(int32_t isa, int bf16) {
 #define LOOM_GEMM_A_IN_PLACE_BYTES ((int64_t)256 << 10)
 #define LOOM_GEMM_A_IN_PLACE_COLS 512
 
+/* Column tiles pay off while A stays in L2 across them: 512^3 fp32 (1 MB)
+ * did, 640^3 and larger did not (loom_gemm_column_width). */
+#define LOOM_GEMM_COLUMN_A_BYTES ((int64_t)1 << 20)
+
+/* The width in panels of C's column tiles (all of its rows, a few
+ * columns; loom_gemm_plan_init), or 0 for row tiles. A stays in each
+ * core's L2 from tile to tile, and each tile packs its own B panels just
+ * before use (b_in_compute), where row tiles had B packed by a launch of
+ * its own, written to memory and read back by the tiles of both cores
+ * (fp32 256^3: 98 against 115 us; 384^3: 319 against 362; bf16 128^3: 9.9
+ * against 16.7 us; 256^3: 30 against 44). Taken when the plan's launches
+ * may pack B in compute, each matrix has a B of its own, A is small, and
+ * the tiles share out evenly: the widest of at least two tiles per worker
+ * (four of 64 or 96 columns at 256^3 and 384^3: 2-13% faster than eight)
+ * that keeps every worker busy to within 5%, counting each tile as wide
+ * as the widest (13 panels over 2 workers cannot be: 512 x 392 x 256
+ * ran 7% slower in column tiles). */
+static int64_t loom_gemm_column_width(const loom_gemm_plan *p, int64_t mats, int64_t esz,
+                                      int in_compute, int64_t workers, int64_t widest) {
+  if (!in_compute || p->b_count1 * p->b_count2 != mats ||
+      p->m * p->kp * esz > LOOM_GEMM_COLUMN_A_BYTES)
+    return 0;
+  const int64_t total = mats * p->n_panels;
+  int64_t w = total / (2 * workers);
+  if (w > widest) w = widest;
+  if (w > p->n_panels) w = p->n_panels;
+  for (; w >= 1; --w) {
+    const int64_t tiles = mats * loom_gemm_ceil_div(p->n_panels, w);
+    if (p->m_panels * p->mr * w * p->nr <= LOOM_GEMM_ACC_TILE &&
+        total * 100 >= 95 * workers * loom_gemm_ceil_div(tiles, workers) * w)
+      return w;
+  }
+  return 0;
+}
+
 /* Whether the 12-row tiles read A's rows where they lie instead of from a
  * packed panel: A must hold the micro-kernel's own format (fp32, or aligned
  * bf16 pairs) with k contiguous, and be small or multiply a narrow C. */
@@ -114,6 +149,8 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
       b->sizes[0] != b1 || b->sizes[1] != b2 || b->sizes[2] != k ||
       b->sizes[3] != n || b1 < 0 || b2 < 0 || m < 0 || n < 0 || k < 0)
     return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t workers = (isa >> 16 & 0xff) > 2 ? isa >> 16 & 0xff : 2;
+  isa &= 0xffff;
   const int in_compute = (isa & LOOM_GEMM_IN_COMPUTE) != 0;
   const int a_in_compute = in_compute && (isa & LOOM_GEMM_A_IN_COMPUTE) != 0;
   int32_t math = isa & (LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW | LOOM_GEMM_B_LOW);
@@ -176,7 +213,12 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
    * same order, so the tiling never changes a result. Rows that fit one
    * tile are cut last: then every B panel serves a single tile. */
   int64_t mcp = blk.mc_panels, ncp = blk.nc_panels;
-  if (out->m_panels <= 2 * mcp) {
+  const int64_t column = loom_gemm_column_width(out, b1 * b2, esz, in_compute, workers,
+                                                blk.nc_panels);
+  if (column) {
+    mcp = out->m_panels;
+    ncp = column;
+  } else if (out->m_panels <= 2 * mcp) {
     /* Up to twice the usual rows in one tile, narrower to fit the tile
      * buffer, when the columns still make tiles enough: B is then packed
      * once, by its tile (256 x 1024 @ 1024 x 4096 fp32: 18-20% faster; a
@@ -186,7 +228,7 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
     if (b1 * b2 * loom_gemm_ceil_div(out->n_panels, tall) >= LOOM_GEMM_MIN_TILES)
       mcp = out->m_panels, ncp = tall;
   }
-  for (;;) {
+  while (!column) {
     int64_t tiles = b1 * b2 * loom_gemm_ceil_div(out->m_panels, mcp) *
                     loom_gemm_ceil_div(out->n_panels, ncp);
     if (tiles >= LOOM_GEMM_MIN_TILES || (mcp == 1 && ncp == 1)) break;

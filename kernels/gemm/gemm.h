@@ -67,6 +67,10 @@ enum { LOOM_GEMM_A_IN_COMPUTE = 0x1000 };
  * alone within 2^-8 ("medium"). Ignored without AMX or for other dtypes. */
 enum { LOOM_GEMM_BF16_MATH = 0x200, LOOM_GEMM_A_LOW = 0x400, LOOM_GEMM_B_LOW = 0x800 };
 
+/* Added to the isa: the threads the launches run on (0-255; 0 or 1 plan
+ * for 2). It only sizes the compute tiles, so no result depends on it. */
+#define LOOM_GEMM_WORKERS(n) ((int32_t)((n) > 255 ? 255 : (n) < 0 ? 0 : (n)) << 16)
+
 /* The variant to use, chosen once from the CPU's features; LOOM_GEMM=
  * generic|avx512|avx512bf16|amx overrides it, capped at what the CPU runs. */
 loom_gemm_isa loom_gemm_isa_selected(void);

@@ -431,16 +431,57 @@ static void test_in_compute(int isa) {
   check_in_compute(&g, isa, 0, 1);
   g.m = 20, g.k = 1024, g.pad = 0; /* rows 4 KB apart */
   check_in_compute(&g, isa, 0, 1);
-  g.m = 300, g.k = 500, g.b2 = 1; /* past the size worth reading in place; row tiles */
+  /* past the size worth reading in place, and an A past 1 MB: row tiles */
+  g.m = 300, g.k = 1000, g.b2 = 1;
   check_in_compute(&g, isa, 0, 0);
   g.n = 256; /* as large, but a narrow C: its panels serve few tiles */
   check_in_compute(&g, isa, 1, 0);
   /* 200 rows in one tall tile, when the columns make tiles enough (the
    * generic kernel's 4-row panels are too many for one tile) */
-  g.m = 200, g.k = 40, g.n = 1600, g.b2 = 3;
-  check_in_compute(&g, isa, 1, isa != LOOM_GEMM_GENERIC);
+  g.m = 200, g.k = 1400, g.n = 1600, g.b2 = 3;
+  check_in_compute(&g, isa, 0, isa != LOOM_GEMM_GENERIC);
   g.n = 300; /* too few column tiles: rows are cut */
   check_in_compute(&g, isa, 1, 0);
+  g.k = 40; /* a small A: column tiles, as tall as C */
+  check_in_compute(&g, isa, 1, 1);
+}
+
+/* A small A (at most 1 MB) cuts C into column tiles as tall as C, at
+ * least two per worker (LOOM_GEMM_WORKERS), each packing its own B panels,
+ * when they share out evenly; the bits are the two-launch path's whatever
+ * the tiling. `tiles`: the column tiles expected, 0 for row tiles. */
+static void check_column_tiles(const gemm_case *g, int isa, int workers, int64_t tiles) {
+  two_paths t = two_paths_make(g);
+  const int flags = LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_WORKERS(workers);
+  loom_gemm_plan p;
+  CHECK(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &p) == 0, "plan");
+  const int column = p.m_tiles == 1 && p.b_in_compute;
+  CHECK(tiles ? column && p.n_tiles == tiles : !column,
+        "%s %ldx%ldx%ld, %d workers: %ld x %ld tiles of %ld x %ld, want %ld column tiles",
+        isa_name(isa), (long)g->m, (long)g->n, (long)g->k, workers, (long)p.m_tiles,
+        (long)p.n_tiles, (long)p.mt, (long)p.nt, (long)tiles);
+  CHECK(run(&t.packed, &t.a, &t.b, NULL, isa, g->alpha, g->beta, 0) == 0, "packed");
+  CHECK(run(&t.direct, &t.a, &t.b, NULL, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK(memcmp(t.packed.data, t.direct.data,
+               (size_t)(t.elems * loom_dtype_size(g->out_dtype))) == 0,
+        "%s %d workers: the tiling changed the bits", isa_name(isa), workers);
+  two_paths_free(&t);
+}
+
+static void test_column_tiles(int isa) {
+  gemm_case g = {.b1 = 1, .b2 = 1, .m = 256, .n = 256, .k = 256, .in_dtype = LOOM_FLOAT32,
+                 .out_dtype = LOOM_FLOAT32, .alpha = 1.0, .beta = 0.0};
+  check_column_tiles(&g, isa, 0, 4); /* 0 plans for 2 workers */
+  check_column_tiles(&g, isa, 2, 4);
+  check_column_tiles(&g, isa, 4, 8);
+  check_column_tiles(&g, isa, 64, 0); /* too few columns for so many */
+  /* 13 panels of 32 columns over two workers: one would wait for the other */
+  g.m = 512, g.n = 392;
+  check_column_tiles(&g, isa, 2, isa == LOOM_GEMM_GENERIC ? 25 : 0);
+  g.m = 300, g.k = 900; /* A past 1 MB */
+  check_column_tiles(&g, isa, 2, 0);
+  g.n = 512, g.k = 200, g.in_dtype = g.out_dtype = LOOM_BFLOAT16;
+  check_column_tiles(&g, isa, 2, 4);
 }
 
 /* A packed by the compute launch (LOOM_GEMM_A_IN_COMPUTE): taken when one
@@ -472,21 +513,23 @@ static void check_a_in_compute(const gemm_case *g, int isa, int expect) {
 static void test_a_in_compute(int isa) {
   /* rows 4 KB apart (not read in place), several k blocks, a partial last
    * row panel, 200 columns: one column tile; alpha and Cin */
-  gemm_case g = {.b1 = 1, .b2 = 2, .m = 101, .n = 200, .k = 1024, .in_dtype = LOOM_FLOAT32,
+  gemm_case g = {.b1 = 1, .b2 = 2, .m = 301, .n = 200, .k = 1024, .in_dtype = LOOM_FLOAT32,
                  .out_dtype = LOOM_FLOAT32, .alpha = 0.5, .beta = 2.0};
   check_a_in_compute(&g, isa, 1);
-  g.trans_a = 1, g.k = 700; /* a transposed A */
+  g.trans_a = 1, g.k = 900; /* a transposed A */
   check_a_in_compute(&g, isa, 1);
   /* bf16 pairs; AMX's 32-row panels need more rows for tiles enough */
-  g.in_dtype = LOOM_BFLOAT16, g.out_dtype = LOOM_BFLOAT16, g.beta = 0.0, g.m = 257, g.k = 300;
+  g.in_dtype = LOOM_BFLOAT16, g.out_dtype = LOOM_BFLOAT16, g.beta = 0.0, g.m = 257, g.k = 2100;
   check_a_in_compute(&g, isa, 1);
-  g.in_dtype = LOOM_FLOAT32, g.out_dtype = LOOM_FLOAT32, g.m = 101, g.k = 700;
+  g.in_dtype = LOOM_FLOAT32, g.out_dtype = LOOM_FLOAT32, g.m = 301, g.k = 900;
   g.n = 700; /* two column tiles */
   check_a_in_compute(&g, isa, 0);
   g.n = 200, g.bcast_a = 1; /* one A for both products: packed once */
   check_a_in_compute(&g, isa, 0);
-  g.bcast_a = 0, g.trans_a = 0, g.k = 600, g.pad = 2; /* small, k contiguous: read in place */
+  g.bcast_a = 0, g.trans_a = 0, g.pad = 2; /* k contiguous, a narrow C: read in place */
   check_a_in_compute(&g, isa, isa == LOOM_GEMM_GENERIC);
+  g.m = 101, g.k = 700; /* an A under 1 MB: column tiles, each packing its B panels */
+  check_a_in_compute(&g, isa, 0);
 }
 
 /* Single-column results through the matrix-vector kernel: row-major and
@@ -628,6 +671,7 @@ int main(void) {
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
     test_in_compute(isa);
     test_a_in_compute(isa);
+    test_column_tiles(isa);
     if (isa == LOOM_GEMM_AVX512) test_transposed_a_groups(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     if (isa == LOOM_GEMM_AMX) test_bf16_math();
