@@ -254,8 +254,12 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   if (in_compute && out->m_tiles == 1 && out->b_count1 * out->b_count2 == b1 * b2) {
     if (out->kc * out->nr * esz > (int64_t)sizeof loom_gemm_b_block) return LOOM_ERROR_INTERNAL;
     out->b_in_compute = 1;
-    /* nothing left for the pack launch when A is read in place whole */
-    out->pack_range = out->a_in_place && m % blk.mr == 0 ? 0 : out->pack_units_a;
+    /* Nothing is left for the pack launch when A is read in place: its
+     * partial last panel, if any, is packed by each tile too, which saves
+     * the launch (124 x 128 x 128 fp32: 17.0 against 13.8 us for 120 rows
+     * before). */
+    out->a_tail_in_compute = out->a_in_place && m % blk.mr != 0;
+    out->pack_range = out->a_in_place ? 0 : out->pack_units_a;
     out->workspace_bytes = out->b_offset;
   }
   /* One column tile: each A panel serves one compute tile, which packs it
@@ -428,8 +432,9 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
       }
     }
 
-    const char *ap = ws + p.a_offset +
-                     ((p.a_count1 > 1 ? i1 : 0) * p.a_count2 + (p.a_count2 > 1 ? i2 : 0)) * p.a_bytes;
+    /* the distinct A of this product */
+    const int64_t amat = (p.a_count1 > 1 ? i1 : 0) * p.a_count2 + (p.a_count2 > 1 ? i2 : 0);
+    const char *ap = ws + p.a_offset + amat * p.a_bytes;
     /* packed B, unless the tile packs its own panels */
     const char *bp = p.b_in_compute ? NULL
                    : ws + p.b_offset +
@@ -476,12 +481,12 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
               p.nr * kc_next * esz, mpn);
         for (int64_t ip = 0; ip < mpn; ++ip) {
           const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
-          if (p.a_in_compute) {
-            apanel = (const char *)loom_gemm_a_block + ip * p.mr * kc * esz;
-            if (jp == 0) /* packed before its first use, which finds it in L1 */
-              loom_gemm_pack_block(&p, a, 1, i1 * p.batch2 + i2, mp0 + ip, pc, (char *)apanel);
-          }
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
+          if (p.a_in_compute || (p.a_tail_in_compute && mr < p.mr)) {
+            apanel = (const char *)loom_gemm_a_block + (p.a_in_compute ? ip : 0) * p.mr * kc * esz;
+            if (jp == 0) /* packed before its first use, which finds it in L1 */
+              loom_gemm_pack_block(&p, a, 1, amat, mp0 + ip, pc, (char *)apanel);
+          }
           loom_gemm_fetch_step(&b_next); /* nothing when not fetching */
           loom_gemm_fetch_step(&a_next);
           /* The next call's C rows, brought into L1 while this one runs:

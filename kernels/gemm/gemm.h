@@ -90,6 +90,8 @@ typedef struct loom_gemm_plan {
   int32_t a_in_place;  /* full row panels of A are read where they lie */
   int32_t b_in_compute; /* B's panels are packed by the compute launch */
   int32_t a_in_compute; /* A's panels are packed by the compute launch */
+  int32_t a_tail_in_compute; /* the partial last row panel of an A read in
+                                place is packed by the compute launch */
   int64_t batch1, batch2, m, n, k;
   int64_t kp;          /* k rounded up to the pack's k granule */
   int64_t kc;          /* k block walked per pass over a C tile */
