@@ -80,6 +80,9 @@ static loom_gemm_blocking loom_gemm_blocking_for(int32_t isa, int bf16) {
 /* Column tiles pay off while A stays in L2 across them: 512^3 fp32 (1 MB)
  * did, 640^3 and larger did not (loom_gemm_column_width). */
 #define LOOM_GEMM_COLUMN_A_BYTES ((int64_t)1 << 20)
+/* Column tiles pack an A that is not read in place each for themselves
+ * while a worker's tiles pack at most this much of it in all. */
+#define LOOM_GEMM_COLUMN_A_PACK_BYTES ((int64_t)256 << 10)
 
 /* The width in panels of C's column tiles (all of its rows, a few
  * columns; loom_gemm_plan_init), or 0 for row tiles. A stays in each
@@ -93,9 +96,14 @@ static loom_gemm_blocking loom_gemm_blocking_for(int32_t isa, int bf16) {
  * (four of 64 or 96 columns at 256^3 and 384^3: 2-13% faster than eight)
  * that keeps every worker busy to within 5%, counting each tile as wide
  * as the widest (13 panels over 2 workers cannot be: 512 x 392 x 256
- * ran 7% slower in column tiles). */
+ * ran 7% slower in column tiles). An A packed by the pack launch is read
+ * by the tiles of the other core from this one's cache: only tiles of at
+ * least `narrowest` panels read it often enough to pay (transposed A,
+ * 180^3 fp32 in tiles of one panel: 7% slower; 512^3 in tiles of four: 7%
+ * faster). */
 static int64_t loom_gemm_column_width(const loom_gemm_plan *p, int64_t mats, int64_t esz,
-                                      int in_compute, int64_t workers, int64_t widest) {
+                                      int in_compute, int64_t workers, int64_t widest,
+                                      int64_t narrowest) {
   if (!in_compute || p->b_count1 * p->b_count2 != mats ||
       p->m * p->kp * esz > LOOM_GEMM_COLUMN_A_BYTES)
     return 0;
@@ -103,7 +111,7 @@ static int64_t loom_gemm_column_width(const loom_gemm_plan *p, int64_t mats, int
   int64_t w = total / (2 * workers);
   if (w > widest) w = widest;
   if (w > p->n_panels) w = p->n_panels;
-  for (; w >= 1; --w) {
+  for (; w >= narrowest; --w) {
     const int64_t tiles = mats * loom_gemm_ceil_div(p->n_panels, w);
     if (p->m_panels * p->mr * w * p->nr <= LOOM_GEMM_ACC_TILE &&
         total * 100 >= 95 * workers * loom_gemm_ceil_div(tiles, workers) * w)
@@ -213,8 +221,18 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
    * same order, so the tiling never changes a result. Rows that fit one
    * tile are cut last: then every B panel serves a single tile. */
   int64_t mcp = blk.mc_panels, ncp = blk.nc_panels;
-  const int64_t column = loom_gemm_column_width(out, b1 * b2, esz, in_compute, workers,
-                                                blk.nc_panels);
+  /* Column tiles of a very small A that is not read in place pack it each
+   * for themselves (a_in_compute, below). */
+  int64_t column = loom_gemm_column_width(out, b1 * b2, esz, in_compute, workers,
+                                          blk.nc_panels, 1);
+  const int a_by_tile =
+      column && a_in_compute && !out->a_in_place && out->a_count1 * out->a_count2 == b1 * b2 &&
+      loom_gemm_ceil_div(b1 * b2 * loom_gemm_ceil_div(out->n_panels, column), workers) * m *
+              out->kp * esz <=
+          LOOM_GEMM_COLUMN_A_PACK_BYTES &&
+      out->m_panels * blk.mr * out->kc * esz <= (int64_t)sizeof loom_gemm_a_block;
+  if (column && !out->a_in_place && !a_by_tile)
+    column = loom_gemm_column_width(out, b1 * b2, esz, in_compute, workers, blk.nc_panels, 3);
   if (column) {
     mcp = out->m_panels;
     ncp = column;
@@ -266,10 +284,17 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
    * just before its first use, into its own cache, rather than the pack
    * launch writing all of A to memory for the compute launch to read back
    * (1024 x 1024 @ 1024 x 256 fp32, rows 4 KB apart so not read in place:
-   * the pack launch took 9% of the product). */
-  if (a_in_compute && !out->a_in_place && out->n_tiles == 1 &&
-      out->a_count1 * out->a_count2 == b1 * b2 &&
-      out->mt * out->kc * esz <= (int64_t)sizeof loom_gemm_a_block) {
+   * the pack launch took 9% of the product). Column tiles of a very small
+   * A pack it each for itself too: packing it over again costs less than
+   * the launch and the trip through the other core's cache, while each
+   * worker packs at most 256 KB in all (transposed A, fp32 128^3, two
+   * tiles of 64 KB each: 22 against 45 us; bf16 256^3, two of 128 KB: 41
+   * against 49; but fp32 256^3, two of 256 KB: 125 against 119, and 180^3,
+   * three of 130 KB: 73 against 66). */
+  if ((a_in_compute && !out->a_in_place && out->n_tiles == 1 &&
+       out->a_count1 * out->a_count2 == b1 * b2 &&
+       out->mt * out->kc * esz <= (int64_t)sizeof loom_gemm_a_block) ||
+      (column && a_by_tile)) {
     out->a_in_compute = 1;
     out->pack_range = out->b_in_compute ? 0 : out->pack_range - out->pack_units_a;
     out->pack_units_a = 0; /* the pack launch's units are all B's */
