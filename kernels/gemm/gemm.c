@@ -77,9 +77,10 @@ static loom_gemm_blocking loom_gemm_blocking_for(int32_t isa, int bf16) {
 #define LOOM_GEMM_A_IN_PLACE_BYTES ((int64_t)256 << 10)
 #define LOOM_GEMM_A_IN_PLACE_COLS 512
 
-/* Column tiles pay off while A stays in L2 across them: 512^3 fp32 (1 MB)
- * did, 640^3 and larger did not (loom_gemm_column_width). */
-#define LOOM_GEMM_COLUMN_A_BYTES ((int64_t)1 << 20)
+/* Column tiles pay off while A stays in L2 across them (loom_gemm_column_width):
+ * 384^3 fp32 (576 KB) ran 5% faster; at 1 MB, 512^3 was level and
+ * 1024 x 256 @ 256 x 256 6% slower. */
+#define LOOM_GEMM_COLUMN_A_BYTES ((int64_t)768 << 10)
 /* Column tiles pack an A that is not read in place each for themselves
  * while a worker's tiles pack at most this much of it in all. */
 #define LOOM_GEMM_COLUMN_A_PACK_BYTES ((int64_t)256 << 10)

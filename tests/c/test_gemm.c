@@ -433,7 +433,7 @@ static void test_in_compute(int isa) {
   check_in_compute(&g, isa, 0, 1);
   g.m = 20, g.k = 1024, g.pad = 0; /* rows 4 KB apart */
   check_in_compute(&g, isa, 0, 1);
-  /* past the size worth reading in place, and an A past 1 MB: row tiles */
+  /* past the size worth reading in place, and an A past 768 KB: row tiles */
   g.m = 300, g.k = 1000, g.b2 = 1;
   check_in_compute(&g, isa, 0, 0);
   g.n = 256; /* as large, but a narrow C: its panels serve few tiles */
@@ -448,7 +448,7 @@ static void test_in_compute(int isa) {
   check_in_compute(&g, isa, 1, 1);
 }
 
-/* A small A (at most 1 MB) cuts C into column tiles as tall as C, at
+/* A small A (at most 768 KB) cuts C into column tiles as tall as C, at
  * least two per worker (LOOM_GEMM_WORKERS), each packing its own B panels,
  * when they share out evenly and, for an A packed by the pack launch (the
  * generic kernel's), are at least three panels wide; the bits are the
@@ -482,7 +482,7 @@ static void test_column_tiles(int isa) {
   /* 13 panels of 32 columns over two workers: one would wait for the other */
   g.m = 512, g.n = 392;
   check_column_tiles(&g, isa, 2, 0);
-  g.m = 300, g.k = 900; /* A past 1 MB */
+  g.m = 300, g.k = 700; /* A past 768 KB */
   check_column_tiles(&g, isa, 2, 0);
   g.n = 512, g.k = 200, g.in_dtype = g.out_dtype = LOOM_BFLOAT16;
   check_column_tiles(&g, isa, 2, 4);
@@ -533,7 +533,7 @@ static void test_a_in_compute(int isa) {
   check_a_in_compute(&g, isa, 0);
   g.bcast_a = 0, g.trans_a = 0, g.pad = 2; /* k contiguous, a narrow C: read in place */
   check_a_in_compute(&g, isa, isa == LOOM_GEMM_GENERIC);
-  /* an A under 1 MB read in place: column tiles, each packing its B panels
+  /* an A under 768 KB read in place: column tiles, each packing its B panels
    * (the generic kernel reads no A in place, and 13 panels over two
    * workers leave one waiting: one column tile) */
   g.m = 101, g.k = 700;
