@@ -213,8 +213,8 @@ static int rows_finite(const float *v, int64_t ld, int64_t rows, int64_t n) {
  * which leaves every sum's bits as they are when v is finite (a sum
  * starts at +0 and never becomes -0). */
 static inline __attribute__((always_inline)) void acc_rows4(
-    float *acc, int64_t ldc, const float *p, int64_t ldp, const float *v, int64_t ldv,
-    int64_t cols, int64_t n, int64_t c0, const int guard) {
+    float *acc, int64_t ldc, const float *p, int64_t ldp, int64_t pj, const float *v,
+    int64_t ldv, int64_t cols, int64_t n, int64_t c0, const int guard) {
   __mmask16 m[4];
   __m512 o[4][4];
   for (int c = 0; c < 4; ++c) m[c] = lanes_below(n - c0 - 16 * c);
@@ -225,7 +225,7 @@ static inline __attribute__((always_inline)) void acc_rows4(
     const __m512 v0 = _mm512_maskz_loadu_ps(m[0], vr), v1 = _mm512_maskz_loadu_ps(m[1], vr + 16);
     const __m512 v2 = _mm512_maskz_loadu_ps(m[2], vr + 32), v3 = _mm512_maskz_loadu_ps(m[3], vr + 48);
     for (int r = 0; r < 4; ++r) {
-      const __m512 pv = _mm512_set1_ps(p[r * ldp + j]);
+      const __m512 pv = _mm512_set1_ps(p[r * ldp + j * pj]);
       if (guard) {
         const __mmask16 k = _mm512_cmp_ps_mask(pv, _mm512_setzero_ps(), _CMP_NEQ_UQ);
         o[r][0] = _mm512_mask3_fmadd_ps(pv, v0, o[r][0], k);
@@ -245,10 +245,10 @@ static inline __attribute__((always_inline)) void acc_rows4(
 }
 #endif
 
-/* acc[i * ldc + e] += sum_j p[i * ldp + j] * v[j * ldv + e], e < n, one
- * fused multiply-add per j in j order; a zero p adds nothing (0 * inf would
- * be NaN). */
-static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
+/* acc[i * ldc + e] += sum_j p[i * ldp + j * pj] * v[j * ldv + e], e < n,
+ * one fused multiply-add per j in j order; a zero p adds nothing (0 * inf
+ * would be NaN). */
+static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp, int64_t pj,
                      const float *v, int64_t ldv, int64_t rows, int64_t cols,
                      int64_t n) {
 #ifdef __AVX512F__
@@ -257,9 +257,9 @@ static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
   for (; i + 4 <= rows; i += 4)
     for (int64_t c0 = 0; c0 < n; c0 += 64) {
       if (finite)
-        acc_rows4(acc + i * ldc, ldc, p + i * ldp, ldp, v, ldv, cols, n, c0, 0);
+        acc_rows4(acc + i * ldc, ldc, p + i * ldp, ldp, pj, v, ldv, cols, n, c0, 0);
       else
-        acc_rows4(acc + i * ldc, ldc, p + i * ldp, ldp, v, ldv, cols, n, c0, 1);
+        acc_rows4(acc + i * ldc, ldc, p + i * ldp, ldp, pj, v, ldv, cols, n, c0, 1);
     }
 #else
   int64_t i = 0;
@@ -267,10 +267,10 @@ static void tile_acc(float *acc, int64_t ldc, const float *p, int64_t ldp,
   for (; i < rows; ++i) {
     float *a = acc + i * ldc;
     for (int64_t j = 0; j < cols; ++j) {
-      const float pj = p[i * ldp + j];
-      if (pj == 0.0f) continue;
+      const float pv = p[i * ldp + j * pj];
+      if (pv == 0.0f) continue;
       const float *vr = v + j * ldv;
-      for (int64_t e = 0; e < n; ++e) a[e] = fmaf(pj, vr[e], a[e]);
+      for (int64_t e = 0; e < n; ++e) a[e] = fmaf(pv, vr[e], a[e]);
     }
   }
 }
@@ -383,81 +383,99 @@ static inline float lse_load(const loom_tensor *lse, int64_t b, int64_t i) {
   return (float)loom_nn_load(lse->data, lse->dtype, b * lse->strides[0] + i * lse->strides[1]);
 }
 
-/* One row's step of the online softmax, given the maximum mb of its nk
- * scores s (NaN if any is): when the maximum grows, the running sum l and
- * the accumulator row a (ev values) are rescaled to it. Returns 0 when no
- * key of the tile is visible, or when a score is NaN or +inf, which sets
- * *bad (the row's result is NaN, as on the CPU); s is then zeroed. Else 1,
- * with *mn the maximum the row's terms are taken against. */
-static int online_rescale(float *s, int64_t nk, float mb, float *m, float *l, float *a,
-                          int64_t ev, float *mn, int *bad) {
-  if (mb != mb || mb == INFINITY) *bad = 1;
-  if (mb == -INFINITY || *bad) {
-    for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
-    return 0;
+/* The online-softmax step of query i over a tile of transposed scores St
+ * (key j's row BQ apart, nk keys): the maximum of its scores (a NaN or
+ * +inf among them sets *bad: the query's result is NaN, as on the CPU),
+ * the rescale of its running sum l and accumulator row a (ev values) when
+ * the maximum grows, and its terms exp(s - m) in place, summed in key
+ * order. A query that sees no key of the tile (all -inf), or a bad one,
+ * gets terms 0. */
+static void softmax_col(float *St, int64_t nk, int64_t i, float *m, float *l, float *a,
+                        int64_t ev, int *bad) {
+  float mb = -INFINITY;
+  int nan = 0;
+  for (int64_t j = 0; j < nk; ++j) {
+    const float v = St[j * BQ + i];
+    nan |= v != v;
+    mb = v > mb ? v : mb;
   }
-  *mn = mb > *m ? mb : *m;
-  if (*mn != *m) {
-    const float c = *m == -INFINITY ? 0.0f : expf(*m - *mn);
+  if (nan || mb == INFINITY) *bad = 1;
+  if (mb == -INFINITY || *bad) {
+    for (int64_t j = 0; j < nk; ++j) St[j * BQ + i] = 0.0f;
+    return;
+  }
+  const float mn = mb > *m ? mb : *m;
+  if (mn != *m) {
+    const float c = loom_exp_neg(*m - mn); /* 0 from m = -inf */
     for (int64_t e = 0; e < ev; ++e) a[e] *= c;
     *l *= c;
-    *m = *mn;
+    *m = mn;
   }
-  return 1;
+  float sum = 0.0f;
+  for (int64_t j = 0; j < nk; ++j) {
+    const float t = loom_exp_neg(St[j * BQ + i] - mn);
+    St[j * BQ + i] = t;
+    sum += t;
+  }
+  *l += sum;
 }
 
 #ifdef __AVX512F__
-/* The online-softmax step of 16 rows of full tiles (BK scores each): nn_rows'
- * max and exp_sum, with their final reductions over 16 lanes taken for all
- * the rows together through a transpose, in the same order, so the bits are
- * those of the row-at-a-time loop. */
-static void softmax_rows16(float *S, float *m, float *l, float *acc, int64_t ev, int *bad) {
-  __m512i t[16];
-  __mmask16 nan = 0, live = 0;
-  for (int r = 0; r < 16; ++r) {
-    __m512 a = _mm512_set1_ps(-INFINITY);
-    for (int c = 0; c < BK; c += 16) {
-      const __m512 v = _mm512_loadu_ps(S + r * BK + c);
-      a = _mm512_mask_mov_ps(a, _mm512_cmp_ps_mask(v, a, _CMP_GT_OQ), v);
-      if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) nan |= (__mmask16)(1u << r);
-    }
-    t[r] = _mm512_castps_si512(a);
-  }
-  loom_gemm_transpose16(t); /* t[j] lane r: lane j of row r */
+/* softmax_col for queries [i0, i0 + 16), one per lane, the same operations
+ * in the same order: a query's scores are a column, so its maximum and sum
+ * need no reduction across lanes. */
+static void softmax_cols16(float *St, int64_t nk, int64_t i0, float *m, float *l, float *acc,
+                           int64_t ev, int *bad) {
   __m512 mb = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < 16; ++j) {
-    const __m512 v = _mm512_castsi512_ps(t[j]);
+  __mmask16 nan = 0;
+  for (int64_t j = 0; j < nk; ++j) {
+    const __m512 v = _mm512_loadu_ps(St + j * BQ + i0);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     mb = _mm512_mask_mov_ps(mb, _mm512_cmp_ps_mask(v, mb, _CMP_GT_OQ), v);
   }
-  float mbs[16], mn[16], sums[16];
-  _mm512_storeu_ps(mbs, _mm512_mask_mov_ps(mb, nan, _mm512_set1_ps(NAN)));
-  for (int r = 0; r < 16; ++r)
-    if (online_rescale(S + r * BK, BK, mbs[r], &m[r], &l[r], acc + r * MAXD, ev, &mn[r],
-                       &bad[r]))
-      live |= (__mmask16)(1u << r);
+  __mmask16 badm = nan | _mm512_cmp_ps_mask(mb, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
   for (int r = 0; r < 16; ++r) {
-    __m512 sum = _mm512_setzero_ps();
-    if (live >> r & 1) {
-      const __m512 vm = _mm512_set1_ps(mn[r]);
-      for (int c = 0; c < BK; c += 16) {
-        const __m512 e = loom_exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(S + r * BK + c), vm));
-        _mm512_storeu_ps(S + r * BK + c, e);
-        sum = _mm512_add_ps(sum, e);
-      }
-    }
-    t[r] = _mm512_castps_si512(sum);
+    if (badm >> r & 1) bad[i0 + r] = 1;
+    if (bad[i0 + r]) badm |= (__mmask16)(1u << r);
   }
-  loom_gemm_transpose16(t);
-  __m512 total = _mm512_setzero_ps();
-  for (int j = 0; j < 16; ++j) total = _mm512_add_ps(total, _mm512_castsi512_ps(t[j]));
-  _mm512_storeu_ps(sums, total);
-  for (int r = 0; r < 16; ++r)
-    if (live >> r & 1) l[r] += sums[r];
+  const __mmask16 live = (__mmask16)(~badm & _mm512_cmp_ps_mask(mb, _mm512_set1_ps(-INFINITY),
+                                                                 _CMP_NEQ_OQ));
+  const __m512 mold = _mm512_loadu_ps(m + i0);
+  const __m512 mn = _mm512_mask_mov_ps(mold, live & _mm512_cmp_ps_mask(mb, mold, _CMP_GT_OQ), mb);
+  const __mmask16 grow = live & _mm512_cmp_ps_mask(mn, mold, _CMP_NEQ_OQ);
+  if (grow) {
+    float c[16];
+    _mm512_storeu_ps(c, loom_exp_neg16(_mm512_sub_ps(mold, mn)));
+    for (int r = 0; r < 16; ++r) {
+      if (!(grow >> r & 1)) continue;
+      float *a = acc + (i0 + r) * MAXD;
+      const __m512 vc = _mm512_set1_ps(c[r]);
+      for (int64_t e = 0; e < ev; e += 16) {
+        const __mmask16 k = lanes_below(ev - e);
+        _mm512_mask_storeu_ps(a + e, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, a + e), vc));
+      }
+      l[i0 + r] *= c[r];
+    }
+    _mm512_mask_storeu_ps(m + i0, grow, mn);
+  }
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < nk; ++j) {
+    float *row = St + j * BQ + i0;
+    const __m512 t = _mm512_maskz_mov_ps(live, loom_exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(row), mn)));
+    _mm512_storeu_ps(row, t);
+    sum = _mm512_add_ps(sum, t);
+  }
+  _mm512_mask_storeu_ps(l + i0, live, _mm512_add_ps(_mm512_loadu_ps(l + i0), sum));
 }
 #endif
 
+/* Each item is BQ queries of one matrix, against the keys in tiles of BK:
+ * the scores come transposed (a key per row: K's rows are read where they
+ * lie, and only the item's queries are transposed, once), so each query's
+ * softmax runs down a column. */
 int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
                                                    int64_t begin, int64_t end) {
+  _Static_assert(BQ == BK, "the transposed scores are a square tile");
   if (args->num_tensors < 6 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *q = &args->tensors[0], *k = &args->tensors[1], *v = &args->tensors[2],
                     *mask = &args->tensors[3], *out = &args->tensors[4], *lse = &args->tensors[5];
@@ -465,43 +483,36 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
   if (tile_dims_of(q, k, v, &d)) return LOOM_ERROR_INVALID_ARGUMENT;
   const float scale = (float)args->scalars[0].f;
   const int causal = args->scalars[1].i != 0;
-  const loom_nn_rows_ops *ops = loom_nn_rows();
   const int64_t nqb = (d.l + BQ - 1) / BQ;
-  float Q[BQ * MAXD], Kt[MAXD * BK], V[BK * MAXD], S[BQ * BK], acc[BQ * MAXD];
+  float Qt[MAXD * BQ], K[BK * MAXD], V[BK * MAXD], St[BK * BQ], acc[BQ * MAXD];
   float m[BQ], l[BQ], inv[BQ];
   int bad[BQ];
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / nqb, i0 = (item % nqb) * BQ;
     const int64_t nq = d.l - i0 < BQ ? d.l - i0 : BQ;
-    load_rows(Q, MAXD, q, b, i0, nq, d.e);
-    for (int64_t i = 0; i < nq; ++i) {
+    load_rows_t(Qt, BQ, q, b, i0, nq, d.e);
+    for (int64_t i = 0; i < BQ; ++i) {
       m[i] = -INFINITY;
       l[i] = 0.0f;
       bad[i] = 0;
-      for (int64_t e = 0; e < d.ev; ++e) acc[i * MAXD + e] = 0.0f;
     }
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t e = 0; e < d.ev; ++e) acc[i * MAXD + e] = 0.0f;
     const int64_t kend = causal && i0 + nq < d.s ? i0 + nq : d.s;
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
       const int64_t nk = kend - j0 < BK ? kend - j0 : BK;
       if (tile_hidden(mask, b, i0, nq, j0, nk)) continue;
-      load_rows_t(Kt, BK, k, b, j0, nk, d.e);
-      int64_t ldv;
+      int64_t ldk, ldv;
+      const float *kr = rows_view(K, k, b, j0, nk, d.e, &ldk);
       const float *vr = rows_view(V, v, b, j0, nk, d.ev, &ldv);
-      tile_mm(S, Q, MAXD, Kt, nq, d.e);
-      finish_scores(S, BK, nq, BK, nk, scale, mask, causal, b, i0, j0, 0);
+      tile_mm(St, kr, ldk, Qt, nk, d.e);
+      finish_scores(St, BQ, nk, BQ, nq, scale, mask, causal, b, i0, j0, 1);
       int64_t i = 0;
 #ifdef __AVX512F__
-      if (nk == BK)
-        for (; i + 16 <= nq; i += 16)
-          softmax_rows16(S + i * BK, m + i, l + i, acc + i * MAXD, d.ev, bad + i);
+      for (; i < nq; i += 16) softmax_cols16(St, nk, i, m, l, acc, d.ev, bad);
 #endif
-      for (; i < nq; ++i) {
-        float *s = S + i * BK, mn, mb = ops->max(s, nk);
-        for (int64_t j = 0; j < nk; ++j) mb = s[j] != s[j] ? s[j] : mb;
-        if (online_rescale(s, nk, mb, &m[i], &l[i], acc + i * MAXD, d.ev, &mn, &bad[i]))
-          l[i] += ops->exp_sum(s, nk, mn, s);
-      }
-      tile_acc(acc, MAXD, S, BK, vr, ldv, nq, nk, d.ev);
+      for (; i < nq; ++i) softmax_col(St, nk, i, &m[i], &l[i], acc + i * MAXD, d.ev, &bad[i]);
+      tile_acc(acc, MAXD, St, 1, BQ, vr, ldv, nq, nk, d.ev);
     }
     for (int64_t i = 0; i < nq; ++i) {
       inv[i] = bad[i] ? NAN : l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
@@ -571,7 +582,7 @@ int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *ar
         row_exp(s, nk, L[i], ops); /* P */
         for (int64_t j = 0; j < nk; ++j) s[j] = s[j] * (dP[i * BK + j] - D[i]); /* dS */
       }
-      tile_acc(acc, MAXD, S, BK, kr, ldk, nq, nk, d.e);
+      tile_acc(acc, MAXD, S, BK, 1, kr, ldk, nq, nk, d.e);
     }
     for (int64_t i = 0; i < nq; ++i) D[i] = scale; /* row scale for the store */
     store_rows(dq, b, i0, nq, d.e, acc, MAXD, D);
@@ -629,10 +640,10 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
       for (int64_t i = 0; i < nq; ++i)
         if (L[i] != L[i])
           for (int64_t j = 0; j < nk; ++j) St[j * BK + i] = NAN;
-      tile_acc(acc_v, MAXD, St, BK, dor, ldo, nk, nq, d.ev);
+      tile_acc(acc_v, MAXD, St, BK, 1, dor, ldo, nk, nq, d.ev);
       for (int64_t j = 0; j < nk; ++j)
         for (int64_t i = 0; i < nq; ++i) St[j * BK + i] *= dPt[j * BK + i] - D[i]; /* dS^T */
-      tile_acc(acc_k, MAXD, St, BK, qr, ldq, nk, nq, d.e);
+      tile_acc(acc_k, MAXD, St, BK, 1, qr, ldq, nk, nq, d.e);
     }
     for (int64_t j = 0; j < nk; ++j) sc[j] = scale;
     store_rows(dk, b, j0, nk, d.e, acc_k, MAXD, sc);
