@@ -540,6 +540,10 @@ static void row_exp(float *s, int64_t n, float m, const loom_nn_rows_ops *ops) {
   ops->exp_sum(s, n, m, s);
 }
 
+/* Each item is BQ queries' gradient, against the keys in tiles of BK. As
+ * in the forward, the scores and dP come transposed: K's and V's rows are
+ * read where they lie, and only the item's queries and output gradients
+ * are transposed, once. */
 int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *args,
                                                       int64_t begin, int64_t end) {
   if (args->num_tensors < 9 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
@@ -552,16 +556,17 @@ int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *ar
   const int causal = args->scalars[1].i != 0;
   const loom_nn_rows_ops *ops = loom_nn_rows();
   const int64_t nqb = (d.l + BQ - 1) / BQ;
-  float Q[BQ * MAXD], dO[BQ * MAXD], Kt[MAXD * BK], K[BK * MAXD], Vt[MAXD * BK];
-  float S[BQ * BK], dP[BQ * BK], acc[BQ * MAXD], D[BQ], L[BQ], O[MAXD];
+  float Qt[MAXD * BQ], dOt[MAXD * BQ], K[BK * MAXD], V[BK * MAXD];
+  float St[BK * BQ], dPt[BK * BQ], acc[BQ * MAXD], D[BQ], L[BQ], O[MAXD], dOi[MAXD];
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / nqb, i0 = (item % nqb) * BQ;
     const int64_t nq = d.l - i0 < BQ ? d.l - i0 : BQ;
-    load_rows(Q, MAXD, q, b, i0, nq, d.e);
-    load_rows(dO, MAXD, dout, b, i0, nq, d.ev);
+    load_rows_t(Qt, BQ, q, b, i0, nq, d.e);
+    load_rows_t(dOt, BQ, dout, b, i0, nq, d.ev);
     for (int64_t i = 0; i < nq; ++i) {
       load_rows(O, MAXD, out, b, i0 + i, 1, d.ev);
-      D[i] = ops->dot(dO + i * MAXD, O, d.ev);
+      load_rows(dOi, MAXD, dout, b, i0 + i, 1, d.ev);
+      D[i] = ops->dot(dOi, O, d.ev);
       loom_nn_store(delta->data, delta->dtype, b * delta->strides[0] + (i0 + i) * delta->strides[1], D[i]);
       const float li = lse_load(lse, b, i0 + i);
       L[i] = li == -INFINITY ? INFINITY : li; /* a row that saw no key keeps P = 0 */
@@ -570,19 +575,19 @@ int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *ar
     const int64_t kend = causal && i0 + nq < d.s ? i0 + nq : d.s;
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
       const int64_t nk = kend - j0 < BK ? kend - j0 : BK;
-      load_rows_t(Kt, BK, k, b, j0, nk, d.e);
-      int64_t ldk;
+      int64_t ldk, ldv;
       const float *kr = rows_view(K, k, b, j0, nk, d.e, &ldk);
-      load_rows_t(Vt, BK, v, b, j0, nk, d.ev);
-      tile_mm(S, Q, MAXD, Kt, nq, d.e);
-      finish_scores(S, BK, nq, BK, nk, scale, mask, causal, b, i0, j0, 0);
-      tile_mm(dP, dO, MAXD, Vt, nq, d.ev);
-      for (int64_t i = 0; i < nq; ++i) {
-        float *s = S + i * BK;
-        row_exp(s, nk, L[i], ops); /* P */
-        for (int64_t j = 0; j < nk; ++j) s[j] = s[j] * (dP[i * BK + j] - D[i]); /* dS */
+      const float *vr = rows_view(V, v, b, j0, nk, d.ev, &ldv);
+      tile_mm(St, kr, ldk, Qt, nk, d.e);
+      finish_scores(St, BQ, nk, BQ, nq, scale, mask, causal, b, i0, j0, 1);
+      tile_mm(dPt, vr, ldv, dOt, nk, d.ev);
+      for (int64_t j = 0; j < nk; ++j) {
+        float *s = St + j * BQ;
+        for (int64_t i = 0; i < nq; ++i) s[i] -= L[i];
+        row_exp(s, nq, 0.0f, ops); /* P^T */
+        for (int64_t i = 0; i < nq; ++i) s[i] *= dPt[j * BQ + i] - D[i]; /* dS^T */
       }
-      tile_acc(acc, MAXD, S, BK, 1, kr, ldk, nq, nk, d.e);
+      tile_acc(acc, MAXD, St, 1, BQ, kr, ldk, nq, nk, d.e);
     }
     for (int64_t i = 0; i < nq; ++i) D[i] = scale; /* row scale for the store */
     store_rows(dq, b, i0, nq, d.e, acc, MAXD, D);
@@ -590,6 +595,9 @@ int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *ar
   return LOOM_OK;
 }
 
+/* Each item is BQ keys' gradients, against the queries in tiles of BK: the
+ * item's keys and values are transposed, once, and the queries' and output
+ * gradients' rows are read where they lie. */
 int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *args,
                                                        int64_t begin, int64_t end) {
   if (args->num_tensors < 9 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
@@ -602,13 +610,13 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
   const int causal = args->scalars[1].i != 0;
   const loom_nn_rows_ops *ops = loom_nn_rows();
   const int64_t nkb = (d.s + BQ - 1) / BQ;
-  float K[BQ * MAXD], V[BQ * MAXD], Qt[MAXD * BK], Qr[BK * MAXD], dO[BK * MAXD], dOt[MAXD * BK];
-  float St[BQ * BK], dPt[BQ * BK], acc_k[BQ * MAXD], acc_v[BQ * MAXD], L[BK], D[BK], sc[BQ];
+  float Kt[MAXD * BQ], Vt[MAXD * BQ], Qr[BK * MAXD], dO[BK * MAXD];
+  float S[BK * BQ], dP[BK * BQ], acc_k[BQ * MAXD], acc_v[BQ * MAXD], L[BK], D[BK], sc[BQ];
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / nkb, j0 = (item % nkb) * BQ;
     const int64_t nk = d.s - j0 < BQ ? d.s - j0 : BQ;
-    load_rows(K, MAXD, k, b, j0, nk, d.e);
-    load_rows(V, MAXD, v, b, j0, nk, d.ev);
+    load_rows_t(Kt, BQ, k, b, j0, nk, d.e);
+    load_rows_t(Vt, BQ, v, b, j0, nk, d.ev);
     for (int64_t j = 0; j < nk; ++j) {
       for (int64_t e = 0; e < d.e; ++e) acc_k[j * MAXD + e] = 0.0f;
       for (int64_t e = 0; e < d.ev; ++e) acc_v[j * MAXD + e] = 0.0f;
@@ -616,34 +624,31 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
     /* with a causal mask, queries before j0 see none of these keys */
     for (int64_t i0 = causal ? (j0 / BK) * BK : 0; i0 < d.l; i0 += BK) {
       const int64_t nq = d.l - i0 < BK ? d.l - i0 : BK;
-      load_rows_t(Qt, BK, q, b, i0, nq, d.e);
       int64_t ldq, ldo;
       const float *qr = rows_view(Qr, q, b, i0, nq, d.e, &ldq);
       const float *dor = rows_view(dO, dout, b, i0, nq, d.ev, &ldo);
-      load_rows_t(dOt, BK, dout, b, i0, nq, d.ev);
       for (int64_t i = 0; i < nq; ++i) {
         const float li = lse_load(lse, b, i0 + i);
         L[i] = li == -INFINITY ? INFINITY : li;
         D[i] = (float)loom_nn_load(delta->data, delta->dtype,
                                    b * delta->strides[0] + (i0 + i) * delta->strides[1]);
       }
-      tile_mm(St, K, MAXD, Qt, nk, d.e);
-      finish_scores(St, BK, nk, BK, nq, scale, mask, causal, b, i0, j0, 1);
-      tile_mm(dPt, V, MAXD, dOt, nk, d.ev);
-      for (int64_t j = 0; j < nk; ++j) {
-        float *s = St + j * BK;
-        for (int64_t i = 0; i < nq; ++i) s[i] -= L[i];
-        row_exp(s, nq, 0.0f, ops); /* P^T */
-      }
-      /* A row the forward made NaN (NaN log-sum-exp) weighs NaN on every
-       * key of the tile, as its output did: exp took its NaN for 0. */
-      for (int64_t i = 0; i < nq; ++i)
+      tile_mm(S, qr, ldq, Kt, nq, d.e);
+      finish_scores(S, BQ, nq, BQ, nk, scale, mask, causal, b, i0, j0, 0);
+      tile_mm(dP, dor, ldo, Vt, nq, d.ev);
+      for (int64_t i = 0; i < nq; ++i) {
+        float *s = S + i * BQ;
+        for (int64_t j = 0; j < nk; ++j) s[j] -= L[i];
+        row_exp(s, nk, 0.0f, ops); /* P */
+        /* A row the forward made NaN (NaN log-sum-exp) weighs NaN on every
+         * key of the tile, as its output did: exp took its NaN for 0. */
         if (L[i] != L[i])
-          for (int64_t j = 0; j < nk; ++j) St[j * BK + i] = NAN;
-      tile_acc(acc_v, MAXD, St, BK, 1, dor, ldo, nk, nq, d.ev);
-      for (int64_t j = 0; j < nk; ++j)
-        for (int64_t i = 0; i < nq; ++i) St[j * BK + i] *= dPt[j * BK + i] - D[i]; /* dS^T */
-      tile_acc(acc_k, MAXD, St, BK, 1, qr, ldq, nk, nq, d.e);
+          for (int64_t j = 0; j < nk; ++j) s[j] = NAN;
+      }
+      tile_acc(acc_v, MAXD, S, 1, BQ, dor, ldo, nk, nq, d.ev);
+      for (int64_t i = 0; i < nq; ++i)
+        for (int64_t j = 0; j < nk; ++j) S[i * BQ + j] *= dP[i * BQ + j] - D[i]; /* dS */
+      tile_acc(acc_k, MAXD, S, 1, BQ, qr, ldq, nk, nq, d.e);
     }
     for (int64_t j = 0; j < nk; ++j) sc[j] = scale;
     store_rows(dk, b, j0, nk, d.e, acc_k, MAXD, sc);
