@@ -305,3 +305,22 @@ def test_float32_scans_over_dim_0_take_columns_together(fn):
         assert torch.equal(got, want)
         torch.testing.assert_close(got, fn(t.cpu(), dim))
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+def test_reduced_dims_back_to_back_merge(dtype):
+    """Reduced dims that lie back to back in memory are reduced as one (a
+    bias gradient's sum over batch and sequence), size-1 dims drop out, and
+    dims that do not lie so stay apart: every layout gives the CPU's
+    result, and a flattened arg index still counts the original dims."""
+    x = make((3, 1, 40, 33), dtype)
+    for dims in [(0, 1), (0, 2), (1, 2), (0, 1, 2), (2, 3), (0, 3)]:
+        check(torch.sum, x, dim=dims)
+        check(torch.sum, x.transpose(0, 2), dim=dims)  # back to back no more
+        check(torch.sum, x[:, :, ::2], dim=dims)
+        check(torch.sum, x.expand(2, 3, 1, 40, 33), dim=(0,) + tuple(d + 1 for d in dims))
+    if dtype.is_floating_point:
+        check(torch.mean, x, dim=(0, 1, 2))
+        check(torch.var, x, dim=(0, 2))
+        check(torch.argmax, x)
+        check(torch.amax, x.transpose(1, 3), dim=(0, 1, 2))
