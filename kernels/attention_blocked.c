@@ -149,14 +149,26 @@ static void store_rows(const loom_tensor *t, int64_t b, int64_t r0, int64_t nr,
   }
 }
 
-/* out[i * BK + j] = sum_e a[i * lda + e] * bt[e * BK + j] for all BK columns
- * (bt is zero-padded), each step one fused multiply-add: the row of BK sums
- * stays in registers. */
+/* out[i * BK + j] = sum_e a[i * lda + e] * bt[e * BK + j] for the columns
+ * j < cols (a multiple of 16, at most BK; bt is zero-padded), each step one
+ * fused multiply-add: the row of sums stays in registers. A decode step's
+ * one query takes one vector of the four. */
 static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
-                    int64_t rows, int64_t inner) {
+                    int64_t rows, int64_t cols, int64_t inner) {
 #ifdef __AVX512F__
   _Static_assert(BK == 64, "four vectors per row");
   int64_t i = 0;
+  for (; i + 4 <= rows && cols < BK; i += 4)
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+      __m512 o[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+      for (int64_t e = 0; e < inner; ++e) {
+        const __m512 b0 = _mm512_loadu_ps(bt + e * BK + c0);
+        for (int r = 0; r < 4; ++r)
+          o[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[(i + r) * lda + e]), b0, o[r]);
+      }
+      for (int r = 0; r < 4; ++r) _mm512_storeu_ps(out + (i + r) * BK + c0, o[r]);
+    }
   for (; i + 4 <= rows; i += 4) {
     __m512 o[4][4];
     for (int r = 0; r < 4; ++r)
@@ -181,13 +193,13 @@ static void tile_mm(float *out, const float *a, int64_t lda, const float *bt,
 #endif
   for (; i < rows; ++i) {
     float o[BK];
-    for (int j = 0; j < BK; ++j) o[j] = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) o[j] = 0.0f;
     for (int64_t e = 0; e < inner; ++e) {
       const float ae = a[i * lda + e];
       const float *b = bt + e * BK;
-      for (int j = 0; j < BK; ++j) o[j] = fmaf(ae, b[j], o[j]);
+      for (int64_t j = 0; j < cols; ++j) o[j] = fmaf(ae, b[j], o[j]);
     }
-    memcpy(out + i * BK, o, sizeof o);
+    memcpy(out + i * BK, o, (size_t)cols * sizeof(float));
   }
 }
 
@@ -282,8 +294,10 @@ static void finish_scores(float *s, int64_t lds, int64_t rows, int64_t cols,
                           int64_t valid_cols, float scale,
                           const loom_tensor *mask, int causal, int64_t b,
                           int64_t i0, int64_t j0, int transposed) {
-  if (!mask->data) {
-    /* only the causal boundary and the padding need per-entry care */
+  if (!mask->data || mask->dtype == LOOM_BOOL || mask->dtype == LOOM_FLOAT32) {
+    /* A row is one query (one key when transposed): the causal boundary is
+     * one column, and its mask entries are a strided run. */
+    const int64_t step = !mask->data ? 0 : transposed ? mask->strides[1] : mask->strides[2];
     for (int64_t r = 0; r < rows; ++r) {
       float *row = s + r * lds;
       int64_t lo = 0, hi = valid_cols; /* visible columns [lo, hi) */
@@ -297,26 +311,15 @@ static void finish_scores(float *s, int64_t lds, int64_t rows, int64_t cols,
         }
       }
       for (int64_t c = 0; c < lo; ++c) row[c] = -INFINITY;
-      for (int64_t c = lo; c < hi; ++c) row[c] *= scale;
-      for (int64_t c = hi; c < cols; ++c) row[c] = -INFINITY;
-    }
-    return;
-  }
-  if (!transposed && (mask->dtype == LOOM_BOOL || mask->dtype == LOOM_FLOAT32)) {
-    /* A row is one query: its mask entries are a strided run, the causal
-     * boundary one column. */
-    const int64_t step = mask->strides[2];
-    for (int64_t r = 0; r < rows; ++r) {
-      float *row = s + r * lds;
-      const int64_t qi = i0 + r, base = at3(mask, b, qi, j0);
-      int64_t hi = valid_cols;
-      if (causal && qi - j0 + 1 < hi) hi = qi - j0 + 1 > 0 ? qi - j0 + 1 : 0;
-      if (mask->dtype == LOOM_BOOL) {
+      const int64_t base = transposed ? at3(mask, b, i0, j0 + r) : at3(mask, b, i0 + r, j0);
+      if (!mask->data) {
+        for (int64_t c = lo; c < hi; ++c) row[c] *= scale;
+      } else if (mask->dtype == LOOM_BOOL) {
         const uint8_t *mk = (const uint8_t *)mask->data + base;
-        for (int64_t c = 0; c < hi; ++c) row[c] = mk[c * step] ? row[c] * scale : -INFINITY;
+        for (int64_t c = lo; c < hi; ++c) row[c] = mk[c * step] ? row[c] * scale : -INFINITY;
       } else {
         const float *mk = (const float *)mask->data + base;
-        for (int64_t c = 0; c < hi; ++c) row[c] = row[c] * scale + mk[c * step];
+        for (int64_t c = lo; c < hi; ++c) row[c] = row[c] * scale + mk[c * step];
       }
       for (int64_t c = hi; c < cols; ++c) row[c] = -INFINITY;
     }
@@ -420,6 +423,28 @@ static void softmax_col(float *St, int64_t nk, int64_t i, float *m, float *l, fl
   *l += sum;
 }
 
+/* The online-softmax step of a row of nk scores s, one query's, in the row
+ * layout of a block of few queries: as softmax_col, the maximum taken and
+ * the terms summed by nn_rows' vector steps. */
+static void softmax_row(float *s, int64_t nk, float *m, float *l, float *a, int64_t ev, int *bad,
+                        const loom_nn_rows_ops *ops) {
+  float mb = ops->max(s, nk);
+  for (int64_t j = 0; j < nk; ++j) mb = s[j] != s[j] ? s[j] : mb;
+  if (mb != mb || mb == INFINITY) *bad = 1;
+  if (mb == -INFINITY || *bad) {
+    for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
+    return;
+  }
+  const float mn = mb > *m ? mb : *m;
+  if (mn != *m) {
+    const float c = loom_exp_neg(*m - mn); /* 0 from m = -inf */
+    for (int64_t e = 0; e < ev; ++e) a[e] *= c;
+    *l *= c;
+    *m = mn;
+  }
+  *l += ops->exp_sum(s, nk, mn, s);
+}
+
 #ifdef __AVX512F__
 /* softmax_col for queries [i0, i0 + 16), one per lane, the same operations
  * in the same order: a query's scores are a column, so its maximum and sum
@@ -472,7 +497,10 @@ static void softmax_cols16(float *St, int64_t nk, int64_t i0, float *m, float *l
 /* Each item is BQ queries of one matrix, against the keys in tiles of BK:
  * the scores come transposed (a key per row: K's rows are read where they
  * lie, and only the item's queries are transposed, once), so each query's
- * softmax runs down a column. */
+ * softmax runs down a column. Fewer than 16 queries (a decode step's one)
+ * would leave most of each column vector padding: their scores stay in
+ * rows, a query per row, against K transposed tile by tile (one query
+ * over 576 keys: 20 against 30 us in columns). */
 int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
                                                    int64_t begin, int64_t end) {
   _Static_assert(BQ == BK, "the transposed scores are a square tile");
@@ -484,13 +512,16 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
   const float scale = (float)args->scalars[0].f;
   const int causal = args->scalars[1].i != 0;
   const int64_t nqb = (d.l + BQ - 1) / BQ;
+  const loom_nn_rows_ops *ops = loom_nn_rows();
   float Qt[MAXD * BQ], K[BK * MAXD], V[BK * MAXD], St[BK * BQ], acc[BQ * MAXD];
   float m[BQ], l[BQ], inv[BQ];
   int bad[BQ];
   for (int64_t item = begin; item < end; ++item) {
     const int64_t b = item / nqb, i0 = (item % nqb) * BQ;
     const int64_t nq = d.l - i0 < BQ ? d.l - i0 : BQ;
-    load_rows_t(Qt, BQ, q, b, i0, nq, d.e);
+    const int rows = nq < 16; /* the row layout: Qt holds the queries' rows */
+    if (rows) load_rows(Qt, MAXD, q, b, i0, nq, d.e);
+    else load_rows_t(Qt, BQ, q, b, i0, nq, d.e);
     for (int64_t i = 0; i < BQ; ++i) {
       m[i] = -INFINITY;
       l[i] = 0.0f;
@@ -499,14 +530,24 @@ int ATTN_NAME(loom_attention_blocked_forward_impl)(const loom_kernel_args *args,
     for (int64_t i = 0; i < nq; ++i)
       for (int64_t e = 0; e < d.ev; ++e) acc[i * MAXD + e] = 0.0f;
     const int64_t kend = causal && i0 + nq < d.s ? i0 + nq : d.s;
+    const int64_t cols = (nq + 15) / 16 * 16; /* the queries' vectors */
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
       const int64_t nk = kend - j0 < BK ? kend - j0 : BK;
       if (tile_hidden(mask, b, i0, nq, j0, nk)) continue;
       int64_t ldk, ldv;
-      const float *kr = rows_view(K, k, b, j0, nk, d.e, &ldk);
       const float *vr = rows_view(V, v, b, j0, nk, d.ev, &ldv);
-      tile_mm(St, kr, ldk, Qt, nk, d.e);
-      finish_scores(St, BQ, nk, BQ, nq, scale, mask, causal, b, i0, j0, 1);
+      if (rows) {
+        load_rows_t(K, BK, k, b, j0, nk, d.e); /* the tile's keys transposed */
+        tile_mm(St, Qt, MAXD, K, nq, BK, d.e);
+        finish_scores(St, BK, nq, BK, nk, scale, mask, causal, b, i0, j0, 0);
+        for (int64_t i = 0; i < nq; ++i)
+          softmax_row(St + i * BK, nk, &m[i], &l[i], acc + i * MAXD, d.ev, &bad[i], ops);
+        tile_acc(acc, MAXD, St, BK, 1, vr, ldv, nq, nk, d.ev);
+        continue;
+      }
+      const float *kr = rows_view(K, k, b, j0, nk, d.e, &ldk);
+      tile_mm(St, kr, ldk, Qt, nk, cols, d.e);
+      finish_scores(St, BQ, nk, cols, nq, scale, mask, causal, b, i0, j0, 1);
       int64_t i = 0;
 #ifdef __AVX512F__
       for (; i < nq; i += 16) softmax_cols16(St, nk, i, m, l, acc, d.ev, bad);
@@ -578,9 +619,9 @@ int ATTN_NAME(loom_attention_blocked_backward_q_impl)(const loom_kernel_args *ar
       int64_t ldk, ldv;
       const float *kr = rows_view(K, k, b, j0, nk, d.e, &ldk);
       const float *vr = rows_view(V, v, b, j0, nk, d.ev, &ldv);
-      tile_mm(St, kr, ldk, Qt, nk, d.e);
+      tile_mm(St, kr, ldk, Qt, nk, BQ, d.e);
       finish_scores(St, BQ, nk, BQ, nq, scale, mask, causal, b, i0, j0, 1);
-      tile_mm(dPt, vr, ldv, dOt, nk, d.ev);
+      tile_mm(dPt, vr, ldv, dOt, nk, BQ, d.ev);
       for (int64_t j = 0; j < nk; ++j) {
         float *s = St + j * BQ;
         for (int64_t i = 0; i < nq; ++i) s[i] -= L[i];
@@ -633,9 +674,9 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
         D[i] = (float)loom_nn_load(delta->data, delta->dtype,
                                    b * delta->strides[0] + (i0 + i) * delta->strides[1]);
       }
-      tile_mm(S, qr, ldq, Kt, nq, d.e);
+      tile_mm(S, qr, ldq, Kt, nq, BQ, d.e);
       finish_scores(S, BQ, nq, BQ, nk, scale, mask, causal, b, i0, j0, 0);
-      tile_mm(dP, dor, ldo, Vt, nq, d.ev);
+      tile_mm(dP, dor, ldo, Vt, nq, BQ, d.ev);
       for (int64_t i = 0; i < nq; ++i) {
         float *s = S + i * BQ;
         for (int64_t j = 0; j < nk; ++j) s[j] -= L[i];
