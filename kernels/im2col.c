@@ -96,31 +96,38 @@ int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
 }
 
 /* Adds one col row (the positions of tap (kd, kh, kw) for one image) into
- * an fp32 image plane: the adjoint of im2col's copy. */
+ * an fp32 image plane: the adjoint of im2col's copy. Each image element
+ * takes at most one addition per tap. The grid rows whose image row lies
+ * inside go to the loops together (one call per tap for a 2-d grid, rather
+ * than one per row: a 14 x 14 grid's rows are too short to pay for it). */
 static void loom_col2im_tap(float *plane, const int64_t *pstride,
                             const int64_t *psize, const float *src,
                             const loom_conv_geom *g, int64_t kd, int64_t kh,
                             int64_t kw, int avx512) {
-  int64_t wlo, whi;
+  int64_t wlo, whi, hlo, hhi;
   loom_conv_valid(g->o[2], psize[2], g->s[2], g->p[2], kw * g->d[2], &wlo, &whi);
-  if (whi <= wlo) return;
-  int64_t iw0 = wlo * g->s[2] - g->p[2] + kw * g->d[2];
-  int64_t step = g->s[2] * pstride[2];
+  loom_conv_valid(g->o[1], psize[1], g->s[1], g->p[1], kh * g->d[1], &hlo, &hhi);
+  if (whi <= wlo || hhi <= hlo) return;
+  const int64_t iw0 = wlo * g->s[2] - g->p[2] + kw * g->d[2];
+  const int64_t ih0 = hlo * g->s[1] - g->p[1] + kh * g->d[1];
+  const int64_t step = g->s[2] * pstride[2], d_row = g->s[1] * pstride[1];
+  const int64_t rows = hhi - hlo, n = whi - wlo;
   for (int64_t od = 0; od < g->o[0]; ++od) {
     int64_t id = od * g->s[0] - g->p[0] + kd * g->d[0];
     if (id < 0 || id >= psize[0]) continue;
-    for (int64_t oh = 0; oh < g->o[1]; ++oh) {
-      int64_t ih = oh * g->s[1] - g->p[1] + kh * g->d[1];
-      if (ih < 0 || ih >= psize[1]) continue;
-      const float *restrict s = src + (od * g->o[1] + oh) * g->o[2] + wlo;
-      float *restrict d = plane + id * pstride[0] + ih * pstride[1] + iw0 * pstride[2];
-      int64_t n = whi - wlo;
+    const float *s = src + (od * g->o[1] + hlo) * g->o[2] + wlo;
+    float *d = plane + id * pstride[0] + ih0 * pstride[1] + iw0 * pstride[2];
+    if (step == 2 && avx512) {
+      loom_col2im_add_stride2_avx512(d, d_row, s, g->o[2], rows, n);
+      continue;
+    }
+    for (int64_t r = 0; r < rows; ++r, d += d_row, s += g->o[2]) {
+      float *restrict dr = d;
+      const float *restrict sr = s;
       if (step == 1) {
-        for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-      } else if (step == 2 && avx512) {
-        loom_col2im_add_stride2_avx512(d, s, n);
+        for (int64_t i = 0; i < n; ++i) dr[i] += sr[i];
       } else {
-        for (int64_t i = 0; i < n; ++i) d[i * step] += s[i];
+        for (int64_t i = 0; i < n; ++i) dr[i * step] += sr[i];
       }
     }
   }

@@ -7,25 +7,28 @@
 
 #include "kernels/im2col_internal.h"
 
-void loom_col2im_add_stride2_avx512(float *d, const float *s, int64_t n) {
+void loom_col2im_add_stride2_avx512(float *d, int64_t d_row, const float *s, int64_t s_row,
+                                    int64_t rows, int64_t n) {
   /* Source i goes to lane 2i of a 32-wide destination window: two
-   * destination vectors per 16 sources, the even lanes added. */
+   * destination vectors per 16 sources, only their even lanes loaded,
+   * added and stored, so a short run (a row of a small grid) takes masks
+   * rather than a scalar loop. */
   const __m512i lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   const __m512i hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-  const __mmask16 even = 0x5555;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(s + i);
-    float *w = d + 2 * i;
-    /* The window's last odd lane lies past the last destination: only the
-     * final block may not touch it. */
-    const __mmask16 top = i + 16 == n ? (__mmask16)0x7fff : (__mmask16)0xffff;
-    const __m512 d0 = _mm512_loadu_ps(w);
-    const __m512 d1 = _mm512_maskz_loadu_ps(top, w + 16);
-    _mm512_storeu_ps(w, _mm512_mask_add_ps(d0, even, d0, _mm512_permutexvar_ps(lo, v)));
-    _mm512_mask_storeu_ps(w + 16, top, _mm512_mask_add_ps(d1, even, d1, _mm512_permutexvar_ps(hi, v)));
-  }
-  for (; i < n; ++i) d[2 * i] += s[i];
+  for (int64_t r = 0; r < rows; ++r, d += d_row, s += s_row)
+    for (int64_t i = 0; i < n; i += 16) {
+      const unsigned live = n - i < 16 ? (unsigned)(n - i) : 16u;
+      const unsigned first = live < 8 ? live : 8u, second = live - first;
+      const __mmask16 ms = (__mmask16)((1u << live) - 1u);
+      const __mmask16 m0 = (__mmask16)(0x5555u & ((1u << 2 * first) - 1u));
+      const __mmask16 m1 = (__mmask16)(0x5555u & ((1u << 2 * second) - 1u));
+      const __m512 v = _mm512_maskz_loadu_ps(ms, s + i);
+      float *w = d + 2 * i;
+      const __m512 d0 = _mm512_maskz_loadu_ps(m0, w);
+      const __m512 d1 = _mm512_maskz_loadu_ps(m1, w + 16);
+      _mm512_mask_storeu_ps(w, m0, _mm512_add_ps(d0, _mm512_permutexvar_ps(lo, v)));
+      _mm512_mask_storeu_ps(w + 16, m1, _mm512_add_ps(d1, _mm512_permutexvar_ps(hi, v)));
+    }
 }
 
 void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_t step,

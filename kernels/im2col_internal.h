@@ -6,8 +6,10 @@
 
 #include "loom/kernel_abi.h"
 
-/* d[2i] += s[i] for i < n; touches no other element (AVX-512 CPUs only). */
-void loom_col2im_add_stride2_avx512(float *d, const float *s, int64_t n);
+/* d[r * d_row + 2i] += s[r * s_row + i] for r < rows, i < n; touches no
+ * other element (AVX-512 CPUs only). */
+void loom_col2im_add_stride2_avx512(float *d, int64_t d_row, const float *s, int64_t s_row,
+                                    int64_t rows, int64_t n);
 
 /* Lanes of `lanes` live lanes, in panels of width (<= 16) lanes: panel i
  * gets d[i * dstep + l] = s[(i * width + l) * step] for its live lanes

@@ -456,12 +456,24 @@ static void check_col2im_stride2_edge(void) {
     float *d = (float *)(mem + page) - (2 * n - 1);
     for (int64_t j = 0; j < 2 * n - 1; ++j) d[j] = 0.5f * (float)j;
     for (int64_t i = 0; i < n; ++i) s[i] = (float)(i + 1);
-    loom_col2im_add_stride2_avx512(d, s, n);
+    loom_col2im_add_stride2_avx512(d, 0, s, 0, 1, n);
     int bad = 0;
     for (int64_t j = 0; j < 2 * n - 1; ++j)
       bad += d[j] != 0.5f * (float)j + (j % 2 ? 0.0f : s[j / 2]);
     CHECK(bad == 0, "col2im stride-2 add, n=%ld: %d wrong", (long)n, bad);
   }
+  /* rows apart: each row's destinations alone, none between the rows */
+  float rows_d[3 * 40], rows_s[3 * 16];
+  for (int64_t j = 0; j < 3 * 40; ++j) rows_d[j] = (float)j;
+  for (int64_t i = 0; i < 3 * 16; ++i) rows_s[i] = 1000.0f * (float)(i + 1);
+  loom_col2im_add_stride2_avx512(rows_d + 1, 40, rows_s, 16, 3, 13);
+  int bad = 0;
+  for (int64_t j = 0; j < 3 * 40; ++j) {
+    const int64_t r = j / 40, off = j % 40 - 1;
+    const int hit = off >= 0 && off % 2 == 0 && off / 2 < 13;
+    bad += rows_d[j] != (float)j + (hit ? rows_s[r * 16 + off / 2] : 0.0f);
+  }
+  CHECK(bad == 0, "col2im stride-2 add over 3 rows: %d wrong", bad);
   munmap(mem, (size_t)(2 * page));
 }
 
