@@ -67,7 +67,16 @@ int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, in
  * LOOM_CONV_NHWC_POSITIONS), and optionally [8] an origin (else 0): every
  * tap reads that many positions further on (one copy serving windows of
  * different paddings).
- * range: N * ceil(ho * wq / positions per item). */
+ * More convolutions over the same copy may share the launch (the stride
+ * phases of an input gradient, each writing its own elements of one
+ * output): [9].i their count E < LOOM_CONV_NHWC_CONVS, tensors [4 + 2i]
+ * out and [5 + 2i] packed weight of the i-th, scalars [10 + 3i] kh,
+ * [11 + 3i] kw and [12 + 3i] origin, all else as the first's, no bias;
+ * tensor [3] must then be present (data NULL: no bias). Each item takes
+ * the same positions of every convolution in turn, so their writes to one
+ * output meet in the core's cache.
+ * range: N * the most ceil(ho * wq / positions per item) of any. */
+enum { LOOM_CONV_NHWC_CONVS = 8 };
 int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* The weight gradient: dw[o][c][t] = the sum over images and grid

@@ -262,71 +262,110 @@ static void nhwc_emit(const float *buf, const loom_tensor *out, int64_t n, int64
   }
 }
 
-int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors < 3 || args->num_scalars < 8) return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *out = &args->tensors[0], *xp = &args->tensors[1], *wp = &args->tensors[2];
-  const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
-  const loom_scalar *s = args->scalars;
-  const int64_t kh = s[0].i, kw = s[1].i, sh = s[2].i, sw = s[3].i, dh = s[4].i, dw = s[5].i;
-  const int64_t wq = s[6].i, ppi = s[7].i, taps = kh * kw;
-  const int64_t origin = args->num_scalars > 8 ? s[8].i : 0;
-  if (out->rank != 4 || !copy_layout(xp) || wp->rank != 5 || out->dtype != LOOM_BFLOAT16 ||
+/* One convolution of a launch: its output, packed weight, window, and
+ * each tap's phase plane and offset in the copy. */
+typedef struct nhwc_conv {
+  const loom_tensor *out, *wp;
+  int64_t taps, grid, tap_off[MAX_TAPS];
+} nhwc_conv;
+
+/* Checks a convolution's operands against the copy's and fills *cv. */
+static int nhwc_conv_init(nhwc_conv *cv, const loom_tensor *out, const loom_tensor *xp,
+                          const loom_tensor *wp, const int64_t *win, int64_t wq,
+                          int64_t origin) {
+  const int64_t kh = win[0], kw = win[1], sh = win[2], sw = win[3], dh = win[4], dw = win[5];
+  const int64_t taps = kh * kw;
+  if (out->rank != 4 || wp->rank != 5 || out->dtype != LOOM_BFLOAT16 ||
       wp->dtype != LOOM_BFLOAT16 || (out->strides[3] != 1 && out->strides[3] != 2) ||
-      !is_contiguous(wp) || (bias && bias->dtype != LOOM_BFLOAT16) ||
-      kh < 1 || kw < 1 || taps > MAX_TAPS || sh < 1 || sw < 1 || dh < 1 || dw < 1 ||
-      wq < out->sizes[3] || ppi < 32 || ppi > LOOM_CONV_NHWC_POSITIONS || ppi % 32 != 0 ||
-      xp->sizes[0] != out->sizes[0] || xp->sizes[1] != sh * sw || wp->sizes[2] != taps ||
-      wp->sizes[3] != 2 * OB || wp->sizes[4] != CB || xp->sizes[3] != wp->sizes[1] * CB ||
+      !is_contiguous(wp) || kh < 1 || kw < 1 || taps > MAX_TAPS || sh < 1 || sw < 1 ||
+      dh < 1 || dw < 1 || wq < out->sizes[3] || xp->sizes[0] != out->sizes[0] ||
+      xp->sizes[1] != sh * sw || wp->sizes[2] != taps || wp->sizes[3] != 2 * OB ||
+      wp->sizes[4] != CB || xp->sizes[3] != wp->sizes[1] * CB ||
       wp->sizes[0] * 2 * OB < out->sizes[1] || origin < 0)
     return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t plane = xp->sizes[2], ps = xp->strides[2], cbs = wp->sizes[1];
-  const int64_t obs = wp->sizes[0] * 2;
-  const int64_t grid = out->sizes[2] * wq, per = (grid + ppi - 1) / ppi;
-  /* each tap's phase plane and offset in it */
-  int64_t tap_off[MAX_TAPS];
+  cv->out = out, cv->wp = wp, cv->taps = taps, cv->grid = out->sizes[2] * wq;
   for (int64_t t = 0; t < taps; ++t) {
     const int64_t y = t / kw * dh, x = t % kw * dw;
     const int64_t at = origin + y / sh * wq + x / sw;
-    tap_off[t] = (y % sh * sw + x % sw) * plane + at;
-    if (at + (grid + 31) / 32 * 32 > plane) return LOOM_ERROR_INVALID_ARGUMENT;
+    cv->tap_off[t] = (y % sh * sw + x % sw) * xp->sizes[2] + at;
+    if (at + (cv->grid + 31) / 32 * 32 > xp->sizes[2]) return LOOM_ERROR_INVALID_ARGUMENT;
   }
+  return 0;
+}
+
+/* Positions [q0, q0 + qn) of image n's grid of one convolution, every
+ * out-channel panel, from `bias_row`s (NULL: zero). */
+static void nhwc_conv_block(const nhwc_conv *cv, const loom_tensor *xp, const loom_tensor *bias,
+                            int64_t n, int64_t q0, int64_t qn, int64_t wq) {
   _Alignas(64) float buf[32 * 32];
   _Alignas(64) float bias_row[32];
+  const int64_t ps = xp->strides[2], cbs = cv->wp->sizes[1], obs = cv->wp->sizes[0] * 2;
+  const uint16_t *x = (const uint16_t *)xp->data + n * xp->strides[0];
+  for (int64_t ob = 0; ob < obs; ob += 2) {
+    for (int64_t j = 0; j < 32 && bias; ++j)
+      bias_row[j] = ob * OB + j < cv->out->sizes[1]
+                        ? loom_bf16_to_f32(((const uint16_t *)bias->data)
+                                               [(ob * OB + j) * bias->strides[0]])
+                        : 0.0f;
+    /* this panel's B tiles, in the order the k loop takes them */
+    const uint16_t *panel = (const uint16_t *)cv->wp->data + ob * cv->taps * cbs * BTILE;
+    for (int64_t q = q0; q < q0 + qn; q += 32) {
+      if (bias) { /* every row of a C tile starts as the bias */
+        _tile_loadd(0, bias_row, 0);
+        _tile_loadd(1, bias_row + 16, 0);
+        _tile_loadd(2, bias_row, 0);
+        _tile_loadd(3, bias_row + 16, 0);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      const uint16_t *b = panel;
+      for (int64_t cb = 0; cb < cbs; ++cb)
+        for (int64_t t = 0; t < cv->taps; ++t, b += 2 * BTILE) {
+          const uint16_t *a = x + (cv->tap_off[t] + q) * ps + cb * CB;
+          tiles_step(a, a + 16 * ps, ps * 2, b, b + BTILE, 64);
+        }
+      tiles_store(buf);
+      nhwc_emit(buf, cv->out, n, ob * OB, q, q0 + qn - q < 32 ? q0 + qn - q : 32, wq);
+    }
+  }
+}
+
+int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 3 || args->num_scalars < 8) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *xp = &args->tensors[1];
+  const loom_tensor *bias = args->num_tensors > 3 && args->tensors[3].data ? &args->tensors[3] : NULL;
+  const loom_scalar *s = args->scalars;
+  const int64_t wq = s[6].i, ppi = s[7].i;
+  const int64_t more = args->num_scalars > 9 ? s[9].i : 0;
+  if (!copy_layout(xp) || (bias && bias->dtype != LOOM_BFLOAT16) || ppi < 32 ||
+      ppi > LOOM_CONV_NHWC_POSITIONS || ppi % 32 != 0 || more < 0 ||
+      more >= LOOM_CONV_NHWC_CONVS ||
+      (more > 0 && (args->num_tensors < 4 + 2 * more || args->num_scalars < 10 + 3 * more)))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  nhwc_conv cv[LOOM_CONV_NHWC_CONVS];
+  int64_t win[6] = {s[0].i, s[1].i, s[2].i, s[3].i, s[4].i, s[5].i}, per = 0;
+  for (int64_t i = 0; i <= more; ++i) {
+    const int64_t origin = i == 0 ? (args->num_scalars > 8 ? s[8].i : 0) : s[12 + 3 * (i - 1)].i;
+    if (i > 0) win[0] = s[10 + 3 * (i - 1)].i, win[1] = s[11 + 3 * (i - 1)].i;
+    const loom_tensor *out = &args->tensors[i == 0 ? 0 : 4 + 2 * (i - 1)];
+    const loom_tensor *wp = &args->tensors[i == 0 ? 2 : 5 + 2 * (i - 1)];
+    const int rc = nhwc_conv_init(&cv[i], out, xp, wp, win, wq, origin);
+    if (rc) return rc;
+    if (i > 0 && out->sizes[0] != cv[0].out->sizes[0]) return LOOM_ERROR_INVALID_ARGUMENT;
+    if ((cv[i].grid + ppi - 1) / ppi > per) per = (cv[i].grid + ppi - 1) / ppi;
+  }
   loom_gemm_amx_begin();
   for (int64_t item = begin; item < end; ++item) {
     const int64_t n = item / per, q0 = item % per * ppi;
-    const int64_t qn = grid - q0 < ppi ? grid - q0 : ppi;
-    const uint16_t *x = (const uint16_t *)xp->data + n * xp->strides[0];
-    for (int64_t ob = 0; ob < obs; ob += 2) {
-      for (int64_t j = 0; j < 32 && bias; ++j)
-        bias_row[j] = ob * OB + j < out->sizes[1]
-                          ? loom_bf16_to_f32(((const uint16_t *)bias->data)
-                                                 [(ob * OB + j) * bias->strides[0]])
-                          : 0.0f;
-      /* this panel's B tiles, in the order the k loop takes them */
-      const uint16_t *panel = (const uint16_t *)wp->data + ob * taps * cbs * BTILE;
-      for (int64_t q = q0; q < q0 + qn; q += 32) {
-        if (bias) { /* every row of a C tile starts as the bias */
-          _tile_loadd(0, bias_row, 0);
-          _tile_loadd(1, bias_row + 16, 0);
-          _tile_loadd(2, bias_row, 0);
-          _tile_loadd(3, bias_row + 16, 0);
-        } else {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        }
-        const uint16_t *b = panel;
-        for (int64_t cb = 0; cb < cbs; ++cb)
-          for (int64_t t = 0; t < taps; ++t, b += 2 * BTILE) {
-            const uint16_t *a = x + (tap_off[t] + q) * ps + cb * CB;
-            tiles_step(a, a + 16 * ps, ps * 2, b, b + BTILE, 64);
-          }
-        tiles_store(buf);
-        nhwc_emit(buf, out, n, ob * OB, q, q0 + qn - q < 32 ? q0 + qn - q : 32, wq);
-      }
-    }
+    /* the convolutions in turn over the same positions: phases of one
+     * output write its lines while they are in this core's cache */
+    for (int64_t i = 0; i <= more; ++i)
+      if (q0 < cv[i].grid)
+        nhwc_conv_block(&cv[i], xp, i == 0 ? bias : NULL, n, q0,
+                        cv[i].grid - q0 < ppi ? cv[i].grid - q0 : ppi, wq);
   }
   loom_gemm_amx_end();
   return 0;

@@ -448,6 +448,7 @@ bool input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
       }
     if (fit) copy = nhwc_copy(dy, top, left, wq, 1, 1, plane, op);
   }
+  std::vector<NhwcConv> in_place;  // phases written in place, in one launch
   for (size_t ad = 0; ad < phases[0].size(); ++ad)
     for (size_t ah = 0; ah < phases[1].size(); ++ah)
       for (size_t aw = 0; aw < phases[2].size(); ++aw) {
@@ -469,18 +470,24 @@ bool input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
           continue;
         }
         const int64_t origin = (top - g2.p[1]) * wq + left - g2.p[2];
-        if (copy.defined() && dst.stride(3) <= 2) {  // written in place
-          nhwc_run(dst, copy, wsub.contiguous(), Tensor(), g2, wq, origin, /*flipped=*/true, op);
+        if (copy.defined() && dst.stride(3) <= 2) {
+          in_place.push_back(NhwcConv{dst, wsub.contiguous(), g2, origin});
           continue;
         }
         Tensor out = at::empty(dst.sizes(), gi.options());
         if (copy.defined())
-          nhwc_run(out, copy, wsub.contiguous(), Tensor(), g2, wq, origin, /*flipped=*/true, op);
+          nhwc_run({NhwcConv{out, wsub.contiguous(), g2, origin}}, copy, Tensor(), wq,
+                   /*flipped=*/true, op);
         else
           conv_forward_implicit(out, dy, wsub.contiguous(), Tensor(), g2, groups, isa, op,
                                 /*flipped=*/true, /*whole=*/false);
         dst.copy_(out);
       }
+  // The phases in turn over the same positions, so that their elements of
+  // each line of gi meet in the core's cache, where four launches wrote
+  // every line four times from the last-level cache (64->128 3x3/2 at 56,
+  // batch 8: the stores took 0.7 of 1.9 ms).
+  if (!in_place.empty()) nhwc_run(in_place, copy, Tensor(), wq, /*flipped=*/true, op);
   return true;
 }
 

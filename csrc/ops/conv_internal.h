@@ -139,12 +139,19 @@ void conv_forward_nhwc(const at::Tensor& out, const at::Tensor& input, const at:
 at::Tensor nhwc_copy(const at::Tensor& input, int64_t top, int64_t left, int64_t wq, int64_t sh,
                      int64_t sw, int64_t plane, const char* op);
 
-// The convolution of g's window, stride and dilation over a copy of rows
-// wq wide into `out`, every tap reading `origin` positions further on
-// (flipped as for conv_forward_padded).
-void nhwc_run(const at::Tensor& out, const at::Tensor& xp, const at::Tensor& weight,
-              const at::Tensor& bias, const Geom& g, int64_t wq, int64_t origin, bool flipped,
-              const char* op);
+// One convolution over a copy (nhwc_run): g's window, stride and
+// dilation into `out`, every tap reading `origin` positions further on.
+struct NhwcConv {
+  at::Tensor out, weight;
+  Geom g;
+  int64_t origin = 0;
+};
+
+// Convolutions over one copy of rows wq wide, in one launch that takes
+// the same positions of each in turn (flipped as for conv_forward_padded;
+// strides and dilations the first's; `bias` the first's only).
+void nhwc_run(const std::vector<NhwcConv>& convs, const at::Tensor& xp, const at::Tensor& bias,
+              int64_t wq, bool flipped, const char* op);
 
 // Whether the channels-last weight gradient applies: as nhwc_fits, with
 // 64 or more channels in and out.

@@ -56,28 +56,55 @@ Tensor nhwc_copy(const Tensor& input, int64_t top, int64_t left, int64_t wq, int
   return xp;
 }
 
-void nhwc_run(const Tensor& out, const Tensor& xp, const Tensor& weight, const Tensor& bias,
-              const Geom& g, int64_t wq, int64_t origin, bool flipped, const char* op) {
-  const int64_t n = out.size(0), o = out.size(1), taps = g.taps(), cp = xp.size(3);
+namespace {
+
+// The weight (O, C, kh, kw) as the kernel's B tiles.
+Tensor nhwc_weight(const Tensor& weight, const Tensor& out, int64_t taps, int64_t cp,
+                   bool flipped, const char* op) {
   Tensor w3 = weight.reshape({weight.size(0), weight.size(1), taps});
-  Tensor wp = at::empty({round_up(o, 32) / 32, cp / LOOM_CONV_NHWC_CB, taps, 32, 32},
+  Tensor wp = at::empty({round_up(out.size(1), 32) / 32, cp / LOOM_CONV_NHWC_CB, taps, 32, 32},
                         out.options());
   loom_tensor wts[2] = {describe(wp, op), describe(w3, op)};
   loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
   launch(op, loom_conv_nhwc_weight_kernel, wts, wsc, wp.size(0) * 2 * wp.size(1), 1);
+  return wp;
+}
+
+}  // namespace
+
+void nhwc_run(const std::vector<NhwcConv>& convs, const Tensor& xp, const Tensor& bias,
+              int64_t wq, bool flipped, const char* op) {
+  TORCH_CHECK(!convs.empty() && convs.size() <= LOOM_CONV_NHWC_CONVS, op,
+              ": channels-last convolutions: ", convs.size(), " in one launch");
+  const Geom& g = convs[0].g;
+  const int64_t n = convs[0].out.size(0), cp = xp.size(3);
+  std::vector<Tensor> packed;
+  int64_t grid = 0;
+  for (const NhwcConv& cv : convs) {
+    packed.push_back(nhwc_weight(cv.weight, cv.out, cv.g.taps(), cp, flipped, op));
+    grid = std::max(grid, cv.out.size(2) * wq);
+  }
   // Items of up to 128 positions, fewer when the items would be too few
   // to share out: each output's sums are the same either way.
-  const int64_t grid = out.size(2) * wq, workers = device_workers(out);
+  const int64_t workers = device_workers(convs[0].out);
   int64_t ppi = LOOM_CONV_NHWC_POSITIONS;
   while (ppi > 32 && n * ((grid + ppi - 1) / ppi) < 8 * workers) ppi /= 2;
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
-  loom_tensor ts[4] = {describe(out, op), describe(xp, op), describe(wp, op),
-                       bc.defined() ? describe(bc, op) : loom_tensor{}};
-  loom_scalar sc[9] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
-                       scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(ppi),
-                       scalar_i(origin)};
-  launch(op, loom_conv_nhwc_kernel, c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc,
-         n * ((grid + ppi - 1) / ppi), 1);
+  std::vector<loom_tensor> ts = {describe(convs[0].out, op), describe(xp, op),
+                                 describe(packed[0], op),
+                                 bc.defined() ? describe(bc, op) : loom_tensor{}};
+  std::vector<loom_scalar> sc = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]),
+                                 scalar_i(g.s[2]), scalar_i(g.d[1]), scalar_i(g.d[2]),
+                                 scalar_i(wq), scalar_i(ppi), scalar_i(convs[0].origin),
+                                 scalar_i(static_cast<int64_t>(convs.size()) - 1)};
+  for (size_t i = 1; i < convs.size(); ++i) {
+    ts.push_back(describe(convs[i].out, op));
+    ts.push_back(describe(packed[i], op));
+    sc.push_back(scalar_i(convs[i].g.k[1]));
+    sc.push_back(scalar_i(convs[i].g.k[2]));
+    sc.push_back(scalar_i(convs[i].origin));
+  }
+  launch(op, loom_conv_nhwc_kernel, ts, sc, n * ((grid + ppi - 1) / ppi), 1);
 }
 
 void conv_forward_nhwc(const Tensor& out, const Tensor& input, const Tensor& weight,
@@ -85,7 +112,7 @@ void conv_forward_nhwc(const Tensor& out, const Tensor& input, const Tensor& wei
                        bool flipped) {
   Tensor xp = nhwc_copy(input, g.p[1], g.p[2], pd.wq(), pd.sh, pd.sw,
                         pd.positions() + pd.halo(g), op);
-  nhwc_run(out, xp, weight, bias, g, pd.wq(), 0, flipped, op);
+  nhwc_run({NhwcConv{out, weight, g, 0}}, xp, bias, pd.wq(), flipped, op);
 }
 
 bool nhwc_wgrad_fits(const Geom& g, const Tensor& input, int64_t out_channels, int64_t groups,

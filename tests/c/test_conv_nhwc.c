@@ -2,7 +2,8 @@
  * tiles (kernels/conv_nhwc_amx.c) against a float64 loop over the same
  * bf16 values: strides, dilation, channel counts that leave blocks part
  * empty, a bias, the flipped weight of an input gradient, item widths and
- * chunkings (the same bits for each), output rows of stride 2, the weight
+ * chunkings (the same bits for each), output rows of stride 2, two
+ * convolutions sharing a launch and its copy, the weight
  * gradient over the copy in pairs of positions, and the arguments they
  * refuse.
  * Skipped without AMX. */
@@ -31,9 +32,27 @@ static uint16_t *bf16_rand(int64_t n) {
  * O, C, taps, or C, O, taps when flipped) into out (N, O, ho, wo; elements
  * `xs` apart along rows), items of `ppi` positions in chunks of `grain`;
  * returns the compute kernel's status. */
+typedef struct second_ {
+  const uint16_t *w; /* O, C: a 1x1 window */
+  uint16_t *out;     /* N, O, rows, wo */
+  int64_t rows, origin;
+} second_;
+
+static int conv2(const case_ *k, const uint16_t *x, const uint16_t *w, const uint16_t *bias,
+                 uint16_t *out, int64_t ho, int64_t wo, int64_t ppi, int64_t grain,
+                 int64_t plane_cut, int64_t xs, const second_ *sec);
+
 static int conv(const case_ *k, const uint16_t *x, const uint16_t *w, const uint16_t *bias,
                 uint16_t *out, int64_t ho, int64_t wo, int64_t ppi, int64_t grain,
                 int64_t plane_cut, int64_t xs) {
+  return conv2(k, x, w, bias, out, ho, wo, ppi, grain, plane_cut, xs, NULL);
+}
+
+/* As conv, with `sec` (if not NULL) a second convolution of the same
+ * launch over the same copy. */
+static int conv2(const case_ *k, const uint16_t *x, const uint16_t *w, const uint16_t *bias,
+                 uint16_t *out, int64_t ho, int64_t wo, int64_t ppi, int64_t grain,
+                 int64_t plane_cut, int64_t xs, const second_ *sec) {
   const int64_t taps = k->kh * k->kw, cp = (k->c + 31) / 32 * 32, op = (k->o + 31) / 32 * 32;
   const int64_t wp = (wo - 1) * k->sw + k->dw * (k->kw - 1) + 1, wq = (wp + k->sw - 1) / k->sw;
   const int64_t halo = k->dh * (k->kh - 1) / k->sh * wq + k->dw * (k->kw - 1) / k->sw;
@@ -65,16 +84,38 @@ static int conv(const case_ *k, const uint16_t *x, const uint16_t *w, const uint
                        cpy, packed,
                        {.data = (void *)bias, .dtype = LOOM_BFLOAT16, .rank = 1,
                         .sizes = {k->o}, .strides = {1}}};
-  loom_scalar sc[8] = {{.i = k->kh}, {.i = k->kw}, {.i = k->sh}, {.i = k->sw},
-                       {.i = k->dh}, {.i = k->dw}, {.i = wq}, {.i = ppi}};
+  loom_scalar sc[13] = {{.i = k->kh}, {.i = k->kw}, {.i = k->sh}, {.i = k->sw},
+                        {.i = k->dh}, {.i = k->dw}, {.i = wq},     {.i = ppi},
+                        {.i = 0},     {.i = 1},     {.i = 1},      {.i = 1}};
   const int64_t items = k->n * ((ho * wq + ppi - 1) / ppi);
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = bias ? 4 : 3,
                         .tensors = ts, .num_scalars = 8, .scalars = sc, .range = items,
                         .grain = grain};
+  uint16_t *wpk1 = NULL;
+  loom_tensor all[6];
+  if (sec) {
+    wpk1 = malloc(sizeof(uint16_t) * (size_t)(cp * op));
+    loom_tensor wt1 = {.data = (void *)sec->w, .dtype = LOOM_BFLOAT16, .rank = 3,
+                       .sizes = {k->o, k->c, 1}, .strides = {k->c, 1, 1}};
+    loom_tensor packed1 = {.data = wpk1, .dtype = LOOM_BFLOAT16, .rank = 5,
+                           .sizes = {op / 32, cp / 32, 1, 32, 32},
+                           .strides = {cp * 32, 1024, 1024, 32, 1}};
+    loom_tensor wts1[2] = {packed1, wt1};
+    loom_scalar wsc1[1] = {{.i = 0}};
+    run(loom_conv_nhwc_weight_kernel, wts1, 2, wsc1, 1, cp / 32 * op / 16);
+    memcpy(all, ts, sizeof ts);
+    if (!bias) all[3] = (loom_tensor){0};
+    all[4] = (loom_tensor){.data = sec->out, .dtype = LOOM_BFLOAT16, .rank = 4,
+                           .sizes = {k->n, k->o, sec->rows, wo},
+                           .strides = {k->o * sec->rows * wo, sec->rows * wo, wo, 1}};
+    all[5] = packed1;
+    sc[12].i = sec->origin;
+    a.tensors = all, a.num_tensors = 6, a.num_scalars = 13;
+  }
   int rc = 0;
   for (int64_t s = 0; s < items && rc == 0; s += grain)
     rc = loom_conv_nhwc_kernel(&a, s, s + grain < items ? s + grain : items);
-  free(xp), free(wpk);
+  free(xp), free(wpk), free(wpk1);
   return rc;
 }
 
@@ -191,6 +232,39 @@ static void check_wgrad(case_ k) {
   free(x), free(gy), free(xq), free(dyp), free(dw);
 }
 
+/* Two convolutions in one launch over one copy: the first's bits are its
+ * own launch's; the second, a 1x1 window over fewer rows reading from its
+ * own origin (the 3x3 window's centre), is the sum over channels there. */
+static void check_shared(void) {
+  case_ k = {.n = 2, .c = 64, .o = 40, .h = 9, .w = 37, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
+             .ph = 1, .pw = 1, .dh = 1, .dw = 1, .bias = 1};
+  const int64_t ho = 9, wo = 37, rows = 6, wq = 39, ny = k.n * k.o * ho * wo;
+  uint16_t *x = bf16_rand(k.n * k.c * ho * wo), *w = bf16_rand(k.o * k.c * 9);
+  uint16_t *w1 = bf16_rand(k.o * k.c), *bias = bf16_rand(k.o);
+  uint16_t *y = malloc(sizeof(uint16_t) * (size_t)ny), *y2 = malloc(sizeof(uint16_t) * (size_t)ny);
+  uint16_t *z = malloc(sizeof(uint16_t) * (size_t)(k.n * k.o * rows * wo));
+  CHECK(conv(&k, x, w, bias, y, ho, wo, 64, 1, 0, 1) == 0, "rc");
+  const second_ sec = {.w = w1, .out = z, .rows = rows, .origin = wq + 1};
+  CHECK(conv2(&k, x, w, bias, y2, ho, wo, 64, 3, 0, 1, &sec) == 0, "rc shared");
+  CHECK(memcmp(y, y2, sizeof(uint16_t) * (size_t)ny) == 0, "the first convolution's bits");
+  int bad = 0;
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t o = 0; o < k.o; ++o)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < wo; ++j) {
+          double ref = 0.0, mag = 0.0;
+          for (int64_t c = 0; c < k.c; ++c) {
+            const double p = (double)loom_bf16_to_f32(w1[o * k.c + c]) *
+                             loom_bf16_to_f32(x[((n * k.c + c) * ho + i) * wo + j]);
+            ref += p, mag += fabs(p);
+          }
+          const double got = loom_bf16_to_f32(z[((n * k.o + o) * rows + i) * wo + j]);
+          if (fabs(got - ref) > fabs(ref) / 128.0 + mag * 1e-6) ++bad;
+        }
+  CHECK(bad == 0, "%d outputs of the second convolution off", bad);
+  free(x), free(w), free(w1), free(bias), free(y), free(y2), free(z);
+}
+
 /* What the compute kernel refuses: a plane too short for the last tap's
  * reads, items not whole panels, a weight of other channels. */
 static void check_refused(void) {
@@ -236,6 +310,7 @@ int main(void) {
                       .sw = 2, .ph = 1, .pw = 1, .dh = 1, .dw = 1});
   check_wgrad((case_){.n = 1, .c = 32, .o = 32, .h = 13, .w = 11, .kh = 5, .kw = 5, .sh = 1,
                       .sw = 1, .ph = 2, .pw = 4, .dh = 2, .dw = 1});
+  check_shared();
   check_refused();
   printf(failures ? "FAILED\n" : "ok\n");
   return failures ? 1 : 0;
