@@ -92,8 +92,12 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
  *          `lead` on, 0 everywhere else (x >= wo, rows past O, and before
  *          and after the grid as far as any p - offset reaches).
  * scalars (.i): [0] kh, [1] kw, [2] sh, [3] sw, [4] dh, [5] dw, [6] wq,
- * [7] lead (>= every offset; span >= lead + plane).
- * range: op / 32 * cp / 32 (32 out-channels by 32 in-channels per item). */
+ * [7] lead (>= every offset; span >= lead + plane), and optionally [8] the
+ * blocks of 32 out-channels per item (else 1; times the taps at most
+ * LOOM_CONV_NHWC_WG_BLOCKS): they share each chunk of the copy.
+ * range: ceil(op / 32 / [8]) * cp / 32 ([8] blocks of 32 out-channels by
+ * 32 in-channels per item). The bits do not depend on [8]. */
+enum { LOOM_CONV_NHWC_WG_BLOCKS = 64 };
 int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus

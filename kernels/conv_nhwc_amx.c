@@ -300,7 +300,11 @@ static void nhwc_conv_block(const nhwc_conv *cv, const loom_tensor *xp, const lo
   _Alignas(64) float buf[32 * 32];
   _Alignas(64) float bias_row[32];
   const int64_t ps = xp->strides[2], cbs = cv->wp->sizes[1], obs = cv->wp->sizes[0] * 2;
+  const int64_t taps = cv->taps;
   const uint16_t *x = (const uint16_t *)xp->data + n * xp->strides[0];
+  /* in locals, which the tile stores cannot be taken to change */
+  int64_t tap_off[MAX_TAPS];
+  memcpy(tap_off, cv->tap_off, (size_t)taps * sizeof tap_off[0]);
   for (int64_t ob = 0; ob < obs; ob += 2) {
     for (int64_t j = 0; j < 32 && bias; ++j)
       bias_row[j] = ob * OB + j < cv->out->sizes[1]
@@ -308,7 +312,7 @@ static void nhwc_conv_block(const nhwc_conv *cv, const loom_tensor *xp, const lo
                                                [(ob * OB + j) * bias->strides[0]])
                         : 0.0f;
     /* this panel's B tiles, in the order the k loop takes them */
-    const uint16_t *panel = (const uint16_t *)cv->wp->data + ob * cv->taps * cbs * BTILE;
+    const uint16_t *panel = (const uint16_t *)cv->wp->data + ob * taps * cbs * BTILE;
     for (int64_t q = q0; q < q0 + qn; q += 32) {
       if (bias) { /* every row of a C tile starts as the bias */
         _tile_loadd(0, bias_row, 0);
@@ -323,8 +327,8 @@ static void nhwc_conv_block(const nhwc_conv *cv, const loom_tensor *xp, const lo
       }
       const uint16_t *b = panel;
       for (int64_t cb = 0; cb < cbs; ++cb)
-        for (int64_t t = 0; t < cv->taps; ++t, b += 2 * BTILE) {
-          const uint16_t *a = x + (cv->tap_off[t] + q) * ps + cb * CB;
+        for (int64_t t = 0; t < taps; ++t, b += 2 * BTILE) {
+          const uint16_t *a = x + (tap_off[t] + q) * ps + cb * CB;
           tiles_step(a, a + 16 * ps, ps * 2, b, b + BTILE, 64);
         }
       tiles_store(buf);
@@ -371,8 +375,9 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
   return 0;
 }
 
-/* The weight gradient's sums, a 32 x 32 block per tap, in fp32. */
-static _Thread_local _Alignas(64) float wg_sums[MAX_TAPS][32 * 32];
+/* The weight gradient's sums, a 32 x 32 block per out-channel block and
+ * tap, in fp32. */
+static _Thread_local _Alignas(64) float wg_sums[LOOM_CONV_NHWC_WG_BLOCKS][32 * 32];
 
 int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 3 || args->num_scalars < 8) return LOOM_ERROR_INVALID_ARGUMENT;
@@ -380,14 +385,16 @@ int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int
   const loom_scalar *s = args->scalars;
   const int64_t kh = s[0].i, kw = s[1].i, sh = s[2].i, sw = s[3].i, dh = s[4].i, dwl = s[5].i;
   const int64_t wq = s[6].i, lead = s[7].i, taps = kh * kw;
+  const int64_t group = args->num_scalars > 8 ? s[8].i : 1;
   if (dw->rank != 3 || dw->dtype != LOOM_BFLOAT16 || !is_contiguous(dw) || !pair_layout(xq) ||
       dy->rank != 3 || dy->dtype != LOOM_BFLOAT16 || !is_contiguous(dy) || kh < 1 || kw < 1 ||
       taps > MAX_TAPS || dw->sizes[2] != taps || sh < 1 || sw < 1 || dh < 1 || dwl < 1 ||
       wq < 1 || xq->sizes[1] != sh * sw || dy->sizes[0] != xq->sizes[0] ||
       dy->sizes[1] % 32 != 0 || dy->sizes[1] < dw->sizes[0] || xq->sizes[3] < dw->sizes[1] ||
-      xq->sizes[2] % 16 != 0 || lead < 0)
+      xq->sizes[2] % 16 != 0 || lead < 0 || group < 1 || group * taps > LOOM_CONV_NHWC_WG_BLOCKS)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t o_n = dw->sizes[0], c_n = dw->sizes[1], cbs = xq->sizes[3] / CB;
+  const int64_t obs = dy->sizes[1] / 32;
   const int64_t images = xq->sizes[0], phases = xq->sizes[1], plane = xq->sizes[2] * 2;
   const int64_t span = dy->sizes[2], ps = xq->strides[2];
   /* each tap's phase plane and offset in it; dy is read at p - offset */
@@ -398,41 +405,48 @@ int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int
     tap_off[t] = y / sh * wq + x / sw;
     if (tap_off[t] > lead || span < lead - tap_off[t] + plane) return LOOM_ERROR_INVALID_ARGUMENT;
   }
-  enum { CHUNK = 128 }; /* positions summed per tile load of the sums */
+  enum { CHUNK = 256 }; /* positions summed per tile load of the sums */
   loom_gemm_amx_begin();
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t ob = item / cbs, cb = item % cbs;
-    memset(wg_sums, 0, (size_t)taps * sizeof wg_sums[0]);
+    /* out-channel blocks [ob0, ob1) by in-channel block cb: each chunk of
+     * the copy serves every one of them from this core's cache */
+    const int64_t ob0 = item / cbs * group, cb = item % cbs;
+    const int64_t ob1 = ob0 + group < obs ? ob0 + group : obs;
+    if (ob0 >= obs) continue;
+    memset(wg_sums, 0, (size_t)((ob1 - ob0) * taps) * sizeof wg_sums[0]);
     for (int64_t n = 0; n < images; ++n)
       for (int64_t ph = 0; ph < phases; ++ph) {
         const uint16_t *x = (const uint16_t *)xq->data + n * xq->strides[0] +
                             ph * xq->strides[1] + cb * CB * 2;
-        const uint16_t *g = (const uint16_t *)dy->data + (n * dy->sizes[1] + ob * 32) * span + lead;
         for (int64_t p0 = 0; p0 < plane; p0 += CHUNK) {
           const int64_t p1 = p0 + CHUNK < plane ? p0 + CHUNK : plane;
-          for (int64_t t = 0; t < taps; ++t) {
-            if (tap_ph[t] != ph) continue;
-            float *c = wg_sums[t];
-            _tile_loadd(0, c, 128);
-            _tile_loadd(1, c + 16, 128);
-            _tile_loadd(2, c + 16 * 32, 128);
-            _tile_loadd(3, c + 16 * 32 + 16, 128);
-            for (int64_t p = p0; p < p1; p += 32) {
-              /* dy of out-channels 0-15 and 16-31 at 32 positions, and
-               * those positions' in-channels 0-15 and 16-31 in pairs */
-              const uint16_t *a = g + p - tap_off[t], *b = x + p / 2 * ps;
-              tiles_step(a, a + 16 * span, span * 2, b, b + 32, ps * 2);
+          for (int64_t ob = ob0; ob < ob1; ++ob) {
+            const uint16_t *g = (const uint16_t *)dy->data + (n * dy->sizes[1] + ob * 32) * span + lead;
+            for (int64_t t = 0; t < taps; ++t) {
+              if (tap_ph[t] != ph) continue;
+              float *c = wg_sums[(ob - ob0) * taps + t];
+              _tile_loadd(0, c, 128);
+              _tile_loadd(1, c + 16, 128);
+              _tile_loadd(2, c + 16 * 32, 128);
+              _tile_loadd(3, c + 16 * 32 + 16, 128);
+              for (int64_t p = p0; p < p1; p += 32) {
+                /* dy of out-channels 0-15 and 16-31 at 32 positions, and
+                 * those positions' in-channels 0-15 and 16-31 in pairs */
+                const uint16_t *a = g + p - tap_off[t], *b = x + p / 2 * ps;
+                tiles_step(a, a + 16 * span, span * 2, b, b + 32, ps * 2);
+              }
+              tiles_store(c);
             }
-            tiles_store(c);
           }
         }
       }
     uint16_t *out = (uint16_t *)dw->data;
-    for (int64_t i = 0; i < 32 && ob * 32 + i < o_n; ++i)
-      for (int64_t j = 0; j < 32 && cb * CB + j < c_n; ++j)
-        for (int64_t t = 0; t < taps; ++t)
-          out[((ob * 32 + i) * c_n + cb * CB + j) * taps + t] =
-              loom_f32_to_bf16(wg_sums[t][i * 32 + j]);
+    for (int64_t ob = ob0; ob < ob1; ++ob)
+      for (int64_t i = 0; i < 32 && ob * 32 + i < o_n; ++i)
+        for (int64_t j = 0; j < 32 && cb * CB + j < c_n; ++j)
+          for (int64_t t = 0; t < taps; ++t)
+            out[((ob * 32 + i) * c_n + cb * CB + j) * taps + t] =
+                loom_f32_to_bf16(wg_sums[(ob - ob0) * taps + t][i * 32 + j]);
   }
   loom_gemm_amx_end();
   return 0;

@@ -150,9 +150,20 @@ Tensor conv_weight_grad_nhwc(const Tensor& dy, const Tensor& input,
   dyp.narrow(1, 0, o).narrow(2, lead, grid).unflatten(2, {ho, wq}).narrow(3, 0, wo).copy_(dy);
   Tensor gw = at::empty(w_sizes, input.options());
   loom_tensor ts[3] = {describe(gw.view({o, c, taps}), op), describe(xq, op), describe(dyp, op)};
-  loom_scalar sc[8] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
-                       scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(lead)};
-  launch(op, loom_conv_nhwc_wgrad_kernel, ts, sc, op_ / 32 * (cp / LOOM_CONV_NHWC_CB), 1);
+  // Items of several out-channel blocks, which each chunk of the copy
+  // serves from the core's cache: where one block an item read the copy
+  // from the last-level cache once per block (64->128 3x3/2 at 56, batch
+  // 8: bound by those reads). As many blocks as the sums buffer holds,
+  // shared evenly, while each worker still gets an item.
+  const int64_t obs = op_ / 32, cbs = cp / LOOM_CONV_NHWC_CB;
+  const int64_t most = std::max<int64_t>(1, LOOM_CONV_NHWC_WG_BLOCKS / taps);
+  const int64_t want = (device_workers(gw) + cbs - 1) / cbs;  // groups for a worker each
+  const int64_t groups_ = std::max((obs + most - 1) / most, std::min(want, obs));
+  const int64_t group = (obs + groups_ - 1) / groups_;
+  loom_scalar sc[9] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
+                       scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(lead),
+                       scalar_i(group)};
+  launch(op, loom_conv_nhwc_wgrad_kernel, ts, sc, (obs + group - 1) / group * cbs, 1);
   return gw;
 }
 

@@ -224,8 +224,25 @@ static void check_wgrad(case_ k) {
       }
   CHECK(bad == 0, "weight gradient: %d of %lld off (c %lld o %lld s %lld)", bad,
         (long long)(k.o * k.c * taps), (long long)k.c, (long long)k.o, (long long)k.sh);
+  /* items of several out-channel blocks (the last group short): the same bits */
+  uint16_t *dw1 = malloc(sizeof(uint16_t) * (size_t)(k.o * k.c * taps));
+  memcpy(dw1, dw, sizeof(uint16_t) * (size_t)(k.o * k.c * taps));
+  loom_scalar sc9[9];
+  memcpy(sc9, sc, sizeof sc);
+  for (int64_t group = 2; group <= 3 && group * taps <= LOOM_CONV_NHWC_WG_BLOCKS; ++group) {
+    memset(dw, 0xff, sizeof(uint16_t) * (size_t)(k.o * k.c * taps));
+    sc9[8].i = group;
+    run(loom_conv_nhwc_wgrad_kernel, ts, 3, sc9, 9, (op / 32 + group - 1) / group * cp / 32);
+    CHECK(memcmp(dw, dw1, sizeof(uint16_t) * (size_t)(k.o * k.c * taps)) == 0,
+          "weight gradient in groups of %lld blocks differs", (long long)group);
+  }
+  free(dw1);
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = ts,
                         .num_scalars = 8, .scalars = sc};
+  sc9[8].i = LOOM_CONV_NHWC_WG_BLOCKS / taps + 1; /* more sums than the buffer holds */
+  a.scalars = sc9, a.num_scalars = 9;
+  CHECK(loom_conv_nhwc_wgrad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "group too big");
+  a.scalars = sc, a.num_scalars = 8;
   sc[7].i = halo - 1; /* dy's lead too short for the farthest tap */
   CHECK(taps == 1 || loom_conv_nhwc_wgrad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT,
         "short lead");
