@@ -92,6 +92,7 @@ typedef struct loom_gemm_plan {
   int32_t a_in_compute; /* A's panels are packed by the compute launch */
   int32_t a_tail_in_compute; /* the partial last row panel of an A read in
                                 place is packed by the compute launch */
+  int32_t rows_outer;   /* a tile's row panels are its outer loop (B packed) */
   int64_t batch1, batch2, m, n, k;
   int64_t kp;          /* k rounded up to the pack's k granule */
   int64_t kc;          /* k block walked per pass over a C tile */

@@ -488,6 +488,40 @@ static void test_column_tiles(int isa) {
   check_column_tiles(&g, isa, 2, 4);
 }
 
+/* fp32 register tiles walk a tile's row panels outermost when B is packed
+ * by the pack launch, and its column panels outermost when the tile packs
+ * its own B (one row tile): both give the same bits. Partial row and
+ * column panels, three k blocks, alpha and Cin; A read in place, packed,
+ * and packed by its tile (one column tile). */
+static void check_rows_outer(const gemm_case *g, int isa, int flags, const char *what) {
+  two_paths t = two_paths_make(g);
+  const loom_tensor *cinp = g->beta != 0.0 ? &t.cin : NULL;
+  loom_gemm_plan packed, direct;
+  CHECK(loom_gemm_plan_init(&t.packed, &t.a, &t.b, isa, &packed) == 0, "plan");
+  CHECK(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &direct) == 0, "plan");
+  const int fp32 = isa == LOOM_GEMM_AVX512 || (isa != LOOM_GEMM_GENERIC && g->in_dtype == LOOM_FLOAT32);
+  CHECK(packed.rows_outer == fp32 && !direct.rows_outer && direct.b_in_compute,
+        "%s %s: rows outer %d (packed) %d (B packed by its tile), want %d and 0", isa_name(isa),
+        what, packed.rows_outer, direct.rows_outer, fp32);
+  CHECK(run(&t.packed, &t.a, &t.b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
+  CHECK(run(&t.direct, &t.a, &t.b, cinp, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK(memcmp(t.packed.data, t.direct.data, (size_t)(t.elems * loom_dtype_size(g->out_dtype))) == 0,
+        "%s %s: the loop orders' bits differ", isa_name(isa), what);
+  two_paths_free(&t);
+}
+
+static void test_rows_outer(int isa) {
+  gemm_case g = {.b1 = 1, .b2 = 2, .m = 100, .n = 1000, .k = 600, .in_dtype = LOOM_FLOAT32,
+                 .out_dtype = LOOM_FLOAT32, .alpha = 0.5, .beta = 2.0};
+  check_rows_outer(&g, isa, LOOM_GEMM_IN_COMPUTE, "A in place");
+  g.trans_a = 1;
+  check_rows_outer(&g, isa, LOOM_GEMM_IN_COMPUTE, "A packed");
+  g.n = 500, g.pad = 2;
+  check_rows_outer(&g, isa, LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE, "A packed by its tile");
+  g.in_dtype = g.out_dtype = LOOM_BFLOAT16, g.beta = 0.0, g.k = 640;
+  check_rows_outer(&g, isa, LOOM_GEMM_IN_COMPUTE, "bf16");
+}
+
 /* A packed by the compute launch (LOOM_GEMM_A_IN_COMPUTE): taken when one
  * column tile covers C and A is neither read in place nor shared by several
  * products, and giving the bits of the two-launch path. Without the flag
@@ -688,6 +722,7 @@ int main(void) {
     test_in_compute(isa);
     test_a_in_compute(isa);
     test_column_tiles(isa);
+    test_rows_outer(isa);
     if (isa == LOOM_GEMM_AVX512) test_transposed_a_groups(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     if (isa == LOOM_GEMM_AMX) test_bf16_math();
