@@ -150,6 +150,8 @@ BF16_CONVS = [
     # 64 channels or more: the channels-last weight gradient too
     ((2, 64, 46, 44), (72, 3), dict(padding=1)),
     ((4, 64, 64, 63), (64, 3), dict(stride=2, padding=1)),
+    # ten phases written in place: more than one launch takes
+    ((4, 32, 160, 64), (32, 5), dict(stride=(5, 2))),
 ]
 
 

@@ -147,9 +147,10 @@ struct NhwcConv {
   int64_t origin = 0;
 };
 
-// Convolutions over one copy of rows wq wide, in one launch that takes
-// the same positions of each in turn (flipped as for conv_forward_padded;
-// strides and dilations the first's; `bias` the first's only).
+// Convolutions over one copy of rows wq wide, in launches of up to
+// LOOM_CONV_NHWC_CONVS that take the same positions of each in turn
+// (flipped as for conv_forward_padded; strides and dilations the first's;
+// `bias` the first's only).
 void nhwc_run(const std::vector<NhwcConv>& convs, const at::Tensor& xp, const at::Tensor& bias,
               int64_t wq, bool flipped, const char* op);
 

@@ -74,8 +74,13 @@ Tensor nhwc_weight(const Tensor& weight, const Tensor& out, int64_t taps, int64_
 
 void nhwc_run(const std::vector<NhwcConv>& convs, const Tensor& xp, const Tensor& bias,
               int64_t wq, bool flipped, const char* op) {
-  TORCH_CHECK(!convs.empty() && convs.size() <= LOOM_CONV_NHWC_CONVS, op,
-              ": channels-last convolutions: ", convs.size(), " in one launch");
+  if (convs.empty()) return;
+  if (convs.size() > LOOM_CONV_NHWC_CONVS) {  // more than a launch takes (stride (5, 2): 10 phases)
+    const auto cut = convs.begin() + LOOM_CONV_NHWC_CONVS;
+    nhwc_run(std::vector<NhwcConv>(convs.begin(), cut), xp, bias, wq, flipped, op);
+    nhwc_run(std::vector<NhwcConv>(cut, convs.end()), xp, Tensor(), wq, flipped, op);
+    return;
+  }
   const Geom& g = convs[0].g;
   const int64_t n = convs[0].out.size(0), cp = xp.size(3);
   std::vector<Tensor> packed;
