@@ -296,8 +296,10 @@ static int nhwc_conv_init(nhwc_conv *cv, const loom_tensor *out, const loom_tens
 /* Positions [q0, q0 + qn) of image n's grid of one convolution, every
  * out-channel panel, from the bias (NULL: zero). Kept out of the launch's
  * loop: inlined there, the forward of 64->128 3x3/2 at 56 ran 5-8% slower. */
-__attribute__((noinline)) static void nhwc_conv_block(const nhwc_conv *cv, const loom_tensor *xp, const loom_tensor *bias,
-                            int64_t n, int64_t q0, int64_t qn, int64_t wq) {
+__attribute__((noinline)) static void nhwc_conv_block(const nhwc_conv *cv,
+                                                      const loom_tensor *xp,
+                                                      const loom_tensor *bias, int64_t n,
+                                                      int64_t q0, int64_t qn, int64_t wq) {
   _Alignas(64) float buf[32 * 32];
   _Alignas(64) float bias_row[32];
   const int64_t ps = xp->strides[2], cbs = cv->wp->sizes[1], obs = cv->wp->sizes[0] * 2;
@@ -341,7 +343,8 @@ __attribute__((noinline)) static void nhwc_conv_block(const nhwc_conv *cv, const
 int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 3 || args->num_scalars < 8) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *xp = &args->tensors[1];
-  const loom_tensor *bias = args->num_tensors > 3 && args->tensors[3].data ? &args->tensors[3] : NULL;
+  const loom_tensor *bias =
+      args->num_tensors > 3 && args->tensors[3].data ? &args->tensors[3] : NULL;
   const loom_scalar *s = args->scalars;
   const int64_t wq = s[6].i, ppi = s[7].i;
   const int64_t more = args->num_scalars > 9 ? s[9].i : 0;
@@ -422,7 +425,8 @@ int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int
         for (int64_t p0 = 0; p0 < plane; p0 += CHUNK) {
           const int64_t p1 = p0 + CHUNK < plane ? p0 + CHUNK : plane;
           for (int64_t ob = ob0; ob < ob1; ++ob) {
-            const uint16_t *g = (const uint16_t *)dy->data + (n * dy->sizes[1] + ob * 32) * span + lead;
+            const uint16_t *g =
+                (const uint16_t *)dy->data + (n * dy->sizes[1] + ob * 32) * span + lead;
             for (int64_t t = 0; t < taps; ++t) {
               if (tap_ph[t] != ph) continue;
               float *c = wg_sums[(ob - ob0) * taps + t];

@@ -522,7 +522,8 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
         /* Each row panel stays in L1 while the k block's B panels stream
          * from L2 (Goto's order), C's micro-tiles along its rows. */
         for (int64_t ip = 0; ip < mpn; ++ip) {
-          const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
+          const char *apanel =
+              ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
           if (p.a_in_compute || (p.a_tail_in_compute && mr < p.mr)) {
             apanel = (const char *)loom_gemm_a_block;

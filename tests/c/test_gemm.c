@@ -499,14 +499,16 @@ static void check_rows_outer(const gemm_case *g, int isa, int flags, const char 
   loom_gemm_plan packed, direct;
   CHECK(loom_gemm_plan_init(&t.packed, &t.a, &t.b, isa, &packed) == 0, "plan");
   CHECK(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &direct) == 0, "plan");
-  const int fp32 = isa == LOOM_GEMM_AVX512 || (isa != LOOM_GEMM_GENERIC && g->in_dtype == LOOM_FLOAT32);
+  const int fp32 =
+      isa == LOOM_GEMM_AVX512 || (isa != LOOM_GEMM_GENERIC && g->in_dtype == LOOM_FLOAT32);
   CHECK(packed.rows_outer == fp32 && !direct.rows_outer && direct.b_in_compute,
         "%s %s: rows outer %d (packed) %d (B packed by its tile), want %d and 0", isa_name(isa),
         what, packed.rows_outer, direct.rows_outer, fp32);
   CHECK(run(&t.packed, &t.a, &t.b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
   CHECK(run(&t.direct, &t.a, &t.b, cinp, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
-  CHECK(memcmp(t.packed.data, t.direct.data, (size_t)(t.elems * loom_dtype_size(g->out_dtype))) == 0,
-        "%s %s: the loop orders' bits differ", isa_name(isa), what);
+  const size_t bytes = (size_t)(t.elems * loom_dtype_size(g->out_dtype));
+  CHECK(memcmp(t.packed.data, t.direct.data, bytes) == 0, "%s %s: the loop orders' bits differ",
+        isa_name(isa), what);
   two_paths_free(&t);
 }
 
