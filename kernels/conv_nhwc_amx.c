@@ -362,7 +362,6 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
     const loom_tensor *wp = &args->tensors[i == 0 ? 2 : 5 + 2 * (i - 1)];
     const int rc = nhwc_conv_init(&cv[i], out, xp, wp, win, wq, origin);
     if (rc) return rc;
-    if (i > 0 && out->sizes[0] != cv[0].out->sizes[0]) return LOOM_ERROR_INVALID_ARGUMENT;
     if ((cv[i].grid + ppi - 1) / ppi > per) per = (cv[i].grid + ppi - 1) / ppi;
   }
   loom_gemm_amx_begin();
