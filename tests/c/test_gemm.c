@@ -305,6 +305,44 @@ static void test_small_tiles_agree(int isa, int32_t dtype) {
   }
 }
 
+/* A last column panel of at most 16 live columns runs a half-width tile:
+ * its columns have the bits of the same columns of a wider product, for
+ * tiles of every row count, A packed or read in place, one k block or two. */
+static void test_narrow_panel_agrees(int isa, int32_t dtype) {
+  const int64_t wide_n = 64, rows_list[] = {3, 8, 12, 29}, widths[] = {33, 40, 48, 49};
+  const int flags[] = {0, LOOM_GEMM_IN_COMPUTE};
+  for (int v = 0; v < 2; ++v) {
+    const int64_t k = v ? 300 : 100;
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ++ri) {
+      const int64_t rows = rows_list[ri];
+      int64_t sa[4] = {1, 1, rows, k}, ta[4] = {0, 0, k, 1};
+      int64_t sb[4] = {1, 1, k, wide_n}, tb[4] = {0, 0, wide_n, 1};
+      loom_tensor a = make(dtype, rows * k, sa, ta), b = make(dtype, k * wide_n, sb, tb);
+      int64_t sc[4] = {1, 1, rows, wide_n}, tc[4] = {0, 0, wide_n, 1};
+      loom_tensor full = make(LOOM_FLOAT32, rows * wide_n, sc, tc);
+      for (size_t fi = 0; fi < 2; ++fi) {
+        CHECK(run(&full, &a, &b, NULL, isa | flags[fi], 1.0, 0, 0) == 0, "wide product");
+        for (size_t wi = 0; wi < sizeof widths / sizeof *widths; ++wi) {
+          const int64_t n = widths[wi];
+          loom_tensor bn = b, cn = full;
+          bn.sizes[3] = cn.sizes[3] = n;
+          cn.strides[2] = n;
+          cn.data = calloc((size_t)(rows * n), sizeof(float));
+          CHECK(run(&cn, &a, &bn, NULL, isa | flags[fi], 1.0, 0, 0) == 0, "narrow product");
+          int diff = 0;
+          for (int64_t i = 0; i < rows; ++i)
+            diff += memcmp((float *)cn.data + i * n, (float *)full.data + i * wide_n,
+                           sizeof(float) * (size_t)n) != 0;
+          CHECK(diff == 0, "%s rows=%ld n=%ld k=%ld flags=%d: %d rows differ from the wide product",
+                loom_gemm_isa_name(isa), (long)rows, (long)n, (long)k, flags[fi], diff);
+          free(cn.data);
+        }
+      }
+      free(a.data), free(b.data), free(full.data);
+    }
+  }
+}
+
 /* A stored transposed (rows along memory) packs four panels per pass over
  * its rows: the product has the bits of the same A stored by rows, for
  * row counts around the groups of 48, two k blocks, two matrices (groups
@@ -721,6 +759,8 @@ int main(void) {
     test_variants_agree(isa);
     test_small_tiles_agree(isa, LOOM_FLOAT32);
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
+    test_narrow_panel_agrees(isa, LOOM_FLOAT32);
+    test_narrow_panel_agrees(isa, LOOM_BFLOAT16);
     test_in_compute(isa);
     test_a_in_compute(isa);
     test_column_tiles(isa);
