@@ -55,10 +55,29 @@ typedef struct ca_tap {
   int kw, t;
 } ca_tap;
 
+/* CA_RUN2: the 64 columns from a segment's first, whose even lanes are
+ * its positions' values, in two vectors (0 outside the image and past the
+ * segment, and where the row has none). */
+static inline void ca_load_run2(const ca_tap *tp, const ca_seg *sg, const loom_tensor *img,
+                                __m512i *lo, __m512i *hi) {
+  *lo = *hi = _mm512_setzero_si512();
+  if (tp->src == NULL) return;
+  const int64_t id = sg->id0 + tp->td, ih = sg->ih0 + tp->th;
+  if ((uint64_t)id >= (uint64_t)img->sizes[2] || (uint64_t)ih >= (uint64_t)img->sizes[3]) return;
+  const uint16_t *r = tp->src + sg->off;
+  *lo = _mm512_maskz_loadu_epi16(sg->live[2 * tp->kw], r);
+  *hi = _mm512_maskz_loadu_epi16(sg->live[2 * tp->kw + 1], r + 32);
+}
+
 /* A col row's values at a segment's positions, as the lanes of a vector
  * (lanes past the segment 0). */
 static inline __m512i ca_load(const ca_tap *tp, const ca_seg *sg, int64_t cnt, int mode,
                               const loom_tensor *img, const int64_t *s) {
+  if (mode == CA_RUN2) {
+    __m512i lo, hi;
+    ca_load_run2(tp, sg, img, &lo, &hi);
+    return _mm512_permutex2var_epi16(lo, cg_even_lanes16(), hi);
+  }
   if (tp->src == NULL) return _mm512_setzero_si512();
   const uint16_t *r = tp->src + sg->off;
   if (mode == CA_FLAT) return _mm512_maskz_loadu_epi16(sg->live[tp->t], r);
@@ -66,11 +85,6 @@ static inline __m512i ca_load(const ca_tap *tp, const ca_seg *sg, int64_t cnt, i
   if ((uint64_t)id >= (uint64_t)img->sizes[2] || (uint64_t)ih >= (uint64_t)img->sizes[3])
     return _mm512_setzero_si512();
   if (mode == CA_RUN) return _mm512_maskz_loadu_epi16(sg->live[tp->kw], r);
-  if (mode == CA_RUN2) {
-    const __m512i even = cg_even_lanes16();
-    return _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(sg->live[2 * tp->kw], r), even,
-                                     _mm512_maskz_loadu_epi16(sg->live[2 * tp->kw + 1], r + 32));
-  }
   /* r is the row at column c0, which may lie outside it */
   _Alignas(64) uint16_t v[32] = {0};
   const int64_t c0 = sg->iw0 + tp->tw, w = img->sizes[4], step = s[2] * img->strides[4];
@@ -196,20 +210,33 @@ __attribute__((noipa)) static void ca_gather(uint16_t *cols, int64_t kc, int64_t
     for (int h = 0; h < 2; ++h) tap[h] = ca_walk_tap(&walk, img, c0, k, d, k0 + kk + h >= krows);
     const int64_t pair_row = kk * CG_NR / 2; /* in 32-bit words */
     for (int i = 0; i < nseg; ++i) {
-      const __m512i v0 = ca_load(&tap[0], &sg[i], seg[i].cnt, mode, img, s);
-      const __m512i v1 = ca_load(&tap[1], &sg[i], seg[i].cnt, mode, img, s);
+      /* the pairs of positions 0-15 and 16-31 */
+      __m512i p0, p1;
+      if (mode == CA_RUN2) {
+        /* Position j's values are the low halves of 32-bit word j (of the
+         * first or second vector): the second row's, moved to the high
+         * halves, complete the pairs without a word permute. */
+        __m512i a0, a1, b0, b1;
+        ca_load_run2(&tap[0], &sg[i], img, &a0, &a1);
+        ca_load_run2(&tap[1], &sg[i], img, &b0, &b1);
+        p0 = _mm512_mask_blend_epi16(0xaaaaaaaau, a0, _mm512_slli_epi32(b0, 16));
+        p1 = _mm512_mask_blend_epi16(0xaaaaaaaau, a1, _mm512_slli_epi32(b1, 16));
+      } else {
+        const __m512i v0 = ca_load(&tap[0], &sg[i], seg[i].cnt, mode, img, s);
+        const __m512i v1 = ca_load(&tap[1], &sg[i], seg[i].cnt, mode, img, s);
+        p0 = _mm512_permutex2var_epi16(v0, lo, v1);
+        p1 = sg[i].hi ? _mm512_permutex2var_epi16(v0, hi, v1) : p0;
+      }
       /* Position j's pair is the 32-bit word j of its panel's pair row. */
       uint32_t *dst =
           (uint32_t *)(cols + sg[i].j0 / CG_NR * kc * CG_NR) + sg[i].j0 % CG_NR + pair_row;
-      const __m512i p0 = _mm512_permutex2var_epi16(v0, lo, v1);
       if (sg[i].hi == 0xffff) { /* a whole panel */
         _mm512_storeu_si512(dst, p0);
-        _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi16(v0, hi, v1));
+        _mm512_storeu_si512(dst + 16, p1);
         continue;
       }
       _mm512_mask_storeu_epi32(dst, sg[i].lo, p0);
-      if (sg[i].hi)
-        _mm512_mask_storeu_epi32(dst + 16, sg[i].hi, _mm512_permutex2var_epi16(v0, hi, v1));
+      if (sg[i].hi) _mm512_mask_storeu_epi32(dst + 16, sg[i].hi, p1);
     }
   }
 }
