@@ -1,4 +1,4 @@
-/* kernels/pool.c — 2-d pooling (see kernels/pool.h). */
+/* kernels/pool.c — 2-d and 3-d pooling (see kernels/pool.h). */
 #include <math.h>
 
 #include "kernels/nn_util.h"
@@ -6,7 +6,7 @@
 #include "loom/status.h"
 
 typedef struct loom_pool_params {
-  int64_t mode, k[2], s[2], p[2], d[2], include_pad, divisor;
+  int64_t mode, k[3], s[3], p[3], d[3], include_pad, divisor;
 } loom_pool_params;
 
 static int loom_pool_params_read(const loom_kernel_args *args,
@@ -14,23 +14,24 @@ static int loom_pool_params_read(const loom_kernel_args *args,
   if (args->num_scalars < LOOM_POOL_NUM_SCALARS) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_scalar *s = args->scalars;
   q->mode = s[0].i;
-  for (int i = 0; i < 2; ++i) {
-    q->k[i] = s[1 + i].i, q->s[i] = s[3 + i].i;
-    q->p[i] = s[5 + i].i, q->d[i] = s[7 + i].i;
+  for (int i = 0; i < 3; ++i) {
+    q->k[i] = s[1 + i].i, q->s[i] = s[4 + i].i;
+    q->p[i] = s[7 + i].i, q->d[i] = s[10 + i].i;
   }
-  q->include_pad = s[9].i, q->divisor = s[10].i;
+  q->include_pad = s[13].i, q->divisor = s[14].i;
   if (q->mode < LOOM_POOL_MAX || q->mode > LOOM_POOL_ADAPTIVE_MAX)
     return LOOM_ERROR_INVALID_ARGUMENT;
   int adaptive = q->mode == LOOM_POOL_ADAPTIVE_AVG || q->mode == LOOM_POOL_ADAPTIVE_MAX;
   if (!adaptive)
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < 3; ++i)
       if (q->k[i] < 1 || q->s[i] < 1 || q->d[i] < 1 || q->p[i] < 0)
         return LOOM_ERROR_INVALID_ARGUMENT;
   return 0;
 }
 
-/* The window of output o along `axis`: input taps start + t*step for
- * t < count, all inside [0, n_in); *div gets the average's divisor. */
+/* The window of output o along `axis` (0: depth, 1: rows, 2: columns):
+ * input taps start + t*step for t < count, all inside [0, n_in); pad_size
+ * is its extent counting the padding, for count_include_pad. */
 typedef struct loom_pool_window {
   int64_t start, step, count, pad_size;
 } loom_pool_window;
@@ -63,16 +64,16 @@ static loom_pool_window loom_pool_window_of(const loom_pool_params *q, int axis,
   return w;
 }
 
-static int64_t loom_pool_plane(const loom_tensor *t, int64_t pl) {
+static int64_t loom_pool_volume(const loom_tensor *t, int64_t pl) {
   int64_t c = t->sizes[1];
   return (pl / c) * t->strides[0] + (pl % c) * t->strides[1];
 }
 
-static int64_t loom_pool_divisor(const loom_pool_params *q, loom_pool_window wh,
-                                 loom_pool_window ww) {
+static int64_t loom_pool_divisor(const loom_pool_params *q, const loom_pool_window *w) {
   if (q->mode == LOOM_POOL_AVG && q->divisor) return q->divisor;
-  if (q->mode == LOOM_POOL_AVG && q->include_pad) return wh.pad_size * ww.pad_size;
-  return wh.count * ww.count;
+  if (q->mode == LOOM_POOL_AVG && q->include_pad)
+    return w[0].pad_size * w[1].pad_size * w[2].pad_size;
+  return w[0].count * w[1].count * w[2].count;
 }
 
 /* Whether a max window's tap v replaces the best so far (best_i < 0: none
@@ -81,60 +82,113 @@ static inline int pool_takes(int64_t best_i, double v, double best) {
   return (best_i < 0) | (v > best) | (v != v);
 }
 
-/* Output columns whose windows pool2d_f32 computes once per call. */
+/* An output element's offset in t (rank 5) at (z, y, x) of volume base b. */
+static inline int64_t loom_pool_at(const loom_tensor *t, int64_t b, int64_t z, int64_t y,
+                                   int64_t x) {
+  return b + z * t->strides[2] + y * t->strides[3] + x * t->strides[4];
+}
+
+/* Output columns whose windows pool_f32 computes once per call. */
 #define POOL_COLS 256
 
-/* loom_pool2d_kernel's loops for float32 planes, the elements read as they
+/* loom_pool_kernel's loops for float32 volumes, the elements read as they
  * are rather than through a dtype switch, the columns' windows computed
  * once: the same comparisons and the same double sums in the same order,
  * so the same bits. */
-static void pool2d_f32(const loom_pool_params *q, const loom_tensor *in, const loom_tensor *out,
-                       const loom_tensor *ind, int is_max, int64_t begin, int64_t end) {
-  const int64_t ih = in->sizes[2], iw = in->sizes[3], oh = out->sizes[2], ow = out->sizes[3];
-  const int64_t sh = in->strides[2], sw = in->strides[3];
+static void pool_f32(const loom_pool_params *q, const loom_tensor *in, const loom_tensor *out,
+                     const loom_tensor *ind, int is_max, int64_t begin, int64_t end) {
+  const int64_t id = in->sizes[2], ih = in->sizes[3], iw = in->sizes[4];
+  const int64_t od = out->sizes[2], oh = out->sizes[3], ow = out->sizes[4];
+  const int64_t sd = in->strides[2], sh = in->strides[3], sw = in->strides[4];
   loom_pool_window cols[POOL_COLS];
-  for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 1, x, ow, iw);
+  for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 2, x, ow, iw);
   for (int64_t pl = begin; pl < end; ++pl) {
-    const float *ip = (const float *)in->data + loom_pool_plane(in, pl);
-    float *op = (float *)out->data + loom_pool_plane(out, pl);
-    int64_t *xp = is_max ? (int64_t *)ind->data + loom_pool_plane(ind, pl) : NULL;
-    for (int64_t y = 0; y < oh; ++y) {
-      const loom_pool_window wh = loom_pool_window_of(q, 0, y, oh, ih);
-      for (int64_t x = 0; x < ow; ++x) {
-        const loom_pool_window ww = x < POOL_COLS ? cols[x] : loom_pool_window_of(q, 1, x, ow, iw);
-        float *o = op + y * out->strides[2] + x * out->strides[3];
-        if (is_max) {
-          float best = -INFINITY;
-          int64_t best_i = -1;
-          for (int64_t a = 0; a < wh.count; ++a) {
-            const int64_t hh = wh.start + a * wh.step;
-            for (int64_t b = 0; b < ww.count; ++b) {
-              const int64_t xx = ww.start + b * ww.step;
-              const float v = ip[hh * sh + xx * sw];
-              /* a choice of values, not a branch (random data mispredicts) */
-              const int take = pool_takes(best_i, v, best);
-              best = take ? v : best;
-              best_i = take ? hh * iw + xx : best_i;
+    const float *ip = (const float *)in->data + loom_pool_volume(in, pl);
+    float *op = (float *)out->data + loom_pool_volume(out, pl);
+    int64_t *xp = is_max ? (int64_t *)ind->data + loom_pool_volume(ind, pl) : NULL;
+    for (int64_t z = 0; z < od; ++z) {
+      loom_pool_window w[3];
+      w[0] = loom_pool_window_of(q, 0, z, od, id);
+      for (int64_t y = 0; y < oh; ++y) {
+        w[1] = loom_pool_window_of(q, 1, y, oh, ih);
+        for (int64_t x = 0; x < ow; ++x) {
+          w[2] = x < POOL_COLS ? cols[x] : loom_pool_window_of(q, 2, x, ow, iw);
+          float *o = op + loom_pool_at(out, 0, z, y, x);
+          if (is_max) {
+            float best = -INFINITY;
+            int64_t best_i = -1;
+            for (int64_t a = 0; a < w[0].count; ++a) {
+              const int64_t dd = w[0].start + a * w[0].step;
+              for (int64_t b = 0; b < w[1].count; ++b) {
+                const int64_t hh = w[1].start + b * w[1].step;
+                for (int64_t c = 0; c < w[2].count; ++c) {
+                  const int64_t xx = w[2].start + c * w[2].step;
+                  const float v = ip[dd * sd + hh * sh + xx * sw];
+                  /* a choice of values, not a branch (random data mispredicts) */
+                  const int take = pool_takes(best_i, v, best);
+                  best = take ? v : best;
+                  best_i = take ? (dd * ih + hh) * iw + xx : best_i;
+                }
+              }
             }
+            *o = best;
+            xp[loom_pool_at(ind, 0, z, y, x)] = best_i < 0 ? 0 : best_i;
+          } else {
+            double sum = 0.0;
+            for (int64_t a = 0; a < w[0].count; ++a)
+              for (int64_t b = 0; b < w[1].count; ++b) {
+                const float *row =
+                    ip + (w[0].start + a) * sd + (w[1].start + b) * sh + w[2].start * sw;
+                for (int64_t c = 0; c < w[2].count; ++c) sum += (double)row[c * sw];
+              }
+            const int64_t div = loom_pool_divisor(q, w);
+            *o = (float)(div ? sum / (double)div : NAN);
           }
-          *o = best;
-          xp[y * ind->strides[2] + x * ind->strides[3]] = best_i < 0 ? 0 : best_i;
-        } else {
-          double sum = 0.0;
-          for (int64_t a = 0; a < wh.count; ++a) {
-            const float *row = ip + (wh.start + a) * sh + ww.start * sw;
-            for (int64_t b = 0; b < ww.count; ++b) sum += (double)row[b * sw];
-          }
-          const int64_t div = loom_pool_divisor(q, wh, ww);
-          *o = (float)(div ? sum / (double)div : NAN);
         }
       }
     }
   }
 }
 
-int loom_pool2d_kernel(const loom_kernel_args *args, int64_t begin,
-                       int64_t end) {
+/* The other dtypes, through loads and stores that convert. */
+static void pool_any(const loom_pool_params *q, const loom_tensor *in, const loom_tensor *out,
+                     const loom_tensor *ind, int is_max, int64_t begin, int64_t end) {
+  const int64_t id = in->sizes[2], ih = in->sizes[3], iw = in->sizes[4];
+  const int64_t od = out->sizes[2], oh = out->sizes[3], ow = out->sizes[4];
+  for (int64_t pl = begin; pl < end; ++pl) {
+    const int64_t ib = loom_pool_volume(in, pl), ob = loom_pool_volume(out, pl);
+    const int64_t xb = ind ? loom_pool_volume(ind, pl) : 0;
+    for (int64_t z = 0; z < od; ++z)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x) {
+          const loom_pool_window w[3] = {loom_pool_window_of(q, 0, z, od, id),
+                                         loom_pool_window_of(q, 1, y, oh, ih),
+                                         loom_pool_window_of(q, 2, x, ow, iw)};
+          const int64_t o_off = loom_pool_at(out, ob, z, y, x);
+          double acc = is_max ? -INFINITY : 0.0;
+          int64_t best_i = -1;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b)
+              for (int64_t c = 0; c < w[2].count; ++c) {
+                const int64_t dd = w[0].start + a * w[0].step, hh = w[1].start + b * w[1].step;
+                const int64_t xx = w[2].start + c * w[2].step;
+                const double v =
+                    loom_nn_load(in->data, in->dtype, loom_pool_at(in, ib, dd, hh, xx));
+                if (!is_max) acc += v;
+                else if (pool_takes(best_i, v, acc)) acc = v, best_i = (dd * ih + hh) * iw + xx;
+              }
+          if (is_max) {
+            loom_nn_store(out->data, out->dtype, o_off, acc);
+            ((int64_t *)ind->data)[loom_pool_at(ind, xb, z, y, x)] = best_i < 0 ? 0 : best_i;
+          } else {
+            const int64_t div = loom_pool_divisor(q, w);
+            loom_nn_store(out->data, out->dtype, o_off, div ? acc / (double)div : NAN);
+          }
+        }
+  }
+}
+
+int loom_pool_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   loom_pool_params q;
   int rc = loom_pool_params_read(args, &q);
   if (rc) return rc;
@@ -142,54 +196,16 @@ int loom_pool2d_kernel(const loom_kernel_args *args, int64_t begin,
   if (args->num_tensors < (is_max ? 3u : 2u)) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *in = &args->tensors[0], *out = &args->tensors[1];
   const loom_tensor *ind = is_max ? &args->tensors[2] : NULL;
-  if (in->rank != 4 || out->rank != 4 || (ind && (ind->rank != 4 || ind->dtype != LOOM_INT64)))
+  if (in->rank != 5 || out->rank != 5 || (ind && (ind->rank != 5 || ind->dtype != LOOM_INT64)))
     return LOOM_ERROR_INVALID_ARGUMENT;
-  int64_t ih = in->sizes[2], iw = in->sizes[3], oh = out->sizes[2], ow = out->sizes[3];
-  if (in->dtype == LOOM_FLOAT32 && out->dtype == LOOM_FLOAT32) {
-    pool2d_f32(&q, in, out, ind, is_max, begin, end);
-    return 0;
-  }
-  for (int64_t pl = begin; pl < end; ++pl) {
-    int64_t ib = loom_pool_plane(in, pl), ob = loom_pool_plane(out, pl);
-    int64_t xb = ind ? loom_pool_plane(ind, pl) : 0;
-    for (int64_t y = 0; y < oh; ++y) {
-      loom_pool_window wh = loom_pool_window_of(&q, 0, y, oh, ih);
-      for (int64_t x = 0; x < ow; ++x) {
-        loom_pool_window ww = loom_pool_window_of(&q, 1, x, ow, iw);
-        int64_t o_off = ob + y * out->strides[2] + x * out->strides[3];
-        if (is_max) {
-          double best = -INFINITY;
-          int64_t best_i = -1;
-          for (int64_t a = 0; a < wh.count; ++a) {
-            int64_t hh = wh.start + a * wh.step;
-            for (int64_t b = 0; b < ww.count; ++b) {
-              int64_t xx = ww.start + b * ww.step;
-              double v = loom_nn_load(in->data, in->dtype,
-                                      ib + hh * in->strides[2] + xx * in->strides[3]);
-              if (pool_takes(best_i, v, best)) best = v, best_i = hh * iw + xx;
-            }
-          }
-          loom_nn_store(out->data, out->dtype, o_off, best);
-          ((int64_t *)ind->data)[xb + y * ind->strides[2] + x * ind->strides[3]] =
-              best_i < 0 ? 0 : best_i;
-        } else {
-          double sum = 0.0;
-          for (int64_t a = 0; a < wh.count; ++a)
-            for (int64_t b = 0; b < ww.count; ++b)
-              sum += loom_nn_load(in->data, in->dtype,
-                                  ib + (wh.start + a) * in->strides[2] +
-                                      (ww.start + b) * in->strides[3]);
-          int64_t div = loom_pool_divisor(&q, wh, ww);
-          loom_nn_store(out->data, out->dtype, o_off, div ? sum / (double)div : NAN);
-        }
-      }
-    }
-  }
+  if (in->dtype == LOOM_FLOAT32 && out->dtype == LOOM_FLOAT32)
+    pool_f32(&q, in, out, ind, is_max, begin, end);
+  else
+    pool_any(&q, in, out, ind, is_max, begin, end);
   return 0;
 }
 
-int loom_pool2d_backward_kernel(const loom_kernel_args *args, int64_t begin,
-                                int64_t end) {
+int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   loom_pool_params q;
   int rc = loom_pool_params_read(args, &q);
   if (rc) return rc;
@@ -197,36 +213,46 @@ int loom_pool2d_backward_kernel(const loom_kernel_args *args, int64_t begin,
   if (args->num_tensors < (is_max ? 3u : 2u)) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *gi = &args->tensors[0], *go = &args->tensors[1];
   const loom_tensor *ind = is_max ? &args->tensors[2] : NULL;
-  if (gi->rank != 4 || go->rank != 4 || (ind && (ind->rank != 4 || ind->dtype != LOOM_INT64)))
+  if (gi->rank != 5 || go->rank != 5 || (ind && (ind->rank != 5 || ind->dtype != LOOM_INT64)))
     return LOOM_ERROR_INVALID_ARGUMENT;
-  int64_t ih = gi->sizes[2], iw = gi->sizes[3], oh = go->sizes[2], ow = go->sizes[3];
+  const int64_t id = gi->sizes[2], ih = gi->sizes[3], iw = gi->sizes[4];
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  /* a dense volume takes a max's index as the offset it is: no division */
+  const int dense =
+      gi->strides[4] == 1 && gi->strides[3] == iw && (id == 1 || gi->strides[2] == ih * iw);
   for (int64_t pl = begin; pl < end; ++pl) {
-    int64_t gib = loom_pool_plane(gi, pl), gob = loom_pool_plane(go, pl);
-    int64_t xb = ind ? loom_pool_plane(ind, pl) : 0;
-    for (int64_t y = 0; y < ih; ++y)
-      for (int64_t x = 0; x < iw; ++x)
-        loom_nn_store(gi->data, gi->dtype, gib + y * gi->strides[2] + x * gi->strides[3], 0.0);
-    for (int64_t y = 0; y < oh; ++y) {
-      loom_pool_window wh = loom_pool_window_of(&q, 0, y, oh, ih);
-      for (int64_t x = 0; x < ow; ++x) {
-        double g = loom_nn_load(go->data, go->dtype, gob + y * go->strides[2] + x * go->strides[3]);
-        if (is_max) {
-          int64_t idx = ((const int64_t *)ind->data)[xb + y * ind->strides[2] + x * ind->strides[3]];
-          if (idx < 0 || idx >= ih * iw) return LOOM_ERROR_INVALID_ARGUMENT;
-          int64_t off = gib + (idx / iw) * gi->strides[2] + (idx % iw) * gi->strides[3];
-          loom_nn_store(gi->data, gi->dtype, off, loom_nn_load(gi->data, gi->dtype, off) + g);
-          continue;
-        }
-        loom_pool_window ww = loom_pool_window_of(&q, 1, x, ow, iw);
-        int64_t div = loom_pool_divisor(&q, wh, ww);
-        double share = div ? g / (double)div : NAN;
-        for (int64_t a = 0; a < wh.count; ++a)
-          for (int64_t b = 0; b < ww.count; ++b) {
-            int64_t off = gib + (wh.start + a) * gi->strides[2] + (ww.start + b) * gi->strides[3];
-            loom_nn_store(gi->data, gi->dtype, off, loom_nn_load(gi->data, gi->dtype, off) + share);
+    const int64_t gib = loom_pool_volume(gi, pl), gob = loom_pool_volume(go, pl);
+    const int64_t xb = ind ? loom_pool_volume(ind, pl) : 0;
+    for (int64_t z = 0; z < id; ++z)
+      for (int64_t y = 0; y < ih; ++y)
+        for (int64_t x = 0; x < iw; ++x)
+          loom_nn_store(gi->data, gi->dtype, loom_pool_at(gi, gib, z, y, x), 0.0);
+    for (int64_t z = 0; z < od; ++z)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x) {
+          const double g = loom_nn_load(go->data, go->dtype, loom_pool_at(go, gob, z, y, x));
+          if (is_max) {
+            const int64_t idx = ((const int64_t *)ind->data)[loom_pool_at(ind, xb, z, y, x)];
+            if (idx < 0 || idx >= id * ih * iw) return LOOM_ERROR_INVALID_ARGUMENT;
+            const int64_t off =
+                dense ? gib + idx : loom_pool_at(gi, gib, idx / (ih * iw), idx / iw % ih, idx % iw);
+            loom_nn_store(gi->data, gi->dtype, off, loom_nn_load(gi->data, gi->dtype, off) + g);
+            continue;
           }
-      }
-    }
+          const loom_pool_window w[3] = {loom_pool_window_of(&q, 0, z, od, id),
+                                         loom_pool_window_of(&q, 1, y, oh, ih),
+                                         loom_pool_window_of(&q, 2, x, ow, iw)};
+          const int64_t div = loom_pool_divisor(&q, w);
+          const double share = div ? g / (double)div : NAN;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b)
+              for (int64_t c = 0; c < w[2].count; ++c) {
+                const int64_t off =
+                    loom_pool_at(gi, gib, w[0].start + a, w[1].start + b, w[2].start + c);
+                loom_nn_store(gi->data, gi->dtype, off,
+                              loom_nn_load(gi->data, gi->dtype, off) + share);
+              }
+        }
   }
   return 0;
 }

@@ -1,7 +1,8 @@
-"""2-d pooling on loom against the CPU: max_pool2d (indices, dilation,
-ceil_mode, padding), avg_pool2d (count_include_pad, divisor_override),
-adaptive average and max pooling; forward and backward; 3-d and 4-d
-inputs, non-contiguous inputs, float dtypes; bad parameters."""
+"""2-d and 3-d pooling on loom against the CPU: max_pool (indices,
+dilation, ceil_mode, padding), avg_pool (count_include_pad,
+divisor_override), adaptive average and max pooling; forward and
+backward; batched and unbatched inputs, non-contiguous inputs, float
+dtypes; bad parameters."""
 
 
 import pytest
@@ -85,24 +86,117 @@ def test_adaptive_pools(dtype, out):
     compare(lambda x: F.adaptive_avg_pool2d(x, out), rand(3, 7, 9, dtype=dtype), dtype, noncontig=True)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=(3, 2, 1), stride=(1, 2, 1), padding=(1, 0, 0), dilation=(1, 2, 1)),
+    dict(kernel_size=3, stride=2, ceil_mode=True),
+])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7, 6), (3, 6, 5, 8)])
+def test_max_pool3d(dtype, kw, shape):
+    compare(lambda x: F.max_pool3d(x, return_indices=True, **kw), rand(*shape, dtype=dtype), dtype)
+    compare(lambda x: F.max_pool3d(x, **kw), rand(*shape, dtype=dtype, seed=1), dtype,
+            noncontig=True)
+
+
+def test_max_pool3d_nan_and_ties():
+    # Indices count (d * H + h) * W + w through the volume: a tie keeps the
+    # first tap, a NaN wins.
+    x = torch.zeros(1, 1, 2, 2, 2)
+    x[0, 0, 1, 0, 1] = float("nan")
+    y = torch.ones(1, 1, 2, 2, 2)
+    for t in (x, y):
+        o, i = F.max_pool3d(t, 2, return_indices=True)
+        lo, li = F.max_pool3d(t.to("loom"), 2, return_indices=True)
+        torch.testing.assert_close(lo.cpu(), o, equal_nan=True)
+        assert torch.equal(li.cpu(), i)
+    assert F.max_pool3d(x.to("loom"), 2, return_indices=True)[1].item() == 5
+
+
+AVG3D = [
+    dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+    dict(kernel_size=(3, 1, 2), stride=(2, 1, 1), ceil_mode=True, padding=(1, 0, 1)),
+    dict(kernel_size=(2, 3, 2), divisor_override=5),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kw", AVG3D)
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7, 6), (3, 6, 5, 8)])
+def test_avg_pool3d(dtype, kw, shape):
+    compare(lambda x: F.avg_pool3d(x, **kw), rand(*shape, dtype=dtype), dtype)
+    compare(lambda x: F.avg_pool3d(x, **kw), rand(*shape, dtype=dtype, seed=2), dtype,
+            noncontig=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kw", AVG3D)
+def test_avg_pool3d_16_bit(dtype, kw):
+    # The CPU has no 16-bit avg_pool3d; loom's sums run in higher precision
+    # and round once: the float32 result and gradient, rounded.
+    x = rand(2, 3, 5, 7, 6, dtype=dtype)
+    x32 = x.float().requires_grad_()
+    y32 = F.avg_pool3d(x32, **kw)
+    g = rand(*y32.shape, dtype=dtype, seed=5)
+    y32.backward(g.float())
+    d = x.to("loom").requires_grad_()
+    y = F.avg_pool3d(d, **kw)
+    y.backward(g.to("loom"))
+    ulp = 2.0 ** (-10 if dtype == torch.float16 else -7)
+    assert y.dtype == dtype and d.grad.dtype == dtype
+    torch.testing.assert_close(y.detach().cpu(), y32.detach().to(dtype), rtol=ulp, atol=1e-6)
+    torch.testing.assert_close(d.grad.cpu(), x32.grad.to(dtype), rtol=ulp, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("out", [(1, 1, 1), (2, 3, 4), (5, 7, 6), (3, 1, 9)])
+def test_adaptive_pools_3d(dtype, out):
+    x = rand(2, 3, 5, 7, 6, dtype=dtype)
+    compare(lambda x: F.adaptive_avg_pool3d(x, out), x, dtype)
+    compare(lambda x: F.adaptive_max_pool3d(x, out, return_indices=True), x, dtype)
+    compare(lambda x: F.adaptive_avg_pool3d(x, out), rand(3, 5, 7, 6, dtype=dtype), dtype,
+            noncontig=True)
+
+
+def test_avg_pool3d_out():
+    x = rand(2, 3, 5, 7, 6)
+    out = torch.empty(0, device="loom")
+    torch._C._nn.avg_pool3d(x.to("loom"), 2, out=out)
+    torch.testing.assert_close(out.cpu(), F.avg_pool3d(x, 2), **TOL[torch.float32])
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("pool", [
     lambda x: F.avg_pool2d(x, 5, stride=1, padding=2),
     lambda x: F.adaptive_avg_pool2d(x, (12, 12)),
     lambda x: F.max_pool2d(x, 3, stride=1),
+    lambda x: F.avg_pool3d(x.unsqueeze(-1), (5, 5, 1), stride=1, padding=(2, 2, 0)),
 ])
 def test_16_bit_pool_gradients_round_once(dtype, pool):
     # Up to 25 windows add into one input gradient: they accumulate in
     # float32, so the result is the float32 gradient rounded once (within
     # one unit in the last place), not a sum rounded after every addition.
     x = rand(2, 3, 13, 13, dtype=dtype)
-    g = rand(*pool(x).shape, dtype=dtype, seed=5)
+    g = rand(*pool(x.float()).shape, dtype=dtype, seed=5)
     x32 = x.float().requires_grad_()
     pool(x32).backward(g.float())
     d = x.to("loom").requires_grad_()
     pool(d).backward(g.to("loom"))
     ulp = 2.0 ** (-10 if dtype == torch.float16 else -7)
     torch.testing.assert_close(d.grad.cpu(), x32.grad.to(dtype), rtol=ulp, atol=1e-6)
+
+
+@pytest.mark.parametrize("pool", [
+    lambda t: F.max_pool2d(t.expand(2, 3, 7, 9), 3, stride=1, padding=1),
+    lambda t: F.avg_pool2d(t.expand(2, 3, 7, 9), 3, stride=1, padding=1),
+    lambda t: F.max_pool3d(t.unsqueeze(2).expand(2, 3, 4, 7, 9), 3, stride=1, padding=1),
+])
+def test_pool_gradient_of_expanded_input(pool):
+    # The expanded rows alias one another: each still gets its own gradient
+    # before the expand's backward adds them up.
+    x = rand(2, 3, 1, 9)
+    compare(pool, x, torch.float32)
 
 
 def test_avg_pool2d_out():
@@ -137,6 +231,13 @@ def test_max_unpool2d(dtype):
     lambda d: F.avg_pool2d(torch.ones(1, 1, 4, 4, device=d), 2, padding=3),
     lambda d: F.adaptive_avg_pool2d(torch.ones(1, 1, 4, 4, device=d), (-1, 2)),
     lambda d: F.adaptive_max_pool2d(torch.ones(4, device=d), 2),
+    lambda d: F.max_pool3d(torch.ones(1, 1, 4, 4, 4, device=d), (2, 5, 2)),
+    lambda d: F.max_pool3d(torch.ones(1, 1, 4, 4, 4, device=d), 2, padding=(0, 2, 0)),
+    lambda d: F.max_pool3d(torch.ones(4, 4, 4, device=d), 2),
+    lambda d: F.avg_pool3d(torch.ones(1, 1, 4, 4, 4, device=d), 2, stride=(1, 0, 1)),
+    lambda d: F.avg_pool3d(torch.ones(1, 1, 4, 4, 4, device=d), 2, divisor_override=0),
+    lambda d: F.adaptive_avg_pool3d(torch.ones(1, 1, 4, 4, 4, device=d), (2, -1, 2)),
+    lambda d: F.adaptive_max_pool3d(torch.ones(4, 4, device=d), 2),
 ])
 def test_bad_pool_params_match_cpu(fn):
     with pytest.raises(Exception) as cpu_err:
