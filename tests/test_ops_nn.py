@@ -285,6 +285,26 @@ def test_batch_norm_mixed_precision_stats():
         torch.testing.assert_close(a.cpu(), b, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("stats", [True, False])
+def test_batch_norm_legit_out(stats):
+    # The out= forms export and torch.compile reach: the outputs resized,
+    # the running statistics updated, as on the CPU.
+    torch.manual_seed(3)
+    x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+    res = {}
+    for dev in ("cpu", "loom"):
+        rm, rv = torch.zeros(3, device=dev), torch.ones(3, device=dev)
+        outs = [torch.empty(0, device=dev) for _ in range(3)]
+        args = (x.to(dev), w.to(dev), b.to(dev)) + ((rm, rv) if stats else ()) + (True, 0.1, 1e-5)
+        op = torch.ops.aten._native_batch_norm_legit
+        (op.out if stats else op.no_stats_out)(*args, out=outs[0], save_mean=outs[1],
+                                                save_invstd=outs[2])
+        res[dev] = outs + ([rm, rv] if stats else [])
+    for a, c in zip(res["loom"], res["cpu"]):
+        assert a.device.type == "loom" and a.shape == c.shape
+        close(a, c, torch.float32)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_instance_norm(dtype):
     torch.manual_seed(5)

@@ -129,6 +129,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_native(
                     "native_batch_norm");
 }
 
+// A forward's (output, saved mean, saved invstd) into out= tensors.
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> to_outs(
+    const std::tuple<at::Tensor, at::Tensor, at::Tensor>& r, at::Tensor& out,
+    at::Tensor& save_mean, at::Tensor& save_invstd) {
+  const auto& [o, m, v] = r;
+  out.resize_(o.sizes()).copy_(o);
+  save_mean.resize_(m.sizes()).copy_(m);
+  save_invstd.resize_(v.sizes()).copy_(v);
+  return {out, save_mean, save_invstd};
+}
+
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> native_batch_norm_out(
     const at::Tensor& input, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias,
@@ -136,12 +147,9 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> native_batch_norm_out(
     const std::optional<at::Tensor>& running_var, bool training,
     double momentum, double eps, at::Tensor& out, at::Tensor& save_mean,
     at::Tensor& save_invstd) {
-  auto [o, m, v] = bn_native(input, weight, bias, running_mean,
-                             running_var, training, momentum, eps);
-  out.resize_(o.sizes()).copy_(o);
-  save_mean.resize_(m.sizes()).copy_(m);
-  save_invstd.resize_(v.sizes()).copy_(v);
-  return {out, save_mean, save_invstd};
+  return to_outs(bn_native(input, weight, bias, running_mean, running_var, training, momentum,
+                           eps),
+                 out, save_mean, save_invstd);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> legit(
@@ -162,6 +170,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> legit_no_stats(
   return bn_forward(input, value_or_undefined(weight), value_or_undefined(bias),
                     at::Tensor(), at::Tensor(), true, momentum, eps,
                     "_native_batch_norm_legit.no_stats");
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> legit_out(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, at::Tensor& running_mean,
+    at::Tensor& running_var, bool training, double momentum, double eps, at::Tensor& out,
+    at::Tensor& save_mean, at::Tensor& save_invstd) {
+  return to_outs(legit(input, weight, bias, running_mean, running_var, training, momentum, eps),
+                 out, save_mean, save_invstd);
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> legit_no_stats_out(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, bool training, double momentum, double eps,
+    at::Tensor& out, at::Tensor& save_mean, at::Tensor& save_invstd) {
+  return to_outs(legit_no_stats(input, weight, bias, training, momentum, eps), out, save_mean,
+                 save_invstd);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> with_update(
@@ -212,6 +237,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "native_batch_norm.out", native_batch_norm_out);
   LOOM_IMPL(m, "_native_batch_norm_legit", legit);
   LOOM_IMPL(m, "_native_batch_norm_legit.no_stats", legit_no_stats);
+  LOOM_IMPL(m, "_native_batch_norm_legit.out", legit_out);
+  LOOM_IMPL(m, "_native_batch_norm_legit.no_stats_out", legit_no_stats_out);
   LOOM_IMPL(m, "_batch_norm_with_update", with_update);
   LOOM_IMPL(m, "native_batch_norm_backward", native_batch_norm_backward);
   LOOM_IMPL(m, "batch_norm_backward", batch_norm_backward);
