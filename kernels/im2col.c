@@ -258,6 +258,23 @@ int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,
 /* First index i >= 0 with i * s >= x (x may be negative). */
 static int64_t loom_conv_first_at(int64_t x, int64_t s) { return x <= 0 ? 0 : (x + s - 1) / s; }
 
+/* Phase (a, b) of a stride (sh, sw) copy: its rows i and columns j read
+ * image row i*sh + a - top and column j*sw + b - left; those inside the
+ * image, [i0, i1) x [j0, j1), are its data. */
+typedef struct pad_phase {
+  int64_t a, b, i0, i1, j0, j1;
+} pad_phase;
+
+static pad_phase pad_phase_of(int64_t ph, int64_t top, int64_t left, int64_t sh, int64_t sw,
+                              int64_t h_n, int64_t w_n) {
+  const int64_t a = ph / sw, b = ph % sw;
+  return (pad_phase){.a = a, .b = b,
+                     .i0 = loom_conv_first_at(top - a, sh),
+                     .i1 = loom_conv_first_at(h_n + top - a, sh),
+                     .j0 = loom_conv_first_at(left - b, sw),
+                     .j1 = loom_conv_first_at(w_n + left - b, sw)};
+}
+
 int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *dst = &args->tensors[0], *src = &args->tensors[1];
@@ -271,33 +288,43 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t phases = sh * sw, c_n = src->sizes[1], h_n = src->sizes[3], w_n = src->sizes[4];
   const int64_t plane = dst->sizes[2], ssh = src->strides[3], ssw = src->strides[4];
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
+  /* Worked out once per phase: small planes spent more time in these
+   * divisions than in the copy. */
+  enum { PHASES = 16 };
+  pad_phase table[PHASES];
+  for (int64_t ph = 0; ph < phases && ph < PHASES; ++ph)
+    table[ph] = pad_phase_of(ph, top, left, sh, sw, h_n, w_n);
+  int64_t n = begin / (c_n * phases), c = begin % (c_n * phases) / phases, ph = begin % phases;
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t n = item / (c_n * phases), cp = item % (c_n * phases);
-    const int64_t c = cp / phases, a = cp % phases / sw, b = cp % sw;
-    float *d = (float *)dst->data + n * dst->strides[0] + cp * dst->strides[1];
+    const pad_phase e = ph < PHASES ? table[ph] : pad_phase_of(ph, top, left, sh, sw, h_n, w_n);
+    const int64_t a = e.a, b = e.b, i0 = e.i0, i1 = e.i1, j0 = e.j0, j1 = e.j1;
+    float *d = (float *)dst->data + n * dst->strides[0] + (c * phases + ph) * dst->strides[1];
     const float *s = (const float *)src->data + n * src->strides[0] + c * src->strides[1];
-    /* the phase's rows i and columns j read image row i*sh + a - top and
-     * column j*sw + b - left; those inside the image are its data */
-    const int64_t i0 = loom_conv_first_at(top - a, sh), i1 = loom_conv_first_at(h_n + top - a, sh);
-    const int64_t j0 = loom_conv_first_at(left - b, sw), j1 = loom_conv_first_at(w_n + left - b, sw);
+    if (++ph == phases) ph = 0, c = c + 1 == c_n ? (++n, 0) : c + 1;
     if (j1 > wq || (i1 > i0 && j1 > j0 && (i1 - 1) * wq + j1 > plane))
       return LOOM_ERROR_INVALID_ARGUMENT;
     /* every element written once: data runs, and the zeros between them */
     int64_t zero_from = 0;
-    for (int64_t i = i0; i < i1 && j1 > j0; ++i) {
-      float *row = d + i * wq;
-      memset(d + zero_from, 0, (size_t)(row + j0 - (d + zero_from)) * sizeof(float));
-      const float *sr = s + (i * sh + a - top) * ssh + (j0 * sw + b - left) * ssw;
-      if (sw == 1 && ssw == 1) {
-        memcpy(row + j0, sr, (size_t)(j1 - j0) * sizeof(float));
-      } else if (sw == 2 && ssw == 1) {
-        /* a constant stride, which the compiler vectorizes */
-        for (int64_t j = 0; j < j1 - j0; ++j) row[j0 + j] = sr[2 * j];
-      } else {
-        for (int64_t j = j0; j < j1; ++j) row[j] = sr[(j - j0) * sw * ssw];
+    if (avx512 && sw <= 2 && ssw == 1 && j1 > j0 && i1 > i0)
+      zero_from = loom_conv_pad_rows_avx512(d, wq, i0, i1, j0, j1,
+                                            s + (i0 * sh + a - top) * ssh + (j0 * sw + b - left),
+                                            sh * ssh, sw);
+    else
+      for (int64_t i = i0; i < i1 && j1 > j0; ++i) {
+        float *row = d + i * wq;
+        memset(d + zero_from, 0, (size_t)(row + j0 - (d + zero_from)) * sizeof(float));
+        const float *sr = s + (i * sh + a - top) * ssh + (j0 * sw + b - left) * ssw;
+        if (sw == 1 && ssw == 1) {
+          memcpy(row + j0, sr, (size_t)(j1 - j0) * sizeof(float));
+        } else if (sw == 2 && ssw == 1) {
+          /* a constant stride, which the compiler vectorizes */
+          for (int64_t j = 0; j < j1 - j0; ++j) row[j0 + j] = sr[2 * j];
+        } else {
+          for (int64_t j = j0; j < j1; ++j) row[j] = sr[(j - j0) * sw * ssw];
+        }
+        zero_from = i * wq + j1;
       }
-      zero_from = i * wq + j1;
-    }
     memset(d + zero_from, 0, (size_t)(plane - zero_from) * sizeof(float));
   }
   return 0;

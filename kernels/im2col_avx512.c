@@ -1,9 +1,10 @@
 /* kernels/im2col_avx512.c — the AVX-512 loops of im2col.c: col2im's
  * accumulation into every other column (stride-2 convolutions), where each
  * destination element takes the one addition the scalar loop gives it, so
- * the bits are the same; and the strided lanes of the flipped weight's
- * pack. */
+ * the bits are the same; the strided lanes of the flipped weight's pack;
+ * and the rows of a zero-padded copy. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/im2col_internal.h"
 
@@ -43,4 +44,45 @@ void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_
                                               idx, s + l0 * step, 4);
     _mm512_mask_storeu_ps(d, all, v);
   }
+}
+
+/* n zeros at d: a memset when long, else masked stores. */
+static inline void pad_zeros(float *d, int64_t n) {
+  if (n > 64) {
+    memset(d, 0, (size_t)n * sizeof(float));
+    return;
+  }
+  for (; n > 0; n -= 16, d += 16)
+    _mm512_mask_storeu_ps(d, n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u),
+                          _mm512_setzero_ps());
+}
+
+/* A mask of lanes [0, n), n clipped to [0, 16]. */
+static inline __mmask16 pad_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+int64_t loom_conv_pad_rows_avx512(float *d, int64_t wq, int64_t i0, int64_t i1, int64_t j0,
+                                  int64_t j1, const float *s, int64_t s_row, int64_t sw) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const int64_t n = j1 - j0;
+  int64_t from = 0;
+  for (int64_t i = i0; i < i1; ++i, s += s_row) {
+    float *row = d + i * wq;
+    pad_zeros(d + from, row + j0 - (d + from));
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = pad_mask(n - j);
+      __m512 v;
+      if (sw == 1) {
+        v = _mm512_maskz_loadu_ps(m, s + j);
+      } else { /* the even lanes of the 2 * (n - j) - 1 values from s + 2j */
+        const int64_t span = 2 * (n - j) - 1;
+        v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(pad_mask(span), s + 2 * j), even,
+                                   _mm512_maskz_loadu_ps(pad_mask(span - 16), s + 2 * j + 16));
+      }
+      _mm512_mask_storeu_ps(row + j0 + j, m, v);
+    }
+    from = i * wq + j1;
+  }
+  return from;
 }

@@ -18,6 +18,14 @@ void loom_col2im_add_stride2_avx512(float *d, int64_t d_row, const float *s, int
 void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_t step,
                                  int64_t lanes, int64_t width);
 
+/* Rows [i0, i1) of a zero-padded plane d, wq wide: row i's columns
+ * [j0, j1) from s + (i - i0) * s_row, every sw-th value (sw 1 or 2), and
+ * the zeros before each from d[0] on; returns the end of the last row's
+ * data, where the zeros after it start. Short runs take masked stores
+ * rather than a memset and a copy each (AVX-512 CPUs only). */
+int64_t loom_conv_pad_rows_avx512(float *d, int64_t wq, int64_t i0, int64_t i1, int64_t j0,
+                                  int64_t j1, const float *s, int64_t s_row, int64_t sw);
+
 /* The plan of a flipped pack's arguments (kernels/conv.h) into *p, and
  * whether its weight w (tensor [4]) fits it: 0, or a loom_status. The
  * caller checks the dtypes and the plan's variant. */
