@@ -1,9 +1,12 @@
 /* kernels/pool.c — 2-d and 3-d pooling (see kernels/pool.h). */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/nn_util.h"
 #include "kernels/pool.h"
+#include "kernels/pool_internal.h"
 #include "loom/status.h"
+#include "runtime/base/cpu.h"
 
 typedef struct loom_pool_params {
   int64_t mode, k[3], s[3], p[3], d[3], include_pad, divisor;
@@ -90,6 +93,8 @@ static inline int64_t loom_pool_at(const loom_tensor *t, int64_t b, int64_t z, i
 
 /* Output columns whose windows pool_f32 computes once per call. */
 #define POOL_COLS 256
+/* Input rows (depth by height taps) of the vectorized max's windows. */
+#define POOL_ROWS 64
 
 /* loom_pool_kernel's loops for float32 volumes, the elements read as they
  * are rather than through a dtype switch, the columns' windows computed
@@ -102,6 +107,12 @@ static void pool_f32(const loom_pool_params *q, const loom_tensor *in, const loo
   const int64_t sd = in->strides[2], sh = in->strides[3], sw = in->strides[4];
   loom_pool_window cols[POOL_COLS];
   for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 2, x, ow, iw);
+  /* Max pooling's rows 16 columns at a time, where its column offsets and
+   * indices fit the vector's 32-bit lanes. */
+  const int vec = q->mode == LOOM_POOL_MAX && (loom_cpu_features() & LOOM_FEATURE_AVX512F) &&
+                  out->strides[4] == 1 && ind->strides[4] == 1 &&
+                  q->k[0] * q->k[1] <= POOL_ROWS && id * ih * iw < INT32_MAX &&
+                  (ow * q->s[2] + q->k[2] * q->d[2] + iw) * sw < INT32_MAX;
   for (int64_t pl = begin; pl < end; ++pl) {
     const float *ip = (const float *)in->data + loom_pool_volume(in, pl);
     float *op = (float *)out->data + loom_pool_volume(out, pl);
@@ -111,6 +122,18 @@ static void pool_f32(const loom_pool_params *q, const loom_tensor *in, const loo
       w[0] = loom_pool_window_of(q, 0, z, od, id);
       for (int64_t y = 0; y < oh; ++y) {
         w[1] = loom_pool_window_of(q, 1, y, oh, ih);
+        if (vec) {
+          int64_t rows[POOL_ROWS], idx[POOL_ROWS], nrows = 0;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b, ++nrows) {
+              const int64_t dd = w[0].start + a * w[0].step, hh = w[1].start + b * w[1].step;
+              rows[nrows] = dd * sd + hh * sh, idx[nrows] = (dd * ih + hh) * iw;
+            }
+          loom_pool_max_row_avx512(ip, rows, idx, nrows, iw, sw, q->k[2], q->s[2], q->p[2],
+                                   q->d[2], ow, op + loom_pool_at(out, 0, z, y, 0),
+                                   xp + loom_pool_at(ind, 0, z, y, 0));
+          continue;
+        }
         for (int64_t x = 0; x < ow; ++x) {
           w[2] = x < POOL_COLS ? cols[x] : loom_pool_window_of(q, 2, x, ow, iw);
           float *o = op + loom_pool_at(out, 0, z, y, x);
@@ -205,6 +228,29 @@ int loom_pool_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   return 0;
 }
 
+/* The max modes' backward for float32 gradients over dense volumes: the
+ * generic loop's additions in its order, without a dtype switch per
+ * element (a float sum rounds as the generic double one stored to float). */
+static int pool_max_backward_f32(const loom_tensor *gi, const loom_tensor *go,
+                                 const loom_tensor *ind, int64_t begin, int64_t end) {
+  const int64_t volume = gi->sizes[2] * gi->sizes[3] * gi->sizes[4];
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  for (int64_t pl = begin; pl < end; ++pl) {
+    float *g_in = (float *)gi->data + loom_pool_volume(gi, pl);
+    const float *g_out = (const float *)go->data + loom_pool_volume(go, pl);
+    const int64_t *ix = (const int64_t *)ind->data + loom_pool_volume(ind, pl);
+    memset(g_in, 0, (size_t)volume * sizeof(float));
+    for (int64_t z = 0; z < od; ++z)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x) {
+          const int64_t idx = ix[loom_pool_at(ind, 0, z, y, x)];
+          if (idx < 0 || idx >= volume) return LOOM_ERROR_INVALID_ARGUMENT;
+          g_in[idx] += g_out[loom_pool_at(go, 0, z, y, x)];
+        }
+  }
+  return 0;
+}
+
 int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   loom_pool_params q;
   int rc = loom_pool_params_read(args, &q);
@@ -220,6 +266,8 @@ int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64
   /* a dense volume takes a max's index as the offset it is: no division */
   const int dense =
       gi->strides[4] == 1 && gi->strides[3] == iw && (id == 1 || gi->strides[2] == ih * iw);
+  if (is_max && dense && gi->dtype == LOOM_FLOAT32 && go->dtype == LOOM_FLOAT32)
+    return pool_max_backward_f32(gi, go, ind, begin, end);
   for (int64_t pl = begin; pl < end; ++pl) {
     const int64_t gib = loom_pool_volume(gi, pl), gob = loom_pool_volume(go, pl);
     const int64_t xb = ind ? loom_pool_volume(ind, pl) : 0;

@@ -48,7 +48,7 @@ def compare(fn, x, dtype, noncontig=False):
     dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1)),
     dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=1),
 ])
-@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (3, 13, 8), (1, 1, 1, 1)])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (3, 13, 8), (1, 1, 1, 1), (2, 2, 5, 41)])
 def test_max_pool2d(dtype, kw, shape):
     if shape[-1] < 3 and kw["kernel_size"] != 1:
         pytest.skip("window larger than the input")
@@ -62,6 +62,16 @@ def test_max_pool2d_nan_and_ties():
     lo, li = F.max_pool2d(x.to("loom"), 2, return_indices=True)
     torch.testing.assert_close(lo.cpu(), o, equal_nan=True)
     assert torch.equal(li.cpu(), i)
+    # Rows of 16 output columns at a time and more: ties keep the first
+    # tap, a NaN wins, an all-padding window gives index 0, as on the CPU.
+    x = torch.randint(0, 3, (2, 3, 6, 40)).float()
+    x[0, 0, 2, 5] = x[1, 2, 3, 33] = float("nan")
+    for kw in (dict(kernel_size=3, stride=1, padding=1), dict(kernel_size=(2, 3), stride=2),
+               dict(kernel_size=3, stride=1, padding=1, dilation=2)):
+        o, i = F.max_pool2d(x, return_indices=True, **kw)
+        lo, li = F.max_pool2d(x.to("loom"), return_indices=True, **kw)
+        torch.testing.assert_close(lo.cpu(), o, equal_nan=True)
+        assert torch.equal(li.cpu(), i)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -1,0 +1,50 @@
+/* kernels/pool_avx512.c — the AVX-512 loop of pool.c's max pooling: 16
+ * output columns per pass, each lane taking the same taps in the same
+ * order with the same comparisons as the scalar loop, so the values and
+ * indices are the same. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/pool_internal.h"
+
+void loom_pool_max_row_avx512(const float *in, const int64_t *rows, const int64_t *idx,
+                              int64_t nrows, int64_t iw, int64_t sw, int64_t kw, int64_t s,
+                              int64_t p, int64_t dil, int64_t ow, float *out, int64_t *ind) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i zero = _mm512_setzero_si512(), width = _mm512_set1_epi32((int32_t)iw);
+  for (int64_t x0 = 0; x0 < ow; x0 += 16) {
+    const __mmask16 live =
+        ow - x0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ow - x0)) - 1u);
+    /* lane l's first tap column, (x0 + l) * s - p */
+    const __m512i first = _mm512_sub_epi32(
+        _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)x0)),
+                           _mm512_set1_epi32((int32_t)s)),
+        _mm512_set1_epi32((int32_t)p));
+    __m512 best = _mm512_set1_ps(-INFINITY);
+    __m512i best_i = _mm512_set1_epi32(-1);
+    for (int64_t r = 0; r < nrows; ++r) {
+      const float *row = in + rows[r];
+      const __m512i base = _mm512_set1_epi32((int32_t)idx[r]);
+      for (int64_t c = 0; c < kw; ++c) {
+        const __m512i col = _mm512_add_epi32(first, _mm512_set1_epi32((int32_t)(c * dil)));
+        const __mmask16 in_row = live & _mm512_cmpge_epi32_mask(col, zero) &
+                                 _mm512_cmplt_epi32_mask(col, width);
+        const __m512i off =
+            sw == 1 ? col : _mm512_mullo_epi32(col, _mm512_set1_epi32((int32_t)sw));
+        const __m512 v = _mm512_mask_i32gather_ps(best, in_row, off, row, 4);
+        const __mmask16 take = in_row & (_mm512_cmplt_epi32_mask(best_i, zero) |
+                                         _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
+                                         _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+        best = _mm512_mask_mov_ps(best, take, v);
+        best_i = _mm512_mask_mov_epi32(best_i, take, _mm512_add_epi32(base, col));
+      }
+    }
+    /* no tap at all: index 0, as the scalar loop */
+    best_i = _mm512_max_epi32(best_i, zero);
+    _mm512_mask_storeu_ps(out + x0, live, best);
+    _mm512_mask_storeu_epi64(ind + x0, (__mmask8)live,
+                             _mm512_cvtepi32_epi64(_mm512_castsi512_si256(best_i)));
+    _mm512_mask_storeu_epi64(ind + x0 + 8, (__mmask8)(live >> 8),
+                             _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(best_i, 1)));
+  }
+}
