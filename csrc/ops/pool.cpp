@@ -111,79 +111,47 @@ Tensor run_backward(const char* op, int dims, const Tensor& grad_output, const T
   return widen ? gi.to(type) : gi;
 }
 
-// The ATen ops of 2-d and 3-d pooling, and their names, for the generic
-// bodies below.
-struct Pool2d {
-  static constexpr int dims = 2;
-  static constexpr const char* max = "max_pool2d_with_indices";
-  static constexpr const char* max_bwd = "max_pool2d_with_indices_backward";
-  static constexpr const char* avg = "avg_pool2d";
-  static constexpr const char* avg_bwd = "avg_pool2d_backward";
-  static constexpr const char* aavg = "adaptive_avg_pool2d";
-  static constexpr const char* aavg_bwd = "adaptive_avg_pool2d_backward";
-  static constexpr const char* amax = "adaptive_max_pool2d";
-  static constexpr const char* amax_bwd = "adaptive_max_pool2d_backward";
-  template <class... A> static auto max_op(A&&... a) {
-    return at::max_pool2d_with_indices(std::forward<A>(a)...);
-  }
-  template <class... A> static auto max_bwd_op(A&&... a) {
-    return at::max_pool2d_with_indices_backward(std::forward<A>(a)...);
-  }
-  template <class... A> static auto avg_op(A&&... a) {
-    return at::avg_pool2d(std::forward<A>(a)...);
-  }
-  template <class... A> static auto avg_bwd_op(A&&... a) {
-    return at::avg_pool2d_backward(std::forward<A>(a)...);
-  }
-  template <class... A> static auto aavg_op(A&&... a) {
-    return at::_adaptive_avg_pool2d_symint(std::forward<A>(a)...);
-  }
-  template <class... A> static auto aavg_bwd_op(A&&... a) {
-    return at::_adaptive_avg_pool2d_backward(std::forward<A>(a)...);
-  }
-  template <class... A> static auto amax_op(A&&... a) {
-    return at::adaptive_max_pool2d(std::forward<A>(a)...);
-  }
-  template <class... A> static auto amax_bwd_op(A&&... a) {
-    return at::adaptive_max_pool2d_backward(std::forward<A>(a)...);
-  }
-};
-
-struct Pool3d {
-  static constexpr int dims = 3;
-  static constexpr const char* max = "max_pool3d_with_indices";
-  static constexpr const char* max_bwd = "max_pool3d_with_indices_backward";
-  static constexpr const char* avg = "avg_pool3d";
-  static constexpr const char* avg_bwd = "avg_pool3d_backward";
-  static constexpr const char* aavg = "adaptive_avg_pool3d";
-  static constexpr const char* aavg_bwd = "adaptive_avg_pool3d_backward";
-  static constexpr const char* amax = "adaptive_max_pool3d";
-  static constexpr const char* amax_bwd = "adaptive_max_pool3d_backward";
-  template <class... A> static auto max_op(A&&... a) {
-    return at::max_pool3d_with_indices(std::forward<A>(a)...);
-  }
-  template <class... A> static auto max_bwd_op(A&&... a) {
-    return at::max_pool3d_with_indices_backward(std::forward<A>(a)...);
-  }
-  template <class... A> static auto avg_op(A&&... a) {
-    return at::avg_pool3d(std::forward<A>(a)...);
-  }
-  template <class... A> static auto avg_bwd_op(A&&... a) {
-    return at::avg_pool3d_backward(std::forward<A>(a)...);
-  }
-  template <class... A> static auto aavg_op(A&&... a) {
-    return at::_adaptive_avg_pool3d_symint(std::forward<A>(a)...);
-  }
-  template <class... A> static auto aavg_bwd_op(A&&... a) {
-    return at::_adaptive_avg_pool3d_backward(std::forward<A>(a)...);
-  }
-  template <class... A> static auto amax_op(A&&... a) {
-    return at::adaptive_max_pool3d(std::forward<A>(a)...);
-  }
-  template <class... A> static auto amax_bwd_op(A&&... a) {
-    return at::adaptive_max_pool3d_backward(std::forward<A>(a)...);
-  }
-};
+// The ATen ops of D-d pooling and their names, for the generic bodies
+// below: Pool2d and Pool3d.
+#define LOOM_POOL_OPS(D)                                                           \
+  struct Pool##D##d {                                                              \
+    static constexpr int dims = D;                                                 \
+    static constexpr const char* max = "max_pool" #D "d_with_indices";            \
+    static constexpr const char* max_bwd = "max_pool" #D "d_with_indices_backward"; \
+    static constexpr const char* avg = "avg_pool" #D "d";                         \
+    static constexpr const char* avg_bwd = "avg_pool" #D "d_backward";            \
+    static constexpr const char* aavg = "adaptive_avg_pool" #D "d";               \
+    static constexpr const char* aavg_bwd = "adaptive_avg_pool" #D "d_backward";  \
+    static constexpr const char* amax = "adaptive_max_pool" #D "d";               \
+    static constexpr const char* amax_bwd = "adaptive_max_pool" #D "d_backward";  \
+    template <class... A> static auto max_op(A&&... a) {                           \
+      return at::max_pool##D##d_with_indices(std::forward<A>(a)...);              \
+    }                                                                              \
+    template <class... A> static auto max_bwd_op(A&&... a) {                       \
+      return at::max_pool##D##d_with_indices_backward(std::forward<A>(a)...);     \
+    }                                                                              \
+    template <class... A> static auto avg_op(A&&... a) {                           \
+      return at::avg_pool##D##d(std::forward<A>(a)...);                           \
+    }                                                                              \
+    template <class... A> static auto avg_bwd_op(A&&... a) {                       \
+      return at::avg_pool##D##d_backward(std::forward<A>(a)...);                  \
+    }                                                                              \
+    template <class... A> static auto aavg_op(A&&... a) {                          \
+      return at::_adaptive_avg_pool##D##d_symint(std::forward<A>(a)...);         \
+    }                                                                              \
+    template <class... A> static auto aavg_bwd_op(A&&... a) {                      \
+      return at::_adaptive_avg_pool##D##d_backward(std::forward<A>(a)...);        \
+    }                                                                              \
+    template <class... A> static auto amax_op(A&&... a) {                          \
+      return at::adaptive_max_pool##D##d(std::forward<A>(a)...);                  \
+    }                                                                              \
+    template <class... A> static auto amax_bwd_op(A&&... a) {                      \
+      return at::adaptive_max_pool##D##d_backward(std::forward<A>(a)...);         \
+    }                                                                              \
+  };
+LOOM_POOL_OPS(2)
+LOOM_POOL_OPS(3)
+#undef LOOM_POOL_OPS
 
 template <class P>
 std::tuple<Tensor, Tensor> max_pool_with_indices(const Tensor& self, c10::IntArrayRef k,
