@@ -251,6 +251,45 @@ static int pool_max_backward_f32(const loom_tensor *gi, const loom_tensor *go,
   return 0;
 }
 
+/* The average modes' backward for float32 gradients: the generic loop's
+ * additions in its order, each rounded to float as its store does, without
+ * a dtype switch per element and with the columns' windows computed once. */
+static void pool_avg_backward_f32(const loom_pool_params *q, const loom_tensor *gi,
+                                  const loom_tensor *go, int64_t begin, int64_t end) {
+  const int64_t id = gi->sizes[2], ih = gi->sizes[3], iw = gi->sizes[4];
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  loom_pool_window cols[POOL_COLS];
+  for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 2, x, ow, iw);
+  for (int64_t pl = begin; pl < end; ++pl) {
+    float *g_in = (float *)gi->data + loom_pool_volume(gi, pl);
+    const float *g_out = (const float *)go->data + loom_pool_volume(go, pl);
+    for (int64_t z = 0; z < id; ++z)
+      for (int64_t y = 0; y < ih; ++y)
+        for (int64_t x = 0; x < iw; ++x) g_in[loom_pool_at(gi, 0, z, y, x)] = 0.0f;
+    for (int64_t z = 0; z < od; ++z) {
+      loom_pool_window w[3];
+      w[0] = loom_pool_window_of(q, 0, z, od, id);
+      for (int64_t y = 0; y < oh; ++y) {
+        w[1] = loom_pool_window_of(q, 1, y, oh, ih);
+        for (int64_t x = 0; x < ow; ++x) {
+          w[2] = x < POOL_COLS ? cols[x] : loom_pool_window_of(q, 2, x, ow, iw);
+          const int64_t div = loom_pool_divisor(q, w);
+          const double share = div ? (double)g_out[loom_pool_at(go, 0, z, y, x)] / (double)div
+                                   : NAN;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b) {
+              float *row = g_in + loom_pool_at(gi, 0, w[0].start + a, w[1].start + b, w[2].start);
+              for (int64_t c = 0; c < w[2].count; ++c) {
+                float *e = row + c * gi->strides[4];
+                *e = (float)((double)*e + share);
+              }
+            }
+        }
+      }
+    }
+  }
+}
+
 int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   loom_pool_params q;
   int rc = loom_pool_params_read(args, &q);
@@ -268,6 +307,10 @@ int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64
       gi->strides[4] == 1 && gi->strides[3] == iw && (id == 1 || gi->strides[2] == ih * iw);
   if (is_max && dense && gi->dtype == LOOM_FLOAT32 && go->dtype == LOOM_FLOAT32)
     return pool_max_backward_f32(gi, go, ind, begin, end);
+  if (!is_max && gi->dtype == LOOM_FLOAT32 && go->dtype == LOOM_FLOAT32) {
+    pool_avg_backward_f32(&q, gi, go, begin, end);
+    return 0;
+  }
   for (int64_t pl = begin; pl < end; ++pl) {
     const int64_t gib = loom_pool_volume(gi, pl), gob = loom_pool_volume(go, pl);
     const int64_t xb = ind ? loom_pool_volume(ind, pl) : 0;
