@@ -113,6 +113,10 @@ static void pool_f32(const loom_pool_params *q, const loom_tensor *in, const loo
                   out->strides[4] == 1 && ind->strides[4] == 1 &&
                   q->k[0] * q->k[1] <= POOL_ROWS && id * ih * iw < INT32_MAX &&
                   (ow * q->s[2] + q->k[2] * q->d[2] + iw) * sw < INT32_MAX;
+  /* and average pooling's, whose divisors per column fit the window cache */
+  const int vec_avg = q->mode == LOOM_POOL_AVG && (loom_cpu_features() & LOOM_FEATURE_AVX512F) &&
+                      out->strides[4] == 1 && q->k[0] * q->k[1] <= POOL_ROWS &&
+                      ow <= POOL_COLS && (ow * q->s[2] + q->k[2] + iw) * sw < INT32_MAX;
   for (int64_t pl = begin; pl < end; ++pl) {
     const float *ip = (const float *)in->data + loom_pool_volume(in, pl);
     float *op = (float *)out->data + loom_pool_volume(out, pl);
@@ -132,6 +136,19 @@ static void pool_f32(const loom_pool_params *q, const loom_tensor *in, const loo
           loom_pool_max_row_avx512(ip, rows, idx, nrows, iw, sw, q->k[2], q->s[2], q->p[2],
                                    q->d[2], ow, op + loom_pool_at(out, 0, z, y, 0),
                                    xp + loom_pool_at(ind, 0, z, y, 0));
+          continue;
+        }
+        if (vec_avg) {
+          int64_t rows[POOL_ROWS], div[POOL_COLS], nrows = 0;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b)
+              rows[nrows++] = (w[0].start + a) * sd + (w[1].start + b) * sh;
+          for (int64_t x = 0; x < ow; ++x) {
+            w[2] = cols[x];
+            div[x] = loom_pool_divisor(q, w);
+          }
+          loom_pool_avg_row_avx512(ip, rows, nrows, iw, sw, q->k[2], q->s[2], q->p[2], ow, div,
+                                   op + loom_pool_at(out, 0, z, y, 0));
           continue;
         }
         for (int64_t x = 0; x < ow; ++x) {

@@ -1,7 +1,7 @@
-/* kernels/pool_avx512.c — the AVX-512 loop of pool.c's max pooling: 16
- * output columns per pass, each lane taking the same taps in the same
- * order with the same comparisons as the scalar loop, so the values and
- * indices are the same. */
+/* kernels/pool_avx512.c — the AVX-512 loops of pool.c's max and average
+ * pooling: 16 output columns per pass, each lane taking the same taps in
+ * the same order with the same comparisons or double additions as the
+ * scalar loop, so the values and indices are the same. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -46,5 +46,46 @@ void loom_pool_max_row_avx512(const float *in, const int64_t *rows, const int64_
                              _mm512_cvtepi32_epi64(_mm512_castsi512_si256(best_i)));
     _mm512_mask_storeu_epi64(ind + x0 + 8, (__mmask8)(live >> 8),
                              _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(best_i, 1)));
+  }
+}
+
+void loom_pool_avg_row_avx512(const float *in, const int64_t *rows, int64_t nrows, int64_t iw,
+                              int64_t sw, int64_t kw, int64_t s, int64_t p, int64_t ow,
+                              const int64_t *div, float *out) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i zero = _mm512_setzero_si512(), width = _mm512_set1_epi32((int32_t)iw);
+  for (int64_t x0 = 0; x0 < ow; x0 += 16) {
+    const __mmask16 live =
+        ow - x0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ow - x0)) - 1u);
+    const __m512i first = _mm512_sub_epi32(
+        _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)x0)),
+                           _mm512_set1_epi32((int32_t)s)),
+        _mm512_set1_epi32((int32_t)p));
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (int64_t r = 0; r < nrows; ++r) {
+      const float *row = in + rows[r];
+      for (int64_t c = 0; c < kw; ++c) {
+        const __m512i col = _mm512_add_epi32(first, _mm512_set1_epi32((int32_t)c));
+        const __mmask16 in_row = live & _mm512_cmpge_epi32_mask(col, zero) &
+                                 _mm512_cmplt_epi32_mask(col, width);
+        const __m512i off =
+            sw == 1 ? col : _mm512_mullo_epi32(col, _mm512_set1_epi32((int32_t)sw));
+        const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in_row, off, row, 4);
+        /* the taps inside the image, as the scalar loop visits them */
+        lo = _mm512_mask_add_pd(lo, (__mmask8)in_row, lo,
+                                _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        hi = _mm512_mask_add_pd(hi, (__mmask8)(in_row >> 8), hi,
+                                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
+                                    _mm512_castps_pd(v), 1))));
+      }
+    }
+    const __mmask8 l0 = (__mmask8)live, l1 = (__mmask8)(live >> 8);
+    const __m512i d0 = _mm512_maskz_loadu_epi64(l0, div + x0);
+    const __m512i d1 = _mm512_maskz_loadu_epi64(l1, div + x0 + 8);
+    const __m512d nan = _mm512_set1_pd(NAN);
+    lo = _mm512_mask_div_pd(nan, _mm512_test_epi64_mask(d0, d0), lo, _mm512_cvtepi64_pd(d0));
+    hi = _mm512_mask_div_pd(nan, _mm512_test_epi64_mask(d1, d1), hi, _mm512_cvtepi64_pd(d1));
+    _mm256_mask_storeu_ps(out + x0, l0, _mm512_cvtpd_ps(lo));
+    _mm256_mask_storeu_ps(out + x0 + 8, l1, _mm512_cvtpd_ps(hi));
   }
 }

@@ -81,10 +81,23 @@ def test_max_pool2d_nan_and_ties():
     dict(kernel_size=3, stride=2, ceil_mode=True, padding=1),
     dict(kernel_size=(3, 2), divisor_override=5),
 ])
-@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (3, 13, 8)])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (3, 13, 8), (2, 2, 5, 41)])
 def test_avg_pool2d(dtype, kw, shape):
     compare(lambda x: F.avg_pool2d(x, **kw), rand(*shape, dtype=dtype), dtype)
     compare(lambda x: F.avg_pool2d(x, **kw), rand(*shape, dtype=dtype, seed=2), dtype, noncontig=True)
+
+
+def test_avg_pool2d_zeros_and_nan():
+    # Sums start at +0, as the CPU's: windows of -0 give +0; a NaN spreads
+    # to its windows; rows wider than 16 columns.
+    x = torch.randn(2, 3, 6, 40)
+    x[0, 0] = -0.0
+    x[1, 2, 3, 33] = float("nan")
+    for kw in (dict(kernel_size=3, stride=1, padding=1),
+               dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)):
+        y, ly = F.avg_pool2d(x, **kw), F.avg_pool2d(x.to("loom"), **kw).cpu()
+        torch.testing.assert_close(ly, y, equal_nan=True)
+        assert torch.equal(torch.signbit(ly), torch.signbit(y))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
