@@ -246,6 +246,26 @@ def test_max_unpool2d(dtype):
             bad("loom")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_unpool3d(dtype):
+    x = rand(2, 3, 4, 6, 6, dtype=dtype)
+    y, idx = F.max_pool3d(x, 2, return_indices=True)
+    for size in [None, (4, 6, 6), (5, 7, 7)]:
+        kw = {} if size is None else dict(output_size=size)
+        compare(lambda t: F.max_unpool3d(t, idx.to(t.device), 2, **kw), y, dtype)
+    compare(lambda t: F.max_unpool3d(t, idx[0].to(t.device), 2), y[0], dtype)   # 4-d
+    for bad in [lambda d: F.max_unpool3d(y.to(d), idx.to(d).int(), 2),
+                lambda d: F.max_unpool3d(y.to(d), idx[:, :2].to(d), 2),
+                lambda d: F.max_unpool3d(y[0, 0].to(d), idx[0, 0].to(d), 2),
+                lambda d: F.max_unpool3d(y.to(d), idx.to(d), 2, output_size=(4, 6)),
+                lambda d: torch.ops.aten.max_unpool3d(y.to(d), idx.to(d), [4, 6, 6], [0, 2, 2],
+                                                      [0, 0, 0])]:
+        with pytest.raises(Exception) as cpu_err:
+            bad("cpu")
+        with pytest.raises(type(cpu_err.value)):
+            bad("loom")
+
+
 @pytest.mark.parametrize("fn", [
     lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 5),
     lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, device=d), 2, padding=2),

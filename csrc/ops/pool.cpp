@@ -1,6 +1,6 @@
 // 2-d and 3-d pooling on loom: max_pool{2,3}d_with_indices,
 // avg_pool{2,3}d, _adaptive_avg_pool{2,3}d, adaptive_max_pool{2,3}d, and
-// their backward ops; and max_unpool2d. Shapes and argument checks come
+// their backward ops; and max_unpool{2,3}d. Shapes and argument checks come
 // from running the same op on the meta device, so bad input raises exactly
 // what the CPU raises; kernels/pool.c computes.
 #include <ATen/native/Resize.h>
@@ -263,38 +263,71 @@ Tensor adaptive_max_pool_backward(const Tensor& grad_output, const Tensor& self,
       pool_scalars(LOOM_POOL_ADAPTIVE_MAX, P::dims, {}, {}, {}, {}, false, std::nullopt));
 }
 
-// max_unpool2d: each value goes to its index in a zeroed output plane.
-Tensor& max_unpool2d_out(const Tensor& self, const Tensor& indices, c10::SymIntArrayRef size,
-                         Tensor& out) {
+// max_unpool2d / max_unpool3d: each value goes to its index in a zeroed
+// output plane or volume. The checks and their messages are the CPU's.
+Tensor& max_unpool_out(const Tensor& self, const Tensor& indices, c10::SymIntArrayRef size,
+                       int dims, Tensor& out) {
+  const char* names = dims == 2 ? "two elements (height, width)"
+                                : "three elements (depth, height, width)";
+  const char* op = dims == 2 ? "max_unpool2d" : "max_unpool3d";
   TORCH_CHECK(indices.scalar_type() == at::kLong,
-              "elements in indices should be type int64 but got: ", indices.scalar_type());
-  TORCH_CHECK(size.size() == 2, "There should be exactly two elements (height, width) in "
-              "output_size, but got ", size.size(), " elements.");
-  TORCH_CHECK(self.dim() == 3 || self.dim() == 4, "Input to max_unpooling2d should be a 3d or "
-              "4d Tensor, but got a tensor with ", self.dim(), " dimensions.");
+              "elements in indices should be type int64", dims == 2 ? " but got: " : "",
+              dims == 2 ? c10::toString(indices.scalar_type()) : "");
+  TORCH_CHECK(static_cast<int>(size.size()) == dims, "There should be exactly ", names,
+              " in output_size, but got ", size.size(), " elements.");
+  TORCH_CHECK(self.dim() == dims + 1 || self.dim() == dims + 2, "Input to max_unpooling", dims,
+              "d should be a ", dims + 1, "d or ", dims + 2, "d Tensor, but got a tensor with ",
+              self.dim(), " dimensions.");
   TORCH_CHECK(self.sizes() == indices.sizes(), "Expected shape of indices to be same as that of "
               "the input tensor (", self.sizes(), ") but got indices tensor with shape: ",
               indices.sizes());
   for (int64_t i = 1; i < self.dim(); ++i)
-    TORCH_CHECK(self.size(i) > 0, "max_unpooling2d_forward_out_cpu(): Expected input to have "
-                "non-zero size for non-batch dimensions, but got ", self.sizes(),
+    TORCH_CHECK(self.size(i) > 0, "max_unpooling", dims, "d_forward_out_cpu(): Expected input "
+                "to have non-zero size for non-batch dimensions, but got ", self.sizes(),
                 " with dimension ", i, " being empty.");
-  check_out_dtype(out, self, "max_unpool2d");
-  const int64_t oh = size[0].expect_int(), ow = size[1].expect_int();
+  check_out_dtype(out, self, op);
   std::vector<int64_t> shape = self.sizes().vec();
-  shape[shape.size() - 2] = oh;
-  shape[shape.size() - 1] = ow;
-  const int64_t planes = self.numel() / std::max<int64_t>(1, self.size(-1) * self.size(-2));
-  Tensor flat = at::zeros({planes, oh * ow}, self.options());
+  int64_t volume = 1;
+  for (int i = 0; i < dims; ++i) {
+    const int64_t v = size[i].expect_int();
+    shape[shape.size() - dims + i] = v;
+    volume *= v;
+  }
+  const int64_t planes = self.numel() / std::max<int64_t>(1, spatial(self, dims));
+  Tensor flat = at::zeros({planes, volume}, self.options());
   if (self.numel() > 0)
     flat.scatter_(1, indices.reshape({planes, -1}), self.reshape({planes, -1}));
   at::native::resize_output(out, shape);
   return out.copy_(flat.view(shape));
 }
 
+Tensor& max_unpool2d_out(const Tensor& self, const Tensor& indices, c10::SymIntArrayRef size,
+                         Tensor& out) {
+  return max_unpool_out(self, indices, size, 2, out);
+}
+
 Tensor max_unpool2d(const Tensor& self, const Tensor& indices, c10::SymIntArrayRef size) {
   Tensor out = at::empty({0}, self.options());
-  return max_unpool2d_out(self, indices, size, out);
+  return max_unpool_out(self, indices, size, 2, out);
+}
+
+// max_unpool3d's stride and padding only shape the CPU's checks: the
+// indices say where each value goes.
+Tensor& max_unpool3d_out(const Tensor& self, const Tensor& indices, c10::SymIntArrayRef size,
+                         c10::IntArrayRef stride, c10::IntArrayRef padding, Tensor& out) {
+  TORCH_CHECK(stride.size() == 3, "There should be exactly three elements (depth, height, "
+              "width) in stride, but got: ", stride.size(), " elements.");
+  TORCH_CHECK(padding.size() == 3, "There should be exactly three elements (depth, height, "
+              "width) in padding, but got: ", padding.size(), " elements.");
+  TORCH_CHECK(stride[0] > 0 && stride[1] > 0 && stride[2] > 0,
+              "strides should be greater than zero, but got stride: ", stride);
+  return max_unpool_out(self, indices, size, 3, out);
+}
+
+Tensor max_unpool3d(const Tensor& self, const Tensor& indices, c10::SymIntArrayRef size,
+                    c10::IntArrayRef stride, c10::IntArrayRef padding) {
+  Tensor out = at::empty({0}, self.options());
+  return max_unpool3d_out(self, indices, size, stride, padding, out);
 }
 
 }  // namespace
@@ -320,6 +353,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "adaptive_max_pool3d_backward", adaptive_max_pool_backward<Pool3d>);
   LOOM_IMPL(m, "max_unpool2d", max_unpool2d);
   LOOM_IMPL(m, "max_unpool2d.out", max_unpool2d_out);
+  LOOM_IMPL(m, "max_unpool3d", max_unpool3d);
+  LOOM_IMPL(m, "max_unpool3d.out", max_unpool3d_out);
 }
 
 }  // namespace torch_loom
