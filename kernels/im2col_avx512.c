@@ -46,20 +46,18 @@ void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_
   }
 }
 
+/* A mask of lanes [0, n), n clipped to [0, 16]. */
+static inline __mmask16 pad_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
 /* n zeros at d: a memset when long, else masked stores. */
 static inline void pad_zeros(float *d, int64_t n) {
   if (n > 64) {
     memset(d, 0, (size_t)n * sizeof(float));
     return;
   }
-  for (; n > 0; n -= 16, d += 16)
-    _mm512_mask_storeu_ps(d, n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u),
-                          _mm512_setzero_ps());
-}
-
-/* A mask of lanes [0, n), n clipped to [0, 16]. */
-static inline __mmask16 pad_mask(int64_t n) {
-  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+  for (; n > 0; n -= 16, d += 16) _mm512_mask_storeu_ps(d, pad_mask(n), _mm512_setzero_ps());
 }
 
 int64_t loom_conv_pad_rows_avx512(float *d, int64_t wq, int64_t i0, int64_t i1, int64_t j0,
