@@ -6,6 +6,9 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.loom-setup
 BUILD  := build
 TORCH_VERSION := 2.13.0
+# The client libraries whose models the test suite trains (tests/clients/),
+# pinned with the torchvision that goes with this torch so that pip keeps it.
+CLIENT_PKGS := torchvision==0.28.0 transformers==5.25.0 timm==1.0.31
 export LOOM_REPO_ROOT := $(CURDIR)
 
 .PHONY: all setup build test test-c test-sanitize test-py demo conformance conformance-fast conformance-update bench bench-quick clean
@@ -19,6 +22,7 @@ $(VPY):
 $(STAMP): pyproject.toml Makefile | $(VPY)
 	$(VPY) -m pip install -q --upgrade "setuptools>=70" wheel
 	$(VPY) -m pip install -q torch==$(TORCH_VERSION) numpy pytest ninja cmake matplotlib expecttest hypothesis
+	$(VPY) -m pip install -q torch==$(TORCH_VERSION) $(CLIENT_PKGS)
 	$(VPY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
