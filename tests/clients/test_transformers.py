@@ -61,6 +61,54 @@ def vit():
     return tf.ViTForImageClassification(cfg)
 
 
+def wav2vec2():
+    # Weight-normed positional convolution, group norm, CTC loss.
+    cfg = tf.Wav2Vec2Config(vocab_size=12, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16),
+                            conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
+                            num_conv_pos_embedding_groups=4, feat_extract_norm="group",
+                            mask_time_prob=0.0, hidden_dropout=0.0, activation_dropout=0.0,
+                            attention_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0,
+                            layerdrop=0.0, ctc_loss_reduction="mean", pad_token_id=0)
+    return tf.Wav2Vec2ForCTC(cfg)
+
+
+def whisper():
+    cfg = tf.WhisperConfig(vocab_size=VOCAB, num_mel_bins=8, d_model=32, encoder_layers=1,
+                           decoder_layers=1, encoder_attention_heads=4,
+                           decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                           max_source_positions=16, max_target_positions=32, dropout=0.0,
+                           attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    return tf.WhisperForConditionalGeneration(cfg)
+
+
+def audio_batches(n=3, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        labels = torch.randint(1, 12, (2, 6), generator=g)
+        labels[1, 4:] = -100                   # a shorter transcript, padded
+        out.append((torch.randn(2, 400, generator=g), labels))
+    return out
+
+
+def ctc_loss(model, batch):
+    audio, labels = batch
+    return model(input_values=audio, labels=labels).loss
+
+
+def speech_batches(n=3, seed=6):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(2, 8, 32, generator=g), torch.randint(3, VOCAB, (2, 6), generator=g))
+            for _ in range(n)]
+
+
+def speech_loss(model, batch):
+    features, labels = batch
+    return model(input_features=features, labels=labels).loss
+
+
 def mlm_loss(model, ids):
     labels = ids.clone()
     labels[:, ::3] = -100                      # positions that are not predicted
@@ -86,6 +134,7 @@ def image_loss(model, batch):
 TIES = {
     "gpt2": [["lm_head.weight", "transformer.wte.weight"]],
     "bert": [["bert.embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"]],
+    "whisper": [["model.decoder.embed_tokens.weight", "proj_out.weight"]],
     "t5": [["decoder.embed_tokens.weight", "encoder.embed_tokens.weight", "lm_head.weight",
             "shared.weight"]],
 }
@@ -96,6 +145,8 @@ CASES = {
     "bert": (bert, token_batches, mlm_loss),
     "t5": (t5, token_batches, seq2seq_loss),
     "vit": (vit, image_batches, image_loss),
+    "wav2vec2_ctc": (wav2vec2, audio_batches, ctc_loss),
+    "whisper": (whisper, speech_batches, speech_loss),
 }
 
 
