@@ -124,8 +124,9 @@ std::tuple<Tensor, Tensor, Tensor> lstm_cell_backward(
   Tensor grad_gates = at::empty(workspace.sizes(), workspace.options());
   Tensor grad_cx = at::empty(cx.sizes(), cx.options());
   Tensor grad_bias = has_bias ? at::empty({4 * hidden}, workspace.options()) : Tensor();
-  // Over an empty batch the bias gradient is still written: zeros.
-  if (hidden > 0 && (batch > 0 || has_bias)) {
+  if (batch == 0) {  // the sum over an empty batch
+    if (has_bias) grad_bias.zero_();
+  } else if (hidden > 0) {
     const loom_tensor t[8] = {describe_opt(grad_hy, op), describe_opt(grad_cy, op),
                               describe(cx, op), describe(cy, op), describe(workspace, op),
                               describe(grad_gates, op), describe(grad_cx, op),
@@ -178,7 +179,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> gru_cell_backward(
     grad_input_bias = at::empty({3 * hidden}, options);
     grad_hidden_bias = at::empty({3 * hidden}, options);
   }
-  if (hidden > 0 && (batch > 0 || has_bias)) {
+  if (batch == 0) {  // the sums over an empty batch
+    if (has_bias) {
+      grad_input_bias.zero_();
+      grad_hidden_bias.zero_();
+    }
+  } else if (hidden > 0) {
     const loom_tensor t[7] = {describe(grad_hy, op), describe(workspace, op),
                               describe(grad_input_gates, op),
                               describe(grad_hidden_gates, op), describe(grad_hx, op),
