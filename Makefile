@@ -11,7 +11,7 @@ TORCH_VERSION := 2.13.0
 CLIENT_PKGS := torchvision==0.28.0 transformers==5.25.0 timm==1.0.31
 export LOOM_REPO_ROOT := $(CURDIR)
 
-.PHONY: all setup build test test-c test-sanitize test-py demo conformance conformance-fast conformance-update bench bench-quick clean
+.PHONY: all setup build test test-c test-sanitize test-tsan test-py demo conformance conformance-fast conformance-update bench bench-quick clean
 
 all: build
 
@@ -48,6 +48,16 @@ test-sanitize: | $(STAMP)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure
 
+# The C runtime tests under ThreadSanitizer (the kernels' tests gain nothing
+# from it and take minutes): a data race reported there fails the target.
+TSAN_TESTS := $(basename $(notdir $(wildcard tests/c/test_runtime_*.c)))
+test-tsan: | $(STAMP)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(BUILD)-tsan -G Ninja \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE_THREAD=ON -DLOOM_BUILD_PYTHON=OFF >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(BUILD)-tsan --target $(TSAN_TESTS)
+	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --output-on-failure -R '^test_runtime_'
+
 test-py: build
 	$(VPY) -m pytest -q tests
 
@@ -75,4 +85,4 @@ bench-quick: build
 	$(VPY) -m bench.run --quick
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan python/torch_loom/_C*.so
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan python/torch_loom/_C*.so
