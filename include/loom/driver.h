@@ -133,10 +133,14 @@ const loom_driver *loom_host_driver(void);
  * effect at the next start (after loom_shutdown). At most 8 drivers. */
 loom_status loom_driver_register(const loom_driver *driver);
 
-/* The status to record for a kernel's return code: its own if it is a
- * loom_status, else LOOM_ERROR_DEVICE. */
+/* The status to record for a kernel's non-zero return code: its own if it
+ * is a failing loom_status, else LOOM_ERROR_DEVICE. LOOM_ERROR_NOT_READY is
+ * no failure (a query would read it as "work pending"), so it maps to
+ * LOOM_ERROR_DEVICE too. */
 static inline loom_status loom_kernel_status(int rc) {
-  return rc > LOOM_OK && rc <= LOOM_ERROR_INDEX_OUT_OF_RANGE ? (loom_status)rc : LOOM_ERROR_DEVICE;
+  return rc > LOOM_OK && rc < LOOM_STATUS_COUNT && rc != LOOM_ERROR_NOT_READY
+             ? (loom_status)rc
+             : LOOM_ERROR_DEVICE;
 }
 
 /* ---- services the front end offers drivers ------------------------------- */

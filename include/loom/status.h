@@ -20,6 +20,9 @@ typedef enum loom_status {
   LOOM_ERROR_UNAVAILABLE = 6,      /* no driver, or the runtime failed to start */
   LOOM_ERROR_INTERNAL = 7,         /* an invariant of the runtime broke */
   LOOM_ERROR_INDEX_OUT_OF_RANGE = 8, /* a kernel met an index outside its bounds */
+  /* Not a status: one past the last code, so that range checks follow when
+   * a code is added (always before this line). */
+  LOOM_STATUS_COUNT
 } loom_status;
 
 /* Static name of a status, e.g. "LOOM_ERROR_OUT_OF_MEMORY". */

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "loom/driver.h"
 #include "loom/hal.h"
 #include "runtime/base/cpu.h"
 #include "runtime/base/env.h"
@@ -16,6 +17,22 @@ static void test_status(void) {
   CHECK(strcmp(loom_last_error(), "op x failed 3") == 0);
   loom_clear_error();
   CHECK(strcmp(loom_last_error(), "") == 0);
+}
+
+/* Every code below LOOM_STATUS_COUNT has a name and is reported as itself
+ * when a kernel returns it; anything else becomes LOOM_ERROR_DEVICE. A code
+ * added without a name, or a bound left behind, fails here. */
+static void test_kernel_status(void) {
+  CHECK(LOOM_STATUS_COUNT > LOOM_ERROR_INDEX_OUT_OF_RANGE);
+  for (int rc = 1; rc < LOOM_STATUS_COUNT; ++rc) {
+    CHECK(strcmp(loom_status_name((loom_status)rc), "LOOM_ERROR_UNKNOWN") != 0);
+    CHECK_EQ_INT(loom_kernel_status(rc), rc == LOOM_ERROR_NOT_READY ? LOOM_ERROR_DEVICE : rc);
+  }
+  CHECK_EQ_INT(loom_kernel_status(LOOM_ERROR_INDEX_OUT_OF_RANGE), LOOM_ERROR_INDEX_OUT_OF_RANGE);
+  CHECK_EQ_INT(loom_kernel_status(LOOM_STATUS_COUNT), LOOM_ERROR_DEVICE);
+  CHECK_EQ_INT(loom_kernel_status(LOOM_STATUS_COUNT + 7), LOOM_ERROR_DEVICE);
+  CHECK_EQ_INT(loom_kernel_status(-1), LOOM_ERROR_DEVICE);
+  CHECK(strcmp(loom_status_name(LOOM_STATUS_COUNT), "LOOM_ERROR_UNKNOWN") == 0);
 }
 
 static void test_parse_size(void) {
@@ -74,6 +91,7 @@ static void test_forked_child_refused(void) {
 
 int main(void) {
   RUN_TEST(test_status);
+  RUN_TEST(test_kernel_status);
   RUN_TEST(test_parse_size);
   RUN_TEST(test_cpu_features_capped);
   RUN_TEST(test_env_defaults);
