@@ -5,6 +5,7 @@
 
 #include "runtime/base/cpu.h"
 #include "runtime/base/env.h"
+#include "runtime/drivers/guarded/guarded_driver.h"
 #include "runtime/hal/hal_internal.h"
 
 static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -66,8 +67,10 @@ static const loom_driver *choose_driver(void) {
   if (wanted && *wanted) {
     for (int i = num_registered; i-- > 0;)
       if (!strcmp(registered[i]->name, wanted)) return registered[i];
-    const loom_driver *host = loom_host_driver();
-    return strcmp(host->name, wanted) ? NULL : host;
+    const loom_driver *builtin[] = {loom_host_driver(), loom_guarded_driver()};
+    for (size_t i = 0; i < sizeof builtin / sizeof *builtin; ++i)
+      if (!strcmp(builtin[i]->name, wanted)) return builtin[i];
+    return NULL;
   }
   return num_registered ? registered[num_registered - 1] : loom_host_driver();
 }
