@@ -3,6 +3,7 @@
 // the composite ctc_loss, which moves tensor lengths to the host and the
 // targets to log_probs' device, and reduces with ops loom already runs.
 #include <ATen/ATen.h>
+#include <ATen/TensorUtils.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -47,6 +48,10 @@ std::tuple<at::Tensor, at::Tensor> ctc_meta(const at::Tensor& log_probs,
                                             const at::Tensor& targets,
                                             at::IntArrayRef input_lengths,
                                             at::IntArrayRef target_lengths, int64_t blank) {
+  // checked here so that the message names the tensor's own type, not meta's
+  if (targets.scalar_type() != at::kLong)
+    at::checkScalarType("ctc_loss_allocate_outputs", at::TensorArg(targets, "targets", 2),
+                        at::kInt);
   return at::_ctc_loss(meta_like(log_probs), meta_like(targets), input_lengths,
                        target_lengths, blank, false);
 }
@@ -57,6 +62,7 @@ std::tuple<at::Tensor, at::Tensor> ctc_loss(const at::Tensor& log_probs,
                                             at::IntArrayRef target_lengths, int64_t blank,
                                             bool zero_infinity) {
   static const char* op = "_ctc_loss";
+  TORCH_CHECK(log_probs.numel() > 0, "log_probs tensor must not be empty");
   check_ctc_dtype(log_probs, op);
   check_loom(targets, log_probs, op, "targets");
   auto [nll_m, alpha_m] = ctc_meta(log_probs, targets, input_lengths, target_lengths, blank);
