@@ -213,6 +213,39 @@ def test_output_of_first_step_only():
         close(a.grad, b.grad, F32, n)
 
 
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU])
+def test_double_backward_matches_cpu(kind):
+    # create_graph takes the differentiable (composite) cell backward, whose
+    # own backward runs through the ops it is made of
+    torch.manual_seed(0)
+    m = kind(4, 6, 2)
+    x = torch.randn(5, 3, 4)
+    res = []
+    for mod, device in ((copy.deepcopy(m), "cpu"), (copy.deepcopy(m).to("loom"), "loom")):
+        inp = x.to(device).requires_grad_()
+        out, _ = mod(inp)
+        g, = torch.autograd.grad(out.sin().sum(), inp, create_graph=True)
+        penalty = g.square().sum()
+        penalty.backward()
+        res.append((penalty, [p.grad for p in mod.parameters()]))
+    (pc, gc), (pd, gd) = res
+    close(pd, pc, F32)
+    for a, b in zip(gd, gc):
+        close(a, b, F32)
+
+
+def test_inference_mode():
+    torch.manual_seed(0)
+    m = nn.LSTM(4, 6, 2, bidirectional=True)
+    x = torch.randn(5, 3, 4)
+    d = copy.deepcopy(m).to("loom")
+    with torch.inference_mode():
+        out_c, (h_c, c_c) = m(x)
+        out_d, (h_d, c_d) = d(x.to("loom"))
+    for a, b in ((out_d, out_c), (h_d, h_c), (c_d, c_c)):
+        close(a, b, F32)
+
+
 # ---- the cells --------------------------------------------------------------------
 
 
@@ -309,9 +342,10 @@ def test_reduced_precision_forward(kind, dtype, tol):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_reduced_precision_backward(dtype):
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU])
+def test_reduced_precision_backward(kind, dtype):
     torch.manual_seed(0)
-    m = nn.GRU(4, 8)
+    m = kind(4, 8)
     low = copy.deepcopy(m).to(dtype)
     ref = copy.deepcopy(low).float()
     x = torch.randn(5, 3, 4).to(dtype)

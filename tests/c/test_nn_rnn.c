@@ -410,6 +410,26 @@ static void test_float32_wide_rows(void) {
     sums_ok &= gb[0][c] == (float)s;
   }
   CHECK(sums_ok);
+  /* the GRU's float path over the same rows: 3 gates of the 4 */
+  static float gws[BW * 5 * HW];
+  const int64_t g3[2] = {BW, 3 * HW}, g3s[2] = {4 * HW, 1}, b3[1] = {3 * HW},
+                w5[2] = {BW, 5 * HW};
+  loom_tensor t[7] = {tensor(x, LOOM_FLOAT32, 2, g3, g3s), tensor(h, LOOM_FLOAT32, 2, g3, g3s),
+                      dense(bx, LOOM_FLOAT32, 1, b3), dense(bh, LOOM_FLOAT32, 1, b3),
+                      dense(cx, LOOM_FLOAT32, 2, ss), dense(hy[0], LOOM_FLOAT32, 2, ss),
+                      dense(gws, LOOM_FLOAT32, 2, w5)};
+  CHECK(run_chunks(loom_gru_cell_forward, t, 7, NULL, 0, BW * HW, 13) == 0);
+  worst = 0;
+  for (int b = 0; b < BW; ++b)
+    for (int j = 0; j < HW; ++j) {
+      const int e = b * 4 * HW + j;
+      const double r = sigm((double)x[e] + h[e] + bx[j] + bh[j]);
+      const double z = sigm((double)x[e + HW] + h[e + HW] + bx[HW + j] + bh[HW + j]);
+      const double nn = tanh((double)x[e + 2 * HW] + bx[2 * HW + j] +
+                             r * ((double)h[e + 2 * HW] + bh[2 * HW + j]));
+      worst = fmax(worst, fabs(hy[0][b * HW + j] - ((1 - z) * nn + z * cx[b * HW + j])));
+    }
+  CHECK(worst < 2e-6);
 }
 
 /* ---- bad arguments ------------------------------------------------------------- */
