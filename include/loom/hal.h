@@ -178,7 +178,9 @@ loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream);
  * LOOM_ERROR_NOT_READY otherwise. */
 loom_status loom_event_query(loom_event_t *event);
 loom_status loom_event_synchronize(loom_event_t *event);
-/* Later work on `stream` waits for the event's captured work. */
+/* Later work on `stream` waits for the work the event captures now: a
+ * later loom_event_record of the same event, on any stream, does not change
+ * what this wait waits for. */
 loom_status loom_stream_wait_event(loom_stream_t *stream, loom_event_t *event);
 /* Milliseconds between two completed, recorded timing events. */
 loom_status loom_event_elapsed_ms(loom_event_t *start, loom_event_t *end,

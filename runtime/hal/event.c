@@ -1,8 +1,85 @@
-/* Events: captures of a stream's progress, for ordering and timing. */
+/* Events: captures of a stream's progress, for ordering and timing.
+ *
+ * Each record is a capture with its own sequence number; a stream wait
+ * holds the sequence the event had when the wait was enqueued, so a later
+ * record (on any stream) never releases it: only that capture's completion
+ * does (CUDA semantics). Captures on one stream complete in order, captures
+ * on different streams in any order, so an event tracks the contiguous
+ * prefix of completed sequences plus, for the window of sequences beyond it,
+ * one bit per capture that completed ahead of the prefix. The window grows
+ * at record time, where running out of memory can still be reported; a
+ * completion never allocates. */
 #include <stdlib.h>
 
 #include "runtime/base/clock.h"
 #include "runtime/hal/hal_internal.h"
+
+#define LOOM_EVENT_MAGIC 0x4c45564eu /* "LEVN" */
+#define WINDOW_MIN_BITS 64
+
+struct loom_event {
+  uint32_t magic;
+  atomic_int refs; /* the user's plus one per queued command */
+  int device;
+  unsigned flags;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  uint64_t next_sequence;        /* the latest capture's sequence (under lock) */
+  _Atomic uint64_t recorded;     /* the same, for readers without the lock */
+  _Atomic uint64_t completed;    /* every capture up to this one is done */
+  _Atomic uint64_t completed_ns; /* CLOCK_MONOTONIC of the latest capture's completion */
+  atomic_int waiters;
+  /* Bit (s mod window_bits) is set when capture s, in (completed,
+   * next_sequence], is done; next_sequence - completed <= window_bits.
+   * Under lock. The first 64 bits need no allocation. */
+  uint64_t *done_bits;
+  uint64_t window_bits; /* a power of two */
+  uint64_t inline_bits;
+  /* How many bits are set. Written after `completed` when the prefix
+   * absorbs them, and read before it, so that a reader seeing 0 also sees
+   * the prefix that absorbed them. */
+  atomic_size_t ahead;
+};
+
+/* Bit of capture `sequence` in a window of `window` bits (a power of two). */
+static int bit_get(const uint64_t *bits, uint64_t window, uint64_t sequence) {
+  const uint64_t i = sequence & (window - 1);
+  return (int)((bits[i / 64] >> (i % 64)) & 1u);
+}
+
+static void bit_put(uint64_t *bits, uint64_t window, uint64_t sequence, int on) {
+  const uint64_t i = sequence & (window - 1);
+  const uint64_t mask = (uint64_t)1 << (i % 64);
+  if (on) bits[i / 64] |= mask; else bits[i / 64] &= ~mask;
+}
+
+static int bit_test(const loom_event_t *ev, uint64_t sequence) {
+  return bit_get(ev->done_bits, ev->window_bits, sequence);
+}
+
+static void bit_set(loom_event_t *ev, uint64_t sequence, int on) {
+  bit_put(ev->done_bits, ev->window_bits, sequence, on);
+}
+
+/* Under ev->lock: makes room for sequences up to next_sequence + 1. */
+static loom_status grow_window(loom_event_t *ev) {
+  const uint64_t completed = atomic_load(&ev->completed);
+  const uint64_t need = ev->next_sequence + 1 - completed;
+  if (need <= ev->window_bits) return LOOM_OK;
+  uint64_t bits = ev->window_bits;
+  while (bits < need) bits *= 2;
+  uint64_t *grown = calloc(bits / 64, sizeof *grown);
+  if (!grown)
+    return loom_error(LOOM_ERROR_OUT_OF_MEMORY,
+                      "loom_event_record: out of host memory (%llu captures pending)",
+                      (unsigned long long)(need - 1));
+  for (uint64_t s = completed + 1; s <= ev->next_sequence; ++s)
+    if (bit_test(ev, s)) bit_put(grown, bits, s, 1);
+  if (ev->done_bits != &ev->inline_bits) free(ev->done_bits);
+  ev->done_bits = grown;
+  ev->window_bits = bits;
+  return LOOM_OK;
+}
 
 static loom_status check_event(const loom_event_t *event, const char *what) {
   if (!event) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: event is NULL", what);
@@ -26,6 +103,8 @@ loom_status loom_event_create(int device, unsigned flags, loom_event_t **out_eve
   atomic_init(&ev->refs, 1);
   ev->device = device;
   ev->flags = flags;
+  ev->done_bits = &ev->inline_bits;
+  ev->window_bits = WINDOW_MIN_BITS;
   pthread_mutex_init(&ev->lock, NULL);
   pthread_cond_init(&ev->cond, NULL);
   *out_event = ev;
@@ -40,65 +119,45 @@ void loom_event_release(loom_event_t *event) {
   event->magic = 0;
   pthread_cond_destroy(&event->cond);
   pthread_mutex_destroy(&event->lock);
+  if (event->done_bits != &event->inline_bits) free(event->done_bits);
   free(event);
 }
 
 static void release_event_arg(void *arg) { loom_event_release(arg); }
 
-/* Under ev->lock: is `sequence` among the captures done out of order? */
-static int done_ahead_has(const loom_event_t *ev, uint64_t sequence) {
-  for (size_t i = 0; i < ev->done_ahead_len; ++i)
-    if (ev->done_ahead[i] == sequence) return 1;
-  return 0;
-}
-
 void loom_driver_event_complete(loom_event_t *ev, uint64_t sequence) {
   const uint64_t now = loom_now_ns();
   pthread_mutex_lock(&ev->lock);
-  if (sequence == atomic_load(&ev->recorded)) atomic_store(&ev->completed_ns, now);
+  if (sequence == ev->next_sequence) atomic_store(&ev->completed_ns, now);
   uint64_t done = atomic_load(&ev->completed);
-  if (sequence == done + 1) {
-    /* The next in order: absorb the captures that finished before it. */
-    done = sequence;
-    size_t i = 0;
-    while (i < ev->done_ahead_len) {
-      if (ev->done_ahead[i] == done + 1) {
-        ++done;
-        ev->done_ahead[i] = ev->done_ahead[--ev->done_ahead_len];
-        i = 0;
-      } else {
-        ++i;
+  if (sequence > done && !bit_test(ev, sequence)) {
+    bit_set(ev, sequence, 1);
+    size_t ahead = atomic_load(&ev->ahead) + 1;
+    if (sequence == done + 1) {
+      /* The next in order: absorb the captures that finished before it. */
+      while (done < ev->next_sequence && bit_test(ev, done + 1)) {
+        bit_set(ev, ++done, 0);
+        --ahead;
       }
+      atomic_store(&ev->completed, done);
     }
-    atomic_store(&ev->ahead, ev->done_ahead_len);
-    atomic_store_explicit(&ev->completed, done, memory_order_release);
-  } else if (sequence > done) {
-    /* An earlier capture, recorded on another stream, is still pending:
-     * waiters for it must not be released by this one. */
-    if (ev->done_ahead_len == LOOM_EVENT_DONE_AHEAD) {
-      /* Too many pending at once to remember: everything up to the
-       * latest completion counts as done (never a hang; a waiter may be
-       * released early). */
-      uint64_t top = sequence;
-      for (size_t i = 0; i < ev->done_ahead_len; ++i)
-        if (ev->done_ahead[i] > top) top = ev->done_ahead[i];
-      ev->done_ahead_len = 0;
-      atomic_store(&ev->ahead, 0);
-      atomic_store_explicit(&ev->completed, top, memory_order_release);
-    } else {
-      ev->done_ahead[ev->done_ahead_len++] = sequence;
-      atomic_store_explicit(&ev->ahead, ev->done_ahead_len, memory_order_release);
-    }
+    atomic_store(&ev->ahead, ahead);
   }
   if (atomic_load(&ev->waiters)) pthread_cond_broadcast(&ev->cond);
   pthread_mutex_unlock(&ev->lock);
 }
 
+/* Under ev->lock. */
+static int done_locked(const loom_event_t *ev, uint64_t sequence) {
+  return atomic_load(&ev->completed) >= sequence || bit_test(ev, sequence);
+}
+
 static int event_done(loom_event_t *ev, uint64_t sequence) {
-  if (atomic_load_explicit(&ev->completed, memory_order_acquire) >= sequence) return 1;
-  if (!atomic_load_explicit(&ev->ahead, memory_order_acquire)) return 0;
+  const size_t ahead = atomic_load(&ev->ahead);
+  if (atomic_load(&ev->completed) >= sequence) return 1;
+  if (!ahead) return 0;
   pthread_mutex_lock(&ev->lock);
-  const int done = done_ahead_has(ev, sequence);
+  const int done = done_locked(ev, sequence);
   pthread_mutex_unlock(&ev->lock);
   return done;
 }
@@ -111,8 +170,7 @@ void loom_driver_event_wait(loom_event_t *ev, uint64_t sequence) {
   if (event_done(ev, sequence)) return;
   pthread_mutex_lock(&ev->lock);
   atomic_fetch_add(&ev->waiters, 1);
-  while (atomic_load(&ev->completed) < sequence && !done_ahead_has(ev, sequence))
-    pthread_cond_wait(&ev->cond, &ev->lock);
+  while (!done_locked(ev, sequence)) pthread_cond_wait(&ev->cond, &ev->lock);
   atomic_fetch_sub(&ev->waiters, 1);
   pthread_mutex_unlock(&ev->lock);
 }
@@ -127,6 +185,10 @@ loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream) {
                       event->device, stream->device);
   loom_runtime *rt = stream->rt;
   pthread_mutex_lock(&event->lock);
+  if ((st = grow_window(event)) != LOOM_OK) {
+    pthread_mutex_unlock(&event->lock);
+    return st;
+  }
   const uint64_t sequence = ++event->next_sequence;
   atomic_store(&event->recorded, sequence);
   pthread_mutex_unlock(&event->lock);

@@ -11,7 +11,6 @@
 #include "runtime/alloc/caching_allocator.h"
 
 #define LOOM_STREAM_MAGIC 0x4c53544du /* "LSTM" */
-#define LOOM_EVENT_MAGIC 0x4c45564eu  /* "LEVN" */
 
 struct loom_stream {
   uint32_t magic;
@@ -26,29 +25,6 @@ struct loom_stream {
   loom_status error;
   char error_message[512];
   struct loom_stream *prev, *next; /* the device's live streams */
-};
-
-/* Out-of-order completions an event remembers; beyond that many pending
- * re-recordings on other streams, the oldest waiters are released early. */
-#define LOOM_EVENT_DONE_AHEAD 32
-
-struct loom_event {
-  uint32_t magic;
-  atomic_int refs; /* the user's plus one per queued command */
-  int device;
-  unsigned flags;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  uint64_t next_sequence;         /* under lock */
-  _Atomic uint64_t recorded;      /* sequence of the latest capture */
-  _Atomic uint64_t completed;     /* every capture up to this one is done */
-  _Atomic uint64_t completed_ns;  /* CLOCK_MONOTONIC of the latest capture's completion */
-  atomic_int waiters;
-  /* Captures on different streams can complete out of order: those done
-   * beyond `completed` (under lock; ahead counts them). */
-  uint64_t done_ahead[LOOM_EVENT_DONE_AHEAD];
-  size_t done_ahead_len;
-  atomic_size_t ahead;
 };
 
 typedef struct loom_device_state {
