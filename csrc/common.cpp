@@ -76,13 +76,21 @@ loom_stream_t* current_stream(c10::DeviceIndex device) {
   return native_stream(get_current_stream(device));
 }
 
-void launch(const char* name, loom_kernel_fn fn,
-            c10::ArrayRef<loom_tensor> tensors,
-            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
-            c10::DeviceIndex device) {
+const loom_kernel_t* kernel(const char* name) {
+  const loom_kernel_t* k = nullptr;
+  check(loom_kernel_lookup(name, &k), name);
+  return k;
+}
+
+namespace {
+
+void enqueue(const char* name, const loom_kernel_t* kernel, loom_kernel_fn fn,
+             c10::ArrayRef<loom_tensor> tensors, c10::ArrayRef<loom_scalar> scalars,
+             int64_t range, int64_t grain, c10::DeviceIndex device) {
   if (range <= 0) return;
   loom_launch_desc desc{};
   desc.name = name;
+  desc.kernel = kernel;
   desc.fn = fn;
   desc.tensors = tensors.data();
   desc.num_tensors = static_cast<uint32_t>(tensors.size());
@@ -93,6 +101,22 @@ void launch(const char* name, loom_kernel_fn fn,
   // ATen kernels never wait for the host: a tiny one may run right here.
   desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
   check(loom_launch(current_stream(device), &desc), name);
+}
+
+}  // namespace
+
+void launch(const char* name, const loom_kernel_t* kernel,
+            c10::ArrayRef<loom_tensor> tensors,
+            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
+            c10::DeviceIndex device) {
+  enqueue(name, kernel, nullptr, tensors, scalars, range, grain, device);
+}
+
+void launch(const char* name, loom_kernel_fn fn,
+            c10::ArrayRef<loom_tensor> tensors,
+            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
+            c10::DeviceIndex device) {
+  enqueue(name, nullptr, fn, tensors, scalars, range, grain, device);
 }
 
 at::Tensor meta_like(const at::Tensor& t) {

@@ -33,6 +33,18 @@ loom_tensor describe(const at::Tensor& t, const char* op);
 // The current stream of `device` (-1: the current device), borrowed.
 loom_stream_t* current_stream(c10::DeviceIndex device = -1);
 
+// The kernel named `name` (loom/kernels/*.h list the names); throws, naming
+// it, when the driver has none. Handles live as long as the process: look
+// each up once, with LOOM_KERNEL.
+const loom_kernel_t* kernel(const char* name);
+
+// Enqueues `kernel` over [0, range) in chunks of `grain` on the current
+// stream of `device`, as the function form below does.
+void launch(const char* name, const loom_kernel_t* kernel,
+            c10::ArrayRef<loom_tensor> tensors,
+            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
+            c10::DeviceIndex device = -1);
+
 // Enqueues `fn` over [0, range) in chunks of `grain` on the current stream of
 // `device` (-1: the current device, which the registration guard of
 // register.h has made the operands' device), after checking the stream for
@@ -60,3 +72,12 @@ inline loom_scalar scalar_i(int64_t v) { loom_scalar s; s.i = v; return s; }
 inline loom_scalar scalar_f(double v) { loom_scalar s; s.f = v; return s; }
 
 }  // namespace torch_loom
+
+// The handle of the kernel named by the string literal `name`, looked up on
+// the first use at this call site.
+#define LOOM_KERNEL(name)                                                  \
+  ([]() -> const loom_kernel_t* {                                          \
+    static const loom_kernel_t* const k = ::torch_loom::kernel(name);      \
+    return k;                                                              \
+  }())
+

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* ---- nll_loss ------------------------------------------------------------ */
@@ -291,3 +292,12 @@ int loom_pointwise_loss_backward(const loom_kernel_args *args, int64_t begin,
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_loss_kernels[] = {
+    {"nll_loss.forward", loom_nll_loss_forward},
+    {"nll_loss.backward", loom_nll_loss_backward},
+    {"pointwise_loss.forward", loom_pointwise_loss_forward},
+    {"loss.sum_partials", loom_loss_sum_partials},
+    {"pointwise_loss.backward", loom_pointwise_loss_backward},
+    {NULL, NULL},
+};

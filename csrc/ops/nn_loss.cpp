@@ -5,7 +5,7 @@
 #include <ATen/ExpandUtils.h>
 #include <torch/library.h>
 
-#include "kernels/loss.h"
+#include "loom/kernels/loss.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -95,10 +95,10 @@ std::tuple<at::Tensor, at::Tensor> nll_forward_common(
                             describe(total_weight, op)};
   const loom_scalar sc[2] = {scalar_i(reduction), scalar_i(ignore_index)};
   if (none)
-    launch(op, loom_nll_loss_forward, t, sc, items, grain_for(1),
+    launch(op, LOOM_KERNEL("nll_loss.forward"), t, sc, items, grain_for(1),
            self.device().index());
   else
-    launch(op, loom_nll_loss_forward, t, sc, 1, 1, self.device().index());
+    launch(op, LOOM_KERNEL("nll_loss.forward"), t, sc, 1, 1, self.device().index());
   return {out, total_weight};
 }
 
@@ -130,7 +130,7 @@ at::Tensor nll_backward_common(const at::Tensor& grad_output,
                             describe_opt(weight, op), describe(total_weight, op),
                             describe(gi3, op)};
   const loom_scalar sc[2] = {scalar_i(reduction), scalar_i(ignore_index)};
-  launch(op, loom_nll_loss_backward, t, sc, items, grain_for(s.input.size(1)),
+  launch(op, LOOM_KERNEL("nll_loss.backward"), t, sc, items, grain_for(s.input.size(1)),
          self.device().index());
   return grad_input;
 }
@@ -222,7 +222,7 @@ at::Tensor pointwise_forward(const at::Tensor& self, const at::Tensor& target,
     if (numel == 0) return out;
     const loom_tensor t[4] = {describe(x, op), describe(y, op),
                               describe_opt(w, op), describe(out, op)};
-    launch(op, loom_pointwise_loss_forward, t, sc, numel, grain_for(1), dev);
+    launch(op, LOOM_KERNEL("pointwise_loss.forward"), t, sc, numel, grain_for(1), dev);
     return out;
   }
   at::Tensor out = at::empty({}, self.options().dtype(type));
@@ -234,13 +234,13 @@ at::Tensor pointwise_forward(const at::Tensor& self, const at::Tensor& target,
   } else {
     const loom_tensor t[4] = {describe(x, op), describe(y, op),
                               describe_opt(w, op), describe(partials, op)};
-    launch(op, loom_pointwise_loss_forward, t, sc, blocks, 1, dev);
+    launch(op, LOOM_KERNEL("pointwise_loss.forward"), t, sc, blocks, 1, dev);
   }
   const loom_tensor f[2] = {describe(partials, op), describe(out, op)};
   const double divisor =
       reduction == LOOM_REDUCTION_MEAN ? static_cast<double>(numel) : 1.0;
   const loom_scalar fs[1] = {scalar_f(divisor)};
-  launch(op, loom_loss_sum_partials, f, fs, 1, 1, dev);
+  launch(op, LOOM_KERNEL("loss.sum_partials"), f, fs, 1, 1, dev);
   return out;
 }
 
@@ -269,7 +269,7 @@ at::Tensor pointwise_backward(const at::Tensor& grad_output,
   const loom_tensor t[5] = {describe(go, op), describe(x, op), describe(y, op),
                             describe_opt(w, op), describe(gi, op)};
   const loom_scalar sc[3] = {scalar_i(kind), scalar_i(reduction), scalar_f(param)};
-  launch(op, loom_pointwise_loss_backward, t, sc, gi.numel(), grain_for(1),
+  launch(op, LOOM_KERNEL("pointwise_loss.backward"), t, sc, gi.numel(), grain_for(1),
          self.device().index());
   return gi;
 }

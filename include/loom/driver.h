@@ -22,7 +22,9 @@
 extern "C" {
 #endif
 
-#define LOOM_DRIVER_API_VERSION 1
+/* 2 appended kernel_resolve; a driver built for 1 is still accepted (the
+ * front end reads no slot past its version). */
+#define LOOM_DRIVER_API_VERSION 2
 
 /* What the front end asks a queue to execute, in submission order. */
 typedef enum loom_command_kind {
@@ -38,12 +40,13 @@ typedef struct loom_command {
   const char *name; /* static storage; used in error messages */
   union {
     struct {
-      loom_kernel_fn fn;
+      loom_kernel_fn fn;          /* the implementation kernel_resolve gave */
       const loom_tensor *tensors; /* the driver copies these at submit */
       uint32_t num_tensors;
       const loom_scalar *scalars; /* likewise */
       uint32_t num_scalars;
       int64_t range, grain;
+      const loom_kernel_t *kernel; /* the named kernel, NULL for a bare fn */
     } launch;
     struct {
       void *dst;
@@ -122,6 +125,14 @@ typedef struct loom_driver {
    * records its error on the queue's stream, as if the queue had run it. */
   loom_status (*queue_run_inline)(void *ctx, loom_driver_queue *queue,
                                   const loom_command *command);
+
+  /* ---- API version 2 ---- */
+
+  /* Optional: the implementation of the kernel named `name`, called once
+   * per name and runtime start; LOOM_ERROR_NOT_SUPPORTED if the driver has
+   * none. NULL: the driver has no kernel library, and only kernels
+   * registered at run time launch on it. */
+  loom_status (*kernel_resolve)(void *ctx, const char *name, loom_kernel_fn *out_fn);
 } loom_driver;
 
 /* The embedded host driver. */

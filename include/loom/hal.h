@@ -186,11 +186,36 @@ loom_status loom_stream_wait_event(loom_stream_t *stream, loom_event_t *event);
 loom_status loom_event_elapsed_ms(loom_event_t *start, loom_event_t *end,
                                   double *out_ms);
 
+/* ---- kernels -------------------------------------------------------------- */
+
+/* Kernels are named ("pointwise.binary", "nll_loss.forward"). A launch names
+ * its kernel through a handle, looked up once and cached by the caller; the
+ * driver maps the name to its implementation (the host driver's table is the
+ * C kernel library), and kernels compiled at run time join the same
+ * registry. Which ISA variant runs is the kernel family's choice. */
+typedef struct loom_kernel loom_kernel_t;
+
+#define LOOM_KERNEL_NAME_MAX 64
+
+/* The kernel named `name`. The handle stays valid for the life of the
+ * process (across loom_shutdown and a restart with another driver), so
+ * callers may cache it. LOOM_ERROR_NOT_SUPPORTED when neither the running
+ * driver nor a run-time registration provides the name. */
+loom_status loom_kernel_lookup(const char *name, const loom_kernel_t **out_kernel);
+
+/* The name the handle was looked up by (static for the process's life). */
+const char *loom_kernel_name(const loom_kernel_t *kernel);
+
+/* Registers `fn`, a host-callable kernel, under `name` (at most
+ * LOOM_KERNEL_NAME_MAX - 1 characters); a name may be registered once.
+ * For kernels compiled at run time. */
+loom_status loom_kernel_register(const char *name, loom_kernel_fn fn);
+
 /* ---- commands ------------------------------------------------------------ */
 
 typedef struct loom_launch_desc {
   const char *name;             /* op name, static storage; used in errors */
-  loom_kernel_fn fn;
+  loom_kernel_fn fn;            /* a host function to call when `kernel` is NULL */
   const loom_tensor *tensors;   /* copied at enqueue */
   uint32_t num_tensors;
   const loom_scalar *scalars;   /* copied at enqueue */
@@ -198,6 +223,7 @@ typedef struct loom_launch_desc {
   int64_t range;                /* parallel range; 0 launches nothing */
   int64_t grain;                /* chunk size (>= 1); see kernel_abi.h */
   uint32_t flags;               /* LOOM_LAUNCH_* bits; 0: none */
+  const loom_kernel_t *kernel;  /* the kernel to run; takes precedence over fn */
 } loom_launch_desc;
 
 enum {

@@ -68,6 +68,11 @@ void loom_event_retain_internal(loom_event_t *event);
 loom_status loom_stream_submit(loom_runtime *rt, loom_stream_t *stream,
                                const loom_command *command);
 
+/* The implementation of a looked-up kernel on `driver` (resolved once per
+ * driver). */
+loom_status loom_kernel_fn_for(const loom_kernel_t *kernel, const loom_driver *driver,
+                               loom_kernel_fn *out_fn);
+
 /* Pinned host allocator teardown. */
 void loom_host_allocator_shutdown(void);
 

@@ -146,7 +146,8 @@ loom_status loom_stream_synchronize(loom_stream_t *stream) {
 static loom_status check_launch(const loom_launch_desc *desc, const char *what) {
   if (!desc) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: desc is NULL", what);
   const char *name = desc->name ? desc->name : "kernel";
-  if (!desc->fn) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: kernel function is NULL", name);
+  if (!desc->fn && !desc->kernel)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: neither a kernel nor a function", name);
   if (desc->range < 0)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: negative range %lld", name, (long long)desc->range);
   if (desc->grain < 1)
@@ -158,14 +159,23 @@ static loom_status check_launch(const loom_launch_desc *desc, const char *what) 
   return LOOM_OK;
 }
 
-static loom_command launch_command(const loom_launch_desc *desc) {
-  return (loom_command){
+/* The command for `desc` on `driver`: a named kernel resolves to the
+ * driver's implementation. */
+static loom_status launch_command(const loom_launch_desc *desc, const loom_driver *driver,
+                                  loom_command *out) {
+  loom_kernel_fn fn = desc->fn;
+  if (desc->kernel) {
+    loom_status st = loom_kernel_fn_for(desc->kernel, driver, &fn);
+    if (st != LOOM_OK) return st;
+  }
+  *out = (loom_command){
       .kind = LOOM_COMMAND_LAUNCH,
-      .name = desc->name ? desc->name : "kernel",
-      .u.launch = {.fn = desc->fn, .tensors = desc->tensors, .num_tensors = desc->num_tensors,
+      .name = desc->name ? desc->name : loom_kernel_name(desc->kernel),
+      .u.launch = {.fn = fn, .tensors = desc->tensors, .num_tensors = desc->num_tensors,
                    .scalars = desc->scalars, .num_scalars = desc->num_scalars,
-                   .range = desc->range, .grain = desc->grain},
+                   .range = desc->range, .grain = desc->grain, .kernel = desc->kernel},
   };
+  return LOOM_OK;
 }
 
 loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
@@ -175,7 +185,8 @@ loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
   loom_runtime *rt = stream->rt;
   if ((st = loom_stream_take_error(stream)) != LOOM_OK) return st;
   if (desc->range == 0) return LOOM_OK;
-  const loom_command cmd = launch_command(desc);
+  loom_command cmd;
+  if ((st = launch_command(desc, rt->driver, &cmd)) != LOOM_OK) return st;
   if ((desc->flags & LOOM_LAUNCH_MAY_RUN_INLINE) && rt->driver->queue_run_inline &&
       rt->driver->queue_run_inline(rt->driver->context, stream->queue, &cmd) == LOOM_OK)
     return LOOM_OK;
@@ -201,7 +212,8 @@ loom_status loom_run_now(int device, const loom_launch_desc *desc) {
   if (!rt) return loom_runtime_unavailable();
   if ((st = loom_check_device(rt, device)) != LOOM_OK) return st;
   if (desc->range == 0) return LOOM_OK;
-  const loom_command cmd = launch_command(desc);
+  loom_command cmd;
+  if ((st = launch_command(desc, rt->driver, &cmd)) != LOOM_OK) return st;
   if (rt->driver->run_now) return rt->driver->run_now(rt->driver->context, device, &cmd);
   const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION,
                                  .num_tensors = desc->num_tensors, .tensors = desc->tensors,
@@ -212,7 +224,7 @@ loom_status loom_run_now(int device, const loom_launch_desc *desc) {
   loom_clear_error();
   for (int64_t begin = 0, end; begin < desc->range; begin = end) {
     end = desc->range - begin > desc->grain ? begin + desc->grain : desc->range;
-    int rc = desc->fn(&args, begin, end);
+    int rc = cmd.u.launch.fn(&args, begin, end);
     if (rc != 0 && loom_last_error()[0]) {
       char reason[512];
       snprintf(reason, sizeof reason, "%s", loom_last_error());

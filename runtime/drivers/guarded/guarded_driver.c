@@ -161,6 +161,12 @@ static loom_status guarded_queue_run_inline(void *ctx, loom_driver_queue *queue,
   return st;
 }
 
+/* The host driver's kernels: they run on the translated addresses. */
+static loom_status guarded_kernel_resolve(void *ctx, const char *name, loom_kernel_fn *out_fn) {
+  const loom_driver *host = loom_host_driver();
+  return host->kernel_resolve(host->context, name, out_fn);
+}
+
 static const loom_driver guarded_driver = {
     .api_version = LOOM_DRIVER_API_VERSION,
     .name = "guarded",
@@ -177,6 +183,7 @@ static const loom_driver guarded_driver = {
     .queue_synchronize = guarded_queue_synchronize,
     .run_now = guarded_run_now,
     .queue_run_inline = guarded_queue_run_inline,
+    .kernel_resolve = guarded_kernel_resolve,
 };
 
 const loom_driver *loom_guarded_driver(void) { return &guarded_driver; }

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kernels/registry.h"
 #include "runtime/base/cpu.h"
 #include "runtime/drivers/host/host_internal.h"
 
@@ -89,6 +90,12 @@ static loom_status host_run_now(void *ctx, int device, const loom_command *comma
   return host_execute_launch(ctx, device, command, NULL);
 }
 
+/* The host driver's kernels are the C kernel library. */
+static loom_status host_kernel_resolve(void *ctx, const char *name, loom_kernel_fn *out_fn) {
+  *out_fn = loom_kernel_library_find(name);
+  return *out_fn ? LOOM_OK : LOOM_ERROR_NOT_SUPPORTED;
+}
+
 static const loom_driver host_driver = {
     .api_version = LOOM_DRIVER_API_VERSION,
     .name = "host",
@@ -105,6 +112,7 @@ static const loom_driver host_driver = {
     .queue_synchronize = host_queue_synchronize,
     .run_now = host_run_now,
     .queue_run_inline = host_queue_run_inline,
+    .kernel_resolve = host_kernel_resolve,
 };
 
 const loom_driver *loom_host_driver(void) { return &host_driver; }

@@ -1,0 +1,50 @@
+/* loom/kernels/loss.h — the loss kernels' names and argument contracts:
+ * negative log-likelihood (1d/2d/nd) and the pointwise losses (mse, smooth
+ * L1, Huber, binary cross-entropy). Every driver provides these names.
+ *
+ * Reductions follow at::Reduction: 0 none, 1 mean, 2 sum. Reduced sums are
+ * deterministic: the pointwise losses sum fixed blocks of LOOM_LOSS_BLOCK
+ * elements into partials, then add the partials in order. */
+#ifndef LOOM_KERNELS_LOSS_CONTRACT_H
+#define LOOM_KERNELS_LOSS_CONTRACT_H
+
+enum { LOOM_REDUCTION_NONE = 0, LOOM_REDUCTION_MEAN = 1, LOOM_REDUCTION_SUM = 2 };
+
+/* ---- "nll_loss.forward": nll_loss over input [N, C, S], target [N, S] ----
+ * (any strides) tensors: [input, target, weight?, out, total_weight];
+ * scalars: [reduction, ignore_index].
+ * reduction none: range N*S, out has N*S contiguous elements.
+ * mean/sum: range 1, out and total_weight are scalars. A target outside
+ * [0, C) that is not ignore_index fails with LOOM_ERROR_INVALID_ARGUMENT.
+ *
+ * "nll_loss.backward": range N*S; writes all of grad_input [N, C, S]
+ * (contiguous). tensors: [grad_output, target, weight?, total_weight,
+ * grad_input]; scalars: [reduction, ignore_index]. grad_output has N*S
+ * contiguous elements for reduction none, else one. */
+
+/* ---- pointwise losses over same-shaped input/target (any strides) -------- */
+enum {
+  LOOM_LOSS_MSE = 0,
+  LOOM_LOSS_SMOOTH_L1 = 1, /* param: beta */
+  LOOM_LOSS_HUBER = 2,     /* param: delta */
+  LOOM_LOSS_BCE = 3,       /* weight optional; input must lie in [0, 1] */
+};
+
+#define LOOM_LOSS_BLOCK 4096
+
+/* "pointwise_loss.forward": tensors: [input, target, weight?, out];
+ * scalars: [kind, reduction, param].
+ * none: range numel, out has the input's shape (any strides).
+ * mean/sum: range ceil(numel / LOOM_LOSS_BLOCK); out is a contiguous fp64
+ * tensor receiving one partial sum per block.
+ *
+ * "loss.sum_partials": adds fp64 partials in order into the scalar out,
+ * divided by `divisor` (1 for sum, numel for mean). Range 1.
+ * tensors: [partials, out]; scalars: [divisor (f)].
+ *
+ * "pointwise_loss.backward": range numel. tensors: [grad_output, input,
+ * target, weight?, grad_input]; scalars: [kind, reduction, param].
+ * grad_output is one element for mean/sum, else input-shaped (any
+ * strides). */
+
+#endif /* LOOM_KERNELS_LOSS_CONTRACT_H */

@@ -1,0 +1,24 @@
+/* The kernel library's table: every family's named entry points. */
+#include "kernels/registry.h"
+
+#include <stddef.h>
+#include <string.h>
+
+extern const loom_kernel_entry loom_loss_kernels[];
+
+static const loom_kernel_entry *const families[] = {
+    loom_loss_kernels,
+};
+
+void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),
+                              void *user) {
+  for (size_t f = 0; f < sizeof families / sizeof *families; ++f)
+    for (const loom_kernel_entry *e = families[f]; e->name; ++e) visit(e, user);
+}
+
+loom_kernel_fn loom_kernel_library_find(const char *name) {
+  for (size_t f = 0; f < sizeof families / sizeof *families; ++f)
+    for (const loom_kernel_entry *e = families[f]; e->name; ++e)
+      if (!strcmp(e->name, name)) return e->fn;
+  return NULL;
+}

@@ -1,0 +1,33 @@
+/* kernels/registry.h — the kernel library's names.
+ *
+ * Each kernel family lists its entry points in a table named
+ * loom_<family>_kernels (in its own .c file, ended by {NULL, NULL}) under
+ * the names its public header in include/loom/kernels/ gives; registry.c
+ * gathers the tables. The host driver resolves launches through
+ * loom_kernel_library_find. A family with ISA variants registers one entry
+ * per name and chooses the variant inside. */
+#ifndef LOOM_KERNELS_REGISTRY_H
+#define LOOM_KERNELS_REGISTRY_H
+
+#include "loom/kernel_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct loom_kernel_entry {
+  const char *name;
+  loom_kernel_fn fn;
+} loom_kernel_entry;
+
+/* The library's kernel named `name`, or NULL. */
+loom_kernel_fn loom_kernel_library_find(const char *name);
+
+/* Calls `visit` on every entry of the library (for tests). */
+void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),
+                              void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_KERNELS_REGISTRY_H */

@@ -1,0 +1,112 @@
+/* The kernel registry: named kernels resolve through the driver, run-time
+ * registrations join the same names, handles outlive a restart, and the
+ * library's names are unique and all resolvable. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/registry.h"
+#include "loom/hal.h"
+#include "test_util.h"
+
+static int fill_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  int64_t *out = args->tensors[0].data;
+  for (int64_t i = begin; i < end; ++i) out[i] = i * args->scalars[0].i;
+  return 0;
+}
+
+enum { N = 1000 };
+
+static int launch_and_check(const loom_kernel_t *k, int via_stream) {
+  int64_t *dev = NULL, host[N];
+  if (loom_malloc(0, sizeof host, NULL, (void **)&dev) != LOOM_OK) return 0;
+  loom_tensor t = {.data = dev, .dtype = LOOM_INT64, .rank = 1, .sizes = {N}, .strides = {1}};
+  loom_scalar s = {.i = 7};
+  loom_launch_desc d = {.kernel = k, .tensors = &t, .num_tensors = 1, .scalars = &s,
+                        .num_scalars = 1, .range = N, .grain = 64};
+  loom_stream_t *stream = NULL;
+  int ok = loom_stream_default(0, &stream) == LOOM_OK &&
+           (via_stream ? loom_launch(stream, &d) : loom_run_now(0, &d)) == LOOM_OK &&
+           loom_memcpy(stream, host, dev, sizeof host) == LOOM_OK;
+  for (int i = 0; ok && i < N; ++i) ok = host[i] == (int64_t)i * 7;
+  loom_free(dev);
+  return ok;
+}
+
+static void test_registered_kernel_launches(void) {
+  const loom_kernel_t *k = NULL;
+  CHECK(loom_kernel_lookup("test.fill", &k) == LOOM_ERROR_NOT_SUPPORTED && !k);
+  CHECK(strstr(loom_last_error(), "test.fill") != NULL);
+  CHECK_OK(loom_kernel_register("test.fill", fill_kernel));
+  CHECK(loom_kernel_register("test.fill", fill_kernel) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK_OK(loom_kernel_lookup("test.fill", &k));
+  CHECK(k != NULL && !strcmp(loom_kernel_name(k), "test.fill"));
+  const loom_kernel_t *again = NULL;
+  CHECK_OK(loom_kernel_lookup("test.fill", &again));
+  CHECK(again == k);
+  CHECK(launch_and_check(k, 1));
+  CHECK(launch_and_check(k, 0));
+}
+
+static void test_library_kernel_resolves(void) {
+  const loom_kernel_t *k = NULL;
+  CHECK_OK(loom_kernel_lookup("nll_loss.forward", &k));
+  CHECK(k != NULL);
+  /* A library name cannot be taken over by a registration. */
+  CHECK(loom_kernel_register("nll_loss.forward", fill_kernel) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
+static void test_bad_names(void) {
+  const loom_kernel_t *k = (const loom_kernel_t *)1;
+  CHECK(loom_kernel_lookup("", &k) == LOOM_ERROR_INVALID_ARGUMENT && !k);
+  CHECK(loom_kernel_lookup(NULL, &k) == LOOM_ERROR_INVALID_ARGUMENT);
+  char long_name[LOOM_KERNEL_NAME_MAX + 8];
+  memset(long_name, 'a', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = 0;
+  CHECK(loom_kernel_register(long_name, fill_kernel) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(loom_kernel_register("test.null", NULL) == LOOM_ERROR_INVALID_ARGUMENT);
+  loom_launch_desc d = {.name = "nothing", .range = 1, .grain = 1};
+  CHECK(loom_run_now(0, &d) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
+static void test_handles_survive_restart(void) {
+  const loom_kernel_t *k = NULL;
+  CHECK_OK(loom_kernel_lookup("test.fill", &k));
+  loom_shutdown();
+  CHECK_OK(loom_init());
+  CHECK(launch_and_check(k, 1));
+}
+
+struct names {
+  const char *seen[1024];
+  int count, duplicates, unresolved;
+};
+
+static void visit(const loom_kernel_entry *e, void *user) {
+  struct names *n = user;
+  for (int i = 0; i < n->count; ++i)
+    if (!strcmp(n->seen[i], e->name)) ++n->duplicates;
+  if (n->count < 1024) n->seen[n->count++] = e->name;
+  const loom_kernel_t *k = NULL;
+  if (!e->fn || strlen(e->name) >= LOOM_KERNEL_NAME_MAX ||
+      loom_kernel_lookup(e->name, &k) != LOOM_OK)
+    ++n->unresolved;
+}
+
+static void test_library_names_unique_and_resolvable(void) {
+  struct names n = {0};
+  loom_kernel_library_each(visit, &n);
+  CHECK(n.count > 0);
+  CHECK_EQ_INT(n.duplicates, 0);
+  CHECK_EQ_INT(n.unresolved, 0);
+}
+
+int main(void) {
+  CHECK_OK(loom_init());
+  RUN_TEST(test_registered_kernel_launches);
+  RUN_TEST(test_library_kernel_resolves);
+  RUN_TEST(test_bad_names);
+  RUN_TEST(test_handles_survive_restart);
+  RUN_TEST(test_library_names_unique_and_resolvable);
+  loom_shutdown();
+  TEST_MAIN_END();
+}
