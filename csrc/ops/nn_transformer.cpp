@@ -6,7 +6,6 @@
 // (_transform_bias_rescale_qkv, _masked_softmax, _addmm_activation) is
 // composed here from loom ops, each rounding where the CPU kernel rounds.
 #include <ATen/ATen.h>
-#include <ATen/native/Resize.h>
 #include <ATen/ops/_native_multi_head_attention_native.h>
 #include <ATen/ops/_transformer_encoder_layer_fwd_native.h>
 #include <c10/core/WrapDimMinimal.h>
