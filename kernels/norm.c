@@ -4,6 +4,7 @@
 #include "kernels/nn_rows.h"
 #include "kernels/nn_util.h"
 #include "kernels/norm.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* The fp32 fast path applies when every given tensor is fp32. */
@@ -226,3 +227,17 @@ int loom_layer_norm_backward_params(const loom_kernel_args *args,
   }
   return LOOM_OK;
 }
+
+/* The whole family's names, batch norm (norm_batch.c) and group norm
+ * (norm_group.c) included. */
+const loom_kernel_entry loom_norm_kernels[] = {
+    {"norm.layer_forward", loom_layer_norm_forward},
+    {"norm.layer_backward_input", loom_layer_norm_backward_input},
+    {"norm.layer_backward_params", loom_layer_norm_backward_params},
+    {"norm.batch_forward", loom_batch_norm_forward},
+    {"norm.batch_backward", loom_batch_norm_backward},
+    {"norm.group_forward", loom_group_norm_forward},
+    {"norm.group_backward_input", loom_group_norm_backward_input},
+    {"norm.group_backward_params", loom_group_norm_backward_params},
+    {NULL, NULL},
+};

@@ -5,9 +5,13 @@
 #include <string.h>
 
 extern const loom_kernel_entry loom_loss_kernels[];
+extern const loom_kernel_entry loom_softmax_kernels[];
+extern const loom_kernel_entry loom_norm_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
+    loom_softmax_kernels,
+    loom_norm_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),

@@ -7,6 +7,7 @@
 
 #include "kernels/nn_rows.h"
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* Longest bf16/fp16 row staged through float buffers (longer rows take the
@@ -272,3 +273,9 @@ int loom_softmax_backward(const loom_kernel_args *args, int64_t begin,
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_softmax_kernels[] = {
+    {"softmax.forward", loom_softmax_forward},
+    {"softmax.backward", loom_softmax_backward},
+    {NULL, NULL},
+};

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "kernels/norm.h"
+#include "loom/kernels/norm.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -69,7 +69,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_forward(
         describe_opt(save_invstd, op)};
     const loom_scalar s[3] = {scalar_i(training), scalar_f(momentum),
                               scalar_f(eps)};
-    launch(op, loom_batch_norm_forward, t, s, C,
+    launch(op, LOOM_KERNEL("norm.batch_forward"), t, s, C,
            grain_for(input.numel() / C), input.device().index());
   }
   return {out, save_mean, save_invstd};
@@ -110,7 +110,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_backward(
       describe_opt(c(save_mean), op), describe_opt(c(save_invstd), op),
       describe_opt(dx3, op), describe_opt(dw, op), describe_opt(db, op)};
   const loom_scalar s[2] = {scalar_i(training), scalar_f(eps)};
-  launch(op, loom_batch_norm_backward, t, s, C, grain_for(input.numel() / C),
+  launch(op, LOOM_KERNEL("norm.batch_backward"), t, s, C, grain_for(input.numel() / C),
          input.device().index());
   return {dx, dw, db};
 }

@@ -5,7 +5,7 @@
 #include <c10/core/SymIntArrayRef.h>
 #include <torch/library.h>
 
-#include "kernels/norm.h"
+#include "loom/kernels/norm.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -57,7 +57,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
                               describe_opt(b, op), describe(y, op),
                               describe(mean, op), describe(rstd, op)};
     const loom_scalar s[3] = {scalar_i(N), scalar_f(eps), scalar_i(0)};
-    launch(op, loom_layer_norm_forward, t, s, M, grain_for(N),
+    launch(op, LOOM_KERNEL("norm.layer_forward"), t, s, M, grain_for(N),
            input.device().index());
   }
   return {y, mean, rstd};
@@ -88,7 +88,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
                                 describe(mu, op), describe(rs, op),
                                 describe_opt(w, op), describe(dx, op)};
       const loom_scalar s[2] = {scalar_i(N), scalar_i(0)};
-      launch(op, loom_layer_norm_backward_input, t, s, M, grain_for(N), dev);
+      launch(op, LOOM_KERNEL("norm.layer_backward_input"), t, s, M, grain_for(N), dev);
     }
   }
   if (mask[1] && weight.defined())
@@ -101,7 +101,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     const loom_scalar s[3] = {scalar_i(M), scalar_i(N), scalar_i(0)};
     // Columns per chunk: wide enough that each pass over the rows streams
     // a useful stretch of every row, narrow enough to share the columns out.
-    launch(op, loom_layer_norm_backward_params, t, s, N,
+    launch(op, LOOM_KERNEL("norm.layer_backward_params"), t, s, N,
            std::clamp<int64_t>(N / 8, 16, 256), dev);
   }
   return {dx, dw, db};
@@ -141,7 +141,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& input,
     const loom_tensor t[6] = {describe(x, op), describe_opt(w, op), loom_tensor{},
                               describe(y, op), loom_tensor{}, describe(rstd, op)};
     const loom_scalar s[3] = {scalar_i(N), scalar_f(eps), scalar_i(1)};
-    launch(op, loom_layer_norm_forward, t, s, M, grain_for(N), input.device().index());
+    launch(op, LOOM_KERNEL("norm.layer_forward"), t, s, M, grain_for(N), input.device().index());
   }
   return {y, rstd};
 }
@@ -167,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(
       const loom_tensor t[6] = {describe(dy, op), describe(x, op), loom_tensor{},
                                 describe(rs, op), describe_opt(w, op), describe(dx, op)};
       const loom_scalar s[2] = {scalar_i(N), scalar_i(1)};
-      launch(op, loom_layer_norm_backward_input, t, s, M, grain_for(N), dev);
+      launch(op, LOOM_KERNEL("norm.layer_backward_input"), t, s, M, grain_for(N), dev);
     }
   }
   if (mask[1] && weight.defined()) {
@@ -176,7 +176,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(
       const loom_tensor t[6] = {describe(dy, op), describe(x, op), loom_tensor{},
                                 describe(rs, op), describe(dw, op), loom_tensor{}};
       const loom_scalar s[3] = {scalar_i(M), scalar_i(N), scalar_i(1)};
-      launch(op, loom_layer_norm_backward_params, t, s, N, std::clamp<int64_t>(N / 8, 16, 256), dev);
+      launch(op, LOOM_KERNEL("norm.layer_backward_params"), t, s, N,
+             std::clamp<int64_t>(N / 8, 16, 256), dev);
     }
   }
   return {dx, dw};
@@ -229,7 +230,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm(
                               describe(mean, op), describe(rstd, op)};
     const loom_scalar s[5] = {scalar_i(N), scalar_i(C), scalar_i(HxW),
                               scalar_i(group), scalar_f(eps)};
-    launch(op, loom_group_norm_forward, t, s, N * group,
+    launch(op, LOOM_KERNEL("norm.group_forward"), t, s, N * group,
            grain_for(C / group * HxW), input.device().index());
   }
   return {y, mean, rstd};
@@ -266,7 +267,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(
                               describe_opt(weight, op), describe_opt(dx, op),
                               describe_opt(params ? sums[0] : at::Tensor(), op),
                               describe_opt(params ? sums[1] : at::Tensor(), op)};
-    launch(op, loom_group_norm_backward_input, t, s, N * group,
+    launch(op, LOOM_KERNEL("norm.group_backward_input"), t, s, N * group,
            grain_for(C / group * HxW), dev);
   }
   // A parameter gradient is returned with the input's dtype and C elements,
@@ -278,7 +279,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(
     const loom_tensor t[4] = {describe(sums[0], op), describe(sums[1], op),
                               describe_opt(dw, op), describe_opt(db, op)};
     const loom_scalar sp[2] = {scalar_i(N), scalar_i(C)};
-    launch(op, loom_group_norm_backward_params, t, sp, C, grain_for(N), dev);
+    launch(op, LOOM_KERNEL("norm.group_backward_params"), t, sp, C, grain_for(N), dev);
   }
   return {dx, dw, db};
 }

@@ -4,7 +4,7 @@
 #include <c10/core/WrapDimMinimal.h>
 #include <torch/library.h>
 
-#include "kernels/softmax.h"
+#include "loom/kernels/softmax.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -35,7 +35,7 @@ void softmax_launch(const at::Tensor& self, int64_t dim, bool take_log,
   if (out.numel() == 0) return;
   const loom_tensor t[2] = {describe(self, op), describe(out, op)};
   const loom_scalar s[2] = {scalar_i(dim), scalar_i(take_log)};
-  launch(op, loom_softmax_forward, t, s, rows_of(self, dim),
+  launch(op, LOOM_KERNEL("softmax.forward"), t, s, rows_of(self, dim),
          grain_for(row_length(self, dim)), self.device().index());
 }
 
@@ -77,7 +77,7 @@ at::Tensor& softmax_backward_out_common(const at::Tensor& grad,
   const loom_tensor t[3] = {describe(grad, op), describe(output, op),
                             describe(grad_input, op)};
   const loom_scalar s[2] = {scalar_i(dim), scalar_i(take_log)};
-  launch(op, loom_softmax_backward, t, s, rows_of(output, dim),
+  launch(op, LOOM_KERNEL("softmax.backward"), t, s, rows_of(output, dim),
          grain_for(row_length(output, dim)), output.device().index());
   return grad_input;
 }
