@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 static inline double opt_scalar(const loom_tensor *t, double dflt) {
@@ -165,3 +166,9 @@ int loom_sgd_step(const loom_kernel_args *args, int64_t begin, int64_t end) {
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_optim_kernels[] = {
+    {"optim.adam_step", loom_adam_step},
+    {"optim.sgd_step", loom_sgd_step},
+    {NULL, NULL},
+};

@@ -7,11 +7,15 @@
 extern const loom_kernel_entry loom_loss_kernels[];
 extern const loom_kernel_entry loom_softmax_kernels[];
 extern const loom_kernel_entry loom_norm_kernels[];
+extern const loom_kernel_entry loom_optim_kernels[];
+extern const loom_kernel_entry loom_rnn_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
     loom_softmax_kernels,
     loom_norm_kernels,
+    loom_optim_kernels,
+    loom_rnn_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),

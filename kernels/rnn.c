@@ -18,6 +18,7 @@
 
 #include "kernels/nn_util.h"
 #include "kernels/pointwise_exp.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* ---- the cell arithmetic ----------------------------------------------------
@@ -509,3 +510,11 @@ int loom_gru_cell_backward(const loom_kernel_args *args, int64_t begin,
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_rnn_kernels[] = {
+    {"rnn.lstm_cell_forward", loom_lstm_cell_forward},
+    {"rnn.lstm_cell_backward", loom_lstm_cell_backward},
+    {"rnn.gru_cell_forward", loom_gru_cell_forward},
+    {"rnn.gru_cell_backward", loom_gru_cell_backward},
+    {NULL, NULL},
+};

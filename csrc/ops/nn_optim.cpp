@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "kernels/optim.h"
+#include "loom/kernels/optim.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -68,7 +68,8 @@ void adam_common(at::TensorList params, at::TensorList grads,
     const loom_scalar s[8] = {scalar_f(lr_value), scalar_f(beta1), scalar_f(beta2),
                               scalar_f(weight_decay), scalar_f(eps), scalar_i(amsgrad),
                               scalar_i(maximize), scalar_i(decoupled)};
-    launch(op, loom_adam_step, t, s, p.numel(), grain_for(1), p.device().index());
+    launch(op, LOOM_KERNEL("optim.adam_step"), t, s, p.numel(), grain_for(1),
+           p.device().index());
   }
 }
 
@@ -146,7 +147,8 @@ void sgd_common(at::TensorList params, at::TensorList grads, at::TensorList bufs
                               scalar_f(lr_value), scalar_f(dampening),
                               scalar_i(nesterov), scalar_i(maximize),
                               scalar_i(is_first_step)};
-    launch(op, loom_sgd_step, t, s, p.numel(), grain_for(1), p.device().index());
+    launch(op, LOOM_KERNEL("optim.sgd_step"), t, s, p.numel(), grain_for(1),
+           p.device().index());
   }
 }
 

@@ -10,7 +10,7 @@
 
 #include <tuple>
 
-#include "kernels/rnn.h"
+#include "loom/kernels/rnn.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -91,7 +91,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_cell(const Tensor& input_gates,
                               describe_opt(input_bias, op), describe_opt(hidden_bias, op),
                               describe(cx, op), describe(hy, op), describe(cy, op),
                               describe(workspace, op)};
-    launch(op, loom_lstm_cell_forward, t, {}, cx.numel(), grain_for(kCellWork),
+    launch(op, LOOM_KERNEL("rnn.lstm_cell_forward"), t, {}, cx.numel(), grain_for(kCellWork),
            cx.device().index());
   }
   return {hy, cy, workspace};
@@ -131,8 +131,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_cell_backward(
                               describe(cx, op), describe(cy, op), describe(workspace, op),
                               describe(grad_gates, op), describe(grad_cx, op),
                               describe_opt(grad_bias, op)};
-    launch(op, loom_lstm_cell_backward, t, {}, hidden, grain_for(batch * kCellWork),
-           workspace.device().index());
+    launch(op, LOOM_KERNEL("rnn.lstm_cell_backward"), t, {}, hidden,
+           grain_for(batch * kCellWork), workspace.device().index());
   }
   return {grad_gates, grad_cx, grad_bias};
 }
@@ -154,7 +154,7 @@ std::tuple<Tensor, Tensor> gru_cell(const Tensor& input_gates, const Tensor& hid
     const loom_tensor t[7] = {describe(input_gates, op), describe(hidden_gates, op),
                               describe_opt(input_bias, op), describe_opt(hidden_bias, op),
                               describe(hx, op), describe(hy, op), describe(workspace, op)};
-    launch(op, loom_gru_cell_forward, t, {}, hx.numel(), grain_for(kCellWork),
+    launch(op, LOOM_KERNEL("rnn.gru_cell_forward"), t, {}, hx.numel(), grain_for(kCellWork),
            hx.device().index());
   }
   return {hy, workspace};
@@ -190,8 +190,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> gru_cell_backward(
                               describe(grad_hidden_gates, op), describe(grad_hx, op),
                               describe_opt(grad_input_bias, op),
                               describe_opt(grad_hidden_bias, op)};
-    launch(op, loom_gru_cell_backward, t, {}, hidden, grain_for(batch * kCellWork),
-           workspace.device().index());
+    launch(op, LOOM_KERNEL("rnn.gru_cell_backward"), t, {}, hidden,
+           grain_for(batch * kCellWork), workspace.device().index());
   }
   return {grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias};
 }
