@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* What the kernels share: the operands and one sample's place in them. */
@@ -274,3 +275,9 @@ int loom_ctc_loss_backward(const loom_kernel_args *args, int64_t begin, int64_t 
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_ctc_loss_kernels[] = {
+    {"ctc_loss.forward", loom_ctc_loss_forward},
+    {"ctc_loss.backward", loom_ctc_loss_backward},
+    {NULL, NULL},
+};

@@ -9,6 +9,8 @@ extern const loom_kernel_entry loom_softmax_kernels[];
 extern const loom_kernel_entry loom_norm_kernels[];
 extern const loom_kernel_entry loom_optim_kernels[];
 extern const loom_kernel_entry loom_rnn_kernels[];
+extern const loom_kernel_entry loom_ctc_loss_kernels[];
+extern const loom_kernel_entry loom_weight_norm_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
@@ -16,6 +18,8 @@ static const loom_kernel_entry *const families[] = {
     loom_norm_kernels,
     loom_optim_kernels,
     loom_rnn_kernels,
+    loom_ctc_loss_kernels,
+    loom_weight_norm_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 #define WN_PIECE 256
@@ -253,3 +254,13 @@ int loom_weight_norm_cols_apply(const loom_kernel_args *args, int64_t begin,
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_weight_norm_kernels[] = {
+    {"weight_norm.rows_forward", loom_weight_norm_rows_forward},
+    {"weight_norm.rows_backward", loom_weight_norm_rows_backward},
+    {"weight_norm.cols_partials", loom_weight_norm_cols_partials},
+    {"weight_norm.cols_forward", loom_weight_norm_cols_forward},
+    {"weight_norm.cols_backward", loom_weight_norm_cols_backward},
+    {"weight_norm.cols_apply", loom_weight_norm_cols_apply},
+    {NULL, NULL},
+};

@@ -1,67 +1,21 @@
-/* kernels/weight_norm.h — weight normalization, w = v * g / ||v||, the fused
- * forms behind torch._weight_norm (dim 0 and the last dim), forward and
- * backward.
- *
- * v, w, grad_w and grad_v are contiguous and seen as [M, N]:
- *  - "rows" (dim 0): one norm per row; M = v.size(0), N = numel / M;
- *  - "columns" (the last dim): one norm per column; N = v.size(-1),
- *    M = numel / N.
- * g and grad_g hold one contiguous element per norm (M for rows, N for
- * columns); norm likewise, in float for 16-bit v and g, else in their dtype.
- * Any float dtype; sums run in double in an order fixed by the shape alone
- * (columns: rows in order within blocks of rows_per_block rows, then the
- * blocks in order), so results never depend on the threads or the chunking.
- * Division by a zero norm gives inf/NaN, as in PyTorch. */
+/* kernels/weight_norm.h — the weight normalization kernels (contracts and
+ * names in loom/kernels/weight_norm.h). */
 #ifndef LOOM_KERNELS_WEIGHT_NORM_H
 #define LOOM_KERNELS_WEIGHT_NORM_H
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/weight_norm.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* About this many elements per block of rows in the column partial sums. */
-#define LOOM_WEIGHT_NORM_BLOCK 16384
-
-/* ---- rows (dim 0): range M, everything of a row in one call ------------- */
-
-/* tensors: [v, g, w, norm]; scalars: [N]. */
-int loom_weight_norm_rows_forward(const loom_kernel_args *args, int64_t begin,
-                                  int64_t end);
-
-/* grad_g = sum(grad_w * v) / norm; grad_v = a * grad_w - b * v with
- * a = g / norm, b = a * grad_g / norm.
- * tensors: [grad_w, v, g, norm, grad_v, grad_g]; scalars: [N]. */
-int loom_weight_norm_rows_backward(const loom_kernel_args *args,
-                                   int64_t begin, int64_t end);
-
-/* ---- columns (last dim): three launches ---------------------------------
- * 1. partials: range ceil(M / rows_per_block). partials is a contiguous
- *    double tensor [blocks, N]: partials[k][j] = sum over the rows i of
- *    block k of x[i][j] * y[i][j].
- *    tensors: [x, y, partials]; scalars: [M, N, rows_per_block]. */
-int loom_weight_norm_cols_partials(const loom_kernel_args *args,
-                                   int64_t begin, int64_t end);
-
-/* 2a. forward coefficients, range N: norm[j] = sqrt(sum_k partials[k][j]),
- *     coef[0][j] = g[j] / norm[j]. coef is a contiguous double [1, N].
- *     tensors: [partials, g, norm, coef]. */
-int loom_weight_norm_cols_forward(const loom_kernel_args *args, int64_t begin,
-                                  int64_t end);
-
-/* 2b. backward coefficients, range N: with s = sum_k partials[k][j] (of
- *     grad_w * v), grad_g[j] = s / norm[j], coef[0][j] = a = g / norm,
- *     coef[1][j] = b = a * grad_g / norm. coef is a contiguous double [2, N].
- *     tensors: [partials, g, norm, grad_g, coef]. */
-int loom_weight_norm_cols_backward(const loom_kernel_args *args,
-                                   int64_t begin, int64_t end);
-
-/* 3. apply, range M: out[i][j] = coef[0][j] * x[i][j] - coef[1][j] * y[i][j]
- *    (without y: coef[0][j] * x[i][j]; coef then needs one row).
- *    tensors: [x, y?, coef, out]; scalars: [N]. */
-int loom_weight_norm_cols_apply(const loom_kernel_args *args, int64_t begin,
-                                int64_t end);
+int loom_weight_norm_rows_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_weight_norm_rows_backward(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_weight_norm_cols_partials(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_weight_norm_cols_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_weight_norm_cols_backward(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_weight_norm_cols_apply(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "kernels/ctc_loss.h"
+#include "loom/kernels/ctc_loss.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -72,7 +72,7 @@ std::tuple<at::Tensor, at::Tensor> ctc_loss(const at::Tensor& log_probs,
   const auto sc = ctc_scalars(blank, zero_infinity, input_lengths, target_lengths);
   const loom_tensor t[4] = {describe(log_probs, op), describe(targets, op),
                             describe(nll, op), describe(log_alpha, op)};
-  launch(op, loom_ctc_loss_forward, t, sc, n,
+  launch(op, LOOM_KERNEL("ctc_loss.forward"), t, sc, n,
          grain_for(log_probs.size(0) * log_alpha.size(2)), log_probs.device().index());
   return {nll, log_alpha};
 }
@@ -115,7 +115,7 @@ at::Tensor ctc_loss_backward(const at::Tensor& grad, const at::Tensor& log_probs
                             describe(targets, op),    describe(neg_log_likelihood, op),
                             describe(log_alpha, op),  describe(grad_lp, op),
                             describe(scratch, op)};
-  launch(op, loom_ctc_loss_backward, t, sc, n, grain_for(log_probs.size(0) * width),
+  launch(op, LOOM_KERNEL("ctc_loss.backward"), t, sc, n, grain_for(log_probs.size(0) * width),
          log_probs.device().index());
   return grad_lp;
 }

@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "kernels/weight_norm.h"
+#include "loom/kernels/weight_norm.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -58,7 +58,7 @@ at::Tensor column_partials(const at::Tensor& x, const at::Tensor& y, const WnSha
   at::Tensor part = at::empty({blocks, s.n}, x.options().dtype(at::kDouble));
   const loom_tensor t[3] = {describe(x, op), describe(y, op), describe(part, op)};
   const loom_scalar sc[3] = {scalar_i(s.m), scalar_i(s.n), scalar_i(rows)};
-  launch(op, loom_weight_norm_cols_partials, t, sc, blocks, 1, x.device().index());
+  launch(op, LOOM_KERNEL("weight_norm.cols_partials"), t, sc, blocks, 1, x.device().index());
   return part;
 }
 
@@ -76,18 +76,19 @@ std::tuple<at::Tensor, at::Tensor> weight_norm_interface(const at::Tensor& v_in,
     const loom_tensor t[4] = {describe(v, op), describe(g, op), describe(w, op),
                               describe(norm, op)};
     const loom_scalar sc[1] = {scalar_i(s.n)};
-    launch(op, loom_weight_norm_rows_forward, t, sc, s.m, grain_for(s.n), dev);
+    launch(op, LOOM_KERNEL("weight_norm.rows_forward"), t, sc, s.m, grain_for(s.n), dev);
     return {w, norm};
   }
   const at::Tensor part = column_partials(v, v, s, op);
   at::Tensor coef = at::empty({1, s.n}, v.options().dtype(at::kDouble));
   const loom_tensor tf[4] = {describe(part, op), describe(g, op), describe(norm, op),
                              describe(coef, op)};
-  launch(op, loom_weight_norm_cols_forward, tf, {}, s.n, grain_for(part.size(0)), dev);
+  launch(op, LOOM_KERNEL("weight_norm.cols_forward"), tf, {}, s.n, grain_for(part.size(0)),
+         dev);
   const loom_tensor ta[4] = {describe(v, op), loom_tensor{}, describe(coef, op),
                              describe(w, op)};
   const loom_scalar sc[1] = {scalar_i(s.n)};
-  launch(op, loom_weight_norm_cols_apply, ta, sc, s.m, grain_for(s.n), dev);
+  launch(op, LOOM_KERNEL("weight_norm.cols_apply"), ta, sc, s.m, grain_for(s.n), dev);
   return {w, norm};
 }
 
@@ -118,17 +119,18 @@ std::tuple<at::Tensor, at::Tensor> weight_norm_interface_backward(
   if (s.rows) {
     const loom_tensor t[6] = {describe(gw, op), describe(v, op), describe(g, op),
                               describe(norm, op), describe(grad_v, op), describe(grad_g, op)};
-    launch(op, loom_weight_norm_rows_backward, t, sc, s.m, grain_for(s.n), dev);
+    launch(op, LOOM_KERNEL("weight_norm.rows_backward"), t, sc, s.m, grain_for(s.n), dev);
     return {grad_v, grad_g};
   }
   const at::Tensor part = column_partials(gw, v, s, op);
   at::Tensor coef = at::empty({2, s.n}, v.options().dtype(at::kDouble));
   const loom_tensor tf[5] = {describe(part, op), describe(g, op), describe(norm, op),
                              describe(grad_g, op), describe(coef, op)};
-  launch(op, loom_weight_norm_cols_backward, tf, {}, s.n, grain_for(part.size(0)), dev);
+  launch(op, LOOM_KERNEL("weight_norm.cols_backward"), tf, {}, s.n, grain_for(part.size(0)),
+         dev);
   const loom_tensor ta[4] = {describe(gw, op), describe(v, op), describe(coef, op),
                              describe(grad_v, op)};
-  launch(op, loom_weight_norm_cols_apply, ta, sc, s.m, grain_for(s.n), dev);
+  launch(op, LOOM_KERNEL("weight_norm.cols_apply"), ta, sc, s.m, grain_for(s.n), dev);
   return {grad_v, grad_g};
 }
 
