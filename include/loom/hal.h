@@ -147,7 +147,10 @@ loom_status loom_host_reset_accumulated(void);
 /* ---- streams ------------------------------------------------------------ */
 
 /* A stream is an in-order queue of commands executed asynchronously. Streams
- * of one device run concurrently. Priority: 0 normal, < 0 higher. */
+ * of one device run concurrently. Priority: 0 normal, < 0 higher (lower
+ * values first): where streams compete for a device's threads, the chunks of
+ * a higher-priority stream's launches are taken before a lower-priority
+ * stream's queued chunks (a running chunk is never interrupted). */
 loom_status loom_stream_create(int device, int priority,
                                loom_stream_t **out_stream);
 /* The device's default stream: borrowed, lives as long as the runtime. */

@@ -87,7 +87,7 @@ static loom_status host_segment_alloc(void *ctx, int device, size_t size, void *
 static void host_segment_free(void *ctx, int device, void *ptr, size_t size) { munmap(ptr, size); }
 
 static loom_status host_run_now(void *ctx, int device, const loom_command *command) {
-  return host_execute_launch(ctx, device, command, NULL);
+  return host_execute_launch(ctx, device, 0, command, NULL);
 }
 
 /* The host driver's kernels are the C kernel library. */

@@ -18,31 +18,27 @@ typedef struct host_failure {
   char reason[HOST_REASON_CAPACITY];
 } host_failure;
 
-/* A persistent set of worker threads that, together with the submitting
- * thread, execute one parallel-for at a time. */
+/* An open launch; lives on the stack of the thread that owns it. */
+typedef struct host_job host_job;
+
+/* A persistent set of worker threads that help the threads owning
+ * launches (stream executors, loom_run_now callers) run their chunks.
+ * Several launches may be open at once; workers take chunks of the one with
+ * the highest priority (the lowest value), the earliest opened among equals,
+ * and choose again at every chunk boundary after another launch opened. */
 typedef struct host_pool {
   int num_workers;
   pthread_t *threads;
-  pthread_mutex_t busy; /* held by the thread that owns the current job */
-  /* The current job; valid while `open` holds its generation. */
-  loom_kernel_fn fn;
-  const loom_kernel_args *args;
-  int64_t num_chunks;
-  _Atomic int64_t next_chunk, done_chunks;
-  atomic_int failed;    /* first failing status, 0 if none */
-  int64_t failed_begin; /* written by the thread that set `failed`, */
-  char failed_reason[HOST_REASON_CAPACITY]; /* with its kernel's message */
-  _Atomic uint64_t open;       /* generation of the open job, 0 if none */
-  uint64_t generation;
-  atomic_int in_job;           /* workers inside the job */
+  pthread_mutex_t lock;    /* guards the list of open launches */
+  host_job *jobs;          /* by priority, then opening order (under lock) */
+  atomic_int open_jobs;    /* length of that list */
+  _Atomic uint64_t opened; /* launches opened so far: a change means choose again */
   pthread_mutex_t wake_lock;
-  pthread_cond_t wake;
+  pthread_cond_t wake;     /* idle workers, for the next launch */
   atomic_int sleeping;
-  /* The owner, asleep until the last chunk is done (under wake_lock). */
-  pthread_cond_t joined;
-  atomic_int owner_waiting;
+  pthread_cond_t joined;   /* owners, for their last chunks (under wake_lock) */
   atomic_int stop;
-  int workers_off_cpu; /* the CPU the workers are kept off, -1 if none (under busy) */
+  int workers_off_cpu; /* the CPU the workers are kept off, -1 if none (under lock) */
 } host_pool;
 
 int host_pool_init(host_pool *pool, int num_workers);
@@ -52,10 +48,13 @@ int host_pool_init(host_pool *pool, int num_workers);
 int host_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
 void host_pool_destroy(host_pool *pool);
 
-/* Runs fn over [0, range) in chunks of grain. Returns 0 or the first
- * failing kernel status, described in *out_failure. */
-int host_pool_run(host_pool *pool, loom_kernel_fn fn, const loom_kernel_args *args,
-                  host_failure *out_failure);
+/* Runs fn over [0, range) in chunks of grain on the calling thread, helped
+ * by the pool's workers. `priority` is the launching stream's (0 normal,
+ * lower is higher): before each of its own chunks the caller runs chunks of
+ * open launches of strictly higher priority. Returns 0 or the first failing
+ * kernel status, described in *out_failure. */
+int host_pool_run(host_pool *pool, int priority, loom_kernel_fn fn,
+                  const loom_kernel_args *args, host_failure *out_failure);
 
 typedef struct host_device {
   host_pool pool;
@@ -76,10 +75,11 @@ loom_status host_queue_query(void *ctx, loom_driver_queue *queue);
 loom_status host_queue_synchronize(void *ctx, loom_driver_queue *queue);
 loom_status host_queue_run_inline(void *ctx, loom_driver_queue *queue, const loom_command *command);
 
-/* Executes a launch command on the calling thread plus the device's pool;
- * reports a failure through `report` (may be NULL: then sets the thread's
- * error message). Returns the failing status or LOOM_OK. */
-loom_status host_execute_launch(host_context *ctx, int device, const loom_command *command,
-                                loom_stream_t *report);
+/* Executes a launch command on the calling thread plus the device's pool,
+ * at `priority` (see host_pool_run); reports a failure through `report` (may
+ * be NULL: then sets the thread's error message). Returns the failing status
+ * or LOOM_OK. */
+loom_status host_execute_launch(host_context *ctx, int device, int priority,
+                                const loom_command *command, loom_stream_t *report);
 
 #endif

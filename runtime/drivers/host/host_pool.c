@@ -2,13 +2,26 @@
  *
  * Chunk k of a launch always covers [k*grain, min((k+1)*grain, range)),
  * whoever runs it, so results never depend on the number of threads.
- * Participants take chunk indices from an atomic counter.
+ * Participants take chunk indices from the launch's atomic counter.
  *
- * Joining protocol: a worker that sees generation g open announces itself
- * (in_job++) and re-checks that g is still open before touching the job; the
- * owner closes the job (open = 0) after the last chunk and then waits for
- * in_job to drop to zero before the job's memory may change. */
+ * Several launches can be open at once, one per thread that owns one
+ * (each stream's executor, a loom_run_now caller). Owners list their
+ * launches on the pool by priority, then opening order. A worker takes
+ * chunks of the first listed launch that has chunks left; an owner takes
+ * chunks of listed launches of strictly higher priority before each of its
+ * own. Both choose again at the next chunk boundary after a launch opens
+ * (`opened` changes), so a high-priority stream's launch overtakes the
+ * queued chunks of a low-priority one within one chunk, and between equal
+ * priorities the first launch keeps the workers (as it would on a device
+ * that runs one kernel at a time).
+ *
+ * Leaving protocol: a helper joins a launch under the pool's lock (helpers++)
+ * and leaves it (helpers--) as its last touch of the launch. The owner
+ * unlists its launch once every chunk is taken, waits for the chunks still
+ * running, then for helpers to reach zero, before the launch's memory (on
+ * its stack) goes away. */
 #define _GNU_SOURCE /* sched_getcpu, CPU sets, pthread_setaffinity_np */
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -20,64 +33,117 @@
 #define WORKER_SPIN_NS 30000
 #define JOIN_SPIN_NS 20000
 
+struct host_job {
+  host_job *next; /* in the pool's list (under the pool's lock) */
+  int priority;
+  loom_kernel_fn fn;
+  const loom_kernel_args *args;
+  int64_t num_chunks;
+  _Atomic int64_t next_chunk, done_chunks;
+  atomic_int failed;    /* first failing status, 0 if none */
+  int64_t failed_begin; /* written by the thread that set `failed`, */
+  char failed_reason[HOST_REASON_CAPACITY]; /* with its kernel's message */
+  atomic_int helpers;       /* threads other than the owner inside the job */
+  atomic_int owner_waiting; /* the owner sleeps on the pool's `joined` */
+};
+
 /* Copies this thread's message, the failing kernel's reason, to `dst`. */
 static void take_reason(char *dst) {
   strncpy(dst, loom_last_error(), HOST_REASON_CAPACITY - 1);
   dst[HOST_REASON_CAPACITY - 1] = '\0';
 }
 
-static void run_chunks(host_pool *pool) {
-  const loom_kernel_args *args = pool->args;
-  const int64_t n = pool->num_chunks, grain = args->grain, range = args->range;
+static int has_chunks_left(host_job *job) {
+  return atomic_load_explicit(&job->next_chunk, memory_order_relaxed) < job->num_chunks;
+}
+
+/* Runs chunks of `job` until none is left (returns 0) or a launch opened
+ * after `seen` (returns 1: the caller chooses again). */
+static int run_chunks(host_pool *pool, host_job *job, uint64_t seen) {
+  const loom_kernel_args *args = job->args;
+  const int64_t n = job->num_chunks, grain = args->grain, range = args->range;
   /* A message left from earlier must not pass for a failing kernel's. */
   loom_clear_error();
   for (;;) {
-    const int64_t k = atomic_fetch_add_explicit(&pool->next_chunk, 1, memory_order_relaxed);
-    if (k >= n) break;
+    if (atomic_load_explicit(&pool->opened, memory_order_relaxed) != seen) return 1;
+    const int64_t k = atomic_fetch_add_explicit(&job->next_chunk, 1, memory_order_relaxed);
+    if (k >= n) return 0;
     const int64_t begin = k * grain, end = range - begin > grain ? begin + grain : range;
-    const int rc = pool->fn(args, begin, end);
+    const int rc = job->fn(args, begin, end);
     if (rc != 0) {
       int expected = 0;
-      if (atomic_compare_exchange_strong(&pool->failed, &expected, rc)) {
-        pool->failed_begin = begin;
-        take_reason(pool->failed_reason);
+      if (atomic_compare_exchange_strong(&job->failed, &expected, rc)) {
+        job->failed_begin = begin;
+        take_reason(job->failed_reason);
       }
     }
-    if (atomic_fetch_add(&pool->done_chunks, 1) + 1 == n && atomic_load(&pool->owner_waiting)) {
+    if (atomic_fetch_add(&job->done_chunks, 1) + 1 == n && atomic_load(&job->owner_waiting)) {
       pthread_mutex_lock(&pool->wake_lock);
-      pthread_cond_signal(&pool->joined);
+      pthread_cond_broadcast(&pool->joined);
       pthread_mutex_unlock(&pool->wake_lock);
     }
   }
 }
 
+/* Joins the first listed launch with chunks left whose priority is below
+ * `above` (INT_MAX: any), or returns NULL. */
+static host_job *join_job(host_pool *pool, int above) {
+  if (!atomic_load(&pool->open_jobs)) return NULL;
+  host_job *found = NULL;
+  pthread_mutex_lock(&pool->lock);
+  for (host_job *j = pool->jobs; j && j->priority < above; j = j->next) {
+    if (has_chunks_left(j)) {
+      atomic_fetch_add(&j->helpers, 1);
+      found = j;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pool->lock);
+  return found;
+}
+
+/* Helps the launches of priority above `priority` until none has chunks
+ * left; returns the value of `opened` that the caller's own chunks run
+ * under. */
+static uint64_t help_higher(host_pool *pool, int priority) {
+  for (;;) {
+    const uint64_t seen = atomic_load(&pool->opened);
+    host_job *job = join_job(pool, priority);
+    if (!job) return seen;
+    (void)run_chunks(pool, job, seen);
+    atomic_fetch_sub(&job->helpers, 1);
+  }
+}
+
+/* Waits for a launch to open after `seen`, spinning then sleeping; 0 when
+ * stopping. */
+static int wait_for_launch(host_pool *pool, uint64_t seen) {
+  loom_spin spin = loom_spin_start(WORKER_SPIN_NS);
+  while (atomic_load(&pool->opened) == seen && !atomic_load(&pool->stop) &&
+         loom_spin_more(&spin)) {
+  }
+  if (atomic_load(&pool->opened) == seen && !atomic_load(&pool->stop)) {
+    pthread_mutex_lock(&pool->wake_lock);
+    atomic_fetch_add(&pool->sleeping, 1);
+    while (atomic_load(&pool->opened) == seen && !atomic_load(&pool->stop))
+      pthread_cond_wait(&pool->wake, &pool->wake_lock);
+    atomic_fetch_sub(&pool->sleeping, 1);
+    pthread_mutex_unlock(&pool->wake_lock);
+  }
+  return !atomic_load(&pool->stop);
+}
+
 static void *worker_main(void *arg) {
   host_pool *pool = arg;
-  uint64_t last = 0;
   for (;;) {
-    uint64_t g = atomic_load(&pool->open);
-    if (g == 0 || g == last) {
-      loom_spin spin = loom_spin_start(WORKER_SPIN_NS);
-      while (((g = atomic_load(&pool->open)) == 0 || g == last) && !atomic_load(&pool->stop) &&
-             loom_spin_more(&spin)) {
-      }
-      if (atomic_load(&pool->stop)) return NULL;
-      if (g == 0 || g == last) {
-        pthread_mutex_lock(&pool->wake_lock);
-        atomic_fetch_add(&pool->sleeping, 1);
-        while (((g = atomic_load(&pool->open)) == 0 || g == last) && !atomic_load(&pool->stop))
-          pthread_cond_wait(&pool->wake, &pool->wake_lock);
-        atomic_fetch_sub(&pool->sleeping, 1);
-        pthread_mutex_unlock(&pool->wake_lock);
-        if (atomic_load(&pool->stop)) return NULL;
-      }
+    const uint64_t seen = atomic_load(&pool->opened);
+    host_job *job = join_job(pool, INT_MAX);
+    if (job) {
+      (void)run_chunks(pool, job, seen);
+      atomic_fetch_sub(&job->helpers, 1);
+    } else if (!wait_for_launch(pool, seen)) {
+      return NULL;
     }
-    atomic_fetch_add(&pool->in_job, 1);
-    if (atomic_load(&pool->open) == g) {
-      run_chunks(pool);
-      last = g;
-    }
-    atomic_fetch_sub(&pool->in_job, 1);
   }
 }
 
@@ -94,7 +160,7 @@ int host_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg) {
 int host_pool_init(host_pool *pool, int num_workers) {
   *pool = (host_pool){0};
   pool->workers_off_cpu = -1;
-  pthread_mutex_init(&pool->busy, NULL);
+  pthread_mutex_init(&pool->lock, NULL);
   pthread_mutex_init(&pool->wake_lock, NULL);
   pthread_cond_init(&pool->wake, NULL);
   pthread_cond_init(&pool->joined, NULL);
@@ -118,22 +184,22 @@ void host_pool_destroy(host_pool *pool) {
   pthread_cond_destroy(&pool->joined);
   pthread_cond_destroy(&pool->wake);
   pthread_mutex_destroy(&pool->wake_lock);
-  pthread_mutex_destroy(&pool->busy);
+  pthread_mutex_destroy(&pool->lock);
 }
 
 /* The owner's wait for chunks other threads took: a short spin, then sleep.
  * A worker descheduled mid-chunk can only move to the owner's core if that
  * core goes idle; spinning or yielding there would keep it busy. */
-static void wait_for_chunks(host_pool *pool, int64_t num_chunks) {
+static void wait_for_chunks(host_pool *pool, host_job *job) {
+  const int64_t n = job->num_chunks;
   loom_spin spin = loom_spin_start(JOIN_SPIN_NS);
-  while (atomic_load_explicit(&pool->done_chunks, memory_order_acquire) < num_chunks)
+  while (atomic_load_explicit(&job->done_chunks, memory_order_acquire) < n)
     if (!loom_spin_more(&spin)) break;
-  if (atomic_load(&pool->done_chunks) >= num_chunks) return;
+  if (atomic_load(&job->done_chunks) >= n) return;
   pthread_mutex_lock(&pool->wake_lock);
-  atomic_store(&pool->owner_waiting, 1);
-  while (atomic_load(&pool->done_chunks) < num_chunks)
-    pthread_cond_wait(&pool->joined, &pool->wake_lock);
-  atomic_store(&pool->owner_waiting, 0);
+  atomic_store(&job->owner_waiting, 1);
+  while (atomic_load(&job->done_chunks) < n) pthread_cond_wait(&pool->joined, &pool->wake_lock);
+  atomic_store(&job->owner_waiting, 0);
   pthread_mutex_unlock(&pool->wake_lock);
 }
 
@@ -157,7 +223,8 @@ static int run_alone(loom_kernel_fn fn, const loom_kernel_args *args, host_failu
  * scheduler does not move a thread that ran moments ago. Up to a fifth of
  * the launches of a 512 x 512 x 512 product ran on the owner alone, the
  * worker joining 1-3 ms late. Affinity changes only when the owner has
- * moved, and never leaves the workers without a CPU. */
+ * moved, and never leaves the workers without a CPU. Under the pool's
+ * lock, by the owner of the only open launch. */
 static void keep_workers_off_owner(host_pool *pool) {
 #ifdef __linux__
   const int cpu = sched_getcpu();
@@ -175,38 +242,52 @@ static void keep_workers_off_owner(host_pool *pool) {
 #endif
 }
 
-int host_pool_run(host_pool *pool, loom_kernel_fn fn, const loom_kernel_args *args,
-                  host_failure *out_failure) {
-  const int64_t num_chunks = args->range / args->grain + (args->range % args->grain != 0);
-  /* One chunk, no workers, or the pool busy with another stream's launch:
-   * the caller runs every chunk itself (same boundaries either way). */
-  if (num_chunks <= 1 || pool->num_workers == 0 || pthread_mutex_trylock(&pool->busy) != 0)
-    return run_alone(fn, args, out_failure);
-  keep_workers_off_owner(pool);
-  pool->fn = fn;
-  pool->args = args;
-  pool->num_chunks = num_chunks;
-  atomic_store(&pool->next_chunk, 0);
-  atomic_store(&pool->done_chunks, 0);
-  atomic_store(&pool->failed, 0);
-  pool->failed_begin = 0;
-  const uint64_t g = ++pool->generation;
-  atomic_store(&pool->open, g);
+/* Lists `job` after every launch of its priority or higher, and wakes the
+ * workers. */
+static void open_job(host_pool *pool, host_job *job) {
+  pthread_mutex_lock(&pool->lock);
+  if (!pool->jobs) keep_workers_off_owner(pool);
+  host_job **at = &pool->jobs;
+  while (*at && (*at)->priority <= job->priority) at = &(*at)->next;
+  job->next = *at;
+  *at = job;
+  atomic_fetch_add(&pool->open_jobs, 1);
+  atomic_fetch_add(&pool->opened, 1);
+  pthread_mutex_unlock(&pool->lock);
   if (atomic_load(&pool->sleeping)) {
     pthread_mutex_lock(&pool->wake_lock);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->wake_lock);
   }
-  run_chunks(pool);
-  wait_for_chunks(pool, num_chunks);
-  atomic_store(&pool->open, 0);
-  for (unsigned spins = 0; atomic_load(&pool->in_job) != 0; ++spins)
+}
+
+static void close_job(host_pool *pool, host_job *job) {
+  pthread_mutex_lock(&pool->lock);
+  host_job **at = &pool->jobs;
+  while (*at != job) at = &(*at)->next;
+  *at = job->next;
+  atomic_fetch_sub(&pool->open_jobs, 1);
+  pthread_mutex_unlock(&pool->lock);
+}
+
+int host_pool_run(host_pool *pool, int priority, loom_kernel_fn fn, const loom_kernel_args *args,
+                  host_failure *out_failure) {
+  const int64_t num_chunks = args->range / args->grain + (args->range % args->grain != 0);
+  /* One chunk, or no workers: the caller runs every chunk itself (same
+   * boundaries either way). */
+  if (num_chunks <= 1 || pool->num_workers == 0) return run_alone(fn, args, out_failure);
+  host_job job = {.priority = priority, .fn = fn, .args = args, .num_chunks = num_chunks};
+  open_job(pool, &job);
+  uint64_t seen = help_higher(pool, priority);
+  while (run_chunks(pool, &job, seen)) seen = help_higher(pool, priority);
+  close_job(pool, &job);
+  wait_for_chunks(pool, &job);
+  for (unsigned spins = 0; atomic_load(&job.helpers) != 0; ++spins)
     spins < 256 ? loom_cpu_relax() : (void)sched_yield();
-  const int rc = atomic_load(&pool->failed);
+  const int rc = atomic_load(&job.failed);
   if (rc != 0) {
-    out_failure->begin = pool->failed_begin;
-    memcpy(out_failure->reason, pool->failed_reason, sizeof out_failure->reason);
+    out_failure->begin = job.failed_begin;
+    memcpy(out_failure->reason, job.failed_reason, sizeof out_failure->reason);
   }
-  pthread_mutex_unlock(&pool->busy);
   return rc;
 }

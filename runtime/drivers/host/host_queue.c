@@ -26,6 +26,7 @@ typedef struct host_node {
 struct loom_driver_queue {
   host_context *ctx;
   int device;
+  int priority; /* the stream's: orders its launches' chunks on the pool */
   loom_stream_t *owner;
   pthread_t thread;
   pthread_mutex_t lock;
@@ -45,8 +46,8 @@ struct loom_driver_queue {
   atomic_int executor_sleeping, sync_waiters, stop;
 };
 
-loom_status host_execute_launch(host_context *ctx, int device, const loom_command *cmd,
-                                loom_stream_t *report) {
+loom_status host_execute_launch(host_context *ctx, int device, int priority,
+                                const loom_command *cmd, loom_stream_t *report) {
   const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION,
                                  .num_tensors = cmd->u.launch.num_tensors,
                                  .tensors = cmd->u.launch.tensors,
@@ -55,7 +56,8 @@ loom_status host_execute_launch(host_context *ctx, int device, const loom_comman
                                  .range = cmd->u.launch.range,
                                  .grain = cmd->u.launch.grain};
   host_failure failure;
-  const int rc = host_pool_run(&ctx->devices[device].pool, cmd->u.launch.fn, &args, &failure);
+  const int rc =
+      host_pool_run(&ctx->devices[device].pool, priority, cmd->u.launch.fn, &args, &failure);
   if (rc == 0) return LOOM_OK;
   const loom_status st = loom_kernel_status(rc);
   const int64_t begin = failure.begin;
@@ -109,13 +111,13 @@ static void execute_copy(loom_driver_queue *q, const loom_command *cmd) {
   const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 2,
                                  .tensors = views, .range = (int64_t)size, .grain = COPY_CHUNK};
   host_failure unused;
-  (void)host_pool_run(&q->ctx->devices[q->device].pool, copy_kernel, &args, &unused);
+  (void)host_pool_run(&q->ctx->devices[q->device].pool, q->priority, copy_kernel, &args, &unused);
 }
 
 static void execute(loom_driver_queue *q, const loom_command *cmd) {
   switch (cmd->kind) {
     case LOOM_COMMAND_LAUNCH:
-      host_execute_launch(q->ctx, q->device, cmd, q->owner);
+      host_execute_launch(q->ctx, q->device, q->priority, cmd, q->owner);
       break;
     case LOOM_COMMAND_COPY:
       execute_copy(q, cmd);
@@ -197,6 +199,7 @@ loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t
   if (!q) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_stream_create: out of host memory");
   q->ctx = ctx;
   q->device = device;
+  q->priority = priority;
   q->owner = owner;
   pthread_mutex_init(&q->lock, NULL);
   pthread_mutex_init(&q->exec, NULL);
