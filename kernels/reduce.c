@@ -12,6 +12,7 @@
 #include "kernels/lanes.h"
 #include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
 
@@ -694,3 +695,8 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_reduce_kernels[] = {
+    {"reduce.trailing_dims", loom_kernel_reduce},
+    {NULL, NULL},
+};

@@ -11,6 +11,9 @@ extern const loom_kernel_entry loom_optim_kernels[];
 extern const loom_kernel_entry loom_rnn_kernels[];
 extern const loom_kernel_entry loom_ctc_loss_kernels[];
 extern const loom_kernel_entry loom_weight_norm_kernels[];
+extern const loom_kernel_entry loom_reduce_kernels[];
+extern const loom_kernel_entry loom_search_kernels[];
+extern const loom_kernel_entry loom_sort_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
@@ -20,6 +23,9 @@ static const loom_kernel_entry *const families[] = {
     loom_rnn_kernels,
     loom_ctc_loss_kernels,
     loom_weight_norm_kernels,
+    loom_reduce_kernels,
+    loom_search_kernels,
+    loom_sort_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),

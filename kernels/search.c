@@ -3,6 +3,7 @@
 #include "kernels/search.h"
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 int loom_kernel_searchsorted(const loom_kernel_args *args, int64_t begin, int64_t end) {
@@ -45,3 +46,8 @@ int loom_kernel_searchsorted(const loom_kernel_args *args, int64_t begin, int64_
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_search_kernels[] = {
+    {"search.searchsorted", loom_kernel_searchsorted},
+    {NULL, NULL},
+};

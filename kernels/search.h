@@ -1,17 +1,10 @@
-/* kernels/search.h — searchsorted / bucketize: for each value, the index
- * of the first boundary >= it (right: > it) in its sorted row, by the CPU
- * backend's binary search (a NaN value lands past every number; NaN
- * boundaries sort last).
- *
- * loom_kernel_searchsorted: tensors [0] out (int64 or int32, contiguous,
- * input's numel), [1] input (contiguous), [2] boundaries (contiguous, same
- * dtype as input; rows of length n), [3] sorter (int64 like boundaries, or
- * data NULL). scalars [0].i right, [1].i values per boundary row (0: one
- * row for all). range: numel(input). */
+/* kernels/search.h — the searchsorted kernel (contract and name in
+ * loom/kernels/search.h). */
 #ifndef LOOM_KERNELS_SEARCH_H
 #define LOOM_KERNELS_SEARCH_H
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/search.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 typedef struct sort_item {
@@ -451,3 +452,8 @@ int loom_kernel_sort(const loom_kernel_args *args, int64_t begin, int64_t end) {
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_sort_kernels[] = {
+    {"sort.along_dim", loom_kernel_sort},
+    {NULL, NULL},
+};

@@ -1,40 +1,14 @@
-/* kernels/sort.h — sorting along one dim, and its first k (topk).
- *
- * loom_kernel_sort: tensors [0] values, [1] indices (int64), [2] input,
- * [3] workspace (uint8, 32 * n bytes per chunk of slices); rank >= 1;
- * values and indices have the input's shape with k in place of
- * n = input.size(dim).
- * scalars [0].i dim, [1].i descending (topk: largest), [2].i k (n unless
- * topk or kthvalue; 1 for the other picks), [3].i slices per chunk (the launch grain, which picks each
- * chunk's workspace), [4].i mode (loom_sort_mode). range: the number of
- * slices along dim (numel / n).
- *
- * NaN sorts above every number (last ascending, first descending); -0.0
- * equals 0.0. Floating keys compare as double and integer keys as int64,
- * both exact. Equal keys keep their order in the stable sort and land
- * where the CPU backend's algorithms put them in the other modes. */
+/* kernels/sort.h — the sort kernel (contract and name in
+ * loom/kernels/sort.h). */
 #ifndef LOOM_KERNELS_SORT_H
 #define LOOM_KERNELS_SORT_H
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/sort.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum { LOOM_SORT_WORKSPACE_PER_ELEMENT = 32 };
-
-typedef enum loom_sort_mode {
-  LOOM_SORT_STABLE,        /* merge sort */
-  LOOM_SORT_CPU_ORDER,     /* the CPU's unstable sort (introsort) */
-  LOOM_SORT_TOPK_SORTED,   /* the CPU's topk, sorted=True */
-  LOOM_SORT_TOPK_UNSORTED, /* the CPU's topk, sorted=False */
-  /* One element per slice (values and indices have size 1 along dim): */
-  LOOM_SORT_KTHVALUE,      /* the k-th smallest (k from 1), as the CPU picks it */
-  LOOM_SORT_MEDIAN,        /* the lower median; the first NaN if there is one */
-  LOOM_SORT_NANMEDIAN,     /* the lower median of the numbers */
-  LOOM_SORT_MODE,          /* the most frequent value, as the CPU picks it */
-} loom_sort_mode;
 
 int loom_kernel_sort(const loom_kernel_args *args, int64_t begin, int64_t end);
 

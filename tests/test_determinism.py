@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(
 SCRIPT = r"""
 import hashlib, torch
 torch.manual_seed(0)
-x = torch.randn(3_000_001).to("loom")  # parts of 128K (kernels/reduce.h)
+x = torch.randn(3_000_001).to("loom")  # parts of 128K (loom/kernels/reduce.h)
 m = torch.randn(700, 3000).to("loom")
 h = torch.randn(3000, 70, dtype=torch.float64).to("loom")
 results = [

@@ -2,7 +2,7 @@
 // amax/amin (and aminmax), argmax/argmin, var/std (and with mean), norm,
 // logsumexp, all/any; and mvlgamma (a sum of lgammas) and trace. The adapter
 // resolves dims, output shape and dtype as the CPU backend does, presents
-// the input with the reduced dims last and launches loom_kernel_reduce; a
+// the input with the reduced dims last and launches "reduce.trailing_dims"; a
 // large reduction into few outputs runs in two launches (per-part partials,
 // then an ordered combine), so the result never depends on the thread count.
 #include <ATen/ATen.h>
@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/reduce.h"
+#include "loom/kernels/reduce.h"
 #include "ops/pointwise_iter.h"
 #include "register.h"
 
@@ -159,9 +159,9 @@ void run(const char* name, int op, double param, const at::Tensor& self,
     t[3] = describe(scratch, name);
     s[3] = scalar_i(parts);
     s[4] = scalar_i(1);
-    launch(name, loom_kernel_reduce, t, s, outputs * parts, 1, dev);
+    launch(name, LOOM_KERNEL("reduce.trailing_dims"), t, s, outputs * parts, 1, dev);
     s[4] = scalar_i(2);
-    launch(name, loom_kernel_reduce, t, s, outputs, 64, dev);
+    launch(name, LOOM_KERNEL("reduce.trailing_dims"), t, s, outputs, 64, dev);
     return;
   }
   // About 32K elements per chunk, but runs of neighbouring outputs (a
@@ -171,7 +171,7 @@ void run(const char* name, int op, double param, const at::Tensor& self,
   // elements in index order: the chunking never changes a result.
   const int64_t grain = std::max<int64_t>(
       {int64_t{1}, 32768 / std::max<int64_t>(1, count), std::min<int64_t>(256, outputs / 4)});
-  launch(name, loom_kernel_reduce, t, s, outputs, grain, dev);
+  launch(name, LOOM_KERNEL("reduce.trailing_dims"), t, s, outputs, grain, dev);
 }
 
 // dtype= wins, then an out= tensor's dtype, then the promoted input dtype.

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "common.h"
-#include "kernels/search.h"
+#include "loom/kernels/search.h"
 #include "register.h"
 
 namespace torch_loom::search {
@@ -36,7 +36,7 @@ Tensor& searchsorted_out(const Tensor& boundaries, const Tensor& self, bool out_
                              st.defined() ? describe(st, "searchsorted") : loom_tensor{}};
   const bool is_right = right || (side.has_value() && *side == "right");
   const loom_scalar sc[2] = {scalar_i(is_right), scalar_i(bd.dim() == 1 ? 0 : in.size(-1))};
-  launch("searchsorted", loom_kernel_searchsorted, ts, sc, in.numel(), 4096);
+  launch("searchsorted", LOOM_KERNEL("search.searchsorted"), ts, sc, in.numel(), 4096);
   if (!out.is_same(result)) result.copy_(out);
   return result;
 }

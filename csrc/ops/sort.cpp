@@ -15,7 +15,7 @@
 #include <tuple>
 
 #include "common.h"
-#include "kernels/sort.h"
+#include "loom/kernels/sort.h"
 #include "register.h"
 
 namespace torch_loom::sort {
@@ -41,7 +41,7 @@ void run_sort(const char* op, const Tensor& self, int64_t dim, bool descending, 
                              describe(ws, op)};
   const loom_scalar sc[5] = {scalar_i(dim), scalar_i(descending), scalar_i(k), scalar_i(grain),
                              scalar_i(mode)};
-  launch(op, loom_kernel_sort, ts, sc, slices, grain);
+  launch(op, LOOM_KERNEL("sort.along_dim"), ts, sc, slices, grain);
 }
 
 // A 0-d operand sorts as one element.
