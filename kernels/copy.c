@@ -6,6 +6,7 @@
 #include "kernels/convert.h"
 #include "kernels/iter.h"
 #include "kernels/pointwise.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
 #include "runtime/base/stream_store.h"
@@ -198,3 +199,8 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (stream) loom_stream_fence_avx512();
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_copy_kernels[] = {
+    {"copy.strided", loom_kernel_copy},
+    {NULL, NULL},
+};

@@ -1,19 +1,14 @@
-/* kernels/copy.h — copy with dtype conversion between strided tensors.
- *
- * loom_kernel_copy: tensors[0] = dst, tensors[1] = src with dst's sizes
- * (stride 0 where src broadcasts; a rank-0 src is broadcast to all of dst);
- * any pair of dtypes, converted as PyTorch's static casts do. The launch
- * range is numel(dst); use LOOM_COPY_GRAIN as the grain. */
+/* kernels/copy.h — the copy kernel (contract and name in loom/kernels/copy.h)
+ * and the strided move the other kernel files share. */
 #ifndef LOOM_KERNELS_COPY_H
 #define LOOM_KERNELS_COPY_H
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/copy.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define LOOM_COPY_GRAIN 65536
 
 int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end);
 

@@ -4,6 +4,7 @@
 
 #include "kernels/convert.h"
 #include "kernels/iter.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* Writes the pattern of one element (`size` bytes) n times at stride `ds`;
@@ -74,3 +75,8 @@ int loom_kernel_fill(const loom_kernel_args *args, int64_t begin, int64_t end) {
   while ((n = loom_iter_next(&it, p)) > 0) fill_run(p[0], ds, elem, size, n);
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_fill_kernels[] = {
+    {"fill.strided", loom_kernel_fill},
+    {NULL, NULL},
+};

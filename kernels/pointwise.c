@@ -11,6 +11,7 @@
 #include "kernels/convert.h"
 #include "kernels/dtype.h"
 #include "kernels/iter.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
 
@@ -279,3 +280,8 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
   if (stream) loom_stream_fence_avx512();
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_pointwise_kernels[] = {
+    {"pointwise.apply", loom_kernel_pointwise},
+    {NULL, NULL},
+};

@@ -5,6 +5,9 @@
 #include <string.h>
 
 extern const loom_kernel_entry loom_loss_kernels[];
+extern const loom_kernel_entry loom_pointwise_kernels[];
+extern const loom_kernel_entry loom_copy_kernels[];
+extern const loom_kernel_entry loom_fill_kernels[];
 extern const loom_kernel_entry loom_softmax_kernels[];
 extern const loom_kernel_entry loom_norm_kernels[];
 extern const loom_kernel_entry loom_optim_kernels[];
@@ -17,6 +20,9 @@ extern const loom_kernel_entry loom_sort_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
+    loom_pointwise_kernels,
+    loom_copy_kernels,
+    loom_fill_kernels,
     loom_softmax_kernels,
     loom_norm_kernels,
     loom_optim_kernels,

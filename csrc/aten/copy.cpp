@@ -10,7 +10,7 @@
 
 #include "common.h"
 #include "host_allocator.h"
-#include "kernels/copy.h"
+#include "loom/kernels/copy.h"
 #include "stream.h"
 #include "register.h"
 
@@ -74,7 +74,7 @@ void copy_within(const at::Tensor& dst, const at::Tensor& src) {
     return;
   }
   loom_tensor t[2] = {describe(dst, "copy_"), describe(from, "copy_")};
-  launch("copy_", loom_kernel_copy, t, {}, dst.numel(), LOOM_COPY_GRAIN);
+  launch("copy_", LOOM_KERNEL("copy.strided"), t, {}, dst.numel(), LOOM_COPY_GRAIN);
 }
 
 void host_to_device(const at::Tensor& dst, const at::Tensor& src_cpu,

@@ -6,7 +6,7 @@
 #include <torch/library.h>
 
 #include "common.h"
-#include "kernels/fill.h"
+#include "loom/kernels/fill.h"
 #include "register.h"
 
 namespace torch_loom {
@@ -35,7 +35,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     });
   }
   loom_tensor t = describe(self, "fill_");
-  launch("fill_", loom_kernel_fill, {&t, 1}, {s, n}, self.numel(),
+  launch("fill_", LOOM_KERNEL("fill.strided"), {&t, 1}, {s, n}, self.numel(),
          LOOM_FILL_GRAIN);
   return self;
 }

@@ -85,7 +85,7 @@ void launch_flat(const char* name, int op, const at::Tensor& out, const at::Tens
     t[2].rank = 0;
     s[LOOM_PW_CONST + 1] = scalar_f(number);
   }
-  launch(name, loom_kernel_pointwise, c10::ArrayRef<loom_tensor>(t, 3),
+  launch(name, LOOM_KERNEL("pointwise.apply"), c10::ArrayRef<loom_tensor>(t, 3),
          c10::ArrayRef<loom_scalar>(s, LOOM_PW_CONST + 2), n, LOOM_PW_GRAIN,
          self.device().index());
 }

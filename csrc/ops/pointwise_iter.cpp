@@ -124,7 +124,7 @@ void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
       d.strides[ndim - 1 - k] = strides[k] / esize;
     }
   }
-  launch(name, loom_kernel_pointwise, c10::ArrayRef<loom_tensor>(t, ntensors),
+  launch(name, LOOM_KERNEL("pointwise.apply"), c10::ArrayRef<loom_tensor>(t, ntensors),
          c10::ArrayRef<loom_scalar>(s, LOOM_PW_CONST + ntensors - 1), numel,
          LOOM_PW_GRAIN, iter.device(0).index());
 }

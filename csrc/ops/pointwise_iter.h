@@ -1,5 +1,5 @@
 // Glue shared by the elementwise adapters: boxed-argument access by name and
-// the launch of loom_kernel_pointwise over an at::TensorIterator.
+// the launch of the "pointwise.apply" kernel over an at::TensorIterator.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common.h"
-#include "kernels/pointwise.h"
+#include "loom/kernels/pointwise.h"
 
 namespace torch_loom::pw {
 
@@ -60,7 +60,7 @@ inline loom_scalar param(const at::Scalar& s, loom_pw_kind kind) {
   return kind == LOOM_PW_I64 ? scalar_i(s.toLong()) : scalar_f(s.toDouble());
 }
 
-// Launches loom_kernel_pointwise(op) over a built iterator (outputs first).
+// Launches "pointwise.apply" with `op` over a built iterator (outputs first).
 // CPU scalar operands travel as constants. params: 4 values.
 void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
                  loom_pw_kind kind, const loom_scalar* params);
