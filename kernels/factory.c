@@ -7,6 +7,7 @@
 #include "kernels/convert.h"
 #include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 static void fa_store(const loom_tensor *t, int64_t off, int integral, double f,
@@ -115,3 +116,8 @@ int loom_kernel_factory(const loom_kernel_args *args, int64_t begin, int64_t end
     default: return LOOM_ERROR_INVALID_ARGUMENT;
   }
 }
+
+const loom_kernel_entry loom_factory_kernels[] = {
+    {"factory.generate", loom_kernel_factory},
+    {NULL, NULL},
+};

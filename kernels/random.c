@@ -5,6 +5,7 @@
 #include "kernels/convert.h"
 #include "kernels/dtype.h"
 #include "kernels/iter.h"
+#include "kernels/registry.h"
 #include "runtime/base/cpu.h"
 #include "loom/status.h"
 
@@ -272,3 +273,13 @@ int loom_kernel_exponential(const loom_kernel_args *args, int64_t begin,
     return LOOM_ERROR_INVALID_ARGUMENT;
   return run(args, begin, end, draw_exponential, 0, 0);
 }
+
+const loom_kernel_entry loom_random_kernels[] = {
+    {"random.uniform", loom_kernel_uniform},
+    {"random.normal", loom_kernel_normal},
+    {"random.integers", loom_kernel_random},
+    {"random.bernoulli", loom_kernel_bernoulli},
+    {"random.bernoulli_tensor", loom_kernel_bernoulli_tensor},
+    {"random.exponential", loom_kernel_exponential},
+    {NULL, NULL},
+};

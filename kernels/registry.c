@@ -8,6 +8,9 @@ extern const loom_kernel_entry loom_loss_kernels[];
 extern const loom_kernel_entry loom_pointwise_kernels[];
 extern const loom_kernel_entry loom_copy_kernels[];
 extern const loom_kernel_entry loom_fill_kernels[];
+extern const loom_kernel_entry loom_random_kernels[];
+extern const loom_kernel_entry loom_factory_kernels[];
+extern const loom_kernel_entry loom_scan_kernels[];
 extern const loom_kernel_entry loom_softmax_kernels[];
 extern const loom_kernel_entry loom_norm_kernels[];
 extern const loom_kernel_entry loom_optim_kernels[];
@@ -23,6 +26,9 @@ static const loom_kernel_entry *const families[] = {
     loom_pointwise_kernels,
     loom_copy_kernels,
     loom_fill_kernels,
+    loom_random_kernels,
+    loom_factory_kernels,
+    loom_scan_kernels,
     loom_softmax_kernels,
     loom_norm_kernels,
     loom_optim_kernels,

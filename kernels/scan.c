@@ -4,6 +4,7 @@
 #include "kernels/convert.h"
 #include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* Side-by-side rows a float32 sum or product scans together. */
@@ -131,3 +132,8 @@ int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end) {
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_scan_kernels[] = {
+    {"scan.rows", loom_kernel_scan},
+    {NULL, NULL},
+};

@@ -1,24 +1,14 @@
-/* kernels/scan.h — cumulative ops along one dim (cumsum, cumprod, cummax,
- * cummin).
- *
- * loom_kernel_scan: tensors[0] = out, tensors[1] = in (same sizes),
- * tensors[2] = int64 indices (cummax/cummin; data NULL otherwise).
- * scalars[0].i op (loom_scan_op), scalars[1].i dim. The range is the number
- * of rows (numel / size(dim)); each row is scanned in order by one call.
- * Floating inputs accumulate in double and integral ones in int64, as the
- * CPU backend does, so results are independent of the chunking. */
+/* kernels/scan.h — the scan kernel (contract and name in
+ * loom/kernels/scan.h). */
 #ifndef LOOM_KERNELS_SCAN_H
 #define LOOM_KERNELS_SCAN_H
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/scan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum loom_scan_op {
-  LOOM_SCAN_CUMSUM, LOOM_SCAN_CUMPROD, LOOM_SCAN_CUMMAX, LOOM_SCAN_CUMMIN,
-} loom_scan_op;
 
 int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end);
 

@@ -20,15 +20,15 @@
 
 #include "common.h"
 #include "generator.h"
-#include "kernels/random.h"
+#include "loom/kernels/random.h"
 #include "register.h"
 
 namespace torch_loom {
 namespace {
 
-// Launches `fn` over `out` with (seed, offset, params...) after reserving
+// Launches `kernel` over `out` with (seed, offset, params...) after reserving
 // numel(out) counters of the generator.
-void draw(const char* name, loom_kernel_fn fn, const at::Tensor& out,
+void draw(const char* name, const loom_kernel_t* kernel, const at::Tensor& out,
           std::optional<at::Generator> gen,
           std::initializer_list<loom_scalar> params,
           const at::Tensor* p = nullptr) {
@@ -48,7 +48,7 @@ void draw(const char* name, loom_kernel_fn fn, const at::Tensor& out,
   t[0] = describe(out, name);
   uint32_t nt = 1;
   if (p) t[nt++] = describe(*p, name);
-  launch(name, fn, {t, nt}, {s, n}, out.numel(), LOOM_RANDOM_GRAIN);
+  launch(name, kernel, {t, nt}, {s, n}, out.numel(), LOOM_RANDOM_GRAIN);
 }
 
 // Complex tensors draw their real and imaginary parts independently.
@@ -67,7 +67,7 @@ at::Tensor& uniform_(at::Tensor& self, double from, double to,
   check_floating(self, "uniform_");
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, "
               "but found from=", from, " > to=", to);
-  draw("uniform_", loom_kernel_uniform, real_view(self), gen,
+  draw("uniform_", LOOM_KERNEL("random.uniform"), real_view(self), gen,
        {scalar_f(from), scalar_f(to)});
   return self;
 }
@@ -77,7 +77,7 @@ at::Tensor& normal_(at::Tensor& self, double mean, double std,
   check_floating(self, "normal_");
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
   if (self.is_complex()) std /= std::sqrt(2.0);  // as CPU: unit total variance
-  draw("normal_", loom_kernel_normal, real_view(self), gen,
+  draw("normal_", LOOM_KERNEL("random.normal"), real_view(self), gen,
        {scalar_f(mean), scalar_f(std)});
   return self;
 }
@@ -87,7 +87,7 @@ at::Tensor& exponential_(at::Tensor& self, double lambd,
   check_floating(self, "exponential_");
   TORCH_CHECK(lambd > 0.0 && !std::isinf(lambd) && !std::isnan(lambd),
               "exponential_ expects lambda > 0.0, but found lambda=", lambd);
-  draw("exponential_", loom_kernel_exponential, real_view(self), gen,
+  draw("exponential_", LOOM_KERNEL("random.exponential"), real_view(self), gen,
        {scalar_f(lambd)});
   return self;
 }
@@ -119,7 +119,7 @@ at::Tensor& random_inclusive(at::Tensor& self, int64_t from, int64_t to_inclusiv
                    static_cast<uint64_t>(from) + 1;  // 0: all 2^64 values
   loom_scalar r;
   r.u = range;
-  draw("random_", loom_kernel_random, self, gen, {scalar_i(from), r});
+  draw("random_", LOOM_KERNEL("random.integers"), self, gen, {scalar_i(from), r});
   return self;
 }
 
@@ -150,7 +150,7 @@ at::Tensor& bernoulli_float(at::Tensor& self, double p,
                             std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   TORCH_CHECK(!self.is_complex(), "bernoulli_ is not supported for complex tensors");
-  draw("bernoulli_", loom_kernel_bernoulli, self, gen, {scalar_f(p)});
+  draw("bernoulli_", LOOM_KERNEL("random.bernoulli"), self, gen, {scalar_f(p)});
   return self;
 }
 
@@ -161,7 +161,7 @@ at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p_in,
               "bernoulli_: expected a floating point probability tensor, got ",
               p_in.scalar_type());
   at::Tensor p = p_in.to(self.device()).expand(self.sizes());
-  draw("bernoulli_", loom_kernel_bernoulli_tensor, self, gen, {}, &p);
+  draw("bernoulli_", LOOM_KERNEL("random.bernoulli_tensor"), self, gen, {}, &p);
   return self;
 }
 

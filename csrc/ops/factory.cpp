@@ -12,8 +12,8 @@
 #include <string>
 
 #include "common.h"
-#include "kernels/factory.h"
-#include "kernels/scan.h"
+#include "loom/kernels/factory.h"
+#include "loom/kernels/scan.h"
 #include "register.h"
 
 namespace torch_loom::factory {
@@ -30,7 +30,7 @@ void launch_factory(const char* name, const at::Tensor& out, const loom_scalar (
                     const at::Tensor& in = at::Tensor()) {
   if (out.numel() == 0) return;
   loom_tensor t[2] = {describe(out, name), in.defined() ? describe(in, name) : loom_tensor{}};
-  launch(name, loom_kernel_factory, c10::ArrayRef<loom_tensor>(t, in.defined() ? 2 : 1), s,
+  launch(name, LOOM_KERNEL("factory.generate"), c10::ArrayRef<loom_tensor>(t, in.defined() ? 2 : 1), s,
          out.numel(), LOOM_FACTORY_GRAIN, out.device().index());
 }
 
@@ -115,7 +115,7 @@ void launch_scan(const char* name, int op, const at::Tensor& self, int64_t dim,
   const loom_scalar s[2] = {scalar_i(op), scalar_i(dim)};
   const int64_t n = self.dim() ? self.size(dim) : 1;
   const int64_t rows = self.numel() / n;
-  launch(name, loom_kernel_scan, t, s, rows, std::max<int64_t>(1, 16384 / n),
+  launch(name, LOOM_KERNEL("scan.rows"), t, s, rows, std::max<int64_t>(1, 16384 / n),
          self.device().index());
 }
 
