@@ -46,9 +46,9 @@ void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void
     for (const loom_kernel_entry *e = families[f]; e->name; ++e) visit(e, user);
 }
 
-loom_kernel_fn loom_kernel_library_find(const char *name) {
+const loom_kernel_entry *loom_kernel_library_find(const char *name) {
   for (size_t f = 0; f < sizeof families / sizeof *families; ++f)
     for (const loom_kernel_entry *e = families[f]; e->name; ++e)
-      if (!strcmp(e->name, name)) return e->fn;
+      if (!strcmp(e->name, name)) return e;
   return NULL;
 }

@@ -15,13 +15,16 @@
 extern "C" {
 #endif
 
+/* A named entry point: a kernel, its planner (for families whose launch
+ * geometry depends on the ISA they choose, e.g. the GEMM's tiles), or both. */
 typedef struct loom_kernel_entry {
   const char *name;
   loom_kernel_fn fn;
+  loom_kernel_plan_fn plan;
 } loom_kernel_entry;
 
-/* The library's kernel named `name`, or NULL. */
-loom_kernel_fn loom_kernel_library_find(const char *name);
+/* The library's entry named `name`, or NULL. */
+const loom_kernel_entry *loom_kernel_library_find(const char *name);
 
 /* Calls `visit` on every entry of the library (for tests). */
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),

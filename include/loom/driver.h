@@ -68,6 +68,12 @@ typedef struct loom_command {
   void *release_arg;
 } loom_command;
 
+/* What a driver resolves a kernel name to. */
+typedef struct loom_kernel_impl {
+  loom_kernel_fn fn;        /* NULL: the name only plans */
+  loom_kernel_plan_fn plan; /* NULL: the name only launches */
+} loom_kernel_impl;
+
 /* A driver-defined queue. */
 typedef struct loom_driver_queue loom_driver_queue;
 
@@ -128,11 +134,12 @@ typedef struct loom_driver {
 
   /* ---- API version 2 ---- */
 
-  /* Optional: the implementation of the kernel named `name`, called once
-   * per name and runtime start; LOOM_ERROR_NOT_SUPPORTED if the driver has
-   * none. NULL: the driver has no kernel library, and only kernels
-   * registered at run time launch on it. */
-  loom_status (*kernel_resolve)(void *ctx, const char *name, loom_kernel_fn *out_fn);
+  /* Optional: the implementation of the kernel named `name` (its kernel
+   * function, its planner, or both), called once per name and runtime
+   * start; LOOM_ERROR_NOT_SUPPORTED if the driver has none. NULL: the
+   * driver has no kernel library, and only kernels registered at run time
+   * launch on it. */
+  loom_status (*kernel_resolve)(void *ctx, const char *name, loom_kernel_impl *out);
 } loom_driver;
 
 /* The embedded host driver. */

@@ -209,6 +209,13 @@ loom_status loom_kernel_lookup(const char *name, const loom_kernel_t **out_kerne
 /* The name the handle was looked up by (static for the process's life). */
 const char *loom_kernel_name(const loom_kernel_t *kernel);
 
+/* Plans a launch of `kernel` for `args` (data pointers are not read):
+ * fills `size` bytes at `out_plan` with the plan its family's contract in
+ * loom/kernels/ describes. LOOM_ERROR_NOT_SUPPORTED if the kernel has no
+ * planner on this driver. */
+loom_status loom_kernel_plan(const loom_kernel_t *kernel, const loom_kernel_args *args,
+                             void *out_plan, size_t size);
+
 /* Registers `fn`, a host-callable kernel, under `name` (at most
  * LOOM_KERNEL_NAME_MAX - 1 characters); a name may be registered once.
  * For kernels compiled at run time. */

@@ -75,6 +75,16 @@ typedef struct loom_kernel_args {
 typedef int (*loom_kernel_fn)(const loom_kernel_args *args, int64_t begin,
                               int64_t end);
 
+/* A kernel's planner: host code that sizes launches for `args` (shapes,
+ * dtypes, strides and scalars; it never reads tensor data) and fills the
+ * plan, `size` bytes at `out_plan`, whose layout the kernel family's
+ * contract defines. Returns 0 or a loom_status code, like a kernel; the
+ * same rules hold (reentrant, no globals, no allocation). Planning belongs
+ * to the kernel family because the variant it chooses (ISA, tiles) decides
+ * the geometry. */
+typedef int (*loom_kernel_plan_fn)(const loom_kernel_args *args, void *out_plan,
+                                   uint64_t size);
+
 /* Size in bytes of one element of `dtype` (0 for an unknown value). */
 static inline int64_t loom_dtype_size(int32_t dtype) {
   static const int8_t sizes[LOOM_DTYPE_COUNT] = {4, 8, 2, 2, 1, 2,

@@ -7,6 +7,7 @@
  * restart with a different LOOM_DRIVER) resolves the name again. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/hal/hal_internal.h"
@@ -17,8 +18,8 @@ struct loom_kernel {
   char name[LOOM_KERNEL_NAME_MAX];
   loom_kernel_fn registered; /* a run-time registration, else NULL */
   /* The implementation and the driver it was resolved for; `driver` is
-   * published after `fn`. */
-  _Atomic(loom_kernel_fn) fn;
+   * published after `impl`, which only resolve_locked writes. */
+  loom_kernel_impl impl;
   _Atomic(const loom_driver *) driver;
 };
 
@@ -51,36 +52,76 @@ static struct loom_kernel *add_locked(const char *name, const char *what) {
   return k;
 }
 
-/* The implementation of `k` on `driver`, resolving it under the lock when
- * it was resolved for another driver (or never). */
-static loom_status resolve_locked(struct loom_kernel *k, const loom_driver *driver,
-                                  loom_kernel_fn *out_fn) {
-  loom_kernel_fn fn = k->registered;
-  if (!fn) {
+/* Resolves `k` for `driver` under the lock. */
+static loom_status resolve_locked(struct loom_kernel *k, const loom_driver *driver) {
+  loom_kernel_impl impl = {.fn = k->registered};
+  if (!impl.fn) {
     loom_status st = LOOM_ERROR_NOT_SUPPORTED;
     if (driver->api_version >= 2 && driver->kernel_resolve)
-      st = driver->kernel_resolve(driver->context, k->name, &fn);
-    if (st != LOOM_OK || !fn)
+      st = driver->kernel_resolve(driver->context, k->name, &impl);
+    if (st != LOOM_OK || (!impl.fn && !impl.plan))
       return loom_error(LOOM_ERROR_NOT_SUPPORTED, "no kernel named '%s' on the %s driver", k->name,
                         driver->name);
   }
-  atomic_store_explicit(&k->fn, fn, memory_order_relaxed);
-  atomic_store_explicit(&k->driver, driver, memory_order_release);
-  *out_fn = fn;
+  /* A handle another thread reads is only ever re-resolved for the driver
+   * it already has (a restart changes drivers with no launch running). */
+  if (atomic_load_explicit(&k->driver, memory_order_relaxed) != driver) {
+    k->impl = impl;
+    atomic_store_explicit(&k->driver, driver, memory_order_release);
+  }
   return LOOM_OK;
+}
+
+/* The implementation of `kernel` on `driver`, resolving it when it was
+ * resolved for another driver (or never). */
+static loom_status impl_for(const loom_kernel_t *kernel, const loom_driver *driver,
+                            loom_kernel_impl *out) {
+  struct loom_kernel *k = (struct loom_kernel *)kernel;
+  loom_status st = LOOM_OK;
+  if (atomic_load_explicit(&k->driver, memory_order_acquire) != driver) {
+    pthread_mutex_lock(&table_lock);
+    st = resolve_locked(k, driver);
+    pthread_mutex_unlock(&table_lock);
+  }
+  if (st == LOOM_OK) *out = k->impl;
+  return st;
 }
 
 loom_status loom_kernel_fn_for(const loom_kernel_t *kernel, const loom_driver *driver,
                                loom_kernel_fn *out_fn) {
-  struct loom_kernel *k = (struct loom_kernel *)kernel;
-  if (atomic_load_explicit(&k->driver, memory_order_acquire) == driver) {
-    *out_fn = atomic_load_explicit(&k->fn, memory_order_relaxed);
-    return LOOM_OK;
+  loom_kernel_impl impl;
+  loom_status st = impl_for(kernel, driver, &impl);
+  if (st != LOOM_OK) return st;
+  if (!impl.fn)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "'%s' only plans; it cannot be launched",
+                      loom_kernel_name(kernel));
+  *out_fn = impl.fn;
+  return LOOM_OK;
+}
+
+loom_status loom_kernel_plan(const loom_kernel_t *kernel, const loom_kernel_args *args,
+                             void *out_plan, size_t size) {
+  if (!kernel || !args || !out_plan)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_kernel_plan: NULL argument");
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_runtime_unavailable();
+  loom_kernel_impl impl;
+  loom_status st = impl_for(kernel, rt->driver, &impl);
+  if (st != LOOM_OK) return st;
+  if (!impl.plan)
+    return loom_error(LOOM_ERROR_NOT_SUPPORTED, "'%s' has no planner on the %s driver",
+                      loom_kernel_name(kernel), rt->driver->name);
+  loom_clear_error();
+  const int rc = impl.plan(args, out_plan, size);
+  if (rc == 0) return LOOM_OK;
+  const loom_status code = loom_kernel_status(rc);
+  if (loom_last_error()[0]) {
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", loom_last_error());
+    return loom_error(code, "%s: %s", loom_kernel_name(kernel), reason);
   }
-  pthread_mutex_lock(&table_lock);
-  loom_status st = resolve_locked(k, driver, out_fn);
-  pthread_mutex_unlock(&table_lock);
-  return st;
+  return loom_error(code, "%s: planning failed (%s)", loom_kernel_name(kernel),
+                    loom_status_name(code));
 }
 
 loom_status loom_kernel_lookup(const char *name, const loom_kernel_t **out_kernel) {
@@ -97,8 +138,7 @@ loom_status loom_kernel_lookup(const char *name, const loom_kernel_t **out_kerne
     pthread_mutex_unlock(&table_lock);
     return LOOM_ERROR_OUT_OF_MEMORY;
   }
-  loom_kernel_fn fn;
-  st = resolve_locked(k, rt->driver, &fn);
+  st = resolve_locked(k, rt->driver);
   if (st != LOOM_OK && added) --table_len; /* names nobody provides stay out */
   pthread_mutex_unlock(&table_lock);
   if (st == LOOM_OK) *out_kernel = k;

@@ -51,6 +51,11 @@ static void test_library_kernel_resolves(void) {
   const loom_kernel_t *k = NULL;
   CHECK_OK(loom_kernel_lookup("nll_loss.forward", &k));
   CHECK(k != NULL);
+  /* It launches but does not plan. */
+  loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION};
+  char plan[16];
+  CHECK(loom_kernel_plan(k, &args, plan, sizeof plan) == LOOM_ERROR_NOT_SUPPORTED);
+  CHECK(strstr(loom_last_error(), "nll_loss.forward") != NULL);
   /* A library name cannot be taken over by a registration. */
   CHECK(loom_kernel_register("nll_loss.forward", fill_kernel) == LOOM_ERROR_INVALID_ARGUMENT);
 }
@@ -87,7 +92,7 @@ static void visit(const loom_kernel_entry *e, void *user) {
     if (!strcmp(n->seen[i], e->name)) ++n->duplicates;
   if (n->count < 1024) n->seen[n->count++] = e->name;
   const loom_kernel_t *k = NULL;
-  if (!e->fn || strlen(e->name) >= LOOM_KERNEL_NAME_MAX ||
+  if ((!e->fn && !e->plan) || strlen(e->name) >= LOOM_KERNEL_NAME_MAX ||
       loom_kernel_lookup(e->name, &k) != LOOM_OK)
     ++n->unresolved;
 }

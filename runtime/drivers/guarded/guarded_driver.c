@@ -162,9 +162,9 @@ static loom_status guarded_queue_run_inline(void *ctx, loom_driver_queue *queue,
 }
 
 /* The host driver's kernels: they run on the translated addresses. */
-static loom_status guarded_kernel_resolve(void *ctx, const char *name, loom_kernel_fn *out_fn) {
+static loom_status guarded_kernel_resolve(void *ctx, const char *name, loom_kernel_impl *out) {
   const loom_driver *host = loom_host_driver();
-  return host->kernel_resolve(host->context, name, out_fn);
+  return host->kernel_resolve(host->context, name, out);
 }
 
 static const loom_driver guarded_driver = {

@@ -91,9 +91,11 @@ static loom_status host_run_now(void *ctx, int device, const loom_command *comma
 }
 
 /* The host driver's kernels are the C kernel library. */
-static loom_status host_kernel_resolve(void *ctx, const char *name, loom_kernel_fn *out_fn) {
-  *out_fn = loom_kernel_library_find(name);
-  return *out_fn ? LOOM_OK : LOOM_ERROR_NOT_SUPPORTED;
+static loom_status host_kernel_resolve(void *ctx, const char *name, loom_kernel_impl *out) {
+  const loom_kernel_entry *e = loom_kernel_library_find(name);
+  if (!e) return LOOM_ERROR_NOT_SUPPORTED;
+  *out = (loom_kernel_impl){.fn = e->fn, .plan = e->plan};
+  return LOOM_OK;
 }
 
 static const loom_driver host_driver = {
