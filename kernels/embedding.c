@@ -2,6 +2,7 @@
 #include "kernels/embedding.h"
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* Columns accumulated per pass over a row's occurrences. */
@@ -75,3 +76,9 @@ int loom_embedding_backward_rows(const loom_kernel_args *args, int64_t begin,
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_embedding_kernels[] = {
+    {"embedding.backward_bucket", loom_embedding_backward_bucket},
+    {"embedding.backward_rows", loom_embedding_backward_rows},
+    {NULL, NULL},
+};

@@ -8,6 +8,7 @@
 #include "kernels/convert.h"
 #include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* Element offset in `t` of the `linear`-th position of `shape`'s index
@@ -379,3 +380,8 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
     default: return LOOM_ERROR_INVALID_ARGUMENT;
   }
 }
+
+const loom_kernel_entry loom_index_kernels[] = {
+    {"index.along_dim", loom_kernel_index},
+    {NULL, NULL},
+};

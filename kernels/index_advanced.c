@@ -9,6 +9,7 @@
 #include "kernels/iter.h"
 #include "kernels/nn_util.h"
 #include "kernels/pointwise.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 /* *dst += *src for one element of `dtype`, as the CPU's += does it. */
@@ -138,16 +139,6 @@ int loom_kernel_nonzero_count(const loom_kernel_args *args, int64_t begin, int64
   return LOOM_OK;
 }
 
-int64_t loom_nonzero_first_rows(int64_t *counts, int64_t chunks) {
-  int64_t total = 0;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t n = counts[c];
-    counts[c] = total;
-    total += n;
-  }
-  return total;
-}
-
 int loom_kernel_nonzero_write(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors != 3 || args->num_scalars < 1 || args->tensors[1].dtype != LOOM_INT64 ||
       args->tensors[2].dtype != LOOM_INT64 || args->tensors[2].rank != 2)
@@ -202,3 +193,10 @@ int loom_kernel_nonzero_write(const loom_kernel_args *args, int64_t begin, int64
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_index_advanced_kernels[] = {
+    {"index_advanced.get_put", loom_kernel_index_advanced},
+    {"index_advanced.nonzero_count", loom_kernel_nonzero_count},
+    {"index_advanced.nonzero_write", loom_kernel_nonzero_write},
+    {NULL, NULL},
+};

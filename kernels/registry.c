@@ -20,6 +20,9 @@ extern const loom_kernel_entry loom_weight_norm_kernels[];
 extern const loom_kernel_entry loom_reduce_kernels[];
 extern const loom_kernel_entry loom_search_kernels[];
 extern const loom_kernel_entry loom_sort_kernels[];
+extern const loom_kernel_entry loom_index_kernels[];
+extern const loom_kernel_entry loom_index_advanced_kernels[];
+extern const loom_kernel_entry loom_embedding_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
@@ -38,6 +41,9 @@ static const loom_kernel_entry *const families[] = {
     loom_reduce_kernels,
     loom_search_kernels,
     loom_sort_kernels,
+    loom_index_kernels,
+    loom_index_advanced_kernels,
+    loom_embedding_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),

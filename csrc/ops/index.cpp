@@ -1,8 +1,8 @@
 // Indexing and data movement on loom: index_select, gather, scatter
 // (+ add / reduce), index_add/copy/fill, masked_fill, cat, flip, roll,
 // narrow_copy. Shapes and checks follow the CPU backend (its own check
-// helpers where ATen exports them); the element loops are kernels/index.c
-// and the copy kernel.
+// helpers where ATen exports them); the element loops are the kernels
+// "index.along_dim" and "copy.strided".
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
@@ -13,8 +13,8 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include "kernels/copy.h"
-#include "kernels/index.h"
+#include "loom/kernels/copy.h"
+#include "loom/kernels/index.h"
 #include "ops/pointwise_iter.h"
 #include "register.h"
 
@@ -31,7 +31,7 @@ void launch_index(const char* name, int op, int64_t dim,
                   int64_t range, int64_t per_item, const at::Tensor& on) {
   const loom_scalar s[4] = {scalar_i(op), scalar_i(dim), value, scalar_i(reduce)};
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, per_item));
-  launch(name, loom_kernel_index, t, s, range, grain, on.device().index());
+  launch(name, LOOM_KERNEL("index.along_dim"), t, s, range, grain, on.device().index());
 }
 
 void check_index_1d(const at::Tensor& index, const char* name) {
@@ -405,7 +405,7 @@ at::Tensor& masked_fill_tensor_(at::Tensor& self, const at::Tensor& mask, const 
 void copy_into(const char* name, const at::Tensor& dst, const loom_tensor& src) {
   if (dst.numel() == 0) return;
   const loom_tensor t[2] = {describe(dst, name), src};
-  launch(name, loom_kernel_copy, t, c10::ArrayRef<loom_scalar>(), dst.numel(),
+  launch(name, LOOM_KERNEL("copy.strided"), t, c10::ArrayRef<loom_scalar>(), dst.numel(),
          LOOM_COPY_GRAIN, dst.device().index());
 }
 

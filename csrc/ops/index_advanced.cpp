@@ -19,7 +19,7 @@
 #include <limits>
 
 #include "common.h"
-#include "kernels/index_advanced.h"
+#include "loom/kernels/index_advanced.h"
 #include "register.h"
 
 namespace torch_loom::index_advanced {
@@ -121,7 +121,7 @@ void run(const char* op, int mode, const Tensor& dst, const Tensor& src, Indexed
   // Assignments run as one call, in element order: duplicate indices give
   // the same result whatever the thread count.
   const int64_t grain = mode == LOOM_INDEX_ADVANCED_GET ? 16384 : n;
-  launch(op, loom_kernel_index_advanced, ts, sc, n, grain);
+  launch(op, LOOM_KERNEL("index_advanced.get_put"), ts, sc, n, grain);
 }
 
 Tensor index_get(const Tensor& self, const Indices& indices) {
@@ -183,7 +183,7 @@ Tensor& nonzero_out(const Tensor& self, Tensor& out) {
   const loom_scalar sc[1] = {scalar_i(kNonzeroChunk)};
   Tensor counts = at::empty({chunks}, self.options().dtype(at::kLong));
   const loom_tensor tc[2] = {describe(self, "nonzero"), describe(counts, "nonzero")};
-  launch("nonzero", loom_kernel_nonzero_count, tc, sc, chunks, 1);
+  launch("nonzero", LOOM_KERNEL("index_advanced.nonzero_count"), tc, sc, chunks, 1);
   Tensor first = counts.cpu();  // waits for the counts
   const int64_t total = loom_nonzero_first_rows(first.data_ptr<int64_t>(), chunks);
   at::native::resize_output(out, {total, self.dim()});
@@ -191,7 +191,7 @@ Tensor& nonzero_out(const Tensor& self, Tensor& out) {
   Tensor first_d = first.to(self.device());
   const loom_tensor tw[3] = {describe(self, "nonzero"), describe(first_d, "nonzero"),
                              describe(out, "nonzero")};
-  launch("nonzero", loom_kernel_nonzero_write, tw, sc, chunks, 1);
+  launch("nonzero", LOOM_KERNEL("index_advanced.nonzero_write"), tw, sc, chunks, 1);
   return out;
 }
 

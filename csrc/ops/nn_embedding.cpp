@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "kernels/embedding.h"
-#include "kernels/index.h"
+#include "loom/kernels/embedding.h"
+#include "loom/kernels/index.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -39,7 +39,7 @@ at::Tensor embedding(const at::Tensor& weight, const at::Tensor& indices,
   // index_select along dim 0; the kernel checks each index against the rows.
   const loom_scalar s[4] = {scalar_i(LOOM_INDEX_SELECT), scalar_i(0), scalar_i(0),
                             scalar_i(0)};
-  launch(op, loom_kernel_index, t, s, n * d, grain_for(1), weight.device().index());
+  launch(op, LOOM_KERNEL("index.along_dim"), t, s, n * d, grain_for(1), weight.device().index());
   return out;
 }
 
@@ -71,7 +71,7 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output,
     const loom_tensor t[3] = {describe(idx, op), describe(offsets, op),
                               describe(order, op)};
     const loom_scalar s[1] = {scalar_i(num_weights)};
-    launch(op, loom_embedding_backward_bucket, t, s, 1, 1, dev);
+    launch(op, LOOM_KERNEL("embedding.backward_bucket"), t, s, 1, 1, dev);
   } else {
     offsets.zero_();
   }
@@ -83,7 +83,7 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output,
     t[0].dtype = t[3].dtype;
   }
   const loom_scalar s[2] = {scalar_i(padding_idx), scalar_i(scale_grad_by_freq)};
-  launch(op, loom_embedding_backward_rows, t, s, num_weights, grain_for(d), dev);
+  launch(op, LOOM_KERNEL("embedding.backward_rows"), t, s, num_weights, grain_for(d), dev);
   return grad_weight;
 }
 
