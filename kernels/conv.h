@@ -70,8 +70,10 @@ int loom_conv_pack_flipped_amx_kernel(const loom_kernel_args *args, int64_t begi
  * (else 1). range: N * C * sh * sw (one phase plane per item). */
 int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
-/* Forward convolution as an implicit GEMM (fp32, AVX-512 CPUs only): the
- * col panels are gathered from the image per tile, never materialised.
+/* Forward convolution as an implicit GEMM (fp32): the col panels are
+ * gathered from the image per tile, never materialised. Any plan: the
+ * AVX-512 variant runs for AVX-512 plans, a generic twin for the others
+ * (kernels/conv_variants.h); so for the padded-row kernels below.
  * tensors: [0] out C, [1] weight A, [2] col B, [3] workspace: the GEMM
  *          operands of kernels/gemm/gemm.h (rank 4: N, G, rows, cols, or
  *          1, G, rows, N * cols with every image's positions in turn; B's
@@ -163,7 +165,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * fp32 and are rounded once. */
 int loom_conv_gemm_amx_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
-/* Weight gradient as an implicit GEMM (fp32, AVX-512 CPUs only):
+/* Weight gradient as an implicit GEMM (fp32, any plan):
  * dW[g] = dy[g] @ col[g]^T with k running over (image, position).
  * tensors: [0] dW C (1, G, O/G, C/G*K) fp32, unit column stride;
  *          [1] dy A (1, G, O/G, N*L), already packed by
@@ -171,7 +173,7 @@ int loom_conv_gemm_amx_kernel(const loom_kernel_args *args, int64_t begin, int64
  *          (1, G, N*L, C/G*K), shape only; [3] workspace; [4] image as
  *          for the forward.
  * scalars: as for loom_conv_gemm_kernel ([1] unused).
- * range: G * ceil((C/G*K) / 32) (one 32-column panel of dW per item). */
+ * range: G * plan.n_panels (one column panel of dW per item). */
 int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                            int64_t end);
 
@@ -184,7 +186,7 @@ int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
 int loom_conv_wgrad_amx_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* 2-d forward over zero-padded phase planes (loom_conv_pad_kernel, rows
- * of width wq >= wo + dw*(kw-1)/sw), fp32, AVX-512 CPUs only. The GEMM
+ * of width wq >= wo + dw*(kw-1)/sw), fp32, any plan. The GEMM
  * runs over every image's grid q = y * wq + x, q < gpos (a multiple of 32,
  * >= ho * wq), in turn; positions with x >= wo or y >= ho are dropped.
  * halo = dh*(kh-1)/sh * wq + dw*(kw-1)/sw is how far a window reads past q.
@@ -212,9 +214,9 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin,
  * stride: P[i] sums k in [i * kchunk, (i + 1) * kchunk), and dW is their
  * sum in order (the caller's; P may be dW itself when there is one).
  * scalars: as for loom_conv_padded_gemm_kernel ([1] unused), and (.i) [18] gpad,
- * [19] kchunk, a multiple of the plan's k block, [20] qn, the 32-column
+ * [19] kchunk, a multiple of the plan's k block, [20] qn, the column
  * panels of dW per item (at most LOOM_CONV_WGRAD_MAX_PANELS).
- * range: ceil(N * gpad / kchunk) * G * ceil(ceil((C/G*K) / 32) / qn) (qn
+ * range: ceil(N * gpad / kchunk) * G * ceil(plan.n_panels / qn) (qn
  * panels of one partial sum per item, which reads its k chunk of dyp once
  * for all of them). */
 enum { LOOM_CONV_WGRAD_MAX_PANELS = 64 };
@@ -222,7 +224,9 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                                   int64_t end);
 
 /* Winograd F(2x2, 3x3) for 3x3 windows with stride and dilation 1, fp32,
- * AVX-512 CPUs only (kernels/conv_winograd_avx512.c). About 2.25 times
+ * kernels/conv_winograd_avx512.c on CPUs whose GEMM variant is AVX-512's,
+ * generic twins with the same bits but for the micro-kernel's fused
+ * multiply-adds elsewhere (loom_gemm_isa_selected()). About 2.25 times
  * fewer multiplications than the GEMM paths; the results differ from
  * theirs by rounding only (the transforms' adds and halvings).
  *

@@ -9,6 +9,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/conv_gemm_internal.h"
+#include "kernels/conv_variants.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
@@ -209,8 +210,7 @@ static void cg_gather(float *buf, int64_t ld, int64_t kn, int64_t k0, const cg_s
   }
 }
 
-int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
-                          int64_t end) {
+int loom_conv_gemm_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   cg_forward f;
   int rc = cg_forward_of(args, &f);
   if (rc) return rc;
@@ -270,8 +270,7 @@ int loom_conv_gemm_kernel(const loom_kernel_args *args, int64_t begin,
   return 0;
 }
 
-int loom_conv_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
-                           int64_t end) {
+int loom_conv_wgrad_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 5 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1],

@@ -1,10 +1,10 @@
 /* kernels/conv_gemm_internal.h — how the implicit-GEMM convolutions
- * (conv_gemm_avx512.c, conv_gemm_amx.c) cut a tile's positions into runs
- * that one strided read gathers. AVX-512 CPUs only. */
+ * (conv_gemm_avx512.c, conv_gemm_amx.c and their generic twin,
+ * conv_gemm_generic.c) cut a tile's positions into runs that one strided
+ * read gathers. The lane masks are for files built with AVX-512 flags. */
 #ifndef LOOM_KERNELS_CONV_GEMM_INTERNAL_H
 #define LOOM_KERNELS_CONV_GEMM_INTERNAL_H
 
-#include <immintrin.h>
 #include <stdint.h>
 
 #include "kernels/conv.h"
@@ -20,6 +20,9 @@ _Static_assert((int)LOOM_GEMM_AMX_NR == (int)CG_NR, "AMX and fp32 col panels sha
 typedef struct cg_seg {
   int64_t n, od, oh, ow0, j0, cnt;
 } cg_seg;
+
+#ifdef __AVX512F__
+#include <immintrin.h>
 
 /* Lanes [lo, hi) of 16, clipped. */
 static inline __mmask16 cg_range_mask(int64_t lo, int64_t hi) {
@@ -43,6 +46,8 @@ static inline __mmask32 cg_range_mask32(int64_t lo, int64_t hi) {
   const __mmask32 upto = hi == 32 ? ~(__mmask32)0 : (((__mmask32)1 << hi) - 1u);
   return upto & ~(((__mmask32)1 << lo) - 1u);
 }
+
+#endif /* __AVX512F__ */
 
 /* The geometry scalars (kernels/conv.h) into kernel, stride, padding,
  * dilation and grid. */

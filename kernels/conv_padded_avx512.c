@@ -16,63 +16,16 @@
 #include <string.h>
 
 #include "kernels/conv.h"
+#include "kernels/conv_padded_internal.h"
+#include "kernels/conv_variants.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
 
 enum {
   CP_NR = LOOM_GEMM_AVX512_NR,
-  CP_POS = LOOM_CONV_GEMM_POSITIONS,
   CP_PANELS = CP_POS / CP_NR,
-  CP_KC = 256,   /* the fp32 plan's k block; the stack buffers are sized for it */
-  CP_MROWS = 192, /* output channels per pass over a tile: 16 register tiles */
 };
-
-typedef struct cp_geom {
-  int64_t kh, kw, sh, sw, dh, dw, ho, wo, wq;
-} cp_geom;
-
-/* The geometry scalars of kernels/conv.h, then [17] wq; 2-d. */
-static int cp_geometry(const loom_kernel_args *args, cp_geom *g) {
-  if (args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 1) return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_scalar *s = args->scalars + 2;
-  *g = (cp_geom){.kh = s[1].i, .kw = s[2].i, .sh = s[4].i, .sw = s[5].i, .dh = s[10].i,
-                 .dw = s[11].i, .ho = s[13].i, .wo = s[14].i, .wq = args->scalars[17].i};
-  if (s[0].i != 1 || s[3].i != 1 || s[12].i != 1 || g->kh < 1 || g->kw < 1 || g->sh < 1 ||
-      g->sw < 1 || g->dh < 1 || g->dw < 1 || g->wq < g->wo + g->dw * (g->kw - 1) / g->sw)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  return 0;
-}
-
-/* How far past a grid position the window's last tap reads. */
-static int64_t cp_halo(const cp_geom *g) {
-  return g->dh * (g->kh - 1) / g->sh * g->wq + g->dw * (g->kw - 1) / g->sw;
-}
-
-/* Walks col rows (c, kh, kw) in order: the current row's plane offset. */
-typedef struct cp_rows {
-  int64_t c, th, tw;
-} cp_rows;
-
-static cp_rows cp_rows_at(const cp_geom *g, int64_t k) {
-  const int64_t taps = g->kh * g->kw, t = k % taps;
-  return (cp_rows){.c = k / taps, .th = t / g->kw, .tw = t % g->kw};
-}
-
-/* The row's offset from its group's first phase plane; planes `plane`
- * apart, sh * sw phases per channel. */
-static int64_t cp_offset(const cp_geom *g, const cp_rows *r, int64_t plane) {
-  const int64_t h = r->th * g->dh, w = r->tw * g->dw;
-  return ((r->c * g->sh + h % g->sh) * g->sw + w % g->sw) * plane + h / g->sh * g->wq +
-         w / g->sw;
-}
-
-static void cp_next(const cp_geom *g, cp_rows *r) {
-  if (++r->tw == g->kw) {
-    r->tw = 0;
-    if (++r->th == g->kh) r->th = 0, ++r->c;
-  }
-}
 
 /* 32 floats of a col row into a panel row. */
 static inline void cp_copy32(float *dst, const float *src) {
@@ -88,7 +41,7 @@ static void cp_prefetch(const cp_rows *r, const float *src, int64_t channel, int
     _mm_prefetch((const char *)(src + 2 * channel + 16 * l), _MM_HINT_T0);
 }
 
-int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+int loom_conv_padded_gemm_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 6 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 2)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1], *b = &args->tensors[2],
@@ -182,16 +135,7 @@ int loom_conv_padded_gemm_kernel(const loom_kernel_args *args, int64_t begin, in
   return 0;
 }
 
-/* The col rows of panel q (32 rows, `rows` live) as plane offsets. */
-static int64_t cp_panel_rows(const cp_geom *g, int64_t q, int64_t n, int64_t plane,
-                             int64_t *roff) {
-  const int64_t r0 = q * CP_NR, rows = n - r0 < CP_NR ? n - r0 : CP_NR;
-  cp_rows r = cp_rows_at(g, r0);
-  for (int64_t rr = 0; rr < rows; ++rr, cp_next(g, &r)) roff[rr] = cp_offset(g, &r, plane);
-  return rows;
-}
-
-int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+int loom_conv_padded_wgrad_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 6 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 4)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *c = &args->tensors[0], *a = &args->tensors[1], *b = &args->tensors[2],
@@ -230,7 +174,7 @@ int loom_conv_padded_wgrad_kernel(const loom_kernel_args *args, int64_t begin, i
     const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
     const float *xg = xd + grp * cg * phases * xp->strides[1];
     for (int64_t j = 0; j < nq; ++j)
-      rows[j] = cp_panel_rows(&g, q0 + j, pl.n, xp->strides[1], roff[j]);
+      rows[j] = cp_panel_rows(&g, q0 + j, CP_NR, pl.n, xp->strides[1], roff[j]);
     /* Every panel of the group over one k block, then the next block: the
      * block's dy panels stay in cache across the group. */
     for (int64_t pc = k0; pc < k1; pc += pl.kc) {

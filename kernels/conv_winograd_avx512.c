@@ -24,6 +24,8 @@
 #include <string.h>
 
 #include "kernels/conv.h"
+#include "kernels/conv_variants.h"
+#include "kernels/conv_winograd_internal.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
@@ -32,30 +34,7 @@
 _Static_assert((int)LOOM_CONV_WINOGRAD_MR == (int)LOOM_GEMM_AVX512_MR, "panels are micro-kernel rows");
 _Static_assert((int)LOOM_CONV_WINOGRAD_TILES == (int)LOOM_GEMM_AVX512_NR, "blocks are micro-kernel columns");
 
-enum {
-  WG_T = LOOM_CONV_WINOGRAD_TILES, /* tiles per block */
-  WG_MR = LOOM_CONV_WINOGRAD_MR,
-  WG_KC = 128,    /* input channels per transform pass */
-  WG_PANELS = LOOM_CONV_WINOGRAD_PANELS, /* 12-row panels of output channels per item */
-  WG_E = 16,      /* elements of a transformed tile */
-  /* The 16 elements' buffers are a line more than a multiple of 4 KB apart:
-   * at multiples, a tile's 16 loads or stores would all fall in one set
-   * of the L1 cache, which holds fewer ways. */
-  WG_VS = WG_KC * WG_T + 16,
-  WG_MS = WG_PANELS * WG_MR * WG_T + 16,
-};
-
-/* Whether a rank-4 tensor is contiguous. */
-static int wg_dense(const loom_tensor *t) {
-  int64_t step = 1;
-  for (int i = 3; i >= 0; --i) {
-    if (t->sizes[i] != 1 && t->strides[i] != step) return 0;
-    step *= t->sizes[i];
-  }
-  return 1;
-}
-
-int loom_conv_winograd_weight_kernel(const loom_kernel_args *args, int64_t begin,
+int loom_conv_winograd_weight_avx512(const loom_kernel_args *args, int64_t begin,
                                      int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *u = &args->tensors[0], *w = &args->tensors[1];
@@ -159,12 +138,6 @@ static inline void wg_output16(const float *m, int64_t stride, float bias, float
   }
 }
 
-/* A run of a block's tiles that lie in one tile row: lanes [j, j + n) are
- * tiles (ty, tx) ... (ty, tx + n - 1). */
-typedef struct wg_run {
-  int64_t j, n, ty, tx;
-} wg_run;
-
 /* Output row y's columns [x, x + n) from row[0, n), unit stride. */
 static inline void wg_put(float *dst, const float *row, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
@@ -173,7 +146,7 @@ static inline void wg_put(float *dst, const float *row, int64_t n) {
   }
 }
 
-int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 3 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
   const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
@@ -227,14 +200,7 @@ int loom_conv_winograd_kernel(const loom_kernel_args *args, int64_t begin, int64
     }
     /* the block's runs of tiles inside the output's tile rows */
     wg_run runs[WG_T];
-    int64_t nruns = 0;
-    for (int64_t j = 0; j < WG_T;) {
-      const int64_t q = q0 + j, ty = q / wq, tx = q % wq;
-      const int64_t n_run = wq - tx < WG_T - j ? wq - tx : WG_T - j;
-      if (ty < tho && tx < two)
-        runs[nruns++] = (wg_run){j, two - tx < n_run ? two - tx : n_run, ty, tx};
-      j += n_run;
-    }
+    const int64_t nruns = wg_runs(q0, wq, tho, two, runs);
     for (int64_t p = 0; p < np; ++p)
       for (int64_t i = 0; i < WG_MR && (p0 + p) * WG_MR + i < m_n; ++i) {
         const int64_t o = (p0 + p) * WG_MR + i;
@@ -292,8 +258,6 @@ static inline void wg_grad16(float *m, int64_t stride, const float *src, const i
 }
 
 enum {
-  WG_OG = LOOM_CONV_WINOGRAD_WG_M, /* output channels per weight-gradient item: 8 panels of 12 */
-  WG_CG = LOOM_CONV_WINOGRAD_WG_K, /* input channels per item: 2 panels of 32 */
   WG_STAGE = 16 * 16, /* one element's 16 channels over 16 tiles */
 };
 
@@ -309,7 +273,7 @@ static inline void wg_stage_transposed(__m512i r[16], const float *stage) {
   loom_gemm_transpose16(r);
 }
 
-int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 3 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
   const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
@@ -397,49 +361,6 @@ int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
                                      (int)(rows < WG_MR ? rows : WG_MR), (int)(cols < 32 ? cols : 32),
                                      t0 > t_lo);
           }
-      }
-    }
-  }
-  return 0;
-}
-
-int loom_conv_winograd_wgrad_finish_kernel(const loom_kernel_args *args, int64_t begin,
-                                           int64_t end) {
-  if (args->num_tensors < 2) return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *dw = &args->tensors[0], *part = &args->tensors[1];
-  if (dw->rank != 4 || part->rank != 4 || dw->dtype != LOOM_FLOAT32 ||
-      part->dtype != LOOM_FLOAT32 || !wg_dense(dw) || !wg_dense(part) || part->sizes[1] != WG_E ||
-      dw->sizes[0] != part->sizes[2] || dw->sizes[1] != part->sizes[3] || dw->sizes[2] != 3 ||
-      dw->sizes[3] != 3 || part->sizes[3] > LOOM_CONV_WINOGRAD_MAX_K)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t chunks = part->sizes[0], m_n = part->sizes[2], k_n = part->sizes[3];
-  const float *pd = (const float *)part->data;
-  float *wd = (float *)dw->data;
-  float acc[WG_E * LOOM_CONV_WINOGRAD_MAX_K];
-  for (int64_t o = begin; o < end; ++o) {
-    /* each element's sums over the chunks, in order */
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int e = 0; e < WG_E; ++e) {
-        const float *row = pd + ((c * WG_E + e) * m_n + o) * k_n;
-        float *a = acc + e * k_n;
-        if (c == 0)
-          memcpy(a, row, sizeof(float) * (size_t)k_n);
-        else
-          for (int64_t k = 0; k < k_n; ++k) a[k] += row[k];
-      }
-    for (int64_t k = 0; k < k_n; ++k) {
-      float s4[4][4], t[3][4];
-      for (int e = 0; e < WG_E; ++e) s4[e / 4][e % 4] = acc[e * k_n + k];
-      for (int j = 0; j < 4; ++j) { /* G^T S */
-        t[0][j] = s4[0][j] + 0.5f * (s4[1][j] + s4[2][j]);
-        t[1][j] = 0.5f * (s4[1][j] - s4[2][j]);
-        t[2][j] = 0.5f * (s4[1][j] + s4[2][j]) + s4[3][j];
-      }
-      float *w = wd + (o * k_n + k) * 9;
-      for (int r = 0; r < 3; ++r) { /* (G^T S) G */
-        w[r * 3 + 0] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
-        w[r * 3 + 1] = 0.5f * (t[r][1] - t[r][2]);
-        w[r * 3 + 2] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
       }
     }
   }

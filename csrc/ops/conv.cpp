@@ -1,11 +1,11 @@
 // Convolution on loom (1-d, 2-d, 3-d; groups, stride, padding, dilation;
 // transposed), forward and backward, through the Overrideable backend that
 // aten::_convolution picks for PrivateUse1. All arithmetic is the GEMM's
-// micro-kernel. fp32 on AVX-512 runs implicit GEMMs that gather col panels
-// as they go: over zero-padded rows for 2-d windows (conv_padded.cpp),
-// from the image otherwise (kernels/conv_gemm_avx512.c); so does bf16 on
-// AMX tiles (kernels/conv_gemm_amx.c). The rest materialises col with
-// im2col/col2im (kernels/im2col.c) for one batched GEMM per pass.
+// micro-kernel. fp32 runs implicit GEMMs that gather col panels as they
+// go: over zero-padded rows for 2-d windows (conv_padded.cpp), from the
+// image otherwise (kernels/conv_gemm_avx512.c, or its generic twin); so
+// does bf16 on AMX tiles (kernels/conv_gemm_amx.c). The rest materialises
+// col with im2col/col2im (kernels/im2col.c) for one batched GEMM per pass.
 //
 // col layout is [C*K][N][L] (kernels/conv.h), so for the weight gradient the
 // (image, position) pairs of a group form one contiguous k run.
@@ -171,11 +171,10 @@ bool flat_columns(int64_t n, int64_t len) {
   return n > 1 && (padded - len) * 20 > len;
 }
 
-// Whether the implicit kernels run `dtype` under `isa`: fp32 on AVX-512,
-// bf16 on AMX tiles.
+// Whether the implicit kernels run `dtype` under `isa`: fp32 always (on
+// AVX-512 or as their generic twins), bf16 on AMX tiles.
 bool implicit_dtype(at::ScalarType dtype, loom_gemm_isa isa) {
-  return (dtype == at::kFloat && isa != LOOM_GEMM_GENERIC) ||
-         (dtype == at::kBFloat16 && isa == LOOM_GEMM_AMX);
+  return dtype == at::kFloat || (dtype == at::kBFloat16 && isa == LOOM_GEMM_AMX);
 }
 
 // The forward without a col matrix: the weight is packed once, then

@@ -1,6 +1,6 @@
 // 2-d convolutions over zero-padded rows split into stride phases: the
 // adapters of kernels/conv_padded_avx512.c and kernels/conv_winograd_avx512.c
-// (fp32, AVX-512 CPUs).
+// (fp32; their generic twins run where AVX-512 does not).
 #include "ops/conv_internal.h"
 
 #include <algorithm>

@@ -1,0 +1,229 @@
+/* tests/c/test_conv_generic_winograd.c — the generic twins of the AVX-512
+ * Winograd F(2x2, 3x3) kernels (kernels/conv_variants.h), called directly:
+ * - the weight transform gives the AVX-512 variant's bits (adds and
+ *   halvings in the same order);
+ * - the forward and the weight gradient with the AVX-512 micro-kernel
+ *   give the AVX-512 variants' bits; with the generic one, like them, they
+ *   lie within 1e-5 of the sum of the products' magnitudes of a direct
+ *   convolution in double (the transforms' roundings included);
+ * - the public kernels follow the GEMM variant: AVX-512 where it is, the
+ *   twins under LOOM_CPU_FEATURES=generic (a child process), whose bits
+ *   differ from the AVX-512 variants' where the CPU has them. */
+#include "runtime/base/cpu.h"
+#include "tests/c/conv_twin_util.h"
+
+enum { MR = LOOM_CONV_WINOGRAD_MR, TILES = LOOM_CONV_WINOGRAD_TILES };
+
+static int with_avx512_ukr(const loom_kernel_args *a, int64_t b, int64_t e) {
+  return loom_conv_winograd_with(a, b, e, loom_gemm_ukr_avx512_f32);
+}
+static int wgrad_with_avx512_ukr(const loom_kernel_args *a, int64_t b, int64_t e) {
+  return loom_conv_winograd_wgrad_with(a, b, e, loom_gemm_ukr_avx512_f32);
+}
+
+/* A 3x3 convolution of n images of k channels (h x w, padding p) into m:
+ * its phase planes, and the grid of 2x2 tiles. */
+typedef struct wino {
+  conv_case cc;
+  int64_t m, k, p, ho, wo, tho, two, wq, gpos, plane, panels;
+  float *xp; /* (N, 4 K, plane) */
+} wino;
+
+static wino make_wino(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t p) {
+  wino c = {.cc = make_case((geom){.n = n, .c = k, .o = m, .groups = 1, .in = {1, h, w},
+                                   .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, p, p},
+                                   .d = {1, 1, 1}}),
+            .m = m, .k = k, .p = p, .ho = h + 2 * p - 2, .wo = w + 2 * p - 2};
+  c.tho = (c.ho + 1) / 2, c.two = (c.wo + 1) / 2, c.wq = (w + 2 * p + 1) / 2;
+  c.gpos = (c.tho * c.wq + TILES - 1) / TILES * TILES, c.panels = (m + MR - 1) / MR;
+  const int64_t prow = (h + 2 * p + 1) / 2 * c.wq;
+  c.plane = ((c.gpos + c.wq + 1 > prow ? c.gpos + c.wq + 1 : prow) + 15) / 16 * 16;
+  c.xp = malloc(sizeof(float) * (size_t)(n * 4 * k * c.plane));
+  loom_tensor ts[2] = {{.data = c.xp, .dtype = LOOM_FLOAT32, .rank = 3,
+                        .sizes = {n, 4 * k, c.plane}, .strides = {4 * k * c.plane, c.plane, 1}},
+                       image(c.cc.x, n, k, c.cc.g.in)};
+  loom_scalar sc[5] = {{.i = p}, {.i = p}, {.i = c.wq}, {.i = 2}, {.i = 2}};
+  run(loom_conv_pad_kernel, ts, 2, sc, 5, n * 4 * k);
+  return c;
+}
+
+static void free_wino(wino *c) {
+  free(c->xp);
+  free_case(&c->cc);
+}
+
+static loom_tensor u_of(const wino *c, float *u) {
+  return t4(u, 16, c->panels, c->k, MR, c->panels * c->k * MR, c->k * MR, MR, 1);
+}
+
+/* U by `fn`: of w, or with `flipped` of w read as (K, M, 3, 3) reversed. */
+static void weight(const wino *c, loom_kernel_fn fn, int flipped, float *u) {
+  loom_tensor ts[2] = {u_of(c, u), flipped ? t4(c->cc.w, c->k, c->m, 3, 3, c->m * 9, 9, 3, 1)
+                                           : t4(c->cc.w, c->m, c->k, 3, 3, c->k * 9, 9, 3, 1)};
+  loom_scalar sc[1] = {{.i = flipped}};
+  memset(u, 0xff, sizeof(float) * (size_t)(16 * c->panels * c->k * MR));
+  run(fn, ts, 2, sc, 1, c->panels);
+}
+
+/* The forward `fn` from U into y (N, M, ho, wo), with bias. */
+static void forward(const wino *c, loom_kernel_fn fn, float *u, float *y) {
+  const int64_t n = c->cc.g.n, len = c->ho * c->wo;
+  loom_tensor ts[4] = {
+      t4(y, n, c->m, c->ho, c->wo, c->m * len, len, c->wo, 1), u_of(c, u),
+      {.data = c->xp, .dtype = LOOM_FLOAT32, .rank = 3, .sizes = {n, 4 * c->k, c->plane},
+       .strides = {4 * c->k * c->plane, c->plane, 1}},
+      {.data = c->cc.bias, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {c->m}, .strides = {1}}};
+  loom_scalar sc[2] = {{.i = c->wq}, {.i = c->gpos}};
+  const int64_t groups = (c->panels + LOOM_CONV_WINOGRAD_PANELS - 1) / LOOM_CONV_WINOGRAD_PANELS;
+  memset(y, 0xff, sizeof(float) * (size_t)(n * c->m * len));
+  run(fn, ts, 4, sc, 2, n * (c->gpos / TILES) * groups);
+}
+
+/* The weight gradient `fn` over chunks of tchunk tiles, then the shared
+ * finish, into gw (M, K, 3, 3). */
+static void weight_grad(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw) {
+  const int64_t n = c->cc.g.n, len = c->ho * c->wo, m = c->m, k = c->k;
+  const int64_t dplane = ((c->gpos > c->tho * c->wq ? c->gpos : c->tho * c->wq) + 15) / 16 * 16;
+  const int64_t chunks = (n * c->gpos + tchunk - 1) / tchunk;
+  float *dyp = malloc(sizeof(float) * (size_t)(n * 4 * m * dplane));
+  float *part = malloc(sizeof(float) * (size_t)(chunks * 16 * m * k));
+  /* dy (O, N, L) as images (N, M, 1, ho, wo) */
+  loom_tensor dts[2] = {{.data = dyp, .dtype = LOOM_FLOAT32, .rank = 3,
+                         .sizes = {n, 4 * m, dplane}, .strides = {4 * m * dplane, dplane, 1}},
+                        {.data = c->cc.dy, .dtype = LOOM_FLOAT32, .rank = 5,
+                         .sizes = {n, m, 1, c->ho, c->wo},
+                         .strides = {len, n * len, len, c->wo, 1}}};
+  loom_scalar dsc[5] = {{.i = 0}, {.i = 0}, {.i = c->wq}, {.i = 2}, {.i = 2}};
+  run(loom_conv_pad_kernel, dts, 2, dsc, 5, n * 4 * m);
+  loom_tensor ts[3] = {t4(part, chunks, 16, m, k, 16 * m * k, m * k, k, 1),
+                       {.data = c->xp, .dtype = LOOM_FLOAT32, .rank = 3,
+                        .sizes = {n, 4 * k, c->plane}, .strides = {4 * k * c->plane, c->plane, 1}},
+                       dts[0]};
+  loom_scalar sc[3] = {{.i = c->wq}, {.i = c->gpos}, {.i = tchunk}};
+  const int64_t items = chunks * ((m + LOOM_CONV_WINOGRAD_WG_M - 1) / LOOM_CONV_WINOGRAD_WG_M) *
+                        ((k + LOOM_CONV_WINOGRAD_WG_K - 1) / LOOM_CONV_WINOGRAD_WG_K);
+  run(fn, ts, 3, sc, 3, items);
+  loom_tensor fts[2] = {t4(gw, m, k, 3, 3, k * 9, 9, 3, 1), ts[0]};
+  run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m);
+  free(dyp), free(part);
+}
+
+/* The double reference of a flipped weight's convolution, with bias. */
+static void flipped_reference(const wino *c, double *ref, double *mag) {
+  const conv_case *cc = &c->cc;
+  const int64_t h = cc->g.in[1], w = cc->g.in[2];
+  for (int64_t b = 0; b < cc->g.n; ++b)
+    for (int64_t o = 0; o < c->m; ++o)
+      for (int64_t i = 0; i < c->ho * c->wo; ++i) {
+        double r = cc->bias[o], a = fabs(r);
+        for (int64_t ch = 0; ch < c->k; ++ch)
+          for (int64_t t = 0; t < 9; ++t) {
+            const int64_t yy = i / c->wo + t / 3 - c->p, xx = i % c->wo + t % 3 - c->p;
+            if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+            /* w read as (K, M, 3, 3), taps reversed */
+            const double v = (double)cc->w[(ch * c->m + o) * 9 + 8 - t] *
+                             cc->x[((b * c->k + ch) * h + yy) * w + xx];
+            r += v, a += fabs(v);
+          }
+        ref[(b * c->m + o) * c->ho * c->wo + i] = r, mag[(b * c->m + o) * c->ho * c->wo + i] = a;
+      }
+}
+
+static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t p,
+                           int flipped, int hw_avx512) {
+  wino c = make_wino(n, k, m, h, w, p);
+  const int64_t ny = n * m * c.ho * c.wo, nu = 16 * c.panels * k * MR;
+  float *u0 = malloc(sizeof(float) * nu), *u1 = malloc(sizeof(float) * nu);
+  float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
+  double *ref = c.cc.y, *mag = c.cc.ymag;
+  if (flipped) { /* the flipped weight is (K, M): the case's own reference is not it */
+    ref = malloc(sizeof(double) * ny), mag = malloc(sizeof(double) * ny);
+    flipped_reference(&c, ref, mag);
+  }
+  weight(&c, loom_conv_winograd_weight_generic, flipped, u1);
+  forward(&c, loom_conv_winograd_generic, u1, y1);
+  CHECK(misses(y1, ref, mag, ny) == 0, "generic Winograd forward (k %ld m %ld) misses the reference",
+        (long)k, (long)m);
+  if (hw_avx512) {
+    weight(&c, loom_conv_winograd_weight_avx512, flipped, u0);
+    CHECK(same(u0, u1, nu), "the weight transforms differ");
+    forward(&c, loom_conv_winograd_avx512, u0, y1);
+    forward(&c, with_avx512_ukr, u0, y2);
+    CHECK(same(y1, y2, ny), "twin with the AVX-512 micro-kernel differs from the AVX-512 forward");
+    CHECK(misses(y1, ref, mag, ny) == 0, "AVX-512 Winograd forward misses the reference");
+  }
+  if (flipped) free(ref), free(mag);
+  free(u0), free(u1), free(y1), free(y2);
+  free_wino(&c);
+}
+
+static void check_weight_grad(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t p,
+                              int hw_avx512) {
+  wino c = make_wino(n, k, m, h, w, p);
+  const int64_t nw = m * k * 9;
+  float *w1 = malloc(sizeof(float) * nw), *w2 = malloc(sizeof(float) * nw);
+  weight_grad(&c, loom_conv_winograd_wgrad_generic, TILES, w1);
+  CHECK(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0,
+        "generic Winograd weight grad (k %ld m %ld) misses the reference", (long)k, (long)m);
+  if (hw_avx512) {
+    weight_grad(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w1);
+    weight_grad(&c, wgrad_with_avx512_ukr, 2 * TILES, w2);
+    CHECK(same(w1, w2, nw), "twin with the AVX-512 micro-kernel differs from the AVX-512 weight grad");
+    CHECK(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0, "AVX-512 Winograd weight grad misses the reference");
+  }
+  free(w1), free(w2);
+  free_wino(&c);
+}
+
+/* The public kernels give the bits of the variant the GEMM's choice calls
+ * for: AVX-512 where it runs, else the twins, whose forward and weight
+ * gradient round differently from the AVX-512 variants'. */
+static void check_selected(int hw_avx512) {
+  const int avx = loom_gemm_isa_selected() != LOOM_GEMM_GENERIC;
+  wino c = make_wino(2, 20, 17, 9, 11, 1);
+  const int64_t ny = 2 * 17 * c.ho * c.wo, nu = 16 * c.panels * 20 * MR, nw = 17 * 20 * 9;
+  float *u = malloc(sizeof(float) * nu), *y0 = malloc(sizeof(float) * ny);
+  float *y1 = malloc(sizeof(float) * ny), *w0 = malloc(sizeof(float) * nw);
+  float *w1 = malloc(sizeof(float) * nw);
+  weight(&c, loom_conv_winograd_weight_generic, 0, u);
+  forward(&c, loom_conv_winograd_kernel, u, y0);
+  forward(&c, avx ? loom_conv_winograd_avx512 : loom_conv_winograd_generic, u, y1);
+  CHECK(same(y0, y1, ny), "the forward selector did not run the %s variant", avx ? "AVX-512" : "generic");
+  weight_grad(&c, loom_conv_winograd_wgrad_kernel, TILES, w0);
+  weight_grad(&c, avx ? loom_conv_winograd_wgrad_avx512 : loom_conv_winograd_wgrad_generic, TILES, w1);
+  CHECK(same(w0, w1, nw), "the weight-grad selector did not run the %s variant",
+        avx ? "AVX-512" : "generic");
+  if (!avx && hw_avx512) { /* the bits tell the variants apart */
+    forward(&c, loom_conv_winograd_avx512, u, y1);
+    CHECK(!same(y0, y1, ny), "the generic forward gave the AVX-512 bits");
+    weight_grad(&c, loom_conv_winograd_wgrad_avx512, TILES, w1);
+    CHECK(!same(w0, w1, nw), "the generic weight grad gave the AVX-512 bits");
+  }
+  free(u), free(y0), free(y1), free(w0), free(w1);
+  free_wino(&c);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "capped") == 0) {
+    CHECK(loom_gemm_isa_selected() == LOOM_GEMM_GENERIC, "GEMM not generic under the cap");
+    check_selected(atoi(argv[2]));
+    printf(failures ? "FAILED (capped)\n" : "ok (capped)\n");
+    return failures ? 1 : 0;
+  }
+  const int hw = loom_gemm_isa_supported(LOOM_GEMM_AVX512);
+  /* one tile block, odd output sizes; several blocks, channel passes
+   * (k > 128) and panel groups (m > 96); no padding; the input gradient's
+   * flipped weight */
+  check_winograd(1, 3, 5, 7, 9, 1, 0, hw);
+  check_winograd(2, 130, 101, 12, 10, 1, 0, hw);
+  check_winograd(2, 16, 24, 11, 14, 0, 0, hw);
+  check_winograd(2, 20, 17, 13, 15, 1, 1, hw);
+  /* weight gradients: one chunk; several chunks and channel groups each
+   * way (m > 96, k > 64) with partial panels */
+  check_weight_grad(1, 5, 7, 7, 9, 1, hw);
+  check_weight_grad(2, 70, 100, 10, 11, 1, hw);
+  check_selected(hw);
+  CHECK(rerun_capped(argv, hw), "the run under LOOM_CPU_FEATURES=generic failed");
+  printf(failures ? "FAILED\n" : "ok\n");
+  return failures ? 1 : 0;
+}
