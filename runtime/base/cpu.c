@@ -51,7 +51,10 @@ static uint32_t detect_hardware(void) {
   const unsigned ebx7 = b, edx7 = d, max_sub7 = a;
   if (os_avx && fma) f |= LOOM_FEATURE_FMA;
   if (os_avx && ((ebx7 >> 5) & 1)) f |= LOOM_FEATURE_AVX2;
-  if (os_avx512 && ((ebx7 >> 16) & 1)) {
+  /* Every *_avx512.c file is built for F, DQ, BW and VL together: a CPU
+   * with F alone (Xeon Phi) must not run them. */
+  const unsigned avx512_set = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);
+  if (os_avx512 && (ebx7 & avx512_set) == avx512_set) {
     f |= LOOM_FEATURE_AVX512F;
     if ((edx7 >> 23) & 1) f |= LOOM_FEATURE_AVX512FP16;
     if (max_sub7 >= 1) {
