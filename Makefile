@@ -67,7 +67,7 @@ test-guarded: build
 	LOOM_DRIVER=guarded $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py \
 	  tests/test_device.py tests/test_fallback.py tests/test_serialization.py tests/test_guarded_driver.py
 
-test: test-c test-sanitize test-py test-guarded
+test: test-c test-sanitize test-tsan test-py test-guarded
 
 demo: build
 	$(VPY) examples/train_mlp.py
