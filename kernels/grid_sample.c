@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 typedef struct gs_params {
@@ -195,3 +196,9 @@ int loom_kernel_grid_sample_backward(const loom_kernel_args *args, int64_t begin
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_grid_sample_kernels[] = {
+    {"grid_sample.forward", loom_kernel_grid_sample},
+    {"grid_sample.backward", loom_kernel_grid_sample_backward},
+    {NULL, NULL},
+};

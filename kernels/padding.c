@@ -6,6 +6,7 @@
 
 #include "kernels/copy.h"
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 static int64_t pad_source(int mode, int64_t o, int64_t before, int64_t in) {
@@ -92,3 +93,9 @@ int loom_kernel_padding_backward(const loom_kernel_args *args, int64_t begin, in
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_padding_kernels[] = {
+    {"padding.forward", loom_kernel_padding},
+    {"padding.backward", loom_kernel_padding_backward},
+    {NULL, NULL},
+};

@@ -1,24 +1,14 @@
-/* kernels/padding.h — reflection and replication padding of the last one
- * to three dims, forward and backward.
- *
- * tensors: [0] out, [1] in (forward), or [0] grad_in, [1] grad_out
- * (backward); both rank 5 (N, C, D, H, W), any strides, any float dtype
- * (forward: any dtype). scalars: [0].i mode (loom_padding_mode), [1..3].i
- * the padding before D, H and W (negative crops). range: N * C. Output
- * position o of a padded dim reads input o - before, reflected about the
- * edges (without repeating them) or clamped to them. The backward adds
- * each output gradient into its input element in output order, in the
- * gradient's dtype, as the CPU backend does. */
+/* kernels/padding.h — the padding kernels (contracts and names in
+ * loom/kernels/padding.h). */
 #ifndef LOOM_KERNELS_PADDING_H
 #define LOOM_KERNELS_PADDING_H
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/padding.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum loom_padding_mode { LOOM_PAD_REFLECT, LOOM_PAD_REPLICATE } loom_padding_mode;
 
 int loom_kernel_padding(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_kernel_padding_backward(const loom_kernel_args *args, int64_t begin, int64_t end);

@@ -5,6 +5,7 @@
 #include "kernels/nn_util.h"
 #include "kernels/pool.h"
 #include "kernels/pool_internal.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
 
@@ -364,3 +365,9 @@ int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64
   }
   return 0;
 }
+
+const loom_kernel_entry loom_pool_kernels[] = {
+    {"pool.forward", loom_pool_kernel},
+    {"pool.backward", loom_pool_backward_kernel},
+    {NULL, NULL},
+};

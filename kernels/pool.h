@@ -1,39 +1,18 @@
-/* kernels/pool.h — pooling over (N, C, D, H, W) volumes, 2-d pooling as
- * D = 1: max (with indices), average, adaptive average and adaptive max,
- * forward and backward. One volume per parallel item, so every sum has a
- * fixed order.
- *
- * Scalars (all .i): [0] mode (loom_pool_mode), [1..3] kernel (kd, kh,
- * kw), [4..6] stride, [7..9] padding, [10..12] dilation, [13]
- * count_include_pad, [14] divisor override (0: none). Adaptive modes
- * ignore [1..14]. Indices are int64 offsets (d * H + h) * W + w within
- * the input volume, as PyTorch's. */
+/* kernels/pool.h — the pooling kernels (contracts and names in
+ * loom/kernels/pool.h). */
 #ifndef LOOM_KERNELS_POOL_H
 #define LOOM_KERNELS_POOL_H
 
 #include <stdint.h>
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/pool.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum loom_pool_mode {
-  LOOM_POOL_MAX = 0,
-  LOOM_POOL_AVG = 1,
-  LOOM_POOL_ADAPTIVE_AVG = 2,
-  LOOM_POOL_ADAPTIVE_MAX = 3,
-} loom_pool_mode;
-
-enum { LOOM_POOL_NUM_SCALARS = 15 };
-
-/* tensors: [0] input, [1] output, [2] indices (max modes); all rank 5,
- * any strides. range: N*C. */
 int loom_pool_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
-
-/* tensors: [0] grad_input (written whole), [1] grad_output, [2] indices
- * (max modes); rank 5, any strides. range: N*C. */
 int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus

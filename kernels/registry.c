@@ -23,6 +23,10 @@ extern const loom_kernel_entry loom_sort_kernels[];
 extern const loom_kernel_entry loom_index_kernels[];
 extern const loom_kernel_entry loom_index_advanced_kernels[];
 extern const loom_kernel_entry loom_embedding_kernels[];
+extern const loom_kernel_entry loom_padding_kernels[];
+extern const loom_kernel_entry loom_grid_sample_kernels[];
+extern const loom_kernel_entry loom_upsample_kernels[];
+extern const loom_kernel_entry loom_pool_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
@@ -44,6 +48,10 @@ static const loom_kernel_entry *const families[] = {
     loom_index_kernels,
     loom_index_advanced_kernels,
     loom_embedding_kernels,
+    loom_padding_kernels,
+    loom_grid_sample_kernels,
+    loom_upsample_kernels,
+    loom_pool_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/nn_util.h"
+#include "kernels/registry.h"
 #include "kernels/upsample_rows.h"
 #include "runtime/base/cpu.h"
 #include "loom/status.h"
@@ -223,3 +224,9 @@ int loom_kernel_upsample_backward(const loom_kernel_args *args, int64_t begin, i
   }
   return LOOM_OK;
 }
+
+const loom_kernel_entry loom_upsample_kernels[] = {
+    {"upsample.forward", loom_kernel_upsample},
+    {"upsample.backward", loom_kernel_upsample_backward},
+    {NULL, NULL},
+};

@@ -1,33 +1,14 @@
-/* kernels/upsample.h — nearest, nearest-exact and (bi)linear resampling of
- * (N, C, H, W) images, forward and backward, with the CPU backend's
- * index and weight arithmetic (float, or double for linear float64).
- *
- * scalars: [0].i mode (loom_upsample_mode), [1].i dims (1: W only, 2: H
- * and W), [2].i align_corners (linear), [3].f scale_h, [4].f scale_w (the
- * scale factors the caller gave; <= 0: none, sizes decide), [5].i whether
- * the forward rounds linear weights to a 16-bit input's dtype (the CPU's
- * generic kernel does; its kernel for small or channels-last images
- * keeps them in float).
- *
- * loom_kernel_upsample: tensors [0] out (N, C, OH, OW), [1] in (N, C, IH,
- *   IW); any strides (H = 1 when dims is 1); range N * C.
- * loom_kernel_upsample_backward: tensors [0] grad_in (N, C, IH, IW;
- *   float32 or float64, overwritten), [1] grad_out (N, C, OH, OW); range
- *   N * C. Each plane's shares add in output order. */
+/* kernels/upsample.h — the resampling kernels (contracts and names in
+ * loom/kernels/upsample.h). */
 #ifndef LOOM_KERNELS_UPSAMPLE_H
 #define LOOM_KERNELS_UPSAMPLE_H
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/upsample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum loom_upsample_mode {
-  LOOM_UPSAMPLE_NEAREST, LOOM_UPSAMPLE_NEAREST_EXACT, LOOM_UPSAMPLE_LINEAR,
-} loom_upsample_mode;
-
-enum { LOOM_UPSAMPLE_NUM_SCALARS = 6 };
 
 int loom_kernel_upsample(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_kernel_upsample_backward(const loom_kernel_args *args, int64_t begin, int64_t end);

@@ -1,6 +1,6 @@
 // F.grid_sample on loom (aten::grid_sampler_2d and its backward): bilinear
 // and nearest sampling with zeros / border / reflection padding run in
-// kernels/grid_sample.c; bicubic sampling runs on the CPU. The CPU
+// the grid_sample kernels; bicubic sampling runs on the CPU. The CPU
 // backend's checks (GridSamplerUtils.h) run first.
 #include <ATen/ATen.h>
 #include <ATen/native/GridSamplerUtils.h>
@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "common.h"
-#include "kernels/grid_sample.h"
+#include "loom/kernels/grid_sample.h"
 #include "register.h"
 
 namespace torch_loom::grid_sample {
@@ -36,8 +36,8 @@ Tensor grid_sampler_2d(const Tensor& input, const Tensor& grid, int64_t interpol
   if (out.numel() == 0) return out;
   const loom_tensor ts[3] = {describe(out, "grid_sampler_2d"), describe(input, "grid_sampler_2d"),
                              describe(grid, "grid_sampler_2d")};
-  launch("grid_sampler_2d", loom_kernel_grid_sample, ts, scalars(interpolation, padding, align),
-         out.size(0) * out.size(2), 1);
+  launch("grid_sampler_2d", LOOM_KERNEL("grid_sample.forward"), ts,
+         scalars(interpolation, padding, align), out.size(0) * out.size(2), 1);
   return out;
 }
 
@@ -62,7 +62,7 @@ std::tuple<Tensor, Tensor> grid_sampler_2d_backward(const Tensor& grad_output,
                                describe(grad_output, "grid_sampler_2d_backward"),
                                describe(input, "grid_sampler_2d_backward"),
                                describe(grid, "grid_sampler_2d_backward")};
-    launch("grid_sampler_2d_backward", loom_kernel_grid_sample_backward, ts,
+    launch("grid_sampler_2d_backward", LOOM_KERNEL("grid_sample.backward"), ts,
            scalars(interpolation, padding, align), input.size(0), 1);
   } else {
     gi.zero_();

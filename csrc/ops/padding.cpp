@@ -1,14 +1,15 @@
 // Reflection and replication padding on loom (F.pad's "reflect" and
 // "replicate" modes) in 1, 2 and 3 dims, forward, backward and out=. Shapes
 // and argument checks come from running the op on the meta device, so bad
-// input raises what the CPU raises; kernels/padding.c moves the elements.
+// input raises what the CPU raises; "padding.forward" and "padding.backward"
+// move the elements.
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
 #include "common.h"
-#include "kernels/padding.h"
+#include "loom/kernels/padding.h"
 #include "register.h"
 
 namespace torch_loom::padding {
@@ -24,7 +25,7 @@ loom_tensor as5(const Tensor& t, int dims, const char* op) {
   return describe(v, op);
 }
 
-void run(const char* op, loom_kernel_fn fn, loom_padding_mode mode, int dims, Pads pads,
+void run(const char* op, const loom_kernel_t* kernel, loom_padding_mode mode, int dims, Pads pads,
          const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   // F.pad order: (W before, W after, H before, H after, D before, D after)
@@ -33,7 +34,7 @@ void run(const char* op, loom_kernel_fn fn, loom_padding_mode mode, int dims, Pa
   const loom_tensor ts[2] = {as5(dst, dims, op), as5(src, dims, op)};
   const int64_t planes = ts[0].sizes[0] * ts[0].sizes[1];
   const int64_t per_plane = std::max<int64_t>(1, dst.numel() / std::max<int64_t>(1, planes));
-  launch(op, fn, ts, sc, planes, std::max<int64_t>(1, 16384 / per_plane));
+  launch(op, kernel, ts, sc, planes, std::max<int64_t>(1, 16384 / per_plane));
 }
 
 template <typename Call>
@@ -46,7 +47,7 @@ Tensor& forward_out(const char* op, loom_padding_mode mode, int dims, const Tens
   Tensor m = call(meta_like(self));
   check_out_dtype(out, self, op);
   at::native::resize_output(out, m.sizes());
-  run(op, loom_kernel_padding, mode, dims, pads, out, self);
+  run(op, LOOM_KERNEL("padding.forward"), mode, dims, pads, out, self);
   return out;
 }
 
@@ -58,7 +59,7 @@ Tensor& backward_out(const char* op, loom_padding_mode mode, int dims, const Ten
   at::native::resize_output(grad_in, m.sizes());
   if (!at::isFloatingType(grad_out.scalar_type()))
     return grad_in.copy_(call(grad_out.cpu(), self.cpu()));
-  run(op, loom_kernel_padding_backward, mode, dims, pads, grad_in, grad_out);
+  run(op, LOOM_KERNEL("padding.backward"), mode, dims, pads, grad_in, grad_out);
   return grad_in;
 }
 

@@ -11,7 +11,7 @@
 #include <tuple>
 
 #include "common.h"
-#include "kernels/pool.h"
+#include "loom/kernels/pool.h"
 #include "register.h"
 
 namespace torch_loom {
@@ -88,7 +88,7 @@ void run_forward(const char* op, int dims, const Tensor& self, const Tensor& out
   if (out.numel() == 0) return;
   loom_tensor ts[3] = {volumes5(self, dims, op), volumes5(out, dims, op),
                        indices ? volumes5(*indices, dims, op) : loom_tensor{}};
-  launch(op, loom_pool_kernel, c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2), sc,
+  launch(op, LOOM_KERNEL("pool.forward"), c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2), sc,
          volumes(out, dims), grain_for(self, dims));
 }
 
@@ -106,7 +106,7 @@ Tensor run_backward(const char* op, int dims, const Tensor& grad_output, const T
   if (gi.numel() == 0) return gi.to(type);
   loom_tensor ts[3] = {volumes5(gi, dims, op), volumes5(grad_output, dims, op),
                        indices ? volumes5(*indices, dims, op) : loom_tensor{}};
-  launch(op, loom_pool_backward_kernel, c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2), sc,
+  launch(op, LOOM_KERNEL("pool.backward"), c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2), sc,
          volumes(gi, dims), grain_for(gi, dims));
   return widen ? gi.to(type) : gi;
 }

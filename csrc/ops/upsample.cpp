@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "common.h"
-#include "kernels/upsample.h"
+#include "loom/kernels/upsample.h"
 #include "register.h"
 
 namespace torch_loom::upsample {
@@ -58,7 +58,7 @@ int64_t grain_of(const Tensor& t) {
 void forward_into(const char* op, const Spec& s, const Tensor& self, const Tensor& out) {
   if (out.numel() == 0) return;
   const loom_tensor ts[2] = {image4(out, s.dims, op), image4(self, s.dims, op)};
-  launch(op, loom_kernel_upsample, ts, scalars(s, weights_in_dtype(s, self, out)),
+  launch(op, LOOM_KERNEL("upsample.forward"), ts, scalars(s, weights_in_dtype(s, self, out)),
          out.size(0) * out.size(1), grain_of(out));
 }
 
@@ -72,7 +72,7 @@ void backward_into(const char* op, const Spec& s, const Tensor& grad_out, const 
                    ? grad_in
                    : at::empty(grad_in.sizes(), grad_in.options().dtype(acc_type));
   const loom_tensor ts[2] = {image4(acc, s.dims, op), image4(grad_out, s.dims, op)};
-  launch(op, loom_kernel_upsample_backward, ts, scalars(s, false), acc.size(0) * acc.size(1),
+  launch(op, LOOM_KERNEL("upsample.backward"), ts, scalars(s, false), acc.size(0) * acc.size(1),
          grain_of(acc));
   if (!acc.is_same(grad_in)) grad_in.copy_(acc);
 }
