@@ -279,7 +279,9 @@ int host_pool_run(host_pool *pool, int priority, loom_kernel_fn fn, const loom_k
   host_job job = {.priority = priority, .fn = fn, .args = args, .num_chunks = num_chunks};
   open_job(pool, &job);
   uint64_t seen = help_higher(pool, priority);
-  while (run_chunks(pool, &job, seen)) seen = help_higher(pool, priority);
+  /* Once its own chunks are all taken the owner only waits: helping then
+   * would hold back the completion of its stream for no chunk of its own. */
+  while (run_chunks(pool, &job, seen) && has_chunks_left(&job)) seen = help_higher(pool, priority);
   close_job(pool, &job);
   wait_for_chunks(pool, &job);
   for (unsigned spins = 0; atomic_load(&job.helpers) != 0; ++spins)
