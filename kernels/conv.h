@@ -1,43 +1,22 @@
-/* kernels/conv.h — the data movement of convolution: im2col and col2im.
- * The arithmetic is the GEMM's (kernels/gemm/gemm.h).
- *
- * Geometry is always 3-d (1-d and 2-d convolutions use size-1 dims). A
- * "col" matrix has rows (c, kd, kh, kw) and columns (n, od, oh, ow), stored
- * contiguously as [C*KD*KH*KW][N][OD*OH*OW]: a group's rows are one block,
- * and for a fixed row the columns of all images form one run, which is what
- * the weight gradient needs as its k dimension.
- *
- * Scalars of both kernels (all .i): [0..2] kernel (kd, kh, kw), [3..5]
- * stride, [6..8] padding, [9..11] dilation, [12..14] the col grid
- * (od, oh, ow), i.e. the positions the kernel window visits. */
+/* kernels/conv.h — the kernels of convolution: im2col and col2im (their
+ * contracts and names, the geometry scalars and the col layout in
+ * loom/kernels/im2col.h), and the implicit-GEMM convolutions with their
+ * packing and padding helpers.
+ * The arithmetic is the GEMM's (kernels/gemm/gemm.h). */
 #ifndef LOOM_KERNELS_CONV_H
 #define LOOM_KERNELS_CONV_H
 
 #include <stdint.h>
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/im2col.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum { LOOM_CONV_NUM_SCALARS = 15 };
-
-/* tensors: [0] col (rank 3: C*K, N, L, contiguous, input's dtype),
- *          [1] input (rank 5: N, C, D, H, W, any strides).
- * range: C*K*N (one col row of one image per item). Out-of-image taps
- * give 0. */
-int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
-                       int64_t end);
-
-/* tensors: [0] image (rank 5: N, C, D, H, W, any strides, float32),
- *          [1] col (rank 3: C*K, N, L, contiguous, float32).
- * range: N*C (one image plane per item, item c * N + n). Each image
- * element becomes the sum, in fixed (kd, kh, kw) order, of the col entries
- * that read it; the plane is the accumulator, so lower-precision images go
- * through an fp32 one. */
-int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin,
-                       int64_t end);
+int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* Packs the GEMM A panels of the convolution that gives a stride-1 input
  * gradient, straight from the forward's weight w: that convolution's
@@ -84,8 +63,9 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
  * scalars: [0].i isa, which may carry LOOM_GEMM_IN_COMPUTE: then the full
  * panels of an A that the plan reads in place (plan.a_in_place) are not
  * packed and are read from A itself; [1].i positions per tile
- * (loom_conv_tile_positions), [2..16] the geometry as above, and optionally
- * [17].i the pieces of the last tile (loom_conv_tail_split; else 1).
+ * (loom_conv_tile_positions), [2..16] the geometry (loom/kernels/im2col.h),
+ * and optionally [17].i the pieces of the last tile (loom_conv_tail_split;
+ * else 1).
  * range: C's batch * G * (ceil(C's cols / positions per tile) - 1 + pieces),
  * grain any. Each output element sums its k in the GEMM's fixed order,
  * whatever the tiling. */

@@ -1,9 +1,10 @@
-/* kernels/im2col.c — im2col and col2im (see kernels/conv.h). */
+/* kernels/im2col.c — im2col and col2im (see loom/kernels/im2col.h). */
 #include <string.h>
 
 #include "kernels/conv.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/im2col_internal.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 #include "runtime/base/cpu.h"
 
@@ -329,3 +330,9 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
   }
   return 0;
 }
+
+const loom_kernel_entry loom_im2col_kernels[] = {
+    {"im2col.to_col", loom_im2col_kernel},
+    {"im2col.to_image", loom_col2im_kernel},
+    {NULL, NULL},
+};

@@ -27,6 +27,7 @@ extern const loom_kernel_entry loom_padding_kernels[];
 extern const loom_kernel_entry loom_grid_sample_kernels[];
 extern const loom_kernel_entry loom_upsample_kernels[];
 extern const loom_kernel_entry loom_pool_kernels[];
+extern const loom_kernel_entry loom_im2col_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
@@ -52,6 +53,7 @@ static const loom_kernel_entry *const families[] = {
     loom_grid_sample_kernels,
     loom_upsample_kernels,
     loom_pool_kernels,
+    loom_im2col_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),

@@ -1,31 +1,52 @@
 // F.unfold and F.fold on loom (aten::im2col, aten::col2im): unfold is the
-// convolution's own im2col kernel (kernels/im2col.c) over a 2-d geometry,
+// convolution's own im2col kernel ("im2col.to_col") over a 2-d geometry,
 // fold an index_add. Shapes and argument checks come from the meta device.
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
-#include "ops/conv_internal.h"
+#include <algorithm>
+#include <array>
+
+#include "common.h"
+#include "loom/kernels/im2col.h"
 #include "register.h"
 
 namespace torch_loom::fold {
 namespace {
 
 using at::Tensor;
-using conv::Geom;
 
-Geom geometry(at::IntArrayRef k, at::IntArrayRef d, at::IntArrayRef p, at::IntArrayRef s,
-              int64_t oh, int64_t ow) {
-  Geom g;
-  for (int i = 0; i < 2; ++i) {
-    g.k[1 + i] = k[i];
-    g.d[1 + i] = d[i];
-    g.p[1 + i] = p[i];
-    g.s[1 + i] = s[i];
+// The 2-d window as the kernel's 3-d geometry scalars, depth 1.
+std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> geometry(at::IntArrayRef k, at::IntArrayRef d,
+                                                        at::IntArrayRef p, at::IntArrayRef s,
+                                                        int64_t oh, int64_t ow) {
+  std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> sc{};
+  for (int i = 0; i < 3; ++i) {
+    const bool depth = i == 0;
+    sc[i] = scalar_i(depth ? 1 : k[i - 1]);
+    sc[3 + i] = scalar_i(depth ? 1 : s[i - 1]);
+    sc[6 + i] = scalar_i(depth ? 0 : p[i - 1]);
+    sc[9 + i] = scalar_i(depth ? 1 : d[i - 1]);
   }
-  g.grid[1] = oh;
-  g.grid[2] = ow;
-  return g;
+  sc[12] = scalar_i(1);
+  sc[13] = scalar_i(oh);
+  sc[14] = scalar_i(ow);
+  return sc;
+}
+
+// (N, C, H, W) as the kernel's (N, C, D, H, W) with D = 1.
+loom_tensor image5(const Tensor& x, const char* op) {
+  const loom_tensor d = describe(x, op);
+  loom_tensor r = d;
+  r.rank = 5;
+  r.sizes[2] = 1;
+  r.strides[2] = 0;
+  for (int i = 3; i < 5; ++i) {
+    r.sizes[i] = d.sizes[i - 1];
+    r.strides[i] = d.strides[i - 1];
+  }
+  return r;
 }
 
 int64_t windows(int64_t size, int i, at::IntArrayRef k, at::IntArrayRef d, at::IntArrayRef p,
@@ -41,13 +62,13 @@ Tensor& im2col_out(const Tensor& self, at::IntArrayRef k, at::IntArrayRef d, at:
   if (out.numel() == 0) return out;
   const Tensor x = self.dim() == 3 ? self.unsqueeze(0) : self;
   const int64_t n = x.size(0), c = x.size(1);
-  const Geom g = geometry(k, d, p, s, windows(x.size(2), 0, k, d, p, s),
-                          windows(x.size(3), 1, k, d, p, s));
-  Tensor col = at::empty({c * g.taps(), n, g.positions()}, x.options());
-  const loom_tensor ts[2] = {describe(col, "im2col"), conv::image5(x, "im2col")};
-  const int64_t rows = c * g.taps() * n;
-  launch("im2col", loom_im2col_kernel, ts, conv::geom_scalars(g), rows,
-         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.positions())));
+  const int64_t oh = windows(x.size(2), 0, k, d, p, s), ow = windows(x.size(3), 1, k, d, p, s);
+  const int64_t taps = k[0] * k[1], positions = oh * ow;
+  Tensor col = at::empty({c * taps, n, positions}, x.options());
+  const loom_tensor ts[2] = {describe(col, "im2col"), image5(x, "im2col")};
+  const int64_t rows = c * taps * n;
+  launch("im2col", LOOM_KERNEL("im2col.to_col"), ts, geometry(k, d, p, s, oh, ow), rows,
+         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, positions)));
   Tensor r = col.permute({1, 0, 2});
   return out.copy_(self.dim() == 3 ? r.squeeze(0) : r);
 }
