@@ -126,7 +126,7 @@ loom_tensor describe_kept(const at::Tensor& t, const at::Tensor& self,
   return d;
 }
 
-// Runs loom_kernel_reduce: `out` (values, may be undefined) and `second`
+// Runs "reduce.trailing_dims": `out` (values, may be undefined) and `second`
 // (indices or mean, may be undefined) have the output shape.
 void run(const char* name, int op, double param, const at::Tensor& self,
          const DimMask& mask, const at::Tensor& out, const at::Tensor& second) {
