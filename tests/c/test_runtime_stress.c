@@ -1,7 +1,8 @@
 /* Concurrency stress: many host threads, each with its own streams (of
  * mixed priority), driving events, cross-stream and cross-thread waits,
  * allocations freed while other streams still use them (loom_record_stream),
- * host callbacks, asynchronous errors and synchronizes, all at once.
+ * pinned host buffers, host callbacks, asynchronous errors and synchronizes,
+ * all at once.
  *
  * Every result is checked: a producer stream fills a buffer with values
  * known from (thread, iteration), a consumer stream waits on an event and
@@ -140,9 +141,17 @@ static void round_trip(worker *w, loom_stream_t **s, loom_event_t *e, float *hos
            "callback");
     w->callbacks_queued++;
   }
-  EXPECT(w, loom_memcpy(s[1], host, y, (size_t)n * sizeof(float)) == LOOM_OK, "read back");
+  /* Pageable memory: the copy waits. Pinned: it is asynchronous, and the
+   * stream's synchronize orders it before the read. */
+  float *out = host, *pinned = NULL;
+  if (next_rand(w) % 3 == 0 &&
+      loom_host_malloc((size_t)n * sizeof(float), (void **)&pinned) == LOOM_OK)
+    out = pinned;
+  EXPECT(w, loom_memcpy(s[1], out, y, (size_t)n * sizeof(float)) == LOOM_OK, "read back");
+  if (pinned) EXPECT(w, loom_stream_synchronize(s[1]) == LOOM_OK, "sync pinned read");
   int bad = 0;
-  for (int64_t i = 0; i < n && !bad; ++i) bad = host[i] != 2.0f * (base + (float)i) + 1.0f;
+  for (int64_t i = 0; i < n && !bad; ++i) bad = out[i] != 2.0f * (base + (float)i) + 1.0f;
+  EXPECT(w, loom_host_free(pinned) == LOOM_OK, "host free");
   EXPECT(w, !bad, "values");
   EXPECT(w, loom_free(x2) == LOOM_OK, "free x2");
   EXPECT(w, loom_free(y) == LOOM_OK, "free y");
