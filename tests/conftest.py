@@ -15,11 +15,16 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def gemm_variant_here(variant):
     """Whether loom's GEMM can run `variant` ("avx512", "amx") here: the
-    CPU has its instructions and LOOM_GEMM does not pick a variant below
-    it (the variants go generic < avx512 < avx512bf16 < amx)."""
+    CPU has its instructions and neither LOOM_GEMM nor LOOM_CPU_FEATURES
+    picks a variant below it (the variants go generic < avx512 <
+    avx512bf16 < amx; the feature cap "avx2" leaves the GEMM generic)."""
     order = ["generic", "avx512", "avx512bf16", "amx"]
     chosen = os.environ.get("LOOM_GEMM", "amx")
     if chosen in order and order.index(chosen) < order.index(variant):
+        return False
+    cap = os.environ.get("LOOM_CPU_FEATURES", "native")
+    cap = "generic" if cap == "avx2" else cap
+    if cap in order and order.index(cap) < order.index(variant):
         return False
     flag = {"avx512": "avx512f", "avx512bf16": "avx512_bf16", "amx": "amx_bf16"}[variant]
     try:
