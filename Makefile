@@ -11,7 +11,7 @@ TORCH_VERSION := 2.13.0
 CLIENT_PKGS := torchvision==0.28.0 transformers==5.25.0 timm==1.0.31
 export LOOM_REPO_ROOT := $(CURDIR)
 
-.PHONY: all setup build test test-c test-sanitize test-tsan test-py test-guarded demo conformance conformance-fast conformance-update bench bench-quick clean
+.PHONY: all setup build test test-c test-sanitize test-tsan test-py test-guarded test-generic demo conformance conformance-fast conformance-update bench bench-quick clean
 
 all: build
 
@@ -67,7 +67,13 @@ test-guarded: build
 	LOOM_DRIVER=guarded $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py \
 	  tests/test_device.py tests/test_fallback.py tests/test_serialization.py tests/test_guarded_driver.py
 
-test: test-c test-sanitize test-tsan test-py test-guarded
+# The op and training tests with the CPU features capped to none, so every
+# kernel family runs its generic C path (the AVX-512 convolutions their
+# generic twins) and the ISA paths are held to it on one machine.
+test-generic: build
+	LOOM_CPU_FEATURES=generic $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py
+
+test: test-c test-sanitize test-tsan test-py test-guarded test-generic
 
 demo: build
 	$(VPY) examples/train_mlp.py
