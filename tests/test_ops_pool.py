@@ -42,18 +42,32 @@ def compare(fn, x, dtype, noncontig=False):
     torch.testing.assert_close(d.grad.cpu(), c.grad, **TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kw", [
+MAX_POOL2D_WINDOWS = [
     dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
     dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 1)),
     dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=1),
-])
-@pytest.mark.parametrize("shape", [(2, 3, 7, 9), (3, 13, 8), (1, 1, 1, 1), (2, 2, 5, 41)])
+]
+MAX_POOL2D_SHAPES = [(2, 3, 7, 9), (3, 13, 8), (1, 1, 1, 1), (2, 2, 5, 41)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kw,shape", [
+    (kw, shape) for kw in MAX_POOL2D_WINDOWS for shape in MAX_POOL2D_SHAPES
+    # a 1x1 plane takes only the 1x1 window (larger ones are errors, tested apart)
+    if shape[-1] >= 3 or kw["kernel_size"] == 1])
 def test_max_pool2d(dtype, kw, shape):
-    if shape[-1] < 3 and kw["kernel_size"] != 1:
-        pytest.skip("window larger than the input")
     compare(lambda x: F.max_pool2d(x, return_indices=True, **kw), rand(*shape, dtype=dtype), dtype)
     compare(lambda x: F.max_pool2d(x, **kw), rand(*shape, dtype=dtype, seed=1), dtype, noncontig=True)
+
+
+@pytest.mark.parametrize("kw", [w for w in MAX_POOL2D_WINDOWS if w["kernel_size"] != 1])
+def test_max_pool2d_window_larger_than_input_is_the_cpu_error(kw):
+    x = torch.ones(1, 1, 1, 1)
+    with pytest.raises(RuntimeError) as cpu:
+        F.max_pool2d(x, **kw)
+    with pytest.raises(RuntimeError) as loom:
+        F.max_pool2d(x.to("loom"), **kw)
+    assert str(loom.value) == str(cpu.value)
 
 
 def test_max_pool2d_nan_and_ties():
