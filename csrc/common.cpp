@@ -112,6 +112,18 @@ void launch(const char* name, const loom_kernel_t* kernel,
   enqueue(name, kernel, nullptr, tensors, scalars, range, grain, device);
 }
 
+void plan(const char* op, const loom_kernel_t* planner,
+          c10::ArrayRef<loom_tensor> tensors, c10::ArrayRef<loom_scalar> scalars,
+          void* out, size_t size) {
+  loom_kernel_args args{};
+  args.abi_version = LOOM_KERNEL_ABI_VERSION;
+  args.num_tensors = static_cast<uint32_t>(tensors.size());
+  args.tensors = tensors.data();
+  args.num_scalars = static_cast<uint32_t>(scalars.size());
+  args.scalars = scalars.data();
+  check(loom_kernel_plan(planner, &args, out, size), op);
+}
+
 void launch(const char* name, loom_kernel_fn fn,
             c10::ArrayRef<loom_tensor> tensors,
             c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,

@@ -54,6 +54,21 @@ void launch(const char* name, loom_kernel_fn fn,
             c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
             c10::DeviceIndex device = -1);
 
+// Fills `size` bytes at `out` with the plan the planner `planner` makes for
+// these arguments (its family's contract in loom/kernels/ gives the plan's
+// layout; tensor data is never read); throws, naming `op`, when it fails.
+void plan(const char* op, const loom_kernel_t* planner,
+          c10::ArrayRef<loom_tensor> tensors, c10::ArrayRef<loom_scalar> scalars,
+          void* out, size_t size);
+
+template <typename Plan>
+Plan plan(const char* op, const loom_kernel_t* planner,
+          c10::ArrayRef<loom_tensor> tensors, c10::ArrayRef<loom_scalar> scalars) {
+  Plan p;
+  plan(op, planner, tensors, scalars, &p, sizeof p);
+  return p;
+}
+
 // The threads that run `t`'s device's launches (1 if it cannot say).
 int64_t device_workers(const at::Tensor& t);
 

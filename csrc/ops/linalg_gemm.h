@@ -1,5 +1,6 @@
 // The one way C++ glue runs a matrix multiply on loom: rank-4 descriptors
-// (batch1, batch2, rows, cols) handed to the kernels in kernels/gemm/.
+// (batch1, batch2, rows, cols), planned by "gemm.plan" and launched as its
+// plan says (loom/kernels/gemm.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,21 +18,23 @@ loom_tensor gemm_transpose(loom_tensor d);
 // `d` broadcast to `sizes` (right-aligned; size-1 dims get stride 0).
 loom_tensor gemm_broadcast(loom_tensor d, const int64_t sizes[4]);
 
-// How fp32 operands are multiplied: as they are, or on AMX's bf16 tiles as
-// PyTorch's float32 matmul precision allows (kernels/gemm/gemm.h): one
-// product of their bf16 roundings ("medium"), or three products of their
-// high and low bf16 parts ("high", about 16 bits of each operand kept).
+// How fp32 operands may be multiplied, as PyTorch's float32 matmul
+// precision allows (LOOM_GEMM_MATH_* in loom/kernels/gemm.h): as they are,
+// as one product of their bf16 roundings ("medium"), or as three products
+// of their high and low bf16 parts ("high", about 16 bits of each operand
+// kept). A request; the GEMM's planner serves it where its variant has bf16
+// products and computes exactly elsewhere.
 enum class GemmMath { exact, bf16, bf16x3 };
 
-// The GemmMath for matrix products of `operands` under the precision set
-// by torch.set_float32_matmul_precision, on this CPU (bf16 math needs AMX).
+// The GemmMath that torch.set_float32_matmul_precision asks of matrix
+// products of `operands` (exact for every dtype but fp32).
 GemmMath matmul_math(at::ScalarType operands);
 
 // C = alpha * A @ B + beta * Cin (Cin null or beta == 0: ignored), enqueued
 // on the current stream of C's device. C, A, B, Cin are rank-4 views of loom
 // memory; A and B fp32/bf16/fp16 of one dtype, C fp32/bf16/fp16. Allocates
-// the packing workspace from the loom allocator. `math` applies to fp32
-// A and B with more than one row and column of C.
+// the packing workspace from the loom allocator. `math` is asked for fp32
+// A and B; the plan decides what it applies to.
 void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
               loom_tensor a, loom_tensor b, const loom_tensor* cin,
               double alpha, double beta, GemmMath math = GemmMath::exact);

@@ -1,32 +1,22 @@
-/* kernels/gemm/gemm.h — batched, packed, cache-blocked matrix multiply.
+/* kernels/gemm/gemm.h — the GEMM's kernels, its planner and the variant
+ * word they share (contracts and names in loom/kernels/gemm.h; the plan
+ * struct lives there too).
  *
- *   C[b1,b2] = alpha * A[b1,b2] @ B[b1,b2] + beta * Cin[b1,b2]
- *
- * Every operand is a rank-4 strided view (batch1, batch2, rows, cols); any
- * stride may be 0 (broadcast), so transposes, slices and batch broadcasting
- * cost nothing: the pack step reads through the strides. A and B are fp32,
- * bf16 or fp16; C and Cin are fp32, bf16 or fp16; accumulation is fp32.
- * beta == 0 ignores Cin (NaNs in it do not propagate), as in BLAS.
- *
- * A multiply is two launches on one stream, over the same arguments:
- *   tensors: [0] C, [1] A, [2] B, [3] workspace (bytes, plan.workspace_bytes),
- *            [4] Cin (optional; omit it when beta == 0)
- *   scalars: [0].i isa (loom_gemm_isa), optionally | LOOM_GEMM_IN_COMPUTE;
- *            [1].f alpha, [2].f beta
- *   1. loom_gemm_pack_kernel    over [0, plan.pack_range), grain plan.pack_grain
- *   2. loom_gemm_compute_kernel over [0, plan.compute_range), grain plan.compute_grain
- * The pack launch copies A and B into register-tile panels in the workspace
- * (each distinct matrix once, broadcast ones once), except what the compute
- * launch takes over under LOOM_GEMM_IN_COMPUTE; its range may then be 0,
- * and it need not be launched. The compute launch owns
- * disjoint tiles of C and walks K in a fixed order, so the result is bitwise
- * independent of the thread count and of the grain. */
+ * The launches' scalars[0].i is a variant word: the isa (loom_gemm_isa),
+ * optionally | LOOM_GEMM_IN_COMPUTE and the other flags below. The pack
+ * launch copies A and B into register-tile panels in the workspace (each
+ * distinct matrix once, broadcast ones once), except what the compute
+ * launch takes over under LOOM_GEMM_IN_COMPUTE; its range may then be 0.
+ * The pack step reads through the strides. Other kernel families (the
+ * convolutions) plan with loom_gemm_plan_init and launch these panels'
+ * layout themselves. */
 #ifndef LOOM_KERNELS_GEMM_H
 #define LOOM_KERNELS_GEMM_H
 
 #include <stdint.h>
 
 #include "loom/kernel_abi.h"
+#include "loom/kernels/gemm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -78,34 +68,9 @@ loom_gemm_isa loom_gemm_isa_selected(void);
 int loom_gemm_isa_supported(loom_gemm_isa isa);
 const char *loom_gemm_isa_name(loom_gemm_isa isa);
 
-/* Everything both launches and the caller need to know, derived only from
- * the shapes, dtypes and broadcast pattern of C, A, B and the isa. */
-typedef struct loom_gemm_plan {
-  int32_t isa;
-  int32_t packed_bf16; /* operands packed as bf16 k-pairs (else fp32) */
-  int32_t bf16_math;   /* fp32 operands packed as bf16: LOOM_GEMM_BF16_MATH,
-                          with LOOM_GEMM_A_LOW / LOOM_GEMM_B_LOW, or 0 */
-  int32_t mr, nr;      /* register tile */
-  int32_t use_acc;     /* C's tiles accumulate in the thread's fp32 buffer */
-  int32_t a_in_place;  /* full row panels of A are read where they lie */
-  int32_t b_in_compute; /* B's panels are packed by the compute launch */
-  int32_t a_in_compute; /* A's panels are packed by the compute launch */
-  int32_t a_tail_in_compute; /* the partial last row panel of an A read in
-                                place is packed by the compute launch */
-  int32_t rows_outer;   /* a tile's row panels are its outer loop (B packed) */
-  int64_t batch1, batch2, m, n, k;
-  int64_t kp;          /* k rounded up to the pack's k granule */
-  int64_t kc;          /* k block walked per pass over a C tile */
-  int64_t m_panels, n_panels;
-  int64_t a_count1, a_count2, b_count1, b_count2; /* distinct packed matrices */
-  int64_t a_bytes, b_bytes; /* one packed A / B matrix */
-  int64_t a_offset, b_offset, workspace_bytes;
-  int64_t pack_units_a, pack_range, pack_grain;
-  int64_t mt, nt, m_tiles, n_tiles, compute_range, compute_grain;
-} loom_gemm_plan;
-
-/* Fills `out` for the given operands (ranks 4, matching sizes). Returns 0 or
- * a loom_status code (LOOM_ERROR_INVALID_ARGUMENT for bad ranks, sizes or
+/* Fills the geometry of `out` for the given operands (ranks 4, matching
+ * sizes) and variant word; the planner's answer stays 0. Returns 0 or a
+ * loom_status code (LOOM_ERROR_INVALID_ARGUMENT for bad ranks, sizes or
  * dtypes). Pure: kernels call it too. */
 int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
                         const loom_tensor *b, int32_t isa,
@@ -115,6 +80,12 @@ int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
                           int64_t end);
 int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
                              int64_t end);
+
+/* "gemm.plan" (loom/kernels/gemm.h) for the variant loom_gemm_isa_selected()
+ * names; loom_gemm_plan_for plans as `isa` would, so that tests check the
+ * plans of variants this CPU cannot run (planning executes none of them). */
+int loom_gemm_planner(const loom_kernel_args *args, void *out_plan, uint64_t size);
+int loom_gemm_plan_for(const loom_kernel_args *args, loom_gemm_isa isa, loom_gemm_plan *out);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,13 @@
-/* kernels/gemm/gemm_select.c — which GEMM variant runs on this CPU. Read
- * once; the choice is a scalar of every launch, so kernels stay pure. */
+/* kernels/gemm/gemm_select.c — which GEMM variant runs on this CPU, and
+ * the planner that turns it into launches ("gemm.plan"). The variant is
+ * read once; it is a scalar of every launch, so kernels stay pure. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemv.h"
+#include "kernels/registry.h"
+#include "loom/status.h"
 #include "runtime/base/cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -99,3 +103,101 @@ loom_gemm_isa loom_gemm_isa_selected(void) {
   }
   return (loom_gemm_isa)v;
 }
+
+/* ---- "gemm.plan" ----------------------------------------------------------- */
+
+/* `d` with its last two dims swapped (a transposed view; no data moves). */
+static loom_tensor loom_gemm_transposed(loom_tensor d) {
+  const int64_t size = d.sizes[2], stride = d.strides[2];
+  d.sizes[2] = d.sizes[3], d.strides[2] = d.strides[3];
+  d.sizes[3] = size, d.strides[3] = stride;
+  return d;
+}
+
+/* C^T = B^T A^T: the operands of the transposed product, in place. */
+static void loom_gemm_transpose_product(loom_tensor *c, loom_tensor *a, loom_tensor *b) {
+  const loom_tensor at = loom_gemm_transposed(*b), bt = loom_gemm_transposed(*a);
+  *a = at, *b = bt, *c = loom_gemm_transposed(*c);
+}
+
+/* Wasted work of a register tile over an m x n result: padded area. */
+static int64_t loom_gemm_padded_area(int64_t m, int64_t n, int64_t mr, int64_t nr) {
+  return (m + mr - 1) / mr * mr * ((n + nr - 1) / nr * nr);
+}
+
+int loom_gemm_plan_for(const loom_kernel_args *args, loom_gemm_isa isa, loom_gemm_plan *out) {
+  memset(out, 0, sizeof *out);
+  if (args->num_tensors < 3 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  loom_tensor c = args->tensors[0], a = args->tensors[1], b = args->tensors[2];
+  const int64_t math = args->scalars[0].i, workers = args->scalars[1].i;
+  if (c.rank != 4 || a.rank != 4 || b.rank != 4 || math < LOOM_GEMM_MATH_EXACT ||
+      math > LOOM_GEMM_MATH_BF16X3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  out->passes = 1;
+  /* A single result column (or row, transposed into one): a matrix-vector
+   * product, which a register tile would mostly spend on padding. */
+  if (c.sizes[3] == 1 || c.sizes[2] == 1) {
+    out->route = LOOM_GEMM_ROUTE_GEMV;
+    out->transposed = c.sizes[3] != 1;
+    if (out->transposed) loom_gemm_transpose_product(&c, &a, &b);
+    out->batch1 = c.sizes[0], out->batch2 = c.sizes[1];
+    out->m = c.sizes[2], out->n = 1, out->k = a.sizes[3];
+    out->compute_range = out->batch1 * out->batch2 * ((out->m + LOOM_GEMV_ROWS - 1) / LOOM_GEMV_ROWS);
+    out->compute_grain = 1;
+    return 0;
+  }
+  /* C^T = B^T A^T when C is column-major (no fp32 accumulator needed) or
+   * when the transposed problem pads the register tile much less (thin C). */
+  const int64_t m = c.sizes[2], n = c.sizes[3];
+  int swap = n > 1 && c.strides[3] != 1 && (m == 1 || c.strides[2] == 1);
+  if (!swap && (m == 1 || c.strides[2] == 1)) {
+    loom_gemm_plan p;
+    if (loom_gemm_plan_init(&c, &a, &b, isa, &p) == 0 &&
+        loom_gemm_padded_area(n, m, p.mr, p.nr) * 2 < loom_gemm_padded_area(m, n, p.mr, p.nr))
+      swap = 1;
+  }
+  if (swap) loom_gemm_transpose_product(&c, &a, &b);
+  /* bf16 products need AMX's tiles; elsewhere fp32 stays exact. bf16x3:
+   * the products of the low parts with the high ones, then of the high
+   * parts, each pass adding to C (small terms first). */
+  int32_t flags[LOOM_GEMM_MAX_PASSES] = {0, 0, 0};
+  int passes = 1;
+  int32_t chosen = LOOM_GEMM_MATH_EXACT;
+  if (math != LOOM_GEMM_MATH_EXACT && isa == LOOM_GEMM_AMX && a.dtype == LOOM_FLOAT32) {
+    chosen = (int32_t)math;
+    if (math == LOOM_GEMM_MATH_BF16) {
+      flags[0] = LOOM_GEMM_BF16_MATH;
+    } else {
+      flags[0] = LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW;
+      flags[1] = LOOM_GEMM_BF16_MATH | LOOM_GEMM_B_LOW;
+      flags[2] = LOOM_GEMM_BF16_MATH;
+      passes = 3;
+    }
+  }
+  int32_t variant[LOOM_GEMM_MAX_PASSES] = {0, 0, 0};
+  for (int p = 0; p < passes; ++p)
+    variant[p] = (int32_t)isa | LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE | flags[p] |
+                 LOOM_GEMM_WORKERS(workers);
+  /* The passes differ only in which bf16 part they pack: one geometry. */
+  const int rc = loom_gemm_plan_init(&c, &a, &b, variant[0], out);
+  if (rc != 0) return loom_error((loom_status)rc, "unsupported operands for the loom GEMM");
+  out->route = LOOM_GEMM_ROUTE_TILES;
+  out->transposed = swap;
+  out->math = chosen;
+  out->passes = passes;
+  for (int p = 0; p < passes; ++p) out->pass_variant[p] = variant[p];
+  return 0;
+}
+
+int loom_gemm_planner(const loom_kernel_args *args, void *out_plan, uint64_t size) {
+  if (size != sizeof(loom_gemm_plan)) return LOOM_ERROR_INVALID_ARGUMENT;
+  return loom_gemm_plan_for(args, loom_gemm_isa_selected(), (loom_gemm_plan *)out_plan);
+}
+
+const loom_kernel_entry loom_gemm_kernels[] = {
+    {"gemm.plan", NULL, loom_gemm_planner},
+    {"gemm.pack", loom_gemm_pack_kernel, NULL},
+    {"gemm.compute", loom_gemm_compute_kernel, NULL},
+    {"gemv.compute", loom_gemv_kernel, NULL},
+    {NULL, NULL, NULL},
+};
