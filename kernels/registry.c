@@ -24,6 +24,7 @@ extern const loom_kernel_entry loom_index_kernels[];
 extern const loom_kernel_entry loom_index_advanced_kernels[];
 extern const loom_kernel_entry loom_embedding_kernels[];
 extern const loom_kernel_entry loom_gemm_kernels[];
+extern const loom_kernel_entry loom_attention_kernels[];
 extern const loom_kernel_entry loom_padding_kernels[];
 extern const loom_kernel_entry loom_grid_sample_kernels[];
 extern const loom_kernel_entry loom_upsample_kernels[];
@@ -51,6 +52,7 @@ static const loom_kernel_entry *const families[] = {
     loom_index_advanced_kernels,
     loom_embedding_kernels,
     loom_gemm_kernels,
+    loom_attention_kernels,
     loom_padding_kernels,
     loom_grid_sample_kernels,
     loom_upsample_kernels,

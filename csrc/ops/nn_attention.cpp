@@ -11,8 +11,7 @@
 
 #include <cmath>
 
-#include "kernels/attention.h"
-#include "kernels/gemm/gemm.h"
+#include "loom/kernels/attention.h"
 #include "ops/nn_util.h"
 #include "register.h"
 
@@ -69,18 +68,6 @@ double scale_of(const at::Tensor& q, std::optional<double> scale) {
                            : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
 }
 
-// fp32/bf16/fp16 with head dims the tiles hold run on the blocked float
-// kernels; fp64 and wider heads on the exact row kernels.
-bool use_blocked(const at::Tensor& q, const at::Tensor& v) {
-  return q.scalar_type() != at::kDouble &&
-         q.size(-1) <= LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM &&
-         v.size(-1) <= LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM;
-}
-
-int64_t blocks(int64_t bh, int64_t n) {
-  return bh * ((n + LOOM_ATTENTION_BLOCK - 1) / LOOM_ATTENTION_BLOCK);
-}
-
 at::ScalarType lse_type(const at::Tensor& q) {
   return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
@@ -97,47 +84,34 @@ at::Tensor mask3(const at::Tensor& mask, const at::Tensor& q, int64_t S) {
   return flat3(mask.expand(with_last(q, 1, {S})));
 }
 
-int64_t round32(int64_t x) { return (x + 31) / 32 * 32; }
-
-// bf16 attention without a mask runs fused on AMX tiles where the GEMM
-// does (kernels/attention_amx.c): head dims within its tiles, rows of unit
-// stride, some keys. It rounds the weights to bf16, as the fused CPU
-// kernels do.
-bool use_amx(const at::Tensor& q3, const at::Tensor& k3, const at::Tensor& v3,
-             const std::optional<at::Tensor>& mask) {
-  return q3.scalar_type() == at::kBFloat16 && !(mask.has_value() && mask->defined()) &&
-         loom_gemm_isa_selected() == LOOM_GEMM_AMX && k3.size(1) > 0 &&
-         round32(q3.size(2)) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
-         round32(v3.size(2)) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM && q3.stride(2) == 1 &&
-         k3.stride(2) == 1 && v3.stride(2) == 1;
+// The family's plan for q, k, v and the mask (loom/kernels/attention.h).
+loom_attention_plan plan_for(const loom_tensor* qkvm, const char* op) {
+  return plan<loom_attention_plan>(op, LOOM_KERNEL("attention.plan"),
+                                   c10::ArrayRef<loom_tensor>(qkvm, 4), {});
 }
 
-// The fused kernel over t (sdpa_forward's tensors; no mask). The key and
-// value blocks are packed once, into the tiles' layout, when several query
-// items of a head read them; a head's only item packs them as it goes
-// (16 queries, 8 heads of 4096 keys: 0.75 -> 0.48 ms). Up to 4 queries
-// (decoding) read each key and value row once, with no tiles at all
-// (1 query: 0.41 -> 0.23 ms, the memory's pace).
-void forward_fused_amx(const loom_tensor (&t)[6], const loom_scalar (&s)[2], const at::Tensor& q3,
-                       const at::Tensor& k3, const at::Tensor& v3, const char* op) {
-  constexpr int64_t kKeys = LOOM_ATTENTION_AMX_KEYS, kQueries = LOOM_ATTENTION_AMX_QUERIES;
-  const int64_t BH = q3.size(0), L = q3.size(1), blocks = (k3.size(1) + kKeys - 1) / kKeys;
-  const int64_t items = BH * ((L + kQueries - 1) / kQueries);
+// The bf16 forward over t (sdpa_forward's tensors; the plan chose it only
+// without a mask), with the workspaces its plan asks for.
+void forward_bf16(const loom_tensor (&t)[6], const loom_scalar (&s)[2],
+                  const loom_attention_plan& p, const at::Tensor& q3, const char* op) {
   const int device = q3.device().index();
-  const loom_tensor own[5] = {t[0], t[1], t[2], t[4], t[5]};  // no packed blocks
-  if (L <= LOOM_ATTENTION_DECODE_QUERIES && k3.size(1) <= LOOM_ATTENTION_DECODE_KEYS) {
-    launch(op, loom_attention_amx_decode, own, s, BH, 1, device);
+  const loom_tensor own[5] = {t[0], t[1], t[2], t[4], t[5]};  // no mask
+  if (p.forward == LOOM_ATTENTION_BF16_DECODE) {
+    launch(op, LOOM_KERNEL("attention.bf16_decode"), own, s, p.forward_range,
+           p.forward_grain, device);
     return;
   }
-  if (L <= kQueries) {
-    launch(op, loom_attention_amx_forward, own, s, items, 1, device);
+  if (p.pack_range == 0) {
+    launch(op, LOOM_KERNEL("attention.bf16_forward"), own, s, p.forward_range,
+           p.forward_grain, device);
     return;
   }
-  const at::Tensor kp = at::empty({BH * blocks * kKeys * round32(k3.size(2))}, q3.options());
-  const at::Tensor vp = at::empty({BH * blocks * kKeys * round32(v3.size(2))}, q3.options());
+  const at::Tensor kp = at::empty({p.k_pack}, q3.options());
+  const at::Tensor vp = at::empty({p.v_pack}, q3.options());
   const loom_tensor fused[7] = {t[0], t[1], t[2], t[4], t[5], describe(kp, op), describe(vp, op)};
-  launch(op, loom_attention_amx_pack, fused, s, BH * blocks, 1, device);
-  launch(op, loom_attention_amx_forward, fused, s, items, 1, device);
+  launch(op, LOOM_KERNEL("attention.bf16_pack"), fused, s, p.pack_range, p.pack_grain, device);
+  launch(op, LOOM_KERNEL("attention.bf16_forward"), fused, s, p.forward_range,
+         p.forward_grain, device);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt,
@@ -164,14 +138,14 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
                               describe_opt(mask, op), describe(flat3(out), op),
                               describe(lse.view({BH, L}), op)};
     const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
-    if (use_amx(q3, k3, v3, bias))
-      forward_fused_amx(t, s, q3, k3, v3, op);
-    else if (use_blocked(query, value))
-      launch(op, loom_attention_blocked_forward, t, s, blocks(BH, L), 1,
-             query.device().index());
+    const loom_attention_plan p = plan_for(t, op);
+    if (p.forward == LOOM_ATTENTION_BF16 || p.forward == LOOM_ATTENTION_BF16_DECODE)
+      forward_bf16(t, s, p, q3, op);
     else
-      launch(op, loom_attention_forward, t, s, BH * L,
-             grain_for(S * (query.size(-1) + Ev)), query.device().index());
+      launch(op,
+             p.forward == LOOM_ATTENTION_BLOCKED ? LOOM_KERNEL("attention.blocked_forward")
+                                                 : LOOM_KERNEL("attention.forward"),
+             t, s, p.forward_range, p.forward_grain, query.device().index());
   }
   const auto empty = at::empty({0}, query.options().dtype(at::kLong));
   return {out, lse, empty, empty, c10::SymInt(L), c10::SymInt(S), empty, empty,
@@ -205,26 +179,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   at::Tensor delta = at::empty({BH, L}, query.options().dtype(lse_type(query)));
   const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
   const auto dev = query.device().index();
-  const int64_t E = query.size(-1), Ev = value.size(-1);
+  const loom_tensor qkvm[4] = {describe(q3, op), describe(k3, op), describe(v3, op),
+                               describe_opt(mask, op)};
+  const loom_attention_plan p = plan_for(qkvm, op);
+  const bool blocked = p.backward == LOOM_ATTENTION_BLOCKED;
   {
     const loom_tensor t[9] = {describe(go3, op), describe(q3, op), describe(k3, op),
                               describe(v3, op), describe_opt(mask, op), describe(o3, op),
                               describe(lse2, op), describe(flat3(dq), op),
                               describe(delta, op)};
-    if (use_blocked(query, value))
-      launch(op, loom_attention_blocked_backward_q, t, s, blocks(BH, L), 1, dev);
-    else
-      launch(op, loom_attention_backward_q, t, s, BH * L, grain_for(S * (E + Ev)), dev);
+    launch(op,
+           blocked ? LOOM_KERNEL("attention.blocked_backward_q")
+                   : LOOM_KERNEL("attention.backward_q"),
+           t, s, p.backward_q_range, p.backward_q_grain, dev);
   }
   {
     const loom_tensor t[9] = {describe(go3, op), describe(q3, op), describe(k3, op),
                               describe(v3, op), describe_opt(mask, op), describe(lse2, op),
                               describe(delta, op), describe(flat3(dk), op),
                               describe(flat3(dv), op)};
-    if (use_blocked(query, value))
-      launch(op, loom_attention_blocked_backward_kv, t, s, blocks(BH, S), 1, dev);
-    else
-      launch(op, loom_attention_backward_kv, t, s, BH * S, grain_for(L * (E + Ev)), dev);
+    launch(op,
+           blocked ? LOOM_KERNEL("attention.blocked_backward_kv")
+                   : LOOM_KERNEL("attention.backward_kv"),
+           t, s, p.backward_kv_range, p.backward_kv_grain, dev);
   }
   return {dq, dk, dv, at::Tensor()};
 }
