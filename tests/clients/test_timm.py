@@ -29,6 +29,9 @@ MODELS = {
     "resnet18": dict(),
     "convnext_atto": dict(drop_path_rate=0.0),
 }
+# Batch norm leaves some gradients at rounding noise, which AdamW's first
+# steps turn into full-size updates of random sign (see harness.compare).
+OPTIMIZER = {"resnet18": dict(optimizer="sgd", lr=0.05), "convnext_atto": dict()}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -36,7 +39,7 @@ def test_training_matches_cpu(name):
     def build():
         return timm.create_model(name, pretrained=False, num_classes=CLASSES, drop_rate=0.0,
                                  **MODELS[name])
-    loom_model, *_ = compare(build, image_batches(), ce_loss)
+    loom_model, *_ = compare(build, image_batches(), ce_loss, **OPTIMIZER[name])
     if name == "resnet18":
         # The running statistics moved with the model and were updated there.
         bn = loom_model.bn1
