@@ -699,7 +699,7 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
 }
 
 #ifndef LOOM_ATTN_ISA
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 int loom_attention_blocked_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
 int loom_attention_blocked_backward_q_impl_avx512(const loom_kernel_args *, int64_t, int64_t);

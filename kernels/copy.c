@@ -8,8 +8,8 @@
 #include "kernels/pointwise.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
-#include "runtime/base/stream_store.h"
+#include "base/cpu.h"
+#include "base/stream_store.h"
 
 /* The staging kind that converts between two dtypes exactly as c10's casts
  * do, or -1 when only the double path does (float64, int <-> float). */

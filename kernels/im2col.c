@@ -6,7 +6,7 @@
 #include "kernels/im2col_internal.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 typedef struct loom_conv_geom {
   int64_t k[3], s[3], p[3], d[3], o[3];

@@ -225,7 +225,7 @@ const loom_nn_rows_ops ROWS_NAME(loom_nn_rows_table) = {
 };
 
 #ifndef LOOM_NN_ROWS_ISA
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 extern const loom_nn_rows_ops loom_nn_rows_table_avx512;
 

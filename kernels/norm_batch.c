@@ -6,7 +6,7 @@
 #include "kernels/norm.h"
 #include "kernels/reduce.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 #include "kernels/norm_batch_rows.inc"
 

@@ -11,7 +11,7 @@
 #include "kernels/nn_util.h"
 #include "kernels/norm.h"
 #include "kernels/reduce.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "loom/status.h"
 
 #ifdef LOOM_GN_ISA

@@ -4,7 +4,7 @@
  * of the compute type are used in place, so the common case (same dtype,
  * contiguous) runs the op straight over memory. */
 #include "kernels/pointwise.h"
-#include "runtime/base/stream_store.h"
+#include "base/stream_store.h"
 
 #include <string.h>
 
@@ -13,7 +13,7 @@
 #include "kernels/iter.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 #define PW_BLOCK 512
 /* A streamed output is computed in blocks this small: loads and

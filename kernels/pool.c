@@ -7,7 +7,7 @@
 #include "kernels/pool_internal.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 typedef struct loom_pool_params {
   int64_t mode, k[3], s[3], p[3], d[3], include_pad, divisor;

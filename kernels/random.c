@@ -6,7 +6,7 @@
 #include "kernels/dtype.h"
 #include "kernels/iter.h"
 #include "kernels/registry.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "loom/status.h"
 
 #define LOOM_TWO_PI 6.283185307179586476925286766559

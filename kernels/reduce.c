@@ -14,7 +14,7 @@
 #include "kernels/pointwise.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 #define RD_BLOCK 512
 

@@ -10,7 +10,7 @@
 #include "kernels/nn_util.h"
 #include "kernels/registry.h"
 #include "kernels/upsample_rows.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "loom/status.h"
 
 typedef struct us_params {

@@ -8,7 +8,7 @@
 #include "kernels/gemm/gemv.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -38,7 +38,7 @@ static int loom_gemm_cpu_has(loom_gemm_isa isa) {
     case LOOM_GEMM_GENERIC: return 1;
     case LOOM_GEMM_AVX512: return avx512;
     case LOOM_GEMM_AVX512BF16: return avx512 && bf16;
-    case LOOM_GEMM_AMX: return avx512 && bf16 && amx; /* the OS's part: runtime/base/cpu.c */
+    case LOOM_GEMM_AMX: return avx512 && bf16 && amx; /* the OS's part: base/cpu.c */
     default: return 0;
   }
 }

@@ -10,7 +10,7 @@
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/lanes.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 #include "kernels/gemm/gemv_body.inc"
 

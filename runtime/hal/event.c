@@ -11,7 +11,7 @@
  * completion never allocates. */
 #include <stdlib.h>
 
-#include "runtime/base/clock.h"
+#include "base/clock.h"
 #include "runtime/hal/hal_internal.h"
 
 #define LOOM_EVENT_MAGIC 0x4c45564eu /* "LEVN" */

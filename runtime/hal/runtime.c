@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/base/cpu.h"
-#include "runtime/base/env.h"
+#include "base/cpu.h"
+#include "base/env.h"
 #include "runtime/drivers/guarded/guarded_driver.h"
 #include "runtime/hal/hal_internal.h"
 

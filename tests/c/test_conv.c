@@ -13,7 +13,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/im2col_internal.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "tests/c/conv_util.h"
 
 static int a_in_place_cases = 0; /* geometries whose weight was read in place */

@@ -13,7 +13,7 @@
  *   process) every ISA selector this test reaches picks generic.
  * The padded-row and Winograd twins have tests of their own. */
 #include "kernels/nn_rows.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "tests/c/conv_twin_util.h"
 
 extern const loom_nn_rows_ops loom_nn_rows_table;

@@ -9,7 +9,7 @@
  * - the public kernels follow the GEMM variant: AVX-512 where it is, the
  *   twins under LOOM_CPU_FEATURES=generic (a child process), whose bits
  *   differ from the AVX-512 variants' where the CPU has them. */
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "tests/c/conv_twin_util.h"
 
 enum { MR = LOOM_CONV_WINOGRAD_MR, TILES = LOOM_CONV_WINOGRAD_TILES };

@@ -8,7 +8,7 @@
 
 #include "kernels/reduce.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "kernel_test_util.h"
 #include "test_util.h"
 

@@ -7,7 +7,7 @@
 
 #include "kernels/attention.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "test_util.h"
 
 

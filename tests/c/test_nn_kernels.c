@@ -18,7 +18,7 @@
 #include "kernels/softmax.h"
 #include "kernels/upsample.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "kernel_test_util.h"
 #include "test_util.h"
 

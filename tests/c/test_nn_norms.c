@@ -9,7 +9,7 @@
 #include "kernels/nn_rows.h"
 #include "kernels/norm.h"
 #include "loom/status.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "kernel_test_util.h"
 #include "test_util.h"
 

@@ -5,8 +5,8 @@
 
 #include "loom/driver.h"
 #include "loom/hal.h"
-#include "runtime/base/cpu.h"
-#include "runtime/base/env.h"
+#include "base/cpu.h"
+#include "base/env.h"
 #include "test_util.h"
 
 static void test_status(void) {

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "runtime/drivers/guarded/guarded_driver.h"
 #include "runtime/drivers/guarded/guarded_internal.h"
 

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "kernels/registry.h"
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 #include "runtime/drivers/host/host_internal.h"
 
 static host_context host_ctx;

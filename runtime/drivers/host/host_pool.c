@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/base/clock.h"
+#include "base/clock.h"
 #include "runtime/drivers/host/host_internal.h"
 
 #define WORKER_SPIN_NS 30000

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/base/clock.h"
-#include "runtime/base/cpu.h"
-#include "runtime/base/stream_store.h"
+#include "base/clock.h"
+#include "base/cpu.h"
+#include "base/stream_store.h"
 #include "runtime/drivers/host/host_internal.h"
 
 #define EXECUTOR_SPIN_NS 50000

@@ -1,4 +1,4 @@
-#include "runtime/base/env.h"
+#include "base/env.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "runtime/base/cpu.h"
+#include "base/cpu.h"
 
 #include <pthread.h>
 #include <stdlib.h>

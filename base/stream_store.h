@@ -1,4 +1,4 @@
-/* runtime/base/stream_store.h — cache-bypassing stores for large outputs. */
+/* base/stream_store.h — cache-bypassing stores for large outputs. */
 #ifndef LOOM_BASE_STREAM_STORE_H
 #define LOOM_BASE_STREAM_STORE_H
 

@@ -1,11 +1,11 @@
-/* runtime/base/stream_store_avx512.c — stores that bypass the cache, for
+/* base/stream_store_avx512.c — stores that bypass the cache, for
  * outputs too large to be read again from it: a normal store first reads
  * the line it writes (a third more memory traffic for a + b). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/base/stream_store.h"
+#include "base/stream_store.h"
 
 void loom_stream_store_avx512(void *dst, const void *src, int64_t bytes) {
   char *d = (char *)dst;
