@@ -29,7 +29,7 @@ static inline float *randoms(int64_t n) {
 }
 
 static inline int same(const float *a, const float *b, int64_t n) {
-  return memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+  return test_same_bits(a, b, sizeof(float) * (size_t)n);
 }
 
 /* How many of got[i] miss ref[i] by more than TOL * mag[i]. */
@@ -128,7 +128,7 @@ static inline void gemm_forward(const conv_case *k, int isa, float *y) {
       {0},
       t4(k->bias, g->n, g->groups, k->og, k->len, 0, k->og, 1, 0)};
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "im2col plan");
+  CHECK_MSG(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "im2col plan");
   void *ws = malloc((size_t)p.workspace_bytes + 1);
   ts[3] = bytes(ws, p.workspace_bytes);
   loom_scalar gsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 1.0}};
@@ -149,7 +149,7 @@ static inline void implicit_forward(const conv_case *k, int isa, loom_kernel_fn 
       image(k->x, g->n, g->c, g->in),
       {.data = k->bias, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {g->o}, .strides = {1}}};
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "implicit plan");
+  CHECK_MSG(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "implicit plan");
   void *ws = malloc((size_t)p.workspace_bytes + 1);
   memset(ws, 0xff, (size_t)p.workspace_bytes + 1); /* NaNs where nothing was packed */
   ts[3] = bytes(ws, p.workspace_bytes);
@@ -182,7 +182,7 @@ static inline void wgrad(const conv_case *k, int isa, loom_kernel_fn fn, float *
                        t4(col, 1, g->groups, nl, k->ck, 0, k->ck * nl, 1, nl), {0},
                        image(k->x, g->n, g->c, g->in)};
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "wgrad plan");
+  CHECK_MSG(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "wgrad plan");
   void *ws = malloc((size_t)p.workspace_bytes + 1);
   ts[3] = bytes(ws, p.workspace_bytes);
   loom_scalar gsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 0.0}};

@@ -1,5 +1,6 @@
-/* tests/c/conv_util.h — what the convolution tests share: a failure
- * count, random numbers, geometries and a serial kernel runner. */
+/* tests/c/conv_util.h — what the convolution tests share beside the
+ * harness (test_util.h): random numbers, geometries and a serial kernel
+ * runner. */
 #ifndef LOOM_TESTS_C_CONV_UTIL_H
 #define LOOM_TESTS_C_CONV_UTIL_H
 
@@ -8,17 +9,7 @@
 
 #include "kernels/conv.h"
 #include "loom/kernel_abi.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                    \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-      fprintf(stderr, __VA_ARGS__);                         \
-      fprintf(stderr, "\n");                                \
-      ++failures;                                           \
-    }                                                       \
-  } while (0)
+#include "tests/c/test_util.h"
 
 static uint64_t rng = 12345;
 static inline float rnd(void) {
@@ -57,7 +48,7 @@ static inline void run(loom_kernel_fn fn, loom_tensor *ts, int nt, loom_scalar *
                         .range = range, .grain = 3};
   for (int64_t s = 0; s < range; s += 3) {
     int rc = fn(&a, s, s + 3 < range ? s + 3 : range);
-    CHECK(rc == 0, "kernel rc %d", rc);
+    CHECK_MSG(rc == 0, "kernel rc %d", rc);
   }
 }
 

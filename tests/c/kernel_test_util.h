@@ -1,6 +1,6 @@
-/* tests/c/kernel_test_util.h — what the kernel tests share: tensors over
- * caller memory, a launch run chunk by chunk, random fills, scalars and a
- * relative-error measure. */
+/* tests/c/kernel_test_util.h — what the kernel tests share beside the
+ * harness (test_util.h, with its near-equality measures): tensors over
+ * caller memory, a launch run chunk by chunk, random fills and scalars. */
 #ifndef LOOM_TESTS_KERNEL_TEST_UTIL_H
 #define LOOM_TESTS_KERNEL_TEST_UTIL_H
 
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "loom/kernel_abi.h"
+#include "test_util.h"
 
 static inline loom_tensor tensor(void *data, int32_t dtype, int rank, const int64_t *sizes,
                                  const int64_t *strides) {
@@ -51,14 +52,5 @@ static inline double frand(void) { return (double)rand() / RAND_MAX * 2.0 - 1.0;
 static inline void fill(double *p, int64_t n) { for (int64_t i = 0; i < n; ++i) p[i] = frand(); }
 static inline loom_scalar si(int64_t v) { loom_scalar s; s.i = v; return s; }
 static inline loom_scalar sf(double v) { loom_scalar s; s.f = v; return s; }
-
-static inline double max_rel(const double *a, const double *b, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double d = fabs(a[i] - b[i]) / (1e-3 + fabs(b[i]));
-    if (d > m || d != d) m = d != d ? INFINITY : d;
-  }
-  return m;
-}
 
 #endif /* LOOM_TESTS_KERNEL_TEST_UTIL_H */

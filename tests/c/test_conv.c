@@ -60,7 +60,7 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
                                : 0.0f;
         bad += xp[(nc * phases + ph) * plane + i] != want;
       }
-  CHECK(bad == 0, "pad: %d wrong entries", bad);
+  CHECK_MSG(bad == 0, "pad: %d wrong entries", bad);
 
   loom_scalar sc[2 + LOOM_CONV_NUM_SCALARS + 4] = {{.i = isa}};
   scalars(g, sc + 2);
@@ -74,7 +74,7 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
   loom_tensor tb = {.data = xp, .dtype = LOOM_FLOAT32, .rank = 4,
                     .sizes = {1, g->groups, ck, cols}, .strides = {0, 0, cols, 1}};
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&tc, &ta, &tb, isa, &p) == 0, "padded plan");
+  CHECK_MSG(loom_gemm_plan_init(&tc, &ta, &tb, isa, &p) == 0, "padded plan");
   void *ws = malloc((size_t)p.workspace_bytes + 1);
   loom_tensor tw = {.data = ws, .dtype = LOOM_UINT8, .rank = 1,
                     .sizes = {p.workspace_bytes}, .strides = {1}};
@@ -90,7 +90,7 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
     memset(y2, 0xff, sizeof(float) * g->n * g->o * len);
     sc[1].i = tp;
     run(loom_conv_padded_gemm_kernel, fts, 7, sc, 19, g->groups * ((cols + tp - 1) / tp));
-    CHECK(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
+    CHECK_MSG(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
           "padded conv n=%ld c=%ld o=%ld g=%ld tile %ld differs from im2col + GEMM", (long)g->n,
           (long)g->c, (long)g->o, (long)g->groups, (long)tp);
   }
@@ -112,7 +112,7 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
                     .sizes = {1, g->groups, og, nk}, .strides = {0, og * nk, nk, 1}};
   loom_tensor wb = {.data = xp, .dtype = LOOM_FLOAT32, .rank = 4,
                     .sizes = {1, g->groups, nk, ck}, .strides = {0, 0, ck, 1}};
-  CHECK(loom_gemm_plan_init(&wc, &wa, &wb, isa, &p) == 0, "padded wgrad plan");
+  CHECK_MSG(loom_gemm_plan_init(&wc, &wa, &wb, isa, &p) == 0, "padded wgrad plan");
   ws = malloc((size_t)p.workspace_bytes + 1);
   tw.data = ws, tw.sizes[0] = p.workspace_bytes;
   /* k in chunks of one k block, the partial sums added in order */
@@ -140,16 +140,16 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
     bad = 0;
     for (int64_t i = 0; i < g->o * ck; ++i)
       bad += !(fabsf(gw1[i] - gw2[i]) <= 1e-5f * (1.0f + fabsf(gw1[i])));
-    CHECK(bad == 0, "padded weight grad n=%ld c=%ld o=%ld g=%ld qn=%ld: %d differ", (long)g->n,
+    CHECK_MSG(bad == 0, "padded weight grad n=%ld c=%ld o=%ld g=%ld qn=%ld: %d differ", (long)g->n,
           (long)g->c, (long)g->o, (long)g->groups, (long)qn, bad);
     if (w == 0) memcpy(first, gw2, sizeof(float) * g->o * ck);
-    CHECK(memcmp(first, gw2, sizeof(float) * g->o * ck) == 0, "qn=%ld changed bits", (long)qn);
+    CHECK_MSG(memcmp(first, gw2, sizeof(float) * g->o * ck) == 0, "qn=%ld changed bits", (long)qn);
   }
   /* dy's full row panels read in place (only a partial last one packed,
    * into a workspace of NaNs otherwise): the same bits */
   loom_gemm_plan ip;
   const int ic = isa | LOOM_GEMM_IN_COMPUTE;
-  CHECK(loom_gemm_plan_init(&wc, &wa, &wb, ic, &ip) == 0, "in-place wgrad plan");
+  CHECK_MSG(loom_gemm_plan_init(&wc, &wa, &wb, ic, &ip) == 0, "in-place wgrad plan");
   memset(ws, 0xff, (size_t)p.workspace_bytes);
   loom_scalar isc[3] = {{.i = ic}, {.f = 1.0}, {.f = 0.0}};
   run(loom_gemm_pack_kernel, wts, 4, isc, 3, ip.pack_units_a);
@@ -161,7 +161,7 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
     gw2[i] = part[i];
     for (int64_t k = 1; k < chunks; ++k) gw2[i] += part[k * g->o * ck + i];
   }
-  CHECK(memcmp(first, gw2, sizeof(float) * g->o * ck) == 0,
+  CHECK_MSG(memcmp(first, gw2, sizeof(float) * g->o * ck) == 0,
         "padded weight grad with dy %s changed bits", ip.a_in_place ? "in place" : "packed");
   padded_in_place_cases += ip.a_in_place;
   free(first);
@@ -178,7 +178,7 @@ static void check_tiles(const geom *g, loom_tensor its[6], loom_scalar *isc, int
     isc[1].i = tp;
     run(loom_conv_gemm_kernel, its, 6, isc, 2 + LOOM_CONV_NUM_SCALARS,
         g->n * g->groups * ((len + tp - 1) / tp));
-    CHECK(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
+    CHECK_MSG(memcmp(y, y2, sizeof(float) * g->n * g->o * len) == 0,
           "implicit conv (%s) n=%ld c=%ld o=%ld g=%ld tile %ld differs from im2col + GEMM",
           what, (long)g->n, (long)g->c, (long)g->o, (long)g->groups, (long)tp);
   }
@@ -216,7 +216,7 @@ static void check_geom(geom g) {
                            : x[((n * g.c + c) * g.in[0] + id) * g.in[1] * g.in[2] + ih * g.in[2] + iw];
           if (col[((c * kk + t) * g.n + n) * len + l] != want) ++bad;
         }
-  CHECK(bad == 0, "im2col: %d wrong entries", bad);
+  CHECK_MSG(bad == 0, "im2col: %d wrong entries", bad);
 
   /* col2im against a naive scatter-add, in double, and bitwise against
    * the same adds in float, in tap order from +0 (entries include -0,
@@ -245,8 +245,8 @@ static void check_geom(geom g) {
   bad = 0;
   for (int64_t i = 0; i < g.n * g.c * vol; ++i)
     if (!(fabs(back[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])))) ++bad;
-  CHECK(bad == 0, "col2im: %d wrong entries", bad);
-  CHECK(memcmp(back, ref32, sizeof(float) * g.n * g.c * vol) == 0,
+  CHECK_MSG(bad == 0, "col2im: %d wrong entries", bad);
+  CHECK_MSG(memcmp(back, ref32, sizeof(float) * g.n * g.c * vol) == 0,
         "col2im: not the bits of the tap-ordered sum (in %ldx%ldx%ld, k %ldx%ldx%ld, s %ld,%ld,%ld)",
         (long)g.in[0], (long)g.in[1], (long)g.in[2], (long)g.k[0], (long)g.k[1], (long)g.k[2],
         (long)g.s[0], (long)g.s[1], (long)g.s[2]);
@@ -269,7 +269,7 @@ static void check_geom(geom g) {
                       .sizes = {g.n, g.groups, og, len}, .strides = {0, og, 1, 0}};
   loom_gemm_plan plan;
   int isa = loom_gemm_isa_selected();
-  CHECK(loom_gemm_plan_init(&tc, &ta, &tbm, isa, &plan) == 0, "plan");
+  CHECK_MSG(loom_gemm_plan_init(&tc, &ta, &tbm, isa, &plan) == 0, "plan");
   void *ws = malloc((size_t)plan.workspace_bytes + 1);
   loom_tensor tw = {.data = ws, .dtype = LOOM_UINT8, .rank = 1,
                     .sizes = {plan.workspace_bytes}, .strides = {1}};
@@ -296,7 +296,7 @@ static void check_geom(geom g) {
           }
         if (!(fabs(y[(n * g.o + o) * len + l] - acc) <= 1e-4 * (1 + fabs(acc)))) ++bad;
       }
-  CHECK(bad == 0, "conv n=%ld c=%ld o=%ld g=%ld: %d wrong outputs", (long)g.n,
+  CHECK_MSG(bad == 0, "conv n=%ld c=%ld o=%ld g=%ld: %d wrong outputs", (long)g.n,
         (long)g.c, (long)g.o, (long)g.groups, bad);
 
   /* The implicit GEMM gives bitwise the same output: same packed weight,
@@ -322,7 +322,7 @@ static void check_geom(geom g) {
     taf.sizes[0] = 1;
     loom_tensor fts[6] = {tcf, taf, tbf, tw, image(x, g.n, g.c, g.in), tb1};
     loom_gemm_plan fp;
-    CHECK(loom_gemm_plan_init(&tcf, &taf, &tbf, isa, &fp) == 0, "flat plan");
+    CHECK_MSG(loom_gemm_plan_init(&tcf, &taf, &tbf, isa, &fp) == 0, "flat plan");
     run(loom_gemm_pack_kernel, fts, 4, gsc, 3, fp.pack_units_a);
     /* The narrowest tiles here (the widest above), the last one whole and
      * cut into 2 and 3 pieces of output channels. */
@@ -338,7 +338,7 @@ static void check_geom(geom g) {
           for (int64_t l = 0; l < len; ++l)
             if (memcmp(&y[(n * g.o + o) * len + l], &y2[(o * g.n + n) * len + l], sizeof(float)))
               ++fbad;
-      CHECK(fbad == 0, "flat implicit conv n=%ld c=%ld o=%ld g=%ld, last tile in %ld: %d outputs differ",
+      CHECK_MSG(fbad == 0, "flat implicit conv n=%ld c=%ld o=%ld g=%ld, last tile in %ld: %d outputs differ",
             (long)g.n, (long)g.c, (long)g.o, (long)g.groups, (long)pieces, fbad);
     }
     /* With LOOM_GEMM_IN_COMPUTE the plan may read the weight's full panels
@@ -346,7 +346,7 @@ static void check_geom(geom g) {
      * catches a panel read from where nothing was packed. */
     loom_gemm_plan ipl;
     const int ic = isa | LOOM_GEMM_IN_COMPUTE;
-    CHECK(loom_gemm_plan_init(&tc, &ta, &tbm, ic, &ipl) == 0, "in-place plan");
+    CHECK_MSG(loom_gemm_plan_init(&tc, &ta, &tbm, ic, &ipl) == 0, "in-place plan");
     a_in_place_cases += ipl.a_in_place;
     memset(ws, 0xff, (size_t)plan.workspace_bytes);
     loom_scalar ipsc[3] = {{.i = ic}, {.f = 1.0}, {.f = 1.0}};
@@ -369,7 +369,7 @@ static void check_geom(geom g) {
     loom_tensor wc = {.data = gw1, .dtype = LOOM_FLOAT32, .rank = 4,
                       .sizes = {1, g.groups, og, ck}, .strides = {0, og * ck, ck, 1}};
     loom_gemm_plan wp;
-    CHECK(loom_gemm_plan_init(&wc, &wa, &wb, isa, &wp) == 0, "wgrad plan");
+    CHECK_MSG(loom_gemm_plan_init(&wc, &wa, &wb, isa, &wp) == 0, "wgrad plan");
     void *wws = malloc((size_t)wp.workspace_bytes + 1);
     loom_tensor wt = {.data = wws, .dtype = LOOM_UINT8, .rank = 1,
                       .sizes = {wp.workspace_bytes}, .strides = {1}};
@@ -381,7 +381,7 @@ static void check_geom(geom g) {
     run(loom_gemm_pack_kernel, wts, 4, wsc, 3, wp.pack_units_a);
     run(loom_conv_wgrad_kernel, wts, 5, isc, 2 + LOOM_CONV_NUM_SCALARS,
         g.groups * wp.n_panels);
-    CHECK(memcmp(gw1, gw2, sizeof(float) * g.o * ck) == 0,
+    CHECK_MSG(memcmp(gw1, gw2, sizeof(float) * g.o * ck) == 0,
           "implicit weight grad n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM",
           (long)g.n, (long)g.c, (long)g.o, (long)g.groups);
     /* 2-d: the padded kernels. The forward equals im2col + GEMM bitwise;
@@ -418,8 +418,8 @@ static void check_pack_flipped(int64_t groups, int64_t o, int64_t cg, int64_t ta
   }
   ts[1].data = wf;
   loom_gemm_plan plan;
-  CHECK(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], LOOM_GEMM_GENERIC, &plan) == 0, "plan");
-  CHECK(plan.kp > plan.kc, "want several k blocks");
+  CHECK_MSG(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], LOOM_GEMM_GENERIC, &plan) == 0, "plan");
+  CHECK_MSG(plan.kp > plan.kc, "want several k blocks");
   float *ref = calloc((size_t)plan.b_offset, 1), *got = calloc((size_t)plan.b_offset, 1);
   ts[3] = (loom_tensor){.data = ref, .dtype = LOOM_UINT8, .rank = 1, .sizes = {plan.b_offset}};
   loom_scalar sc[3] = {{.i = LOOM_GEMM_GENERIC}, {.f = 1.0}, {.f = 0.0}};
@@ -429,13 +429,13 @@ static void check_pack_flipped(int64_t groups, int64_t o, int64_t cg, int64_t ta
                         .strides = {cg * taps, taps, 1}};
   const int64_t units = (plan.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
   run(loom_conv_pack_flipped_kernel, ts, 5, sc, 1, groups * units);
-  CHECK(memcmp(ref, got, (size_t)plan.b_offset) == 0, "flipped pack differs (G %lld, O %lld)",
+  CHECK_MSG(memcmp(ref, got, (size_t)plan.b_offset) == 0, "flipped pack differs (G %lld, O %lld)",
         (long long)groups, (long long)o);
   /* a weight whose shape does not give A's */
   ts[4].sizes[1] = cg + 1;
   loom_kernel_args bad = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 5,
                           .tensors = ts, .num_scalars = 1, .scalars = sc, .range = 1, .grain = 1};
-  CHECK(loom_conv_pack_flipped_kernel(&bad, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "bad shape");
+  CHECK_MSG(loom_conv_pack_flipped_kernel(&bad, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "bad shape");
   free(w), free(wf), free(ref), free(got);
 }
 
@@ -448,7 +448,7 @@ static void check_col2im_stride2_edge(void) {
   const long page = sysconf(_SC_PAGESIZE);
   char *mem = mmap(NULL, (size_t)(2 * page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
-  CHECK(mem != MAP_FAILED && mprotect(mem + page, (size_t)page, PROT_NONE) == 0, "guard page");
+  CHECK_MSG(mem != MAP_FAILED && mprotect(mem + page, (size_t)page, PROT_NONE) == 0, "guard page");
   const int64_t counts[] = {1, 5, 16, 17, 24, 25, 31, 32, 45};
   float s[45];
   for (size_t c = 0; c < sizeof counts / sizeof counts[0]; ++c) {
@@ -460,7 +460,7 @@ static void check_col2im_stride2_edge(void) {
     int bad = 0;
     for (int64_t j = 0; j < 2 * n - 1; ++j)
       bad += d[j] != 0.5f * (float)j + (j % 2 ? 0.0f : s[j / 2]);
-    CHECK(bad == 0, "col2im stride-2 add, n=%ld: %d wrong", (long)n, bad);
+    CHECK_MSG(bad == 0, "col2im stride-2 add, n=%ld: %d wrong", (long)n, bad);
   }
   /* rows apart: each row's destinations alone, none between the rows */
   float rows_d[3 * 40], rows_s[3 * 16];
@@ -473,26 +473,26 @@ static void check_col2im_stride2_edge(void) {
     const int hit = off >= 0 && off % 2 == 0 && off / 2 < 13;
     bad += rows_d[j] != (float)j + (hit ? rows_s[r * 16 + off / 2] : 0.0f);
   }
-  CHECK(bad == 0, "col2im stride-2 add over 3 rows: %d wrong", bad);
+  CHECK_MSG(bad == 0, "col2im stride-2 add over 3 rows: %d wrong", bad);
   munmap(mem, (size_t)(2 * page));
 }
 
 static void check_tail_split(void) {
-  CHECK(loom_conv_tail_split(1, 392, 64, 2) == 2, "13 panels over 2 workers: the last tile cut");
-  CHECK(loom_conv_tail_split(1, 392, 64, 1) == 1, "one worker: nothing to even out");
-  CHECK(loom_conv_tail_split(1, 512, 128, 2) == 1, "four even tiles stay whole");
-  CHECK(loom_conv_tail_split(8, 3264, 128, 2) == 1, "many tiles stay whole");
+  CHECK_MSG(loom_conv_tail_split(1, 392, 64, 2) == 2, "13 panels over 2 workers: the last tile cut");
+  CHECK_MSG(loom_conv_tail_split(1, 392, 64, 1) == 1, "one worker: nothing to even out");
+  CHECK_MSG(loom_conv_tail_split(1, 512, 128, 2) == 1, "four even tiles stay whole");
+  CHECK_MSG(loom_conv_tail_split(8, 3264, 128, 2) == 1, "many tiles stay whole");
 }
 
 static void check_tile_positions(void) {
-  CHECK(loom_conv_tile_positions(8, 3264, 2) == 128, "many tiles stay wide");
-  CHECK(loom_conv_tile_positions(1, 512, 2) == 128, "four even tiles over two workers");
-  CHECK(loom_conv_tile_positions(1, 392, 2) == 64, "3 + 1/16 wide tiles leave a worker idle");
-  CHECK(loom_conv_tile_positions(1, 392, 1) == 128, "one worker: the short tile costs nothing");
-  CHECK(loom_conv_tile_positions(1, 1568, 2) == 128, "12 tiles and a short one: even");
-  CHECK(loom_conv_tile_positions(2, 392, 2) == 128, "two batches of 4 tiles: even");
-  CHECK(loom_conv_tile_positions(1, 200, 4) == 64, "four tiles for four workers");
-  CHECK(loom_conv_tile_positions(1, 96, 3) == 32, "three narrow tiles for three workers");
+  CHECK_MSG(loom_conv_tile_positions(8, 3264, 2) == 128, "many tiles stay wide");
+  CHECK_MSG(loom_conv_tile_positions(1, 512, 2) == 128, "four even tiles over two workers");
+  CHECK_MSG(loom_conv_tile_positions(1, 392, 2) == 64, "3 + 1/16 wide tiles leave a worker idle");
+  CHECK_MSG(loom_conv_tile_positions(1, 392, 1) == 128, "one worker: the short tile costs nothing");
+  CHECK_MSG(loom_conv_tile_positions(1, 1568, 2) == 128, "12 tiles and a short one: even");
+  CHECK_MSG(loom_conv_tile_positions(2, 392, 2) == 128, "two batches of 4 tiles: even");
+  CHECK_MSG(loom_conv_tile_positions(1, 200, 4) == 64, "four tiles for four workers");
+  CHECK_MSG(loom_conv_tile_positions(1, 96, 3) == 32, "three narrow tiles for three workers");
 }
 
 int main(void) {
@@ -566,10 +566,9 @@ int main(void) {
   check_geom((geom){.n = 3, .c = 7, .o = 12, .groups = 1, .in = {1, 7, 7},
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
   if (loom_gemm_isa_selected() != LOOM_GEMM_GENERIC)
-    CHECK(a_in_place_cases >= 4, "only %d geometries read the weight in place", a_in_place_cases);
+    CHECK_MSG(a_in_place_cases >= 4, "only %d geometries read the weight in place", a_in_place_cases);
   if (loom_gemm_isa_selected() != LOOM_GEMM_GENERIC)
-    CHECK(padded_in_place_cases >= 2, "only %d padded weight gradients read dy in place",
+    CHECK_MSG(padded_in_place_cases >= 2, "only %d padded weight gradients read dy in place",
           padded_in_place_cases);
-  printf(failures ? "FAILED\n" : "ok\n");
-  return failures ? 1 : 0;
+  TEST_MAIN_END();
 }

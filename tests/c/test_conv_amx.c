@@ -56,7 +56,7 @@ static void check_geom(geom g) {
   uint16_t *y2 = malloc(sizeof(uint16_t) * (size_t)(g.o * nl));
   loom_tensor tc = view4(y, c_sz, c_st), ta = view4(w, a_sz, a_st), tb = view4(col, b_sz, b_st);
   loom_gemm_plan plan;
-  CHECK(loom_gemm_plan_init(&tc, &ta, &tb, (int32_t)isa, &plan) == 0, "plan");
+  CHECK_MSG(loom_gemm_plan_init(&tc, &ta, &tb, (int32_t)isa, &plan) == 0, "plan");
   void *ws = malloc((size_t)plan.workspace_bytes + 64);
   loom_tensor gts[5] = {tc, ta, tb, bytes(ws, plan.workspace_bytes), view4(bias, c_sz, bias_st)};
   loom_scalar gsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 1.0}};
@@ -67,7 +67,7 @@ static void check_geom(geom g) {
   for (int in_place = 0; in_place < 2; ++in_place) {
     sc[0].i = isa | (in_place ? LOOM_GEMM_IN_COMPUTE : 0);
     loom_gemm_plan ip;
-    CHECK(loom_gemm_plan_init(&tc, &ta, &tb, (int32_t)sc[0].i, &ip) == 0, "implicit plan");
+    CHECK_MSG(loom_gemm_plan_init(&tc, &ta, &tb, (int32_t)sc[0].i, &ip) == 0, "implicit plan");
     memset(ws, 0xff, (size_t)plan.workspace_bytes); /* NaNs where nothing was packed */
     loom_tensor its[6] = {tc, ta, tb, bytes(ws, plan.workspace_bytes), img, tbias};
     its[0].data = y2;
@@ -79,7 +79,7 @@ static void check_geom(geom g) {
         sc[1].i = tpos, sc[2 + LOOM_CONV_NUM_SCALARS].i = pieces;
         run(loom_conv_gemm_amx_kernel, its, 6, sc, 3 + LOOM_CONV_NUM_SCALARS,
             g.groups * ((nl + tpos - 1) / tpos - 1 + pieces));
-        CHECK(memcmp(y, y2, sizeof(uint16_t) * (size_t)(g.o * nl)) == 0,
+        CHECK_MSG(memcmp(y, y2, sizeof(uint16_t) * (size_t)(g.o * nl)) == 0,
               "forward c=%ld o=%ld g=%ld, %ld positions, %ld pieces, weight %s: differs",
               (long)g.c, (long)g.o, (long)g.groups, (long)tpos, (long)pieces,
               ip.a_in_place ? "in place" : "packed");
@@ -94,7 +94,7 @@ static void check_geom(geom g) {
   loom_tensor wc = view4(gw, wc_sz, a_st), wa = view4(dy, c_sz, wa_st);
   loom_tensor wb = view4(col, wb_sz, wb_st);
   loom_gemm_plan wp;
-  CHECK(loom_gemm_plan_init(&wc, &wa, &wb, (int32_t)isa, &wp) == 0, "wgrad plan");
+  CHECK_MSG(loom_gemm_plan_init(&wc, &wa, &wb, (int32_t)isa, &wp) == 0, "wgrad plan");
   void *wws = malloc((size_t)wp.workspace_bytes + 64);
   loom_tensor wts[5] = {wc, wa, wb, bytes(wws, wp.workspace_bytes), img};
   loom_scalar wsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 0.0}};
@@ -108,7 +108,7 @@ static void check_geom(geom g) {
     sc[1].i = qn;
     run(loom_conv_wgrad_amx_kernel, wts, 5, sc, 2 + LOOM_CONV_NUM_SCALARS,
         g.groups * ((wp.n_panels + qn - 1) / qn));
-    CHECK(memcmp(gw, gw2, sizeof(uint16_t) * (size_t)(g.o * ck)) == 0,
+    CHECK_MSG(memcmp(gw, gw2, sizeof(uint16_t) * (size_t)(g.o * ck)) == 0,
           "weight gradient c=%ld o=%ld g=%ld, %ld panels per item: differs", (long)g.c,
           (long)g.o, (long)g.groups, (long)qn);
   }
@@ -132,7 +132,7 @@ static void check_pack_flipped(int64_t groups, int64_t o, int64_t cg, int64_t ta
   const int64_t b_sz[4] = {1, groups, k, cols}, b_st[4] = {0, k * cols, cols, 1};
   loom_tensor ts[5] = {view4(NULL, c_sz, c_st), view4(wf, a_sz, a_st), view4(NULL, b_sz, b_st)};
   loom_gemm_plan plan;
-  CHECK(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], LOOM_GEMM_AMX, &plan) == 0, "plan");
+  CHECK_MSG(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], LOOM_GEMM_AMX, &plan) == 0, "plan");
   char *ref = malloc((size_t)plan.b_offset), *got = malloc((size_t)plan.b_offset);
   memset(got, 0x7f, (size_t)plan.b_offset); /* every byte must be written */
   ts[3] = bytes(ref, plan.b_offset);
@@ -143,20 +143,20 @@ static void check_pack_flipped(int64_t groups, int64_t o, int64_t cg, int64_t ta
                         .strides = {cg * taps, taps, 1}};
   const int64_t units = (plan.m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
   run(loom_conv_pack_flipped_amx_kernel, ts, 5, sc, 1, groups * units);
-  CHECK(memcmp(ref, got, (size_t)plan.b_offset) == 0,
+  CHECK_MSG(memcmp(ref, got, (size_t)plan.b_offset) == 0,
         "flipped pack differs (G %ld, O %ld, C/G %ld, taps %ld)", (long)groups, (long)o,
         (long)cg, (long)taps);
   ts[4].sizes[2] = 33; /* more taps than one 32-k step */
   loom_kernel_args bad = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 5,
                           .tensors = ts, .num_scalars = 1, .scalars = sc, .range = 1, .grain = 1};
-  CHECK(loom_conv_pack_flipped_amx_kernel(&bad, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "bad taps");
+  CHECK_MSG(loom_conv_pack_flipped_amx_kernel(&bad, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "bad taps");
   free(w), free(wf), free(ref), free(got);
 }
 
 int main(void) {
   if (!loom_gemm_isa_supported(LOOM_GEMM_AMX)) {
-    printf("skip: no AMX\n");
-    return 0;
+    test_skip("this CPU has no AMX (or LOOM_CPU_FEATURES caps it)");
+    TEST_MAIN_END();
   }
   check_pack_flipped(1, 70, 61, 9);     /* taps across 32-k steps, k in blocks, a partial panel */
   check_pack_flipped(2, 128, 64, 25);
@@ -181,6 +181,5 @@ int main(void) {
   /* 544 output channels: two passes of rows */
   check_geom((geom){.n = 1, .c = 8, .o = 544, .groups = 1, .in = {1, 12, 12},
                     .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
-  printf(failures ? "FAILED\n" : "ok\n");
-  return failures ? 1 : 0;
+  TEST_MAIN_END();
 }

@@ -31,34 +31,34 @@ static void check_implicit(geom g0) {
   float *w0 = malloc(sizeof(float) * nw), *w1 = malloc(sizeof(float) * nw);
   gemm_forward(&k, GEN, y0);
   implicit_forward(&k, GEN, loom_conv_gemm_generic, 128, 1, y1);
-  CHECK(same(y0, y1, ny), "generic implicit forward (c %ld o %ld g %ld) is not im2col + GEMM's bits",
+  CHECK_MSG(same(y0, y1, ny), "generic implicit forward (c %ld o %ld g %ld) is not im2col + GEMM's bits",
         (long)g->c, (long)g->o, (long)g->groups);
-  CHECK(misses(y1, k.y, k.ymag, ny) == 0, "generic implicit forward misses the reference");
+  CHECK_MSG(misses(y1, k.y, k.ymag, ny) == 0, "generic implicit forward misses the reference");
   for (int64_t tpos = 32; tpos <= 64; tpos *= 2)
     for (int64_t pieces = 1; pieces <= 3; pieces += 2) {
       implicit_forward(&k, GEN, loom_conv_gemm_generic, tpos, pieces, y2);
-      CHECK(same(y1, y2, ny), "tile %ld in %ld pieces changed bits", (long)tpos, (long)pieces);
+      CHECK_MSG(same(y1, y2, ny), "tile %ld in %ld pieces changed bits", (long)tpos, (long)pieces);
     }
   implicit_forward(&k, GEN, loom_conv_gemm_kernel, 64, 1, y2);
-  CHECK(same(y1, y2, ny), "the selector did not run the twin for a generic plan");
+  CHECK_MSG(same(y1, y2, ny), "the selector did not run the twin for a generic plan");
   wgrad(&k, GEN, NULL, w0);
   wgrad(&k, GEN, loom_conv_wgrad_generic, w1);
-  CHECK(same(w0, w1, nw), "generic implicit weight grad is not the GEMM's bits");
-  CHECK(misses(w1, k.gw, k.gwmag, nw) == 0, "generic implicit weight grad misses the reference");
+  CHECK_MSG(same(w0, w1, nw), "generic implicit weight grad is not the GEMM's bits");
+  CHECK_MSG(misses(w1, k.gw, k.gwmag, nw) == 0, "generic implicit weight grad misses the reference");
   if (hw_avx512) {
     const int isas[2] = {AVX, AVX | LOOM_GEMM_IN_COMPUTE}; /* packed, and read in place */
     for (int i = 0; i < 2; ++i) {
       implicit_forward(&k, isas[i], loom_conv_gemm_avx512, 64, 3, y1);
       implicit_forward(&k, isas[i], loom_conv_gemm_generic, 64, 3, y2);
-      CHECK(same(y1, y2, ny), "twin with an AVX-512 plan (%d) differs from the AVX-512 forward",
+      CHECK_MSG(same(y1, y2, ny), "twin with an AVX-512 plan (%d) differs from the AVX-512 forward",
             isas[i]);
-      CHECK(misses(y1, k.y, k.ymag, ny) == 0, "AVX-512 forward misses the reference");
+      CHECK_MSG(misses(y1, k.y, k.ymag, ny) == 0, "AVX-512 forward misses the reference");
       implicit_forward(&k, isas[i], loom_conv_gemm_kernel, 64, 3, y2);
-      CHECK(same(y1, y2, ny), "the selector did not run AVX-512 for an AVX-512 plan");
+      CHECK_MSG(same(y1, y2, ny), "the selector did not run AVX-512 for an AVX-512 plan");
     }
     wgrad(&k, AVX, loom_conv_wgrad_avx512, w0);
     wgrad(&k, AVX, loom_conv_wgrad_generic, w1);
-    CHECK(same(w0, w1, nw), "twin with an AVX-512 plan differs from the AVX-512 weight grad");
+    CHECK_MSG(same(w0, w1, nw), "twin with an AVX-512 plan differs from the AVX-512 weight grad");
   }
   free(y0), free(y1), free(y2), free(w0), free(w1);
   free_case(&k);
@@ -68,16 +68,15 @@ static void check_implicit(geom g0) {
  * are gone, the GEMM (whose variant the convolutions follow) and the
  * table-driven row kernels are generic, and a generic plan runs the twin. */
 static int capped_child(void) {
-  CHECK(loom_cpu_features() == 0, "features %#x under the cap", loom_cpu_features());
-  CHECK(loom_gemm_isa_selected() == LOOM_GEMM_GENERIC, "GEMM %d under the cap",
+  CHECK_MSG(loom_cpu_features() == 0, "features %#x under the cap", loom_cpu_features());
+  CHECK_MSG(loom_gemm_isa_selected() == LOOM_GEMM_GENERIC, "GEMM %d under the cap",
         (int)loom_gemm_isa_selected());
   for (int isa = LOOM_GEMM_AVX512; isa < LOOM_GEMM_ISA_COUNT; ++isa)
-    CHECK(!loom_gemm_isa_supported((loom_gemm_isa)isa), "GEMM %d allowed under the cap", isa);
-  CHECK(loom_nn_rows() == &loom_nn_rows_table, "row kernels not generic under the cap");
+    CHECK_MSG(!loom_gemm_isa_supported((loom_gemm_isa)isa), "GEMM %d allowed under the cap", isa);
+  CHECK_MSG(loom_nn_rows() == &loom_nn_rows_table, "row kernels not generic under the cap");
   check_implicit((geom){.n = 2, .c = 3, .o = 13, .groups = 1, .in = {1, 9, 11},
                         .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
-  printf(failures ? "FAILED (capped)\n" : "ok (capped)\n");
-  return failures ? 1 : 0;
+  TEST_MAIN_END();
 }
 
 int main(int argc, char **argv) {
@@ -98,7 +97,6 @@ int main(int argc, char **argv) {
                         .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 2, 2}, .d = {1, 2, 2}});
   check_implicit((geom){.n = 2, .c = 40, .o = 30, .groups = 1, .in = {1, 9, 12},
                         .k = {1, 3, 3}, .s = {1, 2, 2}, .p = {0, 1, 1}, .d = {1, 1, 1}});
-  CHECK(rerun_capped(argv, hw_avx512), "the run under LOOM_CPU_FEATURES=generic failed");
-  printf(failures ? "FAILED\n" : "ok\n");
-  return failures ? 1 : 0;
+  CHECK_MSG(rerun_capped(argv, hw_avx512), "the run under LOOM_CPU_FEATURES=generic failed");
+  TEST_MAIN_END();
 }

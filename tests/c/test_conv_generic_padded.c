@@ -57,7 +57,7 @@ static void forward(const conv_case *k, const padded *pd, int isa, loom_kernel_f
       t4(y, g->n, g->o, g->out[1], g->out[2], g->o * len, len, g->out[2], 1),
       {.data = k->bias, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {g->o}, .strides = {1}}};
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "padded plan");
+  CHECK_MSG(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "padded plan");
   void *ws = malloc((size_t)p.workspace_bytes + 1);
   ts[3] = bytes(ws, p.workspace_bytes);
   loom_scalar gsc[3] = {{.i = isa}, {.f = 1.0}, {.f = 0.0}};
@@ -90,7 +90,7 @@ static void weight_grad(const conv_case *k, const padded *pd, int isa, loom_kern
                        t4(NULL, 1, g->groups, nk, k->ck, 0, 0, k->ck, 1), {0}, planes(k, pd),
                        {0}};
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "padded wgrad plan");
+  CHECK_MSG(loom_gemm_plan_init(&ts[0], &ts[1], &ts[2], isa, &p) == 0, "padded wgrad plan");
   void *ws = malloc((size_t)p.workspace_bytes + 1);
   memset(ws, 0xff, (size_t)p.workspace_bytes + 1); /* NaNs where nothing was packed */
   ts[3] = bytes(ws, p.workspace_bytes);
@@ -122,42 +122,42 @@ static void check_padded(geom g0) {
   float *w1 = malloc(sizeof(float) * nw), *w2 = malloc(sizeof(float) * nw);
   gemm_forward(&k, LOOM_GEMM_GENERIC, y0);
   forward(&k, &pd, LOOM_GEMM_GENERIC, loom_conv_padded_gemm_generic, 128, y1);
-  CHECK(same(y0, y1, ny), "generic padded forward (c %ld o %ld) is not im2col + GEMM's bits",
+  CHECK_MSG(same(y0, y1, ny), "generic padded forward (c %ld o %ld) is not im2col + GEMM's bits",
         (long)g->c, (long)g->o);
-  CHECK(misses(y1, k.y, k.ymag, ny) == 0, "generic padded forward misses the reference");
+  CHECK_MSG(misses(y1, k.y, k.ymag, ny) == 0, "generic padded forward misses the reference");
   for (int64_t tpos = 32; tpos <= 64; tpos *= 2) {
     forward(&k, &pd, LOOM_GEMM_GENERIC, loom_conv_padded_gemm_generic, tpos, y2);
-    CHECK(same(y1, y2, ny), "tile %ld changed bits", (long)tpos);
+    CHECK_MSG(same(y1, y2, ny), "tile %ld changed bits", (long)tpos);
   }
   forward(&k, &pd, LOOM_GEMM_GENERIC, loom_conv_padded_gemm_kernel, 64, y2);
-  CHECK(same(y1, y2, ny), "the selector did not run the twin for a generic plan");
+  CHECK_MSG(same(y1, y2, ny), "the selector did not run the twin for a generic plan");
   for (int one = 0; one < 2; ++one) {
     weight_grad(&k, &pd, LOOM_GEMM_GENERIC, loom_conv_padded_wgrad_generic, 1, one, w1);
-    CHECK(misses(w1, k.gw, k.gwmag, nw) == 0, "generic padded weight grad misses the reference");
+    CHECK_MSG(misses(w1, k.gw, k.gwmag, nw) == 0, "generic padded weight grad misses the reference");
     for (int64_t qn = 2; qn <= LOOM_CONV_WGRAD_MAX_PANELS; qn *= 32) {
       weight_grad(&k, &pd, LOOM_GEMM_GENERIC, loom_conv_padded_wgrad_generic, qn, one, w2);
-      CHECK(same(w1, w2, nw), "%ld panels per item changed bits", (long)qn);
+      CHECK_MSG(same(w1, w2, nw), "%ld panels per item changed bits", (long)qn);
     }
     weight_grad(&k, &pd, LOOM_GEMM_GENERIC, loom_conv_padded_wgrad_kernel, 2, one, w2);
-    CHECK(same(w1, w2, nw), "the selector did not run the twin for a generic plan");
+    CHECK_MSG(same(w1, w2, nw), "the selector did not run the twin for a generic plan");
   }
   if (hw_avx512) {
     const int avx = LOOM_GEMM_AVX512;
     forward(&k, &pd, avx, loom_conv_padded_gemm_avx512, 64, y1);
     forward(&k, &pd, avx, loom_conv_padded_gemm_generic, 64, y2);
-    CHECK(same(y1, y2, ny), "twin with an AVX-512 plan differs from the AVX-512 forward");
-    CHECK(misses(y1, k.y, k.ymag, ny) == 0, "AVX-512 padded forward misses the reference");
+    CHECK_MSG(same(y1, y2, ny), "twin with an AVX-512 plan differs from the AVX-512 forward");
+    CHECK_MSG(misses(y1, k.y, k.ymag, ny) == 0, "AVX-512 padded forward misses the reference");
     forward(&k, &pd, avx, loom_conv_padded_gemm_kernel, 64, y2);
-    CHECK(same(y1, y2, ny), "the selector did not run AVX-512 for an AVX-512 plan");
+    CHECK_MSG(same(y1, y2, ny), "the selector did not run AVX-512 for an AVX-512 plan");
     const int isas[2] = {avx, avx | LOOM_GEMM_IN_COMPUTE}; /* dy packed, or in place */
     for (int i = 0; i < 2; ++i) {
       weight_grad(&k, &pd, isas[i], loom_conv_padded_wgrad_avx512, 2, 0, w1);
       weight_grad(&k, &pd, isas[i], loom_conv_padded_wgrad_generic, 2, 0, w2);
-      CHECK(same(w1, w2, nw), "twin with an AVX-512 plan (%d) differs from the AVX-512 weight grad",
+      CHECK_MSG(same(w1, w2, nw), "twin with an AVX-512 plan (%d) differs from the AVX-512 weight grad",
             isas[i]);
-      CHECK(misses(w1, k.gw, k.gwmag, nw) == 0, "AVX-512 padded weight grad misses the reference");
+      CHECK_MSG(misses(w1, k.gw, k.gwmag, nw) == 0, "AVX-512 padded weight grad misses the reference");
       weight_grad(&k, &pd, isas[i], loom_conv_padded_wgrad_kernel, 2, 0, w2);
-      CHECK(same(w1, w2, nw), "the selector did not run AVX-512 for an AVX-512 plan");
+      CHECK_MSG(same(w1, w2, nw), "the selector did not run AVX-512 for an AVX-512 plan");
     }
   }
   free(y0), free(y1), free(y2), free(w1), free(w2), free(pd.xp);
@@ -176,6 +176,5 @@ int main(void) {
                       .k = {1, 7, 7}, .s = {1, 2, 2}, .p = {0, 3, 3}, .d = {1, 1, 1}});
   check_padded((geom){.n = 2, .c = 40, .o = 24, .groups = 1, .in = {1, 10, 9},
                       .k = {1, 3, 3}, .s = {1, 1, 1}, .p = {0, 1, 1}, .d = {1, 1, 1}});
-  printf(failures ? "FAILED\n" : "ok\n");
-  return failures ? 1 : 0;
+  TEST_MAIN_END();
 }

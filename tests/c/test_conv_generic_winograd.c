@@ -142,15 +142,15 @@ static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w
   }
   weight(&c, loom_conv_winograd_weight_generic, flipped, u1);
   forward(&c, loom_conv_winograd_generic, u1, y1);
-  CHECK(misses(y1, ref, mag, ny) == 0, "generic Winograd forward (k %ld m %ld) misses the reference",
+  CHECK_MSG(misses(y1, ref, mag, ny) == 0, "generic Winograd forward (k %ld m %ld) misses the reference",
         (long)k, (long)m);
   if (hw_avx512) {
     weight(&c, loom_conv_winograd_weight_avx512, flipped, u0);
-    CHECK(same(u0, u1, nu), "the weight transforms differ");
+    CHECK_MSG(same(u0, u1, nu), "the weight transforms differ");
     forward(&c, loom_conv_winograd_avx512, u0, y1);
     forward(&c, with_avx512_ukr, u0, y2);
-    CHECK(same(y1, y2, ny), "twin with the AVX-512 micro-kernel differs from the AVX-512 forward");
-    CHECK(misses(y1, ref, mag, ny) == 0, "AVX-512 Winograd forward misses the reference");
+    CHECK_MSG(same(y1, y2, ny), "twin with the AVX-512 micro-kernel differs from the AVX-512 forward");
+    CHECK_MSG(misses(y1, ref, mag, ny) == 0, "AVX-512 Winograd forward misses the reference");
   }
   if (flipped) free(ref), free(mag);
   free(u0), free(u1), free(y1), free(y2);
@@ -163,13 +163,13 @@ static void check_weight_grad(int64_t n, int64_t k, int64_t m, int64_t h, int64_
   const int64_t nw = m * k * 9;
   float *w1 = malloc(sizeof(float) * nw), *w2 = malloc(sizeof(float) * nw);
   weight_grad(&c, loom_conv_winograd_wgrad_generic, TILES, w1);
-  CHECK(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0,
+  CHECK_MSG(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0,
         "generic Winograd weight grad (k %ld m %ld) misses the reference", (long)k, (long)m);
   if (hw_avx512) {
     weight_grad(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w1);
     weight_grad(&c, wgrad_with_avx512_ukr, 2 * TILES, w2);
-    CHECK(same(w1, w2, nw), "twin with the AVX-512 micro-kernel differs from the AVX-512 weight grad");
-    CHECK(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0, "AVX-512 Winograd weight grad misses the reference");
+    CHECK_MSG(same(w1, w2, nw), "twin with the AVX-512 micro-kernel differs from the AVX-512 weight grad");
+    CHECK_MSG(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0, "AVX-512 Winograd weight grad misses the reference");
   }
   free(w1), free(w2);
   free_wino(&c);
@@ -188,16 +188,16 @@ static void check_selected(int hw_avx512) {
   weight(&c, loom_conv_winograd_weight_generic, 0, u);
   forward(&c, loom_conv_winograd_kernel, u, y0);
   forward(&c, avx ? loom_conv_winograd_avx512 : loom_conv_winograd_generic, u, y1);
-  CHECK(same(y0, y1, ny), "the forward selector did not run the %s variant", avx ? "AVX-512" : "generic");
+  CHECK_MSG(same(y0, y1, ny), "the forward selector did not run the %s variant", avx ? "AVX-512" : "generic");
   weight_grad(&c, loom_conv_winograd_wgrad_kernel, TILES, w0);
   weight_grad(&c, avx ? loom_conv_winograd_wgrad_avx512 : loom_conv_winograd_wgrad_generic, TILES, w1);
-  CHECK(same(w0, w1, nw), "the weight-grad selector did not run the %s variant",
+  CHECK_MSG(same(w0, w1, nw), "the weight-grad selector did not run the %s variant",
         avx ? "AVX-512" : "generic");
   if (!avx && hw_avx512) { /* the bits tell the variants apart */
     forward(&c, loom_conv_winograd_avx512, u, y1);
-    CHECK(!same(y0, y1, ny), "the generic forward gave the AVX-512 bits");
+    CHECK_MSG(!same(y0, y1, ny), "the generic forward gave the AVX-512 bits");
     weight_grad(&c, loom_conv_winograd_wgrad_avx512, TILES, w1);
-    CHECK(!same(w0, w1, nw), "the generic weight grad gave the AVX-512 bits");
+    CHECK_MSG(!same(w0, w1, nw), "the generic weight grad gave the AVX-512 bits");
   }
   free(u), free(y0), free(y1), free(w0), free(w1);
   free_wino(&c);
@@ -205,10 +205,9 @@ static void check_selected(int hw_avx512) {
 
 int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "capped") == 0) {
-    CHECK(loom_gemm_isa_selected() == LOOM_GEMM_GENERIC, "GEMM not generic under the cap");
+    CHECK_MSG(loom_gemm_isa_selected() == LOOM_GEMM_GENERIC, "GEMM not generic under the cap");
     check_selected(atoi(argv[2]));
-    printf(failures ? "FAILED (capped)\n" : "ok (capped)\n");
-    return failures ? 1 : 0;
+    TEST_MAIN_END();
   }
   const int hw = loom_gemm_isa_supported(LOOM_GEMM_AVX512);
   /* one tile block, odd output sizes; several blocks, channel passes
@@ -223,7 +222,6 @@ int main(int argc, char **argv) {
   check_weight_grad(1, 5, 7, 7, 9, 1, hw);
   check_weight_grad(2, 70, 100, 10, 11, 1, hw);
   check_selected(hw);
-  CHECK(rerun_capped(argv, hw), "the run under LOOM_CPU_FEATURES=generic failed");
-  printf(failures ? "FAILED\n" : "ok\n");
-  return failures ? 1 : 0;
+  CHECK_MSG(rerun_capped(argv, hw), "the run under LOOM_CPU_FEATURES=generic failed");
+  TEST_MAIN_END();
 }

@@ -127,7 +127,7 @@ static void check(case_ k) {
   uint16_t *bias = k.bias ? bf16_rand(k.o) : NULL;
   const size_t ny = (size_t)(k.n * k.o * ho * wo);
   uint16_t *y = malloc(sizeof(uint16_t) * ny), *y2 = malloc(sizeof(uint16_t) * ny);
-  CHECK(conv(&k, x, w, bias, y, ho, wo, 128, 3, 0, 1) == 0, "rc");
+  CHECK_MSG(conv(&k, x, w, bias, y, ho, wo, 128, 3, 0, 1) == 0, "rc");
   int bad = 0;
   for (int64_t n = 0; n < k.n; ++n)
     for (int64_t o = 0; o < k.o; ++o)
@@ -150,23 +150,23 @@ static void check(case_ k) {
           /* one bf16 rounding of the sum, and fp32's on the way */
           if (fabs(got - ref) > fabs(ref) / 128.0 + mag * 1e-6) ++bad;
         }
-  CHECK(bad == 0, "%d of %zu outputs off (c %lld o %lld k %lldx%lld s %lld)", bad, ny,
+  CHECK_MSG(bad == 0, "%d of %zu outputs off (c %lld o %lld k %lldx%lld s %lld)", bad, ny,
         (long long)k.c, (long long)k.o, (long long)k.kh, (long long)k.kw, (long long)k.sh);
   /* narrower items and other chunkings: the same bits */
   for (int64_t ppi = 32; ppi <= 64; ppi *= 2) {
     memset(y2, 0xff, sizeof(uint16_t) * ny);
-    CHECK(conv(&k, x, w, bias, y2, ho, wo, ppi, 1 + ppi / 32, 0, 1) == 0, "rc");
-    CHECK(memcmp(y, y2, sizeof(uint16_t) * ny) == 0, "items of %lld positions differ",
+    CHECK_MSG(conv(&k, x, w, bias, y2, ho, wo, ppi, 1 + ppi / 32, 0, 1) == 0, "rc");
+    CHECK_MSG(memcmp(y, y2, sizeof(uint16_t) * ny) == 0, "items of %lld positions differ",
           (long long)ppi);
   }
   /* into every other element of the output's rows: the same bits there,
    * the others untouched */
   uint16_t *y3 = malloc(2 * sizeof(uint16_t) * ny);
   memset(y3, 0xff, 2 * sizeof(uint16_t) * ny);
-  CHECK(conv(&k, x, w, bias, y3, ho, wo, 64, 2, 0, 2) == 0, "rc");
+  CHECK_MSG(conv(&k, x, w, bias, y3, ho, wo, 64, 2, 0, 2) == 0, "rc");
   int off = 0;
   for (size_t i = 0; i < ny; ++i) off += y3[2 * i] != y[i] || y3[2 * i + 1] != 0xffff;
-  CHECK(off == 0, "%d outputs off with every other element", off);
+  CHECK_MSG(off == 0, "%d outputs off with every other element", off);
   free(x), free(w), free(bias), free(y), free(y2), free(y3);
 }
 
@@ -222,7 +222,7 @@ static void check_wgrad(case_ k) {
         const double got = loom_bf16_to_f32(dw[(o * k.c + c) * taps + t]);
         if (fabs(got - ref) > fabs(ref) / 128.0 + mag * 0x1p-14) ++bad;
       }
-  CHECK(bad == 0, "weight gradient: %d of %lld off (c %lld o %lld s %lld)", bad,
+  CHECK_MSG(bad == 0, "weight gradient: %d of %lld off (c %lld o %lld s %lld)", bad,
         (long long)(k.o * k.c * taps), (long long)k.c, (long long)k.o, (long long)k.sh);
   /* items of several out-channel blocks (the last group short): the same bits */
   uint16_t *dw1 = malloc(sizeof(uint16_t) * (size_t)(k.o * k.c * taps));
@@ -233,7 +233,7 @@ static void check_wgrad(case_ k) {
     memset(dw, 0xff, sizeof(uint16_t) * (size_t)(k.o * k.c * taps));
     sc9[8].i = group;
     run(loom_conv_nhwc_wgrad_kernel, ts, 3, sc9, 9, (op / 32 + group - 1) / group * cp / 32);
-    CHECK(memcmp(dw, dw1, sizeof(uint16_t) * (size_t)(k.o * k.c * taps)) == 0,
+    CHECK_MSG(memcmp(dw, dw1, sizeof(uint16_t) * (size_t)(k.o * k.c * taps)) == 0,
           "weight gradient in groups of %lld blocks differs", (long long)group);
   }
   free(dw1);
@@ -241,10 +241,10 @@ static void check_wgrad(case_ k) {
                         .num_scalars = 8, .scalars = sc};
   sc9[8].i = LOOM_CONV_NHWC_WG_BLOCKS / taps + 1; /* more sums than the buffer holds */
   a.scalars = sc9, a.num_scalars = 9;
-  CHECK(loom_conv_nhwc_wgrad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "group too big");
+  CHECK_MSG(loom_conv_nhwc_wgrad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "group too big");
   a.scalars = sc, a.num_scalars = 8;
   sc[7].i = halo - 1; /* dy's lead too short for the farthest tap */
-  CHECK(taps == 1 || loom_conv_nhwc_wgrad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT,
+  CHECK_MSG(taps == 1 || loom_conv_nhwc_wgrad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT,
         "short lead");
   free(x), free(gy), free(xq), free(dyp), free(dw);
 }
@@ -260,10 +260,10 @@ static void check_shared(void) {
   uint16_t *w1 = bf16_rand(k.o * k.c), *bias = bf16_rand(k.o);
   uint16_t *y = malloc(sizeof(uint16_t) * (size_t)ny), *y2 = malloc(sizeof(uint16_t) * (size_t)ny);
   uint16_t *z = malloc(sizeof(uint16_t) * (size_t)(k.n * k.o * rows * wo));
-  CHECK(conv(&k, x, w, bias, y, ho, wo, 64, 1, 0, 1) == 0, "rc");
+  CHECK_MSG(conv(&k, x, w, bias, y, ho, wo, 64, 1, 0, 1) == 0, "rc");
   const second_ sec = {.w = w1, .out = z, .rows = rows, .origin = wq + 1};
-  CHECK(conv2(&k, x, w, bias, y2, ho, wo, 64, 3, 0, 1, &sec) == 0, "rc shared");
-  CHECK(memcmp(y, y2, sizeof(uint16_t) * (size_t)ny) == 0, "the first convolution's bits");
+  CHECK_MSG(conv2(&k, x, w, bias, y2, ho, wo, 64, 3, 0, 1, &sec) == 0, "rc shared");
+  CHECK_MSG(memcmp(y, y2, sizeof(uint16_t) * (size_t)ny) == 0, "the first convolution's bits");
   int bad = 0;
   for (int64_t n = 0; n < k.n; ++n)
     for (int64_t o = 0; o < k.o; ++o)
@@ -278,7 +278,7 @@ static void check_shared(void) {
           const double got = loom_bf16_to_f32(z[((n * k.o + o) * rows + i) * wo + j]);
           if (fabs(got - ref) > fabs(ref) / 128.0 + mag * 1e-6) ++bad;
         }
-  CHECK(bad == 0, "%d outputs of the second convolution off", bad);
+  CHECK_MSG(bad == 0, "%d outputs of the second convolution off", bad);
   free(x), free(w), free(w1), free(bias), free(y), free(y2), free(z);
 }
 
@@ -288,23 +288,23 @@ static void check_refused(void) {
   case_ k = {.n = 1, .c = 32, .o = 32, .h = 6, .w = 7, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
              .ph = 1, .pw = 1, .dh = 1, .dw = 1};
   uint16_t *x = bf16_rand(32 * 6 * 7), *w = bf16_rand(32 * 32 * 9), *y = malloc(2 * 32 * 42);
-  CHECK(conv(&k, x, w, NULL, y, 6, 7, 64, 1, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT, "short plane");
-  CHECK(conv(&k, x, w, NULL, y, 6, 7, 48, 1, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "items");
-  CHECK(conv(&k, x, w, NULL, y, 6, 7, 256, 1, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "items");
+  CHECK_MSG(conv(&k, x, w, NULL, y, 6, 7, 64, 1, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT, "short plane");
+  CHECK_MSG(conv(&k, x, w, NULL, y, 6, 7, 48, 1, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "items");
+  CHECK_MSG(conv(&k, x, w, NULL, y, 6, 7, 256, 1, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "items");
   loom_tensor none[3] = {{0}};
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3,
                         .tensors = none, .num_scalars = 8, .scalars = (loom_scalar[8]){{0}}};
-  CHECK(loom_conv_nhwc_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty");
-  CHECK(loom_conv_nhwc_pad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty pad");
+  CHECK_MSG(loom_conv_nhwc_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty");
+  CHECK_MSG(loom_conv_nhwc_pad_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty pad");
   a.num_scalars = 1;
-  CHECK(loom_conv_nhwc_weight_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty weight");
+  CHECK_MSG(loom_conv_nhwc_weight_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT, "empty weight");
   free(x), free(w), free(y);
 }
 
 int main(void) {
   if (!loom_gemm_isa_supported(LOOM_GEMM_AMX)) {
-    printf("skip: no AMX\n");
-    return 0;
+    test_skip("this CPU has no AMX (or LOOM_CPU_FEATURES caps it)");
+    TEST_MAIN_END();
   }
   /* "same" 3x3, rows wider than a tile's 32 positions, a bias */
   check((case_){.n = 2, .c = 64, .o = 64, .h = 9, .w = 37, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
@@ -329,6 +329,5 @@ int main(void) {
                       .sw = 1, .ph = 2, .pw = 4, .dh = 2, .dw = 1});
   check_shared();
   check_refused();
-  printf(failures ? "FAILED\n" : "ok\n");
-  return failures ? 1 : 0;
+  TEST_MAIN_END();
 }

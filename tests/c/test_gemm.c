@@ -13,18 +13,7 @@
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/gemv.h"
 #include "loom/status.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                    \
-  do {                                      \
-    if (!(cond)) {                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);         \
-      fprintf(stderr, "\n");                \
-      ++failures;                           \
-    }                                       \
-  } while (0)
+#include "test_util.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float rnd(void) {
@@ -160,10 +149,10 @@ static void check_case(const gemm_case *g, int isa) {
   }
   const loom_tensor *cinp = g->beta != 0.0 ? &cin : NULL;
   int rc = run(&c, &a, &b, cinp, isa, g->alpha, g->beta, 0);
-  CHECK(rc == 0, "isa %d: rc %d", isa, rc);
+  CHECK_MSG(rc == 0, "isa %d: rc %d", isa, rc);
   /* Another chunking must give the same bits. */
   rc = run(&c2, &a, &b, cinp, isa, g->alpha, g->beta, 3);
-  CHECK(rc == 0, "isa %d: rc %d (grain 3)", isa, rc);
+  CHECK_MSG(rc == 0, "isa %d: rc %d (grain 3)", isa, rc);
   double tol_in = g->in_dtype == LOOM_FLOAT32 ? 2e-6 : 2e-6; /* products exact */
   double tol_out = g->out_dtype == LOOM_FLOAT32 ? 0 : g->out_dtype == LOOM_BFLOAT16 ? 1.0 / 128 : 1.0 / 1024;
   int bad = 0, diff = 0;
@@ -192,10 +181,10 @@ static void check_case(const gemm_case *g, int isa) {
           size_t es = (size_t)loom_dtype_size(g->out_dtype);
           if (memcmp((char *)c.data + off * es, (char *)c2.data + off * es, es)) ++diff;
         }
-  CHECK(bad == 0, "isa %s b=%ldx%ld m=%ld n=%ld k=%ld ta=%d tb=%d pad=%d in=%d out=%d: %d wrong",
+  CHECK_MSG(bad == 0, "isa %s b=%ldx%ld m=%ld n=%ld k=%ld ta=%d tb=%d pad=%d in=%d out=%d: %d wrong",
         isa_name(isa), (long)g->b1, (long)g->b2, (long)g->m, (long)g->n,
         (long)g->k, g->trans_a, g->trans_b, g->pad, g->in_dtype, g->out_dtype, bad);
-  CHECK(diff == 0, "isa %s m=%ld n=%ld k=%ld: chunking changed %d results",
+  CHECK_MSG(diff == 0, "isa %s m=%ld n=%ld k=%ld: chunking changed %d results",
         isa_name(isa), (long)g->m, (long)g->n, (long)g->k, diff);
   free(a.data), free(b.data), free(c.data), free(c2.data), free(cin.data);
 }
@@ -265,14 +254,14 @@ static void test_variants_agree(int isa) {
   loom_tensor b = make(LOOM_FLOAT32, 300 * 91, sb, tb);
   loom_tensor c1 = make(LOOM_FLOAT32, 77 * 91, sz, st);
   loom_tensor c2 = make(LOOM_FLOAT32, 77 * 91, sz, st);
-  CHECK(run(&c1, &a, &b, NULL, LOOM_GEMM_GENERIC, 1, 0, 0) == 0, "generic");
-  CHECK(run(&c2, &a, &b, NULL, isa, 1, 0, 0) == 0, "isa");
+  CHECK_MSG(run(&c1, &a, &b, NULL, LOOM_GEMM_GENERIC, 1, 0, 0) == 0, "generic");
+  CHECK_MSG(run(&c2, &a, &b, NULL, isa, 1, 0, 0) == 0, "isa");
   int bad = 0;
   for (int i = 0; i < 77 * 91; ++i) {
     float x = ((float *)c1.data)[i], y = ((float *)c2.data)[i];
     if (!(fabsf(x - y) <= 1e-4f * (1 + fabsf(x)))) ++bad;
   }
-  CHECK(bad == 0, "isa %s differs from generic in %d results", loom_gemm_isa_name(isa), bad);
+  CHECK_MSG(bad == 0, "isa %s differs from generic in %d results", loom_gemm_isa_name(isa), bad);
   free(a.data), free(b.data), free(c1.data), free(c2.data);
 }
 
@@ -290,13 +279,13 @@ static void test_small_tiles_agree(int isa, int32_t dtype) {
     loom_tensor a = make(dtype, full_rows * k, sa, ta), b = make(dtype, k * n, sb, tb);
     int64_t sc[4] = {1, 1, full_rows, n}, tc[4] = {0, 0, n, 1};
     loom_tensor full = make(LOOM_FLOAT32, full_rows * n, sc, tc);
-    CHECK(run(&full, &a, &b, NULL, isa, alpha, 0, 0) == 0, "full tile");
+    CHECK_MSG(run(&full, &a, &b, NULL, isa, alpha, 0, 0) == 0, "full tile");
     for (int64_t rows = 1; rows < full_rows; ++rows) {
       loom_tensor ar = a, cr = full;
       ar.sizes[2] = cr.sizes[2] = rows;
       cr.data = calloc((size_t)(rows * n), sizeof(float));
-      CHECK(run(&cr, &ar, &b, NULL, isa, alpha, 0, 0) == 0, "rows %ld", (long)rows);
-      CHECK(memcmp(cr.data, full.data, sizeof(float) * rows * n) == 0,
+      CHECK_MSG(run(&cr, &ar, &b, NULL, isa, alpha, 0, 0) == 0, "rows %ld", (long)rows);
+      CHECK_MSG(memcmp(cr.data, full.data, sizeof(float) * rows * n) == 0,
             "%s k=%ld: %ld-row panel differs from the full tile", loom_gemm_isa_name(isa),
             (long)k, (long)rows);
       free(cr.data);
@@ -321,19 +310,19 @@ static void test_narrow_panel_agrees(int isa, int32_t dtype) {
       int64_t sc[4] = {1, 1, rows, wide_n}, tc[4] = {0, 0, wide_n, 1};
       loom_tensor full = make(LOOM_FLOAT32, rows * wide_n, sc, tc);
       for (size_t fi = 0; fi < 2; ++fi) {
-        CHECK(run(&full, &a, &b, NULL, isa | flags[fi], 1.0, 0, 0) == 0, "wide product");
+        CHECK_MSG(run(&full, &a, &b, NULL, isa | flags[fi], 1.0, 0, 0) == 0, "wide product");
         for (size_t wi = 0; wi < sizeof widths / sizeof *widths; ++wi) {
           const int64_t n = widths[wi];
           loom_tensor bn = b, cn = full;
           bn.sizes[3] = cn.sizes[3] = n;
           cn.strides[2] = n;
           cn.data = calloc((size_t)(rows * n), sizeof(float));
-          CHECK(run(&cn, &a, &bn, NULL, isa | flags[fi], 1.0, 0, 0) == 0, "narrow product");
+          CHECK_MSG(run(&cn, &a, &bn, NULL, isa | flags[fi], 1.0, 0, 0) == 0, "narrow product");
           int diff = 0;
           for (int64_t i = 0; i < rows; ++i)
             diff += memcmp((float *)cn.data + i * n, (float *)full.data + i * wide_n,
                            sizeof(float) * (size_t)n) != 0;
-          CHECK(diff == 0, "%s rows=%ld n=%ld k=%ld flags=%d: %d rows differ from the wide product",
+          CHECK_MSG(diff == 0, "%s rows=%ld n=%ld k=%ld flags=%d: %d rows differ from the wide product",
                 loom_gemm_isa_name(isa), (long)rows, (long)n, (long)k, flags[fi], diff);
           free(cn.data);
         }
@@ -367,11 +356,11 @@ static void test_transposed_a_groups(int isa) {
                 ((float *)by_rows.data)[bb * m * k + i * k + kk];
       loom_tensor b = make(LOOM_FLOAT32, b1 * k * n, sb, tb);
       loom_tensor want = make(LOOM_FLOAT32, b1 * m * n, sc, tc);
-      CHECK(run(&want, &by_rows, &b, NULL, isa, 1.0, 0.0, 0) == 0, "rows");
+      CHECK_MSG(run(&want, &by_rows, &b, NULL, isa, 1.0, 0.0, 0) == 0, "rows");
       for (int64_t grain = 0; grain < 4; grain += 1 + (grain == 1)) { /* 0, 1, 3 */
         loom_tensor got = make(LOOM_FLOAT32, b1 * m * n, sc, tc);
-        CHECK(run(&got, &by_cols, &b, NULL, isa, 1.0, 0.0, grain) == 0, "cols");
-        CHECK(memcmp(got.data, want.data, sizeof(float) * b1 * m * n) == 0,
+        CHECK_MSG(run(&got, &by_cols, &b, NULL, isa, 1.0, 0.0, grain) == 0, "cols");
+        CHECK_MSG(memcmp(got.data, want.data, sizeof(float) * b1 * m * n) == 0,
               "%s transposed A m=%ld k=%ld grain %ld differs", loom_gemm_isa_name(isa), (long)m,
               (long)k, (long)grain);
         free(got.data);
@@ -417,23 +406,23 @@ static void check_in_compute(const gemm_case *g, int isa, int expect_a, int expe
   const loom_tensor *cinp = g->beta != 0.0 ? &t.cin : NULL;
   const int64_t elems = t.elems;
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_IN_COMPUTE, &p) == 0, "plan");
+  CHECK_MSG(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_IN_COMPUTE, &p) == 0, "plan");
   int reads_bf16 = isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX;
   int want = expect_a && (g->in_dtype == LOOM_FLOAT32 ? isa != LOOM_GEMM_GENERIC : reads_bf16);
   /* AMX tiles read whole 32-k runs of 32 rows */
   if (isa == LOOM_GEMM_AMX && g->in_dtype == LOOM_BFLOAT16 && (g->k % 32 || g->m < 32)) want = 0;
-  CHECK(p.a_in_place == want, "%s m=%ld k=%ld in=%d pad=%d: a_in_place %d, want %d",
+  CHECK_MSG(p.a_in_place == want, "%s m=%ld k=%ld in=%d pad=%d: a_in_place %d, want %d",
         isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->pad, p.a_in_place, want);
-  CHECK(p.b_in_compute == expect_b, "%s m=%ld n=%ld: b_in_compute %d, want %d", isa_name(isa),
+  CHECK_MSG(p.b_in_compute == expect_b, "%s m=%ld n=%ld: b_in_compute %d, want %d", isa_name(isa),
         (long)g->m, (long)g->n, p.b_in_compute, expect_b);
   /* an A read in place leaves its partial last panel to the tiles too */
   if (p.a_in_place && p.b_in_compute)
-    CHECK(p.pack_range == 0 && p.a_tail_in_compute == (g->m % p.mr != 0),
+    CHECK_MSG(p.pack_range == 0 && p.a_tail_in_compute == (g->m % p.mr != 0),
           "%s m=%ld: pack range %ld, tail in compute %d", isa_name(isa), (long)g->m,
           (long)p.pack_range, p.a_tail_in_compute);
-  CHECK(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
-  CHECK(run(&direct, &a, &b, cinp, isa | LOOM_GEMM_IN_COMPUTE, g->alpha, g->beta, 0) == 0, "direct");
-  CHECK(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
+  CHECK_MSG(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
+  CHECK_MSG(run(&direct, &a, &b, cinp, isa | LOOM_GEMM_IN_COMPUTE, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK_MSG(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
         "%s m=%ld k=%ld in=%d tb=%d: the compute launch's own operands changed the bits",
         isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->trans_b);
   two_paths_free(&t);
@@ -496,15 +485,15 @@ static void check_column_tiles(const gemm_case *g, int isa, int workers, int64_t
   two_paths t = two_paths_make(g);
   const int flags = LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_WORKERS(workers);
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &p) == 0, "plan");
+  CHECK_MSG(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &p) == 0, "plan");
   const int column = p.m_tiles == 1 && p.b_in_compute;
-  CHECK(tiles ? column && p.n_tiles == tiles : !column,
+  CHECK_MSG(tiles ? column && p.n_tiles == tiles : !column,
         "%s %ldx%ldx%ld, %d workers: %ld x %ld tiles of %ld x %ld, want %ld column tiles",
         isa_name(isa), (long)g->m, (long)g->n, (long)g->k, workers, (long)p.m_tiles,
         (long)p.n_tiles, (long)p.mt, (long)p.nt, (long)tiles);
-  CHECK(run(&t.packed, &t.a, &t.b, NULL, isa, g->alpha, g->beta, 0) == 0, "packed");
-  CHECK(run(&t.direct, &t.a, &t.b, NULL, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
-  CHECK(memcmp(t.packed.data, t.direct.data,
+  CHECK_MSG(run(&t.packed, &t.a, &t.b, NULL, isa, g->alpha, g->beta, 0) == 0, "packed");
+  CHECK_MSG(run(&t.direct, &t.a, &t.b, NULL, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK_MSG(memcmp(t.packed.data, t.direct.data,
                (size_t)(t.elems * loom_dtype_size(g->out_dtype))) == 0,
         "%s %d workers: the tiling changed the bits", isa_name(isa), workers);
   two_paths_free(&t);
@@ -535,17 +524,17 @@ static void check_rows_outer(const gemm_case *g, int isa, int flags, const char 
   two_paths t = two_paths_make(g);
   const loom_tensor *cinp = g->beta != 0.0 ? &t.cin : NULL;
   loom_gemm_plan packed, direct;
-  CHECK(loom_gemm_plan_init(&t.packed, &t.a, &t.b, isa, &packed) == 0, "plan");
-  CHECK(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &direct) == 0, "plan");
+  CHECK_MSG(loom_gemm_plan_init(&t.packed, &t.a, &t.b, isa, &packed) == 0, "plan");
+  CHECK_MSG(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &direct) == 0, "plan");
   const int fp32 =
       isa == LOOM_GEMM_AVX512 || (isa != LOOM_GEMM_GENERIC && g->in_dtype == LOOM_FLOAT32);
-  CHECK(packed.rows_outer == fp32 && !direct.rows_outer && direct.b_in_compute,
+  CHECK_MSG(packed.rows_outer == fp32 && !direct.rows_outer && direct.b_in_compute,
         "%s %s: rows outer %d (packed) %d (B packed by its tile), want %d and 0", isa_name(isa),
         what, packed.rows_outer, direct.rows_outer, fp32);
-  CHECK(run(&t.packed, &t.a, &t.b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
-  CHECK(run(&t.direct, &t.a, &t.b, cinp, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK_MSG(run(&t.packed, &t.a, &t.b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
+  CHECK_MSG(run(&t.direct, &t.a, &t.b, cinp, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
   const size_t bytes = (size_t)(t.elems * loom_dtype_size(g->out_dtype));
-  CHECK(memcmp(t.packed.data, t.direct.data, bytes) == 0, "%s %s: the loop orders' bits differ",
+  CHECK_MSG(memcmp(t.packed.data, t.direct.data, bytes) == 0, "%s %s: the loop orders' bits differ",
         isa_name(isa), what);
   two_paths_free(&t);
 }
@@ -573,17 +562,17 @@ static void check_a_in_compute(const gemm_case *g, int isa, int expect) {
   const int64_t elems = t.elems;
   const int flags = LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE;
   loom_gemm_plan p, without;
-  CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | flags, &p) == 0, "plan");
-  CHECK(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_IN_COMPUTE, &without) == 0, "plan");
-  CHECK(p.a_in_compute == expect && !without.a_in_compute,
+  CHECK_MSG(loom_gemm_plan_init(&direct, &a, &b, isa | flags, &p) == 0, "plan");
+  CHECK_MSG(loom_gemm_plan_init(&direct, &a, &b, isa | LOOM_GEMM_IN_COMPUTE, &without) == 0, "plan");
+  CHECK_MSG(p.a_in_compute == expect && !without.a_in_compute,
         "%s m=%ld k=%ld n=%ld ta=%d: a_in_compute %d (%d without the flag), want %d",
         isa_name(isa), (long)g->m, (long)g->k, (long)g->n, g->trans_a, p.a_in_compute,
         without.a_in_compute, expect);
   if (p.a_in_compute)
-    CHECK(p.pack_units_a == 0 && (p.n_tiles == 1 || p.m_tiles == 1), "%s: A units", isa_name(isa));
-  CHECK(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
-  CHECK(run(&direct, &a, &b, cinp, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
-  CHECK(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
+    CHECK_MSG(p.pack_units_a == 0 && (p.n_tiles == 1 || p.m_tiles == 1), "%s: A units", isa_name(isa));
+  CHECK_MSG(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
+  CHECK_MSG(run(&direct, &a, &b, cinp, isa | flags, g->alpha, g->beta, 0) == 0, "direct");
+  CHECK_MSG(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
         "%s m=%ld k=%ld n=%ld in=%d ta=%d: A packed by its tile changed the bits",
         isa_name(isa), (long)g->m, (long)g->k, (long)g->n, g->in_dtype, g->trans_a);
   two_paths_free(&t);
@@ -668,7 +657,7 @@ static void test_store_row16(void) {
     int bad = 0;
     for (int i = 0; i < N; ++i)
       bad += out[i] != (bf16 ? loom_f32_to_bf16(src[i]) : loom_f32_to_f16(src[i]));
-    CHECK(bad == 0 && out[N] == 0xabcd, "%s row store: %d values differ",
+    CHECK_MSG(bad == 0 && out[N] == 0xabcd, "%s row store: %d values differ",
           bf16 ? "bf16" : "fp16", bad);
   }
 }
@@ -679,12 +668,12 @@ static void test_bad_input(void) {
   for (int d = 0; d < 4; ++d) a.sizes[d] = b.sizes[d] = c.sizes[d] = s[d], a.strides[d] = st[d];
   b.sizes[2] = 6; /* inner dims disagree */
   loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "mismatch");
+  CHECK_MSG(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "mismatch");
   b = a, b.sizes[2] = 5, b.sizes[3] = 4, c.sizes[3] = 4;
   b.dtype = LOOM_INT32;
-  CHECK(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "dtype");
+  CHECK_MSG(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "dtype");
   b.dtype = LOOM_FLOAT32, b.rank = 3;
-  CHECK(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "rank");
+  CHECK_MSG(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "rank");
 }
 
 /* bf16 math: fp32 operands (either layout, with NaN and infinities in
@@ -717,9 +706,9 @@ static void test_bf16_math(void) {
       for (int64_t i = 0; i < m * k; ++i) ((uint16_t *)a16.data)[i] = split_part(af[i], al);
       for (int64_t i = 0; i < k * n; ++i) ((uint16_t *)b16.data)[i] = split_part(bf[i], bl);
       const int flags = LOOM_GEMM_BF16_MATH | (al ? LOOM_GEMM_A_LOW : 0) | (bl ? LOOM_GEMM_B_LOW : 0);
-      CHECK(run(&ref, &a16, &b16, NULL, LOOM_GEMM_AMX, 1.0, 0.0, 0) == 0, "bf16 parts");
-      CHECK(run(&c, &a, &b, NULL, LOOM_GEMM_AMX | flags, 1.0, 0.0, 0) == 0, "bf16 math");
-      CHECK(memcmp(c.data, ref.data, sizeof(float) * (size_t)(m * n)) == 0,
+      CHECK_MSG(run(&ref, &a16, &b16, NULL, LOOM_GEMM_AMX, 1.0, 0.0, 0) == 0, "bf16 parts");
+      CHECK_MSG(run(&c, &a, &b, NULL, LOOM_GEMM_AMX | flags, 1.0, 0.0, 0) == 0, "bf16 math");
+      CHECK_MSG(memcmp(c.data, ref.data, sizeof(float) * (size_t)(m * n)) == 0,
             "bf16 math (A %s%s, B %s%s) differs from the GEMM of its parts",
             al ? "low" : "high", ta ? ", transposed" : "", bl ? "low" : "high",
             tb ? ", transposed" : "");
@@ -738,7 +727,7 @@ static void test_bf16_math(void) {
         if (!isfinite(exact)) continue;
         if (!(fabs(sum3[i * n + j] - exact) <= mag * 0x1p-15)) ++bad;
       }
-    CHECK(bad == 0, "bf16x3 (trans %d): %d results off", trans, bad);
+    CHECK_MSG(bad == 0, "bf16x3 (trans %d): %d results off", trans, bad);
     free(sum3);
     free(a.data), free(b.data), free(c.data), free(ref.data), free(a16.data), free(b16.data);
   }
@@ -747,13 +736,13 @@ static void test_bf16_math(void) {
 int main(void) {
   test_bad_input();
   test_gemv();
-  printf("gemv: %s\n", failures ? "FAILED" : "ok");
+  printf("gemv: %s\n", test_failed ? "FAILED" : "ok");
   for (int isa = 0; isa < LOOM_GEMM_ISA_COUNT; ++isa) {
     if (!loom_gemm_isa_supported((loom_gemm_isa)isa)) {
-      printf("skip %s (not supported here)\n", loom_gemm_isa_name((loom_gemm_isa)isa));
+      test_skip("%s: not supported by this CPU", loom_gemm_isa_name((loom_gemm_isa)isa));
       continue;
     }
-    int before = failures;
+    int before = test_failed;
     test_shapes(isa);
     test_features(isa);
     test_variants_agree(isa);
@@ -769,8 +758,8 @@ int main(void) {
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     if (isa == LOOM_GEMM_AMX) test_bf16_math();
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
-           failures == before ? "ok" : "FAILED");
+           test_failed == before ? "ok" : "FAILED");
   }
   printf("selected: %s\n", loom_gemm_isa_name(loom_gemm_isa_selected()));
-  return failures ? 1 : 0;
+  TEST_MAIN_END();
 }

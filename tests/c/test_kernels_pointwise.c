@@ -318,12 +318,9 @@ static void test_softplus_accuracy(void) {
 
 /* The AVX-512 build gives the generic build's bits for every op (any NaN
  * equals any NaN: operand order may pick another NaN's payload). */
-static int same_bits(const void *x, const void *y, size_t bytes) {
-  return memcmp(x, y, bytes) == 0;
-}
 static int same_f32(const float *x, const float *y, int n) {
   for (int i = 0; i < n; ++i)
-    if (!(isnan(x[i]) && isnan(y[i])) && !same_bits(x + i, y + i, 4)) return 0;
+    if (!(isnan(x[i]) && isnan(y[i])) && !test_same_bits(x + i, y + i, 4)) return 0;
   return 1;
 }
 
@@ -600,14 +597,14 @@ static void test_isa_agreement(void) {
     }
     r0 = loom_pw_apply_f64(op, N, dd[0], din, p);
     r1 = loom_pw_apply_f64_avx512(op, N, dd[1], din, p);
-    if (r0 != r1 || (!r0 && !same_bits(dd[0], dd[1], sizeof dd[0]))) {
+    if (r0 != r1 || (!r0 && !test_same_bits(dd[0], dd[1], sizeof dd[0]))) {
       ++mismatched;
       fprintf(stderr, "f64 op %d differs between ISA builds\n", op);
     }
     loom_scalar ip[4] = {{.i = 2}, {.i = 50}, {.i = 0}, {.i = 0}};
     r0 = loom_pw_apply_i64(op, N, io[0], iin, ip);
     r1 = loom_pw_apply_i64_avx512(op, N, io[1], iin, ip);
-    if (r0 != r1 || (!r0 && !same_bits(io[0], io[1], sizeof io[0]))) {
+    if (r0 != r1 || (!r0 && !test_same_bits(io[0], io[1], sizeof io[0]))) {
       ++mismatched;
       fprintf(stderr, "i64 op %d differs between ISA builds\n", op);
     }

@@ -9,17 +9,7 @@
 
 #include "kernels/random.h"
 #include "loom/status.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                    \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-      fprintf(stderr, __VA_ARGS__);                         \
-      fprintf(stderr, "\n");                                \
-      ++failures;                                           \
-    }                                                       \
-  } while (0)
+#include "test_util.h"
 
 static void test_philox_known_answers(void) {
   static const struct {
@@ -40,7 +30,7 @@ static void test_philox_known_answers(void) {
     uint32_t out[4];
     loom_philox4x32(seed, c0, c1, out);
     for (int i = 0; i < 4; ++i)
-      CHECK(out[i] == kat[k].out[i], "vector %zu word %d: %08x != %08x", k, i,
+      CHECK_MSG(out[i] == kat[k].out[i], "vector %zu word %d: %08x != %08x", k, i,
             out[i], kat[k].out[i]);
   }
 }
@@ -75,15 +65,15 @@ static void test_chunking_independence(void) {
   static float a[N], b[N];
   loom_scalar s[4] = {{.u = 77}, {.u = 1000}, {.f = -2.0}, {.f = 3.0}};
   loom_tensor ta = vec(a, LOOM_FLOAT32, N, 1), tb = vec(b, LOOM_FLOAT32, N, 1);
-  CHECK(run_chunks(loom_kernel_uniform, &ta, 1, s, 4, N, N) == 0, "uniform");
-  CHECK(run_chunks(loom_kernel_uniform, &tb, 1, s, 4, N, 333) == 0, "uniform");
-  CHECK(memcmp(a, b, sizeof a) == 0, "uniform depends on the chunking");
-  for (int i = 0; i < N; ++i) CHECK(a[i] >= -2.0f && a[i] < 3.0f, "uniform out of range: %g", a[i]);
+  CHECK_MSG(run_chunks(loom_kernel_uniform, &ta, 1, s, 4, N, N) == 0, "uniform");
+  CHECK_MSG(run_chunks(loom_kernel_uniform, &tb, 1, s, 4, N, 333) == 0, "uniform");
+  CHECK_MSG(memcmp(a, b, sizeof a) == 0, "uniform depends on the chunking");
+  for (int i = 0; i < N; ++i) CHECK_MSG(a[i] >= -2.0f && a[i] < 3.0f, "uniform out of range: %g", a[i]);
   /* The offset counts Philox blocks; a float32 element uses one word, so
    * element i at offset o+1 is element i+4 at offset o. */
   s[1].u = 1001;
-  CHECK(run_chunks(loom_kernel_uniform, &tb, 1, s, 4, N, 1000) == 0, "uniform");
-  CHECK(memcmp(a + 4, b, sizeof(float) * (N - 4)) == 0, "offset does not shift the stream");
+  CHECK_MSG(run_chunks(loom_kernel_uniform, &tb, 1, s, 4, N, 1000) == 0, "uniform");
+  CHECK_MSG(memcmp(a + 4, b, sizeof(float) * (N - 4)) == 0, "offset does not shift the stream");
 }
 
 static void test_kernels_and_strides(void) {
@@ -95,44 +85,44 @@ static void test_kernels_and_strides(void) {
   /* normal into every other element; the gaps stay untouched */
   for (int i = 0; i < 2 * N; ++i) d[i] = -123.0;
   loom_tensor t = vec(d, LOOM_FLOAT64, N, 2);
-  CHECK(run_chunks(loom_kernel_normal, &t, 1, s, 4, N, 500) == 0, "normal");
+  CHECK_MSG(run_chunks(loom_kernel_normal, &t, 1, s, 4, N, 500) == 0, "normal");
   double mean = 0, var = 0;
   for (int i = 0; i < N; ++i) mean += d[2 * i];
   mean /= N;
   for (int i = 0; i < N; ++i) var += (d[2 * i] - mean) * (d[2 * i] - mean);
   var /= N;
-  CHECK(fabs(mean - 1.0) < 0.15 && fabs(sqrt(var) - 2.0) < 0.15, "normal moments %g %g", mean, var);
-  for (int i = 0; i < N; ++i) CHECK(d[2 * i + 1] == -123.0, "stride gap written");
+  CHECK_MSG(fabs(mean - 1.0) < 0.15 && fabs(sqrt(var) - 2.0) < 0.15, "normal moments %g %g", mean, var);
+  for (int i = 0; i < N; ++i) CHECK_MSG(d[2 * i + 1] == -123.0, "stride gap written");
 
   loom_scalar r[4] = {{.u = 9}, {.u = 0}, {.i = -3}, {.u = 7}};
   loom_tensor ti = vec(iv, LOOM_INT64, N, 1);
-  CHECK(run_chunks(loom_kernel_random, &ti, 1, r, 4, N, 1024) == 0, "random");
+  CHECK_MSG(run_chunks(loom_kernel_random, &ti, 1, r, 4, N, 1024) == 0, "random");
   int seen[7] = {0};
   for (int i = 0; i < N; ++i) {
-    CHECK(iv[i] >= -3 && iv[i] < 4, "random out of range: %lld", (long long)iv[i]);
+    CHECK_MSG(iv[i] >= -3 && iv[i] < 4, "random out of range: %lld", (long long)iv[i]);
     if (iv[i] >= -3 && iv[i] < 4) seen[iv[i] + 3] = 1;
   }
-  for (int k = 0; k < 7; ++k) CHECK(seen[k], "random never drew %d", k - 3);
+  for (int k = 0; k < 7; ++k) CHECK_MSG(seen[k], "random never drew %d", k - 3);
 
   loom_scalar p[3] = {{.u = 11}, {.u = 0}, {.f = 0.25}};
   loom_tensor tf = vec(flags, LOOM_BOOL, N, 1);
-  CHECK(run_chunks(loom_kernel_bernoulli, &tf, 1, p, 3, N, 100) == 0, "bernoulli");
+  CHECK_MSG(run_chunks(loom_kernel_bernoulli, &tf, 1, p, 3, N, 100) == 0, "bernoulli");
   int ones = 0;
   for (int i = 0; i < N; ++i) ones += flags[i];
-  CHECK(fabs(ones / (double)N - 0.25) < 0.03, "bernoulli rate %g", ones / (double)N);
+  CHECK_MSG(fabs(ones / (double)N - 0.25) < 0.03, "bernoulli rate %g", ones / (double)N);
 
   loom_scalar e[3] = {{.u = 13}, {.u = 0}, {.f = 4.0}};
   t = vec(d, LOOM_FLOAT64, N, 1);
-  CHECK(run_chunks(loom_kernel_exponential, &t, 1, e, 3, N, 4096) == 0, "exponential");
+  CHECK_MSG(run_chunks(loom_kernel_exponential, &t, 1, e, 3, N, 4096) == 0, "exponential");
   mean = 0;
   for (int i = 0; i < N; ++i) {
-    CHECK(d[i] >= 0, "exponential negative");
+    CHECK_MSG(d[i] >= 0, "exponential negative");
     mean += d[i];
   }
-  CHECK(fabs(mean / N - 0.25) < 0.03, "exponential mean %g", mean / N);
+  CHECK_MSG(fabs(mean / N - 0.25) < 0.03, "exponential mean %g", mean / N);
 
   /* integer outputs are refused by the floating-only kernels */
-  CHECK(run_chunks(loom_kernel_uniform, &ti, 1, s, 4, N, N) == LOOM_ERROR_INVALID_ARGUMENT,
+  CHECK_MSG(run_chunks(loom_kernel_uniform, &ti, 1, s, 4, N, N) == LOOM_ERROR_INVALID_ARGUMENT,
         "uniform accepted an int64 output");
 }
 
@@ -147,7 +137,7 @@ static void test_box_muller(void) {
   }
   loom_box_muller(u, a, N, r[0], s[0], c[0]);
   loom_box_muller_avx512(u, a, N, r[1], s[1], c[1]);
-  CHECK(memcmp(r[0], r[1], sizeof r[0]) == 0 && memcmp(s[0], s[1], sizeof s[0]) == 0 &&
+  CHECK_MSG(memcmp(r[0], r[1], sizeof r[0]) == 0 && memcmp(s[0], s[1], sizeof s[0]) == 0 &&
             memcmp(c[0], c[1], sizeof c[0]) == 0,
         "box-muller builds differ");
   double worst = 0.0;
@@ -157,18 +147,13 @@ static void test_box_muller(void) {
     worst = fmax(worst, fabs(s[0][i] - sin(a[i])));
     worst = fmax(worst, fabs(c[0][i] - cos(a[i])));
   }
-  CHECK(worst < 1e-11, "box-muller error %g", worst);
+  CHECK_MSG(worst < 1e-11, "box-muller error %g", worst);
 }
 
 int main(void) {
-  test_philox_known_answers();
-  test_chunking_independence();
-  test_kernels_and_strides();
-  test_box_muller();
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_kernels_random: ok\n");
-  return 0;
+  RUN_TEST(test_philox_known_answers);
+  RUN_TEST(test_chunking_independence);
+  RUN_TEST(test_kernels_and_strides);
+  RUN_TEST(test_box_muller);
+  TEST_MAIN_END();
 }

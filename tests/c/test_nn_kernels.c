@@ -48,7 +48,7 @@ static void test_softmax(void) {
           yref[(a * B + b) * C + c] = take_log ? v - log(sum) : exp(v) / sum;
         }
       }
-    CHECK(max_rel(y, yref, N) < 1e-12);
+    CHECK(test_max_rel(y, yref, N) < 1e-12);
     /* gradient of sum(y * g) against central differences */
     loom_tensor tb[3] = {dense(g, LOOM_FLOAT64, 3, sizes),
                          dense(y, LOOM_FLOAT64, 3, sizes),
@@ -66,7 +66,7 @@ static void test_softmax(void) {
       x[i] = keep;
       gnum[i] = (fp - fm) / (2 * h);
     }
-    CHECK(max_rel(gi, gnum, N) < 1e-6);
+    CHECK(test_max_rel(gi, gnum, N) < 1e-6);
   }
 }
 
@@ -447,7 +447,6 @@ static void test_grid_sample(void) {
  * (the maximum's choice between -0 and +0 follows the order of the lanes). */
 extern const loom_nn_rows_ops loom_nn_rows_table, loom_nn_rows_table_avx512;
 
-static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 static void test_rows_isas_agree(void) {
   if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
@@ -463,12 +462,12 @@ static void test_rows_isas_agree(void) {
         if (kind == 2 && i % 7 == 3) x[i] = -INFINITY;
       }
       if (kind == 3 && n > 0) x[n / 2] = NAN;
-      CHECK(same_bits(g->max(x, n), v->max(x, n)));
+      CHECK(test_same_f32(g->max(x, n), v->max(x, n)));
       if (kind == 3) continue;
       const float m = g->max(x, n) == -INFINITY ? 0.0f : g->max(x, n);
-      CHECK(same_bits(g->exp_sum(x, n, m, yg), v->exp_sum(x, n, m, yv)));
+      CHECK(test_same_f32(g->exp_sum(x, n, m, yg), v->exp_sum(x, n, m, yv)));
       CHECK(memcmp(yg, yv, (size_t)n * sizeof(float)) == 0);
-      CHECK(same_bits(g->sum(x, n), v->sum(x, n)));
+      CHECK(test_same_f32(g->sum(x, n), v->sum(x, n)));
     }
   /* layer norm's parameter sums: 3 rows of n columns, a stride apart */
   static float dy[3 * 1031];

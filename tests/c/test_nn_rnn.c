@@ -17,15 +17,6 @@ enum { B = 3, H = 5 };
 
 static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-static double max_abs_diff(const double *a, const double *b, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = fabs(a[i] - b[i]);
-    if (d > m || d != d) m = d != d ? INFINITY : d;
-  }
-  return m;
-}
-
 /* ---- LSTM ---------------------------------------------------------------------- */
 
 typedef struct lstm_data {
@@ -75,9 +66,9 @@ static void test_lstm_forward(void) {
   for (int bias = 0; bias <= 1; ++bias) {
     CHECK(lstm_forward64(&d, bias, 4) == 0);
     lstm_reference(&d, bias, hy, cy, ws);
-    CHECK(max_abs_diff(d.hy, hy, B * H) < 1e-14);
-    CHECK(max_abs_diff(d.cy, cy, B * H) < 1e-14);
-    CHECK(max_abs_diff(d.ws, ws, B * 4 * H) < 1e-14);
+    CHECK(test_max_abs_diff(d.hy, hy, B * H) < 1e-14);
+    CHECK(test_max_abs_diff(d.cy, cy, B * H) < 1e-14);
+    CHECK(test_max_abs_diff(d.ws, ws, B * 4 * H) < 1e-14);
   }
 }
 
@@ -214,8 +205,8 @@ static void test_lstm_reduced_types(void) {
     for (int i = 0; i < B * 4 * H; ++i)
       got_ws[i] = f32 ? wsf[i] : dt == LOOM_BFLOAT16 ? loom_bf16_to_f32(ws16[i])
                                                       : loom_f16_to_f32(ws16[i]);
-    CHECK(max_rel(got_hy, hy, B * H) < tol[ti]);
-    CHECK(max_rel(got_ws, ws, B * 4 * H) < tol[ti]);
+    CHECK(test_max_rel(got_hy, hy, B * H) < tol[ti]);
+    CHECK(test_max_rel(got_ws, ws, B * 4 * H) < tol[ti]);
   }
 }
 
@@ -270,7 +261,7 @@ static void test_gru_forward(void) {
   for (int bias = 0; bias <= 1; ++bias) {
     CHECK(gru_forward64(&d, bias, 4) == 0);
     gru_reference(&d, bias, hy);
-    CHECK(max_abs_diff(d.hy, hy, B * H) < 1e-14);
+    CHECK(test_max_abs_diff(d.hy, hy, B * H) < 1e-14);
     int ws_ok = 1; /* the workspace keeps hx and hn + b_hn */
     for (int b = 0; b < B; ++b)
       for (int j = 0; j < H; ++j) {
