@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "loom/hal.h" /* LOOM_FEATURE_* */
+#include "loom/features.h"
 
 /* LOOM_FEATURE_* bits usable by this process: the CPU supports them, the OS
  * saves their registers, and (AMX) the kernel granted the tile state.

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loom/features.h"
 #include "loom/kernel_abi.h"
 #include "loom/status.h"
 
@@ -46,17 +47,8 @@ typedef struct loom_device_props {
   int32_t num_threads;    /* workers serving this device */
   uint64_t total_memory;  /* bytes this device may hold (the limit) */
   int32_t major, minor;   /* capability version of the driver */
-  uint32_t features;      /* LOOM_FEATURE_* bits */
+  uint32_t features;      /* LOOM_FEATURE_* bits (loom/features.h) */
 } loom_device_props;
-
-enum {
-  LOOM_FEATURE_AVX2 = 1u << 0,
-  LOOM_FEATURE_AVX512F = 1u << 1,
-  LOOM_FEATURE_AVX512BF16 = 1u << 2,
-  LOOM_FEATURE_AMX_BF16 = 1u << 3,
-  LOOM_FEATURE_AVX512FP16 = 1u << 4,
-  LOOM_FEATURE_FMA = 1u << 5,
-};
 
 loom_status loom_device_properties(int device, loom_device_props *out);
 
