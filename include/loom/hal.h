@@ -166,6 +166,9 @@ enum { LOOM_EVENT_DEFAULT = 0, LOOM_EVENT_TIMING = 1 };
 
 loom_status loom_event_create(int device, unsigned flags,
                               loom_event_t **out_event);
+/* Adds a reference, released with loom_event_release: for holding an event
+ * across a wait that another thread's release must not cut short. */
+void loom_event_retain(loom_event_t *event);
 void loom_event_release(loom_event_t *event);
 /* Captures the stream's work so far; re-recording replaces the capture. */
 loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream);

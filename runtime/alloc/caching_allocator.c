@@ -18,7 +18,6 @@
 
 #include "runtime/alloc/block_map.h"
 #include "runtime/alloc/segment_table.h"
-#include "runtime/hal/hal_internal.h"
 
 typedef struct block {
   uintptr_t ptr;
@@ -259,7 +258,7 @@ static void drain_pending(loom_allocator *a) {
     for (int i = 0; i < b->num_events && !wait_for; ++i)
       if (loom_event_query(b->events[i]) == LOOM_ERROR_NOT_READY) wait_for = b->events[i];
     if (wait_for) {
-      loom_event_retain_internal(wait_for);
+      loom_event_retain(wait_for);
       pthread_mutex_unlock(&a->lock);
       loom_event_synchronize(wait_for);
       loom_event_release(wait_for);

@@ -1,6 +1,9 @@
 /* The caching device allocator: sits above a driver's raw segments and
  * gives out blocks with c10-style statistics, per-stream reuse and a
- * memory limit. One instance per device; every function is thread-safe. */
+ * memory limit. One instance per device; every function is thread-safe.
+ * The HAL front end calls it; it uses the HAL only through the public
+ * event and stream calls (loom/hal.h) and the driver's segment slots
+ * (loom/driver.h), never the front end's internals. */
 #ifndef LOOM_ALLOC_CACHING_ALLOCATOR_H
 #define LOOM_ALLOC_CACHING_ALLOCATOR_H
 

@@ -1,14 +1,16 @@
 /* Pinned host memory: blocks of power-of-two sizes, each its own mapping,
  * cached per size class. Locking the pages is best effort: a refused
  * mlock (RLIMIT_MEMLOCK) leaves ordinary memory that still works. */
+#include "runtime/alloc/host_allocator.h"
+
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "loom/hal.h"
 #include "runtime/alloc/segment_table.h"
-#include "runtime/hal/hal_internal.h"
 
 #define HOST_MIN_SHIFT 12 /* one page */
 #define HOST_CLASSES 64

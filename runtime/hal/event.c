@@ -111,7 +111,10 @@ loom_status loom_event_create(int device, unsigned flags, loom_event_t **out_eve
   return LOOM_OK;
 }
 
-void loom_event_retain_internal(loom_event_t *event) { atomic_fetch_add(&event->refs, 1); }
+void loom_event_retain(loom_event_t *event) {
+  if (!event || event->magic != LOOM_EVENT_MAGIC) return;
+  atomic_fetch_add(&event->refs, 1);
+}
 
 void loom_event_release(loom_event_t *event) {
   if (!event || event->magic != LOOM_EVENT_MAGIC) return;
@@ -192,7 +195,7 @@ loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream) {
   const uint64_t sequence = ++event->next_sequence;
   atomic_store(&event->recorded, sequence);
   pthread_mutex_unlock(&event->lock);
-  loom_event_retain_internal(event);
+  loom_event_retain(event);
   const loom_command cmd = {.kind = LOOM_COMMAND_EVENT_RECORD, .name = "event_record",
                             .u.event = {.event = event, .sequence = sequence},
                             .release = release_event_arg, .release_arg = event};
@@ -225,7 +228,7 @@ loom_status loom_stream_wait_event(loom_stream_t *stream, loom_event_t *event) {
   loom_runtime *rt = stream->rt;
   const uint64_t sequence = atomic_load(&event->recorded);
   if (event_done(event, sequence)) return LOOM_OK; /* nothing to wait for */
-  loom_event_retain_internal(event);
+  loom_event_retain(event);
   const loom_command cmd = {.kind = LOOM_COMMAND_EVENT_WAIT, .name = "event_wait",
                             .u.event = {.event = event, .sequence = sequence},
                             .release = release_event_arg, .release_arg = event};

@@ -8,7 +8,10 @@
 
 #include "loom/driver.h"
 #include "loom/hal.h"
-#include "runtime/alloc/caching_allocator.h"
+
+/* The device's caching allocator (runtime/alloc/caching_allocator.h, which
+ * the files that call it include): the HAL's state only points to it. */
+typedef struct loom_allocator loom_allocator;
 
 #define LOOM_STREAM_MAGIC 0x4c53544du /* "LSTM" */
 
@@ -62,8 +65,6 @@ loom_status loom_stream_create_internal(loom_runtime *rt, int device,
                                         loom_stream_t **out);
 void loom_stream_destroy_internal(loom_runtime *rt, loom_stream_t *stream);
 
-void loom_event_retain_internal(loom_event_t *event);
-
 /* Submits a command to `stream`'s queue. */
 loom_status loom_stream_submit(loom_runtime *rt, loom_stream_t *stream,
                                const loom_command *command);
@@ -72,8 +73,5 @@ loom_status loom_stream_submit(loom_runtime *rt, loom_stream_t *stream,
  * driver). */
 loom_status loom_kernel_fn_for(const loom_kernel_t *kernel, const loom_driver *driver,
                                loom_kernel_fn *out_fn);
-
-/* Pinned host allocator teardown. */
-void loom_host_allocator_shutdown(void);
 
 #endif

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/alloc/caching_allocator.h"
 #include "runtime/hal/hal_internal.h"
 
 static loom_status device_allocator(int device, loom_allocator **out, const char *what) {

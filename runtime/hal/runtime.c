@@ -3,9 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cpu.h"
 #include "base/env.h"
-#include "runtime/drivers/guarded/guarded_driver.h"
+#include "runtime/alloc/caching_allocator.h"
+#include "runtime/alloc/host_allocator.h"
+#include "runtime/hal/builtin_drivers.h"
 #include "runtime/hal/hal_internal.h"
 
 static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -63,16 +64,19 @@ loom_status loom_driver_register(const loom_driver *driver) {
 
 /* Called with runtime_lock held. */
 static const loom_driver *choose_driver(void) {
+  const loom_driver *builtin[8];
+  size_t num_builtin = loom_builtin_drivers(builtin, sizeof builtin / sizeof *builtin);
+  if (num_builtin > sizeof builtin / sizeof *builtin) num_builtin = sizeof builtin / sizeof *builtin;
   const char *wanted = getenv("LOOM_DRIVER");
   if (wanted && *wanted) {
     for (int i = num_registered; i-- > 0;)
       if (!strcmp(registered[i]->name, wanted)) return registered[i];
-    const loom_driver *builtin[] = {loom_host_driver(), loom_guarded_driver()};
-    for (size_t i = 0; i < sizeof builtin / sizeof *builtin; ++i)
+    for (size_t i = 0; i < num_builtin; ++i)
       if (!strcmp(builtin[i]->name, wanted)) return builtin[i];
     return NULL;
   }
-  return num_registered ? registered[num_registered - 1] : loom_host_driver();
+  if (num_registered) return registered[num_registered - 1];
+  return num_builtin ? builtin[0] : NULL;
 }
 
 static loom_status runtime_start(loom_runtime **out) {
@@ -81,8 +85,11 @@ static loom_status runtime_start(loom_runtime **out) {
   rt->driver = choose_driver();
   if (!rt->driver) {
     free(rt);
-    return loom_error(LOOM_ERROR_UNAVAILABLE, "loom_init: no driver named '%s' (LOOM_DRIVER)",
-                      getenv("LOOM_DRIVER"));
+    const char *wanted = getenv("LOOM_DRIVER");
+    if (wanted && *wanted)
+      return loom_error(LOOM_ERROR_UNAVAILABLE, "loom_init: no driver named '%s' (LOOM_DRIVER)",
+                        wanted);
+    return loom_error(LOOM_ERROR_UNAVAILABLE, "loom_init: no driver built in or registered");
   }
   rt->config = (loom_driver_config){
       .num_devices = loom_env_num_devices(),

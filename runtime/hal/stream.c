@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/alloc/caching_allocator.h"
 #include "runtime/hal/hal_internal.h"
 
 static _Atomic uint64_t next_stream_id = 1;
