@@ -2,8 +2,7 @@
  * and cross-device misuse rejected. */
 #include <stdlib.h>
 
-#include "loom/hal.h"
-#include "test_util.h"
+#include "test_drivers.h"
 
 static int fill_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   float *out = args->tensors[0].data;
@@ -70,8 +69,9 @@ static void test_separate_stats_and_copy(void) {
 
 int main(void) {
   setenv("LOOM_NUM_DEVICES", "2", 1);
-  RUN_TEST(test_two_devices);
-  RUN_TEST(test_separate_stats_and_copy);
-  loom_shutdown();
+  TEST_FOR_EACH_DRIVER {
+    RUN_TEST(test_two_devices);
+    RUN_TEST(test_separate_stats_and_copy);
+  }
   TEST_MAIN_END();
 }

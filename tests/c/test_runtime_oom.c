@@ -2,8 +2,7 @@
  * and retry, and a device that stays usable afterwards. */
 #include <stdlib.h>
 
-#include "loom/hal.h"
-#include "test_util.h"
+#include "test_drivers.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -78,10 +77,11 @@ static void test_many_small_until_full(void) {
 
 int main(void) {
   setenv("LOOM_MEMORY_LIMIT", "64M", 1);
-  RUN_TEST(test_limit_reported);
-  RUN_TEST(test_oom);
-  RUN_TEST(test_cache_released_on_pressure);
-  RUN_TEST(test_many_small_until_full);
-  loom_shutdown();
+  TEST_FOR_EACH_DRIVER {
+    RUN_TEST(test_limit_reported);
+    RUN_TEST(test_oom);
+    RUN_TEST(test_cache_released_on_pressure);
+    RUN_TEST(test_many_small_until_full);
+  }
   TEST_MAIN_END();
 }

@@ -1,7 +1,8 @@
-/* Stream priority on the host driver: the pool's workers take chunks of a
- * high-priority stream's launch before those of a low-priority stream's, and
- * a low-priority stream's executor helps an open high-priority launch before
- * running its own chunks.
+/* Stream priority where a device has a worker pool (the host and guarded
+ * drivers): the pool's workers take chunks of a high-priority stream's
+ * launch before those of a low-priority stream's, and a low-priority
+ * stream's executor helps an open high-priority launch before running its
+ * own chunks.
  *
  * No clock decides anything here. The device gets one worker
  * (LOOM_NUM_THREADS=2), and kernels that block on flags pin every thread
@@ -15,10 +16,13 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "loom/hal.h"
-#include "test_util.h"
+#include "test_drivers.h"
 
 enum { GATES = 8, CHUNKS = 6, LOG_CAPACITY = 64 };
+
+#define NO_POOL                                                                           \
+  "no worker pool: a launch runs its chunks in order on the submitting thread, so there " \
+  "is no schedule for priority to order (and the blocking kernels would block the test)"
 
 static atomic_int gate_open[GATES], gate_entered[GATES];
 /* A chunk takes a slot (log_len), writes its tag, then counts it written
@@ -103,6 +107,7 @@ static void open_all(void) {
 /* With the worker busy, a low- and then a high-priority launch queue their
  * chunks; once free, the worker takes every high-priority chunk first. */
 static void test_worker_takes_high_priority_first(void) {
+  TEST_REQUIRE(TEST_DRIVER_POOL, NO_POOL);
   reset();
   loom_stream_t *x = NULL, *lo = NULL, *hi = NULL;
   CHECK_OK(loom_stream_create(0, 0, &x));
@@ -130,6 +135,7 @@ static void test_worker_takes_high_priority_first(void) {
 /* A low-priority executor finds a high-priority launch open with chunks
  * queued: it runs those before its own. */
 static void test_executor_helps_high_priority_first(void) {
+  TEST_REQUIRE(TEST_DRIVER_POOL, NO_POOL);
   reset();
   loom_stream_t *x = NULL, *lo = NULL, *hi = NULL;
   CHECK_OK(loom_stream_create(0, 0, &x));
@@ -155,6 +161,7 @@ static void test_executor_helps_high_priority_first(void) {
 /* Between equal priorities the worker serves the launch opened first, and
  * a high-priority executor does not help a normal launch. */
 static void test_equal_priorities_in_opening_order(void) {
+  TEST_REQUIRE(TEST_DRIVER_POOL, NO_POOL);
   reset();
   loom_stream_t *x = NULL, *a = NULL, *b = NULL, *hi = NULL;
   CHECK_OK(loom_stream_create(0, 0, &x));
@@ -188,15 +195,22 @@ static void test_equal_priorities_in_opening_order(void) {
   loom_stream_release(x);
 }
 
+/* The device has its executor and one worker (a driver without a pool
+ * reports the calling thread alone). */
+static void test_one_worker(void) {
+  loom_device_props props;
+  CHECK_OK(loom_device_properties(0, &props));
+  CHECK_EQ_INT(props.num_threads, test_driver_has(TEST_DRIVER_POOL) ? 2 : 1);
+}
+
 int main(void) {
   unsetenv("LOOM_NUM_DEVICES");
   setenv("LOOM_NUM_THREADS", "2", 1);
-  loom_device_props props;
-  CHECK_OK(loom_device_properties(0, &props));
-  CHECK_EQ_INT(props.num_threads, 2);
-  RUN_TEST(test_worker_takes_high_priority_first);
-  RUN_TEST(test_executor_helps_high_priority_first);
-  RUN_TEST(test_equal_priorities_in_opening_order);
-  loom_shutdown();
+  TEST_FOR_EACH_DRIVER {
+    RUN_TEST(test_one_worker);
+    RUN_TEST(test_worker_takes_high_priority_first);
+    RUN_TEST(test_executor_helps_high_priority_first);
+    RUN_TEST(test_equal_priorities_in_opening_order);
+  }
   TEST_MAIN_END();
 }
