@@ -13,6 +13,7 @@
 #include "kernels/dtype.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
+#include "kernels/registry.h"
 #include "loom/status.h"
 
 enum {
@@ -455,3 +456,13 @@ int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int
   loom_gemm_amx_end();
   return 0;
 }
+
+/* The names of loom/kernels/conv_nhwc.h; the convolution planners choose
+ * these kernels only on AMX CPUs. */
+const loom_kernel_entry loom_conv_nhwc_kernels[] = {
+    {"conv_nhwc.pad", loom_conv_nhwc_pad_kernel, NULL},
+    {"conv_nhwc.weight", loom_conv_nhwc_weight_kernel, NULL},
+    {"conv_nhwc.forward", loom_conv_nhwc_kernel, NULL},
+    {"conv_nhwc.weight_grad", loom_conv_nhwc_wgrad_kernel, NULL},
+    {NULL, NULL, NULL},
+};

@@ -30,6 +30,8 @@ extern const loom_kernel_entry loom_grid_sample_kernels[];
 extern const loom_kernel_entry loom_upsample_kernels[];
 extern const loom_kernel_entry loom_pool_kernels[];
 extern const loom_kernel_entry loom_im2col_kernels[];
+extern const loom_kernel_entry loom_conv_kernels[];
+extern const loom_kernel_entry loom_conv_nhwc_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
@@ -58,6 +60,8 @@ static const loom_kernel_entry *const families[] = {
     loom_upsample_kernels,
     loom_pool_kernels,
     loom_im2col_kernels,
+    loom_conv_kernels,
+    loom_conv_nhwc_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),
