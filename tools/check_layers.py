@@ -68,11 +68,7 @@ RULES = {
 # csrc/ files whose kernels/ includes are still being converted to
 # include/loom/kernels/ contracts (named kernels, no ISA choice above the
 # HAL). Delete an entry when its include goes; add none.
-PENDING = {
-    "csrc/ops/conv.cpp": ["kernels/conv.h", "kernels/gemm/gemm.h"],
-    "csrc/ops/conv_internal.h": ["kernels/conv.h", "kernels/gemm/gemm.h"],
-    "csrc/ops/conv_nhwc.cpp": ["kernels/conv_nhwc.h"],
-}
+PENDING = {}
 
 SCANNED = ["base", "kernels", "include", "runtime", "csrc", "bench/c", "tests/c"]
 SOURCE_EXT = (".c", ".h", ".cpp", ".hpp", ".cc", ".inc")

@@ -1,14 +1,15 @@
 // Convolution on loom (1-d, 2-d, 3-d; groups, stride, padding, dilation;
 // transposed), forward and backward, through the Overrideable backend that
-// aten::_convolution picks for PrivateUse1. All arithmetic is the GEMM's
-// micro-kernel. fp32 runs implicit GEMMs that gather col panels as they
-// go: over zero-padded rows for 2-d windows (conv_padded.cpp), from the
-// image otherwise (kernels/conv_gemm_avx512.c, or its generic twin); so
-// does bf16 on AMX tiles (kernels/conv_gemm_amx.c). The rest materialises
-// col with im2col/col2im (kernels/im2col.c) for one batched GEMM per pass.
+// aten::_convolution picks for PrivateUse1. Each pass is planned by the
+// kernel family (loom/kernels/conv.h), which chooses its path for this
+// device: implicit GEMMs that gather col panels as they go (over
+// zero-padded rows, or by Winograd's transforms, or over a channels-last
+// copy, conv_padded.cpp and conv_nhwc.cpp), or col materialised with
+// im2col/col2im (loom/kernels/im2col.h) for one batched GEMM per pass.
+// This file launches what the plan names.
 //
-// col layout is [C*K][N][L] (kernels/conv.h), so for the weight gradient the
-// (image, position) pairs of a group form one contiguous k run.
+// col layout is [C*K][N][L] (loom/kernels/im2col.h), so for the weight
+// gradient the (image, position) pairs of a group form one contiguous k run.
 #include <ATen/native/ConvUtils.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -18,8 +19,8 @@
 #include <tuple>
 
 #include "common.h"
-#include "kernels/conv.h"
-#include "kernels/gemm/gemm.h"
+#include "loom/kernels/conv.h"
+#include "loom/kernels/im2col.h"
 #include "ops/conv_internal.h"
 #include "ops/linalg_gemm.h"
 #include "register.h"
@@ -65,29 +66,39 @@ loom_tensor view4(const Tensor& t, const char* op, std::array<int64_t, 4> sizes,
   return d;
 }
 
-int64_t tile_positions(const Tensor& t, int64_t batches, int64_t cols) {
-  return loom_conv_tile_positions(batches, cols, device_workers(t));
+std::vector<loom_scalar> plan_scalars(const Geom& g, int64_t groups, const Tensor& on,
+                                      int64_t flags, int64_t phase) {
+  auto geom = geom_scalars(g);
+  std::vector<loom_scalar> sc(geom.begin(), geom.end());
+  sc.push_back(scalar_i(groups));
+  sc.push_back(scalar_i(device_workers(on)));
+  sc.push_back(scalar_i(flags));
+  if (phase >= 0) sc.push_back(scalar_i(phase));
+  return sc;
 }
 
-Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
-              loom_gemm_isa isa, const at::TensorOptions& opts, const char* op,
-              loom_gemm_plan* plan, const Tensor& flipped_from) {
-  TORCH_CHECK(loom_gemm_plan_init(&c, &a, &b, isa, plan) == 0, op,
-              ": unsupported operands for the loom GEMM");
-  // Only the packed A lives in the workspace.
-  Tensor ws = at::empty({std::max<int64_t>(plan->b_offset, 1)}, opts.dtype(at::kByte));
-  loom_scalar sc[3] = {scalar_i(isa), scalar_f(1.0), scalar_f(0.0)};
+loom_conv_forward_plan plan_forward(const Tensor& out, const Tensor& input, const Tensor& weight,
+                                    const Geom& g, int64_t groups, int64_t flags,
+                                    const char* op) {
+  loom_tensor ts[3] = {describe(input, op), describe(out, op), describe(weight, op)};
+  return plan<loom_conv_forward_plan>(op, LOOM_KERNEL("conv.forward.plan"), ts,
+                                      plan_scalars(g, groups, out, flags));
+}
+
+Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b, int64_t variant,
+              int64_t bytes, int64_t range, int64_t grain, const at::TensorOptions& opts,
+              const char* op, const Tensor& flipped_from) {
+  Tensor ws = at::empty({bytes}, opts.dtype(at::kByte));
+  loom_scalar sc[3] = {scalar_i(variant), scalar_f(1.0), scalar_f(0.0)};
   if (flipped_from.defined()) {
     const Tensor w = flipped_from.reshape({flipped_from.size(0), flipped_from.size(1), -1});
     loom_tensor ops[5] = {c, a, b, describe(ws, op), describe(w, op)};
-    const int64_t units = (plan->m_panels + LOOM_CONV_FLIP_PANELS - 1) / LOOM_CONV_FLIP_PANELS;
-    launch(op,
-           plan->packed_bf16 ? loom_conv_pack_flipped_amx_kernel : loom_conv_pack_flipped_kernel,
-           ops, c10::ArrayRef<loom_scalar>(sc, 1), plan->a_count2 * units, 1);
+    launch(op, LOOM_KERNEL("conv.pack_flipped"), ops, c10::ArrayRef<loom_scalar>(sc, 1), range,
+           grain);
     return ws;
   }
   loom_tensor ops[4] = {c, a, b, describe(ws, op)};
-  launch(op, loom_gemm_pack_kernel, ops, sc, plan->pack_units_a, plan->pack_grain);
+  launch(op, LOOM_KERNEL("conv.pack"), ops, sc, range, grain);
   return ws;
 }
 
@@ -133,7 +144,7 @@ Tensor im2col(const Tensor& x, const Geom& g, const char* op) {
   loom_tensor ts[2] = {describe(col, op), image5(x, op)};
   int64_t rows = c * g.taps() * n;
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, g.positions()));
-  launch(op, loom_im2col_kernel, ts, sc, rows, grain);
+  launch(op, LOOM_KERNEL("im2col.to_col"), ts, sc, rows, grain);
   return col;
 }
 
@@ -149,7 +160,7 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op,
   loom_tensor ts[2] = {image5(acc, op), describe(col, op)};
   int64_t planes = img.size(0) * img.size(1);
   int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, spatial_numel(img) * g.taps()));
-  launch(op, loom_col2im_kernel, ts, sc, planes, grain);
+  launch(op, LOOM_KERNEL("im2col.to_image"), ts, sc, planes, grain);
   if (bias.defined()) {
     std::vector<int64_t> shape(img.dim(), 1);
     shape[1] = img.size(1);
@@ -158,85 +169,58 @@ void col2im(const Tensor& img, const Tensor& col, const Geom& g, const char* op,
   if (!acc.is_same(img)) img.copy_(acc);
 }
 
-// The implicit GEMMs keep the weight's rows in 12-row register tiles: with
-// few output channels per group (depthwise) they would multiply padding,
-// and the col path's matrix-vector products do better.
-bool implicit_fits(int64_t rows_per_group) { return rows_per_group >= 8; }
-
-// Small images would leave much of each image's last 32-column panel of a
-// GEMM over (O, L) empty: then all images' positions form one row of
-// columns, (O, N * L).
-bool flat_columns(int64_t n, int64_t len) {
-  const int64_t padded = (len + 31) / 32 * 32;
-  return n > 1 && (padded - len) * 20 > len;
-}
-
-// Whether the implicit kernels run `dtype` under `isa`: fp32 always (on
-// AVX-512 or as their generic twins), bf16 on AMX tiles.
-bool implicit_dtype(at::ScalarType dtype, loom_gemm_isa isa) {
-  return dtype == at::kFloat || (dtype == at::kBFloat16 && isa == LOOM_GEMM_AMX);
-}
-
-// The forward without a col matrix: the weight is packed once, then
-// loom_conv_gemm_kernel (fp32) or loom_conv_gemm_amx_kernel (bf16) gathers
-// col panels from the image tile by tile. With `flipped`, the
-// convolution's weight is the flipped form of `weight` (see pack_a), which
-// is packed from `weight` directly. `whole` says the convolution is a
-// layer's own, not one of the phases of an input gradient: those take the
-// channels-last kernels only from a copy of dy they share
-// (input_grad_by_phases), since each copying dy for its few taps cost more
-// than it saved (64->128 3x3/2 at 56, batch 8: 2.4 against 2.1 ms).
+// The implicit forward: the weight is packed once, then
+// "conv.implicit.forward" gathers col panels from the image tile by tile.
 void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const Geom& g, int64_t groups,
-                           loom_gemm_isa isa, const char* op, bool flipped = false,
-                           bool whole = true) {
-  const bool amx = input.scalar_type() == at::kBFloat16;
-  Padded pd;
-  if (!amx && winograd_fits(g, input, out.size(1), groups, &pd)) {
-    conv_forward_winograd(out, input, weight, bias, g, pd, op, flipped);
-    return;
-  }
-  if (amx && whole &&
-      nhwc_fits(g, input, input.size(1), flipped ? weight.size(1) : weight.size(0), groups,
-                &pd)) {
-    conv_forward_nhwc(out, input, weight, bias, g, pd, op, flipped);
-    return;
-  }
-  if (!amx && padded_fits(g, input, &pd)) {
-    conv_forward_padded(out, input, weight, bias, g, pd, groups, isa, op, flipped);
-    return;
-  }
-  int64_t n = input.size(0), c = input.size(1);
-  int64_t o = flipped ? weight.size(1) * groups : weight.size(0);
+                           const loom_conv_forward_plan& p, const char* op, bool flipped) {
+  int64_t n = input.size(0), c = input.size(1), o = out.size(1);
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
-  const bool flat = flat_columns(n, len);
-  Tensor c_out = flat ? at::empty({o, n, len}, out.options()) : out;
-  int64_t bn = flat ? 1 : n, cols = flat ? n * len : len;
+  Tensor c_out = p.flat ? at::empty({o, n, len}, out.options()) : out;
+  int64_t bn = p.flat ? 1 : n, cols = p.flat ? n * len : len;
   loom_tensor a = view4(weight, op, {bn, groups, og, ck}, {0, og * ck, ck, 1});
   loom_tensor b = view4(input, op, {bn, groups, ck, cols}, {groups * ck * cols, ck * cols, cols, 1});
   loom_tensor cc = view4(c_out, op, {bn, groups, og, cols}, {o * cols, og * cols, cols, 1});
-  loom_gemm_plan plan;
-  // The kernel reads full panels of a weight used as it is in place when
-  // the GEMM's rule says so (deep layers: 512 channels at 7x7, batch 8,
-  // 8% faster; at 14x14 by stride 2, 4%); a flipped one is always packed.
-  if (!flipped) isa = static_cast<loom_gemm_isa>(isa | LOOM_GEMM_IN_COMPUTE);
-  Tensor ws = pack_a(cc, a, b, isa, out.options(), op, &plan, flipped ? weight : Tensor());
+  Tensor ws = pack_a(cc, a, b, p.variant, p.workspace_bytes, p.pack_range, p.pack_grain,
+                     out.options(), op, flipped ? weight : Tensor());
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[6] = {cc, a, b, describe(ws, op), image5(input, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
   std::array<loom_scalar, 3 + LOOM_CONV_NUM_SCALARS> sc{};
-  sc[0] = scalar_i(isa);
+  sc[0] = scalar_i(p.variant);
+  sc[1] = scalar_i(p.tile_positions);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
-  const int64_t tpos = tile_positions(out, bn * groups, cols);
-  const int64_t pieces = loom_conv_tail_split(bn * groups, cols, tpos, device_workers(out));
-  sc[1] = scalar_i(tpos);
-  sc[2 + LOOM_CONV_NUM_SCALARS] = scalar_i(pieces);
-  int64_t tiles = bn * groups * ((cols + tpos - 1) / tpos - 1 + pieces);
-  launch(op, amx ? loom_conv_gemm_amx_kernel : loom_conv_gemm_kernel,
-         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc, tiles, 1);
-  if (flat) out.view({n, o, len}).copy_(c_out.permute({1, 0, 2}));
+  sc[2 + LOOM_CONV_NUM_SCALARS] = scalar_i(p.pieces);
+  launch(op, LOOM_KERNEL("conv.implicit.forward"),
+         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc, p.range, 1);
+  if (p.flat) out.view({n, o, len}).copy_(c_out.permute({1, 0, 2}));
 }
+
+}  // namespace
+
+namespace conv {
+
+void conv_forward_planned(const Tensor& out, const Tensor& input, const Tensor& weight,
+                          const Tensor& bias, const Geom& g, int64_t groups,
+                          const loom_conv_forward_plan& p, const char* op, bool flipped) {
+  switch (p.path) {
+    case LOOM_CONV_PATH_WINOGRAD:
+      return conv_forward_winograd(out, input, weight, bias, p, op, flipped);
+    case LOOM_CONV_PATH_NHWC:
+      return conv_forward_nhwc(out, input, weight, bias, g, p, op, flipped);
+    case LOOM_CONV_PATH_PADDED:
+      return conv_forward_padded(out, input, weight, bias, g, groups, p, op, flipped);
+    case LOOM_CONV_PATH_IMPLICIT:
+      return conv_forward_implicit(out, input, weight, bias, g, groups, p, op, flipped);
+    default:
+      TORCH_CHECK(false, op, ": no forward for convolution plan path ", p.path);
+  }
+}
+
+}  // namespace conv
+
+namespace {
 
 // out (N, O, grid) = W (O, C/G, k) * x (N, C, spatial) [+ bias]: the forward
 // of a regular convolution.
@@ -248,16 +232,14 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
   Tensor out = at::empty(out_sizes, input.options());
   if (out.numel() == 0) return out;
-  loom_gemm_isa isa = loom_gemm_isa_selected();
-  if (implicit_dtype(input.scalar_type(), isa) && implicit_fits(og) &&
-      !(g.pointwise() && input.is_contiguous()) &&
-      (!bias.defined() || bias.scalar_type() == input.scalar_type())) {
-    conv_forward_implicit(out, input, weight, bias, g, groups, isa, op);
+  const loom_conv_forward_plan p = plan_forward(out, input, weight, g, groups, 0, op);
+  if (p.path != LOOM_CONV_PATH_GEMM && p.path != LOOM_CONV_PATH_COL) {
+    conv_forward_planned(out, input, weight, bias, g, groups, p, op, /*flipped=*/false);
     return out;
   }
   Tensor col;  // alive until both GEMM launches are enqueued
   loom_tensor b;
-  if (g.pointwise() && input.is_contiguous()) {
+  if (p.path == LOOM_CONV_PATH_GEMM) {
     b = view4(input, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
   } else {
     col = im2col(input, g, op);
@@ -277,15 +259,15 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
 
 // col (C*K, N, L) in fp32 = W^T * dy per group: the adjoint of the
 // forward's GEMM. `w` is (O, C/G, k) contiguous, dy (N, O, L) contiguous.
-// Per image, or over all images' positions at once when they are few
-// (flat_columns): the same sums. That needs dy as (O, N, L), which is made
-// into *dy_t unless already there (dy_t may be null).
+// Per image, or with `flat` over all images' positions at once (the
+// input gradient's plan says when): the same sums. That needs dy as
+// (O, N, L), which is made into *dy_t unless already there (dy_t may be
+// null).
 Tensor conv_col_grad(const Tensor& dy, const Tensor& w, int64_t c, int64_t groups,
-                     const Geom& g, const char* op, Tensor* dy_t) {
+                     const Geom& g, bool flat, const char* op, Tensor* dy_t) {
   int64_t n = dy.size(0), o = dy.size(1), len = g.positions();
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps();
   Tensor col = at::empty({c * g.taps(), n, len}, dy.options().dtype(at::kFloat));
-  const bool flat = flat_columns(n, len);
   Tensor own;
   Tensor& dyt = dy_t ? *dy_t : own;
   if (flat && !dyt.defined()) dyt = dy.transpose(0, 1).contiguous();
@@ -315,35 +297,26 @@ Tensor conv_weight_grad(const Tensor& src_t, const Tensor& col,
   return gw;
 }
 
-// The weight gradient without a col matrix: dy (O, N, L) is packed,
-// loom_conv_wgrad_kernel (fp32) or loom_conv_wgrad_amx_kernel (bf16)
-// gathers col^T panels from the image.
+// The weight gradient without a col matrix: dy (O, N, L) is packed, and
+// "conv.implicit.weight_grad" gathers col^T panels from the image.
 Tensor conv_weight_grad_implicit(const Tensor& dy_t, const Tensor& input,
-                                 std::vector<int64_t> w_sizes, int64_t groups,
-                                 const Geom& g, loom_gemm_isa isa, const char* op) {
+                                 std::vector<int64_t> w_sizes, int64_t groups, const Geom& g,
+                                 const loom_conv_weight_grad_plan& p, const char* op) {
   int64_t o = dy_t.size(0), nl = dy_t.numel() / o, c = input.size(1);
   int64_t og = o / groups, ck = c / groups * g.taps();
   Tensor gw = at::empty(w_sizes, input.options());
   loom_tensor a = view4(dy_t, op, {1, groups, og, nl}, {0, og * nl, nl, 1});
   loom_tensor b = view4(input, op, {1, groups, nl, ck}, {0, nl * ck, ck, 1});
   loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
-  loom_gemm_plan plan;
-  Tensor ws = pack_a(cc, a, b, isa, gw.options(), op, &plan);
+  Tensor ws = pack_a(cc, a, b, p.variant, p.workspace_bytes, p.pack_range, p.pack_grain,
+                     gw.options(), op);
   loom_tensor ts[5] = {cc, a, b, describe(ws, op), image5(input, op)};
   std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS> sc{};
-  sc[0] = scalar_i(isa);
+  sc[0] = scalar_i(p.variant);
+  sc[1] = scalar_i(p.per_item);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
-  if (input.scalar_type() == at::kFloat) {
-    launch(op, loom_conv_wgrad_kernel, ts, sc, groups * plan.n_panels, 1);
-    return gw;
-  }
-  // An AMX item reads each k block of dy once for up to 4 panels of dW,
-  // as long as that leaves every worker 2 items or more.
-  const int64_t want = groups * plan.n_panels / (2 * device_workers(gw));
-  const int64_t qn = std::clamp<int64_t>(want, 1, 4);
-  sc[1] = scalar_i(qn);
-  launch(op, loom_conv_wgrad_amx_kernel, ts, sc, groups * ((plan.n_panels + qn - 1) / qn), 1);
+  launch(op, LOOM_KERNEL("conv.implicit.weight_grad"), ts, sc, p.range, 1);
   return gw;
 }
 
@@ -351,143 +324,73 @@ std::vector<int64_t> grid_of(const Tensor& t) {
   return std::vector<int64_t>(t.sizes().begin() + 2, t.sizes().end());
 }
 
-// With stride 1 the input gradient is itself a convolution: of dy with the
-// weight's in/out channels swapped and taps reversed, padded d*(k-1) - p.
-// Runs it through the implicit forward into `gi`, packing that weight
-// straight from w, and returns true, or returns false when that does not
-// apply.
-bool input_grad_as_conv(const Tensor& gi, const Tensor& dy, const Tensor& w,
-                        const Geom& g, int64_t groups, c10::IntArrayRef stride,
-                        c10::IntArrayRef padding, c10::IntArrayRef dilation,
-                        const char* op) {
-  const loom_gemm_isa isa = loom_gemm_isa_selected();
-  if (!implicit_dtype(dy.scalar_type(), isa) || !implicit_fits(gi.size(1) / groups) ||
-      (dy.scalar_type() == at::kBFloat16 && g.taps() > 32))
-    return false;
-  for (int i = 0; i < 3; ++i)
-    if (g.s[i] != 1 || g.p[i] > g.d[i] * (g.k[i] - 1)) return false;
-  const int64_t nsp = w.dim() - 2;
-  std::vector<int64_t> pad;
-  for (int64_t i = 0; i < nsp; ++i) {
-    int64_t j = 3 - nsp + i;
-    pad.push_back(g.d[j] * (g.k[j] - 1) - g.p[j]);
-  }
-  // The flipped weight has the same window as w.
-  Geom g2 = make_geom(w, stride, pad, dilation, grid_of(gi));
-  conv_forward_implicit(gi, dy, w.contiguous(), Tensor(), g2, groups, isa, op,
-                        /*flipped=*/true);
-  return true;
+// "conv.input_grad.plan" for gi (N, C, spatial) from dy over g.
+loom_conv_input_grad_plan plan_input_grad(const Tensor& gi, const Tensor& dy, const Geom& g,
+                                          int64_t groups, int64_t flags, const char* op) {
+  loom_tensor ts[2] = {describe(gi, op), describe(dy, op)};
+  return plan<loom_conv_input_grad_plan>(op, LOOM_KERNEL("conv.input_grad.plan"), ts,
+                                         plan_scalars(g, groups, gi, flags));
 }
 
-// With a stride s > 1 (and dilation 1), input position s i + a meets only
-// the taps t = a + p (mod s), at dy position i + (a + p - t) / s. So each
-// phase a of the input gradient (positions a, a + s, ...) is a stride-1
-// convolution of dy with the taps t0, t0 + s, ... of w, reversed: it runs
-// through the implicit forward as above, into a phase tensor copied into
-// its positions of `gi`; a phase without taps is 0. Its grid may reach
-// past the standard output's bottom and right edges (dy reads 0 there),
-// which the gathers allow and fp32's padded-row kernels do not: bf16 (AMX)
-// only. Outputs under 512 positions per image are left to col2im, whose
-// col is small then: each phase pays launches and copies (batch 8,
-// forward + backward, 3x3 windows of stride 2: 64->128 at 56, 6.1 against
-// 6.7 ms; 128->256 at 28, 5.4 against 3.9; 256->512 at 14, 5.9 against
-// 4.0). Returns false when that does not apply.
-bool input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, const Geom& g,
-                          int64_t groups, const char* op) {
-  const loom_gemm_isa isa = loom_gemm_isa_selected();
-  if (dy.scalar_type() != at::kBFloat16 || !implicit_dtype(dy.scalar_type(), isa) ||
-      !implicit_fits(gi.size(1) / groups) || g.positions() < 512)
-    return false;
-  struct Phase {
-    int64_t t0 = 0, taps = 0, pad = 0, size = 1;
-  };
+// The input gradient as the forward of the flipped weight (the plan's
+// PATH_FLIPPED: stride 1), over the geometry `g2` the plan gives, packing
+// that weight straight from w.
+void input_grad_flipped(const Tensor& gi, const Tensor& dy, const Tensor& w, const Geom& g2,
+                        int64_t groups, const char* op) {
+  const Tensor wc = w.contiguous();
+  const loom_conv_forward_plan p = plan_forward(gi, dy, wc, g2, groups, LOOM_CONV_FLIPPED, op);
+  conv_forward_planned(gi, dy, wc, Tensor(), g2, groups, p, op, /*flipped=*/true);
+}
+
+// The input gradient by stride phases (the plan's PATH_PHASES): each phase
+// of gi is a stride-1 convolution of dy with some of w's taps, flipped,
+// that runs into a temporary copied into its positions of gi, or, from the
+// channels-last copy of dy that all phases share, straight into them.
+void input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, const Geom& g,
+                          int64_t groups, const loom_conv_input_grad_plan& p, const char* op) {
   const int64_t nsp = w.dim() - 2;
-  std::array<std::vector<Phase>, 3> phases;
-  for (int j = 0; j < 3; ++j) {
-    const int64_t s = g.s[j], dim = 2 + j - (3 - nsp);
-    if (g.d[j] != 1) return false;
-    if (j < 3 - nsp) {
-      phases[j].push_back(Phase{0, 1, 0, 1});
+  Tensor copy;
+  if (p.copy)
+    copy = nhwc_copy(dy, p.top, p.left, p.wq, 1, 1, p.plane, p.copy_channels, p.copy_stride, op);
+  const loom_tensor ts[2] = {describe(gi, op), describe(dy, op)};
+  const int64_t phases = int64_t{p.phases[0]} * p.phases[1] * p.phases[2];
+  std::vector<NhwcConv> in_place;  // phases written in place, in one launch
+  for (int64_t i = 0; i < phases; ++i) {
+    const auto ph = plan<loom_conv_phase_plan>(op, LOOM_KERNEL("conv.input_grad.phase"), ts,
+                                               plan_scalars(g, groups, gi, 0, i));
+    if (ph.empty) continue;
+    Tensor dst = gi, wsub = w;
+    for (int64_t j = 3 - nsp; j < 3; ++j) {
+      const int64_t dim = 2 + j - (3 - nsp);
+      dst = dst.slice(dim, ph.offset[j], gi.size(dim), g.s[j]);
+      wsub = wsub.slice(dim, ph.first_tap[j], w.size(dim), g.s[j]);
+    }
+    if (ph.zero) {
+      dst.zero_();
       continue;
     }
-    for (int64_t a = 0; a < s; ++a) {
-      Phase ph;
-      ph.size = (gi.size(dim) - a + s - 1) / s;
-      for (int64_t t = g.k[j] - 1; t >= 0; --t)
-        if ((a + g.p[j] - t) % s == 0) ph.t0 = t, ++ph.taps;
-      // dy rows before the first one a phase output reads: its padding
-      ph.pad = (ph.t0 + (ph.taps - 1) * s - a - g.p[j]) / s;
-      if (ph.taps > 0 && ph.pad < 0) return false;
-      phases[j].push_back(ph);
+    const Geom g2 = Geom::of(ph.geometry);
+    if (ph.in_place) {
+      in_place.push_back(NhwcConv{dst, wsub.contiguous(), g2, ph.origin});
+      continue;
     }
+    Tensor out = at::empty(dst.sizes(), gi.options());
+    if (copy.defined()) {
+      nhwc_run({NhwcConv{out, wsub.contiguous(), g2, ph.origin}}, copy, Tensor(), p.wq,
+               /*flipped=*/true, op);
+    } else {
+      const Tensor wc = wsub.contiguous();
+      const loom_conv_forward_plan fp =
+          plan_forward(out, dy, wc, g2, groups, LOOM_CONV_FLIPPED | LOOM_CONV_PART, op);
+      conv_forward_planned(out, dy, wc, Tensor(), g2, groups, fp, op, /*flipped=*/true);
+    }
+    dst.copy_(out);
   }
-  for (const Phase& pd : phases[0])  // the flipped AMX pack's limit
-    for (const Phase& ph : phases[1])
-      for (const Phase& pw : phases[2])
-        if (pd.taps * ph.taps * pw.taps > 32) return false;
-  // The channels-last kernels take every phase of a 2-d gradient from one
-  // copy of dy, padded for the phase that reaches furthest, when each
-  // phase's grid pays for them, each phase writing its positions of gi in
-  // place (64->128 3x3/2 at 56, batch 8: 2.0 -> 1.78 ms).
-  Tensor copy;
-  int64_t top = 0, left = 0, wq = 0;
-  if (nsp == 2 && nhwc_channels_fit(dy, dy.size(1), gi.size(1), groups)) {
-    for (const Phase& ph : phases[1]) top = std::max(top, ph.taps > 0 ? ph.pad : 0);
-    for (const Phase& pw : phases[2]) left = std::max(left, pw.taps > 0 ? pw.pad : 0);
-    for (const Phase& pw : phases[2])
-      if (pw.taps > 0) wq = std::max(wq, pw.size + pw.taps - 1 + left - pw.pad);
-    bool fit = true;
-    int64_t plane = 0;
-    for (const Phase& ph : phases[1])
-      for (const Phase& pw : phases[2]) {
-        if (ph.taps == 0 || pw.taps == 0) continue;
-        fit = fit && nhwc_grid_fits(dy.size(0), ph.size, pw.size, wq);
-        const int64_t reach = (ph.taps - 1 + top - ph.pad) * wq + pw.taps - 1 + left - pw.pad;
-        plane = std::max(plane, round_up(ph.size * wq, 32) + reach);
-      }
-    if (fit) copy = nhwc_copy(dy, top, left, wq, 1, 1, plane, op);
-  }
-  std::vector<NhwcConv> in_place;  // phases written in place, in one launch
-  for (size_t ad = 0; ad < phases[0].size(); ++ad)
-    for (size_t ah = 0; ah < phases[1].size(); ++ah)
-      for (size_t aw = 0; aw < phases[2].size(); ++aw) {
-        const Phase* ph[3] = {&phases[0][ad], &phases[1][ah], &phases[2][aw]};
-        const int64_t at_[3] = {int64_t(ad), int64_t(ah), int64_t(aw)};
-        Tensor dst = gi, wsub = w;
-        Geom g2;
-        bool empty = false;
-        for (int j = 3 - nsp; j < 3; ++j) {
-          const int64_t dim = 2 + j - (3 - nsp);
-          dst = dst.slice(dim, at_[j], gi.size(dim), g.s[j]);
-          wsub = wsub.slice(dim, ph[j]->t0, w.size(dim), g.s[j]);
-          g2.k[j] = ph[j]->taps, g2.p[j] = ph[j]->pad, g2.grid[j] = ph[j]->size;
-          empty = empty || ph[j]->taps == 0;
-        }
-        if (dst.numel() == 0) continue;
-        if (empty) {
-          dst.zero_();
-          continue;
-        }
-        const int64_t origin = (top - g2.p[1]) * wq + left - g2.p[2];
-        if (copy.defined() && dst.stride(3) <= 2) {
-          in_place.push_back(NhwcConv{dst, wsub.contiguous(), g2, origin});
-          continue;
-        }
-        Tensor out = at::empty(dst.sizes(), gi.options());
-        if (copy.defined())
-          nhwc_run({NhwcConv{out, wsub.contiguous(), g2, origin}}, copy, Tensor(), wq,
-                   /*flipped=*/true, op);
-        else
-          conv_forward_implicit(out, dy, wsub.contiguous(), Tensor(), g2, groups, isa, op,
-                                /*flipped=*/true, /*whole=*/false);
-        dst.copy_(out);
-      }
   // The phases in turn over the same positions, so that their elements of
   // each line of gi meet in the core's cache, where four launches wrote
   // every line four times from the last-level cache (64->128 3x3/2 at 56,
   // batch 8: the stores took 0.7 of 1.9 ms).
-  if (!in_place.empty()) nhwc_run(in_place, copy, Tensor(), wq, /*flipped=*/true, op);
-  return true;
+  if (!in_place.empty()) nhwc_run(in_place, copy, Tensor(), p.wq, /*flipped=*/true, op);
 }
 
 bool native_conv(const Tensor& input, const Tensor& weight) {
@@ -541,7 +444,8 @@ Tensor convolution(const Tensor& input, const Tensor& weight,
   Geom g = make_geom(weight, stride, padding, dilation, grid_of(input));
   Tensor x = input.contiguous(), w = weight.contiguous();
   int64_t c_out = out_sizes[1];
-  Tensor col = conv_col_grad(x, w, c_out, groups, g, op, nullptr);
+  const loom_conv_input_grad_plan p = plan_input_grad(out, x, g, groups, LOOM_CONV_COL_ONLY, op);
+  Tensor col = conv_col_grad(x, w, c_out, groups, g, p.flat && x.size(0) > 1, op, nullptr);
   col2im(out, col, g, op, bias);
   return out;
 }
@@ -570,29 +474,25 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
       int64_t c = input.size(1);
       gi = at::empty(input.sizes(), input.options());
       if (gi.numel() > 0 && dy.numel() > 0) {
-        if (g.pointwise()) {
+        const loom_conv_input_grad_plan p = plan_input_grad(gi, dy, g, groups, 0, op);
+        if (p.path == LOOM_CONV_PATH_GEMM) {
           int64_t n = dy.size(0), o = dy.size(1), len = g.positions();
           int64_t cg = c / groups, og = o / groups;
           loom_tensor a = view4(w, op, {n, groups, cg, og}, {0, og * cg, 1, cg});
           loom_tensor b = view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
           loom_tensor cc = view4(gi, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
           gemm_run(op, gi, cc, a, b, nullptr, 1.0, 0.0);
-        } else if (!input_grad_as_conv(gi, dy, w, g, groups, stride, padding, dilation, op) &&
-                   !input_grad_by_phases(gi, dy, w, g, groups, op)) {
-          // A col (fp32) far past the caches is made a few images at a
-          // time, up to 8 MB of it (or one image), which col2im reads back
-          // from the last-level cache: the 7x7 stem of ResNet, batch 8 of
-          // 224 x 224 (59 MB of col), bf16, 7.1 -> 6.1 ms. Smaller ones
-          // lose more to the smaller GEMMs (128->256 3x3/2 at 28, fp32,
-          // 3.7 -> 4.1 ms by images of 3.6 MB).
-          const int64_t n = dy.size(0), per_image = c * g.taps() * g.positions() * 4;
-          const int64_t chunk = per_image * n > (int64_t{32} << 20)
-                                    ? std::clamp<int64_t>((int64_t{8} << 20) / per_image, 1, n)
-                                    : n;
+        } else if (p.path == LOOM_CONV_PATH_FLIPPED) {
+          input_grad_flipped(gi, dy, w, Geom::of(p.geometry), groups, op);
+        } else if (p.path == LOOM_CONV_PATH_PHASES) {
+          input_grad_by_phases(gi, dy, w, g, groups, p, op);
+        } else {
+          // col, made p.chunk images at a time
+          const int64_t n = dy.size(0), chunk = p.chunk;
           for (int64_t i0 = 0; i0 < n; i0 += chunk) {
             const int64_t m = std::min(chunk, n - i0);
-            Tensor col = conv_col_grad(dy.narrow(0, i0, m), w, c, groups, g, op,
-                                       chunk == n ? &dy_t : nullptr);
+            Tensor col = conv_col_grad(dy.narrow(0, i0, m), w, c, groups, g, p.flat && m > 1,
+                                       op, chunk == n ? &dy_t : nullptr);
             col2im(gi.narrow(0, i0, m), col, g, op);
           }
         }
@@ -604,21 +504,19 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
       if (dy.numel() == 0 || input.numel() == 0) {
         gw = at::zeros(w_sizes, weight.options());
       } else {
-        loom_gemm_isa isa = loom_gemm_isa_selected();
-        const bool implicit =
-            implicit_dtype(input.scalar_type(), isa) && implicit_fits(dy.size(1) / groups);
-        const bool fp32 = input.scalar_type() == at::kFloat;
-        Padded pd;
-        if (implicit && !fp32 && nhwc_wgrad_fits(g, input, dy.size(1), groups, &pd)) {
-          gw = conv_weight_grad_nhwc(dy, input, w_sizes, g, pd, op);
-        } else if (implicit && fp32 && winograd_fits(g, input, dy.size(1), groups, &pd)) {
-          gw = conv_weight_grad_winograd(dy, input, w_sizes, g, pd, op);
-        } else if (implicit && fp32 && padded_fits(g, input, &pd)) {
-          gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, pd, isa, op);
+        loom_tensor ts[2] = {describe(input, op), describe(dy, op)};
+        const auto p = plan<loom_conv_weight_grad_plan>(op, LOOM_KERNEL("conv.weight_grad.plan"),
+                                                        ts, plan_scalars(g, groups, input, 0));
+        if (p.path == LOOM_CONV_PATH_NHWC) {
+          gw = conv_weight_grad_nhwc(dy, input, w_sizes, g, p, op);
+        } else if (p.path == LOOM_CONV_PATH_WINOGRAD) {
+          gw = conv_weight_grad_winograd(dy, input, w_sizes, p, op);
+        } else if (p.path == LOOM_CONV_PATH_PADDED) {
+          gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, p, op);
         } else {
           if (!dy_t.defined()) dy_t = dy.transpose(0, 1).contiguous();  // (O, N, L)
-          if (implicit) {
-            gw = conv_weight_grad_implicit(dy_t, input, w_sizes, groups, g, isa, op);
+          if (p.path == LOOM_CONV_PATH_IMPLICIT) {
+            gw = conv_weight_grad_implicit(dy_t, input, w_sizes, groups, g, p, op);
           } else {
             Tensor col = im2col(input, g, op);
             gw = conv_weight_grad(dy_t, col, w_sizes, groups, op);
