@@ -65,9 +65,10 @@ RULES = {
     "tests/c/": None,
 }
 
-# csrc/ files whose kernels/ includes are still being converted to
-# include/loom/kernels/ contracts (named kernels, no ISA choice above the
-# HAL). Delete an entry when its include goes; add none.
+# Includes across a forbidden edge tolerated while their files are being
+# converted, as {file: [included path]}; --strict (ctest) fails on an entry
+# no longer used, so the list only shrinks. Empty since the convolution
+# adapters launch by name: no csrc/ file includes kernels/.
 PENDING = {}
 
 SCANNED = ["base", "kernels", "include", "runtime", "csrc", "bench/c", "tests/c"]
