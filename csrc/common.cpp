@@ -82,16 +82,14 @@ const loom_kernel_t* kernel(const char* name) {
   return k;
 }
 
-namespace {
-
-void enqueue(const char* name, const loom_kernel_t* kernel, loom_kernel_fn fn,
-             c10::ArrayRef<loom_tensor> tensors, c10::ArrayRef<loom_scalar> scalars,
-             int64_t range, int64_t grain, c10::DeviceIndex device) {
+void launch(const char* name, const loom_kernel_t* kernel,
+            c10::ArrayRef<loom_tensor> tensors,
+            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
+            c10::DeviceIndex device) {
   if (range <= 0) return;
   loom_launch_desc desc{};
   desc.name = name;
   desc.kernel = kernel;
-  desc.fn = fn;
   desc.tensors = tensors.data();
   desc.num_tensors = static_cast<uint32_t>(tensors.size());
   desc.scalars = scalars.data();
@@ -101,15 +99,6 @@ void enqueue(const char* name, const loom_kernel_t* kernel, loom_kernel_fn fn,
   // ATen kernels never wait for the host: a tiny one may run right here.
   desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
   check(loom_launch(current_stream(device), &desc), name);
-}
-
-}  // namespace
-
-void launch(const char* name, const loom_kernel_t* kernel,
-            c10::ArrayRef<loom_tensor> tensors,
-            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
-            c10::DeviceIndex device) {
-  enqueue(name, kernel, nullptr, tensors, scalars, range, grain, device);
 }
 
 void plan(const char* op, const loom_kernel_t* planner,
@@ -122,13 +111,6 @@ void plan(const char* op, const loom_kernel_t* planner,
   args.num_scalars = static_cast<uint32_t>(scalars.size());
   args.scalars = scalars.data();
   check(loom_kernel_plan(planner, &args, out, size), op);
-}
-
-void launch(const char* name, loom_kernel_fn fn,
-            c10::ArrayRef<loom_tensor> tensors,
-            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
-            c10::DeviceIndex device) {
-  enqueue(name, nullptr, fn, tensors, scalars, range, grain, device);
 }
 
 at::Tensor meta_like(const at::Tensor& t) {

@@ -39,17 +39,10 @@ loom_stream_t* current_stream(c10::DeviceIndex device = -1);
 const loom_kernel_t* kernel(const char* name);
 
 // Enqueues `kernel` over [0, range) in chunks of `grain` on the current
-// stream of `device`, as the function form below does.
+// stream of `device` (-1: the current device, which the registration guard
+// of register.h has made the operands' device), after checking the stream
+// for pending asynchronous errors. Descriptors and scalars are copied.
 void launch(const char* name, const loom_kernel_t* kernel,
-            c10::ArrayRef<loom_tensor> tensors,
-            c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
-            c10::DeviceIndex device = -1);
-
-// Enqueues `fn` over [0, range) in chunks of `grain` on the current stream of
-// `device` (-1: the current device, which the registration guard of
-// register.h has made the operands' device), after checking the stream for
-// pending asynchronous errors. Descriptors and scalars are copied.
-void launch(const char* name, loom_kernel_fn fn,
             c10::ArrayRef<loom_tensor> tensors,
             c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
             c10::DeviceIndex device = -1);

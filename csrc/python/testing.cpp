@@ -14,6 +14,16 @@ int failing_kernel(const loom_kernel_args*, int64_t, int64_t) {
   return LOOM_ERROR_INVALID_ARGUMENT;
 }
 
+// The failing kernel by name, as every launch names its kernel: registered
+// at the first use (a run-time registration lasts for the process).
+const loom_kernel_t* failing() {
+  static const loom_kernel_t* const k = [] {
+    check(loom_kernel_register("loom_test_fault", failing_kernel), "loom_test_fault");
+    return kernel("loom_test_fault");
+  }();
+  return k;
+}
+
 }  // namespace
 
 void init_testing(py::module& m) {
@@ -23,7 +33,7 @@ void init_testing(py::module& m) {
   m.def("_enqueue_failing_kernel", [](const at::Tensor& t) {
     c10::DeviceGuard guard(t.device());
     loom_tensor d = describe(t, "loom_test_fault");
-    launch("loom_test_fault", failing_kernel, {&d, 1}, {}, 1, 1);
+    launch("loom_test_fault", failing(), {&d, 1}, {}, 1, 1);
   });
 }
 
