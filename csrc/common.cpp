@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "device.h"
-#include "stream.h"
+#include "runtime/device.h"
+#include "runtime/stream.h"
 
 namespace torch_loom {
 

@@ -21,7 +21,7 @@
 #include <optional>
 #include <utility>
 
-#include "device.h"
+#include "runtime/device.h"
 
 namespace torch_loom {
 namespace guard_detail {

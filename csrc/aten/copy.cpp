@@ -9,9 +9,9 @@
 #include <torch/library.h>
 
 #include "common.h"
-#include "host_allocator.h"
+#include "runtime/host_allocator.h"
 #include "loom/kernels/copy.h"
-#include "stream.h"
+#include "runtime/stream.h"
 #include "register.h"
 
 namespace torch_loom {

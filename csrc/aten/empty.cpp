@@ -3,9 +3,9 @@
 #include <ATen/EmptyTensor.h>
 #include <torch/library.h>
 
-#include "allocator.h"
+#include "runtime/allocator.h"
 #include "common.h"
-#include "device.h"
+#include "runtime/device.h"
 #include "register.h"
 
 namespace torch_loom {

@@ -19,7 +19,7 @@
 #include <mutex>
 
 #include "common.h"
-#include "generator.h"
+#include "runtime/generator.h"
 #include "loom/kernels/random.h"
 #include "register.h"
 

@@ -2,7 +2,7 @@
 // stream's work so far has completed.
 #include <torch/library.h>
 
-#include "allocator.h"
+#include "runtime/allocator.h"
 #include "register.h"
 
 namespace torch_loom {

@@ -6,7 +6,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include "allocator.h"
+#include "runtime/allocator.h"
 #include "common.h"
 #include "register.h"
 

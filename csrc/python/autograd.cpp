@@ -11,8 +11,8 @@
 // references hold no Python objects.
 #include <torch/csrc/autograd/autograd.h>
 
-#include "allocator.h"
-#include "device.h"
+#include "runtime/allocator.h"
+#include "runtime/device.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;

@@ -5,7 +5,7 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 
 #include "common.h"
-#include "device.h"
+#include "runtime/device.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;

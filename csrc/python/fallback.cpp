@@ -1,5 +1,5 @@
 // The CPU-fallback record and mode, for torch.loom.fallback_ops().
-#include "fallback.h"
+#include "runtime/fallback.h"
 
 #include <c10/util/Exception.h>
 

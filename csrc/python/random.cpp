@@ -3,8 +3,8 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 
-#include "device.h"
-#include "generator.h"
+#include "runtime/device.h"
+#include "runtime/generator.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;

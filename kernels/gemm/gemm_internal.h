@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/dtype.h"
+#include "kernels/base/dtype.h"
 #include "kernels/gemm/gemm.h"
 
 /* T[0:mr, 0:nr] += alpha * Ap @ Bp (or = alpha * Ap @ Bp when `accumulate`

@@ -157,7 +157,7 @@ void loom_gemm_store_row16_avx512(uint16_t *dst, const float *src, int64_t n,
 }
 
 /* float32 bits to bfloat16 bits, rounded to nearest even (NaN quieted), as
- * loom_f32_to_bf16 (kernels/dtype.h) does, in the low half of each lane */
+ * loom_f32_to_bf16 (kernels/base/dtype.h) does, in the low half of each lane */
 static inline __m512i split_rne(__m512i b) {
   const __m512i hi = _mm512_srli_epi32(b, 16);
   const __m512i r = _mm512_srli_epi32(

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kernels/gemm/gemm_internal.h"
-#include "kernels/lanes.h"
+#include "kernels/base/lanes.h"
 #include "loom/status.h"
 #include "base/cpu.h"
 

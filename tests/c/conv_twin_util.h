@@ -1,5 +1,5 @@
 /* tests/c/conv_twin_util.h — what the tests of the generic convolution
- * twins share (kernels/conv_variants.h): a convolution case with its
+ * twins share (kernels/conv/conv_variants.h): a convolution case with its
  * reference in double, im2col + GEMM to hold the twins to, runs of the
  * implicit kernels, and a rerun of the test under LOOM_CPU_FEATURES=generic. */
 #ifndef LOOM_TESTS_C_CONV_TWIN_UTIL_H
@@ -11,8 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernels/conv.h"
-#include "kernels/conv_variants.h"
+#include "kernels/conv/conv.h"
+#include "kernels/conv/conv_variants.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "tests/c/conv_util.h"

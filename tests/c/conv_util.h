@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "kernels/conv.h"
+#include "kernels/conv/conv.h"
 #include "loom/kernel_abi.h"
 #include "tests/c/test_util.h"
 

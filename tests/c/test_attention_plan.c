@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/attention.h"
+#include "kernels/nn/attention.h"
 #include "kernels/gemm/gemm.h"
 #include "loom/hal.h"
 #include "test_util.h"

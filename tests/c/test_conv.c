@@ -9,9 +9,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "kernels/conv.h"
+#include "kernels/conv/conv.h"
 #include "kernels/gemm/gemm.h"
-#include "kernels/im2col_internal.h"
+#include "kernels/conv/im2col_internal.h"
 #include "loom/status.h"
 #include "base/cpu.h"
 #include "tests/c/conv_util.h"

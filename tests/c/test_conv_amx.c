@@ -1,5 +1,5 @@
 /* tests/c/test_conv_amx.c — the bf16 convolutions on AMX tiles
- * (kernels/conv_gemm_amx.c) against im2col + the AMX GEMM, bitwise: the
+ * (kernels/conv/conv_gemm_amx.c) against im2col + the AMX GEMM, bitwise: the
  * implicit forward (every tile width, the last tile in pieces, the weight
  * packed or read in place), the implicit weight gradient (1 to 4 panels
  * per item) and the flipped weight pack. Both sides sum the same products
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/conv.h"
-#include "kernels/dtype.h"
+#include "kernels/conv/conv.h"
+#include "kernels/base/dtype.h"
 #include "kernels/gemm/gemm.h"
 #include "loom/status.h"
 #include "tests/c/conv_util.h"

@@ -1,5 +1,5 @@
 /* tests/c/test_conv_generic.c — the generic twins of the AVX-512 implicit-
- * GEMM convolutions (kernels/conv_variants.h), forward and weight
+ * GEMM convolutions (kernels/conv/conv_variants.h), forward and weight
  * gradient, called directly:
  * - with an AVX-512 plan a twin gives its AVX-512 variant's bits: the
  *   gathers, tiles and k order are the same, and so is the micro-kernel;
@@ -12,7 +12,7 @@
  *   twins for others, and under LOOM_CPU_FEATURES=generic (a child
  *   process) every ISA selector this test reaches picks generic.
  * The padded-row and Winograd twins have tests of their own. */
-#include "kernels/nn_rows.h"
+#include "kernels/nn/nn_rows.h"
 #include "base/cpu.h"
 #include "tests/c/conv_twin_util.h"
 

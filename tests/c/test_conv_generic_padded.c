@@ -1,5 +1,5 @@
 /* tests/c/test_conv_generic_padded.c — the generic twins of the AVX-512
- * padded-row convolutions (kernels/conv_variants.h), called directly:
+ * padded-row convolutions (kernels/conv/conv_variants.h), called directly:
  * - with an AVX-512 plan (dy packed, or read in place) a twin gives its
  *   AVX-512 variant's bits;
  * - with the generic plan the forward gives the bits of im2col + the

@@ -1,5 +1,5 @@
 /* tests/c/test_conv_generic_winograd.c — the generic twins of the AVX-512
- * Winograd F(2x2, 3x3) kernels (kernels/conv_variants.h), called directly:
+ * Winograd F(2x2, 3x3) kernels (kernels/conv/conv_variants.h), called directly:
  * - the weight transform gives the AVX-512 variant's bits (adds and
  *   halvings in the same order);
  * - the forward and the weight gradient with the AVX-512 micro-kernel

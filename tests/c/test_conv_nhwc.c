@@ -1,5 +1,5 @@
 /* tests/c/test_conv_nhwc.c — the bf16 channels-last convolutions on AMX
- * tiles (kernels/conv_nhwc_amx.c) against a float64 loop over the same
+ * tiles (kernels/conv/conv_nhwc_amx.c) against a float64 loop over the same
  * bf16 values: strides, dilation, channel counts that leave blocks part
  * empty, a bias, the flipped weight of an input gradient, item widths and
  * chunkings (the same bits for each), output rows of stride 2, two
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/conv_nhwc.h"
-#include "kernels/dtype.h"
+#include "kernels/conv/conv_nhwc.h"
+#include "kernels/base/dtype.h"
 #include "kernels/gemm/gemm.h"
 #include "loom/status.h"
 #include "tests/c/conv_util.h"

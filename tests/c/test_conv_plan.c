@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/conv.h"
+#include "kernels/conv/conv.h"
 #include "kernels/gemm/gemm.h"
 #include "loom/hal.h"
 #include "test_util.h"

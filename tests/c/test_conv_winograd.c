@@ -1,10 +1,10 @@
-/* tests/c/test_conv_winograd.c — Winograd F(2x2, 3x3) (kernels/conv.h)
+/* tests/c/test_conv_winograd.c — Winograd F(2x2, 3x3) (kernels/conv/conv.h)
  * against a direct 3x3 convolution in double, for the forward and the
  * flipped (input gradient) weight; its results must not depend on how the
  * items are split. Kernels are called directly. */
 #include <math.h>
 
-#include "kernels/conv.h"
+#include "kernels/conv/conv.h"
 #include "kernels/gemm/gemm.h"
 #include "loom/status.h"
 #include "test_util.h"

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/convert.h"
-#include "kernels/copy.h"
-#include "kernels/dtype.h"
-#include "kernels/fill.h"
+#include "kernels/base/convert.h"
+#include "kernels/base/copy.h"
+#include "kernels/base/dtype.h"
+#include "kernels/base/fill.h"
 #include "kernel_test_util.h"
 #include "test_util.h"
 

@@ -5,12 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/factory.h"
-#include "kernels/index.h"
-#include "kernels/index_advanced.h"
-#include "kernels/search.h"
-#include "kernels/sort.h"
-#include "kernels/scan.h"
+#include "kernels/base/factory.h"
+#include "kernels/index/index.h"
+#include "kernels/index/index_advanced.h"
+#include "kernels/reduce/search.h"
+#include "kernels/reduce/sort.h"
+#include "kernels/reduce/scan.h"
 #include "loom/status.h"
 #include "test_util.h"
 

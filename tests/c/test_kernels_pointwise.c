@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/dtype.h"
-#include "kernels/pointwise.h"
+#include "kernels/base/dtype.h"
+#include "kernels/pointwise/pointwise.h"
 #include "loom/status.h"
 #include "kernel_test_util.h"
 #include "test_util.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/random.h"
+#include "kernels/random/random.h"
 #include "loom/status.h"
 #include "test_util.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/reduce.h"
+#include "kernels/reduce/reduce.h"
 #include "loom/status.h"
 #include "base/cpu.h"
 #include "kernel_test_util.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/attention.h"
+#include "kernels/nn/attention.h"
 #include "loom/status.h"
 #include "base/cpu.h"
 #include "test_util.h"

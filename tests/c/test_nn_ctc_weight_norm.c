@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ctc_loss.h"
-#include "kernels/dtype.h"
-#include "kernels/weight_norm.h"
+#include "kernels/nn/ctc_loss.h"
+#include "kernels/base/dtype.h"
+#include "kernels/nn/weight_norm.h"
 #include "loom/status.h"
 #include "kernel_test_util.h"
 #include "test_util.h"

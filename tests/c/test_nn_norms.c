@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/nn_rows.h"
-#include "kernels/norm.h"
+#include "kernels/nn/nn_rows.h"
+#include "kernels/nn/norm.h"
 #include "loom/status.h"
 #include "base/cpu.h"
 #include "kernel_test_util.h"

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "kernels/optim.h"
+#include "kernels/nn/optim.h"
 #include "test_util.h"
 
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/dtype.h"
-#include "kernels/rnn.h"
+#include "kernels/base/dtype.h"
+#include "kernels/nn/rnn.h"
 #include "loom/status.h"
 #include "kernel_test_util.h"
 #include "test_util.h"

@@ -1,0 +1,131 @@
+// csrc/ops/conv/conv_internal.h — what the convolution adapters share: the
+// geometry and its kernel scalars, the planners' arguments, and the
+// launches of the paths a plan names (conv_padded.cpp: padded rows and
+// Winograd; conv_nhwc.cpp: channels last).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <vector>
+
+#include "common.h"
+#include "loom/kernels/conv.h"
+#include "loom/kernels/conv_nhwc.h"
+
+namespace torch_loom::conv {
+
+// Convolution geometry padded to 3 spatial dims; `grid` is the set of
+// window positions (the col columns per image).
+struct Geom {
+  int64_t k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0},
+          d[3] = {1, 1, 1}, grid[3] = {1, 1, 1};
+  int64_t taps() const { return k[0] * k[1] * k[2]; }
+  int64_t positions() const { return grid[0] * grid[1] * grid[2]; }
+  bool pointwise() const {
+    for (int i = 0; i < 3; ++i)
+      if (k[i] != 1 || s[i] != 1 || p[i] != 0) return false;
+    return true;
+  }
+  // The geometry a plan names, in the order of the kernels' scalars.
+  static Geom of(const int64_t (&v)[LOOM_CONV_NUM_SCALARS]) {
+    Geom g;
+    for (int i = 0; i < 3; ++i)
+      g.k[i] = v[i], g.s[i] = v[3 + i], g.p[i] = v[6 + i], g.d[i] = v[9 + i],
+      g.grid[i] = v[12 + i];
+    return g;
+  }
+};
+
+// The geometry as the kernels' scalars (loom/kernels/im2col.h).
+std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> geom_scalars(const Geom& g);
+
+// The planners' scalars (loom/kernels/conv.h): the geometry, groups, the
+// workers of `on`'s device, flags, and a phase's index when it is >= 0.
+std::vector<loom_scalar> plan_scalars(const Geom& g, int64_t groups, const at::Tensor& on,
+                                      int64_t flags, int64_t phase = -1);
+
+// (N, C, spatial...) as rank 5 (N, C, D, H, W).
+loom_tensor image5(const at::Tensor& t, const char* op);
+
+// A rank-4 GEMM operand over `t`'s memory with explicit sizes and strides.
+loom_tensor view4(const at::Tensor& t, const char* op, std::array<int64_t, 4> sizes,
+                  std::array<int64_t, 4> strides);
+
+// "conv.forward.plan" for `out` = the convolution of `input` by `weight`
+// over g (flags: LOOM_CONV_FLIPPED, LOOM_CONV_PART).
+loom_conv_forward_plan plan_forward(const at::Tensor& out, const at::Tensor& input,
+                                    const at::Tensor& weight, const Geom& g, int64_t groups,
+                                    int64_t flags, const char* op);
+
+// The forward into `out` by the plan's implicit, padded-row, Winograd or
+// channels-last path. With `flipped`, the convolution's weight is the
+// flipped form of `weight` (channels swapped, taps reversed: a stride-1
+// input gradient's), which is packed from `weight` directly.
+void conv_forward_planned(const at::Tensor& out, const at::Tensor& input,
+                          const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
+                          int64_t groups, const loom_conv_forward_plan& p, const char* op,
+                          bool flipped);
+
+// Packs A (the weight, or dy) of C = A @ B into a new workspace of
+// `bytes`, which it returns ("conv.pack", or "conv.pack_flipped" from a
+// forward's contiguous weight `flipped_from`); the kernels gather B
+// themselves.
+at::Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor& b,
+                  int64_t variant, int64_t bytes, int64_t range, int64_t grain,
+                  const at::TensorOptions& opts, const char* op,
+                  const at::Tensor& flipped_from = {});
+
+// (N, C * sh * sw, plane) fp32: image `x` zero-padded (top, left first)
+// and split into stride phases with rows wq wide ("conv.pad").
+at::Tensor pad_planes(const at::Tensor& x, int64_t top, int64_t left, int64_t wq, int64_t sh,
+                      int64_t sw, int64_t plane, const char* op);
+
+// The paths of conv_padded.cpp, as their plans give them.
+void conv_forward_padded(const at::Tensor& out, const at::Tensor& input,
+                         const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
+                         int64_t groups, const loom_conv_forward_plan& p, const char* op,
+                         bool flipped);
+at::Tensor conv_weight_grad_padded(const at::Tensor& dy, const at::Tensor& input,
+                                   const std::vector<int64_t>& w_sizes, int64_t groups,
+                                   const Geom& g, const loom_conv_weight_grad_plan& p,
+                                   const char* op);
+void conv_forward_winograd(const at::Tensor& out, const at::Tensor& input,
+                           const at::Tensor& weight, const at::Tensor& bias,
+                           const loom_conv_forward_plan& p, const char* op, bool flipped);
+at::Tensor conv_weight_grad_winograd(const at::Tensor& dy, const at::Tensor& input,
+                                     const std::vector<int64_t>& w_sizes,
+                                     const loom_conv_weight_grad_plan& p, const char* op);
+
+// The channels-last padded copy of `input` (N, C, H, W) for the kernels
+// of loom/kernels/conv_nhwc.h: `top` rows and `left` columns of zeros
+// first, phase planes (sh x sw) of rows wq wide and `plane` positions,
+// `channels` wide, positions `stride` apart.
+at::Tensor nhwc_copy(const at::Tensor& input, int64_t top, int64_t left, int64_t wq, int64_t sh,
+                     int64_t sw, int64_t plane, int64_t channels, int64_t stride,
+                     const char* op);
+
+// One convolution over a copy (nhwc_run): g's window, stride and
+// dilation into `out`, every tap reading `origin` positions further on.
+struct NhwcConv {
+  at::Tensor out, weight;
+  Geom g;
+  int64_t origin = 0;
+};
+
+// Convolutions over one copy of rows wq wide, in launches of up to
+// LOOM_CONV_NHWC_CONVS that take the same positions of each in turn
+// (flipped as for conv_forward_planned; strides and dilations the first's;
+// `bias` the first's only).
+void nhwc_run(const std::vector<NhwcConv>& convs, const at::Tensor& xp, const at::Tensor& bias,
+              int64_t wq, bool flipped, const char* op);
+
+// The channels-last paths of conv_nhwc.cpp, as their plans give them.
+void conv_forward_nhwc(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight,
+                       const at::Tensor& bias, const Geom& g, const loom_conv_forward_plan& p,
+                       const char* op, bool flipped);
+at::Tensor conv_weight_grad_nhwc(const at::Tensor& dy, const at::Tensor& input,
+                                 const std::vector<int64_t>& w_sizes, const Geom& g,
+                                 const loom_conv_weight_grad_plan& p, const char* op);
+
+}  // namespace torch_loom::conv

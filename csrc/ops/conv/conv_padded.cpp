@@ -1,0 +1,136 @@
+// 2-d convolutions over zero-padded rows split into stride phases: the
+// padded-row implicit GEMMs ("conv.padded.*") and Winograd's F(2x2, 3x3)
+// ("conv.winograd.*"), fp32, launched as their plans say.
+#include "ops/conv/conv_internal.h"
+
+#include <algorithm>
+
+namespace torch_loom::conv {
+
+using at::Tensor;
+
+Tensor pad_planes(const Tensor& x, int64_t top, int64_t left, int64_t wq, int64_t sh,
+                  int64_t sw, int64_t plane, const char* op) {
+  Tensor xp = at::empty({x.size(0), x.size(1) * sh * sw, plane}, x.options());
+  loom_tensor ts[2] = {describe(xp, op), image5(x, op)};
+  loom_scalar sc[5] = {scalar_i(top), scalar_i(left), scalar_i(wq), scalar_i(sh), scalar_i(sw)};
+  launch(op, LOOM_KERNEL("conv.pad"), ts, sc, xp.size(0) * xp.size(1),
+         std::max<int64_t>(1, 65536 / xp.size(2)));
+  return xp;
+}
+
+namespace {
+
+// `t` (N, C, [D = 1,] [H,] W) as rank 4 (N, C, H, W).
+loom_tensor plane4(const Tensor& t, const char* op) {
+  loom_tensor d = image5(t, op);
+  d.rank = 4;
+  for (int i = 2; i < 4; ++i) d.sizes[i] = d.sizes[i + 1], d.strides[i] = d.strides[i + 1];
+  return d;
+}
+
+std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> padded_scalars(const Geom& g,
+                                                                      int64_t variant,
+                                                                      int64_t wq, int64_t gpad) {
+  std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> sc{};
+  sc[0] = scalar_i(variant);
+  auto geom = geom_scalars(g);
+  std::copy(geom.begin(), geom.end(), sc.begin() + 2);
+  sc[17] = scalar_i(wq);
+  sc[18] = scalar_i(gpad);
+  return sc;
+}
+
+}  // namespace
+
+void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& weight,
+                         const Tensor& bias, const Geom& g, int64_t groups,
+                         const loom_conv_forward_plan& p, const char* op, bool flipped) {
+  int64_t n = input.size(0), c = input.size(1), o = out.size(1);
+  int64_t og = o / groups, ck = c / groups * g.taps(), cols = n * p.positions;
+  Tensor xp = pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
+  loom_tensor a = view4(weight, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
+  loom_tensor b = view4(xp, op, {1, groups, ck, cols}, {0, 0, cols, 1});  // shape only
+  loom_tensor cc = view4(out, op, {1, groups, og, cols}, {0, og * cols, cols, 1});  // plan only
+  Tensor ws = pack_a(cc, a, b, p.variant, p.workspace_bytes, p.pack_range, p.pack_grain,
+                     out.options(), op, flipped ? weight : Tensor());
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  loom_tensor ts[7] = {cc, a, b, describe(ws, op), describe(xp, op), plane4(out, op),
+                       bc.defined() ? describe(bc, op) : loom_tensor{}};
+  auto sc = padded_scalars(g, p.variant, p.wq, p.positions);
+  sc[1] = scalar_i(p.tile_positions);
+  launch(op, LOOM_KERNEL("conv.padded.forward"),
+         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 7 : 6),
+         c10::ArrayRef<loom_scalar>(sc.data(), 19), p.range, 1);
+}
+
+Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
+                               const std::vector<int64_t>& w_sizes, int64_t groups,
+                               const Geom& g, const loom_conv_weight_grad_plan& p,
+                               const char* op) {
+  int64_t n = input.size(0), c = input.size(1), o = dy.size(1);
+  int64_t og = o / groups, ck = c / groups * g.taps();
+  Tensor gw = at::empty(w_sizes, input.options());
+  loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
+  const int64_t gpad = p.positions;
+  Tensor xp = pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
+  // dy on the same grid, (O, N, gpad): zero past wo in each row and past ho rows.
+  Tensor dyp = at::empty({o, n, gpad}, dy.options());
+  loom_tensor pt[2] = {describe(dyp.permute({1, 0, 2}), op), image5(dy, op)};
+  loom_scalar psc[3] = {scalar_i(0), scalar_i(0), scalar_i(p.wq)};
+  launch(op, LOOM_KERNEL("conv.pad"), pt, psc, n * o, std::max<int64_t>(1, 65536 / gpad));
+  loom_tensor a = view4(dyp, op, {1, groups, og, n * gpad}, {0, og * n * gpad, n * gpad, 1});
+  loom_tensor b = view4(xp, op, {1, groups, n * gpad, ck}, {0, 0, ck, 1});  // shape only
+  Tensor ws = pack_a(cc, a, b, p.variant, p.workspace_bytes, p.pack_range, p.pack_grain,
+                     gw.options(), op);
+  Tensor part = p.chunks == 1 ? gw : at::empty({p.chunks, groups, og, ck}, gw.options());
+  loom_tensor ts[6] = {
+      cc, a, b, describe(ws, op), describe(xp, op),
+      view4(part, op, {p.chunks, groups, og, ck}, {groups * og * ck, og * ck, ck, 1})};
+  auto sc = padded_scalars(g, p.variant, p.wq, gpad);
+  sc[19] = scalar_i(p.chunk);
+  sc[20] = scalar_i(p.per_item);
+  launch(op, LOOM_KERNEL("conv.padded.weight_grad"), ts, sc, p.range, 1);
+  if (p.chunks > 1) {
+    Tensor flat = gw.view({groups, og, ck});
+    at::sum_out(flat, part, {0});
+  }
+  return gw;
+}
+
+void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor& weight,
+                           const Tensor& bias, const loom_conv_forward_plan& p, const char* op,
+                           bool flipped) {
+  const int64_t k = input.size(1);
+  Tensor u = at::empty({16, p.panels, k, LOOM_CONV_WINOGRAD_MR}, out.options());
+  Tensor w4 = weight.reshape({weight.size(0), weight.size(1), 3, 3});
+  loom_tensor wts[2] = {describe(u, op), describe(w4, op)};
+  loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
+  launch(op, LOOM_KERNEL("conv.winograd.weight"), wts, wsc, p.panels, 1);
+  Tensor xp = pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
+  Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
+  loom_tensor ts[4] = {plane4(out, op), describe(u, op), describe(xp, op),
+                       bc.defined() ? describe(bc, op) : loom_tensor{}};
+  loom_scalar sc[2] = {scalar_i(p.wq), scalar_i(p.positions)};
+  launch(op, LOOM_KERNEL("conv.winograd.forward"),
+         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc, p.range, 1);
+}
+
+Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
+                                 const std::vector<int64_t>& w_sizes,
+                                 const loom_conv_weight_grad_plan& p, const char* op) {
+  const int64_t m = dy.size(1), k = input.size(1);
+  Tensor xp = pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
+  Tensor dyp = pad_planes(dy, 0, 0, p.wq, 2, 2, p.dy_plane, op);
+  Tensor part = at::empty({p.chunks, 16, m, k}, input.options());
+  loom_tensor ts[3] = {describe(part, op), describe(xp, op), describe(dyp, op)};
+  loom_scalar sc[3] = {scalar_i(p.wq), scalar_i(p.positions), scalar_i(p.chunk)};
+  launch(op, LOOM_KERNEL("conv.winograd.weight_grad"), ts, sc, p.range, 1);
+  Tensor gw = at::empty(w_sizes, input.options());
+  loom_tensor fts[2] = {describe(gw.view({m, k, 3, 3}), op), describe(part, op)};
+  launch(op, LOOM_KERNEL("conv.winograd.weight_grad_finish"), fts,
+         c10::ArrayRef<loom_scalar>(), m, p.finish_grain);
+  return gw;
+}
+
+}  // namespace torch_loom::conv

@@ -1,0 +1,221 @@
+// Scaled dot-product attention on loom: SDPA asks _fused_sdp_choice (and,
+// under fake tensors, _fused_sdp_choice_stub) which backend to use; we answer "overrideable" for
+// what our flash-style kernel covers and "math" otherwise (dropout, grouped
+// heads, a mask that needs a gradient), so every call still has a path.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/SDPBackend.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "loom/kernels/attention.h"
+#include "ops/nn/nn_util.h"
+#include "register.h"
+
+namespace torch_loom::nn {
+namespace {
+
+bool same_batch(const at::Tensor& a, const at::Tensor& b) {
+  return a.dim() == b.dim() &&
+         a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2);
+}
+
+bool kernel_covers(const at::Tensor& q, const at::Tensor& k,
+                   const at::Tensor& v, const std::optional<at::Tensor>& mask,
+                   double dropout_p) {
+  if (dropout_p > 0.0) return false;
+  if (!at::isFloatingType(q.scalar_type()) || k.scalar_type() != q.scalar_type() ||
+      v.scalar_type() != q.scalar_type())
+    return false;
+  if (q.dim() < 2 || q.dim() > LOOM_MAX_DIMS || !same_batch(q, k) ||
+      !same_batch(q, v))
+    return false;
+  if (k.size(-1) != q.size(-1) || v.size(-2) != k.size(-2)) return false;
+  if (q.size(-1) > LOOM_ATTENTION_MAX_HEAD_DIM ||
+      v.size(-1) > LOOM_ATTENTION_MAX_HEAD_DIM)
+    return false;
+  if (mask.has_value() && mask->defined()) {
+    if (mask->requires_grad()) return false;
+    if (mask->scalar_type() != at::kBool && !at::isFloatingType(mask->scalar_type()))
+      return false;
+  }
+  return true;
+}
+
+int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k,
+                   const at::Tensor& v, const std::optional<at::Tensor>& mask,
+                   double dropout_p, bool is_causal,
+                   std::optional<double> scale, bool enable_gqa) {
+  const bool ok = at::globalContext().userEnabledOverrideableSDP() &&
+                  kernel_covers(q, k, v, mask, dropout_p);
+  return static_cast<int64_t>(ok ? at::SDPBackend::overrideable
+                                 : at::SDPBackend::math);
+}
+
+// [..., n, d] -> [BH, n, d]
+at::Tensor flat3(const at::Tensor& t) {
+  const int64_t n = t.size(-2), d = t.size(-1);
+  int64_t bh = 1;
+  for (int64_t i = 0; i < t.dim() - 2; ++i) bh *= t.size(i);
+  return t.reshape({bh, n, d});
+}
+
+double scale_of(const at::Tensor& q, std::optional<double> scale) {
+  return scale.has_value() ? *scale
+                           : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+}
+
+at::ScalarType lse_type(const at::Tensor& q) {
+  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+std::vector<int64_t> with_last(const at::Tensor& t, int64_t drop,
+                               std::initializer_list<int64_t> tail) {
+  std::vector<int64_t> s(t.sizes().begin(), t.sizes().end() - drop);
+  s.insert(s.end(), tail);
+  return s;
+}
+
+at::Tensor mask3(const at::Tensor& mask, const at::Tensor& q, int64_t S) {
+  if (!mask.defined()) return mask;
+  return flat3(mask.expand(with_last(q, 1, {S})));
+}
+
+// The family's plan for q, k, v and the mask (loom/kernels/attention.h).
+loom_attention_plan plan_for(const loom_tensor* qkvm, const char* op) {
+  return plan<loom_attention_plan>(op, LOOM_KERNEL("attention.plan"),
+                                   c10::ArrayRef<loom_tensor>(qkvm, 4), {});
+}
+
+// The bf16 forward over t (sdpa_forward's tensors; the plan chose it only
+// without a mask), with the workspaces its plan asks for.
+void forward_bf16(const loom_tensor (&t)[6], const loom_scalar (&s)[2],
+                  const loom_attention_plan& p, const at::Tensor& q3, const char* op) {
+  const int device = q3.device().index();
+  const loom_tensor own[5] = {t[0], t[1], t[2], t[4], t[5]};  // no mask
+  if (p.forward == LOOM_ATTENTION_BF16_DECODE) {
+    launch(op, LOOM_KERNEL("attention.bf16_decode"), own, s, p.forward_range,
+           p.forward_grain, device);
+    return;
+  }
+  if (p.pack_range == 0) {
+    launch(op, LOOM_KERNEL("attention.bf16_forward"), own, s, p.forward_range,
+           p.forward_grain, device);
+    return;
+  }
+  const at::Tensor kp = at::empty({p.k_pack}, q3.options());
+  const at::Tensor vp = at::empty({p.v_pack}, q3.options());
+  const loom_tensor fused[7] = {t[0], t[1], t[2], t[4], t[5], describe(kp, op), describe(vp, op)};
+  launch(op, LOOM_KERNEL("attention.bf16_pack"), fused, s, p.pack_range, p.pack_grain, device);
+  launch(op, LOOM_KERNEL("attention.bf16_forward"), fused, s, p.forward_range,
+         p.forward_grain, device);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt,
+           c10::SymInt, at::Tensor, at::Tensor, at::Tensor>
+sdpa_forward(const at::Tensor& query, const at::Tensor& key,
+             const at::Tensor& value, const std::optional<at::Tensor>& bias,
+             double dropout_p, bool is_causal, bool return_debug_mask,
+             std::optional<double> scale) {
+  static const char* op = "_scaled_dot_product_fused_attention_overrideable";
+  TORCH_CHECK(kernel_covers(query, key, value, bias, dropout_p), op,
+              ": unsupported arguments for the loom attention kernel (dtype ",
+              query.scalar_type(), ", dropout_p ", dropout_p, ")");
+  check_loom(key, query, op, "key");
+  check_loom(value, query, op, "value");
+  const int64_t L = query.size(-2), S = key.size(-2), Ev = value.size(-1);
+  const at::Tensor q3 = flat3(query), k3 = flat3(key), v3 = flat3(value);
+  const at::Tensor mask = bias.has_value() ? mask3(*bias, query, S) : at::Tensor();
+  check_loom(mask, query, op, "attn_mask");
+  at::Tensor out = at::empty(with_last(query, 1, {Ev}), query.options());
+  at::Tensor lse = at::empty(with_last(query, 1, {}), query.options().dtype(lse_type(query)));
+  const int64_t BH = q3.size(0);
+  if (BH * L > 0 && Ev > 0) {
+    const loom_tensor t[6] = {describe(q3, op), describe(k3, op), describe(v3, op),
+                              describe_opt(mask, op), describe(flat3(out), op),
+                              describe(lse.view({BH, L}), op)};
+    const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
+    const loom_attention_plan p = plan_for(t, op);
+    if (p.forward == LOOM_ATTENTION_BF16 || p.forward == LOOM_ATTENTION_BF16_DECODE)
+      forward_bf16(t, s, p, q3, op);
+    else
+      launch(op,
+             p.forward == LOOM_ATTENTION_BLOCKED ? LOOM_KERNEL("attention.blocked_forward")
+                                                 : LOOM_KERNEL("attention.forward"),
+             t, s, p.forward_range, p.forward_grain, query.device().index());
+  }
+  const auto empty = at::empty({0}, query.options().dtype(at::kLong));
+  return {out, lse, empty, empty, c10::SymInt(L), c10::SymInt(S), empty, empty,
+          at::empty({0}, query.options())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
+    const at::Tensor& value, const at::Tensor& bias,
+    std::array<bool, 4> grad_input_mask, const at::Tensor& out,
+    const at::Tensor& logsumexp, const at::Tensor& cum_seq_q,
+    const at::Tensor& cum_seq_k, c10::SymInt max_q, c10::SymInt max_k,
+    double dropout_p, bool is_causal, const at::Tensor& philox_seed,
+    const at::Tensor& philox_offset, std::optional<double> scale) {
+  static const char* op = "_scaled_dot_product_fused_attention_overrideable_backward";
+  TORCH_CHECK(dropout_p == 0.0, op, ": dropout is not supported by the loom kernel");
+  const int64_t L = query.size(-2), S = key.size(-2);
+  const at::Tensor q3 = flat3(query), k3 = flat3(key), v3 = flat3(value);
+  const at::Tensor mask = mask3(bias, query, S);
+  at::Tensor dq = at::empty(query.sizes(), query.options());
+  at::Tensor dk = at::empty(key.sizes(), key.options());
+  at::Tensor dv = at::empty(value.sizes(), value.options());
+  const int64_t BH = q3.size(0);
+  if (BH == 0) return {dq, dk, dv, at::Tensor()};
+  if (L == 0 || S == 0) {
+    dq.zero_(), dk.zero_(), dv.zero_();
+    return {dq, dk, dv, at::Tensor()};
+  }
+  const at::Tensor go3 = flat3(grad_out), o3 = flat3(out);
+  const at::Tensor lse2 = logsumexp.reshape({BH, L});
+  at::Tensor delta = at::empty({BH, L}, query.options().dtype(lse_type(query)));
+  const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
+  const auto dev = query.device().index();
+  const loom_tensor qkvm[4] = {describe(q3, op), describe(k3, op), describe(v3, op),
+                               describe_opt(mask, op)};
+  const loom_attention_plan p = plan_for(qkvm, op);
+  const bool blocked = p.backward == LOOM_ATTENTION_BLOCKED;
+  {
+    const loom_tensor t[9] = {describe(go3, op), describe(q3, op), describe(k3, op),
+                              describe(v3, op), describe_opt(mask, op), describe(o3, op),
+                              describe(lse2, op), describe(flat3(dq), op),
+                              describe(delta, op)};
+    launch(op,
+           blocked ? LOOM_KERNEL("attention.blocked_backward_q")
+                   : LOOM_KERNEL("attention.backward_q"),
+           t, s, p.backward_q_range, p.backward_q_grain, dev);
+  }
+  {
+    const loom_tensor t[9] = {describe(go3, op), describe(q3, op), describe(k3, op),
+                              describe(v3, op), describe_opt(mask, op), describe(lse2, op),
+                              describe(delta, op), describe(flat3(dk), op),
+                              describe(flat3(dv), op)};
+    launch(op,
+           blocked ? LOOM_KERNEL("attention.blocked_backward_kv")
+                   : LOOM_KERNEL("attention.backward_kv"),
+           t, s, p.backward_kv_range, p.backward_kv_grain, dev);
+  }
+  return {dq, dk, dv, at::Tensor()};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  LOOM_IMPL(m, "_fused_sdp_choice", sdp_choice);
+  LOOM_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", sdpa_forward);
+  LOOM_IMPL(m, "_scaled_dot_product_fused_attention_overrideable_backward", sdpa_backward);
+}
+
+}  // namespace torch_loom::nn
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_loom::nn::sdp_choice)
+}  // namespace at::native

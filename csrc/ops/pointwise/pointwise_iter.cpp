@@ -1,0 +1,155 @@
+// Boxed-argument access and the launch of the elementwise kernel over an
+// at::TensorIterator (which did the broadcasting, type promotion, output
+// allocation and dimension coalescing with PyTorch's own rules).
+#include "ops/pointwise/pointwise_iter.h"
+
+#include <ATen/ScalarOps.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+namespace torch_loom::pw {
+
+const c10::IValue* Args::find(const char* name) const {
+  const auto& args = schema_.arguments();
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].name() == name) return &(*stack_)[base_ + i];
+  return nullptr;
+}
+
+at::Tensor Args::tensor(const char* name) const {
+  const c10::IValue* v = find(name);
+  TORCH_INTERNAL_ASSERT(v, "missing argument ", name);
+  if (v->isTensor()) return v->toTensor();
+  return at::native::wrapped_scalar_tensor(v->toScalar());
+}
+
+at::Scalar Args::scalar(const char* name, const at::Scalar& fallback) const {
+  const c10::IValue* v = find(name);
+  return v && !v->isNone() ? v->toScalar() : fallback;
+}
+
+std::optional<at::Scalar> Args::opt_scalar(const char* name) const {
+  const c10::IValue* v = find(name);
+  if (!v || v->isNone()) return std::nullopt;
+  return v->toScalar();
+}
+
+std::optional<at::Tensor> Args::opt_tensor(const char* name) const {
+  const c10::IValue* v = find(name);
+  if (!v || v->isNone()) return std::nullopt;
+  return v->toTensor();
+}
+
+std::string Args::str(const char* name, const char* fallback) const {
+  const c10::IValue* v = find(name);
+  return v && !v->isNone() ? v->toStringRef() : std::string(fallback);
+}
+
+bool Args::flag(const char* name) const {
+  const c10::IValue* v = find(name);
+  return v && !v->isNone() && v->toBool();
+}
+
+at::Tensor Args::out() const {
+  const auto& args = schema_.arguments();
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].is_out()) return (*stack_)[base_ + i].toTensor();
+  return at::Tensor();
+}
+
+bool Args::inplace() const {
+  const std::string& n = schema_.name();
+  return !n.empty() && n.back() == '_' && n.compare(n.size() - 2, 2, "__") != 0;
+}
+
+void finish(torch::jit::Stack* stack, const Args& args, const at::Tensor& r) {
+  torch::jit::drop(*stack, args.size());
+  torch::jit::push(*stack, r);
+}
+
+loom_pw_kind kind_of(at::ScalarType type, const char* op) {
+  switch (type) {
+    case at::kFloat:
+    case at::kHalf:
+    case at::kBFloat16: return LOOM_PW_F32;
+    case at::kDouble: return LOOM_PW_F64;
+    case at::kBool:
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong: return LOOM_PW_I64;
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "\"", op, "\" not implemented for '",
+                                  type, "' on loom");
+  }
+}
+
+void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
+                 loom_pw_kind kind, const loom_scalar* params) {
+  const int64_t numel = iter.numel();
+  if (numel == 0) return;
+  const int ntensors = iter.ntensors();
+  const int ndim = iter.ndim();
+  TORCH_CHECK(ntensors <= 1 + LOOM_PW_MAX_INPUTS, name, ": too many operands");
+  TORCH_CHECK(ndim <= LOOM_MAX_DIMS, name, ": tensors of more than ",
+              LOOM_MAX_DIMS, " dimensions are not supported on loom");
+  loom_tensor t[1 + LOOM_PW_MAX_INPUTS];
+  loom_scalar s[LOOM_PW_CONST + LOOM_PW_MAX_INPUTS];
+  std::memset(s, 0, sizeof s);
+  s[0] = scalar_i(op);
+  s[1] = scalar_i(kind);
+  for (int k = 0; k < 4; ++k) s[LOOM_PW_PARAM + k] = params[k];
+  const auto shape = iter.shape();
+  for (int i = 0; i < ntensors; ++i) {
+    loom_tensor& d = t[i];
+    std::memset(&d, 0, offsetof(loom_tensor, sizes));
+    d.dtype = to_loom_dtype(iter.dtype(i), name);
+    if (i > 0 && iter.is_cpu_scalar(i)) {
+      d.data = nullptr;
+      d.rank = 0;
+      s[LOOM_PW_CONST + i - 1] = kind == LOOM_PW_I64
+                                     ? scalar_i(iter.scalar_value<int64_t>(i))
+                                     : scalar_f(iter.scalar_value<double>(i));
+      continue;
+    }
+    d.data = iter.data_ptr(i);
+    d.rank = ndim;
+    const auto strides = iter.strides(i);
+    const int64_t esize = loom_dtype_size(d.dtype);
+    // TensorIterator keeps the fastest dim first; descriptors are row-major.
+    for (int k = 0; k < ndim; ++k) {
+      d.sizes[ndim - 1 - k] = shape[k];
+      d.strides[ndim - 1 - k] = strides[k] / esize;
+    }
+  }
+  launch(name, LOOM_KERNEL("pointwise.apply"), c10::ArrayRef<loom_tensor>(t, ntensors),
+         c10::ArrayRef<loom_scalar>(s, LOOM_PW_CONST + ntensors - 1), numel,
+         LOOM_PW_GRAIN, iter.device(0).index());
+}
+
+void check_division(const char* name, const at::TensorIteratorBase& iter) {
+  if (iter.numel() == 0) return;
+  const loom_status st =
+      loom_stream_synchronize(current_stream(iter.device(0).index()));
+  TORCH_CHECK(st != LOOM_ERROR_INVALID_ARGUMENT, "ZeroDivisionError");
+  check(st, name);
+}
+
+void for_each_overload(const std::string& base, const char* overloads,
+                       const std::function<void(const std::string&)>& fn) {
+  const std::string list = overloads;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    size_t end = list.find(' ', pos);
+    if (end == std::string::npos) end = list.size();
+    std::string ovl = list.substr(pos, end - pos);
+    pos = end + 1;
+    if (ovl == "-") ovl.clear();
+    if (!c10::Dispatcher::singleton().findSchema({"aten::" + base, ovl})) continue;
+    fn(ovl.empty() ? base : base + "." + ovl);
+  }
+}
+
+}  // namespace torch_loom::pw

@@ -1,0 +1,47 @@
+#include "runtime/device.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "loom/hal.h"
+
+namespace torch_loom {
+namespace {
+thread_local c10::DeviceIndex tls_current_device = 0;
+}  // namespace
+
+c10::DeviceIndex device_count() noexcept {
+  static const c10::DeviceIndex count = [] {
+    int n = loom_device_count();
+    return static_cast<c10::DeviceIndex>(std::clamp(n, 0, kMaxDevices));
+  }();
+  return count;
+}
+
+void check_device_index(c10::DeviceIndex index, const char* what) {
+  c10::DeviceIndex count = device_count();
+  TORCH_CHECK(count > 0, what,
+              ": no loom device is available (the loom runtime did not "
+              "start: ", loom_last_error(), ")");
+  TORCH_CHECK(index >= 0 && index < count, what, ": invalid device loom:",
+              static_cast<int>(index), " (there ",
+              count == 1 ? "is 1 loom device" : "are ",
+              count == 1 ? "" : std::to_string(count) + " loom devices",
+              "; set LOOM_NUM_DEVICES for more)");
+}
+
+c10::DeviceIndex current_device() { return tls_current_device; }
+
+void set_device(c10::DeviceIndex index) {
+  check_device_index(index, "set_device");
+  tls_current_device = index;
+}
+
+c10::DeviceIndex exchange_device(c10::DeviceIndex index) {
+  c10::DeviceIndex previous = tls_current_device;
+  if (index != previous) set_device(index);
+  return previous;
+}
+
+}  // namespace torch_loom

@@ -1,0 +1,368 @@
+/* kernels/conv/conv_winograd_avx512.c — 3x3 stride-1 convolutions by Winograd's
+ * F(2x2, 3x3): each 2x2 block of output (a tile) comes from the 4x4 patch
+ * of input under it through 16 products per channel pair instead of 36.
+ *
+ * With V = B^T d B (the patch transformed), U = G g G^T (the weight) and
+ * Y = A^T M A, where M[e] = sum over input channels of U[e] * V[e] for each
+ * of the 16 elements e, the convolution is 16 GEMMs over channels, one per
+ * element, each run by the fp32 micro-kernel of kernels/gemm.
+ *
+ * The image comes as the four stride-2 phase planes of its zero-padded
+ * copy (loom_conv_pad_kernel), rows wq wide: tile (ty, tx) reads patch
+ * element (r, s) in phase (r & 1, s & 1) at q + (r >> 1) * wq + (s >> 1),
+ * where q = ty * wq + tx. So a block of 32 consecutive grid tiles reads each
+ * patch element as one run of 32 floats: the transforms are plain vector
+ * arithmetic over 32 tiles at once, and tiles with tx >= the tile columns
+ * are computed and dropped.
+ *
+ * The weight gradient runs the same GEMMs with the tiles as k: dU[e] sums
+ * (A dY A^T)[e] (B^T d B)[e] over the tiles, and dW = G^T dU G. Its
+ * transforms, vectors over tiles, are transposed in registers into the
+ * micro-kernel's panels, whose vectors run over channels. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv/conv.h"
+#include "kernels/conv/conv_variants.h"
+#include "kernels/conv/conv_winograd_internal.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "kernels/gemm/transpose_avx512.h"
+#include "loom/status.h"
+
+/* The split kernels/conv/conv.h publishes is the fp32 micro-kernel's tile. */
+_Static_assert((int)LOOM_CONV_WINOGRAD_MR == (int)LOOM_GEMM_AVX512_MR, "panels are micro-kernel rows");
+_Static_assert((int)LOOM_CONV_WINOGRAD_TILES == (int)LOOM_GEMM_AVX512_NR, "blocks are micro-kernel columns");
+
+int loom_conv_winograd_weight_avx512(const loom_kernel_args *args, int64_t begin,
+                                     int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *u = &args->tensors[0], *w = &args->tensors[1];
+  const int flipped = args->scalars[0].i != 0;
+  if (u->rank != 4 || w->rank != 4 || u->dtype != LOOM_FLOAT32 || w->dtype != LOOM_FLOAT32 ||
+      !wg_dense(u) || !wg_dense(w) || w->sizes[2] != 3 || w->sizes[3] != 3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t m_n = flipped ? w->sizes[1] : w->sizes[0], k_n = flipped ? w->sizes[0] : w->sizes[1];
+  const int64_t panels = (m_n + WG_MR - 1) / WG_MR;
+  if (u->sizes[0] != WG_E || u->sizes[1] != panels || u->sizes[2] != k_n || u->sizes[3] != WG_MR)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const float *wd = (const float *)w->data;
+  float *ud = (float *)u->data;
+  /* A panel's 12 rows are vector lanes: row i's 3x3 taps are gathered
+   * rows_apart floats apart. */
+  const int64_t rows_apart = flipped ? 9 : k_n * 9;
+  if (rows_apart * WG_MR > INT32_MAX) return LOOM_ERROR_INVALID_ARGUMENT;
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i lanes = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int32_t)rows_apart));
+  const __m512 half = _mm512_set1_ps(0.5f);
+  enum { CHUNK = 16 };
+  float loc[WG_E][CHUNK * WG_MR + 4];
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t live = m_n - p * WG_MR < WG_MR ? m_n - p * WG_MR : WG_MR;
+    const __mmask16 rows = (__mmask16)((1u << live) - 1u);
+    for (int64_t k0 = 0; k0 < k_n; k0 += CHUNK) {
+      const int64_t kn = k_n - k0 < CHUNK ? k_n - k0 : CHUNK;
+      for (int64_t kk = 0; kk < kn; ++kk) {
+        const int64_t k = k0 + kk;
+        /* tap (r, s) of row i: w[m][k][r][s], or w[k][m][2 - r][2 - s] */
+        const float *base = flipped ? wd + (k * m_n + p * WG_MR) * 9 : wd + (p * WG_MR * k_n + k) * 9;
+        __m512 g[3][3], t[4][3];
+        for (int r = 0; r < 3; ++r)
+          for (int s = 0; s < 3; ++s)
+            g[r][s] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rows, lanes,
+                                               base + (flipped ? (2 - r) * 3 + 2 - s : r * 3 + s), 4);
+        for (int s = 0; s < 3; ++s) { /* G g */
+          t[0][s] = g[0][s];
+          t[1][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(g[0][s], g[1][s]), g[2][s]));
+          t[2][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(g[0][s], g[1][s]), g[2][s]));
+          t[3][s] = g[2][s];
+        }
+        for (int r = 0; r < 4; ++r) { /* (G g) G^T */
+          const __m512 v1 = _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(t[r][0], t[r][1]), t[r][2]));
+          const __m512 v2 = _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(t[r][0], t[r][1]), t[r][2]));
+          _mm512_storeu_ps(&loc[4 * r][kk * WG_MR], t[r][0]);
+          _mm512_storeu_ps(&loc[4 * r + 1][kk * WG_MR], v1);
+          _mm512_storeu_ps(&loc[4 * r + 2][kk * WG_MR], v2);
+          _mm512_storeu_ps(&loc[4 * r + 3][kk * WG_MR], t[r][2]);
+        }
+      }
+      /* one contiguous run per element */
+      for (int e = 0; e < WG_E; ++e)
+        memcpy(ud + ((e * panels + p) * k_n + k0) * WG_MR, loc[e],
+               (size_t)(kn * WG_MR) * sizeof(float));
+    }
+  }
+  return 0;
+}
+
+/* B^T d B of 16 tiles: d[r][s] at src + off[r][s]; into v[e] (16 floats
+ * each, `stride` apart). */
+static inline void wg_input16(float *v, int64_t stride, const float *src, const int64_t off[4][4]) {
+  __m512 d[4][4], t[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s) d[r][s] = _mm512_loadu_ps(src + off[r][s]);
+  for (int s = 0; s < 4; ++s) {
+    t[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
+    t[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
+    t[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
+    t[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
+  }
+  for (int r = 0; r < 4; ++r) {
+    float *row = v + 4 * r * stride;
+    _mm512_storeu_ps(row, _mm512_sub_ps(t[r][0], t[r][2]));
+    _mm512_storeu_ps(row + stride, _mm512_add_ps(t[r][1], t[r][2]));
+    _mm512_storeu_ps(row + 2 * stride, _mm512_sub_ps(t[r][2], t[r][1]));
+    _mm512_storeu_ps(row + 3 * stride, _mm512_sub_ps(t[r][1], t[r][3]));
+  }
+}
+
+/* A^T m A (+ bias) of 16 tiles, m[e] 16 floats each `stride` apart: the
+ * tiles' rows 0 and 1, their columns interleaved, into y0 and y1 (32 each). */
+static inline void wg_output16(const float *m, int64_t stride, float bias, float *y0,
+                               float *y1) {
+  __m512 e[4][4], t[2][4];
+  for (int i = 0; i < WG_E; ++i) e[i / 4][i % 4] = _mm512_loadu_ps(m + i * stride);
+  for (int s = 0; s < 4; ++s) {
+    t[0][s] = _mm512_add_ps(_mm512_add_ps(e[0][s], e[1][s]), e[2][s]);
+    t[1][s] = _mm512_sub_ps(_mm512_sub_ps(e[1][s], e[2][s]), e[3][s]);
+  }
+  const __m512 b = _mm512_set1_ps(bias);
+  const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  for (int r = 0; r < 2; ++r) {
+    __m512 c0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[r][0], t[r][1]), t[r][2]), b);
+    __m512 c1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(t[r][1], t[r][2]), t[r][3]), b);
+    float *y = r ? y1 : y0;
+    _mm512_storeu_ps(y, _mm512_permutex2var_ps(c0, lo, c1));
+    _mm512_storeu_ps(y + 16, _mm512_permutex2var_ps(c0, hi, c1));
+  }
+}
+
+/* Output row y's columns [x, x + n) from row[0, n), unit stride. */
+static inline void wg_put(float *dst, const float *row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_maskz_loadu_ps(m, row + i));
+  }
+}
+
+int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 3 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
+  const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
+  const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i;
+  if (out->rank != 4 || u->rank != 4 || xp->rank != 3 || out->dtype != LOOM_FLOAT32 ||
+      u->dtype != LOOM_FLOAT32 || xp->dtype != LOOM_FLOAT32 || !wg_dense(u) ||
+      xp->strides[2] != 1 || u->sizes[0] != WG_E || u->sizes[3] != WG_MR ||
+      (bias && (bias->dtype != LOOM_FLOAT32 || bias->rank != 1 || bias->sizes[0] != out->sizes[1])))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t n_img = out->sizes[0], m_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
+  const int64_t panels = u->sizes[1], k_n = u->sizes[2];
+  const int64_t tho = (ho + 1) / 2, two = (wo + 1) / 2;
+  if (panels != (m_n + WG_MR - 1) / WG_MR || xp->sizes[0] != n_img || xp->sizes[1] != 4 * k_n ||
+      wq < two + 1 || gpos % WG_T != 0 || gpos < tho * wq || xp->sizes[2] < gpos + wq + 1)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t blocks = gpos / WG_T, groups = (panels + WG_PANELS - 1) / WG_PANELS;
+  const int64_t s1 = xp->strides[1];
+  int64_t off[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s)
+      off[r][s] = ((r & 1) * 2 + (s & 1)) * s1 + (r >> 1) * wq + (s >> 1);
+  _Alignas(64) float v[WG_E * WG_VS], mt[WG_E * WG_MS];
+  float y[2][2 * WG_T];
+
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t og = item % groups, blk = item / groups % blocks, n = item / groups / blocks;
+    const int64_t p0 = og * WG_PANELS, np = panels - p0 < WG_PANELS ? panels - p0 : WG_PANELS;
+    const int64_t q0 = blk * WG_T;
+    const float *img = (const float *)xp->data + n * xp->strides[0] + q0;
+    for (int64_t k0 = 0; k0 < k_n; k0 += WG_KC) {
+      const int64_t kc = k_n - k0 < WG_KC ? k_n - k0 : WG_KC;
+      for (int64_t c = 0; c < kc; ++c) {
+        const float *src = img + (k0 + c) * 4 * s1;
+        /* the channel two on is planes away, beyond the hardware prefetchers:
+         * its runs, two rows of each phase */
+        if (k0 + c + 2 < k_n)
+          for (int ph = 0; ph < 4; ++ph)
+            for (int64_t row = 0; row < 2; ++row)
+              for (int h = 0; h < 3; ++h)
+                _mm_prefetch((const char *)(src + (8 + ph) * s1 + row * wq + 16 * h), _MM_HINT_T0);
+        wg_input16(v + c * WG_T, WG_VS, src, off);
+        wg_input16(v + c * WG_T + 16, WG_VS, src + 16, off);
+      }
+      for (int64_t e = 0; e < WG_E; ++e)
+        for (int64_t p = 0; p < np; ++p) {
+          const float *a = (const float *)u->data + ((e * panels + p0 + p) * k_n + k0) * WG_MR;
+          const int64_t rows = m_n - (p0 + p) * WG_MR;
+          loom_gemm_ukr_avx512_f32(kc, a, v + e * WG_VS, mt + e * WG_MS + p * WG_MR * WG_T, WG_T, 1.0f,
+                                   (int)(rows < WG_MR ? rows : WG_MR), WG_T, k0 > 0);
+        }
+    }
+    /* the block's runs of tiles inside the output's tile rows */
+    wg_run runs[WG_T];
+    const int64_t nruns = wg_runs(q0, wq, tho, two, runs);
+    for (int64_t p = 0; p < np; ++p)
+      for (int64_t i = 0; i < WG_MR && (p0 + p) * WG_MR + i < m_n; ++i) {
+        const int64_t o = (p0 + p) * WG_MR + i;
+        const float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
+        const float *m = mt + (p * WG_MR + i) * WG_T;
+        float *oimg = (float *)out->data + n * out->strides[0] + o * out->strides[1];
+        /* The output's lines are written in pieces, each a miss: ask for
+         * the ones two channels on now, to be written to. */
+        if (out->strides[3] == 1 && i + 2 < WG_MR && o + 2 < m_n)
+          for (int64_t r = 0; r < nruns; ++r)
+            for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
+              const float *ahead = oimg + 2 * out->strides[1] +
+                                   (2 * runs[r].ty + dy) * out->strides[2] + 2 * runs[r].tx;
+              for (int64_t l = 0; l < 2 * runs[r].n; l += 16) __builtin_prefetch(ahead + l, 1, 3);
+            }
+        for (int h = 0; h < 2; ++h)
+          wg_output16(m + 16 * h, WG_MS, bv, y[0] + 32 * h, y[1] + 32 * h);
+        for (int64_t r = 0; r < nruns; ++r)
+          for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
+            const int64_t x0 = 2 * runs[r].tx;
+            const int64_t x1 = x0 + 2 * runs[r].n < wo ? x0 + 2 * runs[r].n : wo;
+            const float *src = y[dy] + 2 * runs[r].j;
+            float *row = oimg + (2 * runs[r].ty + dy) * out->strides[2];
+            if (out->strides[3] == 1)
+              wg_put(row + x0, src, x1 - x0);
+            else
+              for (int64_t x = x0; x < x1; ++x) row[x * out->strides[3]] = src[x - x0];
+          }
+      }
+  }
+  return 0;
+}
+
+/* A dY A^T of 16 tiles, dY[i][j] at src + off[i][j] (the 2x2 output tile's
+ * gradient): into m[e] (16 floats each, `stride` apart). A's rows take
+ * dY[0], dY[0] + dY[1], dY[0] - dY[1] and -dY[1]. */
+static inline void wg_grad16(float *m, int64_t stride, const float *src, const int64_t off[2][2]) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 y[2][2], r[4][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) y[i][j] = _mm512_loadu_ps(src + off[i][j]);
+  for (int j = 0; j < 2; ++j) {
+    r[0][j] = y[0][j];
+    r[1][j] = _mm512_add_ps(y[0][j], y[1][j]);
+    r[2][j] = _mm512_sub_ps(y[0][j], y[1][j]);
+    r[3][j] = _mm512_sub_ps(zero, y[1][j]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    float *row = m + 4 * i * stride;
+    _mm512_storeu_ps(row, r[i][0]);
+    _mm512_storeu_ps(row + stride, _mm512_add_ps(r[i][0], r[i][1]));
+    _mm512_storeu_ps(row + 2 * stride, _mm512_sub_ps(r[i][0], r[i][1]));
+    _mm512_storeu_ps(row + 3 * stride, _mm512_sub_ps(zero, r[i][1]));
+  }
+}
+
+enum {
+  WG_STAGE = 16 * 16, /* one element's 16 channels over 16 tiles */
+};
+
+/* Staged channel i past the last one: zero in every element. */
+static inline void wg_stage_zero(float *stage, int64_t i) {
+  for (int e = 0; e < WG_E; ++e) memset(stage + e * WG_STAGE + i * 16, 0, 16 * sizeof(float));
+}
+
+/* One element's 16 channel vectors (lanes: 16 tiles) from the staging
+ * buffer, transposed: vector j holds tile j's 16 channels. */
+static inline void wg_stage_transposed(__m512i r[16], const float *stage) {
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(stage + i * 16);
+  loom_gemm_transpose16(r);
+}
+
+int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 3 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
+  const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
+  if (part->rank != 4 || xp->rank != 3 || dyp->rank != 3 || part->dtype != LOOM_FLOAT32 ||
+      xp->dtype != LOOM_FLOAT32 || dyp->dtype != LOOM_FLOAT32 || !wg_dense(part) ||
+      xp->strides[2] != 1 || dyp->strides[2] != 1 || part->sizes[1] != WG_E || wq < 2 ||
+      gpos <= 0 || gpos % WG_T != 0 || tchunk <= 0 || tchunk % WG_T != 0)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t m_n = part->sizes[2], k_n = part->sizes[3], n_img = xp->sizes[0];
+  const int64_t chunks = (n_img * gpos + tchunk - 1) / tchunk;
+  if (xp->sizes[1] != 4 * k_n || dyp->sizes[0] != n_img || dyp->sizes[1] != 4 * m_n ||
+      xp->sizes[2] < gpos + wq + 1 || dyp->sizes[2] < gpos || part->sizes[0] != chunks)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t ogs = (m_n + WG_OG - 1) / WG_OG, cgs = (k_n + WG_CG - 1) / WG_CG;
+  const int64_t xs = xp->strides[1], ds = dyp->strides[1];
+  int64_t xoff[4][4], doff[2][2];
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s) xoff[r][s] = ((r & 1) * 2 + (s & 1)) * xs + (r >> 1) * wq + (s >> 1);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) doff[i][j] = (i * 2 + j) * ds;
+  /* per element: dy's as A panels [8][32 tiles][12], x's as B panels
+   * [2][32 tiles][32]; staging for 16 channels' transposes */
+  _Alignas(64) float abuf[WG_E][WG_OG * WG_T], bbuf[WG_E][WG_CG * WG_T], stage[WG_E * WG_STAGE];
+
+  /* Rows and columns of the panels past the last channel hold zeros or an
+   * earlier item's values: the micro-kernel computes them and stores none. */
+  memset(abuf, 0, sizeof abuf);
+  memset(bbuf, 0, sizeof bbuf);
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t cgi = item % cgs, ogi = item / cgs % ogs, chunk = item / cgs / ogs;
+    const int64_t o_lo = ogi * WG_OG, o_n = m_n - o_lo < WG_OG ? m_n - o_lo : WG_OG;
+    const int64_t c_lo = cgi * WG_CG, c_n = k_n - c_lo < WG_CG ? k_n - c_lo : WG_CG;
+    const int64_t t_lo = chunk * tchunk;
+    const int64_t t_hi = n_img * gpos < t_lo + tchunk ? n_img * gpos : t_lo + tchunk;
+    for (int64_t t0 = t_lo; t0 < t_hi; t0 += WG_T) {
+      const int64_t n = t0 / gpos, q = t0 % gpos;
+      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + q;
+      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + q;
+      for (int64_t h = 0; h < WG_T; h += 16) {
+        for (int64_t c0 = 0; c0 < c_n; c0 += 16) {
+          for (int64_t i = 0; i < 16; ++i) {
+            if (c0 + i < c_n)
+              wg_input16(stage + i * 16, WG_STAGE, xsrc + (c_lo + c0 + i) * 4 * xs + h, xoff);
+            else
+              wg_stage_zero(stage, i);
+          }
+          for (int e = 0; e < WG_E; ++e) {
+            __m512i r[16];
+            wg_stage_transposed(r, stage + e * WG_STAGE);
+            float *dst = bbuf[e] + (c0 / 32 * WG_T + h) * 32 + c0 % 32;
+            for (int j = 0; j < 16; ++j) _mm512_storeu_si512(dst + j * 32, r[j]);
+          }
+        }
+        for (int64_t o0 = 0; o0 < o_n; o0 += 16) {
+          for (int64_t i = 0; i < 16; ++i) {
+            if (o0 + i < o_n)
+              wg_grad16(stage + i * 16, WG_STAGE, dsrc + (o_lo + o0 + i) * 4 * ds + h, doff);
+            else
+              wg_stage_zero(stage, i);
+          }
+          /* lanes o0 + l fall in panels (o0 + l) / 12: at most two */
+          const int64_t p0 = o0 / WG_MR, split = (p0 + 1) * WG_MR - o0;
+          const int64_t live = o_n - o0 < 16 ? o_n - o0 : 16;
+          const __mmask16 lo = (__mmask16)((1u << (split < live ? split : live)) - 1u);
+          const __mmask16 hi = (__mmask16)(((1u << live) - 1u) & ~(unsigned)lo);
+          for (int e = 0; e < WG_E; ++e) {
+            __m512i r[16];
+            wg_stage_transposed(r, stage + e * WG_STAGE);
+            for (int j = 0; j < 16; ++j) {
+              float *row = abuf[e] + (p0 * WG_T + h + j) * WG_MR;
+              _mm512_mask_storeu_ps(row + (o0 - p0 * WG_MR), lo, _mm512_castsi512_ps(r[j]));
+              if (hi) _mm512_mask_storeu_ps(row + WG_T * WG_MR - split, hi, _mm512_castsi512_ps(r[j]));
+            }
+          }
+        }
+      }
+      /* this block's 32 tiles added to the chunk's sums */
+      for (int e = 0; e < WG_E; ++e) {
+        float *pe = (float *)part->data + (chunk * WG_E + e) * m_n * k_n;
+        for (int64_t cp = 0; cp * 32 < c_n; ++cp)
+          for (int64_t op = 0; op * WG_MR < o_n; ++op) {
+            const int64_t rows = o_n - op * WG_MR, cols = c_n - cp * 32;
+            loom_gemm_ukr_avx512_f32(WG_T, abuf[e] + op * WG_T * WG_MR, bbuf[e] + cp * WG_T * 32,
+                                     pe + (o_lo + op * WG_MR) * k_n + c_lo + cp * 32, k_n, 1.0f,
+                                     (int)(rows < WG_MR ? rows : WG_MR), (int)(cols < 32 ? cols : 32),
+                                     t0 > t_lo);
+          }
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,86 @@
+/* kernels/conv/im2col_avx512.c — the AVX-512 loops of im2col.c: col2im's
+ * accumulation into every other column (stride-2 convolutions), where each
+ * destination element takes the one addition the scalar loop gives it, so
+ * the bits are the same; the strided lanes of the flipped weight's pack;
+ * and the rows of a zero-padded copy. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/conv/im2col_internal.h"
+
+void loom_col2im_add_stride2_avx512(float *d, int64_t d_row, const float *s, int64_t s_row,
+                                    int64_t rows, int64_t n) {
+  /* Source i goes to lane 2i of a 32-wide destination window: two
+   * destination vectors per 16 sources, only their even lanes loaded,
+   * added and stored, so a short run (a row of a small grid) takes masks
+   * rather than a scalar loop. */
+  const __m512i lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+  for (int64_t r = 0; r < rows; ++r, d += d_row, s += s_row)
+    for (int64_t i = 0; i < n; i += 16) {
+      const unsigned live = n - i < 16 ? (unsigned)(n - i) : 16u;
+      const unsigned first = live < 8 ? live : 8u, second = live - first;
+      const __mmask16 ms = (__mmask16)((1u << live) - 1u);
+      const __mmask16 m0 = (__mmask16)(0x5555u & ((1u << 2 * first) - 1u));
+      const __mmask16 m1 = (__mmask16)(0x5555u & ((1u << 2 * second) - 1u));
+      const __m512 v = _mm512_maskz_loadu_ps(ms, s + i);
+      float *w = d + 2 * i;
+      const __m512 d0 = _mm512_maskz_loadu_ps(m0, w);
+      const __m512 d1 = _mm512_maskz_loadu_ps(m1, w + 16);
+      _mm512_mask_storeu_ps(w, m0, _mm512_add_ps(d0, _mm512_permutexvar_ps(lo, v)));
+      _mm512_mask_storeu_ps(w + 16, m1, _mm512_add_ps(d1, _mm512_permutexvar_ps(hi, v)));
+    }
+}
+
+void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_t step,
+                                 int64_t lanes, int64_t width) {
+  const __m512i idx = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32((int)step));
+  const __mmask16 all = (__mmask16)((1u << width) - 1u);
+  for (int64_t l0 = 0; l0 < lanes; l0 += width, d += dstep) {
+    const int64_t live = lanes - l0 < width ? lanes - l0 : width;
+    const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)((1u << live) - 1u),
+                                              idx, s + l0 * step, 4);
+    _mm512_mask_storeu_ps(d, all, v);
+  }
+}
+
+/* A mask of lanes [0, n), n clipped to [0, 16]. */
+static inline __mmask16 pad_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* n zeros at d: a memset when long, else masked stores. */
+static inline void pad_zeros(float *d, int64_t n) {
+  if (n > 64) {
+    memset(d, 0, (size_t)n * sizeof(float));
+    return;
+  }
+  for (; n > 0; n -= 16, d += 16) _mm512_mask_storeu_ps(d, pad_mask(n), _mm512_setzero_ps());
+}
+
+int64_t loom_conv_pad_rows_avx512(float *d, int64_t wq, int64_t i0, int64_t i1, int64_t j0,
+                                  int64_t j1, const float *s, int64_t s_row, int64_t sw) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const int64_t n = j1 - j0;
+  int64_t from = 0;
+  for (int64_t i = i0; i < i1; ++i, s += s_row) {
+    float *row = d + i * wq;
+    pad_zeros(d + from, row + j0 - (d + from));
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = pad_mask(n - j);
+      __m512 v;
+      if (sw == 1) {
+        v = _mm512_maskz_loadu_ps(m, s + j);
+      } else { /* the even lanes of the 2 * (n - j) - 1 values from s + 2j */
+        const int64_t span = 2 * (n - j) - 1;
+        v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(pad_mask(span), s + 2 * j), even,
+                                   _mm512_maskz_loadu_ps(pad_mask(span - 16), s + 2 * j + 16));
+      }
+      _mm512_mask_storeu_ps(row + j0 + j, m, v);
+    }
+    from = i * wq + j1;
+  }
+  return from;
+}

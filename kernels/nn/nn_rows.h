@@ -1,0 +1,53 @@
+/* kernels/nn/nn_rows.h — vectorizable fp32 primitives over contiguous rows, the
+ * fast path of softmax and layer norm. Sums use 16 fixed lanes combined in a
+ * fixed order, so a result depends on the row alone, never on threads.
+ * Internal header: one generic build and one AVX-512 build of the same
+ * source, picked once per call by loom_nn_rows(). */
+#ifndef LOOM_KERNELS_NN_ROWS_H
+#define LOOM_KERNELS_NN_ROWS_H
+
+#include <stdint.h>
+
+typedef struct loom_nn_rows_ops {
+  /* max of x[0..n), NaN if any element is NaN; -inf for n == 0 */
+  float (*max)(const float *x, int64_t n);
+  /* sum of exp(x[i] - m), storing the terms in y (which may be x).
+   * m must be finite. */
+  float (*exp_sum)(const float *x, int64_t n, float m, float *y);
+  /* y[i] = x[i] * a + b */
+  void (*affine)(const float *x, int64_t n, float a, float b, float *y);
+  /* sum of x[i], of x[i] * y[i] */
+  float (*sum)(const float *x, int64_t n);
+  float (*dot)(const float *x, const float *y, int64_t n);
+  /* sum of (x[i] - c)^2 */
+  float (*sq_dev)(const float *x, int64_t n, float c);
+  /* softmax gradient: gi[i] = y[i] * (g[i] - dot) */
+  void (*softmax_grad)(const float *g, const float *y, int64_t n, float dot,
+                       float *gi);
+  /* log-softmax gradient: gi[i] = g[i] - exp(y[i]) * sum; y <= 0 */
+  void (*log_softmax_grad)(const float *g, const float *y, int64_t n,
+                           float sum, float *gi);
+  /* normalisation: y[i] = (x[i] - mean) * rstd * w[i] + b[i]; w and b may
+   * be NULL (1 and 0) */
+  void (*norm_apply)(const float *x, int64_t n, float mean, float rstd,
+                     const float *w, const float *b, float *y);
+  /* layer-norm gradient sums over a row with h = dy * w (w may be NULL):
+   * out[0] = sum(h), out[1] = sum(h * (x - mean) * rstd) */
+  void (*norm_grad_sums)(const float *dy, const float *x, const float *w,
+                         int64_t n, float mean, float rstd, float out[2]);
+  /* dx[i] = rstd * (h[i] - a - (x[i] - mean) * rstd * c) */
+  void (*norm_grad_apply)(const float *dy, const float *x, const float *w,
+                          int64_t n, float mean, float rstd, float a, float c,
+                          float *dx);
+  /* rows r < rows' share of the layer-norm parameter gradients, per column
+   * i < n, in double, rows in order: acc_b[i] += dy[r * ld + i], acc_w[i] +=
+   * dy[r * ld + i] * ((x[r * ld + i] - mean[r]) * rstd[r]) */
+  void (*norm_param_sums)(const float *dy, const float *x, int64_t ld, int64_t rows, int64_t n,
+                          const double *mean, const double *rstd, double *acc_b,
+                          double *acc_w);
+} loom_nn_rows_ops;
+
+/* The best build for this CPU. */
+const loom_nn_rows_ops *loom_nn_rows(void);
+
+#endif /* LOOM_KERNELS_NN_ROWS_H */

@@ -1,0 +1,199 @@
+/* Batch norm over x viewed as [N, C, S]: one call owns whole channels, so a
+ * channel's sums always run in the same (n, s) order. */
+#include <math.h>
+
+#include "kernels/nn/nn_util.h"
+#include "kernels/nn/norm.h"
+#include "kernels/reduce/reduce.h"
+#include "loom/status.h"
+#include "base/cpu.h"
+
+#include "kernels/nn/norm_batch_rows.inc"
+
+double loom_bn_row_sqdev_avx512(const float *x, int64_t n, double mu);
+void loom_bn_row_grad_sums_avx512(const float *g, const float *x, int64_t n, double mu,
+                                  double *sum_g, double *sum_gx);
+void loom_bn_row_affine_avx512(float *y, const float *x, int64_t n, float a, float b);
+void loom_bn_row_dx_avx512(float *dx, const float *g, const float *x, int64_t n, float k1,
+                           float k2, float k3);
+
+/* fp32 tensors whose [n, c, :] rows are contiguous take the row loops. */
+static int bn_rows(const loom_tensor *t) {
+  return !t->data || (t->dtype == LOOM_FLOAT32 && (t->strides[2] == 1 || t->sizes[2] <= 1));
+}
+
+static int bn_vec(void) { return (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0; }
+
+static inline int64_t bn_at(const loom_tensor *t, int64_t n, int64_t c,
+                            int64_t s) {
+  return n * t->strides[0] + c * t->strides[1] + s * t->strides[2];
+}
+
+static inline double opt_load(const loom_tensor *t, int64_t i, double dflt) {
+  return t->data ? loom_nn_load(t->data, t->dtype, i) : dflt;
+}
+
+int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
+                            int64_t end) {
+  if (args->num_tensors < 8 || args->num_scalars < 3)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *x = &args->tensors[0], *w = &args->tensors[1],
+                    *b = &args->tensors[2], *rm = &args->tensors[3],
+                    *rv = &args->tensors[4], *y = &args->tensors[5],
+                    *sm = &args->tensors[6], *si = &args->tensors[7];
+  if (x->rank != 3 || y->rank != 3) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int training = args->scalars[0].i != 0;
+  const double momentum = args->scalars[1].f, eps = args->scalars[2].f;
+  const int64_t nb = x->sizes[0], ns = x->sizes[2];
+  const int64_t count = nb * ns;
+  const int rows = bn_rows(x) && bn_rows(y), vec = bn_vec();
+  for (int64_t c = begin; c < end; ++c) {
+    double mu, invstd;
+    if (training) {
+      double sum = 0.0, ssq = 0.0;
+      if (rows) {
+        for (int64_t n = 0; n < nb; ++n) {
+          const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
+          sum += vec ? loom_reduce_sum_f32_avx512(xr, ns, 0) : loom_reduce_sum_f32(xr, ns, 0);
+        }
+      } else {
+        for (int64_t n = 0; n < nb; ++n)
+          for (int64_t s = 0; s < ns; ++s)
+            sum += loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s));
+      }
+      mu = count ? sum / (double)count : 0.0;
+      if (rows) {
+        for (int64_t n = 0; n < nb; ++n) {
+          const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
+          ssq += vec ? loom_bn_row_sqdev_avx512(xr, ns, mu) : loom_bn_row_sqdev(xr, ns, mu);
+        }
+      } else {
+        for (int64_t n = 0; n < nb; ++n)
+          for (int64_t s = 0; s < ns; ++s) {
+            double d = loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s)) - mu;
+            ssq += d * d;
+          }
+      }
+      const double var = count ? ssq / (double)count : 0.0;
+      invstd = 1.0 / sqrt(var + eps);
+      if (sm->data) loom_nn_store(sm->data, sm->dtype, c, mu);
+      if (si->data) loom_nn_store(si->data, si->dtype, c, invstd);
+      if (rm->data) {
+        double old = loom_nn_load(rm->data, rm->dtype, c);
+        loom_nn_store(rm->data, rm->dtype, c, (1.0 - momentum) * old + momentum * mu);
+      }
+      if (rv->data) {
+        /* one value per channel gives 0/0 = NaN, as PyTorch does */
+        double unbiased = ssq / (double)(count - 1);
+        double old = loom_nn_load(rv->data, rv->dtype, c);
+        loom_nn_store(rv->data, rv->dtype, c,
+                      (1.0 - momentum) * old + momentum * unbiased);
+      }
+    } else {
+      mu = opt_load(rm, c, 0.0);
+      invstd = 1.0 / sqrt(opt_load(rv, c, 1.0) + eps);
+    }
+    const double scale = invstd * opt_load(w, c, 1.0);
+    const double shift = opt_load(b, c, 0.0);
+    if (rows) {
+      const float a = (float)scale, bb = (float)(shift - mu * scale);
+      for (int64_t n = 0; n < nb; ++n) {
+        const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
+        float *yr = (float *)y->data + bn_at(y, n, c, 0);
+        if (vec) loom_bn_row_affine_avx512(yr, xr, ns, a, bb);
+        else loom_bn_row_affine(yr, xr, ns, a, bb);
+      }
+      continue;
+    }
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t s = 0; s < ns; ++s) {
+        double v = loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s));
+        loom_nn_store(y->data, y->dtype, bn_at(y, n, c, s), (v - mu) * scale + shift);
+      }
+  }
+  return LOOM_OK;
+}
+
+int loom_batch_norm_backward(const loom_kernel_args *args, int64_t begin,
+                             int64_t end) {
+  if (args->num_tensors < 10 || args->num_scalars < 2)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *dy = &args->tensors[0], *x = &args->tensors[1],
+                    *w = &args->tensors[2], *rm = &args->tensors[3],
+                    *rv = &args->tensors[4], *sm = &args->tensors[5],
+                    *si = &args->tensors[6], *dx = &args->tensors[7],
+                    *dw = &args->tensors[8], *db = &args->tensors[9];
+  if (x->rank != 3 || dy->rank != 3 || (dx->data && dx->rank != 3))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int training = args->scalars[0].i != 0;
+  const double eps = args->scalars[1].f;
+  const int64_t nb = x->sizes[0], ns = x->sizes[2];
+  const int64_t count = nb * ns;
+  const int rows = bn_rows(x) && bn_rows(dy) && bn_rows(dx), vec = bn_vec();
+  for (int64_t c = begin; c < end; ++c) {
+    double mu, invstd;
+    if (training) {
+      mu = opt_load(sm, c, 0.0);
+      invstd = opt_load(si, c, 1.0);
+    } else {
+      mu = opt_load(rm, c, 0.0);
+      invstd = 1.0 / sqrt(opt_load(rv, c, 1.0) + eps);
+    }
+    double sum_dy = 0.0, sum_dy_xmu = 0.0;
+    if (rows) {
+      for (int64_t n = 0; n < nb; ++n) {
+        const float *gr = (const float *)dy->data + bn_at(dy, n, c, 0);
+        const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
+        double sg, sgx;
+        if (vec) loom_bn_row_grad_sums_avx512(gr, xr, ns, mu, &sg, &sgx);
+        else loom_bn_row_grad_sums(gr, xr, ns, mu, &sg, &sgx);
+        sum_dy += sg, sum_dy_xmu += sgx;
+      }
+    } else {
+      for (int64_t n = 0; n < nb; ++n)
+        for (int64_t s = 0; s < ns; ++s) {
+          double g = loom_nn_load(dy->data, dy->dtype, bn_at(dy, n, c, s));
+          sum_dy += g;
+          sum_dy_xmu += g * (loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s)) - mu);
+        }
+    }
+    const double wc = opt_load(w, c, 1.0);
+    if (dw->data) loom_nn_store(dw->data, dw->dtype, c, sum_dy_xmu * invstd);
+    if (db->data) loom_nn_store(db->data, db->dtype, c, sum_dy);
+    if (!dx->data) continue;
+    if (rows) {
+      /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + x*k2 + k3 */
+      const double g_mean = training && count ? sum_dy / (double)count : 0.0;
+      const double proj =
+          training && count ? sum_dy_xmu * invstd * invstd / (double)count : 0.0;
+      const double f = invstd * wc;
+      const float k1 = (float)f, k2 = (float)(-proj * f), k3 = (float)((mu * proj - g_mean) * f);
+      for (int64_t n = 0; n < nb; ++n) {
+        const float *gr = (const float *)dy->data + bn_at(dy, n, c, 0);
+        const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
+        float *dr = (float *)dx->data + bn_at(dx, n, c, 0);
+        if (vec) loom_bn_row_dx_avx512(dr, gr, xr, ns, k1, k2, k3);
+        else loom_bn_row_dx(dr, gr, xr, ns, k1, k2, k3);
+      }
+      continue;
+    }
+    if (training) {
+      const double g_mean = count ? sum_dy / (double)count : 0.0;
+      const double proj = count ? sum_dy_xmu * invstd * invstd / (double)count : 0.0;
+      for (int64_t n = 0; n < nb; ++n)
+        for (int64_t s = 0; s < ns; ++s) {
+          double g = loom_nn_load(dy->data, dy->dtype, bn_at(dy, n, c, s));
+          double xmu = loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s)) - mu;
+          loom_nn_store(dx->data, dx->dtype, bn_at(dx, n, c, s),
+                        (g - g_mean - xmu * proj) * invstd * wc);
+        }
+    } else {
+      for (int64_t n = 0; n < nb; ++n)
+        for (int64_t s = 0; s < ns; ++s) {
+          double g = loom_nn_load(dy->data, dy->dtype, bn_at(dy, n, c, s));
+          loom_nn_store(dx->data, dx->dtype, bn_at(dx, n, c, s), g * invstd * wc);
+        }
+    }
+  }
+  return LOOM_OK;
+}

@@ -1,0 +1,373 @@
+/* kernels/nn/pool.c — 2-d and 3-d pooling (see kernels/nn/pool.h). */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/nn/nn_util.h"
+#include "kernels/nn/pool.h"
+#include "kernels/nn/pool_internal.h"
+#include "kernels/registry.h"
+#include "loom/status.h"
+#include "base/cpu.h"
+
+typedef struct loom_pool_params {
+  int64_t mode, k[3], s[3], p[3], d[3], include_pad, divisor;
+} loom_pool_params;
+
+static int loom_pool_params_read(const loom_kernel_args *args,
+                                 loom_pool_params *q) {
+  if (args->num_scalars < LOOM_POOL_NUM_SCALARS) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_scalar *s = args->scalars;
+  q->mode = s[0].i;
+  for (int i = 0; i < 3; ++i) {
+    q->k[i] = s[1 + i].i, q->s[i] = s[4 + i].i;
+    q->p[i] = s[7 + i].i, q->d[i] = s[10 + i].i;
+  }
+  q->include_pad = s[13].i, q->divisor = s[14].i;
+  if (q->mode < LOOM_POOL_MAX || q->mode > LOOM_POOL_ADAPTIVE_MAX)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  int adaptive = q->mode == LOOM_POOL_ADAPTIVE_AVG || q->mode == LOOM_POOL_ADAPTIVE_MAX;
+  if (!adaptive)
+    for (int i = 0; i < 3; ++i)
+      if (q->k[i] < 1 || q->s[i] < 1 || q->d[i] < 1 || q->p[i] < 0)
+        return LOOM_ERROR_INVALID_ARGUMENT;
+  return 0;
+}
+
+/* The window of output o along `axis` (0: depth, 1: rows, 2: columns):
+ * input taps start + t*step for t < count, all inside [0, n_in); pad_size
+ * is its extent counting the padding, for count_include_pad. */
+typedef struct loom_pool_window {
+  int64_t start, step, count, pad_size;
+} loom_pool_window;
+
+static loom_pool_window loom_pool_window_of(const loom_pool_params *q, int axis,
+                                            int64_t o, int64_t n_out,
+                                            int64_t n_in) {
+  loom_pool_window w = {.step = 1};
+  if (q->mode == LOOM_POOL_ADAPTIVE_AVG || q->mode == LOOM_POOL_ADAPTIVE_MAX) {
+    int64_t a = (o * n_in) / n_out, b = ((o + 1) * n_in + n_out - 1) / n_out;
+    w.start = a, w.count = b - a, w.pad_size = b - a;
+    return w;
+  }
+  if (q->mode == LOOM_POOL_AVG) {
+    int64_t a = o * q->s[axis] - q->p[axis];
+    int64_t b = a + q->k[axis];
+    if (b > n_in + q->p[axis]) b = n_in + q->p[axis];
+    w.pad_size = b - a;
+    if (a < 0) a = 0;
+    if (b > n_in) b = n_in;
+    w.start = a, w.count = b > a ? b - a : 0;
+    return w;
+  }
+  /* max: dilated taps, skipping those in the padding */
+  int64_t a = o * q->s[axis] - q->p[axis];
+  int64_t t0 = 0, t1 = q->k[axis];
+  while (t0 < t1 && a + t0 * q->d[axis] < 0) ++t0;
+  while (t1 > t0 && a + (t1 - 1) * q->d[axis] >= n_in) --t1;
+  w.start = a + t0 * q->d[axis], w.step = q->d[axis], w.count = t1 - t0;
+  return w;
+}
+
+static int64_t loom_pool_volume(const loom_tensor *t, int64_t pl) {
+  int64_t c = t->sizes[1];
+  return (pl / c) * t->strides[0] + (pl % c) * t->strides[1];
+}
+
+static int64_t loom_pool_divisor(const loom_pool_params *q, const loom_pool_window *w) {
+  if (q->mode == LOOM_POOL_AVG && q->divisor) return q->divisor;
+  if (q->mode == LOOM_POOL_AVG && q->include_pad)
+    return w[0].pad_size * w[1].pad_size * w[2].pad_size;
+  return w[0].count * w[1].count * w[2].count;
+}
+
+/* Whether a max window's tap v replaces the best so far (best_i < 0: none
+ * yet): as PyTorch, a NaN wins, and so does each later NaN. */
+static inline int pool_takes(int64_t best_i, double v, double best) {
+  return (best_i < 0) | (v > best) | (v != v);
+}
+
+/* An output element's offset in t (rank 5) at (z, y, x) of volume base b. */
+static inline int64_t loom_pool_at(const loom_tensor *t, int64_t b, int64_t z, int64_t y,
+                                   int64_t x) {
+  return b + z * t->strides[2] + y * t->strides[3] + x * t->strides[4];
+}
+
+/* Output columns whose windows pool_f32 computes once per call. */
+#define POOL_COLS 256
+/* Input rows (depth by height taps) of the vectorized max's windows. */
+#define POOL_ROWS 64
+
+/* loom_pool_kernel's loops for float32 volumes, the elements read as they
+ * are rather than through a dtype switch, the columns' windows computed
+ * once: the same comparisons and the same double sums in the same order,
+ * so the same bits. */
+static void pool_f32(const loom_pool_params *q, const loom_tensor *in, const loom_tensor *out,
+                     const loom_tensor *ind, int is_max, int64_t begin, int64_t end) {
+  const int64_t id = in->sizes[2], ih = in->sizes[3], iw = in->sizes[4];
+  const int64_t od = out->sizes[2], oh = out->sizes[3], ow = out->sizes[4];
+  const int64_t sd = in->strides[2], sh = in->strides[3], sw = in->strides[4];
+  loom_pool_window cols[POOL_COLS];
+  for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 2, x, ow, iw);
+  /* Max pooling's rows 16 columns at a time, where its column offsets and
+   * indices fit the vector's 32-bit lanes. */
+  const int vec = q->mode == LOOM_POOL_MAX && (loom_cpu_features() & LOOM_FEATURE_AVX512F) &&
+                  out->strides[4] == 1 && ind->strides[4] == 1 &&
+                  q->k[0] * q->k[1] <= POOL_ROWS && id * ih * iw < INT32_MAX &&
+                  (ow * q->s[2] + q->k[2] * q->d[2] + iw) * sw < INT32_MAX;
+  /* and average pooling's, whose divisors per column fit the window cache */
+  const int vec_avg = q->mode == LOOM_POOL_AVG && (loom_cpu_features() & LOOM_FEATURE_AVX512F) &&
+                      out->strides[4] == 1 && q->k[0] * q->k[1] <= POOL_ROWS &&
+                      ow <= POOL_COLS && (ow * q->s[2] + q->k[2] + iw) * sw < INT32_MAX;
+  for (int64_t pl = begin; pl < end; ++pl) {
+    const float *ip = (const float *)in->data + loom_pool_volume(in, pl);
+    float *op = (float *)out->data + loom_pool_volume(out, pl);
+    int64_t *xp = is_max ? (int64_t *)ind->data + loom_pool_volume(ind, pl) : NULL;
+    for (int64_t z = 0; z < od; ++z) {
+      loom_pool_window w[3];
+      w[0] = loom_pool_window_of(q, 0, z, od, id);
+      for (int64_t y = 0; y < oh; ++y) {
+        w[1] = loom_pool_window_of(q, 1, y, oh, ih);
+        if (vec) {
+          int64_t rows[POOL_ROWS], idx[POOL_ROWS], nrows = 0;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b, ++nrows) {
+              const int64_t dd = w[0].start + a * w[0].step, hh = w[1].start + b * w[1].step;
+              rows[nrows] = dd * sd + hh * sh, idx[nrows] = (dd * ih + hh) * iw;
+            }
+          loom_pool_max_row_avx512(ip, rows, idx, nrows, iw, sw, q->k[2], q->s[2], q->p[2],
+                                   q->d[2], ow, op + loom_pool_at(out, 0, z, y, 0),
+                                   xp + loom_pool_at(ind, 0, z, y, 0));
+          continue;
+        }
+        if (vec_avg) {
+          int64_t rows[POOL_ROWS], div[POOL_COLS], nrows = 0;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b)
+              rows[nrows++] = (w[0].start + a) * sd + (w[1].start + b) * sh;
+          for (int64_t x = 0; x < ow; ++x) {
+            w[2] = cols[x];
+            div[x] = loom_pool_divisor(q, w);
+          }
+          loom_pool_avg_row_avx512(ip, rows, nrows, iw, sw, q->k[2], q->s[2], q->p[2], ow, div,
+                                   op + loom_pool_at(out, 0, z, y, 0));
+          continue;
+        }
+        for (int64_t x = 0; x < ow; ++x) {
+          w[2] = x < POOL_COLS ? cols[x] : loom_pool_window_of(q, 2, x, ow, iw);
+          float *o = op + loom_pool_at(out, 0, z, y, x);
+          if (is_max) {
+            float best = -INFINITY;
+            int64_t best_i = -1;
+            for (int64_t a = 0; a < w[0].count; ++a) {
+              const int64_t dd = w[0].start + a * w[0].step;
+              for (int64_t b = 0; b < w[1].count; ++b) {
+                const int64_t hh = w[1].start + b * w[1].step;
+                for (int64_t c = 0; c < w[2].count; ++c) {
+                  const int64_t xx = w[2].start + c * w[2].step;
+                  const float v = ip[dd * sd + hh * sh + xx * sw];
+                  /* a choice of values, not a branch (random data mispredicts) */
+                  const int take = pool_takes(best_i, v, best);
+                  best = take ? v : best;
+                  best_i = take ? (dd * ih + hh) * iw + xx : best_i;
+                }
+              }
+            }
+            *o = best;
+            xp[loom_pool_at(ind, 0, z, y, x)] = best_i < 0 ? 0 : best_i;
+          } else {
+            double sum = 0.0;
+            for (int64_t a = 0; a < w[0].count; ++a)
+              for (int64_t b = 0; b < w[1].count; ++b) {
+                const float *row =
+                    ip + (w[0].start + a) * sd + (w[1].start + b) * sh + w[2].start * sw;
+                for (int64_t c = 0; c < w[2].count; ++c) sum += (double)row[c * sw];
+              }
+            const int64_t div = loom_pool_divisor(q, w);
+            *o = (float)(div ? sum / (double)div : NAN);
+          }
+        }
+      }
+    }
+  }
+}
+
+/* The other dtypes, through loads and stores that convert. */
+static void pool_any(const loom_pool_params *q, const loom_tensor *in, const loom_tensor *out,
+                     const loom_tensor *ind, int is_max, int64_t begin, int64_t end) {
+  const int64_t id = in->sizes[2], ih = in->sizes[3], iw = in->sizes[4];
+  const int64_t od = out->sizes[2], oh = out->sizes[3], ow = out->sizes[4];
+  for (int64_t pl = begin; pl < end; ++pl) {
+    const int64_t ib = loom_pool_volume(in, pl), ob = loom_pool_volume(out, pl);
+    const int64_t xb = ind ? loom_pool_volume(ind, pl) : 0;
+    for (int64_t z = 0; z < od; ++z)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x) {
+          const loom_pool_window w[3] = {loom_pool_window_of(q, 0, z, od, id),
+                                         loom_pool_window_of(q, 1, y, oh, ih),
+                                         loom_pool_window_of(q, 2, x, ow, iw)};
+          const int64_t o_off = loom_pool_at(out, ob, z, y, x);
+          double acc = is_max ? -INFINITY : 0.0;
+          int64_t best_i = -1;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b)
+              for (int64_t c = 0; c < w[2].count; ++c) {
+                const int64_t dd = w[0].start + a * w[0].step, hh = w[1].start + b * w[1].step;
+                const int64_t xx = w[2].start + c * w[2].step;
+                const double v =
+                    loom_nn_load(in->data, in->dtype, loom_pool_at(in, ib, dd, hh, xx));
+                if (!is_max) acc += v;
+                else if (pool_takes(best_i, v, acc)) acc = v, best_i = (dd * ih + hh) * iw + xx;
+              }
+          if (is_max) {
+            loom_nn_store(out->data, out->dtype, o_off, acc);
+            ((int64_t *)ind->data)[loom_pool_at(ind, xb, z, y, x)] = best_i < 0 ? 0 : best_i;
+          } else {
+            const int64_t div = loom_pool_divisor(q, w);
+            loom_nn_store(out->data, out->dtype, o_off, div ? acc / (double)div : NAN);
+          }
+        }
+  }
+}
+
+int loom_pool_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  loom_pool_params q;
+  int rc = loom_pool_params_read(args, &q);
+  if (rc) return rc;
+  int is_max = q.mode == LOOM_POOL_MAX || q.mode == LOOM_POOL_ADAPTIVE_MAX;
+  if (args->num_tensors < (is_max ? 3u : 2u)) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *in = &args->tensors[0], *out = &args->tensors[1];
+  const loom_tensor *ind = is_max ? &args->tensors[2] : NULL;
+  if (in->rank != 5 || out->rank != 5 || (ind && (ind->rank != 5 || ind->dtype != LOOM_INT64)))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  if (in->dtype == LOOM_FLOAT32 && out->dtype == LOOM_FLOAT32)
+    pool_f32(&q, in, out, ind, is_max, begin, end);
+  else
+    pool_any(&q, in, out, ind, is_max, begin, end);
+  return 0;
+}
+
+/* The max modes' backward for float32 gradients over dense volumes: the
+ * generic loop's additions in its order, without a dtype switch per
+ * element (a float sum rounds as the generic double one stored to float). */
+static int pool_max_backward_f32(const loom_tensor *gi, const loom_tensor *go,
+                                 const loom_tensor *ind, int64_t begin, int64_t end) {
+  const int64_t volume = gi->sizes[2] * gi->sizes[3] * gi->sizes[4];
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  for (int64_t pl = begin; pl < end; ++pl) {
+    float *g_in = (float *)gi->data + loom_pool_volume(gi, pl);
+    const float *g_out = (const float *)go->data + loom_pool_volume(go, pl);
+    const int64_t *ix = (const int64_t *)ind->data + loom_pool_volume(ind, pl);
+    memset(g_in, 0, (size_t)volume * sizeof(float));
+    for (int64_t z = 0; z < od; ++z)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x) {
+          const int64_t idx = ix[loom_pool_at(ind, 0, z, y, x)];
+          if (idx < 0 || idx >= volume) return LOOM_ERROR_INVALID_ARGUMENT;
+          g_in[idx] += g_out[loom_pool_at(go, 0, z, y, x)];
+        }
+  }
+  return 0;
+}
+
+/* The average modes' backward for float32 gradients: the generic loop's
+ * additions in its order, each rounded to float as its store does, without
+ * a dtype switch per element and with the columns' windows computed once. */
+static void pool_avg_backward_f32(const loom_pool_params *q, const loom_tensor *gi,
+                                  const loom_tensor *go, int64_t begin, int64_t end) {
+  const int64_t id = gi->sizes[2], ih = gi->sizes[3], iw = gi->sizes[4];
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  loom_pool_window cols[POOL_COLS];
+  for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 2, x, ow, iw);
+  for (int64_t pl = begin; pl < end; ++pl) {
+    float *g_in = (float *)gi->data + loom_pool_volume(gi, pl);
+    const float *g_out = (const float *)go->data + loom_pool_volume(go, pl);
+    for (int64_t z = 0; z < id; ++z)
+      for (int64_t y = 0; y < ih; ++y)
+        for (int64_t x = 0; x < iw; ++x) g_in[loom_pool_at(gi, 0, z, y, x)] = 0.0f;
+    for (int64_t z = 0; z < od; ++z) {
+      loom_pool_window w[3];
+      w[0] = loom_pool_window_of(q, 0, z, od, id);
+      for (int64_t y = 0; y < oh; ++y) {
+        w[1] = loom_pool_window_of(q, 1, y, oh, ih);
+        for (int64_t x = 0; x < ow; ++x) {
+          w[2] = x < POOL_COLS ? cols[x] : loom_pool_window_of(q, 2, x, ow, iw);
+          const int64_t div = loom_pool_divisor(q, w);
+          const double share = div ? (double)g_out[loom_pool_at(go, 0, z, y, x)] / (double)div
+                                   : NAN;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b) {
+              float *row = g_in + loom_pool_at(gi, 0, w[0].start + a, w[1].start + b, w[2].start);
+              for (int64_t c = 0; c < w[2].count; ++c) {
+                float *e = row + c * gi->strides[4];
+                *e = (float)((double)*e + share);
+              }
+            }
+        }
+      }
+    }
+  }
+}
+
+int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  loom_pool_params q;
+  int rc = loom_pool_params_read(args, &q);
+  if (rc) return rc;
+  int is_max = q.mode == LOOM_POOL_MAX || q.mode == LOOM_POOL_ADAPTIVE_MAX;
+  if (args->num_tensors < (is_max ? 3u : 2u)) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *gi = &args->tensors[0], *go = &args->tensors[1];
+  const loom_tensor *ind = is_max ? &args->tensors[2] : NULL;
+  if (gi->rank != 5 || go->rank != 5 || (ind && (ind->rank != 5 || ind->dtype != LOOM_INT64)))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t id = gi->sizes[2], ih = gi->sizes[3], iw = gi->sizes[4];
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  /* a dense volume takes a max's index as the offset it is: no division */
+  const int dense =
+      gi->strides[4] == 1 && gi->strides[3] == iw && (id == 1 || gi->strides[2] == ih * iw);
+  if (is_max && dense && gi->dtype == LOOM_FLOAT32 && go->dtype == LOOM_FLOAT32)
+    return pool_max_backward_f32(gi, go, ind, begin, end);
+  if (!is_max && gi->dtype == LOOM_FLOAT32 && go->dtype == LOOM_FLOAT32) {
+    pool_avg_backward_f32(&q, gi, go, begin, end);
+    return 0;
+  }
+  for (int64_t pl = begin; pl < end; ++pl) {
+    const int64_t gib = loom_pool_volume(gi, pl), gob = loom_pool_volume(go, pl);
+    const int64_t xb = ind ? loom_pool_volume(ind, pl) : 0;
+    for (int64_t z = 0; z < id; ++z)
+      for (int64_t y = 0; y < ih; ++y)
+        for (int64_t x = 0; x < iw; ++x)
+          loom_nn_store(gi->data, gi->dtype, loom_pool_at(gi, gib, z, y, x), 0.0);
+    for (int64_t z = 0; z < od; ++z)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x) {
+          const double g = loom_nn_load(go->data, go->dtype, loom_pool_at(go, gob, z, y, x));
+          if (is_max) {
+            const int64_t idx = ((const int64_t *)ind->data)[loom_pool_at(ind, xb, z, y, x)];
+            if (idx < 0 || idx >= id * ih * iw) return LOOM_ERROR_INVALID_ARGUMENT;
+            const int64_t off =
+                dense ? gib + idx : loom_pool_at(gi, gib, idx / (ih * iw), idx / iw % ih, idx % iw);
+            loom_nn_store(gi->data, gi->dtype, off, loom_nn_load(gi->data, gi->dtype, off) + g);
+            continue;
+          }
+          const loom_pool_window w[3] = {loom_pool_window_of(&q, 0, z, od, id),
+                                         loom_pool_window_of(&q, 1, y, oh, ih),
+                                         loom_pool_window_of(&q, 2, x, ow, iw)};
+          const int64_t div = loom_pool_divisor(&q, w);
+          const double share = div ? g / (double)div : NAN;
+          for (int64_t a = 0; a < w[0].count; ++a)
+            for (int64_t b = 0; b < w[1].count; ++b)
+              for (int64_t c = 0; c < w[2].count; ++c) {
+                const int64_t off =
+                    loom_pool_at(gi, gib, w[0].start + a, w[1].start + b, w[2].start + c);
+                loom_nn_store(gi->data, gi->dtype, off,
+                              loom_nn_load(gi->data, gi->dtype, off) + share);
+              }
+        }
+  }
+  return 0;
+}
+
+const loom_kernel_entry loom_pool_kernels[] = {
+    {"pool.forward", loom_pool_kernel, NULL},
+    {"pool.backward", loom_pool_backward_kernel, NULL},
+    {NULL, NULL, NULL},
+};
