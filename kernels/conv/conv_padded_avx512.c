@@ -146,16 +146,9 @@ int loom_conv_padded_wgrad_avx512(const loom_kernel_args *args, int64_t begin, i
   if (rc || (rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl))) return rc;
   const int64_t gpad = args->scalars[18].i, kchunk = args->scalars[19].i;
   const int64_t qn = args->scalars[20].i;
-  const int64_t plane = xp->sizes[2], taps = g.kh * g.kw;
+  const int64_t taps = g.kh * g.kw;
   if (pl.packed_bf16 || pl.use_acc || pl.kc > CP_KC || pl.kc % CP_NR != 0 || pl.nr != CP_NR ||
-      pl.batch1 != 1 || xp->rank != 3 || xp->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 ||
-      gpad <= 0 || gpad % CP_NR != 0 || pl.k != xp->sizes[0] * gpad || pl.n % taps != 0 ||
-      xp->sizes[1] != pl.batch2 * (pl.n / taps) * g.sh * g.sw || kchunk <= 0 ||
-      kchunk % pl.kc != 0 || qn < 1 || qn > LOOM_CONV_WGRAD_MAX_PANELS ||
-      part->rank != 4 || part->dtype != LOOM_FLOAT32 ||
-      part->sizes[0] != (pl.kp + kchunk - 1) / kchunk || part->sizes[1] != pl.batch2 ||
-      part->sizes[2] != pl.m || part->sizes[3] != pl.n || part->strides[3] != 1 ||
-      plane < gpad + cp_halo(&g))
+      !cp_wgrad_fits(&pl, &g, xp, part, gpad, kchunk, qn))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const float *xd = (const float *)xp->data;
   const int64_t cg = pl.n / taps, ldt = part->strides[2], phases = g.sh * g.sw;

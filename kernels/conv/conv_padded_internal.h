@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "kernels/conv/conv.h"
+#include "loom/kernels/gemm.h"
 #include "loom/status.h"
 
 enum {
@@ -36,6 +37,25 @@ static inline int cp_geometry(const loom_kernel_args *args, cp_geom *g) {
 /* How far past a grid position the window's last tap reads. */
 static inline int64_t cp_halo(const cp_geom *g) {
   return g->dh * (g->kh - 1) / g->sh * g->wq + g->dw * (g->kw - 1) / g->sw;
+}
+
+/* Whether a weight-gradient launch's operands match its plan, whatever the
+ * variant: the padded phases xp [C, images * cg * phases, plane] with k
+ * runs of 32 (gpad) that never straddle images, `kchunk` k per item, at
+ * most LOOM_CONV_WGRAD_MAX_PANELS panels (qn) per item, and the partial
+ * sums part [k chunks, groups, m, n]. */
+static inline int cp_wgrad_fits(const loom_gemm_plan *pl, const cp_geom *g, const loom_tensor *xp,
+                                const loom_tensor *part, int64_t gpad, int64_t kchunk,
+                                int64_t qn) {
+  const int64_t taps = g->kh * g->kw;
+  return pl->batch1 == 1 && xp->rank == 3 && xp->dtype == LOOM_FLOAT32 &&
+         xp->strides[2] == 1 && gpad > 0 && gpad % 32 == 0 && pl->k == xp->sizes[0] * gpad &&
+         pl->n % taps == 0 && xp->sizes[1] == pl->batch2 * (pl->n / taps) * g->sh * g->sw &&
+         kchunk > 0 && kchunk % pl->kc == 0 && qn >= 1 && qn <= LOOM_CONV_WGRAD_MAX_PANELS &&
+         part->rank == 4 && part->dtype == LOOM_FLOAT32 &&
+         part->sizes[0] == (pl->kp + kchunk - 1) / kchunk && part->sizes[1] == pl->batch2 &&
+         part->sizes[2] == pl->m && part->sizes[3] == pl->n && part->strides[3] == 1 &&
+         xp->sizes[2] >= gpad + cp_halo(g);
 }
 
 /* Walks col rows (c, kh, kw) in order: the current row's plane offset. */
