@@ -118,21 +118,13 @@ static void wg_output32(const float *m, int64_t stride, float bias, float *y0, f
 
 int loom_conv_winograd_with(const loom_kernel_args *args, int64_t begin, int64_t end,
                             loom_gemm_ukr_fn ukr) {
-  if (args->num_tensors < 3 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
+  if (!wg_forward_fits(args)) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
   const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
   const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i;
-  if (out->rank != 4 || u->rank != 4 || xp->rank != 3 || out->dtype != LOOM_FLOAT32 ||
-      u->dtype != LOOM_FLOAT32 || xp->dtype != LOOM_FLOAT32 || !wg_dense(u) ||
-      xp->strides[2] != 1 || u->sizes[0] != WG_E || u->sizes[3] != WG_MR ||
-      (bias && (bias->dtype != LOOM_FLOAT32 || bias->rank != 1 || bias->sizes[0] != out->sizes[1])))
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t n_img = out->sizes[0], m_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
+  const int64_t m_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
   const int64_t panels = u->sizes[1], k_n = u->sizes[2];
   const int64_t tho = (ho + 1) / 2, two = (wo + 1) / 2;
-  if (panels != (m_n + WG_MR - 1) / WG_MR || xp->sizes[0] != n_img || xp->sizes[1] != 4 * k_n ||
-      wq < two + 1 || gpos % WG_T != 0 || gpos < tho * wq || xp->sizes[2] < gpos + wq + 1)
-    return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t blocks = gpos / WG_T, groups = (panels + WG_PANELS - 1) / WG_PANELS;
   const int64_t s1 = xp->strides[1];
   int64_t off[4][4];

@@ -34,6 +34,26 @@ static inline int wg_dense(const loom_tensor *t) {
   return 1;
 }
 
+/* Whether a forward launch's operands fit its contract, for either
+ * variant: out [N, M, ho, wo], the transformed weight u [16, panels, K, MR]
+ * (dense), the stride-2 phases xp [N, 4K, plane] of rows `wq` wide holding
+ * `gpos` tile positions, an optional bias [M]; all float32. */
+static inline int wg_forward_fits(const loom_kernel_args *args) {
+  if (args->num_tensors < 3 || args->num_scalars < 2) return 0;
+  const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
+  const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
+  const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i;
+  if (out->rank != 4 || u->rank != 4 || xp->rank != 3 || out->dtype != LOOM_FLOAT32 ||
+      u->dtype != LOOM_FLOAT32 || xp->dtype != LOOM_FLOAT32 || !wg_dense(u) ||
+      xp->strides[2] != 1 || u->sizes[0] != WG_E || u->sizes[3] != WG_MR ||
+      (bias && (bias->dtype != LOOM_FLOAT32 || bias->rank != 1 || bias->sizes[0] != out->sizes[1])))
+    return 0;
+  const int64_t tho = (out->sizes[2] + 1) / 2, two = (out->sizes[3] + 1) / 2;
+  return u->sizes[1] == (out->sizes[1] + WG_MR - 1) / WG_MR && xp->sizes[0] == out->sizes[0] &&
+         xp->sizes[1] == 4 * u->sizes[2] && wq >= two + 1 && gpos % WG_T == 0 &&
+         gpos >= tho * wq && xp->sizes[2] >= gpos + wq + 1;
+}
+
 /* A run of a block's tiles that lie in one tile row: lanes [j, j + n) are
  * tiles (ty, tx) ... (ty, tx + n - 1). */
 typedef struct wg_run {
