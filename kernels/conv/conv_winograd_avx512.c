@@ -266,19 +266,10 @@ static inline void wg_stage_transposed(__m512i r[16], const float *stage) {
 }
 
 int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors < 3 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
+  if (!wg_wgrad_fits(args)) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
   const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
-  if (part->rank != 4 || xp->rank != 3 || dyp->rank != 3 || part->dtype != LOOM_FLOAT32 ||
-      xp->dtype != LOOM_FLOAT32 || dyp->dtype != LOOM_FLOAT32 || !wg_dense(part) ||
-      xp->strides[2] != 1 || dyp->strides[2] != 1 || part->sizes[1] != WG_E || wq < 2 ||
-      gpos <= 0 || gpos % WG_T != 0 || tchunk <= 0 || tchunk % WG_T != 0)
-    return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t m_n = part->sizes[2], k_n = part->sizes[3], n_img = xp->sizes[0];
-  const int64_t chunks = (n_img * gpos + tchunk - 1) / tchunk;
-  if (xp->sizes[1] != 4 * k_n || dyp->sizes[0] != n_img || dyp->sizes[1] != 4 * m_n ||
-      xp->sizes[2] < gpos + wq + 1 || dyp->sizes[2] < gpos || part->sizes[0] != chunks)
-    return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t ogs = (m_n + WG_OG - 1) / WG_OG, cgs = (k_n + WG_CG - 1) / WG_CG;
   const int64_t xs = xp->strides[1], ds = dyp->strides[1];
   int64_t xoff[4][4], doff[2][2];

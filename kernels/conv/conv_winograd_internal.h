@@ -34,6 +34,25 @@ static inline int wg_dense(const loom_tensor *t) {
   return 1;
 }
 
+/* Whether a weight-gradient launch's operands fit its contract, for either
+ * variant: partial sums part [chunks, 16, M, K] (dense) over chunks of
+ * `tchunk` tile positions, the phases of x [N, 4K, plane] and of dy
+ * [N, 4M, plane'] in rows `wq` wide holding `gpos` tile positions; float32. */
+static inline int wg_wgrad_fits(const loom_kernel_args *args) {
+  if (args->num_tensors < 3 || args->num_scalars < 3) return 0;
+  const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
+  const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
+  if (part->rank != 4 || xp->rank != 3 || dyp->rank != 3 || part->dtype != LOOM_FLOAT32 ||
+      xp->dtype != LOOM_FLOAT32 || dyp->dtype != LOOM_FLOAT32 || !wg_dense(part) ||
+      xp->strides[2] != 1 || dyp->strides[2] != 1 || part->sizes[1] != WG_E || wq < 2 ||
+      gpos <= 0 || gpos % WG_T != 0 || tchunk <= 0 || tchunk % WG_T != 0)
+    return 0;
+  const int64_t n_img = xp->sizes[0];
+  return xp->sizes[1] == 4 * part->sizes[3] && dyp->sizes[0] == n_img &&
+         dyp->sizes[1] == 4 * part->sizes[2] && xp->sizes[2] >= gpos + wq + 1 &&
+         dyp->sizes[2] >= gpos && part->sizes[0] == (n_img * gpos + tchunk - 1) / tchunk;
+}
+
 /* Whether a forward launch's operands fit its contract, for either
  * variant: out [N, M, ho, wo], the transformed weight u [16, panels, K, MR]
  * (dense), the stride-2 phases xp [N, 4K, plane] of rows `wq` wide holding
