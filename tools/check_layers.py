@@ -56,6 +56,9 @@ RULES = {
     "runtime/drivers/host/": ["runtime/drivers/host/", "base/", PUBLIC, "kernels/registry.h"],
     # The guarded driver wraps the host driver through loom_host_driver().
     "runtime/drivers/guarded/": ["runtime/drivers/guarded/", "base/", PUBLIC],
+    # The JIT registers the kernels it compiles through the runtime's public
+    # API (loom/hal.h), like any user of the runtime; it names no driver.
+    "runtime/jit/": ["runtime/jit/", "base/", PUBLIC],
     # drivers/builtin.c: the list of built-in drivers the HAL asks for.
     "runtime/drivers/": ["runtime/hal/builtin_drivers.h", PUBLIC,
                          "runtime/drivers/guarded/guarded_driver.h"],
@@ -84,8 +87,9 @@ LINKS = {
     "loom_runtime": {"loom_base": None, "loom": {"loom_builtin_drivers"}},
     "loom_driver_host": {"loom_runtime": None, "loom_kernels": None, "loom_base": None},
     "loom_driver_guarded": {"loom_driver_host": None, "loom_runtime": None, "loom_base": None},
-    "loom": {"loom_driver_guarded": None, "loom_driver_host": None, "loom_runtime": None,
-             "loom_kernels": None, "loom_base": None},
+    "loom_jit": {"loom_runtime": None, "loom_base": None},
+    "loom": {"loom_jit": None, "loom_driver_guarded": None, "loom_driver_host": None,
+             "loom_runtime": None, "loom_kernels": None, "loom_base": None},
 }
 
 

@@ -216,6 +216,12 @@ loom_status loom_kernel_plan(const loom_kernel_t *kernel, const loom_kernel_args
  * For kernels compiled at run time. */
 loom_status loom_kernel_register(const char *name, loom_kernel_fn fn);
 
+/* Withdraws the registration of `fn` under `name` (LOOM_ERROR_INVALID_ARGUMENT
+ * if `name` is not registered to `fn`), so that the code behind `fn` may be
+ * unloaded and the name registered again. The handle stays valid; launches
+ * by it fail until then. A launch of `fn` already queued still calls it. */
+loom_status loom_kernel_unregister(const char *name, loom_kernel_fn fn);
+
 /* ---- commands ------------------------------------------------------------ */
 
 typedef struct loom_launch_desc {

@@ -168,3 +168,19 @@ loom_status loom_kernel_register(const char *name, loom_kernel_fn fn) {
   pthread_mutex_unlock(&table_lock);
   return LOOM_OK;
 }
+
+loom_status loom_kernel_unregister(const char *name, loom_kernel_fn fn) {
+  loom_status st = check_name(name, "loom_kernel_unregister");
+  if (st != LOOM_OK) return st;
+  pthread_mutex_lock(&table_lock);
+  struct loom_kernel *k = find_locked(name);
+  if (!k || !fn || k->registered != fn) {
+    pthread_mutex_unlock(&table_lock);
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_kernel_unregister: '%s' is not registered to this function", name);
+  }
+  k->registered = NULL;
+  atomic_store(&k->driver, NULL); /* the next launch resolves the name again */
+  pthread_mutex_unlock(&table_lock);
+  return LOOM_OK;
+}

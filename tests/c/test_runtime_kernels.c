@@ -1,6 +1,6 @@
 /* The kernel registry: named kernels resolve through the driver, run-time
- * registrations join the same names, handles outlive a restart, and the
- * library's names are unique and all resolvable. */
+ * registrations join the same names and leave them again, handles outlive
+ * a restart, and the library's names are unique and all resolvable. */
 #include <stdint.h>
 #include <string.h>
 
@@ -99,6 +99,33 @@ static void test_handles_survive_restart(void) {
   CHECK(launch_and_check(k, 1));
 }
 
+static int other_fill_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return fill_kernel(args, begin, end);
+}
+
+/* Unregistering frees the name: the cached handle fails to launch, then
+ * launches the next registration under that name. Only the registered
+ * function may withdraw it. */
+static void test_unregistered_kernel_fails_then_reregisters(void) {
+  char name[LOOM_KERNEL_NAME_MAX];
+  snprintf(name, sizeof name, "test.unregister.%s", test_driver_current()->name);
+  const loom_kernel_t *k = NULL;
+  CHECK_OK(loom_kernel_register(name, fill_kernel));
+  CHECK_OK(loom_kernel_lookup(name, &k));
+  CHECK(loom_kernel_unregister(name, other_fill_kernel) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(launch_and_check(k, 1));
+  CHECK_OK(loom_kernel_unregister(name, fill_kernel));
+  CHECK(loom_kernel_unregister(name, fill_kernel) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(!launch_and_check(k, 0));
+  const loom_kernel_t *none = NULL;
+  CHECK(loom_kernel_lookup(name, &none) == LOOM_ERROR_NOT_SUPPORTED && !none);
+  CHECK_OK(loom_kernel_register(name, other_fill_kernel));
+  CHECK(launch_and_check(k, 1));
+  CHECK_OK(loom_kernel_unregister(name, other_fill_kernel));
+  CHECK(loom_kernel_unregister("test.never.registered", fill_kernel) ==
+        LOOM_ERROR_INVALID_ARGUMENT);
+}
+
 struct names {
   const char *seen[1024];
   int count, duplicates, unresolved;
@@ -130,6 +157,7 @@ int main(void) {
     RUN_TEST(test_library_kernel_resolves);
     RUN_TEST(test_bad_names);
     RUN_TEST(test_handles_survive_restart);
+    RUN_TEST(test_unregistered_kernel_fails_then_reregisters);
     RUN_TEST(test_library_names_unique_and_resolvable);
   }
   TEST_MAIN_END();
