@@ -9,7 +9,9 @@
 #include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "loom/kernels/attention.h"
 #include "ops/nn/nn_util.h"
@@ -84,6 +86,33 @@ at::Tensor mask3(const at::Tensor& mask, const at::Tensor& q, int64_t S) {
   return flat3(mask.expand(with_last(q, 1, {S})));
 }
 
+// `r` in the layout the meta function gives this output (empty_like(like)
+// when the shapes agree, else like's stride order; torch/_meta_registrations.py,
+// alloc_with_matching_layout and the backward's empty_like): compiled graphs
+// are planned with the meta layout and check it. The kernels write [BH, n, d]
+// rows, so another layout costs a copy.
+at::Tensor in_meta_layout(const at::Tensor& r, const at::Tensor& like) {
+  at::Tensor want;
+  if (r.sizes() == like.sizes()) {
+    want = at::empty_like(like);
+  } else {
+    std::vector<int64_t> order(like.dim());
+    for (int64_t i = 0; i < like.dim(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+    std::vector<int64_t> strides(like.dim());
+    int64_t stride = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      strides[*it] = stride;
+      stride *= r.size(*it);
+    }
+    if (r.strides() == c10::IntArrayRef(strides)) return r;
+    want = at::empty_strided(r.sizes(), strides, r.options());
+  }
+  if (want.strides() == r.strides()) return r;
+  return want.copy_(r);
+}
+
 // The family's plan for q, k, v and the mask (loom/kernels/attention.h).
 loom_attention_plan plan_for(const loom_tensor* qkvm, const char* op) {
   return plan<loom_attention_plan>(op, LOOM_KERNEL("attention.plan"),
@@ -131,7 +160,10 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
   const at::Tensor mask = bias.has_value() ? mask3(*bias, query, S) : at::Tensor();
   check_loom(mask, query, op, "attn_mask");
   at::Tensor out = at::empty(with_last(query, 1, {Ev}), query.options());
-  at::Tensor lse = at::empty(with_last(query, 1, {}), query.options().dtype(lse_type(query)));
+  // [B, H, L] as the meta function sizes it (B = 1 for a 3-d query)
+  std::vector<int64_t> lse_sizes = with_last(query, 1, {});
+  if (query.dim() == 3) lse_sizes.insert(lse_sizes.begin(), 1);
+  at::Tensor lse = at::empty(lse_sizes, query.options().dtype(lse_type(query)));
   const int64_t BH = q3.size(0);
   if (BH * L > 0 && Ev > 0) {
     const loom_tensor t[6] = {describe(q3, op), describe(k3, op), describe(v3, op),
@@ -147,9 +179,11 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
                                                  : LOOM_KERNEL("attention.forward"),
              t, s, p.forward_range, p.forward_grain, query.device().index());
   }
-  const auto empty = at::empty({0}, query.options().dtype(at::kLong));
-  return {out, lse, empty, empty, c10::SymInt(L), c10::SymInt(S), empty, empty,
-          at::empty({0}, query.options())};
+  // The other outputs as the meta function gives them: no cumulative
+  // sequence lengths or debug mask, and scalar (unused) Philox seed and offset.
+  const auto scalar = at::empty({}, query.options().dtype(at::kLong));
+  return {in_meta_layout(out, query), lse, at::Tensor(), at::Tensor(), c10::SymInt(L),
+          c10::SymInt(S), scalar, scalar, at::Tensor()};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
@@ -169,9 +203,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   at::Tensor dk = at::empty(key.sizes(), key.options());
   at::Tensor dv = at::empty(value.sizes(), value.options());
   const int64_t BH = q3.size(0);
-  if (BH == 0) return {dq, dk, dv, at::Tensor()};
-  if (L == 0 || S == 0) {
-    dq.zero_(), dk.zero_(), dv.zero_();
+  if (BH == 0 || L == 0 || S == 0) {
+    dq = at::zeros_like(query), dk = at::zeros_like(key), dv = at::zeros_like(value);
     return {dq, dk, dv, at::Tensor()};
   }
   const at::Tensor go3 = flat3(grad_out), o3 = flat3(out);
@@ -203,7 +236,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
                    : LOOM_KERNEL("attention.backward_kv"),
            t, s, p.backward_kv_range, p.backward_kv_grain, dev);
   }
-  return {dq, dk, dv, at::Tensor()};
+  return {in_meta_layout(dq, query), in_meta_layout(dk, key), in_meta_layout(dv, value),
+          at::Tensor()};
 }
 
 }  // namespace
