@@ -115,6 +115,85 @@ loom_status loom_memory_empty_cache(int device);
 /* Bytes still available under the limit, and the limit. */
 loom_status loom_memory_info(int device, size_t *out_free, size_t *out_total);
 
+/* ---- device memory: snapshots and events (for tools) -------------------- */
+
+/* A block's state, as PyTorch's memory snapshots name them. */
+enum {
+  LOOM_BLOCK_INACTIVE = 0,     /* cached, free for reuse */
+  LOOM_BLOCK_ALLOCATED = 1,    /* handed out by loom_malloc, not yet freed */
+  LOOM_BLOCK_PENDING_FREE = 2, /* freed, waiting for the streams that used it */
+};
+
+typedef struct loom_memory_block_info {
+  uintptr_t address;
+  size_t size;           /* bytes, as the allocator rounded them */
+  size_t requested_size; /* bytes asked of loom_malloc (0 when inactive) */
+  int32_t state;         /* LOOM_BLOCK_* */
+} loom_memory_block_info;
+
+/* A segment: memory obtained from the driver at once, carved into blocks
+ * that all serve one stream. */
+typedef struct loom_memory_segment_info {
+  int32_t device;
+  int32_t pool;          /* LOOM_POOL_SMALL or LOOM_POOL_LARGE */
+  uintptr_t address;
+  size_t total_size;     /* bytes obtained from the driver */
+  size_t allocated_size; /* bytes in LOOM_BLOCK_ALLOCATED blocks */
+  size_t active_size;    /* bytes in allocated and pending-free blocks */
+  size_t requested_size; /* bytes requested for those active blocks */
+  uint64_t stream_id;    /* loom_stream_id of the stream it serves */
+  size_t num_blocks;
+} loom_memory_segment_info;
+
+/* Called once per segment with its `segment->num_blocks` blocks in address
+ * order; a non-zero return ends the walk. */
+typedef int (*loom_memory_segment_fn)(void *user, const loom_memory_segment_info *segment,
+                                      const loom_memory_block_info *blocks);
+
+/* Walks `device`'s segments in address order. The picture is taken at once
+ * under the allocator's lock (deferred frees whose streams finished are
+ * completed first); `fn` then runs with no runtime lock held, so it may call
+ * the runtime. LOOM_ERROR_OUT_OF_MEMORY if the host cannot hold the copy. */
+loom_status loom_memory_snapshot(int device, loom_memory_segment_fn fn, void *user);
+
+/* Describes the live block that starts at `ptr` (from loom_malloc, not yet
+ * freed): its device, the loom_stream_id of its stream, sizes and state.
+ * LOOM_ERROR_INVALID_ARGUMENT for any other address. */
+loom_status loom_memory_block_query(const void *ptr, int *out_device, uint64_t *out_stream_id,
+                                    loom_memory_block_info *out_block);
+
+/* What the allocator did that its caller did not ask for block by block. */
+enum {
+  LOOM_MEMORY_EVENT_SEGMENT_ALLOC = 0,  /* a segment obtained from the driver */
+  LOOM_MEMORY_EVENT_SEGMENT_FREE = 1,   /* a segment returned to the driver */
+  LOOM_MEMORY_EVENT_FREE_COMPLETED = 2, /* a freed block became reusable: at
+                                           loom_free, or for a block other
+                                           streams used, once they finished */
+  LOOM_MEMORY_EVENT_OOM = 3,            /* loom_malloc failed for lack of memory */
+};
+
+typedef struct loom_memory_event {
+  int32_t kind;          /* LOOM_MEMORY_EVENT_* */
+  int32_t device;
+  uintptr_t address;     /* the segment's or block's (0 for OOM) */
+  size_t size;           /* segment or block bytes; OOM: bytes requested */
+  size_t requested_size; /* FREE_COMPLETED: bytes asked of loom_malloc */
+  uint64_t stream_id;    /* loom_stream_id of the stream concerned */
+  size_t device_free;    /* OOM: bytes still free under the limit */
+} loom_memory_event;
+
+typedef struct loom_memory_observer {
+  void (*fn)(void *user, const loom_memory_event *event);
+  void *user;
+} loom_memory_observer;
+
+/* Installs `observer` (NULL: none) for every device; it must stay valid
+ * while installed. When this returns, no call to the previous observer is
+ * in progress. Events come on the thread whose call caused them, with that
+ * device's allocator lock held: `fn` must not call the runtime nor wait for
+ * a thread that may. Not called while loom_shutdown frees the memory. */
+loom_status loom_memory_set_observer(const loom_memory_observer *observer);
+
 /* ---- pinned host memory ------------------------------------------------- */
 
 /* Page-locked (for the host driver: registered) host memory, cached. Copies
@@ -151,6 +230,10 @@ void loom_stream_retain(loom_stream_t *stream);
 void loom_stream_release(loom_stream_t *stream);
 int loom_stream_device(const loom_stream_t *stream);
 int loom_stream_priority(const loom_stream_t *stream);
+/* The stream's identity for the allocator (loom_memory_segment_info,
+ * loom_memory_event): unique for the process's life, never 0; 0 for an
+ * invalid stream. */
+uint64_t loom_stream_id(const loom_stream_t *stream);
 
 /* LOOM_OK when all enqueued work is done, LOOM_ERROR_NOT_READY while some is
  * pending, or the recorded asynchronous error (which it clears). */

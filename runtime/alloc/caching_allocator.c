@@ -16,43 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/alloc/block_map.h"
-#include "runtime/alloc/segment_table.h"
+#include "runtime/alloc/caching_allocator_internal.h"
 
-typedef struct block {
-  uintptr_t ptr;
-  size_t size, requested;
-  uint64_t stream_id;
-  int pool; /* LOOM_POOL_SMALL or LOOM_POOL_LARGE */
-  int allocated, in_free_list, counted_split;
-  struct block *prev, *next; /* neighbours within the segment */
-  /* Other streams that used the block (retained), and the events that
-   * guard its reuse once freed. */
-  loom_stream_t **uses;
-  int num_uses, cap_uses;
-  loom_event_t **events;
-  int num_events;
-  struct block *pending_next;
-} block;
-
-typedef struct free_list {
-  block **items;
-  size_t count, capacity;
-} free_list;
-
-struct loom_allocator {
-  pthread_mutex_t lock;
-  const loom_driver *driver;
-  int device;
-  uint64_t limit;
-  loom_memory_stats stats;
-  free_list pools[LOOM_POOL_COUNT]; /* [SMALL], [LARGE] used */
-  size_t free_list_bytes;
-  loom_block_map live; /* allocated blocks by address */
-  block *pending;      /* freed, waiting for other streams */
-};
-
-static loom_segment_table device_segments = LOOM_SEGMENT_TABLE_INIT;
+loom_segment_table loom_device_segments = LOOM_SEGMENT_TABLE_INIT;
 
 /* ---- statistics ------------------------------------------------------------ */
 
@@ -159,7 +125,7 @@ static block *segment_alloc(loom_allocator *a, size_t seg_size, int pool, uint64
     free(b);
     return NULL;
   }
-  if (loom_segment_table_insert(&device_segments, ptr, seg_size, a->device, b) != 0) {
+  if (loom_segment_table_insert(&loom_device_segments, ptr, seg_size, a->device, b) != 0) {
     a->driver->segment_free(a->driver->context, a->device, ptr, seg_size);
     free(b);
     return NULL;
@@ -168,11 +134,17 @@ static block *segment_alloc(loom_allocator *a, size_t seg_size, int pool, uint64
   stat_pool(a->stats.segment, pool, 1);
   stat_pool(a->stats.reserved_bytes, pool, (int64_t)seg_size);
   a->stats.num_device_alloc++;
+  loom_allocator_notify(a, &(loom_memory_event){.kind = LOOM_MEMORY_EVENT_SEGMENT_ALLOC,
+                                                .device = a->device, .address = b->ptr,
+                                                .size = seg_size, .stream_id = stream_id});
   return b;
 }
 
 static void segment_release(loom_allocator *a, block *b) {
-  loom_segment_table_remove(&device_segments, (void *)b->ptr);
+  loom_allocator_notify(a, &(loom_memory_event){.kind = LOOM_MEMORY_EVENT_SEGMENT_FREE,
+                                                .device = a->device, .address = b->ptr,
+                                                .size = b->size, .stream_id = b->stream_id});
+  loom_segment_table_remove(&loom_device_segments, (void *)b->ptr);
   a->driver->segment_free(a->driver->context, a->device, (void *)b->ptr, b->size);
   stat_pool(a->stats.segment, b->pool, -1);
   stat_pool(a->stats.reserved_bytes, b->pool, -(int64_t)b->size);
@@ -195,8 +167,13 @@ static void release_cached(loom_allocator *a) {
 
 /* ---- blocks ------------------------------------------------------------------ */
 
-/* A block becomes inactive: coalesce with free neighbours, cache it. */
+/* A freed block becomes inactive: coalesce with free neighbours, cache it. */
 static void block_deactivate(loom_allocator *a, block *b) {
+  loom_allocator_notify(a, &(loom_memory_event){.kind = LOOM_MEMORY_EVENT_FREE_COMPLETED,
+                                                .device = a->device, .address = b->ptr,
+                                                .size = b->size, .requested_size = b->requested,
+                                                .stream_id = b->stream_id});
+  b->requested = 0;
   stat_pool(a->stats.active, b->pool, -1);
   stat_pool(a->stats.active_bytes, b->pool, -(int64_t)b->size);
   block *prev = b->prev, *next = b->next;
@@ -234,8 +211,7 @@ static void release_events(block *b) {
   b->num_events = 0;
 }
 
-/* Moves pending blocks whose guarding events completed into the cache. */
-static void process_pending(loom_allocator *a) {
+void loom_allocator_process_pending(loom_allocator *a) {
   block **link = &a->pending;
   while (*link) {
     block *b = *link;
@@ -264,7 +240,7 @@ static void drain_pending(loom_allocator *a) {
       loom_event_release(wait_for);
       pthread_mutex_lock(&a->lock);
     }
-    process_pending(a);
+    loom_allocator_process_pending(a);
   }
 }
 
@@ -282,6 +258,20 @@ static block *find_free(loom_allocator *a, int pool, uint64_t stream_id, size_t 
 static int should_split(const block *b, size_t size) {
   const size_t rest = b->size - size;
   return b->pool == LOOM_POOL_SMALL ? rest >= LOOM_ALLOC_ROUND : rest > LOOM_ALLOC_SMALL_LIMIT;
+}
+
+/* Bytes that could still be handed out under the limit. */
+static uint64_t bytes_free(const loom_allocator *a) {
+  const uint64_t reserved = (uint64_t)a->stats.reserved_bytes[LOOM_POOL_ALL].current;
+  const uint64_t in_use = reserved - a->free_list_bytes;
+  return a->limit > in_use ? a->limit - in_use : 0;
+}
+
+static void notify_oom(loom_allocator *a, size_t size, uint64_t stream_id) {
+  loom_allocator_notify(a, &(loom_memory_event){.kind = LOOM_MEMORY_EVENT_OOM,
+                                                .device = a->device, .size = size,
+                                                .stream_id = stream_id,
+                                                .device_free = (size_t)bytes_free(a)});
 }
 
 static void oom_message(loom_allocator *a, size_t size) {
@@ -320,6 +310,7 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
     char req[32];
     pthread_mutex_lock(&a->lock);
     a->stats.num_ooms++;
+    notify_oom(a, size, stream_id);
     pthread_mutex_unlock(&a->lock);
     return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "tried to allocate %s on loom:%d",
                       loom_format_bytes(size, req, sizeof req), a->device);
@@ -327,7 +318,7 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
   const size_t rounded = round_size(size);
   const int pool = rounded <= LOOM_ALLOC_SMALL_LIMIT ? LOOM_POOL_SMALL : LOOM_POOL_LARGE;
   pthread_mutex_lock(&a->lock);
-  if (a->pending) process_pending(a);
+  if (a->pending) loom_allocator_process_pending(a);
   block *b = find_free(a, pool, stream_id, rounded);
   if (!b) b = segment_alloc_fitting(a, rounded, pool, stream_id);
   if (!b) {
@@ -341,6 +332,7 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
   }
   if (!b) {
     a->stats.num_ooms++;
+    notify_oom(a, size, stream_id);
     oom_message(a, size);
     pthread_mutex_unlock(&a->lock);
     return LOOM_ERROR_OUT_OF_MEMORY;
@@ -391,7 +383,6 @@ loom_status loom_allocator_free(loom_allocator *a, void *ptr) {
   stat_pool(a->stats.allocation, b->pool, -1);
   stat_pool(a->stats.allocated_bytes, b->pool, -(int64_t)b->size);
   stat_pool(a->stats.requested_bytes, b->pool, -(int64_t)b->requested);
-  b->requested = 0;
   loom_stream_t **uses = b->uses;
   const int num_uses = b->num_uses;
   b->uses = NULL;
@@ -472,6 +463,7 @@ loom_status loom_allocator_create(const loom_driver *driver, int device, uint64_
 
 void loom_allocator_destroy(loom_allocator *a) {
   pthread_mutex_lock(&a->lock);
+  a->quiet = 1;
   drain_pending(a);
   /* Live blocks die with the runtime: put them back so segments coalesce. */
   block *b;
@@ -494,7 +486,7 @@ void loom_allocator_destroy(loom_allocator *a) {
 
 void loom_allocator_stats(loom_allocator *a, loom_memory_stats *out) {
   pthread_mutex_lock(&a->lock);
-  if (a->pending) process_pending(a);
+  if (a->pending) loom_allocator_process_pending(a);
   *out = a->stats;
   pthread_mutex_unlock(&a->lock);
 }
@@ -543,26 +535,24 @@ void loom_allocator_empty_cache(loom_allocator *a) {
 
 void loom_allocator_info(loom_allocator *a, size_t *out_free, size_t *out_total) {
   pthread_mutex_lock(&a->lock);
-  if (a->pending) process_pending(a);
-  const uint64_t reserved = (uint64_t)a->stats.reserved_bytes[LOOM_POOL_ALL].current;
-  const uint64_t in_use = reserved - a->free_list_bytes;
-  *out_free = (size_t)(a->limit > in_use ? a->limit - in_use : 0);
+  if (a->pending) loom_allocator_process_pending(a);
+  *out_free = (size_t)bytes_free(a);
   *out_total = (size_t)a->limit;
   pthread_mutex_unlock(&a->lock);
 }
 
 int loom_allocator_owner(const void *ptr, loom_allocator **out_allocator) {
   loom_segment_entry e;
-  if (!ptr || !loom_segment_table_find(&device_segments, ptr, &e)) return -1;
+  if (!ptr || !loom_segment_table_find(&loom_device_segments, ptr, &e)) return -1;
   (void)out_allocator;
   return e.owner;
 }
 
 void loom_allocator_retire_stream(loom_allocator *a, uint64_t old_id, uint64_t new_id) {
   pthread_mutex_lock(&a->lock);
-  pthread_rwlock_rdlock(&device_segments.lock);
-  for (size_t i = 0; i < device_segments.count; ++i) {
-    const loom_segment_entry *e = &device_segments.entries[i];
+  pthread_rwlock_rdlock(&loom_device_segments.lock);
+  for (size_t i = 0; i < loom_device_segments.count; ++i) {
+    const loom_segment_entry *e = &loom_device_segments.entries[i];
     if (e->owner != a->device) continue;
     block *head = e->data;
     if (head->stream_id != old_id) continue; /* a segment serves one stream */
@@ -573,7 +563,7 @@ void loom_allocator_retire_stream(loom_allocator *a, uint64_t old_id, uint64_t n
       if (cached) (void)free_list_insert(a, b);
     }
   }
-  pthread_rwlock_unlock(&device_segments.lock);
+  pthread_rwlock_unlock(&loom_device_segments.lock);
   pthread_mutex_unlock(&a->lock);
 }
 
@@ -590,7 +580,7 @@ size_t loom_allocator_extent(loom_allocator *a, const void *ptr) {
     return extent;
   }
   loom_segment_entry e;
-  if (loom_segment_table_find(&device_segments, ptr, &e) && e.owner == a->device) {
+  if (loom_segment_table_find(&loom_device_segments, ptr, &e) && e.owner == a->device) {
     for (block *b = e.data; b; b = b->next) {
       if (addr >= b->ptr && addr - b->ptr < b->size) {
         if (b->allocated) extent = b->size - (addr - b->ptr);

@@ -49,6 +49,16 @@ int loom_allocator_owner(const void *ptr, loom_allocator **out_allocator);
  * block). */
 size_t loom_allocator_extent(loom_allocator *a, const void *ptr);
 
+/* For tools (snapshot.c). The walk copies under the lock and calls `fn`
+ * without it. */
+loom_status loom_allocator_snapshot(loom_allocator *a, loom_memory_segment_fn fn, void *user);
+loom_status loom_allocator_block_query(loom_allocator *a, const void *ptr,
+                                       uint64_t *out_stream_id, loom_memory_block_info *out);
+/* Process-wide (every allocator, across restarts); NULL removes it. */
+void loom_allocator_set_observer(const loom_memory_observer *observer);
+/* Returns once no observer call runs on `a`. */
+void loom_allocator_quiesce(loom_allocator *a);
+
 /* "1.50 GiB"-style formatting into buf. */
 const char *loom_format_bytes(uint64_t bytes, char *buf, size_t len);
 

@@ -106,6 +106,47 @@ loom_status loom_memory_info(int device, size_t *out_free, size_t *out_total) {
   return st;
 }
 
+/* ---- snapshots and events ------------------------------------------------ */
+
+loom_status loom_memory_snapshot(int device, loom_memory_segment_fn fn, void *user) {
+  if (!fn) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_memory_snapshot: fn is NULL");
+  loom_allocator *a;
+  loom_status st = device_allocator(device, &a, "loom_memory_snapshot");
+  if (st != LOOM_OK) return st;
+  return loom_allocator_snapshot(a, fn, user);
+}
+
+loom_status loom_memory_block_query(const void *ptr, int *out_device, uint64_t *out_stream_id,
+                                    loom_memory_block_info *out_block) {
+  if (!out_device || !out_stream_id || !out_block)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_memory_block_query: out pointer is NULL");
+  *out_device = -1;
+  *out_stream_id = 0;
+  memset(out_block, 0, sizeof *out_block);
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_runtime_unavailable();
+  const int device = ptr ? loom_allocator_owner(ptr, NULL) : -1;
+  if (device < 0 || device >= rt->num_devices)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_memory_block_query: %p is not loom device memory", ptr);
+  loom_status st = loom_allocator_block_query(rt->devices[device].allocator, ptr, out_stream_id,
+                                              out_block);
+  if (st == LOOM_OK) *out_device = device;
+  return st;
+}
+
+loom_status loom_memory_set_observer(const loom_memory_observer *observer) {
+  if (observer && !observer->fn)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_memory_set_observer: fn is NULL");
+  loom_allocator_set_observer(observer);
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return LOOM_OK; /* no allocator: nobody can be calling it */
+  for (int d = 0; d < rt->num_devices; ++d)
+    if (rt->devices[d].allocator) loom_allocator_quiesce(rt->devices[d].allocator);
+  return LOOM_OK;
+}
+
 /* ---- copies ------------------------------------------------------------- */
 
 /* Device memory must lie inside one live block, whole. */

@@ -95,6 +95,10 @@ int loom_stream_priority(const loom_stream_t *stream) {
   return stream && stream->magic == LOOM_STREAM_MAGIC ? stream->priority : 0;
 }
 
+uint64_t loom_stream_id(const loom_stream_t *stream) {
+  return stream && stream->magic == LOOM_STREAM_MAGIC ? stream->id : 0;
+}
+
 void loom_driver_report_error(loom_stream_t *stream, loom_status status, const char *fmt, ...) {
   pthread_mutex_lock(&stream->error_lock);
   if (!atomic_load(&stream->has_error)) {
