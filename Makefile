@@ -66,7 +66,8 @@ test-py: build
 # read of it above the HAL crashes here instead of working by accident.
 test-guarded: build
 	LOOM_DRIVER=guarded $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py \
-	  tests/test_device.py tests/test_fallback.py tests/test_serialization.py tests/test_guarded_driver.py
+	  tests/test_device.py tests/test_fallback.py tests/test_serialization.py tests/test_guarded_driver.py \
+	  tests/test_memory_snapshot.py
 
 # The op and training tests with the CPU features capped to none, so every
 # kernel family runs its generic C path (the AVX-512 convolutions their

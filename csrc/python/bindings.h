@@ -10,6 +10,7 @@ void init_device(pybind11::module& m);
 void init_autograd(pybind11::module& m);
 void init_random(pybind11::module& m);
 void init_fallback(pybind11::module& m);
+void init_memory(pybind11::module& m);
 void init_testing(pybind11::module& m);
 
 }  // namespace torch_loom::python

@@ -6,5 +6,6 @@ PYBIND11_MODULE(_C, m) {
   torch_loom::python::init_autograd(m);
   torch_loom::python::init_random(m);
   torch_loom::python::init_fallback(m);
+  torch_loom::python::init_memory(m);
   torch_loom::python::init_testing(m);
 }

@@ -1,8 +1,13 @@
 // Hooks for the test suite: a kernel that fails on purpose, to exercise the
-// asynchronous error path end to end.
+// asynchronous error path end to end, and a hold that keeps a stream busy
+// until released, for states that exist only while work is pending.
 #include <c10/core/DeviceGuard.h>
 
+#include <condition_variable>
+#include <mutex>
+
 #include "common.h"
+#include "runtime/stream.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
@@ -24,9 +29,36 @@ const loom_kernel_t* failing() {
   return k;
 }
 
+std::mutex g_hold_mutex;
+std::condition_variable g_hold_released;
+bool g_holding = false;
+
+void hold(void*) {
+  std::unique_lock<std::mutex> lock(g_hold_mutex);
+  g_hold_released.wait(lock, [] { return !g_holding; });
+}
+
 }  // namespace
 
 void init_testing(py::module& m) {
+  // Enqueues on `stream` a host callback that waits for
+  // _release_held_streams: the stream's later work stays pending until
+  // then. Synchronizing the stream before the release never returns.
+  m.def("_hold_stream", [](const c10::Stream& stream) {
+    {
+      std::lock_guard<std::mutex> lock(g_hold_mutex);
+      g_holding = true;
+    }
+    check(loom_host_callback(native_stream(stream), hold, nullptr, "loom_test_hold"),
+          "_hold_stream");
+  });
+  m.def("_release_held_streams", [] {
+    {
+      std::lock_guard<std::mutex> lock(g_hold_mutex);
+      g_holding = false;
+    }
+    g_hold_released.notify_all();
+  });
   // Enqueues a kernel named "loom_test_fault" that fails when it runs, on
   // the current stream of `t`'s device; the error surfaces at the next
   // synchronization or enqueue.

@@ -1,25 +1,80 @@
 // Device memory for tensors. Blocks come from the runtime's caching
 // allocator on the current stream of the current device; the runtime keeps
-// the statistics, so this file only translates.
+// the statistics, so this file only translates, and tells the memory
+// history (memory_history.h) and the profiler (profile_memory=True) what
+// it allocates and frees while they listen.
 #include "runtime/allocator.h"
 
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <string>
 
 #include "common.h"
 #include "runtime/device.h"
+#include "runtime/memory_history.h"
 #include "runtime/stream.h"
 
 namespace torch_loom {
 namespace {
 
+// The profiler's memory events: `delta` bytes at `ptr`, with the device's
+// totals after the change.
+void report_to_profiler(void* ptr, int64_t delta, int device) {
+  loom_memory_stats s{};
+  if (loom_memory_stats_get(device, &s) != LOOM_OK) return;
+  c10::reportMemoryUsageToProfiler(
+      ptr, delta, static_cast<size_t>(s.allocated_bytes[LOOM_POOL_ALL].current),
+      static_cast<size_t>(s.reserved_bytes[LOOM_POOL_ALL].current),
+      loom_device(static_cast<c10::DeviceIndex>(device)));
+}
+
+// free_block while the history or the profiler listens.
+void free_observed(void* ptr) noexcept {
+  int device = -1;
+  uint64_t stream_id = 0;
+  loom_memory_block_info block{};
+  if (loom_memory_block_query(ptr, &device, &stream_id, &block) != LOOM_OK) {
+    (void)loom_free(ptr);
+    return;
+  }
+  bool freed = false;
+  try {
+    if (memory_history_enabled()) {
+      // The free's stack also goes with what the runtime reports during it.
+      MemoryHistoryContext context(HistoryContext::kAll);
+      memory_history_record_free(device, ptr, block.requested_size, stream_id, context);
+      freed = true;
+      (void)loom_free(ptr);
+    }
+  } catch (...) {
+  }
+  if (!freed) (void)loom_free(ptr);
+  try {
+    if (c10::memoryProfilingEnabled())
+      report_to_profiler(ptr, -static_cast<int64_t>(block.size), device);
+  } catch (...) {
+  }
+}
+
 void free_block(void* ptr) {
   // A deleter cannot throw; loom_free only fails for a pointer it never
   // handed out, which would be a bug caught by the C tests.
+  if (C10_UNLIKELY(memory_history_enabled() || c10::memoryProfilingEnabled())) {
+    free_observed(ptr);
+    return;
+  }
   (void)loom_free(ptr);
+}
+
+loom_status malloc_recorded(int device, size_t nbytes, loom_stream_t* stream, void** ptr) {
+  MemoryHistoryContext context(HistoryContext::kState);
+  loom_status st = loom_malloc(device, nbytes, stream, ptr);
+  if (st == LOOM_OK)
+    memory_history_record_alloc(device, *ptr, nbytes, loom_stream_id(stream), context);
+  return st;
 }
 
 void copy_stat(c10::CachingAllocator::Stat& to, const loom_stat& from) {
@@ -45,10 +100,19 @@ struct LoomDeviceAllocator final : public c10::DeviceAllocator {
     void* ptr = nullptr;
     if (nbytes > 0) {
       loom_stream_t* stream = native_stream(get_current_stream(device));
-      loom_status st = loom_malloc(device, nbytes, stream, &ptr);
+      loom_status st = C10_UNLIKELY(memory_history_enabled())
+                           ? malloc_recorded(device, nbytes, stream, &ptr)
+                           : loom_malloc(device, nbytes, stream, &ptr);
       if (st != LOOM_OK) {
         std::string what = "allocating " + std::to_string(nbytes) + " bytes";
         raise_status(st, what.c_str());
+      }
+      if (C10_UNLIKELY(c10::memoryProfilingEnabled())) {
+        int owner = -1;
+        uint64_t stream_id = 0;
+        loom_memory_block_info block{};
+        if (loom_memory_block_query(ptr, &owner, &stream_id, &block) == LOOM_OK)
+          report_to_profiler(ptr, static_cast<int64_t>(block.size), owner);
       }
     }
     return {ptr, ptr, &free_block, loom_device(device)};
@@ -69,6 +133,9 @@ struct LoomDeviceAllocator final : public c10::DeviceAllocator {
   bool initialized() override { return device_count() > 0; }
 
   void emptyCache(c10::MempoolId_t) override {
+    // Segments returned now are recorded with this stack.
+    std::optional<MemoryHistoryContext> context;
+    if (memory_history_enabled()) context.emplace(HistoryContext::kAll);
     for (c10::DeviceIndex d = 0; d < device_count(); ++d)
       check(loom_memory_empty_cache(d), "empty_cache");
   }

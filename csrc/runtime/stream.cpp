@@ -97,4 +97,16 @@ int stream_priority(const c10::Stream& stream) {
   return stream.id() > kStreamsPerPool ? -1 : 0;
 }
 
+c10::StreamId stream_id_of_native(c10::DeviceIndex device, uint64_t native_id) {
+  if (device < 0 || device >= device_count()) return -1;
+  loom_stream_t* dflt = nullptr;
+  if (loom_stream_default(device, &dflt) == LOOM_OK && loom_stream_id(dflt) == native_id) return 0;
+  DevicePool& p = pool(device);
+  for (int slot = 0; slot < kPoolSlots; ++slot) {
+    loom_stream_t* s = p.streams[slot].load(std::memory_order_acquire);
+    if (s && loom_stream_id(s) == native_id) return slot + 1;
+  }
+  return -1;
+}
+
 }  // namespace torch_loom

@@ -25,5 +25,8 @@ c10::Stream exchange_current_stream(c10::Stream stream);
 loom_stream_t* native_stream(const c10::Stream& stream);
 // Priority of a loom c10::Stream (0 or -1).
 int stream_priority(const c10::Stream& stream);
+// The StreamId of the c10 stream of `device` whose loom stream has
+// loom_stream_id `native_id`, or -1 if none has (never creates a stream).
+c10::StreamId stream_id_of_native(c10::DeviceIndex device, uint64_t native_id);
 
 }  // namespace torch_loom
