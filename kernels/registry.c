@@ -14,6 +14,7 @@ extern const loom_kernel_entry loom_scan_kernels[];
 extern const loom_kernel_entry loom_softmax_kernels[];
 extern const loom_kernel_entry loom_norm_kernels[];
 extern const loom_kernel_entry loom_optim_kernels[];
+extern const loom_kernel_entry loom_amp_scale_kernels[];
 extern const loom_kernel_entry loom_rnn_kernels[];
 extern const loom_kernel_entry loom_ctc_loss_kernels[];
 extern const loom_kernel_entry loom_weight_norm_kernels[];
@@ -44,6 +45,7 @@ static const loom_kernel_entry *const families[] = {
     loom_softmax_kernels,
     loom_norm_kernels,
     loom_optim_kernels,
+    loom_amp_scale_kernels,
     loom_rnn_kernels,
     loom_ctc_loss_kernels,
     loom_weight_norm_kernels,
