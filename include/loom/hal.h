@@ -318,6 +318,8 @@ typedef struct loom_launch_desc {
   int64_t grain;                /* chunk size (>= 1); see kernel_abi.h */
   uint32_t flags;               /* LOOM_LAUNCH_* bits; 0: none */
   const loom_kernel_t *kernel;  /* the kernel to run; takes precedence over fn */
+  uint64_t flops;               /* arithmetic of the whole launch, for the
+                                   profiler; 0: not counted */
 } loom_launch_desc;
 
 enum {
@@ -328,6 +330,8 @@ enum {
    * it and raised at its next synchronization). Only for kernels that never
    * wait for the host. */
   LOOM_LAUNCH_MAY_RUN_INLINE = 1u << 0,
+  /* The launch sets memory to a value (a memset): traced as a fill. */
+  LOOM_LAUNCH_FILL = 1u << 1,
 };
 
 /* Enqueues a kernel launch. Returns (and clears) a pending asynchronous error
@@ -346,6 +350,65 @@ loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src,
  * enqueue on the same stream and wait. */
 loom_status loom_host_callback(loom_stream_t *stream, void (*fn)(void *user),
                                void *user, const char *name);
+
+/* ---- tracing (the profiler's source) -------------------------------------- */
+
+/* While tracing is enabled, each kernel launch, copy and host callback
+ * enqueued on a stream is recorded twice: once when it is enqueued (on the
+ * calling thread) and once when it runs, timed by the driver where it
+ * executes. Records go to a ring per stream; a full ring drops records and
+ * counts them, it never blocks. Disabled (the default), a command costs
+ * one relaxed atomic load. Commands of drivers built for an API version
+ * below 3, and loom_run_now, are not traced. */
+typedef enum loom_trace_kind {
+  LOOM_TRACE_KERNEL = 0,   /* a kernel launch */
+  LOOM_TRACE_FILL = 1,     /* a launch flagged LOOM_LAUNCH_FILL */
+  LOOM_TRACE_COPY = 2,     /* loom_memcpy */
+  LOOM_TRACE_CALLBACK = 3, /* loom_host_callback */
+  LOOM_TRACE_ENQUEUE = 4,  /* the enqueue of one of the above */
+} loom_trace_kind;
+
+typedef struct loom_trace_record {
+  uint32_t kind;           /* loom_trace_kind */
+  int32_t device;
+  uint64_t stream;         /* the stream's process-unique id */
+  uint64_t sequence;       /* numbers traced commands from 1; a command and
+                              its ENQUEUE record share it */
+  uint64_t correlation;    /* loom_trace_correlation() of the enqueuing
+                              thread at the enqueue */
+  uint64_t start_ns, end_ns; /* loom_trace_now()'s clock: when it ran (for
+                              ENQUEUE: the enqueuing call) */
+  uint64_t bytes;          /* kernel: the bytes its tensors span, summed;
+                              copy: its size */
+  uint64_t flops;          /* loom_launch_desc.flops; 0: not counted */
+  uint64_t thread;         /* ENQUEUE: the enqueuing thread's OS id */
+  const char *name;        /* kernel: its registry name; copy: "memcpy HtoD"
+                              (DtoH, DtoD, HtoH); ENQUEUE: the call */
+  const char *op;          /* the name the enqueuer gave the command */
+} loom_trace_record;
+
+/* Starts tracing. A stream gets its ring at its first traced command, of
+ * `records_per_stream` records (rounded up to a power of two, at least 64;
+ * 0: 65536), and keeps that ring for its life. Discards the records and
+ * the count of drops left from before. */
+loom_status loom_trace_enable(size_t records_per_stream);
+/* Stops tracing commands enqueued from now on; those already enqueued
+ * still record when they run. Records stay until drained. */
+void loom_trace_disable(void);
+int loom_trace_enabled(void);
+/* Moves up to `capacity` records into `out` and returns how many: each
+ * ring's in the order written, streams one after another, streams
+ * destroyed since included. A record still being written stays for the
+ * next call. */
+size_t loom_trace_drain(loom_trace_record *out, size_t capacity);
+/* Records lost since loom_trace_enable: full rings, or no memory for one. */
+uint64_t loom_trace_dropped(void);
+/* The calling thread's correlation id, stamped on the commands it
+ * enqueues (0: none): the profiler sets it to the operation it records. */
+void loom_trace_set_correlation(uint64_t id);
+uint64_t loom_trace_correlation(void);
+/* The clock of trace records: CLOCK_MONOTONIC in nanoseconds. */
+uint64_t loom_trace_now(void);
 
 /* ---- testing ------------------------------------------------------------- */
 

@@ -28,6 +28,9 @@ struct loom_stream {
   loom_status error;
   char error_message[512];
   struct loom_stream *prev, *next; /* the device's live streams */
+  /* Where its commands are traced (runtime/hal/trace.c): made at the first
+   * traced command. */
+  _Atomic(struct loom_trace_ring *) trace_ring;
 };
 
 typedef struct loom_device_state {

@@ -4,6 +4,7 @@
 
 #include "runtime/alloc/caching_allocator.h"
 #include "runtime/hal/hal_internal.h"
+#include "runtime/hal/trace.h"
 
 static loom_status device_allocator(int device, loom_allocator **out, const char *what) {
   *out = NULL;
@@ -160,6 +161,43 @@ static loom_status check_device_range(loom_runtime *rt, int device, const void *
   return LOOM_OK;
 }
 
+/* The copy's name in errors and traces, by where its sides live. */
+static const char *copy_name(int dst_on_device, int src_on_device) {
+  if (dst_on_device) return src_on_device ? "memcpy DtoD" : "memcpy HtoD";
+  return src_on_device ? "memcpy DtoH" : "memcpy HtoH";
+}
+
+/* Enqueues the checked copy `cmd`, staging or waiting as its pageable
+ * sides require. */
+static loom_status submit_copy(loom_runtime *rt, loom_stream_t *stream, loom_command *cmd,
+                               int dst_pageable, int src_pageable) {
+  /* A copy from or to pageable memory is synchronous for the caller's
+   * buffer anyway; on an idle stream it is cheapest done right here. */
+  if ((dst_pageable || src_pageable) && rt->driver->queue_run_inline &&
+      rt->driver->queue_run_inline(rt->driver->context, stream->queue, cmd) == LOOM_OK)
+    return LOOM_OK;
+  loom_status st;
+  if (dst_pageable) {
+    /* The caller reads dst on return: run in order, then wait. */
+    if ((st = loom_stream_submit(rt, stream, cmd)) != LOOM_OK) return st;
+    return loom_stream_synchronize(stream);
+  }
+  if (src_pageable) {
+    const size_t size = cmd->u.copy.size;
+    void *staging = malloc(size);
+    if (!staging)
+      return loom_error(LOOM_ERROR_OUT_OF_MEMORY,
+                        "loom_memcpy: out of host memory staging %zu bytes", size);
+    memcpy(staging, cmd->u.copy.src, size);
+    cmd->u.copy.src = staging;
+    cmd->release = free;
+    cmd->release_arg = staging;
+  }
+  st = loom_stream_submit(rt, stream, cmd);
+  if (st != LOOM_OK && cmd->release) cmd->release(cmd->release_arg);
+  return st;
+}
+
 loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src, size_t size) {
   loom_status st = loom_check_stream(stream, "loom_memcpy");
   if (st != LOOM_OK) return st;
@@ -174,29 +212,11 @@ loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src, size_
     return st;
   const int dst_pageable = dst_dev < 0 && !loom_host_is_pinned(dst);
   const int src_pageable = src_dev < 0 && !loom_host_is_pinned(src);
-  loom_command cmd = {.kind = LOOM_COMMAND_COPY, .name = "memcpy",
+  loom_command cmd = {.kind = LOOM_COMMAND_COPY, .name = copy_name(dst_dev >= 0, src_dev >= 0),
                       .u.copy = {.dst = dst, .src = src, .size = size}};
-  /* A copy from or to pageable memory is synchronous for the caller's
-   * buffer anyway; on an idle stream it is cheapest done right here. */
-  if ((dst_pageable || src_pageable) && rt->driver->queue_run_inline &&
-      rt->driver->queue_run_inline(rt->driver->context, stream->queue, &cmd) == LOOM_OK)
-    return LOOM_OK;
-  if (dst_pageable) {
-    /* The caller reads dst on return: run in order, then wait. */
-    if ((st = loom_stream_submit(rt, stream, &cmd)) != LOOM_OK) return st;
-    return loom_stream_synchronize(stream);
-  }
-  if (src_pageable) {
-    void *staging = malloc(size);
-    if (!staging)
-      return loom_error(LOOM_ERROR_OUT_OF_MEMORY,
-                        "loom_memcpy: out of host memory staging %zu bytes", size);
-    memcpy(staging, src, size);
-    cmd.u.copy.src = staging;
-    cmd.release = free;
-    cmd.release_arg = staging;
-  }
-  st = loom_stream_submit(rt, stream, &cmd);
-  if (st != LOOM_OK && cmd.release) cmd.release(cmd.release_arg);
-  return st;
+  const uint64_t traced =
+      loom_trace_on() ? loom_trace_command(rt, stream, &cmd, LOOM_TRACE_COPY, 0) : 0;
+  if ((st = submit_copy(rt, stream, &cmd, dst_pageable, src_pageable)) != LOOM_OK) return st;
+  if (traced) loom_trace_enqueued(&cmd, traced, "loom_memcpy");
+  return LOOM_OK;
 }

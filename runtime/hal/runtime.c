@@ -8,6 +8,7 @@
 #include "runtime/alloc/host_allocator.h"
 #include "runtime/hal/builtin_drivers.h"
 #include "runtime/hal/hal_internal.h"
+#include "runtime/hal/trace.h"
 
 static pthread_mutex_t runtime_lock = PTHREAD_MUTEX_INITIALIZER;
 static loom_runtime *_Atomic current_runtime;
@@ -41,6 +42,7 @@ static void runtime_free(loom_runtime *rt) {
     }
     free(rt->devices);
   }
+  loom_trace_shutdown();
   loom_host_allocator_shutdown();
   if (rt->driver && rt->driver->shutdown) rt->driver->shutdown(rt->driver->context);
   free(rt);

@@ -6,6 +6,7 @@
 
 #include "runtime/alloc/caching_allocator.h"
 #include "runtime/hal/hal_internal.h"
+#include "runtime/hal/trace.h"
 
 static _Atomic uint64_t next_stream_id = 1;
 
@@ -44,6 +45,7 @@ void loom_stream_destroy_internal(loom_runtime *rt, loom_stream_t *s) {
   if (s->next) s->next->prev = s->prev;
   pthread_mutex_unlock(&dev->streams_lock);
   rt->driver->queue_destroy(rt->driver->context, s->queue);
+  loom_trace_stream_destroyed(s);
   /* Cached blocks of a stream that no longer exists would never be handed
    * out again: give them to the default stream. */
   if (!s->is_default && dev->allocator && dev->default_stream)
@@ -192,10 +194,18 @@ loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
   if (desc->range == 0) return LOOM_OK;
   loom_command cmd;
   if ((st = launch_command(desc, rt->driver, &cmd)) != LOOM_OK) return st;
-  if ((desc->flags & LOOM_LAUNCH_MAY_RUN_INLINE) && rt->driver->queue_run_inline &&
-      rt->driver->queue_run_inline(rt->driver->context, stream->queue, &cmd) == LOOM_OK)
-    return LOOM_OK;
-  return loom_stream_submit(rt, stream, &cmd);
+  const uint64_t traced =
+      loom_trace_on() ? loom_trace_command(rt, stream, &cmd,
+                                           desc->flags & LOOM_LAUNCH_FILL ? LOOM_TRACE_FILL
+                                                                          : LOOM_TRACE_KERNEL,
+                                           desc->flops)
+                      : 0;
+  const int ran_inline =
+      (desc->flags & LOOM_LAUNCH_MAY_RUN_INLINE) && rt->driver->queue_run_inline &&
+      rt->driver->queue_run_inline(rt->driver->context, stream->queue, &cmd) == LOOM_OK;
+  if (!ran_inline && (st = loom_stream_submit(rt, stream, &cmd)) != LOOM_OK) return st;
+  if (traced) loom_trace_enqueued(&cmd, traced, "loom_launch");
+  return LOOM_OK;
 }
 
 loom_status loom_host_callback(loom_stream_t *stream, void (*fn)(void *user), void *user,
@@ -204,10 +214,14 @@ loom_status loom_host_callback(loom_stream_t *stream, void (*fn)(void *user), vo
   if (st != LOOM_OK) return st;
   if (!fn) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_host_callback: fn is NULL");
   loom_runtime *rt = stream->rt;
-  const loom_command cmd = {.kind = LOOM_COMMAND_CALLBACK,
-                            .name = name ? name : "host_callback",
-                            .u.callback = {.fn = fn, .user = user}};
-  return loom_stream_submit(rt, stream, &cmd);
+  loom_command cmd = {.kind = LOOM_COMMAND_CALLBACK,
+                      .name = name ? name : "host_callback",
+                      .u.callback = {.fn = fn, .user = user}};
+  const uint64_t traced =
+      loom_trace_on() ? loom_trace_command(rt, stream, &cmd, LOOM_TRACE_CALLBACK, 0) : 0;
+  if ((st = loom_stream_submit(rt, stream, &cmd)) != LOOM_OK) return st;
+  if (traced) loom_trace_enqueued(&cmd, traced, "loom_host_callback");
+  return LOOM_OK;
 }
 
 loom_status loom_run_now(int device, const loom_launch_desc *desc) {

@@ -114,7 +114,11 @@ static void execute_copy(loom_driver_queue *q, const loom_command *cmd) {
   (void)host_pool_run(&q->ctx->devices[q->device].pool, q->priority, copy_kernel, &args, &unused);
 }
 
+/* Runs one command where the stream's work runs (the executor, a
+ * synchronizing thread holding the token, or a submitter running it
+ * inline): a traced command's times are taken here. */
 static void execute(loom_driver_queue *q, const loom_command *cmd) {
+  const uint64_t t0 = cmd->trace.ring ? loom_trace_now() : 0;
   switch (cmd->kind) {
     case LOOM_COMMAND_LAUNCH:
       host_execute_launch(q->ctx, q->device, q->priority, cmd, q->owner);
@@ -132,6 +136,7 @@ static void execute(loom_driver_queue *q, const loom_command *cmd) {
       cmd->u.callback.fn(cmd->u.callback.user);
       break;
   }
+  if (cmd->trace.ring) loom_driver_trace_report(cmd, t0, loom_trace_now());
   if (cmd->release) cmd->release(cmd->release_arg);
 }
 

@@ -1,0 +1,276 @@
+/* Tracing: a ring of records per stream, written where commands execute.
+ *
+ * A ring is a bounded queue of slots, each with a turn counter (Vyukov's
+ * scheme): a producer claims position p by compare-and-swap on `write` when
+ * slot p's turn is p, writes the record, then publishes turn p + 1; the
+ * consumer reads slot `read` once its turn is read + 1 and hands it back
+ * with turn read + capacity. Producers are whoever executes the stream's
+ * commands (an executor, a synchronizing thread, a submitter running a
+ * command inline, or any thread with a synchronous driver) and the threads
+ * that enqueue; they never wait: a slot not yet handed back means the ring
+ * is full, and the record is counted as dropped. The consumer
+ * (drain, and the discard at enable) runs under trace_lock, which also
+ * guards the list of rings and their allocation.
+ *
+ * A stream's ring is allocated at its first traced command and lives as
+ * long as the stream; a destroyed stream's records wait in its ring until
+ * drained. Tracing state is the process's, across runtime restarts;
+ * loom_shutdown frees the rings. */
+#define _GNU_SOURCE /* syscall(SYS_gettid) */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "runtime/hal/trace.h"
+
+#define TRACE_DEFAULT_RECORDS 65536
+#define TRACE_MIN_RECORDS 64
+#define TRACE_MAX_RECORDS ((size_t)1 << 26)
+
+typedef struct trace_slot {
+  _Atomic uint64_t turn;
+  loom_trace_record record;
+} trace_slot;
+
+struct loom_trace_ring {
+  struct loom_trace_ring *next; /* the list of rings (trace_lock) */
+  int orphaned;                 /* its stream is gone (trace_lock) */
+  int32_t device;
+  uint64_t stream;
+  uint64_t mask;                /* capacity - 1 */
+  _Atomic uint64_t write;       /* the next position a producer claims */
+  uint64_t read;                /* the next position to drain (trace_lock) */
+  trace_slot slots[];
+};
+
+atomic_int loom_trace_active;
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct loom_trace_ring *rings; /* trace_lock */
+static size_t ring_records = TRACE_DEFAULT_RECORDS; /* for rings made from now on (trace_lock) */
+static _Atomic uint64_t next_sequence;
+static _Atomic uint64_t dropped;
+static _Thread_local uint64_t tls_correlation;
+static _Thread_local uint64_t tls_thread;
+
+uint64_t loom_trace_now(void) { return loom_now_ns(); }
+
+void loom_trace_set_correlation(uint64_t id) { tls_correlation = id; }
+
+uint64_t loom_trace_correlation(void) { return tls_correlation; }
+
+static uint64_t thread_id(void) {
+  if (!tls_thread) tls_thread = (uint64_t)syscall(SYS_gettid);
+  return tls_thread;
+}
+
+/* ---- the ring ---------------------------------------------------------------- */
+
+static void ring_push(struct loom_trace_ring *r, const loom_trace_record *rec) {
+  uint64_t pos = atomic_load_explicit(&r->write, memory_order_relaxed);
+  trace_slot *slot;
+  for (;;) {
+    slot = &r->slots[pos & r->mask];
+    const uint64_t turn = atomic_load_explicit(&slot->turn, memory_order_acquire);
+    const int64_t lag = (int64_t)(turn - pos);
+    if (lag == 0) {
+      if (atomic_compare_exchange_weak_explicit(&r->write, &pos, pos + 1, memory_order_relaxed,
+                                                memory_order_relaxed))
+        break;
+    } else if (lag < 0) {
+      /* The slot from one lap ago is not drained: full. */
+      atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
+      return;
+    } else {
+      pos = atomic_load_explicit(&r->write, memory_order_relaxed);
+    }
+  }
+  slot->record = *rec;
+  atomic_store_explicit(&slot->turn, pos + 1, memory_order_release);
+}
+
+/* Under trace_lock. Takes the next published record into *out (NULL:
+ * discards it); 0 when there is none. */
+static int ring_pop(struct loom_trace_ring *r, loom_trace_record *out) {
+  trace_slot *slot = &r->slots[r->read & r->mask];
+  if (atomic_load_explicit(&slot->turn, memory_order_acquire) != r->read + 1) return 0;
+  if (out) *out = slot->record;
+  atomic_store_explicit(&slot->turn, r->read + r->mask + 1, memory_order_release);
+  ++r->read;
+  return 1;
+}
+
+/* Under trace_lock: a ring of ring_records slots for `stream`, listed. */
+static struct loom_trace_ring *ring_create(const loom_stream_t *stream) {
+  const size_t n = ring_records;
+  struct loom_trace_ring *r = malloc(sizeof *r + n * sizeof(trace_slot));
+  if (!r) return NULL;
+  memset(r, 0, sizeof *r);
+  r->device = stream->device;
+  r->stream = stream->id;
+  r->mask = n - 1;
+  atomic_init(&r->write, 0);
+  for (size_t i = 0; i < n; ++i) atomic_init(&r->slots[i].turn, i);
+  r->next = rings;
+  rings = r;
+  return r;
+}
+
+/* Under trace_lock. */
+static void ring_unlist(struct loom_trace_ring *r) {
+  for (struct loom_trace_ring **p = &rings; *p; p = &(*p)->next)
+    if (*p == r) {
+      *p = r->next;
+      return;
+    }
+}
+
+static struct loom_trace_ring *stream_ring(loom_stream_t *stream) {
+  struct loom_trace_ring *r = atomic_load_explicit(&stream->trace_ring, memory_order_acquire);
+  if (r) return r;
+  pthread_mutex_lock(&trace_lock);
+  r = atomic_load_explicit(&stream->trace_ring, memory_order_relaxed);
+  if (!r && (r = ring_create(stream)) != NULL)
+    atomic_store_explicit(&stream->trace_ring, r, memory_order_release);
+  pthread_mutex_unlock(&trace_lock);
+  return r;
+}
+
+/* ---- the API ----------------------------------------------------------------- */
+
+loom_status loom_trace_enable(size_t records_per_stream) {
+  if (records_per_stream > TRACE_MAX_RECORDS)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_trace_enable: %zu records per stream is more than %zu",
+                      records_per_stream, TRACE_MAX_RECORDS);
+  size_t n = records_per_stream ? records_per_stream : TRACE_DEFAULT_RECORDS;
+  size_t capacity = TRACE_MIN_RECORDS;
+  while (capacity < n) capacity *= 2;
+  pthread_mutex_lock(&trace_lock);
+  ring_records = capacity;
+  for (struct loom_trace_ring *r = rings; r; r = r->next)
+    while (ring_pop(r, NULL)) {
+    }
+  atomic_store(&dropped, 0);
+  atomic_store(&loom_trace_active, 1);
+  pthread_mutex_unlock(&trace_lock);
+  return LOOM_OK;
+}
+
+void loom_trace_disable(void) { atomic_store(&loom_trace_active, 0); }
+
+int loom_trace_enabled(void) { return atomic_load(&loom_trace_active); }
+
+uint64_t loom_trace_dropped(void) { return atomic_load(&dropped); }
+
+size_t loom_trace_drain(loom_trace_record *out, size_t capacity) {
+  if (!out) return 0;
+  size_t n = 0;
+  pthread_mutex_lock(&trace_lock);
+  for (struct loom_trace_ring *r = rings, *next; r && n < capacity; r = next) {
+    next = r->next;
+    while (n < capacity && ring_pop(r, &out[n])) ++n;
+    /* A destroyed stream's ring has no producer left. */
+    if (r->orphaned && !ring_pop(r, NULL)) {
+      ring_unlist(r);
+      free(r);
+    }
+  }
+  pthread_mutex_unlock(&trace_lock);
+  return n;
+}
+
+void loom_trace_stream_destroyed(loom_stream_t *stream) {
+  struct loom_trace_ring *r = atomic_exchange(&stream->trace_ring, NULL);
+  if (!r) return;
+  pthread_mutex_lock(&trace_lock);
+  const uint64_t written = atomic_load_explicit(&r->write, memory_order_relaxed);
+  if (written == r->read) {
+    ring_unlist(r);
+    free(r);
+  } else {
+    r->orphaned = 1;
+  }
+  pthread_mutex_unlock(&trace_lock);
+}
+
+void loom_trace_shutdown(void) {
+  pthread_mutex_lock(&trace_lock);
+  while (rings) {
+    struct loom_trace_ring *r = rings;
+    rings = r->next;
+    free(r);
+  }
+  pthread_mutex_unlock(&trace_lock);
+}
+
+/* ---- enqueue and execution ----------------------------------------------------- */
+
+uint64_t loom_trace_command(loom_runtime *rt, loom_stream_t *stream, loom_command *cmd,
+                            loom_trace_kind kind, uint64_t flops) {
+  if (rt->driver->api_version < 3) return 0;
+  struct loom_trace_ring *r = stream_ring(stream);
+  if (!r) {
+    atomic_fetch_add_explicit(&dropped, 2, memory_order_relaxed);
+    return 0;
+  }
+  cmd->trace = (struct loom_command_trace){
+      .ring = r,
+      .sequence = atomic_fetch_add_explicit(&next_sequence, 1, memory_order_relaxed) + 1,
+      .correlation = tls_correlation,
+      .flops = flops,
+      .kind = (uint32_t)kind,
+  };
+  const uint64_t now = loom_now_ns();
+  return now ? now : 1;
+}
+
+static void describe(const loom_command *cmd, loom_trace_record *rec) {
+  const struct loom_trace_ring *r = cmd->trace.ring;
+  *rec = (loom_trace_record){
+      .kind = cmd->trace.kind,
+      .device = r->device,
+      .stream = r->stream,
+      .sequence = cmd->trace.sequence,
+      .correlation = cmd->trace.correlation,
+      .flops = cmd->trace.flops,
+      .name = cmd->name,
+      .op = cmd->name,
+  };
+  switch (cmd->kind) {
+    case LOOM_COMMAND_LAUNCH:
+      if (cmd->u.launch.kernel) rec->name = loom_kernel_name(cmd->u.launch.kernel);
+      for (uint32_t i = 0; i < cmd->u.launch.num_tensors; ++i) {
+        const loom_tensor *t = &cmd->u.launch.tensors[i];
+        rec->bytes += (uint64_t)(loom_tensor_numel(t) * loom_dtype_size(t->dtype));
+      }
+      break;
+    case LOOM_COMMAND_COPY:
+      rec->bytes = cmd->u.copy.size;
+      break;
+    default:
+      break;
+  }
+}
+
+void loom_trace_enqueued(const loom_command *cmd, uint64_t start, const char *call) {
+  loom_trace_record rec;
+  describe(cmd, &rec);
+  rec.kind = LOOM_TRACE_ENQUEUE;
+  rec.start_ns = start;
+  rec.end_ns = loom_now_ns();
+  rec.thread = thread_id();
+  rec.name = call;
+  ring_push(cmd->trace.ring, &rec);
+}
+
+void loom_driver_trace_report(const loom_command *cmd, uint64_t start_ns, uint64_t end_ns) {
+  if (!cmd || !cmd->trace.ring) return;
+  loom_trace_record rec;
+  describe(cmd, &rec);
+  rec.start_ns = start_ns;
+  rec.end_ns = end_ns >= start_ns ? end_ns : start_ns;
+  ring_push(cmd->trace.ring, &rec);
+}
