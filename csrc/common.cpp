@@ -85,7 +85,7 @@ const loom_kernel_t* kernel(const char* name) {
 void launch(const char* name, const loom_kernel_t* kernel,
             c10::ArrayRef<loom_tensor> tensors,
             c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
-            c10::DeviceIndex device) {
+            c10::DeviceIndex device, LaunchInfo info) {
   if (range <= 0) return;
   loom_launch_desc desc{};
   desc.name = name;
@@ -97,7 +97,8 @@ void launch(const char* name, const loom_kernel_t* kernel,
   desc.range = range;
   desc.grain = grain < 1 ? 1 : grain;
   // ATen kernels never wait for the host: a tiny one may run right here.
-  desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
+  desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE | (info.fill ? LOOM_LAUNCH_FILL : 0u);
+  desc.flops = info.flops;
   check(loom_launch(current_stream(device), &desc), name);
 }
 

@@ -38,6 +38,15 @@ loom_stream_t* current_stream(c10::DeviceIndex device = -1);
 // each up once, with LOOM_KERNEL.
 const loom_kernel_t* kernel(const char* name);
 
+// What a launch tells the profiler beyond its tensors (whose bytes the
+// runtime counts itself): the arithmetic of the whole launch where the
+// adapter knows it (0: not counted), and whether it only sets memory (a
+// fill, traced as a memset). Nothing reads it while the profiler is off.
+struct LaunchInfo {
+  uint64_t flops = 0;
+  bool fill = false;
+};
+
 // Enqueues `kernel` over [0, range) in chunks of `grain` on the current
 // stream of `device` (-1: the current device, which the registration guard
 // of register.h has made the operands' device), after checking the stream
@@ -45,7 +54,7 @@ const loom_kernel_t* kernel(const char* name);
 void launch(const char* name, const loom_kernel_t* kernel,
             c10::ArrayRef<loom_tensor> tensors,
             c10::ArrayRef<loom_scalar> scalars, int64_t range, int64_t grain,
-            c10::DeviceIndex device = -1);
+            c10::DeviceIndex device = -1, LaunchInfo info = {});
 
 // Fills `size` bytes at `out` with the plan the planner `planner` makes for
 // these arguments (its family's contract in loom/kernels/ gives the plan's

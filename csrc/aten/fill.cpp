@@ -36,7 +36,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   }
   loom_tensor t = describe(self, "fill_");
   launch("fill_", LOOM_KERNEL("fill.strided"), {&t, 1}, {s, n}, self.numel(),
-         LOOM_FILL_GRAIN);
+         LOOM_FILL_GRAIN, -1, LaunchInfo{0, /*fill=*/true});
   return self;
 }
 

@@ -193,7 +193,8 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
   sc[2 + LOOM_CONV_NUM_SCALARS] = scalar_i(p.pieces);
   launch(op, LOOM_KERNEL("conv.implicit.forward"),
-         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc, p.range, 1);
+         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 6 : 5), sc, p.range, 1, -1,
+         conv_flops(out.numel(), ck));
   if (p.flat) out.view({n, o, len}).copy_(c_out.permute({1, 0, 2}));
 }
 
@@ -316,7 +317,8 @@ Tensor conv_weight_grad_implicit(const Tensor& dy_t, const Tensor& input,
   sc[1] = scalar_i(p.per_item);
   auto geom = geom_scalars(g);
   std::copy(geom.begin(), geom.end(), sc.begin() + 2);
-  launch(op, LOOM_KERNEL("conv.implicit.weight_grad"), ts, sc, p.range, 1);
+  launch(op, LOOM_KERNEL("conv.implicit.weight_grad"), ts, sc, p.range, 1, -1,
+         conv_flops(dy_t.numel(), ck));
   return gw;
 }
 

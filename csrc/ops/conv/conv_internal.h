@@ -37,6 +37,15 @@ struct Geom {
   }
 };
 
+// What a convolution launch tells the profiler: the arithmetic of the
+// direct form, 2 per multiply-add, whichever path computes it (Winograd
+// multiplies less): each of `results` sums (the output's elements for a
+// forward, dy's for a weight gradient) over `reduced` products (C/groups
+// times the taps).
+inline LaunchInfo conv_flops(int64_t results, int64_t reduced) {
+  return LaunchInfo{2 * static_cast<uint64_t>(results) * static_cast<uint64_t>(reduced)};
+}
+
 // The geometry as the kernels' scalars (loom/kernels/im2col.h).
 std::array<loom_scalar, LOOM_CONV_NUM_SCALARS> geom_scalars(const Geom& g);
 

@@ -54,9 +54,11 @@ void nhwc_run(const std::vector<NhwcConv>& convs, const Tensor& xp, const Tensor
   const int64_t n = convs[0].out.size(0), cp = xp.size(3);
   std::vector<Tensor> packed;
   int64_t grid = 0;
+  uint64_t flops = 0;
   for (const NhwcConv& cv : convs) {
     packed.push_back(nhwc_weight(cv.weight, cv.out, cv.g.taps(), cp, flipped, op));
     grid = std::max(grid, cv.out.size(2) * wq);
+    flops += conv_flops(cv.out.numel(), cv.weight.size(1) * cv.g.taps()).flops;
   }
   const int64_t ppi = loom_conv_nhwc_positions(n, grid, device_workers(convs[0].out));
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
@@ -74,7 +76,8 @@ void nhwc_run(const std::vector<NhwcConv>& convs, const Tensor& xp, const Tensor
     sc.push_back(scalar_i(convs[i].g.k[2]));
     sc.push_back(scalar_i(convs[i].origin));
   }
-  launch(op, LOOM_KERNEL("conv_nhwc.forward"), ts, sc, n * ((grid + ppi - 1) / ppi), 1);
+  launch(op, LOOM_KERNEL("conv_nhwc.forward"), ts, sc, n * ((grid + ppi - 1) / ppi), 1, -1,
+         LaunchInfo{flops});
 }
 
 void conv_forward_nhwc(const Tensor& out, const Tensor& input, const Tensor& weight,
@@ -108,7 +111,8 @@ Tensor conv_weight_grad_nhwc(const Tensor& dy, const Tensor& input,
   loom_scalar sc[9] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
                        scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(p.lead),
                        scalar_i(p.per_item)};
-  launch(op, LOOM_KERNEL("conv_nhwc.weight_grad"), ts, sc, p.range, 1);
+  launch(op, LOOM_KERNEL("conv_nhwc.weight_grad"), ts, sc, p.range, 1, -1,
+         conv_flops(dy.numel(), w_sizes[1] * taps));
   return gw;
 }
 

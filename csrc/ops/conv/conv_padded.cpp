@@ -61,7 +61,8 @@ void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& w
   sc[1] = scalar_i(p.tile_positions);
   launch(op, LOOM_KERNEL("conv.padded.forward"),
          c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 7 : 6),
-         c10::ArrayRef<loom_scalar>(sc.data(), 19), p.range, 1);
+         c10::ArrayRef<loom_scalar>(sc.data(), 19), p.range, 1, -1,
+         conv_flops(out.numel(), ck));
 }
 
 Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
@@ -90,7 +91,8 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
   auto sc = padded_scalars(g, p.variant, p.wq, gpad);
   sc[19] = scalar_i(p.chunk);
   sc[20] = scalar_i(p.per_item);
-  launch(op, LOOM_KERNEL("conv.padded.weight_grad"), ts, sc, p.range, 1);
+  launch(op, LOOM_KERNEL("conv.padded.weight_grad"), ts, sc, p.range, 1, -1,
+         conv_flops(dy.numel(), ck));
   if (p.chunks > 1) {
     Tensor flat = gw.view({groups, og, ck});
     at::sum_out(flat, part, {0});
@@ -113,7 +115,8 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
   loom_scalar sc[2] = {scalar_i(p.wq), scalar_i(p.positions)};
   launch(op, LOOM_KERNEL("conv.winograd.forward"),
-         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc, p.range, 1);
+         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc, p.range, 1, -1,
+         conv_flops(out.numel(), k * 9));
 }
 
 Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
@@ -125,7 +128,8 @@ Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
   Tensor part = at::empty({p.chunks, 16, m, k}, input.options());
   loom_tensor ts[3] = {describe(part, op), describe(xp, op), describe(dyp, op)};
   loom_scalar sc[3] = {scalar_i(p.wq), scalar_i(p.positions), scalar_i(p.chunk)};
-  launch(op, LOOM_KERNEL("conv.winograd.weight_grad"), ts, sc, p.range, 1);
+  launch(op, LOOM_KERNEL("conv.winograd.weight_grad"), ts, sc, p.range, 1, -1,
+         conv_flops(dy.numel(), k * 9));
   Tensor gw = at::empty(w_sizes, input.options());
   loom_tensor fts[2] = {describe(gw.view({m, k, 3, 3}), op), describe(part, op)};
   launch(op, LOOM_KERNEL("conv.winograd.weight_grad_finish"), fts,

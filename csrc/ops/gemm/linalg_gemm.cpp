@@ -41,6 +41,10 @@ loom_tensor gemm_broadcast(loom_tensor d, const int64_t sizes[4]) {
   return d;
 }
 
+uint64_t gemm_flops(const loom_tensor& c, const loom_tensor& a) {
+  return 2 * static_cast<uint64_t>(loom_tensor_numel(&c)) * static_cast<uint64_t>(a.sizes[3]);
+}
+
 namespace {
 
 int64_t math_request(GemmMath math) {
@@ -67,6 +71,7 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
               double alpha, double beta, GemmMath math) {
   const bool has_cin = cin != nullptr && beta != 0.0;
   loom_tensor cin_v = has_cin ? *cin : loom_tensor{};
+  const LaunchInfo product{gemm_flops(c, a)};
   const loom_tensor operands[3] = {c, a, b};
   const loom_scalar request[2] = {scalar_i(math_request(math)),
                                   scalar_i(device_workers(c_owner))};
@@ -83,7 +88,7 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
     const loom_scalar scalars[2] = {scalar_f(alpha), scalar_f(beta)};
     launch(op, LOOM_KERNEL("gemv.compute"),
            c10::ArrayRef<loom_tensor>(tensors, has_cin ? 4 : 3), scalars,
-           gp.compute_range, gp.compute_grain);
+           gp.compute_range, gp.compute_grain, -1, product);
     return;
   }
   if (gp.pack_range == 0 && gp.compute_range == 0) return;
@@ -99,8 +104,9 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
     const size_t nt = add || has_cin ? 5 : 4;
     launch(op, LOOM_KERNEL("gemm.pack"), c10::ArrayRef<loom_tensor>(tensors, nt),
            scalars, gp.pack_range, gp.pack_grain);
+    // Each pass computes the whole product (of other parts of A and B).
     launch(op, LOOM_KERNEL("gemm.compute"), c10::ArrayRef<loom_tensor>(tensors, nt),
-           scalars, gp.compute_range, gp.compute_grain);
+           scalars, gp.compute_range, gp.compute_grain, -1, product);
   }
 }
 

@@ -39,6 +39,10 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
               loom_tensor a, loom_tensor b, const loom_tensor* cin,
               double alpha, double beta, GemmMath math = GemmMath::exact);
 
+// The arithmetic of C = A @ B for rank-4 views (2 per multiply-add): what
+// a launch computing all of C tells the profiler.
+uint64_t gemm_flops(const loom_tensor& c, const loom_tensor& a);
+
 // True for the dtypes the loom GEMM computes natively.
 bool gemm_native_dtype(at::ScalarType t);
 
