@@ -8,4 +8,5 @@ PYBIND11_MODULE(_C, m) {
   torch_loom::python::init_fallback(m);
   torch_loom::python::init_memory(m);
   torch_loom::python::init_testing(m);
+  torch_loom::python::init_profiler(m);
 }
