@@ -65,7 +65,7 @@ test-py: build
 # The op and training tests on device memory the host cannot touch: any
 # read of it above the HAL crashes here instead of working by accident.
 test-guarded: build
-	LOOM_DRIVER=guarded $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py \
+	LOOM_DRIVER=guarded $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py tests/test_amp.py \
 	  tests/test_device.py tests/test_fallback.py tests/test_serialization.py tests/test_guarded_driver.py \
 	  tests/test_memory_snapshot.py
 

@@ -17,7 +17,7 @@ def test_device_module_basics(loom):
     props = loom.get_device_properties(0)
     assert props.total_memory > 0 and props.num_threads >= 1
     assert loom.get_device_capability() == (props.major, props.minor)
-    assert loom.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+    assert loom.get_amp_supported_dtype() == [torch.bfloat16, torch.float16]
     assert loom.is_bf16_supported()
     assert loom._is_in_bad_fork() is False
     loom.synchronize()

@@ -36,6 +36,7 @@ def _register():
         torch._register_device_module("loom", _device_module)
     if not hasattr(torch.Tensor, "is_loom"):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    _device_module.amp._set_default_dtype()
 
 
 if _C is not None:

@@ -142,10 +142,6 @@ def synchronize(device=None) -> None:
     _C._synchronize(_get_device_index(device, optional=True))
 
 
-def get_amp_supported_dtype():
-    return [torch.float16, torch.bfloat16]
-
-
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
 
@@ -168,6 +164,8 @@ def set_fallback_mode(mode: str) -> None:
     _C._set_fallback_mode(mode)
 
 
+from . import amp  # noqa: E402
+from .amp import get_amp_supported_dtype  # noqa: E402
 from .memory import (  # noqa: E402
     empty_cache,
     get_memory_info,
@@ -207,6 +205,7 @@ __all__ = [
     "Event",
     "Stream",
     "StreamContext",
+    "amp",
     "clear_fallback_ops",
     "current_device",
     "current_stream",
