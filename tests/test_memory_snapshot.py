@@ -409,3 +409,27 @@ def test_exit_while_recording(py):
         """
     )
     assert out.stdout.strip() == "ok True"
+
+
+def test_two_devices_have_their_own_traces(py):
+    out = py(
+        """
+        import torch
+        torch.loom.memory._record_memory_history("all", context=None)
+        with torch.loom.device(1):
+            side = torch.loom.Stream()
+        x = torch.empty(3000, dtype=torch.uint8, device="loom:0")
+        with torch.loom.stream(side):
+            y = torch.empty(5000, dtype=torch.uint8, device="loom:1")
+        snap = torch.loom.memory._snapshot()
+        assert len(snap["device_traces"]) == 2
+        segs = {(s["device"], b["address"]): s for s in snap["segments"] for b in s["blocks"]}
+        assert segs[(0, x.data_ptr())]["stream"] == 0
+        assert segs[(1, y.data_ptr())]["stream"] == side.stream_id
+        allocs = [[(e["addr"], e["size"]) for e in t if e["action"] == "alloc"] for t in snap["device_traces"]]
+        assert allocs == [[(x.data_ptr(), 3000)], [(y.data_ptr(), 5000)]], allocs
+        print("ok")
+        """,
+        env={"LOOM_NUM_DEVICES": "2"},
+    )
+    assert out.stdout.strip() == "ok"
