@@ -94,6 +94,12 @@ class CMakeBuild(build_ext):
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built, target)
+        if not self.inplace:
+            # The C contract ships with the package: kernels compiled at run
+            # time (torch_loom.compiler.jit) include loom/kernel_abi.h.
+            headers = target.parent / "include"
+            shutil.rmtree(headers, ignore_errors=True)
+            shutil.copytree(ROOT / "include", headers)
 
 
 # setuptools' own files go beside CMake's, not into python/: an egg-info

@@ -1,7 +1,8 @@
 """torch_loom installs like a PyTorch extension: `pip wheel
 --no-build-isolation` builds a wheel through CMake, the wheel installs into
 a fresh virtual environment, and there `import torch` alone finds the loom
-device from a directory outside the repository.
+device from a directory outside the repository, and the JIT compiles a
+kernel against the C headers the wheel carries.
 
 The wheel reuses the repository's build/ (LOOM_BUILD_DIR), which `make
 build` has already built, so its CMake step has nothing or little to do.
@@ -79,11 +80,24 @@ import torch
 assert "torch_loom" in sys.modules, "import torch did not load torch_loom"
 x = torch.ones(3, device="loom")
 assert (x * 2).sum().item() == 6
-import importlib.metadata, torch_loom
+import importlib.metadata, shutil, torch_loom
 eps = [(ep.name, ep.value, str(ep.dist.locate_file("")))
        for ep in importlib.metadata.entry_points(group="torch.backends")]
+# A kernel compiled at run time finds loom/kernel_abi.h in the package.
+from torch_loom.compiler import jit
+include = jit.include_dir()
+if shutil.which("cc"):
+    jit.compile('#include "loom/kernel_abi.h"\\n'
+                'int twice(const loom_kernel_args *a, int64_t b, int64_t e) {\\n'
+                '  float *p = a->tensors[0].data;\\n'
+                '  for (int64_t i = b; i < e; ++i) p[i] *= 2;\\n'
+                '  return 0;\\n'
+                '}\\n', [("twice", "install.twice")])
+    y = torch.ones(5, device="loom")
+    jit.launch("install.twice", [y])
+    assert y.sum().item() == 10
 print(json.dumps({"file": torch_loom.__file__, "C": torch_loom._C.__file__,
-                  "eps": eps, "path": sys.path}))
+                  "eps": eps, "path": sys.path, "include": include}))
 """
 
 
@@ -94,7 +108,9 @@ def test_wheel_installs_and_autoloads_outside_the_tree(tmp_path):
         dist_info = f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"
         entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()
         wheel_meta = zf.read(f"{dist_info}/WHEEL").decode()
-    assert {f"torch_loom/{EXT}", "torch_loom/__init__.py", "torch_loom/loom/__init__.py"} <= names
+    assert {f"torch_loom/{EXT}", "torch_loom/__init__.py", "torch_loom/loom/__init__.py",
+            "torch_loom/compiler/jit.py", "torch_loom/include/loom/kernel_abi.h",
+            "torch_loom/include/loom/hal.h"} <= names
     assert "[torch.backends]\ntorch_loom = torch_loom:_autoload" in entry_points
     assert "Root-Is-Purelib: false" in wheel_meta
 
@@ -105,8 +121,9 @@ def test_wheel_installs_and_autoloads_outside_the_tree(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     out = json.loads(_run([python, "-c", textwrap.dedent(CHECK)], cwd=elsewhere,
-                          env=_env()).splitlines()[-1])
+                          env=_env(LOOM_CACHE_DIR=str(tmp_path / "jit"))).splitlines()[-1])
     assert Path(out["file"]).parent == site / "torch_loom"
     assert Path(out["C"]) == site / "torch_loom" / EXT
+    assert Path(out["include"]) == site / "torch_loom" / "include"
     assert out["eps"] == [["torch_loom", "torch_loom:_autoload", str(site)]]
     assert not any(p and Path(p).resolve() == REPO / "python" for p in out["path"])

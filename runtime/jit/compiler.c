@@ -170,27 +170,32 @@ loom_status loom_jit_run(const char *const *argv, const jit_dir *dir, const char
 
 /* ---- its identity ------------------------------------------------------------ */
 
-/* The last identity this process learnt, by fingerprint. */
+/* The last identity this process learnt, by fingerprint, and the cache
+ * directory known to hold its entry. */
 static pthread_mutex_t identity_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t known_fingerprint[LOOM_SHA256_SIZE];
 static char *known_identity;
+static char known_dir[PATH_MAX];
 
-static char *remembered(const uint8_t fp[LOOM_SHA256_SIZE]) {
+/* The remembered identity (a copy), and whether `dir` holds its entry. */
+static char *remembered(const uint8_t fp[LOOM_SHA256_SIZE], const jit_dir *dir, int *in_dir) {
   pthread_mutex_lock(&identity_lock);
   char *copy = known_identity && !memcmp(fp, known_fingerprint, LOOM_SHA256_SIZE)
                    ? strdup(known_identity)
                    : NULL;
+  *in_dir = !strcmp(known_dir, dir->path);
   pthread_mutex_unlock(&identity_lock);
   return copy;
 }
 
-static void remember(const uint8_t fp[LOOM_SHA256_SIZE], const char *identity) {
+static void remember(const uint8_t fp[LOOM_SHA256_SIZE], const char *identity, const jit_dir *dir) {
   char *copy = strdup(identity);
   if (!copy) return;
   pthread_mutex_lock(&identity_lock);
   free(known_identity);
   known_identity = copy;
   memcpy(known_fingerprint, fp, LOOM_SHA256_SIZE);
+  snprintf(known_dir, sizeof known_dir, "%s", dir->persistent ? dir->path : "");
   pthread_mutex_unlock(&identity_lock);
 }
 
@@ -198,21 +203,31 @@ void loom_jit_compiler_forget(void) {
   pthread_mutex_lock(&identity_lock);
   free(known_identity);
   known_identity = NULL;
+  known_dir[0] = '\0';
   pthread_mutex_unlock(&identity_lock);
 }
 
 loom_status loom_jit_compiler_identity(const jit_compiler *cc, const jit_dir *dir,
                                        char **out_identity) {
-  *out_identity = remembered(cc->fingerprint);
-  if (*out_identity) return LOOM_OK;
   char hex[2 * LOOM_SHA256_SIZE + 1], name[96];
   loom_hex(cc->fingerprint, LOOM_SHA256_SIZE, hex);
   snprintf(name, sizeof name, "cc-%s.id", hex);
+  int in_dir;
+  char *identity = remembered(cc->fingerprint, dir, &in_dir);
   uint64_t size;
-  char *identity = NULL;
-  const int fd = loom_jit_entry_open(dir, name, cc->fingerprint, geteuid(), &size, &identity);
+  int fd = -1;
+  if (!identity) fd = loom_jit_entry_open(dir, name, cc->fingerprint, geteuid(), &size, &identity);
   if (fd >= 0) {
     close(fd);
+  } else if (identity) {
+    /* Known here, but another cache directory's processes must find it
+     * too, without running the compiler. */
+    if (!in_dir && dir->persistent) {
+      fd = loom_jit_entry_open(dir, name, cc->fingerprint, geteuid(), &size, NULL);
+      if (fd >= 0) close(fd);
+      else if (loom_jit_entry_write(dir, name, cc->fingerprint, identity, strlen(identity)) != LOOM_OK)
+        loom_clear_error();
+    }
   } else {
     char log[64];
     loom_jit_temp_name(log, sizeof log, ".version");
@@ -229,7 +244,7 @@ loom_status loom_jit_compiler_identity(const jit_compiler *cc, const jit_dir *di
     if (loom_jit_entry_write(dir, name, cc->fingerprint, identity, strlen(identity)) != LOOM_OK)
       loom_clear_error();
   }
-  remember(cc->fingerprint, identity);
+  remember(cc->fingerprint, identity, dir);
   *out_identity = identity;
   return LOOM_OK;
 }

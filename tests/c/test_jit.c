@@ -202,6 +202,26 @@ static void test_second_start_runs_no_compiler(void) {
   loom_jit_module_release(m);
 }
 
+/* A process that learnt the compiler's identity under one cache directory
+ * still leaves it in the next one it uses, for the processes after it. */
+static void test_identity_follows_the_cache_dir(void) {
+  TEST_SKIP_IF(!have_cc, "no C compiler here");
+  char other[PATH_MAX + 16];
+  snprintf(other, sizeof other, "%s/other", root);
+  loom_jit_module_t *m = compile_axpy(); /* the identity is known now */
+  loom_jit_module_release(m);
+  setenv("LOOM_CACHE_DIR", other, 1);
+  const loom_jit_source src = source_of(scale_source, &scale_kernel);
+  CHECK_OK(loom_jit_compile(&src, &m));
+  loom_jit_module_release(m);
+  loom_jit_shutdown();
+  CHECK_OK(loom_jit_compile(&src, &m));
+  CHECK(origin_of(m) == LOOM_JIT_CACHED);
+  CHECK_EQ_INT(stats().compiler_invocations, 0);
+  loom_jit_module_release(m);
+  setenv("LOOM_CACHE_DIR", cache, 1);
+}
+
 /* Damages the cached entry of axpy with `damage`, restarts, and checks that
  * the next compile rejects it, compiles afresh and works. */
 static void check_recompiled(void (*damage)(const char *path), const char *what) {
@@ -522,6 +542,7 @@ int main(void) {
   RUN_TEST(test_isa_flags);
   RUN_TEST(test_compile_and_launch);
   RUN_TEST(test_second_start_runs_no_compiler);
+  RUN_TEST(test_identity_follows_the_cache_dir);
   loom_jit_shutdown();
   RUN_TEST(test_corrupt_entry_recompiled);
   loom_jit_shutdown();
