@@ -20,9 +20,11 @@
 namespace torch_loom::nn {
 namespace {
 
+// Symbolic sizes throughout: SDPA asks this while torch.compile traces with
+// symbolic shapes, and reading concrete sizes would specialize them.
 bool same_batch(const at::Tensor& a, const at::Tensor& b) {
   return a.dim() == b.dim() &&
-         a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2);
+         a.sym_sizes().slice(0, a.dim() - 2) == b.sym_sizes().slice(0, b.dim() - 2);
 }
 
 bool kernel_covers(const at::Tensor& q, const at::Tensor& k,
@@ -35,9 +37,9 @@ bool kernel_covers(const at::Tensor& q, const at::Tensor& k,
   if (q.dim() < 2 || q.dim() > LOOM_MAX_DIMS || !same_batch(q, k) ||
       !same_batch(q, v))
     return false;
-  if (k.size(-1) != q.size(-1) || v.size(-2) != k.size(-2)) return false;
-  if (q.size(-1) > LOOM_ATTENTION_MAX_HEAD_DIM ||
-      v.size(-1) > LOOM_ATTENTION_MAX_HEAD_DIM)
+  if (k.sym_size(-1) != q.sym_size(-1) || v.sym_size(-2) != k.sym_size(-2)) return false;
+  if (q.sym_size(-1) > LOOM_ATTENTION_MAX_HEAD_DIM ||
+      v.sym_size(-1) > LOOM_ATTENTION_MAX_HEAD_DIM)
     return false;
   if (mask.has_value() && mask->defined()) {
     if (mask->requires_grad()) return false;
