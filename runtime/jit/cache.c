@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "loom/kernel_abi.h"
 #include "runtime/jit/jit_internal.h"
 
@@ -173,8 +175,14 @@ void loom_jit_dir_close(jit_dir *dir) {
 /* ---- entries ----------------------------------------------------------------- */
 
 void loom_jit_temp_name(char *out, size_t size, const char *suffix) {
+  /* The pid and a counter are unique on this machine; random bits keep
+   * processes of other pid namespaces sharing the directory apart. */
   static atomic_uint counter;
-  snprintf(out, size, "tmp-%ld-%u%s", (long)getpid(), atomic_fetch_add(&counter, 1), suffix);
+  uint64_t salt = 0;
+  if (getrandom(&salt, sizeof salt, GRND_NONBLOCK) != (ssize_t)sizeof salt)
+    salt = loom_now_ns() ^ ((uint64_t)(uintptr_t)&salt << 16);
+  snprintf(out, size, "tmp-%ld-%u-%016llx%s", (long)getpid(), atomic_fetch_add(&counter, 1),
+           (unsigned long long)salt, suffix);
 }
 
 static int read_full(int fd, void *buf, size_t size, uint64_t offset) {

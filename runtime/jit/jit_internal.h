@@ -72,7 +72,8 @@ loom_status loom_jit_entry_write(const jit_dir *dir, const char *final_name,
                                  size_t size);
 
 /* A name for a temporary file in a directory, unique in the process and
- * among processes: "tmp-<pid>-<n><suffix>". */
+ * among processes: "tmp-<pid>-<n>-<random><suffix>" (at most 44 characters
+ * before the suffix). */
 void loom_jit_temp_name(char *out, size_t size, const char *suffix);
 
 /* Takes the lock file `name` of `dir` (flock, exclusive, waiting): returns
