@@ -52,6 +52,7 @@ void init_device(py::module& m) {
     for (const auto& [bit, name] : names)
       if (p.features & bit) features.append(name);
     d["features"] = features;
+    d["host_addressable"] = (p.flags & LOOM_DEVICE_HOST_ADDRESSABLE) != 0;
     return d;
   });
   // torch.Event.elapsed_time accepts only exact torch.Event objects; this

@@ -48,7 +48,18 @@ typedef struct loom_device_props {
   uint64_t total_memory;  /* bytes this device may hold (the limit) */
   int32_t major, minor;   /* capability version of the driver */
   uint32_t features;      /* LOOM_FEATURE_* bits (loom/features.h) */
+  uint32_t flags;         /* LOOM_DEVICE_* bits below */
 } loom_device_props;
+
+/* loom_device_props.flags */
+enum {
+  /* Device memory is host memory: code on the host may read and write it
+   * (once the streams that use it are synchronized), as the host driver's
+   * kernels do. Clear where the host cannot address it (the guarded driver,
+   * a discrete device): there, host code reaches device data only through
+   * HAL copies and kernels. */
+  LOOM_DEVICE_HOST_ADDRESSABLE = 1u << 0,
+};
 
 loom_status loom_device_properties(int device, loom_device_props *out);
 

@@ -37,9 +37,11 @@ def _register():
     if not hasattr(torch.Tensor, "is_loom"):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     _device_module.amp._set_default_dtype()
+    _inductor.install()  # torch.compile on loom tensors, registered on first use
 
 
 if _C is not None:
+    from . import _inductor
     from . import loom as _device_module
 
     loom = _device_module

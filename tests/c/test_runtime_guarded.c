@@ -56,6 +56,9 @@ static void test_selected_by_name(void) {
   CHECK(strcmp(props.driver, driver) == 0);
   CHECK(strncmp(props.name, name, strlen(name)) == 0);
   CHECK(props.num_threads >= 1);
+  /* Only the host driver says its memory is host memory (a driver that
+   * does not say, like the test driver "sync", is taken not to). */
+  CHECK(((props.flags & LOOM_DEVICE_HOST_ADDRESSABLE) != 0) == (strcmp(driver, "host") == 0));
 }
 
 /* Small (inline-run) and large (parallel, huge-page) buffers, every kind of

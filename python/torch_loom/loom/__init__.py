@@ -164,6 +164,16 @@ def set_fallback_mode(mode: str) -> None:
     _C._set_fallback_mode(mode)
 
 
+def __getattr__(name):
+    # Inductor reads its backend for loom from here (Scheduling,
+    # PythonWrapperCodegen, ...); serving it loads torch_loom._inductor.
+    from .._inductor import BACKEND_NAMES, inductor_attr
+
+    if name in BACKEND_NAMES:
+        return inductor_attr(name)
+    raise AttributeError(f"module 'torch.loom' has no attribute '{name}'")
+
+
 from . import amp  # noqa: E402
 from .amp import get_amp_supported_dtype  # noqa: E402
 from .memory import (  # noqa: E402

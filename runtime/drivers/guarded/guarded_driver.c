@@ -56,6 +56,7 @@ static loom_status guarded_device_properties(void *ctx, int device, loom_device_
   if (st != LOOM_OK) return st;
   const char *cpu = loom_cpu_name();
   snprintf(out->name, sizeof out->name, "loom guarded (%s)", *cpu ? cpu : "CPU");
+  out->flags &= ~(uint32_t)LOOM_DEVICE_HOST_ADDRESSABLE; /* the point of this driver */
   return LOOM_OK;
 }
 

@@ -49,6 +49,7 @@ static loom_status host_device_properties(void *ctx, int device, loom_device_pro
   out->major = 1;
   out->minor = 0;
   out->features = loom_cpu_features();
+  out->flags |= LOOM_DEVICE_HOST_ADDRESSABLE;
   return LOOM_OK;
 }
 

@@ -1,0 +1,142 @@
+"""Inductor's backend for loom: C++ kernels on loom buffers, extern kernels
+as loom ops.
+
+Registered when Inductor first registers its backends (see __init__.py).
+The host driver's device memory is host memory, so Inductor's C++ kernel
+generator (CppScheduling) runs on loom buffers unchanged; what loom adds is
+the wrapper that calls those kernels in order with loom's asynchronous
+stream, the device op overrides the wrapper is written with, and the
+configuration that keeps random ops on loom's Philox generator.
+"""
+
+from __future__ import annotations
+
+import logging
+from textwrap import dedent
+
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.codegen.common import (
+    DeviceOpOverrides,
+    register_backend_for_device,
+    register_device_op_overrides,
+)
+from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
+from torch._inductor.virtualized import V
+
+from . import interface, patches
+
+log = logging.getLogger("torch_loom.inductor")
+
+
+class LoomDeviceOpOverrides(DeviceOpOverrides):
+    """The lines the Python wrapper uses for device, stream and guard."""
+
+    def import_get_raw_stream_as(self, name: str) -> str:
+        return dedent(f"""
+            def {name}(index):
+                return torch.loom.current_stream(index).stream_id
+            """)
+
+    def set_device(self, device_idx: int) -> str:
+        return f"torch.loom.set_device({device_idx})"
+
+    def synchronize(self) -> str:
+        return "torch.loom.synchronize()"
+
+    def device_guard(self, device_idx: int) -> str:
+        return f"torch.loom.device({device_idx})"
+
+    def current_stream(self) -> str:
+        return "torch.loom.current_stream()"
+
+    def cpp_kernel_type(self) -> str:
+        return "void*"
+
+
+class _LoomWrapperMixin:
+    """Calls C++ kernels on loom buffers in order with loom's stream."""
+
+    def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True,
+                                     **kwargs):
+        device = device or V.graph.get_current_device_or_throw()
+        if triton or device.type != "loom":
+            return super()._generate_kernel_call_helper(kernel_name, call_args, device=device,
+                                                        triton=triton, **kwargs)
+        if not host_addressable():
+            raise NotImplementedError(
+                f"torch.compile on loom: {kernel_name} is a C++ kernel, but the host cannot "
+                "address this device's memory")
+        # The kernel runs on this thread, now: what loom ops enqueued before
+        # it (extern kernels, the graph's inputs) must have executed first.
+        index = device.index if device.index is not None else 0
+        self.writeline(f"loom_wait_for_stream({index})")
+        self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+
+
+class LoomWrapperCodegen(_LoomWrapperMixin, PythonWrapperCodegen):
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        if is_subgraph:
+            return LoomSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+        return LoomWrapperCodegen()
+
+    def write_header(self) -> None:
+        super().write_header()
+        self.imports.splice("from torch_loom._inductor.runtime import wait_for_stream as loom_wait_for_stream")
+
+
+class LoomSubgraphWrapperCodegen(_LoomWrapperMixin, SubgraphPythonWrapperCodegen):
+    pass
+
+
+class LoomCppWrapperCodegen:
+    """Inductor's C++ wrapper (cpp_wrapper, AOTInductor) is not supported on
+    loom; Inductor only asks for it when one of those is enabled."""
+
+    @staticmethod
+    def create(*args, **kwargs):
+        raise NotImplementedError(
+            "torch.compile on loom: cpp_wrapper and AOTInductor are not supported; "
+            "leave torch._inductor.config.cpp_wrapper off for loom graphs")
+
+
+Scheduling = CppScheduling
+
+# What init_backend_registration reads as torch.loom.<name>.
+INDUCTOR_CLASSES = {
+    "Scheduling": Scheduling,
+    "PythonWrapperCodegen": LoomWrapperCodegen,
+    "CppWrapperCodegen": LoomCppWrapperCodegen,
+    "WrapperFxCodegen": WrapperFxCodegen,
+}
+
+
+def host_addressable() -> bool:
+    """Whether the host may run code on loom's device memory (the host
+    driver: yes; the guarded driver, a discrete device: no)."""
+    from .interface import LoomInterface
+
+    return LoomInterface.Worker.get_device_properties(0).host_addressable
+
+
+def _register() -> None:
+    interface.register(with_indices=True)
+    register_device_op_overrides("loom", LoomDeviceOpOverrides())
+    register_backend_for_device("loom", *INDUCTOR_CLASSES.values())
+    patches.apply()
+    # Random ops run as loom's own ops on its Philox generator, so compiled
+    # and eager code draw the same numbers. Inductor reads this one global.
+    inductor_config.fallback_random = True
+    if not host_addressable():
+        # Inductor's kernels are host code: where the host cannot address
+        # device memory, every node runs as the loom op it came from.
+        inductor_config.fallback_by_default = True
+        log.warning("torch.compile on loom: the %s driver's memory is not host-addressable; "
+                    "Inductor's C++ kernels are off and compiled graphs run their nodes as loom ops",
+                    interface.LoomInterface.Worker.get_device_properties(0).name)
+
+
+_register()

@@ -1,0 +1,71 @@
+"""Where Inductor 2.13 equates "the C++ backend" with the device "cpu".
+
+Inductor generates C++ for the device type "cpu" only; any other device is
+assumed to be a Triton GPU in two predicates that the C++ backend relies on.
+loom's graphs are scheduled by Inductor's C++ backend, so both answer for
+loom as they do for "cpu". Each patch wraps the original, changes its answer
+for loom only, and is applied once.
+
+- ``get_current_backend()`` (torch._inductor.utils; imported by name into
+  codegen.common, scheduler and kernel.mm_common) names the code generator
+  of the current device: ``config.cuda_backend`` ("triton") for any device
+  it does not know. The C++ kernel's CSE then propagates dtypes the Triton
+  way (bf16/fp16 upcast, ``masked``), and vectorized index expressions lose
+  their dtype.
+- ``BaseSchedulerNode.is_cpu()`` is asked in exactly three places, each to
+  skip a Triton-only fusion rewrite (loop reordering, loop reindexing, index
+  inversion) that assumes Triton's loop groups and breaks on the C++
+  backend's.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_CPP_DEVICES = ("loom",)
+
+
+def _patch_get_current_backend() -> None:
+    import torch._inductor.utils as utils
+
+    original = utils.get_current_backend
+    if getattr(original, "_loom", False):
+        return
+
+    def get_current_backend(device_type: str | None = None) -> str:
+        if not device_type:
+            from torch._inductor.virtualized import V
+
+            device_type = V.graph.get_current_device_or_throw().type
+        if device_type in _CPP_DEVICES:
+            return "cpp"
+        return original(device_type)
+
+    get_current_backend._loom = True
+    get_current_backend.__wrapped__ = original
+    for name in ("torch._inductor.utils", "torch._inductor.codegen.common",
+                 "torch._inductor.scheduler", "torch._inductor.kernel.mm_common"):
+        module = importlib.import_module(name)
+        if getattr(module, "get_current_backend", None) is original:
+            module.get_current_backend = get_current_backend
+
+
+def _patch_scheduler_is_cpu() -> None:
+    from torch._inductor.scheduler import BaseSchedulerNode
+
+    original = BaseSchedulerNode.is_cpu
+    if getattr(original, "_loom", False):
+        return
+
+    def is_cpu(self) -> bool:
+        device = self.get_device()
+        return (device is not None and device.type in _CPP_DEVICES) or original(self)
+
+    is_cpu._loom = True
+    is_cpu.__wrapped__ = original
+    BaseSchedulerNode.is_cpu = is_cpu
+
+
+def apply() -> None:
+    _patch_get_current_backend()
+    _patch_scheduler_is_cpu()

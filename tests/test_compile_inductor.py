@@ -1,0 +1,273 @@
+"""A plain torch.compile(model) (Inductor, the default backend) on loom
+tensors: what it computes equals loom eager, with the CPU fallback off.
+
+Inductor compiles are slow on small machines, so the models are tiny, each
+compiled model serves several checks, and Inductor's on-disk cache makes a
+second run of this file much faster than the first."""
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@pytest.fixture(autouse=True)
+def _no_cpu_fallback():
+    torch.loom.set_fallback_mode("error")
+    torch.loom.clear_fallback_ops()
+    yield
+    assert torch.loom.fallback_ops() == {}
+
+
+# ---- models ------------------------------------------------------------------
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 24), nn.Tanh(),
+                                 nn.Linear(24, 5))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(6)
+        self.conv2 = nn.Conv2d(6, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.relu(self.bn2(self.conv2(x)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=32, d=16, heads=2, layers=2, max_seq=24):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(max_seq, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def _train(model, batches, make_opt, compile_kw=None, steps=3):
+    """Losses and final parameters of `steps` training steps on loom (one
+    batch each: the same batch again, so that the loss falls)."""
+    model = copy.deepcopy(model).to("loom")
+    opt = make_opt(model.parameters())
+    run = torch.compile(model, **compile_kw) if compile_kw is not None else model
+    losses = []
+    for x, y in batches[:steps]:
+        opt.zero_grad(set_to_none=True)
+        out = run(x.to("loom"))
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.to("loom").reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach().cpu() for n, p in model.named_parameters()}
+
+
+def _check_training(model, batches, make_opt, rtol, atol):
+    eager_losses, eager_params = _train(model, batches, make_opt)
+    losses, params = _train(model, batches, make_opt, compile_kw={})
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=rtol, atol=atol)
+    assert losses[-1] < losses[0]
+    for name, p in params.items():
+        torch.testing.assert_close(p, eager_params[name], rtol=rtol, atol=atol, msg=name)
+
+
+def _sgd(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+# ---- training steps ------------------------------------------------------------
+
+def test_mlp_training_matches_eager():
+    torch.manual_seed(0)
+    batches = [(torch.randn(16, 12), torch.randint(0, 5, (16,)))] * 3
+    _check_training(MLP(), batches, _sgd, rtol=1e-4, atol=1e-5)
+
+
+def test_cnn_training_with_batch_norm_and_pooling_matches_eager():
+    torch.manual_seed(0)
+    batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,)))] * 3
+    _check_training(CNN(), batches, _sgd, rtol=1e-4, atol=1e-5)
+
+
+def test_gpt_training_with_sdpa_layer_norm_gelu_adamw_matches_eager():
+    torch.manual_seed(0)
+    batches = [(torch.randint(0, 32, (2, 12)), torch.randint(0, 32, (2, 12)))] * 3
+    # The key projection's bias has a gradient of exactly zero in theory
+    # (softmax ignores a shift shared by all keys), rounding noise in
+    # practice, which Adam's default eps would blow up to steps of lr.
+    _check_training(GPT(), batches, lambda p: torch.optim.AdamW(p, lr=1e-2, eps=1e-4),
+                    rtol=1e-4, atol=1e-5)
+
+
+# ---- ordering with the stream --------------------------------------------------
+
+def _chain(x, w):
+    h = torch.relu(x @ w) * 2 + 1       # extern matmul -> generated pointwise
+    return (h @ w).sum(dim=1)           # extern matmul -> generated reduction
+
+
+def test_generated_kernels_wait_for_pending_loom_work():
+    """The graph's input comes out of a long matmul still queued on the
+    stream, and the graph alternates extern and generated kernels: every
+    generated kernel must see what the work before it wrote."""
+    compiled = torch.compile(_chain)
+    w = torch.randn(48, 48, device="loom") / 8
+    big = torch.randn(1024, 1024, device="loom")
+    compiled(torch.randn(48, 48, device="loom"), w)  # compile first
+    for trial in range(3):
+        torch.loom.synchronize()
+        # x is ready only after the 1024^3 matmul: the compiled graph is
+        # called while that is still running.
+        x = (big @ big)[:48, :48] * 1e-3 + trial
+        got = compiled(x, w)
+        torch.testing.assert_close(got.cpu(), _chain(x, w).cpu(), rtol=1e-5, atol=1e-4)
+
+
+# ---- dynamic shapes, streams, random -------------------------------------------
+
+def test_dynamic_shapes_recompile_at_most_twice():
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = GPT().to("loom").eval()
+    compiled = torch.compile(model, dynamic=True)
+    idx = torch.randint(0, 32, (2, 24), device="loom")
+    before = counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        for t in (5, 8, 11, 16, 23):
+            torch.testing.assert_close(compiled(idx[:, :t]), model(idx[:, :t]), rtol=1e-4, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] - before <= 2
+
+
+def test_stream_contexts_behave_as_in_eager():
+    def step(x, side):
+        current = torch.accelerator.current_stream()
+        y = torch.sin(x) @ x
+        with torch.loom.stream(side):
+            side.wait_stream(current)
+            z = torch.relu(y) + 1
+        current.wait_stream(side)
+        return (z * y).sum(dim=0)
+
+    compiled = torch.compile(step)
+    side = torch.loom.Stream()
+    x = torch.randn(32, 32, device="loom")
+    torch.testing.assert_close(compiled(x, side).cpu(), step(x, side).cpu(), rtol=1e-5, atol=1e-5)
+    # A compiled graph called under a stream context runs on that stream.
+    plain = torch.compile(lambda a: (torch.sin(a) @ a).relu().sum(dim=1))
+    expected = (torch.sin(x) @ x).relu().sum(dim=1).cpu()
+    with torch.loom.stream(side):
+        got = plain(x)
+    side.synchronize()
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_draws_what_eager_draws():
+    def f(x):
+        return F.dropout(x, p=0.4, training=True) * 3
+
+    compiled = torch.compile(f)
+    x = torch.randn(64, 33, device="loom")
+    torch.loom.manual_seed(7)
+    eager = f(x).cpu()
+    torch.loom.manual_seed(7)
+    got = compiled(x).cpu()
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)
+    assert 0.3 < (got == 0).float().mean().item() < 0.5
+
+
+@pytest.mark.parametrize("mode", ["max-autotune-no-cudagraphs", "reduce-overhead"])
+def test_modes(mode):
+    compiled = torch.compile(_chain, mode=mode)
+    x, w = torch.randn(16, 16, device="loom"), torch.randn(16, 16, device="loom")
+    torch.testing.assert_close(compiled(x, w).cpu(), _chain(x, w).cpu(), rtol=1e-5, atol=1e-5)
+
+
+# ---- registration --------------------------------------------------------------
+
+def test_registration_is_lazy_and_complete(py):
+    proc = py("""
+        import sys, torch
+        assert "torch._dynamo" not in sys.modules and "torch._inductor" not in sys.modules
+        assert not any(m.startswith("torch_loom._inductor.") for m in sys.modules)
+        f = torch.compile(lambda a: (a @ a).relu().sum(dim=0))
+        x = torch.randn(8, 8, device="loom")
+        torch.testing.assert_close(f(x), (x @ x).relu().sum(dim=0))
+
+        from torch._dynamo.device_interface import get_interface_for_device
+        from torch._inductor.codegen.common import get_device_op_overrides, get_scheduling_for_device
+        from torch._inductor.async_compile import caching_device_properties
+        iface = get_interface_for_device("loom")
+        assert get_interface_for_device("loom:0") is iface
+        assert iface.Stream is torch.loom.Stream and iface.Event is torch.loom.Event
+        assert isinstance(iface.get_compute_capability(), str)
+        props = iface.Worker.get_device_properties()
+        assert props.multi_processor_count == torch.loom.get_device_properties(0).num_threads
+        assert iface.get_device_properties("loom:0") is props
+        caching_device_properties()  # what Inductor does before forking workers
+        assert iface.is_available() and iface.device_count() == torch.loom.device_count()
+        assert iface.current_stream() == torch.loom.current_stream()
+        assert get_scheduling_for_device("loom") is not None
+        assert get_device_op_overrides("loom").synchronize() == "torch.loom.synchronize()"
+        print("ok")
+    """)
+    assert proc.stdout.strip().endswith("ok")
+
+
+def test_memory_the_host_cannot_address_runs_nodes_as_loom_ops(py):
+    proc = py("""
+        import torch
+        import torch.nn.functional as F
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
+                                    torch.nn.LayerNorm(16), torch.nn.Linear(16, 3)).to("loom")
+        twin = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
+                                   torch.nn.LayerNorm(16), torch.nn.Linear(16, 3)).to("loom")
+        twin.load_state_dict(model.state_dict())
+        compiled = torch.compile(model)
+        x, y = torch.randn(6, 8, device="loom"), torch.randint(0, 3, (6,), device="loom")
+        for m in (compiled, twin):
+            F.cross_entropy(m(x), y).backward()
+        torch.testing.assert_close(compiled(x), twin(x))
+        for a, b in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(a.grad, b.grad)
+        print(torch.loom.get_device_name())
+    """, env={"LOOM_DRIVER": "guarded", "LOOM_FALLBACK": "error"})
+    assert proc.stdout.startswith("loom guarded")
+    assert proc.stderr.count("not host-addressable") == 1, proc.stderr
