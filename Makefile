@@ -11,7 +11,7 @@ TORCH_VERSION := 2.13.0
 CLIENT_PKGS := torchvision==0.28.0 transformers==5.25.0 timm==1.0.31
 export LOOM_REPO_ROOT := $(CURDIR)
 
-.PHONY: all setup build test test-c test-sanitize test-tsan test-py test-guarded test-generic demo conformance conformance-fast conformance-update bench bench-quick clean
+.PHONY: all setup build test test-c test-sanitize test-tsan test-py test-guarded test-generic demo demo-mlp conformance conformance-fast conformance-update bench bench-quick clean
 
 all: build
 
@@ -77,7 +77,12 @@ test-generic: build
 
 test: test-c test-sanitize test-tsan test-py test-guarded test-generic
 
+# A character-level GPT trained on loom with the CPU fallback forbidden:
+# an op without a native kernel stops it (examples/train_gpt.py --help).
 demo: build
+	LOOM_FALLBACK=error $(VPY) examples/train_gpt.py
+
+demo-mlp: build
 	$(VPY) examples/train_mlp.py
 
 # Every OpInfo of op_db on loom against the CPU: conformance/REPORT.md, results.json.
