@@ -4,7 +4,9 @@
  * scheme): a producer claims position p by compare-and-swap on `write` when
  * slot p's turn is p, writes the record, then publishes turn p + 1; the
  * consumer reads slot `read` once its turn is read + 1 and hands it back
- * with turn read + capacity. Producers are whoever executes the stream's
+ * with turn read + capacity. A slot stores its turn less its index, so that
+ * a ring starts as zeroed memory: pages the ring never reaches are never
+ * touched. Producers are whoever executes the stream's
  * commands (an executor, a synchronizing thread, a submitter running a
  * command inline, or any thread with a synchronous driver) and the threads
  * that enqueue; they never wait: a slot not yet handed back means the ring
@@ -19,7 +21,6 @@
 #define _GNU_SOURCE /* syscall(SYS_gettid) */
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -31,7 +32,7 @@
 #define TRACE_MAX_RECORDS ((size_t)1 << 26)
 
 typedef struct trace_slot {
-  _Atomic uint64_t turn;
+  _Atomic uint64_t turn; /* the slot's turn less its index in the ring */
   loom_trace_record record;
 } trace_slot;
 
@@ -73,7 +74,7 @@ static void ring_push(struct loom_trace_ring *r, const loom_trace_record *rec) {
   trace_slot *slot;
   for (;;) {
     slot = &r->slots[pos & r->mask];
-    const uint64_t turn = atomic_load_explicit(&slot->turn, memory_order_acquire);
+    const uint64_t turn = atomic_load_explicit(&slot->turn, memory_order_acquire) + (pos & r->mask);
     const int64_t lag = (int64_t)(turn - pos);
     if (lag == 0) {
       if (atomic_compare_exchange_weak_explicit(&r->write, &pos, pos + 1, memory_order_relaxed,
@@ -88,16 +89,17 @@ static void ring_push(struct loom_trace_ring *r, const loom_trace_record *rec) {
     }
   }
   slot->record = *rec;
-  atomic_store_explicit(&slot->turn, pos + 1, memory_order_release);
+  atomic_store_explicit(&slot->turn, pos + 1 - (pos & r->mask), memory_order_release);
 }
 
 /* Under trace_lock. Takes the next published record into *out (NULL:
  * discards it); 0 when there is none. */
 static int ring_pop(struct loom_trace_ring *r, loom_trace_record *out) {
-  trace_slot *slot = &r->slots[r->read & r->mask];
-  if (atomic_load_explicit(&slot->turn, memory_order_acquire) != r->read + 1) return 0;
+  const uint64_t index = r->read & r->mask;
+  trace_slot *slot = &r->slots[index];
+  if (atomic_load_explicit(&slot->turn, memory_order_acquire) + index != r->read + 1) return 0;
   if (out) *out = slot->record;
-  atomic_store_explicit(&slot->turn, r->read + r->mask + 1, memory_order_release);
+  atomic_store_explicit(&slot->turn, r->read + r->mask + 1 - index, memory_order_release);
   ++r->read;
   return 1;
 }
@@ -105,14 +107,12 @@ static int ring_pop(struct loom_trace_ring *r, loom_trace_record *out) {
 /* Under trace_lock: a ring of ring_records slots for `stream`, listed. */
 static struct loom_trace_ring *ring_create(const loom_stream_t *stream) {
   const size_t n = ring_records;
-  struct loom_trace_ring *r = malloc(sizeof *r + n * sizeof(trace_slot));
+  /* Zeroed: every slot's turn is its index (see trace_slot). */
+  struct loom_trace_ring *r = calloc(1, sizeof *r + n * sizeof(trace_slot));
   if (!r) return NULL;
-  memset(r, 0, sizeof *r);
   r->device = stream->device;
   r->stream = stream->id;
   r->mask = n - 1;
-  atomic_init(&r->write, 0);
-  for (size_t i = 0; i < n; ++i) atomic_init(&r->slots[i].turn, i);
   r->next = rings;
   rings = r;
   return r;
