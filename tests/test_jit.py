@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import REPO_ROOT, run_python
+from conftest import REPO_ROOT
 from torch_loom.compiler import jit
 
 ELEMENTWISE = r"""
