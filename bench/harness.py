@@ -289,8 +289,9 @@ def compare(out: list, ref: list, tol: float) -> dict:
 
 def _inject_fault(workload_name: str, config_name: str) -> None:
     """Testing hook: LOOM_BENCH_FAULT="workload/config=kind,..." makes that
-    item raise, crash the worker (abort) or hang, to exercise the recovery
-    paths of the runner."""
+    item raise, skip itself (as a workload that cannot run there does),
+    crash the worker (abort) or hang, to exercise the recovery paths of the
+    runner."""
     spec = os.environ.get("LOOM_BENCH_FAULT", "")
     for entry in filter(None, (e.strip() for e in spec.split(","))):
         target, _, kind = entry.partition("=")
@@ -298,6 +299,10 @@ def _inject_fault(workload_name: str, config_name: str) -> None:
             continue
         if kind == "raise":
             raise RuntimeError(f"injected fault in {target}")
+        if kind == "skip":
+            from bench.workloads import Skip
+
+            raise Skip(f"injected skip in {target}")
         if kind == "crash":
             os.abort()
         if kind == "hang":
@@ -327,7 +332,7 @@ class Worker:
     def _prepare(self, index, workload, config, result, reference, budget):
         """Builds one configuration and makes its first call and warm-up.
         Returns (Timed, prepared) or None when it failed (result updated)."""
-        from bench.workloads import Ctx
+        from bench.workloads import Ctx, Skip
 
         torch = self.env.torch
         ok, reason = self.env.available[config.name]
@@ -357,6 +362,9 @@ class Worker:
             else:
                 result["check"] = {"status": "skipped", "detail": "no CPU eager result to compare with"}
             return timed, prepared
+        except Skip as exc:
+            result.update(status="skipped", reason=str(exc))
+            return None
         except Exception as exc:
             result.update(status="error", stage=stage, reason=describe_error(exc),
                           traceback=traceback.format_exc(limit=8)[-2000:])

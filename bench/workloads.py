@@ -55,6 +55,11 @@ class Prepared:
     extra: dict = field(default_factory=dict)  # per-call phase timings etc.
 
 
+class Skip(Exception):
+    """Raised by a workload's build when it cannot run in a configuration,
+    for the reason given: the item is reported as skipped with it."""
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -419,6 +424,54 @@ def _gpt_train(ctx: Ctx) -> Prepared:
     return Prepared(step, items=batch * seq, flops=flops, limit=FMA_FP32, tol=1e-3)
 
 
+def _autocast_missing(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why torch.autocast(device, dtype) cannot run a training step here
+    (None when it casts a matmul to `dtype`)."""
+    a = torch.ones(2, 2, device=device)
+    try:
+        with torch.autocast(device.type, dtype=dtype):
+            out = a @ a
+    except (RuntimeError, NotImplementedError) as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        return f"torch.autocast({device.type!r}, {dtype}) fails: {type(exc).__name__}: {first[:200]}"
+    if out.dtype != dtype:
+        return f"torch.autocast({device.type!r}, {dtype}) leaves matmul in {out.dtype}"
+    return None
+
+
+def _gpt_char_train(amp: torch.dtype | None):
+    """The training step of `make demo` (examples/train_gpt.py): the
+    character-level GPT on the shipped text, AdamW, under autocast to `amp`
+    when given (on every configuration, CPU eager included)."""
+    def build(ctx: Ctx) -> Prepared:
+        from examples import gpt
+
+        if amp is not None:
+            why = _autocast_missing(ctx.device, amp)
+            if why:
+                raise Skip(why)
+        corpus = gpt.CharCorpus.load()
+        if ctx.quick:
+            cfg, batch = gpt.ModelConfig(n_layer=2, d_model=32, n_head=2, context=16), 2
+        else:
+            cfg, batch = gpt.ModelConfig(), 16
+        x, y = gpt.get_batch(corpus.split()[0], batch, cfg.context, _gen(27))
+        with torch.device("meta"):
+            mmodel = models.GPT(cfg.gpt(corpus.vocab_size))
+        meta = _meta_like([x, y])
+        flops = count_flops(lambda: mmodel(meta[0], meta[1])[1].backward())
+
+        model = gpt.make_model(corpus.vocab_size, cfg, ctx.device, seed=0)
+        opt = gpt.make_optimizer(model, lr=3e-4)
+        cmodel = ctx.compile(model)
+        dx, dy = ctx.to(x), ctx.to(y)
+        return Prepared(lambda: gpt.train_step(cmodel, opt, dx, dy, amp), items=batch * cfg.context,
+                        flops=flops, limit=FMA_FP32 if amp is None else FMA_BF16,
+                        tol=1e-3 if amp is None else 2e-2)
+
+    return build
+
+
 def _gpt_infer(ctx: Ctx) -> Prepared:
     cfg = _gpt_cfg(ctx)
     prompt_len, new_tokens = (8, 4) if ctx.quick else (512, 64)
@@ -501,6 +554,11 @@ WORKLOADS += [
              "batch 32 of 32x32, SGD", _cnn_train),
     Workload("gpt_train", "training", "token", "GPT (4 layers, d_model 256, 4 heads, vocab 2048) "
              "forward + backward + AdamW, batch 8 x 128 tokens", _gpt_train),
+    Workload("gpt_char_train", "training", "token", "`make demo`'s step: character-level GPT (4 layers, "
+             "d_model 256, 4 heads, vocab 65) forward + backward + AdamW, batch 16 x 128 characters",
+             _gpt_char_train(None)),
+    Workload("gpt_char_train_bf16", "training", "token", "gpt_char_train with the forward under "
+             "torch.autocast(bfloat16) (examples/train_gpt.py --amp bf16)", _gpt_char_train(torch.bfloat16)),
     Workload("gpt_infer", "inference", "token", "GPT inference: prefill 512 tokens, then 64 greedy "
              "decode steps with a static KV cache", _gpt_infer),
 ]

@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_failures_are_reported_and_the_run_continues(tmp_path):
     env = dict(os.environ)
     env["LOOM_BENCH_FAULT"] = ("overhead_add/cpu_eager=crash,add_16M/cpu_eager=raise,"
-                               "sum_16M/cpu_eager=hang")
+                               "sum_16M/cpu_eager=hang,layer_norm/cpu_eager=skip")
     proc = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--no-limits", "--out", str(tmp_path),
-         "--configs", "cpu_eager", "--workloads", "overhead_add,add_16M,sum_16M,softmax",
+         "--configs", "cpu_eager", "--workloads", "overhead_add,add_16M,sum_16M,softmax,layer_norm",
          "--item-timeout", "10"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -32,8 +32,10 @@ def test_failures_are_reported_and_the_run_continues(tmp_path):
     assert "injected fault" in got["add_16M"]["reason"]
     assert got["sum_16M"]["status"] == "timeout"
     assert got["softmax"]["status"] == "ok"
+    assert got["layer_norm"]["status"] == "skipped"
+    assert got["layer_norm"]["reason"] == "injected skip in layer_norm/cpu_eager"
     md = (tmp_path / "RESULTS.md").read_text()
-    assert "injected fault" in md and "timeout" in md
+    assert "injected fault" in md and "timeout" in md and "injected skip" in md
 
 
 def test_derive_and_headline():
