@@ -27,7 +27,10 @@ def main():
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--device", default="loom")
+    parser.add_argument("--amp", choices=["none", "bf16"], default="none",
+                        help="autocast dtype for the forward pass (default: none, float32)")
     args = parser.parse_args()
+    amp = torch.bfloat16 if args.amp == "bf16" else None
 
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -46,7 +49,8 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
 
-    print(f"training on {device} ({torch.loom.get_device_name() if device.type == 'loom' else 'cpu'})")
+    print(f"training on {device} ({torch.loom.get_device_name() if device.type == 'loom' else 'cpu'})"
+          + (", bf16 autocast" if amp else ""))
     start = None
     for step in range(args.steps + 1):
         if step == 5:  # the first steps include one-off set-up costs
@@ -54,8 +58,9 @@ def main():
                 torch.loom.synchronize()
             start = time.perf_counter()
         idx = torch.randint(0, x_all.shape[0], (args.batch,), device=device)
-        logits = model(x_all[idx])
-        loss = loss_fn(logits, y_all[idx])
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp is not None):
+            logits = model(x_all[idx])
+            loss = loss_fn(logits, y_all[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -67,7 +72,7 @@ def main():
     print(f"{(args.steps - 5) / elapsed:.1f} steps/s ({args.batch} samples per step)")
 
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp is not None):
         acc = (model(x_all).argmax(1) == y_all).float().mean().item()
     print(f"accuracy on the training set: {acc:.3f}")
     if device.type == "loom":
