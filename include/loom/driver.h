@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* 2 appended kernel_resolve; 3 appended loom_command.trace, which a
- * driver reports with loom_driver_trace_report. A driver built for an
+ * driver completes with loom_driver_trace_report. A driver built for an
  * older version is still accepted: the front end reads no slot past its
  * version, and traces none of its commands. */
 #define LOOM_DRIVER_API_VERSION 3
@@ -68,15 +68,12 @@ typedef struct loom_command {
    * e.g. to free a staging buffer. */
   void (*release)(void *arg);
   void *release_arg;
-  /* API version 3. While the profiler records the command, `ring` is set
-   * (else NULL, and the rest is 0): once the command has executed, the
-   * driver reports when it started and ended with loom_driver_trace_report.
-   * The front end's; a driver only copies it along with the command. */
-  struct loom_command_trace {
-    struct loom_trace_ring *ring;
-    uint64_t sequence, correlation, flops;
-    uint32_t kind; /* loom_trace_kind */
-  } trace;
+  /* API version 3. While the profiler records the command: the record of
+   * its execution, which the front end claimed in the stream's trace ring
+   * and the driver completes with loom_driver_trace_report once the
+   * command has executed; else NULL. A driver only copies the pointer
+   * along with the command. */
+  struct loom_trace_slot *trace;
 } loom_command;
 
 /* What a driver resolves a kernel name to. */
@@ -188,15 +185,18 @@ void loom_driver_event_complete(loom_event_t *event, uint64_t sequence);
 /* Executes an EVENT_WAIT command: blocks until `sequence` of `event` is
  * complete. */
 void loom_driver_event_wait(loom_event_t *event, uint64_t sequence);
-/* Reports when a command with trace.ring set really ran, on the clock of
+/* Reports when a command with `trace` set really ran, on the clock of
  * loom_trace_now() (a device with its own timer converts), once it has
  * executed: where it executes, so that the profiler sees device time, not
- * enqueue time. Once per traced command; costs nothing to commands without
- * trace.ring, which a driver need not test beyond that field:
+ * enqueue time. Exactly once per traced command, even one whose kernel
+ * failed: the profiler's records of the stream's later commands wait for
+ * it. Untraced commands cost a driver one test of the field:
  *
- *   const uint64_t t0 = cmd->trace.ring ? loom_trace_now() : 0;
- *   ...execute...
- *   if (cmd->trace.ring) loom_driver_trace_report(cmd, t0, loom_trace_now()); */
+ *   if (cmd->trace) {
+ *     const uint64_t t0 = loom_trace_now();
+ *     ...execute...
+ *     loom_driver_trace_report(cmd, t0, loom_trace_now());
+ *   } */
 void loom_driver_trace_report(const loom_command *command, uint64_t start_ns,
                               uint64_t end_ns);
 

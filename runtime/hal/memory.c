@@ -161,15 +161,16 @@ static loom_status check_device_range(loom_runtime *rt, int device, const void *
   return LOOM_OK;
 }
 
-/* The copy's name in errors and traces, by where its sides live. */
+/* A traced copy's name, by where its sides live. */
 static const char *copy_name(int dst_on_device, int src_on_device) {
   if (dst_on_device) return src_on_device ? "memcpy DtoD" : "memcpy HtoD";
   return src_on_device ? "memcpy DtoH" : "memcpy HtoH";
 }
 
 /* Enqueues the checked copy `cmd`, staging or waiting as its pageable
- * sides require. */
-static loom_status submit_copy(loom_runtime *rt, loom_stream_t *stream, loom_command *cmd,
+ * sides require. Inlined in both of loom_memcpy's paths: the untraced one
+ * must cost what it did before tracing existed. */
+static inline __attribute__((always_inline)) loom_status submit_copy(loom_runtime *rt, loom_stream_t *stream, loom_command *cmd,
                                int dst_pageable, int src_pageable) {
   /* A copy from or to pageable memory is synchronous for the caller's
    * buffer anyway; on an idle stream it is cheapest done right here. */
@@ -212,11 +213,13 @@ loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src, size_
     return st;
   const int dst_pageable = dst_dev < 0 && !loom_host_is_pinned(dst);
   const int src_pageable = src_dev < 0 && !loom_host_is_pinned(src);
-  loom_command cmd = {.kind = LOOM_COMMAND_COPY, .name = copy_name(dst_dev >= 0, src_dev >= 0),
+  loom_command cmd = {.kind = LOOM_COMMAND_COPY, .name = "memcpy",
                       .u.copy = {.dst = dst, .src = src, .size = size}};
-  const uint64_t traced =
-      loom_trace_on() ? loom_trace_command(rt, stream, &cmd, LOOM_TRACE_COPY, 0) : 0;
-  if ((st = submit_copy(rt, stream, &cmd, dst_pageable, src_pageable)) != LOOM_OK) return st;
-  if (traced) loom_trace_enqueued(&cmd, traced, "loom_memcpy");
-  return LOOM_OK;
+  if (!loom_trace_on()) return submit_copy(rt, stream, &cmd, dst_pageable, src_pageable);
+  cmd.name = copy_name(dst_dev >= 0, src_dev >= 0);
+  loom_trace_record enqueue;
+  const int traced = loom_trace_command(rt, stream, &cmd, LOOM_TRACE_COPY, 0, &enqueue);
+  st = submit_copy(rt, stream, &cmd, dst_pageable, src_pageable);
+  if (traced) loom_trace_enqueued(stream, &cmd, st, &enqueue, "loom_memcpy");
+  return st;
 }

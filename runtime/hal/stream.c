@@ -185,6 +185,16 @@ static loom_status launch_command(const loom_launch_desc *desc, const loom_drive
   return LOOM_OK;
 }
 
+/* Runs `cmd` inline when the launch allows it and the driver takes it,
+ * else submits it. Inlined in both of loom_launch's paths. */
+static inline __attribute__((always_inline)) loom_status submit_launch(loom_runtime *rt, loom_stream_t *stream,
+                                        const loom_launch_desc *desc, const loom_command *cmd) {
+  if ((desc->flags & LOOM_LAUNCH_MAY_RUN_INLINE) && rt->driver->queue_run_inline &&
+      rt->driver->queue_run_inline(rt->driver->context, stream->queue, cmd) == LOOM_OK)
+    return LOOM_OK;
+  return loom_stream_submit(rt, stream, cmd);
+}
+
 loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
   loom_status st = loom_check_stream(stream, "loom_launch");
   if (st != LOOM_OK) return st;
@@ -194,18 +204,14 @@ loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
   if (desc->range == 0) return LOOM_OK;
   loom_command cmd;
   if ((st = launch_command(desc, rt->driver, &cmd)) != LOOM_OK) return st;
-  const uint64_t traced =
-      loom_trace_on() ? loom_trace_command(rt, stream, &cmd,
-                                           desc->flags & LOOM_LAUNCH_FILL ? LOOM_TRACE_FILL
-                                                                          : LOOM_TRACE_KERNEL,
-                                           desc->flops)
-                      : 0;
-  const int ran_inline =
-      (desc->flags & LOOM_LAUNCH_MAY_RUN_INLINE) && rt->driver->queue_run_inline &&
-      rt->driver->queue_run_inline(rt->driver->context, stream->queue, &cmd) == LOOM_OK;
-  if (!ran_inline && (st = loom_stream_submit(rt, stream, &cmd)) != LOOM_OK) return st;
-  if (traced) loom_trace_enqueued(&cmd, traced, "loom_launch");
-  return LOOM_OK;
+  if (!loom_trace_on()) return submit_launch(rt, stream, desc, &cmd);
+  loom_trace_record enqueue;
+  const int traced = loom_trace_command(
+      rt, stream, &cmd, desc->flags & LOOM_LAUNCH_FILL ? LOOM_TRACE_FILL : LOOM_TRACE_KERNEL,
+      desc->flops, &enqueue);
+  st = submit_launch(rt, stream, desc, &cmd);
+  if (traced) loom_trace_enqueued(stream, &cmd, st, &enqueue, "loom_launch");
+  return st;
 }
 
 loom_status loom_host_callback(loom_stream_t *stream, void (*fn)(void *user), void *user,
@@ -217,11 +223,12 @@ loom_status loom_host_callback(loom_stream_t *stream, void (*fn)(void *user), vo
   loom_command cmd = {.kind = LOOM_COMMAND_CALLBACK,
                       .name = name ? name : "host_callback",
                       .u.callback = {.fn = fn, .user = user}};
-  const uint64_t traced =
-      loom_trace_on() ? loom_trace_command(rt, stream, &cmd, LOOM_TRACE_CALLBACK, 0) : 0;
-  if ((st = loom_stream_submit(rt, stream, &cmd)) != LOOM_OK) return st;
-  if (traced) loom_trace_enqueued(&cmd, traced, "loom_host_callback");
-  return LOOM_OK;
+  if (!loom_trace_on()) return loom_stream_submit(rt, stream, &cmd);
+  loom_trace_record enqueue;
+  const int traced = loom_trace_command(rt, stream, &cmd, LOOM_TRACE_CALLBACK, 0, &enqueue);
+  st = loom_stream_submit(rt, stream, &cmd);
+  if (traced) loom_trace_enqueued(stream, &cmd, st, &enqueue, "loom_host_callback");
+  return st;
 }
 
 loom_status loom_run_now(int device, const loom_launch_desc *desc) {

@@ -1,18 +1,24 @@
-/* Tracing: a ring of records per stream, written where commands execute.
+/* Tracing: a ring of records per stream, completed where commands execute.
  *
  * A ring is a bounded queue of slots, each with a turn counter (Vyukov's
  * scheme): a producer claims position p by compare-and-swap on `write` when
- * slot p's turn is p, writes the record, then publishes turn p + 1; the
+ * slot p's turn is p, fills the record, then publishes turn p + 1; the
  * consumer reads slot `read` once its turn is read + 1 and hands it back
  * with turn read + capacity. A slot stores its turn less its index, so that
  * a ring starts as zeroed memory: pages the ring never reaches are never
- * touched. Producers are whoever executes the stream's
- * commands (an executor, a synchronizing thread, a submitter running a
- * command inline, or any thread with a synchronous driver) and the threads
- * that enqueue; they never wait: a slot not yet handed back means the ring
- * is full, and the record is counted as dropped. The consumer
- * (drain, and the discard at enable) runs under trace_lock, which also
- * guards the list of rings and their allocation.
+ * touched.
+ *
+ * A traced command's record is claimed when it is enqueued, filled with
+ * what the enqueue knows (names, bytes, correlation), and handed to the
+ * driver in the command (loom_command.trace); the driver stamps the start
+ * and end of the execution and publishes it (loom_driver_trace_report). So
+ * an untraced command carries one NULL pointer, and records come in the
+ * order commands were enqueued; the drain waits at a record whose command
+ * has not run yet. The enqueue's own record is pushed after the enqueuing
+ * call returns. Producers never wait: a ring without a free slot drops the
+ * record and counts it. The consumer (drain, and the discard at enable)
+ * runs under trace_lock, which also guards the list of rings and their
+ * allocation.
  *
  * A stream's ring is allocated at its first traced command and lives as
  * long as the stream; a destroyed stream's records wait in its ring until
@@ -30,11 +36,15 @@
 #define TRACE_DEFAULT_RECORDS 65536
 #define TRACE_MIN_RECORDS 64
 #define TRACE_MAX_RECORDS ((size_t)1 << 26)
+/* The kind of a claimed record whose command was never enqueued. */
+#define TRACE_CANCELLED UINT32_MAX
 
-typedef struct trace_slot {
+struct loom_trace_slot {
   _Atomic uint64_t turn; /* the slot's turn less its index in the ring */
+  uint64_t publish;      /* while claimed: the value of `turn` that publishes it */
   loom_trace_record record;
-} trace_slot;
+};
+typedef struct loom_trace_slot trace_slot;
 
 struct loom_trace_ring {
   struct loom_trace_ring *next; /* the list of rings (trace_lock) */
@@ -69,27 +79,39 @@ static uint64_t thread_id(void) {
 
 /* ---- the ring ---------------------------------------------------------------- */
 
-static void ring_push(struct loom_trace_ring *r, const loom_trace_record *rec) {
+/* A free slot of `r`, claimed for the caller to fill and publish; NULL (a
+ * drop, counted) when the ring is full. */
+static trace_slot *ring_claim(struct loom_trace_ring *r) {
   uint64_t pos = atomic_load_explicit(&r->write, memory_order_relaxed);
-  trace_slot *slot;
   for (;;) {
-    slot = &r->slots[pos & r->mask];
+    trace_slot *slot = &r->slots[pos & r->mask];
     const uint64_t turn = atomic_load_explicit(&slot->turn, memory_order_acquire) + (pos & r->mask);
     const int64_t lag = (int64_t)(turn - pos);
     if (lag == 0) {
       if (atomic_compare_exchange_weak_explicit(&r->write, &pos, pos + 1, memory_order_relaxed,
-                                                memory_order_relaxed))
-        break;
+                                                memory_order_relaxed)) {
+        slot->publish = pos + 1 - (pos & r->mask);
+        return slot;
+      }
     } else if (lag < 0) {
       /* The slot from one lap ago is not drained: full. */
       atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
-      return;
+      return NULL;
     } else {
       pos = atomic_load_explicit(&r->write, memory_order_relaxed);
     }
   }
+}
+
+static void slot_publish(trace_slot *slot) {
+  atomic_store_explicit(&slot->turn, slot->publish, memory_order_release);
+}
+
+static void ring_push(struct loom_trace_ring *r, const loom_trace_record *rec) {
+  trace_slot *slot = ring_claim(r);
+  if (!slot) return;
   slot->record = *rec;
-  atomic_store_explicit(&slot->turn, pos + 1 - (pos & r->mask), memory_order_release);
+  slot_publish(slot);
 }
 
 /* Under trace_lock. Takes the next published record into *out (NULL:
@@ -171,9 +193,10 @@ size_t loom_trace_drain(loom_trace_record *out, size_t capacity) {
   pthread_mutex_lock(&trace_lock);
   for (struct loom_trace_ring *r = rings, *next; r && n < capacity; r = next) {
     next = r->next;
-    while (n < capacity && ring_pop(r, &out[n])) ++n;
+    while (n < capacity && ring_pop(r, &out[n]))
+      if (out[n].kind != TRACE_CANCELLED) ++n;
     /* A destroyed stream's ring has no producer left. */
-    if (r->orphaned && !ring_pop(r, NULL)) {
+    if (r->orphaned && atomic_load_explicit(&r->write, memory_order_relaxed) == r->read) {
       ring_unlist(r);
       free(r);
     }
@@ -186,8 +209,7 @@ void loom_trace_stream_destroyed(loom_stream_t *stream) {
   struct loom_trace_ring *r = atomic_exchange(&stream->trace_ring, NULL);
   if (!r) return;
   pthread_mutex_lock(&trace_lock);
-  const uint64_t written = atomic_load_explicit(&r->write, memory_order_relaxed);
-  if (written == r->read) {
+  if (atomic_load_explicit(&r->write, memory_order_relaxed) == r->read) {
     ring_unlist(r);
     free(r);
   } else {
@@ -208,34 +230,16 @@ void loom_trace_shutdown(void) {
 
 /* ---- enqueue and execution ----------------------------------------------------- */
 
-uint64_t loom_trace_command(loom_runtime *rt, loom_stream_t *stream, loom_command *cmd,
-                            loom_trace_kind kind, uint64_t flops) {
-  if (rt->driver->api_version < 3) return 0;
-  struct loom_trace_ring *r = stream_ring(stream);
-  if (!r) {
-    atomic_fetch_add_explicit(&dropped, 2, memory_order_relaxed);
-    return 0;
-  }
-  cmd->trace = (struct loom_command_trace){
-      .ring = r,
+/* The record of `cmd` as its enqueue knows it (times and thread aside). */
+static void describe(const loom_command *cmd, const struct loom_trace_ring *r,
+                     loom_trace_kind kind, uint64_t flops, loom_trace_record *rec) {
+  *rec = (loom_trace_record){
+      .kind = (uint32_t)kind,
+      .device = r->device,
+      .stream = r->stream,
       .sequence = atomic_fetch_add_explicit(&next_sequence, 1, memory_order_relaxed) + 1,
       .correlation = tls_correlation,
       .flops = flops,
-      .kind = (uint32_t)kind,
-  };
-  const uint64_t now = loom_now_ns();
-  return now ? now : 1;
-}
-
-static void describe(const loom_command *cmd, loom_trace_record *rec) {
-  const struct loom_trace_ring *r = cmd->trace.ring;
-  *rec = (loom_trace_record){
-      .kind = cmd->trace.kind,
-      .device = r->device,
-      .stream = r->stream,
-      .sequence = cmd->trace.sequence,
-      .correlation = cmd->trace.correlation,
-      .flops = cmd->trace.flops,
       .name = cmd->name,
       .op = cmd->name,
   };
@@ -255,22 +259,41 @@ static void describe(const loom_command *cmd, loom_trace_record *rec) {
   }
 }
 
-void loom_trace_enqueued(const loom_command *cmd, uint64_t start, const char *call) {
-  loom_trace_record rec;
-  describe(cmd, &rec);
-  rec.kind = LOOM_TRACE_ENQUEUE;
-  rec.start_ns = start;
-  rec.end_ns = loom_now_ns();
-  rec.thread = thread_id();
-  rec.name = call;
-  ring_push(cmd->trace.ring, &rec);
+int loom_trace_command(loom_runtime *rt, loom_stream_t *stream, loom_command *cmd,
+                       loom_trace_kind kind, uint64_t flops, loom_trace_record *enqueue) {
+  if (rt->driver->api_version < 3) return 0;
+  struct loom_trace_ring *r = stream_ring(stream);
+  trace_slot *slot = r ? ring_claim(r) : NULL;
+  if (!slot) {
+    atomic_fetch_add_explicit(&dropped, r ? 1 : 2, memory_order_relaxed);
+    return 0;
+  }
+  describe(cmd, r, kind, flops, &slot->record);
+  cmd->trace = slot;
+  *enqueue = slot->record;
+  enqueue->kind = LOOM_TRACE_ENQUEUE;
+  enqueue->start_ns = loom_now_ns();
+  return 1;
+}
+
+void loom_trace_enqueued(loom_stream_t *stream, loom_command *cmd, loom_status status,
+                         loom_trace_record *enqueue, const char *call) {
+  if (status != LOOM_OK) {
+    /* Never enqueued, so never executed: the drain skips its record. */
+    cmd->trace->record.kind = TRACE_CANCELLED;
+    slot_publish(cmd->trace);
+    return;
+  }
+  enqueue->end_ns = loom_now_ns();
+  enqueue->thread = thread_id();
+  enqueue->name = call;
+  ring_push(atomic_load_explicit(&stream->trace_ring, memory_order_relaxed), enqueue);
 }
 
 void loom_driver_trace_report(const loom_command *cmd, uint64_t start_ns, uint64_t end_ns) {
-  if (!cmd || !cmd->trace.ring) return;
-  loom_trace_record rec;
-  describe(cmd, &rec);
-  rec.start_ns = start_ns;
-  rec.end_ns = end_ns >= start_ns ? end_ns : start_ns;
-  ring_push(cmd->trace.ring, &rec);
+  if (!cmd || !cmd->trace) return;
+  trace_slot *slot = cmd->trace;
+  slot->record.start_ns = start_ns;
+  slot->record.end_ns = end_ns >= start_ns ? end_ns : start_ns;
+  slot_publish(slot);
 }

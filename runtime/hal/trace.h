@@ -11,21 +11,25 @@
 /* Nonzero while loom_trace_enable is in effect. */
 extern atomic_int loom_trace_active;
 
-/* The one test an enqueue makes when tracing is off. */
+/* The one test an enqueue makes when tracing is off; the traced path is
+ * the unlikely one. */
 static inline int loom_trace_on(void) {
-  return atomic_load_explicit(&loom_trace_active, memory_order_relaxed);
+  return __builtin_expect(atomic_load_explicit(&loom_trace_active, memory_order_relaxed), 0);
 }
 
-/* Marks `cmd`, about to be submitted to `stream`, as traced (kind, the
- * launch's flops) and returns the enqueue's start time; 0 when it cannot
- * be traced (a driver older than API version 3, no memory for the
- * stream's ring: then it counts a drop). */
-uint64_t loom_trace_command(loom_runtime *rt, loom_stream_t *stream, loom_command *cmd,
-                            loom_trace_kind kind, uint64_t flops);
+/* Marks `cmd`, about to be submitted to `stream`, as traced: claims the
+ * record of its execution in the stream's ring (kind, the launch's flops)
+ * for the driver to complete, and fills *enqueue with the record of this
+ * enqueue, begun now. 0 when it cannot be traced (a driver older than API
+ * version 3, a full ring, no memory for the ring: counted as drops). */
+int loom_trace_command(loom_runtime *rt, loom_stream_t *stream, loom_command *cmd,
+                       loom_trace_kind kind, uint64_t flops, loom_trace_record *enqueue);
 
-/* Records the enqueue of the traced `cmd` by `call`, begun at `start`
- * (what loom_trace_command returned), ending now. */
-void loom_trace_enqueued(const loom_command *cmd, uint64_t start, const char *call);
+/* After the enqueuing `call` returned `status` for the traced `cmd`:
+ * records the enqueue, ending now, or (on failure) withdraws the record
+ * of an execution that will never happen. */
+void loom_trace_enqueued(loom_stream_t *stream, loom_command *cmd, loom_status status,
+                         loom_trace_record *enqueue, const char *call);
 
 /* The stream is being destroyed and its queue has drained: its ring goes
  * when drained (now, if empty). */

@@ -71,7 +71,7 @@ static void sync_launch(loom_driver_queue *q, const loom_command *c) {
 }
 
 static loom_status sync_queue_submit(void *ctx, loom_driver_queue *q, const loom_command *c) {
-  const uint64_t t0 = c->trace.ring ? loom_trace_now() : 0;
+  const uint64_t t0 = c->trace ? loom_trace_now() : 0;
   switch (c->kind) {
     case LOOM_COMMAND_LAUNCH:
       sync_launch(q, c);
@@ -89,7 +89,7 @@ static loom_status sync_queue_submit(void *ctx, loom_driver_queue *q, const loom
       c->u.callback.fn(c->u.callback.user);
       break;
   }
-  if (c->trace.ring) loom_driver_trace_report(c, t0, loom_trace_now());
+  if (c->trace) loom_driver_trace_report(c, t0, loom_trace_now());
   if (c->release) c->release(c->release_arg);
   return LOOM_OK;
 }
