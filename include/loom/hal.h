@@ -408,9 +408,10 @@ loom_status loom_trace_enable(size_t records_per_stream);
 void loom_trace_disable(void);
 int loom_trace_enabled(void);
 /* Moves up to `capacity` records into `out` and returns how many: each
- * ring's in the order written, streams one after another, streams
- * destroyed since included. A record still being written stays for the
- * next call. */
+ * stream's in the order its commands were enqueued (a command's record is
+ * claimed at its enqueue), streams one after another, streams destroyed
+ * since included. A record whose command has not run yet, and those after
+ * it on its stream, wait for a later call. */
 size_t loom_trace_drain(loom_trace_record *out, size_t capacity);
 /* Records lost since loom_trace_enable: full rings, or no memory for one. */
 uint64_t loom_trace_dropped(void);
