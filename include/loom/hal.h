@@ -216,6 +216,16 @@ int loom_host_is_pinned(const void *ptr);
 /* Base address of the pinned block containing `ptr`, or NULL. */
 void *loom_host_block_base(const void *ptr);
 loom_status loom_host_empty_cache(void);
+/* Registers [ptr, ptr + size), host memory the caller mapped (a shared
+ * segment, say), as pinned: copies to and from it are then asynchronous,
+ * as with loom_host_malloc's blocks, so the caller must keep it mapped and
+ * untouched by the host while copies queued on it run. The range must not
+ * overlap pinned memory. Not counted in loom_host_stats; loom_shutdown ends
+ * every registration. */
+loom_status loom_host_register(void *ptr, size_t size);
+/* Ends the registration that starts at `ptr` (copies already queued on the
+ * range still run: synchronize their streams before unmapping it). */
+loom_status loom_host_unregister(void *ptr);
 /* Host allocator statistics (allocation/segment/allocated_bytes/
  * reserved_bytes as in loom_memory_stats, aggregate only). */
 typedef struct loom_host_stats {

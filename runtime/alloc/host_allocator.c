@@ -1,6 +1,9 @@
 /* Pinned host memory: blocks of power-of-two sizes, each its own mapping,
  * cached per size class. Locking the pages is best effort: a refused
- * mlock (RLIMIT_MEMLOCK) leaves ordinary memory that still works. */
+ * mlock (RLIMIT_MEMLOCK) leaves ordinary memory that still works.
+ * Registered ranges (loom_host_register: memory the caller mapped, such as
+ * a shared segment) join the same table as blocks that are never cached,
+ * counted or unmapped here. */
 #include "runtime/alloc/host_allocator.h"
 
 #include <pthread.h>
@@ -19,6 +22,7 @@ typedef struct host_block {
   void *ptr;
   size_t size;
   int size_class;
+  int registered; /* the caller's memory (loom_host_register) */
   _Atomic int allocated;
   struct host_block *next_free;
 } host_block;
@@ -84,7 +88,8 @@ loom_status loom_host_malloc(size_t size, void **out_ptr) {
 loom_status loom_host_free(void *ptr) {
   if (!ptr) return LOOM_OK;
   loom_segment_entry e;
-  if (!loom_segment_table_find(&host_segments, ptr, &e) || (void *)e.base != ptr)
+  if (!loom_segment_table_find(&host_segments, ptr, &e) || (void *)e.base != ptr ||
+      ((host_block *)e.data)->registered)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
                       "loom_host_free: %p is not a pinned block from loom_host_malloc", ptr);
   host_block *b = e.data;
@@ -113,6 +118,38 @@ void *loom_host_block_base(const void *ptr) {
   /* The entry may be stale by now only if the block is being unmapped by
    * empty_cache, which only takes free blocks: allocated implies alive. */
   return atomic_load(&b->allocated) ? b->ptr : NULL;
+}
+
+loom_status loom_host_register(void *ptr, size_t size) {
+  if (!ptr || size == 0)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_host_register: empty range %p +%zu",
+                      ptr, size);
+  if (loom_segment_table_find(&host_segments, ptr, NULL) ||
+      loom_segment_table_find(&host_segments, (char *)ptr + size - 1, NULL))
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_host_register: [%p, +%zu) overlaps pinned memory", ptr, size);
+  host_block *b = calloc(1, sizeof *b);
+  if (!b) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_host_register: out of host memory");
+  b->ptr = ptr;
+  b->size = size;
+  b->registered = 1;
+  atomic_store(&b->allocated, 1);
+  if (loom_segment_table_insert(&host_segments, ptr, size, 0, b) != 0) {
+    free(b);
+    return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_host_register: out of host memory");
+  }
+  return LOOM_OK;
+}
+
+loom_status loom_host_unregister(void *ptr) {
+  loom_segment_entry e;
+  if (!ptr || !loom_segment_table_find(&host_segments, ptr, &e) || (void *)e.base != ptr ||
+      !((host_block *)e.data)->registered)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "loom_host_unregister: %p does not start a registered range", ptr);
+  loom_segment_table_remove(&host_segments, ptr);
+  free(e.data);
+  return LOOM_OK;
 }
 
 loom_status loom_host_empty_cache(void) {
@@ -161,7 +198,8 @@ loom_status loom_host_reset_accumulated(void) {
 }
 
 /* Shutdown frees every pinned block, live ones too, so that a process that
- * shuts the runtime down leaves nothing behind. */
+ * shuts the runtime down leaves nothing behind; registrations end (their
+ * memory stays mapped: it is the caller's). */
 void loom_host_allocator_shutdown(void) {
   loom_host_empty_cache();
   pthread_mutex_lock(&host_lock);
@@ -174,7 +212,7 @@ void loom_host_allocator_shutdown(void) {
     if (!any) break;
     host_block *b = e.data;
     loom_segment_table_remove(&host_segments, b->ptr);
-    munmap(b->ptr, b->size);
+    if (!b->registered) munmap(b->ptr, b->size); /* a registered range is its owner's */
     free(b);
   }
   loom_segment_table_clear(&host_segments);
