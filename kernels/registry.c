@@ -33,6 +33,7 @@ extern const loom_kernel_entry loom_pool_kernels[];
 extern const loom_kernel_entry loom_im2col_kernels[];
 extern const loom_kernel_entry loom_conv_kernels[];
 extern const loom_kernel_entry loom_conv_nhwc_kernels[];
+extern const loom_kernel_entry loom_ccl_kernels[];
 
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
@@ -64,6 +65,7 @@ static const loom_kernel_entry *const families[] = {
     loom_im2col_kernels,
     loom_conv_kernels,
     loom_conv_nhwc_kernels,
+    loom_ccl_kernels,
 };
 
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),
