@@ -59,6 +59,9 @@ RULES = {
     # The JIT registers the kernels it compiles through the runtime's public
     # API (loom/hal.h), like any user of the runtime; it names no driver.
     "runtime/jit/": ["runtime/jit/", "base/", PUBLIC],
+    # loomccl is a user of the runtime like the JIT: loom/hal.h and its own
+    # contract, loom/ccl.h (which names the reduction kernel's contract).
+    "runtime/ccl/": ["runtime/ccl/", "base/", PUBLIC],
     # drivers/builtin.c: the list of built-in drivers the HAL asks for.
     "runtime/drivers/": ["runtime/hal/builtin_drivers.h", PUBLIC,
                          "runtime/drivers/guarded/guarded_driver.h"],
@@ -88,7 +91,8 @@ LINKS = {
     "loom_driver_host": {"loom_runtime": None, "loom_kernels": None, "loom_base": None},
     "loom_driver_guarded": {"loom_driver_host": None, "loom_runtime": None, "loom_base": None},
     "loom_jit": {"loom_runtime": None, "loom_base": None},
-    "loom": {"loom_jit": None, "loom_driver_guarded": None, "loom_driver_host": None,
+    "loom_ccl": {"loom_runtime": None, "loom_base": None},
+    "loom": {"loom_ccl": None, "loom_jit": None, "loom_driver_guarded": None, "loom_driver_host": None,
              "loom_runtime": None, "loom_kernels": None, "loom_base": None},
 }
 

@@ -1,0 +1,582 @@
+/* loomccl across processes: each test forks its ranks (the runtime starts
+ * in the children only), which check their results and exit with their
+ * failure count. Every collective against a reference computed here in
+ * rank order (bitwise), results identical from run to run; several chunks
+ * per collective (a small staging buffer) and an uneven world of 3; the
+ * staged path on the guarded driver; a rank that dies makes its peer fail
+ * at once (not at the timeout) and nothing of the segment is left; ranks
+ * that run different collectives fail with both named; bad arguments. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/base/dtype.h"
+#include "loom/ccl.h"
+#include "loom/hal.h"
+#include "test_util.h"
+
+enum { SMALL_BUFFER = 8192 }; /* 2048 float32 per chunk: collectives of 5000 take several */
+
+typedef void (*rank_fn)(int rank, int world, const char *job);
+
+/* Forks `world` ranks running fn (on `driver`, NULL: the default) and
+ * checks that each exits cleanly. */
+static void run_ranks(int world, const char *driver, rank_fn fn) {
+  char job[LOOM_CCL_JOB_ID_LEN + 1];
+  CHECK_OK(loom_ccl_make_job_id(job));
+  pid_t pids[8];
+  fflush(NULL);
+  for (int r = 0; r < world; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      alarm(120); /* a hang fails the test instead of the suite's timeout */
+      if (driver) setenv("LOOM_DRIVER", driver, 1);
+      test_failed = 0;
+      fn(r, world, job);
+      loom_shutdown();
+      fflush(NULL);
+      exit(test_failed ? 1 : 0);
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank %d: %s %d", r,
+              WIFEXITED(status) ? "exit status" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  }
+}
+
+static loom_stream_t *stream;
+
+static loom_status try_join(int rank, int world, const char *job, size_t buffer,
+                            uint64_t timeout_ms, loom_ccl_comm_t **comm) {
+  CHECK_OK(loom_stream_create(0, -1, &stream));
+  loom_ccl_config config = {.rank = rank, .world_size = world, .stream = stream,
+                            .timeout_ms = timeout_ms, .buffer_bytes = buffer};
+  memcpy(config.job_id, job, sizeof config.job_id);
+  return loom_ccl_comm_create(&config, comm);
+}
+
+static loom_ccl_comm_t *join(int rank, int world, const char *job, size_t buffer,
+                             uint64_t timeout_ms) {
+  loom_ccl_comm_t *comm = NULL;
+  CHECK_OK(try_join(rank, world, job, buffer, timeout_ms, &comm));
+  return comm;
+}
+
+static void leave(loom_ccl_comm_t *comm) {
+  loom_ccl_comm_destroy(comm);
+  loom_stream_release(stream);
+  stream = NULL;
+}
+
+static void *device_copy(const void *host, size_t bytes) {
+  void *p = NULL;
+  CHECK_OK(loom_malloc(0, bytes, NULL, &p));
+  loom_stream_t *s = NULL;
+  loom_stream_default(0, &s);
+  CHECK_OK(loom_memcpy(s, p, host, bytes));
+  CHECK_OK(loom_stream_synchronize(s));
+  return p;
+}
+
+static void host_copy(void *host, const void *dev, size_t bytes) {
+  loom_stream_t *s = NULL;
+  loom_stream_default(0, &s);
+  CHECK_OK(loom_memcpy(s, host, dev, bytes));
+}
+
+/* Runs one piece of work: begin on the default stream, fn, end, wait. */
+#define WORK(comm, body)                                                  \
+  do {                                                                    \
+    loom_stream_t *def_ = NULL;                                           \
+    loom_stream_default(0, &def_);                                        \
+    loom_ccl_work_t *work = NULL;                                         \
+    CHECK_OK(loom_ccl_begin((comm), def_, "test", &work));                \
+    body;                                                                 \
+    CHECK_OK(loom_ccl_end(work));                                         \
+    CHECK_OK(loom_ccl_work_wait(work, def_));                             \
+    CHECK_OK(loom_stream_synchronize(def_));                              \
+    CHECK_OK(loom_ccl_work_query(work));                                  \
+    loom_ccl_work_release(work);                                          \
+  } while (0)
+
+/* ---- data and references ---------------------------------------------------------- */
+
+static const loom_dtype dtypes[] = {LOOM_FLOAT32, LOOM_FLOAT64, LOOM_FLOAT16, LOOM_BFLOAT16,
+                                   LOOM_INT8,    LOOM_UINT8,   LOOM_INT32,   LOOM_INT64,
+                                   LOOM_BOOL};
+
+/* Element i of rank r's input: floats with many significant bits (so the
+ * order of a sum matters), small integers that overflow int8 in a product. */
+static double value(loom_dtype d, int rank, size_t i) {
+  const unsigned h = (unsigned)(i * 2654435761u + (unsigned)rank * 40503u);
+  switch (d) {
+    case LOOM_BOOL: return (h >> 7) % 3 == 0;
+    case LOOM_INT8: case LOOM_UINT8: case LOOM_INT32: case LOOM_INT64:
+      return (double)((int)((h >> 5) % 23) - 11);
+    default: return ((double)((h >> 3) % 100000) - 50000.0) / 977.0;
+  }
+}
+
+static void store(void *buf, loom_dtype d, size_t i, double v) {
+  switch (d) {
+    case LOOM_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case LOOM_FLOAT64: ((double *)buf)[i] = v; break;
+    case LOOM_FLOAT16: ((uint16_t *)buf)[i] = loom_f32_to_f16((float)v); break;
+    case LOOM_BFLOAT16: ((uint16_t *)buf)[i] = loom_f32_to_bf16((float)v); break;
+    case LOOM_INT8: ((int8_t *)buf)[i] = (int8_t)(int64_t)v; break;
+    case LOOM_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
+    case LOOM_INT32: ((int32_t *)buf)[i] = (int32_t)(int64_t)v; break;
+    case LOOM_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: ((uint8_t *)buf)[i] = v != 0; break;
+  }
+}
+
+static void *make_input(loom_dtype d, int rank, size_t n) {
+  void *host = calloc(n, 8);
+  for (size_t i = 0; i < n; ++i) store(host, d, i, value(d, rank, i));
+  return host;
+}
+
+static int valid_op(loom_dtype d, int op) {
+  const int floating = d == LOOM_FLOAT32 || d == LOOM_FLOAT64 || d == LOOM_FLOAT16 ||
+                       d == LOOM_BFLOAT16;
+  if (op == LOOM_CCL_PREMUL_SUM) return floating;
+  if (op == LOOM_CCL_AVG) return d != LOOM_BOOL;
+  return 1;
+}
+
+/* The reduction over ranks 0..world-1 of element i, in the contract's
+ * arithmetic (loom/kernels/ccl.h), written into ref[i]. */
+static void reference(void *ref, loom_dtype d, int op, double factor, int world, size_t i) {
+  void *one = calloc(1, 8);
+  if (d == LOOM_FLOAT64) {
+    double acc = 0;
+    for (int r = 0; r < world; ++r) {
+      double x = value(d, r, i);
+      if (op == LOOM_CCL_PREMUL_SUM) x *= factor;
+      if (r == 0) acc = x;
+      else if (op == LOOM_CCL_PROD) acc *= x;
+      else if (op == LOOM_CCL_MAX) acc = acc > x ? acc : x;
+      else if (op == LOOM_CCL_MIN) acc = acc < x ? acc : x;
+      else acc += x;
+    }
+    if (op == LOOM_CCL_AVG) acc /= world;
+    ((double *)ref)[i] = acc;
+  } else if (d == LOOM_FLOAT32 || d == LOOM_FLOAT16 || d == LOOM_BFLOAT16) {
+    float acc = 0;
+    for (int r = 0; r < world; ++r) {
+      store(one, d, 0, value(d, r, i)); /* the input as stored, widened */
+      float x = d == LOOM_FLOAT32 ? *(float *)one
+                : d == LOOM_FLOAT16 ? loom_f16_to_f32(*(uint16_t *)one)
+                                    : loom_bf16_to_f32(*(uint16_t *)one);
+      if (op == LOOM_CCL_PREMUL_SUM) x *= (float)factor;
+      if (r == 0) acc = x;
+      else if (op == LOOM_CCL_PROD) acc *= x;
+      else if (op == LOOM_CCL_MAX) acc = acc > x ? acc : x;
+      else if (op == LOOM_CCL_MIN) acc = acc < x ? acc : x;
+      else acc += x;
+    }
+    if (op == LOOM_CCL_AVG) acc /= (float)world;
+    store(ref, d, i, acc);
+  } else if (d == LOOM_BOOL) {
+    int acc = value(d, 0, i) != 0;
+    for (int r = 1; r < world; ++r) {
+      const int x = value(d, r, i) != 0;
+      acc = (op == LOOM_CCL_SUM || op == LOOM_CCL_MAX) ? (acc | x) : (acc & x);
+    }
+    ((uint8_t *)ref)[i] = (uint8_t)acc;
+  } else {
+    int64_t acc = 0;
+    for (int r = 0; r < world; ++r) {
+      store(one, d, 0, value(d, r, i));
+      int64_t x = d == LOOM_INT8 ? *(int8_t *)one : d == LOOM_UINT8 ? *(uint8_t *)one
+                  : d == LOOM_INT32 ? *(int32_t *)one : *(int64_t *)one;
+      if (r == 0) acc = x;
+      else if (op == LOOM_CCL_PROD) acc = (int64_t)((uint64_t)acc * (uint64_t)x);
+      else if (op == LOOM_CCL_MAX) acc = acc > x ? acc : x;
+      else if (op == LOOM_CCL_MIN) acc = acc < x ? acc : x;
+      else acc += x;
+    }
+    if (op == LOOM_CCL_AVG) acc /= world;
+    store(ref, d, i, (double)acc);
+    if (d == LOOM_INT64) ((int64_t *)ref)[i] = acc;
+    else if (d == LOOM_INT32) ((int32_t *)ref)[i] = (int32_t)(uint32_t)(uint64_t)acc;
+    else if (d == LOOM_INT8) ((int8_t *)ref)[i] = (int8_t)(uint8_t)(uint64_t)acc;
+    else ((uint8_t *)ref)[i] = (uint8_t)(uint64_t)acc;
+  }
+  free(one);
+}
+
+/* ---- tests --------------------------------------------------------------------- */
+
+enum { N = 5000 };
+
+static void allreduce_rank(int rank, int world, const char *job) {
+  loom_ccl_comm_t *comm = join(rank, world, job, SMALL_BUFFER, 60000);
+  if (!comm) return;
+  for (size_t t = 0; t < sizeof dtypes / sizeof *dtypes; ++t) {
+    const loom_dtype d = dtypes[t];
+    const size_t es = (size_t)loom_dtype_size(d);
+    void *host = make_input(d, rank, N);
+    void *in = device_copy(host, N * es);
+    void *out = device_copy(host, N * es);
+    void *got = calloc(N, 8), *again = calloc(N, 8), *ref = calloc(N, 8);
+    for (int op = 0; op < LOOM_CCL_OP_COUNT; ++op) {
+      if (!valid_op(d, op)) continue;
+      const loom_ccl_reduction red = {.op = op, .factor = 0.375};
+      WORK(comm, CHECK_OK(loom_ccl_allreduce(work, in, out, N, d, &red)));
+      host_copy(got, out, N * es);
+      /* In place, a second time: the same bits. */
+      void *inplace = device_copy(host, N * es);
+      WORK(comm, CHECK_OK(loom_ccl_allreduce(work, inplace, inplace, N, d, &red)));
+      host_copy(again, inplace, N * es);
+      loom_free(inplace);
+      for (size_t i = 0; i < N; ++i) reference(ref, d, op, red.factor, world, i);
+      CHECK_MSG(test_same_bits(got, ref, N * es), "allreduce dtype %d op %d", (int)d, op);
+      CHECK_MSG(test_same_bits(got, again, N * es), "rerun dtype %d op %d", (int)d, op);
+    }
+    loom_free(in);
+    loom_free(out);
+    free(host), free(got), free(again), free(ref);
+  }
+  leave(comm);
+}
+
+static void test_allreduce_two_ranks(void) { run_ranks(2, NULL, allreduce_rank); }
+static void test_allreduce_three_ranks(void) { run_ranks(3, NULL, allreduce_rank); }
+
+/* Float32 data whose element i of rank r is 1000 r + i / 8 (exact). */
+static float tag(int r, size_t i) { return 1000.0f * (float)r + (float)i / 8.0f; }
+
+static float *device_tagged(int r, size_t n) {
+  float *host = malloc(n * sizeof *host);
+  for (size_t i = 0; i < n; ++i) host[i] = tag(r, i);
+  float *dev = device_copy(host, n * sizeof *host);
+  free(host);
+  return dev;
+}
+
+static float *read_back(const float *dev, size_t n) {
+  float *host = malloc(n * sizeof *host);
+  host_copy(host, dev, n * sizeof *host);
+  return host;
+}
+
+static void collectives_rank(int rank, int world, const char *job) {
+  loom_ccl_comm_t *comm = join(rank, world, job, SMALL_BUFFER, 60000);
+  if (!comm) return;
+  const size_t n = N;
+  float *mine = device_tagged(rank, n);
+  float *all = device_tagged(0, n * (size_t)world); /* overwritten */
+  void *parts[8];
+  for (int p = 0; p < world; ++p) parts[p] = all + (size_t)p * n;
+
+  /* allgather: part p is rank p's data. */
+  WORK(comm, CHECK_OK(loom_ccl_allgather(work, mine, (void *const *)parts, n, LOOM_FLOAT32)));
+  float *h = read_back(all, n * (size_t)world);
+  int ok = 1;
+  for (int p = 0; p < world; ++p)
+    for (size_t i = 0; i < n; ++i) ok &= h[(size_t)p * n + i] == tag(p, i);
+  CHECK_MSG(ok, "allgather");
+  free(h);
+
+  /* reduce_scatter (sum): rank r gets the sum over p of rank p's part r. */
+  float *src = device_tagged(rank, n * (size_t)world), *dst = device_tagged(0, n);
+  const void *sparts[8];
+  for (int p = 0; p < world; ++p) sparts[p] = src + (size_t)p * n;
+  const loom_ccl_reduction sum = {.op = LOOM_CCL_SUM};
+  WORK(comm, CHECK_OK(loom_ccl_reduce_scatter(work, sparts, dst, n, LOOM_FLOAT32, &sum)));
+  h = read_back(dst, n);
+  ok = 1;
+  for (size_t i = 0; i < n; ++i) {
+    float acc = tag(0, (size_t)rank * n + i);
+    for (int p = 1; p < world; ++p) acc += tag(p, (size_t)rank * n + i);
+    ok &= h[i] == acc;
+  }
+  CHECK_MSG(ok, "reduce_scatter");
+  free(h);
+
+  /* broadcast from the last rank. */
+  float *b = device_tagged(rank, n);
+  WORK(comm, CHECK_OK(loom_ccl_broadcast(work, b, n, LOOM_FLOAT32, world - 1)));
+  h = read_back(b, n);
+  ok = 1;
+  for (size_t i = 0; i < n; ++i) ok &= h[i] == tag(world - 1, i);
+  CHECK_MSG(ok, "broadcast");
+  free(h);
+
+  /* reduce (max) to rank 1; the others' recv is untouched. */
+  float *r = device_tagged(7, n);
+  const loom_ccl_reduction max = {.op = LOOM_CCL_MAX};
+  WORK(comm, CHECK_OK(loom_ccl_reduce(work, mine, r, n, LOOM_FLOAT32, &max, 1)));
+  h = read_back(r, n);
+  ok = 1;
+  for (size_t i = 0; i < n; ++i) ok &= h[i] == (rank == 1 ? tag(world - 1, i) : tag(7, i));
+  CHECK_MSG(ok, "reduce");
+  free(h);
+
+  /* gather to rank 0, scatter from rank 1. */
+  float *g = device_tagged(9, n * (size_t)world);
+  void *gparts[8];
+  for (int p = 0; p < world; ++p) gparts[p] = g + (size_t)p * n;
+  WORK(comm, CHECK_OK(loom_ccl_gather(work, mine, (void *const *)gparts, n, LOOM_FLOAT32, 0)));
+  h = read_back(g, n * (size_t)world);
+  ok = 1;
+  for (int p = 0; p < world; ++p)
+    for (size_t i = 0; i < n; ++i) ok &= h[(size_t)p * n + i] == (rank == 0 ? tag(p, i) : tag(9, (size_t)p * n + i));
+  CHECK_MSG(ok, "gather");
+  free(h);
+  float *s = device_tagged(rank, n);
+  const void *scparts[8];
+  for (int p = 0; p < world; ++p) scparts[p] = src + (size_t)p * n;
+  WORK(comm, CHECK_OK(loom_ccl_scatter(work, scparts, s, n, LOOM_FLOAT32, 1)));
+  h = read_back(s, n);
+  ok = 1;
+  for (size_t i = 0; i < n; ++i) ok &= h[i] == tag(1, (size_t)rank * n + i);
+  CHECK_MSG(ok, "scatter");
+  free(h);
+
+  /* all_to_all, uneven: rank r sends (r + 1) * (p + 1) * 100 elements to p
+   * (some messages take several chunks of a channel). */
+  size_t scount[8], soff[8], rcount[8], roff[8], stot = 0, rtot = 0;
+  for (int p = 0; p < world; ++p) {
+    scount[p] = (size_t)(rank + 1) * (size_t)(p + 1) * 100 + (p == 0 ? 300000 : 0);
+    rcount[p] = (size_t)(p + 1) * (size_t)(rank + 1) * 100 + (rank == 0 ? 300000 : 0);
+    soff[p] = stot, stot += scount[p];
+    roff[p] = rtot, rtot += rcount[p];
+  }
+  float *a_in = device_tagged(rank, stot), *a_out = device_tagged(0, rtot);
+  WORK(comm, CHECK_OK(loom_ccl_all_to_all(work, a_in, scount, soff, a_out, rcount, roff,
+                                          LOOM_FLOAT32)));
+  h = read_back(a_out, rtot);
+  ok = 1;
+  for (int p = 0; p < world; ++p) {
+    /* p's send offset for this rank. */
+    size_t poff = 0;
+    for (int q = 0; q < rank; ++q) poff += (size_t)(p + 1) * (size_t)(q + 1) * 100 + (q == 0 ? 300000 : 0);
+    for (size_t i = 0; i < rcount[p]; ++i) ok &= h[roff[p] + i] == tag(p, poff + i);
+  }
+  CHECK_MSG(ok, "all_to_all");
+  free(h);
+
+  /* send/recv around the ring, 300000 elements (several channel chunks). */
+  const size_t m = 300000;
+  float *tx = device_tagged(rank, m), *rx = device_tagged(0, m);
+  const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  WORK(comm, {
+    if (rank % 2 == 0) {
+      CHECK_OK(loom_ccl_send(work, tx, m, LOOM_FLOAT32, next));
+      CHECK_OK(loom_ccl_recv(work, rx, m, LOOM_FLOAT32, prev));
+    } else {
+      CHECK_OK(loom_ccl_recv(work, rx, m, LOOM_FLOAT32, prev));
+      CHECK_OK(loom_ccl_send(work, tx, m, LOOM_FLOAT32, next));
+    }
+  });
+  h = read_back(rx, m);
+  ok = 1;
+  for (size_t i = 0; i < m; ++i) ok &= h[i] == tag(prev, i);
+  CHECK_MSG(ok, "send/recv");
+  free(h);
+
+  WORK(comm, CHECK_OK(loom_ccl_barrier(work)));
+  void *bufs[] = {mine, all, src, dst, b, r, g, s, a_in, a_out, tx, rx};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; ++i) loom_free(bufs[i]);
+  leave(comm);
+}
+
+static void test_collectives_three_ranks(void) { run_ranks(3, NULL, collectives_rank); }
+/* Device memory the host cannot touch: reductions stage through device scratch. */
+static void test_collectives_guarded(void) {
+  run_ranks(2, "guarded", collectives_rank);
+  run_ranks(2, "guarded", allreduce_rank);
+}
+
+/* Nothing of a communicator stays in this process: no mapping, no descriptor. */
+static int segment_left(void) {
+  int found = 0;
+  FILE *maps = fopen("/proc/self/maps", "r");
+  char line[512];
+  while (maps && fgets(line, sizeof line, maps)) found |= strstr(line, "memfd:loomccl") != NULL;
+  if (maps) fclose(maps);
+  DIR *fds = opendir("/proc/self/fd");
+  struct dirent *e;
+  while (fds && (e = readdir(fds))) {
+    char path[300], target[300];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    const ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n > 0) {
+      target[n] = 0;
+      found |= strstr(target, "memfd:loomccl") != NULL;
+    }
+  }
+  if (fds) closedir(fds);
+  return found;
+}
+
+static void death_rank(int rank, int world, const char *job) {
+  /* A timeout far beyond the test's: only the death can end the wait. */
+  loom_ccl_comm_t *comm = join(rank, world, job, 0, 600000);
+  if (!comm) return;
+  if (rank == 1) {
+    /* Die in the middle of the job: the peer is waiting in a collective. */
+    usleep(100000);
+    raise(SIGKILL);
+  }
+  CHECK(segment_left());
+  loom_stream_t *def = NULL;
+  loom_stream_default(0, &def);
+  float *x = device_tagged(0, 1000);
+  loom_ccl_work_t *work = NULL;
+  const loom_ccl_reduction sum = {.op = LOOM_CCL_SUM};
+  CHECK_OK(loom_ccl_begin(comm, def, "allreduce", &work));
+  CHECK_OK(loom_ccl_allreduce(work, x, x, 1000, LOOM_FLOAT32, &sum));
+  CHECK_OK(loom_ccl_end(work));
+  CHECK_OK(loom_ccl_work_wait(work, def));
+  const loom_status st = loom_stream_synchronize(def);
+  CHECK(st == LOOM_ERROR_DEVICE);
+  CHECK_MSG(strstr(loom_last_error(), "rank 1 died") != NULL, "%s", loom_last_error());
+  CHECK(loom_ccl_work_synchronize(work) == LOOM_ERROR_DEVICE);
+  loom_ccl_work_release(work);
+  /* The communicator is broken: the next collective fails at once. */
+  CHECK(loom_ccl_begin(comm, def, "allreduce", &work) == LOOM_ERROR_DEVICE);
+  loom_free(x);
+  leave(comm);
+  CHECK(!segment_left());
+}
+
+static void test_dead_rank_fails_peer(void) {
+  char job[LOOM_CCL_JOB_ID_LEN + 1];
+  CHECK_OK(loom_ccl_make_job_id(job));
+  fflush(NULL);
+  pid_t pids[2];
+  for (int r = 0; r < 2; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      alarm(120);
+      test_failed = 0;
+      death_rank(r, 2, job);
+      loom_shutdown();
+      fflush(NULL);
+      exit(test_failed ? 1 : 0);
+    }
+  }
+  int status = 0;
+  waitpid(pids[0], &status, 0);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "survivor status %d", status);
+  waitpid(pids[1], &status, 0);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+static void mismatch_rank(int rank, int world, const char *job) {
+  loom_ccl_comm_t *comm = join(rank, world, job, 0, 60000);
+  if (!comm) return;
+  float *x = device_tagged(rank, 100);
+  loom_ccl_work_t *work = NULL;
+  loom_stream_t *def = NULL;
+  loom_stream_default(0, &def);
+  CHECK_OK(loom_ccl_begin(comm, def, "mismatch", &work));
+  const loom_ccl_reduction sum = {.op = LOOM_CCL_SUM};
+  if (rank == 0) CHECK_OK(loom_ccl_allreduce(work, x, x, 100, LOOM_FLOAT32, &sum));
+  else CHECK_OK(loom_ccl_broadcast(work, x, 100, LOOM_FLOAT32, 0));
+  CHECK_OK(loom_ccl_end(work));
+  CHECK(loom_ccl_work_synchronize(work) != LOOM_OK);
+  CHECK_MSG(strstr(loom_last_error(), "out of step") && strstr(loom_last_error(), "allreduce") &&
+                strstr(loom_last_error(), "broadcast"),
+            "%s", loom_last_error());
+  loom_ccl_work_release(work);
+  loom_free(x);
+  leave(comm);
+}
+
+static void test_mismatch_is_named(void) { run_ranks(2, NULL, mismatch_rank); }
+
+static void bad_arguments_rank(int rank, int world, const char *job) {
+  loom_ccl_config config = {.rank = 0, .world_size = 1};
+  loom_ccl_comm_t *comm = NULL;
+  CHECK(loom_ccl_comm_create(&config, &comm) == LOOM_ERROR_INVALID_ARGUMENT); /* no stream */
+  CHECK_OK(loom_stream_create(0, 0, &config.stream));
+  memcpy(config.job_id, "not-hex", 8);
+  CHECK(loom_ccl_comm_create(&config, &comm) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(loom_last_error(), "job id") != NULL);
+  memcpy(config.job_id, job, sizeof config.job_id);
+  config.rank = 1;
+  CHECK(loom_ccl_comm_create(&config, &comm) == LOOM_ERROR_INVALID_ARGUMENT);
+  config.rank = 0;
+  /* A world of one: reductions still apply their op. */
+  CHECK_OK(loom_ccl_comm_create(&config, &comm));
+  stream = config.stream;
+  float host[4] = {1, 2, 3, 4};
+  float *x = device_copy(host, sizeof host);
+  const loom_ccl_reduction premul = {.op = LOOM_CCL_PREMUL_SUM, .factor = 0.5};
+  WORK(comm, CHECK_OK(loom_ccl_allreduce(work, x, x, 4, LOOM_FLOAT32, &premul)));
+  host_copy(host, x, sizeof host);
+  CHECK(host[0] == 0.5f && host[3] == 2.0f);
+  loom_ccl_work_t *work = NULL;
+  loom_stream_t *def = NULL;
+  loom_stream_default(0, &def);
+  CHECK_OK(loom_ccl_begin(comm, def, "bad", &work));
+  float stack[4];
+  CHECK(loom_ccl_allreduce(work, stack, stack, 4, LOOM_FLOAT32, &premul) ==
+        LOOM_ERROR_INVALID_ARGUMENT); /* not device memory */
+  const loom_ccl_reduction int_premul = {.op = LOOM_CCL_PREMUL_SUM};
+  CHECK(loom_ccl_allreduce(work, x, x, 4, LOOM_INT32, &int_premul) == LOOM_ERROR_NOT_SUPPORTED);
+  CHECK(loom_ccl_broadcast(work, x, 4, LOOM_FLOAT32, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(loom_ccl_send(work, x, 4, LOOM_FLOAT32, 0) == LOOM_ERROR_INVALID_ARGUMENT); /* itself */
+  CHECK(loom_ccl_allreduce(work, x, x, 4, LOOM_COMPLEX64, &premul) == LOOM_ERROR_NOT_SUPPORTED);
+  CHECK_OK(loom_ccl_end(work));
+  CHECK(loom_ccl_end(work) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(loom_ccl_barrier(work) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK_OK(loom_ccl_work_synchronize(work));
+  loom_ccl_work_release(work);
+  loom_free(x);
+  leave(comm);
+}
+
+static void test_bad_arguments(void) { run_ranks(1, NULL, bad_arguments_rank); }
+
+/* Once every rank joined, the job's socket name is gone: a late process
+ * claiming a rank finds no one to join, and the job goes on. */
+static void intruder_rank(int rank, int world, const char *job) {
+  if (rank == 2) {
+    usleep(200000);
+    loom_ccl_comm_t *comm = NULL;
+    CHECK(try_join(1, 2, job, 0, 300, &comm) == LOOM_ERROR_UNAVAILABLE);
+    CHECK(comm == NULL);
+    CHECK(strstr(loom_last_error(), "could not reach rank 0") != NULL);
+    loom_stream_release(stream);
+    return;
+  }
+  loom_ccl_comm_t *comm = join(rank, 2, job, 0, 60000);
+  if (!comm) return;
+  usleep(rank == 0 ? 600000 : 0);
+  float *x = device_tagged(rank, 10);
+  const loom_ccl_reduction sum = {.op = LOOM_CCL_SUM};
+  WORK(comm, CHECK_OK(loom_ccl_allreduce(work, x, x, 10, LOOM_FLOAT32, &sum)));
+  float *h = read_back(x, 10);
+  CHECK(h[3] == tag(0, 3) + tag(1, 3));
+  free(h);
+  loom_free(x);
+  leave(comm);
+}
+
+static void test_no_rendezvous_after_join(void) { run_ranks(3, NULL, intruder_rank); }
+
+int main(void) {
+  RUN_TEST(test_bad_arguments);
+  RUN_TEST(test_allreduce_two_ranks);
+  RUN_TEST(test_allreduce_three_ranks);
+  RUN_TEST(test_collectives_three_ranks);
+  RUN_TEST(test_collectives_guarded);
+  RUN_TEST(test_dead_rank_fails_peer);
+  RUN_TEST(test_mismatch_is_named);
+  RUN_TEST(test_no_rendezvous_after_join);
+  TEST_MAIN_END();
+}
