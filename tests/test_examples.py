@@ -22,9 +22,9 @@ def corpus():
     return gpt.CharCorpus.load()
 
 
-def run_steps(corpus, device, steps, lr=1e-2, batch_size=4, seed=0):
-    """`steps` training steps of the tiny model on `device`; returns the
-    model and the losses."""
+def run_steps(corpus, device, steps, lr=1e-2, batch_size=4, seed=0, amp=None):
+    """`steps` training steps of the tiny model on `device` (under autocast
+    to `amp` when given); returns the model and the losses."""
     model = gpt.make_model(corpus.vocab_size, TINY, device, seed=seed)
     opt = gpt.make_optimizer(model, lr=lr)
     train, _ = corpus.split()
@@ -32,7 +32,7 @@ def run_steps(corpus, device, steps, lr=1e-2, batch_size=4, seed=0):
     losses = []
     for _ in range(steps):
         x, y = gpt.get_batch(train, batch_size, TINY.context, gen)
-        losses.append(gpt.train_step(model, opt, x.to(device), y.to(device)).item())
+        losses.append(gpt.train_step(model, opt, x.to(device), y.to(device), amp).item())
     return model, losses
 
 
@@ -53,6 +53,16 @@ def test_loss_falls_on_loom(corpus, no_fallback):
     _, losses = run_steps(corpus, "loom", 30)
     # uniform guessing over the vocabulary at the start, well below it after
     assert abs(losses[0] - torch.log(torch.tensor(float(corpus.vocab_size))).item()) < 0.2
+    assert sum(losses[-5:]) / 5 < losses[0] - 0.7, losses
+
+
+def test_loss_falls_on_loom_under_bf16_autocast(corpus, no_fallback):
+    model, losses = run_steps(corpus, "loom", 30, amp=torch.bfloat16)
+    _, fp32 = run_steps(corpus, "loom", 1)
+    with torch.no_grad(), torch.autocast("loom", dtype=torch.bfloat16):
+        logits = model(torch.zeros(1, 4, dtype=torch.long, device="loom"))
+    assert logits.dtype == torch.bfloat16  # the head's matmul ran in bf16
+    assert losses[0] == pytest.approx(fp32[0], abs=0.05)  # bf16 rounding only
     assert sum(losses[-5:]) / 5 < losses[0] - 0.7, losses
 
 
