@@ -12,6 +12,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import torch_loom
+from conftest import run_python
 
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -236,3 +237,26 @@ def test_convolution_kernels_carry_their_flops(tmp_path, dtype, channels_last):
         flops = sum(e["args"].get("flops", 0) for e in _device_events(trace)
                     if e["args"]["External id"] in ops)
         assert flops == nominal, (region, flops, nominal)
+
+
+def test_a_full_ring_drops_counts_and_warns():
+    # 64 records per stream, 200 launches (two records each): the profile
+    # keeps what fit, in order, and warns with the count of the rest.
+    proc = run_python("""
+        import torch, torch_loom
+        from torch.autograd import DeviceType
+        from torch.profiler import profile, ProfilerActivity
+        a = torch.ones(4, device="loom")
+        torch.loom.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            for _ in range(200):
+                a.add_(1)
+            torch.loom.synchronize()
+        kernels = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1]
+        print(len(kernels), a[0].item())
+    """, env={"LOOM_PROFILER_RECORDS": "64"})
+    count, value = proc.stdout.split()
+    # 64 records: 32 launches and their enqueues
+    assert int(count) == 32 and float(value) == 201.0
+    # PyTorch prints the warning of its profiler's processing on stderr.
+    assert "loom profiler: 336 device trace records were dropped" in proc.stderr, proc.stderr

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <output_base.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 
@@ -13,8 +14,21 @@ namespace torch_loom::profiler {
 namespace {
 
 // The correlation ids Kineto pushes on this thread, innermost last: the
-// runtime stamps the innermost on what this thread enqueues.
+// runtime stamps the innermost on what this thread enqueues. A session
+// that stopped inside an operator never saw its pop: each session starts a
+// generation, and a thread forgets the ids of an older one.
+std::atomic<uint64_t> session_generation{0};
+thread_local uint64_t tls_generation = 0;
 thread_local std::vector<uint64_t> tls_correlations;
+
+std::vector<uint64_t>& thread_correlations() {
+  const uint64_t g = session_generation.load(std::memory_order_relaxed);
+  if (tls_generation != g) {
+    tls_correlations.clear();
+    tls_generation = g;
+  }
+  return tls_correlations;
+}
 
 // Records per stream ring: LOOM_PROFILER_RECORDS, else the runtime's
 // default.
@@ -49,6 +63,7 @@ ActivityProfilerSession::ActivityProfilerSession()
     : buffer_(std::make_unique<libkineto::CpuTraceBuffer>()) {}
 
 void ActivityProfilerSession::start() {
+  session_generation.fetch_add(1, std::memory_order_relaxed);
   clock_offset_ = trace_clock_offset();
   start_ns_ = c10::getTime();
   const loom_status st = loom_trace_enable(ring_records());
@@ -119,13 +134,14 @@ std::unique_ptr<libkineto::CpuTraceBuffer> ActivityProfilerSession::getTraceBuff
 }
 
 void ActivityProfilerSession::pushCorrelationId(uint64_t id) {
-  tls_correlations.push_back(id);
+  thread_correlations().push_back(id);
   loom_trace_set_correlation(id);
 }
 
 void ActivityProfilerSession::popCorrelationId() {
-  if (!tls_correlations.empty()) tls_correlations.pop_back();
-  loom_trace_set_correlation(tls_correlations.empty() ? 0 : tls_correlations.back());
+  std::vector<uint64_t>& ids = thread_correlations();
+  if (!ids.empty()) ids.pop_back();
+  loom_trace_set_correlation(ids.empty() ? 0 : ids.back());
 }
 
 std::unordered_map<std::string, std::string> ActivityProfilerSession::getMetadata() {
