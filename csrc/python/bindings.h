@@ -12,6 +12,7 @@ void init_random(pybind11::module& m);
 void init_fallback(pybind11::module& m);
 void init_memory(pybind11::module& m);
 void init_testing(pybind11::module& m);
+void init_inductor(pybind11::module& m);
 void init_jit(pybind11::module& m);
 void init_kernels(pybind11::module& m);
 void init_profiler(pybind11::module& m);

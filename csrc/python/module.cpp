@@ -8,6 +8,7 @@ PYBIND11_MODULE(_C, m) {
   torch_loom::python::init_fallback(m);
   torch_loom::python::init_memory(m);
   torch_loom::python::init_testing(m);
+  torch_loom::python::init_inductor(m);
   torch_loom::python::init_jit(m);
   torch_loom::python::init_kernels(m);
   torch_loom::python::init_profiler(m);

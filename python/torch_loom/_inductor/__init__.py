@@ -1,25 +1,25 @@
 """Inductor on loom: a plain ``torch.compile(model)`` on loom tensors.
 
-Nothing here costs ``import torch`` anything: this module only installs two
-hooks, and the work happens on first use.
+Nothing here costs ``import torch`` anything: this module only installs an
+import hook, and the work happens when torch.compile first loads Dynamo and
+Inductor.
 
-- Dynamo's device interface (``interface.py``) is registered right after
-  ``torch._dynamo.device_interface`` is first imported (by the first
+- Dynamo's device interface (``interface.py``) is registered once
+  ``torch._dynamo.device_interface`` has been imported (by the first
   ``torch.compile``), before Dynamo traces anything: 2.13 offers no lazy
-  registration for an out-of-tree device, so an import hook watches for
-  that one module.
-- Inductor's backend (``backend.py``) loads when Inductor first registers
-  its backends: ``init_backend_registration`` reads ``torch.loom.Scheduling``,
-  ``PythonWrapperCodegen``, ``CppWrapperCodegen`` and ``WrapperFxCodegen``,
-  which the device module serves through ``inductor_attr``.
+  registration of an interface for an out-of-tree device.
+- Inductor's backend (``backend.py``) is registered once
+  ``torch._inductor.compile_fx`` has been imported, before Inductor
+  registers its backends: so loom's registration, which carries the codegen
+  config Inductor hashes into its cache keys, is the one Inductor keeps.
+  Inductor's own lazy hook, ``init_backend_registration`` reading
+  ``torch.loom.Scheduling``, ``PythonWrapperCodegen``, ``CppWrapperCodegen``
+  and ``WrapperFxCodegen``, is served too (``inductor_attr``), for code that
+  reaches it without loading ``compile_fx`` first.
 """
-
-from __future__ import annotations
 
 import importlib.abc
 import sys
-
-_INTERFACE_MODULE = "torch._dynamo.device_interface"
 
 # The names Inductor's init_backend_registration reads from torch.loom.
 BACKEND_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
@@ -33,16 +33,27 @@ def inductor_attr(name: str):
     return backend.INDUCTOR_CLASSES[name]
 
 
-def _register_interface(_module=None) -> None:
+def _register_interface() -> None:
     from . import interface
 
     interface.register()
 
 
+def _register_backend() -> None:
+    from . import backend  # noqa: F401  (registers on import)
+
+
+# module -> what to run once it has been imported
+_HOOKS = {
+    "torch._dynamo.device_interface": _register_interface,
+    "torch._inductor.compile_fx": _register_backend,
+}
+
+
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs `callback(module)` once `name` has been imported: finds the
-    module with the finders after it, then executes it through its own
-    loader and calls back. Removes itself on first use."""
+    """Runs `callback()` once the module `name` has been imported: finds the
+    module with the finders after it, executes it with its own loader, then
+    calls back. Leaves sys.meta_path on first use."""
 
     def __init__(self, name: str, callback):
         self.name, self.callback = name, callback
@@ -74,19 +85,19 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__.loader = self.loader
         module.__loader__ = self.loader
         try:
-            self.callback(module)
-        except Exception as exc:  # loom must never break `import torch._dynamo`
+            self.callback()
+        except Exception as exc:  # loom must never break importing torch's modules
             import warnings
 
-            warnings.warn(f"torch_loom: could not register loom with Dynamo ({exc}); "
-                          "torch.compile will not handle loom tensors")
+            warnings.warn(f"torch_loom: could not register loom with torch.compile ({exc}); "
+                          "torch.compile may not handle loom tensors")
 
 
 def install() -> None:
-    """Arranges for the Dynamo device interface to be registered when Dynamo
-    loads (at once if it already has)."""
-    if _INTERFACE_MODULE in sys.modules:
-        _register_interface()
-        return
-    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(_INTERFACE_MODULE, _register_interface))
+    """Arranges for loom's registrations with Dynamo and Inductor to happen
+    when those load (at once for what has loaded already)."""
+    for name, callback in _HOOKS.items():
+        if name in sys.modules:
+            callback()
+        elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+            sys.meta_path.insert(0, _AfterImport(name, callback))

@@ -1,12 +1,13 @@
-"""Inductor's backend for loom: C++ kernels on loom buffers, extern kernels
-as loom ops.
+"""Inductor's backend for loom: generated C++ kernels launched on loom's
+stream, extern kernels (matmul, convolution, attention) as loom ops.
 
-Registered when Inductor first registers its backends (see __init__.py).
-The host driver's device memory is host memory, so Inductor's C++ kernel
-generator (CppScheduling) runs on loom buffers unchanged; what loom adds is
-the wrapper that calls those kernels in order with loom's asynchronous
-stream, the device op overrides the wrapper is written with, and the
-configuration that keeps random ops on loom's Philox generator.
+Registered when Inductor loads (see __init__.py). The host driver's device
+memory is host memory, so Inductor's C++ kernel generator runs on loom
+buffers; cpp_kernels.py turns its kernels into loom kernels launched on the
+current stream, and this module adds the wrapper that calls them, the device
+op overrides the wrapper is written with, and the configuration that keeps
+random ops on loom's Philox generator. Where the host cannot address device
+memory, compiled graphs run their nodes as loom ops instead.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from torch._inductor.codegen.common import (
     register_backend_for_device,
     register_device_op_overrides,
 )
-from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 from torch._inductor.virtualized import V
 
 from . import interface, patches
+from .cpp_kernels import LoomCppScheduling
 
 log = logging.getLogger("torch_loom.inductor")
 
@@ -57,7 +58,9 @@ class LoomDeviceOpOverrides(DeviceOpOverrides):
 
 
 class _LoomWrapperMixin:
-    """Calls C++ kernels on loom buffers in order with loom's stream."""
+    """Calls generated kernels of loom graphs: each launches its loop nests
+    on the current loom stream (cpp_kernels.py), in order with the extern
+    kernels around it."""
 
     def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True,
                                      **kwargs):
@@ -69,10 +72,6 @@ class _LoomWrapperMixin:
             raise NotImplementedError(
                 f"torch.compile on loom: {kernel_name} is a C++ kernel, but the host cannot "
                 "address this device's memory")
-        # The kernel runs on this thread, now: what loom ops enqueued before
-        # it (extern kernels, the graph's inputs) must have executed first.
-        index = device.index if device.index is not None else 0
-        self.writeline(f"loom_wait_for_stream({index})")
         self.writeline(self.wrap_kernel_call(kernel_name, call_args))
 
 
@@ -85,7 +84,7 @@ class LoomWrapperCodegen(_LoomWrapperMixin, PythonWrapperCodegen):
 
     def write_header(self) -> None:
         super().write_header()
-        self.imports.splice("from torch_loom._inductor.runtime import wait_for_stream as loom_wait_for_stream")
+        self.imports.splice("from torch_loom._inductor.runtime import loom_cpp_kernel")
 
 
 class LoomSubgraphWrapperCodegen(_LoomWrapperMixin, SubgraphPythonWrapperCodegen):
@@ -103,7 +102,7 @@ class LoomCppWrapperCodegen:
             "leave torch._inductor.config.cpp_wrapper off for loom graphs")
 
 
-Scheduling = CppScheduling
+Scheduling = LoomCppScheduling
 
 # What init_backend_registration reads as torch.loom.<name>.
 INDUCTOR_CLASSES = {
@@ -125,7 +124,9 @@ def host_addressable() -> bool:
 def _register() -> None:
     interface.register(with_indices=True)
     register_device_op_overrides("loom", LoomDeviceOpOverrides())
-    register_backend_for_device("loom", *INDUCTOR_CLASSES.values())
+    from . import config
+
+    register_backend_for_device("loom", *INDUCTOR_CLASSES.values(), device_custom_config=config)
     patches.apply()
     # Random ops run as loom's own ops on its Philox generator, so compiled
     # and eager code draw the same numbers. Inductor reads this one global.

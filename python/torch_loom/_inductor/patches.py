@@ -1,4 +1,5 @@
-"""Where Inductor 2.13 equates "the C++ backend" with the device "cpu".
+"""Where Inductor 2.13 equates "the C++ backend" with the device "cpu", or
+tunes for cuDNN what it does not know.
 
 Inductor generates C++ for the device type "cpu" only; any other device is
 assumed to be a Triton GPU in two predicates that the C++ backend relies on.
@@ -66,6 +67,30 @@ def _patch_scheduler_is_cpu() -> None:
     BaseSchedulerNode.is_cpu = is_cpu
 
 
+def _patch_decide_layout_opt() -> None:
+    """Inductor converts the convolutions of a graph to channels-last by
+    heuristics measured on cuDNN (any device but the CPU's oneDNN). loom's
+    convolutions are fastest in the layout eager code gives them
+    (contiguous): a loom graph keeps its layouts."""
+    from torch._inductor.graph import GraphLowering
+
+    original = GraphLowering.decide_layout_opt
+    if getattr(original, "_loom", False):
+        return
+
+    def decide_layout_opt(gm, *, is_inference: bool) -> bool:
+        for node in gm.graph.nodes:
+            val = node.meta.get("val") if node.op == "placeholder" else None
+            if getattr(getattr(val, "device", None), "type", None) in _CPP_DEVICES:
+                return False
+        return original(gm, is_inference=is_inference)
+
+    decide_layout_opt._loom = True
+    decide_layout_opt.__wrapped__ = original
+    GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)
+
+
 def apply() -> None:
     _patch_get_current_backend()
     _patch_scheduler_is_cpu()
+    _patch_decide_layout_opt()

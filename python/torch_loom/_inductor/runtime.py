@@ -4,14 +4,29 @@ imports nothing of Inductor's codegen."""
 
 from __future__ import annotations
 
-import torch
+import ctypes
 
 from .. import _C
 
 
-def wait_for_stream(device_index: int) -> None:
-    """Waits until the current stream of loom device `device_index` has
-    executed what was enqueued on it: a kernel that runs on the calling
-    thread then reads what that work wrote, and overwrites nothing it still
-    reads. Raises the stream's asynchronous error, if any."""
-    torch.loom.current_stream(device_index).synchronize()
+def _address(lib, symbol: str) -> int:
+    return ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
+
+
+def loom_cpp_kernel(async_compile, key: str, kinds: str, nests: int, source: str):
+    """A generated kernel group (cpp_kernels.py) as a callable that launches
+    its loop nests on the current stream: compiles `source` with Inductor's
+    C++ code cache (in its compile workers when it has them) and registers
+    nest i's entry point as the kernel "inductor.<key>.<i>"."""
+    from torch._inductor.async_compile import get_compile_threads
+    from torch._inductor.codecache import CppCodeCache, LambdaFuture
+
+    def build(lib):
+        entries = [(f"inductor.{key}.{i}", _address(lib, f"loom_entry_{i}"),
+                    _address(lib, f"loom_range_{i}")) for i in range(nests)]
+        return _C._InductorKernel(kinds, entries)
+
+    if get_compile_threads() <= 1:
+        return build(CppCodeCache.load(source))
+    load = CppCodeCache.load_async(source, submit_fn=async_compile.submit)
+    return LambdaFuture(lambda: build(load()))

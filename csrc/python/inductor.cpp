@@ -1,0 +1,155 @@
+// Kernels Inductor generates for loom graphs (python/torch_loom/_inductor/
+// cpp_kernels.py): each loop nest of a generated C++ kernel has an entry
+// point with loom's kernel ABI and a function giving its launch range. This
+// registers the entry points in the kernel registry and launches them on
+// the current stream, in order, with the arguments the compiled graph
+// passes. Glue only.
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "common.h"
+#include "python/bindings.h"
+
+namespace py = pybind11;
+
+namespace torch_loom::python {
+namespace {
+
+// A nest's launch range from the kernel's scalar arguments.
+using RangeFn = int64_t (*)(const loom_scalar*);
+
+// Chunks per worker a launch aims at: enough to balance uneven chunks.
+constexpr int64_t kChunksPerWorker = 4;
+
+// The registry's handle for `fn` under `name`: registered on first sight.
+// The name is derived from the kernel's source, so a source compiled again
+// (another graph, a later process's cache hit) finds its first registration,
+// whose code stays loaded for the life of the process. NULL when the
+// registry is full: the kernel is then launched by its function.
+const loom_kernel_t* register_entry(const std::string& name, loom_kernel_fn fn) {
+  const loom_kernel_t* k = nullptr;
+  if (loom_kernel_lookup(name.c_str(), &k) == LOOM_OK) return k;
+  if (loom_kernel_register(name.c_str(), fn) != LOOM_OK &&
+      loom_kernel_lookup(name.c_str(), &k) == LOOM_OK)
+    return k;  // registered meanwhile
+  return loom_kernel_lookup(name.c_str(), &k) == LOOM_OK ? k : nullptr;
+}
+
+int64_t workers_of(int device) {
+  static int64_t cached[64] = {};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device];
+  loom_device_props props{};
+  const int64_t n =
+      loom_device_properties(device, &props) == LOOM_OK && props.num_threads > 0 ? props.num_threads : 1;
+  if (device >= 0 && device < 64) cached[device] = n;
+  return n;
+}
+
+class InductorKernel {
+ public:
+  struct Nest {
+    std::string name;
+    const loom_kernel_t* kernel;
+    loom_kernel_fn fn;
+    RangeFn range;
+  };
+
+  // `kinds`: per argument, 't' a loom tensor, 'i' an integer, 'f' a float.
+  // `nests`: (registry name, entry address, range-function address).
+  InductorKernel(std::string kinds,
+                 const std::vector<std::tuple<std::string, uintptr_t, uintptr_t>>& nests)
+      : kinds_(std::move(kinds)) {
+    for (const auto& [name, entry, range] : nests) {
+      TORCH_CHECK(entry && range, "torch.compile on loom: kernel ", name, " has no entry point");
+      auto fn = reinterpret_cast<loom_kernel_fn>(entry);
+      nests_.push_back({name, register_entry(name, fn), fn, reinterpret_cast<RangeFn>(range)});
+    }
+    for (char c : kinds_) num_tensors_ += c == 't';
+  }
+
+  // Launches every nest on the current stream of the tensors' device.
+  void operator()(const py::args& args) const {
+    const char* op = nests_.empty() ? "inductor kernel" : name_of(nests_[0]);
+    TORCH_CHECK(args.size() == kinds_.size(), op, ": expected ", kinds_.size(),
+                " arguments, got ", args.size());
+    std::vector<loom_tensor> tensors;
+    tensors.reserve(num_tensors_);
+    std::vector<loom_scalar> scalars;
+    int device = -1;
+    for (size_t i = 0; i < kinds_.size(); ++i) {
+      PyObject* obj = args[i].ptr();
+      if (kinds_[i] == 't') {
+        TORCH_CHECK_TYPE(THPVariable_Check(obj), op, ": argument ", i, " must be a tensor");
+        const at::Tensor& t = THPVariable_Unpack(obj);
+        tensors.push_back(describe(t, op));
+        if (device < 0) device = t.device().index();
+        TORCH_CHECK(t.device().index() == device, op, ": all tensors must be on one loom device");
+      } else if (kinds_[i] == 'f') {
+        scalars.push_back(scalar_f(args[i].cast<double>()));
+      } else {
+        scalars.push_back(scalar_i(args[i].cast<int64_t>()));
+      }
+    }
+    if (device < 0) device = current_device_index();
+    loom_stream_t* stream = current_stream(static_cast<c10::DeviceIndex>(device));
+    const int64_t workers = workers_of(device);
+    for (const Nest& nest : nests_) {
+      const int64_t range = nest.range(scalars.data());
+      if (range <= 0) continue;
+      loom_launch_desc desc{};
+      desc.name = name_of(nest);
+      desc.kernel = nest.kernel;
+      desc.fn = nest.fn;
+      desc.tensors = tensors.data();
+      desc.num_tensors = static_cast<uint32_t>(tensors.size());
+      desc.scalars = scalars.data();
+      desc.num_scalars = static_cast<uint32_t>(scalars.size());
+      desc.range = range;
+      // Chunks split independent outputs only, so their size changes
+      // nothing in the results.
+      const int64_t chunks = workers * kChunksPerWorker;
+      desc.grain = range <= chunks ? 1 : (range + chunks - 1) / chunks;
+      desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
+      check(loom_launch(stream, &desc), desc.name);
+    }
+  }
+
+  size_t num_nests() const { return nests_.size(); }
+  bool registered(size_t i) const { return nests_.at(i).kernel != nullptr; }
+
+ private:
+  // Static for the process: errors raised later may name it.
+  static const char* name_of(const Nest& n) {
+    return n.kernel ? loom_kernel_name(n.kernel) : "inductor kernel";
+  }
+  static int current_device_index();
+
+  std::string kinds_;
+  std::vector<Nest> nests_;
+  size_t num_tensors_ = 0;
+};
+
+int InductorKernel::current_device_index() {
+  loom_stream_t* s = current_stream();
+  return loom_stream_device(s);
+}
+
+}  // namespace
+
+void init_inductor(py::module& m) {
+  py::class_<InductorKernel>(m, "_InductorKernel")
+      .def(py::init<std::string, const std::vector<std::tuple<std::string, uintptr_t, uintptr_t>>&>(),
+           py::arg("kinds"), py::arg("nests"))
+      .def("__call__", &InductorKernel::operator())
+      .def_property_readonly("num_nests", &InductorKernel::num_nests)
+      .def("registered", &InductorKernel::registered);
+}
+
+}  // namespace torch_loom::python

@@ -1,0 +1,27 @@
+"""The configuration of loom's Inductor backend, registered with Inductor
+as the device's codegen config: Inductor hashes it into the keys of its
+caches (the FX graph cache), so a graph compiled and cached by one version
+of these code generators is never loaded by another."""
+
+import hashlib
+import os
+import sys
+
+from torch.utils._config_module import install_config_module
+
+_SOURCES = ("backend.py", "cpp_kernels.py", "interface.py", "patches.py", "runtime.py")
+
+
+def _digest() -> str:
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in _SOURCES:
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:32]
+
+
+#: The code generators' identity (a digest of their sources).
+codegen_version: str = _digest()
+
+install_config_module(sys.modules[__name__])

@@ -1,0 +1,294 @@
+"""Inductor's C++ kernels as loom kernels, launched on the current stream.
+
+Inductor's C++ backend writes one function per group of fused nodes: a
+sequence of loop nests, each parallelized with OpenMP (``#pragma omp
+parallel`` / ``omp for``) and run on the calling thread. On loom each loop
+nest becomes a kernel of its own, with loom's kernel ABI
+(``loom/kernel_abi.h``), registered in the kernel registry and launched on
+the current stream like a library kernel: compiled graphs stay
+asynchronous, extern kernels (matmul, convolution, attention) and generated
+kernels are ordered by the stream, and the work runs on loom's worker pool.
+
+The parallel dimension of a nest's launch is the iteration space of its
+outermost parallel loops, as Inductor chose them (``decide_parallel_depth``
+with loom's worker count): the kernel gets ``[begin, end)`` of it and runs
+the loops for those iterations only (collapsed loops are recovered by
+division). Only loops over independent outputs are split, never a
+reduction loop: a nest whose parallel loop would be a reduction (a sum to
+one element, say) runs as one chunk. Every output element is therefore
+computed by one chunk with the same code, whatever the number of threads
+or chunks, and results do not depend on them.
+
+Inductor's parallel reductions (per-thread partial sums combined at the
+end) are never generated, and neither is any OpenMP construct: the source
+still includes Inductor's ``cpp_prefix.h`` and is compiled by Inductor's
+C++ code cache with its flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import sympy
+from torch._inductor.codegen.common import BracesBuffer
+from torch._inductor.codegen.cpp import (
+    CppKernelProxy,
+    CppScheduling,
+    KernelGroup,
+    LoopLevel,
+    ParallelDepth,
+    WorkSharing,
+)
+from torch._inductor.codegen.cpp_utils import cexpr_index
+from torch._inductor.utils import get_fused_kernel_name
+from torch._inductor import config as inductor_config
+from torch._inductor.virtualized import V
+from torch.utils._sympy.functions import CeilDiv
+
+_HEADERS = ("status.h", "kernel_abi.h")
+_abi_include_text: str | None = None
+
+
+def _include_dir() -> str:
+    """The directory holding loom/kernel_abi.h: the package's copy in an
+    installed wheel, else the source tree's include/."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for candidate in (os.path.join(here, "include"), os.path.join(here, "..", "..", "include")):
+        if os.path.isfile(os.path.join(candidate, "loom", "kernel_abi.h")):
+            return os.path.realpath(candidate)
+    raise RuntimeError("torch.compile on loom: loom's C headers (loom/kernel_abi.h) are missing; "
+                       "reinstall torch_loom")
+
+
+def _abi_include() -> str:
+    """The #include lines of loom's kernel ABI, with a digest of the headers:
+    Inductor keys its compiled kernels by their source, so a change of the
+    headers compiles them again."""
+    global _abi_include_text
+    if _abi_include_text is None:
+        root = os.path.join(_include_dir(), "loom")
+        digest = hashlib.sha256()
+        lines = []
+        for name in _HEADERS:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                digest.update(f.read())
+            lines.append(f'#include "{path}"')
+        lines.append(f"// loom ABI headers: sha256 {digest.hexdigest()}")
+        _abi_include_text = "\n".join(lines)
+    return _abi_include_text
+
+
+def device_workers(index: int = 0) -> int:
+    from .interface import LoomInterface
+
+    return max(1, LoomInterface.Worker.get_device_properties(index).multi_processor_count)
+
+
+class LoomWorkSharing(WorkSharing):
+    """No OpenMP: parallel loops are split by the launch instead."""
+
+    def parallel(self, threads):
+        pass
+
+    def single(self):
+        return False
+
+    def close(self):
+        pass
+
+
+@dataclass
+class LoopNestInfo:
+    """One loop nest of a kernel group: its code and the C expression (in
+    the kernel's argument names) of its launch range."""
+
+    code: object = None
+    range_expr: str = "1"
+    split: list = field(default_factory=list)  # the parallel LoopLevels, outermost first
+
+
+def _position(loops, loop) -> int:
+    return next(i for i, lv in enumerate(loops) if lv is loop)
+
+
+def _iterations(loop: LoopLevel) -> sympy.Expr:
+    return sympy.Max(0, CeilDiv(loop.size - loop.offset, loop.steps))
+
+
+class LoomLoopLevel(LoopLevel):
+    """A loop level whose parallel (and collapsed) loops cover the launch's
+    chunk [loom_begin, loom_end) of their iterations instead of an OpenMP
+    worksharing loop. Set on Inductor's own LoopLevel objects (same fields)."""
+
+    def lines(self):
+        nest: LoopNestInfo | None = getattr(self, "_loom_nest", None)
+        if nest is None or not (self.parallel or self.collapsed):
+            return super().lines()
+        if self.is_reduction:
+            raise NotImplementedError("torch.compile on loom: a parallel reduction loop "
+                                      "(a reduction that is not split by its outputs)")
+        if self.parallel:
+            loops = getattr(self, "_loom_loops")
+            start = _position(loops, self)
+            nest.split = loops[start:start + self.parallel]
+            nest.range_expr = cexpr_index(sympy.Mul(*[_iterations(lv) for lv in nest.split]))
+        k = _position(nest.split, self)
+        var, off, step = self.var, cexpr_index(self.offset), cexpr_index(self.steps)
+        if not self.steps.is_number:
+            step = f"({step} == 0 ? 1 : {step})"
+        if len(nest.split) == 1:
+            return [f"for(int64_t {var}={off} + loom_begin*{step}; "
+                    f"{var}<{off} + loom_end*{step}; {var}+={step})"]
+        # Collapsed loops: one chunk index, split into the levels' indices.
+        inner = sympy.Mul(*[_iterations(lv) for lv in nest.split[k + 1:]])
+        index = f"(loom_i / {cexpr_index(inner)})" if inner != 1 else "loom_i"
+        if k > 0:
+            index = f"({index} % {cexpr_index(_iterations(self))})"
+        bind = (f"for(int64_t {var}={off} + {index}*{step}, loom_once{k}=1; "
+                f"loom_once{k}; loom_once{k}=0)")
+        if k == 0:
+            return ["for(int64_t loom_i=loom_begin; loom_i<loom_end; ++loom_i)", bind]
+        return [bind]
+
+
+class LoomCppKernelProxy(CppKernelProxy):
+    def decide_parallel_depth(self, max_parallel_depth, threads):
+        par = super().decide_parallel_depth(max_parallel_depth, device_workers())
+        loops = self.loop_nest.loops if self.loop_nest is not None else None
+        if not par.parallel_depth or not loops:
+            return par
+        start = par.start_depth
+        # Only independent outputs are split: a nest whose parallel loop is a
+        # reduction (or starts below the outermost loop, which only happens
+        # at a reduction) runs as one chunk.
+        if start != 0 or start >= len(loops) or loops[start].is_reduction:
+            return ParallelDepth(parallel_depth=0, start_depth=start)
+        return par
+
+    def codegen_loops(self, code, worksharing):
+        nest = LoopNestInfo(code=code)
+        loops = (self.loop_nest.loops if self.loop_nest is not None else None) or []
+        for loop in loops:
+            loop.__class__ = LoomLoopLevel
+            loop._loom_nest = nest
+            loop._loom_loops = loops
+        self.loom_nest = nest
+        super().codegen_loops(code, worksharing)
+
+
+class LoomKernelGroup(KernelGroup):
+    """A kernel group whose loop nests become one loom kernel each."""
+
+    def __init__(self):
+        super().__init__()
+        self.ws = LoomWorkSharing(self.loops_code)
+        self.nests: list[LoopNestInfo] = []
+
+    def finalize_kernel(self, new_kernel, nodes):
+        self.scheduled_nodes += nodes
+        code = BracesBuffer()
+        new_kernel.codegen_loops(code, self.ws)
+        nest = getattr(new_kernel, "loom_nest", None) or LoopNestInfo()
+        nest.code = code
+        self.nests.append(nest)
+
+    def codegen_group(self, name=None) -> str:
+        self.stack.close()
+        if not self.scheduled_nodes:
+            return ""
+        arg_defs, _, arg_types = self.args.cpp_argdefs()
+        code = BracesBuffer()
+        code.writeline("#include <torch/csrc/inductor/cpp_prefix.h>")
+        code.splice(_abi_include())
+        for i, nest in enumerate(self.nests):
+            params = ", ".join([*arg_defs, "int64_t loom_begin", "int64_t loom_end"])
+            code.writeline(f"static void loom_nest_{i}({params})")
+            with code.indent():
+                for old, new in self.args.aliases():
+                    code.writeline(f"auto {old} = {new};")
+                code.splice(nest.code)
+            code.writeline(f'extern "C" int64_t loom_range_{i}(const loom_scalar* loom_s)')
+            with code.indent():
+                for k, (d, t) in enumerate(_scalar_args(arg_defs, arg_types)):
+                    code.writeline(f"{d} = loom_s[{k}].{'f' if 'float' in t else 'i'}; (void){d.split()[-1]};")
+                code.writeline(f"return {nest.range_expr};")
+            code.writeline(f'extern "C" int loom_entry_{i}(const loom_kernel_args* loom_a, '
+                           "int64_t loom_begin, int64_t loom_end)")
+            with code.indent():
+                code.writeline("if (loom_a->abi_version != LOOM_KERNEL_ABI_VERSION) "
+                               "return LOOM_ERROR_INVALID_ARGUMENT;")
+                code.writeline("try")
+                with code.indent():
+                    code.writeline(f"loom_nest_{i}({''.join(_unpack(arg_types))}loom_begin, loom_end);")
+                # Inductor's kernels report bad indices and integer division
+                # by zero with C++ exceptions; the ABI has return codes.
+                code.writeline("catch (const std::exception& e)")
+                with code.indent():
+                    code.writeline('return std::string(e.what()).find("out of bounds") != std::string::npos '
+                                   "? LOOM_ERROR_INDEX_OUT_OF_RANGE : LOOM_ERROR_INVALID_ARGUMENT;")
+                code.writeline("catch (...)")
+                with code.indent():
+                    code.writeline("return LOOM_ERROR_INVALID_ARGUMENT;")
+                code.writeline("return LOOM_OK;")
+        return code.getvalue()
+
+
+def _is_pointer(arg_type: str) -> bool:
+    return arg_type.rstrip().endswith("*")
+
+
+def _scalar_args(arg_defs, arg_types):
+    return [(d, t) for d, t in zip(arg_defs, arg_types) if not _is_pointer(t)]
+
+
+def _unpack(arg_types) -> list[str]:
+    """The nest's arguments from the launch's tensors and scalars, in order."""
+    out, tensors, scalars = [], 0, 0
+    for t in arg_types:
+        if _is_pointer(t):
+            out.append(f"({t})(loom_a->tensors[{tensors}].data), ")
+            tensors += 1
+        else:
+            out.append(f"loom_a->scalars[{scalars}].{'f' if 'float' in t else 'i'}, ")
+            scalars += 1
+    return out
+
+
+def arg_kinds(arg_types) -> str:
+    """Per argument: 't' a tensor, 'i' an integer, 'f' a float."""
+    return "".join("t" if _is_pointer(t) else ("f" if "float" in t else "i") for t in arg_types)
+
+
+class LoomCppScheduling(CppScheduling):
+    """Inductor's C++ scheduling, with loom kernels instead of OpenMP ones."""
+
+    kernel_proxy_cls = LoomCppKernelProxy
+
+    def reset_kernel_group(self):
+        self.kernel_group = LoomKernelGroup()
+
+    def codegen_template(self, *args, **kwargs):
+        raise NotImplementedError("torch.compile on loom: Inductor's C++ templates are not supported")
+
+    def define_kernel(self, src_code, nodes, kernel_args=None):
+        wrapper = V.graph.wrapper_code
+        if src_code in wrapper.src_to_kernel:
+            return wrapper.src_to_kernel[src_code]
+        fused = (get_fused_kernel_name(nodes, inductor_config.cpp.descriptive_names)
+                 if inductor_config.cpp.descriptive_names else "")
+        kernel_name = "_".join(["loom_cpp", fused, wrapper.next_kernel_suffix()])
+        wrapper.src_to_kernel[src_code] = kernel_name
+        args = self.kernel_group.args if kernel_args is None else kernel_args
+        _, _, arg_types = args.cpp_argdefs()
+        # The registry names the kernels after their source.
+        key = hashlib.sha256(src_code.encode()).hexdigest()[:24]
+        nests = len(self.kernel_group.nests)
+        wrapper.define_kernel(
+            kernel_name,
+            f"loom_cpp_kernel(async_compile, {key!r}, {arg_kinds(arg_types)!r}, {nests}, r'''\n"
+            f"{src_code}''')",
+            gpu=False)
+        return kernel_name
