@@ -38,10 +38,11 @@ def _register():
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     _device_module.amp._set_default_dtype()
     _inductor.install()  # torch.compile on loom tensors, registered on first use
+    compiler.install()  # torch.compile(backend="loom"), registered when Dynamo loads
 
 
 if _C is not None:
-    from . import _inductor
+    from . import _inductor, compiler
     from . import loom as _device_module
 
     loom = _device_module
