@@ -1,0 +1,328 @@
+"""torch.compile(model, backend="loom"): loom's own compiler (fusion IR, C
+emitter, JIT) computes what loom eager computes, with the CPU fallback off.
+
+Each compiled function is tiny; the C modules land in the JIT's disk cache,
+so a second run of this file compiles nothing."""
+
+import copy
+import logging
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch_loom import compiler
+from torch_loom.compiler import jit
+
+from conftest import run_python
+
+pytestmark = pytest.mark.skipif(not jit.available(), reason="needs a C compiler")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(no_fallback):
+    torch._dynamo.reset()
+    yield
+    assert torch.loom.fallback_ops() == {}
+
+
+def _compiled_call(fn, *args):
+    """(result, counters of this call alone) of fn compiled with loom, after
+    a first call that compiles it."""
+    compiled = torch.compile(fn, backend="loom")
+    compiled(*args)
+    torch.loom.synchronize()
+    compiler.reset_counters()
+    out = compiled(*args)
+    return out, compiler.counters()
+
+
+# ---- pointwise chains -----------------------------------------------------------
+
+def _ten_ops(x, y):
+    h = x * y          # 1
+    h = h + 1.5        # 2
+    h = torch.exp(h)   # 3
+    h = h - y          # 4
+    h = torch.tanh(h)  # 5
+    h = h / (x.abs() + 1)  # 6, 7, 8
+    h = torch.sigmoid(h)   # 9
+    return torch.relu(h - 0.5)  # 10, 11
+
+
+def test_chain_of_ten_pointwise_ops_is_one_launch_with_eagers_bits():
+    x, y = torch.randn(40, 33, device="loom"), torch.randn(40, 33, device="loom")
+    out, c = _compiled_call(_ten_ops, x, y)
+    assert c["graph_calls"] == 1
+    assert c["kernel_launches"] == 1 and c["library_calls"] == 0
+    # the same float32 operations in the same order, with the library's
+    # exp, tanh and sigmoid: the same bits
+    assert torch.equal(out.cpu(), _ten_ops(x, y).cpu())
+
+
+def _library_math(x, y):
+    h = F.gelu(x * y) + torch.erf(x) - torch.log1p(y.abs())
+    h = torch.sin(h) * torch.cos(x) + torch.sqrt(y.abs() + 1) / torch.rsqrt(x * x + 1)
+    h = torch.maximum(h, y) - torch.minimum(x, -h) + torch.pow(x, 2) + torch.pow(y.abs(), 1.7)
+    h = torch.where(x > 0, h, torch.expm1(y)) + torch.clamp(x, -0.5, 0.5)
+    return F.silu(h) + F.gelu(y, approximate="tanh") + torch.lerp(x, y, 0.3)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "broadcast"])
+def test_float32_math_equals_eager_bit_for_bit(layout):
+    torch.manual_seed(1)
+    x = torch.randn(24, 40, device="loom")
+    y = torch.randn(24, 40, device="loom")
+    if layout == "transposed":  # strided operands: the kernel walks their strides
+        x = torch.randn(40, 24, device="loom").t()
+    elif layout == "broadcast":
+        y = torch.randn(40, device="loom")
+    out, c = _compiled_call(_library_math, x, y)
+    assert c["kernel_launches"] == 1 and c["library_calls"] == 0
+    assert torch.equal(out.cpu(), _library_math(x, y).cpu())
+
+
+def test_bfloat16_rounds_like_eager_at_every_op():
+    torch.manual_seed(2)
+    x = torch.randn(16, 50, device="loom", dtype=torch.bfloat16)
+    y = torch.randn(16, 50, device="loom", dtype=torch.bfloat16)
+    out, c = _compiled_call(_ten_ops, x, y)
+    assert out.dtype == torch.bfloat16 and c["kernel_launches"] == 1
+    assert torch.equal(out.cpu(), _ten_ops(x, y).cpu())
+    # mixed: bfloat16 promoted against float32, then cast back
+    mixed = lambda a, b: ((a * b.float()).exp() + 1).to(torch.bfloat16) * a  # noqa: E731
+    out, _ = _compiled_call(mixed, x, y)
+    assert torch.equal(out.cpu(), mixed(x, y).cpu())
+
+
+# ---- reductions ----------------------------------------------------------------
+
+def _softmax_like(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def test_softmax_pattern_fuses_into_one_kernel():
+    x = torch.randn(20, 37, device="loom")
+    out, c = _compiled_call(_softmax_like, x)
+    assert c["kernel_launches"] == 1 and c["library_calls"] == 0
+    torch.testing.assert_close(out.cpu(), torch.softmax(x.cpu(), -1), rtol=1e-6, atol=1e-7)
+
+
+def _reductions(x):
+    var, mean = torch.var_mean(x, dim=(0, 2), correction=1)
+    return (x.sum(-1), x.mean(dim=(1, 2), keepdim=True), x.amax(0), x.amin(dim=(0, 1)),
+            var, mean, torch.var(x * 2 + 1, dim=1, keepdim=True), (x * x).sum())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reductions_over_inner_and_outer_dims(dtype):
+    torch.manual_seed(3)
+    x = (torch.randn(6, 10, 12, device="loom") + 0.5).to(dtype)
+    out, c = _compiled_call(_reductions, x)
+    assert c["library_calls"] == 0
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    for got, want in zip(out, _reductions(x)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want.cpu(), **tol)
+
+
+# ---- coverage, in-place updates, fallbacks ------------------------------------------
+
+def test_op_the_lowering_lacks_runs_as_a_library_op():
+    def f(x):
+        return torch.cumsum(torch.relu(x) * 2, dim=0) + 1  # cumsum: no lowering
+
+    x = torch.randn(9, 7, device="loom")
+    out, c = _compiled_call(f, x)
+    assert c["library_calls"] == 1 and c["kernel_launches"] == 2
+    torch.testing.assert_close(out.cpu(), f(x).cpu())
+
+
+def test_in_place_updates_write_inputs_after_every_read():
+    def f(x, y):
+        z = x.t() * 2  # reads x transposed: must see x before the update
+        x.add_(y).mul_(0.5)
+        return z
+
+    x, y = torch.randn(8, 8, device="loom"), torch.randn(8, 8, device="loom")
+    want_x, want_z = x.clone(), None
+    want_z = f(want_x, y)
+    compiled = torch.compile(f, backend="loom")
+    got_z = compiled(x, y)
+    assert torch.equal(got_z.cpu(), want_z.cpu())
+    assert torch.equal(x.cpu(), want_x.cpu())
+
+
+def test_without_a_c_compiler_graphs_run_on_library_kernels(monkeypatch):
+    monkeypatch.setattr(jit, "available", lambda: False)
+    compiler.reset_counters()
+    x, y = torch.randn(5, 6, device="loom"), torch.randn(5, 6, device="loom")
+    out = torch.compile(_ten_ops, backend="loom")(x, y)
+    c = compiler.counters()
+    assert c["graphs_fallen_back"] == 1 and c["kernels_generated"] == 0
+    torch.testing.assert_close(out.cpu(), _ten_ops(x, y).cpu())
+
+
+def test_compile_log_shows_fusion_code_and_cache(monkeypatch, caplog):
+    monkeypatch.setenv("LOOM_COMPILE_LOG", "fusion,code,cache")
+    x = torch.randn(4, 9, device="loom")
+    with caplog.at_level(logging.INFO, logger="torch_loom.compiler"):
+        torch.compile(_softmax_like, backend="loom")(x)
+    text = caplog.text
+    assert "fusion]" in text and "reduce_max" in text and "reduction over [9]" in text
+    assert "code]" in text and "loom_kernel_args" in text and "loom_expf_arith" in text
+    assert "cache]" in text and "module" in text
+
+
+def test_counters_and_a_second_compile_in_process():
+    compiler.reset_counters()
+    x, y = torch.randn(3, 4, device="loom"), torch.randn(3, 4, device="loom")
+    torch.compile(_ten_ops, backend="loom")(x, y)
+    first = compiler.counters()
+    assert first["graphs_compiled"] == 1 and first["kernels_generated"] == 1
+    assert first["fused_ops"] == [11] and first["compile_seconds"] > 0
+    torch._dynamo.reset()
+    torch.compile(_ten_ops, backend="loom")(x, y)  # same graph: the same module, no compiler
+    second = compiler.counters()
+    assert second["modules_resident"] == first["modules_resident"] + 1
+    assert second["compiler_invocations"] == first["compiler_invocations"]
+
+
+def test_registered_lazily_and_cached_across_processes(tmp_path):
+    code = """
+        import sys, torch
+        assert "torch._dynamo" not in sys.modules, "import torch imported Dynamo"
+        from torch_loom import compiler
+        f = torch.compile(lambda a: torch.tanh(a * 3) + a.exp(), backend="loom")
+        a = torch.linspace(-2, 2, 50, device="loom")
+        assert torch.equal(f(a).cpu(), (torch.tanh(a * 3) + a.exp()).cpu())
+        c = compiler.counters()
+        print("RESULT", c["compiler_invocations"], c["modules_compiled"], c["modules_cached"])
+    """
+    env = {"LOOM_CACHE_DIR": str(tmp_path / "cache"), "LOOM_FALLBACK": "error"}
+    runs = [run_python(code, env=env).stdout.split("RESULT")[1].split() for _ in range(2)]
+    assert runs[0][1] == "1"  # compiled (and the compiler asked its version)
+    assert runs[1] == ["0", "0", "1"]  # the second process runs no compiler at all
+
+
+# ---- training steps ------------------------------------------------------------------
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 24), nn.Tanh(),
+                                 nn.Linear(24, 5))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(6)
+        self.conv2 = nn.Conv2d(6, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.relu(self.bn2(self.conv2(x)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=32, d=16, heads=2, layers=2, max_seq=24):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(max_seq, d)
+        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def _train(model, batch, make_opt, compiled, steps=3, compile_step=False):
+    """Losses and final parameters (and buffers) of `steps` training steps
+    on loom, on the same batch (so that the loss falls)."""
+    model = copy.deepcopy(model).to("loom")
+    opt = make_opt(model.parameters())
+    run = torch.compile(model, backend="loom") if compiled else model
+    step = torch.compile(opt.step, backend="loom") if compile_step else opt.step
+    x, y = batch[0].to("loom"), batch[1].to("loom")
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        out = run(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        loss.backward()
+        step()
+        losses.append(loss.item())
+    state = {n: t.detach().cpu() for n, t in model.state_dict().items()}
+    return losses, state
+
+
+def _check_training(model, batch, make_opt, compile_step=False, rtol=1e-5, atol=1e-6):
+    eager_losses, eager_state = _train(model, batch, make_opt, False)
+    compiler.reset_counters()
+    losses, state = _train(model, batch, make_opt, True, compile_step=compile_step)
+    c = compiler.counters()
+    assert c["graphs_compiled"] >= 2 and c["kernel_launches"] > 0
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=rtol, atol=atol)
+    assert losses[-1] < losses[0]
+    for name, t in state.items():
+        torch.testing.assert_close(t, eager_state[name], rtol=rtol, atol=atol, msg=name)
+    return c
+
+
+def _sgd(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def test_mlp_training_matches_eager():
+    torch.manual_seed(0)
+    _check_training(MLP(), (torch.randn(16, 12), torch.randint(0, 5, (16,))), _sgd)
+
+
+def test_cnn_training_with_batch_norm_and_pooling_matches_eager():
+    torch.manual_seed(0)
+    c = _check_training(CNN(), (torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))), _sgd)
+    # each batch norm's statistics, normalization and running-stat updates
+    # are one kernel in the forward, its backward another
+    assert max(c["fused_ops"]) >= 15
+
+
+def test_gpt_training_with_sdpa_layer_norm_gelu_and_compiled_adamw_matches_eager():
+    torch.manual_seed(0)
+    batch = (torch.randint(0, 32, (2, 12)), torch.randint(0, 32, (2, 12)))
+    # eps: the key bias's gradient is rounding noise (softmax ignores a
+    # shift shared by all keys), which Adam's default eps would blow up.
+    adamw = lambda p: torch.optim.AdamW(p, lr=1e-2, eps=1e-4)  # noqa: E731
+    c = _check_training(GPT(), batch, adamw, compile_step=True, rtol=1e-4, atol=1e-5)
+    # AdamW's update of each parameter (and its two moments) is one kernel
+    assert c["fused_ops"].count(max(c["fused_ops"])) >= len(list(GPT().parameters()))
