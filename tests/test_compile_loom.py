@@ -166,6 +166,18 @@ def test_without_a_c_compiler_graphs_run_on_library_kernels(monkeypatch):
     torch.testing.assert_close(out.cpu(), _ten_ops(x, y).cpu())
 
 
+def test_changing_sizes_run_the_graphs_eager_code():
+    """Sizes are baked into kernels for now: once Dynamo makes a size
+    symbolic (the second size it sees), the graph runs on library kernels."""
+    compiler.reset_counters()
+    f = torch.compile(lambda a: torch.tanh(a * 2).sum(-1), backend="loom")
+    for n in (5, 7, 9):
+        a = torch.randn(4, n, device="loom")
+        torch.testing.assert_close(f(a).cpu(), torch.tanh(a * 2).sum(-1).cpu())
+    c = compiler.counters()
+    assert c["graphs_compiled"] == 1 and c["graphs_fallen_back"] == 1
+
+
 def test_compile_log_shows_fusion_code_and_cache(monkeypatch, caplog):
     monkeypatch.setenv("LOOM_COMPILE_LOG", "fusion,code,cache")
     x = torch.randn(4, 9, device="loom")

@@ -9,7 +9,8 @@ lowered to the fusion IR (lower.py, ops.py), fused (fuse.py), emitted as
 one C module (emit_c.py) compiled by the JIT off the Python thread, and run
 as a program (program.py). Without a C compiler, or when the compiler
 fails, a graph runs as its own eager code on loom's library kernels, with
-one warning.
+one warning; so, for now, does a graph with symbolic sizes (dynamic=True
+or automatic dynamic shapes: kernels are specialized to their sizes).
 
 Options (``torch.compile(..., options={...})``): none yet; ``mode`` is
 accepted and ignored.
@@ -56,6 +57,21 @@ class _Eager:
         return self.gm(*a)
 
 
+def _symbolic(gm) -> bool:
+    """Whether the graph has symbolic sizes (dynamic=True, or Dynamo's
+    automatic dynamic shapes after a size changed): kernels are specialized
+    to sizes for now, so such graphs run as their eager code."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        for v in vals:
+            if isinstance(v, torch.SymInt) or (
+                    isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in
+                                                        list(v.shape) + list(v.stride()))):
+                return True
+    return False
+
+
 def _name_kernels(program):
     """Names the kernels after the module's content: the same graph gets
     the same names and source in every process (the JIT's cache then
@@ -72,7 +88,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     """One ATen graph -> a boxed callable running it on loom."""
     start = time.perf_counter()
     tag = f"{kind}{next(_graph_ids)}"
-    if not jit.available():
+    if not jit.available() or _symbolic(gm):
         observe.record_fallback()
         return _Eager(gm)
     log = observe.Log()

@@ -126,6 +126,9 @@ class Lowering:
         rank = len(out.shape)
         ops = [o if isinstance(o, (Ref, Scalar)) else self.operand(o, rank) for o in operands]
         self.check_value(out)
+        if kind == I64 and any(isinstance(c, float) and not c.is_integer() for c in
+                               [o.value for o in ops if isinstance(o, Scalar)] + list(params)):
+            raise Unsupported("a fractional constant in integer arithmetic")
         node = Pointwise(op, ops, kind, tuple(params), outputs=[out])
         self.graph.add(node)
         return out
@@ -185,7 +188,9 @@ class Lowering:
     def lower_call(self, node, handlers):
         args, kwargs = self.arg(node.args), self.arg(node.kwargs)
         target = node.target
-        handler = handlers.get(getattr(target, "overloadpacket", None))
+        schema = getattr(target, "_schema", None)
+        handler = handlers.get(getattr(target, "overloadpacket", None)) or \
+            handlers.get(schema.name if schema is not None else None)
         if handler is not None:
             mark = len(self.graph.nodes)
             try:

@@ -245,6 +245,19 @@ def _addc(low, target, node, a):
     return low.pointwise(name, [a["self"], a["tensor1"], a["tensor2"]], kind, out, params=(value,))
 
 
+def _fma(low, target, node, a):
+    """prims.fma(a, b, c), which Dynamo writes for add_ with a tensor alpha
+    and for addcdiv_: a * b + c rounded twice, as the eager ops it stands for."""
+    out = _out(low, node)
+    args = [a[k] for k in list(a)[:3]]
+    kind = ir.kind_of(out.dtype)
+    prod = low.pointwise("mul", args[:2], kind, (out.shape, out.dtype))
+    return low.pointwise("add", [prod, args[2]], kind, out)
+
+
+HANDLERS["prims::fma"] = _fma  # by name: the op exists once Inductor's prims are imported
+
+
 @handles(aten.lerp)
 def _lerp(low, target, node, a):
     out = _out(low, node)

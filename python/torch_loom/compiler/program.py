@@ -200,7 +200,9 @@ class Program:
 
     @staticmethod
     def _library_call(node: Library, names):
-        target = names.const(node.target)
+        # An OpOverload's call is its builtin's: bind that, one Python frame less.
+        op = node.target
+        target = names.const(getattr(op, "_op", op) if isinstance(op, torch._ops.OpOverload) else op)
         parts = [names.arg(a) for a in node.args]
         parts += [f"{k}={names.arg(v)}" for k, v in node.kwargs.items()]
         return f"{target}({', '.join(parts)})"
