@@ -32,6 +32,7 @@ CONFIGS = [
     Config("cpu_eager", "cpu", None, "CPU eager"),
     Config("cpu_inductor", "cpu", "inductor", "CPU torch.compile (Inductor)"),
     Config("loom_eager", "loom", None, "loom eager"),
+    Config("loom_inductor", "loom", "inductor", "loom torch.compile() (Inductor)"),
     Config("loom_compile", "loom", "loom", "loom torch.compile(backend=\"loom\")"),
 ]
 CONFIG_BY_NAME = {c.name: c for c in CONFIGS}
@@ -70,10 +71,11 @@ class Env:
         }
         loom_ok, loom_reason = self._probe_loom()
         self.available["loom_eager"] = (loom_ok, loom_reason)
-        if loom_ok:
-            self.available["loom_compile"] = self._probe_loom_compile()
-        else:
-            self.available["loom_compile"] = (False, f"loom device not available ({loom_reason})")
+        for name, backend in (("loom_inductor", "inductor"), ("loom_compile", "loom")):
+            if loom_ok:
+                self.available[name] = self._probe_loom_compile(backend)
+            else:
+                self.available[name] = (False, f"loom device not available ({loom_reason})")
 
     def _probe_loom(self) -> tuple[bool, str | None]:
         torch = self.torch
@@ -101,11 +103,11 @@ class Env:
         self.info["loom_device_threads"] = _safe(lambda: mod.get_device_properties(0).num_threads)
         return True, None
 
-    def _probe_loom_compile(self) -> tuple[bool, str | None]:
+    def _probe_loom_compile(self, backend: str) -> tuple[bool, str | None]:
         torch = self.torch
         try:
             torch._dynamo.reset()
-            f = torch.compile(lambda t: t * 2 + 1, backend="loom")
+            f = torch.compile(lambda t: t * 2 + 1, backend=backend)
             x = torch.arange(8, dtype=torch.float32, device="loom")
             y = f(x).cpu()
             if not torch.equal(y, torch.arange(8, dtype=torch.float32) * 2 + 1):

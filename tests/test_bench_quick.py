@@ -91,8 +91,9 @@ def test_quick_reports_machine_and_limits(quick_all):
 
 
 def test_quick_compiled_configs(tmp_path):
-    """Both compile configurations run (or are reported not available with a
-    reason) next to the eager ones."""
+    """The compile configurations run next to the eager ones: Inductor on the
+    CPU and on loom; the loom backend, or it is reported not available with
+    a reason."""
     proc = run_bench(tmp_path, "--workloads", "add_16M,sum_16M", "--no-limits")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = load(tmp_path)
@@ -101,6 +102,9 @@ def test_quick_compiled_configs(tmp_path):
         assert ind["status"] == "ok", ind
         assert ind["check"]["status"] == "ok", ind["check"]
         assert ind["ratio_vs_cpu_eager"] > 0
+        li = w["results"]["loom_inductor"]
+        assert li["status"] == "ok", li
+        assert li["check"]["status"] == "ok", li["check"]
         lc = w["results"]["loom_compile"]
         assert lc["status"] in ("ok", "unavailable", "error", "crashed", "timeout")
         assert lc["status"] == "ok" or lc["reason"]
