@@ -96,6 +96,11 @@ if shutil.which("cc"):
     y = torch.ones(5, device="loom")
     jit.launch("install.twice", [y])
     assert y.sum().item() == 10
+    # backend="loom" compiles against the library math the wheel carries.
+    f = torch.compile(lambda a: torch.tanh(a * 3) + a.exp(), backend="loom")
+    a = torch.linspace(-2, 2, 50, device="loom")
+    assert torch.equal(f(a).cpu(), (torch.tanh(a * 3) + a.exp()).cpu())
+    assert torch_loom.compiler.counters()["kernel_launches"] == 1
 print(json.dumps({"file": torch_loom.__file__, "C": torch_loom._C.__file__,
                   "eps": eps, "path": sys.path, "include": include}))
 """
@@ -112,6 +117,8 @@ def test_wheel_installs_and_autoloads_outside_the_tree(tmp_path):
             "torch_loom/compiler/jit.py", "torch_loom/include/loom/kernel_abi.h",
             "torch_loom/include/loom/hal.h"} <= names
     assert "[torch.backends]\ntorch_loom = torch_loom:_autoload" in entry_points
+    assert "[torch_dynamo_backends]\nloom = torch_loom.compiler.backend:loom_backend" in entry_points
+    assert "torch_loom/include/kernels/pointwise/pointwise_exp.h" in names
     assert "Root-Is-Purelib: false" in wheel_meta
 
     python, site = _fresh_venv(tmp_path)
