@@ -79,25 +79,40 @@ class InductorKernel {
     const char* op = nests_.empty() ? "inductor kernel" : name_of(nests_[0]);
     TORCH_CHECK(args.size() == kinds_.size(), op, ": expected ", kinds_.size(),
                 " arguments, got ", args.size());
+    int device = -1;
+    for (size_t i = 0; i < kinds_.size(); ++i) {
+      if (kinds_[i] != 't') continue;
+      TORCH_CHECK_TYPE(THPVariable_Check(args[i].ptr()), op, ": argument ", i, " must be a tensor");
+      const at::Tensor& t = THPVariable_Unpack(args[i].ptr());
+      if (t.device().type() != c10::DeviceType::PrivateUse1) continue;
+      if (device < 0) device = t.device().index();
+      TORCH_CHECK(t.device().index() == device, op, ": all tensors must be on one loom device");
+    }
+    if (device < 0) device = current_device_index();
     std::vector<loom_tensor> tensors;
     tensors.reserve(num_tensors_);
     std::vector<loom_scalar> scalars;
-    int device = -1;
+    std::vector<at::Tensor> staged;  // CPU scalars copied to the device
     for (size_t i = 0; i < kinds_.size(); ++i) {
       PyObject* obj = args[i].ptr();
       if (kinds_[i] == 't') {
-        TORCH_CHECK_TYPE(THPVariable_Check(obj), op, ": argument ", i, " must be a tensor");
         const at::Tensor& t = THPVariable_Unpack(obj);
-        tensors.push_back(describe(t, op));
-        if (device < 0) device = t.device().index();
-        TORCH_CHECK(t.device().index() == device, op, ": all tensors must be on one loom device");
+        if (t.device().is_cpu() && t.numel() == 1) {
+          // A CPU scalar tensor, which eager code mixes with loom tensors:
+          // the kernel reads it later, on the device, so it gets a copy
+          // taken now (the copy is staged before returning).
+          staged.push_back(t.to(c10::Device(c10::DeviceType::PrivateUse1,
+                                            static_cast<c10::DeviceIndex>(device))));
+          tensors.push_back(describe(staged.back(), op));
+        } else {
+          tensors.push_back(describe(t, op));
+        }
       } else if (kinds_[i] == 'f') {
         scalars.push_back(scalar_f(args[i].cast<double>()));
       } else {
         scalars.push_back(scalar_i(args[i].cast<int64_t>()));
       }
     }
-    if (device < 0) device = current_device_index();
     loom_stream_t* stream = current_stream(static_cast<c10::DeviceIndex>(device));
     const int64_t workers = workers_of(device);
     for (const Nest& nest : nests_) {
