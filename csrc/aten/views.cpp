@@ -3,6 +3,8 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -31,12 +33,19 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
                                     C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+// Complex tensors as pairs of reals and back (torch.distributed reduces
+// complex tensors through view_as_real): views, never copies.
+at::Tensor view_as_real(const at::Tensor& self) { return at::native::view_as_real(self); }
+at::Tensor view_as_complex(const at::Tensor& self) { return at::native::view_as_complex(self); }
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "as_strided", as_strided);
   LOOM_IMPL(m, "view", view);
   LOOM_IMPL(m, "_reshape_alias", reshape_alias);
+  LOOM_IMPL(m, "view_as_real", view_as_real);
+  LOOM_IMPL(m, "view_as_complex", view_as_complex);
 }
 
 }  // namespace torch_loom

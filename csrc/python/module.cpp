@@ -12,4 +12,5 @@ PYBIND11_MODULE(_C, m) {
   torch_loom::python::init_jit(m);
   torch_loom::python::init_kernels(m);
   torch_loom::python::init_profiler(m);
+  torch_loom::python::init_distributed(m);
 }

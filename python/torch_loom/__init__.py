@@ -38,11 +38,12 @@ def _register():
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     _device_module.amp._set_default_dtype()
     _inductor.install()  # torch.compile on loom tensors, registered on first use
+    distributed.install()  # the "loomccl" backend of torch.distributed
     compiler.install()  # torch.compile(backend="loom"), registered when Dynamo loads
 
 
 if _C is not None:
-    from . import _inductor, compiler
+    from . import _inductor, compiler, distributed
     from . import loom as _device_module
 
     loom = _device_module

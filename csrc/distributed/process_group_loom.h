@@ -1,0 +1,145 @@
+// ProcessGroupLoom: the c10d backend "loomccl", for loom tensors of the
+// processes of one machine, on loomccl (include/loom/ccl.h).
+//
+// One communicator per process group, created at the first collective (or
+// at eagerConnectSingleDevice) on the device of its tensors; rank 0 makes
+// the job id and the others read it from the group's Store. Collectives are
+// enqueued on a high-priority stream of the device's pool, after the work
+// the caller's current stream holds; their Work completes with a loom event
+// and wait() makes the current stream wait (no host wait, as on CUDA).
+// A failure (a peer died, a timeout, ranks out of step) raises on the
+// streams that waited for the work, and at every later collective.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <c10/core/Stream.h>
+
+#include <mutex>
+#include <vector>
+
+#include "loom/ccl.h"
+
+namespace torch_loom::distributed {
+
+// Backend options, with loomccl's own: the staging bytes per rank and
+// chunk (0: the library's default).
+struct LoomOptions : c10d::Backend::Options {
+  explicit LoomOptions(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
+      : c10d::Backend::Options("loomccl", timeout) {}
+  int64_t buffer_bytes = 0;
+};
+
+class ProcessGroupLoom : public c10d::Backend {
+ public:
+  ProcessGroupLoom(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                   c10::intrusive_ptr<LoomOptions> options);
+  ~ProcessGroupLoom() override;
+
+  const std::string getBackendName() const override { return "loomccl"; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
+  bool supportsSplitting() const override { return true; }
+  bool supportsCoalescing() const override { return true; }
+  void setTimeout(std::chrono::milliseconds timeout) override { options_->timeout = timeout; }
+  void eagerConnectSingleDevice(at::Device device) override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  void abort() override;
+  void shutdown() override;
+  // The count of pieces of work this group enqueued: the same on every rank
+  // that made the same calls (split_group sets it, debugging reads it).
+  void setSequenceNumberForGroup() override { sequence_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return sequence_; }
+
+  // ---- collectives (collectives.cpp) ----
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // One piece of work being enqueued: it begins after the current stream's
+  // work on `device`, takes collectives, and ends in finish(), which gives
+  // the Work (nullptr while coalescing: endCoalescing gives it).
+  class Call {
+   public:
+    Call(ProcessGroupLoom& pg, const char* name, c10d::OpType type, c10::Device device);
+    ~Call();
+    loom_ccl_work_t* work() const { return work_; }
+    // Keeps `t`'s memory from reuse until the communication stream is done.
+    void use(const at::Tensor& t);
+    // Raises `status` naming the call; a failure after the first collective
+    // was enqueued breaks the communicator (the peers would wait in vain).
+    void check(loom_status status);
+    c10::Stream comm_stream() const { return pg_.stream_; }
+    c10::intrusive_ptr<c10d::Work> finish(std::vector<at::Tensor> outputs, bool host_wait = false);
+
+   private:
+    ProcessGroupLoom& pg_;
+    const char* name_;
+    c10d::OpType type_;
+    loom_ccl_work_t* work_ = nullptr;
+    bool coalesced_ = false, finished_ = false, enqueued_ = false;
+  };
+
+ private:
+  friend class Call;
+  // The communicator on `device` (created at the first call).
+  loom_ccl_comm_t* comm(c10::Device device);
+  c10::Device default_device() const;
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<LoomOptions> options_;
+  std::mutex mutex_;
+  loom_ccl_comm_t* comm_ = nullptr;
+  uint64_t sequence_ = 0;
+  c10::Stream stream_{c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, 0)};
+  // Coalescing: the open work and the outputs its collectives produce.
+  bool coalescing_ = false;
+  loom_ccl_work_t* coalesced_work_ = nullptr;
+  c10d::OpType coalesced_type_ = c10d::OpType::COALESCED;
+  std::vector<at::Tensor> coalesced_outputs_;
+};
+
+}  // namespace torch_loom::distributed

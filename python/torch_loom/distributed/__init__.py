@@ -1,0 +1,57 @@
+"""torch.distributed on loom: the ``loomccl`` backend.
+
+``loomccl`` runs the collectives of loom tensors between the processes of
+one machine (``runtime/ccl``: a private shared segment, the reductions as
+loom kernels in rank order, asynchronous on a communication stream). It is
+registered for the ``loom`` device, so that::
+
+    dist.init_process_group("loomccl")                 # loom tensors only
+    dist.init_process_group("cpu:gloo,loom:loomccl")   # CPU tensors too
+    dist.init_process_group()                          # loom is the accelerator
+    dist.init_process_group(device_id=torch.device("loom", local_rank))
+
+all pick it. Registration only adds names to torch.distributed's tables (no
+import of anything else); the backend's code runs when a process group is
+made. Pass :class:`Options` as ``pg_options`` to set its staging buffer.
+"""
+
+BACKEND = "loomccl"
+
+
+def Options(timeout=None, buffer_bytes: int = 0):
+    """loomccl's backend options: ``timeout`` (a ``timedelta``; default
+    torch.distributed's) and ``buffer_bytes``, the staging bytes per rank
+    and chunk (0: 4 MiB)."""
+    from .. import _C
+
+    opts = _C._distributed.Options() if timeout is None else _C._distributed.Options(timeout)
+    opts.buffer_bytes = buffer_bytes
+    return opts
+
+
+def _create_backend(dist_opts, backend_options):
+    """The factory torch.distributed calls (extended API) for each group."""
+    from .. import _C
+
+    opts = backend_options
+    if not isinstance(opts, _C._distributed.Options):
+        opts = _C._distributed.Options(dist_opts.timeout)
+    else:
+        opts._timeout = dist_opts.timeout
+    opts.group_name = dist_opts.group_id
+    opts.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
+    return _C._distributed.ProcessGroupLoom(
+        dist_opts.store, dist_opts.group_rank, dist_opts.group_size, opts
+    )
+
+
+def install() -> None:
+    """Registers loomccl with torch.distributed. ``import torch`` has
+    imported torch.distributed already (2.13), and registering only adds the
+    name to its tables: it costs nothing at import."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or BACKEND in dist.Backend.backend_list:
+        return
+    # devices must be a list: a bare string is iterated character by character.
+    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["loom"])
