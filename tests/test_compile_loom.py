@@ -196,6 +196,8 @@ def test_counters_and_a_second_compile_in_process():
     first = compiler.counters()
     assert first["graphs_compiled"] == 1 and first["kernels_generated"] == 1
     assert first["fused_ops"] == [11] and first["compile_seconds"] > 0
+    assert [(p["kernels"], p["launches"], p["library_calls"], p["calls"])
+            for p in first["programs"]][-1] == (1, 1, 0, 1)
     torch._dynamo.reset()
     torch.compile(_ten_ops, backend="loom")(x, y)  # same graph: the same module, no compiler
     second = compiler.counters()

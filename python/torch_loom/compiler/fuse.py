@@ -123,6 +123,8 @@ class Fuser:
                 u = LibraryUnit(self._new_uid(), n)
                 self.units.append(u)
                 self.add_member(u, n)
+                if getattr(getattr(n.target, "_schema", None), "is_mutable", True):
+                    self.order_mutation(u, n)
             elif isinstance(n, Pointwise):
                 self.place_pointwise(n)
             elif isinstance(n, Reduce):
@@ -166,6 +168,17 @@ class Fuser:
                 for v in r.outputs:
                     stack.extend(v.users)
         return found
+
+    def order_mutation(self, u, n):
+        """A library op that may write its arguments runs after every unit
+        placed so far that reads their memory."""
+        for v in n.inputs:
+            while isinstance(v.producer, Library) and _returns_alias(v.producer.target) \
+                    and v.producer.inputs:
+                v = v.producer.inputs[0]
+            for r in self.readers(v, n):
+                if self.unit_of[r] is not u:
+                    u.deps.add(self.unit_of[r])
 
     def order_after(self, k, x, readers):
         """k writes input x: it runs after every unit that reads x."""
@@ -314,7 +327,9 @@ class Fuser:
         rank = len(v.shape)
         kept = [j for j in range(rank) if j not in n.dims and v.shape[j] != 1]
         red = [j for j in n.dims if v.shape[j] != 1]
-        if isinstance(k, Kernel) and k.space.get(v) == F:
+        # (a kernel writing an input stays pointwise: a later pass would
+        # read what the first one wrote)
+        if isinstance(k, Kernel) and k.space.get(v) == F and not k.writes:
             ev = k.emb[v]
             outer, inner = [ev[j] for j in kept], [ev[j] for j in red]
             if not k.reduces:

@@ -11,9 +11,11 @@ it. The variable is read at each compile.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
+import weakref
 
 from . import jit
 
@@ -32,6 +34,8 @@ class Totals:
 
 
 totals = Totals()
+_programs = weakref.WeakSet()
+_serials = itertools.count()
 _compile = {}
 _jit_base = {}
 
@@ -71,7 +75,11 @@ def counters() -> dict:
     - ``cache_hits``, ``cache_misses``, ``compiler_invocations`` and
       ``cc_seconds``: the JIT's counters (jit.stats());
     - ``compile_seconds``: time spent compiling graphs (lowering, fusion,
-      emission and waiting for the C compiler).
+      emission and waiting for the C compiler);
+    - ``programs``: for each compiled graph still alive, its ``tag``
+      (forward/backward/inference and a number), ``kernels``, the kernel
+      ``launches`` and ``library_calls`` each of its calls makes, and its
+      ``calls`` so far.
     """
     s = jit.stats()
     with _lock:
@@ -83,11 +91,16 @@ def counters() -> dict:
                           ("compiler_invocations", "compiler_invocations"),
                           ("compile_seconds", "cc_seconds")):
             out[name] = s[key] - _jit_base.get(key, 0)
+        programs = sorted(_programs, key=lambda p: p.serial)
+    out["programs"] = [dict(tag=p.tag, kernels=len(p.kernels), launches=p.launches,
+                            library_calls=p.library_calls, calls=p.calls) for p in programs]
     return out
 
 
 def record_graph(program, seconds):
     with _lock:
+        program.serial = next(_serials)
+        _programs.add(program)
         _compile["graphs_compiled"] += 1
         _compile["kernels_generated"] += len(program.kernels)
         _compile["fused_ops"].extend(k.ops for k in program.kernels)

@@ -15,7 +15,7 @@ import time
 import torch
 
 from . import jit, observe
-from .fuse import Kernel, LibraryUnit
+from .fuse import Kernel
 from .ir import Library, Value
 from .loops import build_kernel
 
