@@ -6,7 +6,6 @@ so a second run of this file compiles nothing."""
 
 import copy
 import logging
-import os
 
 import pytest
 import torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from . import ir
 from .fuse import F, O
-from .ir import (Accumulate, Arg, Load, LoadScalar, LoopKernel, Op, Pass, Pointwise, Reduce, Ref,
+from .ir import (Accumulate, Arg, Load, LoadScalar, LoopKernel, Op, Pass, Pointwise, Reduce,
                  Scalar, Store)
 
 

@@ -54,13 +54,6 @@ def bind(target, args, kwargs):
     return out
 
 
-def _round_scalar(value, dtype):
-    """`value` as a tensor of `dtype` would hold it."""
-    if isinstance(value, bool) or dtype == torch.bool:
-        return bool(value)
-    return torch.tensor(value, dtype=dtype).item()
-
-
 class Lowering:
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import torch
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as PROMO
 
 from . import ir
 from .ir import F64, I64, Scalar, Value
