@@ -48,16 +48,16 @@ test-sanitize: | $(STAMP)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure
 
-# The C runtime tests and the JIT's under ThreadSanitizer (the kernels' tests
-# gain nothing from it and take minutes): a data race reported there fails
-# the target.
-TSAN_TESTS := $(basename $(notdir $(wildcard tests/c/test_runtime_*.c))) test_jit
+# The C runtime tests, the JIT's and loomccl's under ThreadSanitizer (the
+# kernels' tests gain nothing from it and take minutes): a data race
+# reported there fails the target.
+TSAN_TESTS := $(basename $(notdir $(wildcard tests/c/test_runtime_*.c))) test_jit test_ccl
 test-tsan: | $(STAMP)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(BUILD)-tsan -G Ninja \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE_THREAD=ON -DLOOM_BUILD_PYTHON=OFF >/dev/null
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(BUILD)-tsan --target $(TSAN_TESTS)
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-	  ctest --output-on-failure -R '^(test_runtime_|test_jit$$)'
+	  ctest --output-on-failure -R '^(test_runtime_|test_jit$$|test_ccl$$)'
 
 test-py: build
 	$(VPY) -m pytest -q tests

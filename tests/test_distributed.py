@@ -302,6 +302,20 @@ def _job_collectives(rank, world, tmp):
     work = dist.all_reduce(t, async_op=True)
     work.wait()
     same(t * 1, sum(xs), "async all_reduce then compute")
+    # wait() does not wait on the host: rank 1 joins only after rank 0's
+    # wait() returned and found the collective still running.
+    store = dist.distributed_c10d._get_default_store()
+    t = xs[rank].to(dev)
+    if rank == 0:
+        work = dist.all_reduce(t, async_op=True)
+        work.wait()
+        pending = not work.is_completed()
+        store.set("rank0_waited", "1")
+        assert pending, "wait() returned after the collective completed"
+    else:
+        store.get("rank0_waited")
+        dist.all_reduce(t)
+    same(t, sum(xs), "wait() without a host wait")
     t = xs[rank].to(dev)
     fut = dist.all_reduce(t, async_op=True).get_future()
     same(fut.wait()[0], sum(xs), "future value")

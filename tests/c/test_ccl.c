@@ -18,6 +18,7 @@
 #include "kernels/base/dtype.h"
 #include "loom/ccl.h"
 #include "loom/hal.h"
+#include "runtime/ccl/ccl_internal.h"
 #include "test_util.h"
 
 enum { SMALL_BUFFER = 8192 }; /* 2048 float32 per chunk: collectives of 5000 take several */
@@ -498,6 +499,31 @@ static void mismatch_rank(int rank, int world, const char *job) {
 
 static void test_mismatch_is_named(void) { run_ranks(2, NULL, mismatch_rank); }
 
+/* A peer that never comes: the wait ends at the timeout, naming it. */
+static void timeout_rank(int rank, int world, const char *job) {
+  loom_ccl_comm_t *comm = join(rank, world, job, 0, 300);
+  if (!comm) return;
+  if (rank == 0) {
+    float *x = device_tagged(0, 10);
+    loom_ccl_work_t *work = NULL;
+    const loom_ccl_reduction sum = {.op = LOOM_CCL_SUM};
+    CHECK_OK(loom_ccl_begin(comm, NULL, "allreduce", &work));
+    CHECK_OK(loom_ccl_allreduce(work, x, x, 10, LOOM_FLOAT32, &sum));
+    CHECK_OK(loom_ccl_end(work));
+    CHECK(loom_ccl_work_synchronize(work) == LOOM_ERROR_DEVICE);
+    CHECK_MSG(strstr(loom_last_error(), "timed out after 300 ms waiting for rank 1") != NULL, "%s",
+              loom_last_error());
+    loom_ccl_work_release(work);
+    loom_free(x);
+  } else {
+    /* Alive but absent, until rank 0 gave up (it then counts as aborted). */
+    while (atomic_load(&comm->gone[0].value) == CCL_ALIVE) usleep(10000);
+  }
+  leave(comm);
+}
+
+static void test_timeout_is_named(void) { run_ranks(2, NULL, timeout_rank); }
+
 static void bad_arguments_rank(int rank, int world, const char *job) {
   loom_ccl_config config = {.rank = 0, .world_size = 1};
   loom_ccl_comm_t *comm = NULL;
@@ -577,6 +603,7 @@ int main(void) {
   RUN_TEST(test_collectives_guarded);
   RUN_TEST(test_dead_rank_fails_peer);
   RUN_TEST(test_mismatch_is_named);
+  RUN_TEST(test_timeout_is_named);
   RUN_TEST(test_no_rendezvous_after_join);
   TEST_MAIN_END();
 }
