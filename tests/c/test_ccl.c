@@ -422,11 +422,13 @@ static int segment_left(void) {
   return found;
 }
 
+static int victim; /* the rank that dies */
+
 static void death_rank(int rank, int world, const char *job) {
   /* A timeout far beyond the test's: only the death can end the wait. */
   loom_ccl_comm_t *comm = join(rank, world, job, 0, 600000);
   if (!comm) return;
-  if (rank == 1) {
+  if (rank == victim) {
     /* Die in the middle of the job: the peer is waiting in a collective. */
     usleep(100000);
     raise(SIGKILL);
@@ -443,7 +445,9 @@ static void death_rank(int rank, int world, const char *job) {
   CHECK_OK(loom_ccl_work_wait(work, def));
   const loom_status st = loom_stream_synchronize(def);
   CHECK(st == LOOM_ERROR_DEVICE);
-  CHECK_MSG(strstr(loom_last_error(), "rank 1 died") != NULL, "%s", loom_last_error());
+  char died[32];
+  snprintf(died, sizeof died, "rank %d died", victim);
+  CHECK_MSG(strstr(loom_last_error(), died) != NULL, "%s", loom_last_error());
   CHECK(loom_ccl_work_synchronize(work) == LOOM_ERROR_DEVICE);
   loom_ccl_work_release(work);
   /* The communicator is broken: the next collective fails at once. */
@@ -453,28 +457,39 @@ static void death_rank(int rank, int world, const char *job) {
   CHECK(!segment_left());
 }
 
-static void test_dead_rank_fails_peer(void) {
+/* `world` ranks, of which `dead` dies; the others must fail at once. */
+static void run_death(int world, int dead) {
   char job[LOOM_CCL_JOB_ID_LEN + 1];
   CHECK_OK(loom_ccl_make_job_id(job));
+  victim = dead;
   fflush(NULL);
-  pid_t pids[2];
-  for (int r = 0; r < 2; ++r) {
+  pid_t pids[4];
+  for (int r = 0; r < world; ++r) {
     pids[r] = fork();
     if (pids[r] == 0) {
       alarm(120);
       test_failed = 0;
-      death_rank(r, 2, job);
+      death_rank(r, world, job);
       loom_shutdown();
       fflush(NULL);
       exit(test_failed ? 1 : 0);
     }
   }
-  int status = 0;
-  waitpid(pids[0], &status, 0);
-  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "survivor status %d", status);
-  waitpid(pids[1], &status, 0);
-  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  for (int r = 0; r < world; ++r) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    if (r == dead)
+      CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    else
+      CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "survivor %d status %d", r, status);
+  }
 }
+
+static void test_dead_rank_fails_peer(void) { run_death(2, 1); }
+/* Ranks 1 and 2 watch rank 0 themselves. */
+static void test_dead_root_fails_peers(void) { run_death(3, 0); }
+/* Rank 2 learns of rank 1's death from rank 0, which watches everyone. */
+static void test_dead_rank_seen_through_root(void) { run_death(3, 1); }
 
 static void mismatch_rank(int rank, int world, const char *job) {
   loom_ccl_comm_t *comm = join(rank, world, job, 0, 60000);
@@ -602,6 +617,8 @@ int main(void) {
   RUN_TEST(test_collectives_three_ranks);
   RUN_TEST(test_collectives_guarded);
   RUN_TEST(test_dead_rank_fails_peer);
+  RUN_TEST(test_dead_root_fails_peers);
+  RUN_TEST(test_dead_rank_seen_through_root);
   RUN_TEST(test_mismatch_is_named);
   RUN_TEST(test_timeout_is_named);
   RUN_TEST(test_no_rendezvous_after_join);
