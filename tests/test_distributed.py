@@ -456,10 +456,19 @@ def _job_init(rank, world, tmp):
     dist.destroy_process_group()
 
     # 3. Bound to loom:<rank> (eager), then split_group and new_group.
+    import torch_loom.distributed
+
     dev = torch.device("loom", rank)
     torch.loom.set_device(dev)
-    _init("loomccl", rank, world, tmp, name="s3", device_id=dev)
+    # With loomccl's options: a small staging buffer, so that collectives
+    # take many chunks (split_group copies the options to the children).
+    _init("loomccl", rank, world, tmp, name="s3", device_id=dev,
+          pg_options=torch_loom.distributed.Options(buffer_bytes=65536))
     assert dist.get_backend() == "loomccl"
+    assert dist.group.WORLD._get_backend(dev).options.buffer_bytes == 65536
+    big = torch.arange(300_000, dtype=torch.float64, device=dev) * (rank + 1)
+    dist.all_reduce(big)
+    assert torch.equal(big.cpu(), torch.arange(300_000, dtype=torch.float64) * 3)
     sub = dist.split_group(split_ranks=[[0, 1]])
     t = torch.full((5,), 2.0 * rank, device=dev)
     dist.all_reduce(t, group=sub)

@@ -223,7 +223,9 @@ static loom_status join_as_root(loom_ccl_comm_t *comm, const loom_ccl_config *co
     close(seg_fd);
     return LOOM_OK;
   }
-  const int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  /* Non-blocking: a peer that connects and leaves between poll() and
+   * accept() must not block rank 0. */
+  const int listener = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   struct sockaddr_un addr;
   const socklen_t len = socket_name(&addr, config->job_id);
   if (listener < 0 || bind(listener, (struct sockaddr *)&addr, len) != 0 ||
