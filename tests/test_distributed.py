@@ -481,6 +481,10 @@ def _job_init(rank, world, tmp):
     t = torch.arange(3.0, device=dev) + rank
     dist.all_reduce(t, group=grp, op=dist.ReduceOp.MAX)
     assert t.cpu().tolist() == [1.0, 2.0, 3.0]
+    # Functional collectives (what traced code calls) on the same backend.
+    import torch.distributed._functional_collectives as fc
+    y = fc.all_reduce(torch.full((4,), rank + 1.0, device=dev), "sum", dist.group.WORLD)
+    assert y.cpu().tolist() == [3.0] * 4
     dist.barrier()
     dist.destroy_process_group()
     print("REPORT {}")

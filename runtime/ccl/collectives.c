@@ -156,9 +156,10 @@ static loom_status barrier(loom_ccl_work_t *work, ccl_kind kind, size_t count, l
   return ccl_enqueue_barrier(work, &sig);
 }
 
-/* Elements per chunk: a half holds `per_half` chunks' worth of `parts` parts. */
+/* Elements per chunk: a chunk's `parts` parts of that many elements fill a half. */
 static size_t chunk_elements(const loom_ccl_comm_t *comm, loom_dtype dtype, int parts) {
-  return comm->slot_bytes / ((size_t)parts * (size_t)loom_dtype_size(dtype));
+  const size_t n = comm->slot_bytes / ((size_t)parts * (size_t)loom_dtype_size(dtype));
+  return n ? n : 1; /* a half holds at least 4096 bytes: never 0 in practice */
 }
 
 /* Runs `body` for each chunk [offset, offset + n) of `count` elements,
