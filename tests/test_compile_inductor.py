@@ -223,12 +223,14 @@ def test_modes(mode):
 _THREADS_CODE = """
 import hashlib, torch
 import torch.nn.functional as F
-def f(x, w):
+def f(x, w, idx):
     h = F.layer_norm(x @ w, (96,)) * torch.sigmoid(x[:, :96])
-    return torch.softmax(h, dim=-1).sum(dim=0), h.sum(), (h * h).mean(dim=1)
+    rows = torch.zeros(7, 96, device=x.device).index_add(0, idx, h)  # sums into shared rows
+    return torch.softmax(h, dim=-1).sum(dim=0), h.sum(), (h * h).mean(dim=1), rows
 g = torch.Generator().manual_seed(0)
 x, w = torch.randn(300, 128, generator=g), torch.randn(128, 96, generator=g)
-outs = torch.compile(f)(x.to("loom"), w.to("loom"))
+idx = torch.randint(0, 7, (300,), generator=g)
+outs = torch.compile(f)(x.to("loom"), w.to("loom"), idx.to("loom"))
 digest = hashlib.sha256(b"".join(o.cpu().numpy().tobytes() for o in outs)).hexdigest()
 """
 

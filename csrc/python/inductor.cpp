@@ -59,17 +59,20 @@ class InductorKernel {
     const loom_kernel_t* kernel;
     loom_kernel_fn fn;
     RangeFn range;
+    bool serial;  // one chunk: its iterations add into shared outputs
   };
 
   // `kinds`: per argument, 't' a loom tensor, 'i' an integer, 'f' a float.
-  // `nests`: (registry name, entry address, range-function address).
+  // `nests`: (registry name, entry address, range-function address,
+  // whether it runs as one chunk).
   InductorKernel(std::string kinds,
-                 const std::vector<std::tuple<std::string, uintptr_t, uintptr_t>>& nests)
+                 const std::vector<std::tuple<std::string, uintptr_t, uintptr_t, bool>>& nests)
       : kinds_(std::move(kinds)) {
-    for (const auto& [name, entry, range] : nests) {
+    for (const auto& [name, entry, range, serial] : nests) {
       TORCH_CHECK(entry && range, "torch.compile on loom: kernel ", name, " has no entry point");
       auto fn = reinterpret_cast<loom_kernel_fn>(entry);
-      nests_.push_back({name, register_entry(name, fn), fn, reinterpret_cast<RangeFn>(range)});
+      nests_.push_back(
+          {name, register_entry(name, fn), fn, reinterpret_cast<RangeFn>(range), serial});
     }
     for (char c : kinds_) num_tensors_ += c == 't';
   }
@@ -128,9 +131,9 @@ class InductorKernel {
       desc.num_scalars = static_cast<uint32_t>(scalars.size());
       desc.range = range;
       // Chunks split independent outputs only, so their size changes
-      // nothing in the results.
+      // nothing in the results; a nest that accumulates runs as one.
       const int64_t chunks = workers * kChunksPerWorker;
-      desc.grain = range <= chunks ? 1 : (range + chunks - 1) / chunks;
+      desc.grain = nest.serial ? range : range <= chunks ? 1 : (range + chunks - 1) / chunks;
       desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
       check(loom_launch(stream, &desc), desc.name);
     }
@@ -160,7 +163,8 @@ int InductorKernel::current_device_index() {
 
 void init_inductor(py::module& m) {
   py::class_<InductorKernel>(m, "_InductorKernel")
-      .def(py::init<std::string, const std::vector<std::tuple<std::string, uintptr_t, uintptr_t>>&>(),
+      .def(py::init<std::string,
+                    const std::vector<std::tuple<std::string, uintptr_t, uintptr_t, bool>>&>(),
            py::arg("kinds"), py::arg("nests"))
       .def("__call__", &InductorKernel::operator())
       .def_property_readonly("num_nests", &InductorKernel::num_nests)

@@ -15,7 +15,9 @@ with loom's worker count): the kernel gets ``[begin, end)`` of it and runs
 the loops for those iterations only (collapsed loops are recovered by
 division). Only loops over independent outputs are split, never a
 reduction loop: a nest whose parallel loop would be a reduction (a sum to
-one element, say) runs as one chunk. Every output element is therefore
+one element, say) runs as one chunk, and so does a nest whose iterations
+add into shared outputs (Inductor's "atomic_add" stores: scatter-add,
+embedding backward), in iteration order. Every output element is therefore
 computed by one chunk with the same code, whatever the number of threads
 or chunks, and results do not depend on them.
 
@@ -108,6 +110,10 @@ class LoopNestInfo:
     code: object = None
     range_expr: str = "1"
     split: list = field(default_factory=list)  # the parallel LoopLevels, outermost first
+    # Launched as one chunk: its iterations add into shared outputs
+    # (scatter-add, embedding backward), in an order that must not depend
+    # on the threads.
+    serial: bool = False
 
 
 def _position(loops, loop) -> int:
@@ -193,6 +199,9 @@ class LoomKernelGroup(KernelGroup):
         new_kernel.codegen_loops(code, self.ws)
         nest = getattr(new_kernel, "loom_nest", None) or LoopNestInfo()
         nest.code = code
+        # Inductor's C++ stores that accumulate into outputs other iterations
+        # also write (mode "atomic_add") are the only ones that do.
+        nest.serial = "atomic_add" in code.getvalue()
         self.nests.append(nest)
 
     def codegen_group(self, name=None) -> str:
@@ -285,10 +294,10 @@ class LoomCppScheduling(CppScheduling):
         _, _, arg_types = args.cpp_argdefs()
         # The registry names the kernels after their source.
         key = hashlib.sha256(src_code.encode()).hexdigest()[:24]
-        nests = len(self.kernel_group.nests)
+        serial = "".join("s" if nest.serial else "p" for nest in self.kernel_group.nests)
         wrapper.define_kernel(
             kernel_name,
-            f"loom_cpp_kernel(async_compile, {key!r}, {arg_kinds(arg_types)!r}, {nests}, r'''\n"
+            f"loom_cpp_kernel(async_compile, {key!r}, {arg_kinds(arg_types)!r}, {serial!r}, r'''\n"
             f"{src_code}''')",
             gpu=False)
         return kernel_name

@@ -13,17 +13,18 @@ def _address(lib, symbol: str) -> int:
     return ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
 
 
-def loom_cpp_kernel(async_compile, key: str, kinds: str, nests: int, source: str):
+def loom_cpp_kernel(async_compile, key: str, kinds: str, nests: str, source: str):
     """A generated kernel group (cpp_kernels.py) as a callable that launches
     its loop nests on the current stream: compiles `source` with Inductor's
     C++ code cache (in its compile workers when it has them) and registers
-    nest i's entry point as the kernel "inductor.<key>.<i>"."""
+    nest i's entry point as the kernel "inductor.<key>.<i>". `nests` has a
+    letter per nest: "p" split across loom's workers, "s" one chunk."""
     from torch._inductor.async_compile import get_compile_threads
     from torch._inductor.codecache import CppCodeCache, LambdaFuture
 
     def build(lib):
         entries = [(f"inductor.{key}.{i}", _address(lib, f"loom_entry_{i}"),
-                    _address(lib, f"loom_range_{i}")) for i in range(nests)]
+                    _address(lib, f"loom_range_{i}"), mode == "s") for i, mode in enumerate(nests)]
         return _C._InductorKernel(kinds, entries)
 
     if get_compile_threads() <= 1:
