@@ -204,6 +204,28 @@ def test_counters_and_a_second_compile_in_process():
     assert second["compiler_invocations"] == first["compiler_invocations"]
 
 
+def _row_work(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    var, mean = torch.var_mean(x, dim=0)
+    return e / e.sum(-1, keepdim=True), var, mean, torch.tanh(x * 3).sum(), (x * 2 + 1).exp()
+
+
+def _row_digests():
+    import hashlib
+    torch.manual_seed(5)
+    x = torch.randn(300, 257, device="loom")
+    outs = torch.compile(_row_work, backend="loom")(x)
+    return [hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest()[:16] for t in outs]
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    import inspect
+    code = "import torch\n" + inspect.getsource(_row_work) + inspect.getsource(_row_digests)
+    one = run_python(code + "print('DIGESTS', _row_digests())\n",
+                     env={"LOOM_NUM_THREADS": "1"}).stdout.split("DIGESTS")[1].strip()
+    assert one == str(_row_digests())
+
+
 def test_registered_lazily_and_cached_across_processes(tmp_path):
     code = """
         import sys, torch

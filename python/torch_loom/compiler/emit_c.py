@@ -336,8 +336,13 @@ class CDialect(Dialect):
         return _PRELUDE.format(digest=math_digest())
 
     def compile_flags(self) -> list[str]:
+        """Beyond the JIT's own: the optimization the library's pointwise
+        files get (-O3; no errno from sqrt and floor, no trapping math: both
+        sides of a choice may be computed, so that loops over the inline
+        math vectorize). Neither changes a value."""
         root = math_root()
-        return [] if Path(root) == Path(jit.include_dir()) else [f"-I{root}"]
+        flags = ["-O3", "-fno-math-errno", "-fno-trapping-math"]
+        return flags if Path(root) == Path(jit.include_dir()) else flags + [f"-I{root}"]
 
     def missing(self, k: LoopKernel) -> list[str]:
         bad = []
@@ -380,27 +385,45 @@ class CDialect(Dialect):
             return f"const {self.value_type(s.dtype)} v{s.dst} = {to_dtype(expr, s.kind, s.dtype)};"
         raise TypeError(f"loom compiler: statement {s!r}")
 
-    def acc_init(self, a: Accumulate) -> str:
-        ct = _CTYPE[a.kind]
+    def _acc_initial(self, a: Accumulate) -> str:
         if a.op == "sum":
-            init = "0"
-        elif a.kind == I64:
-            init = "INT64_MIN" if a.op == "max" else "INT64_MAX"
-        else:
-            init = "-INFINITY" if a.op == "max" else "INFINITY"
+            return "0"
+        if a.kind == I64:
+            return "INT64_MIN" if a.op == "max" else "INT64_MAX"
+        return "-INFINITY" if a.op == "max" else "INFINITY"
+
+    def acc_type(self, a: Accumulate) -> str:
+        return _CTYPE[a.kind]
+
+    def acc_init(self, a: Accumulate, lanes=0) -> str:
+        """The accumulator a<dst> (an array of `lanes` when lanes > 0)."""
+        ct, init = _CTYPE[a.kind], self._acc_initial(a)
+        if lanes:
+            return f"{ct} a{a.dst}[{lanes}]; for (int l = 0; l < {lanes}; ++l) a{a.dst}[l] = {init};"
         return f"{ct} a{a.dst} = {init};"
 
-    def acc_update(self, a: Accumulate, k: LoopKernel) -> str:
-        v = convert(f"v{a.src}", kind_of(k.types[a.src]), a.kind)
+    def _fold(self, a: Accumulate, acc: str, v: str) -> str:
+        """acc <- acc (op) v: sums wrap for integers; max and min keep NaN."""
         if a.op == "sum":
             if a.kind == I64:
-                return f"a{a.dst} = (int64_t)((uint64_t)a{a.dst} + (uint64_t)({v}));"
-            return f"a{a.dst} += {v};"
+                return f"{acc} = (int64_t)((uint64_t){acc} + (uint64_t)({v}));"
+            return f"{acc} += {v};"
         cmp = ">" if a.op == "max" else "<"
         if a.kind == I64:
-            return f"{{ const int64_t s = {v}; a{a.dst} = s {cmp} a{a.dst} ? s : a{a.dst}; }}"
+            return f"{{ const int64_t s = {v}; {acc} = s {cmp} {acc} ? s : {acc}; }}"
         return (f"{{ const {_CTYPE[a.kind]} s = {v}; "
-                f"a{a.dst} = (s != s || s {cmp} a{a.dst}) ? s : a{a.dst}; }}")
+                f"{acc} = (s != s || s {cmp} {acc}) ? s : {acc}; }}")
+
+    def acc_update(self, a: Accumulate, k: LoopKernel, lane=None) -> str:
+        v = convert(f"v{a.src}", kind_of(k.types[a.src]), a.kind)
+        return self._fold(a, f"a{a.dst}" if lane is None else f"a{a.dst}[{lane}]", v)
+
+    def lanes_fold(self, a: Accumulate, lanes: int, out: str) -> str:
+        """Folds the lanes pairwise (an order fixed by the lane count, as
+        kernels/base/lanes.h folds the library's sums) into *out."""
+        step = self._fold(a, f"a{a.dst}[j]", f"a{a.dst}[j + w]")
+        return (f"for (int w = {lanes // 2}; w > 0; w /= 2) for (int j = 0; j < w; ++j) {step} "
+                f"*{out} = a{a.dst}[0];")
 
     def acc_final(self, a: Accumulate) -> str:
         return f"const {self.value_type(a.dtype)} v{a.dst} = {to_dtype(f'a{a.dst}', a.kind, a.dtype)};"

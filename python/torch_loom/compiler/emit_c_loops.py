@@ -1,12 +1,20 @@
 """The loops of a C kernel (emit_c.py spells its statements).
 
 A pointwise kernel covers elements [begin, end) of its space in row-major
-order: one flat loop when every tensor maps every dim and is contiguous in
-the kernel's order, else runs along the innermost dim (a loop the compiler
-vectorizes when every stride there is 1). A reduction kernel covers outer
-indices [begin, end): per outer index, the O-space statements, then each
-pass as nested loops over R (accumulators folded in row-major order),
-then that pass's O-space statements."""
+order: one flat run when every tensor maps every dim and is contiguous in
+the kernel's order, else runs along the innermost dim. A reduction kernel
+covers outer indices [begin, end): per outer index, the O-space
+statements, then each pass over R (accumulators folded in an order fixed by
+R's size), then that pass's O-space statements.
+
+Element loops live in helpers whose tensor pointers are restrict
+parameters (GCC honours restrict there, not on locals, and without it the
+loops over the library's inline math do not vectorize), with a variant for
+unit strides. A pass over a single reduced dim accumulates into LANES lanes
+(element r into lane r mod LANES, as the library's contiguous sums do),
+which vectorizes without reassociating, then folds them pairwise; a pass
+over several reduced dims runs nested loops and one accumulator.
+"""
 
 from __future__ import annotations
 
@@ -60,8 +68,7 @@ class KernelWriter:
         for a, arg in enumerate(k.args):
             et = d.element_type(arg.dtype)
             const = "" if arg.output else "const "
-            restrict = "" if k.aliased else "restrict "
-            self.w(f"{const}{et} *{restrict}p{a} = ({const}{et} *)t[{a}].data;")
+            self.w(f"{const}{et} *p{a} = ({const}{et} *)t[{a}].data;")
             for j, kd in self.mapped(a):
                 self.w(f"const int64_t s{a}_{kd} = t[{a}].strides[{j}];")
 
@@ -76,55 +83,81 @@ class KernelWriter:
 
     # ---- pointwise ------------------------------------------------------------------
 
+    def pointer_params(self):
+        """The span helper's tensor parameters: restrict pointers (GCC
+        trusts restrict on parameters, not on locals: without it the loops
+        do not vectorize), unless an output is also an input."""
+        k, d = self.k, self.d
+        params = []
+        for a, arg in enumerate(k.args):
+            const = "" if arg.output else "const "
+            restrict = "" if k.aliased else "restrict "
+            params.append(f"{const}{d.element_type(arg.dtype)} *{restrict}p{a}")
+        return params
+
+    def span(self):
+        """A helper running n consecutive elements along the innermost dim
+        (one flat run of a contiguous space), from base pointers, with the
+        steps of the arguments that follow that dim."""
+        k = self.k
+        last = len(k.dims) - 1
+        stepped = [a for a in range(len(k.args)) if last >= 0 and self.stride(a, last)]
+        params = ["const loom_kernel_args *args", "int64_t n"] + self.pointer_params()
+        params += [f"int64_t s{a}" for a in stepped]
+        self.lines.append(f"static __attribute__((noinline)) void {k.name}_span("
+                          + ", ".join(params) + ") {")
+        self.w("(void)args;")
+        self.statements(k.before, lambda a: "0")  # scalar arguments only
+        body = k.passes[0].body
+
+        def run(step):
+            self.open("for (int64_t j = 0; j < n; ++j) {")
+            self.statements(body, lambda a: f"j{step(a)}" if a in stepped else "0")
+            self.close()
+
+        if stepped:
+            self.open(f"if ({' && '.join(f's{a} == 1' for a in stepped)}) {{")
+            run(lambda a: "")
+            self.close("} else {")
+            self.depth += 1
+            run(lambda a: f" * s{a}")
+            self.close()
+        else:
+            run(lambda a: "")
+        self.lines.append("}")
+        self.lines.append("")
+
+    def call_span(self, n, bases, steps):
+        k = self.k
+        last = len(k.dims) - 1
+        args = ["args", n] + [f"p{a} + {bases(a)}" for a in range(len(k.args))]
+        args += [steps(a) for a in range(len(k.args)) if last >= 0 and self.stride(a, last)]
+        self.w(f"{k.name}_span({', '.join(args)});")
+
     def pointwise(self):
         k = self.k
         nd = len(k.dims)
-        body = k.passes[0].body
         nargs = len(k.args)
-        self.statements(k.before, lambda a: "0")  # scalar arguments only
         if nd == 0:
-            self.open("for (int64_t i = begin; i < end; ++i) {")
-            self.statements(body, lambda a: "0")
-            self.close()
+            self.call_span("end - begin", lambda a: "0", lambda a: "0")
             return
-        full = all(len(self.mapped(a)) == nd for a in range(nargs))
-        if full:
-            conds = []
-            for a in range(nargs):
-                for dd in range(nd):
-                    conds.append(f"s{a}_{dd} == {math.prod(k.dims[dd + 1:])}")
+        last = nd - 1
+        if all(len(self.mapped(a)) == nd for a in range(nargs)):
+            conds = [f"s{a}_{dd} == {math.prod(k.dims[dd + 1:])}"
+                     for a in range(nargs) for dd in range(nd)]
             self.open(f"if ({' && '.join(conds)}) {{")
-            self.open("for (int64_t i = begin; i < end; ++i) {")
-            self.statements(body, lambda a: "i")
-            self.close()
+            self.call_span("end - begin", lambda a: "begin", lambda a: "1")
             self.w("return LOOM_OK;")
             self.close()
-        last = nd - 1
         self.w("int64_t r = begin;")
         for dd in reversed(range(nd)):
             self.w(f"int64_t i{dd} = r % {k.dims[dd]}; r /= {k.dims[dd]};")
         self.w("(void)r;")
-        unit = [f"s{a}_{last} == 1" for a in range(nargs) if self.stride(a, last)]
         self.open("for (int64_t i = begin; i < end;) {")
         self.w(f"int64_t n = {k.dims[last]} - i{last};")
         self.w("if (n > end - i) n = end - i;")
-        for a in range(nargs):
-            self.w(f"const int64_t b{a} = {self.offset_sum(a, [(dd, f'i{dd}') for dd in range(nd)])};")
-
-        def run(step):
-            self.open("for (int64_t j = 0; j < n; ++j) {")
-            self.statements(body, lambda a: f"b{a} + j{step(a)}" if self.stride(a, last) else f"b{a}")
-            self.close()
-
-        if unit:
-            self.open(f"if ({' && '.join(unit)}) {{")
-            run(lambda a: "")
-            self.close("} else {")
-            self.depth += 1
-            run(lambda a: f" * s{a}_{last}")
-            self.close()
-        else:
-            run(lambda a: "")
+        self.call_span("n", lambda a: f"({self.offset_sum(a, [(dd, f'i{dd}') for dd in range(nd)])})",
+                       lambda a: f"s{a}_{last}")
         self.w("i += n;")
         self.w(f"i{last} = 0;")
         for dd in reversed(range(last)):
@@ -133,6 +166,80 @@ class KernelWriter:
         self.close()
 
     # ---- reductions -----------------------------------------------------------------
+
+    #: Accumulator lanes of a pass over one reduced dim: element r goes to
+    #: lane r mod LANES (the library's contiguous sums use 64 such lanes),
+    #: so the loop over a block of lanes vectorizes without reassociating.
+    LANES = 64
+
+    def single_r(self):
+        return len(self.k.dims) - self.k.n_outer == 1
+
+    def pass_inputs(self, p):
+        """Ids a pass body reads but does not define (O-space values)."""
+        defined, used = set(), []
+        for s_ in p.body:
+            for src in getattr(s_, "srcs", ()):
+                if isinstance(src, int) and src not in defined and src not in used:
+                    used.append(src)
+            src = getattr(s_, "src", None)
+            if isinstance(src, int) and src not in defined and src not in used and not hasattr(s_, "op"):
+                used.append(src)
+            if hasattr(s_, "dst"):
+                defined.add(s_.dst)
+        for acc in p.accumulate:
+            if acc.src not in defined and acc.src not in used:
+                used.append(acc.src)
+        return used
+
+    def pass_helper(self, index, p):
+        """A pass over one reduced dim as a helper with restrict pointers:
+        lanes of LANES elements (the loop over a block vectorizes), the
+        tail, then the lanes folded into the accumulators' results."""
+        k, d = self.k, self.d
+        r = k.n_outer
+        L = self.LANES
+        stepped = [a for a in range(len(k.args)) if self.stride(a, r)]
+        reads = self.pass_inputs(p)
+        params = ["const loom_kernel_args *args"] + self.pointer_params()
+        params += [f"int64_t s{a}" for a in stepped]
+        params += [f"const {d.value_type(k.types[i])} v{i}" for i in reads]
+        params += [f"{d.acc_type(acc)} *restrict out{acc.dst}" for acc in p.accumulate]
+        self.lines.append(f"static __attribute__((noinline)) void {k.name}_pass{index}("
+                          + ", ".join(params) + ") {")
+        self.w("(void)args;")
+        for acc in p.accumulate:
+            self.w(d.acc_init(acc, L))
+
+        def element(offset, lane):
+            self.statements(p.body, offset)
+            for acc in p.accumulate:
+                self.w(d.acc_update(acc, k, lane))
+
+        def blocks(step):
+            self.w("int64_t i = 0;")
+            self.open(f"for (; i + {L} <= {k.dims[r]}; i += {L}) {{")
+            self.open(f"for (int64_t l = 0; l < {L}; ++l) {{")
+            element(lambda a: f"(i + l){step(a)}" if a in stepped else "0", "l")
+            self.close()
+            self.close()
+            self.open(f"for (int64_t l = 0; i < {k.dims[r]}; ++i, ++l) {{")
+            element(lambda a: f"i{step(a)}" if a in stepped else "0", "l")
+            self.close()
+
+        if stepped:
+            self.open(f"if ({' && '.join(f's{a} == 1' for a in stepped)}) {{")
+            blocks(lambda a: "")
+            self.close("} else {")
+            self.depth += 1
+            blocks(lambda a: f" * s{a}")
+            self.close()
+        else:
+            blocks(lambda a: "")
+        for acc in p.accumulate:
+            self.w(d.lanes_fold(acc, L, f"out{acc.dst}"))
+        self.lines.append("}")
+        self.lines.append("")
 
     def reduction(self):
         k, d = self.k, self.d
@@ -146,27 +253,41 @@ class KernelWriter:
         for a in range(nargs):
             self.w(f"const int64_t b{a} = {self.offset_sum(a, [(dd, f'i{dd}') for dd in range(no)])};")
         self.statements(k.before, lambda a: f"b{a}")
-        for p in k.passes:
-            for acc in p.accumulate:
-                self.w(d.acc_init(acc))
-            self.open("{")
-            for dd in range(no, nd):
-                self.open(f"for (int64_t i{dd} = 0; i{dd} < {k.dims[dd]}; ++i{dd}) {{")
-            for a in range(nargs):
-                inner = self.offset_sum(a, [(dd, f"i{dd}") for dd in range(no, nd)])
-                self.w(f"const int64_t e{a} = b{a} + {inner};")
-            self.statements(p.body, lambda a: f"e{a}")
-            for acc in p.accumulate:
-                self.w(d.acc_update(acc, k))
-            for _ in range(no, nd):
+        for index, p in enumerate(k.passes):
+            if self.single_r():
+                for acc in p.accumulate:
+                    self.w(f"{d.acc_type(acc)} a{acc.dst};")
+                call = ["args"] + [f"p{a} + b{a}" for a in range(nargs)]
+                call += [f"s{a}_{no}" for a in range(nargs) if self.stride(a, no)]
+                call += [f"v{i}" for i in self.pass_inputs(p)]
+                call += [f"&a{acc.dst}" for acc in p.accumulate]
+                self.w(f"{k.name}_pass{index}({', '.join(call)});")
+            else:
+                for acc in p.accumulate:
+                    self.w(d.acc_init(acc))
+                self.open("{")
+                for dd in range(no, nd):
+                    self.open(f"for (int64_t i{dd} = 0; i{dd} < {k.dims[dd]}; ++i{dd}) {{")
+                for a in range(nargs):
+                    inner = self.offset_sum(a, [(dd, f"i{dd}") for dd in range(no, nd)])
+                    self.w(f"const int64_t e{a} = b{a} + {inner};")
+                self.statements(p.body, lambda a: f"e{a}")
+                for acc in p.accumulate:
+                    self.w(d.acc_update(acc, k))
+                for _ in range(no, nd):
+                    self.close()
                 self.close()
-            self.close()
             for acc in p.accumulate:
                 self.w(d.acc_final(acc))
             self.statements(p.after, lambda a: f"b{a}")
         self.close()
 
     def source(self) -> str:
+        if self.k.is_pointwise:
+            self.span()
+        elif self.single_r():
+            for index, p in enumerate(self.k.passes):
+                self.pass_helper(index, p)
         self.header()
         if self.k.is_pointwise:
             self.pointwise()
