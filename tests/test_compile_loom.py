@@ -140,6 +140,23 @@ def test_op_the_lowering_lacks_runs_as_a_library_op():
     torch.testing.assert_close(out.cpu(), f(x).cpu())
 
 
+def test_graph_constants_and_empty_tensors():
+    scale = torch.randn(5, 6, device="loom")
+
+    def f(x):
+        return (x.t() + 1) * torch.tensor(3.0) + scale.t(), (x * 2).sum(0)
+
+    x = torch.randn(5, 6, device="loom")
+    out, c = _compiled_call(f, x)
+    assert c["library_calls"] == 0
+    for got, want in zip(out, f(x)):
+        assert torch.equal(got.cpu(), want.cpu()) and got.stride() == want.stride()
+    g = lambda x: ((x * 2).sum(0), torch.exp(x.t()) + 1)  # noqa: E731
+    empty = torch.randn(0, 6, device="loom")  # no elements: library ops
+    for got, want in zip(torch.compile(g, backend="loom")(empty), g(empty)):
+        assert got.shape == want.shape and torch.equal(got.cpu(), want.cpu())
+
+
 def test_in_place_updates_write_inputs_after_every_read():
     def f(x, y):
         z = x.t() * 2  # reads x transposed: must see x before the update

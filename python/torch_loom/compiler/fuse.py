@@ -68,7 +68,7 @@ def _returns_alias(target) -> bool:
 
 def _producer(v):
     p = v.producer
-    return None if p is None or isinstance(p, ir.Input) else p
+    return None if p is None or isinstance(p, (ir.Input, ir.Constant)) else p
 
 
 class Fuser:
@@ -117,7 +117,7 @@ class Fuser:
 
     def run(self):
         for n in self.graph.nodes:
-            if isinstance(n, ir.Input):
+            if isinstance(n, (ir.Input, ir.Constant)):
                 continue
             if isinstance(n, Library):
                 u = LibraryUnit(self._new_uid(), n)

@@ -143,6 +143,13 @@ class Input(Node):
 
 
 @dataclass(eq=False)
+class Constant(Node):
+    """A tensor the graph holds (an FX get_attr): read like an input."""
+    tensor: object
+    outputs: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
 class Pointwise(Node):
     """out[i] = op(operands[k][access_k(i)]...) computed in `kind` and
     rounded to out's dtype. `params` are op parameters (numbers)."""
@@ -241,6 +248,8 @@ class Graph:
                 lines.append(f"{outs} = reduce_{n.op}({n.operand.value!r}, dims={list(n.dims)})")
             elif isinstance(n, Library):
                 lines.append(f"{outs} = library {n.target}")
+            elif isinstance(n, Constant):
+                lines.append(f"{outs} = constant")
             else:
                 lines.append(f"{outs} = input {n.index}")
         lines.append("return " + ", ".join(repr(v) for v in self.outputs))

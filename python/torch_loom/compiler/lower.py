@@ -173,6 +173,14 @@ class Lowering:
                 self.env[node] = self.env[src][i]
             elif node.op == "call_function":
                 self.env[node] = self.lower_call(node, HANDLERS)
+            elif node.op == "get_attr":
+                obj = self.gm
+                for part in node.target.split("."):
+                    obj = getattr(obj, part)
+                v = self.value_of(obj, node.name) if isinstance(obj, torch.Tensor) else None
+                if v is not None:
+                    self.graph.add(ir.Constant(obj, outputs=[v]))
+                self.env[node] = v if v is not None else obj
             else:
                 raise NotImplementedError(f"loom compiler: FX node {node.op} {node.target}")
         self.eliminate_dead()
@@ -224,7 +232,8 @@ class Lowering:
             side_effect = isinstance(n, Library) and (
                 not hasattr(n.target, "_schema") or n.target._schema.is_mutable)
             writes = any(v.alias is not None for v in n.outputs)
-            if isinstance(n, ir.Input) or side_effect or writes or any(v in live for v in n.outputs):
+            if isinstance(n, (ir.Input, ir.Constant)) or side_effect or writes or \
+                    any(v in live for v in n.outputs):
                 keep.append(n)
                 live.update(n.inputs)
         self.graph.nodes = keep[::-1]

@@ -301,6 +301,17 @@ def _convert(low, target, node, a):
     return low.convert(x, _out(low, node))
 
 
+@handles(aten.lift_fresh_copy)
+def _lift_fresh_copy(low, target, node, a):
+    """A copy of a tensor the graph holds (torch.tensor(...) in the traced
+    code): kernels only read it, so they read the original (a returned one
+    is cloned by the program)."""
+    x = a["self"]
+    if isinstance(x, Value) and isinstance(x.producer, ir.Constant):
+        return x
+    raise Unsupported("lift_fresh_copy of a computed tensor")
+
+
 @handles(aten._to_copy)
 def _to_copy(low, target, node, a):
     x, out = a["self"], _out(low, node)

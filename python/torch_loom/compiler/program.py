@@ -16,7 +16,7 @@ import torch
 
 from . import jit, observe
 from .fuse import Kernel
-from .ir import Library, Value
+from .ir import Constant, Library, Value
 from .loops import build_kernel
 
 
@@ -149,6 +149,10 @@ class Program:
                 last_use[_canon(v)] = i
         keep = set(outputs) | {v for v in graph.inputs if isinstance(v, Value) and any(
             w.alias is v for w in _written(graph))}
+        for n in graph.nodes:  # the graph's own tensors: globals, never dropped
+            if isinstance(n, Constant):
+                keep.add(n.out)
+                names.names[n.out] = names.const(n.tensor)
         lines = ["def run(args):"]
         inputs = [names.value(v) if isinstance(v, Value) else "_" for v in graph.inputs]
         if inputs:
@@ -194,7 +198,8 @@ class Program:
             dead = list(dict.fromkeys(names.value(v) for v in dead))
             if dead:
                 lines.append(f"    del {', '.join(dead)}")
-        outs = [names.value(v) if isinstance(v, Value) else names.const(v) for v in graph.outputs]
+        outs = [(names.value(v) + (".clone()" if isinstance(v.producer, Constant) else ""))
+                if isinstance(v, Value) else names.const(v) for v in graph.outputs]
         lines.append(f"    return [{', '.join(outs)}]")
         return "\n".join(lines) + "\n"
 
