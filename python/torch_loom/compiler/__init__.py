@@ -53,56 +53,10 @@ def _register_backend(registry) -> None:
         registry.register_backend(compiler_fn=_loom, name="loom")
 
 
-class _AfterImport:
-    """A meta path finder that runs `callback(module)` once `name` is
-    imported (then leaves sys.meta_path): Dynamo's registry, imported by
-    the first torch.compile, learns the ``"loom"`` backend without
-    ``import torch`` importing Dynamo."""
-
-    def __init__(self, name, callback):
-        self.name, self.callback, self.loader = name, callback, None
-
-    def find_spec(self, fullname, path, target=None):
-        import sys
-
-        if fullname != self.name:
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find else None
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        self.loader, spec.loader = spec.loader, self
-        return spec
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        module.__spec__.loader = module.__loader__ = self.loader
-        try:
-            self.callback(module)
-        except Exception as exc:  # never break `import torch._dynamo`
-            import warnings
-
-            warnings.warn(f"torch_loom: registering the 'loom' compile backend failed: {exc}")
-
-
 def install() -> None:
     """Makes ``torch.compile(backend="loom")`` work: registers the backend
     now if Dynamo's registry is loaded, else when it loads. (An installed
     torch_loom also declares it as a ``torch_dynamo_backends`` entry point.)"""
-    import sys
+    from .._after_import import after_import
 
-    registry = sys.modules.get(_REGISTRY)
-    if registry is not None:
-        _register_backend(registry)
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(_REGISTRY, _register_backend))
+    after_import(_REGISTRY, _register_backend, "registering the 'loom' compile backend")
