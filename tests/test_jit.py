@@ -169,8 +169,12 @@ def test_second_process_runs_no_compiler_and_recompiles_a_corrupt_entry(cache):
     entry = cache / f"{broken_module.key}.so"
     data = bytearray(entry.read_bytes())
     data[len(data) // 3] ^= 0xFF
-    entry.write_bytes(bytes(data))
-    entry.chmod(0o600)
+    # A new file renamed over the entry: this process still runs the code
+    # mapped from the old one, which an in-place write would change under it.
+    corrupt = entry.with_name(entry.name + ".corrupt")
+    corrupt.write_bytes(bytes(data))
+    corrupt.chmod(0o600)
+    corrupt.replace(entry)
 
     report = _report(_child([kept, broken], cache))
     assert report["origins"] == ["cached", "compiled"]
