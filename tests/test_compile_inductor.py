@@ -130,7 +130,10 @@ def test_stream_contexts_behave_as_in_eager():
     compiled = torch.compile(step)
     side = torch.loom.Stream()
     x = torch.randn(32, 32, device="loom")
+    before = torch.loom.current_stream()
     torch.testing.assert_close(compiled(x, side).cpu(), step(x, side).cpu(), rtol=1e-5, atol=1e-5)
+    # The context is left as eager code leaves it: the caller back on its stream.
+    assert torch.loom.current_stream() == before
     # A compiled graph called under a stream context runs on that stream.
     plain = torch.compile(lambda a: (torch.sin(a) @ a).relu().sum(dim=1))
     expected = (torch.sin(x) @ x).relu().sum(dim=1).cpu()
