@@ -40,6 +40,9 @@ def _register_interface(_module) -> None:
 
 def _register_backend(_module) -> None:
     from . import backend  # noqa: F401  (registers on import)
+    from .interface import run_stream_code_eagerly
+
+    run_stream_code_eagerly()
 
 
 # module -> what to run once it has been imported

@@ -164,7 +164,7 @@ def register(with_indices: bool = False) -> None:
     from torch._dynamo.device_interface import register_interface_for_device
 
     register_interface_for_device("loom", LoomInterface)
-    _run_stream_code_eagerly()
+    run_stream_code_eagerly()
     if with_indices:
         try:
             count = _loom._C._device_count()
@@ -174,13 +174,23 @@ def register(with_indices: bool = False) -> None:
             register_interface_for_device(f"loom:{i}", LoomInterface)
 
 
-def _run_stream_code_eagerly() -> None:
+def run_stream_code_eagerly() -> None:
     """Dynamo runs torch.loom's stream and event code as Python, never
     compiling it: it would break the graph inside ``StreamContext.__enter__``
     and compile the rest of it with the stream it saw while tracing, leaving
     the caller of a compiled ``with torch.loom.stream(s):`` on ``s``. The
     user's function breaks its graph at the ``with`` instead and runs the
-    context manager as eager code does."""
-    from torch._dynamo import trace_rules
+    context manager as eager code does. Called when the interface registers
+    and again when Inductor loads: Dynamo's trace rules may still be
+    importing at the first call (they import the device interfaces)."""
+    global _stream_code_skipped
+    import sys
 
-    trace_rules.add("torch_loom.loom.streams")
+    add = getattr(sys.modules.get("torch._dynamo.trace_rules"), "add", None)
+    if add is None or _stream_code_skipped:
+        return
+    add("torch_loom.loom.streams")
+    _stream_code_skipped = True
+
+
+_stream_code_skipped = False
