@@ -198,6 +198,8 @@ const loom_kernel_entry loom_gemm_kernels[] = {
     {"gemm.plan", NULL, loom_gemm_planner},
     {"gemm.pack", loom_gemm_pack_kernel, NULL},
     {"gemm.compute", loom_gemm_compute_kernel, NULL},
+    {"gemm.compute_epilogue", loom_gemm_compute_epilogue_kernel, NULL},
+    {"gemm.epilogue", loom_gemm_epilogue_kernel, NULL},
     {"gemv.compute", loom_gemv_kernel, NULL},
     {NULL, NULL, NULL},
 };

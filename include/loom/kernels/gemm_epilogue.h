@@ -1,0 +1,45 @@
+/* loom/kernels/gemm_epilogue.h — the GEMM with an epilogue: elementwise
+ * steps applied to each output tile of C while it is still in cache, so a
+ * linear layer's bias, activation, residual add and output cast cost no
+ * pass over memory of their own. Every driver provides these names.
+ *
+ * The steps are the pointwise library's own ops (loom/kernels/pointwise.h),
+ * computed in float with the same element functions, rounded to C's dtype
+ * after every step (as eager materializes each intermediate): the result
+ * is bitwise what the GEMM followed by the pointwise launches gives.
+ *
+ * An epilogue is `n` step words (n <= LOOM_GEMM_EPILOGUE_MAX_STEPS), each
+ *   op | operand << LOOM_GEMM_EPILOGUE_OPERAND_SHIFT | LOOM_GEMM_EPILOGUE_SWAP?
+ * op: a unary op without parameters (IDENTITY, RELU, GELU, GELU_TANH,
+ * SILU, SIGMOID, TANH, NEG, EXP) with operand 0, or a binary op (ADD, SUB,
+ * MUL, DIV, MAXIMUM, MINIMUM; ADD/SUB with alpha 1) with operand k >= 1,
+ * the k-th epilogue operand; SWAP makes the operand the op's first input
+ * (operand - value instead of value - operand). Operands are rank-4 views
+ * with C's sizes (stride 0 where they broadcast: a bias along columns has
+ * strides {0, 0, 0, 1}, along rows {0, 0, 1, 0}), fp32, bf16 or fp16.
+ *
+ * "gemm.compute_epilogue": a "gemm.compute" launch (loom/kernels/gemm.h;
+ * the same plan, range and grain) that runs the epilogue on each tile it
+ * finishes and writes the result to D:
+ *   tensors: [0] C, [1] A, [2] B, [3] workspace, [4] Cin (always present;
+ *            ignored when beta == 0), [5] D (C's sizes, any float dtype,
+ *            may be C itself), [6 + k - 1] epilogue operand k
+ *   scalars: [0..2] as "gemm.compute", [3].i n, [4 + s].i step word s
+ * Launched in place of the last pass's "gemm.compute" (the passes before
+ * it compute partial sums). With a transposed plan, D and the operands are
+ * transposed with C.
+ *
+ * "gemm.epilogue": the epilogue alone, over rows of C (a GEMV's result, or
+ * the unfused reference): tensors [0] C, [1] D, [2 + k - 1] operand k;
+ * scalars [0].i n, [1 + s].i step word s; range batch1 * batch2 * rows,
+ * any grain. Bad step words return LOOM_ERROR_INVALID_ARGUMENT. */
+#ifndef LOOM_KERNELS_GEMM_EPILOGUE_CONTRACT_H
+#define LOOM_KERNELS_GEMM_EPILOGUE_CONTRACT_H
+
+enum {
+  LOOM_GEMM_EPILOGUE_MAX_STEPS = 8,
+  LOOM_GEMM_EPILOGUE_OPERAND_SHIFT = 16,
+  LOOM_GEMM_EPILOGUE_SWAP = 1 << 30,
+};
+
+#endif /* LOOM_KERNELS_GEMM_EPILOGUE_CONTRACT_H */

@@ -1,0 +1,192 @@
+/* kernels/gemm/gemm_epilogue.c — the GEMM's epilogue (contract in
+ * loom/kernels/gemm_epilogue.h): the pointwise library's element functions
+ * over each finished tile of C, a row run at a time, while the tile is in
+ * the core's cache.
+ *
+ * Each row run is staged in float (loom_pw_load), every step runs through
+ * loom_pw_apply_f32 or its AVX-512 twin, chosen exactly as the pointwise
+ * kernel chooses them, and a 16-bit C has every step's result rounded
+ * through its dtype: the bits the unfused launches give. */
+#include "loom/kernels/gemm_epilogue.h"
+
+#include <string.h>
+
+#include "base/cpu.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "kernels/pointwise/pointwise.h"
+#include "loom/status.h"
+
+/* Floats of a row run staged at once (on the stack). */
+enum { EPI_RUN = 256 };
+
+typedef int (*epi_apply_fn)(int op, int64_t n, float *out, const float *const *in,
+                            const loom_scalar *p);
+
+typedef struct epilogue {
+  const loom_tensor *c, *d, *operands;
+  int32_t num_operands, steps;
+  int32_t op[LOOM_GEMM_EPILOGUE_MAX_STEPS], operand[LOOM_GEMM_EPILOGUE_MAX_STEPS],
+      swap[LOOM_GEMM_EPILOGUE_MAX_STEPS];
+  epi_apply_fn apply;
+} epilogue;
+
+static int epi_unary_ok(int op) {
+  switch (op) {
+    case LOOM_PW_IDENTITY: case LOOM_PW_RELU: case LOOM_PW_GELU: case LOOM_PW_GELU_TANH:
+    case LOOM_PW_SILU: case LOOM_PW_SIGMOID: case LOOM_PW_TANH: case LOOM_PW_NEG:
+    case LOOM_PW_EXP:
+      return 1;
+    default: return 0;
+  }
+}
+
+static int epi_binary_ok(int op) {
+  switch (op) {
+    case LOOM_PW_ADD: case LOOM_PW_SUB: case LOOM_PW_MUL: case LOOM_PW_DIV:
+    case LOOM_PW_MAXIMUM: case LOOM_PW_MINIMUM:
+      return 1;
+    default: return 0;
+  }
+}
+
+static int epi_float(int32_t dtype) {
+  return dtype == LOOM_FLOAT32 || dtype == LOOM_BFLOAT16 || dtype == LOOM_FLOAT16;
+}
+
+static int epi_same_sizes(const loom_tensor *t, const loom_tensor *c) {
+  if (t->rank != 4 || !epi_float(t->dtype)) return 0;
+  for (int i = 0; i < 4; ++i)
+    if (t->sizes[i] != c->sizes[i]) return 0;
+  return 1;
+}
+
+/* Reads the step words at `words` and checks every tensor. */
+static int epi_init(epilogue *e, const loom_tensor *c, const loom_tensor *d,
+                    const loom_tensor *operands, int32_t num_operands, const loom_scalar *words,
+                    int64_t steps) {
+  memset(e, 0, sizeof *e);
+  if (steps < 0 || steps > LOOM_GEMM_EPILOGUE_MAX_STEPS)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "gemm epilogue: %lld steps (at most %d)",
+                      (long long)steps, LOOM_GEMM_EPILOGUE_MAX_STEPS);
+  if (c->rank != 4 || !epi_float(c->dtype) || !epi_same_sizes(d, c))
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "gemm epilogue: C and D must be rank-4 float views of one shape");
+  for (int32_t k = 0; k < num_operands; ++k)
+    if (!epi_same_sizes(&operands[k], c))
+      return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                        "gemm epilogue: operand %d must be a float view with C's sizes", k + 1);
+  e->c = c, e->d = d, e->operands = operands, e->num_operands = num_operands;
+  e->steps = (int32_t)steps;
+  for (int32_t s = 0; s < e->steps; ++s) {
+    const int64_t w = words[s].i;
+    const int op = (int)(w & 0xffff);
+    const int k = (int)((w >> LOOM_GEMM_EPILOGUE_OPERAND_SHIFT) & 0x3fff);
+    const int ok = k == 0 ? epi_unary_ok(op) : (epi_binary_ok(op) && k <= num_operands);
+    if (!ok || (w & ~(int64_t)(LOOM_GEMM_EPILOGUE_SWAP | 0x3fffffff)) != 0)
+      return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "gemm epilogue: bad step %d (word %lld)",
+                        (int)s, (long long)w);
+    e->op[s] = op, e->operand[s] = k, e->swap[s] = (w & LOOM_GEMM_EPILOGUE_SWAP) != 0;
+  }
+  e->apply = (loom_cpu_features() & LOOM_FEATURE_AVX512F) ? loom_pw_apply_f32_avx512
+                                                           : loom_pw_apply_f32;
+  return 0;
+}
+
+/* Columns [col0, col0 + cols) of row `row` of matrix (i1, i2): C's values
+ * through the steps into D. */
+static int epi_run(const epilogue *e, int64_t i1, int64_t i2, int64_t row, int64_t col0,
+                   int64_t cols) {
+  float x[EPI_RUN], y[EPI_RUN], o[EPI_RUN];
+  uint16_t r16[EPI_RUN];
+  const loom_tensor *c = e->c, *d = e->d;
+  const int64_t cs = loom_dtype_size(c->dtype), ds = loom_dtype_size(d->dtype);
+  loom_scalar p[4] = {{.f = 1.0}, {.f = 0.0}, {.f = 0.0}, {.f = 0.0}}; /* alpha 1 */
+  for (int64_t j0 = 0; j0 < cols; j0 += EPI_RUN) {
+    const int64_t n = cols - j0 < EPI_RUN ? cols - j0 : EPI_RUN;
+    loom_pw_load(LOOM_PW_F32, x, loom_gemm_elem(c, i1, i2, row, col0 + j0), c->dtype,
+                 c->strides[3] * cs, n);
+    float *cur = x, *next = y;
+    for (int32_t s = 0; s < e->steps; ++s) {
+      const float *in[2] = {cur, NULL};
+      if (e->operand[s]) {
+        const loom_tensor *t = &e->operands[e->operand[s] - 1];
+        loom_pw_load(LOOM_PW_F32, o, loom_gemm_elem(t, i1, i2, row, col0 + j0), t->dtype,
+                     t->strides[3] * loom_dtype_size(t->dtype), n);
+        in[0] = e->swap[s] ? o : cur;
+        in[1] = e->swap[s] ? cur : o;
+      }
+      const int rc = e->apply(e->op[s], n, next, in, p);
+      if (rc) return rc;
+      if (c->dtype != LOOM_FLOAT32) { /* the intermediate as eager stores it */
+        loom_pw_store(LOOM_PW_F32, (char *)r16, c->dtype, 2, next, n);
+        loom_pw_load(LOOM_PW_F32, next, (const char *)r16, c->dtype, 2, n);
+      }
+      float *t = cur;
+      cur = next, next = t;
+    }
+    loom_pw_store(LOOM_PW_F32, (char *)loom_gemm_elem(d, i1, i2, row, col0 + j0), d->dtype,
+                  d->strides[3] * ds, cur, n);
+  }
+  return 0;
+}
+
+int loom_gemm_epilogue_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 1)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "gemm.epilogue: needs C, D and a step count");
+  const loom_tensor *c = &args->tensors[0];
+  const int64_t steps = args->scalars[0].i;
+  if (steps < 0 || (int64_t)args->num_scalars < 1 + steps)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "gemm.epilogue: missing step words");
+  epilogue e;
+  int rc = epi_init(&e, c, &args->tensors[1], args->tensors + 2,
+                    (int32_t)args->num_tensors - 2, args->scalars + 1, steps);
+  if (rc) return rc;
+  const int64_t m = c->sizes[2], b2 = c->sizes[1];
+  if (m == 0 || b2 == 0) return 0;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t row = r % m, mat = r / m;
+    rc = epi_run(&e, mat / b2, mat % b2, row, 0, c->sizes[3]);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int loom_gemm_compute_epilogue_kernel(const loom_kernel_args *args, int64_t begin,
+                                      int64_t end) {
+  if (args->num_tensors < 6 || args->num_scalars < 4)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "gemm.compute_epilogue: needs C, A, B, workspace, Cin, D and a step count");
+  const loom_tensor *c = &args->tensors[0];
+  const int64_t steps = args->scalars[3].i;
+  if (steps < 0 || (int64_t)args->num_scalars < 4 + steps)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "gemm.compute_epilogue: missing step words");
+  epilogue e;
+  int rc = epi_init(&e, c, &args->tensors[5], args->tensors + 6,
+                    (int32_t)args->num_tensors - 6, args->scalars + 4, steps);
+  if (rc) return rc;
+  loom_gemm_plan p;
+  rc = loom_gemm_plan_init(c, &args->tensors[1], &args->tensors[2], (int32_t)args->scalars[0].i,
+                           &p);
+  if (rc) return rc;
+  /* the product alone: Cin only where beta asks for it */
+  loom_kernel_args inner = *args;
+  inner.num_tensors = args->scalars[2].f != 0.0 ? 5 : 4;
+  inner.num_scalars = 3;
+  for (int64_t t = begin; t < end; ++t) {
+    rc = loom_gemm_compute_kernel(&inner, t, t + 1);
+    if (rc) return rc;
+    /* the tile compute_kernel just finished (its numbering) */
+    const int64_t ni = t % p.n_tiles, rest = t / p.n_tiles;
+    const int64_t mi = rest % p.m_tiles, mat = rest / p.m_tiles;
+    const int64_t i2 = mat % p.batch2, i1 = mat / p.batch2;
+    const int64_t m0 = mi * p.mt, n0 = ni * p.nt;
+    const int64_t mt = p.m - m0 < p.mt ? p.m - m0 : p.mt;
+    const int64_t nt = p.n - n0 < p.nt ? p.n - n0 : p.nt;
+    for (int64_t i = 0; i < mt; ++i) {
+      rc = epi_run(&e, i1, i2, m0 + i, n0, nt);
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
