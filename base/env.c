@@ -20,12 +20,33 @@ static long env_long(const char *name, long fallback, long lo, long hi) {
   return v;
 }
 
+/* torchrun's LOCAL_WORLD_SIZE: the processes of this job on this machine,
+ * or 0 outside such a job. */
+static int local_world_size(void) { return (int)env_long("LOCAL_WORLD_SIZE", 0, 0, 64); }
+
+int loom_env_local_rank(void) {
+  const int world = local_world_size();
+  const int rank = (int)env_long("LOCAL_RANK", -1, -1, 64);
+  return world > 0 && rank < world ? rank : -1;
+}
+
 int loom_env_num_devices(void) {
-  return (int)env_long("LOOM_NUM_DEVICES", 1, 1, 64);
+  /* As every process of a CUDA job sees the node's GPUs: one device per
+   * local rank, so that loom:<LOCAL_RANK> exists in each. */
+  const int world = local_world_size();
+  return (int)env_long("LOOM_NUM_DEVICES", world > 0 ? world : 1, 1, 64);
 }
 
 int loom_env_num_threads(void) {
-  return (int)env_long("LOOM_NUM_THREADS", loom_cpu_count(), 1, 1024);
+  /* The local ranks share the machine's cores: an equal part each, the
+   * remainder to the lowest ranks, at least one. */
+  int cores = loom_cpu_count();
+  const int world = local_world_size(), rank = loom_env_local_rank();
+  if (world > 1 && rank >= 0) {
+    const int part = cores / world + (rank < cores % world);
+    cores = part > 0 ? part : 1;
+  }
+  return (int)env_long("LOOM_NUM_THREADS", cores, 1, 1024);
 }
 
 uint64_t loom_parse_size(const char *text) {

@@ -7,6 +7,7 @@
 
 #include "kernels/registry.h"
 #include "base/cpu.h"
+#include "base/env.h"
 #include "runtime/drivers/host/host_internal.h"
 
 static host_context host_ctx;
@@ -25,12 +26,16 @@ static loom_status host_init(void *ctx, const loom_driver_config *config, int *o
   c->devices = calloc((size_t)config->num_devices, sizeof *c->devices);
   if (!c->devices) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_init: out of host memory");
   /* Simulated devices share the cores: each gets an equal slice, at least
-   * its executor. */
+   * its executor. A process of a torchrun job uses loom:<LOCAL_RANK>: that
+   * device gets all the process's threads, the others only executors. */
   int per_device = config->num_threads / config->num_devices;
   if (per_device < 1) per_device = 1;
+  const int local_rank = loom_env_local_rank();
+  const int used = local_rank < config->num_devices ? local_rank : -1;
   for (int d = 0; d < config->num_devices; ++d) {
-    c->devices[d].threads = per_device;
-    if (host_pool_init(&c->devices[d].pool, per_device - 1) != 0) {
+    const int threads = used < 0 ? per_device : d == used ? config->num_threads : 1;
+    c->devices[d].threads = threads;
+    if (host_pool_init(&c->devices[d].pool, threads - 1) != 0) {
       c->num_devices = d;
       host_shutdown(c);
       return loom_error(LOOM_ERROR_UNAVAILABLE, "loom_init: cannot start worker threads");

@@ -1,0 +1,219 @@
+"""torch.distributed on loom as users run it: ``torchrun --nproc-per-node=2``.
+
+One torchrun job (this file run as a script by ``torch.distributed.run``)
+checks, on each rank:
+
+- devices per process: ``torch.loom.device_count()`` is the local world
+  size, the rank's own device ``loom:<LOCAL_RANK>`` gets the rank's share of
+  the host threads and the other device only its executor;
+- ``init_process_group(device_id=loom:<LOCAL_RANK>)`` with no backend picks
+  loomccl, and ``split_group`` makes working subgroups;
+- a small GPT trained with DDP, with FSDP2 (``fully_shard``) and with
+  DTensor tensor parallelism (``parallelize_module``, colwise and rowwise,
+  over a 2-rank DeviceMesh on ``loom``) ends with the parameters of the same
+  GPT trained in one process on the global batch;
+- DTensor random ops: a replicated tensor draws the same values on both
+  ranks, a sharded one different values per shard, each drawn at the offset
+  DTensor's tracker chose through torch.loom's RNG state, and the ranks'
+  generators stay in step.
+
+The environment variables part checks ``LOCAL_WORLD_SIZE`` handling without
+torchrun.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LOOM_") and k not in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK",
+                                                      "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO_ROOT, "python"), TESTS,
+                                         env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _reports(stdout):
+    # torchrun prefixes each rank's lines ("[default0]:").
+    return {r["rank"]: r for r in (json.loads(l.split("REPORT ", 1)[1]) for l in stdout.splitlines()
+                                   if "REPORT " in l)}
+
+
+def test_torchrun_two_ranks():
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         "--tee=3", os.path.abspath(__file__)],
+        env=_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-6000:]}"
+    reports = _reports(proc.stdout)
+    assert sorted(reports) == [0, 1], proc.stdout
+    cores = os.cpu_count()
+    for rank, r in reports.items():
+        assert r["device_count"] == 2
+        # The rank's share of the cores on its own device, one executor on the other.
+        share = max(1, cores // 2 + (rank < cores % 2))
+        assert r["threads"][rank] == share and r["threads"][1 - rank] == 1, r
+        assert r["backend"] == "loomccl"
+    # The random draws of a replicated DTensor agree, a sharded one's shards differ.
+    assert reports[0]["replicate_draw"] == reports[1]["replicate_draw"]
+    assert reports[0]["shard_draw"] != reports[1]["shard_draw"]
+    assert reports[0]["after_draw"] == reports[1]["after_draw"]
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1"}, {"count": 2, "threads": "share"}),
+    ({"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOOM_NUM_DEVICES": "3",
+      "LOOM_NUM_THREADS": "3"}, {"count": 3, "threads": [3, 1, 1]}),
+    ({"LOOM_NUM_DEVICES": "2", "LOOM_NUM_THREADS": "4"}, {"count": 2, "threads": [2, 2]}),
+])
+def test_devices_and_threads_from_environment(env, want):
+    code = ("import torch; n = torch.loom.device_count(); "
+            "print(n, [torch.loom.get_device_properties(i).num_threads for i in range(n)])")
+    out = subprocess.run([sys.executable, "-c", code], env={**_env(), **env}, capture_output=True,
+                         text=True, timeout=120, cwd=REPO_ROOT)
+    assert out.returncode == 0, out.stderr
+    count, threads = out.stdout.split(" ", 1)
+    assert int(count) == want["count"]
+    threads = json.loads(threads)
+    if want["threads"] == "share":
+        cores = os.cpu_count()
+        assert threads == [1, max(1, cores // 2)]
+    else:
+        assert threads == want["threads"]
+
+
+# ---------------------------------------------------------------------------
+# The ranks (run by torchrun)
+# ---------------------------------------------------------------------------
+
+def _gpt(torch):
+    from compile_models import GPT
+
+    torch.manual_seed(0)
+    return GPT(vocab=32, d=16, heads=2, layers=2, max_seq=8)
+
+
+def _batches(torch, steps):
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randint(0, 32, (4, 8), generator=g), torch.randint(0, 32, (4, 8), generator=g))
+            for _ in range(steps)]
+
+
+def _loss(torch, model, x, y):
+    logits = model(x)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def _train(torch, model, batches, dev, part=None, lr=0.05):
+    # foreach=False: the TP model mixes DTensor and plain parameters.
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, foreach=False)
+    for x, y in batches:
+        if part is not None:
+            x, y = x[part], y[part]
+        opt.zero_grad()
+        _loss(torch, model, x.to(dev), y.to(dev)).backward()
+        opt.step()
+
+
+def _compare(torch, got, want, what):
+    for (name, p), q in zip(got, want.parameters()):
+        p = p.full_tensor() if hasattr(p, "full_tensor") else p
+        torch.testing.assert_close(p.detach().cpu(), q.detach().cpu(), rtol=1e-4, atol=1e-5,
+                                   msg=lambda m: f"{what} {name}: {m}")
+
+
+def _rank_main():
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    local_rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    report = {"rank": local_rank, "device_count": torch.loom.device_count(),
+              "threads": [torch.loom.get_device_properties(i).num_threads
+                          for i in range(torch.loom.device_count())]}
+    dev = torch.device("loom", local_rank)
+    torch.loom.set_device(dev)
+    dist.init_process_group(device_id=dev)
+    report["backend"] = dist.get_backend()  # the default group's backend for loom
+
+    # split_group: each rank alone, then both again.
+    single = dist.split_group(split_ranks=[[0], [1]])
+    t = torch.full((3,), float(local_rank + 1), device=dev)
+    dist.all_reduce(t, group=single)
+    assert t.cpu().tolist() == [local_rank + 1.0] * 3
+    both = dist.split_group(split_ranks=[[0, 1]])
+    dist.all_reduce(t, group=both)
+    assert t.cpu().tolist() == [3.0] * 3
+
+    batches = _batches(torch, 3)
+    half = slice(local_rank * 2, local_rank * 2 + 2)
+    reference = _gpt(torch).to(dev)
+    _train(torch, reference, batches, dev)
+
+    # DDP: each rank half the global batch.
+    ddp = DDP(_gpt(torch).to(dev), bucket_cap_mb=0.002)
+    _train(torch, ddp, batches, dev, half)
+    _compare(torch, ddp.module.named_parameters(), reference, "DDP")
+
+    # FSDP2.
+    model = _gpt(torch).to(dev)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    _train(torch, model, batches, dev, half)
+    _compare(torch, model.named_parameters(), reference, "FSDP2")
+
+    # Tensor parallelism: every block's MLP split column-wise then row-wise;
+    # both ranks see the whole batch.
+    mesh = init_device_mesh("loom", (world,))
+    model = _gpt(torch).to(dev)
+    for block in model.blocks:
+        parallelize_module(block, mesh, {"fc": ColwiseParallel(), "out": RowwiseParallel()})
+    assert type(model.blocks[0].fc.weight).__name__ == "DTensor"
+    assert model.blocks[0].fc.weight.to_local().shape == (32, 16)
+    _train(torch, model, batches, dev)
+    _compare(torch, model.named_parameters(), reference, "TP")
+
+    # DTensor random ops.
+    torch.manual_seed(5)
+    rep = distribute_tensor(torch.empty(8, device=dev), mesh, [Replicate()])
+    rep.uniform_()
+    shard = distribute_tensor(torch.empty(8, device=dev), mesh, [Shard(0)])
+    shard.uniform_()
+    report["replicate_draw"] = rep.to_local().cpu().tolist()
+    report["shard_draw"] = shard.to_local().cpu().tolist()
+    report["after_draw"] = torch.rand(4, device=dev).cpu().tolist()
+    # Offset-based (DTensor's OffsetBasedRNGTracker through torch.loom's RNG
+    # state): the replicated draw took offsets [0, 8), the shard of rank r
+    # starts at 8 + 4 r, the generators go on from 16 on both ranks.
+    torch.manual_seed(5)
+    state = torch.loom.get_rng_state()
+    state[-8:] = torch.tensor([8 + 4 * local_rank], dtype=torch.int64).view(torch.uint8)
+    torch.loom.set_rng_state(state)
+    assert torch.empty(4, device=dev).uniform_().cpu().tolist() == report["shard_draw"]
+    state[-8:] = torch.tensor([16], dtype=torch.int64).view(torch.uint8)
+    torch.loom.set_rng_state(state)
+    assert torch.rand(4, device=dev).cpu().tolist() == report["after_draw"]
+    full = shard.full_tensor().cpu()
+    assert len(set(full.tolist())) == 8
+
+    dist.destroy_process_group()
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    _rank_main()
