@@ -19,6 +19,7 @@ const char *loom_status_name(loom_status status) {
     case LOOM_ERROR_UNAVAILABLE: return "LOOM_ERROR_UNAVAILABLE";
     case LOOM_ERROR_INTERNAL: return "LOOM_ERROR_INTERNAL";
     case LOOM_ERROR_INDEX_OUT_OF_RANGE: return "LOOM_ERROR_INDEX_OUT_OF_RANGE";
+    case LOOM_ERROR_NOT_PERMITTED: return "LOOM_ERROR_NOT_PERMITTED";
     case LOOM_STATUS_COUNT: break;
   }
   return "LOOM_ERROR_UNKNOWN";

@@ -20,6 +20,8 @@ typedef enum loom_status {
   LOOM_ERROR_UNAVAILABLE = 6,      /* no driver, or the runtime failed to start */
   LOOM_ERROR_INTERNAL = 7,         /* an invariant of the runtime broke */
   LOOM_ERROR_INDEX_OUT_OF_RANGE = 8, /* a kernel met an index outside its bounds */
+  LOOM_ERROR_NOT_PERMITTED = 9,    /* not in this state: e.g. a synchronization
+                                      while the stream captures a graph */
   /* Not a status: one past the last code, so that range checks follow when
    * a code is added (always before this line). */
   LOOM_STATUS_COUNT

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom/graph.h"
 #include "runtime/alloc/caching_allocator_internal.h"
 
 loom_segment_table loom_device_segments = LOOM_SEGMENT_TABLE_INIT;
@@ -152,13 +153,21 @@ static void segment_release(loom_allocator *a, block *b) {
   free(b);
 }
 
-/* Returns whole free segments to the driver. */
+static int pool_index(const loom_allocator *a, uint64_t id) {
+  for (int i = 0; i < a->num_pools; ++i)
+    if (a->pool_ids[i] == id) return i;
+  return -1;
+}
+
+/* Returns whole free segments to the driver, but for those of graph pools
+ * in use. */
 static void release_cached(loom_allocator *a) {
   for (int pool = LOOM_POOL_SMALL; pool <= LOOM_POOL_LARGE; ++pool) {
     free_list *l = &a->pools[pool];
     for (size_t i = l->count; i-- > 0;) {
       block *b = l->items[i];
       if (is_split(b)) continue;
+      if (a->num_pools && pool_index(a, b->stream_id) >= 0) continue;
       free_list_remove(a, b);
       segment_release(a, b);
     }
@@ -396,7 +405,7 @@ loom_status loom_allocator_free(loom_allocator *a, void *ptr) {
   for (int i = 0; i < num_uses; ++i) {
     loom_event_t *ev = NULL;
     if (b->events && loom_event_create(a->device, 0, &ev) == LOOM_OK &&
-        loom_event_record(ev, uses[i]) == LOOM_OK) {
+        loom_event_record_uncaptured(ev, uses[i]) == LOOM_OK) {
       b->events[b->num_events++] = ev;
     } else if (ev) {
       loom_event_release(ev);
@@ -476,12 +485,91 @@ void loom_allocator_destroy(loom_allocator *a) {
     b->allocated = 0;
     block_deactivate(a, b);
   }
+  a->num_pools = 0; /* everything goes, graph pools included */
   release_cached(a);
+  free(a->pool_ids);
+  free(a->pool_refs);
   for (int pool = 0; pool < LOOM_POOL_COUNT; ++pool) free(a->pools[pool].items);
   loom_block_map_free(&a->live);
   pthread_mutex_unlock(&a->lock);
   pthread_mutex_destroy(&a->lock);
   free(a);
+}
+
+/* ---- graph pools --------------------------------------------------------------- */
+
+loom_status loom_allocator_pool_retain(loom_allocator *a, uint64_t pool_id) {
+  pthread_mutex_lock(&a->lock);
+  const int i = pool_index(a, pool_id);
+  if (i >= 0) {
+    a->pool_refs[i]++;
+    pthread_mutex_unlock(&a->lock);
+    return LOOM_OK;
+  }
+  if (a->num_pools == a->cap_pools) {
+    const int cap = a->cap_pools ? 2 * a->cap_pools : 8;
+    uint64_t *ids = realloc(a->pool_ids, (size_t)cap * sizeof *ids);
+    if (ids) a->pool_ids = ids;
+    int *refs = ids ? realloc(a->pool_refs, (size_t)cap * sizeof *refs) : NULL;
+    if (refs) a->pool_refs = refs;
+    if (!ids || !refs) {
+      pthread_mutex_unlock(&a->lock);
+      return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "graph capture: out of host memory");
+    }
+    a->cap_pools = cap;
+  }
+  a->pool_ids[a->num_pools] = pool_id;
+  a->pool_refs[a->num_pools++] = 1;
+  pthread_mutex_unlock(&a->lock);
+  return LOOM_OK;
+}
+
+void loom_allocator_pool_release(loom_allocator *a, uint64_t pool_id, uint64_t heir_id) {
+  pthread_mutex_lock(&a->lock);
+  const int i = pool_index(a, pool_id);
+  if (i < 0 || --a->pool_refs[i] > 0) {
+    pthread_mutex_unlock(&a->lock);
+    return;
+  }
+  a->pool_ids[i] = a->pool_ids[a->num_pools - 1];
+  a->pool_refs[i] = a->pool_refs[a->num_pools - 1];
+  a->num_pools--;
+  /* The pool's segments: collected first, since returning one to the
+   * driver changes the table. */
+  block **heads = NULL;
+  size_t n = 0;
+  pthread_rwlock_rdlock(&loom_device_segments.lock);
+  for (size_t k = 0; k < loom_device_segments.count; ++k) {
+    const loom_segment_entry *e = &loom_device_segments.entries[k];
+    const block *head = e->data;
+    if (e->owner == a->device && head->stream_id == pool_id) ++n;
+  }
+  heads = n ? malloc(n * sizeof *heads) : NULL;
+  n = 0;
+  for (size_t k = 0; heads && k < loom_device_segments.count; ++k) {
+    const loom_segment_entry *e = &loom_device_segments.entries[k];
+    block *head = e->data;
+    if (e->owner == a->device && head->stream_id == pool_id) heads[n++] = head;
+  }
+  pthread_rwlock_unlock(&loom_device_segments.lock);
+  for (size_t k = 0; k < n; ++k) {
+    block *head = heads[k];
+    if (!is_split(head) && head->in_free_list) {
+      free_list_remove(a, head);
+      segment_release(a, head);
+      continue;
+    }
+    for (block *b = head; b; b = b->next) {
+      const int cached = b->in_free_list;
+      if (cached) free_list_remove(a, b);
+      b->stream_id = heir_id;
+      if (cached) (void)free_list_insert(a, b);
+    }
+  }
+  free(heads);
+  pthread_mutex_unlock(&a->lock);
+  /* Without memory for the list, the pool's blocks stay under its id: the
+   * next empty_cache returns its free segments, as it now may. */
 }
 
 void loom_allocator_stats(loom_allocator *a, loom_memory_stats *out) {

@@ -36,6 +36,12 @@ loom_status loom_allocator_record_stream(loom_allocator *a, void *ptr, loom_stre
                                          uint64_t stream_id);
 /* A stream is gone (its queue drained): its blocks join `new_id`'s pool. */
 void loom_allocator_retire_stream(loom_allocator *a, uint64_t old_id, uint64_t new_id);
+/* A graph pool (an id from the stream ids' space) gains a user: while it
+ * has one, its segments are never returned to the driver. */
+loom_status loom_allocator_pool_retain(loom_allocator *a, uint64_t pool_id);
+/* It loses one; at the last, its wholly free segments go back to the
+ * driver and its other blocks join `heir_id`'s pool (a stream's). */
+void loom_allocator_pool_release(loom_allocator *a, uint64_t pool_id, uint64_t heir_id);
 void loom_allocator_stats(loom_allocator *a, loom_memory_stats *out);
 void loom_allocator_reset_peak(loom_allocator *a);
 void loom_allocator_reset_accumulated(loom_allocator *a);

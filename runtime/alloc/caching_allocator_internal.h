@@ -46,6 +46,12 @@ struct loom_allocator {
   size_t free_list_bytes;
   loom_block_map live; /* allocated blocks by address */
   block *pending;      /* freed, waiting for other streams */
+  /* Graph pools in use (their ids key blocks like stream ids), with the
+   * number of captures and graphs using each: their segments stay, free
+   * blocks included, since replays write there. */
+  uint64_t *pool_ids;
+  int *pool_refs;
+  int num_pools, cap_pools;
 };
 
 /* Every device's segments; an entry's data is the segment's first block

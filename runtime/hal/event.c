@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "base/clock.h"
+#include "loom/graph.h"
 #include "runtime/hal/hal_internal.h"
 
 #define LOOM_EVENT_MAGIC 0x4c45564eu /* "LEVN" */
@@ -178,15 +179,10 @@ void loom_driver_event_wait(loom_event_t *ev, uint64_t sequence) {
   pthread_mutex_unlock(&ev->lock);
 }
 
-loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream) {
-  loom_status st = check_event(event, "loom_event_record");
-  if (st != LOOM_OK) return st;
-  if ((st = loom_check_stream(stream, "loom_event_record")) != LOOM_OK) return st;
-  if (event->device != stream->device)
-    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
-                      "loom_event_record: event of loom:%d recorded on a stream of loom:%d",
-                      event->device, stream->device);
+/* Records `event` on the real queue of `stream` (never captured). */
+static loom_status record_on_queue(loom_event_t *event, loom_stream_t *stream) {
   loom_runtime *rt = stream->rt;
+  loom_status st;
   pthread_mutex_lock(&event->lock);
   if ((st = grow_window(event)) != LOOM_OK) {
     pthread_mutex_unlock(&event->lock);
@@ -208,6 +204,29 @@ loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream) {
   return st;
 }
 
+static loom_status check_record(loom_event_t *event, loom_stream_t *stream, const char *what) {
+  loom_status st = check_event(event, what);
+  if (st != LOOM_OK) return st;
+  if ((st = loom_check_stream(stream, what)) != LOOM_OK) return st;
+  if (event->device != stream->device)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "%s: event of loom:%d recorded on a stream of loom:%d", what,
+                      event->device, stream->device);
+  return LOOM_OK;
+}
+
+loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream) {
+  loom_status st = check_record(event, stream, "loom_event_record");
+  if (st != LOOM_OK) return st;
+  if (loom_stream_capture(stream)) return loom_graph_capture_event(stream, event, 0);
+  return record_on_queue(event, stream);
+}
+
+loom_status loom_event_record_uncaptured(loom_event_t *event, loom_stream_t *stream) {
+  loom_status st = check_record(event, stream, "loom_event_record_uncaptured");
+  return st != LOOM_OK ? st : record_on_queue(event, stream);
+}
+
 loom_status loom_event_query(loom_event_t *event) {
   loom_status st = check_event(event, "loom_event_query");
   if (st != LOOM_OK) return st;
@@ -225,6 +244,7 @@ loom_status loom_stream_wait_event(loom_stream_t *stream, loom_event_t *event) {
   loom_status st = check_event(event, "loom_stream_wait_event");
   if (st != LOOM_OK) return st;
   if ((st = loom_check_stream(stream, "loom_stream_wait_event")) != LOOM_OK) return st;
+  if (loom_stream_capture(stream)) return loom_graph_capture_event(stream, event, 1);
   loom_runtime *rt = stream->rt;
   const uint64_t sequence = atomic_load(&event->recorded);
   if (event_done(event, sequence)) return LOOM_OK; /* nothing to wait for */

@@ -31,6 +31,10 @@ struct loom_stream {
   /* Where its commands are traced (runtime/hal/trace.c): made at the first
    * traced command. */
   _Atomic(struct loom_trace_ring *) trace_ring;
+  /* While the stream captures (runtime/hal/graph.c): the graph its
+   * commands go to, and the pool loom_malloc serves it from. */
+  _Atomic(struct loom_graph *) capture;
+  _Atomic uint64_t capture_pool;
 };
 
 typedef struct loom_device_state {
@@ -71,6 +75,28 @@ void loom_stream_destroy_internal(loom_runtime *rt, loom_stream_t *stream);
 /* Submits a command to `stream`'s queue. */
 loom_status loom_stream_submit(loom_runtime *rt, loom_stream_t *stream,
                                const loom_command *command);
+
+/* A process-unique id, never 0: streams' and graph pools' ids share it, so
+ * that the allocator can key its free lists by either. */
+uint64_t loom_next_object_id(void);
+
+/* ---- graph capture (runtime/hal/graph.c) ---- */
+
+/* The graph `stream` captures into, or NULL (the common case: one load). */
+static inline struct loom_graph *loom_stream_capture(const loom_stream_t *stream) {
+  return atomic_load_explicit(&((loom_stream_t *)stream)->capture, memory_order_acquire);
+}
+/* Records `cmd` (a launch, copy or callback the caller built for the
+ * stream) into the capture of `stream`; the graph takes over the
+ * command's release, which then runs when the graph goes. `kind` and
+ * `flops` are what tracing records at each replay. */
+loom_status loom_graph_capture_command(loom_stream_t *stream, const loom_command *cmd,
+                                       loom_trace_kind kind, uint64_t flops);
+/* Records an event record (wait = 0) or wait (wait = 1) on `stream`. */
+loom_status loom_graph_capture_event(loom_stream_t *stream, loom_event_t *event, int wait);
+/* Refuses `call` on the capturing `stream`: the capture will end with
+ * this error, which is also returned (LOOM_ERROR_NOT_PERMITTED). */
+loom_status loom_graph_refuse(loom_stream_t *stream, const char *call);
 
 /* The implementation of a looked-up kernel on `driver` (resolved once per
  * driver). */

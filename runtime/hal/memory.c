@@ -32,7 +32,9 @@ loom_status loom_malloc(int device, size_t size, loom_stream_t *stream, void **o
                         stream->device, device);
   }
   if (size == 0) return LOOM_OK;
-  return loom_allocator_malloc(a, size, stream, stream->id, out_ptr);
+  /* A capturing stream allocates from its graph's pool. */
+  const uint64_t pool = atomic_load_explicit(&stream->capture_pool, memory_order_acquire);
+  return loom_allocator_malloc(a, size, stream, pool ? pool : stream->id, out_ptr);
 }
 
 loom_status loom_free(void *ptr) {
@@ -199,6 +201,29 @@ static inline __attribute__((always_inline)) loom_status submit_copy(loom_runtim
   return st;
 }
 
+/* A copy enqueued on a capturing stream: the caller would read a pageable
+ * destination on return, which nothing has written; a pageable source is
+ * staged into memory the graph keeps, so replays copy what it held now. */
+static loom_status capture_copy(loom_stream_t *stream, loom_command *cmd, int dst_on_device,
+                                int src_on_device, int dst_pageable, int src_pageable) {
+  if (dst_pageable)
+    return loom_graph_refuse(stream, "loom_memcpy to pageable host memory (a host read)");
+  cmd->name = copy_name(dst_on_device, src_on_device);
+  if (src_pageable) {
+    void *staging = malloc(cmd->u.copy.size);
+    if (!staging)
+      return loom_error(LOOM_ERROR_OUT_OF_MEMORY,
+                        "loom_memcpy: out of host memory staging %zu bytes", cmd->u.copy.size);
+    memcpy(staging, cmd->u.copy.src, cmd->u.copy.size);
+    cmd->u.copy.src = staging;
+    cmd->release = free;
+    cmd->release_arg = staging;
+  }
+  loom_status st = loom_graph_capture_command(stream, cmd, LOOM_TRACE_COPY, 0);
+  if (st != LOOM_OK && cmd->release) cmd->release(cmd->release_arg);
+  return st;
+}
+
 loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src, size_t size) {
   loom_status st = loom_check_stream(stream, "loom_memcpy");
   if (st != LOOM_OK) return st;
@@ -215,6 +240,8 @@ loom_status loom_memcpy(loom_stream_t *stream, void *dst, const void *src, size_
   const int src_pageable = src_dev < 0 && !loom_host_is_pinned(src);
   loom_command cmd = {.kind = LOOM_COMMAND_COPY, .name = "memcpy",
                       .u.copy = {.dst = dst, .src = src, .size = size}};
+  if (__builtin_expect(loom_stream_capture(stream) != NULL, 0))
+    return capture_copy(stream, &cmd, dst_dev >= 0, src_dev >= 0, dst_pageable, src_pageable);
   if (!loom_trace_on()) return submit_copy(rt, stream, &cmd, dst_pageable, src_pageable);
   cmd.name = copy_name(dst_dev >= 0, src_dev >= 0);
   loom_trace_record enqueue;

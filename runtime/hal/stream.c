@@ -4,11 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom/graph.h"
 #include "runtime/alloc/caching_allocator.h"
 #include "runtime/hal/hal_internal.h"
 #include "runtime/hal/trace.h"
 
-static _Atomic uint64_t next_stream_id = 1;
+static _Atomic uint64_t next_object_id = 1;
+
+uint64_t loom_next_object_id(void) { return atomic_fetch_add(&next_object_id, 1); }
 
 loom_status loom_stream_create_internal(loom_runtime *rt, int device, int priority,
                                         int is_default, loom_stream_t **out) {
@@ -20,7 +23,7 @@ loom_status loom_stream_create_internal(loom_runtime *rt, int device, int priori
   s->device = device;
   s->priority = priority;
   s->is_default = is_default;
-  s->id = atomic_fetch_add(&next_stream_id, 1);
+  s->id = loom_next_object_id();
   pthread_mutex_init(&s->error_lock, NULL);
   loom_status st = rt->driver->queue_create(rt->driver->context, device, priority, s, &s->queue);
   if (st != LOOM_OK) {
@@ -46,6 +49,8 @@ void loom_stream_destroy_internal(loom_runtime *rt, loom_stream_t *s) {
   pthread_mutex_unlock(&dev->streams_lock);
   rt->driver->queue_destroy(rt->driver->context, s->queue);
   loom_trace_stream_destroyed(s);
+  /* A capture never ended goes with its stream. */
+  loom_graph_release(atomic_exchange(&s->capture, NULL));
   /* Cached blocks of a stream that no longer exists would never be handed
    * out again: give them to the default stream. */
   if (!s->is_default && dev->allocator && dev->default_stream)
@@ -133,6 +138,7 @@ loom_status loom_stream_submit(loom_runtime *rt, loom_stream_t *stream, const lo
 loom_status loom_stream_query(loom_stream_t *stream) {
   loom_status st = loom_check_stream(stream, "loom_stream_query");
   if (st != LOOM_OK) return st;
+  if (loom_stream_capture(stream)) return loom_graph_refuse(stream, "loom_stream_query");
   loom_runtime *rt = stream->rt;
   st = loom_stream_take_error(stream);
   if (st != LOOM_OK) return st;
@@ -142,6 +148,7 @@ loom_status loom_stream_query(loom_stream_t *stream) {
 loom_status loom_stream_synchronize(loom_stream_t *stream) {
   loom_status st = loom_check_stream(stream, "loom_stream_synchronize");
   if (st != LOOM_OK) return st;
+  if (loom_stream_capture(stream)) return loom_graph_refuse(stream, "loom_stream_synchronize");
   loom_runtime *rt = stream->rt;
   st = rt->driver->queue_synchronize(rt->driver->context, stream->queue);
   loom_status err = loom_stream_take_error(stream);
@@ -204,11 +211,12 @@ loom_status loom_launch(loom_stream_t *stream, const loom_launch_desc *desc) {
   if (desc->range == 0) return LOOM_OK;
   loom_command cmd;
   if ((st = launch_command(desc, rt->driver, &cmd)) != LOOM_OK) return st;
+  const loom_trace_kind kind = desc->flags & LOOM_LAUNCH_FILL ? LOOM_TRACE_FILL : LOOM_TRACE_KERNEL;
+  if (__builtin_expect(loom_stream_capture(stream) != NULL, 0))
+    return loom_graph_capture_command(stream, &cmd, kind, desc->flops);
   if (!loom_trace_on()) return submit_launch(rt, stream, desc, &cmd);
   loom_trace_record enqueue;
-  const int traced = loom_trace_command(
-      rt, stream, &cmd, desc->flags & LOOM_LAUNCH_FILL ? LOOM_TRACE_FILL : LOOM_TRACE_KERNEL,
-      desc->flops, &enqueue);
+  const int traced = loom_trace_command(rt, stream, &cmd, kind, desc->flops, &enqueue);
   st = submit_launch(rt, stream, desc, &cmd);
   if (traced) loom_trace_enqueued(stream, &cmd, st, &enqueue, "loom_launch");
   return st;
@@ -223,6 +231,8 @@ loom_status loom_host_callback(loom_stream_t *stream, void (*fn)(void *user), vo
   loom_command cmd = {.kind = LOOM_COMMAND_CALLBACK,
                       .name = name ? name : "host_callback",
                       .u.callback = {.fn = fn, .user = user}};
+  if (loom_stream_capture(stream))
+    return loom_graph_capture_command(stream, &cmd, LOOM_TRACE_CALLBACK, 0);
   if (!loom_trace_on()) return loom_stream_submit(rt, stream, &cmd);
   loom_trace_record enqueue;
   const int traced = loom_trace_command(rt, stream, &cmd, LOOM_TRACE_CALLBACK, 0, &enqueue);
