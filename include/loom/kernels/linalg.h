@@ -1,0 +1,47 @@
+/* loom/kernels/linalg.h — the dense linear algebra kernels' names and
+ * argument contracts: batched factorizations and solves of small and
+ * medium matrices, one matrix per item of the launch range. Every driver
+ * provides these names.
+ *
+ * Matrices are rank-3 descriptors (batch, rows, cols) stored column-major,
+ * as LAPACK stores them: strides[1] == 1, strides[2] (the leading
+ * dimension) >= rows, any batch stride (0 broadcasts a read-only operand).
+ * The float operands of one launch share one dtype, float32 or float64.
+ * Integer vectors (pivots, info) are rank-2 (batch, k) / rank-1 (batch)
+ * int32, any strides. Launches cover [0, batch); each item factors or
+ * solves one matrix alone, in a fixed order, so results never depend on
+ * the thread count or the grain. Failures of the mathematics (a matrix
+ * that is singular or not positive-definite) are not errors: they are
+ * reported per matrix in `info`, as LAPACK reports them.
+ *
+ * "linalg.cholesky": A = L L^T in place on A's lower triangle (the strict
+ *   upper triangle is zeroed). info[b] = 0, or the order k of the first
+ *   leading minor that is not positive-definite (its factor is left as far
+ *   as it got). tensors: [0] A (batch, n, n), [1] info (batch).
+ *
+ * "linalg.lu": P A = L U with partial pivoting (the first largest
+ *   magnitude in the column), in place: L (unit diagonal, not stored)
+ *   below, U on and above the diagonal. pivots[b][i] (1-based): row i was
+ *   swapped with that row. info[b] = 0, or the first i (1-based) with
+ *   U[i-1][i-1] == 0 (the factorization still completes).
+ *   tensors: [0] A (batch, m, n), [1] pivots (batch, min(m, n)),
+ *   [2] info (batch).
+ *
+ * "linalg.trsm": solves op(A) X = B in place of B (X overwrites it), A
+ *   triangular. tensors: [0] A (batch, n, n), [1] B (batch, n, k).
+ *   scalars: [0].i upper (A's upper triangle, else its lower), [1].i
+ *   transpose (op(A) = A^T), [2].i unit (the diagonal is taken as ones and
+ *   not read). Only A's triangle is read.
+ *
+ * "linalg.lu_solve": solves A X = B (or A^T X = B) in place of B from
+ *   the output of "linalg.lu". Pivots outside [1, n] fail with
+ *   LOOM_ERROR_INDEX_OUT_OF_RANGE. tensors: [0] LU (batch, n, n),
+ *   [1] pivots (batch, n), [2] B (batch, n, k). scalars: [0].i transpose.
+ *
+ * "linalg.lu_perm": the permutation matrix P of A = P L U from the pivots
+ *   of "linalg.lu" (P is written whole, any strides, any float dtype).
+ *   tensors: [0] pivots (batch, k), [1] P (batch, m, m), k <= m. */
+#ifndef LOOM_KERNELS_LINALG_CONTRACT_H
+#define LOOM_KERNELS_LINALG_CONTRACT_H
+
+#endif /* LOOM_KERNELS_LINALG_CONTRACT_H */
