@@ -1,0 +1,57 @@
+/* loom/kernels/fft.h — the FFT kernels' names and argument contract:
+ * one-dimensional discrete Fourier transforms of every row of a strided
+ * tensor (the last dim of the descriptors; the other dims are the batch),
+ * complex-to-complex, real-to-complex (the half spectrum) and
+ * complex-to-real, in float32 / complex64 and float64 / complex128. A
+ * transform of several dims is one launch per dim.
+ *
+ * X[k] = scale * sum_j x[j] exp(sign * 2 pi i j k / n), sign -1 forward,
+ * +1 backward (unnormalised unless scale says so).
+ *
+ * A transform of length n runs from a table that depends only on
+ * (n, sign, dtype): its twiddles (mixed radix 4, 2, 3, 5, 7 and other small
+ * factors, Stockham order, so no bit reversal) or, when n has a prime factor
+ * above LOOM_FFT_MAX_RADIX, Bluestein's chirp with its convolution length
+ * m >= 2n - 1 (a product of 2, 3, 5). The caller caches tables.
+ *
+ * "fft.plan" (planner): scalars[0].i n >= 1, [1].i sign (-1 or +1),
+ *   [2].i the real dtype (LOOM_FLOAT32 or LOOM_FLOAT64); no tensors. Fills
+ *   a loom_fft_plan.
+ * "fft.init": tensors[0] the table: uint8, contiguous, table_bytes long,
+ *   64-byte aligned; scalars as "fft.plan". Range 1 (one call fills it).
+ * "fft.c2c", "fft.r2c", "fft.c2r": tensors[0] out, [1] in, [2] the table of
+ *   (n, sign, dtype), [3] workspace: the complex dtype, contiguous,
+ *   ceil(range / grain) * work elements. out and in have the same rank and
+ *   the same batch sizes (all dims but the last), any strides (in may be
+ *   out itself: each row is read whole before it is written).
+ *   c2c: in and out complex, last dims n.
+ *   r2c: in real with last dim n; out complex, its last dim h <= n/2 + 1
+ *        (the first h outputs; sign as given).
+ *   c2r: in complex, last dim h (n/2 + 1: the half spectrum of a Hermitian
+ *        signal, of which the imaginary parts at 0 and n/2 are ignored); out
+ *        real, last dim n.
+ *   scalars[0].i n, [1].i sign, [2].f scale. The range is the number of rows
+ *   (the product of the batch sizes); the chunk k uses the workspace's
+ *   elements [k * work, (k + 1) * work). Each row is transformed the same
+ *   way whatever the chunking, so results never depend on the thread
+ *   count. */
+#ifndef LOOM_KERNELS_FFT_CONTRACT_H
+#define LOOM_KERNELS_FFT_CONTRACT_H
+
+#include <stdint.h>
+
+/* Prime factors up to this run as radix stages; a larger one makes the
+ * transform a Bluestein convolution. */
+#define LOOM_FFT_MAX_RADIX 31
+
+/* Lengths up to this are supported (the chirp's index squares fit int64). */
+#define LOOM_FFT_MAX_N ((int64_t)1 << 30)
+
+typedef struct loom_fft_plan {
+  int64_t table_bytes; /* size of the table "fft.init" fills */
+  int64_t work;        /* workspace per chunk, in complex elements */
+  int64_t bluestein;   /* 1 when n runs as a Bluestein convolution */
+  int64_t m;           /* the convolution length (bluestein), else n */
+} loom_fft_plan;
+
+#endif /* LOOM_KERNELS_FFT_CONTRACT_H */

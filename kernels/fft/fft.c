@@ -1,0 +1,77 @@
+/* The FFT kernels (loom/kernels/fft.h): argument checks, the row
+ * transforms for the baseline ISA, and the choice of the AVX-512 build of
+ * the same source. */
+#include "kernels/fft/fft.h"
+
+#include <stddef.h>
+
+#include "base/cpu.h"
+#include "kernels/registry.h"
+#include "loom/status.h"
+
+#define T float
+#define SFX _f32
+#include "kernels/fft/fft_body.inc"
+#undef T
+#undef SFX
+#define T double
+#define SFX _f64
+#include "kernels/fft/fft_body.inc"
+#undef T
+#undef SFX
+
+static int dtype_ok(const loom_tensor *x, int32_t real, int complex) {
+  const int32_t want = complex ? (real == LOOM_FLOAT32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128) : real;
+  return x->dtype == want;
+}
+
+static int run(const loom_kernel_args *args, int64_t begin, int64_t end, int kind) {
+  if (args->num_tensors < 4 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *out = &args->tensors[0], *in = &args->tensors[1];
+  const loom_tensor *tab = &args->tensors[2], *ws = &args->tensors[3];
+  const loom_fft_table *t = tab->data;
+  const int64_t n = args->scalars[0].i;
+  if (!t || t->n != n || t->sign != args->scalars[1].i || out->rank < 1 ||
+      out->rank != in->rank)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int32_t last = out->rank - 1;
+  for (int32_t d = 0; d < last; ++d)
+    if (out->sizes[d] != in->sizes[d]) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t h_in = in->sizes[last], h_out = out->sizes[last];
+  const int ok = kind == 0   ? dtype_ok(in, (int32_t)t->dtype, 1) && dtype_ok(out, (int32_t)t->dtype, 1) &&
+                                 h_in == n && h_out == n
+                 : kind == 1 ? dtype_ok(in, (int32_t)t->dtype, 0) && dtype_ok(out, (int32_t)t->dtype, 1) &&
+                                 h_in == n && h_out <= n / 2 + 1
+                             : dtype_ok(in, (int32_t)t->dtype, 1) && dtype_ok(out, (int32_t)t->dtype, 0) &&
+                                 h_out == n && h_in <= n / 2 + 1;
+  if (!ok) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t chunk = begin / args->grain, work = 2 * t->m;
+  if (loom_tensor_numel(ws) < (chunk + 1) * work) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t csize = t->dtype == LOOM_FLOAT32 ? 8 : 16;
+  const loom_fft_rows r = {.kind = kind, .t = t, .out = out, .in = in,
+                           .scale = args->scalars[2].f,
+                           .work = (char *)ws->data + chunk * work * csize};
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
+  if (t->dtype == LOOM_FLOAT32)
+    return avx512 ? loom_fft_rows_f32_avx512(&r, begin, end) : loom_fft_rows_f32(&r, begin, end);
+  return avx512 ? loom_fft_rows_f64_avx512(&r, begin, end) : loom_fft_rows_f64(&r, begin, end);
+}
+
+int loom_kernel_fft_c2c(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return run(args, begin, end, 0);
+}
+int loom_kernel_fft_r2c(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return run(args, begin, end, 1);
+}
+int loom_kernel_fft_c2r(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  return run(args, begin, end, 2);
+}
+
+const loom_kernel_entry loom_fft_kernels[] = {
+    {"fft.plan", NULL, loom_kernel_fft_plan},
+    {"fft.init", loom_kernel_fft_init, NULL},
+    {"fft.c2c", loom_kernel_fft_c2c, NULL},
+    {"fft.r2c", loom_kernel_fft_r2c, NULL},
+    {"fft.c2r", loom_kernel_fft_c2r, NULL},
+    {NULL, NULL, NULL},
+};

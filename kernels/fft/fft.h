@@ -1,0 +1,73 @@
+/* kernels/fft/fft.h — the FFT family inside the library: the table's
+ * layout, the planner and the per-ISA row transforms. The contract is
+ * loom/kernels/fft.h. */
+#ifndef LOOM_KERNELS_FFT_H
+#define LOOM_KERNELS_FFT_H
+
+#include <stdint.h>
+
+#include "loom/kernel_abi.h"
+#include "loom/kernels/fft.h"
+
+#define LOOM_FFT_MAX_STAGES 64
+
+/* A Stockham transform of length n, forward or backward as its twiddles
+ * were made: stage f has radix radix[f]; its twiddles (and, for a radix
+ * other than 2 and 4, the radix's own roots of unity) follow one another
+ * from byte tw_off of the table. */
+typedef struct loom_fft_stockham {
+  int64_t n;
+  int64_t tw_off;
+  int32_t sign; /* of its twiddles */
+  int32_t stages;
+  int32_t radix[LOOM_FFT_MAX_STAGES];
+} loom_fft_stockham;
+
+/* The table's head, at byte 0. For Bluestein: the chirp c[j] =
+ * exp(sign i pi j^2 / n) (n complex at chirp_off), the transform of the
+ * convolution's kernel divided by m (m complex at kernel_off) and a forward
+ * Stockham plan `st` of length m; otherwise `st` is the transform itself. */
+typedef struct loom_fft_table {
+  int64_t n, sign, dtype, bluestein, m;
+  int64_t chirp_off, kernel_off, scratch_off, bytes;
+  loom_fft_stockham st;
+} loom_fft_table;
+
+/* The layout of the table of (n, sign, dtype) in *t (offsets and sizes, no
+ * data); 0 or a loom_status. */
+int loom_fft_layout(int64_t n, int64_t sign, int32_t dtype, loom_fft_table *t);
+
+/* Row transforms of one ISA: `t` is the table, `row` and `out` as the
+ * kernels' descriptors, rows [begin, end), `work` the chunk's workspace. */
+typedef struct loom_fft_rows {
+  int kind; /* 0 c2c, 1 r2c, 2 c2r */
+  const loom_fft_table *t;
+  const loom_tensor *out, *in;
+  double scale;
+  void *work;
+} loom_fft_rows;
+
+int loom_fft_rows_f32(const loom_fft_rows *r, int64_t begin, int64_t end);
+int loom_fft_rows_f64(const loom_fft_rows *r, int64_t begin, int64_t end);
+int loom_fft_rows_f32_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
+int loom_fft_rows_f64_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
+
+/* The forward Stockham transform of `x` (st->n complex) using `y` as the
+ * other buffer; returns which of the two holds the result. Table init uses
+ * it for Bluestein's kernel. */
+double *loom_fft_stockham_f64(const loom_fft_stockham *st, const char *table, double *x,
+                              double *y);
+float *loom_fft_stockham_f32(const loom_fft_stockham *st, const char *table, float *x,
+                             float *y);
+double *loom_fft_stockham_f64_avx512(const loom_fft_stockham *st, const char *table, double *x,
+                                     double *y);
+float *loom_fft_stockham_f32_avx512(const loom_fft_stockham *st, const char *table, float *x,
+                                    float *y);
+
+int loom_kernel_fft_plan(const loom_kernel_args *args, void *out_plan, uint64_t size);
+int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_kernel_fft_c2c(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_kernel_fft_r2c(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_kernel_fft_c2r(const loom_kernel_args *args, int64_t begin, int64_t end);
+
+#endif /* LOOM_KERNELS_FFT_H */

@@ -1,0 +1,250 @@
+/* The FFT kernels against a naive DFT (long double), for lengths with every
+ * kind of factor and for Bluestein's primes, c2c both ways, r2c and c2r,
+ * float and double, batched and strided rows; the baseline build of the
+ * row transforms against the AVX-512 one; and results bitwise equal under
+ * any chunking. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "kernels/fft/fft.h"
+#include "kernel_test_util.h"
+#include "loom/status.h"
+#include "test_util.h"
+
+static const int64_t kLengths[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 16, 17, 25, 30, 31,
+                                   32, 37, 49, 64, 97, 128, 360, 1000, 1009, 2018, 4096};
+
+/* A table for (n, sign, dtype), 64-byte aligned, or NULL. */
+static void *make_table(int64_t n, int sign, int32_t dtype, loom_fft_plan *p) {
+  loom_scalar s[3] = {si(n), si(sign), si(dtype)};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_scalars = 3, .scalars = s,
+                        .range = 1, .grain = 1};
+  if (loom_kernel_fft_plan(&a, p, sizeof *p)) return NULL;
+  void *table = aligned_alloc(64, (size_t)((p->table_bytes + 63) / 64 * 64));
+  int64_t size = p->table_bytes;
+  loom_tensor t = dense(table, LOOM_UINT8, 1, &size);
+  a.num_tensors = 1;
+  a.tensors = &t;
+  if (loom_kernel_fft_init(&a, 0, 1)) {
+    free(table);
+    return NULL;
+  }
+  return table;
+}
+
+/* Runs `kind` ("fft.c2c" 0, r2c 1, c2r 2) on rows of `out` / `in` with
+ * the kernel, in chunks of `grain` rows. */
+static int run_fft(int kind, int64_t n, int sign, int32_t real, loom_tensor *out,
+                   loom_tensor *in, double scale, int64_t grain) {
+  loom_fft_plan p;
+  void *table = make_table(n, sign, real, &p);
+  if (!table) return LOOM_ERROR_INVALID_ARGUMENT;
+  int64_t rows = 1;
+  for (int d = 0; d < out->rank - 1; ++d) rows *= out->sizes[d];
+  const int64_t chunks = (rows + grain - 1) / grain, words = chunks * p.work;
+  void *ws = malloc((size_t)words * (real == LOOM_FLOAT32 ? 8 : 16));
+  int64_t tsize = p.table_bytes;
+  loom_tensor t[4] = {*out, *in, dense(table, LOOM_UINT8, 1, &tsize),
+                      dense(ws, real == LOOM_FLOAT32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128, 1, &words)};
+  loom_scalar s[3] = {si(n), si(sign), sf(scale)};
+  loom_kernel_fn fn = kind == 0 ? loom_kernel_fft_c2c : kind == 1 ? loom_kernel_fft_r2c
+                                                                  : loom_kernel_fft_c2r;
+  const int rc = run_chunks(fn, t, 4, s, 3, rows, grain);
+  free(ws);
+  free(table);
+  return rc;
+}
+
+/* X[k] = sum_j x[j] exp(sign 2 pi i j k / n), x complex (re, im pairs),
+ * from a table of the n roots in long double. */
+static void naive_dft(const double *x, double *y, int64_t n, int sign) {
+  long double *c = malloc(sizeof(long double) * 2 * n);
+  for (int64_t m = 0; m < n; ++m) {
+    const long double a = 2.0L * 3.14159265358979323846264338327950288L * (long double)m /
+                          (long double)n;
+    c[2 * m] = cosl(a);
+    c[2 * m + 1] = sign * sinl(a);
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    long double sr = 0, si_ = 0;
+    for (int64_t j = 0, e = 0; j < n; ++j, e = (e + k) % n) {
+      sr += x[2 * j] * c[2 * e] - x[2 * j + 1] * c[2 * e + 1];
+      si_ += x[2 * j] * c[2 * e + 1] + x[2 * j + 1] * c[2 * e];
+    }
+    y[2 * k] = (double)sr;
+    y[2 * k + 1] = (double)si_;
+  }
+  free(c);
+}
+
+/* max |a - b| / max |b| over `count` doubles. */
+static double rel_err(const double *a, const double *b, int64_t count) {
+  double d = 0, m = 1e-300;
+  for (int64_t i = 0; i < count; ++i) {
+    d = fmax(d, fabs(a[i] - b[i]));
+    m = fmax(m, fabs(b[i]));
+  }
+  return d / m;
+}
+
+/* c2c of `batch` rows of length n, the rows strided (every other complex)
+ * in a [batch, 2n] buffer, in float or double, against the naive DFT. */
+static void check_c2c(int64_t n, int sign, int32_t real, int64_t batch) {
+  const int f32 = real == LOOM_FLOAT32;
+  double *x = malloc(sizeof(double) * 4 * n * batch), *ref = malloc(sizeof(double) * 2 * n);
+  double *got = malloc(sizeof(double) * 2 * n * batch);
+  fill(x, 4 * n * batch);
+  void *in = malloc((size_t)(4 * n * batch) * (f32 ? 4 : 8));
+  void *out = malloc((size_t)(2 * n * batch) * (f32 ? 4 : 8));
+  for (int64_t i = 0; i < 4 * n * batch; ++i) {
+    if (f32) ((float *)in)[i] = (float)x[i];
+    else ((double *)in)[i] = x[i];
+    if (f32) x[i] = ((float *)in)[i];
+  }
+  const int32_t cd = f32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128;
+  int64_t sz[2] = {batch, n}, ist[2] = {2 * n, 2};
+  loom_tensor ti = tensor(in, cd, 2, sz, ist), to = dense(out, cd, 2, sz);
+  CHECK_OK(run_fft(0, n, sign, real, &to, &ti, 1.0, 3));
+  double worst = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    double *row = malloc(sizeof(double) * 2 * n);
+    for (int64_t j = 0; j < n; ++j) {
+      row[2 * j] = x[b * 4 * n + 4 * j];
+      row[2 * j + 1] = x[b * 4 * n + 4 * j + 1];
+    }
+    naive_dft(row, ref, n, sign);
+    for (int64_t j = 0; j < 2 * n; ++j)
+      got[j] = f32 ? ((float *)out)[b * 2 * n + j] : ((double *)out)[b * 2 * n + j];
+    worst = fmax(worst, rel_err(got, ref, 2 * n));
+    free(row);
+  }
+  CHECK_MSG(worst < (f32 ? 2e-6 * (4 + log2((double)n)) : 1e-14 * (4 + log2((double)n))),
+            "c2c n=%lld sign=%d %s: relative error %g", (long long)n, sign, f32 ? "f32" : "f64",
+            worst);
+  free(x);
+  free(ref);
+  free(got);
+  free(in);
+  free(out);
+}
+
+static void test_c2c(void) {
+  for (size_t i = 0; i < sizeof kLengths / sizeof *kLengths; ++i)
+    for (int sign = -1; sign <= 1; sign += 2) {
+      check_c2c(kLengths[i], sign, LOOM_FLOAT32, 2);
+      check_c2c(kLengths[i], sign, LOOM_FLOAT64, 2);
+    }
+}
+
+/* r2c then c2r (scale 1/n) of real rows gives the rows back, and r2c's
+ * half spectrum is the DFT's. */
+static void test_r2c_c2r(void) {
+  for (size_t i = 0; i < sizeof kLengths / sizeof *kLengths; ++i) {
+    const int64_t n = kLengths[i], h = n / 2 + 1, batch = 3;
+    double *x = malloc(sizeof(double) * n * batch), *spec = malloc(sizeof(double) * 2 * h * batch);
+    double *back = malloc(sizeof(double) * n * batch);
+    double *cx = malloc(sizeof(double) * 2 * n), *ref = malloc(sizeof(double) * 2 * n);
+    fill(x, n * batch);
+    int64_t rs[2] = {batch, n}, cs[2] = {batch, h};
+    loom_tensor tx = dense(x, LOOM_FLOAT64, 2, rs), ts = dense(spec, LOOM_COMPLEX128, 2, cs);
+    loom_tensor tb = dense(back, LOOM_FLOAT64, 2, rs);
+    CHECK_OK(run_fft(1, n, -1, LOOM_FLOAT64, &ts, &tx, 1.0, 2));
+    double worst = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < n; ++j) {
+        cx[2 * j] = x[b * n + j];
+        cx[2 * j + 1] = 0;
+      }
+      naive_dft(cx, ref, n, -1);
+      worst = fmax(worst, rel_err(spec + 2 * h * b, ref, 2 * h));
+    }
+    CHECK_MSG(worst < 1e-13, "r2c n=%lld: %g", (long long)n, worst);
+    CHECK_OK(run_fft(2, n, 1, LOOM_FLOAT64, &tb, &ts, 1.0 / (double)n, 1));
+    CHECK_MSG(rel_err(back, x, n * batch) < 1e-13, "c2r(r2c) n=%lld: %g", (long long)n,
+              rel_err(back, x, n * batch));
+    free(x);
+    free(spec);
+    free(back);
+    free(cx);
+    free(ref);
+  }
+}
+
+/* Any chunking gives the same bits; in place (out = in) too. */
+static void test_chunking_bitwise(void) {
+  const int64_t n = 360, batch = 7;
+  float *x = malloc(sizeof(float) * 2 * n * batch), *a = malloc(sizeof(float) * 2 * n * batch);
+  float *b = malloc(sizeof(float) * 2 * n * batch);
+  for (int64_t i = 0; i < 2 * n * batch; ++i) x[i] = (float)frand();
+  int64_t sz[2] = {batch, n};
+  loom_tensor tx = dense(x, LOOM_COMPLEX64, 2, sz), ta = dense(a, LOOM_COMPLEX64, 2, sz);
+  loom_tensor tb = dense(b, LOOM_COMPLEX64, 2, sz);
+  CHECK_OK(run_fft(0, n, -1, LOOM_FLOAT32, &ta, &tx, 0.5, 1));
+  memcpy(b, x, sizeof(float) * 2 * n * batch);
+  CHECK_OK(run_fft(0, n, -1, LOOM_FLOAT32, &tb, &tb, 0.5, 4));
+  CHECK(test_same_bits(a, b, sizeof(float) * 2 * n * batch));
+  free(x);
+  free(a);
+  free(b);
+}
+
+/* The baseline build of the rows against the AVX-512 one, both against
+ * the naive DFT (they may differ in contraction, not in accuracy). */
+static void test_generic_rows(void) {
+  TEST_SKIP_IF(!(loom_cpu_features() & LOOM_FEATURE_AVX512F), "no AVX-512 here");
+  const int64_t lengths[] = {64, 360, 1009};
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t n = lengths[i];
+    loom_fft_plan p;
+    void *table = make_table(n, -1, LOOM_FLOAT64, &p);
+    CHECK(table != NULL);
+    if (!table) return;
+    double *x = malloc(sizeof(double) * 2 * n), *ref = malloc(sizeof(double) * 2 * n);
+    double *g = malloc(sizeof(double) * 2 * n), *v = malloc(sizeof(double) * 2 * n);
+    double *work = malloc(sizeof(double) * 2 * p.work);
+    fill(x, 2 * n);
+    naive_dft(x, ref, n, -1);
+    int64_t sz[1] = {n};
+    loom_tensor tx = dense(x, LOOM_COMPLEX128, 1, sz), tg = dense(g, LOOM_COMPLEX128, 1, sz);
+    loom_tensor tv = dense(v, LOOM_COMPLEX128, 1, sz);
+    loom_fft_rows r = {.kind = 0, .t = table, .out = &tg, .in = &tx, .scale = 1.0, .work = work};
+    CHECK_OK(loom_fft_rows_f64(&r, 0, 1));
+    r.out = &tv;
+    CHECK_OK(loom_fft_rows_f64_avx512(&r, 0, 1));
+    CHECK_MSG(rel_err(g, ref, 2 * n) < 1e-13, "generic n=%lld", (long long)n);
+    CHECK_MSG(rel_err(v, ref, 2 * n) < 1e-13, "avx512 n=%lld", (long long)n);
+    free(x);
+    free(ref);
+    free(g);
+    free(v);
+    free(work);
+    free(table);
+  }
+}
+
+/* Bad arguments are refused with a status, never a crash. */
+static void test_bad_arguments(void) {
+  loom_fft_plan p;
+  CHECK(make_table(0, -1, LOOM_FLOAT32, &p) == NULL);
+  CHECK(make_table(8, 0, LOOM_FLOAT32, &p) == NULL);
+  CHECK(make_table(8, -1, LOOM_INT32, &p) == NULL);
+  double x[16] = {0}, y[16];
+  int64_t sz[1] = {8}, bad[1] = {4};
+  loom_tensor tx = dense(x, LOOM_COMPLEX128, 1, sz), ty = dense(y, LOOM_COMPLEX128, 1, bad);
+  CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &ty, &tx, 1.0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  loom_tensor tf = dense(y, LOOM_COMPLEX64, 1, sz);
+  CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &tf, &tx, 1.0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  srand(7);
+  RUN_TEST(test_c2c);
+  RUN_TEST(test_r2c_c2r);
+  RUN_TEST(test_chunking_bitwise);
+  RUN_TEST(test_generic_rows);
+  RUN_TEST(test_bad_arguments);
+  TEST_MAIN_END();
+}
