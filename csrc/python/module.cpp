@@ -13,4 +13,5 @@ PYBIND11_MODULE(_C, m) {
   torch_loom::python::init_kernels(m);
   torch_loom::python::init_profiler(m);
   torch_loom::python::init_distributed(m);
+  torch_loom::python::init_graph(m);
 }

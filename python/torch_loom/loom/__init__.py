@@ -176,6 +176,13 @@ def __getattr__(name):
 
 from . import amp  # noqa: E402
 from .amp import get_amp_supported_dtype  # noqa: E402
+from .graphs import (  # noqa: E402
+    Graph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 from .memory import (  # noqa: E402
     empty_cache,
     get_memory_info,
@@ -213,6 +220,7 @@ from .streams import (  # noqa: E402
 
 __all__ = [
     "Event",
+    "Graph",
     "Stream",
     "StreamContext",
     "amp",
@@ -233,12 +241,16 @@ __all__ = [
     "get_memory_info",
     "get_rng_state",
     "get_rng_state_all",
+    "graph",
+    "graph_pool_handle",
     "init",
     "initial_seed",
     "is_available",
     "is_bf16_supported",
+    "is_current_stream_capturing",
     "is_initialized",
     "manual_seed",
+    "make_graphed_callables",
     "manual_seed_all",
     "max_memory_allocated",
     "max_memory_reserved",
