@@ -1,8 +1,8 @@
 // What loom builds on its LU: _linalg_solve_ex (linalg.solve), linalg_inv_ex
 // (linalg.inv), _linalg_det (det), _linalg_slogdet (slogdet, logdet),
 // lu_unpack and linalg_lu. They compose the LU kernels with ops loom runs
-// natively, exactly as PyTorch's CPU and CUDA kernels do (the same LU of A
-// or of A^T, which the derivative formulas rely on).
+// natively, as PyTorch's CPU kernels do: the same LU (of A for solve, of A^T
+// for a row-major A in det and slogdet), which the derivative formulas use.
 #include <torch/library.h>
 
 #include "ops/linalg/linalg_util.h"
@@ -38,13 +38,13 @@ std::tuple<Tensor&, Tensor&, Tensor&, Tensor&> solve_ex_out(const Tensor& A, con
   prepare_out(LU, mlu, op);
   prepare_out(pivots, mp, op);
   prepare_out(info, mi, op);
-  // A row-major A is factored as A^T (no copy), then solved transposed.
-  const bool use_A_T = A.is_contiguous() && !A.is_complex();
-  at::linalg_lu_factor_ex_out(LU, pivots, info, use_A_T ? A.mT() : A);
+  // The LU of A itself, as PyTorch's CPU kernel returns it (the derivative
+  // formula solves with it).
+  at::linalg_lu_factor_ex_out(LU, pivots, info, A);
   if (check_errors) at::_linalg_check_errors(info, "torch.linalg.solve_ex", A.dim() == 2);
   const bool vector = is_vector_rhs(LU, B);
   Tensor r = vector ? result.unsqueeze(-1) : result;
-  at::linalg_lu_solve_out(r, LU, pivots, vector ? B.unsqueeze(-1) : B, left, use_A_T);
+  at::linalg_lu_solve_out(r, LU, pivots, vector ? B.unsqueeze(-1) : B, left, false);
   return {result, LU, pivots, info};
 }
 
