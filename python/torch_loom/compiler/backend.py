@@ -132,4 +132,8 @@ def _aot():
 def loom_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     """The Dynamo backend ``"loom"`` (also the entry point of the
     ``torch_dynamo_backends`` group)."""
+    if kwargs.get("mode") == "reduce-overhead":  # captured and replayed (graphed.py)
+        from .graphed import graphed_backend
+
+        return graphed_backend(gm, example_inputs)
     return _aot()(gm, example_inputs)

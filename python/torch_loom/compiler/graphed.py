@@ -1,0 +1,190 @@
+"""``torch.compile(model, backend="loom", mode="reduce-overhead")``.
+
+Each ATen graph the loom backend compiles (forward, backward, inference)
+is run once as compiled, then captured into a loom graph
+(``torch.loom.Graph``) on a side stream and from then on replayed: a call
+copies the inputs that are not where the capture read them into its static
+buffers, replays (one call into the runtime for the whole graph, whatever
+the number of kernels), copies back the inputs the graph mutates, and
+returns copies of the static outputs (a later replay rewrites those).
+Parameters and buffers (Dynamo's static inputs) are read in place.
+
+A graph that cannot be captured runs as compiled, after one log line
+saying why: symbolic sizes (dynamic shapes), inputs that are not loom
+tensors (CPU scalars, Python numbers), random ops (a replay would repeat
+their numbers), or a capture the runtime refused (an op reading the
+device from the host).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+
+import torch
+
+log = logging.getLogger("torch_loom.compiler")
+
+WARMUP_CALLS = 1
+
+
+@dataclasses.dataclass
+class Stats:
+    captures: int = 0
+    replays: int = 0
+    fallbacks: int = 0
+
+
+stats = Stats()
+_logged: set = set()
+
+
+def counters() -> dict:
+    """Graphs captured, replays, and graphs that run as compiled instead."""
+    return dataclasses.asdict(stats)
+
+
+def _fall_back(tag: str, reason: str) -> None:
+    stats.fallbacks += 1
+    if reason not in _logged:
+        _logged.add(reason)
+        log.warning("torch_loom: mode='reduce-overhead' runs %s without graph replay: %s", tag,
+                    reason)
+
+
+def _static_reason(gm) -> str | None:
+    """Why the graph cannot be captured, judged from the graph alone."""
+    from .backend import _symbolic
+
+    if _symbolic(gm):
+        return "symbolic sizes (dynamic shapes)"
+    for node in gm.graph.nodes:
+        tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
+        if torch.Tag.nondeterministic_seeded in tags:
+            return f"random op {node.target} (a replay would repeat its numbers)"
+    return None
+
+
+def _mutated_inputs(gm) -> list[int]:
+    """Indices of the inputs the graph writes (copy_ into a placeholder)."""
+    index = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    out = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+            if node.args[0] in index:
+                out.add(index[node.args[0]])
+    return sorted(out)
+
+
+def _static_indices() -> set:
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    return set(getattr(meta, "static_input_indices", None) or ())
+
+
+class Graphed:
+    """A compiled graph (boxed) that is captured after its warm-up calls
+    and replayed from then on."""
+
+    _boxed_call = True
+
+    def __init__(self, compiled, gm, tag: str):
+        self.compiled = compiled
+        self.tag = tag
+        self._boxed_call = True  # an instance attribute: wrappers copy __dict__
+        self.mutated = _mutated_inputs(gm)
+        self.static = _static_indices()
+        self.calls = 0
+        self.graph = None
+        self.inputs = self.outputs = None
+        self.eager = False
+        reason = _static_reason(gm)
+        if reason:
+            self._give_up(reason)
+
+    def _give_up(self, reason):
+        self.eager = True
+        self.graph = self.inputs = self.outputs = None
+        _fall_back(self.tag, reason)
+
+    def __call__(self, args):
+        if self.graph is not None:
+            return self._replay(args)
+        if self.eager or self.calls < WARMUP_CALLS:
+            self.calls += 1
+            return self.compiled(args)
+        return self._capture(args)
+
+    def _capture(self, args):
+        for a in args:
+            if not isinstance(a, torch.Tensor):
+                self._give_up(f"an input of type {type(a).__name__} (dynamic shapes or a "
+                              "Python number)")
+                return self.compiled(args)
+            if a.device.type != "loom":
+                self._give_up(f"an input on {a.device} (CPU scalars stay on the host)")
+                return self.compiled(args)
+        # Static buffers: parameters and buffers in place, the rest copied
+        # into memory these captures own.
+        inputs = [a if (i in self.static or isinstance(a, torch.nn.Parameter))
+                  else torch.empty_strided(a.size(), a.stride(), dtype=a.dtype,
+                                           device=a.device).copy_(a)
+                  for i, a in enumerate(args)]
+        graph = torch.loom.Graph()
+        try:
+            with torch.loom.device(inputs[0].device if inputs else None), torch.loom.graph(graph):
+                outputs = self.compiled(list(inputs))
+        except RuntimeError as error:
+            self._give_up(f"the capture failed ({str(error).splitlines()[0]})")
+            return self.compiled(args)
+        self.graph, self.inputs, self.outputs = graph, inputs, outputs
+        stats.captures += 1
+        return self._replay(args)
+
+    def _replay(self, args):
+        given = list(args)
+        args.clear()
+        for static, a in zip(self.inputs, given):
+            if static.data_ptr() != a.data_ptr():
+                static.copy_(a)
+        self.graph.replay()
+        stats.replays += 1
+        for i in self.mutated:
+            if given[i].data_ptr() != self.inputs[i].data_ptr():
+                given[i].copy_(self.inputs[i])
+        return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs]
+
+
+def _graphed_compiler(kind):
+    from .backend import _compiler
+
+    inner = _compiler(kind)
+
+    def compiler(gm, example_inputs):
+        return Graphed(inner(gm, example_inputs), gm, kind)
+
+    return compiler
+
+
+@functools.cache
+def _aot():
+    # backend._aot's configuration, with each compiled graph wrapped.
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from .decomp import decompositions
+
+    return aot_autograd(
+        fw_compiler=_graphed_compiler("forward"),
+        bw_compiler=_graphed_compiler("backward"),
+        inference_compiler=_graphed_compiler("inference"),
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=decompositions(),
+        keep_inference_input_mutations=True,
+    )
+
+
+def graphed_backend(gm: torch.fx.GraphModule, example_inputs):
+    """``backend="loom"`` with ``mode="reduce-overhead"``."""
+    return _aot()(gm, example_inputs)
