@@ -6,6 +6,7 @@
 #include <pybind11/chrono.h>
 
 #include "distributed/process_group_loom.h"
+#include "distributed/shared_storage.h"
 #include "python/bindings.h"
 
 namespace py = pybind11;
@@ -40,6 +41,13 @@ void init_distributed(py::module& m) {
            py::call_guard<py::gil_scoped_release>())
       // What split_group copies for the child groups.
       .def_property_readonly("options", &ProcessGroupLoom::getBackendOptions);
+
+  // torch.multiprocessing's loom reductions (python/torch_loom/distributed/sharing.py).
+  d.def("share_storage", &distributed::share_storage, py::arg("tensor"),
+        py::call_guard<py::gil_scoped_release>());
+  d.def("open_shared_storage", &distributed::open_shared_storage, py::arg("fd"),
+        py::arg("nbytes"), py::arg("device"));
+  d.def("is_shared_storage", &distributed::is_shared_storage, py::arg("tensor"));
 }
 
 }  // namespace torch_loom::python

@@ -153,6 +153,34 @@ loom_status loom_ccl_recv(loom_ccl_work_t *work, void *buf, size_t count, loom_d
 /* Every rank reaches it before any leaves it (in stream order). */
 loom_status loom_ccl_barrier(loom_ccl_work_t *work);
 
+/* ---- device memory shared between processes (torch.multiprocessing) ----
+ *
+ * A shared region is device memory of one loom device that other processes
+ * of the same user map too: a memfd (mode 0600, sealed against shrinking
+ * and growing, close-on-exec), handed over as a descriptor (SCM_RIGHTS);
+ * it has no path, and its memory goes with the last descriptor or mapping.
+ * Each process holds a handle; the memory stays valid in a process until
+ * its handle is released, whatever the others do (a producer that drops
+ * its tensor leaves the consumers' views intact), and is freed once every
+ * process released it or ended. Kernels and copies use it like any device
+ * memory, so it needs a device whose memory the host can address
+ * (LOOM_DEVICE_HOST_ADDRESSABLE): elsewhere LOOM_ERROR_NOT_SUPPORTED. */
+typedef struct loom_ccl_shared loom_ccl_shared_t;
+
+/* New zeroed region of `size` bytes (> 0) for `device`. */
+loom_status loom_ccl_shared_create(int device, size_t size, loom_ccl_shared_t **out_shared);
+/* Maps the region behind `fd` (from another process's loom_ccl_shared_fd),
+ * after checking it is a sealed private memfd of this user of `size`
+ * bytes. The caller keeps `fd`: the handle holds its own duplicate. */
+loom_status loom_ccl_shared_open(int device, int fd, size_t size, loom_ccl_shared_t **out_shared);
+void *loom_ccl_shared_ptr(const loom_ccl_shared_t *shared);
+size_t loom_ccl_shared_size(const loom_ccl_shared_t *shared);
+int loom_ccl_shared_device(const loom_ccl_shared_t *shared);
+/* The descriptor to hand to another process (owned by the handle). */
+int loom_ccl_shared_fd(const loom_ccl_shared_t *shared);
+/* Waits for the device's queued work, then unmaps and closes. NULL: no-op. */
+void loom_ccl_shared_release(loom_ccl_shared_t *shared);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,13 +5,18 @@
  * per collective (a small staging buffer) and an uneven world of 3; the
  * staged path on the guarded driver; a rank that dies makes its peer fail
  * at once (not at the timeout) and nothing of the segment is left; ranks
- * that run different collectives fail with both named; bad arguments. */
+ * that run different collectives fail with both named; bad arguments;
+ * shared regions (private sealed memfds, a second mapping of one, release
+ * by either holder, bad arguments, refused where the host cannot address
+ * device memory). */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -610,6 +615,64 @@ static void intruder_rank(int rank, int world, const char *job) {
 
 static void test_no_rendezvous_after_join(void) { run_ranks(3, NULL, intruder_rank); }
 
+/* ---- shared regions (torch.multiprocessing) ---- */
+
+static int shared_mapped(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) n += strstr(line, "loom-shared-") != NULL;
+  if (f) fclose(f);
+  return n;
+}
+
+static void shared_rank(int rank, int world, const char *job) {
+  (void)rank, (void)world, (void)job;
+  CHECK_OK(loom_stream_create(0, -1, &stream));
+  enum { N = 3000 };
+  float host[N], back[N];
+  for (int i = 0; i < N; ++i) host[i] = (float)i * 0.5f;
+  loom_ccl_shared_t *a = NULL, *b = NULL, *c = NULL;
+  CHECK_OK(loom_ccl_shared_create(0, sizeof host, &a));
+  const int fd = loom_ccl_shared_fd(a);
+  struct stat st;
+  CHECK(fstat(fd, &st) == 0 && (st.st_mode & 0777) == 0600);
+  CHECK((fcntl(fd, F_GET_SEALS) & (F_SEAL_GROW | F_SEAL_SHRINK)) == (F_SEAL_GROW | F_SEAL_SHRINK));
+  CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+  CHECK_OK(loom_memcpy(stream, loom_ccl_shared_ptr(a), host, sizeof host));
+  /* A second mapping of the same memory (what a receiving process makes). */
+  CHECK_OK(loom_ccl_shared_open(0, fd, sizeof host, &b));
+  CHECK(loom_ccl_shared_ptr(b) != loom_ccl_shared_ptr(a) && loom_ccl_shared_fd(b) != fd);
+  CHECK(loom_ccl_shared_size(b) == sizeof host && loom_ccl_shared_device(b) == 0);
+  CHECK(shared_mapped() == 2);
+  loom_ccl_shared_release(a); /* the other holder keeps it */
+  CHECK_OK(loom_memcpy(stream, back, loom_ccl_shared_ptr(b), sizeof back));
+  CHECK(memcmp(host, back, sizeof host) == 0);
+  /* Wrong size, bad arguments, a descriptor that is no sealed memfd. */
+  CHECK(loom_ccl_shared_open(0, loom_ccl_shared_fd(b), 4096, &c) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(strstr(loom_last_error(), "sealed, private memfd") != NULL);
+  CHECK(loom_ccl_shared_open(0, 0, sizeof host, &c) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(loom_ccl_shared_open(0, -1, sizeof host, &c) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(loom_ccl_shared_create(0, 0, &c) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(loom_ccl_shared_create(7, 64, &c) != LOOM_OK && c == NULL);
+  loom_ccl_shared_release(b);
+  loom_ccl_shared_release(NULL);
+  CHECK(shared_mapped() == 0);
+  loom_stream_release(stream);
+}
+
+static void shared_guarded_rank(int rank, int world, const char *job) {
+  (void)rank, (void)world, (void)job;
+  loom_ccl_shared_t *s = NULL;
+  CHECK(loom_ccl_shared_create(0, 4096, &s) == LOOM_ERROR_NOT_SUPPORTED && s == NULL);
+  CHECK(strstr(loom_last_error(), "host can address") != NULL);
+}
+
+static void test_shared_regions(void) {
+  run_ranks(1, NULL, shared_rank);
+  run_ranks(1, "guarded", shared_guarded_rank);
+}
+
 int main(void) {
   RUN_TEST(test_bad_arguments);
   RUN_TEST(test_allreduce_two_ranks);
@@ -622,5 +685,6 @@ int main(void) {
   RUN_TEST(test_mismatch_is_named);
   RUN_TEST(test_timeout_is_named);
   RUN_TEST(test_no_rendezvous_after_join);
+  RUN_TEST(test_shared_regions);
   TEST_MAIN_END();
 }

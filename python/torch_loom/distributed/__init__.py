@@ -13,6 +13,9 @@ registered for the ``loom`` device, so that::
 all pick it. Registration only adds names to torch.distributed's tables (no
 import of anything else); the backend's code runs when a process group is
 made. Pass :class:`Options` as ``pg_options`` to set its staging buffer.
+
+:mod:`.sharing` lets ``torch.multiprocessing`` pass loom tensors between
+processes without copying them (installed with the backend).
 """
 
 BACKEND = "loomccl"
@@ -51,6 +54,9 @@ def install() -> None:
     name to its tables: it costs nothing at import."""
     import torch.distributed as dist
 
+    from . import sharing
+
+    sharing.install()  # loom tensors through torch.multiprocessing
     if not dist.is_available() or BACKEND in dist.Backend.backend_list:
         return
     # devices must be a list: a bare string is iterated character by character.

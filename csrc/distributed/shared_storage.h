@@ -1,0 +1,28 @@
+// Loom storages shared between processes (torch.multiprocessing): the
+// producer moves a storage into a shared region once (loom/ccl.h,
+// loom_ccl_shared_*), and every process that receives its descriptor maps
+// the same memory as a loom storage of its own.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <tuple>
+
+namespace torch_loom::distributed {
+
+// (descriptor, bytes, device) of the shared region behind `t`'s storage,
+// moving the storage there first if it is not yet shared (one device copy,
+// as share_memory_() makes of a CPU tensor; the storage keeps its identity).
+// Waits for the current stream, so a receiver sees what was enqueued
+// before. The descriptor belongs to the storage: the caller duplicates it.
+std::tuple<int64_t, int64_t, int64_t> share_storage(const at::Tensor& t);
+
+// A uint8 loom tensor of `nbytes` over the region behind `fd` (which the
+// caller keeps), on loom:<device>.
+at::Tensor open_shared_storage(int64_t fd, int64_t nbytes, int64_t device);
+
+// Whether `t`'s storage is such a region.
+bool is_shared_storage(const at::Tensor& t);
+
+}  // namespace torch_loom::distributed

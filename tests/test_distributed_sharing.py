@@ -1,0 +1,144 @@
+"""Loom tensors through torch.multiprocessing (python/torch_loom/distributed/
+sharing.py, runtime/ccl/shared.c).
+
+One spawned consumer process receives loom tensors through a
+torch.multiprocessing Queue and, step by step:
+
+- sees a non-contiguous view's values and modifies it in place: the
+  producer sees the change (same memory, no copy);
+- receives the same tensor again (the producer's storage is not moved or
+  copied a second time) and a Parameter (stays a Parameter, keeps
+  requires_grad); a CPU tensor in the same queue still goes PyTorch's way;
+- reads a tensor whose producer dropped it before the read (the memory
+  stays valid while the consumer holds it).
+
+Then the regions are private (0600 memfds, no path, unique names), and none
+remains in the producer once both sides released them.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from torch_loom import _C
+
+
+def _consumer(inbox, outbox):
+    import torch
+
+    x = inbox.get()
+    outbox.put(("view", str(x.device), x.cpu().tolist(), x.is_contiguous()))
+    x.mul_(10)
+    torch.loom.synchronize()
+    outbox.put("modified")
+
+    again, param, cpu = inbox.get(), inbox.get(), inbox.get()
+    outbox.put(("again", again.cpu().tolist(), type(param).__name__, param.requires_grad,
+                param.detach().cpu().tolist(), cpu.device.type, cpu.tolist()))
+
+    late = inbox.get()
+    assert inbox.get() == "dropped"  # the producer no longer holds it
+    outbox.put(("late", late.sum().item()))
+    del x, again, param, late
+    outbox.put("released")
+
+
+def _shared_maps():
+    with open("/proc/self/maps") as f:
+        return [l.split()[-2] if l.endswith("(deleted)\n") else l.split()[-1]
+                for l in f if "loom-shared-" in l]
+
+
+def _shared_fds():
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if "loom-shared-" in os.readlink(f"/proc/self/fd/{fd}"):
+                out.append(int(fd))
+        except OSError:
+            pass
+    return out
+
+
+def test_queue_passes_loom_tensors_without_copying():
+    ctx = mp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_consumer, args=(inbox, outbox))
+    proc.start()
+    try:
+        base = torch.arange(12, dtype=torch.float32, device="loom").view(3, 4)
+        x = base[:, 1:3]
+        inbox.put(x)
+        assert outbox.get(timeout=120) == ("view", "loom:0", [[1, 2], [5, 6], [9, 10]], False)
+        assert outbox.get(timeout=60) == "modified"
+        # The producer's base sees the consumer's in-place change.
+        assert base.cpu().tolist() == [[0, 10, 20, 3], [4, 50, 60, 7], [8, 90, 100, 11]]
+        assert _C._distributed.is_shared_storage(base)
+
+        # The region is private and named for this process; a second send
+        # of the same storage moves nothing.
+        fds = _shared_fds()
+        assert fds
+        for fd in fds:
+            assert os.stat(f"/proc/self/fd/{fd}").st_mode & 0o777 == 0o600
+        ptr = base.data_ptr()
+        inbox.put(x)
+        assert base.data_ptr() == ptr
+        param = torch.nn.Parameter(torch.full((2,), 3.0, device="loom"))
+        inbox.put(param)
+        inbox.put(torch.tensor([1.5, 2.5]))
+        got = outbox.get(timeout=60)
+        assert got == ("again", [[10, 20], [50, 60], [90, 100]], "Parameter", True, [3.0, 3.0],
+                       "cpu", [1.5, 2.5])
+        names = _shared_maps()
+        assert len(names) == len(set(names)) == 2
+        assert all(n.startswith(f"/memfd:loom-shared-{os.getpid()}-") for n in names), names
+
+        # Dropped by the producer before the consumer reads it.
+        late = torch.ones(1000, device="loom")
+        inbox.put(late)
+        del late
+        inbox.put("dropped")
+        assert outbox.get(timeout=60) == ("late", 1000.0)
+        assert outbox.get(timeout=60) == "released"
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+    assert proc.exitcode == 0
+    del base, x, param
+    import gc
+
+    gc.collect()
+    assert not _shared_maps() and not _shared_fds()
+
+
+def test_sharing_rejects_bad_input():
+    t = torch.ones(3, device="loom", requires_grad=True) * 2
+    with pytest.raises(RuntimeError, match="requires grad and is not a leaf"):
+        from multiprocessing.reduction import ForkingPickler
+
+        ForkingPickler.dumps(t)
+    with pytest.raises(RuntimeError, match="share_storage: expected a loom tensor"):
+        _C._distributed.share_storage(torch.ones(2))
+    # A descriptor that is not a sealed private memfd is refused.
+    with open(__file__, "rb") as f:
+        with pytest.raises(RuntimeError, match="open_shared_storage.*not a sealed, private memfd"):
+            _C._distributed.open_shared_storage(f.fileno(), os.fstat(f.fileno()).st_size, 0)
+
+
+def test_sharing_needs_host_addressable_memory():
+    code = ("import torch; from torch_loom import _C\n"
+            "try:\n"
+            "    _C._distributed.share_storage(torch.ones(4, device='loom'))\n"
+            "except RuntimeError as e:\n"
+            "    print('ERROR', e)\n")
+    env = dict(os.environ, LOOM_DRIVER="guarded")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ERROR share_storage" in out.stdout and "host can address" in out.stdout, out.stdout
