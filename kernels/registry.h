@@ -26,6 +26,11 @@ typedef struct loom_kernel_entry {
 /* The library's entry named `name`, or NULL. */
 const loom_kernel_entry *loom_kernel_library_find(const char *name);
 
+/* What the library's kernel named `name` declares about itself: the
+ * LOOM_KERNEL_* bits of loom/kernel_abi.h (kernels/declarations.c), 0 for
+ * a kernel that declares nothing or a name the library lacks. */
+uint32_t loom_kernel_library_flags(const char *name);
+
 /* Calls `visit` on every entry of the library (for tests). */
 void loom_kernel_library_each(void (*visit)(const loom_kernel_entry *entry, void *user),
                               void *user);

@@ -199,6 +199,13 @@ void loom_driver_event_wait(loom_event_t *event, uint64_t sequence);
  *   } */
 void loom_driver_trace_report(const loom_command *command, uint64_t start_ns,
                               uint64_t end_ns);
+/* The same for `n` launches that ran as one fused group between start_ns
+ * and end_ns (loom/fuse.h): the profiler sees one kernel, named for the
+ * members in order ("fused(mul_, add_, sqrt)"), with their bytes and flops,
+ * on the first traced member's record; the other members' records are
+ * withdrawn. Untraced members are passed over. */
+void loom_driver_trace_report_group(const loom_command *const *commands, size_t n,
+                                    uint64_t start_ns, uint64_t end_ns);
 
 #ifdef __cplusplus
 }

@@ -70,7 +70,35 @@ typedef struct loom_kernel_args {
   const loom_scalar *scalars;
   int64_t range; /* the full parallel range of this launch */
   int64_t grain; /* chunk size: chunk k covers [k*grain, min((k+1)*grain, range)) */
+  /* Appended without a version change: 0 means "no hints", every caller
+   * zero-initializes the struct, and a kernel that ignores it stays
+   * correct. LOOM_KERNEL_HINT_* bits. */
+  uint32_t hints;
 } loom_kernel_args;
+
+/* Hints a kernel may use for speed, never for what it computes. */
+enum {
+  /* What this launch writes is read again soon by another launch on the
+   * same chunk (a fused group's intermediate): keep it in the cache rather
+   * than streaming it past. */
+  LOOM_KERNEL_HINT_CACHED = 1u << 0,
+};
+
+/* What a kernel declares about itself (its library entry's `flags`).
+ *
+ * LOOM_KERNEL_ELEMENTWISE: every launch of the kernel iterates one logical
+ * shape, that of its tensors (each of the launch's tensors has those sizes,
+ * or rank 0 and is read as a scalar), `range` is its number of elements,
+ * and the call for [begin, end) touches, of every tensor of that shape,
+ * exactly the elements whose row-major linear index lies in [begin, end),
+ * and nothing else in memory. Its results therefore do not depend on the
+ * grain, and chunk k of two such launches over the same range may run one
+ * after the other, before chunk k + 1 of either (the host driver's adaptive
+ * eager fuses queued launches so). tests/test_fusion.py checks the
+ * declared kernels at many grains. */
+enum {
+  LOOM_KERNEL_ELEMENTWISE = 1u << 0,
+};
 
 typedef int (*loom_kernel_fn)(const loom_kernel_args *args, int64_t begin,
                               int64_t end);

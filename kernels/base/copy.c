@@ -158,7 +158,8 @@ int loom_kernel_copy(const loom_kernel_args *args, int64_t begin, int64_t end) {
   /* A copy too large for the last-level cache writes its contiguous runs
    * past it (64 MB, one thread: 23 GB/s through memcpy, 35 streamed). */
   const int stream = same && ds == dsize && ss == dsize && dst->data != src->data &&
-                     args->range * dsize >= LOOM_STREAM_STORE_BYTES && avx512;
+                     args->range * dsize >= LOOM_STREAM_STORE_BYTES && avx512 &&
+                     !(args->hints & LOOM_KERNEL_HINT_CACHED);
 
   if (same && is_transpose(&it, dsize)) {
     copy_transposed(&it, dsize);

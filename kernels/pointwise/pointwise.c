@@ -241,11 +241,13 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
    * streamed past the cache, unless it is also an input: its lines were
    * just read into the cache, and a cache-bypassing store to them costs
    * more than an ordinary one (an in-place add of 16M floats: 6.1 ms
-   * streamed, 4.1 ms not). */
+   * streamed, 4.1 ms not), or unless a fused launch reads it next
+   * (LOOM_KERNEL_HINT_CACHED). */
   int in_place = 0;
   for (int k = 1; k < nops; ++k) in_place |= !is_const[k] && ops[k]->data == ops[0]->data;
   const int stream = direct[0] && !in_place && (loom_cpu_features() & LOOM_FEATURE_AVX512F) &&
-                     args->range * ksize >= LOOM_STREAM_STORE_BYTES;
+                     args->range * ksize >= LOOM_STREAM_STORE_BYTES &&
+                     !(args->hints & LOOM_KERNEL_HINT_CACHED);
   if (stream) direct[0] = 0;
 
   char *p[1 + LOOM_PW_MAX_INPUTS];

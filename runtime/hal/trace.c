@@ -26,7 +26,9 @@
  * loom_shutdown frees the rings. */
 #define _GNU_SOURCE /* syscall(SYS_gettid) */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -218,6 +220,39 @@ void loom_trace_stream_destroyed(loom_stream_t *stream) {
   pthread_mutex_unlock(&trace_lock);
 }
 
+/* Names of fused groups: records point to them, so they live until
+ * shutdown, when the rings go too. At most GROUP_NAMES distinct ones; later
+ * groups share one generic name. */
+#define GROUP_NAMES 4096
+#define GROUP_NAME_MAX 256
+
+typedef struct group_name {
+  struct group_name *next;
+  char text[];
+} group_name;
+
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+static group_name *names; /* names_lock */
+static size_t names_count;  /* names_lock */
+
+static const char *intern_name(const char *text) {
+  pthread_mutex_lock(&names_lock);
+  const char *found = "fused";
+  group_name *n = names;
+  while (n && strcmp(n->text, text)) n = n->next;
+  if (n) {
+    found = n->text;
+  } else if (names_count < GROUP_NAMES && (n = malloc(sizeof *n + strlen(text) + 1))) {
+    strcpy(n->text, text);
+    n->next = names;
+    names = n;
+    ++names_count;
+    found = n->text;
+  }
+  pthread_mutex_unlock(&names_lock);
+  return found;
+}
+
 void loom_trace_shutdown(void) {
   pthread_mutex_lock(&trace_lock);
   while (rings) {
@@ -226,6 +261,14 @@ void loom_trace_shutdown(void) {
     free(r);
   }
   pthread_mutex_unlock(&trace_lock);
+  pthread_mutex_lock(&names_lock);
+  while (names) {
+    group_name *n = names;
+    names = n->next;
+    free(n);
+  }
+  names_count = 0;
+  pthread_mutex_unlock(&names_lock);
 }
 
 /* ---- enqueue and execution ----------------------------------------------------- */
@@ -296,4 +339,35 @@ void loom_driver_trace_report(const loom_command *cmd, uint64_t start_ns, uint64
   slot->record.start_ns = start_ns;
   slot->record.end_ns = end_ns >= start_ns ? end_ns : start_ns;
   slot_publish(slot);
+}
+
+void loom_driver_trace_report_group(const loom_command *const *cmds, size_t n, uint64_t start_ns,
+                                    uint64_t end_ns) {
+  trace_slot *lead = NULL;
+  char text[GROUP_NAME_MAX];
+  size_t len = (size_t)snprintf(text, sizeof text, "fused(");
+  uint64_t bytes = 0, flops = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (len < sizeof text)
+      len += (size_t)snprintf(text + len, sizeof text - len, "%s%s", i ? ", " : "", cmds[i]->name);
+    trace_slot *slot = cmds[i]->trace;
+    if (!slot) continue;
+    bytes += slot->record.bytes;
+    flops += slot->record.flops;
+    if (!lead) {
+      lead = slot;
+    } else {
+      slot->record.kind = TRACE_CANCELLED;
+      slot_publish(slot);
+    }
+  }
+  if (!lead) return;
+  if (len + 1 >= sizeof text) memcpy(text + sizeof text - 5, "...)", 5);
+  else snprintf(text + len, sizeof text - len, ")");
+  lead->record.name = lead->record.op = intern_name(text);
+  lead->record.bytes = bytes;
+  lead->record.flops = flops;
+  lead->record.start_ns = start_ns;
+  lead->record.end_ns = end_ns >= start_ns ? end_ns : start_ns;
+  slot_publish(lead);
 }

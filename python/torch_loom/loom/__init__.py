@@ -175,7 +175,9 @@ def __getattr__(name):
 
 
 from . import amp  # noqa: E402
+from . import fusion  # noqa: E402
 from .amp import get_amp_supported_dtype  # noqa: E402
+from .fusion import counters as fusion_counters  # noqa: E402
 from .graphs import (  # noqa: E402
     Graph,
     graph,
@@ -233,6 +235,8 @@ __all__ = [
     "device_of",
     "empty_cache",
     "fallback_ops",
+    "fusion",
+    "fusion_counters",
     "get_amp_supported_dtype",
     "get_device_capability",
     "get_device_name",

@@ -8,6 +8,7 @@
 #include "kernels/registry.h"
 #include "base/cpu.h"
 #include "base/env.h"
+#include "runtime/drivers/host/host_fuse.h"
 #include "runtime/drivers/host/host_internal.h"
 
 static host_context host_ctx;
@@ -101,6 +102,7 @@ static loom_status host_kernel_resolve(void *ctx, const char *name, loom_kernel_
   const loom_kernel_entry *e = loom_kernel_library_find(name);
   if (!e) return LOOM_ERROR_NOT_SUPPORTED;
   *out = (loom_kernel_impl){.fn = e->fn, .plan = e->plan};
+  host_fuse_declare(e->fn, loom_kernel_library_flags(name));
   return LOOM_OK;
 }
 

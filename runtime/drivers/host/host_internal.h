@@ -75,6 +75,12 @@ loom_status host_queue_query(void *ctx, loom_driver_queue *queue);
 loom_status host_queue_synchronize(void *ctx, loom_driver_queue *queue);
 loom_status host_queue_run_inline(void *ctx, loom_driver_queue *queue, const loom_command *command);
 
+/* Reports the failure of launch `cmd` (kernel status rc on the chunk
+ * [begin, end), `reason` its kernel's message or "") to `report`, or with
+ * `report` NULL sets it as this thread's error. Returns the status. */
+loom_status host_launch_failed(const loom_command *cmd, int rc, int64_t begin, int64_t end,
+                               const char *reason, loom_stream_t *report);
+
 /* Executes a launch command on the calling thread plus the device's pool,
  * at `priority` (see host_pool_run); reports a failure through `report` (may
  * be NULL: then sets the thread's error message). Returns the failing status

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/cpu.h"
 #include "base/stream_store.h"
+#include "runtime/drivers/host/host_fuse.h"
 #include "runtime/drivers/host/host_internal.h"
 
 #define EXECUTOR_SPIN_NS 50000
@@ -20,6 +21,9 @@
 
 typedef struct host_node {
   struct host_node *next;
+  /* Ran already, in a fused group ahead of commands it followed: its turn
+   * only counts it complete. Only the execution token's holder uses it. */
+  int done;
   loom_command command; /* launch descriptors point into this node */
 } host_node;
 
@@ -44,7 +48,26 @@ struct loom_driver_queue {
    * wake-up, both under lock. */
   _Atomic uint64_t wake_at;
   atomic_int executor_sleeping, sync_waiters, stop;
+  host_group *group; /* adaptive eager's, for the token's holder; NULL: none */
 };
+
+loom_status host_launch_failed(const loom_command *cmd, int rc, int64_t begin, int64_t end,
+                               const char *reason, loom_stream_t *report) {
+  const loom_status st = loom_kernel_status(rc);
+  /* The kernel's own reason when it gave one, else what the runtime knows. */
+  char message[HOST_REASON_CAPACITY + 160];
+  if (reason[0])
+    snprintf(message, sizeof message, "%s: %s", cmd->name, reason);
+  else
+    snprintf(message, sizeof message, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)",
+             cmd->name, loom_status_name(st), rc, (long long)begin, (long long)end,
+             (long long)cmd->u.launch.range);
+  if (report) {
+    loom_driver_report_error(report, st, "%s", message);
+    return st;
+  }
+  return loom_error(st, "%s", message);
+}
 
 loom_status host_execute_launch(host_context *ctx, int device, int priority,
                                 const loom_command *cmd, loom_stream_t *report) {
@@ -59,22 +82,9 @@ loom_status host_execute_launch(host_context *ctx, int device, int priority,
   const int rc =
       host_pool_run(&ctx->devices[device].pool, priority, cmd->u.launch.fn, &args, &failure);
   if (rc == 0) return LOOM_OK;
-  const loom_status st = loom_kernel_status(rc);
   const int64_t begin = failure.begin;
   const int64_t end = args.range - begin > args.grain ? begin + args.grain : args.range;
-  /* The kernel's own reason when it gave one, else what the runtime knows. */
-  char message[HOST_REASON_CAPACITY + 160];
-  if (failure.reason[0])
-    snprintf(message, sizeof message, "%s: %s", cmd->name, failure.reason);
-  else
-    snprintf(message, sizeof message, "%s: %s (kernel returned %d on [%lld, %lld) of range %lld)",
-             cmd->name, loom_status_name(st), rc, (long long)begin, (long long)end,
-             (long long)args.range);
-  if (report) {
-    loom_driver_report_error(report, st, "%s", message);
-    return st;
-  }
-  return loom_error(st, "%s", message);
+  return host_launch_failed(cmd, rc, begin, end, failure.reason, report);
 }
 
 /* Copies one chunk: tensor 0 is the destination, tensor 1 the source,
@@ -164,12 +174,41 @@ static host_node *pop(loom_driver_queue *q) {
   return n;
 }
 
+/* Runs `lead` (popped) in a fused group with launches queued after it,
+ * if any join (loom/fuse.h); 0 if none did. Those that joined stay queued,
+ * marked done, so that the count of completed commands still means "the
+ * first N in order". Only commands queued by now are looked at: nothing
+ * waits for more. The caller holds the execution token, so nodes are
+ * neither removed nor freed meanwhile, and the links up to the tail read
+ * under the lock were written before it. */
+static int run_fused(loom_driver_queue *q, host_node *lead) {
+  pthread_mutex_lock(&q->lock);
+  host_node *m = q->head, *last = q->tail;
+  pthread_mutex_unlock(&q->lock);
+  if (!m) return 0;
+  host_group *g = q->group;
+  host_node *joined[HOST_FUSE_MAX_MEMBERS];
+  int n = 0;
+  host_fuse_begin(g, &lead->command);
+  for (; m; m = m == last ? NULL : m->next) {
+    if (m->done) continue;
+    const int r = host_fuse_offer(g, &m->command);
+    if (r == HOST_FUSE_STOP) break;
+    if (r == HOST_FUSE_JOINED) joined[n++] = m;
+  }
+  if (n == 0) return 0;
+  host_fuse_run(q->ctx, q->device, q->priority, g, q->owner);
+  for (int i = 0; i < n; ++i) joined[i]->done = 1;
+  return 1;
+}
+
 /* Executes queued commands until the queue is empty or `target` commands
  * have completed. The caller holds the execution token. */
 static void drain(loom_driver_queue *q, uint64_t target) {
   host_node *n;
   while (atomic_load(&q->completed) < target && (n = pop(q)) != NULL) {
-    execute(q, &n->command);
+    if (!n->done && !(q->group && host_fuse_can_lead(&n->command) && run_fused(q, n)))
+      execute(q, &n->command);
     free(n);
     const uint64_t completed = atomic_fetch_add(&q->completed, 1) + 1;
     if (atomic_load(&q->sync_waiters) && completed >= atomic_load(&q->wake_at)) {
@@ -222,7 +261,10 @@ loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t
   pthread_cond_init(&q->work, NULL);
   pthread_cond_init(&q->done, NULL);
   atomic_store(&q->wake_at, UINT64_MAX);
+  /* Without one the queue runs every command alone: fusion only saves time. */
+  q->group = host_fuse_group_create();
   if (host_thread_start(&q->thread, executor_main, q) != 0) {
+    host_fuse_group_destroy(q->group);
     pthread_cond_destroy(&q->done);
     pthread_cond_destroy(&q->work);
     pthread_mutex_destroy(&q->exec);
@@ -245,6 +287,7 @@ void host_queue_destroy(void *ctx, loom_driver_queue *q) {
   pthread_cond_destroy(&q->work);
   pthread_mutex_destroy(&q->exec);
   pthread_mutex_destroy(&q->lock);
+  host_fuse_group_destroy(q->group);
   free(q);
 }
 
@@ -256,6 +299,7 @@ loom_status host_queue_submit(void *ctx, loom_driver_queue *q, const loom_comman
   host_node *n = malloc(sizeof *n + extra);
   if (!n) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "%s: out of host memory enqueuing", cmd->name);
   n->next = NULL;
+  n->done = 0;
   n->command = *cmd;
   if (cmd->kind == LOOM_COMMAND_LAUNCH) {
     /* Tensors first: loom_tensor needs 8-byte alignment, as do scalars. */

@@ -1,0 +1,530 @@
+/* Adaptive eager, level 1: the chunks of queued elementwise launches,
+ * chained (loom/fuse.h).
+ *
+ * Why it is exact: a LOOM_KERNEL_ELEMENTWISE kernel's call for [b, e)
+ * touches, of each tensor, the elements of row-major linear index [b, e)
+ * and nothing else. Two launches over the same range that share memory
+ * only through the same element map (data, dtype, and sizes and strides
+ * once dims of size 1 are dropped and contiguous dims merged) therefore
+ * meet only within the same chunk, where the group keeps their program
+ * order; memory shared any other way keeps a launch out. Since the
+ * results do not depend on the grain, the group picks its own: small
+ * enough that a chunk's operands, across members, stay in the cache.
+ *
+ * A launch the look passes over stays queued and runs after the group; a
+ * later launch joins only if it touches none of the memory of those passed
+ * over, so moving it ahead of them changes nothing either. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kernels/registry.h"
+#include "loom/fuse.h"
+#include "runtime/drivers/host/host_fuse.h"
+
+/* Budgets. A launch the look passes over costs its spans; joining costs a
+ * check against them. */
+#define FUSE_LOOKAHEAD 1024         /* queued commands looked at per group */
+#define FUSE_MAX_PASSED_SPANS 4096  /* memory spans of launches passed over */
+#define FUSE_MAX_TENSORS 8          /* tensors of a member */
+#define FUSE_MIN_RANGE 8192         /* smaller launches run as they are */
+#define FUSE_CHUNK_BYTES (384 << 10) /* a chunk's operands, all members */
+#define FUSE_MIN_GRAIN 2048
+
+typedef struct span {
+  uintptr_t lo, hi; /* [lo, hi) */
+} span;
+
+struct host_group {
+  loom_kernel_args args; /* first: what the pool sees (the range, the group's grain) */
+  int n;
+  int looked;
+  int passed;    /* launches passed over so far */
+  int reordered; /* members that joined after a launch was passed over */
+  const loom_command *members[HOST_FUSE_MAX_MEMBERS];
+  loom_kernel_args margs[HOST_FUSE_MAX_MEMBERS];
+  /* The members' tensors' spans, and whose they are. */
+  int nspans;
+  span spans[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  uint8_t span_member[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  uint8_t span_tensor[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  int npassed;
+  span passed_spans[FUSE_MAX_PASSED_SPANS];
+  /* Per member, the first failing chunk (as host_pool_run records one). */
+  atomic_int failed[HOST_FUSE_MAX_MEMBERS];
+  int64_t failed_begin[HOST_FUSE_MAX_MEMBERS], failed_end[HOST_FUSE_MAX_MEMBERS];
+  char failed_reason[HOST_FUSE_MAX_MEMBERS][HOST_REASON_CAPACITY];
+};
+
+/* ---- mode and counters ------------------------------------------------------ */
+
+static atomic_int fuse_mode = -1; /* -1: LOOM_FUSE not read yet */
+static _Atomic uint64_t stat_groups, stat_ops, stat_reordered, stat_cached, stat_verified,
+    stat_verify_skipped;
+
+static loom_fuse_mode mode_from_env(void) {
+  const char *v = getenv("LOOM_FUSE");
+  if (!v || !*v) return LOOM_FUSE_ON;
+  if (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false")) return LOOM_FUSE_OFF;
+  if (!strcasecmp(v, "verify")) return LOOM_FUSE_VERIFY;
+  return LOOM_FUSE_ON;
+}
+
+loom_fuse_mode loom_fuse_get_mode(void) {
+  int m = atomic_load_explicit(&fuse_mode, memory_order_relaxed);
+  if (m >= 0) return (loom_fuse_mode)m;
+  int expected = -1;
+  m = mode_from_env();
+  if (!atomic_compare_exchange_strong(&fuse_mode, &expected, m)) m = expected;
+  return (loom_fuse_mode)m;
+}
+
+void loom_fuse_set_mode(loom_fuse_mode mode) {
+  if (mode >= LOOM_FUSE_OFF && mode <= LOOM_FUSE_VERIFY) atomic_store(&fuse_mode, (int)mode);
+}
+
+void loom_fuse_stats_get(loom_fuse_stats *out) {
+  if (!out) return;
+  *out = (loom_fuse_stats){
+      .groups = atomic_load(&stat_groups),
+      .ops_fused = atomic_load(&stat_ops),
+      .reordered = atomic_load(&stat_reordered),
+      .bytes_cached = atomic_load(&stat_cached),
+      .verified = atomic_load(&stat_verified),
+      .verify_skipped = atomic_load(&stat_verify_skipped),
+  };
+}
+
+void loom_fuse_stats_reset(void) {
+  atomic_store(&stat_groups, 0);
+  atomic_store(&stat_ops, 0);
+  atomic_store(&stat_reordered, 0);
+  atomic_store(&stat_cached, 0);
+  atomic_store(&stat_verified, 0);
+  atomic_store(&stat_verify_skipped, 0);
+}
+
+/* ---- which kernels may join ------------------------------------------------- */
+
+#define MAX_DECLARED 64
+static _Atomic(loom_kernel_fn) declared[MAX_DECLARED];
+static atomic_int declared_count;
+static pthread_mutex_t declare_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int is_elementwise(loom_kernel_fn fn) {
+  const int n = atomic_load_explicit(&declared_count, memory_order_acquire);
+  for (int i = 0; i < n; ++i)
+    if (atomic_load_explicit(&declared[i], memory_order_relaxed) == fn) return 1;
+  return 0;
+}
+
+void host_fuse_declare(loom_kernel_fn fn, uint32_t flags) {
+  if (!fn || !(flags & LOOM_KERNEL_ELEMENTWISE)) return;
+  pthread_mutex_lock(&declare_lock);
+  const int n = atomic_load(&declared_count);
+  if (!is_elementwise(fn) && n < MAX_DECLARED) {
+    atomic_store_explicit(&declared[n], fn, memory_order_relaxed);
+    atomic_store_explicit(&declared_count, n + 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&declare_lock);
+}
+
+typedef struct name_list {
+  const char **out;
+  size_t capacity, count;
+} name_list;
+
+static void collect_elementwise(const loom_kernel_entry *e, void *user) {
+  name_list *l = user;
+  if (!(loom_kernel_library_flags(e->name) & LOOM_KERNEL_ELEMENTWISE)) return;
+  if (l->count < l->capacity) l->out[l->count] = e->name;
+  ++l->count;
+}
+
+size_t loom_fuse_elementwise_kernels(const char **out, size_t capacity) {
+  name_list l = {.out = out, .capacity = out ? capacity : 0};
+  loom_kernel_library_each(collect_elementwise, &l);
+  return l.count;
+}
+
+host_group *host_fuse_group_create(void) { return calloc(1, sizeof(host_group)); }
+
+void host_fuse_group_destroy(host_group *group) { free(group); }
+
+int host_fuse_can_lead(const loom_command *cmd) {
+  return cmd->kind == LOOM_COMMAND_LAUNCH && cmd->u.launch.range >= FUSE_MIN_RANGE &&
+         cmd->u.launch.num_tensors <= FUSE_MAX_TENSORS &&
+         loom_fuse_get_mode() != LOOM_FUSE_OFF && is_elementwise(cmd->u.launch.fn);
+}
+
+/* ---- memory a launch touches -------------------------------------------------- */
+
+/* The bytes `t` can reach; 0 for none (no data, or no elements). A
+ * descriptor the runtime cannot read reaches everything. */
+static int tensor_span(const loom_tensor *t, span *out) {
+  if (!t->data) return 0;
+  const int64_t es = loom_dtype_size(t->dtype);
+  if (es == 0 || t->rank < 0 || t->rank > LOOM_MAX_DIMS) {
+    *out = (span){0, UINTPTR_MAX};
+    return 1;
+  }
+  intptr_t lo = 0, hi = 0;
+  for (int32_t d = 0; d < t->rank; ++d) {
+    if (t->sizes[d] <= 0) return 0;
+    const intptr_t ext = (intptr_t)((t->sizes[d] - 1) * t->strides[d] * es);
+    if (ext < 0) lo += ext; else hi += ext;
+  }
+  *out = (span){(uintptr_t)t->data + (uintptr_t)lo, (uintptr_t)t->data + (uintptr_t)hi + (uintptr_t)es};
+  return 1;
+}
+
+static int overlap(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
+
+/* A descriptor's element map in its simplest form: dims of size 1 dropped,
+ * neighbours merged where the outer one steps as far as the whole inner. */
+typedef struct canon {
+  int32_t rank;
+  int64_t sizes[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
+} canon;
+
+static void canonicalize(const loom_tensor *t, canon *c) {
+  c->rank = 0;
+  for (int32_t d = 0; d < t->rank; ++d) {
+    if (t->sizes[d] == 1) continue;
+    const int32_t r = c->rank;
+    if (r > 0 && c->strides[r - 1] == t->sizes[d] * t->strides[d]) {
+      c->sizes[r - 1] *= t->sizes[d];
+      c->strides[r - 1] = t->strides[d];
+    } else {
+      c->sizes[r] = t->sizes[d];
+      c->strides[r] = t->strides[d];
+      c->rank = r + 1;
+    }
+  }
+}
+
+/* Whether two descriptors map every linear index to the same element. */
+static int same_map(const loom_tensor *a, const loom_tensor *b) {
+  if (a->data != b->data || a->dtype != b->dtype) return 0;
+  if (a->rank < 0 || a->rank > LOOM_MAX_DIMS || b->rank < 0 || b->rank > LOOM_MAX_DIMS) return 0;
+  canon ca, cb;
+  canonicalize(a, &ca);
+  canonicalize(b, &cb);
+  if (ca.rank != cb.rank) return 0;
+  for (int32_t d = 0; d < ca.rank; ++d)
+    if (ca.sizes[d] != cb.sizes[d] || ca.strides[d] != cb.strides[d]) return 0;
+  return 1;
+}
+
+/* ---- forming a group ------------------------------------------------------------ */
+
+static void add_member(host_group *g, const loom_command *cmd, const span *sp, const int *which,
+                       int ns) {
+  const int m = g->n++;
+  g->members[m] = cmd;
+  for (int i = 0; i < ns; ++i) {
+    g->spans[g->nspans] = sp[i];
+    g->span_member[g->nspans] = (uint8_t)m;
+    g->span_tensor[g->nspans] = (uint8_t)which[i];
+    ++g->nspans;
+  }
+  if (g->passed) ++g->reordered;
+}
+
+void host_fuse_begin(host_group *g, const loom_command *lead) {
+  g->n = g->looked = g->passed = g->reordered = g->nspans = g->npassed = 0;
+  g->args = (loom_kernel_args){.abi_version = LOOM_KERNEL_ABI_VERSION,
+                               .range = lead->u.launch.range,
+                               .grain = lead->u.launch.grain};
+  span sp[FUSE_MAX_TENSORS];
+  int which[FUSE_MAX_TENSORS], ns = 0;
+  for (uint32_t i = 0; i < lead->u.launch.num_tensors; ++i)
+    if (tensor_span(&lead->u.launch.tensors[i], &sp[ns])) which[ns++] = (int)i;
+  add_member(g, lead, sp, which, ns);
+}
+
+int host_fuse_joined(const host_group *g) { return g->n - 1; }
+
+/* Whether `cmd`, whose spans are `sp`, may run in the group: it touches no
+ * memory of a launch passed over, and shares memory with members only
+ * through the same element map. */
+static int may_join(const host_group *g, const loom_command *cmd, const span *sp,
+                    const int *which, int ns) {
+  for (int i = 0; i < ns; ++i)
+    for (int p = 0; p < g->npassed; ++p)
+      if (overlap(sp[i], g->passed_spans[p])) return 0;
+  for (int i = 0; i < ns; ++i) {
+    const loom_tensor *t = &cmd->u.launch.tensors[which[i]];
+    for (int s = 0; s < g->nspans; ++s) {
+      if (!overlap(sp[i], g->spans[s])) continue;
+      const loom_command *m = g->members[g->span_member[s]];
+      if (!same_map(t, &m->u.launch.tensors[g->span_tensor[s]])) return 0;
+    }
+  }
+  return 1;
+}
+
+int host_fuse_offer(host_group *g, const loom_command *cmd) {
+  if (cmd->kind != LOOM_COMMAND_LAUNCH || ++g->looked > FUSE_LOOKAHEAD ||
+      g->n == HOST_FUSE_MAX_MEMBERS)
+    return HOST_FUSE_STOP;
+  /* A launch with more tensors than a member may have is passed over whole:
+   * its first FUSE_MAX_TENSORS tensors' spans would not cover it. */
+  const uint32_t nt = cmd->u.launch.num_tensors;
+  if (nt > FUSE_MAX_TENSORS) return HOST_FUSE_STOP;
+  span sp[FUSE_MAX_TENSORS];
+  int which[FUSE_MAX_TENSORS], ns = 0;
+  for (uint32_t i = 0; i < nt; ++i)
+    if (tensor_span(&cmd->u.launch.tensors[i], &sp[ns])) which[ns++] = (int)i;
+  if (cmd->u.launch.range == g->args.range && is_elementwise(cmd->u.launch.fn) &&
+      may_join(g, cmd, sp, which, ns)) {
+    add_member(g, cmd, sp, which, ns);
+    return HOST_FUSE_JOINED;
+  }
+  if (g->npassed + ns > FUSE_MAX_PASSED_SPANS) return HOST_FUSE_STOP;
+  for (int i = 0; i < ns; ++i) g->passed_spans[g->npassed++] = sp[i];
+  ++g->passed;
+  return HOST_FUSE_PASSED;
+}
+
+/* ---- running a group ---------------------------------------------------------------- */
+
+/* The members' arguments over the group's grain, and the hint for each
+ * member whose memory a later member touches (its writes are read back
+ * within the chunk). The grain keeps one chunk's operands, summed over the
+ * members, within FUSE_CHUNK_BYTES. */
+static uint64_t prepare(host_group *g) {
+  int64_t grain = g->args.grain, bytes_per_element = 0;
+  for (int m = 0; m < g->n; ++m) {
+    const loom_command *c = g->members[m];
+    if (c->u.launch.grain < grain) grain = c->u.launch.grain;
+    for (uint32_t i = 0; i < c->u.launch.num_tensors; ++i)
+      bytes_per_element += loom_dtype_size(c->u.launch.tensors[i].dtype);
+  }
+  if (bytes_per_element > 0) {
+    int64_t budget = FUSE_CHUNK_BYTES / bytes_per_element;
+    if (budget < FUSE_MIN_GRAIN) budget = FUSE_MIN_GRAIN;
+    budget -= budget % 64;
+    if (budget < grain) grain = budget;
+  }
+  g->args.grain = grain;
+  uint64_t cached = 0;
+  for (int m = 0; m < g->n; ++m) {
+    const loom_command *c = g->members[m];
+    g->margs[m] = (loom_kernel_args){.abi_version = LOOM_KERNEL_ABI_VERSION,
+                                     .num_tensors = c->u.launch.num_tensors,
+                                     .tensors = c->u.launch.tensors,
+                                     .num_scalars = c->u.launch.num_scalars,
+                                     .scalars = c->u.launch.scalars,
+                                     .range = c->u.launch.range,
+                                     .grain = grain};
+  }
+  /* Spans are listed by member, so those of later members follow. */
+  for (int s = 0; s < g->nspans; ++s) {
+    const int m = g->span_member[s];
+    for (int t = s + 1; t < g->nspans; ++t) {
+      if (g->span_member[t] == m || !overlap(g->spans[s], g->spans[t])) continue;
+      g->margs[m].hints |= LOOM_KERNEL_HINT_CACHED;
+      const loom_tensor *x = &g->members[m]->u.launch.tensors[g->span_tensor[s]];
+      cached += (uint64_t)(loom_tensor_numel(x) * loom_dtype_size(x->dtype));
+      break;
+    }
+  }
+  return cached;
+}
+
+static void clear_failures(host_group *g) {
+  for (int m = 0; m < g->n; ++m) atomic_store_explicit(&g->failed[m], 0, memory_order_relaxed);
+}
+
+static void record_failure(host_group *g, int m, int rc, int64_t begin, int64_t end) {
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&g->failed[m], &expected, rc)) return;
+  g->failed_begin[m] = begin;
+  g->failed_end[m] = end;
+  strncpy(g->failed_reason[m], loom_last_error(), HOST_REASON_CAPACITY - 1);
+  g->failed_reason[m][HOST_REASON_CAPACITY - 1] = '\0';
+}
+
+/* The pool's kernel for a group: chunk [begin, end) of every member in
+ * program order. `args` is the group's own (its first field). A failing
+ * member is recorded, and the others go on, as they would unfused. */
+static int group_chunk(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  host_group *g = (host_group *)args;
+  for (int m = 0; m < g->n; ++m) {
+    loom_clear_error();
+    const int rc = g->members[m]->u.launch.fn(&g->margs[m], begin, end);
+    if (rc != 0) record_failure(g, m, rc, begin, end);
+  }
+  return 0;
+}
+
+static void run_fused(host_context *ctx, int device, int priority, host_group *g) {
+  clear_failures(g);
+  host_failure unused;
+  (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->args, &unused);
+}
+
+/* ---- LOOM_FUSE=verify ------------------------------------------------------------------ */
+
+static int by_lo(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Whether every byte of `t`'s span belongs to one of its elements (no
+ * gaps another tensor could own): saving and restoring the span then
+ * touches nothing else. Broadcast dims read the same bytes again. */
+static int dense(const loom_tensor *t) {
+  if (!t->data) return 1;
+  canon c;
+  canonicalize(t, &c);
+  int64_t sizes[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
+  int r = 0;
+  for (int32_t d = 0; d < c.rank; ++d) {
+    if (c.strides[d] == 0) continue;
+    if (c.strides[d] < 0) return 0;
+    sizes[r] = c.sizes[d];
+    strides[r++] = c.strides[d];
+  }
+  /* Dims by stride, smallest first (a few dims: insertion sort). */
+  for (int i = 1; i < r; ++i)
+    for (int j = i; j > 0 && strides[j] < strides[j - 1]; --j) {
+      int64_t s = strides[j]; strides[j] = strides[j - 1]; strides[j - 1] = s;
+      s = sizes[j]; sizes[j] = sizes[j - 1]; sizes[j - 1] = s;
+    }
+  int64_t expect = 1;
+  for (int i = 0; i < r; ++i) {
+    if (strides[i] != expect) return 0;
+    expect *= sizes[i];
+  }
+  return 1;
+}
+
+/* The members' memory as disjoint sorted spans in `out`; their count, or
+ * -1 if some tensor's span has gaps. */
+static int memory_spans(const host_group *g, span *out) {
+  int n = 0;
+  for (int s = 0; s < g->nspans; ++s) {
+    const loom_tensor *t = &g->members[g->span_member[s]]->u.launch.tensors[g->span_tensor[s]];
+    if (!dense(t) || g->spans[s].hi == UINTPTR_MAX) return -1;
+    out[n++] = g->spans[s];
+  }
+  qsort(out, (size_t)n, sizeof *out, by_lo);
+  int k = 0;
+  for (int i = 0; i < n; ++i) {
+    if (k > 0 && out[i].lo <= out[k - 1].hi) {
+      if (out[i].hi > out[k - 1].hi) out[k - 1].hi = out[i].hi;
+    } else {
+      out[k++] = out[i];
+    }
+  }
+  return k;
+}
+
+static void copy_spans(const span *sp, int n, char *buffer, int to_buffer) {
+  for (int i = 0; i < n; ++i) {
+    const size_t size = sp[i].hi - sp[i].lo;
+    if (to_buffer) memcpy(buffer, (const void *)sp[i].lo, size);
+    else memcpy((void *)sp[i].lo, buffer, size);
+    buffer += size;
+  }
+}
+
+/* The op whose tensor holds the byte at `addr` (the first member's). */
+static const char *owner_of(const host_group *g, uintptr_t addr) {
+  for (int s = 0; s < g->nspans; ++s)
+    if (g->spans[s].lo <= addr && addr < g->spans[s].hi) return g->members[g->span_member[s]]->name;
+  return "?";
+}
+
+static void group_name(const host_group *g, char *out, size_t size) {
+  size_t len = 0;
+  out[0] = '\0';
+  for (int m = 0; m < g->n && len < size; ++m)
+    len += (size_t)snprintf(out + len, size - len, "%s%s", m ? ", " : "", g->members[m]->name);
+}
+
+/* Runs the group fused, keeps what it wrote, restores the inputs, runs the
+ * members one by one as the queue would, and compares. The unfused results
+ * stay, and so do the unfused run's failures. */
+static void run_verified(host_context *ctx, int device, int priority, host_group *g,
+                         loom_stream_t *report) {
+  span *sp = malloc((size_t)g->nspans * sizeof *sp);
+  const int n = sp ? memory_spans(g, sp) : -1;
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) total += sp[i].hi - sp[i].lo;
+  char *saved = n > 0 ? malloc(total) : NULL, *fused = n > 0 ? malloc(total) : NULL;
+  if (!saved || !fused) {
+    atomic_fetch_add_explicit(&stat_verify_skipped, 1, memory_order_relaxed);
+    run_fused(ctx, device, priority, g);
+    free(saved);
+    free(fused);
+    free(sp);
+    return;
+  }
+  copy_spans(sp, n, saved, 1);
+  run_fused(ctx, device, priority, g);
+  copy_spans(sp, n, fused, 1);
+  copy_spans(sp, n, saved, 0);
+  clear_failures(g);
+  for (int m = 0; m < g->n; ++m) {
+    loom_kernel_args a = g->margs[m];
+    a.grain = g->members[m]->u.launch.grain;
+    a.hints = 0;
+    host_failure f;
+    const int rc = host_pool_run(&ctx->devices[device].pool, priority, g->members[m]->u.launch.fn,
+                                 &a, &f);
+    if (rc != 0) {
+      atomic_store(&g->failed[m], rc);
+      g->failed_begin[m] = f.begin;
+      g->failed_end[m] = a.range - f.begin > a.grain ? f.begin + a.grain : a.range;
+      memcpy(g->failed_reason[m], f.reason, sizeof f.reason);
+    }
+  }
+  atomic_fetch_add_explicit(&stat_verified, 1, memory_order_relaxed);
+  size_t offset = 0;
+  for (int i = 0; i < n; ++i) {
+    const size_t size = sp[i].hi - sp[i].lo;
+    const char *now = (const char *)sp[i].lo;
+    if (memcmp(now, fused + offset, size) != 0) {
+      size_t at = 0;
+      while (now[at] == fused[offset + at]) ++at;
+      char names[256];
+      group_name(g, names, sizeof names);
+      loom_driver_report_error(report, LOOM_ERROR_INTERNAL,
+                               "%s: LOOM_FUSE=verify: the fused group (%s) wrote other bytes "
+                               "than its launches one by one (at %#lx)",
+                               owner_of(g, sp[i].lo + at), names, (unsigned long)(sp[i].lo + at));
+      break;
+    }
+    offset += size;
+  }
+  free(saved);
+  free(fused);
+  free(sp);
+}
+
+void host_fuse_run(host_context *ctx, int device, int priority, host_group *g,
+                   loom_stream_t *report) {
+  const uint64_t cached = prepare(g);
+  int traced = 0;
+  for (int m = 0; m < g->n; ++m) traced |= g->members[m]->trace != NULL;
+  const uint64_t t0 = traced ? loom_trace_now() : 0;
+  if (loom_fuse_get_mode() == LOOM_FUSE_VERIFY) run_verified(ctx, device, priority, g, report);
+  else run_fused(ctx, device, priority, g);
+  if (traced) loom_driver_trace_report_group(g->members, (size_t)g->n, t0, loom_trace_now());
+  for (int m = 0; m < g->n; ++m) {
+    const int rc = atomic_load(&g->failed[m]);
+    if (rc != 0)
+      host_launch_failed(g->members[m], rc, g->failed_begin[m], g->failed_end[m],
+                         g->failed_reason[m], report);
+  }
+  for (int m = 0; m < g->n; ++m)
+    if (g->members[m]->release) g->members[m]->release(g->members[m]->release_arg);
+  atomic_fetch_add_explicit(&stat_groups, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&stat_ops, (uint64_t)g->n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&stat_reordered, (uint64_t)g->reordered, memory_order_relaxed);
+  atomic_fetch_add_explicit(&stat_cached, cached, memory_order_relaxed);
+}

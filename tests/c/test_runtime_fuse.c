@@ -1,0 +1,434 @@
+/* Adaptive eager (loom/fuse.h): queued elementwise launches fused on the
+ * stream give the bytes of running them one by one; memory shared through
+ * another element map, events and copies keep launches apart; a launch
+ * moves ahead only of launches it shares no memory with; a failing member's
+ * error names it; LOOM_FUSE=verify compares; the trace shows one kernel.
+ *
+ * A stream held by a host callback queues what follows, so that the
+ * executor sees the whole chain when the gate opens. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/fuse.h"
+#include "loom/kernels/pointwise.h"
+#include "test_drivers.h"
+
+enum { N = 1 << 16 };
+
+static atomic_int gate_open;
+
+static void gate(void *user) {
+  (void)user;
+  while (!atomic_load(&gate_open)) sched_yield();
+}
+
+/* Holds `s` until open_gate: what is enqueued meanwhile waits in its queue. */
+static void hold(loom_stream_t *s) {
+  atomic_store(&gate_open, 0);
+  CHECK_OK(loom_host_callback(s, gate, NULL, "fuse_test.gate"));
+}
+
+static void open_gate(void) { atomic_store(&gate_open, 1); }
+
+static int fuses(void) { return test_driver_has(TEST_DRIVER_ASYNC | TEST_DRIVER_KERNELS); }
+
+static void *dev_alloc(size_t bytes) {
+  void *p = NULL;
+  CHECK_OK(loom_malloc(0, bytes, NULL, &p));
+  return p;
+}
+
+static loom_tensor vec(void *p, int32_t dtype, int64_t n) {
+  return (loom_tensor){.data = p, .dtype = dtype, .rank = 1, .sizes = {n}, .strides = {1}};
+}
+
+/* A tensor slot left out of a launch. */
+static const loom_tensor NONE = {.rank = -1};
+
+/* out = op(a[, b]) through "pointwise.apply", in float (or int64 for
+ * integer tensors), p0 its first parameter. */
+static loom_status pw(loom_stream_t *s, const char *name, int op, loom_tensor out, loom_tensor a,
+                      loom_tensor b, double p0) {
+  static const loom_kernel_t *k;
+  if (!k && loom_kernel_lookup("pointwise.apply", &k) != LOOM_OK) return LOOM_ERROR_NOT_SUPPORTED;
+  const int integer = out.dtype == LOOM_INT64;
+  loom_tensor t[3] = {out, a, b};
+  loom_scalar sc[LOOM_PW_CONST + 2] = {{.i = op}, {.i = integer ? LOOM_PW_I64 : LOOM_PW_F32}};
+  if (integer) sc[LOOM_PW_PARAM].i = (int64_t)p0;
+  else sc[LOOM_PW_PARAM].f = p0;
+  const uint32_t nt = b.rank < 0 ? 2 : 3;
+  const loom_launch_desc d = {.name = name, .kernel = k, .tensors = t, .num_tensors = nt,
+                              .scalars = sc, .num_scalars = LOOM_PW_CONST + nt - 1,
+                              .range = loom_tensor_numel(&out), .grain = LOOM_PW_GRAIN};
+  return loom_launch(s, &d);
+}
+
+static void upload(loom_stream_t *s, void *dev, const void *host, size_t bytes) {
+  CHECK_OK(loom_memcpy(s, dev, host, bytes));
+}
+
+static void download(loom_stream_t *s, void *host, const void *dev, size_t bytes) {
+  CHECK_OK(loom_memcpy(s, host, dev, bytes));
+}
+
+static float *random_floats(size_t n, unsigned seed) {
+  float *h = malloc(n * sizeof *h);
+  srand(seed);
+  for (size_t i = 0; i < n; ++i) h[i] = (float)rand() / (float)RAND_MAX * 4.0f - 2.0f;
+  return h;
+}
+
+static loom_fuse_stats stats(void) {
+  loom_fuse_stats s;
+  loom_fuse_stats_get(&s);
+  return s;
+}
+
+/* x -> y1 = x * 1.5 -> y2 = y1 + x -> y3 = sin(y2) -> y3 *= y3 -> out = y3 - y1,
+ * held until all is queued; returns out's bytes. */
+static float *run_chain(loom_stream_t *s, loom_fuse_mode mode, const float *input) {
+  loom_fuse_set_mode(mode);
+  float *x = dev_alloc(N * 4), *y1 = dev_alloc(N * 4), *y2 = dev_alloc(N * 4), *out = dev_alloc(N * 4);
+  const loom_tensor tx = vec(x, LOOM_FLOAT32, N), t1 = vec(y1, LOOM_FLOAT32, N),
+                    t2 = vec(y2, LOOM_FLOAT32, N), to = vec(out, LOOM_FLOAT32, N);
+  loom_tensor c = {.data = NULL, .dtype = LOOM_FLOAT32, .rank = 0};
+  upload(s, x, input, N * 4);
+  hold(s);
+  /* y1 = x * 1.5: a constant operand travels as scalar LOOM_PW_CONST + 1 */
+  {
+    static const loom_kernel_t *k;
+    if (!k) CHECK_OK(loom_kernel_lookup("pointwise.apply", &k));
+    loom_tensor t[3] = {t1, tx, c};
+    loom_scalar sc[LOOM_PW_CONST + 2] = {{.i = LOOM_PW_MUL}, {.i = LOOM_PW_F32}};
+    sc[LOOM_PW_CONST + 1].f = 1.5;
+    const loom_launch_desc d = {.name = "fuse_test.scale", .kernel = k, .tensors = t,
+                                .num_tensors = 3, .scalars = sc, .num_scalars = LOOM_PW_CONST + 2,
+                                .range = N, .grain = LOOM_PW_GRAIN};
+    CHECK_OK(loom_launch(s, &d));
+  }
+  CHECK_OK(pw(s, "fuse_test.add", LOOM_PW_ADD, t2, t1, tx, 1.0));
+  CHECK_OK(pw(s, "fuse_test.sin", LOOM_PW_SIN, t2, t2, NONE, 0));
+  CHECK_OK(pw(s, "fuse_test.square", LOOM_PW_MUL, t2, t2, t2, 0));
+  CHECK_OK(pw(s, "fuse_test.sub", LOOM_PW_SUB, to, t2, t1, 1.0));
+  open_gate();
+  float *result = malloc(N * 4);
+  download(s, result, out, N * 4);
+  CHECK_OK(loom_stream_synchronize(s));
+  loom_free(x);
+  loom_free(y1);
+  loom_free(y2);
+  loom_free(out);
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  return result;
+}
+
+static void test_chain_is_bitwise_unfused(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *input = random_floats(N, 1);
+  const loom_fuse_stats before = stats();
+  float *ref = run_chain(s, LOOM_FUSE_OFF, input);
+  const loom_fuse_stats off = stats();
+  CHECK_EQ_INT(off.groups, before.groups);
+  float *got = run_chain(s, LOOM_FUSE_ON, input);
+  const loom_fuse_stats on = stats();
+  CHECK(memcmp(ref, got, N * 4) == 0);
+  if (fuses()) {
+    CHECK_EQ_INT(on.groups - off.groups, 1);
+    CHECK_EQ_INT(on.ops_fused - off.ops_fused, 5);
+    CHECK(on.bytes_cached > off.bytes_cached);
+  }
+  /* verify: the same, compared in the driver */
+  float *checked = run_chain(s, LOOM_FUSE_VERIFY, input);
+  CHECK(memcmp(ref, checked, N * 4) == 0);
+  if (fuses()) CHECK_EQ_INT(stats().verified - on.verified, 1);
+  free(ref);
+  free(got);
+  free(checked);
+  free(input);
+  loom_stream_release(s);
+}
+
+/* b = x + 1 over [0, N) of a buffer of N + 1, then c = b[1..N] + 0: c reads
+ * what the next chunk of the first launch writes, so they must not fuse. */
+static void test_overlap_through_another_map_is_not_fused(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *input = random_floats(N + 1, 2);
+  float *x = dev_alloc((N + 1) * 4), *b = dev_alloc((N + 1) * 4), *c = dev_alloc(N * 4);
+  upload(s, x, input, (N + 1) * 4);
+  upload(s, b, input, (N + 1) * 4);
+  const loom_fuse_stats before = stats();
+  hold(s);
+  CHECK_OK(pw(s, "fuse_test.write", LOOM_PW_ADD, vec(b, LOOM_FLOAT32, N), vec(x, LOOM_FLOAT32, N),
+              vec(x, LOOM_FLOAT32, N), 1.0));
+  CHECK_OK(pw(s, "fuse_test.read_shifted", LOOM_PW_NEG, vec(c, LOOM_FLOAT32, N),
+              vec(b + 1, LOOM_FLOAT32, N), NONE, 0));
+  open_gate();
+  float *got = malloc(N * 4);
+  download(s, got, c, N * 4);
+  CHECK_OK(loom_stream_synchronize(s));
+  int wrong = 0;
+  for (int i = 0; i < N; ++i) {
+    const float want = i + 1 < N ? -(input[i + 1] + input[i + 1]) : -input[N];
+    wrong += got[i] != want;
+  }
+  CHECK_EQ_INT(wrong, 0);
+  CHECK_EQ_INT(stats().groups, before.groups);
+  free(got);
+  free(input);
+  loom_free(x);
+  loom_free(b);
+  loom_free(c);
+  loom_stream_release(s);
+}
+
+/* A (range N on p), B (range N / 2 on q), C (range N on p, same map), D
+ * (range N, reads q): C joins A ahead of B; D touches B's memory and
+ * stays behind it. */
+static void test_independent_launch_is_passed_over(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *input = random_floats(N, 3);
+  float *p = dev_alloc(N * 4), *q = dev_alloc(N * 4), *r = dev_alloc(N * 4);
+  const loom_tensor tp = vec(p, LOOM_FLOAT32, N), tq = vec(q, LOOM_FLOAT32, N / 2),
+                    tq_full = vec(q, LOOM_FLOAT32, N), tr = vec(r, LOOM_FLOAT32, N);
+  float *results[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    loom_fuse_set_mode(pass ? LOOM_FUSE_ON : LOOM_FUSE_OFF);
+    upload(s, p, input, N * 4);
+    upload(s, q, input, N * 4);
+    const loom_fuse_stats before = stats();
+    hold(s);
+    CHECK_OK(pw(s, "fuse_test.a", LOOM_PW_EXP, tp, tp, NONE, 0));
+    CHECK_OK(pw(s, "fuse_test.b", LOOM_PW_NEG, tq, tq, NONE, 0));
+    CHECK_OK(pw(s, "fuse_test.c", LOOM_PW_ADD, tp, tp, tp, 0.5));
+    CHECK_OK(pw(s, "fuse_test.d", LOOM_PW_MUL, tr, tq_full, tp, 0));
+    open_gate();
+    results[pass] = malloc(N * 4);
+    download(s, results[pass], r, N * 4);
+    CHECK_OK(loom_stream_synchronize(s));
+    const loom_fuse_stats after = stats();
+    if (pass && fuses()) {
+      CHECK_EQ_INT(after.groups - before.groups, 1);
+      CHECK_EQ_INT(after.ops_fused - before.ops_fused, 2);
+      CHECK_EQ_INT(after.reordered - before.reordered, 1);
+    }
+  }
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  CHECK(memcmp(results[0], results[1], N * 4) == 0);
+  free(results[0]);
+  free(results[1]);
+  free(input);
+  loom_free(p);
+  loom_free(q);
+  loom_free(r);
+  loom_stream_release(s);
+}
+
+/* An event record or a copy between two launches ends the look. */
+static void test_event_and_copy_cut_groups(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  loom_stream_t *s = NULL;
+  loom_event_t *e = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  CHECK_OK(loom_event_create(0, LOOM_EVENT_DEFAULT, &e));
+  float *p = dev_alloc(N * 4), *q = dev_alloc(N * 4);
+  const loom_tensor tp = vec(p, LOOM_FLOAT32, N);
+  float *input = random_floats(N, 4);
+  float *got[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    loom_fuse_set_mode(pass ? LOOM_FUSE_ON : LOOM_FUSE_OFF);
+    upload(s, p, input, N * 4);
+    const loom_fuse_stats before = stats();
+    hold(s);
+    CHECK_OK(pw(s, "fuse_test.before_event", LOOM_PW_SIN, tp, tp, NONE, 0));
+    CHECK_OK(loom_event_record(e, s));
+    CHECK_OK(pw(s, "fuse_test.after_event", LOOM_PW_COS, tp, tp, NONE, 0));
+    CHECK_OK(loom_memcpy(s, q, p, N * 4));
+    CHECK_OK(pw(s, "fuse_test.after_copy", LOOM_PW_EXP, tp, tp, NONE, 0));
+    open_gate();
+    CHECK_OK(loom_stream_synchronize(s));
+    CHECK_OK(loom_event_query(e));
+    CHECK_EQ_INT(stats().groups, before.groups);
+    got[pass] = malloc(N * 4);
+    download(s, got[pass], q, N * 4);
+  }
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  CHECK(memcmp(got[0], got[1], N * 4) == 0);
+  free(got[0]);
+  free(got[1]);
+  free(input);
+  loom_free(p);
+  loom_free(q);
+  loom_event_release(e);
+  loom_stream_release(s);
+}
+
+/* y = x; z = y / 0 (integer: fails); w = y + y: the error names the
+ * failing member, and the members after it still ran. */
+static void test_failing_member_is_named(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  int64_t *host = calloc(N, sizeof *host);
+  for (int i = 0; i < N; ++i) host[i] = i;
+  int64_t *x = dev_alloc(N * 8), *y = dev_alloc(N * 8), *z = dev_alloc(N * 8),
+          *zero = dev_alloc(N * 8), *w = dev_alloc(N * 8);
+  upload(s, x, host, N * 8);
+  memset(host, 0, N * 8);
+  upload(s, zero, host, N * 8);
+  CHECK_OK(loom_stream_synchronize(s));
+  const loom_tensor tx = vec(x, LOOM_INT64, N), ty = vec(y, LOOM_INT64, N),
+                    tz = vec(z, LOOM_INT64, N), t0 = vec(zero, LOOM_INT64, N),
+                    tw = vec(w, LOOM_INT64, N);
+  const loom_fuse_stats before = stats();
+  hold(s);
+  CHECK_OK(pw(s, "fuse_test.plus_one", LOOM_PW_ADD, ty, tx, tx, 0));
+  CHECK_OK(pw(s, "fuse_test.divide_by_zero", LOOM_PW_DIV_TRUNC, tz, ty, t0, 0));
+  CHECK_OK(pw(s, "fuse_test.double", LOOM_PW_ADD, tw, ty, ty, 1));
+  open_gate();
+  const loom_status st = loom_stream_synchronize(s);
+  CHECK_EQ_INT(st, LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK_MSG(strstr(loom_last_error(), "fuse_test.divide_by_zero") != NULL, "message: %s",
+            loom_last_error());
+  if (fuses()) CHECK_EQ_INT(stats().ops_fused - before.ops_fused, 3);
+  download(s, host, w, N * 8);
+  int wrong = 0;
+  for (int i = 0; i < N; ++i) wrong += host[i] != 2 * (int64_t)i;
+  CHECK_EQ_INT(wrong, 0);
+  CHECK_OK(loom_stream_synchronize(s));
+  free(host);
+  loom_free(x);
+  loom_free(y);
+  loom_free(z);
+  loom_free(zero);
+  loom_free(w);
+  loom_stream_release(s);
+}
+
+enum { MAX_RECORDS = 4096 };
+static loom_trace_record records[MAX_RECORDS];
+
+/* Three fused launches are one kernel in the trace, named for them. */
+static void test_trace_shows_one_kernel(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *p = dev_alloc(N * 4);
+  const loom_tensor tp = vec(p, LOOM_FLOAT32, N);
+  CHECK_OK(loom_stream_synchronize(s));
+  CHECK_OK(loom_trace_enable(0));
+  hold(s);
+  CHECK_OK(pw(s, "fuse_test.one", LOOM_PW_ABS, tp, tp, NONE, 0));
+  CHECK_OK(pw(s, "fuse_test.two", LOOM_PW_SQRT, tp, tp, NONE, 0));
+  CHECK_OK(pw(s, "fuse_test.three", LOOM_PW_EXP, tp, tp, NONE, 0));
+  open_gate();
+  CHECK_OK(loom_stream_synchronize(s));
+  loom_trace_disable();
+  size_t n = 0, got;
+  while (n < MAX_RECORDS && (got = loom_trace_drain(records + n, MAX_RECORDS - n)) > 0) n += got;
+  int kernels = 0;
+  const loom_trace_record *k = NULL;
+  for (size_t i = 0; i < n; ++i)
+    if (records[i].kind == LOOM_TRACE_KERNEL) ++kernels, k = &records[i];
+  if (fuses()) {
+    CHECK_EQ_INT(kernels, 1);
+    CHECK(k && strcmp(k->name, "fused(fuse_test.one, fuse_test.two, fuse_test.three)") == 0);
+    CHECK(k && k->bytes == 3 * 2 * (uint64_t)N * 4);
+    CHECK(k && k->end_ns >= k->start_ns);
+  } else {
+    CHECK_EQ_INT(kernels, 3);
+  }
+  loom_free(p);
+  loom_stream_release(s);
+}
+
+/* Two streams fusing at once, each against its unfused bytes. */
+typedef struct chain_job {
+  loom_stream_t *stream;
+  const float *input;
+  float *out;
+} chain_job;
+
+static void *chain_thread(void *arg) {
+  chain_job *j = arg;
+  float *x = NULL, *y = NULL;
+  if (loom_malloc(0, N * 4, j->stream, (void **)&x) != LOOM_OK ||
+      loom_malloc(0, N * 4, j->stream, (void **)&y) != LOOM_OK)
+    return NULL;
+  const loom_tensor tx = vec(x, LOOM_FLOAT32, N), ty = vec(y, LOOM_FLOAT32, N);
+  loom_memcpy(j->stream, x, j->input, N * 4);
+  for (int round = 0; round < 8; ++round) {
+    pw(j->stream, "fuse_test.t_exp", LOOM_PW_TANH, ty, tx, NONE, 0);
+    pw(j->stream, "fuse_test.t_add", LOOM_PW_ADD, tx, tx, ty, 0.25);
+  }
+  loom_memcpy(j->stream, j->out, x, N * 4);
+  loom_stream_synchronize(j->stream);
+  loom_free(x);
+  loom_free(y);
+  return NULL;
+}
+
+static void test_streams_fuse_concurrently(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS | TEST_DRIVER_ASYNC, "no kernel library or threads");
+  float *input = random_floats(N, 5);
+  float *ref = malloc(N * 4);
+  chain_job jobs[2];
+  pthread_t threads[2];
+  loom_fuse_set_mode(LOOM_FUSE_OFF);
+  CHECK_OK(loom_stream_create(0, 0, &jobs[0].stream));
+  jobs[0].input = input;
+  jobs[0].out = ref;
+  chain_thread(&jobs[0]);
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  CHECK_OK(loom_stream_create(0, 0, &jobs[1].stream));
+  for (int i = 0; i < 2; ++i) {
+    jobs[i].input = input;
+    jobs[i].out = malloc(N * 4);
+    CHECK(pthread_create(&threads[i], NULL, chain_thread, &jobs[i]) == 0);
+  }
+  for (int i = 0; i < 2; ++i) pthread_join(threads[i], NULL);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(memcmp(ref, jobs[i].out, N * 4) == 0);
+    free(jobs[i].out);
+    loom_stream_release(jobs[i].stream);
+  }
+  free(ref);
+  free(input);
+}
+
+static void test_mode(void) {
+  const loom_fuse_mode was = loom_fuse_get_mode();
+  loom_fuse_set_mode(LOOM_FUSE_VERIFY);
+  CHECK_EQ_INT(loom_fuse_get_mode(), LOOM_FUSE_VERIFY);
+  loom_fuse_set_mode((loom_fuse_mode)7); /* ignored */
+  CHECK_EQ_INT(loom_fuse_get_mode(), LOOM_FUSE_VERIFY);
+  loom_fuse_set_mode(was);
+  const char *names[8];
+  const size_t n = loom_fuse_elementwise_kernels(names, 8);
+  int pointwise = 0;
+  for (size_t i = 0; i < n && i < 8; ++i) pointwise |= !strcmp(names[i], "pointwise.apply");
+  CHECK(pointwise);
+}
+
+int main(void) {
+  TEST_FOR_EACH_DRIVER {
+    RUN_TEST(test_mode);
+    RUN_TEST(test_chain_is_bitwise_unfused);
+    RUN_TEST(test_overlap_through_another_map_is_not_fused);
+    RUN_TEST(test_independent_launch_is_passed_over);
+    RUN_TEST(test_event_and_copy_cut_groups);
+    RUN_TEST(test_failing_member_is_named);
+    RUN_TEST(test_trace_shows_one_kernel);
+    RUN_TEST(test_streams_fuse_concurrently);
+  }
+  TEST_MAIN_END();
+}
