@@ -511,6 +511,31 @@ def _gpt_infer(ctx: Ctx) -> Prepared:
                     tol=1e-3, extra=phases)
 
 
+# ---- batched small linear algebra --------------------------------------------
+
+def _linalg_batch(op: str):
+    """Cholesky or solve of 256 well-conditioned 64 x 64 float32 matrices."""
+    def build(ctx: Ctx) -> Prepared:
+        b, n = (8, 16) if ctx.quick else (256, 64)
+        x = _randn(b, n, n, seed=11, dtype=torch.float64)
+        a = ctx.to((x @ x.mT / n + torch.eye(n, dtype=torch.float64)).float())
+        rhs = ctx.to(_randn(b, n, 1, seed=12))
+
+        def cholesky(m):
+            return torch.linalg.cholesky(m)
+
+        def solve(m, y):
+            return torch.linalg.solve(m, y)
+
+        if op == "cholesky":
+            f = ctx.compile(cholesky)
+            return Prepared(lambda: f(a), items=b, flops=b * n ** 3 / 3, limit=FMA_FP32)
+        f = ctx.compile(solve)
+        return Prepared(lambda: f(a, rhs), items=b, flops=b * (2 * n ** 3 / 3 + 2 * n * n),
+                        limit=FMA_FP32)
+    return build
+
+
 WORKLOADS: list[Workload] = [
     Workload("overhead_add", "overhead", "op", "per-op overhead: a + b on one-element float32 tensors",
              _overhead),
@@ -561,6 +586,12 @@ WORKLOADS += [
              "torch.autocast(bfloat16) (examples/train_gpt.py --amp bf16)", _gpt_char_train(torch.bfloat16)),
     Workload("gpt_infer", "inference", "token", "GPT inference: prefill 512 tokens, then 64 greedy "
              "decode steps with a static KV cache", _gpt_infer),
+]
+WORKLOADS += [
+    Workload("cholesky_256x64", "linalg", "matrix", "torch.linalg.cholesky of 256 x 64 x 64 "
+             "float32 (symmetric positive-definite)", _linalg_batch("cholesky")),
+    Workload("solve_256x64", "linalg", "matrix", "torch.linalg.solve of 256 x 64 x 64 float32 "
+             "against one right-hand side each", _linalg_batch("solve")),
 ]
 
 BY_NAME = {w.name: w for w in WORKLOADS}
