@@ -92,7 +92,8 @@ class graph:
         from . import empty_cache, synchronize
 
         synchronize()
-        gc.collect()
+        if torch.compiler.config.force_cudagraph_gc:  # as torch.cuda.graph: costly
+            gc.collect()
         empty_cache()
         self.stream_ctx.__enter__()
         try:
