@@ -1,0 +1,132 @@
+"""The C around a traced program: the prelude (reductions, the dot
+micro-kernel) and the kernel entry point over the launch range."""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..compiler import emit_c
+
+#: Reductions accumulate in 16 lanes in a fixed order folded pairwise (the
+#: loop vectorizes without reassociating, results do not depend on the
+#: chunking); the dot is register-blocked (4 rows x 64 or 16 columns of
+#: accumulators) with fused multiply-adds where the CPU has them.
+PRELUDE = r"""
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#define LOOM_TILE_RED(NAME, T, INIT, STEP) \
+static inline T NAME(const T *x, int64_t n, int64_t stride) { \
+  T acc[16]; for (int l = 0; l < 16; ++l) acc[l] = INIT; \
+  int64_t i = 0; \
+  if (stride == 1) for (; i + 16 <= n; i += 16) for (int l = 0; l < 16; ++l) { T a = acc[l], v = x[i + l]; acc[l] = STEP; } \
+  for (; i < n; ++i) { T a = acc[i & 15], v = x[i * stride]; acc[i & 15] = STEP; } \
+  for (int w = 8; w; w >>= 1) for (int l = 0; l < w; ++l) { T a = acc[l], v = acc[l + w]; acc[l] = STEP; } \
+  return acc[0]; }
+LOOM_TILE_RED(loom_tile_sumf, float, 0.0f, a + v)
+LOOM_TILE_RED(loom_tile_sumd, double, 0.0, a + v)
+LOOM_TILE_RED(loom_tile_maxf, float, -INFINITY, ((v != v || v > a) ? v : a))
+LOOM_TILE_RED(loom_tile_maxd, double, -INFINITY, ((v != v || v > a) ? v : a))
+LOOM_TILE_RED(loom_tile_minf, float, INFINITY, ((v != v || v < a) ? v : a))
+LOOM_TILE_RED(loom_tile_mind, double, INFINITY, ((v != v || v < a) ? v : a))
+LOOM_TILE_RED(loom_tile_sumi, int32_t, 0, (int32_t)(a + v))
+LOOM_TILE_RED(loom_tile_sumI, int64_t, 0, a + v)
+LOOM_TILE_RED(loom_tile_maxi, int32_t, INT32_MIN, (v > a ? v : a))
+LOOM_TILE_RED(loom_tile_maxI, int64_t, INT64_MIN, (v > a ? v : a))
+LOOM_TILE_RED(loom_tile_mini, int32_t, INT32_MAX, (v < a ? v : a))
+LOOM_TILE_RED(loom_tile_minI, int64_t, INT64_MAX, (v < a ? v : a))
+/* The first index of the largest (smallest) value; NaN counts as largest
+ * (smallest), as torch.argmax has it. */
+#define LOOM_TILE_ARG(NAME, T, BETTER) \
+static inline int32_t NAME(const T *x, int64_t n, int64_t stride) { \
+  int32_t best = 0; T a = x[0]; \
+  for (int64_t i = 1; i < n; ++i) { T v = x[i * stride]; if (a == a && (BETTER)) { a = v; best = (int32_t)i; } } \
+  return best; }
+LOOM_TILE_ARG(loom_tile_argmaxf, float, (v != v || v > a))
+LOOM_TILE_ARG(loom_tile_argmaxd, double, (v != v || v > a))
+LOOM_TILE_ARG(loom_tile_argmaxi, int32_t, (v > a))
+LOOM_TILE_ARG(loom_tile_argmaxI, int64_t, (v > a))
+LOOM_TILE_ARG(loom_tile_argminf, float, (v != v || v < a))
+LOOM_TILE_ARG(loom_tile_argmind, double, (v != v || v < a))
+LOOM_TILE_ARG(loom_tile_argmini, int32_t, (v < a))
+LOOM_TILE_ARG(loom_tile_argminI, int64_t, (v < a))
+
+/* c[M][N] += a[M][K] . b[K][N], all row-major. */
+static inline __attribute__((always_inline)) void loom_tile_dot(
+    int64_t M, int64_t N, int64_t K, const float *a, const float *b, float *c) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if (N % 16 == 0) {
+    for (; i + 4 <= M; i += 4) {
+      int64_t j = 0;
+      for (; j + 64 <= N; j += 64) {
+        __m512 acc[4][4];
+        for (int r = 0; r < 4; ++r) for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_loadu_ps(c + (i + r) * N + j + 16 * q);
+        for (int64_t k = 0; k < K; ++k) {
+          const float *bk = b + k * N + j;
+          __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk + 16);
+          __m512 b2 = _mm512_loadu_ps(bk + 32), b3 = _mm512_loadu_ps(bk + 48);
+          for (int r = 0; r < 4; ++r) {
+            __m512 av = _mm512_set1_ps(a[(i + r) * K + k]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(av, b2, acc[r][2]);
+            acc[r][3] = _mm512_fmadd_ps(av, b3, acc[r][3]);
+          }
+        }
+        for (int r = 0; r < 4; ++r) for (int q = 0; q < 4; ++q) _mm512_storeu_ps(c + (i + r) * N + j + 16 * q, acc[r][q]);
+      }
+      for (; j < N; j += 16) {
+        __m512 acc[4];
+        for (int r = 0; r < 4; ++r) acc[r] = _mm512_loadu_ps(c + (i + r) * N + j);
+        for (int64_t k = 0; k < K; ++k) {
+          __m512 bv = _mm512_loadu_ps(b + k * N + j);
+          for (int r = 0; r < 4; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[(i + r) * K + k]), bv, acc[r]);
+        }
+        for (int r = 0; r < 4; ++r) _mm512_storeu_ps(c + (i + r) * N + j, acc[r]);
+      }
+    }
+  }
+#endif
+  for (; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      const float av = a[i * K + k];
+      for (int64_t j = 0; j < N; ++j) c[i * N + j] = fmaf(av, b[k * N + j], c[i * N + j]);
+    }
+}
+"""
+
+
+def module(kernel_name, program_lines, tensor_decls, scalar_decls):
+    """The C source of a kernel: the program as a static function of the
+    program ids, and the loom_kernel_fn calling it for each program of its
+    chunk [begin, end) of the launch range (range = the grid's size)."""
+    prelude = emit_c.CDialect().prelude()
+    body = "\n".join(program_lines)
+    decls = "\n".join("  " + d for d in tensor_decls + scalar_decls)
+    return f"""{prelude}{PRELUDE}
+static void loom_tile_program(const loom_kernel_args *A, int32_t pid0, int32_t pid1, int32_t pid2,
+                              int32_t np0, int32_t np1, int32_t np2) {{
+  (void)pid0; (void)pid1; (void)pid2; (void)np0; (void)np1; (void)np2;
+{decls}
+{body}
+}}
+
+int {kernel_name}(const loom_kernel_args *A, int64_t begin, int64_t end) {{
+  const int64_t g0 = A->scalars[0].i, g1 = A->scalars[1].i, g2 = A->scalars[2].i;
+  for (int64_t p = begin; p < end; ++p)
+    loom_tile_program(A, (int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / (g0 * g1)),
+                      (int32_t)g0, (int32_t)g1, (int32_t)g2);
+  return 0;
+}}
+"""
+
+
+def kernel_name(fn_name, source):
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    safe = "".join(c if c.isalnum() else "_" for c in fn_name)
+    return f"loom_tile_{safe}_{digest}"
+
+
+def compile_flags():
+    return emit_c.CDialect().compile_flags() + ["-fwrapv"]

@@ -1,0 +1,272 @@
+"""``@tl.jit``: a kernel function, specialised per call signature (tensor
+dtypes and 16-byte alignment, integer arguments equal to 1, constexpr
+values), compiled once per specialisation through loom's JIT (the disk
+cache serves later processes) and launched on the current loom stream as
+``kernel[grid](*args, BLOCK=...)``. One program of the grid is one chunk
+of the launch range, so programs spread over the device's workers.
+
+``LOOM_TILE_INTERPRET=1`` runs kernels in the interpreter instead."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import textwrap
+import threading
+
+import torch
+
+from .. import _C
+from ..compiler import jit as cjit
+from . import core, csource, interpreter
+from .trace import TileCompileError, Tracer
+
+_launch = _C._launch_kernel
+_environ = os.environ
+_lock = threading.Lock()
+_table = None
+
+
+def _builtins():
+    global _table
+    if _table is None:
+        from . import lower
+        import torch_loom.tile as lang
+        _table = lower.table(lang)
+    return _table
+
+
+def interpreting():
+    return os.environ.get("LOOM_TILE_INTERPRET", "0") not in ("", "0")
+
+
+class _Entry:
+    __slots__ = ("name", "tensors", "scalars", "module", "source")
+
+    def __init__(self, name, tensors, scalars, module, source):
+        self.name, self.tensors, self.scalars, self.module, self.source = name, tensors, scalars, module, source
+
+
+def _is_constexpr_annotation(a):
+    if a is core.constexpr or isinstance(a, core.constexpr):
+        return True
+    return isinstance(a, str) and a.split(".")[-1] == "constexpr"
+
+
+class JITFunction:
+    """A kernel (or a helper called from kernels)."""
+
+    _is_tile_jit = True
+
+    def __init__(self, fn, do_not_specialize=(), **options):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+        lines, self.first_line = inspect.getsourcelines(fn)
+        self.filename = inspect.getsourcefile(fn) or "<unknown>"
+        self.tree = ast.parse(textwrap.dedent("".join(lines))).body[0]
+        if not isinstance(self.tree, ast.FunctionDef):
+            raise TypeError("tl.jit decorates functions")
+        self.globals = fn.__globals__
+        sig = inspect.signature(fn)
+        self.params = list(sig.parameters)
+        self.defaults = [p.default for p in sig.parameters.values()]
+        self.constexprs = frozenset(k for k, p in enumerate(sig.parameters.values())
+                                    if _is_constexpr_annotation(p.annotation))
+        self._index = {n: k for k, n in enumerate(self.params)}
+        self._cache = {}
+
+    def __repr__(self):
+        return f"<torch_loom.tile.jit {self.__name__}>"
+
+    # Inside the interpreter, and for helpers called from kernels there.
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def __getitem__(self, grid):
+        return _Launcher(self, grid)
+
+    def bind(self, args, kwargs):
+        if len(args) > len(self.params):
+            raise TypeError(f"{self.__name__}: takes {len(self.params)} arguments, got {len(args)}")
+        values = list(args) + [inspect.Parameter.empty] * (len(self.params) - len(args))
+        for k, v in kwargs.items():
+            i = self._index.get(k)
+            if i is None:
+                continue  # launch options (num_warps, num_stages, ...)
+            values[i] = v
+        for i, v in enumerate(values):
+            if v is inspect.Parameter.empty:
+                values[i] = self.defaults[i]
+                if values[i] is inspect.Parameter.empty:
+                    raise TypeError(f"{self.__name__}: missing argument {self.params[i]!r}")
+        return values
+
+    def _key(self, values):
+        key = []
+        for i, v in enumerate(values):
+            if i in self.constexprs:
+                key.append(v.value if isinstance(v, core.constexpr) else v)
+            elif isinstance(v, torch.Tensor):
+                key.append((v.dtype, v.data_ptr() % 16 == 0))
+            elif type(v) is int:
+                key.append(1 if v == 1 else (0 if -2**31 <= v < 2**31 else 2))
+            elif type(v) is float:
+                key.append(0.5)
+            else:
+                key.append(("c", v))
+        return tuple(key)
+
+    def specs(self, values):
+        out = []
+        for i, v in enumerate(values):
+            name = self.params[i]
+            if i in self.constexprs:
+                out.append(("const", v.value if isinstance(v, core.constexpr) else v))
+            elif isinstance(v, torch.Tensor):
+                out.append(("tensor", core.from_torch(v.dtype), v.data_ptr() % 16 == 0))
+            elif isinstance(v, bool) or v is None or isinstance(v, (str, core.dtype)):
+                out.append(("const", v))
+            elif isinstance(v, int):
+                out.append(("const", 1) if v == 1 else ("int", core.scalar_dtype(v)))
+            elif isinstance(v, float):
+                out.append(("float", core.float32))
+            else:
+                raise TypeError(f"{self.__name__}: argument {name!r} is a {type(v).__name__}; kernels "
+                                "take tensors, ints, floats, bools, None and constexprs")
+        return out
+
+    def _compile(self, key, values):
+        specs = self.specs(values)
+        tracer = Tracer(self, specs, _builtins())
+        lines = tracer.run()
+        source = csource.module("LOOM_TILE_KERNEL", lines, tracer.tensor_decls, tracer.scalar_decls)
+        name = csource.kernel_name(self.__name__, source)
+        source = source.replace("LOOM_TILE_KERNEL", name)
+        module = cjit.compile(source, [name], extra_flags=csource.compile_flags())
+        tensors = [i for i, s in enumerate(specs) if s[0] == "tensor"]
+        scalars = [i for i, s in enumerate(specs) if s[0] in ("int", "float")]
+        entry = _Entry(name, tensors, scalars, module, source)
+        with _lock:
+            self._cache[key] = entry
+        return entry
+
+    def source(self, *args, **kwargs):
+        """The C source of the specialisation these arguments select."""
+        values = self.bind(args, kwargs)
+        key = self._key(values)
+        entry = self._cache.get(key) or self._compile(key, values)
+        return entry.source
+
+    def run(self, *args, grid, **kwargs):
+        if len(args) + len(kwargs) == len(self.params) and all(k in self._index for k in kwargs):
+            values = list(args)
+            values.extend(kwargs.values()) if list(kwargs) == self.params[len(args):] else \
+                values.extend(kwargs[k] for k in self.params[len(args):])
+        else:
+            values = self.bind(args, kwargs)
+        if callable(grid):
+            meta = dict(zip(self.params, values))
+            meta.update(kwargs)
+            grid = grid(meta)
+        if isinstance(grid, int):
+            grid = (grid,)
+        n = len(grid)
+        if n == 1:
+            g = (int(grid[0]), 1, 1)
+        else:
+            g = tuple(int(x) for x in grid) + (1,) * (3 - n)
+        if len(g) != 3 or min(g) < 0:
+            raise ValueError(f"{self.__name__}: the grid must be 1 to 3 non-negative sizes, got {grid}")
+        if _environ.get("LOOM_TILE_INTERPRET", "0") not in ("", "0"):
+            interpreter.run(self.fn, g, self.params, values, self.specs(values))
+            return
+        entry = self._cache.get(self._key(values))
+        if entry is None:
+            entry = self._compile(self._key(values), values)
+        total = g[0] * g[1] * g[2]
+        if total:
+            _launch(entry.name, [values[i] for i in entry.tensors],
+                    [g[0], g[1], g[2], *[values[i] for i in entry.scalars]], total, 1)
+
+
+class _Launcher:
+    __slots__ = ("fn", "grid")
+
+    def __init__(self, fn, grid):
+        self.fn, self.grid = fn, grid
+
+    def __call__(self, *args, **kwargs):
+        return self.fn.run(*args, grid=self.grid, **kwargs)
+
+
+def jit(fn=None, *, do_not_specialize=(), **options):
+    """Decorates a kernel: ``@tl.jit`` or ``@tl.jit(...)``."""
+    if fn is None:
+        return lambda f: JITFunction(f, do_not_specialize=do_not_specialize, **options)
+    return JITFunction(fn, do_not_specialize=do_not_specialize, **options)
+
+
+class Config:
+    """A set of constexprs for :func:`autotune` (num_warps and num_stages are
+    accepted and have no meaning on loom)."""
+
+    def __init__(self, kwargs, num_warps=None, num_stages=None, num_ctas=None, maxnreg=None,
+                 pre_hook=None):
+        self.kwargs = dict(kwargs)
+        self.pre_hook = pre_hook
+
+
+class _Tuned:
+    def __init__(self, fn, configs, key):
+        self.fn = fn
+        self.configs = configs
+        self.__name__ = getattr(fn, "__name__", "kernel")
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            cfg = self.configs[0]
+            merged = dict(cfg.kwargs)
+            merged.update(kwargs)
+            return self.fn[grid](*args, **merged)
+        return launch
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def autotune(configs, key=(), prune_configs_by=None, reset_to_zero=None, restore_value=None,
+             warmup=None, rep=None, **options):
+    """Triton's autotuner, accepted: the first config is used (loom's
+    kernels are specialised at trace time; no timing runs)."""
+    if not configs:
+        raise ValueError("tl.autotune: no configs")
+    return lambda fn: _Tuned(fn, list(configs), key)
+
+
+class _Heuristics:
+    def __init__(self, fn, values):
+        self.fn, self.values = fn, values
+        self.__name__ = getattr(fn, "__name__", "kernel")
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            base = self.fn.fn if isinstance(self.fn, _Tuned) else self.fn
+            target = base.fn if isinstance(base, _Tuned) else base
+            meta = dict(zip(target.params, args))
+            meta.update(kwargs)
+            for k, f in self.values.items():
+                kwargs[k] = f(meta)
+                meta[k] = kwargs[k]
+            return self.fn[grid](*args, **kwargs)
+        return launch
+
+
+def heuristics(values):
+    return lambda fn: _Heuristics(fn, values)
+
+
+__all__ = ["JITFunction", "jit", "Config", "autotune", "heuristics", "TileCompileError", "interpreting"]

@@ -1,0 +1,437 @@
+"""What each ``tl.*`` function means when a kernel is compiled: the
+tracer calls these with its own values (nodes.py) instead of running the
+Python functions (which are the interpreter's, interpreter.py)."""
+
+from __future__ import annotations
+
+from . import core
+from . import nodes as N
+from .nodes import Arr, Cast, Node, Range, Sca, View, Where
+from .trace import Ptr
+
+
+def _node(tr, v, d=None):
+    return tr._as_node(v, d)
+
+
+def _const(tr, v, what):
+    if isinstance(v, (Node, Ptr)):
+        raise TypeError(f"{what} must be a constexpr")
+    return v.value if isinstance(v, core.constexpr) else v
+
+
+def program_id(tr, axis):
+    axis = _const(tr, axis, "tl.program_id's axis")
+    if axis not in (0, 1, 2):
+        raise ValueError(f"tl.program_id: axis must be 0, 1 or 2, got {axis}")
+    return Sca(f"pid{axis}", core.int32)
+
+
+def num_programs(tr, axis):
+    axis = _const(tr, axis, "tl.num_programs's axis")
+    if axis not in (0, 1, 2):
+        raise ValueError(f"tl.num_programs: axis must be 0, 1 or 2, got {axis}")
+    return Sca(f"np{axis}", core.int32)
+
+
+def arange(tr, start, end):
+    start, end = _const(tr, start, "tl.arange's start"), _const(tr, end, "tl.arange's end")
+    n = int(end) - int(start)
+    if n <= 0 or n & (n - 1):
+        raise ValueError(f"tl.arange: the range must be a power of 2 long, got {start}..{end}")
+    return Range(int(start), n)
+
+
+def _shape(tr, shape):
+    shape = _const(tr, shape, "a block's shape")
+    shape = tuple(int(_const(tr, s, "a block's shape")) for s in (shape if isinstance(shape, (tuple, list)) else [shape]))
+    if any(s <= 0 for s in shape):
+        raise ValueError(f"block shapes must be positive, got {list(shape)}")
+    return shape
+
+
+def full(tr, shape, value, dtype):
+    shape = _shape(tr, shape)
+    dtype = _const(tr, dtype, "the dtype")
+    v = Cast(_node(tr, value), dtype) if isinstance(value, Node) else Sca(N.literal(value, dtype), dtype)
+    return tr._splat(v, shape) if shape else tr.node_out(v)
+
+
+def zeros(tr, shape, dtype=core.float32):
+    return full(tr, shape, 0, dtype)
+
+
+def zeros_like(tr, x):
+    return full(tr, x.shape, 0, x.dtype)
+
+
+def _offset(tr, ptr):
+    terms = []
+    if ptr.soff is not None:
+        terms.append(ptr.soff)
+    if ptr.boff is not None:
+        terms.append(ptr.boff)
+    return terms
+
+
+def _offset_expr(ptr, shape, idx):
+    parts = []
+    if ptr.soff is not None:
+        parts.append(f"(int64_t)({N.emit(ptr.soff, [])})")
+    if ptr.boff is not None:
+        parts.append(f"(int64_t)({N.emit(ptr.boff, N.sub_idx(ptr.boff, shape, idx))})")
+    return " + ".join(parts) or "0"
+
+
+def _read(d, p, off):
+    if d is core.float16:
+        return f"loom_f16_to_f32({p}[{off}])"
+    if d is core.bfloat16:
+        return f"loom_bf16_to_f32({p}[{off}])"
+    if d.kind == "b":
+        return f"(uint8_t)({p}[{off}] != 0)"
+    return f"{p}[{off}]"
+
+
+def _write(d, p, off, v):
+    if d is core.float16:
+        return f"{p}[{off}] = loom_f32_to_f16({v});"
+    if d is core.bfloat16:
+        return f"{p}[{off}] = loom_f32_to_bf16({v});"
+    if d.kind == "b":
+        return f"{p}[{off}] = (uint8_t)(({v}) != 0);"
+    return f"{p}[{off}] = ({d.ctype})({v});"
+
+
+def _mask(tr, mask):
+    if mask is None:
+        return None
+    m = _node(tr, mask)
+    return m if m.dtype.kind == "b" else tr.to_bool(m)
+
+
+def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
+         eviction_policy="", volatile=False):
+    if not isinstance(pointer, Ptr):
+        raise TypeError("tl.load needs a pointer (a tensor argument plus offsets)")
+    d = pointer.arg.dtype
+    m = _mask(tr, mask)
+    o = None
+    if other is not None:
+        o = _node(tr, other, d if not isinstance(other, Node) else None)
+    shapes = [pointer.shape] + [x.shape for x in (m, o) if x is not None]
+    shape = N.broadcast_shapes(*shapes, what="tl.load")
+    b = tr.b
+    fill = N.convert(N.emit(o, []), o.dtype, d) if o is not None and not o.shape else None
+
+    def body(idx, target):
+        value = _read(d, pointer.arg.c, _offset_expr(pointer, shape, idx))
+        if m is None:
+            return f"{target} = {value};"
+        other_e = fill if fill is not None else (
+            N.convert(N.emit(o, N.sub_idx(o, shape, idx)), o.dtype, d) if o is not None else N.literal(0, d))
+        return f"{target} = {N.emit(m, N.sub_idx(m, shape, idx))} ? {value} : {other_e};"
+
+    v = b.name()
+    if not shape:
+        b.line(f"{d.ctype} {v};")
+        b.line(body([], v))
+        return Sca(v, d)
+    b.line(f"{d.ctype} {v}[{N.numel(shape)}] __attribute__((aligned(64)));")
+    b.loops(shape, lambda idx: body(idx, f"{v}[{N.flat(shape, idx)}]"))
+    return Arr(v, shape, d)
+
+
+def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
+    if not isinstance(pointer, Ptr):
+        raise TypeError("tl.store needs a pointer (a tensor argument plus offsets)")
+    d = pointer.arg.dtype
+    val = _node(tr, value, d if not isinstance(value, Node) else None)
+    m = _mask(tr, mask)
+    shapes = [pointer.shape, val.shape] + ([m.shape] if m is not None else [])
+    shape = N.broadcast_shapes(*shapes, what="tl.store")
+    if val.shape and N.broadcast_shapes(pointer.shape, val.shape) != pointer.shape and pointer.shape:
+        raise ValueError(f"tl.store: a value of shape {list(val.shape)} into pointers of shape "
+                         f"{list(pointer.shape)}")
+
+    def body(idx):
+        v = N.emit(val, N.sub_idx(val, shape, idx))
+        if val.dtype.ctype != "float" or d.ctype != "float":
+            v = N.convert(v, val.dtype, d) if d.kind != "f" or val.dtype.kind != "f" else f"({d.ctype})({v})"
+        w = _write(d, pointer.arg.c, _offset_expr(pointer, shape, idx), v)
+        return w if m is None else f"if ({N.emit(m, N.sub_idx(m, shape, idx))}) {w}"
+
+    tr.b.loops(shape, body)
+
+
+def where(tr, condition, x, y):
+    c = _mask(tr, condition)
+    xw, yw = not isinstance(x, Node), not isinstance(y, Node)
+    dx = x.dtype if not xw else core.scalar_dtype(x)
+    dy = y.dtype if not yw else core.scalar_dtype(y)
+    d = core.promote(dx, dy, xw, yw)
+    xn, yn = _node(tr, x, d if xw else None), _node(tr, y, d if yw else None)
+    shape = N.broadcast_shapes(c.shape, xn.shape, yn.shape, what="tl.where")
+    return tr.node_out(Where(c, xn, yn, shape, d))
+
+
+def _unary(op):
+    def f(tr, x, *args, **kwargs):
+        return tr.unary(op, x)
+    f.__name__ = op
+    return f
+
+
+def maximum(tr, x, y, propagate_nan=None):
+    return tr.binop("maximum", x, y)
+
+
+def minimum(tr, x, y, propagate_nan=None):
+    return tr.binop("minimum", x, y)
+
+
+def fma(tr, x, y, z):
+    return tr.binop("add", tr.binop("mul", x, y), z)
+
+
+def cdiv(tr, x, div):
+    if not isinstance(x, Node) and not isinstance(div, Node):
+        return core.cdiv(x, div)
+    return tr.binop("floordiv", tr.binop("sub", tr.binop("add", x, div), 1), div)
+
+
+def to(tr, x, dtype, fp_downcast_rounding=None, bitcast=False):
+    dtype = _const(tr, dtype, "the dtype")
+    if bitcast:
+        raise NotImplementedError("bitcast is not supported")
+    if not isinstance(dtype, core.dtype):
+        raise TypeError(f".to() needs a tl dtype, got {dtype!r}")
+    x = _node(tr, x)
+    return x if x.dtype is dtype else tr.node_out(Cast(x, dtype))
+
+
+def cast(tr, x, dtype, **kw):
+    return to(tr, x, dtype, **kw)
+
+
+_RED_SUFFIX = {"float": "f", "double": "d", "int32_t": "i", "int64_t": "I"}
+
+
+def _reduce(tr, x, axis, op, keep_dims):
+    x = _node(tr, x)
+    axis = _const(tr, axis, "the axis")
+    if not x.shape:
+        return x
+    d = core.reduce_dtype(x.dtype, op) if op in ("sum", "max", "min") else x.dtype
+    if d.ctype not in _RED_SUFFIX:
+        d = core.int32 if d.kind in "iub" else d
+    if axis is None:
+        flat_n = N.numel(x.shape)
+        src = tr.b.materialise(x if x.dtype.ctype == d.ctype else Cast(x, d))
+        src = Arr(src.name, (flat_n,), d)
+        axis, shape = 0, (flat_n,)
+        keep = None
+    else:
+        if axis < 0:
+            axis += len(x.shape)
+        if not 0 <= axis < len(x.shape):
+            raise ValueError(f"axis {axis} is out of range for a block of shape {list(x.shape)}")
+        src = tr.b.materialise(x if x.dtype.ctype == d.ctype else Cast(x, d))
+        src = Arr(src.name, x.shape, d)
+        shape = x.shape
+        keep = axis
+    out_dtype = core.int32 if op in ("argmax", "argmin") else d
+    fn = f"loom_tile_{op}{_RED_SUFFIX[d.ctype]}"
+    n = shape[axis]
+    stride = N.numel(shape[axis + 1:])
+    out_shape = shape[:axis] + shape[axis + 1:]
+    b = tr.b
+    v = b.name()
+    if not out_shape:
+        b.line(f"const {out_dtype.ctype} {v} = {fn}({src.name}, {n}, 1);")
+        result = Sca(v, out_dtype)
+    elif op in ("sum", "max", "min") and axis == 0 and stride > 1 and len(shape) == 2:
+        # over rows: the columns are the vector lanes
+        step = {"sum": "a + x", "max": "((x != x || x > a) ? x : a)", "min": "((x != x || x < a) ? x : a)"}[op]
+        cols = shape[1]
+        b.line(f"{d.ctype} {v}[{cols}] __attribute__((aligned(64)));")
+        b.line(f"for (int j = 0; j < {cols}; ++j) {v}[j] = {src.name}[j];")
+        b.line(f"for (int r = 1; r < {n}; ++r) for (int j = 0; j < {cols}; ++j) "
+               f"{{ {d.ctype} a = {v}[j], x = {src.name}[r * {cols} + j]; {v}[j] = {step}; }}")
+        result = Arr(v, out_shape, out_dtype)
+    else:
+        b.line(f"{out_dtype.ctype} {v}[{N.numel(out_shape)}] __attribute__((aligned(64)));")
+        outer = N.numel(shape[:axis])
+        b.line(f"for (int o = 0; o < {outer}; ++o) for (int q = 0; q < {stride}; ++q) "
+               f"{v}[o * {stride} + q] = {fn}({src.name} + o * {n * stride} + q, {n}, {stride});")
+        result = Arr(v, out_shape, out_dtype)
+    if keep_dims and keep is not None:
+        full_shape = list(shape)
+        full_shape[keep] = 1
+        src_dims = [k for k in range(len(shape)) if k != keep]
+        result = View(result, full_shape, src_dims)
+    return result
+
+
+def sum(tr, input, axis=None, keep_dims=False, dtype=None):
+    r = _reduce(tr, input, axis, "sum", keep_dims)
+    return to(tr, r, dtype) if dtype is not None else r
+
+
+def max(tr, input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
+    r = _reduce(tr, input, axis, "max", keep_dims)
+    if return_indices:
+        return r, _reduce(tr, input, axis, "argmax", keep_dims)
+    return r
+
+
+def min(tr, input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
+    r = _reduce(tr, input, axis, "min", keep_dims)
+    if return_indices:
+        return r, _reduce(tr, input, axis, "argmin", keep_dims)
+    return r
+
+
+def argmax(tr, input, axis, tie_break_left=True, keep_dims=False):
+    return _reduce(tr, input, axis, "argmax", keep_dims)
+
+
+def argmin(tr, input, axis, tie_break_left=True, keep_dims=False):
+    return _reduce(tr, input, axis, "argmin", keep_dims)
+
+
+def dot(tr, input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
+        out_dtype=core.float32):
+    a, b_ = _node(tr, input), _node(tr, other)
+    if len(a.shape) != 2 or len(b_.shape) != 2 or a.shape[1] != b_.shape[0]:
+        raise ValueError(f"tl.dot: shapes {list(a.shape)} and {list(b_.shape)} do not multiply "
+                         "(2-d blocks [M, K] and [K, N])")
+    for x in (a, b_):
+        if x.dtype.ctype != "float":
+            raise TypeError(f"tl.dot: {x.dtype.name} operands are not supported "
+                            "(float32, float16, bfloat16)")
+    M, K = a.shape
+    Nn = b_.shape[1]
+    b = tr.b
+    A = b.materialise(a)
+    B = b.materialise(b_)
+    c = b.name()
+    b.line(f"float {c}[{M * Nn}] __attribute__((aligned(64)));")
+    C = Arr(c, (M, Nn), core.float32)
+    if acc is None:
+        b.line(f"for (int j = 0; j < {M * Nn}; ++j) {c}[j] = 0.0f;")
+    else:
+        acc_n = _node(tr, acc)
+        if N.broadcast_shapes(acc_n.shape, (M, Nn)) != (M, Nn):
+            raise ValueError(f"tl.dot: acc of shape {list(acc_n.shape)} for a [{M}, {Nn}] product")
+        b.assign(C, acc_n)
+    b.line(f"loom_tile_dot({M}, {Nn}, {K}, {A.name}, {B.name}, {c});")
+    if acc is None and out_dtype is not core.float32:
+        return to(tr, C, out_dtype)
+    if acc is not None and isinstance(acc, Node) and acc.dtype is not core.float32:
+        return Cast(C, acc.dtype)
+    return C
+
+
+def trans(tr, input, *dims):
+    x = _node(tr, input)
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    if not dims:
+        dims = tuple(reversed(range(len(x.shape))))
+    if sorted(dims) != list(range(len(x.shape))):
+        raise ValueError(f"tl.trans: {list(dims)} is not a permutation of the dims of {list(x.shape)}")
+    shape = [x.shape[d] for d in dims]
+    src = [dims.index(k) for k in range(len(x.shape))]
+    return View(x, shape, src)
+
+
+def permute(tr, input, *dims):
+    return trans(tr, input, *dims)
+
+
+def broadcast_to(tr, input, *shape):
+    x = _node(tr, input)
+    shape = _shape(tr, shape[0] if len(shape) == 1 else shape)
+    if N.broadcast_shapes(x.shape, shape) != shape:
+        raise ValueError(f"tl.broadcast_to: {list(x.shape)} does not broadcast to {list(shape)}")
+    return tr._splat(x, shape) if x.shape else View(x, shape, range(len(shape) - len(x.shape), len(shape)))
+
+
+def expand_dims(tr, input, axis):
+    x = _node(tr, input)
+    axis = _const(tr, axis, "the axis")
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    rank = len(x.shape) + len(axes)
+    axes = sorted(a + rank if a < 0 else a for a in axes)
+    shape, src, k = [], [], 0
+    for d in range(rank):
+        if d in axes:
+            shape.append(1)
+        else:
+            src.append(d)
+            shape.append(x.shape[k])
+            k += 1
+    return View(x, shape, src)
+
+
+def reshape(tr, input, *shape, can_reorder=False):
+    x = _node(tr, input)
+    shape = _shape(tr, shape[0] if len(shape) == 1 else shape)
+    if N.numel(shape) != N.numel(x.shape):
+        raise ValueError(f"tl.reshape: {list(x.shape)} has not as many elements as {list(shape)}")
+    arr = tr.b.materialise(x)
+    return Arr(arr.name, shape, arr.dtype)
+
+
+view = reshape
+
+
+def _identity(tr, x, *args, **kwargs):
+    return x
+
+
+def _nothing(tr, *args, **kwargs):
+    return None
+
+
+def static_assert(tr, cond, msg=""):
+    if isinstance(cond, Node):
+        raise TypeError("tl.static_assert needs a constexpr condition")
+    if not cond:
+        raise ValueError(f"tl.static_assert failed: {msg}")
+
+
+def table(lang):
+    """id(tl function) -> its compile-time meaning; plus names the tracer
+    asks for (static_range, range, where, trans, to, methods)."""
+    unary = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin", "cos",
+             "erf", "floor", "ceil"]
+    impl = {
+        "program_id": program_id, "num_programs": num_programs, "arange": arange, "full": full,
+        "zeros": zeros, "zeros_like": zeros_like, "load": load, "store": store, "where": where,
+        "maximum": maximum, "minimum": minimum, "fma": fma, "cdiv": cdiv, "sum": sum, "max": max,
+        "min": min, "argmax": argmax, "argmin": argmin, "dot": dot, "trans": trans,
+        "permute": permute, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
+        "reshape": reshape, "view": view, "cast": cast, "multiple_of": _identity,
+        "max_contiguous": _identity, "max_constancy": _identity, "assume": _nothing,
+        "debug_barrier": _nothing, "static_print": _nothing, "device_print": _nothing,
+        "device_assert": _nothing, "static_assert": static_assert,
+    }
+    for name in unary:
+        impl[name] = _unary(name)
+    impl["sqrt_rn"] = impl["sqrt"]
+    out = {}
+    for name, f in impl.items():
+        fn = getattr(lang, name, None)
+        if fn is not None:
+            out[id(fn)] = f
+        out[name] = f
+    out["to"] = to
+    out["static_range"] = lang.static_range
+    out["range"] = lang.range
+    for name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "sin", "cos", "erf",
+                 "floor", "ceil"):
+        if hasattr(lang, "math") and hasattr(lang.math, name):
+            out[id(getattr(lang.math, name))] = impl[name]
+    return out

@@ -1,0 +1,319 @@
+"""The tile IR: block values of a traced kernel and their C spelling.
+
+A block is a value of a fixed shape (known when the kernel is specialised)
+and a dtype. Elementwise values stay *lazy* (an expression over the
+block's element indices) until something needs them whole -- a reduction,
+a dot, a loop-carried variable -- and are then materialised into a C array
+on the program's stack (row-major). Loads materialise at once (they read
+memory at their place in the program); stores and further elementwise ops
+inline lazy operands, so a chain of pointwise ops is one loop the C
+compiler vectorises. Scalars (shape ``()``) are C variables, computed
+where they appear.
+
+Float math is the library's (``compiler.emit_c.op_expr``: the inline
+functions of kernels/pointwise/*.h), float16 and bfloat16 are computed in
+float and rounded after every op, integers wrap (the module is compiled
+with -fwrapv).
+"""
+
+from __future__ import annotations
+
+from ..compiler import emit_c
+from ..compiler.ir import F32, F64
+from . import core
+
+
+class Node:
+    shape: tuple = ()
+    dtype: core.dtype = core.float32
+
+
+class Arr(Node):
+    """A materialised block: C array `name` (row-major), or a C scalar
+    variable when the shape is ()."""
+
+    def __init__(self, name, shape, dtype):
+        self.name, self.shape, self.dtype = name, tuple(shape), dtype
+
+
+class Sca(Node):
+    """A scalar C expression (a variable or a literal)."""
+
+    def __init__(self, expr, dtype):
+        self.expr, self.dtype, self.shape = expr, dtype, ()
+
+
+class Range(Node):
+    def __init__(self, start, n):
+        self.start, self.shape, self.dtype = start, (n,), core.int32
+
+
+class Un(Node):
+    def __init__(self, op, a, dtype):
+        self.op, self.a, self.shape, self.dtype = op, a, a.shape, dtype
+
+
+class Bin(Node):
+    def __init__(self, op, a, b, shape, dtype):
+        self.op, self.a, self.b, self.shape, self.dtype = op, a, b, shape, dtype
+
+
+class Where(Node):
+    def __init__(self, c, a, b, shape, dtype):
+        self.c, self.a, self.b, self.shape, self.dtype = c, a, b, shape, dtype
+
+
+class Cast(Node):
+    def __init__(self, a, dtype):
+        self.a, self.shape, self.dtype = a, a.shape, dtype
+
+
+class View(Node):
+    """Reads `a` with its dim k at this node's dim src[k] (expand_dims,
+    trans, broadcast_to)."""
+
+    def __init__(self, a, shape, src):
+        self.a, self.shape, self.src, self.dtype = a, tuple(shape), tuple(src), a.dtype
+
+
+def broadcast_shapes(*shapes, what="broadcast"):
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for k, n in enumerate(s):
+            d = rank - len(s) + k
+            if out[d] == 1:
+                out[d] = n
+            elif n != 1 and n != out[d]:
+                raise ValueError(f"{what}: shapes {' and '.join(str(list(x)) for x in shapes)} "
+                                 "do not broadcast")
+    return tuple(out)
+
+
+def numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def flat(shape, idx):
+    """The row-major offset of index expressions `idx` in an array of `shape`."""
+    terms, stride = [], 1
+    for n, i in reversed(list(zip(shape, idx))):
+        if n != 1 and i != "0":
+            terms.append(i if stride == 1 else f"{i} * {stride}")
+        stride *= n
+    return " + ".join(reversed(terms)) or "0"
+
+
+def sub_idx(child, shape, idx):
+    """`idx` (for `shape`) as the index of a broadcast operand `child`."""
+    r = len(child.shape)
+    tail = idx[len(shape) - r:] if r else []
+    return [i if n != 1 else "0" for n, i in zip(child.shape, tail)]
+
+
+def literal(value, d: core.dtype) -> str:
+    if d.kind == "f":
+        text = emit_c.literal(float(value), F64 if d is core.float64 else F32)
+        return text
+    if d.kind == "b":
+        return "1" if value else "0"
+    v = int(value)
+    if d.bits == 64:
+        return f"INT64_C({v})" if v != -(2**63) else "INT64_MIN"
+    return f"(({d.ctype}){v})"
+
+
+def round_to(expr, d: core.dtype) -> str:
+    """`expr` (in d.ctype's arithmetic) rounded to `d`."""
+    if d is core.float16:
+        return f"loom_cg_f16({expr})"
+    if d is core.bfloat16:
+        return f"loom_cg_bf16({expr})"
+    if d.kind == "b":
+        return f"(uint8_t)(({expr}) != 0)"
+    if d.kind in "iu" and d.bits < 32:
+        return f"({d.ctype})({expr})"
+    return expr
+
+
+def convert(expr, src: core.dtype, dst: core.dtype) -> str:
+    if src is dst:
+        return expr
+    if dst.kind == "b":
+        return f"(uint8_t)(({expr}) != 0)"
+    if dst.kind == "f":
+        if src.ctype == dst.ctype and src.kind == "f":
+            return round_to(expr, dst)  # float32 <-> float16/bfloat16: both in float
+        return round_to(f"({dst.ctype})({expr})", dst)
+    return f"({dst.ctype})({expr})"
+
+
+_FLOAT_OPS = {"add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge", "exp", "exp2",
+              "log", "log2", "sqrt", "rsqrt", "sigmoid", "abs", "maximum", "minimum", "sin",
+              "cos", "tanh", "erf", "floor", "ceil", "neg", "log1p", "expm1"}
+_C_BIN = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "/", "mod": "%",
+          "and": "&", "or": "|", "xor": "^", "lshift": "<<", "rshift": ">>",
+          "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+CMP = {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def op_c(op, d: core.dtype, xs) -> str:
+    """The C expression of `op` over operands already in d.ctype (the
+    result, before rounding, is in d.ctype; comparisons give 0/1)."""
+    if d.kind == "f":
+        kind = F64 if d is core.float64 else F32
+        name = {"truediv": "div", "pow": "pow"}.get(op, op)
+        if name in _FLOAT_OPS or name == "pow":
+            e = emit_c.op_expr(name, kind, xs, [])
+            if e is not None:
+                return f"({e})"
+        suffix = "f" if kind == F32 else ""
+        if op == "floordiv":
+            return f"floor{suffix}({xs[0]} / {xs[1]})"
+        if op == "mod":
+            return f"fmod{suffix}({xs[0]}, {xs[1]})"
+        if op == "fma":
+            return f"fma{suffix}({xs[0]}, {xs[1]}, {xs[2]})"
+        if op == "cdiv":
+            return f"ceil{suffix}({xs[0]} / {xs[1]})"
+        if op in ("cos", "sin", "tan", "atan", "tanh"):
+            return f"{op}{suffix}({xs[0]})"
+        raise NotImplementedError(f"{op} on {d.name}")
+    x = xs[0]
+    y = xs[1] if len(xs) > 1 else None
+    if op in _C_BIN:
+        return f"({x} {_C_BIN[op]} {y})"
+    table = {
+        "neg": f"(-{x})", "abs": f"({x} < 0 ? -{x} : {x})", "invert": f"(~{x})",
+        "maximum": f"({x} > {y} ? {x} : {y})", "minimum": f"({x} < {y} ? {x} : {y})",
+        "fma": f"({x} * {y} + {xs[-1]})", "not": f"(!{x})",
+        "logical_and": f"({x} && {y})", "logical_or": f"({x} || {y})",
+        "cdiv": f"(({x} + {y} - 1) / {y})",
+    }
+    if op in table:
+        return table[op]
+    raise NotImplementedError(f"{op} on {d.name}")
+
+
+def emit(node: Node, idx) -> str:
+    """The C expression of `node`'s element at index expressions `idx`."""
+    if isinstance(node, Arr):
+        return node.name if not node.shape else f"{node.name}[{flat(node.shape, idx)}]"
+    if isinstance(node, Sca):
+        return node.expr
+    if isinstance(node, Range):
+        return f"(int32_t)({node.start} + {idx[0]})"
+    if isinstance(node, Cast):
+        return convert(emit(node.a, idx), node.a.dtype, node.dtype)
+    if isinstance(node, View):
+        child = [("0" if node.a.shape[k] == 1 else idx[s]) for k, s in enumerate(node.src)]
+        return emit(node.a, child)
+    if isinstance(node, Where):
+        c = emit(node.c, sub_idx(node.c, node.shape, idx))
+        a = convert(emit(node.a, sub_idx(node.a, node.shape, idx)), node.a.dtype, node.dtype)
+        b = convert(emit(node.b, sub_idx(node.b, node.shape, idx)), node.b.dtype, node.dtype)
+        return f"({c} ? {a} : {b})"
+    if isinstance(node, Un):
+        d = node.dtype
+        x = emit(node.a, sub_idx(node.a, node.shape, idx))
+        if node.op == "not":
+            return f"(uint8_t)(!{x})"
+        return round_to(op_c(node.op, d, [convert(x, node.a.dtype, d)]), d)
+    if isinstance(node, Bin):
+        operand_dtype = node.operand_dtype if hasattr(node, "operand_dtype") else node.dtype
+        xs = []
+        for c in (node.a, node.b) + getattr(node, "more", ()):
+            xs.append(convert(emit(c, sub_idx(c, node.shape, idx)), c.dtype, operand_dtype))
+        e = op_c(node.op, operand_dtype, xs)
+        if node.op in CMP or node.op in ("logical_and", "logical_or"):
+            return f"(uint8_t){e}"
+        return round_to(e, node.dtype)
+    raise TypeError(f"cannot emit {type(node).__name__}")
+
+
+def refs(node, out=None):
+    """The Arr nodes `node` reads, and whether it reads any through a View."""
+    out = set() if out is None else out
+    stack = [node]
+    viewed = False
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Arr):
+            out.add(n.name)
+        elif isinstance(n, View):
+            viewed = True
+            stack.append(n.a)
+        else:
+            for attr in ("a", "b", "c"):
+                child = getattr(n, attr, None)
+                if isinstance(child, Node):
+                    stack.append(child)
+            stack.extend(getattr(n, "more", ()))
+    return out, viewed
+
+
+class Builder:
+    """C statements of one program, with unique names and nested scopes."""
+
+    def __init__(self):
+        self.lines = []
+        self.depth = 1
+        self.count = 0
+
+    def name(self, prefix="v"):
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def line(self, text):
+        self.lines.append("  " * self.depth + text)
+
+    def loops(self, shape, body):
+        """Nested loops over `shape`; body(idx) -> statement text."""
+        idx = []
+        opened = 0
+        for n in shape:
+            if n == 1:
+                idx.append("0")
+                continue
+            i = self.name("i")
+            self.line(f"for (int {i} = 0; {i} < {n}; ++{i}) {{")
+            self.depth += 1
+            opened += 1
+            idx.append(i)
+        self.line(body(idx))
+        for _ in range(opened):
+            self.depth -= 1
+            self.line("}")
+
+    def materialise(self, node, mutable=False):
+        if isinstance(node, Arr) and not mutable:
+            return node
+        d = node.dtype
+        if not node.shape:
+            if isinstance(node, Sca) and not mutable and _is_name(node.expr):
+                return node
+            v = self.name()
+            self.line(f"{'' if mutable else 'const '}{d.ctype} {v} = {emit(node, [])};")
+            return Arr(v, (), d) if mutable else Sca(v, d)
+        v = self.name()
+        self.line(f"{d.ctype} {v}[{numel(node.shape)}] __attribute__((aligned(64)));")
+        self.loops(node.shape, lambda idx: f"{v}[{flat(node.shape, idx)}] = {emit(node, idx)};")
+        return Arr(v, node.shape, d)
+
+    def assign(self, dest: Arr, node):
+        """dest = node (converted to dest's dtype, broadcast to its shape)."""
+        if not dest.shape:
+            self.line(f"{dest.name} = {convert(emit(node, []), node.dtype, dest.dtype)};")
+            return
+        names, viewed = refs(node)
+        if dest.name in names and viewed:
+            node = self.materialise(node)
+        self.loops(dest.shape, lambda idx: f"{dest.name}[{flat(dest.shape, idx)}] = "
+                   f"{convert(emit(node, sub_idx(node, dest.shape, idx)), node.dtype, dest.dtype)};")
+
+
+def _is_name(expr):
+    return expr.replace("_", "a").isalnum() and not expr[0].isdigit()

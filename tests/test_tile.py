@@ -1,0 +1,260 @@
+"""torch_loom.tile: kernels in Triton's language, compiled through loom's
+JIT and run in the interpreter; the shipped examples in eager, under
+torch.compile (Inductor and backend="loom"), with autograd and opcheck.
+Small shapes: compiles land in the JIT's disk cache."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_loom  # noqa: F401
+import torch_loom.tile as tl
+from torch_loom.tile.examples import layer_norm as ln_ex
+from torch_loom.tile.examples import matmul as mm_ex
+from torch_loom.tile.examples import softmax as sm_ex
+from torch_loom.tile.examples import vector_add as add_ex
+
+
+@pytest.fixture(params=["compiled", "interpreted"])
+def mode(request, monkeypatch):
+    if request.param == "interpreted":
+        monkeypatch.setenv("LOOM_TILE_INTERPRET", "1")
+    else:
+        monkeypatch.delenv("LOOM_TILE_INTERPRET", raising=False)
+    return request.param
+
+
+def loom(t):
+    return t.to("loom")
+
+
+def test_vector_add(mode):
+    x, y = torch.randn(3000), torch.randn(3000)
+    out = add_ex.add(loom(x), loom(y))
+    torch.testing.assert_close(out.cpu(), x + y, rtol=0, atol=0)
+
+
+def test_softmax(mode):
+    x = torch.randn(9, 100) * 3
+    torch.testing.assert_close(sm_ex.softmax(loom(x)).cpu(), torch.softmax(x, -1))
+    h = x.to(torch.float16)
+    torch.testing.assert_close(sm_ex.softmax(loom(h)).cpu(), torch.softmax(h.float(), -1).half(),
+                               atol=1e-3, rtol=1e-3)
+
+
+def test_layer_norm_forward_and_autograd(mode):
+    x, w, b = torch.randn(6, 40), torch.randn(40), torch.randn(40)
+    gy = torch.randn(6, 40)
+    xl, wl, bl = (loom(t).requires_grad_() for t in (x, w, b))
+    y = ln_ex.layer_norm(xl, wl, bl, 1e-5)
+    (y * loom(gy)).sum().backward()
+    xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
+    ref = F.layer_norm(xc, (40,), wc, bc, 1e-5)
+    (ref * gy).sum().backward()
+    torch.testing.assert_close(y.detach().cpu(), ref.detach())
+    for got, want in ((xl.grad, xc.grad), (wl.grad, wc.grad), (bl.grad, bc.grad)):
+        torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("activation", ["none", "leaky_relu"])
+def test_matmul_epilogue(mode, activation):
+    a, b = torch.randn(70, 50), torch.randn(50, 90)
+    ref = a.double() @ b.double()
+    if activation == "leaky_relu":
+        ref = F.leaky_relu(ref, 0.01)
+    torch.testing.assert_close(mm_ex.matmul(loom(a), loom(b), activation).cpu().double(), ref,
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_matmul_float16():
+    a, b = torch.randn(64, 96).half(), torch.randn(96, 33).half()
+    out = mm_ex.matmul(loom(a), loom(b), "relu").cpu()
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, torch.relu(a.float() @ b.float()).half(), atol=1e-2, rtol=1e-2)
+
+
+def test_matmul_transposed_operand_strides():
+    a, b = torch.randn(40, 30), torch.randn(50, 30)
+    out = mm_ex.matmul(loom(a), loom(b).t(), "none").cpu()
+    torch.testing.assert_close(out, a @ b.t(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["inductor", "loom"])
+def test_examples_are_one_node_under_compile(backend):
+    torch._dynamo.reset()
+    seen = []
+
+    def recording(gm, inputs):
+        seen.append([n.target for n in gm.graph.nodes if n.op == "call_function"])
+        if backend == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+            return compile_fx(gm, inputs)
+        from torch_loom.compiler.backend import loom_backend
+        return loom_backend(gm, inputs)
+
+    def f(x, a, b, w, bias):
+        s = sm_ex.softmax(x * 2)
+        m = mm_ex.matmul(a, b, "relu")
+        n = ln_ex.layer_norm(x, w, bias)
+        return s + 1, m, n, add_ex.add(x, x)
+
+    x, a, b, w, bias = torch.randn(5, 24), torch.randn(20, 16), torch.randn(16, 24), torch.randn(24), torch.randn(24)
+    got = torch.compile(f, backend=recording, fullgraph=True)(*map(loom, (x, a, b, w, bias)))
+    want = (torch.softmax(x * 2, -1) + 1, torch.relu(a @ b), F.layer_norm(x, (24,), w, bias), x + x)
+    for g_, w_ in zip(got, want):
+        torch.testing.assert_close(g_.cpu(), w_, atol=1e-4, rtol=1e-4)
+    targets = [t for graph in seen for t in graph]
+    for op in (torch.ops.loom_tile.softmax.default, torch.ops.loom_tile.matmul.default,
+               torch.ops.loom_tile.layer_norm_fwd.default, torch.ops.loom_tile.add.default):
+        assert targets.count(op) == 1, targets
+
+
+def test_layer_norm_autograd_under_compile():
+    torch._dynamo.reset()
+    x, w, b = torch.randn(4, 16), torch.randn(16), torch.randn(16)
+    xl, wl, bl = (loom(t).requires_grad_() for t in (x, w, b))
+    f = torch.compile(lambda x, w, b: (ln_ex.layer_norm(x, w, b) ** 2).sum(), backend="loom")
+    f(xl, wl, bl).backward()
+    xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
+    (F.layer_norm(xc, (16,), wc, bc) ** 2).sum().backward()
+    for got, want in ((xl.grad, xc.grad), (wl.grad, wc.grad), (bl.grad, bc.grad)):
+        torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_opcheck_examples():
+    x, y = loom(torch.randn(5, 7)), loom(torch.randn(5, 7))
+    w, b = loom(torch.randn(7)), loom(torch.randn(7))
+    checks = [(torch.ops.loom_tile.add.default, (x, y)),
+              (torch.ops.loom_tile.softmax.default, (x,)),
+              (torch.ops.loom_tile.layer_norm_fwd.default, (x.requires_grad_(), w.requires_grad_(),
+                                                            b.requires_grad_(), 1e-5)),
+              (torch.ops.loom_tile.matmul.default, (loom(torch.randn(6, 5)), loom(torch.randn(5, 4)), "gelu"))]
+    # opcheck's autograd_registration check supports only CPU/CUDA/XPU
+    # tensors (PyTorch 2.13: "NYI devices other than CPU/CUDA/XPU"); the
+    # others run: schema, fake tensors, AOT dispatch with dynamic shapes.
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    for op, args in checks:
+        torch.library.opcheck(op, args, test_utils=utils)
+
+
+def test_kernel_features(mode):
+    """2-d blocks with broadcasting, a loop carrying a block and a pointer,
+    a runtime if, reductions along both axes, argmax, where, casts,
+    static_range and a called @jit helper."""
+
+    @tl.jit
+    def twice(v):
+        return v * 2
+
+    @tl.jit
+    def k(X, Out, Idx, Rows, M, N: tl.constexpr, BM: tl.constexpr, flag):
+        pid = tl.program_id(0)
+        rows = tl.arange(0, BM)
+        cols = tl.arange(0, N)
+        ptrs = X + rows[:, None] * N + cols[None, :]
+        acc = tl.zeros((BM, N), dtype=tl.float32)
+        for r in range(0, M, BM):
+            mask = (r + rows)[:, None] < M
+            acc += tl.load(ptrs, mask=mask, other=0.0)
+            ptrs += BM * N
+        col_sum = tl.sum(acc, axis=0)
+        if flag > 0:
+            col_sum = twice(col_sum)
+        for i in tl.static_range(2):
+            col_sum = col_sum + i
+        tl.store(Out + pid * N + cols, col_sum)
+        tl.store(Idx + pid, tl.argmax(col_sum, axis=0))
+        row_max = tl.max(acc, axis=1)
+        tl.store(Rows + rows, tl.where(row_max > 0, row_max, -row_max).to(tl.float16))
+
+    M, N, BM = 13, 16, 4
+    x = torch.randn(M, N)
+    out, idx = torch.empty(1, N), torch.empty(1, dtype=torch.int32)
+    rows = torch.empty(BM, dtype=torch.float16)
+    out_l, idx_l, rows_l = loom(out), loom(idx), loom(rows)
+    k[(1,)](loom(x), out_l, idx_l, rows_l, M, N=N, BM=BM, flag=3)
+    want = x.sum(0) * 2 + 1
+    torch.testing.assert_close(out_l.cpu()[0], want, atol=1e-5, rtol=1e-5)
+    assert idx_l.cpu().item() == int(want.argmax())
+    blocks = torch.zeros(BM, N)
+    for r in range(0, M, BM):
+        part = x[r:r + BM]
+        blocks[:part.shape[0]] += part
+    torch.testing.assert_close(rows_l.cpu(), blocks.max(1).values.abs().half())
+
+
+def test_specialisation_and_cache():
+    @tl.jit
+    def scale(X, Y, n, s, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(Y + offs, tl.load(X + offs, mask=m) * s, mask=m)
+
+    x = loom(torch.arange(10.0))
+    y = torch.empty_like(x)
+    for s in (2.0, 3.0):
+        scale[(1,)](x, y, 10, s, BLOCK=16)
+        torch.testing.assert_close(y.cpu(), torch.arange(10.0) * s)
+    assert len(scale._cache) == 1  # a float is a run-time argument
+    scale[(1,)](x[1:], y[1:], 9, 2.0, BLOCK=16)  # not 16-byte aligned: its own specialisation
+    assert len(scale._cache) == 2
+    xh = x.half()
+    yh = torch.empty_like(xh)
+    scale[lambda meta: (tl.cdiv(10, meta["BLOCK"]),)](xh, yh, 10, 0.5, BLOCK=4)
+    torch.testing.assert_close(yh.cpu(), (torch.arange(10.0) * 0.5).half())
+    assert "(float)" in scale.source(x, y, 10, 2.0, BLOCK=16)
+
+
+def test_trace_errors_name_the_line():
+    @tl.jit
+    def bad_shapes(X, BLOCK: tl.constexpr):
+        a = tl.arange(0, BLOCK)
+        b = tl.arange(0, 2 * BLOCK)
+        tl.store(X + a, a + b)  # the line the error names
+
+    @tl.jit
+    def bad_construct(X):
+        while True:
+            pass
+
+    x = loom(torch.zeros(8))
+    with pytest.raises(tl.TileCompileError, match=r"test_tile\.py:\d+: .*\n +tl\.store\(X \+ a, a \+ b\)"):
+        bad_shapes[(1,)](x, BLOCK=4)
+    with pytest.raises(tl.TileCompileError, match="while loops are not supported"):
+        bad_construct[(1,)](x)
+
+
+def test_interpreter_catches_bad_memory(monkeypatch, capsys):
+    monkeypatch.setenv("LOOM_TILE_INTERPRET", "1")
+
+    @tl.jit
+    def oob(X, Y, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        v = tl.load(X + offs)  # reads past the end
+        tl.store(Y + offs, v)
+
+    @tl.jit
+    def undefined_lanes(X, Y, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        v = tl.load(X + offs, mask=offs < n)
+        print("program", tl.program_id(0), "loaded", v.shape)
+        tl.store(Y + offs, v)
+
+    x = loom(torch.ones(6))
+    with pytest.raises(IndexError, match=r"X at element offset 6 .*test_tile\.py:\d+: v = tl\.load\(X \+ offs\)"):
+        oob[(1,)](x, loom(torch.empty(8)), BLOCK=8)
+    y = loom(torch.zeros(8))
+    undefined_lanes[(1,)](loom(torch.ones(8)), y, 5, BLOCK=8)
+    out = y.cpu()
+    assert torch.equal(out[:5], torch.ones(5)) and out[5:].isnan().all()
+    assert "program" in capsys.readouterr().out
+
+
+def test_bad_arguments():
+    from torch_loom.tile.examples.vector_add import add_kernel
+    with pytest.raises(TypeError, match="missing argument 'n_elements'"):
+        add_kernel[(1,)](loom(torch.ones(4)), loom(torch.ones(4)), loom(torch.ones(4)), BLOCK_SIZE=4)
+    with pytest.raises(RuntimeError, match="expected a tensor on loom"):
+        add_kernel[(1,)](torch.ones(4), loom(torch.ones(4)), loom(torch.ones(4)), 4, BLOCK_SIZE=4)
+    with pytest.raises(ValueError, match="loom_tile::matmul: shapes"):
+        mm_ex.matmul(loom(torch.ones(2, 3)), loom(torch.ones(2, 3)))
