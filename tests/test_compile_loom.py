@@ -96,6 +96,60 @@ def test_bfloat16_rounds_like_eager_at_every_op():
     assert torch.equal(out.cpu(), mixed(x, y).cpu())
 
 
+# ---- GEMM epilogues -----------------------------------------------------------------
+
+def _linear_gelu(x, w, b):
+    return F.gelu(F.linear(x, w, b))
+
+
+def test_linear_bias_gelu_is_one_gemm_launch_with_a_fused_epilogue():
+    torch.manual_seed(4)
+    x, w, b = (torch.randn(37, 29, device="loom"), torch.randn(45, 29, device="loom"),
+               torch.randn(45, device="loom"))
+    out, c = _compiled_call(_linear_gelu, x, w, b)
+    # no generated kernel: the bias (addmm's) and the GELU run in the GEMM's
+    # output tiles, one library call beside the weight's transposed view
+    assert c["kernel_launches"] == 0 and c["epilogue_calls"] == 1
+    assert c["library_calls"] == 2
+    assert torch.equal(out.cpu(), _linear_gelu(x, w, b).cpu())
+
+
+def _mlp_block(x, w1, b1, w2, r):
+    h = F.gelu(x @ w1.t() + b1, approximate="tanh")  # (a batch of rows: split views)
+    return torch.sigmoid(F.silu(h @ w2.t()) + r).to(torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_epilogues_take_bias_residual_activations_and_a_cast(dtype):
+    torch.manual_seed(5)
+    x = torch.randn(3, 7, 24, device="loom", dtype=dtype)
+    w1, b1 = torch.randn(40, 24, device="loom", dtype=dtype), torch.randn(40, device="loom", dtype=dtype)
+    w2, r = torch.randn(16, 40, device="loom", dtype=dtype), torch.randn(7, 16, device="loom", dtype=dtype)
+    out, c = _compiled_call(_mlp_block, x, w1, b1, w2, r)
+    assert c["epilogue_calls"] == 2 and c["kernel_launches"] == 0
+    assert torch.equal(out.cpu(), _mlp_block(x, w1, b1, w2, r).cpu())
+
+
+def test_training_epilogues_keep_the_product_for_the_backward():
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 5)).to("loom")
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 8, 12, device="loom")
+    compiler.reset_counters()
+    out = torch.compile(model, backend="loom")(x)
+    out.square().sum().backward()
+    want = twin(x)
+    want.square().sum().backward()
+    c = compiler.counters()
+    # forward: linear + GELU (its input saved); backward: the GELU's
+    # backward in the GEMM of the gradient
+    assert c["epilogue_ops"] == [["gelu"], ["gelu_backward"]]
+    assert torch.equal(out.detach().cpu(), want.detach().cpu())
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-5, atol=1e-6)
+
+
 # ---- reductions ----------------------------------------------------------------
 
 def _softmax_like(x):

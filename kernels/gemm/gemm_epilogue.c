@@ -45,6 +45,9 @@ static int epi_binary_ok(int op) {
   switch (op) {
     case LOOM_PW_ADD: case LOOM_PW_SUB: case LOOM_PW_MUL: case LOOM_PW_DIV:
     case LOOM_PW_MAXIMUM: case LOOM_PW_MINIMUM:
+    /* backward forms: the value is the gradient, the operand the input */
+    case LOOM_PW_GELU_BACKWARD: case LOOM_PW_GELU_TANH_BACKWARD: case LOOM_PW_SILU_BACKWARD:
+    case LOOM_PW_SIGMOID_BACKWARD: case LOOM_PW_TANH_BACKWARD:
       return 1;
     default: return 0;
   }

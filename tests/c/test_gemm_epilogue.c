@@ -86,6 +86,7 @@ typedef struct epi_case {
   int residual;             /* a full operand added after the activation */
   int in_place;             /* D is C */
   int act[3];               /* unary steps after the bias (0 ends) */
+  int resid_op;             /* the residual's op (0: ADD, the operand first) */
 } epi_case;
 
 static void check_case(const epi_case *cs, int isa) {
@@ -113,8 +114,9 @@ static void check_case(const epi_case *cs, int isa) {
   for (int i = 0; i < 3 && cs->act[i]; ++i) words[steps++].i = cs->act[i];
   if (cs->residual) {
     ops[n_ops++] = resid;
-    words[steps++].i = LOOM_PW_ADD | (int64_t)n_ops << LOOM_GEMM_EPILOGUE_OPERAND_SHIFT |
-                       LOOM_GEMM_EPILOGUE_SWAP;
+    words[steps++].i = cs->resid_op ? cs->resid_op | (int64_t)n_ops << LOOM_GEMM_EPILOGUE_OPERAND_SHIFT
+                                    : LOOM_PW_ADD | (int64_t)n_ops << LOOM_GEMM_EPILOGUE_OPERAND_SHIFT |
+                                          LOOM_GEMM_EPILOGUE_SWAP;
   }
   if (cs->out_dtype != cs->dtype) words[steps++].i = LOOM_PW_IDENTITY;
 
@@ -208,6 +210,8 @@ int main(void) {
        {LOOM_PW_GELU}},
       {"fp16 addmm+tanh+residual", 1, 29, 31, 16, LOOM_FLOAT16, LOOM_FLOAT16, 1, 1, 1, 0,
        {LOOM_PW_TANH}},
+      {"mm then gelu_backward (a backward's epilogue)", 1, 26, 35, 21, LOOM_FLOAT32,
+       LOOM_FLOAT32, 0, 0, 1, 0, {0}, LOOM_PW_GELU_BACKWARD},
       {"no steps", 1, 9, 9, 9, LOOM_FLOAT32, LOOM_FLOAT32, 0, 0, 0, 0, {0}},
   };
   test_bad_steps();

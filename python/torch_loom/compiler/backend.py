@@ -29,6 +29,7 @@ import torch
 from . import jit, observe
 from .decomp import decompositions
 from .emit_c import CDialect
+from .epilogue import fuse_epilogues
 from .fuse import fuse
 from .lower import lower
 from .program import Program
@@ -93,6 +94,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
         return _Eager(gm)
     log = observe.Log()
     graph, _ = lower(gm)
+    fuse_epilogues(graph)
     log.graph(tag, graph)
     fuser = fuse(graph)
     program = Program(graph, fuser, gm, tag, CDialect(), log, name=_name_kernels)

@@ -27,10 +27,10 @@ _lock = threading.Lock()
 
 class Totals:
     """Counters the generated programs bump on every call."""
-    __slots__ = ("calls", "launches", "library_calls")
+    __slots__ = ("calls", "launches", "library_calls", "epilogues")
 
     def __init__(self):
-        self.calls = self.launches = self.library_calls = 0
+        self.calls = self.launches = self.library_calls = self.epilogues = 0
 
 
 totals = Totals()
@@ -42,6 +42,7 @@ _jit_base = {}
 
 def _zero():
     _compile.update(graphs_compiled=0, graphs_fallen_back=0, kernels_generated=0, fused_ops=[],
+                    gemm_epilogues=0, epilogue_ops=[],
                     compile_seconds=0.0, modules_compiled=0, modules_cached=0, modules_resident=0)
 
 
@@ -52,7 +53,7 @@ def reset_counters():
     """Zeroes every counter (the JIT's own counters are read relative to now)."""
     with _lock:
         _zero()
-        totals.calls = totals.launches = totals.library_calls = 0
+        totals.calls = totals.launches = totals.library_calls = totals.epilogues = 0
         _jit_base.clear()
         _jit_base.update(jit.stats())
 
@@ -66,9 +67,13 @@ def counters() -> dict:
       eager code because the C compiler is missing or failed;
     - ``kernels_generated``, and ``fused_ops``: for each generated kernel in
       order, how many graph ops it fused;
-    - ``graph_calls``, ``kernel_launches`` and ``library_calls``: calls of
-      compiled graphs and what they enqueued (so a call's launches are the
-      difference across it);
+    - ``gemm_epilogues``, and ``epilogue_ops``: matrix products compiled
+      with elementwise ops fused into their output tiles (one library call
+      each), and for each the ops it took;
+    - ``graph_calls``, ``kernel_launches``, ``library_calls`` and
+      ``epilogue_calls``: calls of compiled graphs and what they enqueued
+      (so a call's launches are the difference across it; an epilogue call
+      is a library call too);
     - ``modules_compiled``/``modules_cached``/``modules_resident``: where
       each program's C module came from (the compiler, the disk cache, this
       process);
@@ -85,15 +90,17 @@ def counters() -> dict:
     with _lock:
         out = dict(_compile)
         out["fused_ops"] = list(_compile["fused_ops"])
+        out["epilogue_ops"] = list(_compile["epilogue_ops"])
         out.update(graph_calls=totals.calls, kernel_launches=totals.launches,
-                   library_calls=totals.library_calls)
+                   library_calls=totals.library_calls, epilogue_calls=totals.epilogues)
         for key, name in (("cache_hits", "cache_hits"), ("cache_misses", "cache_misses"),
                           ("compiler_invocations", "compiler_invocations"),
                           ("compile_seconds", "cc_seconds")):
             out[name] = s[key] - _jit_base.get(key, 0)
         programs = sorted(_programs, key=lambda p: p.serial)
     out["programs"] = [dict(tag=p.tag, kernels=len(p.kernels), launches=p.launches,
-                            library_calls=p.library_calls, calls=p.calls) for p in programs]
+                            library_calls=p.library_calls, epilogues=len(p.epilogues),
+                            calls=p.calls) for p in programs]
     return out
 
 
@@ -104,6 +111,8 @@ def record_graph(program, seconds):
         _compile["graphs_compiled"] += 1
         _compile["kernels_generated"] += len(program.kernels)
         _compile["fused_ops"].extend(k.ops for k in program.kernels)
+        _compile["gemm_epilogues"] += len(program.epilogues)
+        _compile["epilogue_ops"].extend(list(e) for e in program.epilogues)
         _compile["compile_seconds"] += seconds
 
 
@@ -164,6 +173,8 @@ class Log:
             lines.append(f"  {k.name}: {k.ops} ops, {kind}, space {list(k.dims)}: {k.summary}")
         for name in program.library_names:
             lines.append(f"  library: {name}")
+        for ops in program.epilogues:
+            lines.append(f"  GEMM epilogue: {', '.join(ops)}")
         self.emit("fusion", "\n".join(lines))
 
     def code(self, program):

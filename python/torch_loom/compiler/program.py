@@ -70,6 +70,7 @@ class Program:
         self.kernels = []
         self.library_calls = 0
         self.library_names = []
+        self.epilogues = []  # per fused product, the ops of its epilogue
         order = fuser.schedule()
         names = _Names()
         units = []
@@ -83,6 +84,8 @@ class Program:
                 units.append(("library", u.node, None, None))
                 self.library_calls += 1
                 self.library_names.append(str(u.node.target))
+                if getattr(u.node, "epilogue", None):
+                    self.epilogues.append(tuple(u.node.epilogue))
         self.launches = len(self.kernels)
         self.py_source = self._python(graph, units, names)
         self._globals = names.globals
@@ -164,6 +167,8 @@ class Program:
             lines.append(f"    stats.launches += {self.launches}")
         if self.library_calls:
             lines.append(f"    stats.library_calls += {self.library_calls}")
+        if self.epilogues:
+            lines.append(f"    stats.epilogues += {len(self.epilogues)}")
         for v in graph.inputs:
             if isinstance(v, Value) and v not in last_use and v not in keep:
                 lines.append(f"    del {names.value(v)}")
