@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import torch_loom  # noqa: F401
 import torch_loom.tile as tl
+from torch_loom.tile.examples import flash_attention as fa_ex
 from torch_loom.tile.examples import layer_norm as ln_ex
 from torch_loom.tile.examples import matmul as mm_ex
 from torch_loom.tile.examples import softmax as sm_ex
@@ -79,6 +80,14 @@ def test_matmul_transposed_operand_strides():
     torch.testing.assert_close(out, a @ b.t(), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention(mode, causal):
+    q, k, v = (torch.randn(1, 2, 70, 16) for _ in range(3))
+    out = fa_ex.attention(loom(q), loom(k), loom(v), causal).cpu()
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                               atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("backend", ["inductor", "loom"])
 def test_examples_are_one_node_under_compile(backend):
     torch._dynamo.reset()
@@ -92,20 +101,23 @@ def test_examples_are_one_node_under_compile(backend):
         from torch_loom.compiler.backend import loom_backend
         return loom_backend(gm, inputs)
 
-    def f(x, a, b, w, bias):
+    def f(x, a, b, w, bias, q):
         s = sm_ex.softmax(x * 2)
         m = mm_ex.matmul(a, b, "relu")
         n = ln_ex.layer_norm(x, w, bias)
-        return s + 1, m, n, add_ex.add(x, x)
+        return s + 1, m, n, add_ex.add(x, x), fa_ex.attention(q, q, q)
 
     x, a, b, w, bias = torch.randn(5, 24), torch.randn(20, 16), torch.randn(16, 24), torch.randn(24), torch.randn(24)
-    got = torch.compile(f, backend=recording, fullgraph=True)(*map(loom, (x, a, b, w, bias)))
-    want = (torch.softmax(x * 2, -1) + 1, torch.relu(a @ b), F.layer_norm(x, (24,), w, bias), x + x)
+    q = torch.randn(1, 1, 9, 16)
+    got = torch.compile(f, backend=recording, fullgraph=True)(*map(loom, (x, a, b, w, bias, q)))
+    want = (torch.softmax(x * 2, -1) + 1, torch.relu(a @ b), F.layer_norm(x, (24,), w, bias), x + x,
+            F.scaled_dot_product_attention(q, q, q))
     for g_, w_ in zip(got, want):
         torch.testing.assert_close(g_.cpu(), w_, atol=1e-4, rtol=1e-4)
     targets = [t for graph in seen for t in graph]
     for op in (torch.ops.loom_tile.softmax.default, torch.ops.loom_tile.matmul.default,
-               torch.ops.loom_tile.layer_norm_fwd.default, torch.ops.loom_tile.add.default):
+               torch.ops.loom_tile.layer_norm_fwd.default, torch.ops.loom_tile.add.default,
+               torch.ops.loom_tile.attention.default):
         assert targets.count(op) == 1, targets
 
 
@@ -128,7 +140,8 @@ def test_opcheck_examples():
               (torch.ops.loom_tile.softmax.default, (x,)),
               (torch.ops.loom_tile.layer_norm_fwd.default, (x.requires_grad_(), w.requires_grad_(),
                                                             b.requires_grad_(), 1e-5)),
-              (torch.ops.loom_tile.matmul.default, (loom(torch.randn(6, 5)), loom(torch.randn(5, 4)), "gelu"))]
+              (torch.ops.loom_tile.matmul.default, (loom(torch.randn(6, 5)), loom(torch.randn(5, 4)), "gelu")),
+              (torch.ops.loom_tile.attention.default, tuple(loom(torch.randn(1, 2, 5, 16)) for _ in range(3)))]
     # opcheck's autograd_registration check supports only CPU/CUDA/XPU
     # tensors (PyTorch 2.13: "NYI devices other than CPU/CUDA/XPU"); the
     # others run: schema, fake tensors, AOT dispatch with dynamic shapes.

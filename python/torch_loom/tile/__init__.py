@@ -37,6 +37,8 @@ from .trace import TileCompileError
 # ``cdiv`` works on blocks inside kernels too (the interpreter's blocks
 # support the arithmetic; the compiler reads the call).
 language = _sys.modules[__name__]
+# ``import torch_loom.tile.language as tl`` as for ``triton.language``
+_sys.modules[__name__ + ".language"] = language
 tensor = None  # annotations only
 
 del _builtins
