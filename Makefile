@@ -11,7 +11,7 @@ TORCH_VERSION := 2.13.0
 CLIENT_PKGS := torchvision==0.28.0 transformers==5.25.0 timm==1.0.31
 export LOOM_REPO_ROOT := $(CURDIR)
 
-.PHONY: all setup build test test-c test-sanitize test-tsan test-py test-guarded test-generic demo demo-mlp conformance conformance-fast conformance-update bench bench-quick clean
+.PHONY: all setup build test test-c test-sanitize test-tsan test-py test-guarded test-generic test-fuse-verify demo demo-mlp conformance conformance-fast conformance-update bench bench-quick clean
 
 all: build
 
@@ -71,9 +71,15 @@ test-guarded: build
 
 # The op and training tests with the CPU features capped to none, so every
 # kernel family runs its generic C path (the AVX-512 convolutions their
-# generic twins) and the ISA paths are held to it on one machine.
+# generic twins) and the ISA paths are held to it on one machine; and with
+# LOOM_FUSE=verify, so every fused group of launches also runs unfused and
+# any difference in its bytes fails the op (loom/fuse.h).
 test-generic: build
-	LOOM_CPU_FEATURES=generic $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py
+	LOOM_CPU_FEATURES=generic LOOM_FUSE=verify $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py
+
+# The same op and training tests with the ISA paths, under LOOM_FUSE=verify.
+test-fuse-verify: build
+	LOOM_FUSE=verify $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py tests/test_fusion.py
 
 test: test-c test-sanitize test-tsan test-py test-guarded test-generic
 
