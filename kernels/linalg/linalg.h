@@ -21,6 +21,11 @@ int loom_linalg_lu(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_linalg_trsm(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_linalg_lu_solve(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_linalg_lu_perm(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_linalg_geqrf(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_linalg_orgqr(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_linalg_ormqr(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_linalg_eigh(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_linalg_svd(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus
 }

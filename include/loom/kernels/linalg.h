@@ -40,7 +40,39 @@
  *
  * "linalg.lu_perm": the permutation matrix P of A = P L U from the pivots
  *   of "linalg.lu" (P is written whole, any strides, any float dtype).
- *   tensors: [0] pivots (batch, k), [1] P (batch, m, m), k <= m. */
+ *   tensors: [0] pivots (batch, k), [1] P (batch, m, m), k <= m.
+ *
+ * Float vectors (tau, eigenvalues, singular values) are rank-2 (batch, k)
+ * of the matrices' dtype, any strides.
+ *
+ * "linalg.geqrf": A = Q R by Householder reflectors in place, as LAPACK's
+ *   geqrf stores them: R on and above the diagonal, reflector i's tail
+ *   below it in column i (its head is 1), H_i = I - tau[i] v v^T.
+ *   tensors: [0] A (batch, m, n), [1] tau (batch, min(m, n)).
+ *
+ * "linalg.orgqr": the first n columns of H_0 ... H_{k-1} in place of the
+ *   reflectors (LAPACK's orgqr). tensors: [0] A (batch, m, n), n <= m,
+ *   [1] tau (batch, k), k <= n.
+ *
+ * "linalg.ormqr": C = op(Q) C (left) or C op(Q) (right), op(Q) = Q or Q^T,
+ *   Q = H_0 ... H_{k-1} from geqrf's reflectors. tensors: [0] V (batch,
+ *   m if left else n, >= k), [1] tau (batch, k), [2] C (batch, m, n).
+ *   scalars: [0].i left, [1].i transpose.
+ *
+ * "linalg.eigh": eigenvalues (ascending) and, when V is given (data not
+ *   NULL), orthonormal eigenvectors (V's columns) of the symmetric A, of
+ *   which only the upper (scalars[0].i) or lower triangle is read; A is
+ *   destroyed. Cyclic Jacobi in a fixed rotation order: info[b] = 0, or the
+ *   number of sweeps made without converging. tensors: [0] A (batch, n, n),
+ *   [1] w (batch, n), [2] V (batch, n, n) or absent, [3] info (batch).
+ *
+ * "linalg.svd": A = U diag(s) V^T for m >= n, A given in U's first n
+ *   columns; s descending. With V given: U's columns orthonormal, the ones
+ *   beyond n (U (batch, m, m)) and those of negligible singular values
+ *   completed to an orthonormal basis. One-sided Jacobi in a fixed order:
+ *   info[b] = 0, or the sweeps made without converging. tensors: [0] U
+ *   (batch, m, n or m), [1] s (batch, n), [2] V (batch, n, n) or absent,
+ *   [3] info (batch). */
 #ifndef LOOM_KERNELS_LINALG_CONTRACT_H
 #define LOOM_KERNELS_LINALG_CONTRACT_H
 
