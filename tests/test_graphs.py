@@ -293,3 +293,21 @@ def test_reduce_overhead_falls_back_with_one_log_line(caplog):
     lines = [r for r in caplog.records if "reduce-overhead" in r.getMessage()]
     assert len(lines) == 1
     assert "random op" in lines[0].getMessage()
+
+
+def test_reduce_overhead_captures_attention_without_dropout():
+    torch._dynamo.reset()
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
+
+    cf = torch.compile(attend, backend="loom", mode="reduce-overhead")
+    before = graphed.counters()
+    with torch.no_grad():
+        for seed in range(3):
+            q, k, v = (t.reshape(1, 2, 8, 4).to("loom")
+                       for t in torch.randn(3, 64, generator=torch.Generator().manual_seed(seed)))
+            assert torch.allclose(cf(q, k, v).cpu(), attend(q, k, v).cpu(), atol=1e-6)
+    after = graphed.counters()
+    assert after["captures"] - before["captures"] == 1
+    assert after["fallbacks"] == before["fallbacks"]

@@ -61,9 +61,20 @@ def _static_reason(gm) -> str | None:
         return "symbolic sizes (dynamic shapes)"
     for node in gm.graph.nodes:
         tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
-        if torch.Tag.nondeterministic_seeded in tags:
+        if torch.Tag.nondeterministic_seeded in tags and _draws(node):
             return f"random op {node.target} (a replay would repeat its numbers)"
     return None
+
+
+def _draws(node) -> bool:
+    """Whether a seeded op really draws: attention with dropout_p=0 does not."""
+    schema = getattr(node.target, "_schema", None)
+    for i, arg in enumerate(schema.arguments if schema is not None else ()):
+        if arg.name == "dropout_p":
+            p = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name,
+                                                                         arg.default_value)
+            return p != 0
+    return True
 
 
 def _mutated_inputs(gm) -> list[int]:
