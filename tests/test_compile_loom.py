@@ -236,16 +236,40 @@ def test_without_a_c_compiler_graphs_run_on_library_kernels(monkeypatch):
     torch.testing.assert_close(out.cpu(), _ten_ops(x, y).cpu())
 
 
-def test_changing_sizes_run_the_graphs_eager_code():
-    """Sizes are baked into kernels for now: once Dynamo makes a size
-    symbolic (the second size it sees), the graph runs on library kernels."""
+def test_changing_sizes_compile_once_per_shape_kind():
+    """A graph with symbolic sizes (the second size Dynamo sees) gets a
+    program per size, all on one C module: its kernels read their sizes."""
     compiler.reset_counters()
     f = torch.compile(lambda a: torch.tanh(a * 2).sum(-1), backend="loom")
-    for n in (5, 7, 9):
+    for n in (5, 7, 9, 12):
         a = torch.randn(4, n, device="loom")
         torch.testing.assert_close(f(a).cpu(), torch.tanh(a * 2).sum(-1).cpu())
     c = compiler.counters()
-    assert c["graphs_compiled"] == 1 and c["graphs_fallen_back"] == 1
+    assert c["graphs_compiled"] == 2 and c["graphs_dynamic"] == 1 and c["graphs_fallen_back"] == 0
+    assert c["specializations"] == 3
+    # the static graph's module serves the dynamic one's sizes
+    assert c["modules_compiled"] + c["modules_cached"] == 1 and c["modules_resident"] == 3
+
+
+def test_growing_sequence_lengths_compile_once_per_shape_kind():
+    torch.manual_seed(7)
+    model = GPT().to("loom")
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="loom", dynamic=True)
+    compiler.reset_counters()
+    for t in (4, 5, 9):
+        idx = torch.randint(0, 32, (2, t), device="loom")
+        out, want = compiled(idx), twin(idx)
+        torch.testing.assert_close(out.cpu(), want.cpu(), rtol=1e-5, atol=1e-5)
+        out.square().mean().backward()
+        want.square().mean().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-4, atol=1e-5)
+    c = compiler.counters()
+    # a forward and a backward graph with symbolic lengths, one C module each
+    assert c["graphs_dynamic"] == 2 and c["graphs_compiled"] == 2 and c["graphs_fallen_back"] == 0
+    assert c["specializations"] == 6
+    assert c["compiler_invocations"] <= 2 and c["modules_compiled"] + c["modules_cached"] <= 2
 
 
 def test_compile_log_shows_fusion_code_and_cache(monkeypatch, caplog):

@@ -9,8 +9,9 @@ lowered to the fusion IR (lower.py, ops.py), fused (fuse.py), emitted as
 one C module (emit_c.py) compiled by the JIT off the Python thread, and run
 as a program (program.py). Without a C compiler, or when the compiler
 fails, a graph runs as its own eager code on loom's library kernels, with
-one warning; so, for now, does a graph with symbolic sizes (dynamic=True
-or automatic dynamic shapes: kernels are specialized to their sizes).
+one warning. A graph with symbolic sizes (dynamic=True or automatic
+dynamic shapes) gets a program per concrete input signature, all sharing
+one C module whose kernels read their sizes from their arguments.
 
 Options (``torch.compile(..., options={...})``): none yet; ``mode`` is
 accepted and ignored.
@@ -60,8 +61,7 @@ class _Eager:
 
 def _symbolic(gm) -> bool:
     """Whether the graph has symbolic sizes (dynamic=True, or Dynamo's
-    automatic dynamic shapes after a size changed): kernels are specialized
-    to sizes for now, so such graphs run as their eager code."""
+    automatic dynamic shapes after a size changed)."""
     for node in gm.graph.nodes:
         val = node.meta.get("val")
         vals = val if isinstance(val, (list, tuple)) else [val]
@@ -85,13 +85,65 @@ def _name_kernels(program):
         k.name = new
 
 
+class _Dynamic:
+    """A graph with symbolic sizes (dynamic=True, or Dynamo's automatic
+    dynamic shapes): a program per concrete signature of its inputs, built
+    when that signature first comes, from the graph's metadata propagated
+    with those sizes. Kernels read their sizes from their arguments, so
+    the programs of one graph share one C module: the C compiler runs once
+    per shape kind, not per size."""
+    _boxed_call = True
+    MAX_PROGRAMS = 256
+
+    def __init__(self, gm, tag):
+        self.gm = gm
+        self.tag = tag
+        self._boxed_call = True  # an instance attribute: wrappers copy __dict__
+        self.programs = {}
+
+    def __call__(self, args):
+        key = tuple(_signature(a) for a in args)
+        program = self.programs.get(key)
+        if program is None:
+            if len(self.programs) >= self.MAX_PROGRAMS:
+                self.programs.pop(next(iter(self.programs)))
+            program = self.programs[key] = self._specialize(args)
+        return program(args)
+
+    def _specialize(self, args):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        start = time.perf_counter()
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
+                 for a in args]
+        FakeTensorProp(self.gm, mode).propagate_dont_convert_inputs(*fakes)
+        tag = f"{self.tag}.{len(self.programs)}"
+        return _build(self.gm, tag, start, specialization=True)
+
+
+def _signature(a):
+    if isinstance(a, torch.Tensor):
+        return (tuple(a.shape), a.stride(), a.dtype, a.device, a.storage_offset())
+    return (type(a), a)
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     """One ATen graph -> a boxed callable running it on loom."""
     start = time.perf_counter()
     tag = f"{kind}{next(_graph_ids)}"
-    if not jit.available() or _symbolic(gm):
+    if not jit.available():
         observe.record_fallback()
         return _Eager(gm)
+    if _symbolic(gm):
+        observe.record_dynamic_graph()
+        return _Dynamic(gm, tag)
+    return _build(gm, tag, start)
+
+
+def _build(gm, tag, start, specialization=False):
+    """The program of a graph whose metadata has concrete sizes."""
     log = observe.Log()
     graph, _ = lower(gm)
     fuse_epilogues(graph)
@@ -106,7 +158,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
         observe.record_fallback()
         return _Eager(gm)
     program.fallback = _Eager(gm)
-    observe.record_graph(program, time.perf_counter() - start)
+    observe.record_graph(program, time.perf_counter() - start, specialization)
     return program
 
 

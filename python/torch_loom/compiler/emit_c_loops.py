@@ -18,8 +18,6 @@ over several reduced dims runs nested loops and one accumulator.
 
 from __future__ import annotations
 
-import math
-
 from .ir import LoopKernel
 
 
@@ -46,6 +44,20 @@ class KernelWriter:
         """(tensor dim, kernel dim) pairs of argument a."""
         return [(j, d) for j, d in enumerate(self.k.args[a].dimmap) if d is not None]
 
+    def size_source(self):
+        """Kernel dim -> (argument, tensor dim) its size is read from."""
+        if not hasattr(self, "_sources"):
+            self._sources = {}
+            for a, arg in enumerate(self.k.args):
+                for j, kd in enumerate(arg.dimmap):
+                    if kd is not None and kd not in self._sources:
+                        self._sources[kd] = (a, j)
+        return self._sources
+
+    def size(self, d) -> str:
+        """The C expression of kernel dim d's size."""
+        return f"n{d}" if d in self.size_source() else str(self.k.dims[d])
+
     def stride(self, a, d):
         for j, kd in self.mapped(a):
             if kd == d:
@@ -60,9 +72,19 @@ class KernelWriter:
         checks = [f"args->num_tensors < {len(k.args)}", f"args->num_scalars < {len(k.scalars)}"]
         for a, arg in enumerate(k.args):
             checks.append(f"t[{a}].dtype != {d.dtype_code(arg.dtype)} || t[{a}].rank != {len(arg.dimmap)}")
+        self.w("if (" + " ||\n      ".join(checks) + ")")
+        self.w("  return LOOM_CG_BAD;")
+        # The sizes are arguments (one kernel serves every size of a shape
+        # kind): each dim's from the first tensor that follows it, and every
+        # other tensor must agree.
+        checks = []
+        for kd, (a, j) in sorted(self.size_source().items()):
+            self.w(f"const int64_t n{kd} = t[{a}].sizes[{j}];")
+        for a, arg in enumerate(k.args):
             for j, kd in enumerate(arg.dimmap):
-                size = 1 if kd is None else k.dims[kd]
-                checks.append(f"t[{a}].sizes[{j}] != {size}")
+                if (kd is None) or self.size_source().get(kd) != (a, j):
+                    checks.append(f"t[{a}].sizes[{j}] != {1 if kd is None else self.size(kd)}")
+        checks += [f"n{kd} < 1" for kd in self.size_source()]
         self.w("if (" + " ||\n      ".join(checks) + ")")
         self.w("  return LOOM_CG_BAD;")
         for a, arg in enumerate(k.args):
@@ -143,7 +165,7 @@ class KernelWriter:
             return
         last = nd - 1
         if all(len(self.mapped(a)) == nd for a in range(nargs)):
-            conds = [f"s{a}_{dd} == {math.prod(k.dims[dd + 1:])}"
+            conds = [f"s{a}_{dd} == {' * '.join(self.size(x) for x in range(dd + 1, nd)) or 1}"
                      for a in range(nargs) for dd in range(nd)]
             self.open(f"if ({' && '.join(conds)}) {{")
             self.call_span("end - begin", lambda a: "begin", lambda a: "1")
@@ -151,17 +173,17 @@ class KernelWriter:
             self.close()
         self.w("int64_t r = begin;")
         for dd in reversed(range(nd)):
-            self.w(f"int64_t i{dd} = r % {k.dims[dd]}; r /= {k.dims[dd]};")
+            self.w(f"int64_t i{dd} = r % {self.size(dd)}; r /= {self.size(dd)};")
         self.w("(void)r;")
         self.open("for (int64_t i = begin; i < end;) {")
-        self.w(f"int64_t n = {k.dims[last]} - i{last};")
+        self.w(f"int64_t n = {self.size(last)} - i{last};")
         self.w("if (n > end - i) n = end - i;")
         self.call_span("n", lambda a: f"({self.offset_sum(a, [(dd, f'i{dd}') for dd in range(nd)])})",
                        lambda a: f"s{a}_{last}")
         self.w("i += n;")
         self.w(f"i{last} = 0;")
         for dd in reversed(range(last)):
-            self.w(f"if (++i{dd} < {k.dims[dd]}) continue;")
+            self.w(f"if (++i{dd} < {self.size(dd)}) continue;")
             self.w(f"i{dd} = 0;")
         self.close()
 
@@ -201,7 +223,7 @@ class KernelWriter:
         L = self.LANES
         stepped = [a for a in range(len(k.args)) if self.stride(a, r)]
         reads = self.pass_inputs(p)
-        params = ["const loom_kernel_args *args"] + self.pointer_params()
+        params = ["const loom_kernel_args *args", "int64_t nr"] + self.pointer_params()
         params += [f"int64_t s{a}" for a in stepped]
         params += [f"const {d.value_type(k.types[i])} v{i}" for i in reads]
         params += [f"{d.acc_type(acc)} *restrict out{acc.dst}" for acc in p.accumulate]
@@ -218,12 +240,12 @@ class KernelWriter:
 
         def blocks(step):
             self.w("int64_t i = 0;")
-            self.open(f"for (; i + {L} <= {k.dims[r]}; i += {L}) {{")
+            self.open(f"for (; i + {L} <= nr; i += {L}) {{")
             self.open(f"for (int64_t l = 0; l < {L}; ++l) {{")
             element(lambda a: f"(i + l){step(a)}" if a in stepped else "0", "l")
             self.close()
             self.close()
-            self.open(f"for (int64_t l = 0; i < {k.dims[r]}; ++i, ++l) {{")
+            self.open(f"for (int64_t l = 0; i < nr; ++i, ++l) {{")
             element(lambda a: f"i{step(a)}" if a in stepped else "0", "l")
             self.close()
 
@@ -248,7 +270,7 @@ class KernelWriter:
         self.open("for (int64_t o = begin; o < end; ++o) {")
         self.w("int64_t r = o;")
         for dd in reversed(range(no)):
-            self.w(f"const int64_t i{dd} = r % {k.dims[dd]}; r /= {k.dims[dd]};")
+            self.w(f"const int64_t i{dd} = r % {self.size(dd)}; r /= {self.size(dd)};")
         self.w("(void)r;")
         for a in range(nargs):
             self.w(f"const int64_t b{a} = {self.offset_sum(a, [(dd, f'i{dd}') for dd in range(no)])};")
@@ -257,7 +279,7 @@ class KernelWriter:
             if self.single_r():
                 for acc in p.accumulate:
                     self.w(f"{d.acc_type(acc)} a{acc.dst};")
-                call = ["args"] + [f"p{a} + b{a}" for a in range(nargs)]
+                call = ["args", self.size(no)] + [f"p{a} + b{a}" for a in range(nargs)]
                 call += [f"s{a}_{no}" for a in range(nargs) if self.stride(a, no)]
                 call += [f"v{i}" for i in self.pass_inputs(p)]
                 call += [f"&a{acc.dst}" for acc in p.accumulate]
@@ -267,7 +289,7 @@ class KernelWriter:
                     self.w(d.acc_init(acc))
                 self.open("{")
                 for dd in range(no, nd):
-                    self.open(f"for (int64_t i{dd} = 0; i{dd} < {k.dims[dd]}; ++i{dd}) {{")
+                    self.open(f"for (int64_t i{dd} = 0; i{dd} < {self.size(dd)}; ++i{dd}) {{")
                 for a in range(nargs):
                     inner = self.offset_sum(a, [(dd, f"i{dd}") for dd in range(no, nd)])
                     self.w(f"const int64_t e{a} = b{a} + {inner};")

@@ -171,6 +171,10 @@ class Lowering:
             elif node.op == "call_function" and node.target is operator.getitem:
                 src, i = node.args
                 self.env[node] = self.env[src][i]
+            elif node.op == "call_function" and _concrete_number(node.meta.get("val")):
+                # a size computed from the inputs' sizes (a graph with symbolic
+                # sizes, propagated with concrete ones): a constant here
+                self.env[node] = node.meta["val"]
             elif node.op == "call_function":
                 self.env[node] = self.lower_call(node, HANDLERS)
             elif node.op == "get_attr":
@@ -238,6 +242,10 @@ class Lowering:
                 live.update(n.inputs)
         self.graph.nodes = keep[::-1]
         self.graph.relink()
+
+
+def _concrete_number(val) -> bool:
+    return isinstance(val, (bool, int, float)) and not isinstance(val, torch.Tensor)
 
 
 def lower(gm: torch.fx.GraphModule) -> tuple[ir.Graph, Lowering]:

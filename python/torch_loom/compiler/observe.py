@@ -42,7 +42,7 @@ _jit_base = {}
 
 def _zero():
     _compile.update(graphs_compiled=0, graphs_fallen_back=0, kernels_generated=0, fused_ops=[],
-                    gemm_epilogues=0, epilogue_ops=[],
+                    gemm_epilogues=0, epilogue_ops=[], graphs_dynamic=0, specializations=0,
                     compile_seconds=0.0, modules_compiled=0, modules_cached=0, modules_resident=0)
 
 
@@ -65,6 +65,9 @@ def counters() -> dict:
     - ``graphs_compiled``: graphs (forward, backward, inference) turned
       into programs; ``graphs_fallen_back`` those run by the graph's own
       eager code because the C compiler is missing or failed;
+    - ``graphs_dynamic``: those of them with symbolic sizes, and
+      ``specializations``: the programs built for the concrete sizes they
+      met (all of one graph share its C module);
     - ``kernels_generated``, and ``fused_ops``: for each generated kernel in
       order, how many graph ops it fused;
     - ``gemm_epilogues``, and ``epilogue_ops``: matrix products compiled
@@ -104,16 +107,26 @@ def counters() -> dict:
     return out
 
 
-def record_graph(program, seconds):
+def record_graph(program, seconds, specialization=False):
     with _lock:
         program.serial = next(_serials)
         _programs.add(program)
+        if specialization:  # a graph counted once, by record_dynamic_graph
+            _compile["specializations"] += 1
+            _compile["compile_seconds"] += seconds
+            return
         _compile["graphs_compiled"] += 1
         _compile["kernels_generated"] += len(program.kernels)
         _compile["fused_ops"].extend(k.ops for k in program.kernels)
         _compile["gemm_epilogues"] += len(program.epilogues)
         _compile["epilogue_ops"].extend(list(e) for e in program.epilogues)
         _compile["compile_seconds"] += seconds
+
+
+def record_dynamic_graph():
+    with _lock:
+        _compile["graphs_compiled"] += 1
+        _compile["graphs_dynamic"] += 1
 
 
 def record_fallback():
