@@ -9,8 +9,7 @@ failure; the test checks every rank's exit and output.
 - every collective x dtypes x ops against a reference computed on the CPU
   from every rank's inputs (bitwise: the reductions run in rank order),
   async work and futures, coalescing, the error of an unsupported op;
-- DDP and FSDP2 (fully_shard) training of a small model match one process
-  training on the global batch (the parameters after the steps);
+- (DDP, FSDP2 and tensor-parallel training: tests/test_distributed_torchrun.py);
 - init_process_group() with no backend, "cpu:gloo,loom:loomccl",
   device_id=loom:<rank> with split_group and new_group;
 - a rank killed mid-job makes the other raise ("rank 1 died") well before
@@ -77,10 +76,6 @@ def test_collectives_match_cpu_reference():
     # and the all_reduce results agree bit for bit across ranks.
     assert min(r["cases"] for r in reports) > 150, reports
     assert reports[0]["digest"] == reports[1]["digest"]
-
-
-def test_ddp_and_fsdp2_match_single_process():
-    _check_ok(_launch("training"))
 
 
 def test_init_variants_and_split_group():
@@ -363,74 +358,6 @@ def _job_collectives(rank, world, tmp):
     print("REPORT " + json.dumps({"cases": cases, "digest": digest.hexdigest()}))
 
 
-def _mlp(torch):
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
-
-
-def _batches(torch, steps=4):
-    g = torch.Generator().manual_seed(7)
-    return [(torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)) for _ in range(steps)]
-
-
-def _job_training(rank, world, tmp):
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.fsdp import fully_shard
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    dev = torch.device("loom", rank)
-    torch.loom.set_device(dev)
-    _init("loomccl", rank, world, tmp, device_id=dev)
-    model, reference = _mlp(torch), _mlp(torch)
-    # Rank 1 starts from other weights: DDP broadcasts rank 0's.
-    if rank == 1:
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(1.0)
-    ddp = DDP(model.to(dev), bucket_cap_mb=0.001)  # several buckets
-    reference = reference.to(dev)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
-    local = slice(rank * 4, rank * 4 + 4)
-    for x, y in _batches(torch):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(ddp(x[local].to(dev)), y[local].to(dev)).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        torch.nn.functional.mse_loss(reference(x.to(dev)), y.to(dev)).backward()
-        ref_opt.step()
-    for (name, p), q in zip(ddp.module.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.detach().cpu(), q.detach().cpu(), rtol=1e-5, atol=1e-6,
-                                   msg=lambda m: f"{name}: {m}")
-        # Both ranks hold the same bits.
-        other = [torch.empty_like(p) for _ in range(world)]
-        dist.all_gather(other, p.detach().contiguous())
-        assert torch.equal(other[0].cpu(), other[1].cpu()), name
-
-    # FSDP2: parameters sharded over the ranks (all_gather_into_tensor and
-    # reduce_scatter_tensor on the loom streams FSDP2 drives).
-    model, reference = _mlp(torch).to(dev), _mlp(torch).to(dev)
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
-    ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.01)
-    for x, y in _batches(torch, 3):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x[local].to(dev)), y[local].to(dev)).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        torch.nn.functional.mse_loss(reference(x.to(dev)), y.to(dev)).backward()
-        ref_opt.step()
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.full_tensor().cpu(), q.detach().cpu(), rtol=1e-5, atol=1e-6,
-                                   msg=lambda m: f"FSDP2 {name}: {m}")
-    dist.destroy_process_group()
-    print("REPORT {}")
-
-
 def _job_init(rank, world, tmp):
     import torch
     import torch.distributed as dist
@@ -532,5 +459,5 @@ def _job_killed(rank, world, tmp):
 
 if __name__ == "__main__":
     job, rank, world, tmp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    {"collectives": _job_collectives, "training": _job_training, "init": _job_init,
+    {"collectives": _job_collectives, "init": _job_init,
      "killed": _job_killed}[job](rank, world, tmp)
