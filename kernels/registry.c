@@ -35,6 +35,7 @@ extern const loom_kernel_entry loom_conv_kernels[];
 extern const loom_kernel_entry loom_conv_nhwc_kernels[];
 extern const loom_kernel_entry loom_ccl_kernels[];
 extern const loom_kernel_entry loom_fft_kernels[];
+extern const loom_kernel_entry loom_complex_kernels[];
 extern const loom_kernel_entry loom_linalg_kernels[];
 
 static const loom_kernel_entry *const families[] = {
@@ -69,6 +70,7 @@ static const loom_kernel_entry *const families[] = {
     loom_conv_nhwc_kernels,
     loom_ccl_kernels,
     loom_fft_kernels,
+    loom_complex_kernels,
     loom_linalg_kernels,
 };
 

@@ -195,12 +195,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   }
   const bool conj = self.is_conj() != dst.is_conj(), neg = self.is_neg() != dst.is_neg();
   if (conj || neg) {
-    // loom has no complex kernels: a complex fix-up runs on the host.
-    const bool on_host = dst_loom && out.is_complex();
-    at::Tensor t = on_host ? out.cpu() : out;
-    if (conj) t.conj_physical_();
-    if (neg) t.neg_();
-    if (on_host) out.copy_(t);
+    if (conj) out.conj_physical_();
+    if (neg) out.neg_();
   }
   return dst;
 }

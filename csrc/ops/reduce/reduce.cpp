@@ -183,13 +183,15 @@ at::ScalarType sum_type(const at::Tensor& self, const Args& a) {
   return at::isIntegralType(self.scalar_type(), true) ? at::kLong : self.scalar_type();
 }
 
-void check_supported(const at::Tensor& self, const char* name) {
-  pw::kind_of(self.scalar_type(), name);  // throws for complex
+// Throws for complex input, except to sum and mean.
+void check_supported(const at::Tensor& self, const Entry& e) {
+  if (self.is_complex() && (e.kind == Kind::kSum || e.kind == Kind::kMean)) return;
+  pw::kind_of(self.scalar_type(), e.name);
 }
 
 std::vector<at::Tensor> run_entry(const Entry& e, const Args& a) {
   at::Tensor self = a.tensor("self");
-  check_supported(self, e.name);
+  check_supported(self, e);
   const bool keepdim = a.flag("keepdim");
   const int64_t ndim = self.dim();
   switch (e.kind) {
@@ -213,6 +215,17 @@ std::vector<at::Tensor> run_entry(const Entry& e, const Args& a) {
       // averages in the float path only.
       // As the CPU backend, elements are cast to an integral result type
       // before summing.
+      if (at::isComplexType(type) && (e.kind == Kind::kSum || e.kind == Kind::kMean)) {
+        // Complex sums are the sums of the real and imaginary parts: the
+        // real reduction over the pairs' view, with its pair dim kept.
+        const at::Tensor src = self.to(type).resolve_conj().resolve_neg();
+        at::Tensor out = prepare(a.out(), self, out_shape(self, mask, keepdim), type, e.name);
+        DimMask pairs = mask;
+        for (int64_t d = ndim; d < 64; ++d) pairs.reset(d);
+        run(e.name, e.op, 0.0, at::view_as_real(src), pairs, at::view_as_real(out),
+            at::Tensor());
+        return {out};
+      }
       at::Tensor src = self;
       if ((e.kind == Kind::kMean && !at::isFloatingType(self.scalar_type())) ||
           (at::isIntegralType(type, true) && at::isFloatingType(self.scalar_type())))

@@ -1,0 +1,234 @@
+// The FFT on loom: aten::_fft_c2c, _fft_r2c and _fft_c2r (and their out=
+// forms), which every torch.fft function and stft/istft reach. A transform
+// over several dims is one launch of "fft.*" per dim (loom/kernels/fft.h),
+// the first from the input into the result, the others in place; the
+// normalisation scale rides on the last launch. Tables come from a cache
+// keyed by (device, n, sign, dtype).
+#include <ATen/ATen.h>
+#include <ATen/WrapDimUtils.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <list>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "common.h"
+#include "loom/kernels/fft.h"
+#include "register.h"
+
+namespace torch_loom::fft {
+namespace {
+
+using at::Tensor;
+
+// Tables kept per (device, n, sign, real dtype): the most recently used
+// kCacheSize of them (a table is about 2n complex, 6m for Bluestein).
+constexpr size_t kCacheSize = 32;
+
+struct Table {
+  std::tuple<int, int64_t, int, int> key;
+  loom_fft_plan plan;
+  Tensor bytes;  // uint8 on the device
+};
+
+const Table& table_for(const Tensor& like, int64_t n, int sign, loom_dtype real) {
+  static std::mutex mutex;
+  static auto* cache = new std::list<Table>();  // never destroyed: outlives the allocator's users
+  const int dev = like.device().index();
+  const auto key = std::make_tuple(dev, n, sign, static_cast<int>(real));
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = cache->begin(); it != cache->end(); ++it)
+    if (it->key == key) {
+      cache->splice(cache->begin(), *cache, it);
+      return cache->front();
+    }
+  const loom_scalar s[3] = {scalar_i(n), scalar_i(sign), scalar_i(real)};
+  Table t;
+  t.key = key;
+  t.plan = plan<loom_fft_plan>("fft", LOOM_KERNEL("fft.plan"), {}, s);
+  t.bytes = at::empty({t.plan.table_bytes}, like.options().dtype(at::kByte));
+  const loom_tensor d = describe(t.bytes, "fft");
+  launch("fft", LOOM_KERNEL("fft.init"), {&d, 1}, s, 1, 1, dev);
+  // Other streams may use the table next: it is complete before it is shared.
+  check(loom_stream_synchronize(current_stream(dev)), "fft");
+  cache->push_front(std::move(t));
+  if (cache->size() > kCacheSize) cache->pop_back();
+  return cache->front();
+}
+
+loom_dtype real_of(at::ScalarType type) {
+  return (type == at::kFloat || type == at::kComplexFloat) ? LOOM_FLOAT32 : LOOM_FLOAT64;
+}
+
+// The descriptor of `t` with dim `dim` moved last.
+loom_tensor dim_last(const Tensor& t, int64_t dim) {
+  loom_tensor d = describe(t, "fft");
+  const int64_t size = d.sizes[dim], stride = d.strides[dim];
+  for (int32_t k = static_cast<int32_t>(dim); k + 1 < d.rank; ++k) {
+    d.sizes[k] = d.sizes[k + 1];
+    d.strides[k] = d.strides[k + 1];
+  }
+  d.sizes[d.rank - 1] = size;
+  d.strides[d.rank - 1] = stride;
+  return d;
+}
+
+// One launch of `kernel` over every row of `out` / `in` along `dim`: a
+// transform of length n.
+void pass(const char* kernel_name, const loom_kernel_t* kernel, const Tensor& out,
+          const Tensor& in, int64_t dim, int64_t n, int sign, double scale) {
+  if (out.numel() == 0 || in.numel() == 0) return;
+  const Table& t = table_for(out, n, sign, real_of(out.scalar_type()));
+  const int64_t rows = out.numel() / out.size(dim);
+  // About 16K points a chunk, at most 256 chunks: the workspace is one
+  // row's per chunk.
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+  grain = std::max(grain, (rows + 255) / 256);
+  const int64_t chunks = (rows + grain - 1) / grain;
+  const at::ScalarType ctype = real_of(out.scalar_type()) == LOOM_FLOAT32 ? at::kComplexFloat
+                                                                          : at::kComplexDouble;
+  Tensor work = at::empty({chunks * t.plan.work}, out.options().dtype(ctype));
+  const loom_tensor d[4] = {dim_last(out, dim), dim_last(in, dim), describe(t.bytes, "fft"),
+                            describe(work, "fft")};
+  const loom_scalar s[3] = {scalar_i(n), scalar_i(sign), scalar_f(scale)};
+  LaunchInfo info;
+  info.flops = static_cast<uint64_t>(5.0 * rows * n * std::log2(std::max<double>(2, n)));
+  launch(kernel_name, kernel, d, s, rows, grain, out.device().index(), info);
+}
+
+std::vector<int64_t> wrap_dims(c10::IntArrayRef dim, int64_t ndim, const char* op) {
+  std::vector<int64_t> dims;
+  for (int64_t d : dim) {
+    const int64_t w = at::maybe_wrap_dim(d, ndim);
+    for (int64_t e : dims) TORCH_CHECK(e != w, op, ": dims must be unique, got ", dim);
+    dims.push_back(w);
+  }
+  return dims;
+}
+
+// 1, 1/sqrt(n) or 1/n for ATen's fft_norm_mode (none, by_root_n, by_n).
+double norm_scale(int64_t normalization, int64_t signal_numel) {
+  if (normalization == 1) return 1.0 / std::sqrt(static_cast<double>(signal_numel));
+  if (normalization == 2) return 1.0 / static_cast<double>(signal_numel);
+  return 1.0;
+}
+
+void check_input(const Tensor& self, bool complex, const char* op) {
+  const at::ScalarType t = self.scalar_type();
+  const bool ok = complex ? (t == at::kComplexFloat || t == at::kComplexDouble)
+                          : (t == at::kFloat || t == at::kDouble);
+  TORCH_CHECK_NOT_IMPLEMENTED(ok, op, ": unsupported dtype ", t, " on the loom device (",
+                              complex ? "complex64 and complex128" : "float32 and float64",
+                              " are)");
+}
+
+int64_t checked_length(int64_t n, const char* op) {
+  TORCH_CHECK(n >= 1, op, ": Invalid number of data points (", n, ") specified");
+  TORCH_CHECK(n <= LOOM_FFT_MAX_N, op, ": transform length ", n, " exceeds the maximum ",
+              LOOM_FFT_MAX_N);
+  return n;
+}
+
+// c2c passes over `dims` (all in place on `out` after the first, which
+// reads `in`); the scale on the last.
+void c2c_passes(const Tensor& out, const Tensor& in, c10::ArrayRef<int64_t> dims, int sign,
+                double scale) {
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int64_t n = checked_length(out.size(dims[k]), "fft");
+    pass("_fft_c2c", LOOM_KERNEL("fft.c2c"), out, k == 0 ? in : out, dims[k], n, sign,
+         k + 1 == dims.size() ? scale : 1.0);
+  }
+}
+
+Tensor fft_c2c(const Tensor& self_in, c10::SymIntArrayRef dim_sym, int64_t normalization,
+               bool forward) {
+  check_input(self_in, true, "_fft_c2c");
+  const Tensor self = self_in.resolve_conj().resolve_neg();
+  std::vector<int64_t> dim_raw;
+  for (const auto& d : dim_sym) dim_raw.push_back(d.expect_int());
+  const auto dims = wrap_dims(dim_raw, self.dim(), "_fft_c2c");
+  Tensor out = at::empty(self.sizes(), self.options());
+  if (dims.empty()) return out.copy_(self);
+  int64_t signal = 1;
+  for (int64_t d : dims) signal *= self.size(d);
+  c2c_passes(out, self, dims, forward ? -1 : 1, norm_scale(normalization, signal));
+  return out;
+}
+
+Tensor fft_r2c(const Tensor& self, c10::IntArrayRef dim, int64_t normalization, bool onesided) {
+  check_input(self, false, "_fft_r2c");
+  const auto dims = wrap_dims(dim, self.dim(), "_fft_r2c");
+  const at::ScalarType ctype = self.scalar_type() == at::kFloat ? at::kComplexFloat
+                                                                : at::kComplexDouble;
+  TORCH_CHECK(!dims.empty(), "_fft_r2c: at least one dim is transformed");
+  int64_t signal = 1;
+  for (int64_t d : dims) signal *= self.size(d);
+  const double scale = norm_scale(normalization, signal);
+  if (!onesided) return fft_c2c(self.to(ctype), c10::fromIntArrayRefSlow(dims), normalization,
+                                true);
+  const int64_t last = dims.back(), n = self.size(last);
+  std::vector<int64_t> sizes = self.sizes().vec();
+  sizes[last] = n / 2 + 1;
+  Tensor out = at::empty(sizes, self.options().dtype(ctype));
+  if (out.numel() == 0) return out;
+  checked_length(n, "_fft_r2c");
+  pass("_fft_r2c", LOOM_KERNEL("fft.r2c"), out, self, last, n, -1,
+       dims.size() == 1 ? scale : 1.0);
+  c2c_passes(out, out, c10::ArrayRef<int64_t>(dims).slice(0, dims.size() - 1), -1, scale);
+  return out;
+}
+
+Tensor fft_c2r(const Tensor& self_in, c10::IntArrayRef dim, int64_t normalization,
+               c10::SymInt last_dim_size) {
+  check_input(self_in, true, "_fft_c2r");
+  const Tensor self = self_in.resolve_conj().resolve_neg();
+  const auto dims = wrap_dims(dim, self.dim(), "_fft_c2r");
+  TORCH_CHECK(!dims.empty(), "_fft_c2r: at least one dim is transformed");
+  const int64_t last = dims.back(), n = checked_length(last_dim_size.expect_int(), "_fft_c2r");
+  std::vector<int64_t> sizes = self.sizes().vec();
+  sizes[last] = n;
+  Tensor out = at::empty(sizes, self.options().dtype(c10::toRealValueType(self.scalar_type())));
+  int64_t signal = 1;
+  for (int64_t d : dims) signal *= out.size(d);
+  if (out.numel() == 0) return out;
+  const double scale = norm_scale(normalization, signal);
+  Tensor half = self;
+  if (dims.size() > 1) {
+    half = at::empty(self.sizes(), self.options());
+    c2c_passes(half, self, c10::ArrayRef<int64_t>(dims).slice(0, dims.size() - 1), 1, 1.0);
+  }
+  pass("_fft_c2r", LOOM_KERNEL("fft.c2r"), out, half, last, n, 1, scale);
+  return out;
+}
+
+Tensor& fft_c2c_out(const Tensor& self, c10::SymIntArrayRef dim, int64_t normalization,
+                    bool forward, Tensor& out) {
+  return copy_to_out(out, fft_c2c(self, dim, normalization, forward), "_fft_c2c_out");
+}
+
+Tensor& fft_r2c_out(const Tensor& self, c10::IntArrayRef dim, int64_t normalization,
+                    bool onesided, Tensor& out) {
+  return copy_to_out(out, fft_r2c(self, dim, normalization, onesided), "_fft_r2c_out");
+}
+
+Tensor& fft_c2r_out(const Tensor& self, c10::IntArrayRef dim, int64_t normalization,
+                    c10::SymInt last_dim_size, Tensor& out) {
+  return copy_to_out(out, fft_c2r(self, dim, normalization, std::move(last_dim_size)),
+                     "_fft_c2r_out");
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  LOOM_IMPL(m, "_fft_c2c", fft_c2c);
+  LOOM_IMPL(m, "_fft_c2c.out", fft_c2c_out);
+  LOOM_IMPL(m, "_fft_r2c", fft_r2c);
+  LOOM_IMPL(m, "_fft_r2c.out", fft_r2c_out);
+  LOOM_IMPL(m, "_fft_c2r", fft_c2r);
+  LOOM_IMPL(m, "_fft_c2r.out", fft_c2r_out);
+}
+
+}  // namespace torch_loom::fft

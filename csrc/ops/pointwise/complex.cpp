@@ -1,0 +1,194 @@
+// Complex elementwise ops on loom: add/sub/mul/div, neg, abs and angle of
+// complex tensors (reached from the elementwise table), conj_physical (which
+// materialises a conjugate view), polar and complex. One launch of
+// "complex.apply" each; operands are first converted to the common complex
+// dtype and broadcast, as TensorIterator would promote them.
+#include "ops/pointwise/complex.h"
+
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/Resize.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "common.h"
+#include "loom/kernels/complex.h"
+#include "register.h"
+
+namespace torch_loom::pw {
+namespace {
+
+using at::Tensor;
+
+bool on_loom(const Tensor& t) { return t.defined() && t.device().is_privateuseone(); }
+
+// A CPU scalar operand (a Python number): its value rides as a constant.
+bool is_number(const Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.dim() == 0;
+}
+
+// out = op(a, b) over out's shape; b undefined: the constant c.
+void apply(const char* name, int op, const Tensor& out, const Tensor& a, const Tensor& b,
+           c10::complex<double> c = {}, c10::complex<double> alpha = {1.0, 0.0}) {
+  if (out.numel() == 0) return;
+  loom_tensor t[3] = {describe(out, name), describe(a, name), loom_tensor{}};
+  if (b.defined()) t[2] = describe(b, name);
+  const loom_scalar s[5] = {scalar_i(op), scalar_f(c.real()), scalar_f(c.imag()),
+                            scalar_f(alpha.real()), scalar_f(alpha.imag())};
+  launch(name, LOOM_KERNEL("complex.apply"), t, s, out.numel(), LOOM_COMPLEX_GRAIN,
+         out.device().index());
+}
+
+// Operands without conjugate or negative bits, in `type`.
+Tensor plain(const Tensor& t, at::ScalarType type) {
+  return t.to(type).resolve_conj().resolve_neg();
+}
+
+// The result: into `out` (in place or out=) when given, checked as the CPU
+// checks it; computed in `type` of `shape`.
+template <class Fn>
+Tensor with_out(const char* name, const Tensor& out, bool inplace, at::ScalarType type,
+                c10::IntArrayRef shape, const Tensor& like, Fn compute) {
+  if (!out.defined()) {
+    Tensor r = at::empty(shape, like.options().dtype(type));
+    compute(r);
+    return r;
+  }
+  TORCH_CHECK(at::canCast(type, out.scalar_type()), "result type ", type,
+              " can't be cast to the desired output type ", out.scalar_type());
+  if (inplace) {
+    TORCH_CHECK(out.sizes().equals(shape), "output with shape ", out.sizes(),
+                " doesn't match the broadcast shape ", shape);
+  } else {
+    at::native::resize_output(out, shape);
+  }
+  if (out.scalar_type() == type && !out.is_conj() && !out.is_neg() &&
+      (inplace || out.is_non_overlapping_and_dense())) {
+    compute(out);
+  } else {
+    Tensor r = at::empty(shape, like.options().dtype(type));
+    compute(r);
+    out.copy_(r);
+  }
+  return out;
+}
+
+bool run_binary(int op, const char* name, const Args& a, torch::jit::Stack* stack) {
+  const Tensor self = a.tensor("self"), other = a.tensor("other");
+  if (!on_loom(self) || !(on_loom(other) || is_number(other))) return false;
+  if (a.has("rounding_mode")) return false;
+  const at::ScalarType type = at::result_type(self, other);
+  if (!at::isComplexType(type)) return false;
+  const auto alpha = a.opt_scalar("alpha");
+  if (alpha) at::native::alpha_check(type, *alpha);
+  const c10::complex<double> al = alpha ? alpha->toComplexDouble() : c10::complex<double>(1, 0);
+  const bool number = !on_loom(other);
+  const std::vector<int64_t> shape =
+      number ? self.sizes().vec() : at::infer_size(self.sizes(), other.sizes());
+  const Tensor x = plain(self, type).expand(shape);
+  const Tensor y = number ? Tensor() : plain(other, type).expand(shape);
+  const c10::complex<double> c = number ? other.item().toComplexDouble() : 0.0;
+  const Tensor r = with_out(name, a.inplace() ? self : a.out(), a.inplace(), type, shape, self,
+                            [&](const Tensor& o) { apply(name, op, o, x, y, c, al); });
+  finish(stack, a, r);
+  return true;
+}
+
+bool run_unary(int op, const char* name, const Args& a, torch::jit::Stack* stack) {
+  const Tensor self = a.tensor("self");
+  if (!on_loom(self) || !self.is_complex()) return false;
+  const bool to_real = op == LOOM_COMPLEX_ABS || op == LOOM_COMPLEX_ANGLE;
+  if (to_real && a.inplace()) return false;  // the CPU refuses these in place
+  const at::ScalarType type =
+      to_real ? c10::toRealValueType(self.scalar_type()) : self.scalar_type();
+  const Tensor x = plain(self, self.scalar_type());
+  const Tensor r = with_out(name, a.inplace() ? self : a.out(), a.inplace(), type, self.sizes(),
+                            self, [&](const Tensor& o) { apply(name, op, o, x, Tensor()); });
+  finish(stack, a, r);
+  return true;
+}
+
+// conj_physical: a copy with the imaginary parts negated (a copy for reals).
+Tensor& conj_physical_out(const Tensor& self, Tensor& out) {
+  if (!self.is_complex()) {
+    at::native::resize_output(out, self.sizes());
+    return out.copy_(self);
+  }
+  check_out_dtype(out, self, "conj_physical");
+  const Tensor x = self.resolve_neg();
+  // The conjugate of a conjugate view is the data under it.
+  if (x.is_conj()) {
+    at::native::resize_output(out, self.sizes());
+    return out.copy_(x.conj());
+  }
+  with_out("conj_physical", out, false, self.scalar_type(), self.sizes(), self,
+           [&](const Tensor& o) { apply("conj_physical", LOOM_COMPLEX_CONJ, o, x, Tensor()); });
+  return out;
+}
+
+Tensor conj_physical(const Tensor& self) {
+  Tensor out = at::empty({0}, self.options());
+  return conj_physical_out(self, out);
+}
+
+Tensor& conj_physical_(Tensor& self) {
+  if (!self.is_complex()) return self;
+  TORCH_CHECK(!self.is_conj() && !self.is_neg(), "conj_physical_: a plain tensor is expected");
+  apply("conj_physical_", LOOM_COMPLEX_CONJ, self, self, Tensor());
+  return self;
+}
+
+// polar / complex: out = f(a, b) of two real tensors of one dtype.
+Tensor& compose_out(const char* name, int op, const Tensor& a, const Tensor& b, Tensor& out) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "Expected object of scalar type ",
+              a.scalar_type(), " but got scalar type ", b.scalar_type(),
+              " for second argument");
+  TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble,
+              "Expected both inputs to be Half, Float or Double tensors but got ",
+              a.scalar_type(), " and ", b.scalar_type());
+  const at::ScalarType type = c10::toComplexType(a.scalar_type());
+  TORCH_CHECK(out.scalar_type() == type, name, ": Expected object of scalar type ", type,
+              " but got scalar type ", out.scalar_type(), " for argument 'out'");
+  const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
+  const Tensor x = a.expand(shape), y = b.expand(shape);
+  with_out(name, out, false, type, shape, a,
+           [&](const Tensor& o) { apply(name, op, o, x, y); });
+  return out;
+}
+
+Tensor& polar_out(const Tensor& abs, const Tensor& angle, Tensor& out) {
+  return compose_out("polar", LOOM_COMPLEX_POLAR, abs, angle, out);
+}
+
+Tensor& complex_out(const Tensor& real, const Tensor& imag, Tensor& out) {
+  return compose_out("complex", LOOM_COMPLEX_MAKE, real, imag, out);
+}
+
+}  // namespace
+
+bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
+  struct Row { const char* name; int op; bool binary; };
+  static const Row rows[] = {
+      {"add", LOOM_COMPLEX_ADD, true},  {"sub", LOOM_COMPLEX_SUB, true},
+      {"mul", LOOM_COMPLEX_MUL, true},  {"div", LOOM_COMPLEX_DIV, true},
+      {"neg", LOOM_COMPLEX_NEG, false}, {"abs", LOOM_COMPLEX_ABS, false},
+      {"angle", LOOM_COMPLEX_ANGLE, false},
+  };
+  for (const Row& r : rows)
+    if (std::strcmp(r.name, name) == 0)
+      return r.binary ? run_binary(r.op, name, a, stack) : run_unary(r.op, name, a, stack);
+  return false;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  LOOM_IMPL(m, "conj_physical", conj_physical);
+  LOOM_IMPL(m, "conj_physical.out", conj_physical_out);
+  LOOM_IMPL(m, "conj_physical_", conj_physical_);
+  LOOM_IMPL(m, "polar.out", polar_out);
+  LOOM_IMPL(m, "complex.out", complex_out);
+}
+
+}  // namespace torch_loom::pw

@@ -1,0 +1,16 @@
+// Complex operands of the elementwise table (pointwise.cpp): the ops that
+// "complex.apply" computes (loom/kernels/complex.h).
+#pragma once
+
+#include <ATen/core/stack.h>
+
+#include "ops/pointwise/pointwise_iter.h"
+
+namespace torch_loom::pw {
+
+// Runs aten::<name> (add, sub, mul, div without rounding, neg, abs, angle,
+// in any of their overloads) on complex operands natively, leaving its
+// result on `stack`; false, touching nothing, for a call it does not cover.
+bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack);
+
+}  // namespace torch_loom::pw
