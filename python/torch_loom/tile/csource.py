@@ -23,11 +23,40 @@ static inline T NAME(const T *x, int64_t n, int64_t stride) { \
   for (; i < n; ++i) { T a = acc[i & 15], v = x[i * stride]; acc[i & 15] = STEP; } \
   for (int w = 8; w; w >>= 1) for (int l = 0; l < w; ++l) { T a = acc[l], v = acc[l + w]; acc[l] = STEP; } \
   return acc[0]; }
-LOOM_TILE_RED(loom_tile_sumf, float, 0.0f, a + v)
+LOOM_TILE_RED(loom_tile_sumf_g, float, 0.0f, a + v)
 LOOM_TILE_RED(loom_tile_sumd, double, 0.0, a + v)
-LOOM_TILE_RED(loom_tile_maxf, float, -INFINITY, ((v != v || v > a) ? v : a))
+LOOM_TILE_RED(loom_tile_maxf_g, float, -INFINITY, ((v != v || v > a) ? v : a))
 LOOM_TILE_RED(loom_tile_maxd, double, -INFINITY, ((v != v || v > a) ? v : a))
-LOOM_TILE_RED(loom_tile_minf, float, INFINITY, ((v != v || v < a) ? v : a))
+LOOM_TILE_RED(loom_tile_minf_g, float, INFINITY, ((v != v || v < a) ? v : a))
+/* The same sums, maxima and minima with one 16-lane register: lane l
+ * takes the elements at l mod 16 in the same order, so the bits equal
+ * the generic code's. */
+#if defined(__AVX512F__)
+#define LOOM_TILE_RED16(NAME, INIT, STEP) \
+static inline float NAME(const float *x, int64_t n, int64_t stride) { \
+  if (stride != 1) return NAME##_g(x, n, stride); \
+  __m512 acc = _mm512_set1_ps(INIT); \
+  int64_t i = 0; \
+  for (; i + 16 <= n; i += 16) { __m512 v = _mm512_loadu_ps(x + i); STEP(0xffff); } \
+  if (i < n) { __mmask16 m = (__mmask16)((1u << (n - i)) - 1u); \
+    __m512 v = _mm512_mask_loadu_ps(acc, m, x + i); STEP(m); } \
+  float a[16]; _mm512_storeu_ps(a, acc); \
+  for (int w = 8; w; w >>= 1) for (int l = 0; l < w; ++l) { float p = a[l], q = a[l + w]; a[l] = FOLD_##NAME(p, q); } \
+  return a[0]; }
+#define FOLD_loom_tile_sumf(p, q) (p + q)
+#define FOLD_loom_tile_maxf(p, q) ((q != q || q > p) ? q : p)
+#define FOLD_loom_tile_minf(p, q) ((q != q || q < p) ? q : p)
+#define LOOM_SUM_STEP(m) acc = _mm512_mask_add_ps(acc, (m), acc, v)
+#define LOOM_MAX_STEP(m) acc = _mm512_mask_blend_ps((__mmask16)((m) & (_mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q))), acc, v)
+#define LOOM_MIN_STEP(m) acc = _mm512_mask_blend_ps((__mmask16)((m) & (_mm512_cmp_ps_mask(v, acc, _CMP_LT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q))), acc, v)
+LOOM_TILE_RED16(loom_tile_sumf, 0.0f, LOOM_SUM_STEP)
+LOOM_TILE_RED16(loom_tile_maxf, -INFINITY, LOOM_MAX_STEP)
+LOOM_TILE_RED16(loom_tile_minf, INFINITY, LOOM_MIN_STEP)
+#else
+#define loom_tile_sumf loom_tile_sumf_g
+#define loom_tile_maxf loom_tile_maxf_g
+#define loom_tile_minf loom_tile_minf_g
+#endif
 LOOM_TILE_RED(loom_tile_mind, double, INFINITY, ((v != v || v < a) ? v : a))
 LOOM_TILE_RED(loom_tile_sumi, int32_t, 0, (int32_t)(a + v))
 LOOM_TILE_RED(loom_tile_sumI, int64_t, 0, a + v)

@@ -83,6 +83,12 @@ def _offset_expr(ptr, shape, idx):
     return " + ".join(parts) or "0"
 
 
+def _addr(ptr, shape, idx):
+    if isinstance(ptr, _Affine):
+        return f"{ptr.base} + {ptr.j}"
+    return _offset_expr(ptr, shape, idx)
+
+
 def _read(d, p, off):
     if d is core.float16:
         return f"loom_f16_to_f32({p}[{off}])"
@@ -124,13 +130,16 @@ def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="
     b = tr.b
     fill = N.convert(N.emit(o, []), o.dtype, d) if o is not None and not o.shape else None
 
-    def body(idx, target):
-        value = _read(d, pointer.arg.c, _offset_expr(pointer, shape, idx))
+    def body(idx, target, ptr=pointer):
+        value = _read(d, ptr.arg.c, _addr(ptr, shape, idx))
         if m is None:
             return f"{target} = {value};"
         other_e = fill if fill is not None else (
             N.convert(N.emit(o, N.sub_idx(o, shape, idx)), o.dtype, d) if o is not None else N.literal(0, d))
         return f"{target} = {N.emit(m, N.sub_idx(m, shape, idx))} ? {value} : {other_e};"
+
+    def body_p(idx, ptr, v):
+        return body(idx, f"{v}[{N.flat(shape, idx)}]", ptr)
 
     v = b.name()
     if not shape:
@@ -138,8 +147,64 @@ def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="
         b.line(body([], v))
         return Sca(v, d)
     b.line(f"{d.ctype} {v}[{N.numel(shape)}] __attribute__((aligned(64)));")
-    b.loops(shape, lambda idx: body(idx, f"{v}[{N.flat(shape, idx)}]"))
+    _versioned(tr, pointer, shape, lambda idx, ptr: body_p(idx, ptr, v))
+
     return Arr(v, shape, d)
+
+
+def _versioned(tr, pointer, shape, emit_body):
+    """Loops over `shape` reading or writing through `pointer`: when its
+    offsets are irregular (modulo, tables), they are materialised once and
+    the rows that turn out consecutive at run time go the contiguous way."""
+    b = tr.b
+    boff = pointer.boff
+    if boff is None or boff.shape != tuple(shape) or shape[-1] == 1 or not N.irregular(boff):
+        b.loops(shape, lambda idx: emit_body(idx, pointer))
+        return
+    arr, flag = b.offsets(boff)
+    cols = shape[-1]
+    rows = N.numel(shape) // cols
+    soff = f"(int64_t)({N.emit(pointer.soff, [])}) + " if pointer.soff is not None else ""
+    b.line(f"if ({flag}) {{")
+    b.depth += 1
+    r, j = b.name("r"), b.name("j")
+    base = b.name("base")
+    b.line(f"for (int {r} = 0; {r} < {rows}; ++{r}) {{")
+    b.depth += 1
+    b.line(f"const int64_t {base} = {soff}{arr.name}[{r} * {cols}];")
+    b.line(f"for (int {j} = 0; {j} < {cols}; ++{j}) {{")
+    b.depth += 1
+    flat_idx = _unflatten(shape[:-1], r) + [j]
+    b.line(emit_body(flat_idx, _Affine(pointer.arg, base, j)))
+    b.depth -= 1
+    b.line("}")
+    b.depth -= 1
+    b.line("}")
+    b.depth -= 1
+    b.line("} else {")
+    b.depth += 1
+    table = Ptr(pointer.arg, pointer.soff, arr)
+    b.loops(shape, lambda idx: emit_body(idx, table))
+    b.depth -= 1
+    b.line("}")
+
+
+class _Affine:
+    """A pointer known to be base + j along the last dim (in _versioned)."""
+
+    def __init__(self, arg, base, j):
+        self.arg, self.base, self.j = arg, base, j
+
+
+def _unflatten(shape, flat_expr):
+    if len(shape) == 1:
+        return ["0" if shape[0] == 1 else flat_expr]
+    idx = []
+    stride = N.numel(shape)
+    for n in shape:
+        stride //= n
+        idx.append("0" if n == 1 else f"(({flat_expr} / {stride}) % {n})")
+    return idx
 
 
 def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
@@ -154,14 +219,17 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
         raise ValueError(f"tl.store: a value of shape {list(val.shape)} into pointers of shape "
                          f"{list(pointer.shape)}")
 
-    def body(idx):
+    def body(idx, ptr=pointer):
         v = N.emit(val, N.sub_idx(val, shape, idx))
         if val.dtype.ctype != "float" or d.ctype != "float":
             v = N.convert(v, val.dtype, d) if d.kind != "f" or val.dtype.kind != "f" else f"({d.ctype})({v})"
-        w = _write(d, pointer.arg.c, _offset_expr(pointer, shape, idx), v)
+        w = _write(d, ptr.arg.c, _addr(ptr, shape, idx), v)
         return w if m is None else f"if ({N.emit(m, N.sub_idx(m, shape, idx))}) {w}"
 
-    tr.b.loops(shape, body)
+    if not shape:
+        tr.b.line(body([]))
+        return
+    _versioned(tr, pointer, shape, body)
 
 
 def where(tr, condition, x, y):

@@ -198,8 +198,18 @@ def op_c(op, d: core.dtype, xs) -> str:
     raise NotImplementedError(f"{op} on {d.name}")
 
 
+#: The scopes (loop and branch bodies) open where code is being emitted: a
+#: value materialised in a scope is reused only inside it.
+_open_scopes = [0]
+
+
 def emit(node: Node, idx) -> str:
     """The C expression of `node`'s element at index expressions `idx`."""
+    mat = node.__dict__.get("mat")
+    if mat is not None:
+        arr, scopes = mat
+        if tuple(_open_scopes[:len(scopes)]) == scopes:
+            return emit(arr, idx)
     if isinstance(node, Arr):
         return node.name if not node.shape else f"{node.name}[{flat(node.shape, idx)}]"
     if isinstance(node, Sca):
@@ -232,6 +242,23 @@ def emit(node: Node, idx) -> str:
             return f"(uint8_t){e}"
         return round_to(e, node.dtype)
     raise TypeError(f"cannot emit {type(node).__name__}")
+
+
+def irregular(node):
+    """Whether an offset block's rows may not be visibly consecutive to the
+    C compiler (a modulo, a division, a table of offsets, a select)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (Arr, Where)) and n.shape:
+            return True
+        if isinstance(n, Bin) and n.op in ("mod", "floordiv", "truediv"):
+            return True
+        for attr in ("a", "b", "c"):
+            child = getattr(n, attr, None)
+            if isinstance(child, Node):
+                stack.append(child)
+    return False
 
 
 def refs(node, out=None):
@@ -288,20 +315,53 @@ class Builder:
             self.depth -= 1
             self.line("}")
 
+    def open_scope(self):
+        self.count += 1
+        _open_scopes.append(self.count)
+
+    def close_scope(self):
+        _open_scopes.pop()
+
     def materialise(self, node, mutable=False):
         if isinstance(node, Arr) and not mutable:
             return node
+        if not mutable:
+            mat = node.__dict__.get("mat")
+            if mat is not None and tuple(_open_scopes[:len(mat[1])]) == mat[1]:
+                return mat[0]
         d = node.dtype
         if not node.shape:
             if isinstance(node, Sca) and not mutable and _is_name(node.expr):
                 return node
             v = self.name()
             self.line(f"{'' if mutable else 'const '}{d.ctype} {v} = {emit(node, [])};")
-            return Arr(v, (), d) if mutable else Sca(v, d)
-        v = self.name()
-        self.line(f"{d.ctype} {v}[{numel(node.shape)}] __attribute__((aligned(64)));")
-        self.loops(node.shape, lambda idx: f"{v}[{flat(node.shape, idx)}] = {emit(node, idx)};")
-        return Arr(v, node.shape, d)
+            out = Arr(v, (), d) if mutable else Sca(v, d)
+        else:
+            v = self.name()
+            self.line(f"{d.ctype} {v}[{numel(node.shape)}] __attribute__((aligned(64)));")
+            self.loops(node.shape, lambda idx: f"{v}[{flat(node.shape, idx)}] = {emit(node, idx)};")
+            out = Arr(v, node.shape, d)
+        if not mutable:
+            node.mat = (out, tuple(_open_scopes))
+        return out
+
+    def offsets(self, node):
+        """`node` (an integer block) materialised as int64, and the name of
+        an int that is 1 when each row (last dim) holds consecutive
+        offsets: loads and stores through it then run contiguous."""
+        c = node.__dict__.get("contig")
+        if c is not None and tuple(_open_scopes[:len(c[2])]) == c[2]:
+            return c[0], c[1]
+        src = node if node.dtype.bits == 64 and node.dtype.kind == "i" else Cast(node, core.int64)
+        arr = self.materialise(src)
+        cols = node.shape[-1]
+        rows = numel(node.shape) // cols
+        flag = self.name("contig")
+        self.line(f"int {flag} = 1;")
+        self.line(f"for (int r = 0; r < {rows}; ++r) for (int j = 1; j < {cols}; ++j) "
+                  f"{flag} &= {arr.name}[r * {cols} + j] == {arr.name}[r * {cols}] + j;")
+        node.contig = (arr, flag, tuple(_open_scopes))
+        return arr, flag
 
     def assign(self, dest: Arr, node):
         """dest = node (converted to dest's dtype, broadcast to its shape)."""

@@ -54,6 +54,7 @@ class Tracer:
         """specs: per parameter, ("tensor", dtype, aligned) | ("int", dtype) |
         ("float",) | ("const", value)."""
         self.b = N.Builder()
+        N._open_scopes[:] = [0]
         self.builtins = builtins_table
         self.tensor_decls, self.scalar_decls = [], []
         env = {}
@@ -189,9 +190,11 @@ class Tracer:
             self.frames[-1].env = dict(before)
             self.in_runtime_block += 1
             self.b.depth += 1
+            self.b.open_scope()
             try:
                 self.block(branch)
             finally:
+                self.b.close_scope()
                 self.b.depth -= 1
                 self.in_runtime_block -= 1
             results.append((self.b.lines, self.frames[-1].env))
@@ -228,6 +231,8 @@ class Tracer:
             soff = self.b.materialise(self._as_node(first.soff if first.soff is not None else 0,
                                                      core.int64, cast=True), mutable=True)
             boff = first.boff
+            if same_block and boff is not None and boff.shape and N.irregular(boff):
+                self.b.offsets(boff)  # once, before the loop
             if not same_block:
                 if first.boff is None:
                     shape = values[0].shape
@@ -316,9 +321,11 @@ class Tracer:
             if not isinstance(before[n], (Node, Ptr)):
                 self.env[n] = self._as_node(before[n])
         self.in_runtime_block += 1
+        self.b.open_scope()
         try:
             self.block(s.body)
         finally:
+            self.b.close_scope()
             self.in_runtime_block -= 1
         probe = dict(self.env)
         self.b.lines, self.b.depth = saved
@@ -335,6 +342,7 @@ class Tracer:
         self.b.depth += 1
         self.env[var] = Sca(i, ivar_dtype)
         self.in_runtime_block += 1
+        self.b.open_scope()
         try:
             self.block(s.body)
         finally:
@@ -350,6 +358,7 @@ class Tracer:
                     new[n] = self.b.materialise(v)
         for n, store in stores.items():
             self._assign_carrier(store, new[n], n)
+        self.b.close_scope()
         self.b.depth -= 1
         self.b.line("}")
         after = dict(before)
