@@ -7,6 +7,7 @@ second run of this file much faster than the first."""
 
 import copy
 import logging
+import re
 
 import pytest
 import torch
@@ -75,6 +76,66 @@ def test_gpt_training_with_sdpa_layer_norm_gelu_adamw_matches_eager():
     # practice, which Adam's default eps would blow up to steps of lr.
     _check_training(GPT(), batches, lambda p: torch.optim.AdamW(p, lr=1e-2, eps=1e-4),
                     rtol=1e-4, atol=1e-5)
+
+
+# ---- ops kept whole as loom library calls --------------------------------------
+
+def _library_step(x, w, idx, tgt, qs):
+    """GELU, an embedding and cross-entropy (forward and backward), and a cat
+    of transposed tensors (the attention gradients' layout)."""
+    h = F.gelu(x @ w) + F.embedding(idx, w)
+    loss = F.cross_entropy(h, tgt)
+    cat = torch.cat([q.transpose(0, 1).reshape(8, -1) for q in qs], dim=1)
+    loss.backward()
+    return loss.detach(), cat
+
+
+def _library_inputs(device):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 16, generator=g)
+    w = torch.randn(16, 16, generator=g).requires_grad_()
+    idx, tgt = torch.randint(0, 16, (8,), generator=g), torch.randint(0, 16, (8,), generator=g)
+    qs = [torch.randn(3, 8, 5, generator=g) for _ in range(3)]
+    moved = [x.to(device), w.detach().to(device).requires_grad_(), idx.to(device), tgt.to(device),
+             [q.to(device) for q in qs]]
+    return moved
+
+
+_LIBRARY_CALLS = ("aten.gelu.default", "aten.gelu_backward.default", "aten._log_softmax.default",
+                  "aten._log_softmax_backward_data.default", "aten.nll_loss_forward.default",
+                  "aten.nll_loss_backward.default", "aten.embedding_dense_backward.default")
+
+
+def test_library_ops_are_extern_calls_on_loom_only():
+    """GELU, cross-entropy and the embedding gradient run as loom's library
+    kernels (extern calls in the compiled code), and agree with eager; a cat
+    is a ConcatKernel (a copy per input, not one pointwise kernel selecting
+    between them). CPU graphs are compiled as Inductor compiles them."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    x, w, idx, tgt, qs = _library_inputs("loom")
+    (loss, cat), codes = run_and_get_code(torch.compile(_library_step), x, w, idx, tgt, qs)
+    code = "\n".join(codes)
+    for call in _LIBRARY_CALLS:
+        assert f"torch.ops.{call}(" in code, call
+    # Each cat input is written into its slice by a loop nest of its own.
+    nests = re.findall(r"loom_cpp_kernel\(async_compile, '\w+', '\w*', '(\w+)'", code)
+    assert sum(len(n) for n in nests if n) >= 3, nests
+    grad = w.grad.cpu()
+
+    ex, ew, eidx, etgt, eqs = _library_inputs("loom")
+    eloss, ecat = _library_step(ex, ew, eidx, etgt, eqs)
+    torch.testing.assert_close(loss.cpu(), eloss.cpu(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(cat.cpu(), ecat.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(grad, ew.grad.cpu(), rtol=1e-5, atol=1e-6)
+
+    torch._dynamo.reset()
+    cx, cw, cidx, ctgt, cqs = _library_inputs("cpu")
+    _, cpu_codes = run_and_get_code(torch.compile(_library_step), cx, cw, cidx, ctgt, cqs)
+    cpu_code = "\n".join(cpu_codes)
+    for call in _LIBRARY_CALLS:
+        assert f"torch.ops.{call}(" not in cpu_code, call
 
 
 # ---- ordering with the stream --------------------------------------------------

@@ -26,7 +26,7 @@ from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPython
 from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 from torch._inductor.virtualized import V
 
-from . import interface, patches
+from . import interface, library_ops, patches
 from .cpp_kernels import LoomCppScheduling
 
 log = logging.getLogger("torch_loom.inductor")
@@ -128,6 +128,7 @@ def _register() -> None:
 
     register_backend_for_device("loom", *INDUCTOR_CLASSES.values(), device_custom_config=config)
     patches.apply()
+    library_ops.apply()
     # Random ops run as loom's own ops on its Philox generator, so compiled
     # and eager code draw the same numbers. Inductor reads this one global.
     inductor_config.fallback_random = True
