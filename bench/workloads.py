@@ -512,6 +512,56 @@ def _gpt_infer(ctx: Ctx) -> Prepared:
                     tol=1e-3, extra=phases)
 
 
+# ---- one decode step, eager and replayed as a graph --------------------------
+
+def _gpt_decode(graphed: bool):
+    """One greedy decode step (one token at position 128, KV cache) of a
+    small GPT, where per-op overhead is what a step costs. `graphed`: the
+    step captured once and replayed, through
+    torch.loom.graph where the configuration is loom eager and through
+    mode="reduce-overhead" where it is the loom backend (on the CPU, the
+    plain step: the baseline)."""
+    def build(ctx: Ctx) -> Prepared:
+        cfg = models.GPTConfig.tiny() if ctx.quick else models.GPTConfig(
+            vocab_size=2048, max_seq=256, n_layer=4, n_head=4, d_model=128)
+        at = 16 if ctx.quick else 128
+        tok = torch.randint(0, cfg.vocab_size, (1, 1), generator=_gen(27))
+        with torch.device("meta"):
+            mmodel = models.GPT(cfg)
+            mmodel.setup_cache(1)
+        flops = count_flops(lambda: mmodel.forward_cached(tok.to("meta"), torch.tensor([at], device="meta")))
+        model = _model_on(ctx, lambda: models.GPT(cfg))
+        model.eval()
+        model.setup_cache(1)
+        dtok, dpos = ctx.to(tok), ctx.to(torch.tensor([at]))
+        step = model.forward_cached
+        if graphed and ctx.device.type == "loom":
+            if ctx.backend not in (None, "loom"):
+                raise Skip("graph replay: loom eager (torch.loom.graph) or the loom backend "
+                           "(mode='reduce-overhead')")
+            if ctx.backend == "loom":
+                step = torch.compile(step, backend="loom", mode="reduce-overhead", dynamic=False)
+            else:
+                with torch.no_grad():
+                    step(dtok, dpos)  # warm-up: lazy initialisation outside the capture
+                    g = torch.loom.Graph()
+                    with torch.loom.graph(g):
+                        out = step(dtok, dpos)
+
+                def step(*_):
+                    g.replay()
+                    return out
+        else:
+            step = ctx.compile(step)
+
+        def run():
+            with torch.no_grad():
+                return step(dtok, dpos)
+
+        return Prepared(run, items=1, flops=flops, limit=FMA_FP32, tol=1e-3)
+    return build
+
+
 # ---- FFT ----------------------------------------------------------------------
 
 def _fft(kind: str):
@@ -607,6 +657,12 @@ WORKLOADS += [
              "torch.autocast(bfloat16) (examples/train_gpt.py --amp bf16)", _gpt_char_train(torch.bfloat16)),
     Workload("gpt_infer", "inference", "token", "GPT inference: prefill 512 tokens, then 64 greedy "
              "decode steps with a static KV cache", _gpt_infer),
+    Workload("gpt_decode", "inference", "token", "small GPT (4 layers, d_model 128, 4 heads, vocab "
+             "2048) one decode step: one token at position 128 through a 256-slot KV cache",
+             _gpt_decode(False)),
+    Workload("gpt_decode_graph", "inference", "token", "gpt_decode captured once and replayed: "
+             "torch.loom.graph under loom eager, mode=\"reduce-overhead\" under the loom backend",
+             _gpt_decode(True)),
 ]
 WORKLOADS += [
     Workload("cholesky_256x64", "linalg", "matrix", "torch.linalg.cholesky of 256 x 64 x 64 "
@@ -619,5 +675,10 @@ WORKLOADS += [
              _fft("c2c")),
     Workload("rfft2_1024", "fft", "call", "torch.fft.rfft2 of 1024 x 1024 float32", _fft("r2c")),
 ]
+
+# adaptive eager's (loom eager with fusion on and off side by side)
+from bench.fusion_workloads import WORKLOADS as _FUSION_WORKLOADS  # noqa: E402
+
+WORKLOADS += _FUSION_WORKLOADS
 
 BY_NAME = {w.name: w for w in WORKLOADS}
