@@ -89,21 +89,33 @@ static inline __attribute__((always_inline)) void loom_tile_dot(
     for (; i + 4 <= M; i += 4) {
       int64_t j = 0;
       for (; j + 64 <= N; j += 64) {
-        __m512 acc[4][4];
-        for (int r = 0; r < 4; ++r) for (int q = 0; q < 4; ++q) acc[r][q] = _mm512_loadu_ps(c + (i + r) * N + j + 16 * q);
+        float *c0 = c + i * N + j, *c1 = c0 + N, *c2 = c1 + N, *c3 = c2 + N;
+        __m512 c00 = _mm512_loadu_ps(c0), c01 = _mm512_loadu_ps(c0 + 16), c02 = _mm512_loadu_ps(c0 + 32), c03 = _mm512_loadu_ps(c0 + 48);
+        __m512 c10 = _mm512_loadu_ps(c1), c11 = _mm512_loadu_ps(c1 + 16), c12 = _mm512_loadu_ps(c1 + 32), c13 = _mm512_loadu_ps(c1 + 48);
+        __m512 c20 = _mm512_loadu_ps(c2), c21 = _mm512_loadu_ps(c2 + 16), c22 = _mm512_loadu_ps(c2 + 32), c23 = _mm512_loadu_ps(c2 + 48);
+        __m512 c30 = _mm512_loadu_ps(c3), c31 = _mm512_loadu_ps(c3 + 16), c32 = _mm512_loadu_ps(c3 + 32), c33 = _mm512_loadu_ps(c3 + 48);
+        const float *a0 = a + i * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
         for (int64_t k = 0; k < K; ++k) {
           const float *bk = b + k * N + j;
-          __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk + 16);
-          __m512 b2 = _mm512_loadu_ps(bk + 32), b3 = _mm512_loadu_ps(bk + 48);
-          for (int r = 0; r < 4; ++r) {
-            __m512 av = _mm512_set1_ps(a[(i + r) * K + k]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-            acc[r][2] = _mm512_fmadd_ps(av, b2, acc[r][2]);
-            acc[r][3] = _mm512_fmadd_ps(av, b3, acc[r][3]);
-          }
+          const __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk + 16);
+          const __m512 b2 = _mm512_loadu_ps(bk + 32), b3 = _mm512_loadu_ps(bk + 48);
+          __m512 av = _mm512_set1_ps(a0[k]);
+          c00 = _mm512_fmadd_ps(av, b0, c00); c01 = _mm512_fmadd_ps(av, b1, c01);
+          c02 = _mm512_fmadd_ps(av, b2, c02); c03 = _mm512_fmadd_ps(av, b3, c03);
+          av = _mm512_set1_ps(a1[k]);
+          c10 = _mm512_fmadd_ps(av, b0, c10); c11 = _mm512_fmadd_ps(av, b1, c11);
+          c12 = _mm512_fmadd_ps(av, b2, c12); c13 = _mm512_fmadd_ps(av, b3, c13);
+          av = _mm512_set1_ps(a2[k]);
+          c20 = _mm512_fmadd_ps(av, b0, c20); c21 = _mm512_fmadd_ps(av, b1, c21);
+          c22 = _mm512_fmadd_ps(av, b2, c22); c23 = _mm512_fmadd_ps(av, b3, c23);
+          av = _mm512_set1_ps(a3[k]);
+          c30 = _mm512_fmadd_ps(av, b0, c30); c31 = _mm512_fmadd_ps(av, b1, c31);
+          c32 = _mm512_fmadd_ps(av, b2, c32); c33 = _mm512_fmadd_ps(av, b3, c33);
         }
-        for (int r = 0; r < 4; ++r) for (int q = 0; q < 4; ++q) _mm512_storeu_ps(c + (i + r) * N + j + 16 * q, acc[r][q]);
+        _mm512_storeu_ps(c0, c00); _mm512_storeu_ps(c0 + 16, c01); _mm512_storeu_ps(c0 + 32, c02); _mm512_storeu_ps(c0 + 48, c03);
+        _mm512_storeu_ps(c1, c10); _mm512_storeu_ps(c1 + 16, c11); _mm512_storeu_ps(c1 + 32, c12); _mm512_storeu_ps(c1 + 48, c13);
+        _mm512_storeu_ps(c2, c20); _mm512_storeu_ps(c2 + 16, c21); _mm512_storeu_ps(c2 + 32, c22); _mm512_storeu_ps(c2 + 48, c23);
+        _mm512_storeu_ps(c3, c30); _mm512_storeu_ps(c3 + 16, c31); _mm512_storeu_ps(c3 + 32, c32); _mm512_storeu_ps(c3 + 48, c33);
       }
       for (; j < N; j += 16) {
         __m512 acc[4];

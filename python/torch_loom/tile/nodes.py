@@ -244,6 +244,27 @@ def emit(node: Node, idx) -> str:
     raise TypeError(f"cannot emit {type(node).__name__}")
 
 
+_COSTLY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "erf", "tanh",
+           "truediv", "floordiv", "mod", "maximum", "minimum", "pow"}
+
+
+def costly(node):
+    """Whether a lazy value holds an op worth computing once (and whose
+    select or library math would keep a loop that inlines it scalar)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Arr):
+            continue
+        if isinstance(n, (Un, Bin)) and n.op in _COSTLY:
+            return True
+        for attr in ("a", "b", "c"):
+            child = getattr(n, attr, None)
+            if isinstance(child, Node):
+                stack.append(child)
+    return False
+
+
 def irregular(node):
     """Whether an offset block's rows may not be visibly consecutive to the
     C compiler (a modulo, a division, a table of offsets, a select)."""

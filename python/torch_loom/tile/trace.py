@@ -139,6 +139,8 @@ class Tracer:
 
     def bind(self, target, value):
         if isinstance(target, ast.Name):
+            if isinstance(value, Node) and value.shape and N.costly(value):
+                value = self.b.materialise(value)  # computed once, however often it is read
             self.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
