@@ -2,8 +2,11 @@
  * rebuild A, op(A) X gives back B, the LU solve solves, the permutation
  * matrix is the one the pivots describe; the info values of matrices that
  * are not positive-definite or are singular; bad arguments and pivots
- * refused; chunking never changes a bit. fp64 and fp32, column-major with
- * padded leading dimensions. */
+ * refused; chunking never changes a bit. Q R rebuilds A with Q orthonormal,
+ * the reflectors applied equal the product formed; the Jacobi eigen- and
+ * singular value decompositions rebuild their matrix with orthonormal
+ * vectors, in order. fp64 and fp32, column-major with padded leading
+ * dimensions. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +234,112 @@ static void test_chunking(void) {
   CHECK(!memcmp(x1, x2, sizeof x1) && !memcmp(p1, p2, sizeof p1) && !memcmp(i1, i2, sizeof i1));
 }
 
+/* max |X^T X - I| over the k columns of the m-row x (leading dimension ld). */
+static double orth_error(const double *x, int64_t m, int64_t k, int64_t ld) {
+  double err = 0;
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t q = 0; q < k; ++q) {
+      double s = 0;
+      for (int64_t i = 0; i < m; ++i) s += x[i + p * ld] * x[i + q * ld];
+      err = fmax(err, fabs(s - (p == q)));
+    }
+  return err;
+}
+
+/* geqrf, then Q from orgqr: Q R == A and Q^T Q == I; ormqr's Q^T A == R. */
+static void test_qr(void) {
+  enum { M = 11, Q = 7, L2 = 12 };
+  double a[L2 * Q], f[L2 * Q], q[L2 * Q], c[L2 * Q], tau[Q];
+  fill(a, L2 * Q);
+  memcpy(f, a, sizeof a);
+  const int64_t ts[2] = {1, Q};
+  loom_tensor t[2] = {mats(f, 1, M, Q, L2), dense(tau, LOOM_FLOAT64, 2, ts)};
+  CHECK_OK(run_chunks(loom_linalg_geqrf, t, 2, NULL, 0, 1, 1));
+  memcpy(q, f, sizeof f);
+  loom_tensor o[2] = {mats(q, 1, M, Q, L2), dense(tau, LOOM_FLOAT64, 2, ts)};
+  CHECK_OK(run_chunks(loom_linalg_orgqr, o, 2, NULL, 0, 1, 1));
+  CHECK_NEAR(orth_error(q, M, Q, L2), 0.0, 1e-13);
+  double err = 0;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < Q; ++j) {
+      double s = 0;
+      for (int k = 0; k <= j; ++k) s += q[i + k * L2] * f[k + j * L2];
+      err = fmax(err, fabs(s - a[i + j * L2]));
+    }
+  CHECK_NEAR(err, 0.0, 1e-13);
+  memcpy(c, a, sizeof a);
+  loom_scalar sc[2] = {si(1), si(1)};
+  loom_tensor r[3] = {mats(f, 1, M, Q, L2), dense(tau, LOOM_FLOAT64, 2, ts), mats(c, 1, M, Q, L2)};
+  CHECK_OK(run_chunks(loom_linalg_ormqr, r, 3, sc, 2, 1, 1));
+  err = 0;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < Q; ++j)
+      err = fmax(err, fabs(c[i + j * L2] - (i <= j ? f[i + j * L2] : 0.0)));
+  CHECK_NEAR(err, 0.0, 1e-13);
+}
+
+/* Eigenvalues ascending, V orthonormal, A V == V diag(w); the upper
+ * triangle alone is read when asked. */
+static void test_eigh(void) {
+  double a[N * LD], w0[N * LD], v[N * LD], w[N];
+  int32_t info[1];
+  make_spd(a, 1, N, LD);
+  for (int i = 0; i < N; ++i) a[i + i * LD] -= 1.5; /* indefinite */
+  memcpy(w0, a, sizeof a);
+  for (int j = 0; j < N; ++j)
+    for (int i = j + 1; i < N; ++i) w0[i + j * LD] = 99.0; /* the unread lower part */
+  const int64_t ws[2] = {1, N};
+  loom_scalar sc[1] = {si(1)};
+  loom_tensor t[4] = {mats(w0, 1, N, N, LD), dense(w, LOOM_FLOAT64, 2, ws), mats(v, 1, N, N, LD),
+                      ints1(info, 1)};
+  CHECK_OK(run_chunks(loom_linalg_eigh, t, 4, sc, 1, 1, 1));
+  CHECK_EQ_INT(info[0], 0);
+  CHECK_NEAR(orth_error(v, N, N, LD), 0.0, 1e-13);
+  double err = 0;
+  for (int k = 0; k < N; ++k) {
+    if (k) CHECK(w[k - 1] <= w[k]);
+    for (int i = 0; i < N; ++i) {
+      double s = 0;
+      for (int j = 0; j < N; ++j) s += a[i + j * LD] * v[j + k * LD];
+      err = fmax(err, fabs(s - w[k] * v[i + k * LD]));
+    }
+  }
+  CHECK_NEAR(err, 0.0, 1e-12);
+}
+
+/* A rank-deficient tall matrix: U (completed to m columns) and V
+ * orthonormal, s descending, U diag(s) V^T == A. */
+static void test_svd(void) {
+  enum { M = 9, C = 5, R = 3 };
+  double x[M * R], y[R * C], a[M * C], u[M * M], v[C * C], s[C];
+  int32_t info[1];
+  fill(x, M * R);
+  fill(y, R * C);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < C; ++j) {
+      double t = 0;
+      for (int k = 0; k < R; ++k) t += x[i + k * M] * y[k + j * R];
+      a[i + j * M] = u[i + j * M] = t;
+    }
+  const int64_t ss[2] = {1, C};
+  loom_tensor t[4] = {mats(u, 1, M, M, M), dense(s, LOOM_FLOAT64, 2, ss), mats(v, 1, C, C, C),
+                      ints1(info, 1)};
+  CHECK_OK(run_chunks(loom_linalg_svd, t, 4, NULL, 0, 1, 1));
+  CHECK_EQ_INT(info[0], 0);
+  CHECK_NEAR(orth_error(u, M, M, M), 0.0, 1e-13);
+  CHECK_NEAR(orth_error(v, C, C, C), 0.0, 1e-13);
+  for (int k = 1; k < C; ++k) CHECK(s[k - 1] >= s[k]);
+  CHECK(s[R] < 1e-12 * s[0]);
+  double err = 0;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < C; ++j) {
+      double r = 0;
+      for (int k = 0; k < C; ++k) r += u[i + k * M] * s[k] * v[j + k * C];
+      err = fmax(err, fabs(r - a[i + j * M]));
+    }
+  CHECK_NEAR(err, 0.0, 1e-12);
+}
+
 static void test_lu_shapes(void) {
   test_lu_and_perm(N, N);
   test_lu_and_perm(9, 4);
@@ -250,5 +359,8 @@ int main(void) {
   RUN_TEST(test_lu_solve);
   RUN_TEST(test_bad_arguments);
   RUN_TEST(test_chunking);
+  RUN_TEST(test_qr);
+  RUN_TEST(test_eigh);
+  RUN_TEST(test_svd);
   TEST_MAIN_END();
 }
