@@ -2,8 +2,9 @@
 dtypes and 16-byte alignment, integer arguments equal to 1, constexpr
 values), compiled once per specialisation through loom's JIT (the disk
 cache serves later processes) and launched on the current loom stream as
-``kernel[grid](*args, BLOCK=...)``. One program of the grid is one chunk
-of the launch range, so programs spread over the device's workers.
+``kernel[grid](*args, BLOCK=...)``. The grid is the launch range, split
+into chunks of consecutive programs, so programs spread over the
+device's workers.
 
 ``LOOM_TILE_INTERPRET=1`` runs kernels in the interpreter instead."""
 
@@ -189,8 +190,12 @@ class JITFunction:
             entry = self._compile(self._key(values), values)
         total = g[0] * g[1] * g[2]
         if total:
+            # Programs are independent: runs of consecutive programs per
+            # chunk (at least 32 chunks) keep each worker's memory stream
+            # sequential; the split never depends on the thread count.
             _launch(entry.name, [values[i] for i in entry.tensors],
-                    [g[0], g[1], g[2], *[values[i] for i in entry.scalars]], total, 1)
+                    [g[0], g[1], g[2], *[values[i] for i in entry.scalars]], total,
+                    total // 32 or 1)
 
 
 class _Launcher:
