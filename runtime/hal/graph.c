@@ -199,7 +199,7 @@ loom_status loom_graph_capture_event(loom_stream_t *stream, loom_event_t *event,
 
 loom_status loom_graph_refuse(loom_stream_t *stream, const char *call) {
   loom_graph_t *g = loom_stream_capture(stream);
-  char message[512];
+  char message[448]; /* leaves room for the capture's prefix in g->message */
   snprintf(message, sizeof message, "%s: not permitted while loom stream %llu captures a graph",
            call, (unsigned long long)stream->id);
   if (g) {
