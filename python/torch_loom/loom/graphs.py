@@ -10,7 +10,10 @@ contents of the captured tensors in place to feed a replay new data.
 While a stream captures, nothing runs; so what waits for the device or
 reads its results on the host (``synchronize()``, ``.item()``, ``.cpu()``,
 ``print(t)``) raises a ``RuntimeError`` naming the operation, and the
-capture fails with it. Random ops replay the numbers drawn at capture.
+capture fails with it. A copy from (pageable) CPU memory records the
+bytes it had at capture: feed new host data by copying it into a captured
+loom tensor before the replay. Random ops replay the numbers drawn at
+capture. Only the capturing stream is recorded.
 """
 
 from __future__ import annotations
