@@ -23,7 +23,7 @@ from ..compiler import jit as cjit
 from . import core, csource, interpreter
 from .trace import TileCompileError, Tracer
 
-_launch = _C._launch_kernel
+_launch = getattr(_C, "_launch_kernel", None)  # None when the native extension did not load
 _environ = os.environ
 _lock = threading.Lock()
 _table = None
@@ -185,6 +185,9 @@ class JITFunction:
         if _environ.get("LOOM_TILE_INTERPRET", "0") not in ("", "0"):
             interpreter.run(self.fn, g, self.params, values, self.specs(values))
             return
+        if _launch is None:
+            raise RuntimeError(f"{self.__name__}: the loom device is unavailable (torch_loom's native "
+                               "extension did not load); LOOM_TILE_INTERPRET=1 runs kernels without it")
         entry = self._cache.get(self._key(values))
         if entry is None:
             entry = self._compile(self._key(values), values)

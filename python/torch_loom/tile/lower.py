@@ -65,15 +65,6 @@ def zeros_like(tr, x):
     return full(tr, x.shape, 0, x.dtype)
 
 
-def _offset(tr, ptr):
-    terms = []
-    if ptr.soff is not None:
-        terms.append(ptr.soff)
-    if ptr.boff is not None:
-        terms.append(ptr.boff)
-    return terms
-
-
 def _offset_expr(ptr, shape, idx):
     parts = []
     if ptr.soff is not None:
@@ -147,9 +138,33 @@ def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="
         b.line(body([], v))
         return Sca(v, d)
     b.line(f"{d.ctype} {v}[{N.numel(shape)}] __attribute__((aligned(64)));")
-    _versioned(tr, pointer, shape, lambda idx, ptr: body_p(idx, ptr, v))
-
+    if _row_mask(m, pointer, shape):
+        def row(oidx):
+            j = b.name("j")
+            idx = oidx + [j]
+            target = f"{v}[{N.flat(shape, idx)}]"
+            other_e = N.convert(N.emit(o, N.sub_idx(o, shape, idx)), o.dtype, d) if o is not None else N.literal(0, d)
+            cond = N.emit(m, N.sub_idx(m, shape, oidx + ["0"]))
+            loop = f"for (int {j} = 0; {j} < {shape[-1]}; ++{j}) "
+            return (f"if ({cond}) {{ {loop}{target} = {_read(d, pointer.arg.c, _addr(pointer, shape, idx))}; }} "
+                    f"else {{ {loop}{target} = {other_e}; }}")
+        b.loops(shape[:-1], row)
+    else:
+        _versioned(tr, pointer, shape, lambda idx, ptr: body_p(idx, ptr, v))
     return Arr(v, shape, d)
+
+
+def _row_mask(m, pointer, shape):
+    """A mask constant along the last dim (whole rows in or out), through
+    regular offsets: the row's test goes outside its loop, which then
+    vectorizes."""
+    if m is None or len(shape) < 2 or shape[-1] == 1:
+        return False
+    if m.shape and len(m.shape) == len(shape) and m.shape[-1] != 1:
+        return False
+    if m.shape and len(m.shape) < len(shape):
+        return False  # right-aligned: its last dim is the block's last dim
+    return pointer.boff is None or not N.irregular(pointer.boff)
 
 
 def _versioned(tr, pointer, shape, emit_body):
@@ -228,6 +243,19 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
 
     if not shape:
         tr.b.line(body([]))
+        return
+    if _row_mask(m, pointer, shape):
+        b = tr.b
+
+        def row(oidx):
+            j = b.name("j")
+            cond = N.emit(m, N.sub_idx(m, shape, oidx + ["0"]))
+            v = N.emit(val, N.sub_idx(val, shape, oidx + [j]))
+            if val.dtype.ctype != "float" or d.ctype != "float":
+                v = N.convert(v, val.dtype, d) if d.kind != "f" or val.dtype.kind != "f" else f"({d.ctype})({v})"
+            w = _write(d, pointer.arg.c, _addr(pointer, shape, oidx + [j]), v)
+            return f"if ({cond}) {{ for (int {j} = 0; {j} < {shape[-1]}; ++{j}) {w} }}"
+        b.loops(shape[:-1], row)
         return
     _versioned(tr, pointer, shape, body)
 
