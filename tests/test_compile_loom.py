@@ -182,6 +182,21 @@ def test_reductions_over_inner_and_outer_dims(dtype):
         torch.testing.assert_close(got.cpu(), want.cpu(), **tol)
 
 
+def test_column_sums_read_rows_along_memory_with_the_row_form_bits():
+    """A sum over the rows of a row-major tensor (a bias gradient) runs in
+    blocks of outputs that read each row along memory; every output keeps
+    the accumulation order it has when its column is contiguous."""
+    torch.manual_seed(8)
+    f = lambda x: (torch.relu(x) * 2 - 1).sum(0)  # noqa: E731
+    x = torch.randn(300, 70, device="loom")
+    column, c = _compiled_call(f, x)
+    assert c["kernel_launches"] == 1
+    torch._dynamo.reset()
+    row, _ = _compiled_call(f, x.t().contiguous().t())  # each column contiguous
+    assert torch.equal(column.cpu(), row.cpu())
+    torch.testing.assert_close(column.cpu(), f(x).cpu(), rtol=1e-6, atol=1e-5)
+
+
 # ---- coverage, in-place updates, fallbacks ------------------------------------------
 
 def test_op_the_lowering_lacks_runs_as_a_library_op():

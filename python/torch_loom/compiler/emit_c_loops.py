@@ -263,10 +263,118 @@ class KernelWriter:
         self.lines.append("}")
         self.lines.append("")
 
+    #: Outputs a column pass covers at once (block_helper).
+    BLOCK = 16
+
+    def blockable(self):
+        """Whether the kernel has a column form: one pass over one reduced
+        dim that reads nothing computed per output before it."""
+        k = self.k
+        return (self.single_r() and k.n_outer >= 1 and len(k.passes) == 1 and not k.before
+                and not self.pass_inputs(k.passes[0]))
+
+    def block_helper(self, p):
+        """The pass over up to BLOCK consecutive outputs along the last
+        outer dim at once: for each reduced index, the outputs in turn, so
+        a reduction over rows (a bias gradient's sum over the batch) reads
+        each row along memory instead of a column per output. Each output
+        keeps its own lanes and fold: the same bits as pass_helper."""
+        k, d = self.k, self.d
+        r, last = k.n_outer, k.n_outer - 1
+        L, W = self.LANES, self.BLOCK
+        stepped = [a for a in range(len(k.args)) if self.stride(a, r)]
+        across = [a for a in range(len(k.args)) if self.stride(a, last)]
+        params = ["const loom_kernel_args *args", "int64_t nr", "int64_t wn"] + self.pointer_params()
+        params += [f"int64_t s{a}" for a in stepped] + [f"int64_t t{a}" for a in across]
+        params += [f"{d.acc_type(acc)} *restrict out{acc.dst}" for acc in p.accumulate]
+        self.lines.append(f"static __attribute__((noinline)) void {k.name}_block0("
+                          + ", ".join(params) + ") {")
+        self.w("(void)args;")
+        for acc in p.accumulate:
+            self.w(f"{d.acc_type(acc)} A{acc.dst}[{W * L}];")
+            self.w(f"for (int64_t l = 0; l < wn * {L}; ++l) A{acc.dst}[l] = {d._acc_initial(acc)};")
+
+        def element(index):
+            self.open("for (int64_t q = 0; q < wn; ++q) {")
+            for acc in p.accumulate:
+                self.w(f"{d.acc_type(acc)} *a{acc.dst} = A{acc.dst} + q * {L};")
+
+            def offset(a):
+                terms = ([f"{index} * s{a}"] if a in stepped else []) + \
+                        ([f"q * t{a}"] if a in across else [])
+                return "(" + " + ".join(terms) + ")" if terms else "0"
+            self.statements(p.body, offset)
+            for acc in p.accumulate:
+                self.w(d.acc_update(acc, k, "l"))
+            self.close()
+
+        self.w("int64_t i = 0;")
+        self.open(f"for (; i + {L} <= nr; i += {L}) {{")
+        self.open(f"for (int64_t l = 0; l < {L}; ++l) {{")
+        element("(i + l)")
+        self.close()
+        self.close()
+        self.open(f"for (int64_t l = 0; i < nr; ++i, ++l) {{")
+        element("i")
+        self.close()
+        self.open("for (int64_t q = 0; q < wn; ++q) {")
+        for acc in p.accumulate:
+            self.w(f"{d.acc_type(acc)} *a{acc.dst} = A{acc.dst} + q * {L};")
+            self.w(d.lanes_fold(acc, L, f"(out{acc.dst} + q)"))
+        self.close()
+        self.lines.append("}")
+        self.lines.append("")
+
+    def column_reduction(self):
+        """The kernel's outputs in blocks of BLOCK along the last outer dim
+        (block_helper), when a reduced operand is not contiguous along the
+        reduced dim."""
+        k, d = self.k, self.d
+        no, nargs = k.n_outer, len(self.k.args)
+        last, W = no - 1, self.BLOCK
+        p = k.passes[0]
+        stepped = [a for a in range(nargs) if self.stride(a, no)]
+        if not stepped:
+            return
+        self.open(f"if ({' || '.join(f's{a}_{no} != 1' for a in stepped)}) {{")
+        self.open("for (int64_t o = begin; o < end;) {")
+        self.w("int64_t r = o;")
+        for dd in reversed(range(no)):
+            self.w(f"const int64_t i{dd} = r % {self.size(dd)}; r /= {self.size(dd)};")
+        self.w("(void)r;")
+        self.w(f"int64_t wn = {self.size(last)} - i{last};")
+        self.w("if (wn > end - o) wn = end - o;")
+        self.w(f"if (wn > {W}) wn = {W};")
+        for a in range(nargs):
+            self.w(f"const int64_t b{a} = {self.offset_sum(a, [(dd, f'i{dd}') for dd in range(no)])};")
+        for acc in p.accumulate:
+            self.w(f"{d.acc_type(acc)} R{acc.dst}[{W}];")
+        call = ["args", self.size(no), "wn"] + [f"p{a} + b{a}" for a in range(nargs)]
+        call += [f"s{a}_{no}" for a in stepped]
+        call += [f"s{a}_{last}" for a in range(nargs) if self.stride(a, last)]
+        call += [f"R{acc.dst}" for acc in p.accumulate]
+        self.w(f"{k.name}_block0({', '.join(call)});")
+        self.open("for (int64_t q = 0; q < wn; ++q) {")
+        for a in range(nargs):
+            step = f" + q * s{a}_{last}" if self.stride(a, last) else ""
+            self.w(f"const int64_t c{a} = b{a}{step};")
+            self.w(f"(void)c{a};")
+        for acc in p.accumulate:
+            self.w(f"const {d.acc_type(acc)} a{acc.dst} = R{acc.dst}[q];")
+            self.w(d.acc_final(acc))
+        self.statements(p.after, lambda a: f"c{a}")
+        self.close()
+        self.w("o += wn;")
+        self.close()
+        self.w("return LOOM_OK;")
+        self.close()
+
     def reduction(self):
         k, d = self.k, self.d
         no, nd = k.n_outer, len(k.dims)
         nargs = len(k.args)
+        if self.blockable():
+            self.column_reduction()
         self.open("for (int64_t o = begin; o < end; ++o) {")
         self.w("int64_t r = o;")
         for dd in reversed(range(no)):
@@ -310,6 +418,8 @@ class KernelWriter:
         elif self.single_r():
             for index, p in enumerate(self.k.passes):
                 self.pass_helper(index, p)
+            if self.blockable():
+                self.block_helper(self.k.passes[0])
         self.header()
         if self.k.is_pointwise:
             self.pointwise()
