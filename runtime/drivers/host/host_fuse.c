@@ -14,6 +14,7 @@
  * A launch the look passes over stays queued and runs after the group; a
  * later launch joins only if it touches none of the memory of those passed
  * over, so moving it ahead of them changes nothing either. */
+#define _GNU_SOURCE /* qsort_r */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,20 +27,22 @@
 /* Budgets. A launch the look passes over costs its spans; joining costs a
  * check against them. */
 #define FUSE_LOOKAHEAD 1024         /* queued commands looked at per group */
-#define FUSE_MAX_PASSED_SPANS 4096  /* memory spans of launches passed over */
+#define FUSE_LOOK_PAST_JOIN 192     /* ... and past the last one that joined */
+#define FUSE_MAX_PASSED_SPANS 2048  /* disjoint memory spans of launches passed over */
 #define FUSE_MAX_TENSORS 8          /* tensors of a member */
 #define FUSE_MIN_RANGE 8192         /* smaller launches run as they are */
-#define FUSE_CHUNK_BYTES (384 << 10) /* a chunk's operands, all members */
-#define FUSE_MIN_GRAIN 2048
+#define FUSE_CHUNK_BYTES (512 << 10) /* a chunk's operands, all members */
+#define FUSE_MIN_GRAIN 4096
 
 typedef struct span {
   uintptr_t lo, hi; /* [lo, hi) */
 } span;
 
 struct host_group {
-  loom_kernel_args args; /* first: what the pool sees (the range, the group's grain) */
+  loom_kernel_args pool_args; /* first: what the pool sees (chunks of every part, grain 1) */
+  loom_kernel_args args;      /* the members' range; the lead's grain */
   int n;
-  int looked;
+  int looked, last_join; /* commands looked at; the count when one last joined */
   int passed;    /* launches passed over so far */
   int reordered; /* members that joined after a launch was passed over */
   const loom_command *members[HOST_FUSE_MAX_MEMBERS];
@@ -49,7 +52,15 @@ struct host_group {
   span spans[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
   uint8_t span_member[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
   uint8_t span_tensor[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
-  int npassed;
+  /* Parts: members that share no memory with other parts' (prepare). */
+  int parts;
+  uint8_t order[HOST_FUSE_MAX_MEMBERS]; /* members by part, in program order */
+  int part_first[HOST_FUSE_MAX_MEMBERS + 1]; /* a part's members in `order` */
+  int64_t part_grain[HOST_FUSE_MAX_MEMBERS], part_bytes[HOST_FUSE_MAX_MEMBERS];
+  int64_t part_chunk[HOST_FUSE_MAX_MEMBERS + 1]; /* a part's first chunk in pool_args */
+  uint8_t parent[HOST_FUSE_MAX_MEMBERS];
+  int16_t by_lo[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  int npassed; /* the memory of launches passed over: disjoint, by address */
   span passed_spans[FUSE_MAX_PASSED_SPANS];
   /* Per member, the first failing chunk (as host_pool_run records one). */
   atomic_int failed[HOST_FUSE_MAX_MEMBERS];
@@ -233,7 +244,7 @@ static void add_member(host_group *g, const loom_command *cmd, const span *sp, c
 }
 
 void host_fuse_begin(host_group *g, const loom_command *lead) {
-  g->n = g->looked = g->passed = g->reordered = g->nspans = g->npassed = 0;
+  g->n = g->looked = g->last_join = g->passed = g->reordered = g->nspans = g->npassed = 0;
   g->args = (loom_kernel_args){.abi_version = LOOM_KERNEL_ABI_VERSION,
                                .range = lead->u.launch.range,
                                .grain = lead->u.launch.grain};
@@ -246,14 +257,48 @@ void host_fuse_begin(host_group *g, const loom_command *lead) {
 
 int host_fuse_joined(const host_group *g) { return g->n - 1; }
 
+/* The first passed span that ends after `addr` (npassed if none). */
+static int passed_after(const host_group *g, uintptr_t addr) {
+  int lo = 0, hi = g->npassed;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (g->passed_spans[mid].hi <= addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static int touches_passed(const host_group *g, span s) {
+  const int i = passed_after(g, s.lo);
+  return i < g->npassed && g->passed_spans[i].lo < s.hi;
+}
+
+/* Adds `s` to the passed memory, merging what it overlaps or abuts; 0 if
+ * the list is full. */
+static int add_passed(host_group *g, span s) {
+  int i = passed_after(g, s.lo - (s.lo > 0)); /* a span ending at s.lo abuts it */
+  int j = i;
+  while (j < g->npassed && g->passed_spans[j].lo <= s.hi) {
+    if (g->passed_spans[j].lo < s.lo) s.lo = g->passed_spans[j].lo;
+    if (g->passed_spans[j].hi > s.hi) s.hi = g->passed_spans[j].hi;
+    ++j;
+  }
+  if (j == i && g->npassed == FUSE_MAX_PASSED_SPANS) return 0;
+  /* spans [i, j) become one at i */
+  memmove(&g->passed_spans[i + 1], &g->passed_spans[j],
+          (size_t)(g->npassed - j) * sizeof *g->passed_spans);
+  g->npassed -= j - i - 1;
+  g->passed_spans[i] = s;
+  return 1;
+}
+
 /* Whether `cmd`, whose spans are `sp`, may run in the group: it touches no
  * memory of a launch passed over, and shares memory with members only
  * through the same element map. */
 static int may_join(const host_group *g, const loom_command *cmd, const span *sp,
                     const int *which, int ns) {
   for (int i = 0; i < ns; ++i)
-    for (int p = 0; p < g->npassed; ++p)
-      if (overlap(sp[i], g->passed_spans[p])) return 0;
+    if (touches_passed(g, sp[i])) return 0;
   for (int i = 0; i < ns; ++i) {
     const loom_tensor *t = &cmd->u.launch.tensors[which[i]];
     for (int s = 0; s < g->nspans; ++s) {
@@ -267,7 +312,7 @@ static int may_join(const host_group *g, const loom_command *cmd, const span *sp
 
 int host_fuse_offer(host_group *g, const loom_command *cmd) {
   if (cmd->kind != LOOM_COMMAND_LAUNCH || ++g->looked > FUSE_LOOKAHEAD ||
-      g->n == HOST_FUSE_MAX_MEMBERS)
+      g->looked - g->last_join > FUSE_LOOK_PAST_JOIN || g->n == HOST_FUSE_MAX_MEMBERS)
     return HOST_FUSE_STOP;
   /* A launch with more tensors than a member may have is passed over whole:
    * its first FUSE_MAX_TENSORS tensors' spans would not cover it. */
@@ -280,35 +325,100 @@ int host_fuse_offer(host_group *g, const loom_command *cmd) {
   if (cmd->u.launch.range == g->args.range && is_elementwise(cmd->u.launch.fn) &&
       may_join(g, cmd, sp, which, ns)) {
     add_member(g, cmd, sp, which, ns);
+    g->last_join = g->looked;
     return HOST_FUSE_JOINED;
   }
-  if (g->npassed + ns > FUSE_MAX_PASSED_SPANS) return HOST_FUSE_STOP;
-  for (int i = 0; i < ns; ++i) g->passed_spans[g->npassed++] = sp[i];
+  /* A launch whose memory cannot all be listed ends the look: a later one
+   * must not move past memory it might touch. */
+  for (int i = 0; i < ns; ++i)
+    if (!add_passed(g, sp[i])) return HOST_FUSE_STOP;
   ++g->passed;
   return HOST_FUSE_PASSED;
 }
 
 /* ---- running a group ---------------------------------------------------------------- */
 
-/* The members' arguments over the group's grain, and the hint for each
- * member whose memory a later member touches (its writes are read back
- * within the chunk). The grain keeps one chunk's operands, summed over the
- * members, within FUSE_CHUNK_BYTES. */
+static int find_root(uint8_t *parent, int m) {
+  while (parent[m] != m) m = parent[m] = parent[parent[m]];
+  return m;
+}
+
+static int by_span_lo(const void *a, const void *b, void *g_) {
+  const host_group *g = g_;
+  const span *x = &g->spans[*(const int16_t *)a], *y = &g->spans[*(const int16_t *)b];
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Splits the members into parts that share no memory (each part's chunks
+ * need no order against another's), each with its own grain: small enough
+ * that a chunk's distinct operands stay within FUSE_CHUNK_BYTES. The pool
+ * then runs one range of chunks, part after part: one fork-join for all.
+ * Sets the hint on each member whose memory a later member touches and
+ * returns the bytes those members write for later ones. */
 static uint64_t prepare(host_group *g) {
-  int64_t grain = g->args.grain, bytes_per_element = 0;
+  const int ns = g->nspans;
+  /* Spans by address: overlapping ones form runs (a sweep), which join
+   * their members' parts; each run's bytes per element count once. */
+  for (int i = 0; i < ns; ++i) g->by_lo[i] = (int16_t)i;
+  qsort_r(g->by_lo, (size_t)ns, sizeof *g->by_lo, by_span_lo, g);
+  for (int m = 0; m < g->n; ++m) g->parent[m] = (uint8_t)m;
+  int64_t run_bytes[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  int run_owner[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS], runs = 0;
+  uintptr_t run_hi = 0;
+  for (int i = 0; i < ns; ++i) {
+    const int s = g->by_lo[i], m = g->span_member[s];
+    const int64_t es = loom_dtype_size(g->members[m]->u.launch.tensors[g->span_tensor[s]].dtype);
+    if (runs > 0 && g->spans[s].lo < run_hi) {
+      const int a = find_root(g->parent, m), b = find_root(g->parent, run_owner[runs - 1]);
+      if (a != b) g->parent[a > b ? a : b] = (uint8_t)(a > b ? b : a);
+      if (g->spans[s].hi > run_hi) run_hi = g->spans[s].hi;
+      if (es > run_bytes[runs - 1]) run_bytes[runs - 1] = es;
+    } else {
+      run_owner[runs] = m;
+      run_bytes[runs++] = es;
+      run_hi = g->spans[s].hi;
+    }
+  }
+  /* Parts in order of their first member, members in program order. */
+  int part_of[HOST_FUSE_MAX_MEMBERS], part_id[HOST_FUSE_MAX_MEMBERS];
+  g->parts = 0;
   for (int m = 0; m < g->n; ++m) {
-    const loom_command *c = g->members[m];
-    if (c->u.launch.grain < grain) grain = c->u.launch.grain;
-    for (uint32_t i = 0; i < c->u.launch.num_tensors; ++i)
-      bytes_per_element += loom_dtype_size(c->u.launch.tensors[i].dtype);
+    const int r = find_root(g->parent, m);
+    if (r == m) {
+      part_id[m] = g->parts;
+      g->part_grain[g->parts] = g->args.grain;
+      g->part_bytes[g->parts++] = 0;
+    }
+    part_of[m] = part_id[r];
+    const int64_t grain = g->members[m]->u.launch.grain;
+    if (grain < g->part_grain[part_of[m]]) g->part_grain[part_of[m]] = grain;
   }
-  if (bytes_per_element > 0) {
-    int64_t budget = FUSE_CHUNK_BYTES / bytes_per_element;
-    if (budget < FUSE_MIN_GRAIN) budget = FUSE_MIN_GRAIN;
-    budget -= budget % 64;
-    if (budget < grain) grain = budget;
+  for (int r = 0; r < runs; ++r) g->part_bytes[part_of[run_owner[r]]] += run_bytes[r];
+  int k = 0;
+  for (int p = 0; p < g->parts; ++p) {
+    g->part_first[p] = k;
+    for (int m = 0; m < g->n; ++m)
+      if (part_of[m] == p) g->order[k++] = (uint8_t)m;
   }
-  g->args.grain = grain;
+  g->part_first[g->parts] = k;
+  /* Each part's grain, and its chunks' place in the group's range. */
+  const int64_t range = g->args.range;
+  int64_t chunks = 0;
+  for (int p = 0; p < g->parts; ++p) {
+    int64_t grain = g->part_grain[p];
+    if (g->part_bytes[p] > 0) {
+      int64_t budget = FUSE_CHUNK_BYTES / g->part_bytes[p];
+      if (budget < FUSE_MIN_GRAIN) budget = FUSE_MIN_GRAIN;
+      budget -= budget % 64;
+      if (budget < grain) grain = budget;
+    }
+    g->part_grain[p] = grain;
+    g->part_chunk[p] = chunks;
+    chunks += range / grain + (range % grain != 0);
+  }
+  g->part_chunk[g->parts] = chunks;
+  g->pool_args = (loom_kernel_args){.abi_version = LOOM_KERNEL_ABI_VERSION, .range = chunks,
+                                    .grain = 1};
   uint64_t cached = 0;
   for (int m = 0; m < g->n; ++m) {
     const loom_command *c = g->members[m];
@@ -318,12 +428,12 @@ static uint64_t prepare(host_group *g) {
                                      .num_scalars = c->u.launch.num_scalars,
                                      .scalars = c->u.launch.scalars,
                                      .range = c->u.launch.range,
-                                     .grain = grain};
+                                     .grain = g->part_grain[part_of[m]]};
   }
   /* Spans are listed by member, so those of later members follow. */
-  for (int s = 0; s < g->nspans; ++s) {
+  for (int s = 0; s < ns; ++s) {
     const int m = g->span_member[s];
-    for (int t = s + 1; t < g->nspans; ++t) {
+    for (int t = s + 1; t < ns; ++t) {
       if (g->span_member[t] == m || !overlap(g->spans[s], g->spans[t])) continue;
       g->margs[m].hints |= LOOM_KERNEL_HINT_CACHED;
       const loom_tensor *x = &g->members[m]->u.launch.tensors[g->span_tensor[s]];
@@ -347,15 +457,25 @@ static void record_failure(host_group *g, int m, int rc, int64_t begin, int64_t 
   g->failed_reason[m][HOST_REASON_CAPACITY - 1] = '\0';
 }
 
-/* The pool's kernel for a group: chunk [begin, end) of every member in
- * program order. `args` is the group's own (its first field). A failing
- * member is recorded, and the others go on, as they would unfused. */
-static int group_chunk(const loom_kernel_args *args, int64_t begin, int64_t end) {
+/* The pool's kernel for a group: its range counts the chunks of every
+ * part; chunk k of a part is [k*grain, ...) of every member of the part, in
+ * program order. `args` is the group's pool_args (the group's first field).
+ * A failing member is recorded, and the others go on, as they would
+ * unfused. */
+static int group_chunk(const loom_kernel_args *args, int64_t first, int64_t last) {
   host_group *g = (host_group *)args;
-  for (int m = 0; m < g->n; ++m) {
-    loom_clear_error();
-    const int rc = g->members[m]->u.launch.fn(&g->margs[m], begin, end);
-    if (rc != 0) record_failure(g, m, rc, begin, end);
+  for (int64_t k = first; k < last; ++k) {
+    int p = 0;
+    while (g->part_chunk[p + 1] <= k) ++p;
+    const int64_t grain = g->part_grain[p], range = g->args.range;
+    const int64_t begin = (k - g->part_chunk[p]) * grain;
+    const int64_t end = range - begin > grain ? begin + grain : range;
+    for (int i = g->part_first[p]; i < g->part_first[p + 1]; ++i) {
+      const int m = g->order[i];
+      loom_clear_error();
+      const int rc = g->members[m]->u.launch.fn(&g->margs[m], begin, end);
+      if (rc != 0) record_failure(g, m, rc, begin, end);
+    }
   }
   return 0;
 }
@@ -363,7 +483,7 @@ static int group_chunk(const loom_kernel_args *args, int64_t begin, int64_t end)
 static void run_fused(host_context *ctx, int device, int priority, host_group *g) {
   clear_failures(g);
   host_failure unused;
-  (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->args, &unused);
+  (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->pool_args, &unused);
 }
 
 /* ---- LOOM_FUSE=verify ------------------------------------------------------------------ */
