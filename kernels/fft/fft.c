@@ -45,12 +45,15 @@ static int run(const loom_kernel_args *args, int64_t begin, int64_t end, int kin
                              : dtype_ok(in, (int32_t)t->dtype, 1) && dtype_ok(out, (int32_t)t->dtype, 0) &&
                                  h_out == n && h_in <= n / 2 + 1;
   if (!ok) return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t chunk = begin / args->grain, work = 2 * t->m;
+  const int64_t block = args->num_scalars > 3 ? args->scalars[3].i : 1;
+  if (block < 1 || block > LOOM_FFT_MAX_BLOCK) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t chunk = begin / args->grain, work = 2 * t->m * block;
   if (loom_tensor_numel(ws) < (chunk + 1) * work) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t csize = t->dtype == LOOM_FLOAT32 ? 8 : 16;
   const loom_fft_rows r = {.kind = kind, .t = t, .out = out, .in = in,
                            .scale = args->scalars[2].f,
-                           .work = (char *)ws->data + chunk * work * csize};
+                           .work = (char *)ws->data + chunk * work * csize,
+                           .block = block};
   const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
   if (t->dtype == LOOM_FLOAT32)
     return avx512 ? loom_fft_rows_f32_avx512(&r, begin, end) : loom_fft_rows_f32(&r, begin, end);

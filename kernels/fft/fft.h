@@ -44,7 +44,8 @@ typedef struct loom_fft_rows {
   const loom_fft_table *t;
   const loom_tensor *out, *in;
   double scale;
-  void *work;
+  void *work;    /* block * 4m reals: two buffers of block rows */
+  int64_t block; /* rows transformed together, at most */
 } loom_fft_rows;
 
 int loom_fft_rows_f32(const loom_fft_rows *r, int64_t begin, int64_t end);
@@ -56,13 +57,13 @@ int loom_fft_rows_f64_avx512(const loom_fft_rows *r, int64_t begin, int64_t end)
  * other buffer; returns which of the two holds the result. Table init uses
  * it for Bluestein's kernel. */
 double *loom_fft_stockham_f64(const loom_fft_stockham *st, const char *table, double *x,
-                              double *y);
+                              double *y, int64_t batch);
 float *loom_fft_stockham_f32(const loom_fft_stockham *st, const char *table, float *x,
-                             float *y);
+                             float *y, int64_t batch);
 double *loom_fft_stockham_f64_avx512(const loom_fft_stockham *st, const char *table, double *x,
-                                     double *y);
+                                     double *y, int64_t batch);
 float *loom_fft_stockham_f32_avx512(const loom_fft_stockham *st, const char *table, float *x,
-                                    float *y);
+                                    float *y, int64_t batch);
 
 int loom_kernel_fft_plan(const loom_kernel_args *args, void *out_plan, uint64_t size);
 int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t end);

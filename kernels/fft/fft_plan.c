@@ -180,7 +180,7 @@ int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t en
         x[2 * (m - j) + 1] = -c[2 * j + 1];
       }
     }
-    const float *r = loom_fft_stockham_f32(&t.st, table, x, y);
+    const float *r = loom_fft_stockham_f32(&t.st, table, x, y, 1);
     float *k = (float *)(table + t.kernel_off);
     for (int64_t j = 0; j < 2 * m; ++j) k[j] = (float)((double)r[j] / (double)m);
   } else {
@@ -195,7 +195,7 @@ int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t en
         x[2 * (m - j) + 1] = -c[2 * j + 1];
       }
     }
-    const double *r = loom_fft_stockham_f64(&t.st, table, x, y);
+    const double *r = loom_fft_stockham_f64(&t.st, table, x, y, 1);
     double *k = (double *)(table + t.kernel_off);
     for (int64_t j = 0; j < 2 * m; ++j) k[j] = r[j] / (double)m;
   }

@@ -38,21 +38,43 @@ static void *make_table(int64_t n, int sign, int32_t dtype, loom_fft_plan *p) {
 /* Runs `kind` ("fft.c2c" 0, r2c 1, c2r 2) on rows of `out` / `in` with
  * the kernel, in chunks of `grain` rows. */
 static int run_fft(int kind, int64_t n, int sign, int32_t real, loom_tensor *out,
-                   loom_tensor *in, double scale, int64_t grain) {
+                   loom_tensor *in, double scale, int64_t grain, int64_t block) {
   loom_fft_plan p;
   void *table = make_table(n, sign, real, &p);
   if (!table) return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t rows = 1;
   for (int d = 0; d < out->rank - 1; ++d) rows *= out->sizes[d];
-  const int64_t chunks = (rows + grain - 1) / grain, words = chunks * p.work;
+  const int64_t chunks = (rows + grain - 1) / grain, words = chunks * p.work * block;
   void *ws = malloc((size_t)words * (real == LOOM_FLOAT32 ? 8 : 16));
   int64_t tsize = p.table_bytes;
   loom_tensor t[4] = {*out, *in, dense(table, LOOM_UINT8, 1, &tsize),
                       dense(ws, real == LOOM_FLOAT32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128, 1, &words)};
-  loom_scalar s[3] = {si(n), si(sign), sf(scale)};
+  loom_scalar s[4] = {si(n), si(sign), sf(scale), si(block)};
   loom_kernel_fn fn = kind == 0 ? loom_kernel_fft_c2c : kind == 1 ? loom_kernel_fft_r2c
                                                                   : loom_kernel_fft_c2r;
-  const int rc = run_chunks(fn, t, 4, s, 3, rows, grain);
+  const int rc = run_chunks(fn, t, 4, s, 4, rows, grain);
+  free(ws);
+  free(table);
+  return rc;
+}
+
+/* As run_fft for an in-place forward c2c of float rows (scale 0.5), the
+ * chunks taken last to first. */
+static int run_fft_reversed(int64_t n, loom_tensor *t, int64_t grain, int64_t block) {
+  loom_fft_plan p;
+  void *table = make_table(n, -1, LOOM_FLOAT32, &p);
+  if (!table) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t rows = t->sizes[0], chunks = (rows + grain - 1) / grain;
+  int64_t words = chunks * p.work * block, tsize = p.table_bytes;
+  void *ws = malloc((size_t)words * 8);
+  loom_tensor ts[4] = {*t, *t, dense(table, LOOM_UINT8, 1, &tsize),
+                       dense(ws, LOOM_COMPLEX64, 1, &words)};
+  loom_scalar s[4] = {si(n), si(-1), sf(0.5), si(block)};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 4, .tensors = ts,
+                        .num_scalars = 4, .scalars = s, .range = rows, .grain = grain};
+  int rc = 0;
+  for (int64_t k = chunks - 1; k >= 0 && !rc; --k)
+    rc = loom_kernel_fft_c2c(&a, k * grain, (k + 1) * grain < rows ? (k + 1) * grain : rows);
   free(ws);
   free(table);
   return rc;
@@ -107,7 +129,7 @@ static void check_c2c(int64_t n, int sign, int32_t real, int64_t batch) {
   const int32_t cd = f32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128;
   int64_t sz[2] = {batch, n}, ist[2] = {2 * n, 2};
   loom_tensor ti = tensor(in, cd, 2, sz, ist), to = dense(out, cd, 2, sz);
-  CHECK_OK(run_fft(0, n, sign, real, &to, &ti, 1.0, 3));
+  CHECK_OK(run_fft(0, n, sign, real, &to, &ti, 1.0, 3, 2));
   double worst = 0;
   for (int64_t b = 0; b < batch; ++b) {
     double *row = malloc(sizeof(double) * 2 * n);
@@ -151,7 +173,7 @@ static void test_r2c_c2r(void) {
     int64_t rs[2] = {batch, n}, cs[2] = {batch, h};
     loom_tensor tx = dense(x, LOOM_FLOAT64, 2, rs), ts = dense(spec, LOOM_COMPLEX128, 2, cs);
     loom_tensor tb = dense(back, LOOM_FLOAT64, 2, rs);
-    CHECK_OK(run_fft(1, n, -1, LOOM_FLOAT64, &ts, &tx, 1.0, 2));
+    CHECK_OK(run_fft(1, n, -1, LOOM_FLOAT64, &ts, &tx, 1.0, 2, 2));
     double worst = 0;
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t j = 0; j < n; ++j) {
@@ -162,7 +184,7 @@ static void test_r2c_c2r(void) {
       worst = fmax(worst, rel_err(spec + 2 * h * b, ref, 2 * h));
     }
     CHECK_MSG(worst < 1e-13, "r2c n=%lld: %g", (long long)n, worst);
-    CHECK_OK(run_fft(2, n, 1, LOOM_FLOAT64, &tb, &ts, 1.0 / (double)n, 1));
+    CHECK_OK(run_fft(2, n, 1, LOOM_FLOAT64, &tb, &ts, 1.0 / (double)n, 3, 3));
     CHECK_MSG(rel_err(back, x, n * batch) < 1e-13, "c2r(r2c) n=%lld: %g", (long long)n,
               rel_err(back, x, n * batch));
     free(x);
@@ -173,22 +195,32 @@ static void test_r2c_c2r(void) {
   }
 }
 
-/* Any chunking gives the same bits; in place (out = in) too. */
-static void test_chunking_bitwise(void) {
-  const int64_t n = 360, batch = 7;
-  float *x = malloc(sizeof(float) * 2 * n * batch), *a = malloc(sizeof(float) * 2 * n * batch);
-  float *b = malloc(sizeof(float) * 2 * n * batch);
-  for (int64_t i = 0; i < 2 * n * batch; ++i) x[i] = (float)frand();
+/* The chunks of one launch give the same bits in any order (as the
+ * threads take them), in place (out = in) too; another chunking or
+ * blocking stays as accurate. */
+static void test_chunking(void) {
+  const int64_t n = 360, batch = 7, words = 2 * n * batch;
+  float *x = malloc(sizeof(float) * words), *a = malloc(sizeof(float) * words);
+  float *b = malloc(sizeof(float) * words), *c = malloc(sizeof(float) * words);
+  for (int64_t i = 0; i < words; ++i) x[i] = (float)frand();
   int64_t sz[2] = {batch, n};
   loom_tensor tx = dense(x, LOOM_COMPLEX64, 2, sz), ta = dense(a, LOOM_COMPLEX64, 2, sz);
-  loom_tensor tb = dense(b, LOOM_COMPLEX64, 2, sz);
-  CHECK_OK(run_fft(0, n, -1, LOOM_FLOAT32, &ta, &tx, 0.5, 1));
-  memcpy(b, x, sizeof(float) * 2 * n * batch);
-  CHECK_OK(run_fft(0, n, -1, LOOM_FLOAT32, &tb, &tb, 0.5, 4));
-  CHECK(test_same_bits(a, b, sizeof(float) * 2 * n * batch));
+  loom_tensor tb = dense(b, LOOM_COMPLEX64, 2, sz), tc = dense(c, LOOM_COMPLEX64, 2, sz);
+  CHECK_OK(run_fft(0, n, -1, LOOM_FLOAT32, &ta, &tx, 0.5, 4, 4));
+  memcpy(b, x, sizeof(float) * words);
+  CHECK_OK(run_fft_reversed(n, &tb, 4, 4));
+  CHECK(test_same_bits(a, b, sizeof(float) * words));
+  CHECK_OK(run_fft(0, n, -1, LOOM_FLOAT32, &tc, &tx, 0.5, 1, 1));
+  double worst = 0, big = 0;
+  for (int64_t i = 0; i < words; ++i) {
+    worst = fmax(worst, fabs((double)a[i] - (double)c[i]));
+    big = fmax(big, fabs((double)c[i]));
+  }
+  CHECK_MSG(worst <= 1e-6 * big, "blocked against single rows: %g of %g", worst, big);
   free(x);
   free(a);
   free(b);
+  free(c);
 }
 
 /* The baseline build of the rows against the AVX-512 one, both against
@@ -210,7 +242,8 @@ static void test_generic_rows(void) {
     int64_t sz[1] = {n};
     loom_tensor tx = dense(x, LOOM_COMPLEX128, 1, sz), tg = dense(g, LOOM_COMPLEX128, 1, sz);
     loom_tensor tv = dense(v, LOOM_COMPLEX128, 1, sz);
-    loom_fft_rows r = {.kind = 0, .t = table, .out = &tg, .in = &tx, .scale = 1.0, .work = work};
+    loom_fft_rows r = {.kind = 0, .t = table, .out = &tg, .in = &tx, .scale = 1.0, .work = work,
+                       .block = 1};
     CHECK_OK(loom_fft_rows_f64(&r, 0, 1));
     r.out = &tv;
     CHECK_OK(loom_fft_rows_f64_avx512(&r, 0, 1));
@@ -234,16 +267,18 @@ static void test_bad_arguments(void) {
   double x[16] = {0}, y[16];
   int64_t sz[1] = {8}, bad[1] = {4};
   loom_tensor tx = dense(x, LOOM_COMPLEX128, 1, sz), ty = dense(y, LOOM_COMPLEX128, 1, bad);
-  CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &ty, &tx, 1.0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &ty, &tx, 1.0, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   loom_tensor tf = dense(y, LOOM_COMPLEX64, 1, sz);
-  CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &tf, &tx, 1.0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &tf, &tx, 1.0, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &tx, &tx, 1.0, 1, LOOM_FFT_MAX_BLOCK + 1) ==
+        LOOM_ERROR_INVALID_ARGUMENT);
 }
 
 int main(void) {
   srand(7);
   RUN_TEST(test_c2c);
   RUN_TEST(test_r2c_c2r);
-  RUN_TEST(test_chunking_bitwise);
+  RUN_TEST(test_chunking);
   RUN_TEST(test_generic_rows);
   RUN_TEST(test_bad_arguments);
   TEST_MAIN_END();

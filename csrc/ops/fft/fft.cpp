@@ -83,17 +83,21 @@ void pass(const char* kernel_name, const loom_kernel_t* kernel, const Tensor& ou
   if (out.numel() == 0 || in.numel() == 0) return;
   const Table& t = table_for(out, n, sign, real_of(out.scalar_type()));
   const int64_t rows = out.numel() / out.size(dim);
-  // About 16K points a chunk, at most 256 chunks: the workspace is one
-  // row's per chunk.
-  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
-  grain = std::max(grain, (rows + 255) / 256);
+  // Blocks of up to 8 rows (64K points of workspace), chunks of about 16K
+  // points and whole blocks, at most 64 chunks: the workspace is one
+  // block's per chunk. All set by the shapes alone.
+  const int64_t block =
+      std::min<int64_t>({8, rows, std::max<int64_t>(1, 65536 / t.plan.m)});
+  int64_t grain = std::max<int64_t>(block, 16384 / std::max<int64_t>(1, n));
+  grain = std::max(grain, (rows + 63) / 64);
+  grain = (grain + block - 1) / block * block;
   const int64_t chunks = (rows + grain - 1) / grain;
   const at::ScalarType ctype = real_of(out.scalar_type()) == LOOM_FLOAT32 ? at::kComplexFloat
                                                                           : at::kComplexDouble;
-  Tensor work = at::empty({chunks * t.plan.work}, out.options().dtype(ctype));
+  Tensor work = at::empty({chunks * block * t.plan.work}, out.options().dtype(ctype));
   const loom_tensor d[4] = {dim_last(out, dim), dim_last(in, dim), describe(t.bytes, "fft"),
                             describe(work, "fft")};
-  const loom_scalar s[3] = {scalar_i(n), scalar_i(sign), scalar_f(scale)};
+  const loom_scalar s[4] = {scalar_i(n), scalar_i(sign), scalar_f(scale), scalar_i(block)};
   LaunchInfo info;
   info.flops = static_cast<uint64_t>(5.0 * rows * n * std::log2(std::max<double>(2, n)));
   launch(kernel_name, kernel, d, s, rows, grain, out.device().index(), info);

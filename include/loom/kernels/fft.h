@@ -30,10 +30,14 @@
  *   c2r: in complex, last dim h (n/2 + 1: the half spectrum of a Hermitian
  *        signal, of which the imaginary parts at 0 and n/2 are ignored); out
  *        real, last dim n.
- *   scalars[0].i n, [1].i sign, [2].f scale. The range is the number of rows
- *   (the product of the batch sizes); the chunk k uses the workspace's
- *   elements [k * work, (k + 1) * work). Each row is transformed the same
- *   way whatever the chunking, so results never depend on the thread
+ *   scalars[0].i n, [1].i sign, [2].f scale, [3].i block (optional, 1 to
+ *   LOOM_FFT_MAX_BLOCK): up to `block` neighbouring rows of the innermost
+ *   batch dim of one chunk are transformed together (interleaved, so the
+ *   stages vectorize across them; a row's roundings may differ between a
+ *   block and a row alone). The range is the number of rows (the product
+ *   of the batch sizes); the chunk k uses the workspace's elements
+ *   [k * block * work, (k + 1) * block * work). Blocks depend only on the
+ *   shapes, grain and block, so results never depend on the thread
  *   count. */
 #ifndef LOOM_KERNELS_FFT_CONTRACT_H
 #define LOOM_KERNELS_FFT_CONTRACT_H
@@ -44,12 +48,15 @@
  * transform a Bluestein convolution. */
 #define LOOM_FFT_MAX_RADIX 31
 
+/* Rows one call transforms together, at most. */
+#define LOOM_FFT_MAX_BLOCK 16
+
 /* Lengths up to this are supported (the chirp's index squares fit int64). */
 #define LOOM_FFT_MAX_N ((int64_t)1 << 30)
 
 typedef struct loom_fft_plan {
   int64_t table_bytes; /* size of the table "fft.init" fills */
-  int64_t work;        /* workspace per chunk, in complex elements */
+  int64_t work;        /* workspace per chunk and row of a block, in complex elements */
   int64_t bluestein;   /* 1 when n runs as a Bluestein convolution */
   int64_t m;           /* the convolution length (bluestein), else n */
 } loom_fft_plan;
