@@ -309,3 +309,21 @@ def run_script(threads):
 
 def test_result_independent_of_thread_count():
     assert run_script(1) == run_script(3)
+
+
+# ---- empty matrices and batches --------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0, 0), (0, 4, 4)])
+def test_empty(shape):
+    a = torch.empty(shape, dtype=torch.float64)
+    ops = [torch.linalg.cholesky, torch.linalg.inv, torch.linalg.det, torch.linalg.slogdet,
+           torch.linalg.lu_factor, torch.linalg.qr, torch.linalg.eigh, torch.linalg.svd,
+           lambda x: torch.linalg.solve_triangular(x, x, upper=True)]
+    for op in ops:
+        got, want = op(loom(a)), op(a)
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            assert g.device.type == "loom" and g.shape == w.shape and g.dtype == w.dtype
+            torch.testing.assert_close(g.cpu(), w)
+    assert torch.linalg.cholesky_ex(loom(a)).info.cpu().equal(torch.linalg.cholesky_ex(a).info)

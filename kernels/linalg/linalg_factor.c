@@ -5,6 +5,7 @@
 #include "kernels/linalg/linalg.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #include "loom/status.h"
 
@@ -25,8 +26,8 @@
 #undef SQRT
 
 int loom_linalg_matrix_ok(const loom_tensor *t, int32_t dtype, int64_t batch) {
-  if (!t->data || t->dtype != dtype || t->rank != 3 || t->sizes[1] < 0 || t->sizes[2] < 0)
-    return 0;
+  if (t->dtype != dtype || t->rank != 3 || t->sizes[1] < 0 || t->sizes[2] < 0) return 0;
+  if (!t->data && batch > 0 && t->sizes[1] > 0 && t->sizes[2] > 0) return 0;
   if (t->sizes[0] != batch) return 0;
   if (t->sizes[1] > 1 && t->strides[1] != 1) return 0;
   if (t->sizes[2] > 1 && t->strides[2] < t->sizes[1]) return 0;
@@ -34,7 +35,8 @@ int loom_linalg_matrix_ok(const loom_tensor *t, int32_t dtype, int64_t batch) {
 }
 
 int loom_linalg_ints_ok(const loom_tensor *t, int rank, int64_t batch, int64_t k) {
-  if (!t->data || t->dtype != LOOM_INT32 || t->rank != rank || t->sizes[0] != batch) return 0;
+  if (t->dtype != LOOM_INT32 || t->rank != rank || t->sizes[0] != batch) return 0;
+  if (!t->data && batch > 0 && (rank == 1 || t->sizes[1] > 0)) return 0;
   return rank == 1 || t->sizes[1] >= k;
 }
 
@@ -42,6 +44,7 @@ static int float_dtype(int32_t d) { return d == LOOM_FLOAT32 || d == LOOM_FLOAT6
 
 /* Element b of a batched operand, as bytes. */
 static char *item(const loom_tensor *t, int64_t b) {
+  if (!t->data) return NULL; /* an empty operand: never read */
   return (char *)t->data + b * t->strides[0] * loom_dtype_size(t->dtype);
 }
 
@@ -51,6 +54,7 @@ static int64_t lead(const loom_tensor *t) {
 }
 
 static int32_t *int_item(const loom_tensor *t, int64_t b) {
+  if (!t->data) return NULL;
   return (int32_t *)t->data + b * t->strides[0];
 }
 

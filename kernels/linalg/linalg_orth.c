@@ -36,6 +36,7 @@
 static int float_dtype(int32_t d) { return d == LOOM_FLOAT32 || d == LOOM_FLOAT64; }
 
 static char *item(const loom_tensor *t, int64_t b) {
+  if (!t->data) return NULL; /* an empty operand: never read */
   return (char *)t->data + b * t->strides[0] * loom_dtype_size(t->dtype);
 }
 
@@ -45,8 +46,8 @@ static int64_t lead(const loom_tensor *t) {
 
 /* A batch of float vectors of `dtype` with at least k values each. */
 static int vec_ok(const loom_tensor *t, int32_t dtype, int64_t batch, int64_t k) {
-  return t->data && t->dtype == dtype && t->rank == 2 && t->sizes[0] == batch &&
-         t->sizes[1] >= k;
+  return (t->data || batch == 0 || t->sizes[1] == 0) && t->dtype == dtype && t->rank == 2 &&
+         t->sizes[0] == batch && t->sizes[1] >= k;
 }
 
 static int64_t vstride(const loom_tensor *t) { return t->sizes[1] > 1 ? t->strides[1] : 1; }
