@@ -9,7 +9,7 @@ from ..compiler import emit_c
 
 #: Reductions accumulate in 16 lanes in a fixed order folded pairwise (the
 #: loop vectorizes without reassociating, results do not depend on the
-#: chunking); the dot is register-blocked (4 rows x 64 or 16 columns of
+#: chunking); the dot is register-blocked (8 rows x 32 columns of
 #: accumulators) with fused multiply-adds where the CPU has them.
 PRELUDE = r"""
 #if defined(__AVX512F__)
@@ -80,53 +80,44 @@ LOOM_TILE_ARG(loom_tile_argmind, double, (v != v || v < a))
 LOOM_TILE_ARG(loom_tile_argmini, int32_t, (v < a))
 LOOM_TILE_ARG(loom_tile_argminI, int64_t, (v < a))
 
-/* c[M][N] += a[M][K] . b[K][N], all row-major. */
+/* c[M][N] += a[M][K] . b[K][N], all row-major: tiles of 8 rows x 32
+ * columns held in 16 registers (then 4 x 16, then plain loops). */
+#if defined(__AVX512F__)
+#define LOOM_TD_L(r) __m512 c##r##0 = _mm512_loadu_ps(c + (i + r) * N + j), c##r##1 = _mm512_loadu_ps(c + (i + r) * N + j + 16);
+#define LOOM_TD_F(r) { const __m512 av = _mm512_set1_ps(a[(i + r) * K + k]); \
+    c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0); c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1); }
+#define LOOM_TD_S(r) _mm512_storeu_ps(c + (i + r) * N + j, c##r##0); _mm512_storeu_ps(c + (i + r) * N + j + 16, c##r##1);
+#endif
 static inline __attribute__((always_inline)) void loom_tile_dot(
     int64_t M, int64_t N, int64_t K, const float *a, const float *b, float *c) {
   int64_t i = 0;
 #if defined(__AVX512F__)
+  if (N % 32 == 0) {
+    for (; i + 8 <= M; i += 8)
+      for (int64_t j = 0; j < N; j += 32) {
+        LOOM_TD_L(0) LOOM_TD_L(1) LOOM_TD_L(2) LOOM_TD_L(3) LOOM_TD_L(4) LOOM_TD_L(5) LOOM_TD_L(6) LOOM_TD_L(7)
+        for (int64_t k = 0; k < K; ++k) {
+          const __m512 b0 = _mm512_loadu_ps(b + k * N + j), b1 = _mm512_loadu_ps(b + k * N + j + 16);
+          LOOM_TD_F(0) LOOM_TD_F(1) LOOM_TD_F(2) LOOM_TD_F(3) LOOM_TD_F(4) LOOM_TD_F(5) LOOM_TD_F(6) LOOM_TD_F(7)
+        }
+        LOOM_TD_S(0) LOOM_TD_S(1) LOOM_TD_S(2) LOOM_TD_S(3) LOOM_TD_S(4) LOOM_TD_S(5) LOOM_TD_S(6) LOOM_TD_S(7)
+      }
+  }
   if (N % 16 == 0) {
-    for (; i + 4 <= M; i += 4) {
-      int64_t j = 0;
-      for (; j + 64 <= N; j += 64) {
-        float *c0 = c + i * N + j, *c1 = c0 + N, *c2 = c1 + N, *c3 = c2 + N;
-        __m512 c00 = _mm512_loadu_ps(c0), c01 = _mm512_loadu_ps(c0 + 16), c02 = _mm512_loadu_ps(c0 + 32), c03 = _mm512_loadu_ps(c0 + 48);
-        __m512 c10 = _mm512_loadu_ps(c1), c11 = _mm512_loadu_ps(c1 + 16), c12 = _mm512_loadu_ps(c1 + 32), c13 = _mm512_loadu_ps(c1 + 48);
-        __m512 c20 = _mm512_loadu_ps(c2), c21 = _mm512_loadu_ps(c2 + 16), c22 = _mm512_loadu_ps(c2 + 32), c23 = _mm512_loadu_ps(c2 + 48);
-        __m512 c30 = _mm512_loadu_ps(c3), c31 = _mm512_loadu_ps(c3 + 16), c32 = _mm512_loadu_ps(c3 + 32), c33 = _mm512_loadu_ps(c3 + 48);
-        const float *a0 = a + i * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
+    for (; i + 4 <= M; i += 4)
+      for (int64_t j = 0; j < N; j += 16) {
+        __m512 acc0 = _mm512_loadu_ps(c + i * N + j), acc1 = _mm512_loadu_ps(c + (i + 1) * N + j);
+        __m512 acc2 = _mm512_loadu_ps(c + (i + 2) * N + j), acc3 = _mm512_loadu_ps(c + (i + 3) * N + j);
         for (int64_t k = 0; k < K; ++k) {
-          const float *bk = b + k * N + j;
-          const __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk + 16);
-          const __m512 b2 = _mm512_loadu_ps(bk + 32), b3 = _mm512_loadu_ps(bk + 48);
-          __m512 av = _mm512_set1_ps(a0[k]);
-          c00 = _mm512_fmadd_ps(av, b0, c00); c01 = _mm512_fmadd_ps(av, b1, c01);
-          c02 = _mm512_fmadd_ps(av, b2, c02); c03 = _mm512_fmadd_ps(av, b3, c03);
-          av = _mm512_set1_ps(a1[k]);
-          c10 = _mm512_fmadd_ps(av, b0, c10); c11 = _mm512_fmadd_ps(av, b1, c11);
-          c12 = _mm512_fmadd_ps(av, b2, c12); c13 = _mm512_fmadd_ps(av, b3, c13);
-          av = _mm512_set1_ps(a2[k]);
-          c20 = _mm512_fmadd_ps(av, b0, c20); c21 = _mm512_fmadd_ps(av, b1, c21);
-          c22 = _mm512_fmadd_ps(av, b2, c22); c23 = _mm512_fmadd_ps(av, b3, c23);
-          av = _mm512_set1_ps(a3[k]);
-          c30 = _mm512_fmadd_ps(av, b0, c30); c31 = _mm512_fmadd_ps(av, b1, c31);
-          c32 = _mm512_fmadd_ps(av, b2, c32); c33 = _mm512_fmadd_ps(av, b3, c33);
+          const __m512 bv = _mm512_loadu_ps(b + k * N + j);
+          acc0 = _mm512_fmadd_ps(_mm512_set1_ps(a[i * K + k]), bv, acc0);
+          acc1 = _mm512_fmadd_ps(_mm512_set1_ps(a[(i + 1) * K + k]), bv, acc1);
+          acc2 = _mm512_fmadd_ps(_mm512_set1_ps(a[(i + 2) * K + k]), bv, acc2);
+          acc3 = _mm512_fmadd_ps(_mm512_set1_ps(a[(i + 3) * K + k]), bv, acc3);
         }
-        _mm512_storeu_ps(c0, c00); _mm512_storeu_ps(c0 + 16, c01); _mm512_storeu_ps(c0 + 32, c02); _mm512_storeu_ps(c0 + 48, c03);
-        _mm512_storeu_ps(c1, c10); _mm512_storeu_ps(c1 + 16, c11); _mm512_storeu_ps(c1 + 32, c12); _mm512_storeu_ps(c1 + 48, c13);
-        _mm512_storeu_ps(c2, c20); _mm512_storeu_ps(c2 + 16, c21); _mm512_storeu_ps(c2 + 32, c22); _mm512_storeu_ps(c2 + 48, c23);
-        _mm512_storeu_ps(c3, c30); _mm512_storeu_ps(c3 + 16, c31); _mm512_storeu_ps(c3 + 32, c32); _mm512_storeu_ps(c3 + 48, c33);
+        _mm512_storeu_ps(c + i * N + j, acc0); _mm512_storeu_ps(c + (i + 1) * N + j, acc1);
+        _mm512_storeu_ps(c + (i + 2) * N + j, acc2); _mm512_storeu_ps(c + (i + 3) * N + j, acc3);
       }
-      for (; j < N; j += 16) {
-        __m512 acc[4];
-        for (int r = 0; r < 4; ++r) acc[r] = _mm512_loadu_ps(c + (i + r) * N + j);
-        for (int64_t k = 0; k < K; ++k) {
-          __m512 bv = _mm512_loadu_ps(b + k * N + j);
-          for (int r = 0; r < 4; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[(i + r) * K + k]), bv, acc[r]);
-        }
-        for (int r = 0; r < 4; ++r) _mm512_storeu_ps(c + (i + r) * N + j, acc[r]);
-      }
-    }
   }
 #endif
   for (; i < M; ++i)
