@@ -26,12 +26,14 @@ class Config:
     device: str
     backend: str | None
     label: str
+    fuse: str | None = None  # torch.loom.fusion mode while it runs (None: as set)
 
 
 CONFIGS = [
     Config("cpu_eager", "cpu", None, "CPU eager"),
     Config("cpu_inductor", "cpu", "inductor", "CPU torch.compile (Inductor)"),
     Config("loom_eager", "loom", None, "loom eager"),
+    Config("loom_eager_nofuse", "loom", None, "loom eager, fusion off (LOOM_FUSE=0)", fuse="0"),
     Config("loom_inductor", "loom", "inductor", "loom torch.compile() (Inductor)"),
     Config("loom_compile", "loom", "loom", "loom torch.compile(backend=\"loom\")"),
 ]
@@ -71,6 +73,7 @@ class Env:
         }
         loom_ok, loom_reason = self._probe_loom()
         self.available["loom_eager"] = (loom_ok, loom_reason)
+        self.available["loom_eager_nofuse"] = (loom_ok, loom_reason)
         for name, backend in (("loom_inductor", "inductor"), ("loom_compile", "loom")):
             if loom_ok:
                 self.available[name] = self._probe_loom_compile(backend)
@@ -311,6 +314,27 @@ def _inject_fault(workload_name: str, config_name: str) -> None:
             time.sleep(3600)
 
 
+def _with_fusion_mode(mode: str, fn, sync):
+    """fn and sync of a configuration that runs under another fusion mode:
+    the mode is set as each call starts and kept until the device is
+    synchronized (groups form as the queued work executes), then restored,
+    so that configurations sampled in turn each run under their own."""
+    import torch
+
+    fusion = torch.loom.fusion
+    before = fusion.get_mode()
+
+    def call():
+        fusion.set_mode(mode)
+        return fn()
+
+    def synced():
+        sync()
+        fusion.set_mode(before)
+
+    return call, synced
+
+
 class Worker:
     """Measures items grouped by workload: every configuration of a workload
     is built, compiled and warmed up in turn, then sampled round-robin."""
@@ -347,13 +371,19 @@ class Worker:
             sync = self.env.sync_for(config.device)
             ctx = Ctx(device=torch.device(config.device), backend=config.backend, quick=self.quick,
                       sync=sync)
-            prepared = workload.build(ctx)
+            if config.fuse is None:
+                prepared = workload.build(ctx)
+                fn = prepared.fn
+            else:
+                with torch.loom.fusion.mode(config.fuse):
+                    prepared = workload.build(ctx)
+                fn, sync = _with_fusion_mode(config.fuse, prepared.fn, sync)
             result.update(items=prepared.items, flops=prepared.flops, bytes=prepared.bytes,
                           limit=prepared.limit, tol=prepared.tol)
             _inject_fault(workload.name, config.name)
             stage = "first call"
             # a late run keeps to one warm-up call and one sample per item
-            timed = Timed(prepared.fn, sync, self.plan, hurry=budget <= self.plan.min_budget_s)
+            timed = Timed(fn, sync, self.plan, hurry=budget <= self.plan.min_budget_s)
             timed.budget_s = budget
             out = to_reference(timed.start())
             if config.name == BASELINE:
