@@ -4,8 +4,9 @@ sharing.py, runtime/ccl/shared.c).
 One spawned consumer process receives loom tensors through a
 torch.multiprocessing Queue and, step by step:
 
-- sees a non-contiguous view's values and modifies it in place: the
-  producer sees the change (same memory, no copy);
+- sees a non-contiguous view's values and modifies it in place on a side
+  stream (record_stream accepted): the producer sees the change (same
+  memory, no copy);
 - receives the same tensor again (the producer's storage is not moved or
   copied a second time) and a Parameter (stays a Parameter, keeps
   requires_grad); a CPU tensor in the same queue still goes PyTorch's way;
@@ -32,7 +33,10 @@ def _consumer(inbox, outbox):
 
     x = inbox.get()
     outbox.put(("view", str(x.device), x.cpu().tolist(), x.is_contiguous()))
-    x.mul_(10)
+    s = torch.loom.Stream()
+    with torch.loom.stream(s):
+        x.mul_(10)
+    x.record_stream(s)  # as on CUDA: nothing to record for memory not from the allocator
     torch.loom.synchronize()
     outbox.put("modified")
 

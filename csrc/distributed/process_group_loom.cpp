@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common.h"
+#include "distributed/shared_storage.h"
 #include "distributed/work_loom.h"
 #include "runtime/allocator.h"
 #include "runtime/device.h"
@@ -169,7 +170,9 @@ ProcessGroupLoom::Call::~Call() {
 }
 
 void ProcessGroupLoom::Call::use(const at::Tensor& t) {
-  if (t.defined() && t.numel() > 0)
+  // A shared region is not the allocator's: its release waits for the
+  // device instead.
+  if (t.defined() && t.numel() > 0 && !is_shared_storage(t))
     check(loom_record_stream(t.storage().data_ptr().get(), native_stream(pg_.stream_)));
 }
 

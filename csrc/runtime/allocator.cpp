@@ -206,7 +206,9 @@ bool device_used(c10::DeviceIndex device) {
 }
 
 void record_stream(const c10::DataPtr& data, const c10::Stream& stream) {
-  if (!data.get()) return;
+  // As CUDA's allocator: memory it did not hand out (a storage shared
+  // between processes, from_blob) has no block to record the stream on.
+  if (!data.get() || data.get_deleter() != &free_block) return;
   check(loom_record_stream(data.get(), native_stream(stream)),
         "record_stream");
 }
