@@ -146,3 +146,25 @@ def test_sharing_needs_host_addressable_memory():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ERROR share_storage" in out.stdout and "host can address" in out.stdout, out.stdout
+
+
+def test_storages_views_and_empty_tensors_round_trip():
+    import pickle
+
+    from multiprocessing.reduction import ForkingPickler
+
+    def trip(obj):
+        return pickle.loads(ForkingPickler.dumps(obj))
+
+    x = torch.arange(8.0, device="loom")
+    storage = trip(x.untyped_storage())
+    assert isinstance(storage, torch.UntypedStorage) and storage.device == x.device
+    view = torch.empty(0, device="loom").set_(storage, 0, (8,), (1,))
+    view.add_(100)
+    assert x.cpu().tolist() == [100.0 + i for i in range(8)]  # the same memory
+    part = trip(x[2:5])
+    assert part.storage_offset() == 2 and part.cpu().tolist() == [102.0, 103.0, 104.0]
+    empty = trip(torch.empty(0, 3, device="loom"))
+    assert empty.device.type == "loom" and empty.shape == (0, 3)
+    assert trip(torch.UntypedStorage(0, device="loom")).nbytes() == 0
+    assert trip(torch.ones(2)).device.type == "cpu"  # PyTorch's own reducer

@@ -74,13 +74,17 @@ def _rebuild_loom_storage(fd_holder, nbytes, device):
                                 (1,), False).untyped_storage()
 
 
+def _rebuild_empty_storage(device):
+    return torch.UntypedStorage(0, device=torch.device("loom", device))
+
+
 def reduce_loom_storage(storage):
     from multiprocessing.reduction import DupFd
 
     from .. import _C
 
     if storage.nbytes() == 0:
-        return (torch.UntypedStorage, (0,), {"device": storage.device})
+        return (_rebuild_empty_storage, (storage.device.index,))
     base = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
     fd, nbytes, device = _C._distributed.share_storage(base)
     return (_rebuild_loom_storage, (DupFd(fd), nbytes, device))
