@@ -77,7 +77,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if z * h * n == 0:
         return out
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    bm, bn = 64, 32
+    bm, bn = 128, 32
     grid = (tl.cdiv(n, bm), z * h)
     attention_fwd_kernel[grid](q, k, v, out, scale, q.stride(0), q.stride(1), q.stride(2),
                                k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
