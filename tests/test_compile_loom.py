@@ -30,9 +30,11 @@ def _fresh(no_fallback):
 def _compiled_call(fn, *args):
     """(result, counters of this call alone) of fn compiled with loom, after
     a first call that compiles it."""
+    compiler.reset_counters()
     compiled = torch.compile(fn, backend="loom")
     compiled(*args)
     torch.loom.synchronize()
+    assert compiler.counters()["graphs_fallen_back"] == 0  # its C compiled
     compiler.reset_counters()
     out = compiled(*args)
     return out, compiler.counters()
@@ -180,6 +182,13 @@ def test_reductions_over_inner_and_outer_dims(dtype):
     for got, want in zip(out, _reductions(x)):
         assert got.dtype == want.dtype and got.shape == want.shape
         torch.testing.assert_close(got.cpu(), want.cpu(), **tol)
+
+
+def test_zero_dim_kernels_compile():
+    out, c = _compiled_call(lambda a, b: (a * 2 + b, (a + 1).sum()), torch.tensor(3.0, device="loom"),
+                            torch.tensor(0.5, device="loom"))
+    assert c["kernel_launches"] >= 1
+    assert out[0].item() == 6.5 and out[1].item() == 4.0
 
 
 def test_column_sums_read_rows_along_memory_with_the_row_form_bits():
@@ -381,6 +390,7 @@ def _check_training(model, batch, make_opt, compile_step=False, rtol=1e-5, atol=
     losses, state = _train(model, batch, make_opt, True, compile_step=compile_step)
     c = compiler.counters()
     assert c["graphs_compiled"] >= 2 and c["kernel_launches"] > 0
+    assert c["graphs_fallen_back"] == 0  # every graph's C compiled
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=rtol, atol=atol)
     assert losses[-1] < losses[0]
     for name, t in state.items():
@@ -400,9 +410,8 @@ def test_mlp_training_matches_eager():
 def test_cnn_training_with_batch_norm_and_pooling_matches_eager():
     torch.manual_seed(0)
     c = _check_training(CNN(), (torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))), _sgd)
-    # each batch norm's statistics, normalization and running-stat updates
-    # are one kernel in the forward, its backward another
-    assert max(c["fused_ops"]) >= 15
+    # batch norm runs on the library's kernels (running statistics included)
+    assert c["library_calls"] > 0
 
 
 def test_gpt_training_with_sdpa_layer_norm_gelu_and_compiled_adamw_matches_eager():

@@ -6,10 +6,13 @@ embedding, and their backward ops), and so do the pointwise ops the
 lowering spells with the library's own arithmetic (addcmul, addcdiv, lerp,
 the activations' backward forms); everything else decomposes as
 ``core_aten_decompositions()`` has it, into the pointwise ops and
-reductions the fuser handles. Two families are decomposed beyond that:
-batch norm's forward (into var_mean and pointwise ops: one fused kernel
-per batch norm), and the functional ``_foreach_*`` ops of optimizers (into
-one op per tensor, so each parameter's update fuses into one kernel).
+reductions the fuser handles. Batch norm stays whole too, forward and
+backward: its statistics reduce over every dim but the channels of an
+NCHW tensor, which the library's batch-norm kernels walk along memory
+(a ResNet-style CNN's step: 0.6-1.2 ms per batch norm, against 15-45 ms
+for the fused kernels' nested loops). The functional ``_foreach_*`` ops
+of optimizers are decomposed beyond core ATen (into one op per tensor, so
+each parameter's update fuses into one kernel).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._decomp import core_aten_decompositions
 
 aten = torch.ops.aten
 
@@ -34,6 +37,9 @@ KEEP = (
     aten._softmax, aten._softmax_backward_data, aten._log_softmax,
     aten._log_softmax_backward_data,
     aten.embedding, aten.embedding_dense_backward,
+    aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_no_training, aten.native_batch_norm,
+    aten.native_batch_norm_backward,
 )
 
 #: Overload packets the lowering turns into single ops with the library's
@@ -43,10 +49,6 @@ LOWERED = (
     aten.tanh_backward, aten.threshold_backward, aten.silu, aten.silu_backward,
 )
 
-EXTRA = (
-    aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit,
-    aten._native_batch_norm_legit_no_training, aten.native_batch_norm,
-)
 
 #: The functional _foreach ops decomposed per tensor, by their base op.
 FOREACH = ("add", "sub", "mul", "div", "addcmul", "addcdiv", "lerp", "pow", "sqrt", "rsqrt",
@@ -95,6 +97,5 @@ def decompositions() -> dict:
     for op in list(table):
         if getattr(op, "overloadpacket", None) in keep:
             del table[op]
-    table.update(get_decompositions(list(EXTRA)))
     table.update(_foreach_table())
     return table

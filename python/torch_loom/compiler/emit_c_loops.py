@@ -5,7 +5,8 @@ order: one flat run when every tensor maps every dim and is contiguous in
 the kernel's order, else runs along the innermost dim. A reduction kernel
 covers outer indices [begin, end): per outer index, the O-space
 statements, then each pass over R (accumulators folded in an order fixed by
-R's size), then that pass's O-space statements.
+R's size), then that pass's O-space statements; a single-pass reduction
+over rows of a row-major operand covers blocks of outputs at once.
 
 Element loops live in helpers whose tensor pointers are restrict
 parameters (GCC honours restrict there, not on locals, and without it the
@@ -13,7 +14,7 @@ loops over the library's inline math do not vectorize), with a variant for
 unit strides. A pass over a single reduced dim accumulates into LANES lanes
 (element r into lane r mod LANES, as the library's contiguous sums do),
 which vectorizes without reassociating, then folds them pairwise; a pass
-over several reduced dims runs nested loops and one accumulator.
+over several reduced dims runs nested loops, the innermost in lanes.
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ class KernelWriter:
                 if (kd is None) or self.size_source().get(kd) != (a, j):
                     checks.append(f"t[{a}].sizes[{j}] != {1 if kd is None else self.size(kd)}")
         checks += [f"n{kd} < 1" for kd in self.size_source()]
-        self.w("if (" + " ||\n      ".join(checks) + ")")
-        self.w("  return LOOM_CG_BAD;")
+        if checks:
+            self.w("if (" + " ||\n      ".join(checks) + ")")
+            self.w("  return LOOM_CG_BAD;")
         for a, arg in enumerate(k.args):
             et = d.element_type(arg.dtype)
             const = "" if arg.output else "const "
@@ -393,20 +395,43 @@ class KernelWriter:
                 call += [f"&a{acc.dst}" for acc in p.accumulate]
                 self.w(f"{k.name}_pass{index}({', '.join(call)});")
             else:
+                # Nested loops over the reduced dims, the innermost in lanes
+                # (its element j into lane j mod LANES, folded pairwise at
+                # the end): independent sums instead of one chain of adds.
+                L, last = self.LANES, nd - 1
                 for acc in p.accumulate:
-                    self.w(d.acc_init(acc))
+                    self.w(f"{d.acc_type(acc)} r{acc.dst};")
                 self.open("{")
-                for dd in range(no, nd):
-                    self.open(f"for (int64_t i{dd} = 0; i{dd} < {self.size(dd)}; ++i{dd}) {{")
-                for a in range(nargs):
-                    inner = self.offset_sum(a, [(dd, f"i{dd}") for dd in range(no, nd)])
-                    self.w(f"const int64_t e{a} = b{a} + {inner};")
-                self.statements(p.body, lambda a: f"e{a}")
                 for acc in p.accumulate:
-                    self.w(d.acc_update(acc, k))
-                for _ in range(no, nd):
-                    self.close()
+                    self.w(d.acc_init(acc, L))
+                for dd in range(no, last):
+                    self.open(f"for (int64_t i{dd} = 0; i{dd} < {self.size(dd)}; ++i{dd}) {{")
+
+                def element(index, lane):
+                    self.w(f"const int64_t i{last} = {index};")
+                    for a in range(nargs):
+                        inner = self.offset_sum(a, [(dd, f"i{dd}") for dd in range(no, nd)])
+                        self.w(f"const int64_t e{a} = b{a} + {inner};")
+                    self.statements(p.body, lambda a: f"e{a}")
+                    for acc in p.accumulate:
+                        self.w(d.acc_update(acc, k, lane))
+
+                self.w("int64_t j = 0;")
+                self.open(f"for (; j + {L} <= {self.size(last)}; j += {L}) {{")
+                self.open(f"for (int64_t l = 0; l < {L}; ++l) {{")
+                element("j + l", "l")
                 self.close()
+                self.close()
+                self.open(f"for (int64_t l = 0; j < {self.size(last)}; ++j, ++l) {{")
+                element("j", "l")
+                self.close()
+                for _ in range(no, last):
+                    self.close()
+                for acc in p.accumulate:
+                    self.w(d.lanes_fold(acc, L, f"(&r{acc.dst})"))
+                self.close()
+                for acc in p.accumulate:
+                    self.w(f"const {d.acc_type(acc)} a{acc.dst} = r{acc.dst};")
             for acc in p.accumulate:
                 self.w(d.acc_final(acc))
             self.statements(p.after, lambda a: f"b{a}")
