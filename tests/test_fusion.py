@@ -297,3 +297,20 @@ def test_gpt_training_step_fuses_and_matches_unfused(no_fallback):
     assert same_bytes(ref, got)
     assert after["groups"] > before["groups"]
     assert after["ops_fused"] - before["ops_fused"] >= 2 * (after["groups"] - before["groups"])
+
+
+def test_profiler_shows_a_group_as_one_kernel_naming_its_members():
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(50000, device="loom")
+    torch.loom.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        with held():
+            torch.sigmoid(torch.cos(x) * 2)
+        torch.loom.synchronize()
+    device = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1]
+    fused = [e for e in device if e.name.startswith("fused(")]
+    assert len(fused) == 1, [e.name for e in device]
+    assert all(op in fused[0].name for op in ("cos", "mul", "sigmoid")), fused[0].name
+    assert not [e for e in device if e.name == "pointwise.apply"]
