@@ -93,8 +93,11 @@ static inline __attribute__((always_inline)) void loom_tile_dot(
   int64_t i = 0;
 #if defined(__AVX512F__)
   if (N % 32 == 0) {
-    for (; i + 8 <= M; i += 8)
-      for (int64_t j = 0; j < N; j += 32) {
+    /* column panels outside: a panel of b (K x 32) stays in L1 while the
+     * row blocks of a stream past it */
+    const int64_t m8 = M - M % 8;
+    for (int64_t j = 0; j < N; j += 32)
+      for (i = 0; i < m8; i += 8) {
         LOOM_TD_L(0) LOOM_TD_L(1) LOOM_TD_L(2) LOOM_TD_L(3) LOOM_TD_L(4) LOOM_TD_L(5) LOOM_TD_L(6) LOOM_TD_L(7)
         for (int64_t k = 0; k < K; ++k) {
           const __m512 b0 = _mm512_loadu_ps(b + k * N + j), b1 = _mm512_loadu_ps(b + k * N + j + 16);
@@ -102,6 +105,7 @@ static inline __attribute__((always_inline)) void loom_tile_dot(
         }
         LOOM_TD_S(0) LOOM_TD_S(1) LOOM_TD_S(2) LOOM_TD_S(3) LOOM_TD_S(4) LOOM_TD_S(5) LOOM_TD_S(6) LOOM_TD_S(7)
       }
+    i = m8;
   }
   if (N % 16 == 0) {
     for (; i + 4 <= M; i += 4)

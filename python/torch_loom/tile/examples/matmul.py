@@ -69,7 +69,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str = "none") -> torch.
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     if M and N:
-        bm, bn, bk = 128, 64, 64
+        bm, bn, bk = 64, 128, 64
         grid = (tl.cdiv(M, bm) * tl.cdiv(N, bn),)
         matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                             c.stride(0), c.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
