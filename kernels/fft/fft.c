@@ -31,8 +31,8 @@ static int run(const loom_kernel_args *args, int64_t begin, int64_t end, int kin
   const loom_tensor *tab = &args->tensors[2], *ws = &args->tensors[3];
   const loom_fft_table *t = tab->data;
   const int64_t n = args->scalars[0].i;
-  if (!t || t->n != n || t->sign != args->scalars[1].i || out->rank < 1 ||
-      out->rank != in->rank)
+  if (!t || t->real_n != n || t->sign != args->scalars[1].i || out->rank < 1 ||
+      out->rank != in->rank || (kind == 0 && t->half))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int32_t last = out->rank - 1;
   for (int32_t d = 0; d < last; ++d)

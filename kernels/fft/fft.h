@@ -23,19 +23,24 @@ typedef struct loom_fft_stockham {
   int32_t radix[LOOM_FFT_MAX_STAGES];
 } loom_fft_stockham;
 
-/* The table's head, at byte 0. For Bluestein: the chirp c[j] =
- * exp(sign i pi j^2 / n) (n complex at chirp_off), the transform of the
- * convolution's kernel divided by m (m complex at kernel_off) and a forward
- * Stockham plan `st` of length m; otherwise `st` is the transform itself. */
+/* The table's head, at byte 0: a complex transform of length n. For
+ * Bluestein: the chirp c[j] = exp(sign i pi j^2 / n) (n complex at
+ * chirp_off), the transform of the convolution's kernel divided by m (m
+ * complex at kernel_off) and a forward Stockham plan `st` of length m;
+ * otherwise `st` is the transform itself. A table for real signals of even
+ * length real_n (`half`) is that of n = real_n / 2, the pairs of reals as
+ * complex numbers, with the real_n / 2 + 1 roots exp(sign 2 pi i k / real_n)
+ * that split and join the half spectra at rtw_off. */
 typedef struct loom_fft_table {
   int64_t n, sign, dtype, bluestein, m;
   int64_t chirp_off, kernel_off, scratch_off, bytes;
+  int64_t half, real_n, rtw_off;
   loom_fft_stockham st;
 } loom_fft_table;
 
-/* The layout of the table of (n, sign, dtype) in *t (offsets and sizes, no
- * data); 0 or a loom_status. */
-int loom_fft_layout(int64_t n, int64_t sign, int32_t dtype, loom_fft_table *t);
+/* The layout of the table of (n, sign, dtype, real) in *t (offsets and
+ * sizes, no data); 0 or a loom_status. */
+int loom_fft_layout(int64_t n, int64_t sign, int32_t dtype, int real, loom_fft_table *t);
 
 /* Row transforms of one ISA: `t` is the table, `row` and `out` as the
  * kernels' descriptors, rows [begin, end), `work` the chunk's workspace. */

@@ -48,12 +48,16 @@ static int64_t smooth_above(int64_t n) {
   return best;
 }
 
-int loom_fft_layout(int64_t n, int64_t sign, int32_t dtype, loom_fft_table *t) {
+int loom_fft_layout(int64_t n, int64_t sign, int32_t dtype, int real_signal,
+                    loom_fft_table *t) {
   memset(t, 0, sizeof *t);
   if (n < 1 || n > LOOM_FFT_MAX_N || (sign != 1 && sign != -1) ||
       (dtype != LOOM_FLOAT32 && dtype != LOOM_FLOAT64))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t real = dtype == LOOM_FLOAT32 ? 4 : 8;
+  t->real_n = n;
+  t->half = real_signal && n % 2 == 0;
+  if (t->half) n /= 2;
   t->n = n;
   t->sign = sign;
   t->dtype = dtype;
@@ -78,6 +82,10 @@ int loom_fft_layout(int64_t n, int64_t sign, int32_t dtype, loom_fft_table *t) {
     t->scratch_off = off;
     off = align64(off + t->m * 4 * real);
   }
+  if (t->half) {
+    t->rtw_off = off;
+    off = align64(off + (n + 1) * 2 * real);
+  }
   t->bytes = off;
   return LOOM_OK;
 }
@@ -86,7 +94,8 @@ int loom_kernel_fft_plan(const loom_kernel_args *args, void *out_plan, uint64_t 
   if (size != sizeof(loom_fft_plan) || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
   loom_fft_table t;
   const int rc = loom_fft_layout(args->scalars[0].i, args->scalars[1].i,
-                                 (int32_t)args->scalars[2].i, &t);
+                                 (int32_t)args->scalars[2].i,
+                                 args->num_scalars > 3 && args->scalars[3].i, &t);
   if (rc) return rc;
   loom_fft_plan *p = out_plan;
   p->table_bytes = t.bytes;
@@ -148,7 +157,8 @@ int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t en
   if (args->num_tensors < 1 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
   loom_fft_table t;
   const int rc = loom_fft_layout(args->scalars[0].i, args->scalars[1].i,
-                                 (int32_t)args->scalars[2].i, &t);
+                                 (int32_t)args->scalars[2].i,
+                                 args->num_scalars > 3 && args->scalars[3].i, &t);
   if (rc) return rc;
   const loom_tensor *tab = &args->tensors[0];
   if (tab->dtype != LOOM_UINT8 || loom_tensor_numel(tab) < t.bytes ||
@@ -158,6 +168,11 @@ int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t en
   memcpy(table, &t, sizeof t);
   /* Bluestein's inner transforms are forward ones whatever the sign. */
   fill_stockham(&t.st, t.st.sign, t.dtype, table);
+  for (int64_t k = 0; t.half && k <= t.n; ++k) {
+    double re, im;
+    root(k, t.real_n, t.sign, &re, &im);
+    put(table + t.rtw_off, t.dtype, k, re, im);
+  }
   if (!t.bluestein) return LOOM_OK;
   const int64_t n = t.n, m = t.m;
   for (int64_t j = 0; j < n; ++j) {

@@ -18,9 +18,9 @@ static const int64_t kLengths[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 16, 17, 25
                                    32, 37, 49, 64, 97, 128, 360, 1000, 1009, 2018, 4096};
 
 /* A table for (n, sign, dtype), 64-byte aligned, or NULL. */
-static void *make_table(int64_t n, int sign, int32_t dtype, loom_fft_plan *p) {
-  loom_scalar s[3] = {si(n), si(sign), si(dtype)};
-  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_scalars = 3, .scalars = s,
+static void *make_table_for(int64_t n, int sign, int32_t dtype, int real, loom_fft_plan *p) {
+  loom_scalar s[4] = {si(n), si(sign), si(dtype), si(real)};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_scalars = 4, .scalars = s,
                         .range = 1, .grain = 1};
   if (loom_kernel_fft_plan(&a, p, sizeof *p)) return NULL;
   void *table = aligned_alloc(64, (size_t)((p->table_bytes + 63) / 64 * 64));
@@ -35,12 +35,18 @@ static void *make_table(int64_t n, int sign, int32_t dtype, loom_fft_plan *p) {
   return table;
 }
 
+static void *make_table(int64_t n, int sign, int32_t dtype, loom_fft_plan *p) {
+  return make_table_for(n, sign, dtype, 0, p);
+}
+
 /* Runs `kind` ("fft.c2c" 0, r2c 1, c2r 2) on rows of `out` / `in` with
  * the kernel, in chunks of `grain` rows. */
 static int run_fft(int kind, int64_t n, int sign, int32_t real, loom_tensor *out,
                    loom_tensor *in, double scale, int64_t grain, int64_t block) {
   loom_fft_plan p;
-  void *table = make_table(n, sign, real, &p);
+  /* r2c and c2r with the tables of real signals (even lengths as half
+   * length complex transforms) */
+  void *table = make_table_for(n, sign, real, kind != 0, &p);
   if (!table) return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t rows = 1;
   for (int d = 0; d < out->rank - 1; ++d) rows *= out->sizes[d];
@@ -269,6 +275,19 @@ static void test_bad_arguments(void) {
   loom_tensor tx = dense(x, LOOM_COMPLEX128, 1, sz), ty = dense(y, LOOM_COMPLEX128, 1, bad);
   CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &ty, &tx, 1.0, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   loom_tensor tf = dense(y, LOOM_COMPLEX64, 1, sz);
+  {
+    /* a c2c launch with a table of real signals is refused */
+    loom_fft_plan p;
+    void *table = make_table_for(8, -1, LOOM_FLOAT64, 1, &p);
+    int64_t tsize = p.table_bytes, words = p.work;
+    double ws[64];
+    loom_tensor t[4] = {ty, tx, dense(table, LOOM_UINT8, 1, &tsize),
+                        dense(ws, LOOM_COMPLEX128, 1, &words)};
+    t[0] = dense(y, LOOM_COMPLEX128, 1, sz);
+    loom_scalar s[3] = {si(8), si(-1), sf(1.0)};
+    CHECK(run_chunks(loom_kernel_fft_c2c, t, 4, s, 3, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+    free(table);
+  }
   CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &tf, &tx, 1.0, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &tx, &tx, 1.0, 1, LOOM_FFT_MAX_BLOCK + 1) ==
         LOOM_ERROR_INVALID_ARGUMENT);

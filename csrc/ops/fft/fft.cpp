@@ -24,28 +24,30 @@ namespace {
 
 using at::Tensor;
 
-// Tables kept per (device, n, sign, real dtype): the most recently used
+// Tables kept per (device, n, sign, real dtype, real signal): the most recently used
 // kCacheSize of them (a table is about 2n complex, 6m for Bluestein).
 constexpr size_t kCacheSize = 32;
 
 struct Table {
-  std::tuple<int, int64_t, int, int> key;
+  std::tuple<int, int64_t, int, int, bool> key;
   loom_fft_plan plan;
   Tensor bytes;  // uint8 on the device
 };
 
-const Table& table_for(const Tensor& like, int64_t n, int sign, loom_dtype real) {
+const Table& table_for(const Tensor& like, int64_t n, int sign, loom_dtype real,
+                       bool real_signal) {
   static std::mutex mutex;
   static auto* cache = new std::list<Table>();  // never destroyed: outlives the allocator's users
   const int dev = like.device().index();
-  const auto key = std::make_tuple(dev, n, sign, static_cast<int>(real));
+  const auto key = std::make_tuple(dev, n, sign, static_cast<int>(real), real_signal);
   std::lock_guard<std::mutex> lock(mutex);
   for (auto it = cache->begin(); it != cache->end(); ++it)
     if (it->key == key) {
       cache->splice(cache->begin(), *cache, it);
       return cache->front();
     }
-  const loom_scalar s[3] = {scalar_i(n), scalar_i(sign), scalar_i(real)};
+  const loom_scalar s[4] = {scalar_i(n), scalar_i(sign), scalar_i(real),
+                            scalar_i(real_signal ? 1 : 0)};
   Table t;
   t.key = key;
   t.plan = plan<loom_fft_plan>("fft", LOOM_KERNEL("fft.plan"), {}, s);
@@ -81,7 +83,8 @@ loom_tensor dim_last(const Tensor& t, int64_t dim) {
 void pass(const char* kernel_name, const loom_kernel_t* kernel, const Tensor& out,
           const Tensor& in, int64_t dim, int64_t n, int sign, double scale) {
   if (out.numel() == 0 || in.numel() == 0) return;
-  const Table& t = table_for(out, n, sign, real_of(out.scalar_type()));
+  const Table& t = table_for(out, n, sign, real_of(out.scalar_type()),
+                             kernel != LOOM_KERNEL("fft.c2c"));
   const int64_t rows = out.numel() / out.size(dim);
   // Blocks of up to 8 rows (64K points of workspace), chunks of about 16K
   // points and whole blocks, at most 64 chunks: the workspace is one

@@ -15,8 +15,10 @@
  * m >= 2n - 1 (a product of 2, 3, 5). The caller caches tables.
  *
  * "fft.plan" (planner): scalars[0].i n >= 1, [1].i sign (-1 or +1),
- *   [2].i the real dtype (LOOM_FLOAT32 or LOOM_FLOAT64); no tensors. Fills
- *   a loom_fft_plan.
+ *   [2].i the real dtype (LOOM_FLOAT32 or LOOM_FLOAT64), [3].i (optional)
+ *   1 for a table of real signals (r2c, c2r: an even n then runs as a
+ *   complex transform of n / 2), else 0 (c2c, which needs such a table);
+ *   no tensors. Fills a loom_fft_plan.
  * "fft.init": tensors[0] the table: uint8, contiguous, table_bytes long,
  *   64-byte aligned; scalars as "fft.plan". Range 1 (one call fills it).
  * "fft.c2c", "fft.r2c", "fft.c2r": tensors[0] out, [1] in, [2] the table of
