@@ -1,6 +1,7 @@
 """Orthogonal factorizations on loom against the CPU: geqrf, householder_product,
 ormqr, qr (every mode), eigh/eigvalsh, svd/svdvals, and what PyTorch composes
-from them (pinv, matrix_rank, matrix_norm, cond); float32 and float64,
+from them (pinv, matrix_rank, matrix_norm, cond), matrix_exp and lstsq;
+float32 and float64,
 batched, tall, wide, rank-deficient and repeated-eigenvalue inputs;
 gradients; nothing on the CPU fallback; results independent of the thread
 count. Eigen- and singular vectors are defined up to sign (and, for repeated
@@ -208,6 +209,43 @@ def grads(fn, x, device):
 def test_gradients(name, fn, make):
     x = make()
     for got, want in zip(grads(fn, x, "loom"), grads(fn, x, "cpu")):
+        check(got, want)
+
+
+# ---- matrix_exp and lstsq ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale", [0.01, 1.0, 8.0])
+def test_matrix_exp(dtype, scale):
+    a = randn(3, 7, 7, dtype=dtype, seed=13) * scale / 3
+    want = torch.linalg.matrix_exp(a)
+    got = torch.linalg.matrix_exp(loom(a))
+    assert got.device.type == "loom" and got.dtype == dtype
+    torch.testing.assert_close(got.cpu() / want.abs().amax(), want / want.abs().amax(),
+                               **tol(dtype))
+    check(torch.matrix_exp(loom(a[0, :1, :1])), torch.matrix_exp(a[0, :1, :1]))
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("shapes", [((6, 4), (6, 2)), ((3, 4, 6), (3, 4, 2)), ((2, 6, 4), (2, 6))])
+def test_lstsq(driver, shapes):
+    a, b = randn(*shapes[0], seed=14), randn(*shapes[1], seed=15)
+    got = torch.linalg.lstsq(loom(a), loom(b), driver=driver)
+    want = torch.linalg.lstsq(a, b, driver=driver)
+    for g, w in zip(got, want):
+        check(g, w)
+
+
+def test_matrix_exp_and_lstsq_gradients():
+    a = randn(5, 5, seed=16) / 2
+    for got, want in zip(grads(torch.linalg.matrix_exp, a, "loom"),
+                         grads(torch.linalg.matrix_exp, a, "cpu")):
+        check(got, want)
+    b = randn(6, 2, seed=17)
+    fn = lambda x: torch.linalg.lstsq(x, b.to(x.device)).solution   # noqa: E731
+    for got, want in zip(grads(fn, randn(6, 3, seed=18), "loom"),
+                         grads(fn, randn(6, 3, seed=18), "cpu")):
         check(got, want)
 
 
