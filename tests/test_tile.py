@@ -41,6 +41,9 @@ def test_softmax(mode):
     h = x.to(torch.float16)
     torch.testing.assert_close(sm_ex.softmax(loom(h)).cpu(), torch.softmax(h.float(), -1).half(),
                                atol=1e-3, rtol=1e-3)
+    x[1, 5] = float("nan")  # a NaN spreads over its row; a row of -inf is 0/0
+    x[2] = float("-inf")
+    torch.testing.assert_close(sm_ex.softmax(loom(x)).cpu(), torch.softmax(x, -1), equal_nan=True)
 
 
 def test_layer_norm_forward_and_autograd(mode):

@@ -3,7 +3,9 @@ micro-kernel) and the kernel entry point over the launch range."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from pathlib import Path
 
 from ..compiler import emit_c
 
@@ -12,6 +14,24 @@ from ..compiler import emit_c
 #: chunking); the dot is register-blocked (8 rows x 32 columns of
 #: accumulators) with fused multiply-adds where the CPU has them.
 PRELUDE = r"""
+/* exp of arguments known to be <= 0 (x - max x): the library's softmax and
+ * attention exp, where the headers have it. */
+#if __has_include("kernels/pointwise/exp_neg.h")
+#include "kernels/pointwise/exp_neg.h"
+#define LOOM_TILE_EXP_NEG(x) loom_exp_neg(x)
+#define LOOM_TILE_HAVE_EXP_NEG 1
+#else
+#define LOOM_TILE_EXP_NEG(x) loom_expf_arith(x)
+#endif
+/* y = exp(x) over n such arguments; 16 lanes at a time where the library
+ * has them (its vector form rounds as its scalar form). */
+static inline void loom_tile_exp_neg_n(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(LOOM_TILE_HAVE_EXP_NEG)
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, loom_exp_neg16(_mm512_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) y[i] = LOOM_TILE_EXP_NEG(x[i]);
+}
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -133,6 +153,12 @@ static inline __attribute__((always_inline)) void loom_tile_dot(
 """
 
 
+@functools.cache
+def _exp_neg_digest():
+    path = Path(emit_c.math_root()) / "kernels/pointwise/exp_neg.h"
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "none"
+
+
 def module(kernel_name, program_lines, tensor_decls, scalar_decls):
     """The C source of a kernel: the program as a static function of the
     program ids, and the loom_kernel_fn calling it for each program of its
@@ -140,7 +166,7 @@ def module(kernel_name, program_lines, tensor_decls, scalar_decls):
     prelude = emit_c.CDialect().prelude()
     body = "\n".join(program_lines)
     decls = "\n".join("  " + d for d in tensor_decls + scalar_decls)
-    return f"""{prelude}{PRELUDE}
+    return f"""{prelude}/* exp_neg.h {_exp_neg_digest()} */{PRELUDE}
 static void loom_tile_program(const loom_kernel_args *A, int32_t pid0, int32_t pid1, int32_t pid2,
                               int32_t np0, int32_t np1, int32_t np2) {{
   (void)pid0; (void)pid1; (void)pid2; (void)np0; (void)np1; (void)np2;

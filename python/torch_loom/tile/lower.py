@@ -279,7 +279,11 @@ def _unary(op):
 
 
 def maximum(tr, x, y, propagate_nan=None):
-    return tr.binop("maximum", x, y)
+    r = tr.binop("maximum", x, y)
+    if isinstance(r, Node):
+        r.bounds = frozenset({id(v) for v in (x, y) if isinstance(v, Node)}) | \
+            N.bounds_of(x) | N.bounds_of(y)
+    return r
 
 
 def minimum(tr, x, y, propagate_nan=None):
@@ -361,6 +365,8 @@ def _reduce(tr, x, axis, op, keep_dims):
         b.line(f"for (int o = 0; o < {outer}; ++o) for (int q = 0; q < {stride}; ++q) "
                f"{v}[o * {stride} + q] = {fn}({src.name} + o * {n * stride} + q, {n}, {stride});")
         result = Arr(v, out_shape, out_dtype)
+    if op == "max":
+        result.bounds = frozenset({id(x)})  # >= every element of x along the axis
     if keep_dims and keep is not None:
         full_shape = list(shape)
         full_shape[keep] = 1

@@ -231,6 +231,8 @@ def emit(node: Node, idx) -> str:
         x = emit(node.a, sub_idx(node.a, node.shape, idx))
         if node.op == "not":
             return f"(uint8_t)(!{x})"
+        if node.op == "exp_neg":
+            return round_to(f"LOOM_TILE_EXP_NEG({convert(x, node.a.dtype, core.float32)})", d)
         return round_to(op_c(node.op, d, [convert(x, node.a.dtype, d)]), d)
     if isinstance(node, Bin):
         operand_dtype = node.operand_dtype if hasattr(node, "operand_dtype") else node.dtype
@@ -244,7 +246,7 @@ def emit(node: Node, idx) -> str:
     raise TypeError(f"cannot emit {type(node).__name__}")
 
 
-_COSTLY = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "erf", "tanh",
+_COSTLY = {"exp", "exp_neg", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "erf", "tanh",
            "truediv", "floordiv", "mod", "maximum", "minimum", "pow"}
 
 
@@ -263,6 +265,29 @@ def costly(node):
             if isinstance(child, Node):
                 stack.append(child)
     return False
+
+
+def bounds_of(v):
+    """The ids of the values `v` is known to be >= (elementwise, along
+    the dims it was reduced over): maxima and maximum() record them."""
+    seen = v
+    while isinstance(seen, View):
+        seen = seen.a
+    return seen.__dict__.get("bounds", frozenset()) if isinstance(seen, Node) else frozenset()
+
+
+def non_positive(node):
+    """Whether `node` is x - m with m >= x (softmax's and online softmax's
+    shifted scores): then exp takes the library's exp of non-positive
+    arguments, as the library's softmax and attention do."""
+    if not (isinstance(node, Bin) and node.op == "sub"):
+        return False
+    a = node.a
+    ids = {id(a)}
+    mat = a.__dict__.get("mat")
+    if mat is not None:
+        ids.add(id(mat[0]))
+    return bool(ids & bounds_of(node.b))
 
 
 def irregular(node):
@@ -351,6 +376,19 @@ class Builder:
             if mat is not None and tuple(_open_scopes[:len(mat[1])]) == mat[1]:
                 return mat[0]
         d = node.dtype
+        if isinstance(node, Un) and node.op == "exp_neg" and node.shape and d is core.float32:
+            arg = self.materialise(node.a)
+            v = self.name()
+            self.line(f"float {v}[{numel(node.shape)}] __attribute__((aligned(64)));")
+            self.line(f"loom_tile_exp_neg_n({arg.name}, {v}, {numel(node.shape)});")
+            out = Arr(v, node.shape, d)
+            if mutable:
+                m = self.name()
+                self.line(f"float {m}[{numel(node.shape)}] __attribute__((aligned(64)));")
+                self.line(f"for (int j = 0; j < {numel(node.shape)}; ++j) {m}[j] = {v}[j];")
+                return Arr(m, node.shape, d)
+            node.mat = (out, tuple(_open_scopes))
+            return out
         if not node.shape:
             if isinstance(node, Sca) and not mutable and _is_name(node.expr):
                 return node
@@ -364,6 +402,8 @@ class Builder:
             out = Arr(v, node.shape, d)
         if not mutable:
             node.mat = (out, tuple(_open_scopes))
+            if "bounds" in node.__dict__:
+                out.bounds = node.bounds | {id(node)}
         return out
 
     def offsets(self, node):

@@ -611,6 +611,8 @@ class Tracer:
             d = v.dtype
             if op in _FLOAT_ONLY and d.kind != "f":
                 d = core.float32
+        if op == "exp" and d.ctype == "float" and N.non_positive(v):
+            op = "exp_neg"
         return self.node_out(Un(op, v, d))
 
     def ptr_arith(self, op, a, b):
