@@ -147,7 +147,10 @@ def test_random_programs_under_verify(no_fallback, steps, shape, seed):
         got = run_program(steps, shape, torch.float32, seed)
     after = fusion.counters()
     assert same_bytes(ref, got)
-    assert after["verified"] - before["verified"] == after["groups"] - before["groups"]
+    # every group compared, but those over memory with gaps (strided views),
+    # whose bytes between elements may belong to other tensors
+    done = after["verified"] + after["verify_skipped"] - before["verified"] - before["verify_skipped"]
+    assert done == after["groups"] - before["groups"]
 
 
 def test_chain_forms_one_group():
