@@ -26,6 +26,7 @@ from .trace import TileCompileError, Tracer
 _launch = getattr(_C, "_launch_kernel", None)  # None when the native extension did not load
 _environ = os.environ
 _lock = threading.Lock()
+_trace_lock = threading.Lock()
 _table = None
 
 
@@ -142,8 +143,9 @@ class JITFunction:
 
     def _compile(self, key, values):
         specs = self.specs(values)
-        tracer = Tracer(self, specs, _builtins())
-        lines = tracer.run()
+        with _trace_lock:  # the tracer's scope stack is module state
+            tracer = Tracer(self, specs, _builtins())
+            lines = tracer.run()
         source = csource.module("LOOM_TILE_KERNEL", lines, tracer.tensor_decls, tracer.scalar_decls)
         name = csource.kernel_name(self.__name__, source)
         source = source.replace("LOOM_TILE_KERNEL", name)
