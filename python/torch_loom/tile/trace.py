@@ -601,6 +601,14 @@ class Tracer:
         if op in N.CMP or op in ("logical_and", "logical_or"):
             node = Bin(op, a, b, shape, core.int1)
             node.operand_dtype = d
+        elif op == "truediv" and d is core.float32 and shape and shape[-1] > 1 and \
+                (not b.shape or (len(b.shape) == len(shape) and b.shape[-1] == 1)):
+            # A block over a value constant along its rows: times the
+            # reciprocal, taken once per row (as the library's softmax
+            # scales; within the accuracy of Triton's float32 division).
+            recip = Bin("truediv", Sca("1.0f", core.float32), Cast(b, d) if b.dtype is not d else b,
+                        b.shape, d)
+            node = Bin("mul", a, self.node_out(recip) if not b.shape else recip, shape, d)
         else:
             node = Bin(op, a, b, shape, d)
         return self.node_out(node)
