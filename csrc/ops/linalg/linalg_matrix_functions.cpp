@@ -47,8 +47,10 @@ Tensor matrix_exp_loom(const Tensor& A) {
   if (!native_dtype(A)) return at::linalg_matrix_exp(A.cpu()).to(A.device());
   if (A.numel() == 0) return at::empty(m.sizes(), A.options());
   if (A.size(-1) == 1) return A.exp();
-  const Tensor a = A.reshape({-1, A.size(-1), A.size(-1)});
-  return pade13_exp(a).view(A.sizes());
+  // float32 is computed in float64: squaring amplifies the approximant's
+  // rounding, which float32 cannot absorb for matrices of large norm.
+  const Tensor a = A.reshape({-1, A.size(-1), A.size(-1)}).to(at::kDouble);
+  return pade13_exp(a).to(A.scalar_type()).view(A.sizes());
 }
 
 Tensor& matrix_exp_out(const Tensor& A, Tensor& out) {
