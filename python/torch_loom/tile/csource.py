@@ -60,12 +60,15 @@ static inline float NAME(const float *x, int64_t n, int64_t stride) { \
   for (; i + 16 <= n; i += 16) { __m512 v = _mm512_loadu_ps(x + i); STEP(0xffff); } \
   if (i < n) { __mmask16 m = (__mmask16)((1u << (n - i)) - 1u); \
     __m512 v = _mm512_mask_loadu_ps(acc, m, x + i); STEP(m); } \
-  float a[16]; _mm512_storeu_ps(a, acc); \
-  for (int w = 8; w; w >>= 1) for (int l = 0; l < w; ++l) { float p = a[l], q = a[l + w]; a[l] = FOLD_##NAME(p, q); } \
-  return a[0]; }
-#define FOLD_loom_tile_sumf(p, q) (p + q)
-#define FOLD_loom_tile_maxf(p, q) ((q != q || q > p) ? q : p)
-#define FOLD_loom_tile_minf(p, q) ((q != q || q < p) ? q : p)
+  /* the pairwise fold, lane l with lane l + w for w = 8, 4, 2, 1, in registers */ \
+  __m512 q = _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(1, 0, 3, 2)); acc = FOLD_##NAME(acc, q); \
+  q = _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(2, 3, 0, 1)); acc = FOLD_##NAME(acc, q); \
+  q = _mm512_permute_ps(acc, _MM_SHUFFLE(1, 0, 3, 2)); acc = FOLD_##NAME(acc, q); \
+  q = _mm512_permute_ps(acc, _MM_SHUFFLE(2, 3, 0, 1)); acc = FOLD_##NAME(acc, q); \
+  return _mm512_cvtss_f32(acc); }
+#define FOLD_loom_tile_sumf(p, q) _mm512_add_ps(p, q)
+#define FOLD_loom_tile_maxf(p, q) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, p, _CMP_GT_OQ) | _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), p, q)
+#define FOLD_loom_tile_minf(p, q) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, p, _CMP_LT_OQ) | _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), p, q)
 #define LOOM_SUM_STEP(m) acc = _mm512_mask_add_ps(acc, (m), acc, v)
 #define LOOM_MAX_STEP(m) acc = _mm512_mask_blend_ps((__mmask16)((m) & (_mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q))), acc, v)
 #define LOOM_MIN_STEP(m) acc = _mm512_mask_blend_ps((__mmask16)((m) & (_mm512_cmp_ps_mask(v, acc, _CMP_LT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q))), acc, v)
