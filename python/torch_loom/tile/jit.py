@@ -165,10 +165,15 @@ class JITFunction:
         return entry.source
 
     def run(self, *args, grid, **kwargs):
-        if len(args) + len(kwargs) == len(self.params) and all(k in self._index for k in kwargs):
+        return self._launch(grid, args, kwargs)
+
+    def _launch(self, grid, args, kwargs):
+        params = self.params
+        if len(args) + len(kwargs) == len(params):
             values = list(args)
-            values.extend(kwargs.values()) if list(kwargs) == self.params[len(args):] else \
-                values.extend(kwargs[k] for k in self.params[len(args):])
+            values.extend(kwargs.values())
+            if list(kwargs) != params[len(args):]:
+                values = self.bind(args, kwargs)
         else:
             values = self.bind(args, kwargs)
         if callable(grid):
@@ -210,7 +215,7 @@ class _Launcher:
         self.fn, self.grid = fn, grid
 
     def __call__(self, *args, **kwargs):
-        return self.fn.run(*args, grid=self.grid, **kwargs)
+        return self.fn._launch(self.grid, args, kwargs)
 
 
 def jit(fn=None, *, do_not_specialize=(), **options):

@@ -1,0 +1,127 @@
+"""torch_loom.tile's examples against loom's library kernels, measured
+side by side in one process (alternating, best of several rounds):
+
+    .venv/bin/python -m bench.tile_kernels [--quick]
+
+softmax and layer norm (forward) against torch.softmax / F.layer_norm on
+loom, matmul (fp32, 2048^3) against torch.mm on loom, flash attention
+against F.scaled_dot_product_attention on loom, and the Python time of a
+cached kernel launch. Prints a table; --json writes it as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+import torch_loom  # noqa: F401
+from torch_loom import _C
+from torch_loom.tile.examples import flash_attention, layer_norm, matmul, softmax, vector_add
+
+
+def _time(fn, reps):
+    fn()
+    torch.loom.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.loom.synchronize()
+    return (time.perf_counter() - t) / reps
+
+
+def side_by_side(tile_fn, lib_fn, reps, rounds):
+    """Best time of each over `rounds` alternating rounds of `reps` calls."""
+    best_t = best_l = float("inf")
+    for _ in range(rounds):
+        best_t = min(best_t, _time(tile_fn, reps))
+        best_l = min(best_l, _time(lib_fn, reps))
+    return best_t, best_l
+
+
+def launch_overhead(n=3000):
+    x = torch.randn(64, device="loom")
+    out = torch.empty_like(x)
+    k = vector_add.add_kernel
+    k[(1,)](x, x, out, 64, BLOCK_SIZE=64)
+    name = next(iter(k._cache.values())).name
+
+    def host_time(fn):
+        # CPU time of the calling thread: what the launch costs Python and
+        # the enqueue, not the kernel (which runs on the workers), and not
+        # time the thread spent descheduled on a loaded machine.
+        fn()
+        torch.loom.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t = time.thread_time()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.thread_time() - t) / n)
+            torch.loom.synchronize()
+        return best
+
+    tile = host_time(lambda: k[(1,)](x, x, out, 64, BLOCK_SIZE=64))
+    raw = host_time(lambda: _C._launch_kernel(name, [x, x, out], [1, 1, 1, 64], 1, 1))
+    return tile, raw
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller shapes, fewer rounds")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    rounds = 3 if args.quick else 5
+    dev = "loom"
+    rows = []
+
+    def add(name, shape, tile_s, lib_s, baseline, flops=None):
+        row = {"kernel": name, "shape": shape, "tile_ms": tile_s * 1e3, "library_ms": lib_s * 1e3,
+               "tile/library speed": lib_s / tile_s, "baseline": baseline}
+        if flops:
+            row["tile_gflops"] = flops / tile_s / 1e9
+            row["library_gflops"] = flops / lib_s / 1e9
+        rows.append(row)
+
+    m, n = (1024, 1024) if args.quick else (4096, 1024)
+    x = torch.randn(m, n, device=dev)
+    t, l_ = side_by_side(lambda: softmax.softmax(x), lambda: torch.softmax(x, -1), 5, rounds)
+    add("softmax", [m, n], t, l_, "torch.softmax")
+
+    w, b = torch.randn(n, device=dev), torch.randn(n, device=dev)
+    t, l_ = side_by_side(lambda: layer_norm.layer_norm(x, w, b), lambda: F.layer_norm(x, (n,), w, b), 5, rounds)
+    add("layer_norm fwd", [m, n], t, l_, "F.layer_norm")
+
+    s = 1024 if args.quick else 2048
+    a, bb = torch.randn(s, s, device=dev), torch.randn(s, s, device=dev)
+    t, l_ = side_by_side(lambda: matmul.matmul(a, bb), lambda: torch.mm(a, bb), 1, rounds)
+    add("matmul fp32", [s, s, s], t, l_, "torch.mm", flops=2 * s ** 3)
+    t, l_ = side_by_side(lambda: matmul.matmul(a, bb, "gelu"), lambda: F.gelu(torch.mm(a, bb)), 1, rounds)
+    add("matmul+gelu fp32", [s, s, s], t, l_, "F.gelu(torch.mm)", flops=2 * s ** 3)
+
+    z, h, sq, d = (1, 4, 512, 64) if args.quick else (2, 8, 1024, 64)
+    q, k, v = (torch.randn(z, h, sq, d, device=dev) for _ in range(3))
+    for causal in (False, True):
+        t, l_ = side_by_side(lambda: flash_attention.attention(q, k, v, causal),
+                             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), 1, rounds)
+        add(f"flash attention{' causal' if causal else ''}", [z, h, sq, d], t, l_,
+            "F.scaled_dot_product_attention")
+
+    tile_launch, raw_launch = launch_overhead()
+    print(f"{'kernel':<24}{'shape':<22}{'tile ms':>10}{'library ms':>12}{'tile/lib speed':>16}")
+    for r in rows:
+        print(f"{r['kernel']:<24}{str(r['shape']):<22}{r['tile_ms']:>10.3f}{r['library_ms']:>12.3f}"
+              f"{r['tile/library speed']:>16.2f}")
+    print(f"cached launch, calling thread's CPU time: tile {tile_launch * 1e6:.1f} us, "
+          f"_launch_kernel alone {raw_launch * 1e6:.1f} us")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "launch_us": {"tile": tile_launch * 1e6, "raw": raw_launch * 1e6}}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
