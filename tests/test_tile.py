@@ -274,3 +274,26 @@ def test_bad_arguments():
         add_kernel[(1,)](torch.ones(4), loom(torch.ones(4)), loom(torch.ones(4)), 4, BLOCK_SIZE=4)
     with pytest.raises(ValueError, match="loom_tile::matmul: shapes"):
         mm_ex.matmul(loom(torch.ones(2, 3)), loom(torch.ones(2, 3)))
+
+
+_THREADS_CODE = """
+import hashlib, torch, torch_loom
+from torch_loom.tile.examples import layer_norm, matmul, softmax
+g = torch.Generator().manual_seed(0)
+x = torch.randn(67, 300, generator=g).to("loom")
+w = torch.randn(300, generator=g).to("loom")
+outs = [softmax.softmax(x), layer_norm.layer_norm(x, w, w), matmul.matmul(x, x.t(), "gelu")]
+digest = hashlib.sha256(b"".join(o.cpu().numpy().tobytes() for o in outs)).hexdigest()
+"""
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    """Programs are independent and chunked by a fixed split: one worker
+    gives the bytes of several."""
+    from conftest import run_python
+    here = {}
+    exec(_THREADS_CODE, here)
+    threads = torch.loom.get_device_properties(0).num_threads
+    other = run_python(_THREADS_CODE + "print(digest)\n",
+                       env={"LOOM_NUM_THREADS": "1" if threads > 1 else "3"}).stdout.strip()
+    assert other == here["digest"]
