@@ -327,3 +327,17 @@ def test_empty(shape):
             assert g.device.type == "loom" and g.shape == w.shape and g.dtype == w.dtype
             torch.testing.assert_close(g.cpu(), w)
     assert torch.linalg.cholesky_ex(loom(a)).info.cpu().equal(torch.linalg.cholesky_ex(a).info)
+
+
+@pytest.mark.parametrize("shape", [(300, 300), (2, 260, 260)])
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_blocked(shape, upper):
+    """float32 from order 256 on runs by panels on the GEMM."""
+    a = spd(*shape, dtype=torch.float32, seed=4)
+    check(torch.linalg.cholesky(loom(a), upper=upper), torch.linalg.cholesky(a, upper=upper))
+    bad = a.clone()
+    bad[..., 200, 200] = -1.0                                    # fails in the second panel
+    got, want = torch.linalg.cholesky_ex(loom(bad)), torch.linalg.cholesky_ex(bad)
+    assert got.info.cpu().equal(want.info)
+    with pytest.raises(torch.linalg.LinAlgError, match="order 201 is not positive-definite"):
+        torch.linalg.cholesky(loom(bad))

@@ -96,20 +96,27 @@ int loom_linalg_lu(const loom_kernel_args *args, int64_t begin, int64_t end) {
 int loom_linalg_trsm(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *a = &args->tensors[0], *x = &args->tensors[1];
-  const int64_t batch = args->range, n = a->sizes[1], k = x->sizes[2];
+  const int right = args->num_scalars > 3 && args->scalars[3].i != 0;
+  const int64_t batch = args->range, n = a->sizes[1];
   if (!float_dtype(a->dtype) || !loom_linalg_matrix_ok(a, a->dtype, batch) ||
-      a->sizes[2] != n || !loom_linalg_matrix_ok(x, a->dtype, batch) || x->sizes[1] != n)
+      a->sizes[2] != n || !loom_linalg_matrix_ok(x, a->dtype, batch) ||
+      x->sizes[right ? 2 : 1] != n)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "linalg.trsm: bad tensor arguments");
   const int upper = args->scalars[0].i != 0, trans = args->scalars[1].i != 0,
             unit = args->scalars[2].i != 0;
-  const int64_t lda = lead(a), ldb = lead(x);
+  const int64_t lda = lead(a), ldb = lead(x), k = x->sizes[right ? 1 : 2];
   for (int64_t b = begin; b < end; ++b) {
-    if (a->dtype == LOOM_FLOAT32)
-      trsm_f32((const float *)item(a, b), n, lda, (float *)item(x, b), k, ldb, upper, trans,
-               unit);
-    else
-      trsm_f64((const double *)item(a, b), n, lda, (double *)item(x, b), k, ldb, upper,
-               trans, unit);
+    if (a->dtype == LOOM_FLOAT32) {
+      const float *pa = (const float *)item(a, b);
+      float *px = (float *)item(x, b);
+      if (right) trsm_right_f32(pa, n, lda, px, k, ldb, upper, trans, unit);
+      else trsm_f32(pa, n, lda, px, k, ldb, upper, trans, unit);
+    } else {
+      const double *pa = (const double *)item(a, b);
+      double *px = (double *)item(x, b);
+      if (right) trsm_right_f64(pa, n, lda, px, k, ldb, upper, trans, unit);
+      else trsm_f64(pa, n, lda, px, k, ldb, upper, trans, unit);
+    }
   }
   return LOOM_OK;
 }

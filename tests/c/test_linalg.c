@@ -169,6 +169,35 @@ static void test_trsm(int32_t dtype) {
   }
 }
 
+/* X op(A) = B (from the right) for every flag combination. */
+static void test_trsm_right(void) {
+  enum { ROWS = 6 };
+  double a[N * LD], b[LD * N], x[LD * N];
+  fill(a, N * LD);
+  for (int i = 0; i < N; ++i) a[i + i * LD] = 3.0 + fabs(a[i + i * LD]);
+  fill(b, LD * N);
+  for (int flags = 0; flags < 8; ++flags) {
+    const int upper = flags & 1, trans = (flags >> 1) & 1, unit = (flags >> 2) & 1;
+    loom_scalar s[4] = {si(upper), si(trans), si(unit), si(1)};
+    loom_tensor t[2] = {mats(a, 1, N, N, LD), mats(x, 1, ROWS, N, LD)};
+    memcpy(x, b, sizeof x);
+    CHECK_OK(run_chunks(loom_linalg_trsm, t, 2, s, 4, 1, 1));
+    double err = 0;
+    for (int r = 0; r < ROWS; ++r)
+      for (int j = 0; j < N; ++j) {
+        double sum = 0;
+        for (int i = 0; i < N; ++i) {
+          const int p = trans ? j : i, q = trans ? i : j; /* op(A)[i][j] = A[p][q] */
+          const int in = upper ? q >= p : q <= p;
+          const double v = p == q ? (unit ? 1.0 : a[p + q * LD]) : (in ? a[p + q * LD] : 0.0);
+          sum += x[r + i * LD] * v;
+        }
+        err = fmax(err, fabs(sum - b[r + j * LD]));
+      }
+    CHECK_MSG(err < 1e-12, "flags %d: error %g", flags, err);
+  }
+}
+
 static void test_lu_solve(void) {
   double a[N * LD], lu[N * LD], b[LD * K], x[LD * K];
   int32_t piv[N], info[1];
@@ -356,6 +385,7 @@ int main(void) {
   RUN_TEST(test_lu_singular);
   RUN_TEST(test_trsm_f64);
   RUN_TEST(test_trsm_f32);
+  RUN_TEST(test_trsm_right);
   RUN_TEST(test_lu_solve);
   RUN_TEST(test_bad_arguments);
   RUN_TEST(test_chunking);

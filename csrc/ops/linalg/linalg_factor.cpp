@@ -8,6 +8,7 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
+#include "ops/gemm/linalg_gemm.h"
 #include "ops/linalg/linalg_util.h"
 #include "register.h"
 
@@ -54,6 +55,61 @@ Tensor operand(const Tensor& a, const std::vector<int64_t>& batch) {
 
 // ---- Cholesky ----------------------------------------------------------------------
 
+// From this order on, float32 Cholesky runs blocked, its trailing updates
+// on loom's GEMM (parallel within one matrix); below it each matrix is one
+// launch item, factored whole where it sits in cache.
+constexpr int64_t kBlockedCholesky = 256;
+constexpr int64_t kCholeskyPanel = 128;
+constexpr int64_t kPanelRows = 64;   // rows per item of a panel's solve
+
+// X L^T = P in place of the panel p (count, rows, kb) of the column-major w,
+// L the factored diagonal block d: a solve from the right, whose rows are
+// independent, so one matrix's panel is split into items of kPanelRows
+// rows over the broadcast block.
+void panel_solve(const char* op, const Tensor& d, const Tensor& p) {
+  const int64_t count = p.size(0), rows = p.size(1), kb = p.size(2);
+  const std::initializer_list<loom_scalar> flags = {scalar_i(0), scalar_i(1), scalar_i(0),
+                                                    scalar_i(1)};
+  if (count > 1 || rows < 2 * kPanelRows) {
+    launch_batch(op, "linalg.trsm", LOOM_KERNEL("linalg.trsm"), {d, p}, flags, count,
+                 rows * kb * kb / 2);
+    return;
+  }
+  const int64_t items = rows / kPanelRows, ld = p.stride(2);
+  const Tensor block = d.expand({items, kb, kb});
+  const Tensor split = p.as_strided({items, kPanelRows, kb}, {kPanelRows, 1, ld});
+  launch_batch(op, "linalg.trsm", LOOM_KERNEL("linalg.trsm"), {block, split}, flags, items,
+               kPanelRows * kb * kb / 2);
+  const int64_t done = items * kPanelRows;
+  if (done < rows)
+    launch_batch(op, "linalg.trsm", LOOM_KERNEL("linalg.trsm"),
+                 {d, p.narrow(1, done, rows - done)}, flags, 1, (rows - done) * kb * kb / 2);
+}
+
+// The lower factor of the float32 column-major batch w (count, n, n) in
+// place, by panels: the diagonal block ("linalg.cholesky"), the panel below
+// it (panel_solve), the trailing matrix less the panel's product with its
+// transpose (the GEMM). info keeps the first failing order.
+void blocked_cholesky(const char* op, const Tensor& w, const Tensor& info) {
+  const int64_t count = w.size(0), n = w.size(1);
+  info.zero_();
+  Tensor step = at::empty({count}, info.options());
+  for (int64_t k = 0; k < n; k += kCholeskyPanel) {
+    const int64_t kb = std::min(kCholeskyPanel, n - k), rest = n - k - kb;
+    const Tensor d = w.narrow(1, k, kb).narrow(2, k, kb);
+    launch_batch(op, "linalg.cholesky", LOOM_KERNEL("linalg.cholesky"), {d, step}, {}, count,
+                 kb * kb * kb / 3);
+    info.copy_(at::where(info.eq(0).logical_and(step.gt(0)), step + k, info));
+    if (rest == 0) break;
+    w.narrow(1, k, kb).narrow(2, k + kb, rest).zero_();
+    const Tensor p = w.narrow(1, k + kb, rest).narrow(2, k, kb);
+    panel_solve(op, d, p);
+    const Tensor a22 = w.narrow(1, k + kb, rest).narrow(2, k + kb, rest);
+    const loom_tensor c = gemm_view(a22, op);
+    gemm_run(op, w, c, gemm_view(p, op), gemm_transpose(gemm_view(p, op)), &c, -1.0, 1.0);
+  }
+}
+
 // A = L L^T from the lower triangle; the upper form is the lower factor of
 // A^T (whose lower triangle is A's upper one), transposed.
 std::tuple<Tensor&, Tensor&> cholesky_ex_out(const Tensor& A, bool upper, bool check_errors,
@@ -74,8 +130,11 @@ std::tuple<Tensor&, Tensor&> cholesky_ex_out(const Tensor& A, bool upper, bool c
     Tensor w = work_in(target, direct);
     w.copy_(upper ? A.mT() : A);
     Tensor iw = at::empty({count}, info.options());
-    launch_batch(op, "linalg.cholesky", LOOM_KERNEL("linalg.cholesky"), {as_rank3(w), iw}, {},
-                 count, n * n * n / 3);
+    if (A.scalar_type() == at::kFloat && n >= kBlockedCholesky && count > 0)
+      blocked_cholesky(op, as_rank3(w), iw);
+    else
+      launch_batch(op, "linalg.cholesky", LOOM_KERNEL("linalg.cholesky"), {as_rank3(w), iw},
+                   {}, count, n * n * n / 3);
     if (!direct) target.copy_(w);
     info.copy_(iw.view(info.sizes()));
   }

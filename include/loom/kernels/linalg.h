@@ -27,11 +27,14 @@
  *   tensors: [0] A (batch, m, n), [1] pivots (batch, min(m, n)),
  *   [2] info (batch).
  *
- * "linalg.trsm": solves op(A) X = B in place of B (X overwrites it), A
- *   triangular. tensors: [0] A (batch, n, n), [1] B (batch, n, k).
- *   scalars: [0].i upper (A's upper triangle, else its lower), [1].i
- *   transpose (op(A) = A^T), [2].i unit (the diagonal is taken as ones and
- *   not read). Only A's triangle is read.
+ * "linalg.trsm": solves op(A) X = B (or, with scalars[3].i, X op(A) = B)
+ *   in place of B (X overwrites it), A triangular. tensors: [0] A (batch,
+ *   n, n), [1] B (batch, n, k) (from the right: (batch, k, n)). scalars:
+ *   [0].i upper (A's upper triangle, else its lower), [1].i transpose
+ *   (op(A) = A^T), [2].i unit (the diagonal is taken as ones and not read),
+ *   [3].i right (optional, default 0). Only A's triangle is read. From the
+ *   right the rows of B are independent: a launch may split them into
+ *   items over a broadcast A (batch stride 0).
  *
  * "linalg.lu_solve": solves A X = B (or A^T X = B) in place of B from
  *   the output of "linalg.lu". Pivots outside [1, n] fail with
