@@ -46,7 +46,6 @@ int32 = dtype("int32", 32, "i", torch.int32, "int32_t")
 int64 = dtype("int64", 64, "i", torch.int64, "int64_t")
 uint8 = dtype("uint8", 8, "u", torch.uint8, "uint8_t")
 # Triton's short names
-float8 = None
 fp16, bf16, fp32, fp64 = float16, bfloat16, float32, float64
 
 ALL = (float16, bfloat16, float32, float64, int1, int8, int16, int32, int64, uint8)

@@ -389,7 +389,7 @@ def _reduce(x, axis, op, keep_dims):
         elif op == "min":
             r = np.min(a, axis=axis, keepdims=keep_dims)
         else:
-            fn = np.nanargmax if False else (np.argmax if op == "argmax" else np.argmin)
+            fn = np.argmax if op == "argmax" else np.argmin
             r = fn(a, axis=axis, keepdims=keep_dims).astype(np.int32)
             return Block(r, core.int32)
     return Block(_round(r, d), d)

@@ -12,7 +12,7 @@ import linecache
 
 from . import core
 from . import nodes as N
-from .nodes import Arr, Bin, Cast, Node, Range, Sca, Un, View, Where
+from .nodes import Arr, Bin, Cast, Node, Sca, Un, View
 
 
 class TileCompileError(Exception):
@@ -668,14 +668,8 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv",
 _CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
 
 
-def _c_div(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return a // b
-    return a // b
-
-
 _PY_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-           "truediv": lambda a, b: a / b, "floordiv": _c_div, "mod": lambda a, b: a % b,
+           "truediv": lambda a, b: a / b, "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
            "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,
            "lshift": lambda a, b: a << b, "rshift": lambda a, b: a >> b, "pow": lambda a, b: a ** b,
            "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
