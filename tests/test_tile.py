@@ -297,3 +297,38 @@ def test_results_do_not_depend_on_the_thread_count():
     other = run_python(_THREADS_CODE + "print(digest)\n",
                        env={"LOOM_NUM_THREADS": "1" if threads > 1 else "3"}).stdout.strip()
     assert other == here["digest"]
+
+
+def test_math_and_integer_semantics(mode):
+    @tl.jit
+    def k(X, Y, I, OutF, OutI, OutB, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(X + offs, mask=m, other=1.0)
+        y = tl.load(Y + offs, mask=m, other=1.0)
+        i = tl.load(I + offs, mask=m, other=1)
+        res = (tl.exp(x), tl.log(tl.abs(x) + 1), tl.sqrt(tl.abs(x)), tl.rsqrt(tl.abs(y) + 1),
+               tl.sigmoid(x), tl.maximum(x, y), tl.minimum(x, y), tl.fma(x, y, 1.0),
+               tl.where(x > y, x, y * 2))
+        for j in tl.static_range(9):
+            tl.store(OutF + j * BLOCK + offs, res[j], mask=m)
+        ires = (i // 3, i % 3, tl.cdiv(i, 4), i * 7 - 2, (i << 1) | 1)
+        for j in tl.static_range(5):
+            tl.store(OutI + j * BLOCK + offs, ires[j], mask=m)
+        tl.store(OutB + offs, (x * 2).to(tl.bfloat16), mask=m)
+
+    n, B = 20, 32
+    x, y = torch.randn(n), torch.randn(n)
+    i = torch.randint(-20, 20, (n,), dtype=torch.int32)
+    of, oi = loom(torch.zeros(9, B)), loom(torch.zeros(5, B, dtype=torch.int32))
+    ob = loom(torch.zeros(B, dtype=torch.bfloat16))
+    k[(1,)](loom(x), loom(y), loom(i), of, oi, ob, n, BLOCK=B)
+    want_f = [x.exp(), (x.abs() + 1).log(), x.abs().sqrt(), (y.abs() + 1).rsqrt(), x.sigmoid(),
+              torch.maximum(x, y), torch.minimum(x, y), x * y + 1, torch.where(x > y, x, y * 2)]
+    for got, want in zip(of.cpu(), want_f):
+        torch.testing.assert_close(got[:n], want, atol=1e-6, rtol=1e-5)
+    trunc = torch.div(i, 3, rounding_mode="trunc")
+    want_i = [trunc, i - 3 * trunc, torch.div(i + 3, 4, rounding_mode="trunc"), i * 7 - 2, (i << 1) | 1]
+    for got, want in zip(oi.cpu(), want_i):
+        assert torch.equal(got[:n], want.int())
+    assert torch.equal(ob.cpu()[:n], (x * 2).bfloat16())
