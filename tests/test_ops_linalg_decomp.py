@@ -4,7 +4,8 @@ cholesky_solve/cholesky_inverse; float32 and float64, batched (a batch of
 256 64x64 matrices included), broadcast and non-contiguous operands, out=
 forms; singular and non-positive-definite inputs (the info outputs and
 PyTorch's messages); gradients; nothing on the CPU fallback; results
-independent of the thread count."""
+independent of the thread count (for the QR, eigh and SVD of
+test_ops_linalg_orth.py too)."""
 import os
 import subprocess
 import sys
@@ -289,9 +290,13 @@ SCRIPT = textwrap.dedent("""
     x = torch.randn(64, 24, 24, generator=g)
     a = (x @ x.mT / 24 + torch.eye(24)).to("loom")
     b = torch.randn(64, 24, 5, generator=g).to("loom")
+    y = torch.randn(300, 300, generator=g)
+    big = (y @ y.mT / 300 + torch.eye(300)).to("loom")    # the blocked Cholesky
+    r = torch.randn(48, 12, 9, generator=g).to("loom")
     outs = [torch.linalg.cholesky(a), torch.linalg.solve(a, b), torch.linalg.inv(a),
             torch.linalg.det(a / 2), *torch.linalg.lu_factor(a),
-            torch.linalg.solve_triangular(a, b, upper=True)]
+            torch.linalg.solve_triangular(a, b, upper=True), torch.linalg.cholesky(big),
+            *torch.geqrf(r), *torch.linalg.qr(r), *torch.linalg.eigh(a), *torch.linalg.svd(r)]
     h = hashlib.sha256()
     for t in outs:
         h.update(t.cpu().contiguous().numpy().tobytes())

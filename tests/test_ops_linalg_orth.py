@@ -1,17 +1,11 @@
 """Orthogonal factorizations on loom against the CPU: geqrf, householder_product,
-ormqr, qr (every mode), eigh/eigvalsh, svd/svdvals, and what PyTorch composes
-from them (pinv, matrix_rank, matrix_norm, cond), matrix_exp and lstsq;
-float32 and float64,
-batched, tall, wide, rank-deficient and repeated-eigenvalue inputs;
-gradients; nothing on the CPU fallback; results independent of the thread
-count. Eigen- and singular vectors are defined up to sign (and, for repeated
-values, up to a rotation): they are checked through what they must satisfy
-and, where unique, against the CPU's up to sign."""
-import os
-import subprocess
-import sys
-import textwrap
-
+ormqr, qr (every mode), eigh/eigvalsh, svd/svdvals, what PyTorch composes from
+them (pinv, matrix_rank, matrix_norm, cond), matrix_exp and lstsq; float32 and
+float64, batched, tall, wide, rank-deficient and repeated-eigenvalue inputs;
+gradients; nothing on the CPU fallback (thread-count independence is checked
+in test_ops_linalg_decomp.py). Eigen- and singular vectors are defined up to
+sign (and, for repeated values, up to a rotation): they are checked through
+what they must satisfy and, where unique, against the CPU's up to sign."""
 import pytest
 import torch
 
@@ -248,30 +242,3 @@ def test_matrix_exp_and_lstsq_gradients():
                          grads(fn, randn(6, 3, seed=18), "cpu")):
         check(got, want)
 
-
-# ---- thread-count independence ----------------------------------------------------------
-
-SCRIPT = textwrap.dedent("""
-    import hashlib, torch
-    g = torch.Generator().manual_seed(3)
-    a = torch.randn(48, 12, 9, generator=g).to("loom")
-    s = torch.randn(48, 10, 10, generator=g).to("loom")
-    outs = [*torch.geqrf(a), *torch.linalg.qr(a), *torch.linalg.eigh(s + s.mT),
-            *torch.linalg.svd(a)]
-    h = hashlib.sha256()
-    for t in outs:
-        h.update(t.cpu().contiguous().numpy().tobytes())
-    print(h.hexdigest())
-""")
-
-
-def run_script(threads):
-    env = dict(os.environ, LOOM_NUM_THREADS=str(threads))
-    r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout.strip().splitlines()[-1]
-
-
-def test_result_independent_of_thread_count():
-    assert run_script(1) == run_script(3)
