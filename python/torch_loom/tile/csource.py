@@ -103,16 +103,18 @@ LOOM_TILE_ARG(loom_tile_argmind, double, (v != v || v < a))
 LOOM_TILE_ARG(loom_tile_argmini, int32_t, (v < a))
 LOOM_TILE_ARG(loom_tile_argminI, int64_t, (v < a))
 
-/* c[M][N] += a[M][K] . b[K][N], all row-major: tiles of 8 rows x 32
- * columns held in 16 registers (then 4 x 16, then plain loops). */
+/* c[M][N] += a[M][K] . b[K][N] (c = ... when `zero`: c need not be
+ * initialised), all row-major: tiles of 8 rows x 32 columns held in 16
+ * registers (then 4 x 16, then plain loops). */
 #if defined(__AVX512F__)
-#define LOOM_TD_L(r) __m512 c##r##0 = _mm512_loadu_ps(c + (i + r) * N + j), c##r##1 = _mm512_loadu_ps(c + (i + r) * N + j + 16);
+#define LOOM_TD_L(r) __m512 c##r##0 = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (i + r) * N + j), \
+    c##r##1 = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (i + r) * N + j + 16);
 #define LOOM_TD_F(r) { const __m512 av = _mm512_set1_ps(a[(i + r) * K + k]); \
     c##r##0 = _mm512_fmadd_ps(av, b0, c##r##0); c##r##1 = _mm512_fmadd_ps(av, b1, c##r##1); }
 #define LOOM_TD_S(r) _mm512_storeu_ps(c + (i + r) * N + j, c##r##0); _mm512_storeu_ps(c + (i + r) * N + j + 16, c##r##1);
 #endif
 static inline __attribute__((always_inline)) void loom_tile_dot(
-    int64_t M, int64_t N, int64_t K, const float *a, const float *b, float *c) {
+    int64_t M, int64_t N, int64_t K, const float *a, const float *b, float *c, int zero) {
   int64_t i = 0;
 #if defined(__AVX512F__)
   if (N % 32 == 0) {
@@ -130,6 +132,11 @@ static inline __attribute__((always_inline)) void loom_tile_dot(
       }
     i = m8;
   }
+#endif
+  if (zero)
+    for (int64_t r = i; r < M; ++r)
+      for (int64_t j = 0; j < N; ++j) c[r * N + j] = 0.0f;
+#if defined(__AVX512F__)
   if (N % 16 == 0) {
     for (; i + 4 <= M; i += 4)
       for (int64_t j = 0; j < N; j += 16) {

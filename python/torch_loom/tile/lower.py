@@ -421,13 +421,13 @@ def dot(tr, input, other, acc=None, input_precision=None, allow_tf32=None, max_n
     b.line(f"float {c}[{M * Nn}] __attribute__((aligned(64)));")
     C = Arr(c, (M, Nn), core.float32)
     if acc is None:
-        b.line(f"for (int j = 0; j < {M * Nn}; ++j) {c}[j] = 0.0f;")
+        pass  # the dot starts from zero
     else:
         acc_n = _node(tr, acc)
         if N.broadcast_shapes(acc_n.shape, (M, Nn)) != (M, Nn):
             raise ValueError(f"tl.dot: acc of shape {list(acc_n.shape)} for a [{M}, {Nn}] product")
         b.assign(C, acc_n)
-    b.line(f"loom_tile_dot({M}, {Nn}, {K}, {A.name}, {B.name}, {c});")
+    b.line(f"loom_tile_dot({M}, {Nn}, {K}, {A.name}, {B.name}, {c}, {1 if acc is None else 0});")
     if acc is None and out_dtype is not core.float32:
         return to(tr, C, out_dtype)
     if acc is not None and isinstance(acc, Node) and acc.dtype is not core.float32:
