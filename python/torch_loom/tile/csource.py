@@ -32,6 +32,16 @@ static inline void loom_tile_exp_neg_n(const float *x, float *y, int64_t n) {
 #endif
   for (; i < n; ++i) y[i] = LOOM_TILE_EXP_NEG(x[i]);
 }
+/* y = exp(x - m) over a row, m >= every x (the subtraction rounds as the
+ * scalar x - m does). */
+static inline void loom_tile_exp_neg_sub(const float *x, float m, float *y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__) && defined(LOOM_TILE_HAVE_EXP_NEG)
+  const __m512 vm = _mm512_set1_ps(m);
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, loom_exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)));
+#endif
+  for (; i < n; ++i) y[i] = LOOM_TILE_EXP_NEG(x[i] - m);
+}
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif

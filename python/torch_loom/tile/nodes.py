@@ -377,10 +377,29 @@ class Builder:
                 return mat[0]
         d = node.dtype
         if isinstance(node, Un) and node.op == "exp_neg" and node.shape and d is core.float32:
-            arg = self.materialise(node.a)
             v = self.name()
             self.line(f"float {v}[{numel(node.shape)}] __attribute__((aligned(64)));")
-            self.line(f"loom_tile_exp_neg_n({arg.name}, {v}, {numel(node.shape)});")
+            a = node.a
+            shape = node.shape
+            if (isinstance(a, Bin) and a.op == "sub" and a.a.shape == shape and a.a.dtype is core.float32
+                    and a.b.dtype is core.float32 and _row_constant(a.b, shape)):
+                # x - m with m constant along the rows: subtracted in the helper
+                x = self.materialise(a.a)
+                cols = shape[-1]
+                rows = numel(shape) // cols
+                r = self.name("r")
+                ridx = ([r] if len(shape) == 2 else []) if rows > 1 else []
+                m_idx = sub_idx(a.b, shape, (ridx if len(shape) == 2 else ["0"] * (len(shape) - 1)) + ["0"]) \
+                    if len(shape) <= 2 else None
+                if m_idx is not None:
+                    self.line(f"for (int {r} = 0; {r} < {rows}; ++{r}) loom_tile_exp_neg_sub({x.name} + {r} * {cols}, "
+                              f"{emit(a.b, m_idx) if a.b.shape else emit(a.b, [])}, {v} + {r} * {cols}, {cols});")
+                else:
+                    arg = self.materialise(a)
+                    self.line(f"loom_tile_exp_neg_n({arg.name}, {v}, {numel(shape)});")
+            else:
+                arg = self.materialise(a)
+                self.line(f"loom_tile_exp_neg_n({arg.name}, {v}, {numel(shape)});")
             out = Arr(v, node.shape, d)
             if mutable:
                 m = self.name()
@@ -434,6 +453,13 @@ class Builder:
             node = self.materialise(node)
         self.loops(dest.shape, lambda idx: f"{dest.name}[{flat(dest.shape, idx)}] = "
                    f"{convert(emit(node, sub_idx(node, dest.shape, idx)), node.dtype, dest.dtype)};")
+
+
+def _row_constant(node, shape):
+    """Whether `node`, broadcast to `shape`, is constant along the last dim."""
+    if not node.shape:
+        return True
+    return len(node.shape) == len(shape) and node.shape[-1] == 1
 
 
 def _is_name(expr):
