@@ -111,7 +111,7 @@ static int epi_run(const epilogue *e, int64_t i1, int64_t i2, int64_t row, int64
                  c->strides[3] * cs, n);
     float *cur = x, *next = y;
     for (int32_t s = 0; s < e->steps; ++s) {
-      const float *in[2] = {cur, NULL};
+      const float *in[LOOM_PW_MAX_INPUTS] = {cur, NULL, NULL}; /* the op reads all three */
       if (e->operand[s]) {
         const loom_tensor *t = &e->operands[e->operand[s] - 1];
         loom_pw_load(LOOM_PW_F32, o, loom_gemm_elem(t, i1, i2, row, col0 + j0), t->dtype,
