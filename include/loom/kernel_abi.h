@@ -91,7 +91,8 @@ enum {
  * or rank 0 and is read as a scalar), `range` is its number of elements,
  * and the call for [begin, end) touches, of every tensor of that shape,
  * exactly the elements whose row-major linear index lies in [begin, end),
- * and nothing else in memory. Its results therefore do not depend on the
+ * and nothing else in memory; of them it writes tensor 0 only. Its
+ * results therefore do not depend on the
  * grain, and chunk k of two such launches over the same range may run one
  * after the other, before chunk k + 1 of either (the host driver's adaptive
  * eager fuses queued launches so). tests/test_fusion.py checks the

@@ -233,6 +233,52 @@ static void test_independent_launch_is_passed_over(void) {
   loom_stream_release(s);
 }
 
+/* Two launches that read one buffer through different element maps (x
+ * and x reversed) fuse: neither writes it. Writing it through one of them
+ * would not. */
+static void test_reads_through_other_maps_fuse(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *input = random_floats(N, 6);
+  float *x = dev_alloc(N * 4), *y = dev_alloc(N * 4), *z = dev_alloc(N * 4);
+  const loom_tensor tx = vec(x, LOOM_FLOAT32, N), ty = vec(y, LOOM_FLOAT32, N),
+                    tz = vec(z, LOOM_FLOAT32, N);
+  const loom_tensor reversed = {.data = x + N - 1, .dtype = LOOM_FLOAT32, .rank = 1,
+                                .sizes = {N}, .strides = {-1}};
+  float *got[2][2];
+  for (int pass = 0; pass < 2; ++pass) {
+    loom_fuse_set_mode(pass ? LOOM_FUSE_ON : LOOM_FUSE_OFF);
+    upload(s, x, input, N * 4);
+    const loom_fuse_stats before = stats();
+    hold(s);
+    CHECK_OK(pw(s, "fuse_test.read", LOOM_PW_SIN, ty, tx, NONE, 0));
+    CHECK_OK(pw(s, "fuse_test.read_reversed", LOOM_PW_ADD, tz, reversed, ty, 1.0));
+    CHECK_OK(pw(s, "fuse_test.write_reversed", LOOM_PW_NEG, reversed, tz, NONE, 0));
+    open_gate();
+    for (int i = 0; i < 2; ++i) {
+      got[pass][i] = malloc(N * 4);
+      download(s, got[pass][i], i ? x : z, N * 4);
+    }
+    CHECK_OK(loom_stream_synchronize(s));
+    if (pass && fuses()) {
+      CHECK_EQ_INT(stats().groups - before.groups, 1);
+      CHECK_EQ_INT(stats().ops_fused - before.ops_fused, 2);
+    }
+  }
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(memcmp(got[0][i], got[1][i], N * 4) == 0);
+    free(got[0][i]);
+    free(got[1][i]);
+  }
+  free(input);
+  loom_free(x);
+  loom_free(y);
+  loom_free(z);
+  loom_stream_release(s);
+}
+
 /* An event record or a copy between two launches ends the look. */
 static void test_event_and_copy_cut_groups(void) {
   TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
@@ -425,6 +471,7 @@ int main(void) {
     RUN_TEST(test_chain_is_bitwise_unfused);
     RUN_TEST(test_overlap_through_another_map_is_not_fused);
     RUN_TEST(test_independent_launch_is_passed_over);
+    RUN_TEST(test_reads_through_other_maps_fuse);
     RUN_TEST(test_event_and_copy_cut_groups);
     RUN_TEST(test_failing_member_is_named);
     RUN_TEST(test_trace_shows_one_kernel);

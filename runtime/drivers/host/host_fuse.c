@@ -294,7 +294,8 @@ static int add_passed(host_group *g, span s) {
 
 /* Whether `cmd`, whose spans are `sp`, may run in the group: it touches no
  * memory of a launch passed over, and shares memory with members only
- * through the same element map. */
+ * through the same element map, unless neither side writes it (an
+ * elementwise kernel writes its tensor 0 only). */
 static int may_join(const host_group *g, const loom_command *cmd, const span *sp,
                     const int *which, int ns) {
   for (int i = 0; i < ns; ++i)
@@ -303,6 +304,7 @@ static int may_join(const host_group *g, const loom_command *cmd, const span *sp
     const loom_tensor *t = &cmd->u.launch.tensors[which[i]];
     for (int s = 0; s < g->nspans; ++s) {
       if (!overlap(sp[i], g->spans[s])) continue;
+      if (which[i] != 0 && g->span_tensor[s] != 0) continue; /* both read */
       const loom_command *m = g->members[g->span_member[s]];
       if (!same_map(t, &m->u.launch.tensors[g->span_tensor[s]])) return 0;
     }
@@ -353,7 +355,7 @@ static int by_span_lo(const void *a, const void *b, void *g_) {
  * need no order against another's), each with its own grain: small enough
  * that a chunk's distinct operands stay within FUSE_CHUNK_BYTES. The pool
  * then runs one range of chunks, part after part: one fork-join for all.
- * Sets the hint on each member whose memory a later member touches and
+ * Sets the hint on each member whose output a later member reads and
  * returns the bytes those members write for later ones. */
 static uint64_t prepare(host_group *g) {
   const int ns = g->nspans;
@@ -430,11 +432,16 @@ static uint64_t prepare(host_group *g) {
                                      .range = c->u.launch.range,
                                      .grain = g->part_grain[part_of[m]]};
   }
-  /* Spans are listed by member, so those of later members follow. */
+  /* What a member writes (its tensor 0) and a later member reads (not
+   * only overwrites) stays in the cache. Spans are listed by member, so
+   * those of later members follow. */
   for (int s = 0; s < ns; ++s) {
     const int m = g->span_member[s];
+    if (g->span_tensor[s] != 0) continue;
     for (int t = s + 1; t < ns; ++t) {
-      if (g->span_member[t] == m || !overlap(g->spans[s], g->spans[t])) continue;
+      if (g->span_member[t] == m || g->span_tensor[t] == 0 ||
+          !overlap(g->spans[s], g->spans[t]))
+        continue;
       g->margs[m].hints |= LOOM_KERNEL_HINT_CACHED;
       const loom_tensor *x = &g->members[m]->u.launch.tensors[g->span_tensor[s]];
       cached += (uint64_t)(loom_tensor_numel(x) * loom_dtype_size(x->dtype));
