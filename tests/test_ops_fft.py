@@ -134,6 +134,20 @@ def test_autograd_rfft_irfft(no_fallback):
     close(grads[1], grads[0])
 
 
+def test_autograd_through_conjugation(no_fallback):
+    # ihfft2 / hfft conjugate their results (conj_physical): gradients flow
+    x = sample((3, 4, 7), torch.float64)
+    for fn in (torch.fft.ihfft2, torch.fft.ihfftn, lambda t: torch.fft.hfft(t.to(torch.complex128))):
+        grads = []
+        for dev in ("cpu", DEV):
+            xd = x.detach().to(dev).requires_grad_()
+            y = fn(xd)
+            (y.abs() ** 2).sum().backward()
+            grads.append(xd.grad)
+        assert grads[1] is not None
+        close(grads[1], grads[0])
+
+
 def test_gradcheck_c2c(no_fallback):
     x = sample((2, 7), torch.complex128).to(DEV).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: torch.fft.fft(t, norm="ortho").abs(), (x,))

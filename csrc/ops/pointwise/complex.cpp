@@ -184,7 +184,9 @@ bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  LOOM_IMPL(m, "conj_physical", conj_physical);
+  // conj_physical itself stays composite (its autograd lives there); it
+  // calls _conj_physical.
+  LOOM_IMPL(m, "_conj_physical", conj_physical);
   LOOM_IMPL(m, "conj_physical.out", conj_physical_out);
   LOOM_IMPL(m, "conj_physical_", conj_physical_);
   LOOM_IMPL(m, "polar.out", polar_out);
