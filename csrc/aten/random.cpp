@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "common.h"
+#include "loom/graph.h"
 #include "runtime/generator.h"
 #include "loom/kernels/random.h"
 #include "register.h"
@@ -27,7 +28,10 @@ namespace torch_loom {
 namespace {
 
 // Launches `kernel` over `out` with (seed, offset, params...) after reserving
-// numel(out) counters of the generator.
+// numel(out) counters of the generator. While the current stream captures a
+// graph, the launch instead carries the generator's state cell as its last
+// tensor and its offset within the graph (loom/kernels/random.h): each
+// replay then draws from the generator's state at that replay.
 void draw(const char* name, const loom_kernel_t* kernel, const at::Tensor& out,
           std::optional<at::Generator> gen,
           std::initializer_list<loom_scalar> params,
@@ -37,17 +41,25 @@ void draw(const char* name, const loom_kernel_t* kernel, const at::Tensor& out,
   auto* g = at::get_generator_or_default<LoomGenerator>(
       gen, default_generator(out.device().index()));
   loom_scalar s[6];
+  at::Tensor cell;  // during a capture: the generator's state cell
+  const bool captured = loom_stream_is_capturing(current_stream(out.device().index())) != 0;
   {
     std::lock_guard<std::mutex> lock(g->mutex_);
-    s[0].u = g->current_seed();
-    s[1].u = g->reserve(static_cast<uint64_t>(out.numel()));
+    if (captured) {
+      s[0].u = 0;
+      cell = g->reserve_captured(static_cast<uint64_t>(out.numel()), &s[1].u, name);
+    } else {
+      s[0].u = g->current_seed();
+      s[1].u = g->reserve(static_cast<uint64_t>(out.numel()));
+    }
   }
   size_t n = 2;
   for (loom_scalar v : params) s[n++] = v;
-  loom_tensor t[2];
+  loom_tensor t[3];
   t[0] = describe(out, name);
   uint32_t nt = 1;
   if (p) t[nt++] = describe(*p, name);
+  if (cell.defined()) t[nt++] = describe(cell, name);
   launch(name, kernel, {t, nt}, {s, n}, out.numel(), LOOM_RANDOM_GRAIN);
 }
 

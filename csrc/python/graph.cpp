@@ -3,6 +3,7 @@
 // torch.loom.Graph alike; plus the pool handles and the capture query of
 // torch.loom.
 #include <ATen/core/GraphImplInterface.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <fstream>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "loom/graph.h"
 #include "python/bindings.h"
 #include "runtime/device.h"
+#include "runtime/generator.h"
 #include "runtime/stream.h"
 
 namespace py = pybind11;
@@ -36,7 +38,19 @@ class LoomGraph final : public at::GraphImplInterface {
     device_ = current_device();
     loom_stream_t* stream = native_stream(get_current_stream(device_));
     const uint64_t id = pool.first || pool.second ? pool_id(pool) : loom_graph_pool_new();
+    auto* gen = at::check_generator<LoomGenerator>(default_generator(device_));
+    gen->register_graph();  // the state cell, allocated before the capture
     check(loom_stream_begin_capture(stream, id), "capture_begin");
+    try {
+      gen->capture_prologue();
+    } catch (...) {
+      loom_graph_t* graph = nullptr;
+      (void)loom_stream_end_capture(stream, &graph);
+      loom_graph_release(graph);
+      throw;
+    }
+    generator_ = gen;
+    rng_increment_ = 0;
     stream_ = stream;
     pool_ = id;
   }
@@ -45,6 +59,7 @@ class LoomGraph final : public at::GraphImplInterface {
     TORCH_CHECK(stream_ != nullptr, "capture_end: capture_begin was not called");
     loom_stream_t* stream = stream_;
     stream_ = nullptr;  // the capture ends whatever the outcome
+    rng_increment_ = generator_->capture_epilogue();
     loom_graph_t* graph = nullptr;
     check(loom_stream_end_capture(stream, &graph), "capture_end");
     graph_ = graph;
@@ -67,6 +82,10 @@ class LoomGraph final : public at::GraphImplInterface {
   void replay() override {
     TORCH_CHECK(stream_ == nullptr, "replay: the graph is still capturing");
     if (exec_ == nullptr) instantiate();
+    // The generator's state for this replay's random ops, written on the
+    // replaying stream before them; the generator moves past what they draw.
+    c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device_));
+    if (rng_increment_ != 0) generator_->replay_prologue(rng_increment_);
     check(loom_graph_launch(exec_, native_stream(get_current_stream(device_))), "replay");
   }
 
@@ -94,6 +113,7 @@ class LoomGraph final : public at::GraphImplInterface {
  private:
   void release() {
     if (stream_ != nullptr) {  // reset() while capturing: drop the capture
+      (void)generator_->capture_epilogue();
       loom_graph_t* graph = nullptr;
       (void)loom_stream_end_capture(stream_, &graph);
       loom_graph_release(graph);
@@ -106,6 +126,7 @@ class LoomGraph final : public at::GraphImplInterface {
     loom_graph_release(graph_);
     exec_ = nullptr;
     graph_ = nullptr;
+    rng_increment_ = 0;
   }
 
   bool keep_graph_;
@@ -115,6 +136,8 @@ class LoomGraph final : public at::GraphImplInterface {
   uint64_t pool_ = 0;
   loom_graph_t* graph_ = nullptr;
   loom_graph_exec_t* exec_ = nullptr;
+  LoomGenerator* generator_ = nullptr;  // the device's default generator (never freed)
+  uint64_t rng_increment_ = 0;          // the counters a replay's random ops use
 };
 
 void register_graph_impl(const std::string& key) {

@@ -69,6 +69,46 @@ uint64_t LoomGenerator::reserve(uint64_t count) {
   return first;
 }
 
+void LoomGenerator::register_graph() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!graph_cell_.defined())
+    graph_cell_ = at::zeros({2}, at::TensorOptions().dtype(at::kLong).device(device()));
+}
+
+void LoomGenerator::capture_prologue() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(graph_cell_.defined(), "capture_prologue: the generator has no graph registered");
+  TORCH_CHECK(capturing_ == 0, "a loom generator can take part in one graph capture at a time");
+  capturing_ = 1;
+  offset_intragraph_ = 0;
+}
+
+uint64_t LoomGenerator::capture_epilogue() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capturing_ = 0;
+  return offset_intragraph_;
+}
+
+void LoomGenerator::replay_prologue(uint64_t wholegraph_increment) {
+  if (wholegraph_increment == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Two fills on the current stream, ordered before the replay that reads
+  // them (and after any earlier replay that read the cell).
+  graph_cell_.select(0, 0).fill_(static_cast<int64_t>(seed_));
+  graph_cell_.select(0, 1).fill_(static_cast<int64_t>(offset_));
+  offset_ += wholegraph_increment;
+}
+
+const at::Tensor& LoomGenerator::reserve_captured(uint64_t count, uint64_t* intragraph,
+                                                  const char* op) {
+  TORCH_CHECK(capturing_ != 0 && graph_cell_.defined(), op,
+              ": a random op in a graph capture must draw from the default loom generator "
+              "(the one the capture registers); this generator is not part of the capture");
+  *intragraph = offset_intragraph_;
+  offset_intragraph_ += count;
+  return graph_cell_;
+}
+
 LoomGenerator* LoomGenerator::clone_impl() const {
   auto* gen = new LoomGenerator(device().index(), seed_);
   gen->offset_ = offset_;

@@ -200,16 +200,26 @@ static void draw_exponential(const draw_ctx *ctx, int64_t first, int64_t n,
  * converted to out's dtype. */
 static int run(const loom_kernel_args *args, int64_t begin, int64_t end,
                draw_fn draw, int integral, int with_p) {
-  if (args->num_tensors < (uint32_t)(with_p ? 2 : 1) || args->num_scalars < 2)
+  const uint32_t listed = with_p ? 2 : 1;
+  if (args->num_tensors < listed || args->num_tensors > listed + 1 || args->num_scalars < 2)
     return LOOM_ERROR_INVALID_ARGUMENT;
+  uint64_t seed = args->scalars[0].u, offset = args->scalars[1].u;
+  if (args->num_tensors == listed + 1) { /* the state cell: [seed, base] */
+    const loom_tensor *cell = &args->tensors[listed];
+    if (cell->dtype != LOOM_INT64 || cell->rank != 1 || cell->sizes[0] < 2 || !cell->data)
+      return LOOM_ERROR_INVALID_ARGUMENT;
+    const int64_t *c = (const int64_t *)cell->data;
+    seed = (uint64_t)c[0];
+    offset += (uint64_t)c[cell->strides[0]];
+  }
   const loom_tensor *ops[2] = {&args->tensors[0],
                                with_p ? &args->tensors[1] : NULL};
   loom_iter it;
   if (loom_iter_init(&it, with_p ? 2 : 1, ops)) return LOOM_ERROR_INVALID_ARGUMENT;
   loom_iter_seek(&it, begin, end - begin);
   draw_ctx ctx = {.args = args,
-                  .seed = args->scalars[0].u,
-                  .offset = args->scalars[1].u,
+                  .seed = seed,
+                  .offset = offset,
                   .dtype = args->tensors[0].dtype,
                   .p_dtype = with_p ? args->tensors[1].dtype : 0};
   const int64_t ds = it.strides[0][it.rank - 1];

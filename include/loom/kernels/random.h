@@ -14,6 +14,13 @@
  * the output (any strides; dtypes as listed). Range = numel(out); grain
  * LOOM_RANDOM_GRAIN.
  *
+ * State read at run time (graph capture): a launch given one tensor more
+ * than its kernel lists below takes that last tensor as a state cell, two
+ * int64 elements (contiguous or not) [seed, base]: the kernel then draws
+ * with seed = cell[0] and offset = cell[1] + scalars[1].u, ignoring
+ * scalars[0]. A replayed graph thus draws from what the cell holds when
+ * the launch runs.
+ *
  * "random.uniform": uniform on [from, to): scalars[2].f = from,
  * scalars[3].f = to. Floating out. float64 uses 53 random bits, narrower
  * types 24.

@@ -9,11 +9,14 @@ the number of kernels), copies back the inputs the graph mutates, and
 returns copies of the static outputs (a later replay rewrites those).
 Parameters and buffers (Dynamo's static inputs) are read in place.
 
+Random ops (dropout, rand, ...) are captured too: each replay draws from
+the loom generator's state at that replay (``torch.loom.graph``), so a
+reduce-overhead model draws what it would draw run as compiled.
+
 A graph that cannot be captured runs as compiled, after one log line
 saying why: symbolic sizes (dynamic shapes), inputs that are not loom
-tensors (CPU scalars, Python numbers), random ops (a replay would repeat
-their numbers), or a capture the runtime refused (an op reading the
-device from the host).
+tensors (CPU scalars, Python numbers), or a capture the runtime refused
+(an op reading the device from the host).
 """
 
 from __future__ import annotations
@@ -59,22 +62,7 @@ def _static_reason(gm) -> str | None:
 
     if _symbolic(gm):
         return "symbolic sizes (dynamic shapes)"
-    for node in gm.graph.nodes:
-        tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
-        if torch.Tag.nondeterministic_seeded in tags and _draws(node):
-            return f"random op {node.target} (a replay would repeat its numbers)"
     return None
-
-
-def _draws(node) -> bool:
-    """Whether a seeded op really draws: attention with dropout_p=0 does not."""
-    schema = getattr(node.target, "_schema", None)
-    for i, arg in enumerate(schema.arguments if schema is not None else ()):
-        if arg.name == "dropout_p":
-            p = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name,
-                                                                         arg.default_value)
-            return p != 0
-    return True
 
 
 def _mutated_inputs(gm) -> list[int]:

@@ -12,8 +12,16 @@ reads its results on the host (``synchronize()``, ``.item()``, ``.cpu()``,
 ``print(t)``) raises a ``RuntimeError`` naming the operation, and the
 capture fails with it. A copy from (pageable) CPU memory records the
 bytes it had at capture: feed new host data by copying it into a captured
-loom tensor before the replay. Random ops replay the numbers drawn at
-capture. Only the capturing stream is recorded.
+loom tensor before the replay. Only the capturing stream is recorded.
+
+Random ops (dropout, ``rand``, ``bernoulli``, ...) drawing from the
+device's default generator draw fresh numbers at each replay, as in CUDA
+graphs: a replay draws what the same ops would draw run eagerly in its
+place, and moves the generator past them (the capture itself draws
+nothing). So ``manual_seed(s)`` followed by n replays gives the numbers of
+``manual_seed(s)`` followed by n eager runs, and ``manual_seed`` between
+replays takes effect at the next one. A random op given another
+generator cannot be captured (a ``RuntimeError`` naming the op).
 """
 
 from __future__ import annotations
