@@ -128,6 +128,55 @@ static void test_kernels_and_strides(void) {
 
 /* The Box-Muller transform: both builds give the same bits, within 1e-11
  * of the C library's radius, sine and cosine; every quadrant. */
+/* A launch given one tensor more than its kernel lists reads the seed and
+ * base offset from that state cell at run time (graph replays):
+ * seed = cell[0], offset = cell[1] + scalars[1]; scalars[0] is ignored. */
+static void test_state_cell(void) {
+  enum { N = 777 };
+  static float want[N], got[N];
+  static double dwant[N], dgot[N];
+  static uint8_t mwant[N], mgot[N];
+  static float p[N];
+  for (int i = 0; i < N; ++i) p[i] = (float)i / N;
+  const loom_tensor tw = vec(want, LOOM_FLOAT32, N, 1), tg = vec(got, LOOM_FLOAT32, N, 1);
+  /* Eager: seed 12345, offset 40 + 9. */
+  loom_scalar s[4] = {{.u = 12345}, {.u = 49}, {.f = 0.0}, {.f = 1.0}};
+  CHECK_OK(run_chunks(loom_kernel_uniform, &tw, 1, s, 4, N, N));
+  /* The cell, strided (every other int64): [12345, 40]; the intra offset 9. */
+  int64_t cell[4] = {12345, -1, 40, -1};
+  loom_tensor t2[2] = {tg, vec(cell, LOOM_INT64, 2, 2)};
+  s[0].u = 999; /* ignored */
+  s[1].u = 9;
+  CHECK_OK(run_chunks(loom_kernel_uniform, t2, 2, s, 4, N, 100));
+  CHECK_MSG(memcmp(want, got, sizeof want) == 0, "uniform from the state cell");
+  /* A new cell content changes the draw: the value is read when it runs. */
+  cell[2] = 41;
+  CHECK_OK(run_chunks(loom_kernel_uniform, t2, 2, s, 4, N, N));
+  CHECK_MSG(memcmp(want + 4, got, sizeof(float) * (N - 4)) == 0, "cell offset not read at run time");
+  /* float64 normals and a tensor-p Bernoulli, each against its eager launch. */
+  const loom_scalar se[4] = {{.u = 12345}, {.u = 50}, {.f = 1.0}, {.f = 2.0}};
+  CHECK_OK(run_chunks(loom_kernel_normal, (loom_tensor[]){vec(dwant, LOOM_FLOAT64, N, 1)}, 1,
+                      se, 4, N, N));
+  CHECK_OK(run_chunks(loom_kernel_normal,
+                      (loom_tensor[]){vec(dgot, LOOM_FLOAT64, N, 1), vec(cell, LOOM_INT64, 2, 2)},
+                      2, (loom_scalar[]){{.u = 0}, {.u = 9}, {.f = 1.0}, {.f = 2.0}}, 4, N, 64));
+  CHECK_MSG(memcmp(dwant, dgot, sizeof dwant) == 0, "normal from the state cell");
+  const loom_tensor tp = vec(p, LOOM_FLOAT32, N, 1);
+  CHECK_OK(run_chunks(loom_kernel_bernoulli_tensor,
+                      (loom_tensor[]){vec(mwant, LOOM_BOOL, N, 1), tp}, 2, se, 2, N, N));
+  CHECK_OK(run_chunks(loom_kernel_bernoulli_tensor,
+                      (loom_tensor[]){vec(mgot, LOOM_BOOL, N, 1), tp, vec(cell, LOOM_INT64, 2, 2)},
+                      3, (loom_scalar[]){{.u = 0}, {.u = 9}}, 2, N, 50));
+  CHECK_MSG(memcmp(mwant, mgot, sizeof mwant) == 0, "bernoulli_tensor from the state cell");
+  /* A cell that is not two int64s, or a tensor too many: refused. */
+  loom_tensor bad[2] = {tg, vec(cell, LOOM_INT32, 2, 1)};
+  CHECK(run_chunks(loom_kernel_uniform, bad, 2, s, 4, N, N) == LOOM_ERROR_INVALID_ARGUMENT);
+  bad[1] = vec(cell, LOOM_INT64, 1, 1);
+  CHECK(run_chunks(loom_kernel_uniform, bad, 2, s, 4, N, N) == LOOM_ERROR_INVALID_ARGUMENT);
+  loom_tensor three[3] = {tg, vec(cell, LOOM_INT64, 2, 2), vec(cell, LOOM_INT64, 2, 2)};
+  CHECK(run_chunks(loom_kernel_uniform, three, 3, s, 4, N, N) == LOOM_ERROR_INVALID_ARGUMENT);
+}
+
 static void test_box_muller(void) {
   enum { N = 1001 };
   static double u[N], a[N], r[2][N], s[2][N], c[2][N];
@@ -155,5 +204,6 @@ int main(void) {
   RUN_TEST(test_chunking_independence);
   RUN_TEST(test_kernels_and_strides);
   RUN_TEST(test_box_muller);
+  RUN_TEST(test_state_cell);
   TEST_MAIN_END();
 }
