@@ -15,6 +15,7 @@ static const struct {
   uint32_t flags;
 } declarations[] = {
     {"pointwise.apply", LOOM_KERNEL_ELEMENTWISE}, /* kernels/pointwise/pointwise.c */
+    {"pointwise.special", LOOM_KERNEL_ELEMENTWISE}, /* kernels/pointwise/special.c */
     {"copy.strided", LOOM_KERNEL_ELEMENTWISE},    /* kernels/base/copy.c: copies, casts */
     {"fill.strided", LOOM_KERNEL_ELEMENTWISE},    /* kernels/base/fill.c */
 };

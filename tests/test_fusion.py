@@ -233,12 +233,18 @@ def _grain_cases(name):
                 ([torch.empty_like(x), x], [])]
     if name == "fill.strided":
         return [([x.t().clone()[:, ::2]], [1.25])]
+    if name == "pointwise.special":  # i0; Chebyshev T of a broadcast degree into bf16
+        n = torch.randint(0, 12, (70, 1), generator=g).float().to("loom")
+        return [([torch.empty_like(x), x.t().contiguous().t()], [0, 0, 0.0, 0.0, 0.0, 0.0]),
+                ([torch.empty(70, 73, device="loom", dtype=torch.bfloat16), x, n.expand(70, 73)],
+                 [17, 0, 0.0, 0.0, 0.0, 0.0])]
     return None
 
 
 def _scalars(tensors, scalars, name):
-    # pointwise.apply takes one constant slot per input after its six
-    return scalars + [0.0] * (len(tensors) - 1) if name == "pointwise.apply" else scalars
+    # pointwise.apply (and pointwise.special) take one constant slot per input after their six
+    return (scalars + [0.0] * (len(tensors) - 1)
+            if name in ("pointwise.apply", "pointwise.special") else scalars)
 
 
 def _pw_check_ops():

@@ -1,0 +1,168 @@
+// The special functions on loom (i0, special_i0e/i1/i1e, ndtri, the Bessel
+// and Airy functions, the orthogonal polynomials): a float TensorIterator
+// (integral inputs promote to the default float dtype, as on the CPU) and a
+// launch of the "pointwise.special" kernel (loom/kernels/special.h).
+#include <ATen/ATen.h>
+#include <ATen/TensorIterator.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "loom/kernels/special.h"
+#include "ops/pointwise/pointwise_iter.h"
+#include "register.h"
+
+namespace torch_loom::special_fn {
+namespace {
+
+using at::Tensor;
+
+loom_pw_kind float_kind(const at::TensorIteratorBase& iter, const char* name) {
+  const auto t = iter.common_dtype();
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), name, ": dtype ", t,
+                              " is not supported on loom");
+  return t == at::kDouble ? LOOM_PW_F64 : LOOM_PW_F32;
+}
+
+// The launch of pointwise.apply's argument layout for pointwise.special.
+void launch_special(const char* name, at::TensorIteratorBase& iter, int op) {
+  const loom_pw_kind kind = float_kind(iter, name);
+  const int64_t numel = iter.numel();
+  if (numel == 0) return;
+  const int ntensors = iter.ntensors(), ndim = iter.ndim();
+  TORCH_CHECK(ndim <= LOOM_MAX_DIMS, name, ": tensors of more than ", LOOM_MAX_DIMS,
+              " dimensions are not supported on loom");
+  loom_tensor t[3];
+  loom_scalar s[LOOM_PW_CONST + 2];
+  std::memset(s, 0, sizeof s);
+  s[0] = scalar_i(op);
+  s[1] = scalar_i(kind);
+  const auto shape = iter.shape();
+  for (int i = 0; i < ntensors; ++i) {
+    loom_tensor& d = t[i];
+    std::memset(&d, 0, offsetof(loom_tensor, sizes));
+    d.dtype = to_loom_dtype(iter.dtype(i), name);
+    if (i > 0 && iter.is_cpu_scalar(i)) {
+      d.data = nullptr;
+      d.rank = 0;
+      s[LOOM_PW_CONST + i - 1] = scalar_f(iter.scalar_value<double>(i));
+      continue;
+    }
+    d.data = iter.data_ptr(i);
+    d.rank = ndim;
+    const auto strides = iter.strides(i);
+    const int64_t esize = loom_dtype_size(d.dtype);
+    for (int k = 0; k < ndim; ++k) {  // TensorIterator: fastest dim first
+      d.sizes[ndim - 1 - k] = shape[k];
+      d.strides[ndim - 1 - k] = strides[k] / esize;
+    }
+  }
+  launch(name, LOOM_KERNEL("pointwise.special"), c10::ArrayRef<loom_tensor>(t, ntensors),
+         c10::ArrayRef<loom_scalar>(s, LOOM_PW_CONST + ntensors - 1), numel, LOOM_PW_GRAIN,
+         iter.device(0).index());
+}
+
+template <int OP>
+Tensor unary_into(const char* name, const Tensor& self, const Tensor& out) {
+  at::TensorIterator iter;
+  iter.build_borrowing_unary_float_op(out, self);
+  launch_special(name, iter, OP);
+  return iter.output(0);
+}
+
+template <int OP>
+Tensor binary_into(const char* name, const Tensor& x, const Tensor& n, const Tensor& out) {
+  at::TensorIterator iter;
+  iter.build_borrowing_binary_float_op(out, x, n);
+  launch_special(name, iter, OP);
+  return iter.output(0);
+}
+
+#define UNARY(FN, OP, NAME)                                              \
+  Tensor FN(const Tensor& self) { return unary_into<OP>(NAME, self, Tensor()); } \
+  Tensor& FN##_out(const Tensor& self, Tensor& out) {                    \
+    unary_into<OP>(NAME, self, out);                                     \
+    return out;                                                          \
+  }
+#define BINARY(FN, OP, NAME)                                             \
+  Tensor FN(const Tensor& x, const Tensor& n) { return binary_into<OP>(NAME, x, n, Tensor()); } \
+  Tensor& FN##_out(const Tensor& x, const Tensor& n, Tensor& out) {     \
+    binary_into<OP>(NAME, x, n, out);                                    \
+    return out;                                                          \
+  }
+
+UNARY(i0, LOOM_SPECIAL_I0, "i0")
+UNARY(i0e, LOOM_SPECIAL_I0E, "special_i0e")
+UNARY(i1, LOOM_SPECIAL_I1, "special_i1")
+UNARY(i1e, LOOM_SPECIAL_I1E, "special_i1e")
+UNARY(ndtri, LOOM_SPECIAL_NDTRI, "special_ndtri")
+UNARY(sph_j0, LOOM_SPECIAL_SPHERICAL_BESSEL_J0, "special_spherical_bessel_j0")
+UNARY(airy_ai, LOOM_SPECIAL_AIRY_AI, "special_airy_ai")
+UNARY(bessel_j0, LOOM_SPECIAL_BESSEL_J0, "special_bessel_j0")
+UNARY(bessel_j1, LOOM_SPECIAL_BESSEL_J1, "special_bessel_j1")
+UNARY(bessel_y0, LOOM_SPECIAL_BESSEL_Y0, "special_bessel_y0")
+UNARY(bessel_y1, LOOM_SPECIAL_BESSEL_Y1, "special_bessel_y1")
+UNARY(mod_i0, LOOM_SPECIAL_MODIFIED_BESSEL_I0, "special_modified_bessel_i0")
+UNARY(mod_i1, LOOM_SPECIAL_MODIFIED_BESSEL_I1, "special_modified_bessel_i1")
+UNARY(mod_k0, LOOM_SPECIAL_MODIFIED_BESSEL_K0, "special_modified_bessel_k0")
+UNARY(mod_k1, LOOM_SPECIAL_MODIFIED_BESSEL_K1, "special_modified_bessel_k1")
+UNARY(scaled_k0, LOOM_SPECIAL_SCALED_MODIFIED_BESSEL_K0, "special_scaled_modified_bessel_k0")
+UNARY(scaled_k1, LOOM_SPECIAL_SCALED_MODIFIED_BESSEL_K1, "special_scaled_modified_bessel_k1")
+BINARY(cheb_t, LOOM_SPECIAL_CHEBYSHEV_T, "special_chebyshev_polynomial_t")
+BINARY(cheb_u, LOOM_SPECIAL_CHEBYSHEV_U, "special_chebyshev_polynomial_u")
+BINARY(cheb_v, LOOM_SPECIAL_CHEBYSHEV_V, "special_chebyshev_polynomial_v")
+BINARY(cheb_w, LOOM_SPECIAL_CHEBYSHEV_W, "special_chebyshev_polynomial_w")
+BINARY(scheb_t, LOOM_SPECIAL_SHIFTED_CHEBYSHEV_T, "special_shifted_chebyshev_polynomial_t")
+BINARY(scheb_u, LOOM_SPECIAL_SHIFTED_CHEBYSHEV_U, "special_shifted_chebyshev_polynomial_u")
+BINARY(scheb_v, LOOM_SPECIAL_SHIFTED_CHEBYSHEV_V, "special_shifted_chebyshev_polynomial_v")
+BINARY(scheb_w, LOOM_SPECIAL_SHIFTED_CHEBYSHEV_W, "special_shifted_chebyshev_polynomial_w")
+BINARY(herm_h, LOOM_SPECIAL_HERMITE_H, "special_hermite_polynomial_h")
+BINARY(herm_he, LOOM_SPECIAL_HERMITE_HE, "special_hermite_polynomial_he")
+BINARY(lag_l, LOOM_SPECIAL_LAGUERRE_L, "special_laguerre_polynomial_l")
+BINARY(leg_p, LOOM_SPECIAL_LEGENDRE_P, "special_legendre_polynomial_p")
+
+Tensor& i0_inplace(Tensor& self) {
+  unary_into<LOOM_SPECIAL_I0>("i0_", self, self);
+  return self;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+#define REG(NAME, FN)           \
+  LOOM_IMPL(m, NAME, FN);       \
+  LOOM_IMPL(m, NAME ".out", FN##_out);
+  REG("i0", i0)
+  LOOM_IMPL(m, "i0_", i0_inplace);
+  REG("special_i0e", i0e)
+  REG("special_i1", i1)
+  REG("special_i1e", i1e)
+  REG("special_ndtri", ndtri)
+  REG("special_spherical_bessel_j0", sph_j0)
+  REG("special_airy_ai", airy_ai)
+  REG("special_bessel_j0", bessel_j0)
+  REG("special_bessel_j1", bessel_j1)
+  REG("special_bessel_y0", bessel_y0)
+  REG("special_bessel_y1", bessel_y1)
+  REG("special_modified_bessel_i0", mod_i0)
+  REG("special_modified_bessel_i1", mod_i1)
+  REG("special_modified_bessel_k0", mod_k0)
+  REG("special_modified_bessel_k1", mod_k1)
+  REG("special_scaled_modified_bessel_k0", scaled_k0)
+  REG("special_scaled_modified_bessel_k1", scaled_k1)
+  REG("special_chebyshev_polynomial_t", cheb_t)
+  REG("special_chebyshev_polynomial_u", cheb_u)
+  REG("special_chebyshev_polynomial_v", cheb_v)
+  REG("special_chebyshev_polynomial_w", cheb_w)
+  REG("special_shifted_chebyshev_polynomial_t", scheb_t)
+  REG("special_shifted_chebyshev_polynomial_u", scheb_u)
+  REG("special_shifted_chebyshev_polynomial_v", scheb_v)
+  REG("special_shifted_chebyshev_polynomial_w", scheb_w)
+  REG("special_hermite_polynomial_h", herm_h)
+  REG("special_hermite_polynomial_he", herm_he)
+  REG("special_laguerre_polynomial_l", lag_l)
+  REG("special_legendre_polynomial_p", leg_p)
+#undef REG
+}
+
+}  // namespace torch_loom::special_fn
