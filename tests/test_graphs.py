@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_loom.compiler import graphed
+from torch_loom.loom.random import _generator as _default_generator
 
 
 def _work(x, w, b):
@@ -295,6 +296,28 @@ def test_random_op_with_another_generator_fails_the_capture_naming_it():
         out = torch.rand(8, device="loom")
     g.replay()
     assert ((out >= 0) & (out < 1)).all().item()
+
+
+def test_registered_generator_draws_fresh_numbers_at_each_replay(no_fallback):
+    gen = torch.Generator(device="loom")
+    g = torch.loom.Graph()
+    g.register_generator_state(gen)
+    g.register_generator_state(_default_generator())  # registered anyway
+    with torch.loom.graph(g):
+        a = torch.rand(50, device="loom", generator=gen)
+        b = torch.randn(30, device="loom")
+    gen.manual_seed(4)
+    torch.manual_seed(8)
+    got = []
+    for _ in range(3):
+        g.replay()
+        got.append((a.cpu(), b.cpu()))
+    gen.manual_seed(4)
+    torch.manual_seed(8)
+    for ra, rb in got:
+        assert torch.equal(ra, torch.rand(50, device="loom", generator=gen).cpu())
+        assert torch.equal(rb, torch.randn(30, device="loom").cpu())
+    assert not torch.equal(got[0][0], got[1][0])
 
 
 class _DropoutMLP(torch.nn.Module):

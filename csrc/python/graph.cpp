@@ -4,6 +4,7 @@
 // torch.loom.
 #include <ATen/core/GraphImplInterface.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/Generator.h>
 
 #include <fstream>
 #include <optional>
@@ -147,9 +148,35 @@ void register_graph_impl(const std::string& key) {
     });
 }
 
+// The loom generator behind a torch.Generator, for a graph's
+// register_generator_state.
+LoomGenerator* loom_generator(py::handle obj) {
+  TORCH_CHECK(THPGenerator_Check(obj.ptr()), "register_generator_state: expected a torch.Generator");
+  const at::Generator& gen = reinterpret_cast<THPGenerator*>(obj.ptr())->cdata;
+  TORCH_CHECK(gen.device().type() == c10::DeviceType::PrivateUse1,
+              "register_generator_state: expected a loom generator, got one of ", gen.device());
+  return at::check_generator<LoomGenerator>(gen);
+}
+
 }  // namespace
 
 void init_graph(py::module& m) {
+  // Generators a graph registers besides its device's default one
+  // (torch.loom.Graph.register_generator_state).
+  // False for a device's default generator, which every capture registers.
+  m.def("_generator_register_graph", [](py::handle g) {
+    LoomGenerator* gen = loom_generator(g);
+    if (gen == at::check_generator<LoomGenerator>(default_generator(gen->device().index())))
+      return false;
+    gen->register_graph();
+    return true;
+  });
+  m.def("_generator_capture_prologue", [](py::handle g) { loom_generator(g)->capture_prologue(); });
+  m.def("_generator_capture_epilogue",
+        [](py::handle g) { return loom_generator(g)->capture_epilogue(); });
+  m.def("_generator_replay_prologue", [](py::handle g, uint64_t increment) {
+    loom_generator(g)->replay_prologue(increment);
+  });
   // The registry is keyed by the device type's name: "PrivateUse1" now,
   // "LOOM" once torch_loom has renamed the backend (which it does after
   // loading this module), and whatever it is when torch.loom asks again.

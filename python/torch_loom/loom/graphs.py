@@ -20,8 +20,10 @@ graphs: a replay draws what the same ops would draw run eagerly in its
 place, and moves the generator past them (the capture itself draws
 nothing). So ``manual_seed(s)`` followed by n replays gives the numbers of
 ``manual_seed(s)`` followed by n eager runs, and ``manual_seed`` between
-replays takes effect at the next one. A random op given another
-generator cannot be captured (a ``RuntimeError`` naming the op).
+replays takes effect at the next one. A random op given another loom
+generator is captured likewise once the graph registers it
+(:meth:`Graph.register_generator_state`), else it fails the capture with
+a ``RuntimeError`` naming the op.
 """
 
 from __future__ import annotations
@@ -63,11 +65,44 @@ class Graph(torch.accelerator.Graph):
 
     def __init__(self, keep_graph: bool = False):
         super().__init__(keep_graph)
+        self._generators: list = []  # [generator, counters a replay draws]
+
+    def register_generator_state(self, generator: torch.Generator) -> None:
+        """Lets the random ops of the next capture draw from ``generator``
+        (a loom generator other than the device's default one, which every
+        capture registers): each replay then draws from its state at that
+        replay, as for the default generator. Call it before capture_begin."""
+        if any(g is generator for g, _ in self._generators):
+            return
+        if _C._generator_register_graph(generator):  # not the default one
+            self._generators.append([generator, 0])
 
     def capture_begin(self, pool=None, capture_error_mode: str | None = None) -> None:
         pool = self.graph_pool if pool is None else pool
         mode = capture_error_mode or self.capture_error_mode
         torch._C._acceleratorGraph.capture_begin(self, pool=pool, capture_error_mode=mode)
+        begun = []
+        try:
+            for entry in self._generators:
+                _C._generator_capture_prologue(entry[0])
+                begun.append(entry)
+        except BaseException:
+            for entry in begun:
+                _C._generator_capture_epilogue(entry[0])
+            self.reset()
+            raise
+
+    def capture_end(self) -> None:
+        try:
+            super().capture_end()
+        finally:
+            for entry in self._generators:
+                entry[1] = _C._generator_capture_epilogue(entry[0])
+
+    def replay(self) -> None:
+        for generator, increment in self._generators:
+            _C._generator_replay_prologue(generator, increment)
+        super().replay()
 
 
 _capture_streams: dict = {}
