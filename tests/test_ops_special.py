@@ -2,11 +2,13 @@
 kernel): the modified Bessel functions (i0, special.i0e/i1/i1e, the
 modified_bessel_* and scaled K), Bessel J/Y, Airy Ai, spherical j0, ndtri
 and the orthogonal polynomials; float32 and float64 over random and edge
-values, out= and in-place forms, strided and broadcast operands, gradients,
+values, the hardshrink / softshrink activations and their gradients, out=
+and in-place forms, strided and broadcast operands, gradients,
 and bytes that do not depend on how the launch is split. Nothing may fall
 back to the CPU."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from torch_loom import _C
 
@@ -103,12 +105,37 @@ def test_gradients_against_cpu(f):
     close(xd.grad, xc.grad, f"{f.__name__} grad")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_shrinks_against_cpu(dtype):
+    x = inputs(torch.float32, seed=3).to(dtype)
+    x[:5] = torch.tensor([0.5, -0.5, 0.49, -0.51, -0.3])
+    for f in [F.hardshrink, F.softshrink]:
+        for lambd in [0.5, 0.0, 2.0]:
+            xc = x.clone().requires_grad_()
+            xd = x.to("loom").requires_grad_()
+            want, got = f(xc, lambd), f(xd, lambd)
+            close(got, want, f"{f.__name__} {lambd} {dtype}")
+            g = torch.randn(x.shape).to(dtype)
+            want.backward(g)
+            got.backward(g.to("loom"))
+            close(xd.grad, xc.grad, f"{f.__name__} {lambd} {dtype} grad")
+    xd = x.to("loom")
+    out = torch.empty_like(xd)
+    assert torch._C._nn.softshrink(xd, 0.5, out=out) is out
+    close(out, F.softshrink(x, 0.5), "softshrink out=")
+    assert torch.equal(F.softshrink(xd[:5], 0.5).cpu().signbit(), F.softshrink(x[:5], 0.5).signbit())
+    with pytest.raises(RuntimeError, match="lambda"):
+        F.softshrink(xd, -1.0)
+    with pytest.raises(NotImplementedError, match="hardshrink"):
+        F.hardshrink(torch.arange(4, device="loom"))
+
+
 def test_bytes_do_not_depend_on_the_grain():
     # the LOOM_KERNEL_ELEMENTWISE contract: chunk k touches exactly its elements
     g = torch.Generator().manual_seed(2)
     x = (torch.randn(70, 73, generator=g) * 5).to("loom")
     n = torch.randint(0, 12, (70, 1), generator=g).float().to("loom")
-    i0, cheb_t = 0, 17  # loom_special_op values (loom/kernels/special.h)
+    i0, cheb_t = 0, 19  # loom_special_op values (loom/kernels/special.h)
     cases = [([torch.empty_like(x), x.t().contiguous().t()], [i0, 0, 0, 0, 0, 0, 0.0]),
              ([torch.empty(70, 73, device="loom", dtype=torch.bfloat16), x, n.expand(70, 73)],
               [cheb_t, 0, 0, 0, 0, 0, 0.0, 0.0])]

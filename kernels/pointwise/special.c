@@ -56,6 +56,7 @@ int loom_kernel_special(const loom_kernel_args *args, int64_t begin, int64_t end
   }
   const int fma = (loom_cpu_features() & (LOOM_FEATURE_AVX2 | LOOM_FEATURE_FMA)) ==
                   (LOOM_FEATURE_AVX2 | LOOM_FEATURE_FMA);
+  const double p0 = args->scalars[LOOM_PW_PARAM].f;
   const int64_t last = it.rank - 1;
   char *p[3];
   int64_t n;
@@ -70,10 +71,10 @@ int loom_kernel_special(const loom_kernel_args *args, int64_t begin, int64_t end
       }
       if (kind == LOOM_PW_F32)
         (fma ? loom_special_apply_f32_avx2 : loom_special_apply_f32)(op, m, stage[0].f,
-                                                                    stage[1].f, stage[2].f);
+                                                                    stage[1].f, stage[2].f, p0);
       else
         (fma ? loom_special_apply_f64_avx2 : loom_special_apply_f64)(op, m, stage[0].d,
-                                                                    stage[1].d, stage[2].d);
+                                                                    stage[1].d, stage[2].d, p0);
       const int64_t os = last >= 0 ? it.strides[0][last] : 0;
       if (!loom_pw_store(kind, p[0] + off * os, ops[0]->dtype, os, stage[0].f, m))
         return LOOM_ERROR_NOT_SUPPORTED;

@@ -6,12 +6,16 @@
 
 #include <stdint.h>
 
-/* y[i] = op(a[i]) or op(a[i], b[i]) for i < n (loom_special_op). */
-void loom_special_apply_f32(int op, int64_t n, float *y, const float *a, const float *b);
-void loom_special_apply_f64(int op, int64_t n, double *y, const double *a, const double *b);
-void loom_special_apply_f32_avx2(int op, int64_t n, float *y, const float *a, const float *b);
+/* y[i] = op(a[i]) or op(a[i], b[i]) for i < n (loom_special_op); p0 the
+ * op's parameter. */
+void loom_special_apply_f32(int op, int64_t n, float *y, const float *a, const float *b,
+                            double p0);
+void loom_special_apply_f64(int op, int64_t n, double *y, const double *a, const double *b,
+                            double p0);
+void loom_special_apply_f32_avx2(int op, int64_t n, float *y, const float *a, const float *b,
+                                 double p0);
 void loom_special_apply_f64_avx2(int op, int64_t n, double *y, const double *a,
-                                 const double *b);
+                                 const double *b, double p0);
 
 /* Chebyshev coefficients of the exponentially scaled I0 and I1 on [0, 8]
  * (A) and on the inverted interval [8, inf) (B); highest order first. */

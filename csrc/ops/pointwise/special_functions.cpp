@@ -1,5 +1,5 @@
 // The special functions on loom (i0, special_i0e/i1/i1e, ndtri, the Bessel
-// and Airy functions, the orthogonal polynomials): a float TensorIterator
+// and Airy functions, the orthogonal polynomials) and the shrink activations: a float TensorIterator
 // (integral inputs promote to the default float dtype, as on the CPU) and a
 // launch of the "pointwise.special" kernel (loom/kernels/special.h).
 #include <ATen/ATen.h>
@@ -25,7 +25,7 @@ loom_pw_kind float_kind(const at::TensorIteratorBase& iter, const char* name) {
 }
 
 // The launch of pointwise.apply's argument layout for pointwise.special.
-void launch_special(const char* name, at::TensorIteratorBase& iter, int op) {
+void launch_special(const char* name, at::TensorIteratorBase& iter, int op, double p0 = 0) {
   const loom_pw_kind kind = float_kind(iter, name);
   const int64_t numel = iter.numel();
   if (numel == 0) return;
@@ -37,6 +37,7 @@ void launch_special(const char* name, at::TensorIteratorBase& iter, int op) {
   std::memset(s, 0, sizeof s);
   s[0] = scalar_i(op);
   s[1] = scalar_i(kind);
+  s[LOOM_PW_PARAM] = scalar_f(p0);
   const auto shape = iter.shape();
   for (int i = 0; i < ntensors; ++i) {
     loom_tensor& d = t[i];
@@ -121,6 +122,54 @@ BINARY(herm_he, LOOM_SPECIAL_HERMITE_HE, "special_hermite_polynomial_he")
 BINARY(lag_l, LOOM_SPECIAL_LAGUERRE_L, "special_laguerre_polynomial_l")
 BINARY(leg_p, LOOM_SPECIAL_LEGENDRE_P, "special_legendre_polynomial_p")
 
+// hardshrink / softshrink and their common backward, on floating dtypes
+// (others raise, as on the CPU).
+template <int OP>
+Tensor shrink_into(const char* name, const Tensor& self, const at::Scalar& lambd,
+                   const Tensor& out) {
+  at::TensorIterator iter;
+  iter.build_borrowing_unary_op(out, self);
+  launch_special(name, iter, OP, lambd.toDouble());
+  return iter.output(0);
+}
+
+Tensor shrink_backward_into(const char* name, const Tensor& grad, const Tensor& self,
+                            const at::Scalar& lambd, const Tensor& out) {
+  at::TensorIterator iter;
+  iter.build_borrowing_binary_op(out, grad, self);
+  launch_special(name, iter, LOOM_SPECIAL_SHRINK_BACKWARD, lambd.toDouble());
+  return iter.output(0);
+}
+
+Tensor hardshrink(const Tensor& self, const at::Scalar& lambd) {
+  return shrink_into<LOOM_SPECIAL_HARDSHRINK>("hardshrink", self, lambd, Tensor());
+}
+Tensor& hardshrink_out(const Tensor& self, const at::Scalar& lambd, Tensor& out) {
+  shrink_into<LOOM_SPECIAL_HARDSHRINK>("hardshrink", self, lambd, out);
+  return out;
+}
+void check_lambd(const at::Scalar& lambd) {
+  TORCH_CHECK(lambd.toDouble() >= 0, "softshrink: lambda must be non-negative, but found ",
+              lambd);
+}
+Tensor softshrink(const Tensor& self, const at::Scalar& lambd) {
+  check_lambd(lambd);
+  return shrink_into<LOOM_SPECIAL_SOFTSHRINK>("softshrink", self, lambd, Tensor());
+}
+Tensor& softshrink_out(const Tensor& self, const at::Scalar& lambd, Tensor& out) {
+  check_lambd(lambd);
+  shrink_into<LOOM_SPECIAL_SOFTSHRINK>("softshrink", self, lambd, out);
+  return out;
+}
+Tensor shrink_backward(const Tensor& grad, const Tensor& self, const at::Scalar& lambd) {
+  return shrink_backward_into("shrink_backward", grad, self, lambd, Tensor());
+}
+Tensor& shrink_backward_out(const Tensor& grad, const Tensor& self, const at::Scalar& lambd,
+                            Tensor& out) {
+  shrink_backward_into("shrink_backward", grad, self, lambd, out);
+  return out;
+}
+
 Tensor& i0_inplace(Tensor& self) {
   unary_into<LOOM_SPECIAL_I0>("i0_", self, self);
   return self;
@@ -163,6 +212,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   REG("special_laguerre_polynomial_l", lag_l)
   REG("special_legendre_polynomial_p", leg_p)
 #undef REG
+  LOOM_IMPL(m, "hardshrink", hardshrink);
+  LOOM_IMPL(m, "hardshrink.out", hardshrink_out);
+  LOOM_IMPL(m, "softshrink", softshrink);
+  LOOM_IMPL(m, "softshrink.out", softshrink_out);
+  LOOM_IMPL(m, "hardshrink_backward", shrink_backward);
+  LOOM_IMPL(m, "hardshrink_backward.grad_input", shrink_backward_out);
+  LOOM_IMPL(m, "softshrink_backward", shrink_backward);
+  LOOM_IMPL(m, "softshrink_backward.grad_input", shrink_backward_out);
 }
 
 }  // namespace torch_loom::special_fn
