@@ -219,6 +219,25 @@ def test_dropout_draws_what_eager_draws():
     assert 0.3 < (got == 0).float().mean().item() < 0.5
 
 
+def test_random_fallback_is_for_loom_graphs_only():
+    """loom graphs draw on loom's generator (the op stays whole); a CPU graph
+    compiled in the same process keeps Inductor's own random lowering and the
+    global flag is never changed."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    def f(x):
+        return F.dropout(x, p=0.4, training=True) * 2
+
+    extern = "torch.ops.aten.native_dropout.default("
+    _, loom_code = run_and_get_code(torch.compile(f), torch.randn(64, 33, device="loom"))
+    torch._dynamo.reset()
+    _, cpu_code = run_and_get_code(torch.compile(f), torch.randn(64, 33))
+    assert extern in loom_code[0]
+    assert extern not in cpu_code[0] and "cpp_fused" in cpu_code[0]
+    assert inductor_config.fallback_random is False
+
+
 @pytest.mark.parametrize("mode", ["max-autotune-no-cudagraphs", "reduce-overhead"])
 def test_modes(mode):
     compiled = torch.compile(_chain, mode=mode)

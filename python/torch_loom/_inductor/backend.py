@@ -129,9 +129,6 @@ def _register() -> None:
     register_backend_for_device("loom", *INDUCTOR_CLASSES.values(), device_custom_config=config)
     patches.apply()
     library_ops.apply()
-    # Random ops run as loom's own ops on its Philox generator, so compiled
-    # and eager code draw the same numbers. Inductor reads this one global.
-    inductor_config.fallback_random = True
     if not host_addressable():
         # Inductor's kernels are host code: where the host cannot address
         # device memory, every node runs as the loom op it came from.

@@ -13,6 +13,8 @@ for loom only, and is applied once.
   it does not know. The C++ kernel's CSE then propagates dtypes the Triton
   way (bf16/fp16 upcast, ``masked``), and vectorized index expressions lose
   their dtype.
+- ``compile_fx()`` reads ``config.fallback_random`` as one global; loom
+  graphs need it on (random ops on loom's generator), other graphs keep it.
 - ``BaseSchedulerNode.is_cpu()`` is asked in exactly three places, each to
   skip a Triton-only fusion rewrite (loop reordering, loop reindexing, index
   inversion) that assumes Triton's loop groups and breaks on the C++
@@ -90,7 +92,47 @@ def _patch_decide_layout_opt() -> None:
     GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)
 
 
+def _graph_on_loom(model, example_inputs) -> bool:
+    for x in example_inputs:
+        if getattr(getattr(x, "device", None), "type", None) in _CPP_DEVICES:
+            return True
+    for node in getattr(getattr(model, "graph", None), "nodes", ()):
+        if node.op == "placeholder":
+            val = node.meta.get("val", node.meta.get("example_value"))
+            if getattr(getattr(val, "device", None), "type", None) in _CPP_DEVICES:
+                return True
+    return False
+
+
+def _patch_compile_fx_random() -> None:
+    """Random ops of a loom graph run as loom's own ops on its Philox
+    generator (``fallback_random``), so compiled and eager code draw the same
+    numbers. Inductor reads that flag as one global, so it is set for the
+    graphs with loom inputs only, through compile_fx's own config patches
+    (which also cover the backward, compiled later): CPU and other graphs
+    keep Inductor's random lowering."""
+    import torch._inductor.compile_fx as compile_fx_module
+    from torch._inductor import config
+
+    original = compile_fx_module.compile_fx
+    if getattr(original, "_loom", False):
+        return
+
+    def compile_fx(model_, example_inputs_, *args, **kwargs):
+        # compile_fx calls itself (through this wrapper) inside its patches.
+        patches = kwargs.get("config_patches")
+        if not config.fallback_random and not (patches or {}).get("fallback_random") \
+                and _graph_on_loom(model_, example_inputs_):
+            kwargs["config_patches"] = {**(patches or {}), "fallback_random": True}
+        return original(model_, example_inputs_, *args, **kwargs)
+
+    compile_fx._loom = True
+    compile_fx.__wrapped__ = original
+    compile_fx_module.compile_fx = compile_fx
+
+
 def apply() -> None:
+    _patch_compile_fx_random()
     _patch_get_current_backend()
     _patch_scheduler_is_cpu()
     _patch_decide_layout_opt()
