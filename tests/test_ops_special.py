@@ -2,7 +2,7 @@
 kernel): the modified Bessel functions (i0, special.i0e/i1/i1e, the
 modified_bessel_* and scaled K), Bessel J/Y, Airy Ai, spherical j0, ndtri
 and the orthogonal polynomials; float32 and float64 over random and edge
-values, the hardshrink / softshrink activations and their gradients, out=
+values, the hardshrink / softshrink / glu / rrelu activations and their gradients, out=
 and in-place forms, strided and broadcast operands, gradients,
 and bytes that do not depend on how the launch is split. Nothing may fall
 back to the CPU."""
@@ -128,6 +128,50 @@ def test_shrinks_against_cpu(dtype):
         F.softshrink(xd, -1.0)
     with pytest.raises(NotImplementedError, match="hardshrink"):
         F.hardshrink(torch.arange(4, device="loom"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_glu_against_cpu(dtype):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 8, 4, generator=g, dtype=dtype)
+    for dim in [0, 1, -1]:
+        xc = x.clone().requires_grad_()
+        xd = x.to("loom").requires_grad_()
+        want, got = F.glu(xc, dim), F.glu(xd, dim)
+        close(got, want, f"glu dim {dim}")
+        gr = torch.randn(want.shape, generator=g, dtype=dtype)
+        want.backward(gr)
+        got.backward(gr.to("loom"))
+        close(xd.grad, xc.grad, f"glu grad dim {dim}")
+    xd = x.to("loom")
+    out = torch.empty(6, 8, 2, device="loom", dtype=dtype)
+    assert torch._C._nn.glu(xd, -1, out=out) is out
+    close(out, F.glu(x, -1), "glu out=")
+    with pytest.raises(RuntimeError, match="Halving dimension must be even"):
+        F.glu(torch.randn(3, 5, device="loom"), 1)
+
+
+def test_rrelu_eval_and_training():
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(40, 30, generator=g)
+    x[0, :3] = torch.tensor([0.0, -0.0, NAN])
+    xd = x.to("loom")
+    close(F.rrelu(xd, 0.1, 0.3, training=False), F.rrelu(x, 0.1, 0.3, training=False), "eval")
+    y = xd.clone()
+    F.rrelu(y, 0.1, 0.3, training=False, inplace=True)
+    close(y, F.rrelu(x, 0.1, 0.3, training=False), "eval in place")
+    # training: a slope in [lower, upper] for each non-positive element, and
+    # the gradient is that slope
+    xr = xd.clone().requires_grad_()
+    out = F.rrelu(xr, 0.1, 0.3, training=True)
+    slope = (out / xd).cpu()
+    neg, pos = x < 0, x > 0
+    assert slope[neg].min() >= 0.1 and slope[neg].max() <= 0.3
+    assert slope[neg].std() > 0.03  # drawn, not the mean
+    close(out.cpu()[pos], x[pos], "positive part")
+    out.backward(torch.ones_like(out))
+    close(xr.grad.cpu()[neg], slope[neg], "slopes as gradient")
+    close(xr.grad.cpu()[pos], torch.ones(int(pos.sum())), "gradient 1 where positive")
 
 
 def test_bytes_do_not_depend_on_the_grain():
