@@ -169,14 +169,16 @@ def _compiler(kind):
 
 
 @functools.cache
-def _aot():
+def _aot(compiler_for=_compiler):
+    """AOTAutograd around the compiler ``compiler_for(kind)`` of each graph
+    kind (forward, backward, inference); reduce-overhead passes its own."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     return aot_autograd(
-        fw_compiler=_compiler("forward"),
-        bw_compiler=_compiler("backward"),
-        inference_compiler=_compiler("inference"),
+        fw_compiler=compiler_for("forward"),
+        bw_compiler=compiler_for("backward"),
+        inference_compiler=compiler_for("inference"),
         partition_fn=min_cut_rematerialization_partition,
         decompositions=decompositions(),
         keep_inference_input_mutations=True,

@@ -22,7 +22,6 @@ tensors (CPU scalars, Python numbers), or a capture the runtime refused
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 
 import torch
@@ -166,24 +165,8 @@ def _graphed_compiler(kind):
     return compiler
 
 
-@functools.cache
-def _aot():
-    # backend._aot's configuration, with each compiled graph wrapped.
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-
-    from .decomp import decompositions
-
-    return aot_autograd(
-        fw_compiler=_graphed_compiler("forward"),
-        bw_compiler=_graphed_compiler("backward"),
-        inference_compiler=_graphed_compiler("inference"),
-        partition_fn=min_cut_rematerialization_partition,
-        decompositions=decompositions(),
-        keep_inference_input_mutations=True,
-    )
-
-
 def graphed_backend(gm: torch.fx.GraphModule, example_inputs):
     """``backend="loom"`` with ``mode="reduce-overhead"``."""
-    return _aot()(gm, example_inputs)
+    from .backend import _aot
+
+    return _aot(_graphed_compiler)(gm, example_inputs)
