@@ -2,7 +2,7 @@
 kernel): the modified Bessel functions (i0, special.i0e/i1/i1e, the
 modified_bessel_* and scaled K), Bessel J/Y, Airy Ai, spherical j0, ndtri
 and the orthogonal polynomials; float32 and float64 over random and edge
-values, the hardshrink / softshrink / glu / rrelu activations and their gradients, out=
+values, the hardshrink / softshrink / glu / prelu / rrelu activations and their gradients, out=
 and in-place forms, strided and broadcast operands, gradients,
 and bytes that do not depend on how the launch is split. Nothing may fall
 back to the CPU."""
@@ -149,6 +149,23 @@ def test_glu_against_cpu(dtype):
     close(out, F.glu(x, -1), "glu out=")
     with pytest.raises(RuntimeError, match="Halving dimension must be even"):
         F.glu(torch.randn(3, 5, device="loom"), 1)
+
+
+@pytest.mark.parametrize("wshape", [(1,), (5,)])
+def test_prelu_against_cpu(wshape):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 5, 3, generator=g)
+    x[0, 0, :2] = torch.tensor([0.0, NAN])
+    w = torch.rand(wshape, generator=g)
+    xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+    xd, wd = x.to("loom").requires_grad_(), w.to("loom").requires_grad_()
+    want, got = F.prelu(xc, wc), F.prelu(xd, wd)
+    close(got, want, "prelu")
+    gr = torch.randn(want.shape, generator=g)
+    want.backward(gr)
+    got.backward(gr.to("loom"))
+    close(xd.grad, xc.grad, "prelu input grad")
+    close(wd.grad, wc.grad, "prelu weight grad")
 
 
 def test_rrelu_eval_and_training():

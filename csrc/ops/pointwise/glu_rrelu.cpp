@@ -1,4 +1,4 @@
-// glu and rrelu on loom, composed from loom's native elementwise ops (the
+// glu, prelu and rrelu on loom, composed from loom's native elementwise ops (the
 // halves' sigmoid and products; rrelu's leaky slope, or in training its
 // slopes drawn from loom's generator): no element loop here.
 #include <ATen/ATen.h>
@@ -71,6 +71,21 @@ Tensor& rrelu_(Tensor& self, Tensor& noise, const at::Scalar& lower, const at::S
   return rrelu_out(self.clone(), noise, lower, upper, training, gen, self);
 }
 
+// prelu's kernel: x > 0 ? x : w * x (w broadcast by the composite prelu);
+// its backward sums the weight's gradient back to the weight's shape, as
+// the CPU's does.
+Tensor prelu_kernel(const Tensor& self, const Tensor& weight) {
+  return at::where(at::gt(self, 0), self, at::mul(weight, self));
+}
+
+std::tuple<Tensor, Tensor> prelu_kernel_backward(const Tensor& grad, const Tensor& self,
+                                                 const Tensor& weight) {
+  const Tensor pos = at::gt(self, 0);
+  Tensor gs = at::where(pos, grad, at::mul(weight, grad));
+  Tensor gw = at::where(pos, at::zeros({}, self.options()), at::mul(self, grad));
+  return {gs, gw.sum_to_size(weight.sizes())};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -78,6 +93,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "glu.out", glu_out);
   LOOM_IMPL(m, "glu_backward", glu_backward);
   LOOM_IMPL(m, "glu_backward.grad_input", glu_backward_out);
+  LOOM_IMPL(m, "_prelu_kernel", prelu_kernel);
+  LOOM_IMPL(m, "_prelu_kernel_backward", prelu_kernel_backward);
   LOOM_IMPL(m, "rrelu_with_noise", rrelu);
   LOOM_IMPL(m, "rrelu_with_noise.out", rrelu_out);
   LOOM_IMPL(m, "rrelu_with_noise_", rrelu_);
