@@ -2,7 +2,7 @@
 kernel): the modified Bessel functions (i0, special.i0e/i1/i1e, the
 modified_bessel_* and scaled K), Bessel J/Y, Airy Ai, spherical j0, ndtri
 and the orthogonal polynomials; float32 and float64 over random and edge
-values, the hardshrink / softshrink / glu / prelu / rrelu activations and their gradients, out=
+values, the hardshrink / softshrink / glu / prelu / rrelu activations, renorm and their gradients, out=
 and in-place forms, strided and broadcast operands, gradients,
 and bytes that do not depend on how the launch is split. Nothing may fall
 back to the CPU."""
@@ -166,6 +166,29 @@ def test_prelu_against_cpu(wshape):
     got.backward(gr.to("loom"))
     close(xd.grad, xc.grad, "prelu input grad")
     close(wd.grad, wc.grad, "prelu weight grad")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_renorm_against_cpu(dtype):
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(5, 6, 4, generator=g) * 3).to(dtype)
+    x[1] = 0.01  # a slice under maxnorm is kept as is
+    for p, dim, maxnorm in [(2, 0, 1.0), (1, 1, 5.0), (3.5, -1, 0.5), (float("inf"), 0, 2.0)]:
+        xc = x.clone().requires_grad_()
+        xd = x.to("loom").requires_grad_()
+        want, got = torch.renorm(xc, p, dim, maxnorm), torch.renorm(xd, p, dim, maxnorm)
+        close(got, want, f"renorm {p} {dim}")
+        if dtype != torch.bfloat16:
+            want.sum().backward()
+            got.sum().backward()
+            close(xd.grad, xc.grad, f"renorm grad {p} {dim}")
+    y = x.to("loom")
+    y.renorm_(2, 0, 1.0)
+    close(y, torch.renorm(x, 2, 0, 1.0), "renorm_")
+    with pytest.raises(RuntimeError, match="non-positive-norm"):
+        torch.renorm(x.to("loom"), 0, 0, 1.0)
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.renorm(torch.ones(3, device="loom"), 2, 0, 1.0)
 
 
 def test_rrelu_eval_and_training():

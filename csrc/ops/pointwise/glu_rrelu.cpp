@@ -1,7 +1,8 @@
-// glu, prelu and rrelu on loom, composed from loom's native elementwise ops (the
+// glu, prelu, rrelu and renorm on loom, composed from loom's native elementwise ops (the
 // halves' sigmoid and products; rrelu's leaky slope, or in training its
 // slopes drawn from loom's generator): no element loop here.
 #include <ATen/ATen.h>
+#include <ATen/AccumulateType.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
@@ -86,6 +87,40 @@ std::tuple<Tensor, Tensor> prelu_kernel_backward(const Tensor& grad, const Tenso
   return {gs, gw.sum_to_size(weight.sizes())};
 }
 
+// renorm: each slice along `dim` whose p-norm exceeds maxnorm is scaled by
+// maxnorm / (norm + 1e-7), as the CPU scales it.
+Tensor& renorm_out(const Tensor& self, const at::Scalar& p, int64_t dim,
+                   const at::Scalar& maxnorm, Tensor& out) {
+  TORCH_CHECK(!p.isComplex(), "renorm: p must be real-valued");
+  TORCH_CHECK(p.toDouble() > 0, "renorm: non-positive-norm not supported");
+  TORCH_CHECK(!maxnorm.isComplex(), "renorm: maxnorm must be real-valued");
+  TORCH_CHECK(maxnorm.toDouble() >= 0, "renorm: expected maxnorm to be >= 0 but got ",
+              maxnorm.toDouble());
+  TORCH_CHECK(self.dim() > 1, "renorm: input needs at least 2 dimensions, got ", self.dim(),
+              " dimensions");
+  const int64_t d = c10::maybe_wrap_dim(dim, self.dim());
+  std::vector<int64_t> reduce;
+  for (int64_t i = 0; i < self.dim(); ++i)
+    if (i != d) reduce.push_back(i);
+  const auto acc = at::toAccumulateType(self.scalar_type(), true);
+  const Tensor norm = at::linalg_vector_norm(self, p, reduce, /*keepdim=*/true, acc);
+  const double mx = maxnorm.toDouble();
+  Tensor factor = at::where(at::gt(norm, mx), at::div(at::full({}, mx, norm.options()),
+                                                      at::add(norm, 1e-7)),
+                            at::ones({}, norm.options()));
+  if (factor.scalar_type() != self.scalar_type()) factor = factor.to(self.scalar_type());
+  return at::mul_out(out, self, factor);
+}
+
+Tensor renorm(const Tensor& self, const at::Scalar& p, int64_t dim, const at::Scalar& maxnorm) {
+  Tensor out = at::empty_like(self);
+  return renorm_out(self, p, dim, maxnorm, out);
+}
+
+Tensor& renorm_(Tensor& self, const at::Scalar& p, int64_t dim, const at::Scalar& maxnorm) {
+  return renorm_out(self, p, dim, maxnorm, self);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -93,6 +128,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "glu.out", glu_out);
   LOOM_IMPL(m, "glu_backward", glu_backward);
   LOOM_IMPL(m, "glu_backward.grad_input", glu_backward_out);
+  LOOM_IMPL(m, "renorm", renorm);
+  LOOM_IMPL(m, "renorm.out", renorm_out);
+  LOOM_IMPL(m, "renorm_", renorm_);
   LOOM_IMPL(m, "_prelu_kernel", prelu_kernel);
   LOOM_IMPL(m, "_prelu_kernel_backward", prelu_kernel_backward);
   LOOM_IMPL(m, "rrelu_with_noise", rrelu);
