@@ -1,7 +1,8 @@
 /* Adaptive eager (loom/fuse.h): queued elementwise launches fused on the
  * stream give the bytes of running them one by one; memory shared through
  * another element map, events and copies keep launches apart; a launch
- * moves ahead only of launches it shares no memory with; a failing member's
+ * moves ahead only of library launches it shares no memory with (a kernel
+ * registered at run time ends the look); a failing member's
  * error names it; LOOM_FUSE=verify compares; the trace shows one kernel.
  *
  * A stream held by a host callback queues what follows, so that the
@@ -229,6 +230,59 @@ static void test_independent_launch_is_passed_over(void) {
   free(input);
   loom_free(p);
   loom_free(q);
+  loom_free(r);
+  loom_stream_release(s);
+}
+
+/* A kernel registered at run time may reach memory its descriptors do not
+ * span (here through a pointer of its own, as a Triton-style kernel indexes
+ * from a base): the look ends at it, so a later launch that writes that
+ * memory never moves ahead of it. */
+static const float *hidden_source;
+
+static int read_hidden(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  float *dst = args->tensors[0].data;
+  for (int64_t i = begin; i < end; ++i) dst[i] = hidden_source[i];
+  return 0;
+}
+
+static void test_run_time_kernel_ends_the_look(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  TEST_SKIP_IF(test_driver_has(TEST_DRIVER_GUARDED), "%s", "the kernel dereferences device memory itself");
+  static const loom_kernel_t *k;
+  if (!k) {
+    CHECK_OK(loom_kernel_register("fuse_test.read_hidden", read_hidden));
+    CHECK_OK(loom_kernel_lookup("fuse_test.read_hidden", &k));
+  }
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *input = random_floats(N, 5);
+  float *p = dev_alloc(N * 4), *r = dev_alloc(N * 4);
+  const loom_tensor tp = vec(p, LOOM_FLOAT32, N), tr = vec(r, LOOM_FLOAT32, N);
+  hidden_source = p;
+  float *results[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    loom_fuse_set_mode(pass ? LOOM_FUSE_ON : LOOM_FUSE_OFF);
+    upload(s, p, input, N * 4);
+    const loom_fuse_stats before = stats();
+    hold(s);
+    CHECK_OK(pw(s, "fuse_test.exp", LOOM_PW_EXP, tp, tp, NONE, 0));
+    const loom_launch_desc d = {.name = "fuse_test.read_hidden", .kernel = k, .tensors = &tr,
+                                .num_tensors = 1, .range = N, .grain = N};
+    CHECK_OK(loom_launch(s, &d));
+    CHECK_OK(pw(s, "fuse_test.neg", LOOM_PW_NEG, tp, tp, NONE, 0));
+    open_gate();
+    results[pass] = malloc(N * 4);
+    download(s, results[pass], r, N * 4);
+    CHECK_OK(loom_stream_synchronize(s));
+    if (pass) CHECK_EQ_INT(stats().reordered - before.reordered, 0);
+  }
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  CHECK(memcmp(results[0], results[1], N * 4) == 0);
+  free(results[0]);
+  free(results[1]);
+  free(input);
+  loom_free(p);
   loom_free(r);
   loom_stream_release(s);
 }
@@ -472,6 +526,7 @@ int main(void) {
     RUN_TEST(test_overlap_through_another_map_is_not_fused);
     RUN_TEST(test_independent_launch_is_passed_over);
     RUN_TEST(test_reads_through_other_maps_fuse);
+    RUN_TEST(test_run_time_kernel_ends_the_look);
     RUN_TEST(test_event_and_copy_cut_groups);
     RUN_TEST(test_failing_member_is_named);
     RUN_TEST(test_trace_shows_one_kernel);

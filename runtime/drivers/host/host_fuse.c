@@ -130,8 +130,46 @@ static int is_elementwise(loom_kernel_fn fn) {
   return 0;
 }
 
+/* The library's kernels touch only memory their tensor descriptors span (a
+ * kernel compiled at run time may reach past them: a Triton-style kernel
+ * indexes from a pointer), so only a launch of theirs may be passed over;
+ * any other ends the look. An open-addressed set of the implementations
+ * the driver resolved from the library; when it is full, launches of the
+ * kernels left out end looks, which is safe. */
+#define LIBRARY_SLOTS 4096
+static _Atomic(loom_kernel_fn) library[LIBRARY_SLOTS];
+
+static size_t library_slot(loom_kernel_fn fn) {
+  uint64_t h = (uint64_t)(uintptr_t)fn * 0x9E3779B97F4A7C15ull;
+  return (size_t)(h >> 52) & (LIBRARY_SLOTS - 1);
+}
+
+static int is_library(loom_kernel_fn fn) {
+  for (size_t i = library_slot(fn), n = 0; n < LIBRARY_SLOTS; ++n, i = (i + 1) & (LIBRARY_SLOTS - 1)) {
+    const loom_kernel_fn f = atomic_load_explicit(&library[i], memory_order_acquire);
+    if (f == fn) return 1;
+    if (!f) return 0;
+  }
+  return 0;
+}
+
+static void add_library_locked(loom_kernel_fn fn) {
+  for (size_t i = library_slot(fn), n = 0; n < LIBRARY_SLOTS; ++n, i = (i + 1) & (LIBRARY_SLOTS - 1)) {
+    const loom_kernel_fn f = atomic_load_explicit(&library[i], memory_order_relaxed);
+    if (f == fn) return;
+    if (!f) {
+      atomic_store_explicit(&library[i], fn, memory_order_release);
+      return;
+    }
+  }
+}
+
 void host_fuse_declare(loom_kernel_fn fn, uint32_t flags) {
-  if (!fn || !(flags & LOOM_KERNEL_ELEMENTWISE)) return;
+  if (!fn) return;
+  pthread_mutex_lock(&declare_lock);
+  add_library_locked(fn);
+  pthread_mutex_unlock(&declare_lock);
+  if (!(flags & LOOM_KERNEL_ELEMENTWISE)) return;
   pthread_mutex_lock(&declare_lock);
   const int n = atomic_load(&declared_count);
   if (!is_elementwise(fn) && n < MAX_DECLARED) {
@@ -332,6 +370,7 @@ int host_fuse_offer(host_group *g, const loom_command *cmd) {
   }
   /* A launch whose memory cannot all be listed ends the look: a later one
    * must not move past memory it might touch. */
+  if (!is_library(cmd->u.launch.fn)) return HOST_FUSE_STOP;
   for (int i = 0; i < ns; ++i)
     if (!add_passed(g, sp[i])) return HOST_FUSE_STOP;
   ++g->passed;

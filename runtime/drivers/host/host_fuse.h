@@ -23,8 +23,9 @@ enum { HOST_FUSE_STOP = 0, HOST_FUSE_JOINED = 1, HOST_FUSE_PASSED = 2 };
 host_group *host_fuse_group_create(void);
 void host_fuse_group_destroy(host_group *group);
 
-/* Records that `fn` is the kernel of a name that declares `flags`
- * (LOOM_KERNEL_* of loom/kernel_abi.h); called as names resolve. */
+/* Records that `fn` is the library kernel of a name that declares `flags`
+ * (LOOM_KERNEL_* of loom/kernel_abi.h); called as library names resolve.
+ * Only launches of library kernels may be passed over by a group's look. */
 void host_fuse_declare(loom_kernel_fn fn, uint32_t flags);
 
 /* Whether `cmd` may start a group (fusion on, an elementwise launch large
