@@ -170,3 +170,16 @@ def test_complex_autograd(no_fallback):
         y.backward()
         grads.append(x.grad)
     close(grads[1], grads[0])
+
+
+def test_half_parts_make_chalf_on_the_cpu_counted():
+    """complex32 has no loom kernels yet: Half parts run on the CPU, counted
+    as a fallback, with the CPU's result (and the CPU's error for polar)."""
+    a, b = torch.randn(5, dtype=torch.half), torch.randn(5, dtype=torch.half)
+    torch.loom.clear_fallback_ops()
+    got = torch.complex(a.to("loom"), b.to("loom"))
+    assert got.dtype == torch.complex32 and got.device.type == "loom"
+    assert torch.equal(torch.view_as_real(got.cpu()), torch.view_as_real(torch.complex(a, b)))
+    assert "aten::complex.out" in torch.loom.fallback_ops()
+    with pytest.raises(RuntimeError, match="not implemented for 'Half'"):
+        torch.polar(a.to("loom"), b.to("loom"))

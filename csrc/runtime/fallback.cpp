@@ -76,6 +76,8 @@ void check_same_device(const c10::OperatorHandle& op,
               "! (when checking arguments for ", name, ")");
 }
 
+}  // namespace
+
 void loom_cpu_fallback(const c10::OperatorHandle& op,
                        torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
@@ -100,8 +102,6 @@ void loom_cpu_fallback(const c10::OperatorHandle& op,
   }
   at::native::cpu_fallback(op, stack);
 }
-
-}  // namespace
 
 FallbackMode fallback_mode() { return mode_slot().load(); }
 

@@ -2,6 +2,8 @@
 // record of which ops took it.
 #pragma once
 
+#include <ATen/core/stack.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -14,6 +16,12 @@ enum class FallbackMode { kWarn, kSilent, kError };
 // LOOM_FALLBACK=warn (default: one warning per op), silent, or error.
 FallbackMode fallback_mode();
 void set_fallback_mode(FallbackMode mode);
+
+// Runs `op` on the CPU (copies of its arguments; results copied back),
+// counted in fallback_record() and subject to the mode, as for an op with no
+// loom kernel. Native kernels call it through at::native::call_fallback_fn
+// for the argument kinds they do not cover.
+void loom_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // (op name, times it ran on the CPU) for every op that fell back so far.
 std::vector<std::pair<std::string, int64_t>> fallback_record();

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/Operators.h>
 #include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -17,6 +19,7 @@
 #include "common.h"
 #include "loom/kernels/complex.h"
 #include "register.h"
+#include "runtime/fallback.h"
 
 namespace torch_loom::pw {
 namespace {
@@ -159,11 +162,23 @@ Tensor& compose_out(const char* name, int op, const Tensor& a, const Tensor& b, 
   return out;
 }
 
+// Half parts make complex32 (chalf), which loom has no kernels for yet: the
+// CPU runs those, counted as a fallback (and raising where the CPU does).
+bool half_parts(const Tensor& a, const Tensor& b) {
+  return a.scalar_type() == at::kHalf || b.scalar_type() == at::kHalf;
+}
+
 Tensor& polar_out(const Tensor& abs, const Tensor& angle, Tensor& out) {
+  if (half_parts(abs, angle))
+    return at::native::call_fallback_fn<&loom_cpu_fallback, ATEN_OP2(polar, out)>::call(
+        abs, angle, out);
   return compose_out("polar", LOOM_COMPLEX_POLAR, abs, angle, out);
 }
 
 Tensor& complex_out(const Tensor& real, const Tensor& imag, Tensor& out) {
+  if (half_parts(real, imag))
+    return at::native::call_fallback_fn<&loom_cpu_fallback, ATEN_OP2(complex, out)>::call(
+        real, imag, out);
   return compose_out("complex", LOOM_COMPLEX_MAKE, real, imag, out);
 }
 
