@@ -1,6 +1,8 @@
 /* Deterministic embedding backward: bucket, then reduce per row. */
 #include "kernels/index/embedding.h"
 
+#include <math.h>
+
 #include "kernels/nn/nn_util.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
@@ -77,7 +79,53 @@ int loom_embedding_backward_rows(const loom_kernel_args *args, int64_t begin,
   return LOOM_OK;
 }
 
+/* The p-norm of row r of w (p = +-inf: max / min magnitude, p = 0: count of
+ * nonzeros), in double over the elements in order, rounded to w's dtype as
+ * the CPU's norm returns it. */
+static double emb_row_norm(const loom_tensor *w, int64_t r, double p) {
+  const int64_t d = w->sizes[1], base = r * w->strides[0];
+  double acc = isinf(p) && p < 0 ? INFINITY : 0.0;
+  for (int64_t j = 0; j < d; ++j) {
+    const double a = fabs(loom_nn_load(w->data, w->dtype, base + j * w->strides[1]));
+    if (isinf(p)) acc = p > 0 ? (a > acc || a != a ? a : acc) : (a < acc || a != a ? a : acc);
+    else if (p == 0) acc += a != 0;
+    else if (p == 1) acc += a;
+    else if (p == 2) acc += a * a;
+    else acc += pow(a, p);
+  }
+  if (!isinf(p) && p != 0 && p != 1) acc = p == 2 ? sqrt(acc) : pow(acc, 1.0 / p);
+  uint64_t cell = 0;
+  loom_nn_store(&cell, w->dtype, 0, acc);
+  return loom_nn_load(&cell, w->dtype, 0);
+}
+
+int loom_embedding_renorm_rows(const loom_kernel_args *args, int64_t begin,
+                               int64_t end) {
+  if (args->num_tensors < 2 || args->num_scalars < 2)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t *offsets = (const int64_t *)args->tensors[0].data;
+  const loom_tensor *w = &args->tensors[1];
+  if (w->rank != 2 || !loom_nn_is_float(w->dtype)) return LOOM_ERROR_INVALID_ARGUMENT;
+  const double max_norm = args->scalars[0].f, p = args->scalars[1].f;
+  const int64_t d = w->sizes[1];
+  for (int64_t r = begin; r < end; ++r) {
+    if (offsets[r + 1] == offsets[r]) continue;
+    const double norm = emb_row_norm(w, r, p);
+    if (!(norm > max_norm)) continue;
+    double scale = max_norm / (norm + 1e-7);
+    /* the CPU multiplies by the scale as a scalar of the row's math type */
+    if (w->dtype != LOOM_FLOAT64) scale = (double)(float)scale;
+    const int64_t base = r * w->strides[0];
+    for (int64_t j = 0; j < d; ++j) {
+      const int64_t at = base + j * w->strides[1];
+      loom_nn_store(w->data, w->dtype, at, loom_nn_load(w->data, w->dtype, at) * scale);
+    }
+  }
+  return LOOM_OK;
+}
+
 const loom_kernel_entry loom_embedding_kernels[] = {
+    {"embedding.renorm_rows", loom_embedding_renorm_rows, NULL},
     {"embedding.backward_bucket", loom_embedding_backward_bucket, NULL},
     {"embedding.backward_rows", loom_embedding_backward_rows, NULL},
     {NULL, NULL, NULL},

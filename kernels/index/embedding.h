@@ -12,6 +12,7 @@ extern "C" {
 
 int loom_embedding_backward_bucket(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_embedding_backward_rows(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_embedding_renorm_rows(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus
 }

@@ -87,11 +87,43 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output,
   return grad_weight;
 }
 
+// embedding's max_norm: the rows the indices name, scaled in place down to
+// max_norm. The indices are bucketed by row (which also checks them), then
+// each named row is renormed once, as the CPU's sorted unique pass does.
+at::Tensor& embedding_renorm_(at::Tensor& self, const at::Tensor& indices,
+                              double max_norm, double norm_type) {
+  static const char* op = "embedding_renorm_";
+  TORCH_CHECK(self.dim() == 2, "Expected 2-dimensional tensor, but got ", self.dim(),
+              "-dimensional tensor for argument #1 'self' (while checking "
+              "arguments for embedding_renorm_)");
+  check_indices(indices, op);
+  check_float(self, op);
+  check_loom(indices, self, op, "indices");
+  const int64_t n = indices.numel(), num_weights = self.size(0);
+  if (n == 0 || self.numel() == 0) return self;
+  const auto dev = self.device().index();
+  const auto long_opts = self.options().dtype(at::kLong);
+  at::Tensor offsets = at::empty({num_weights + 1}, long_opts);
+  at::Tensor order = at::empty({n}, long_opts);
+  const at::Tensor idx = indices.contiguous().view({n});
+  {
+    const loom_tensor t[3] = {describe(idx, op), describe(offsets, op), describe(order, op)};
+    const loom_scalar s[1] = {scalar_i(num_weights)};
+    launch(op, LOOM_KERNEL("embedding.backward_bucket"), t, s, 1, 1, dev);
+  }
+  const loom_tensor t[2] = {describe(offsets, op), describe(self, op)};
+  const loom_scalar s[2] = {scalar_f(max_norm), scalar_f(norm_type)};
+  launch(op, LOOM_KERNEL("embedding.renorm_rows"), t, s, num_weights,
+         grain_for(self.size(1)), dev);
+  return self;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "embedding", embedding);
   LOOM_IMPL(m, "embedding_dense_backward", embedding_dense_backward);
+  LOOM_IMPL(m, "embedding_renorm_", embedding_renorm_);
 }
 
 }  // namespace torch_loom::nn

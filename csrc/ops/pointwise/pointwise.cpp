@@ -19,6 +19,7 @@
 #include "ops/pointwise/complex.h"
 #include "ops/pointwise/pointwise_iter.h"
 #include "register.h"
+#include "runtime/fallback.h"
 
 namespace torch_loom::pw {
 namespace {
@@ -114,6 +115,7 @@ const Entry kEntries[] = {
     BIN(__rshift__, "Tensor Scalar", RSHIFT, kIntOk),
     {"copysign", "Tensor Scalar out", Shape::kBinaryFloat, LOOM_PW_COPYSIGN, kAll},
     BIN(hypot, "- out", HYPOT, kFloatOnly),
+    BIN(nextafter, "- out", NEXTAFTER, kFloatOnly),
     BIN(logaddexp, "- out", LOGADDEXP, kFloatOnly),
     BIN(logaddexp2, "- out", LOGADDEXP2, kFloatOnly),
     BIN(heaviside, "- out", HEAVISIDE, kAll),
@@ -561,6 +563,15 @@ void run_entry(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack*
     if (run_complex(e.name, a, stack)) return;
     at::native::cpu_fallback(op, stack);
     return;
+  }
+  if (e.op == LOOM_PW_NEXTAFTER) {
+    // float16/bfloat16 step in their own encodings; the kernel covers float
+    // and double, the rest runs on the CPU, counted
+    const at::ScalarType t = at::result_type(a.tensor("self"), a.tensor("other"));
+    if (t == at::kHalf || t == at::kBFloat16) {
+      loom_cpu_fallback(op, stack);
+      return;
+    }
   }
   switch (e.shape) {
     case Shape::kUnary:

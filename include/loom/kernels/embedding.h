@@ -14,7 +14,13 @@
  * "embedding.backward_rows": range num_weights. tensors: [grad_output
  * (n, D), any strides; offsets; order; grad_weight (num_weights, D),
  * contiguous]; scalars: [padding_idx (-1: none), scale_grad_by_freq]. Rows
- * without occurrences (and the padding row) become zero. */
+ * without occurrences (and the padding row) become zero.
+ *
+ * "embedding.renorm_rows" (embedding_renorm_, in place): range num_weights.
+ * tensors: [offsets (from "embedding.backward_bucket" of the indices),
+ * weight (num_weights, D, float dtype, any strides)]; scalars: [max_norm
+ * (.f), norm_type (.f)]. Each row that some index names and whose
+ * norm_type-norm exceeds max_norm is scaled by max_norm / (norm + 1e-7). */
 #ifndef LOOM_KERNELS_EMBEDDING_CONTRACT_H
 #define LOOM_KERNELS_EMBEDDING_CONTRACT_H
 

@@ -1,0 +1,108 @@
+"""Ops that used to run on the CPU fallback, now native on loom, against
+the CPU: nextafter (float32/float64; 16-bit floats run on the counted CPU
+fallback) and embedding_renorm_ (embedding with max_norm). Edge values,
+broadcast and out= forms; nothing native may fall back to the CPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(
+    not (hasattr(torch, "loom") and torch.loom.is_available()),
+    reason="loom device not built")
+
+INF, NAN = float("inf"), float("nan")
+EDGE = [0.0, -0.0, 1.0, -1.0, INF, -INF, NAN, 1e-45, -1e-45, 3.4e38, 1e-300, 5e-324]
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nextafter_matches_cpu_bitwise(dtype):
+    g = torch.Generator().manual_seed(0)
+    a = torch.cat([torch.tensor(EDGE, dtype=dtype).repeat_interleave(len(EDGE)),
+                   torch.randn(200, generator=g, dtype=dtype)])
+    b = torch.cat([torch.tensor(EDGE, dtype=dtype).repeat(len(EDGE)),
+                   torch.randn(200, generator=g, dtype=dtype)])
+    want = torch.nextafter(a, b)
+    got = torch.nextafter(a.to("loom"), b.to("loom")).cpu()
+    assert got.dtype == dtype
+    assert torch.equal(got.view(torch.int32 if dtype == torch.float32 else torch.int64),
+                       want.view(torch.int32 if dtype == torch.float32 else torch.int64))
+    # broadcast, out= and in-place
+    x = torch.randn(4, 1, dtype=dtype, generator=g)
+    y = torch.randn(1, 5, dtype=dtype, generator=g)
+    out = torch.empty(4, 5, dtype=dtype, device="loom")
+    torch.nextafter(x.to("loom"), y.to("loom"), out=out)
+    assert torch.equal(out.cpu(), torch.nextafter(x, y))
+    z = x.expand(4, 5).clone().to("loom")
+    z.nextafter_(y.to("loom"))
+    assert torch.equal(z.cpu(), torch.nextafter(x, y))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_nextafter_16bit_runs_on_counted_fallback(dtype):
+    torch.loom.set_fallback_mode("silent")
+    torch.loom.clear_fallback_ops()
+    a = torch.tensor([0.0, 1.0, -1.0, 65504.0, INF, NAN]).to(dtype)
+    b = torch.tensor([1.0, 2.0, -2.0, INF, 0.0, 1.0]).to(dtype)
+    got = torch.nextafter(a.to("loom"), b.to("loom")).cpu()
+    assert torch.equal(got.view(torch.int16), torch.nextafter(a, b).view(torch.int16))
+    assert any("nextafter" in k for k in torch.loom.fallback_ops())
+
+
+def test_nextafter_rejects_integers():
+    with pytest.raises(RuntimeError, match="nextafter"):
+        torch.nextafter(torch.ones(3, dtype=torch.long, device="loom"),
+                        torch.ones(3, dtype=torch.long, device="loom"))
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.5, INF, 0.0])
+def test_embedding_renorm_matches_cpu(dtype, norm_type):
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(10, 7, generator=g, dtype=dtype) * 3
+    w[4] = 0.01  # a named row already within max_norm stays as it is
+    idx = torch.tensor([[1, 4, 1], [9, 0, 1]])  # repeats are renormed once
+    want = w.clone()
+    torch.embedding_renorm_(want, idx, 1.5, norm_type)
+    got = w.to("loom")
+    r = torch.embedding_renorm_(got, idx.to("loom"), 1.5, norm_type)
+    assert r.data_ptr() == got.data_ptr()
+    torch.testing.assert_close(got.cpu(), want)
+    assert torch.equal(got.cpu()[[2, 3, 5, 6, 7, 8]], w[[2, 3, 5, 6, 7, 8]])
+    assert not torch.equal(want[[0, 1, 9]], w[[0, 1, 9]])
+
+
+@pytest.mark.usefixtures("no_fallback")
+def test_embedding_max_norm_forward_and_gradient():
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(12, 5, generator=g) * 4
+    idx = torch.tensor([3, 7, 3, 11, 0])
+    wl = w.to("loom").requires_grad_()
+    wc = w.clone().requires_grad_()
+    yl = F.embedding(idx.to("loom"), wl, max_norm=2.0)
+    yc = F.embedding(idx, wc, max_norm=2.0)
+    torch.testing.assert_close(yl.detach().cpu(), yc.detach())
+    torch.testing.assert_close(wl.detach().cpu(), wc.detach())  # renormed in place
+    gy = torch.randn(yc.shape, generator=g)
+    yl.backward(gy.to("loom"))
+    yc.backward(gy)
+    torch.testing.assert_close(wl.grad.cpu(), wc.grad)
+    # a strided weight (a column slice) renorms through its strides
+    big = torch.randn(12, 10, generator=g)
+    want = big.clone()
+    torch.embedding_renorm_(want[:, ::2], idx, 1.0, 2.0)
+    got = big.to("loom")
+    torch.embedding_renorm_(got[:, ::2], idx.to("loom"), 1.0, 2.0)
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_embedding_renorm_bad_input_names_op():
+    w = torch.randn(4, 3, device="loom")
+    with pytest.raises(IndexError, match="embedding_renorm_.*out of range"):
+        torch.embedding_renorm_(w, torch.tensor([0, 9], device="loom"), 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="embedding_renorm_"):
+        torch.embedding_renorm_(torch.randn(4, device="loom"),
+                                torch.tensor([0], device="loom"), 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="embedding_renorm_"):
+        torch.embedding_renorm_(w, torch.tensor([0.0], device="loom"), 1.0, 2.0)
