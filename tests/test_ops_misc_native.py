@@ -106,3 +106,45 @@ def test_embedding_renorm_bad_input_names_op():
                                 torch.tensor([0], device="loom"), 1.0, 2.0)
     with pytest.raises(RuntimeError, match="embedding_renorm_"):
         torch.embedding_renorm_(w, torch.tensor([0.0], device="loom"), 1.0, 2.0)
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logcumsumexp_matches_cpu(dtype):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 33, 4, generator=g, dtype=dtype) * 20
+    for dim in (0, 1, -1):
+        want = torch.logcumsumexp(x, dim)
+        got = torch.logcumsumexp(x.to("loom"), dim).cpu()
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+    # infinities, NaN and huge magnitudes along one row
+    e = torch.tensor([[-INF, -INF, 0.0, INF, 1.0, INF],
+                      [1e30, -1e30, NAN, 2.0, -INF, 3.0],
+                      [-INF, 5.0, -INF, -INF, 5.0, 80.0]], dtype=dtype)
+    torch.testing.assert_close(torch.logcumsumexp(e.to("loom"), 1).cpu(),
+                               torch.logcumsumexp(e, 1), equal_nan=True, atol=0, rtol=0)
+    # 0-d, empty, a transposed input and out=
+    s = torch.tensor(2.5, dtype=dtype)
+    assert torch.equal(torch.logcumsumexp(s.to("loom"), 0).cpu(), torch.logcumsumexp(s, 0))
+    assert torch.logcumsumexp(torch.empty(0, 3, dtype=dtype, device="loom"), 0).shape == (0, 3)
+    t = x[:, :, 0].t()
+    out = torch.empty(0, dtype=dtype, device="loom")
+    torch.logcumsumexp(t.to("loom"), 1, out=out)
+    torch.testing.assert_close(out.cpu(), torch.logcumsumexp(t, 1), atol=0, rtol=0)
+
+
+@pytest.mark.usefixtures("no_fallback")
+def test_logcumsumexp_gradient():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 9, generator=g, dtype=torch.float64)
+    xl = x.to("loom").requires_grad_()
+    xc = x.clone().requires_grad_()
+    gy = torch.randn(4, 9, generator=g, dtype=torch.float64)
+    torch.logcumsumexp(xl, 1).backward(gy.to("loom"))
+    torch.logcumsumexp(xc, 1).backward(gy)
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad)
+
+
+def test_logcumsumexp_rejects_integers():
+    with pytest.raises(NotImplementedError, match="logcumsumexp"):
+        torch.logcumsumexp(torch.arange(4, device="loom"), 0)

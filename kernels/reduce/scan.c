@@ -1,6 +1,8 @@
 /* Cumulative ops: one row per iteration, scanned in element order. */
 #include "kernels/reduce/scan.h"
 
+#include <math.h>
+
 #include "kernels/base/convert.h"
 #include "kernels/nn/nn_util.h"
 #include "kernels/pointwise/pointwise.h"
@@ -17,6 +19,16 @@ static void scan_store(const loom_tensor *t, int64_t off, int integral,
   else loom_pw_store(LOOM_PW_F64, dst, t->dtype, 0, &f, 1);
 }
 
+/* log(exp(x) + exp(acc)) as the CPU's logcumsumexp computes it: the larger
+ * plus log1p(exp(smaller - larger)); a NaN acc stays, equal infinities give
+ * x. */
+static double scan_log_add_exp(double x, double acc) {
+  const double lo = acc != acc ? acc : (acc < x ? acc : x);
+  const double hi = acc != acc ? acc : (x < acc ? acc : x);
+  if (lo != hi || isfinite(lo)) return log1p(exp(lo - hi)) + hi;
+  return x;
+}
+
 int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 3 || args->num_scalars < 2) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *out = &args->tensors[0], *in = &args->tensors[1];
@@ -29,6 +41,7 @@ int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int64_t is = in->rank ? in->strides[dim] : 0, os = out->rank ? out->strides[dim] : 0;
   const int64_t xs = idx->data && idx->rank ? idx->strides[dim] : 0;
   const int integral = loom_dtype_is_integral(in->dtype);
+  if (op == LOOM_SCAN_LOGCUMSUMEXP && integral) return LOOM_ERROR_INVALID_ARGUMENT;
   const int32_t skip = in->rank ? dim : -1;
   if ((op == LOOM_SCAN_CUMSUM || op == LOOM_SCAN_CUMPROD) && in->dtype == LOOM_FLOAT32 &&
       out->dtype == LOOM_FLOAT32) {
@@ -94,7 +107,7 @@ int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end) {
   for (int64_t row = begin; row < end; ++row) {
     const int64_t ib = loom_nn_offset(in, row, skip), ob = loom_nn_offset(out, row, skip);
     const int64_t xb = idx->data ? loom_nn_offset(idx, row, skip) : 0;
-    double acc = op == LOOM_SCAN_CUMPROD ? 1.0 : 0.0;
+    double acc = op == LOOM_SCAN_CUMPROD ? 1.0 : op == LOOM_SCAN_LOGCUMSUMEXP ? -INFINITY : 0.0;
     uint64_t iacc = op == LOOM_SCAN_CUMPROD ? 1u : 0u;
     int64_t best_i = 0, ibest = 0;
     double best = 0.0;
@@ -110,6 +123,7 @@ int loom_kernel_scan(const loom_kernel_args *args, int64_t begin, int64_t end) {
         case LOOM_SCAN_CUMPROD:
           if (integral) iacc *= (uint64_t)xi; else acc *= xf;
           break;
+        case LOOM_SCAN_LOGCUMSUMEXP: acc = scan_log_add_exp(xf, acc); break;
         default: { /* cummax / cummin: NaN wins and stays; ties move on */
           const int max = op == LOOM_SCAN_CUMMAX;
           if (k == 0) {

@@ -1,9 +1,12 @@
 // Factories and index-formula ops on loom: arange, linspace, logspace, eye,
-// tril/triu, and the cumulative ops (cumsum, cumprod, cummax, cummin).
+// tril/triu, and the cumulative ops (cumsum, cumprod, cummax, cummin,
+// logcumsumexp).
 // full, zeros, ones, stack and repeat are composites over fill_/copy_/cat.
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/RangeUtils.h>
+#include <ATen/Operators.h>
+#include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -15,6 +18,7 @@
 #include "loom/kernels/factory.h"
 #include "loom/kernels/scan.h"
 #include "register.h"
+#include "runtime/fallback.h"
 
 namespace torch_loom::factory {
 namespace {
@@ -156,6 +160,27 @@ at::Tensor cumprod(const at::Tensor& self, int64_t dim, std::optional<at::Scalar
   return cumprod_out(self, dim, dtype, out);
 }
 
+// logcumsumexp (its composite calls these): a double log-add-exp scan per
+// row, as the CPU's. Complex inputs run on the CPU, counted.
+at::Tensor& logcumsumexp_out(const at::Tensor& self, int64_t dim, at::Tensor& out) {
+  if (self.is_complex())
+    return at::native::call_fallback_fn<&loom_cpu_fallback, ATEN_OP2(_logcumsumexp, out)>::call(
+        self, dim, out);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()),
+                              "\"logcumsumexp_out_loom\" not implemented for '",
+                              self.scalar_type(), "'");
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "logcumsumexp: expected out dtype ",
+              self.scalar_type(), " but got ", out.scalar_type());
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  at::native::resize_output(out, self.sizes());
+  launch_scan("logcumsumexp", LOOM_SCAN_LOGCUMSUMEXP, self, dim, out, at::Tensor());
+  return out;
+}
+at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  return logcumsumexp_out(self, dim, out);
+}
+
 void cummax_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
   launch_scan("cummax", LOOM_SCAN_CUMMAX, self, at::maybe_wrap_dim(dim, self.dim()), values, indices);
 }
@@ -190,6 +215,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "cumsum.out", cumsum_out);
   LOOM_IMPL(m, "cumprod", cumprod);
   LOOM_IMPL(m, "cumprod.out", cumprod_out);
+  LOOM_IMPL(m, "_logcumsumexp", logcumsumexp);
+  LOOM_IMPL(m, "_logcumsumexp.out", logcumsumexp_out);
   LOOM_IMPL(m, "_cummax_helper", cummax_helper);
   LOOM_IMPL(m, "_cummin_helper", cummin_helper);
 }

@@ -1,5 +1,7 @@
 /* loom/kernels/scan.h — the scan kernel's name and argument contract:
- * cumulative ops along one dim (cumsum, cumprod, cummax, cummin). Every
+ * cumulative ops along one dim (cumsum, cumprod, cummax, cummin,
+ * logcumsumexp: acc = log(exp(x) + exp(acc)) from acc = -inf, the CPU's
+ * log-add-exp of the smaller minus the larger). Every
  * driver provides this name.
  *
  * "scan.rows": tensors[0] = out, tensors[1] = in (same sizes),
@@ -13,6 +15,7 @@
 
 typedef enum loom_scan_op {
   LOOM_SCAN_CUMSUM, LOOM_SCAN_CUMPROD, LOOM_SCAN_CUMMAX, LOOM_SCAN_CUMMIN,
+  LOOM_SCAN_LOGCUMSUMEXP /* floating dtypes only */,
 } loom_scan_op;
 
 #endif /* LOOM_KERNELS_SCAN_CONTRACT_H */
