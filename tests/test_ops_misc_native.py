@@ -148,3 +148,41 @@ def test_logcumsumexp_gradient():
 def test_logcumsumexp_rejects_integers():
     with pytest.raises(NotImplementedError, match="logcumsumexp"):
         torch.logcumsumexp(torch.arange(4, device="loom"), 0)
+
+
+ERFCX_EDGE = [0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 1.0, -1.0, 3.9, 4.0, -6.0, -6.2, -26.0,
+              -27.0, 26.0, 49.9, 50.0, 50.5, 1e3, 4e7, 6e7, 1e30, -1e30, INF, -INF, NAN]
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("fn", [torch.special.erfcx, torch.special.log_ndtr])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_erfcx_log_ndtr_match_cpu(fn, dtype):
+    g = torch.Generator().manual_seed(5)
+    x = torch.cat([torch.tensor(ERFCX_EDGE, dtype=dtype),
+                   torch.randn(400, generator=g, dtype=dtype) * 8,
+                   torch.linspace(-30, 60, 901, dtype=dtype)])
+    want = fn(x)
+    got = fn(x.to("loom")).cpu()
+    assert got.dtype == dtype
+    # the CPU's table and expansions, in its order of operations
+    torch.testing.assert_close(got, want, equal_nan=True, atol=0,
+                               rtol=2 * torch.finfo(dtype).eps)
+    # integer input promotes; out=; a strided view
+    i = torch.arange(-5, 6)
+    torch.testing.assert_close(fn(i.to("loom")).cpu(), fn(i))
+    out = torch.empty(0, dtype=dtype, device="loom")
+    fn(x.to("loom")[::3], out=out)
+    torch.testing.assert_close(out.cpu(), want[::3], equal_nan=True, atol=0,
+                               rtol=2 * torch.finfo(dtype).eps)
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("fn", [torch.special.erfcx, torch.special.log_ndtr])
+def test_erfcx_log_ndtr_gradients(fn):
+    x = torch.linspace(-8, 8, 37, dtype=torch.float64)
+    xl = x.to("loom").requires_grad_()
+    xc = x.clone().requires_grad_()
+    fn(xl).sum().backward()
+    fn(xc).sum().backward()
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad)

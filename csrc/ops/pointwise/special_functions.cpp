@@ -1,4 +1,5 @@
-// The special functions on loom (i0, special_i0e/i1/i1e, ndtri, the Bessel
+// The special functions on loom (i0, special_i0e/i1/i1e, ndtri, erfcx,
+// log_ndtr, the Bessel
 // and Airy functions, the orthogonal polynomials) and the shrink activations: a float TensorIterator
 // (integral inputs promote to the default float dtype, as on the CPU) and a
 // launch of the "pointwise.special" kernel (loom/kernels/special.h).
@@ -97,6 +98,8 @@ UNARY(i0e, LOOM_SPECIAL_I0E, "special_i0e")
 UNARY(i1, LOOM_SPECIAL_I1, "special_i1")
 UNARY(i1e, LOOM_SPECIAL_I1E, "special_i1e")
 UNARY(ndtri, LOOM_SPECIAL_NDTRI, "special_ndtri")
+UNARY(erfcx, LOOM_SPECIAL_ERFCX, "special_erfcx")
+UNARY(log_ndtr, LOOM_SPECIAL_LOG_NDTR, "special_log_ndtr")
 UNARY(sph_j0, LOOM_SPECIAL_SPHERICAL_BESSEL_J0, "special_spherical_bessel_j0")
 UNARY(airy_ai, LOOM_SPECIAL_AIRY_AI, "special_airy_ai")
 UNARY(bessel_j0, LOOM_SPECIAL_BESSEL_J0, "special_bessel_j0")
@@ -187,6 +190,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   REG("special_i1", i1)
   REG("special_i1e", i1e)
   REG("special_ndtri", ndtri)
+  REG("special_erfcx", erfcx)
+  REG("special_log_ndtr", log_ndtr)
   REG("special_spherical_bessel_j0", sph_j0)
   REG("special_airy_ai", airy_ai)
   REG("special_bessel_j0", bessel_j0)

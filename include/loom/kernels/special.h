@@ -1,6 +1,6 @@
 /* loom/kernels/special.h — the special functions' elementwise kernel: the
  * modified Bessel functions, Bessel and Airy functions, orthogonal
- * polynomials, ndtri and the shrink activations, over strided, broadcast operands of any floating
+ * polynomials, ndtri, erfcx, log_ndtr and the shrink activations, over strided, broadcast operands of any floating
  * or integral dtype.
  *
  * "pointwise.special": the argument layout of "pointwise.apply"
@@ -27,6 +27,7 @@ typedef enum loom_special_op {
   LOOM_SPECIAL_MODIFIED_BESSEL_I1, LOOM_SPECIAL_MODIFIED_BESSEL_K0,
   LOOM_SPECIAL_MODIFIED_BESSEL_K1, LOOM_SPECIAL_SCALED_MODIFIED_BESSEL_K0,
   LOOM_SPECIAL_SCALED_MODIFIED_BESSEL_K1,
+  LOOM_SPECIAL_ERFCX /* exp(x^2) erfc(x) */, LOOM_SPECIAL_LOG_NDTR /* log Phi(x) */,
   LOOM_SPECIAL_HARDSHRINK /* [lambd] */, LOOM_SPECIAL_SOFTSHRINK /* [lambd] */,
   /* binary: x = tensors[1], n = tensors[2] (truncated to an integer; NaN,
    * infinite or out of range: a negative degree, giving 0) */
