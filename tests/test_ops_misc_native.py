@@ -186,3 +186,43 @@ def test_erfcx_log_ndtr_gradients(fn):
     fn(xl).sum().backward()
     fn(xc).sum().backward()
     torch.testing.assert_close(xl.grad.cpu(), xc.grad)
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("p,weighted", [(1, False), (2, True)])
+def test_multi_margin_loss_matches_cpu(dtype, reduction, p, weighted):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(13, 7, generator=g, dtype=dtype)
+    y = torch.randint(0, 7, (13,), generator=g)
+    w = torch.rand(7, generator=g, dtype=dtype) + 0.5 if weighted else None
+    xl = x.to("loom").requires_grad_()
+    xc = x.clone().requires_grad_()
+    kw = dict(p=p, margin=0.7, reduction=reduction)
+    lc = F.multi_margin_loss(xc, y, weight=w, **kw)
+    ll = F.multi_margin_loss(xl, y.to("loom"), weight=None if w is None else w.to("loom"), **kw)
+    assert ll.shape == lc.shape
+    torch.testing.assert_close(ll.detach().cpu(), lc.detach(), atol=0, rtol=0)
+    gy = torch.rand(lc.shape, generator=g, dtype=dtype)
+    lc.backward(gy)
+    ll.backward(gy.to("loom"))
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad, atol=0, rtol=0)
+
+
+@pytest.mark.usefixtures("no_fallback")
+def test_multi_margin_loss_single_sample_and_errors():
+    x = torch.tensor([0.3, -1.0, 2.0, 0.1])
+    y = torch.tensor(2)
+    for reduction in ("none", "mean", "sum"):
+        want = F.multi_margin_loss(x, y, reduction=reduction, margin=3.0)
+        got = F.multi_margin_loss(x.to("loom"), y.to("loom"), reduction=reduction, margin=3.0)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want)
+    with pytest.raises(IndexError, match="target out of range"):
+        F.multi_margin_loss(torch.zeros(2, 3, device="loom"), torch.tensor([0, 3], device="loom"))
+    with pytest.raises(RuntimeError, match="only p == 1 and p == 2"):
+        torch.ops.aten.multi_margin_loss(torch.zeros(2, 3, device="loom"),
+                                         torch.tensor([0, 1], device="loom"), 3)
+    with pytest.raises(RuntimeError, match="inconsistent target size"):
+        F.multi_margin_loss(torch.zeros(2, 3, device="loom"), torch.tensor([0], device="loom"))

@@ -47,4 +47,17 @@ enum {
  * grad_output is one element for mean/sum, else input-shaped (any
  * strides). */
 
+/* ---- multi_margin_loss over input [N, C] (contiguous, float32/float64) ----
+ * "multi_margin_loss.forward": range N. tensors: [input, target (int64, N),
+ * weight (C, contiguous, input dtype; data NULL: none), out (N contiguous:
+ * the input dtype, or fp64 partials for "loss.sum_partials")]; scalars:
+ * [p (1 or 2), margin (f)]. out[n] = sum over d != t of
+ * max(0, margin - x[t] + x[d])^p * w[t], divided by C, in the input dtype.
+ * A target outside [0, C) fails with LOOM_ERROR_INDEX_OUT_OF_RANGE.
+ *
+ * "multi_margin_loss.backward": range N; writes all of grad_input [N, C]
+ * (contiguous). tensors: [grad_output (input dtype; N contiguous elements
+ * if per_row, else one), input, target, weight?, grad_input]; scalars:
+ * [p, margin (f), g (f: 1/C, or 1/(N*C) for mean), per_row]. */
+
 #endif /* LOOM_KERNELS_LOSS_CONTRACT_H */
