@@ -220,9 +220,52 @@ def test_multi_margin_loss_single_sample_and_errors():
         assert got.shape == want.shape
         torch.testing.assert_close(got.cpu(), want)
     with pytest.raises(IndexError, match="target out of range"):
-        F.multi_margin_loss(torch.zeros(2, 3, device="loom"), torch.tensor([0, 3], device="loom"))
+        F.multi_margin_loss(torch.zeros(2, 3, device="loom"),
+                            torch.tensor([0, 3], device="loom")).cpu()
     with pytest.raises(RuntimeError, match="only p == 1 and p == 2"):
         torch.ops.aten.multi_margin_loss(torch.zeros(2, 3, device="loom"),
                                          torch.tensor([0, 1], device="loom"), 3)
     with pytest.raises(RuntimeError, match="inconsistent target size"):
         F.multi_margin_loss(torch.zeros(2, 3, device="loom"), torch.tensor([0], device="loom"))
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss_matches_cpu(dtype, reduction):
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(9, 6, generator=g, dtype=dtype)
+    y = torch.randint(0, 6, (9, 6), generator=g)
+    y[torch.rand(9, 6, generator=g) < 0.3] = -1  # targets end at the first -1
+    y[0] = -1  # a row with no targets
+    y[1] = torch.arange(6)  # a row where every class is a target
+    xl = x.to("loom").requires_grad_()
+    xc = x.clone().requires_grad_()
+    lc = F.multilabel_margin_loss(xc, y, reduction=reduction)
+    ll = F.multilabel_margin_loss(xl, y.to("loom"), reduction=reduction)
+    assert ll.shape == lc.shape
+    torch.testing.assert_close(ll.detach().cpu(), lc.detach(), atol=0, rtol=0)
+    out_c, ist_c = torch.ops.aten.multilabel_margin_loss_forward(x, y, 0)
+    out_l, ist_l = torch.ops.aten.multilabel_margin_loss_forward(x.to("loom"), y.to("loom"), 0)
+    assert torch.equal(ist_l.cpu(), ist_c)
+    gy = torch.rand(lc.shape, generator=g, dtype=dtype)
+    lc.backward(gy)
+    ll.backward(gy.to("loom"))
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad, atol=0, rtol=0)
+
+
+@pytest.mark.usefixtures("no_fallback")
+def test_multilabel_margin_loss_single_sample_and_errors():
+    x = torch.tensor([0.1, 0.2, 0.4, 0.8])
+    y = torch.tensor([3, 0, -1, 1])
+    for reduction in ("none", "mean", "sum"):
+        want = F.multilabel_margin_loss(x, y, reduction=reduction)
+        got = F.multilabel_margin_loss(x.to("loom"), y.to("loom"), reduction=reduction)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got.cpu(), want)
+    with pytest.raises(RuntimeError, match="inconsistent target size"):
+        F.multilabel_margin_loss(torch.zeros(2, 3, device="loom"),
+                                 torch.zeros(2, 2, dtype=torch.long, device="loom"))
+    with pytest.raises(IndexError, match="target out of range"):
+        F.multilabel_margin_loss(torch.zeros(1, 3, device="loom"),
+                                 torch.tensor([[0, 5, -1]], device="loom")).cpu()

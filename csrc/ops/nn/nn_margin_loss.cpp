@@ -1,4 +1,4 @@
-// multi_margin_loss on loom, forward and backward: the CPU's shape checks,
+// multi_margin_loss and multilabel_margin_loss on loom, forward and backward: the CPU's shape checks,
 // then one launch item per sample (loom/kernels/loss.h); the reduced loss
 // adds the per-sample values in order in double, as the CPU does.
 #include <ATen/ATen.h>
@@ -124,6 +124,113 @@ at::Tensor multi_margin_loss_backward(const at::Tensor& grad_output, const at::T
                                         grad_input);
 }
 
+// ---- multilabel_margin_loss ---------------------------------------------------
+
+MarginShape multilabel_check(const at::Tensor& input, const at::Tensor& target,
+                             int64_t reduction, const char* op) {
+  TORCH_CHECK(reduction >= 0 && reduction <= 2, op, ": ", reduction,
+              " is not a valid value for reduction");
+  const int64_t nd = input.dim();
+  TORCH_CHECK((nd == 2 && input.size(1) != 0) || (nd == 1 && input.size(0) != 0) || nd == 0,
+              "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ",
+              input.sizes());
+  MarginShape s{1, 1};
+  if (nd <= 1) {
+    s.dim = nd == 0 ? 1 : input.size(0);
+    TORCH_CHECK(target.dim() <= 1 && target.numel() == s.dim, "inconsistent target size: ",
+                target.sizes(), " for input of size: ", input.sizes());
+  } else {
+    s.nframe = input.size(0);
+    s.dim = input.size(1);
+    TORCH_CHECK(target.dim() == 2 && target.size(0) == s.nframe && target.size(1) == s.dim,
+                "inconsistent target size: ", target.sizes(), " for input of size: ",
+                input.sizes());
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, "\"", op,
+      "\" not implemented for '", input.scalar_type(), "'");
+  TORCH_CHECK(target.scalar_type() == at::kLong, op, ": expected target of dtype Long but got ",
+              target.scalar_type());
+  check_loom(target, input, op, "target");
+  return s;
+}
+
+std::tuple<at::Tensor&, at::Tensor&> multilabel_forward_out(const at::Tensor& self,
+                                                            const at::Tensor& target,
+                                                            int64_t reduction, at::Tensor& out,
+                                                            at::Tensor& is_target) {
+  static const char* op = "multilabel_margin_loss_forward";
+  const MarginShape s = multilabel_check(self, target, reduction, op);
+  const bool per_row = reduction == LOOM_REDUCTION_NONE && target.dim() > 1;
+  if (per_row) out.resize_({s.nframe});
+  else out.resize_({});
+  is_target.resize_as_(target);
+  if (self.numel() == 0) return {out, is_target};
+  TORCH_CHECK(out.scalar_type() == self.scalar_type() &&
+                  is_target.scalar_type() == self.scalar_type(),
+              op, ": expected output and is_target of dtype ", self.scalar_type());
+  const at::Tensor x = self.contiguous().view({s.nframe, s.dim});
+  const at::Tensor t = target.contiguous().view({s.nframe, s.dim});
+  const bool direct = is_target.is_contiguous() && (!per_row || out.is_contiguous());
+  at::Tensor ist = direct ? is_target : at::empty({s.nframe, s.dim}, self.options());
+  at::Tensor res = direct ? out : at::empty(out.sizes(), self.options());
+  const loom_tensor d[4] = {describe(x, op), describe(t, op),
+                            describe(ist.view({s.nframe, s.dim}), op), describe(res, op)};
+  const loom_scalar sc[2] = {scalar_i(per_row), scalar_i(reduction)};
+  launch(op, LOOM_KERNEL("multilabel_margin_loss.forward"), d, sc, per_row ? s.nframe : 1,
+         per_row ? grain_for(s.dim * s.dim) : 1, self.device().index());
+  if (!direct) {
+    is_target.copy_(ist.view(is_target.sizes()));
+    out.copy_(res);
+  }
+  return {out, is_target};
+}
+
+std::tuple<at::Tensor, at::Tensor> multilabel_forward(const at::Tensor& self,
+                                                      const at::Tensor& target,
+                                                      int64_t reduction) {
+  at::Tensor out = at::empty({0}, self.options());
+  at::Tensor is_target = at::empty({0}, self.options());
+  multilabel_forward_out(self, target, reduction, out, is_target);
+  return {out, is_target};
+}
+
+at::Tensor& multilabel_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
+                                    const at::Tensor& target, int64_t reduction,
+                                    const at::Tensor& is_target, at::Tensor& grad_input) {
+  static const char* op = "multilabel_margin_loss_backward";
+  const MarginShape s = multilabel_check(self, target, reduction, op);
+  check_loom(grad_output, self, op, "grad_output");
+  check_loom(is_target, self, op, "is_target");
+  TORCH_CHECK(is_target.sizes() == target.sizes(), "inconsistent is_target size: ",
+              is_target.sizes(), " for target of size: ", target.sizes());
+  grad_input.resize_as_(self);
+  TORCH_CHECK(grad_input.is_contiguous(), "grad_input must be contiguous");
+  if (self.numel() == 0) return grad_input;
+  const bool per_row = reduction == LOOM_REDUCTION_NONE && grad_output.dim() > 0;
+  TORCH_CHECK(grad_output.numel() == (per_row ? s.nframe : 1), op, ": grad_output of size ",
+              grad_output.sizes(), " does not match the loss");
+  const at::Tensor go = grad_output.to(self.scalar_type()).contiguous();
+  const at::Tensor x = self.contiguous().view({s.nframe, s.dim});
+  const at::Tensor t = target.contiguous().view({s.nframe, s.dim});
+  const at::Tensor ist = is_target.to(self.scalar_type()).contiguous().view({s.nframe, s.dim});
+  const double g = reduction == LOOM_REDUCTION_MEAN ? 1. / static_cast<double>(s.nframe * s.dim)
+                                                    : 1. / static_cast<double>(s.dim);
+  const loom_tensor d[5] = {describe(go, op), describe(x, op), describe(t, op), describe(ist, op),
+                            describe(grad_input.view({s.nframe, s.dim}), op)};
+  const loom_scalar sc[2] = {scalar_f(g), scalar_i(per_row)};
+  launch(op, LOOM_KERNEL("multilabel_margin_loss.backward"), d, sc, s.nframe,
+         grain_for(s.dim * s.dim), self.device().index());
+  return grad_input;
+}
+
+at::Tensor multilabel_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                               const at::Tensor& target, int64_t reduction,
+                               const at::Tensor& is_target) {
+  at::Tensor grad_input = at::empty({0}, self.options());
+  return multilabel_backward_out(grad_output, self, target, reduction, is_target, grad_input);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -131,6 +238,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "multi_margin_loss.out", multi_margin_loss_out);
   LOOM_IMPL(m, "multi_margin_loss_backward", multi_margin_loss_backward);
   LOOM_IMPL(m, "multi_margin_loss_backward.grad_input", multi_margin_loss_backward_out);
+  LOOM_IMPL(m, "multilabel_margin_loss_forward", multilabel_forward);
+  LOOM_IMPL(m, "multilabel_margin_loss_forward.output", multilabel_forward_out);
+  LOOM_IMPL(m, "multilabel_margin_loss_backward", multilabel_backward);
+  LOOM_IMPL(m, "multilabel_margin_loss_backward.grad_input", multilabel_backward_out);
 }
 
 }  // namespace torch_loom::nn

@@ -60,4 +60,17 @@ enum {
  * if per_row, else one), input, target, weight?, grad_input]; scalars:
  * [p, margin (f), g (f: 1/C, or 1/(N*C) for mean), per_row]. */
 
+/* ---- multilabel_margin_loss over input [N, C] (contiguous, float32/float64),
+ * target [N, C] int64 (a row's targets: its leading entries >= 0) ----
+ * "multilabel_margin_loss.forward": tensors: [input, target, is_target
+ * ([N, C], input dtype, out: 1 at each target class), out (input dtype)];
+ * scalars: [per_row, reduction]. per_row: range N, out[n] the row's loss;
+ * else range 1, out[0] the rows' double sum / C (/ N for mean). A target
+ * >= C fails with LOOM_ERROR_INDEX_OUT_OF_RANGE.
+ *
+ * "multilabel_margin_loss.backward": range N; writes all of grad_input
+ * [N, C] (contiguous). tensors: [grad_output (N contiguous elements if
+ * per_row, else one), input, target, is_target, grad_input]; scalars:
+ * [g (f: 1/C, or 1/(N*C) for mean), per_row]. */
+
 #endif /* LOOM_KERNELS_LOSS_CONTRACT_H */
