@@ -6,6 +6,7 @@
 
 extern const loom_kernel_entry loom_loss_kernels[];
 extern const loom_kernel_entry loom_margin_loss_kernels[];
+extern const loom_kernel_entry loom_distance_kernels[];
 extern const loom_kernel_entry loom_pointwise_kernels[];
 extern const loom_kernel_entry loom_copy_kernels[];
 extern const loom_kernel_entry loom_fill_kernels[];
@@ -43,6 +44,7 @@ extern const loom_kernel_entry loom_linalg_kernels[];
 static const loom_kernel_entry *const families[] = {
     loom_loss_kernels,
     loom_margin_loss_kernels,
+    loom_distance_kernels,
     loom_pointwise_kernels,
     loom_copy_kernels,
     loom_fill_kernels,

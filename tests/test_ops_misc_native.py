@@ -269,3 +269,39 @@ def test_multilabel_margin_loss_single_sample_and_errors():
     with pytest.raises(IndexError, match="target out of range"):
         F.multilabel_margin_loss(torch.zeros(1, 3, device="loom"),
                                  torch.tensor([[0, 5, -1]], device="loom")).cpu()
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 1.5, INF])
+def test_cdist_pdist_forward_match_cpu(dtype, p):
+    g = torch.Generator().manual_seed(8)
+    x1 = torch.randn(2, 1, 7, 5, generator=g, dtype=dtype)
+    x2 = torch.randn(3, 6, 5, generator=g, dtype=dtype)
+    x2[0, 0] = x1[0, 0, 0]  # a zero distance
+    want = torch.cdist(x1, x2, p=p, compute_mode="donot_use_mm_for_euclid_dist")
+    got = torch.cdist(x1.to("loom"), x2.to("loom"), p=p,
+                      compute_mode="donot_use_mm_for_euclid_dist").cpu()
+    assert got.shape == want.shape == (2, 3, 7, 6)
+    torch.testing.assert_close(got, want, rtol=4 * torch.finfo(dtype).eps, atol=0)
+    x = torch.randn(9, 4, generator=g, dtype=dtype)
+    x[3] = x[5]
+    torch.testing.assert_close(F.pdist(x.to("loom"), p=p).cpu(), F.pdist(x, p=p),
+                               rtol=4 * torch.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.usefixtures("no_fallback")
+def test_cdist_matrix_product_form_and_edges():
+    g = torch.Generator().manual_seed(9)
+    x1 = torch.randn(30, 8, generator=g)
+    x2 = torch.randn(27, 8, generator=g)
+    torch.testing.assert_close(torch.cdist(x1.to("loom"), x2.to("loom")).cpu(),
+                               torch.cdist(x1, x2))
+    assert torch.cdist(torch.empty(0, 3, device="loom"), torch.randn(4, 3).to("loom")).shape == (0, 4)
+    assert torch.equal(torch.cdist(torch.empty(2, 0, device="loom"), torch.empty(3, 0).to("loom"),
+                                   p=1.0).cpu(), torch.zeros(2, 3))
+    assert F.pdist(torch.randn(1, 3).to("loom")).shape == (0,)
+    with pytest.raises(RuntimeError, match="non-negative p"):
+        torch.cdist(x1.to("loom"), x2.to("loom"), p=-1.0)
+    with pytest.raises(RuntimeError, match="same number of columns"):
+        torch.cdist(x1.to("loom"), x2[:, :3].to("loom"))

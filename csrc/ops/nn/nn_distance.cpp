@@ -1,0 +1,91 @@
+// Pairwise distances on loom: _cdist_forward (the matrix-product form for
+// p = 2 goes through _euclidean_dist, as on the CPU; otherwise the direct
+// "distance.pairs" kernel) and _pdist_forward.
+#include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
+#include <c10/util/accumulate.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "loom/kernels/distance.h"
+#include "ops/nn/nn_util.h"
+#include "register.h"
+
+namespace torch_loom::nn {
+namespace {
+
+void check_dist_dtype(const at::Tensor& t, const char* op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble,
+                              "\"", op, "\" not implemented for '", t.scalar_type(), "'");
+}
+
+at::Tensor cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p,
+                         std::optional<int64_t> compute_mode) {
+  static const char* op = "_cdist_forward";
+  TORCH_CHECK(x1.dim() >= 2, "cdist only supports at least 2D tensors, X1 got: ", x1.dim(), "D");
+  TORCH_CHECK(x2.dim() >= 2, "cdist only supports at least 2D tensors, X2 got: ", x2.dim(), "D");
+  TORCH_CHECK(x1.size(-1) == x2.size(-1), "X1 and X2 must have the same number of columns. X1: ",
+              x1.size(-1), " X2: ", x2.size(-1));
+  TORCH_CHECK(at::isFloatingType(x1.scalar_type()),
+              "cdist only supports floating-point dtypes, X1 got: ", x1.scalar_type());
+  TORCH_CHECK(at::isFloatingType(x2.scalar_type()),
+              "cdist only supports floating-point dtypes, X2 got: ", x2.scalar_type());
+  TORCH_CHECK(p >= 0, "cdist only supports non-negative p values");
+  check_loom(x2, x1, op, "x2");
+  const int64_t mode = compute_mode.value_or(0);
+  TORCH_CHECK(mode >= 0 && mode <= 2, "possible modes: 0, 1, 2, but was: ", mode);
+  TORCH_CHECK(x1.scalar_type() == x2.scalar_type(), op, ": X1 and X2 must have the same dtype");
+  const int64_t r1 = x1.size(-2), r2 = x2.size(-2), c1 = x1.size(-1);
+  const auto batch = at::infer_size(x1.sizes().slice(0, x1.dim() - 2),
+                                    x2.sizes().slice(0, x2.dim() - 2));
+  const int64_t nb = c10::multiply_integers(batch);
+  std::vector<int64_t> e1(batch), e2(batch), shape(batch);
+  e1.insert(e1.end(), {r1, c1});
+  e2.insert(e2.end(), {r2, c1});
+  shape.insert(shape.end(), {r1, r2});
+  if (r1 == 0 || r2 == 0 || nb == 0) return at::empty(shape, x1.options());
+  if (c1 == 0) return at::zeros(shape, x1.options());
+  if (p == 2 && (mode == 1 || (mode == 0 && (r1 > 25 || r2 > 25)))) {
+    const at::Tensor dist = nb == 1 ? at::_euclidean_dist(x1, x2)
+                                    : at::_euclidean_dist(x1.expand(e1), x2.expand(e2));
+    return dist.view(shape);
+  }
+  check_dist_dtype(x1, op);
+  const at::Tensor a = x1.expand(e1).reshape({nb, r1, c1}).contiguous();
+  const at::Tensor b = x2.expand(e2).reshape({nb, r2, c1}).contiguous();
+  at::Tensor out = at::empty(shape, x1.options());
+  const loom_tensor t[3] = {describe(out.view({nb, r1, r2}), op), describe(a, op),
+                            describe(b, op)};
+  const loom_scalar s[2] = {scalar_i(LOOM_DIST_CDIST), scalar_f(p)};
+  launch(op, LOOM_KERNEL("distance.pairs"), t, s, nb * r1, grain_for(r2 * c1),
+         x1.device().index());
+  return out;
+}
+
+at::Tensor pdist_forward(const at::Tensor& self, double p) {
+  static const char* op = "_pdist_forward";
+  TORCH_CHECK(self.is_contiguous(), "_pdist_forward requires contiguous input");
+  TORCH_CHECK(self.dim() == 2, "pdist only supports 2D tensors, got: ", self.dim(), "D");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "pdist only supports floating-point dtypes");
+  TORCH_CHECK(p >= 0, "pdist only supports non-negative p values");
+  const int64_t n = self.size(0), m = self.size(1);
+  at::Tensor out = at::empty({n > 1 ? n * (n - 1) / 2 : 0}, self.options());
+  if (n <= 1) return out;
+  if (m == 0) return out.fill_(0);
+  check_dist_dtype(self, op);
+  const loom_tensor t[2] = {describe(out, op), describe(self, op)};
+  const loom_scalar s[2] = {scalar_i(LOOM_DIST_PDIST), scalar_f(p)};
+  launch(op, LOOM_KERNEL("distance.pairs"), t, s, n, grain_for(n * m), self.device().index());
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  LOOM_IMPL(m, "_cdist_forward", cdist_forward);
+  LOOM_IMPL(m, "_pdist_forward", pdist_forward);
+}
+
+}  // namespace torch_loom::nn

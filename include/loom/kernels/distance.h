@@ -1,0 +1,19 @@
+/* loom/kernels/distance.h — the pairwise p-norm distance kernel's name and
+ * argument contract (cdist's direct form, pdist). Every driver provides
+ * this name.
+ *
+ * "distance.pairs": scalars: [mode (LOOM_DIST_*), p (.f, >= 0: 0 counts
+ * differing columns, inf takes the largest difference)]; float32/float64,
+ * every tensor contiguous and of one dtype. Each pair is accumulated over
+ * the columns in order, in the element type.
+ *   LOOM_DIST_CDIST: tensors [out (B, R1, R2), x1 (B, R1, M), x2 (B, R2, M)];
+ *     range B * R1 (one row of out per item).
+ *   LOOM_DIST_PDIST: tensors [out (N * (N - 1) / 2), x (N, M)]; range N:
+ *     item i writes the pairs (i, j > i), in row-major order of the upper
+ *     triangle. */
+#ifndef LOOM_KERNELS_DISTANCE_CONTRACT_H
+#define LOOM_KERNELS_DISTANCE_CONTRACT_H
+
+enum { LOOM_DIST_CDIST = 0, LOOM_DIST_PDIST = 1 };
+
+#endif /* LOOM_KERNELS_DISTANCE_CONTRACT_H */
