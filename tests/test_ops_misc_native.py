@@ -305,3 +305,30 @@ def test_cdist_matrix_product_form_and_edges():
         torch.cdist(x1.to("loom"), x2.to("loom"), p=-1.0)
     with pytest.raises(RuntimeError, match="same number of columns"):
         torch.cdist(x1.to("loom"), x2[:, :3].to("loom"))
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, INF])
+def test_cdist_pdist_gradients_match_cpu(dtype, p):
+    g = torch.Generator().manual_seed(10)
+    x1 = torch.randn(2, 5, 4, generator=g, dtype=dtype)
+    x2 = torch.randn(1, 6, 4, generator=g, dtype=dtype)
+    x2[0, 1] = x1[0, 2]  # a zero distance
+    x2[0, 2, 0] = x1[1, 3, 0]  # a zero difference in one column
+    mode = "donot_use_mm_for_euclid_dist"
+    a, b = x1.to("loom").requires_grad_(), x2.to("loom").requires_grad_()
+    ac, bc = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+    gy = torch.randn(2, 5, 6, generator=g, dtype=dtype)
+    torch.cdist(a, b, p=p, compute_mode=mode).backward(gy.to("loom"))
+    torch.cdist(ac, bc, p=p, compute_mode=mode).backward(gy)
+    tol = dict(rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6 if dtype == torch.float32 else 1e-12)
+    torch.testing.assert_close(a.grad.cpu(), ac.grad, **tol)
+    torch.testing.assert_close(b.grad.cpu(), bc.grad, **tol)
+    x = torch.randn(7, 3, generator=g, dtype=dtype)
+    x[4] = x[1]
+    xl, xc = x.to("loom").requires_grad_(), x.clone().requires_grad_()
+    gp = torch.randn(21, generator=g, dtype=dtype)
+    F.pdist(xl, p=p).backward(gp.to("loom"))
+    F.pdist(xc, p=p).backward(gp)
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad, **tol)

@@ -1,4 +1,4 @@
-/* kernels/nn/distance.h — the pairwise distance kernel (contract and name in
+/* kernels/nn/distance.h — the pairwise distance kernels (contracts and name in
  * loom/kernels/distance.h). */
 #ifndef LOOM_KERNELS_DISTANCE_H
 #define LOOM_KERNELS_DISTANCE_H
@@ -10,6 +10,7 @@ extern "C" {
 #endif
 
 int loom_distance_pairs(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_distance_backward(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #ifdef __cplusplus
 }

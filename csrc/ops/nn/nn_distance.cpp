@@ -1,6 +1,7 @@
 // Pairwise distances on loom: _cdist_forward (the matrix-product form for
 // p = 2 goes through _euclidean_dist, as on the CPU; otherwise the direct
-// "distance.pairs" kernel) and _pdist_forward.
+// "distance.pairs" kernel), _pdist_forward, and their backward passes
+// ("distance.backward").
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <c10/util/accumulate.h>
@@ -81,11 +82,70 @@ at::Tensor pdist_forward(const at::Tensor& self, double p) {
   return out;
 }
 
+at::Tensor cdist_backward(const at::Tensor& grad, const at::Tensor& x1_, const at::Tensor& x2_,
+                          double p, const at::Tensor& dist) {
+  static const char* op = "_cdist_backward";
+  const int64_t c1 = x1_.size(-1), r1 = x1_.size(-2), r2 = x2_.size(-2);
+  const auto batch = at::infer_size(x1_.sizes().slice(0, x1_.dim() - 2),
+                                    x2_.sizes().slice(0, x2_.dim() - 2));
+  const int64_t nb = c10::multiply_integers(batch);
+  std::vector<int64_t> e1(batch), e2(batch);
+  e1.insert(e1.end(), {r1, c1});
+  e2.insert(e2.end(), {r2, c1});
+  if (r1 == 0 || r2 == 0 || c1 == 0 || nb == 0) return at::zeros_like(x1_);
+  check_dist_dtype(x1_, op);
+  check_loom(x2_, x1_, op, "x2");
+  check_loom(grad, x1_, op, "grad");
+  check_loom(dist, x1_, op, "cdist");
+  TORCH_CHECK(x2_.scalar_type() == x1_.scalar_type() && grad.scalar_type() == x1_.scalar_type() &&
+                  dist.scalar_type() == x1_.scalar_type(),
+              op, ": expected every tensor of dtype ", x1_.scalar_type());
+  const at::Tensor x1 = x1_.expand(e1).contiguous(), x2 = x2_.expand(e2).contiguous();
+  const at::Tensor g = grad.contiguous(), d = dist.contiguous();
+  TORCH_CHECK(g.numel() == nb * r1 * r2 && d.numel() == nb * r1 * r2, op,
+              ": grad and cdist must have ", nb * r1 * r2, " elements");
+  at::Tensor out = at::empty({nb, r1, c1}, x1.options());
+  const loom_tensor t[5] = {describe(out, op), describe(g.view({nb, r1, r2}), op),
+                            describe(x1.view({nb, r1, c1}), op),
+                            describe(x2.view({nb, r2, c1}), op),
+                            describe(d.view({nb, r1, r2}), op)};
+  const loom_scalar s[2] = {scalar_i(LOOM_DIST_CDIST), scalar_f(p)};
+  launch(op, LOOM_KERNEL("distance.backward"), t, s, nb * r1, grain_for(r2 * c1),
+         x1.device().index());
+  return out.view(x1.sizes());
+}
+
+at::Tensor pdist_backward(const at::Tensor& grad, const at::Tensor& self, double p,
+                          const at::Tensor& pdist) {
+  static const char* op = "_pdist_backward";
+  TORCH_CHECK(self.is_contiguous(), "_pdist_backward requires self to be contiguous");
+  TORCH_CHECK(pdist.is_contiguous(), "_pdist_backward requires pdist to be contiguous");
+  check_loom(grad, self, op, "grad");
+  check_loom(pdist, self, op, "pdist");
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  const int64_t n = self.size(0), m = self.size(1);
+  if (n <= 1 || m == 0) return out.zero_();
+  check_dist_dtype(self, op);
+  TORCH_CHECK(grad.scalar_type() == self.scalar_type() &&
+                  pdist.scalar_type() == self.scalar_type(),
+              op, ": expected every tensor of dtype ", self.scalar_type());
+  const at::Tensor g = grad.contiguous();
+  TORCH_CHECK(g.numel() == n * (n - 1) / 2 && pdist.numel() == g.numel(), op,
+              ": grad and pdist must have ", n * (n - 1) / 2, " elements");
+  const loom_tensor t[4] = {describe(out, op), describe(g, op), describe(self, op),
+                            describe(pdist, op)};
+  const loom_scalar s[2] = {scalar_i(LOOM_DIST_PDIST), scalar_f(p)};
+  launch(op, LOOM_KERNEL("distance.backward"), t, s, m, grain_for(n * n), self.device().index());
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "_cdist_forward", cdist_forward);
   LOOM_IMPL(m, "_pdist_forward", pdist_forward);
+  LOOM_IMPL(m, "_cdist_backward", cdist_backward);
+  LOOM_IMPL(m, "_pdist_backward", pdist_backward);
 }
 
 }  // namespace torch_loom::nn
