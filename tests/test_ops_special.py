@@ -6,6 +6,8 @@ values, the hardshrink / softshrink / glu / prelu / rrelu activations, renorm an
 and in-place forms, strided and broadcast operands, gradients,
 and bytes that do not depend on how the launch is split. Nothing may fall
 back to the CPU."""
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -31,8 +33,8 @@ EDGE = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-30, -3.0, 8.0, 8.5, -20.0, 100.0, 1e4, INF
         0.999, 1e-3, 2.0, 0.25, 4.0]
 
 
-def close(got, want, what):
-    torch.testing.assert_close(got.cpu(), want, equal_nan=True, msg=lambda m: f"{what}: {m}")
+def close(got, want, what, **tol):
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True, msg=lambda m: f"{what}: {m}", **tol)
 
 
 def inputs(dtype, seed=0):
@@ -77,15 +79,22 @@ def test_polynomials_against_cpu(dtype):
     n[4] = 200.0
     n[5] = 1e30
     xd, nd = x.to("loom"), n.to("loom")
+    # The CPU's vectorized recurrences fuse multiply-adds, as loom's FMA build
+    # does; the generic C path (LOOM_CPU_FEATURES=generic) rounds each step,
+    # which a float32 recurrence of high degree amplifies, most near its roots.
+    tol = {}
+    if dtype == torch.float32 and os.environ.get("LOOM_CPU_FEATURES") == "generic":
+        tol = {"rtol": 1e-3, "atol": 1e-4}
     for f in POLY:
-        close(f(xd, nd), f(x, n), f"{f.__name__} {dtype}")
+        close(f(xd, nd), f(x, n), f"{f.__name__} {dtype}", **tol)
         # broadcasting, a Python number for either argument, out=
-        close(f(xd[:, None], nd[None, :40]), f(x[:, None], n[None, :40]), f"{f.__name__} bcast")
-        close(f(xd, 5), f(x, 5), f"{f.__name__} scalar n")
-        close(f(0.3, nd), f(0.3, n), f"{f.__name__} scalar x")
+        close(f(xd[:, None], nd[None, :40]), f(x[:, None], n[None, :40]), f"{f.__name__} bcast",
+              **tol)
+        close(f(xd, 5), f(x, 5), f"{f.__name__} scalar n", **tol)
+        close(f(0.3, nd), f(0.3, n), f"{f.__name__} scalar x", **tol)
         out = torch.empty_like(xd)
         assert f(xd, nd, out=out) is out
-        close(out, f(x, n), f"{f.__name__} out=")
+        close(out, f(x, n), f"{f.__name__} out=", **tol)
     # NaN x: NaN for degrees 0 and 1 as on the CPU (degree 0: 1)
     xn = torch.tensor([NAN, NAN], dtype=dtype)
     nn = torch.tensor([0.0, 1.0], dtype=dtype)
