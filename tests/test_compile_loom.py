@@ -191,19 +191,23 @@ def test_zero_dim_kernels_compile():
     assert out[0].item() == 6.5 and out[1].item() == 4.0
 
 
-def test_column_sums_read_rows_along_memory_with_the_row_form_bits():
+def test_column_sums_read_rows_along_memory_with_eagers_bits():
     """A sum over the rows of a row-major tensor (a bias gradient) runs in
-    blocks of outputs that read each row along memory; every output keeps
-    the accumulation order it has when its column is contiguous."""
+    blocks of outputs that read each row along memory, each output taking
+    its elements in index order as the library's column sums do: eager's
+    bits, in blocks narrower and wider than a chunk, and through outputs
+    that are not adjacent in memory."""
     torch.manual_seed(8)
     f = lambda x: (torch.relu(x) * 2 - 1).sum(0)  # noqa: E731
-    x = torch.randn(300, 70, device="loom")
-    column, c = _compiled_call(f, x)
-    assert c["kernel_launches"] == 1
-    torch._dynamo.reset()
-    row, _ = _compiled_call(f, x.t().contiguous().t())  # each column contiguous
-    assert torch.equal(column.cpu(), row.cpu())
-    torch.testing.assert_close(column.cpu(), f(x).cpu(), rtol=1e-6, atol=1e-5)
+    for x in (torch.randn(300, 70, device="loom"), torch.randn(64, 600, device="loom"),
+              torch.randn(300, 140, device="loom")[:, ::2]):
+        torch._dynamo.reset()
+        column, c = _compiled_call(f, x)
+        assert c["kernel_launches"] == 1
+        assert torch.equal(column.cpu(), f(x).cpu())
+        torch._dynamo.reset()
+        row, _ = _compiled_call(f, x.t().contiguous().t())  # each column contiguous
+        torch.testing.assert_close(column.cpu(), row.cpu(), rtol=1e-6, atol=1e-5)
 
 
 # ---- coverage, in-place updates, fallbacks ------------------------------------------

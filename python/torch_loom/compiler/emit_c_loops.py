@@ -266,7 +266,10 @@ class KernelWriter:
         self.lines.append("")
 
     #: Outputs a column pass covers at once (block_helper).
-    BLOCK = 16
+    BLOCK = 256
+    #: Rows ahead of the one summed that a column pass prefetches: each row
+    #: of a column block starts a new page, where hardware prefetch stops.
+    AHEAD = 4
 
     def blockable(self):
         """Whether the kernel has a column form: one pass over one reduced
@@ -277,13 +280,17 @@ class KernelWriter:
 
     def block_helper(self, p):
         """The pass over up to BLOCK consecutive outputs along the last
-        outer dim at once: for each reduced index, the outputs in turn, so
-        a reduction over rows (a bias gradient's sum over the batch) reads
-        each row along memory instead of a column per output. Each output
-        keeps its own lanes and fold: the same bits as pass_helper."""
+        outer dim at once, row by row: for each reduced index in order,
+        the outputs in turn, so a reduction over rows (a bias gradient's
+        sum over the batch) reads each row along memory instead of a
+        column per output. Each output takes its elements in index order
+        into one accumulator, as the library's column sums do
+        (kernels/reduce, rd_columns): eager's bits for such a layout. The
+        loop over a block of unit-stride outputs vectorizes across the
+        outputs."""
         k, d = self.k, self.d
         r, last = k.n_outer, k.n_outer - 1
-        L, W = self.LANES, self.BLOCK
+        W, ahead = self.BLOCK, self.AHEAD
         stepped = [a for a in range(len(k.args)) if self.stride(a, r)]
         across = [a for a in range(len(k.args)) if self.stride(a, last)]
         params = ["const loom_kernel_args *args", "int64_t nr", "int64_t wn"] + self.pointer_params()
@@ -293,37 +300,40 @@ class KernelWriter:
                           + ", ".join(params) + ") {")
         self.w("(void)args;")
         for acc in p.accumulate:
-            self.w(f"{d.acc_type(acc)} A{acc.dst}[{W * L}];")
-            self.w(f"for (int64_t l = 0; l < wn * {L}; ++l) A{acc.dst}[l] = {d._acc_initial(acc)};")
+            self.w(f"{d.acc_type(acc)} a{acc.dst}[{W}];")
+            self.w(f"for (int64_t q = 0; q < wn; ++q) a{acc.dst}[q] = {d._acc_initial(acc)};")
 
-        def element(index):
+        def rows(unit):
+            self.open("for (int64_t i = 0; i < nr; ++i) {")
+            if unit:
+                self.open(f"if (i + {ahead} < nr) {{")
+                for a in stepped:
+                    self.w(f"for (int64_t x = 0; x < wn; x += (int64_t)(64 / sizeof(*p{a}))) "
+                           f"__builtin_prefetch(p{a} + (i + {ahead}) * s{a} + x);")
+                self.close()
             self.open("for (int64_t q = 0; q < wn; ++q) {")
-            for acc in p.accumulate:
-                self.w(f"{d.acc_type(acc)} *a{acc.dst} = A{acc.dst} + q * {L};")
 
             def offset(a):
-                terms = ([f"{index} * s{a}"] if a in stepped else []) + \
-                        ([f"q * t{a}"] if a in across else [])
+                terms = ([f"i * s{a}"] if a in stepped else []) + \
+                        ([("q" if unit else f"q * t{a}")] if a in across else [])
                 return "(" + " + ".join(terms) + ")" if terms else "0"
             self.statements(p.body, offset)
             for acc in p.accumulate:
-                self.w(d.acc_update(acc, k, "l"))
+                self.w(d.acc_update(acc, k, "q"))
+            self.close()
             self.close()
 
-        self.w("int64_t i = 0;")
-        self.open(f"for (; i + {L} <= nr; i += {L}) {{")
-        self.open(f"for (int64_t l = 0; l < {L}; ++l) {{")
-        element("(i + l)")
-        self.close()
-        self.close()
-        self.open(f"for (int64_t l = 0; i < nr; ++i, ++l) {{")
-        element("i")
-        self.close()
-        self.open("for (int64_t q = 0; q < wn; ++q) {")
+        if across:
+            self.open(f"if ({' && '.join(f't{a} == 1' for a in across)}) {{")
+            rows(True)
+            self.close("} else {")
+            self.depth += 1
+            rows(False)
+            self.close()
+        else:
+            rows(False)
         for acc in p.accumulate:
-            self.w(f"{d.acc_type(acc)} *a{acc.dst} = A{acc.dst} + q * {L};")
-            self.w(d.lanes_fold(acc, L, f"(out{acc.dst} + q)"))
-        self.close()
+            self.w(f"for (int64_t q = 0; q < wn; ++q) out{acc.dst}[q] = a{acc.dst}[q];")
         self.lines.append("}")
         self.lines.append("")
 

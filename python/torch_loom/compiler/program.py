@@ -180,7 +180,7 @@ class Program:
                                      f"{tuple(v.stride)!r}, dtype={names.const(v.dtype)}, "
                                      f"device={names.const(v.device)})")
                 tensors = ", ".join(names.value(v) for v in values)
-                rng, grain = _launch_range(obj)
+                rng, grain = _launch_range(obj, values)
                 sargs = "".join(f"{names.value(v)}.item(), " for v in scalars)
                 lines.append(f"    launch({obj.name!r}, [{tensors}], ({sargs}), range={rng}, "
                              f"grain={grain})")
@@ -222,13 +222,40 @@ def _written(graph):
     return [v for n in graph.nodes for v in n.outputs if v.alias is not None]
 
 
-def _launch_range(k):
+def _launch_range(k, values=()):
     """(range, grain) of a kernel's launch: elements for a pointwise kernel
     (jit.DEFAULT_GRAIN per chunk), outer indices for a reduction kernel
-    (about as many elements per chunk). Fixed by the shapes alone."""
+    (about as many elements per chunk). A reduction that runs in its
+    column form (a reduced operand not contiguous along the reduced dim:
+    emit_c_loops.block_helper) reads each row's part of its chunk along
+    memory, so its chunks take at least COLUMN_CHUNK outputs when there
+    are enough of them. Fixed by the shapes and strides alone."""
     if k.is_pointwise:
         n = 1
         for s in k.dims:
             n *= s
         return n, jit.DEFAULT_GRAIN
-    return k.outer_numel, max(1, jit.DEFAULT_GRAIN // max(1, k.inner_numel))
+    grain = max(1, jit.DEFAULT_GRAIN // max(1, k.inner_numel))
+    if _column_form(k, values):
+        grain = max(grain, min(COLUMN_CHUNK, k.outer_numel // 8))
+    return k.outer_numel, grain
+
+
+#: Outputs per chunk a column-form reduction aims at (a 512-byte run of
+#: each float32 row).
+COLUMN_CHUNK = 128
+
+
+def _column_form(k, values) -> bool:
+    """Whether reduction kernel k runs in its column form for these
+    argument values (the kernel's C makes the same choice from the
+    strides)."""
+    if len(k.dims) - k.n_outer != 1 or k.n_outer < 1 or len(k.passes) != 1 or k.before:
+        return False
+    r = k.n_outer
+    for arg, v in zip(k.args, values):
+        stride = getattr(v, "stride", None)
+        for j, kd in enumerate(arg.dimmap):
+            if kd == r and stride is not None and stride[j] != 1:
+                return True
+    return False
