@@ -32,19 +32,84 @@ static inline void loom_tile_exp_neg_n(const float *x, float *y, int64_t n) {
 #endif
   for (; i < n; ++i) y[i] = LOOM_TILE_EXP_NEG(x[i]);
 }
-/* y = exp(x - m) over a row, m >= every x (the subtraction rounds as the
- * scalar x - m does). */
-static inline void loom_tile_exp_neg_sub(const float *x, float m, float *y, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512F__) && defined(LOOM_TILE_HAVE_EXP_NEG)
-  const __m512 vm = _mm512_set1_ps(m);
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, loom_exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm)));
-#endif
-  for (; i < n; ++i) y[i] = LOOM_TILE_EXP_NEG(x[i] - m);
-}
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#include <string.h>
+#define LOOM_TILE_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LOOM_TILE_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* t = exp(t), 16 arguments <= 0 (rowloop.py's chunks). */
+static inline void loom_tile_exp16(float *t) {
+#if defined(__AVX512F__) && defined(LOOM_TILE_HAVE_EXP_NEG)
+  _mm512_store_ps(t, loom_exp_neg16(_mm512_load_ps(t)));
+#else
+  for (int k = 0; k < 16; ++k) t[k] = LOOM_TILE_EXP_NEG(t[k]);
+#endif
+}
+/* Float sums, maxima and minima in 16 lanes: lane l takes the elements at
+ * l mod 16 in order, then the lanes fold pairwise (l with l + 8, 4, 2, 1).
+ * A maximum steps v > a ? v : a and is NaN when any element is (a flag per
+ * lane set apart from the chain). The same steps serve the reductions
+ * rowloop.py fuses into the loops computing their operands and those over
+ * stored arrays below, with AVX-512 or without, so all give the same bits. */
+#if defined(__AVX512F__)
+typedef __m512 loom_tv;
+typedef __mmask16 loom_tn;
+static inline loom_tv loom_tv_set1(float x) { return _mm512_set1_ps(x); }
+static inline loom_tv loom_tv_load(const float *t) { return _mm512_load_ps(t); }
+static inline loom_tv loom_tv_loadu(const float *t) { return _mm512_loadu_ps(t); }
+static inline loom_tv loom_tv_sum(loom_tv a, loom_tv v) { return _mm512_add_ps(a, v); }
+static inline loom_tv loom_tv_max(loom_tv a, loom_tv v) { return _mm512_max_ps(v, a); } /* v > a ? v : a */
+static inline loom_tv loom_tv_min(loom_tv a, loom_tv v) { return _mm512_min_ps(v, a); } /* v < a ? v : a */
+static inline loom_tn loom_tv_nan(loom_tn n, loom_tv v) { return n | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); }
+#define LOOM_TV_FOLD(OP) \
+static inline float loom_tv_fold1_##OP(loom_tv acc) { \
+  acc = loom_tv_##OP(acc, _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(1, 0, 3, 2))); \
+  acc = loom_tv_##OP(acc, _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(2, 3, 0, 1))); \
+  acc = loom_tv_##OP(acc, _mm512_permute_ps(acc, _MM_SHUFFLE(1, 0, 3, 2))); \
+  acc = loom_tv_##OP(acc, _mm512_permute_ps(acc, _MM_SHUFFLE(2, 3, 0, 1))); \
+  return _mm512_cvtss_f32(acc); }
+#else
+typedef struct { float l[16]; } loom_tv;
+typedef int loom_tn;
+static inline loom_tv loom_tv_set1(float x) { loom_tv r; for (int k = 0; k < 16; ++k) r.l[k] = x; return r; }
+static inline loom_tv loom_tv_load(const float *t) { loom_tv r; memcpy(r.l, t, sizeof r.l); return r; }
+static inline loom_tv loom_tv_loadu(const float *t) { loom_tv r; memcpy(r.l, t, sizeof r.l); return r; }
+static inline loom_tn loom_tv_nan(loom_tn n, loom_tv v) { for (int k = 0; k < 16; ++k) n |= v.l[k] != v.l[k]; return n; }
+#define LOOM_TV_STEP_sum(a, v) (a + v)
+#define LOOM_TV_STEP_max(a, v) (v > a ? v : a)
+#define LOOM_TV_STEP_min(a, v) (v < a ? v : a)
+#define LOOM_TV_FOLD(OP) \
+static inline loom_tv loom_tv_##OP(loom_tv acc, loom_tv x) { \
+  for (int k = 0; k < 16; ++k) { float a = acc.l[k], v = x.l[k]; acc.l[k] = LOOM_TV_STEP_##OP(a, v); } \
+  return acc; } \
+static inline float loom_tv_fold1_##OP(loom_tv acc) { \
+  for (int w = 8; w; w >>= 1) for (int k = 0; k < w; ++k) { \
+    float a = acc.l[k], v = acc.l[k + w]; acc.l[k] = LOOM_TV_STEP_##OP(a, v); } \
+  return acc.l[0]; }
+#endif
+LOOM_TV_FOLD(sum)
+LOOM_TV_FOLD(max)
+LOOM_TV_FOLD(min)
+static inline float loom_tv_fold_sum(loom_tv acc) { return loom_tv_fold1_sum(acc); }
+static inline float loom_tv_fold_max(loom_tv acc, loom_tn nan) { return nan ? NAN : loom_tv_fold1_max(acc); }
+static inline float loom_tv_fold_min(loom_tv acc, loom_tn nan) { return nan ? NAN : loom_tv_fold1_min(acc); }
+/* The same over x[0], x[stride], ... x[(n - 1) * stride]: a last part chunk
+ * is padded with the start value, which changes no lane. */
+#define LOOM_TILE_REDF(OP, INIT, NAN_STEP, FOLD_ARGS) \
+static inline float loom_tile_##OP##f(const float *x, int64_t n, int64_t stride) { \
+  loom_tv acc = loom_tv_set1(INIT); loom_tn nan = 0; (void)nan; \
+  int64_t i = 0; \
+  if (stride == 1) \
+    for (; i + 16 <= n; i += 16) { const loom_tv v = loom_tv_loadu(x + i); acc = loom_tv_##OP(acc, v); NAN_STEP; } \
+  for (; i < n; i += 16) { \
+    float t[16] __attribute__((aligned(64))); \
+    for (int l = 0; l < 16; ++l) t[l] = i + l < n ? x[(i + l) * stride] : (INIT); \
+    const loom_tv v = loom_tv_load(t); acc = loom_tv_##OP(acc, v); NAN_STEP; } \
+  return loom_tv_fold_##OP FOLD_ARGS; }
+LOOM_TILE_REDF(sum, 0.0f, (void)0, (acc))
+LOOM_TILE_REDF(max, -INFINITY, nan = loom_tv_nan(nan, v), (acc, nan))
+LOOM_TILE_REDF(min, INFINITY, nan = loom_tv_nan(nan, v), (acc, nan))
 #define LOOM_TILE_RED(NAME, T, INIT, STEP) \
 static inline T NAME(const T *x, int64_t n, int64_t stride) { \
   T acc[16]; for (int l = 0; l < 16; ++l) acc[l] = INIT; \
@@ -53,43 +118,8 @@ static inline T NAME(const T *x, int64_t n, int64_t stride) { \
   for (; i < n; ++i) { T a = acc[i & 15], v = x[i * stride]; acc[i & 15] = STEP; } \
   for (int w = 8; w; w >>= 1) for (int l = 0; l < w; ++l) { T a = acc[l], v = acc[l + w]; acc[l] = STEP; } \
   return acc[0]; }
-LOOM_TILE_RED(loom_tile_sumf_g, float, 0.0f, a + v)
 LOOM_TILE_RED(loom_tile_sumd, double, 0.0, a + v)
-LOOM_TILE_RED(loom_tile_maxf_g, float, -INFINITY, ((v != v || v > a) ? v : a))
 LOOM_TILE_RED(loom_tile_maxd, double, -INFINITY, ((v != v || v > a) ? v : a))
-LOOM_TILE_RED(loom_tile_minf_g, float, INFINITY, ((v != v || v < a) ? v : a))
-/* The same sums, maxima and minima with one 16-lane register: lane l
- * takes the elements at l mod 16 in the same order, so the bits equal
- * the generic code's. */
-#if defined(__AVX512F__)
-#define LOOM_TILE_RED16(NAME, INIT, STEP) \
-static inline float NAME(const float *x, int64_t n, int64_t stride) { \
-  if (stride != 1) return NAME##_g(x, n, stride); \
-  __m512 acc = _mm512_set1_ps(INIT); \
-  int64_t i = 0; \
-  for (; i + 16 <= n; i += 16) { __m512 v = _mm512_loadu_ps(x + i); STEP(0xffff); } \
-  if (i < n) { __mmask16 m = (__mmask16)((1u << (n - i)) - 1u); \
-    __m512 v = _mm512_mask_loadu_ps(acc, m, x + i); STEP(m); } \
-  /* the pairwise fold, lane l with lane l + w for w = 8, 4, 2, 1, in registers */ \
-  __m512 q = _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(1, 0, 3, 2)); acc = FOLD_##NAME(acc, q); \
-  q = _mm512_shuffle_f32x4(acc, acc, _MM_SHUFFLE(2, 3, 0, 1)); acc = FOLD_##NAME(acc, q); \
-  q = _mm512_permute_ps(acc, _MM_SHUFFLE(1, 0, 3, 2)); acc = FOLD_##NAME(acc, q); \
-  q = _mm512_permute_ps(acc, _MM_SHUFFLE(2, 3, 0, 1)); acc = FOLD_##NAME(acc, q); \
-  return _mm512_cvtss_f32(acc); }
-#define FOLD_loom_tile_sumf(p, q) _mm512_add_ps(p, q)
-#define FOLD_loom_tile_maxf(p, q) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, p, _CMP_GT_OQ) | _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), p, q)
-#define FOLD_loom_tile_minf(p, q) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, p, _CMP_LT_OQ) | _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q), p, q)
-#define LOOM_SUM_STEP(m) acc = _mm512_mask_add_ps(acc, (m), acc, v)
-#define LOOM_MAX_STEP(m) acc = _mm512_mask_blend_ps((__mmask16)((m) & (_mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q))), acc, v)
-#define LOOM_MIN_STEP(m) acc = _mm512_mask_blend_ps((__mmask16)((m) & (_mm512_cmp_ps_mask(v, acc, _CMP_LT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q))), acc, v)
-LOOM_TILE_RED16(loom_tile_sumf, 0.0f, LOOM_SUM_STEP)
-LOOM_TILE_RED16(loom_tile_maxf, -INFINITY, LOOM_MAX_STEP)
-LOOM_TILE_RED16(loom_tile_minf, INFINITY, LOOM_MIN_STEP)
-#else
-#define loom_tile_sumf loom_tile_sumf_g
-#define loom_tile_maxf loom_tile_maxf_g
-#define loom_tile_minf loom_tile_minf_g
-#endif
 LOOM_TILE_RED(loom_tile_mind, double, INFINITY, ((v != v || v < a) ? v : a))
 LOOM_TILE_RED(loom_tile_sumi, int32_t, 0, (int32_t)(a + v))
 LOOM_TILE_RED(loom_tile_sumI, int64_t, 0, a + v)

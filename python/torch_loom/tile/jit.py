@@ -21,6 +21,7 @@ import torch
 from .. import _C
 from ..compiler import jit as cjit
 from . import core, csource, interpreter
+from . import nodes as N
 from .trace import TileCompileError, Tracer
 
 _launch = getattr(_C, "_launch_kernel", None)  # None when the native extension did not load
@@ -44,10 +45,11 @@ def interpreting():
 
 
 class _Entry:
-    __slots__ = ("name", "tensors", "scalars", "module", "source")
+    __slots__ = ("name", "tensors", "scalars", "module", "source", "work")
 
-    def __init__(self, name, tensors, scalars, module, source):
+    def __init__(self, name, tensors, scalars, module, source, work):
         self.name, self.tensors, self.scalars, self.module, self.source = name, tensors, scalars, module, source
+        self.work = work
 
 
 def _is_constexpr_annotation(a):
@@ -109,17 +111,21 @@ class JITFunction:
 
     def _key(self, values):
         key = []
+        storages = []
         for i, v in enumerate(values):
             if i in self.constexprs:
                 key.append(v.value if isinstance(v, core.constexpr) else v)
             elif isinstance(v, torch.Tensor):
                 key.append((v.dtype, v.data_ptr() % 16 == 0))
+                storages.append(v.untyped_storage().data_ptr())
             elif type(v) is int:
                 key.append(1 if v == 1 else (0 if -2**31 <= v < 2**31 else 2))
             elif type(v) is float:
                 key.append(0.5)
             else:
                 key.append(("c", v))
+        # whether no two tensors share memory: loads may then read in place
+        key.append(len(set(storages)) == len(storages))
         return tuple(key)
 
     def specs(self, values):
@@ -144,15 +150,14 @@ class JITFunction:
     def _compile(self, key, values):
         specs = self.specs(values)
         with _trace_lock:  # the tracer's scope stack is module state
-            tracer = Tracer(self, specs, _builtins())
-            lines = tracer.run()
+            tracer, lines, work = _trace(self, specs, lazy=key[-1])
         source = csource.module("LOOM_TILE_KERNEL", lines, tracer.tensor_decls, tracer.scalar_decls)
         name = csource.kernel_name(self.__name__, source)
         source = source.replace("LOOM_TILE_KERNEL", name)
         module = cjit.compile(source, [name], extra_flags=csource.compile_flags())
         tensors = [i for i, s in enumerate(specs) if s[0] == "tensor"]
         scalars = [i for i, s in enumerate(specs) if s[0] in ("int", "float")]
-        entry = _Entry(name, tensors, scalars, module, source)
+        entry = _Entry(name, tensors, scalars, module, source, work)
         with _lock:
             self._cache[key] = entry
         return entry
@@ -201,11 +206,37 @@ class JITFunction:
         total = g[0] * g[1] * g[2]
         if total:
             # Programs are independent: runs of consecutive programs per
-            # chunk (at least 32 chunks) keep each worker's memory stream
-            # sequential; the split never depends on the thread count.
+            # chunk (at least 32 chunks, of about _CHUNK_WORK elements
+            # loaded and stored) keep each worker's memory stream
+            # sequential and the workers evenly loaded; the split never
+            # depends on the thread count.
             _launch(entry.name, [values[i] for i in entry.tensors],
                     [g[0], g[1], g[2], *[values[i] for i in entry.scalars]], total,
-                    total // 32 or 1)
+                    max(1, min(total // 32, _CHUNK_WORK // entry.work)))
+
+
+#: Elements a chunk of programs loads and stores, about (the library's
+#: row kernels take chunks of this many elements).
+_CHUNK_WORK = 16384
+
+
+def _trace(fn, specs, lazy):
+    """The tracer, the program's C lines and its work per program (elements loaded and
+    stored, loops counted 8 times): traced with loads read in place where
+    they may be (lazy: no two tensor arguments share memory), again until
+    no load breaks the rules of nodes._Memory (each pass makes more loads
+    eager, so this ends)."""
+    written, eager = frozenset(), frozenset()
+    for _ in range(4):
+        tracer = Tracer(fn, specs, _builtins(), lazy, eager, written)
+        lines = tracer.run()
+        mem = N._mem
+        if not lazy or mem.settled():
+            return tracer, lines, max(1, mem.work)
+        written, eager = written | mem.stored, eager | mem.violations
+    tracer = Tracer(fn, specs, _builtins())
+    lines = tracer.run()
+    return tracer, lines, max(1, N._mem.work)
 
 
 class _Launcher:

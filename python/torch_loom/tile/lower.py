@@ -4,7 +4,7 @@ Python functions (which are the interpreter's, interpreter.py)."""
 
 from __future__ import annotations
 
-from . import core
+from . import core, rowloop
 from . import nodes as N
 from .nodes import Arr, Cast, Node, Range, Sca, View, Where
 from .trace import Ptr
@@ -132,6 +132,23 @@ def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="
     def body_p(idx, ptr, v):
         return body(idx, f"{v}[{N.flat(shape, idx)}]", ptr)
 
+    N._mem.access(shape)
+    index, lazy = N._mem.take(pointer.arg.index)
+    if lazy and shape and (pointer.boff is None or not N.irregular(pointer.boff)):
+        # read where it is used (nodes.Load): no copy
+        def text(idx, ptr=pointer):
+            value = _read(d, ptr.arg.c, _addr(ptr, shape, idx))
+            if m is None:
+                return value
+            other_e = fill if fill is not None else (
+                N.convert(N.emit(o, N.sub_idx(o, shape, idx)), o.dtype, d) if o is not None else N.literal(0, d))
+            return f"({N.emit(m, N.sub_idx(m, shape, idx))} ? {value} : {other_e})"
+        def raw(idx, ptr=pointer):
+            return _read(d, ptr.arg.c, _addr(ptr, shape, idx))
+
+        deps = [x for x in (pointer.soff, pointer.boff, m, o) if x is not None]
+        return N.Load(text, deps, shape, d, index, N._mem.loop_depth, raw, m)
+
     v = b.name()
     if not shape:
         b.line(f"{d.ctype} {v};")
@@ -226,10 +243,12 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
     if not isinstance(pointer, Ptr):
         raise TypeError("tl.store needs a pointer (a tensor argument plus offsets)")
     d = pointer.arg.dtype
+    N._mem.stored.add(pointer.arg.index)
     val = _node(tr, value, d if not isinstance(value, Node) else None)
     m = _mask(tr, mask)
     shapes = [pointer.shape, val.shape] + ([m.shape] if m is not None else [])
     shape = N.broadcast_shapes(*shapes, what="tl.store")
+    N._mem.access(shape)
     if val.shape and N.broadcast_shapes(pointer.shape, val.shape) != pointer.shape and pointer.shape:
         raise ValueError(f"tl.store: a value of shape {list(val.shape)} into pointers of shape "
                          f"{list(pointer.shape)}")
@@ -243,6 +262,8 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
 
     if not shape:
         tr.b.line(body([]))
+        return
+    if _chunked_store(tr, pointer, val, m, shape, d):
         return
     if _row_mask(m, pointer, shape):
         b = tr.b
@@ -258,6 +279,45 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
         b.loops(shape[:-1], row)
         return
     _versioned(tr, pointer, shape, body)
+
+
+def _chunked_store(tr, pointer, val, m, shape, d):
+    """A masked store (or one of masked lazy loads) through regular
+    offsets, rows a multiple of 16 long, in chunks of 16 lanes: without
+    masks when all of them hold over the block (rowloop.versions). False
+    where it does not apply."""
+    if shape[-1] % rowloop.LANES or (pointer.boff is not None and N.irregular(pointer.boff)):
+        return False
+    b = tr.b
+    lead = [(b.name("o"), n) for n in shape[:-1]]
+    i, l = b.name("i"), b.name("l")
+    idx = [v if n != 1 else "0" for v, n in lead] + [f"{i} + {l}"]
+
+    def write():
+        v = N.emit(val, N.sub_idx(val, shape, idx))
+        if val.dtype.ctype != "float" or d.ctype != "float":
+            v = N.convert(v, val.dtype, d) if d.kind != "f" or val.dtype.kind != "f" else f"({d.ctype})({v})"
+        return _write(d, pointer.arg.c, _addr(pointer, shape, idx), v)
+
+    text, raw, masks = N.masked_and_raw(write)
+    if m is not None:
+        cond = N.emit(m, N.sub_idx(m, shape, idx))
+        masks = [m] + [x for x in masks if x is not m]
+        raw = text if raw is None else raw
+        text = f"if ({cond}) {text}"
+    if not masks:
+        return False
+    pad = "  " * b.depth
+    loops = [(v, n) for v, n in lead if n != 1]
+
+    def body(unmasked):
+        head = "".join(f"for (int {v} = 0; {v} < {n}; ++{v}) " for v, n in loops)
+        return ([f"{pad}{head}for (int {i} = 0; {i} < {shape[-1]}; {i} += {rowloop.LANES}) {{"]
+                + rowloop.VECTOR_LOOP
+                + [f"{pad}  for (int {l} = 0; {l} < {rowloop.LANES}; ++{l}) {raw if unmasked else text}", f"{pad}}}"])
+
+    b.lines.extend(rowloop.versions(pad, b.mask_check(masks), body))
+    return True
 
 
 def where(tr, condition, x, y):
@@ -325,6 +385,17 @@ def _reduce(tr, x, axis, op, keep_dims):
     d = core.reduce_dtype(x.dtype, op) if op in ("sum", "max", "min") else x.dtype
     if d.ctype not in _RED_SUFFIX:
         d = core.int32 if d.kind in "iub" else d
+    if op in ("sum", "max", "min") and (axis is None or axis in (-1, len(x.shape) - 1)):
+        # in one pass with the loop computing x, or over lazy x (rowloop.py)
+        src = x if x.dtype is d else Cast(x, d)
+        result = tr.b.reduce_rows(src, op, axis is None)
+        if result is not None:
+            if op == "max":
+                result.bounds = frozenset({id(x)})
+            if keep_dims and axis is not None:
+                rank = len(x.shape)
+                result = View(result, x.shape[:-1] + (1,), range(rank - 1))
+            return result
     if axis is None:
         flat_n = N.numel(x.shape)
         src = tr.b.materialise(x if x.dtype.ctype == d.ctype else Cast(x, d))

@@ -18,9 +18,10 @@ with -fwrapv).
 
 from __future__ import annotations
 
+
 from ..compiler import emit_c
 from ..compiler.ir import F32, F64
-from . import core
+from . import core, rowloop
 
 
 class Node:
@@ -66,6 +67,84 @@ class Where(Node):
 class Cast(Node):
     def __init__(self, a, dtype):
         self.a, self.shape, self.dtype = a, a.shape, dtype
+
+
+class Load(Node):
+    """A block read from memory where it is used, not copied first:
+    `text(idx)` is the C of the element at idx (the masked read). Only
+    for arguments the kernel never writes, when no two tensor arguments
+    share memory (see _Memory), so memory under it cannot change."""
+
+    def __init__(self, text, deps, shape, dtype, index, depth, raw, mask):
+        self.text, self.deps, self.shape, self.dtype = text, tuple(deps), tuple(shape), dtype
+        self.index, self.depth = index, depth
+        self.raw = raw  # raw(idx): the read without the mask
+        self.mask = mask  # the mask (a node), or None
+
+
+class _Memory:
+    """Which loads of one trace stay lazy (Load nodes). A trace runs again
+    with those that broke a rule made eager (copied where they stand): a
+    load from an argument the kernel stores into, and a load used inside
+    a loop deeper than its own (it would be read again each iteration)."""
+
+    def reset(self, lazy=False, eager=(), written=()):
+        self.lazy, self.eager, self.written = lazy, frozenset(eager), frozenset(written)
+        self.count = 0
+        self.loop_depth = 0
+        self.work = 0
+        self.stored, self.violations = set(), set()
+
+    def access(self, shape):
+        """A load or store of a block of `shape` (for the launch's chunk size)."""
+        self.work += numel(shape) * 8 ** self.loop_depth
+
+    def take(self, arg_index):
+        """The next load's number, and whether it may stay lazy."""
+        i = self.count
+        self.count += 1
+        return i, self.lazy and i not in self.eager and arg_index not in self.written
+
+    def use(self, node):
+        if self.loop_depth > node.depth:
+            self.violations.add(node.index)
+
+    def settled(self):
+        return self.stored <= self.written and self.violations <= self.eager
+
+
+_mem = _Memory()
+_mem.reset()
+
+#: While text is emitted for masked_and_raw: the masks of the lazy loads
+#: met (id -> node), and whether loads are read without their masks.
+_mask_log = None
+_unmasked = False
+
+
+def masked_and_raw(make):
+    """make() -> C text (through emit). Returns (text, raw, masks): `raw`
+    is the same text with lazy loads read without their masks, equal to
+    `text` where all of `masks` (the loads' mask nodes) hold everywhere;
+    None (and no masks) when no masked load is read. Code takes raw when
+    every mask holds (Builder.mask_check): unmasked loads vectorize
+    without chains of masked loads."""
+    global _mask_log, _unmasked
+    saved = _mask_log
+    _mask_log = {}
+    try:
+        text = make()
+        masks = list(_mask_log.values())
+    finally:
+        _mask_log = saved
+    if not masks:
+        return text, None, []
+    _unmasked = True
+    try:
+        raw = make()
+    finally:
+        _unmasked = False
+    return text, raw, masks
 
 
 class View(Node):
@@ -214,6 +293,13 @@ def emit(node: Node, idx) -> str:
         return node.name if not node.shape else f"{node.name}[{flat(node.shape, idx)}]"
     if isinstance(node, Sca):
         return node.expr
+    if isinstance(node, Load):
+        _mem.use(node)
+        if _unmasked:
+            return node.raw(idx)
+        if _mask_log is not None and node.mask is not None:
+            _mask_log[id(node.mask)] = node.mask
+        return node.text(idx)
     if isinstance(node, Range):
         return f"(int32_t)({node.start} + {idx[0]})"
     if isinstance(node, Cast):
@@ -296,7 +382,7 @@ def irregular(node):
     stack = [node]
     while stack:
         n = stack.pop()
-        if isinstance(n, (Arr, Where)) and n.shape:
+        if isinstance(n, (Arr, Where, Load)) and n.shape:
             return True
         if isinstance(n, Bin) and n.op in ("mod", "floordiv", "truediv"):
             return True
@@ -325,6 +411,7 @@ def refs(node, out=None):
                 if isinstance(child, Node):
                     stack.append(child)
             stack.extend(getattr(n, "more", ()))
+            stack.extend(getattr(n, "deps", ()))
     return out, viewed
 
 
@@ -335,6 +422,36 @@ class Builder:
         self.lines = []
         self.depth = 1
         self.count = 0
+        self.checks = {}  # rowloop.versions' mask tests: key -> (name, scopes, assigns)
+        self.assigns = 0  # carrier assignments so far (they may change what a test read)
+
+    def mask_check(self, masks):
+        """(C name, lines computing it) of a test that every element of
+        each mask node in `masks` is true: O(1) where bounds of the
+        compared integers are known (rowloop.all_true: offs < n), else a
+        loop over the mask. A test made earlier of the same masks, in an
+        open scope with no carrier assigned since, is reused (no lines)."""
+        key = tuple(id(m) for m in masks)
+        hit = self.checks.get(key)
+        if hit is not None and tuple(_open_scopes[:len(hit[1])]) == hit[1] and hit[2] == self.assigns:
+            return hit[0], []
+        name = self.name("full")
+        self.checks[key] = (name, tuple(_open_scopes), self.assigns, masks)
+        lines = [f"int {name} = 1;"]
+        saved, depth = self.lines, self.depth
+        self.lines, self.depth = lines, 0
+        try:
+            for m in masks:
+                e = rowloop.all_true(m)
+                if e is not None:
+                    self.line(f"{name} &= {e};")
+                elif not m.shape:
+                    self.line(f"{name} &= {emit(m, [])};")
+                else:
+                    self.loops(m.shape, lambda idx: f"{name} &= {emit(m, idx)};")
+        finally:
+            self.lines, self.depth = saved, depth
+        return name, lines
 
     def name(self, prefix="v"):
         self.count += 1
@@ -376,30 +493,24 @@ class Builder:
             if mat is not None and tuple(_open_scopes[:len(mat[1])]) == mat[1]:
                 return mat[0]
         d = node.dtype
+        if not mutable and rowloop.fits(node):
+            # float32 rows computed 16 lanes at a time (exp of non-positive
+            # arguments with the library's vector exp), in a loop later
+            # reductions over the block join (rowloop.py)
+            v = self.name()
+            self.line(f"float {v}[{numel(node.shape)}] __attribute__((aligned(64)));")
+            out = Arr(v, node.shape, d)
+            out.producer = rowloop.RowLoop(self, node, v)
+            self.lines.append(out.producer)
+            node.mat = (out, tuple(_open_scopes))
+            if "bounds" in node.__dict__:
+                out.bounds = node.bounds | {id(node)}
+            return out
         if isinstance(node, Un) and node.op == "exp_neg" and node.shape and d is core.float32:
             v = self.name()
             self.line(f"float {v}[{numel(node.shape)}] __attribute__((aligned(64)));")
-            a = node.a
-            shape = node.shape
-            if (isinstance(a, Bin) and a.op == "sub" and a.a.shape == shape and a.a.dtype is core.float32
-                    and a.b.dtype is core.float32 and _row_constant(a.b, shape)):
-                # x - m with m constant along the rows: subtracted in the helper
-                x = self.materialise(a.a)
-                cols = shape[-1]
-                rows = numel(shape) // cols
-                r = self.name("r")
-                ridx = ([r] if len(shape) == 2 else []) if rows > 1 else []
-                m_idx = sub_idx(a.b, shape, (ridx if len(shape) == 2 else ["0"] * (len(shape) - 1)) + ["0"]) \
-                    if len(shape) <= 2 else None
-                if m_idx is not None:
-                    self.line(f"for (int {r} = 0; {r} < {rows}; ++{r}) loom_tile_exp_neg_sub({x.name} + {r} * {cols}, "
-                              f"{emit(a.b, m_idx) if a.b.shape else emit(a.b, [])}, {v} + {r} * {cols}, {cols});")
-                else:
-                    arg = self.materialise(a)
-                    self.line(f"loom_tile_exp_neg_n({arg.name}, {v}, {numel(shape)});")
-            else:
-                arg = self.materialise(a)
-                self.line(f"loom_tile_exp_neg_n({arg.name}, {v}, {numel(shape)});")
+            arg = self.materialise(node.a)
+            self.line(f"loom_tile_exp_neg_n({arg.name}, {v}, {numel(node.shape)});")
             out = Arr(v, node.shape, d)
             if mutable:
                 m = self.name()
@@ -425,6 +536,27 @@ class Builder:
                 out.bounds = node.bounds | {id(node)}
         return out
 
+    def reduce_rows(self, node, op, whole):
+        """The sum, max or min of a float32 block along its last dim (of
+        all of it when `whole`) as a C name, computed in the loop that
+        computes the block when that loop is still open to it, or in one
+        loop over the lazy block; None where neither applies (the caller
+        reduces a materialised array)."""
+        if not rowloop.reducible(node, op):
+            return None
+        target = node
+        mat = node.__dict__.get("mat")
+        if mat is not None and tuple(_open_scopes[:len(mat[1])]) == mat[1]:
+            target = mat[0]
+        if isinstance(target, Arr):
+            loop = target.__dict__.get("producer")
+            if loop is None or tuple(_open_scopes[:len(loop.scopes)]) != loop.scopes:
+                return None
+            return loop.reduce(self, op, whole)
+        loop = rowloop.RowLoop(self, target, None)
+        self.lines.append(loop)
+        return loop.reduce(self, op, whole)
+
     def offsets(self, node):
         """`node` (an integer block) materialised as int64, and the name of
         an int that is 1 when each row (last dim) holds consecutive
@@ -445,6 +577,7 @@ class Builder:
 
     def assign(self, dest: Arr, node):
         """dest = node (converted to dest's dtype, broadcast to its shape)."""
+        self.assigns += 1
         if not dest.shape:
             self.line(f"{dest.name} = {convert(emit(node, []), node.dtype, dest.dtype)};")
             return

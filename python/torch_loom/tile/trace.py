@@ -50,11 +50,14 @@ class Frame:
 
 
 class Tracer:
-    def __init__(self, jitfn, specs, builtins_table):
+    def __init__(self, jitfn, specs, builtins_table, lazy=False, eager=(), written=()):
         """specs: per parameter, ("tensor", dtype, aligned) | ("int", dtype) |
-        ("float",) | ("const", value)."""
+        ("float",) | ("const", value). lazy: loads may stay lazy (no two
+        tensor arguments share memory), but not loads number `eager` nor
+        loads from the arguments `written` (nodes._Memory)."""
         self.b = N.Builder()
         N._open_scopes[:] = [0]
+        N._mem.reset(lazy, eager, written)
         self.builtins = builtins_table
         self.tensor_decls, self.scalar_decls = [], []
         env = {}
@@ -101,7 +104,7 @@ class Tracer:
             self.block(fn.tree.body)
         except _Return:
             pass
-        return self.b.lines
+        return [str(line) for line in self.b.lines]
 
     def block(self, stmts):
         for s in stmts:
@@ -324,9 +327,11 @@ class Tracer:
                 self.env[n] = self._as_node(before[n])
         self.in_runtime_block += 1
         self.b.open_scope()
+        N._mem.loop_depth += 1
         try:
             self.block(s.body)
         finally:
+            N._mem.loop_depth -= 1
             self.b.close_scope()
             self.in_runtime_block -= 1
         probe = dict(self.env)
@@ -345,6 +350,7 @@ class Tracer:
         self.env[var] = Sca(i, ivar_dtype)
         self.in_runtime_block += 1
         self.b.open_scope()
+        N._mem.loop_depth += 1
         try:
             self.block(s.body)
         finally:
@@ -355,11 +361,16 @@ class Tracer:
             v = new[n]
             if isinstance(v, Node) and not isinstance(v, Arr):
                 names, _ = N.refs(v)
-                others = {s_.name for m, s_ in stores.items() if m != n and isinstance(s_, Arr)}
+                others = set()
+                for m, s_ in stores.items():
+                    if m != n:
+                        parts = (s_.soff, s_.boff) if isinstance(s_, Ptr) else (s_,)
+                        others |= {x.name for x in parts if isinstance(x, Arr)}
                 if names & others:
                     new[n] = self.b.materialise(v)
         for n, store in stores.items():
             self._assign_carrier(store, new[n], n)
+        N._mem.loop_depth -= 1
         self.b.close_scope()
         self.b.depth -= 1
         self.b.line("}")
