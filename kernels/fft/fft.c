@@ -47,13 +47,23 @@ static int run(const loom_kernel_args *args, int64_t begin, int64_t end, int kin
   if (!ok) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t block = args->num_scalars > 3 ? args->scalars[3].i : 1;
   if (block < 1 || block > LOOM_FFT_MAX_BLOCK) return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t chunk = begin / args->grain, work = 2 * t->m * block;
+  const int64_t chunk = begin / args->grain, work = 2 * (t->m + 1) * block;
   if (loom_tensor_numel(ws) < (chunk + 1) * work) return LOOM_ERROR_INVALID_ARGUMENT;
+  /* The four-step twiddles of (n, run) (c2c only). */
+  const void *twiddle = NULL;
+  if (args->num_tensors > 4 && args->tensors[4].data) {
+    const loom_tensor *tw = &args->tensors[4];
+    const int64_t run = last > 0 ? out->sizes[last - 1] : 1;
+    if (kind != 0 || tw->dtype != (int32_t)t->dtype || tw->rank != 1 || tw->strides[0] != 1 ||
+        tw->sizes[0] < loom_fft_twiddles_numel(n, run))
+      return LOOM_ERROR_INVALID_ARGUMENT;
+    twiddle = tw->data;
+  }
   const int64_t csize = t->dtype == LOOM_FLOAT32 ? 8 : 16;
   const loom_fft_rows r = {.kind = kind, .t = t, .out = out, .in = in,
                            .scale = args->scalars[2].f,
                            .work = (char *)ws->data + chunk * work * csize,
-                           .block = block};
+                           .block = block, .twiddle = twiddle};
   const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
   if (t->dtype == LOOM_FLOAT32)
     return avx512 ? loom_fft_rows_f32_avx512(&r, begin, end) : loom_fft_rows_f32(&r, begin, end);
@@ -76,5 +86,6 @@ const loom_kernel_entry loom_fft_kernels[] = {
     {"fft.c2c", loom_kernel_fft_c2c, NULL},
     {"fft.r2c", loom_kernel_fft_r2c, NULL},
     {"fft.c2r", loom_kernel_fft_c2r, NULL},
+    {"fft.twiddles", loom_kernel_fft_twiddles, NULL},
     {NULL, NULL, NULL},
 };

@@ -11,6 +11,14 @@
 
 #define LOOM_FFT_MAX_STAGES 64
 
+/* The loops a pragma may declare free of dependences between iterations
+ * (the compiler cannot tell the planar buffers' halves apart). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define FFT_IVDEP _Pragma("GCC ivdep")
+#else
+#define FFT_IVDEP
+#endif
+
 /* A Stockham transform of length n, forward or backward as its twiddles
  * were made: stage f has radix radix[f]; its twiddles (and, for a radix
  * other than 2 and 4, the radix's own roots of unity) follow one another
@@ -49,8 +57,12 @@ typedef struct loom_fft_rows {
   const loom_fft_table *t;
   const loom_tensor *out, *in;
   double scale;
-  void *work;    /* block * 4m reals: two buffers of block rows */
+  void *work;    /* block * 4 (m + 1) reals: two planar buffers of block rows */
   int64_t block; /* rows transformed together, at most */
+  /* c2c: the four-step twiddles (NULL: none, else as "fft.twiddles" fills
+   * them for (n, run)): output k of the row at index i of the innermost
+   * batch dim (of size run) is multiplied by exp(sign 2 pi i k i / (n run)). */
+  const void *twiddle;
 } loom_fft_rows;
 
 int loom_fft_rows_f32(const loom_fft_rows *r, int64_t begin, int64_t end);
@@ -58,22 +70,24 @@ int loom_fft_rows_f64(const loom_fft_rows *r, int64_t begin, int64_t end);
 int loom_fft_rows_f32_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
 int loom_fft_rows_f64_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
 
-/* The forward Stockham transform of `x` (st->n complex) using `y` as the
- * other buffer; returns which of the two holds the result. Table init uses
- * it for Bluestein's kernel. */
+/* The Stockham transforms of `batch` interleaved signals in the planar
+ * buffer `x` (st->n complex each; the imaginary parts io reals after the
+ * real ones) using `y` as the other buffer; returns which of the two holds
+ * the result. Table init uses it for Bluestein's kernel. */
 double *loom_fft_stockham_f64(const loom_fft_stockham *st, const char *table, double *x,
-                              double *y, int64_t batch);
+                              double *y, int64_t batch, int64_t io);
 float *loom_fft_stockham_f32(const loom_fft_stockham *st, const char *table, float *x,
-                             float *y, int64_t batch);
+                             float *y, int64_t batch, int64_t io);
 double *loom_fft_stockham_f64_avx512(const loom_fft_stockham *st, const char *table, double *x,
-                                     double *y, int64_t batch);
+                                     double *y, int64_t batch, int64_t io);
 float *loom_fft_stockham_f32_avx512(const loom_fft_stockham *st, const char *table, float *x,
-                                    float *y, int64_t batch);
+                                    float *y, int64_t batch, int64_t io);
 
 int loom_kernel_fft_plan(const loom_kernel_args *args, void *out_plan, uint64_t size);
 int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_kernel_fft_c2c(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_kernel_fft_r2c(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_kernel_fft_c2r(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_kernel_fft_twiddles(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #endif /* LOOM_KERNELS_FFT_H */

@@ -8,10 +8,20 @@
 
 static int64_t align64(int64_t b) { return (b + 63) & ~(int64_t)63; }
 
-/* Radices of n: fours first (the fewest passes), then 2, 3, 5, 7, and other
- * primes up to LOOM_FFT_MAX_RADIX. 0, or 1 when a larger prime remains. */
+/* Radices of n: fours while more than 64 points remain, then eights and
+ * fours (the fewest passes over the buffers; the radix-8 stages run where
+ * the stride is long), then 2, 3, 5, 7, and other primes up to
+ * LOOM_FFT_MAX_RADIX. 0, or 1 when a larger prime remains. */
 static int factorize(int64_t n, loom_fft_stockham *st) {
   st->stages = 0;
+  while (n % 4 == 0 && n > 64) {
+    st->radix[st->stages++] = 4;
+    n /= 4;
+  }
+  while (n % 8 == 0) {
+    st->radix[st->stages++] = 8;
+    n /= 8;
+  }
   while (n % 4 == 0) {
     st->radix[st->stages++] = 4;
     n /= 4;
@@ -32,7 +42,7 @@ static int64_t stockham_bytes(const loom_fft_stockham *st, int64_t real) {
   int64_t len = st->n, complexes = 0;
   for (int32_t f = 0; f < st->stages; ++f) {
     const int64_t p = st->radix[f], m = len / p;
-    complexes += m * (p - 1) + (p == 2 || p == 4 ? 0 : p);
+    complexes += m * (p - 1) + (p == 2 || p == 4 || p == 8 ? 0 : p);
     len = m;
   }
   return complexes * 2 * real;
@@ -99,7 +109,7 @@ int loom_kernel_fft_plan(const loom_kernel_args *args, void *out_plan, uint64_t 
   if (rc) return rc;
   loom_fft_plan *p = out_plan;
   p->table_bytes = t.bytes;
-  p->work = 2 * t.m;
+  p->work = 2 * (t.m + 1);
   p->bluestein = t.bluestein;
   p->m = t.m;
   return LOOM_OK;
@@ -140,7 +150,7 @@ static void fill_stockham(const loom_fft_stockham *st, int64_t sign, int32_t dty
         root(q * k % len, len, sign, &re, &im);
         put(base, dtype, at++, re, im);
       }
-    if (p != 2 && p != 4)
+    if (p != 2 && p != 4 && p != 8)
       for (int64_t k = 0; k < p; ++k) {
         double re, im;
         root(k, p, sign, &re, &im);
@@ -188,31 +198,63 @@ int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t en
     const float *c = (const float *)(table + t.chirp_off);
     memset(x, 0, (size_t)m * 2 * sizeof *x);
     for (int64_t j = 0; j < n; ++j) {
-      x[2 * j] = c[2 * j];
-      x[2 * j + 1] = -c[2 * j + 1];
+      x[j] = c[2 * j];
+      x[m + j] = -c[2 * j + 1];
       if (j) {
-        x[2 * (m - j)] = c[2 * j];
-        x[2 * (m - j) + 1] = -c[2 * j + 1];
+        x[m - j] = c[2 * j];
+        x[2 * m - j] = -c[2 * j + 1];
       }
     }
-    const float *r = loom_fft_stockham_f32(&t.st, table, x, y, 1);
+    const float *r = loom_fft_stockham_f32(&t.st, table, x, y, 1, m);
     float *k = (float *)(table + t.kernel_off);
-    for (int64_t j = 0; j < 2 * m; ++j) k[j] = (float)((double)r[j] / (double)m);
+    for (int64_t j = 0; j < m; ++j) {
+      k[2 * j] = (float)((double)r[j] / (double)m);
+      k[2 * j + 1] = (float)((double)r[m + j] / (double)m);
+    }
   } else {
     double *x = (double *)(table + t.scratch_off), *y = x + 2 * m;
     const double *c = (const double *)(table + t.chirp_off);
     memset(x, 0, (size_t)m * 2 * sizeof *x);
     for (int64_t j = 0; j < n; ++j) {
-      x[2 * j] = c[2 * j];
-      x[2 * j + 1] = -c[2 * j + 1];
+      x[j] = c[2 * j];
+      x[m + j] = -c[2 * j + 1];
       if (j) {
-        x[2 * (m - j)] = c[2 * j];
-        x[2 * (m - j) + 1] = -c[2 * j + 1];
+        x[m - j] = c[2 * j];
+        x[2 * m - j] = -c[2 * j + 1];
       }
     }
-    const double *r = loom_fft_stockham_f64(&t.st, table, x, y, 1);
+    const double *r = loom_fft_stockham_f64(&t.st, table, x, y, 1, m);
     double *k = (double *)(table + t.kernel_off);
-    for (int64_t j = 0; j < 2 * m; ++j) k[j] = r[j] / (double)m;
+    for (int64_t j = 0; j < m; ++j) {
+      k[2 * j] = r[j] / (double)m;
+      k[2 * j + 1] = r[m + j] / (double)m;
+    }
   }
+  return LOOM_OK;
+}
+
+int loom_kernel_fft_twiddles(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  if (args->num_tensors < 1 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t n1 = args->scalars[0].i, n2 = args->scalars[1].i, sign = args->scalars[2].i;
+  const loom_tensor *tab = &args->tensors[0];
+  if (n1 < 1 || n2 < 1 || n1 > LOOM_FFT_MAX_N / n2 || (sign != 1 && sign != -1) ||
+      (tab->dtype != LOOM_FLOAT32 && tab->dtype != LOOM_FLOAT64) || tab->rank != 1 ||
+      tab->strides[0] != 1 || tab->sizes[0] < loom_fft_twiddles_numel(n1, n2) || begin < 0 ||
+      end > n1)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t total = n1 * n2, G = LOOM_FFT_TWIDDLE_GROUP;
+  for (int64_t k = begin; k < end; ++k)
+    for (int64_t i = 0; i < n2; ++i) {
+      double re, im;
+      root(k * i % total, total, sign, &re, &im);
+      const int64_t at = ((i / G) * n1 + k) * 2 * G + i % G;
+      if (tab->dtype == LOOM_FLOAT32) {
+        ((float *)tab->data)[at] = (float)re;
+        ((float *)tab->data)[at + G] = (float)im;
+      } else {
+        ((double *)tab->data)[at] = re;
+        ((double *)tab->data)[at + G] = im;
+      }
+    }
   return LOOM_OK;
 }

@@ -24,36 +24,52 @@ namespace {
 
 using at::Tensor;
 
-// Tables kept per (device, n, sign, real dtype, real signal): the most recently used
-// kCacheSize of them (a table is about 2n complex, 6m for Bluestein).
+// Tables kept per (device, n, sign, real dtype, kind, n2): the most recently
+// used kCacheSize of them (a table is about 2n complex, 6m for Bluestein; the
+// four-step twiddles of (n, n2) n n2 complex).
 constexpr size_t kCacheSize = 32;
 
+enum TableKind { kComplexTable = 0, kRealTable = 1, kTwiddles = 2 };
+
 struct Table {
-  std::tuple<int, int64_t, int, int, bool> key;
+  std::tuple<int, int64_t, int, int, int, int64_t> key;
   loom_fft_plan plan;
-  Tensor bytes;  // uint8 on the device
+  Tensor bytes;  // uint8 on the device (the twiddles: the real dtype)
 };
 
-const Table& table_for(const Tensor& like, int64_t n, int sign, loom_dtype real,
-                       bool real_signal) {
+// The table of (n, sign, real, kind) on `like`'s device: a transform's
+// ("fft.init"; kind kRealTable for real signals) or the four-step twiddles
+// of (n, n2) ("fft.twiddles").
+const Table& table_for(const Tensor& like, int64_t n, int sign, loom_dtype real, TableKind kind,
+                       int64_t n2 = 0) {
   static std::mutex mutex;
   static auto* cache = new std::list<Table>();  // never destroyed: outlives the allocator's users
   const int dev = like.device().index();
-  const auto key = std::make_tuple(dev, n, sign, static_cast<int>(real), real_signal);
+  const auto key = std::make_tuple(dev, n, sign, static_cast<int>(real), static_cast<int>(kind), n2);
   std::lock_guard<std::mutex> lock(mutex);
   for (auto it = cache->begin(); it != cache->end(); ++it)
     if (it->key == key) {
       cache->splice(cache->begin(), *cache, it);
       return cache->front();
     }
-  const loom_scalar s[4] = {scalar_i(n), scalar_i(sign), scalar_i(real),
-                            scalar_i(real_signal ? 1 : 0)};
   Table t;
   t.key = key;
-  t.plan = plan<loom_fft_plan>("fft", LOOM_KERNEL("fft.plan"), {}, s);
-  t.bytes = at::empty({t.plan.table_bytes}, like.options().dtype(at::kByte));
-  const loom_tensor d = describe(t.bytes, "fft");
-  launch("fft", LOOM_KERNEL("fft.init"), {&d, 1}, s, 1, 1, dev);
+  if (kind == kTwiddles) {
+    const loom_scalar s[3] = {scalar_i(n), scalar_i(n2), scalar_i(sign)};
+    t.plan = {};
+    t.bytes = at::empty({loom_fft_twiddles_numel(n, n2)},
+                        like.options().dtype(real == LOOM_FLOAT32 ? at::kFloat : at::kDouble));
+    const loom_tensor d = describe(t.bytes, "fft");
+    launch("fft", LOOM_KERNEL("fft.twiddles"), {&d, 1}, s, n,
+           std::max<int64_t>(1, 65536 / n2), dev);
+  } else {
+    const loom_scalar s[4] = {scalar_i(n), scalar_i(sign), scalar_i(real),
+                              scalar_i(kind == kRealTable ? 1 : 0)};
+    t.plan = plan<loom_fft_plan>("fft", LOOM_KERNEL("fft.plan"), {}, s);
+    t.bytes = at::empty({t.plan.table_bytes}, like.options().dtype(at::kByte));
+    const loom_tensor d = describe(t.bytes, "fft");
+    launch("fft", LOOM_KERNEL("fft.init"), {&d, 1}, s, 1, 1, dev);
+  }
   // Other streams may use the table next: it is complete before it is shared.
   check(loom_stream_synchronize(current_stream(dev)), "fft");
   cache->push_front(std::move(t));
@@ -65,45 +81,87 @@ loom_dtype real_of(at::ScalarType type) {
   return (type == at::kFloat || type == at::kComplexFloat) ? LOOM_FLOAT32 : LOOM_FLOAT64;
 }
 
-// The descriptor of `t` with dim `dim` moved last.
-loom_tensor dim_last(const Tensor& t, int64_t dim) {
-  loom_tensor d = describe(t, "fft");
-  const int64_t size = d.sizes[dim], stride = d.strides[dim];
-  for (int32_t k = static_cast<int32_t>(dim); k + 1 < d.rank; ++k) {
-    d.sizes[k] = d.sizes[k + 1];
-    d.strides[k] = d.strides[k + 1];
-  }
-  d.sizes[d.rank - 1] = size;
-  d.strides[d.rank - 1] = stride;
-  return d;
-}
-
-// One launch of `kernel` over every row of `out` / `in` along `dim`: a
-// transform of length n.
-void pass(const char* kernel_name, const loom_kernel_t* kernel, const Tensor& out,
-          const Tensor& in, int64_t dim, int64_t n, int sign, double scale) {
+// One launch of `kernel` over the rows of `out` / `in`, their last dims (of
+// length n) transformed and the others the batch, with the table of
+// (n, sign) and, for the four-step's first pass, its twiddles.
+void rows_pass(const char* kernel_name, const loom_kernel_t* kernel, const Tensor& out,
+               const Tensor& in, int64_t n, int sign, double scale,
+               const Tensor* twiddles = nullptr) {
   if (out.numel() == 0 || in.numel() == 0) return;
-  const Table& t = table_for(out, n, sign, real_of(out.scalar_type()),
-                             kernel != LOOM_KERNEL("fft.c2c"));
-  const int64_t rows = out.numel() / out.size(dim);
-  // Blocks of up to 8 rows (64K points of workspace), chunks of about 16K
-  // points and whole blocks, at most 64 chunks: the workspace is one
-  // block's per chunk. All set by the shapes alone.
+  const loom_dtype real = real_of(out.scalar_type());
+  // a copy: another thread's look-up may drop the cache's entry
+  const Table t = table_for(out, n, sign, real,
+                            kernel != LOOM_KERNEL("fft.c2c") ? kRealTable : kComplexTable);
+  const int64_t rows = out.numel() / out.size(-1);
+  // Blocks of up to one vector's rows (16 floats, 8 doubles: the stages
+  // vectorize across them), at most 32K (16K) points of workspace per
+  // buffer; chunks of whole blocks, about a sixteenth of the rows and at
+  // least 16K points each. All set by the shapes alone.
+  const int64_t lanes = real == LOOM_FLOAT32 ? 16 : 8;
   const int64_t block =
-      std::min<int64_t>({8, rows, std::max<int64_t>(1, 65536 / t.plan.m)});
-  int64_t grain = std::max<int64_t>(block, 16384 / std::max<int64_t>(1, n));
-  grain = std::max(grain, (rows + 63) / 64);
+      std::min<int64_t>({lanes, rows, std::max<int64_t>(1, 2048 * lanes / t.plan.m)});
+  int64_t grain = std::max<int64_t>({block, 16384 / std::max<int64_t>(1, n), (rows + 15) / 16});
   grain = (grain + block - 1) / block * block;
   const int64_t chunks = (rows + grain - 1) / grain;
-  const at::ScalarType ctype = real_of(out.scalar_type()) == LOOM_FLOAT32 ? at::kComplexFloat
-                                                                          : at::kComplexDouble;
+  const at::ScalarType ctype = real == LOOM_FLOAT32 ? at::kComplexFloat : at::kComplexDouble;
   Tensor work = at::empty({chunks * block * t.plan.work}, out.options().dtype(ctype));
-  const loom_tensor d[4] = {dim_last(out, dim), dim_last(in, dim), describe(t.bytes, "fft"),
-                            describe(work, "fft")};
+  const loom_tensor d[5] = {describe(out, "fft"), describe(in, "fft"), describe(t.bytes, "fft"),
+                            describe(work, "fft"),
+                            twiddles ? describe(*twiddles, "fft") : loom_tensor{}};
   const loom_scalar s[4] = {scalar_i(n), scalar_i(sign), scalar_f(scale), scalar_i(block)};
   LaunchInfo info;
   info.flops = static_cast<uint64_t>(5.0 * rows * n * std::log2(std::max<double>(2, n)));
-  launch(kernel_name, kernel, d, s, rows, grain, out.device().index(), info);
+  launch(kernel_name, kernel, c10::ArrayRef<loom_tensor>(d, twiddles ? 5 : 4), s, rows, grain,
+         out.device().index(), info);
+}
+
+// Transforms at least this long (and with no prime factor above the
+// radices) run as the four-step decomposition: two passes of short
+// transforms over blocks of rows, split over the workers, instead of one
+// long transform per row.
+constexpr int64_t kFourStepMin = 16384;
+
+// The four-step split n = n1 n2 (n1 the largest divisor <= sqrt(n)), or 0
+// when n runs as one transform.
+int64_t four_step_split(const Tensor& like, int64_t n, int sign) {
+  if (n < kFourStepMin) return 0;
+  const loom_scalar s[4] = {scalar_i(n), scalar_i(sign), scalar_i(real_of(like.scalar_type())),
+                            scalar_i(0)};
+  if (plan<loom_fft_plan>("fft", LOOM_KERNEL("fft.plan"), {}, s).bluestein) return 0;
+  int64_t n1 = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
+  while (n1 > 1 && n % n1 != 0) --n1;
+  return n1 >= 16 ? n1 : 0;
+}
+
+// The c2c transform of length n = n1 n2 along `dim` by the four-step
+// decomposition (loom/kernels/fft.h): with j = n2 j1 + j2, k = k1 + n1 k2,
+// the columns j2 transformed over j1 with the twiddles into t[k1][j2], then
+// the rows of t over j2 into X[k1 + n1 k2].
+void four_step(const Tensor& out, const Tensor& in, int64_t dim, int64_t n, int64_t n1,
+               int sign, double scale) {
+  const int64_t n2 = n / n1;
+  const Tensor tw = table_for(out, n1, sign, real_of(out.scalar_type()), kTwiddles, n2).bytes;
+  // in as (others..., j2, j1); t as (others..., k1, j2) in memory
+  const Tensor cols = in.unflatten(dim, {n1, n2}).movedim({dim + 1, dim}, {-2, -1});
+  std::vector<int64_t> tsizes = cols.sizes().vec();
+  tsizes[tsizes.size() - 2] = n1;
+  tsizes[tsizes.size() - 1] = n2;
+  const Tensor t = at::empty(tsizes, out.options());
+  rows_pass("_fft_c2c", LOOM_KERNEL("fft.c2c"), t.transpose(-1, -2), cols, n1, sign, 1.0, &tw);
+  // out as (others..., k1, k2)
+  const Tensor rows = out.unflatten(dim, {n2, n1}).movedim({dim + 1, dim}, {-2, -1});
+  rows_pass("_fft_c2c", LOOM_KERNEL("fft.c2c"), rows, t, n2, sign, scale);
+}
+
+// One transform of length n of every row of `out` / `in` along `dim`.
+void pass(const char* kernel_name, const loom_kernel_t* kernel, const Tensor& out,
+          const Tensor& in, int64_t dim, int64_t n, int sign, double scale) {
+  if (out.numel() == 0 || in.numel() == 0) return;
+  if (kernel == LOOM_KERNEL("fft.c2c")) {
+    const int64_t n1 = four_step_split(out, n, sign);
+    if (n1) return four_step(out, in, dim, n, n1, sign, scale);
+  }
+  rows_pass(kernel_name, kernel, out.movedim(dim, -1), in.movedim(dim, -1), n, sign, scale);
 }
 
 std::vector<int64_t> wrap_dims(c10::IntArrayRef dim, int64_t ndim, const char* op) {

@@ -40,7 +40,26 @@
  *   of the batch sizes); the chunk k uses the workspace's elements
  *   [k * block * work, (k + 1) * block * work). Blocks depend only on the
  *   shapes, grain and block, so results never depend on the thread
- *   count. */
+ *   count.
+ *   c2c only: tensors[4] (optional; absent or NULL data: none) the
+ *   four-step twiddles of (n, r), r the size of the innermost batch dim:
+ *   output k of a row at index i of that dim is multiplied by
+ *   exp(sign 2 pi i k i / (n r)) before the scale.
+ *
+ * A long transform of length n = n1 n2 is the four-step decomposition of
+ * two such launches: with j = n2 j1 + j2 and k = k1 + n1 k2, the first
+ * transforms the n2 columns (length n1 over j1, innermost batch dim j2)
+ * with the twiddles of (n1, n2) into a buffer t[k1][j2], the second the n1
+ * rows of t (length n2 over j2, innermost batch dim k1) into X[k1 + n1 k2].
+ * Both split their rows over the range as any launch, so the result never
+ * depends on the thread count.
+ *
+ * "fft.twiddles": tensors[0] the four-step twiddles' table of (n1, n2):
+ *   the real dtype, contiguous, loom_fft_twiddles_numel(n1, n2) elements;
+ *   scalars[0].i n1, [1].i n2, [2].i sign. exp(sign 2 pi i k i / (n1 n2))
+ *   for k < n1, i < n2 has its real part at [(g n1 + k) 2G + i % G] with
+ *   g = i / G (G = LOOM_FFT_TWIDDLE_GROUP) and its imaginary part G
+ *   further on. Range n1: the call for [begin, end) fills k in it. */
 #ifndef LOOM_KERNELS_FFT_CONTRACT_H
 #define LOOM_KERNELS_FFT_CONTRACT_H
 
@@ -55,6 +74,16 @@
 
 /* Lengths up to this are supported (the chirp's index squares fit int64). */
 #define LOOM_FFT_MAX_N ((int64_t)1 << 30)
+
+/* Indices of the four-step twiddles' table stored together (see
+ * "fft.twiddles"). */
+#define LOOM_FFT_TWIDDLE_GROUP 16
+
+/* Reals in the four-step twiddles' table of (n1, n2). */
+static inline int64_t loom_fft_twiddles_numel(int64_t n1, int64_t n2) {
+  return (n2 + LOOM_FFT_TWIDDLE_GROUP - 1) / LOOM_FFT_TWIDDLE_GROUP * n1 * 2 *
+         LOOM_FFT_TWIDDLE_GROUP;
+}
 
 typedef struct loom_fft_plan {
   int64_t table_bytes; /* size of the table "fft.init" fills */
