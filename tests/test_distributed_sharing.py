@@ -154,3 +154,22 @@ def test_storages_views_and_empty_tensors_round_trip():
     assert empty.device.type == "loom" and empty.shape == (0, 3)
     assert trip(torch.UntypedStorage(0, device="loom")).nbytes() == 0
     assert trip(torch.ones(2)).device.type == "cpu"  # PyTorch's own reducer
+
+
+def test_release_leaves_a_pending_stream_error(loom):
+    # Releasing a shared region waits for the device's work; an asynchronous
+    # failure queued before it still surfaces at its stream's next
+    # synchronization.
+    import torch_loom
+
+    x = torch.ones(8, device="loom")
+    _C._distributed.share_storage(x)
+    assert _C._distributed.is_shared_storage(x)
+    s = loom.Stream()
+    with loom.stream(s):
+        torch_loom._C._enqueue_failing_kernel(torch.ones(8, device="loom"))
+    del x  # the region's release waits for the device
+    with pytest.raises(RuntimeError, match="loom_test_fault"):
+        s.synchronize()
+    s.synchronize()
+

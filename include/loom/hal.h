@@ -66,6 +66,12 @@ loom_status loom_device_properties(int device, loom_device_props *out);
 /* Waits for all work on every stream of `device`; returns the first
  * asynchronous error recorded on any of them (and clears it). */
 loom_status loom_device_synchronize(int device);
+/* Waits for all work on every stream of `device` (streams being captured
+ * run nothing and are skipped) and leaves their asynchronous errors
+ * recorded, for the streams' own synchronization points to return: for
+ * code that must outlive the device's work without consuming its errors
+ * (the release of memory kernels may use). */
+loom_status loom_device_wait_idle(int device);
 
 /* ---- device memory (caching allocator) -------------------------------- */
 

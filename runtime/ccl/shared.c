@@ -119,9 +119,11 @@ int loom_ccl_shared_fd(const loom_ccl_shared_t *shared) { return shared ? shared
 void loom_ccl_shared_release(loom_ccl_shared_t *shared) {
   if (!shared) return;
   /* Kernels and copies queued on the region may still run: they finish
-   * before the pages go. (After loom_shutdown the runtime has nothing
-   * queued and ended the registration already.) */
-  if (loom_device_synchronize(shared->device) != LOOM_OK) loom_clear_error();
+   * before the pages go. The wait leaves a stream's asynchronous error to
+   * that stream's next synchronization point (a synchronize here would take
+   * it, and the failure would go unseen). (After loom_shutdown the runtime
+   * has nothing queued and ended the registration already.) */
+  if (loom_device_wait_idle(shared->device) != LOOM_OK) loom_clear_error();
   if (loom_host_unregister(shared->ptr) != LOOM_OK) loom_clear_error();
   munmap(shared->ptr, shared->size);
   close(shared->fd);

@@ -227,7 +227,10 @@ loom_status loom_device_properties(int device, loom_device_props *out) {
   return LOOM_OK;
 }
 
-loom_status loom_device_synchronize(int device) {
+/* Waits for every live stream of `device`; with `take_errors`, returns
+ * (and clears) the first asynchronous error recorded on them, else leaves
+ * those errors for the streams' own synchronization points. */
+static loom_status device_wait(int device, int take_errors, const char *what) {
   loom_runtime *rt = loom_runtime_get();
   if (!rt) return loom_runtime_unavailable();
   loom_status st = loom_check_device(rt, device);
@@ -241,7 +244,7 @@ loom_status loom_device_synchronize(int device) {
   loom_stream_t **list = malloc((n ? n : 1) * sizeof *list);
   if (!list) {
     pthread_mutex_unlock(&dev->streams_lock);
-    return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_device_synchronize: out of host memory");
+    return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "%s: out of host memory", what);
   }
   n = 0;
   for (loom_stream_t *s = dev->streams; s; s = s->next) {
@@ -256,7 +259,10 @@ loom_status loom_device_synchronize(int device) {
   loom_status first = LOOM_OK;
   char message[512] = "";
   for (size_t i = 0; i < n; ++i) {
-    loom_status s = loom_stream_synchronize(list[i]);
+    loom_status s = LOOM_OK;
+    if (take_errors) s = loom_stream_synchronize(list[i]);
+    else if (!loom_stream_capture(list[i]))
+      s = rt->driver->queue_synchronize(rt->driver->context, list[i]->queue);
     if (s != LOOM_OK && first == LOOM_OK) {
       first = s;
       snprintf(message, sizeof message, "%s", loom_last_error());
@@ -267,4 +273,12 @@ loom_status loom_device_synchronize(int device) {
   free(list);
   if (first != LOOM_OK) return loom_error(first, "%s", message);
   return LOOM_OK;
+}
+
+loom_status loom_device_synchronize(int device) {
+  return device_wait(device, 1, "loom_device_synchronize");
+}
+
+loom_status loom_device_wait_idle(int device) {
+  return device_wait(device, 0, "loom_device_wait_idle");
 }
