@@ -5,7 +5,8 @@ checks, on each rank:
 
 - devices per process: ``torch.loom.device_count()`` is the local world
   size, the rank's own device ``loom:<LOCAL_RANK>`` gets the rank's share of
-  the host threads and the other device only its executor;
+  the host threads and the other device only its executor, and it is the
+  current device before any ``set_device``;
 - ``init_process_group(device_id=loom:<LOCAL_RANK>)`` with no backend picks
   loomccl, and ``split_group`` makes working subgroups;
 - a small GPT trained with DDP (rank 1 starting from other weights, several
@@ -65,6 +66,7 @@ def test_torchrun_two_ranks():
         share = max(1, cores // 2 + (rank < cores % 2))
         assert r["threads"][rank] == share and r["threads"][1 - rank] == 1, r
         assert r["backend"] == "loomccl"
+        assert r["default_device"] == [rank, f"loom:{rank}"], r
     # The random draws of a replicated DTensor agree, a sharded one's shards differ.
     assert reports[0]["replicate_draw"] == reports[1]["replicate_draw"]
     assert reports[0]["shard_draw"] != reports[1]["shard_draw"]
@@ -75,13 +77,15 @@ def test_devices_and_threads_from_environment():
     # LOOM_NUM_DEVICES and LOOM_NUM_THREADS win over torchrun's variables;
     # the threads still go to loom:<LOCAL_RANK>.
     code = ("import torch; n = torch.loom.device_count(); "
-            "print(n, [torch.loom.get_device_properties(i).num_threads for i in range(n)])")
+            "print(n, [torch.loom.get_device_properties(i).num_threads for i in range(n)]); "
+            "print(torch.loom.current_device(), torch.ones(1, device='loom').device)")
     env = {**_env(), "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOOM_NUM_DEVICES": "3",
            "LOOM_NUM_THREADS": "3"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["3", "[1,", "3,", "1]"], out.stdout
+    # With no set_device, the process runs on loom:<LOCAL_RANK>.
+    assert out.stdout.split() == ["3", "[1,", "3,", "1]", "1", "loom:1"], out.stdout
 
 
 # ---------------------------------------------------------------------------
@@ -139,6 +143,9 @@ def _rank_main():
               "threads": [torch.loom.get_device_properties(i).num_threads
                           for i in range(torch.loom.device_count())]}
     dev = torch.device("loom", local_rank)
+    # Before any set_device, as on CUDA under torchrun: loom:<LOCAL_RANK>,
+    # the device with the rank's threads.
+    report["default_device"] = [torch.loom.current_device(), str(torch.ones(1, device="loom").device)]
     torch.loom.set_device(dev)
     dist.init_process_group(device_id=dev)
     report["backend"] = dist.get_backend()  # the default group's backend for loom

@@ -3,12 +3,36 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "loom/hal.h"
 
 namespace torch_loom {
 namespace {
-thread_local c10::DeviceIndex tls_current_device = 0;
+// -1 until the thread reads or sets it: then the process's device.
+thread_local c10::DeviceIndex tls_current_device = -1;
+
+long env_index(const char* name) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return -1;
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  return end != text && *end == 0 ? v : -1;
+}
+
+// The device a thread starts on: under torchrun (LOCAL_WORLD_SIZE and
+// LOCAL_RANK set) loom:<LOCAL_RANK>, the device the runtime gives this
+// process's threads (base/env.c), as a CUDA DDP script expects; else
+// loom:0.
+c10::DeviceIndex process_device() {
+  static const c10::DeviceIndex index = [] {
+    const long world = env_index("LOCAL_WORLD_SIZE"), rank = env_index("LOCAL_RANK");
+    if (world > 0 && rank >= 0 && rank < world && rank < device_count())
+      return static_cast<c10::DeviceIndex>(rank);
+    return c10::DeviceIndex{0};
+  }();
+  return index;
+}
 }  // namespace
 
 c10::DeviceIndex device_count() noexcept {
@@ -31,7 +55,10 @@ void check_device_index(c10::DeviceIndex index, const char* what) {
               "; set LOOM_NUM_DEVICES for more)");
 }
 
-c10::DeviceIndex current_device() { return tls_current_device; }
+c10::DeviceIndex current_device() {
+  if (tls_current_device < 0) tls_current_device = process_device();
+  return tls_current_device;
+}
 
 void set_device(c10::DeviceIndex index) {
   check_device_index(index, "set_device");
@@ -39,7 +66,7 @@ void set_device(c10::DeviceIndex index) {
 }
 
 c10::DeviceIndex exchange_device(c10::DeviceIndex index) {
-  c10::DeviceIndex previous = tls_current_device;
+  c10::DeviceIndex previous = current_device();
   if (index != previous) set_device(index);
   return previous;
 }
