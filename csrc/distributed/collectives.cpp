@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "distributed/process_group_loom.h"
+#include "distributed/reduction.h"
 
 namespace torch_loom::distributed {
 namespace {
@@ -42,9 +43,6 @@ at::Tensor& single(std::vector<at::Tensor>& tensors, const char* op) {
   return tensors[0];
 }
 
-void* ptr(const at::Tensor& t) { return t.numel() ? t.data_ptr() : nullptr; }
-size_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
-
 void check_same(const at::Tensor& a, const at::Tensor& b, int64_t factor, const char* op) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": dtypes differ (", a.scalar_type(), " and ",
               b.scalar_type(), ")");
@@ -52,14 +50,7 @@ void check_same(const at::Tensor& a, const at::Tensor& b, int64_t factor, const 
               " elements, got ", a.numel());
 }
 
-// What a reduction runs on: the element type and count (complex as reals),
-// the op, and the premul_sum factor tensor to keep alive.
-struct Reduction {
-  loom_dtype dtype;
-  size_t count;
-  loom_ccl_reduction op{};
-  at::Tensor factor;
-};
+}  // namespace
 
 Reduction reduction_for(const at::Tensor& t, const c10d::ReduceOp& op, const char* name) {
   Reduction r;
@@ -104,13 +95,15 @@ Reduction reduction_for(const at::Tensor& t, const c10d::ReduceOp& op, const cha
   return r;
 }
 
-}  // namespace
-
 Work ProcessGroupLoom::broadcast(std::vector<at::Tensor>& tensors,
                                  const c10d::BroadcastOptions& opts) {
   const char* name = "loomccl broadcast";
   at::Tensor& t = single(tensors, name);
   check_dense(t, name);
+  if (across_hosts()) {
+    h_broadcast_in_place(t, static_cast<int>(opts.rootRank), name);
+    return h_done(OpType::BROADCAST, {t}, t.device());
+  }
   Call call(*this, name, OpType::BROADCAST, t.device());
   call.check(loom_ccl_broadcast(call.work(), ptr(t), bytes(t), LOOM_UINT8,
                                 static_cast<int>(opts.rootRank)));
@@ -123,6 +116,10 @@ Work ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
   const char* name = "loomccl allreduce";
   at::Tensor& t = single(tensors, name);
   check_dense(t, name);
+  if (across_hosts()) {
+    h_allreduce_in_place(t, opts.reduceOp, name);
+    return h_done(OpType::ALLREDUCE, {t}, t.device());
+  }
   Reduction r = reduction_for(t, opts.reduceOp, name);
   Call call(*this, name, OpType::ALLREDUCE, t.device());
   call.check(loom_ccl_allreduce(call.work(), ptr(t), ptr(t), r.count, r.dtype, &r.op));
@@ -141,6 +138,10 @@ Work ProcessGroupLoom::allreduce_coalesced(std::vector<at::Tensor>& tensors,
     TORCH_CHECK(t.device() == tensors[0].device(), name, ": tensors on different devices");
     rs.push_back(reduction_for(t, opts.reduceOp, name));
   }
+  if (across_hosts()) {
+    for (auto& t : tensors) h_allreduce_in_place(t, opts.reduceOp, name);
+    return h_done(OpType::ALLREDUCE_COALESCED, tensors, tensors[0].device());
+  }
   Call call(*this, name, OpType::ALLREDUCE_COALESCED, tensors[0].device());
   for (size_t i = 0; i < tensors.size(); ++i) {
     call.check(loom_ccl_allreduce(call.work(), ptr(tensors[i]), ptr(tensors[i]), rs[i].count,
@@ -155,6 +156,13 @@ Work ProcessGroupLoom::reduce(std::vector<at::Tensor>& tensors, const c10d::Redu
   const char* name = "loomccl reduce";
   at::Tensor& t = single(tensors, name);
   check_dense(t, name);
+  if (across_hosts()) {
+    // Every rank computes the result; the root keeps it.
+    at::Tensor result = t.clone();
+    h_allreduce_in_place(result, opts.reduceOp, name);
+    if (rank_ == static_cast<int>(opts.rootRank)) t.copy_(result);
+    return h_done(OpType::REDUCE, {t}, t.device());
+  }
   Reduction r = reduction_for(t, opts.reduceOp, name);
   Call call(*this, name, OpType::REDUCE, t.device());
   call.check(loom_ccl_reduce(call.work(), ptr(t), ptr(t), r.count, r.dtype, &r.op,
@@ -178,6 +186,13 @@ Work ProcessGroupLoom::allgather(std::vector<std::vector<at::Tensor>>& outputs,
     check_contiguous(o, name);
     check_same(o, input, 1, name);
     recv.push_back(ptr(o));
+  }
+  if (across_hosts()) {
+    at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
+    h_allgather_into(flat, input, name);
+    for (int p = 0; p < size_; ++p)
+      outputs[0][p].copy_(flat.narrow(0, p * input.numel(), input.numel()).view(input.sizes()));
+    return h_done(OpType::ALLGATHER, outputs[0], input.device());
   }
   Call call(*this, name, OpType::ALLGATHER, input.device());
   call.check(loom_ccl_allgather(call.work(), ptr(input), recv.data(), bytes(input), LOOM_UINT8));
@@ -221,6 +236,10 @@ Work ProcessGroupLoom::_allgather_base(at::Tensor& output, at::Tensor& input,
   check_contiguous(output, name);
   check_same(output, input, size_, name);
   at::Tensor in = input.contiguous();
+  if (across_hosts()) {
+    h_allgather_into(output, in, name);
+    return h_done(OpType::_ALLGATHER_BASE, {output}, output.device());
+  }
   Call call(*this, name, OpType::_ALLGATHER_BASE, output.device());
   allgather_into(call, output, in, size_);
   return call.finish({output});
@@ -238,6 +257,10 @@ Work ProcessGroupLoom::allgather_into_tensor_coalesced(std::vector<at::Tensor>& 
     check_contiguous(outputs[i], name);
     check_same(outputs[i], inputs[i], size_, name);
     ins.push_back(inputs[i].contiguous());
+  }
+  if (across_hosts()) {
+    for (size_t i = 0; i < ins.size(); ++i) h_allgather_into(outputs[i], ins[i], name);
+    return h_done(OpType::COALESCED, outputs, outputs[0].device());
   }
   Call call(*this, name, OpType::COALESCED, outputs[0].device());
   for (size_t i = 0; i < ins.size(); ++i) allgather_into(call, outputs[i], ins[i], size_);
@@ -260,6 +283,16 @@ Work ProcessGroupLoom::reduce_scatter(std::vector<at::Tensor>& outputs,
     ins.push_back(in.contiguous());
     send.push_back(ptr(ins.back()));
   }
+  if (across_hosts()) {
+    // The reduction of every part on every rank (each host's ranks in rank
+    // order, then the hosts in order); each rank keeps its own part.
+    std::vector<at::Tensor> flat;
+    for (auto& in : ins) flat.push_back(in.reshape({-1}));
+    at::Tensor all = at::cat(flat);
+    h_allreduce_in_place(all, opts.reduceOp, name);
+    output.copy_(all.narrow(0, rank_ * output.numel(), output.numel()).view(output.sizes()));
+    return h_done(OpType::REDUCE_SCATTER, {output}, output.device());
+  }
   Reduction r = reduction_for(output, opts.reduceOp, name);
   Call call(*this, name, OpType::REDUCE_SCATTER, output.device());
   call.check(loom_ccl_reduce_scatter(call.work(), send.data(), ptr(output), r.count, r.dtype,
@@ -277,6 +310,12 @@ Work ProcessGroupLoom::_reduce_scatter_base(at::Tensor& output, at::Tensor& inpu
   check_contiguous(output, name);
   check_same(input, output, size_, name);
   at::Tensor in = input.contiguous();
+  if (across_hosts()) {
+    at::Tensor all = in.clone().reshape({-1});
+    h_allreduce_in_place(all, opts.reduceOp, name);
+    output.copy_(all.narrow(0, rank_ * output.numel(), output.numel()).view(output.sizes()));
+    return h_done(OpType::_REDUCE_SCATTER_BASE, {output}, output.device());
+  }
   Reduction r = reduction_for(output, opts.reduceOp, name);
   Call call(*this, name, OpType::_REDUCE_SCATTER_BASE, output.device());
   reduce_scatter_from(call, output, in, r, size_);
@@ -298,6 +337,15 @@ Work ProcessGroupLoom::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& 
     ins.push_back(inputs[i].contiguous());
     rs.push_back(reduction_for(outputs[i], opts.reduceOp, name));
   }
+  if (across_hosts()) {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      at::Tensor all = ins[i].clone().reshape({-1});
+      h_allreduce_in_place(all, opts.reduceOp, name);
+      outputs[i].copy_(
+          all.narrow(0, rank_ * outputs[i].numel(), outputs[i].numel()).view(outputs[i].sizes()));
+    }
+    return h_done(OpType::COALESCED, outputs, outputs[0].device());
+  }
   Call call(*this, name, OpType::COALESCED, outputs[0].device());
   for (size_t i = 0; i < ins.size(); ++i) reduce_scatter_from(call, outputs[i], ins[i], rs[i], size_);
   return call.finish(outputs);
@@ -309,6 +357,8 @@ Work ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
                                      const c10d::AllToAllOptions& opts) {
   const char* name = "loomccl alltoall_base";
   check_loom(input, name);
+  TORCH_CHECK_NOT_IMPLEMENTED(!across_hosts(), name,
+                              ": not supported yet between ranks on several hosts");
   check_contiguous(output, name);
   TORCH_CHECK(input.scalar_type() == output.scalar_type(), name, ": dtypes differ");
   at::Tensor in = input.contiguous();
@@ -345,6 +395,8 @@ Work ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
 Work ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                 const c10d::AllToAllOptions& opts) {
   const char* name = "loomccl alltoall";
+  TORCH_CHECK_NOT_IMPLEMENTED(!across_hosts(), name,
+                              ": not supported yet between ranks on several hosts");
   TORCH_CHECK(outputs.size() == static_cast<size_t>(size_) && inputs.size() == outputs.size(),
               name, ": expected ", size_, " input and output tensors");
   std::vector<at::Tensor> flat_in, flat_out;
@@ -400,6 +452,13 @@ Work ProcessGroupLoom::gather(std::vector<std::vector<at::Tensor>>& outputs,
     }
     outs = outputs[0];
   }
+  if (across_hosts()) {
+    at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
+    h_allgather_into(flat, input, name);
+    for (int p = 0; p < static_cast<int>(outs.size()); ++p)
+      outs[p].copy_(flat.narrow(0, p * input.numel(), input.numel()).view(outs[p].sizes()));
+    return h_done(OpType::GATHER, outs, input.device());
+  }
   Call call(*this, name, OpType::GATHER, input.device());
   call.check(loom_ccl_gather(call.work(), ptr(input), recv.data(), bytes(input), LOOM_UINT8, root));
   call.use(input);
@@ -426,6 +485,15 @@ Work ProcessGroupLoom::scatter(std::vector<at::Tensor>& outputs,
       send[p] = ptr(ins.back());
     }
   }
+  if (across_hosts()) {
+    // The root's parts go to every rank; each keeps its own.
+    at::Tensor flat = at::empty({size_ * output.numel()}, output.options());
+    for (int p = 0; p < static_cast<int>(ins.size()); ++p)
+      flat.narrow(0, p * output.numel(), output.numel()).copy_(ins[p].reshape({-1}));
+    h_broadcast_in_place(flat, root, name);
+    output.copy_(flat.narrow(0, rank_ * output.numel(), output.numel()).view(output.sizes()));
+    return h_done(OpType::SCATTER, {output}, output.device());
+  }
   Call call(*this, name, OpType::SCATTER, output.device());
   call.check(loom_ccl_scatter(call.work(), send.data(), ptr(output), bytes(output), LOOM_UINT8,
                               root));
@@ -439,6 +507,7 @@ Work ProcessGroupLoom::send(std::vector<at::Tensor>& tensors, int dst, int tag) 
   at::Tensor t = single(tensors, name);
   check_loom(t, name);
   t = t.contiguous();
+  if (across_hosts()) return h_send(t, dst, tag);
   Call call(*this, name, OpType::SEND, t.device());
   call.check(loom_ccl_send(call.work(), ptr(t), bytes(t), LOOM_UINT8, dst));
   call.use(t);
@@ -449,6 +518,7 @@ Work ProcessGroupLoom::recv(std::vector<at::Tensor>& tensors, int src, int tag) 
   const char* name = "loomccl recv";
   at::Tensor& t = single(tensors, name);
   check_contiguous(t, name);
+  if (across_hosts()) return h_recv(t, src, tag);
   Call call(*this, name, OpType::RECV, t.device());
   call.check(loom_ccl_recv(call.work(), ptr(t), bytes(t), LOOM_UINT8, src));
   call.use(t);
@@ -464,6 +534,7 @@ Work ProcessGroupLoom::barrier(const c10d::BarrierOptions& opts) {
   else if (opts.device && opts.device->type() == c10::DeviceType::PrivateUse1 &&
            opts.device->has_index())
     device = *opts.device;
+  if (across_hosts()) return h_barrier(device);
   Call call(*this, name, OpType::BARRIER, device);
   call.check(loom_ccl_barrier(call.work()));
   return call.finish({}, /*host_wait=*/true);

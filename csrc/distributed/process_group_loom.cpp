@@ -18,6 +18,7 @@ ProcessGroupLoom::ProcessGroupLoom(c10::intrusive_ptr<c10d::Store> store, int ra
                                    c10::intrusive_ptr<LoomOptions> options)
     : c10d::Backend(rank, size), store_(std::move(store)), options_(std::move(options)) {
   TORCH_CHECK(options_, "loomccl: no options");
+  discover_hosts();
 }
 
 ProcessGroupLoom::~ProcessGroupLoom() { shutdown(); }
@@ -56,11 +57,13 @@ loom_ccl_comm_t* ProcessGroupLoom::comm(c10::Device device) {
                 " (one device per process and group)");
     return comm_;
   }
-  // The job id: rank 0 makes it, the others wait for it in the Store
-  // (the group's own prefix: one key per group).
-  const std::string key = "loomccl/job";
+  // The job id: the host's first rank makes it, the others wait for it in
+  // the Store (the group's own prefix: one key per group and host). The
+  // communicator joins the ranks of this host.
+  const std::string key =
+      across_hosts() ? "loomccl/job/" + std::to_string(topo_.host) : std::string("loomccl/job");
   char job[LOOM_CCL_JOB_ID_LEN + 1] = {0};
-  if (rank_ == 0) {
+  if (topo_.local_rank == 0) {
     check(loom_ccl_make_job_id(job), "loomccl");
     store_->set(key, std::vector<uint8_t>(job, job + LOOM_CCL_JOB_ID_LEN));
   } else {
@@ -70,12 +73,15 @@ loom_ccl_comm_t* ProcessGroupLoom::comm(c10::Device device) {
   }
   c10::Stream stream = stream_from_pool(index, -1);
   loom_ccl_config config{};
-  config.rank = rank_;
-  config.world_size = size_;
+  config.rank = topo_.local_rank;
+  config.world_size = topo_.local_size;
   std::memcpy(config.job_id, job, sizeof config.job_id);
   config.stream = native_stream(stream);
   config.timeout_ms = static_cast<uint64_t>(std::max<int64_t>(1, options_->timeout.count()));
   config.buffer_bytes = static_cast<size_t>(std::max<int64_t>(0, options_->buffer_bytes));
+  loom_device_props props{};
+  check(loom_device_properties(index, &props), "loomccl");
+  host_addressable_ = (props.flags & LOOM_DEVICE_HOST_ADDRESSABLE) != 0;
   check(loom_ccl_comm_create(&config, &comm_), "loomccl: joining the process group");
   stream_ = stream;
   return comm_;
@@ -110,7 +116,13 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::split(
 
 void ProcessGroupLoom::startCoalescing() {
   std::lock_guard<std::mutex> lock(mutex_);
-  TORCH_CHECK(!coalescing_, "loomccl: startCoalescing while coalescing");
+  TORCH_CHECK(!coalescing_ && !h_coalescing_, "loomccl: startCoalescing while coalescing");
+  if (across_hosts()) {
+    // Each call runs to its end; the Work of the group stands for them all.
+    h_coalescing_ = true;
+    h_outputs_.clear();
+    return;
+  }
   coalescing_ = true;
   coalesced_type_ = c10d::OpType::COALESCED;
   coalesced_outputs_.clear();
@@ -118,6 +130,11 @@ void ProcessGroupLoom::startCoalescing() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::endCoalescing() {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (h_coalescing_) {
+    h_coalescing_ = false;
+    return c10::make_intrusive<WorkDone>(rank_, c10d::OpType::COALESCED, std::move(h_outputs_),
+                                         default_device());
+  }
   TORCH_CHECK(coalescing_, "loomccl: endCoalescing without startCoalescing");
   coalescing_ = false;
   loom_ccl_work_t* work = coalesced_work_;

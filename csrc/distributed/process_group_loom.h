@@ -16,7 +16,10 @@
 
 #include <c10/core/Stream.h>
 
+#include <functional>
+#include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "loom/ccl.h"
@@ -29,6 +32,26 @@ struct LoomOptions : c10d::Backend::Options {
   explicit LoomOptions(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
       : c10d::Backend::Options("loomccl", timeout) {}
   int64_t buffer_bytes = 0;
+};
+
+// Makes the Gloo process groups loomccl runs between machines: a Gloo
+// backend over `store` for `rank` of `size` (set by the Python package,
+// which has torch.distributed's Gloo).
+using GlooFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout)>;
+void set_gloo_factory(GlooFactory factory);
+
+// Where the ranks of a group run: their hosts (LOOM_CCL_HOST_ID, else the
+// host name), numbered in the order of their lowest rank, each with its
+// ranks in order.
+struct Topology {
+  std::vector<int> host_of;                // per rank
+  std::vector<std::vector<int>> ranks_of;  // per host
+  int host = 0, local_rank = 0, local_size = 1;
+  int hosts() const { return static_cast<int>(ranks_of.size()); }
+  // The index of `rank` among its host's ranks.
+  int local_index(int rank) const;
 };
 
 class ProcessGroupLoom : public c10d::Backend {
@@ -99,6 +122,8 @@ class ProcessGroupLoom : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  const Topology& topology() const { return topo_; }
+
   // One piece of work being enqueued: it begins after the current stream's
   // work on `device`, takes collectives, and ends in finish(), which gives
   // the Work (nullptr while coalescing: endCoalescing gives it).
@@ -128,6 +153,35 @@ class ProcessGroupLoom : public c10d::Backend {
   // The communicator on `device` (created at the first call).
   loom_ccl_comm_t* comm(c10::Device device);
   c10::Device default_device() const;
+
+  // ---- between machines (hierarchy.cpp) ----
+  // Shared memory inside a host (the communicator joins the host's ranks),
+  // Gloo between hosts: among the hosts' first ranks (the leaders) for the
+  // collectives, between the two ranks for send/recv. These calls finish
+  // before they return (the Gloo part blocks the host).
+  void discover_hosts();
+  bool across_hosts() const { return topo_.hosts() > 1; }
+  c10d::Backend& pair(int peer);
+  void sync_current(c10::Device device, const char* name);
+  void local_run(const char* name, c10d::OpType type, c10::Device device,
+                 const std::function<void(Call&)>& body);
+  void leaders_allgather(const at::Tensor& in, at::Tensor& out, const char* name);
+  void h_allreduce_in_place(at::Tensor& t, const c10d::ReduceOp& op, const char* name);
+  void h_broadcast_in_place(at::Tensor& t, int root, const char* name);
+  void h_allgather_into(at::Tensor& output, const at::Tensor& input, const char* name);
+  c10::intrusive_ptr<c10d::Work> h_done(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                        c10::Device device);
+  c10::intrusive_ptr<c10d::Work> h_send(at::Tensor t, int dst, int tag);
+  c10::intrusive_ptr<c10d::Work> h_recv(at::Tensor& t, int src, int tag);
+  c10::intrusive_ptr<c10d::Work> h_barrier(c10::Device device);
+
+  Topology topo_;
+  bool host_addressable_ = true;                // the communicator's device
+  c10::intrusive_ptr<c10d::Backend> leaders_;  // on the leaders only
+  std::mutex pairs_mutex_;
+  std::map<int, c10::intrusive_ptr<c10d::Backend>> pairs_;  // by peer
+  bool h_coalescing_ = false;
+  std::vector<at::Tensor> h_outputs_;
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<LoomOptions> options_;

@@ -59,4 +59,13 @@ bool WorkLoom::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
+WorkDone::WorkDone(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                   c10::Device device)
+    : c10d::Work(rank, type), outputs_(std::move(outputs)) {
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                     std::vector<c10::Device>{device});
+  future_->markCompleted(c10::IValue(outputs_));
+  finish();
+}
+
 }  // namespace torch_loom::distributed

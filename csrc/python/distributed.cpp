@@ -42,6 +42,22 @@ void init_distributed(py::module& m) {
       // What split_group copies for the child groups.
       .def_property_readonly("options", &ProcessGroupLoom::getBackendOptions);
 
+  // The maker of the Gloo groups loomccl runs between hosts: a Python
+  // callable (store, rank, size, timeout) -> Backend, kept for the
+  // process's life.
+  d.def("_set_gloo_factory", [](py::function fn) {
+    py::handle maker = fn.release();  // owned from here on, never released
+    distributed::set_gloo_factory([maker](const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                          int size, std::chrono::milliseconds timeout) {
+      py::gil_scoped_acquire gil;
+      return maker(store, rank, size, timeout).cast<c10::intrusive_ptr<c10d::Backend>>();
+    });
+  });
+  d.def("_topology", [](const c10::intrusive_ptr<ProcessGroupLoom>& pg) {
+    const auto& t = pg->topology();
+    return py::make_tuple(t.host_of, t.host, t.local_rank, t.local_size);
+  });
+
   // torch.multiprocessing's loom reductions (python/torch_loom/distributed/sharing.py).
   d.def("share_storage", &distributed::share_storage, py::arg("tensor"),
         py::call_guard<py::gil_scoped_release>());

@@ -153,6 +153,15 @@ loom_status loom_ccl_recv(loom_ccl_work_t *work, void *buf, size_t count, loom_d
 /* Every rank reaches it before any leaves it (in stream order). */
 loom_status loom_ccl_barrier(loom_ccl_work_t *work);
 
+/* Enqueues on `stream`: dst = the reduction of srcs[0 .. n) in that order
+ * (count elements each, device memory of the stream's device; dst may be
+ * one of them), with the collectives' kernel and rules; AVG divides the
+ * sum by `divisor`. For reductions whose operands came from outside a
+ * communicator (the partial results of other machines). */
+loom_status loom_ccl_combine(loom_stream_t *stream, void *dst, const void *const *srcs, int n,
+                             size_t count, loom_dtype dtype, const loom_ccl_reduction *reduction,
+                             int divisor);
+
 /* ---- device memory shared between processes (torch.multiprocessing) ----
  *
  * A shared region is device memory of one loom device that other processes
@@ -178,7 +187,8 @@ size_t loom_ccl_shared_size(const loom_ccl_shared_t *shared);
 int loom_ccl_shared_device(const loom_ccl_shared_t *shared);
 /* The descriptor to hand to another process (owned by the handle). */
 int loom_ccl_shared_fd(const loom_ccl_shared_t *shared);
-/* Waits for the device's queued work, then unmaps and closes. NULL: no-op. */
+/* Waits for the device's queued work (leaving any asynchronous error to its
+ * stream), then unmaps and closes. NULL: no-op. */
 void loom_ccl_shared_release(loom_ccl_shared_t *shared);
 
 #ifdef __cplusplus

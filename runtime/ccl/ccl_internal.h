@@ -171,6 +171,13 @@ static inline ccl_word *ccl_sent(const loom_ccl_comm_t *comm, int src, int dst) 
 static inline ccl_word *ccl_acked(const loom_ccl_comm_t *comm, int src, int dst) {
   return &comm->acked[(size_t)src * (size_t)comm->world + (size_t)dst];
 }
+/* Launches "ccl.reduce" on `stream`: dst = the reduction of srcs[0 .. n)
+ * in order, AVG dividing by `divisor`. */
+loom_status ccl_launch_reduce(loom_stream_t *stream, const loom_kernel_t *kernel, void *dst,
+                              const void *const *srcs, int n, size_t count, loom_dtype dtype,
+                              const loom_ccl_reduction *r, int divisor);
+loom_status ccl_check_dtype(const char *what, loom_dtype dtype);
+loom_status ccl_check_reduction(const char *what, loom_dtype dtype, const loom_ccl_reduction *r);
 const char *ccl_kind_name(uint32_t kind);
 const char *ccl_op_name(int op);
 

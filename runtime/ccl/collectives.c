@@ -43,7 +43,7 @@ static int is_floating(loom_dtype d) {
   return d == LOOM_FLOAT32 || d == LOOM_FLOAT64 || d == LOOM_FLOAT16 || d == LOOM_BFLOAT16;
 }
 
-static loom_status check_dtype(const char *what, loom_dtype dtype) {
+loom_status ccl_check_dtype(const char *what, loom_dtype dtype) {
   switch (dtype) {
     case LOOM_FLOAT32: case LOOM_FLOAT64: case LOOM_FLOAT16: case LOOM_BFLOAT16:
     case LOOM_INT8: case LOOM_UINT8: case LOOM_INT16: case LOOM_INT32: case LOOM_INT64:
@@ -54,8 +54,7 @@ static loom_status check_dtype(const char *what, loom_dtype dtype) {
   }
 }
 
-static loom_status check_reduction(const char *what, loom_dtype dtype,
-                                   const loom_ccl_reduction *r) {
+loom_status ccl_check_reduction(const char *what, loom_dtype dtype, const loom_ccl_reduction *r) {
   if (!r || r->op < 0 || r->op >= LOOM_CCL_OP_COUNT)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: no valid reduction op", what);
   if (r->op == LOOM_CCL_PREMUL_SUM && !is_floating(dtype))
@@ -94,8 +93,9 @@ static int in_segment(const loom_ccl_comm_t *comm, const void *p) {
   return (const char *)p >= comm->base && (const char *)p < comm->base + comm->size;
 }
 
-static loom_status launch_reduce(loom_ccl_comm_t *comm, void *dst, const void *const *srcs, int n,
-                                 size_t count, loom_dtype dtype, const loom_ccl_reduction *r) {
+loom_status ccl_launch_reduce(loom_stream_t *stream, const loom_kernel_t *kernel, void *dst,
+                              const void *const *srcs, int n, size_t count, loom_dtype dtype,
+                              const loom_ccl_reduction *r, int divisor) {
   loom_tensor tensors[CCL_MAX_WORLD + 2];
   const loom_tensor proto = {.dtype = dtype, .rank = 1, .sizes = {(int64_t)count}, .strides = {1}};
   tensors[0] = proto;
@@ -113,13 +113,19 @@ static loom_status launch_reduce(loom_ccl_comm_t *comm, void *dst, const void *c
   loom_scalar scalars[4];
   scalars[0].i = r->op;
   scalars[1].f = r->factor;
-  scalars[2].i = comm->world;
+  scalars[2].i = divisor;
   scalars[3].i = n;
-  const loom_launch_desc desc = {.name = "ccl.reduce", .kernel = comm->reduce_kernel,
+  const loom_launch_desc desc = {.name = "ccl.reduce", .kernel = kernel,
                                  .tensors = tensors, .num_tensors = num, .scalars = scalars,
                                  .num_scalars = 4, .range = (int64_t)count,
                                  .grain = LOOM_CCL_REDUCE_GRAIN};
-  return loom_launch(comm->stream, &desc);
+  return loom_launch(stream, &desc);
+}
+
+static loom_status launch_reduce(loom_ccl_comm_t *comm, void *dst, const void *const *srcs, int n,
+                                 size_t count, loom_dtype dtype, const loom_ccl_reduction *r) {
+  return ccl_launch_reduce(comm->stream, comm->reduce_kernel, dst, srcs, n, count, dtype, r,
+                           comm->world);
 }
 
 /* dst = the reduction of srcs[0 .. n) in order (count elements each); any
@@ -171,7 +177,7 @@ static size_t chunk_elements(const loom_ccl_comm_t *comm, loom_dtype dtype, int 
 
 static loom_status begin_call(loom_ccl_work_t *work, const char *what, loom_dtype dtype) {
   loom_status st = ccl_check_open(work, what);
-  if (st == LOOM_OK) st = check_dtype(what, dtype);
+  if (st == LOOM_OK) st = ccl_check_dtype(what, dtype);
   return st;
 }
 
@@ -181,7 +187,7 @@ loom_status loom_ccl_allreduce(loom_ccl_work_t *work, const void *send, void *re
   loom_status st = begin_call(work, what, dtype);
   if (st != LOOM_OK) return st;
   loom_ccl_comm_t *comm = work->comm;
-  if ((st = check_reduction(what, dtype, reduction)) != LOOM_OK ||
+  if ((st = ccl_check_reduction(what, dtype, reduction)) != LOOM_OK ||
       (st = check_buffer(comm, what, send, count, "send")) != LOOM_OK ||
       (st = check_buffer(comm, what, recv, count, "receive")) != LOOM_OK)
     return st;
@@ -244,7 +250,7 @@ loom_status loom_ccl_reduce_scatter(loom_ccl_work_t *work, const void *const *se
   if (st != LOOM_OK) return st;
   loom_ccl_comm_t *comm = work->comm;
   if (!send) return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "%s: send is NULL", what);
-  if ((st = check_reduction(what, dtype, reduction)) != LOOM_OK ||
+  if ((st = ccl_check_reduction(what, dtype, reduction)) != LOOM_OK ||
       (st = check_buffer(comm, what, recv, count, "receive")) != LOOM_OK)
     return st;
   const int w = comm->world, me = comm->rank;
@@ -295,7 +301,7 @@ loom_status loom_ccl_reduce(loom_ccl_work_t *work, const void *send, void *recv,
   loom_status st = begin_call(work, what, dtype);
   if (st != LOOM_OK) return st;
   loom_ccl_comm_t *comm = work->comm;
-  if ((st = check_root(comm, what, root)) || (st = check_reduction(what, dtype, reduction)) ||
+  if ((st = check_root(comm, what, root)) || (st = ccl_check_reduction(what, dtype, reduction)) ||
       (st = check_buffer(comm, what, send, count, "send")) ||
       (comm->rank == root && (st = check_buffer(comm, what, recv, count, "receive"))))
     return st;

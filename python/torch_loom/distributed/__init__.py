@@ -2,7 +2,13 @@
 
 ``loomccl`` runs the collectives of loom tensors between the processes of
 one machine (``runtime/ccl``: a private shared segment, the reductions as
-loom kernels in rank order, asynchronous on a communication stream). It is
+loom kernels in rank order, asynchronous on a communication stream). Ranks
+on several machines (grouped by host name, or by ``LOOM_CCL_HOST_ID``
+where set) are joined hierarchically: shared memory inside each machine,
+Gloo between the machines' first ranks (CPU views of loom memory, or pinned
+host copies where the device's memory is not host memory), reductions in
+a fixed order (each machine's ranks in rank order, then the machines in
+order); those calls finish before they return. It is
 registered for the ``loom`` device, so that::
 
     dist.init_process_group("loomccl")                 # loom tensors only
@@ -32,9 +38,18 @@ def Options(timeout=None, buffer_bytes: int = 0):
     return opts
 
 
+def _make_gloo(store, rank, size, timeout):
+    """A Gloo process group between hosts (loomccl's inter-host part)."""
+    import torch.distributed as dist
+
+    return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+
 def _create_backend(dist_opts, backend_options):
     """The factory torch.distributed calls (extended API) for each group."""
     from .. import _C
+
+    _C._distributed._set_gloo_factory(_make_gloo)
 
     opts = backend_options
     if not isinstance(opts, _C._distributed.Options):
