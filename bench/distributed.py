@@ -11,7 +11,10 @@ of the cores), then one rank alone:
   once (loomccl's staged all_reduce moves each byte through shared memory:
   copy in, reduce, copy out);
 - DDP training step time of a small GPT on loom on a fixed global batch:
-  one process with the whole batch, and two ranks with half each.
+  one process with the whole batch, and two ranks with half each;
+- the same two ranks as two simulated hosts (``LOOM_CCL_HOST_ID`` differs):
+  loomccl's path between machines (Gloo between the hosts on CPU views of
+  the loom tensors, the hosts' results combined by loomccl's kernel).
 
 Bus bandwidth is NCCL's: bytes x 2 (n - 1) / n / time, so that it compares
 with the copy bandwidth whatever the world size. Each time is the slowest
@@ -120,7 +123,8 @@ def _rank(rank, world, store_dir, args):
         print("RESULT " + json.dumps(out), flush=True)
 
 
-def _launch(world, args):
+def _launch(world, args, hosts=False):
+    """Runs the ranks; `hosts`: each rank names its own host."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT), env.get("PYTHONPATH", "")])
     env.update(LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // world)))
@@ -129,7 +133,9 @@ def _launch(world, args):
     with tempfile.TemporaryDirectory() as store:
         procs = [subprocess.Popen([sys.executable, "-m", "bench.distributed", "--rank", str(r),
                                    "--world", str(world), "--store", store] + passed,
-                                  env={**env, "LOCAL_RANK": str(r)}, cwd=ROOT,
+                                  env={**env, "LOCAL_RANK": str(r),
+                                       **({"LOOM_CCL_HOST_ID": f"bench-host{r}"} if hosts else {})},
+                                  cwd=ROOT,
                                   stdout=subprocess.PIPE, text=True)
                  for r in range(world)]
         outs = [p.communicate()[0] for p in procs]
@@ -140,21 +146,24 @@ def _launch(world, args):
     return json.loads(line[len("RESULT "):])
 
 
-def _markdown(two, one, meta):
+def _markdown(two, one, meta, hosts):
     lines = [f"# torch.distributed on loom ({meta['when']}, {meta['cpus']} CPUs, "
              f"load average {meta['load_before']} before / {meta['load_after']} after)", "",
              "all_reduce, float32 sum, 2 ranks; bus bandwidth in GB/s (median of repeats, slowest rank)",
-             "", "| bytes | loomccl (loom) | Gloo (CPU) | loomccl / Gloo | copy, both ranks at once |",
-             "|---:|---:|---:|---:|---:|"]
-    for r in two["allreduce"]:
+             "", "| bytes | loomccl (loom) | Gloo (CPU) | loomccl / Gloo | copy, both ranks at once "
+             "| loomccl, 2 simulated hosts |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for r, h in zip(two["allreduce"], hosts["allreduce"]):
         size = r["bytes"]
         label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
         lines.append(f"| {label} | {r['loomccl_busbw_GBs']:.2f} | {r['gloo_busbw_GBs']:.2f} | "
-                     f"{r['gloo_s'] / r['loomccl_s']:.2f}x | {r['copy_GBs']:.2f} |")
+                     f"{r['gloo_s'] / r['loomccl_s']:.2f}x | {r['copy_GBs']:.2f} | "
+                     f"{h['loomccl_busbw_GBs']:.2f} |")
     lines += ["", f"DDP training step, GPT of {one['params']} parameters, global batch "
               f"{meta['batch']} x 64 tokens on loom:",
               "", "| processes | step (ms) |", "|---:|---:|",
-              f"| 1 | {one['ddp_step_s'] * 1e3:.1f} |", f"| 2 | {two['ddp_step_s'] * 1e3:.1f} |"]
+              f"| 1 | {one['ddp_step_s'] * 1e3:.1f} |", f"| 2 | {two['ddp_step_s'] * 1e3:.1f} |",
+              f"| 2, each its own simulated host | {hosts['ddp_step_s'] * 1e3:.1f} |"]
     return "\n".join(lines) + "\n"
 
 
@@ -176,14 +185,16 @@ def main(argv=None):
     load_before = round(os.getloadavg()[0], 2)
     two = _launch(2, args)
     one = _launch(1, args)
+    hosts = _launch(2, args, hosts=True)
     meta = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
             "load_before": load_before, "load_after": round(os.getloadavg()[0], 2),
             "batch": args.batch}
     out = args.out or Path(tempfile.mkdtemp(prefix="loom_bench_distributed_"))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "distributed.json").write_text(json.dumps({"meta": meta, "two_ranks": two, "one_rank": one},
+    (out / "distributed.json").write_text(json.dumps({"meta": meta, "two_ranks": two, "one_rank": one,
+                                                      "two_hosts": hosts},
                                                      indent=1))
-    md = _markdown(two, one, meta)
+    md = _markdown(two, one, meta, hosts)
     (out / "DISTRIBUTED.md").write_text(md)
     print(md)
     print(f"written to {out}")

@@ -38,6 +38,9 @@ def Options(timeout=None, buffer_bytes: int = 0):
     return opts
 
 
+_gloo_factory_set = False
+
+
 def _make_gloo(store, rank, size, timeout):
     """A Gloo process group between hosts (loomccl's inter-host part)."""
     import torch.distributed as dist
@@ -49,7 +52,10 @@ def _create_backend(dist_opts, backend_options):
     """The factory torch.distributed calls (extended API) for each group."""
     from .. import _C
 
-    _C._distributed._set_gloo_factory(_make_gloo)
+    global _gloo_factory_set
+    if not _gloo_factory_set:
+        _C._distributed._set_gloo_factory(_make_gloo)
+        _gloo_factory_set = True
 
     opts = backend_options
     if not isinstance(opts, _C._distributed.Options):
