@@ -84,8 +84,9 @@ def test_matmul_transposed_operand_strides():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention(mode, causal):
-    q, k, v = (torch.randn(1, 2, 70, 16) for _ in range(3))
+@pytest.mark.parametrize("n", [70, 300])  # the small and the large blocks, a partial last block
+def test_flash_attention(mode, causal, n):
+    q, k, v = (torch.randn(1, 2, n, 16) for _ in range(3))
     out = fa_ex.attention(loom(q), loom(k), loom(v), causal).cpu()
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                                atol=1e-5, rtol=1e-5)
@@ -332,3 +333,66 @@ def test_math_and_integer_semantics(mode):
     for got, want in zip(oi.cpu(), want_i):
         assert torch.equal(got[:n], want.int())
     assert torch.equal(ob.cpu()[:n], (x * 2).bfloat16())
+
+
+def test_full_rows_softmax_and_layer_norm(mode):
+    """Rows exactly one block long: the masks hold everywhere, so the
+    compiled kernels read and write without them."""
+    x = torch.randn(7, 128) * 3
+    torch.testing.assert_close(sm_ex.softmax(loom(x)).cpu(), torch.softmax(x, -1))
+    x, w, b = torch.randn(5, 64), torch.randn(64), torch.randn(64)
+    torch.testing.assert_close(ln_ex.layer_norm(loom(x), loom(w), loom(b)).cpu(),
+                               F.layer_norm(x, (64,), w, b), atol=1e-5, rtol=1e-5)
+
+
+def test_loads_see_memory_before_stores_into_it(mode):
+    """A kernel storing into memory it also read: loads keep the values from
+    before the stores, whether the output is the input tensor itself or
+    another view of its storage (then no load is read in place)."""
+
+    @tl.jit
+    def reverse(X, Y, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(X + offs)
+        tl.store(Y + (BLOCK - 1 - offs), x * 2)
+
+    x = torch.randn(64)
+    xl = loom(x)
+    reverse[(1,)](xl, xl, BLOCK=64)
+    assert torch.equal(xl.cpu(), x.flip(0) * 2)
+    base = loom(torch.cat([x, x]))
+    reverse[(1,)](base[:64], base[32:96], BLOCK=64)
+    want = torch.cat([x[:32], x.flip(0) * 2, x[32:]])
+    assert torch.equal(base.cpu(), want)
+
+
+def test_reductions_same_bits_fused_or_stored():
+    """Sums, maxima and minima over a block computed in the loop that makes
+    it (lazy) equal, bit for bit, the same reductions over a stored array
+    (a loop-carried block), NaN rows included."""
+
+    @tl.jit
+    def k(X, Out, C: tl.constexpr):
+        rows = tl.arange(0, 4)
+        cols = tl.arange(0, C)
+        x = tl.load(X + rows[:, None] * C + cols[None, :])
+        acc = tl.zeros((4, C), tl.float32)
+        for i in range(0, 1):
+            acc += x
+        fused = (tl.sum(x * 1.0, axis=1), tl.max(x * 1.0, axis=1), tl.min(x * 1.0, axis=1), tl.sum(x * 1.0))
+        stored = (tl.sum(acc, axis=1), tl.max(acc, axis=1), tl.min(acc, axis=1), tl.sum(acc))
+        for j in tl.static_range(3):
+            tl.store(Out + j * 4 + rows, fused[j])
+            tl.store(Out + 16 + j * 4 + rows, stored[j])
+        tl.store(Out + 12, fused[3])
+        tl.store(Out + 28, stored[3])
+
+    for c in (16, 64):
+        x = torch.randn(4, c) * 100
+        x[2, 5] = float("nan")
+        out = loom(torch.zeros(32))
+        k[(1,)](loom(x), out, C=c)
+        got = out.cpu()
+        assert torch.equal(got[:16].view(torch.int32), got[16:].view(torch.int32))
+        torch.testing.assert_close(got[:12].view(3, 4), torch.stack([x.sum(1), x.amax(1), x.amin(1)]),
+                                   equal_nan=True, rtol=1e-5, atol=1e-3)

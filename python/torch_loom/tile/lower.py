@@ -132,6 +132,25 @@ def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="
     def body_p(idx, ptr, v):
         return body(idx, f"{v}[{N.flat(shape, idx)}]", ptr)
 
+    def copy():
+        """The block copied into an array where it stands (the eager load)."""
+        v = b.name()
+        b.line(f"{d.ctype} {v}[{N.numel(shape)}] __attribute__((aligned(64)));")
+        if _row_mask(m, pointer, shape):
+            def row(oidx):
+                j = b.name("j")
+                idx = oidx + [j]
+                target = f"{v}[{N.flat(shape, idx)}]"
+                other_e = N.convert(N.emit(o, N.sub_idx(o, shape, idx)), o.dtype, d) if o is not None else N.literal(0, d)
+                cond = N.emit(m, N.sub_idx(m, shape, oidx + ["0"]))
+                loop = f"for (int {j} = 0; {j} < {shape[-1]}; ++{j}) "
+                return (f"if ({cond}) {{ {loop}{target} = {_read(d, pointer.arg.c, _addr(pointer, shape, idx))}; }} "
+                        f"else {{ {loop}{target} = {other_e}; }}")
+            b.loops(shape[:-1], row)
+        else:
+            _versioned(tr, pointer, shape, lambda idx, ptr: body_p(idx, ptr, v))
+        return Arr(v, shape, d)
+
     N._mem.access(shape)
     index, lazy = N._mem.take(pointer.arg.index)
     if lazy and shape and (pointer.boff is None or not N.irregular(pointer.boff)):
@@ -143,32 +162,21 @@ def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="
             other_e = fill if fill is not None else (
                 N.convert(N.emit(o, N.sub_idx(o, shape, idx)), o.dtype, d) if o is not None else N.literal(0, d))
             return f"({N.emit(m, N.sub_idx(m, shape, idx))} ? {value} : {other_e})"
+
         def raw(idx, ptr=pointer):
             return _read(d, ptr.arg.c, _addr(ptr, shape, idx))
 
         deps = [x for x in (pointer.soff, pointer.boff, m, o) if x is not None]
-        return N.Load(text, deps, shape, d, index, N._mem.loop_depth, raw, m)
+        node = N.Load(text, deps, shape, d, index, N._mem.loop_depth, raw, m)
+        node.copy = copy  # when it is materialised after all
+        return node
 
-    v = b.name()
     if not shape:
+        v = b.name()
         b.line(f"{d.ctype} {v};")
         b.line(body([], v))
         return Sca(v, d)
-    b.line(f"{d.ctype} {v}[{N.numel(shape)}] __attribute__((aligned(64)));")
-    if _row_mask(m, pointer, shape):
-        def row(oidx):
-            j = b.name("j")
-            idx = oidx + [j]
-            target = f"{v}[{N.flat(shape, idx)}]"
-            other_e = N.convert(N.emit(o, N.sub_idx(o, shape, idx)), o.dtype, d) if o is not None else N.literal(0, d)
-            cond = N.emit(m, N.sub_idx(m, shape, oidx + ["0"]))
-            loop = f"for (int {j} = 0; {j} < {shape[-1]}; ++{j}) "
-            return (f"if ({cond}) {{ {loop}{target} = {_read(d, pointer.arg.c, _addr(pointer, shape, idx))}; }} "
-                    f"else {{ {loop}{target} = {other_e}; }}")
-        b.loops(shape[:-1], row)
-    else:
-        _versioned(tr, pointer, shape, lambda idx, ptr: body_p(idx, ptr, v))
-    return Arr(v, shape, d)
+    return copy()
 
 
 def _row_mask(m, pointer, shape):

@@ -311,7 +311,9 @@ def emit(node: Node, idx) -> str:
         c = emit(node.c, sub_idx(node.c, node.shape, idx))
         a = convert(emit(node.a, sub_idx(node.a, node.shape, idx)), node.a.dtype, node.dtype)
         b = convert(emit(node.b, sub_idx(node.b, node.shape, idx)), node.b.dtype, node.dtype)
-        return f"({c} ? {a} : {b})"
+        # both sides computed (GNU statement expression), then chosen: a
+        # select the vectorizer takes, where a branch would keep the loop scalar
+        return f"({{ const {node.dtype.ctype} w_a = {a}, w_b = {b}; {c} ? w_a : w_b; }})"
     if isinstance(node, Un):
         d = node.dtype
         x = emit(node.a, sub_idx(node.a, node.shape, idx))
@@ -493,6 +495,16 @@ class Builder:
             if mat is not None and tuple(_open_scopes[:len(mat[1])]) == mat[1]:
                 return mat[0]
         d = node.dtype
+        if not mutable and isinstance(node, Load):
+            # a lazy load wanted whole after all (a dot's operand): its copy
+            _mem.use(node)
+            out = node.copy()
+            node.mat = (out, tuple(_open_scopes))
+            return out
+        if not mutable and isinstance(node, View) and _transposed_load(node):
+            # read memory in its own order, transpose in the array
+            inner = self.materialise(node.a)
+            return self.materialise(View(inner, node.shape, node.src))
         if not mutable and rowloop.fits(node):
             # float32 rows computed 16 lanes at a time (exp of non-positive
             # arguments with the library's vector exp), in a loop later
@@ -593,6 +605,12 @@ def _row_constant(node, shape):
     if not node.shape:
         return True
     return len(node.shape) == len(shape) and node.shape[-1] == 1
+
+
+def _transposed_load(view):
+    """Whether `view` reads a lazy load with its dims reordered."""
+    src = [k for k, n in zip(view.src, view.a.shape) if n != 1]
+    return isinstance(view.a, Load) and src != sorted(src)
 
 
 def _is_name(expr):

@@ -77,7 +77,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if z * h * n == 0:
         return out
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    bm, bn = 128, 32
+    # 256 queries per program share each block of keys and values (read and
+    # transposed once for all of them); 64 keys per step
+    bm, bn = (256, 64) if n > 128 else (64, 32)
     grid = (tl.cdiv(n, bm), z * h)
     attention_fwd_kernel[grid](q, k, v, out, scale, q.stride(0), q.stride(1), q.stride(2),
                                k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
