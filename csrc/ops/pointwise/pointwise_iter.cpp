@@ -86,8 +86,9 @@ loom_pw_kind kind_of(at::ScalarType type, const char* op) {
   }
 }
 
-void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
-                 loom_pw_kind kind, const loom_scalar* params) {
+void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
+                        at::TensorIteratorBase& iter, int op, loom_pw_kind kind,
+                        const loom_scalar* params) {
   const int64_t numel = iter.numel();
   if (numel == 0) return;
   const int ntensors = iter.ntensors();
@@ -124,9 +125,14 @@ void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
       d.strides[ndim - 1 - k] = strides[k] / esize;
     }
   }
-  launch(name, LOOM_KERNEL("pointwise.apply"), c10::ArrayRef<loom_tensor>(t, ntensors),
+  launch(name, kernel, c10::ArrayRef<loom_tensor>(t, ntensors),
          c10::ArrayRef<loom_scalar>(s, LOOM_PW_CONST + ntensors - 1), numel,
          LOOM_PW_GRAIN, iter.device(0).index());
+}
+
+void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
+                 loom_pw_kind kind, const loom_scalar* params) {
+  launch_iter_kernel(name, LOOM_KERNEL("pointwise.apply"), iter, op, kind, params);
 }
 
 void check_division(const char* name, const at::TensorIteratorBase& iter) {

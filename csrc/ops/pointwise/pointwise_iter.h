@@ -60,8 +60,14 @@ inline loom_scalar param(const at::Scalar& s, loom_pw_kind kind) {
   return kind == LOOM_PW_I64 ? scalar_i(s.toLong()) : scalar_f(s.toDouble());
 }
 
-// Launches "pointwise.apply" with `op` over a built iterator (outputs first).
-// CPU scalar operands travel as constants. params: 4 values.
+// Launches `kernel`, which takes "pointwise.apply"'s arguments (op, kind,
+// 4 params, a constant per input; loom/kernels/pointwise.h), over a built
+// iterator (outputs first). CPU scalar operands travel as constants.
+void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
+                        at::TensorIteratorBase& iter, int op, loom_pw_kind kind,
+                        const loom_scalar* params);
+
+// launch_iter_kernel of "pointwise.apply". params: 4 values.
 void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
                  loom_pw_kind kind, const loom_scalar* params);
 

@@ -7,8 +7,6 @@
 #include <ATen/TensorIterator.h>
 #include <torch/library.h>
 
-#include <cstring>
-
 #include "loom/kernels/special.h"
 #include "ops/pointwise/pointwise_iter.h"
 #include "register.h"
@@ -25,43 +23,12 @@ loom_pw_kind float_kind(const at::TensorIteratorBase& iter, const char* name) {
   return t == at::kDouble ? LOOM_PW_F64 : LOOM_PW_F32;
 }
 
-// The launch of pointwise.apply's argument layout for pointwise.special.
+// "pointwise.special" takes pointwise.apply's arguments; p0 is its one
+// parameter (the shrinks' lambda).
 void launch_special(const char* name, at::TensorIteratorBase& iter, int op, double p0 = 0) {
   const loom_pw_kind kind = float_kind(iter, name);
-  const int64_t numel = iter.numel();
-  if (numel == 0) return;
-  const int ntensors = iter.ntensors(), ndim = iter.ndim();
-  TORCH_CHECK(ndim <= LOOM_MAX_DIMS, name, ": tensors of more than ", LOOM_MAX_DIMS,
-              " dimensions are not supported on loom");
-  loom_tensor t[3];
-  loom_scalar s[LOOM_PW_CONST + 2];
-  std::memset(s, 0, sizeof s);
-  s[0] = scalar_i(op);
-  s[1] = scalar_i(kind);
-  s[LOOM_PW_PARAM] = scalar_f(p0);
-  const auto shape = iter.shape();
-  for (int i = 0; i < ntensors; ++i) {
-    loom_tensor& d = t[i];
-    std::memset(&d, 0, offsetof(loom_tensor, sizes));
-    d.dtype = to_loom_dtype(iter.dtype(i), name);
-    if (i > 0 && iter.is_cpu_scalar(i)) {
-      d.data = nullptr;
-      d.rank = 0;
-      s[LOOM_PW_CONST + i - 1] = scalar_f(iter.scalar_value<double>(i));
-      continue;
-    }
-    d.data = iter.data_ptr(i);
-    d.rank = ndim;
-    const auto strides = iter.strides(i);
-    const int64_t esize = loom_dtype_size(d.dtype);
-    for (int k = 0; k < ndim; ++k) {  // TensorIterator: fastest dim first
-      d.sizes[ndim - 1 - k] = shape[k];
-      d.strides[ndim - 1 - k] = strides[k] / esize;
-    }
-  }
-  launch(name, LOOM_KERNEL("pointwise.special"), c10::ArrayRef<loom_tensor>(t, ntensors),
-         c10::ArrayRef<loom_scalar>(s, LOOM_PW_CONST + ntensors - 1), numel, LOOM_PW_GRAIN,
-         iter.device(0).index());
+  const loom_scalar params[4] = {scalar_f(p0), scalar_f(0), scalar_f(0), scalar_f(0)};
+  pw::launch_iter_kernel(name, LOOM_KERNEL("pointwise.special"), iter, op, kind, params);
 }
 
 template <int OP>
