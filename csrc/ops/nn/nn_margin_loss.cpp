@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <optional>
+
 #include "loom/kernels/loss.h"
 #include "ops/nn/nn_util.h"
 #include "register.h"
@@ -41,6 +43,35 @@ MarginShape margin_check(const at::Tensor& input, const at::Tensor& target,
   check_loom(target, input, op, "target");
   check_loom(weight, input, op, "weight");
   return s;
+}
+
+// What the two backward adapters share once their op's checks passed:
+// grad_input resized as the input (it must be contiguous), grad_output
+// checked against the loss it is the gradient of (one value per sample when
+// unreduced, else one) and brought to the input's dtype, the input as
+// [nframe, dim] and the CPU's factor g (1 / dim, or 1 / (nframe * dim) for
+// mean). Empty (no launch needed) when the input is.
+struct MarginBackward {
+  bool per_row;
+  double g;
+  at::Tensor go, x;
+};
+
+std::optional<MarginBackward> margin_backward_prepare(const at::Tensor& grad_output,
+                                                      const at::Tensor& self,
+                                                      const MarginShape& s, int64_t reduction,
+                                                      at::Tensor& grad_input, const char* op) {
+  check_loom(grad_output, self, op, "grad_output");
+  grad_input.resize_as_(self);
+  TORCH_CHECK(grad_input.is_contiguous(), op, ": grad_input must be contiguous");
+  if (self.numel() == 0) return std::nullopt;
+  const bool per_row = reduction == LOOM_REDUCTION_NONE && grad_output.dim() > 0;
+  TORCH_CHECK(grad_output.numel() == (per_row ? s.nframe : 1), op, ": grad_output of size ",
+              grad_output.sizes(), " does not match the loss");
+  const double g = reduction == LOOM_REDUCTION_MEAN ? 1. / static_cast<double>(s.nframe * s.dim)
+                                                    : 1. / static_cast<double>(s.dim);
+  return MarginBackward{per_row, g, grad_output.to(self.scalar_type()).contiguous(),
+                        self.contiguous().view({s.nframe, s.dim})};
 }
 
 at::Tensor& multi_margin_loss_out(const at::Tensor& self, const at::Tensor& target,
@@ -92,24 +123,15 @@ at::Tensor& multi_margin_loss_backward_out(const at::Tensor& grad_output, const 
   static const char* op = "multi_margin_loss_backward";
   const at::Tensor weight = value_or_undefined(weight_opt);
   const MarginShape s = margin_check(self, target, weight, p, reduction, op);
-  check_loom(grad_output, self, op, "grad_output");
-  grad_input.resize_as_(self);
-  TORCH_CHECK(grad_input.is_contiguous(), "grad_input must be contiguous");
-  if (self.numel() == 0) return grad_input;
-  const bool per_row = reduction == LOOM_REDUCTION_NONE && grad_output.dim() > 0;
-  TORCH_CHECK(grad_output.numel() == (per_row ? s.nframe : 1), op, ": grad_output of size ",
-              grad_output.sizes(), " does not match the loss");
-  const at::Tensor go = grad_output.to(self.scalar_type()).contiguous();
-  const at::Tensor x = self.contiguous().view({s.nframe, s.dim});
+  const auto b = margin_backward_prepare(grad_output, self, s, reduction, grad_input, op);
+  if (!b) return grad_input;
   const at::Tensor t = target.contiguous().view({s.nframe});
   const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
-  // the CPU's factor, rounded to the input dtype
-  const double g = reduction == LOOM_REDUCTION_MEAN ? 1. / static_cast<double>(s.nframe * s.dim)
-                                                    : 1. / static_cast<double>(s.dim);
-  const loom_tensor d[5] = {describe(go, op), describe(x, op), describe(t, op),
+  const loom_tensor d[5] = {describe(b->go, op), describe(b->x, op), describe(t, op),
                             describe_opt(w, op), describe(grad_input.view({s.nframe, s.dim}), op)};
-  const loom_scalar sc[4] = {scalar_i(p.toLong()), scalar_f(margin.toDouble()), scalar_f(g),
-                             scalar_i(per_row)};
+  // g travels as a double; the kernel rounds it to the input dtype as the CPU does
+  const loom_scalar sc[4] = {scalar_i(p.toLong()), scalar_f(margin.toDouble()), scalar_f(b->g),
+                             scalar_i(b->per_row)};
   launch(op, LOOM_KERNEL("multi_margin_loss.backward"), d, sc, s.nframe, grain_for(s.dim),
          self.device().index());
   return grad_input;
@@ -200,25 +222,16 @@ at::Tensor& multilabel_backward_out(const at::Tensor& grad_output, const at::Ten
                                     const at::Tensor& is_target, at::Tensor& grad_input) {
   static const char* op = "multilabel_margin_loss_backward";
   const MarginShape s = multilabel_check(self, target, reduction, op);
-  check_loom(grad_output, self, op, "grad_output");
   check_loom(is_target, self, op, "is_target");
   TORCH_CHECK(is_target.sizes() == target.sizes(), "inconsistent is_target size: ",
               is_target.sizes(), " for target of size: ", target.sizes());
-  grad_input.resize_as_(self);
-  TORCH_CHECK(grad_input.is_contiguous(), "grad_input must be contiguous");
-  if (self.numel() == 0) return grad_input;
-  const bool per_row = reduction == LOOM_REDUCTION_NONE && grad_output.dim() > 0;
-  TORCH_CHECK(grad_output.numel() == (per_row ? s.nframe : 1), op, ": grad_output of size ",
-              grad_output.sizes(), " does not match the loss");
-  const at::Tensor go = grad_output.to(self.scalar_type()).contiguous();
-  const at::Tensor x = self.contiguous().view({s.nframe, s.dim});
+  const auto b = margin_backward_prepare(grad_output, self, s, reduction, grad_input, op);
+  if (!b) return grad_input;
   const at::Tensor t = target.contiguous().view({s.nframe, s.dim});
   const at::Tensor ist = is_target.to(self.scalar_type()).contiguous().view({s.nframe, s.dim});
-  const double g = reduction == LOOM_REDUCTION_MEAN ? 1. / static_cast<double>(s.nframe * s.dim)
-                                                    : 1. / static_cast<double>(s.dim);
-  const loom_tensor d[5] = {describe(go, op), describe(x, op), describe(t, op), describe(ist, op),
-                            describe(grad_input.view({s.nframe, s.dim}), op)};
-  const loom_scalar sc[2] = {scalar_f(g), scalar_i(per_row)};
+  const loom_tensor d[5] = {describe(b->go, op), describe(b->x, op), describe(t, op),
+                            describe(ist, op), describe(grad_input.view({s.nframe, s.dim}), op)};
+  const loom_scalar sc[2] = {scalar_f(b->g), scalar_i(b->per_row)};
   launch(op, LOOM_KERNEL("multilabel_margin_loss.backward"), d, sc, s.nframe,
          grain_for(s.dim * s.dim), self.device().index());
   return grad_input;
