@@ -1,7 +1,7 @@
 """torch_loom.tile's examples against loom's library kernels, measured
 side by side in one process (alternating, best of several rounds):
 
-    .venv/bin/python -m bench.tile_kernels [--quick]
+    .venv/bin/python -m bench.tile_kernels [--quick] [--only softmax,layer_norm,...]
 
 softmax and layer norm (forward) against torch.softmax / F.layer_norm on
 loom, matmul (fp32, 2048^3) against torch.mm on loom, flash attention
@@ -72,6 +72,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller shapes, fewer rounds")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--only", help="comma-separated subset of: softmax, layer_norm, matmul, attention, launch")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     rounds = 3 if args.quick else 5
@@ -86,41 +87,50 @@ def main(argv=None):
             row["library_gflops"] = flops / lib_s / 1e9
         rows.append(row)
 
+    only = set(args.only.split(",")) if args.only else {"softmax", "layer_norm", "matmul", "attention", "launch"}
     m, n = (1024, 1024) if args.quick else (4096, 1024)
     x = torch.randn(m, n, device=dev)
-    t, l_ = side_by_side(lambda: softmax.softmax(x), lambda: torch.softmax(x, -1), 5, rounds)
-    add("softmax", [m, n], t, l_, "torch.softmax")
+    if "softmax" in only:
+        t, l_ = side_by_side(lambda: softmax.softmax(x), lambda: torch.softmax(x, -1), 5, rounds)
+        add("softmax", [m, n], t, l_, "torch.softmax")
 
-    w, b = torch.randn(n, device=dev), torch.randn(n, device=dev)
-    t, l_ = side_by_side(lambda: layer_norm.layer_norm(x, w, b), lambda: F.layer_norm(x, (n,), w, b), 5, rounds)
-    add("layer_norm fwd", [m, n], t, l_, "F.layer_norm")
+    if "layer_norm" in only:
+        w, b = torch.randn(n, device=dev), torch.randn(n, device=dev)
+        t, l_ = side_by_side(lambda: layer_norm.layer_norm(x, w, b), lambda: F.layer_norm(x, (n,), w, b), 5,
+                             rounds)
+        add("layer_norm fwd", [m, n], t, l_, "F.layer_norm")
 
-    s = 1024 if args.quick else 2048
-    a, bb = torch.randn(s, s, device=dev), torch.randn(s, s, device=dev)
-    t, l_ = side_by_side(lambda: matmul.matmul(a, bb), lambda: torch.mm(a, bb), 1, rounds)
-    add("matmul fp32", [s, s, s], t, l_, "torch.mm", flops=2 * s ** 3)
-    t, l_ = side_by_side(lambda: matmul.matmul(a, bb, "gelu"), lambda: F.gelu(torch.mm(a, bb)), 1, rounds)
-    add("matmul+gelu fp32", [s, s, s], t, l_, "F.gelu(torch.mm)", flops=2 * s ** 3)
+    if "matmul" in only:
+        s = 1024 if args.quick else 2048
+        a, bb = torch.randn(s, s, device=dev), torch.randn(s, s, device=dev)
+        t, l_ = side_by_side(lambda: matmul.matmul(a, bb), lambda: torch.mm(a, bb), 1, rounds)
+        add("matmul fp32", [s, s, s], t, l_, "torch.mm", flops=2 * s ** 3)
+        t, l_ = side_by_side(lambda: matmul.matmul(a, bb, "gelu"), lambda: F.gelu(torch.mm(a, bb)), 1, rounds)
+        add("matmul+gelu fp32", [s, s, s], t, l_, "F.gelu(torch.mm)", flops=2 * s ** 3)
 
-    z, h, sq, d = (1, 4, 512, 64) if args.quick else (2, 8, 1024, 64)
-    q, k, v = (torch.randn(z, h, sq, d, device=dev) for _ in range(3))
-    for causal in (False, True):
-        t, l_ = side_by_side(lambda: flash_attention.attention(q, k, v, causal),
-                             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), 1, rounds)
-        add(f"flash attention{' causal' if causal else ''}", [z, h, sq, d], t, l_,
-            "F.scaled_dot_product_attention")
+    if "attention" in only:
+        z, h, sq, d = (1, 4, 512, 64) if args.quick else (2, 8, 1024, 64)
+        q, k, v = (torch.randn(z, h, sq, d, device=dev) for _ in range(3))
+        for causal in (False, True):
+            t, l_ = side_by_side(lambda: flash_attention.attention(q, k, v, causal),
+                                 lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), 1, rounds)
+            add(f"flash attention{' causal' if causal else ''}", [z, h, sq, d], t, l_,
+                "F.scaled_dot_product_attention")
 
-    tile_launch, raw_launch = launch_overhead()
+    tile_launch = raw_launch = None
+    if "launch" in only:
+        tile_launch, raw_launch = launch_overhead()
     print(f"{'kernel':<24}{'shape':<22}{'tile ms':>10}{'library ms':>12}{'tile/lib speed':>16}")
     for r in rows:
         print(f"{r['kernel']:<24}{str(r['shape']):<22}{r['tile_ms']:>10.3f}{r['library_ms']:>12.3f}"
               f"{r['tile/library speed']:>16.2f}")
-    print(f"cached launch, calling thread's CPU time: tile {tile_launch * 1e6:.1f} us, "
-          f"_launch_kernel alone {raw_launch * 1e6:.1f} us")
+    if tile_launch is not None:
+        print(f"cached launch, calling thread's CPU time: tile {tile_launch * 1e6:.1f} us, "
+              f"_launch_kernel alone {raw_launch * 1e6:.1f} us")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "launch_us": {"tile": tile_launch * 1e6, "raw": raw_launch * 1e6}}, f,
-                      indent=1)
+            launch = None if tile_launch is None else {"tile": tile_launch * 1e6, "raw": raw_launch * 1e6}
+            json.dump({"rows": rows, "launch_us": launch}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -215,9 +215,9 @@ class JITFunction:
                     max(1, min(total // 32, _CHUNK_WORK // entry.work)))
 
 
-#: Elements a chunk of programs loads and stores, about (the library's
-#: row kernels take chunks of this many elements).
-_CHUNK_WORK = 16384
+#: Elements a chunk of programs loads and stores, about (rows of a load
+#: and a store: the 16K-element chunks of the library's row kernels).
+_CHUNK_WORK = 32768
 
 
 def _trace(fn, specs, lazy):

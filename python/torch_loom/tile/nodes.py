@@ -554,7 +554,7 @@ class Builder:
         computes the block when that loop is still open to it, or in one
         loop over the lazy block; None where neither applies (the caller
         reduces a materialised array)."""
-        if not rowloop.reducible(node, op):
+        if not rowloop.reducible(node, op, whole):
             return None
         target = node
         mat = node.__dict__.get("mat")

@@ -13,8 +13,9 @@ exp of non-positive arguments (x - max x) is the library's vector exp,
 and each reduction folds the chunk into 16 lanes.
 
 The lanes' order is loom_tile_sumf's, maxf's and minf's (csource.py):
-lane l takes the elements at l mod 16 in order, then lanes fold pairwise
-(l with l + 8, 4, 2, 1), so a reduction gives the same bits fused, over
+lane l of 32 (two accumulators of 16, chunks alternating between them)
+takes the elements at l mod 32 in order, then lanes fold pairwise (l
+with l + 16, 8, 4, 2, 1), so a reduction gives the same bits fused, over
 a lazy block, or over a stored array, with AVX-512 or without.
 """
 
@@ -27,18 +28,25 @@ LANES = 16
 _INIT = {"sum": "0.0f", "max": "-INFINITY", "min": "INFINITY"}
 
 
+def _rows_fit(shape):
+    """Rows of 16 or a multiple of 32 (chunk pairs) elements."""
+    return bool(shape) and (shape[-1] == LANES or shape[-1] % (2 * LANES) == 0)
+
+
 def fits(node):
     """Whether `node` (lazy) is computed by a row loop when materialised:
-    float32, rows a multiple of 16 long."""
-    shape = node.shape
-    return (bool(shape) and node.dtype is core.float32 and shape[-1] % LANES == 0
-            and not isinstance(node, N.Arr))
+    float32, rows of 16 or a multiple of 32."""
+    return _rows_fit(node.shape) and node.dtype is core.float32 and not isinstance(node, N.Arr)
 
 
-def reducible(node, op):
+def reducible(node, op, whole):
+    """Whether the reduction `op` over `node`'s rows (all of it when
+    `whole`) joins a row loop: not a whole block of several rows of 16
+    (its lanes would alternate by row)."""
     shape = node.shape
-    return (op in _INIT and bool(shape) and node.dtype is core.float32
-            and shape[-1] % LANES == 0)
+    if whole and shape and shape[-1] == LANES and N.numel(shape) > LANES:
+        return False
+    return op in _INIT and _rows_fit(shape) and node.dtype is core.float32
 
 
 def _row_index(shape, r):
@@ -191,17 +199,41 @@ class RowLoop:
         accs = {name: f"{name}_acc" for _, _, name in self.reductions}
 
         def start(op, name):
-            line(f"loom_tv {accs[name]} = loom_tv_set1({_INIT[op]});")
+            line(f"loom_tv {accs[name]}0 = loom_tv_set1({_INIT[op]}), {accs[name]}1 = {accs[name]}0;")
             if op != "sum":
                 line(f"loom_tn {accs[name]}n = 0;")
 
         def fold(op, name):
-            return f"loom_tv_fold_{op}({accs[name]}{'' if op == 'sum' else f', {accs[name]}n'})"
+            a = accs[name]
+            return f"loom_tv_fold2_{op}({a}0, {a}1{'' if op == 'sum' else f', {a}n'})"
 
         for op, whole, name in self.reductions:
             line(f"float {name}{'' if whole else f'[{self.rows}]'};")
             if whole:
                 start(op, name)
+
+        def chunk(raw, half):
+            """One chunk of 16 lanes at i (the outer loop's i_o + 16 * half):
+            its reductions go to accumulator `half` (lane = element mod 32)."""
+            line("{")
+            depth[0] += 1
+            line(f"const int {i} = {i}_o + {16 * half};")
+            line(f"float {t}[{LANES}] __attribute__((aligned(64)));")
+            out.extend(VECTOR_LOOP)
+            line(f"for (int {l} = 0; {l} < {LANES}; ++{l}) {t}[{l}] = {self.raw if raw else self.text};")
+            if self.exp:
+                line(f"loom_tile_exp16({t});")
+            if self.dest is not None:
+                line(f"memcpy({self.dest} + {r} * {self.cols} + {i}, {t}, sizeof {t});")
+            if self.reductions:
+                line(f"const loom_tv {t}v = loom_tv_load({t});")
+                for op, whole, name in self.reductions:
+                    line(f"{accs[name]}{half} = loom_tv_{op}({accs[name]}{half}, {t}v);")
+                    if op != "sum":
+                        line(f"{accs[name]}n = loom_tv_nan({accs[name]}n, {t}v);")
+            depth[0] -= 1
+            line("}")
+
         def body(raw):
             keep = len(out)
             line("{")
@@ -214,21 +246,11 @@ class RowLoop:
             for op, whole, name in self.reductions:
                 if not whole:
                     start(op, name)
-            line(f"for (int {i} = 0; {i} < {self.cols}; {i} += {LANES}) {{")
+            line(f"for (int {i}_o = 0; {i}_o < {self.cols}; {i}_o += {2 * LANES}) {{")
             depth[0] += 1
-            line(f"float {t}[{LANES}] __attribute__((aligned(64)));")
-            out.extend(VECTOR_LOOP)
-            line(f"for (int {l} = 0; {l} < {LANES}; ++{l}) {t}[{l}] = {self.raw if raw else self.text};")
-            if self.exp:
-                line(f"loom_tile_exp16({t});")
-            if self.dest is not None:
-                line(f"memcpy({self.dest} + {r} * {self.cols} + {i}, {t}, sizeof {t});")
-            if self.reductions:
-                line(f"const loom_tv {t}v = loom_tv_load({t});")
-                for op, whole, name in self.reductions:
-                    line(f"{accs[name]} = loom_tv_{op}({accs[name]}, {t}v);")
-                    if op != "sum":
-                        line(f"{accs[name]}n = loom_tv_nan({accs[name]}n, {t}v);")
+            chunk(raw, 0)
+            if self.cols > LANES:  # else one chunk: the second accumulator keeps its start value
+                chunk(raw, 1)
             depth[0] -= 1
             line("}")
             for op, whole, name in self.reductions:
