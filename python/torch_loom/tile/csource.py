@@ -9,9 +9,9 @@ from pathlib import Path
 
 from ..compiler import emit_c
 
-#: Reductions accumulate in 16 lanes in a fixed order folded pairwise (the
-#: loop vectorizes without reassociating, results do not depend on the
-#: chunking); the dot is register-blocked (8 rows x 32 columns of
+#: Reductions accumulate in lanes (32 for float32, 16 otherwise) in a fixed
+#: order folded pairwise (the loop vectorizes without reassociating, results
+#: do not depend on the chunking); the dot is register-blocked (8 rows x 32 columns of
 #: accumulators) with fused multiply-adds where the CPU has them.
 PRELUDE = r"""
 /* exp of arguments known to be <= 0 (x - max x): the library's softmax and
