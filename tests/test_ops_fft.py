@@ -1,7 +1,8 @@
 """torch.fft on loom against the CPU, with no op on the CPU fallback: every
 transform function, lengths with every kind of factor (1, primes that run
 as Bluestein convolutions, powers of two, mixed), batched and strided
-inputs, the norm modes, float32 and float64; autograd; stft/istft; results
+inputs, the norm modes, float32 and float64; long transforms (the
+four-step passes) and blocks of rows; autograd; stft/istft; results
 independent of the thread count and of the CPU features.
 
 Tolerances: the largest error relative to the largest magnitude of the CPU's
@@ -99,6 +100,36 @@ def test_large_mixed_and_prime(no_fallback):
     close(torch.fft.rfft(x.to(DEV)), torch.fft.rfft(x))
 
 
+def test_four_step(no_fallback):
+    # lengths from 16384 up run as two passes of short transforms (columns
+    # with twiddles, then rows); strided, batched, in-place later dims, mixed
+    # radices, both directions and dtypes
+    x = sample((1 << 15,), torch.complex64, seed=11)
+    close(torch.fft.fft(x.to(DEV), norm="ortho"), torch.fft.fft(x, norm="ortho"))
+    x = sample((3, 20000), torch.complex128, seed=12)  # 125 x 160
+    close(torch.fft.ifft(x.to(DEV)), torch.fft.ifft(x))
+    x = sample((4, 16384), torch.complex64, seed=13)
+    close(torch.fft.fft(x.to(DEV).t(), dim=0), torch.fft.fft(x.t(), dim=0))
+    x = sample((3, 2, 16384), torch.complex64, seed=14)
+    close(torch.fft.fftn(x.to(DEV), dim=(2, 0), norm="forward"),
+          torch.fft.fftn(x, dim=(2, 0), norm="forward"))
+    x = sample((2, 1 << 14), torch.float64, seed=15)
+    close(torch.fft.hfft(torch.fft.ifft(x.to(DEV).to(torch.complex128))),
+          torch.fft.hfft(torch.fft.ifft(x.to(torch.complex128))))
+
+
+def test_blocks_of_rows(no_fallback):
+    # rows in blocks of a vector's width (16 floats, 8 doubles): contiguous
+    # rows transposed into the workspace, columns gathered across rows
+    for dtype in (torch.float32, torch.float64):
+        x = sample((5, 37, 96), dtype, seed=16)
+        close(torch.fft.rfft2(x.to(DEV)), torch.fft.rfft2(x))
+        close(torch.fft.irfft2(torch.fft.rfft2(x).to(DEV), s=(37, 96)),
+              torch.fft.irfft2(torch.fft.rfft2(x), s=(37, 96)))
+        close(torch.fft.irfft(torch.fft.rfft(x).to(DEV), n=95),
+              torch.fft.irfft(torch.fft.rfft(x), n=95))
+
+
 def test_out_variants_and_helpers(no_fallback):
     x = sample((4, 16), torch.complex64)
     out = torch.empty(4, 16, dtype=torch.complex64, device=DEV)
@@ -185,12 +216,22 @@ def outputs():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 360, dtype=torch.complex64, generator=g)
     r = torch.randn(33, 1009, generator=g)
+    # long transforms (the four-step passes) and blocks of rows
+    lx = torch.randn(2, 1 << 15, dtype=torch.complex64, generator=g)
+    ly = torch.randn(40000, 3, dtype=torch.complex128, generator=g)
+    lr = torch.randn(3, 48, 256, generator=g)
     fns = [lambda x, r: torch.fft.fft(x), lambda x, r: torch.fft.rfft(r),
            lambda x, r: torch.fft.irfft(torch.fft.rfft(r), n=1009),
            lambda x, r: torch.fft.fft2(x.real)]
     h = hashlib.sha256()
     for fn in fns:
         got, ref = fn(x.to("loom"), r.to("loom")).cpu(), fn(x, r)
+        err = (got - ref).abs().max() / ref.abs().max()
+        assert err < 2e-5, float(err)
+        h.update(got.numpy().tobytes())
+    for fn, t in ((torch.fft.fft, lx), (lambda t: torch.fft.ifft(t, dim=0), ly),
+                  (torch.fft.rfft2, lr)):
+        got, ref = fn(t.to("loom")).cpu(), fn(t)
         err = (got - ref).abs().max() / ref.abs().max()
         assert err < 2e-5, float(err)
         h.update(got.numpy().tobytes())
@@ -207,9 +248,11 @@ def digest_in_subprocess(env):
 def test_thread_count_independent(no_fallback):
     scope = {}
     exec(OUTPUTS, scope)
-    # the child runs the kernels this process runs (make test-generic, -guarded)
+    # the children run the kernels this process runs (make test-generic, -guarded)
     same = {k: os.environ[k] for k in ("LOOM_CPU_FEATURES", "LOOM_DRIVER") if k in os.environ}
-    assert digest_in_subprocess({"LOOM_NUM_THREADS": "1", **same}) == scope["outputs"]()
+    mine = scope["outputs"]()
+    for threads in ("1", "3"):
+        assert digest_in_subprocess({"LOOM_NUM_THREADS": threads, **same}) == mine, threads
 
 
 def test_generic_cpu_features():

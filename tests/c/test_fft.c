@@ -1,8 +1,9 @@
 /* The FFT kernels against a naive DFT (long double), for lengths with every
  * kind of factor and for Bluestein's primes, c2c both ways, r2c and c2r,
  * float and double, batched and strided rows; the baseline build of the
- * row transforms against the AVX-512 one; and results bitwise equal under
- * any chunking. */
+ * row transforms against the AVX-512 one; blocks of a vector's rows; the
+ * four-step decomposition with its twiddles; and results bitwise equal
+ * under any chunking. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,9 +41,11 @@ static void *make_table(int64_t n, int sign, int32_t dtype, loom_fft_plan *p) {
 }
 
 /* Runs `kind` ("fft.c2c" 0, r2c 1, c2r 2) on rows of `out` / `in` with
- * the kernel, in chunks of `grain` rows. */
-static int run_fft(int kind, int64_t n, int sign, int32_t real, loom_tensor *out,
-                   loom_tensor *in, double scale, int64_t grain, int64_t block) {
+ * the kernel, in chunks of `grain` rows, with the four-step twiddles `tw`
+ * (NULL: none). */
+static int run_fft_tw(int kind, int64_t n, int sign, int32_t real, loom_tensor *out,
+                      loom_tensor *in, double scale, int64_t grain, int64_t block,
+                      const loom_tensor *tw) {
   loom_fft_plan p;
   /* r2c and c2r with the tables of real signals (even lengths as half
    * length complex transforms) */
@@ -53,15 +56,21 @@ static int run_fft(int kind, int64_t n, int sign, int32_t real, loom_tensor *out
   const int64_t chunks = (rows + grain - 1) / grain, words = chunks * p.work * block;
   void *ws = malloc((size_t)words * (real == LOOM_FLOAT32 ? 8 : 16));
   int64_t tsize = p.table_bytes;
-  loom_tensor t[4] = {*out, *in, dense(table, LOOM_UINT8, 1, &tsize),
-                      dense(ws, real == LOOM_FLOAT32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128, 1, &words)};
+  loom_tensor t[5] = {*out, *in, dense(table, LOOM_UINT8, 1, &tsize),
+                      dense(ws, real == LOOM_FLOAT32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128, 1, &words),
+                      tw ? *tw : none()};
   loom_scalar s[4] = {si(n), si(sign), sf(scale), si(block)};
   loom_kernel_fn fn = kind == 0 ? loom_kernel_fft_c2c : kind == 1 ? loom_kernel_fft_r2c
                                                                   : loom_kernel_fft_c2r;
-  const int rc = run_chunks(fn, t, 4, s, 4, rows, grain);
+  const int rc = run_chunks(fn, t, tw ? 5 : 4, s, 4, rows, grain);
   free(ws);
   free(table);
   return rc;
+}
+
+static int run_fft(int kind, int64_t n, int sign, int32_t real, loom_tensor *out,
+                   loom_tensor *in, double scale, int64_t grain, int64_t block) {
+  return run_fft_tw(kind, n, sign, real, out, in, scale, grain, block, NULL);
 }
 
 /* As run_fft for an in-place forward c2c of float rows (scale 0.5), the
@@ -264,6 +273,189 @@ static void test_generic_rows(void) {
   }
 }
 
+/* The four-step twiddles of (n1, n2) from "fft.twiddles", or NULL; *t
+ * describes them. */
+static void *make_twiddles(int64_t n1, int64_t n2, int sign, int32_t real, loom_tensor *t,
+                           int64_t *numel) {
+  *numel = loom_fft_twiddles_numel(n1, n2);
+  void *tw = malloc((size_t)*numel * (real == LOOM_FLOAT32 ? 4 : 8));
+  *t = dense(tw, real, 1, numel);
+  loom_scalar s[3] = {si(n1), si(n2), si(sign)};
+  if (run_chunks(loom_kernel_fft_twiddles, t, 1, s, 3, n1, 5)) {
+    free(tw);
+    return NULL;
+  }
+  return tw;
+}
+
+/* The four-step decomposition of loom/kernels/fft.h (n = n1 n2, `batch`
+ * rows): the columns with the twiddles into t[k1][j2], then the rows of t
+ * into X[k1 + n1 k2], against the naive DFT; the chunks (one block each,
+ * or all rows at once) give the same bits. */
+static void check_four_step(int64_t n1, int64_t n2, int sign, int32_t real, int64_t block) {
+  const int f32 = real == LOOM_FLOAT32, batch = 2;
+  const int64_t n = n1 * n2, es = f32 ? 4 : 8;
+  const int32_t cd = f32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128;
+  double *x = malloc(sizeof(double) * 2 * n * batch), *ref = malloc(sizeof(double) * 2 * n);
+  double *got = malloc(sizeof(double) * 2 * n);
+  fill(x, 2 * n * batch);
+  void *in = malloc((size_t)(2 * n * batch * es)), *t = malloc((size_t)(2 * n * batch * es));
+  void *out[2] = {malloc((size_t)(2 * n * batch * es)), malloc((size_t)(2 * n * batch * es))};
+  for (int64_t i = 0; i < 2 * n * batch; ++i) {
+    if (f32) ((float *)in)[i] = (float)x[i], x[i] = ((float *)in)[i];
+    else ((double *)in)[i] = x[i];
+  }
+  loom_tensor tw;
+  int64_t twn;
+  void *twd = make_twiddles(n1, n2, sign, real, &tw, &twn);
+  CHECK(twd != NULL);
+  for (int g = 0; g < 2; ++g) {
+    int64_t csz[3] = {batch, n2, n1}, cst[3] = {n, 1, n2};
+    loom_tensor cin = tensor(in, cd, 3, csz, cst), cout = tensor(t, cd, 3, csz, cst);
+    CHECK_OK(run_fft_tw(0, n1, sign, real, &cout, &cin, 1.0, g ? batch * n2 : block, block, &tw));
+    int64_t rsz[3] = {batch, n1, n2}, rin[3] = {n, n2, 1}, rout[3] = {n, 1, n1};
+    loom_tensor tin = tensor(t, cd, 3, rsz, rin), tout = tensor(out[g], cd, 3, rsz, rout);
+    CHECK_OK(run_fft(0, n2, sign, real, &tout, &tin, 1.0, g ? batch * n1 : block, block));
+  }
+  CHECK(test_same_bits(out[0], out[1], (size_t)(2 * n * batch * es)));
+  double worst = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    naive_dft(x + 2 * n * b, ref, n, sign);
+    for (int64_t j = 0; j < 2 * n; ++j)
+      got[j] = f32 ? ((float *)out[0])[2 * n * b + j] : ((double *)out[0])[2 * n * b + j];
+    worst = fmax(worst, rel_err(got, ref, 2 * n));
+  }
+  CHECK_MSG(worst < (f32 ? 2e-6 : 1e-14) * (4 + log2((double)n)),
+            "four-step %lld x %lld sign=%d %s block %lld: %g", (long long)n1, (long long)n2,
+            sign, f32 ? "f32" : "f64", (long long)block, worst);
+  free(x);
+  free(ref);
+  free(got);
+  free(in);
+  free(t);
+  free(out[0]);
+  free(out[1]);
+  free(twd);
+}
+
+static void test_four_step(void) {
+  for (int sign = -1; sign <= 1; sign += 2) {
+    check_four_step(48, 64, sign, LOOM_FLOAT32, 16);
+    check_four_step(48, 64, sign, LOOM_FLOAT64, 8);
+    check_four_step(25, 37, sign, LOOM_FLOAT32, 16); /* Bluestein rows, odd blocks */
+    check_four_step(16, 24, sign, LOOM_FLOAT64, 3);
+  }
+}
+
+/* Blocks of one vector's rows (16 floats, 8 doubles; the AVX-512 build
+ * transposes them in registers) against the naive DFT, c2c, r2c and c2r of
+ * even and odd lengths. */
+static void check_vector_blocks(int32_t real, int64_t block) {
+  const int f32 = real == LOOM_FLOAT32;
+  const int64_t rows = 2 * block + 3, es = f32 ? 4 : 8;
+  const int64_t lengths[] = {96, 95, 40};
+  for (size_t li = 0; li < 3; ++li) {
+    const int64_t n = lengths[li], h = n / 2 + 1;
+    double *x = malloc(sizeof(double) * 2 * n * rows), *ref = malloc(sizeof(double) * 2 * n);
+    double *cx = malloc(sizeof(double) * 2 * n), *got = malloc(sizeof(double) * 2 * n);
+    fill(x, 2 * n * rows);
+    void *in = malloc((size_t)(2 * n * rows * es)), *out = malloc((size_t)(2 * n * rows * es));
+    void *back = malloc((size_t)(n * rows * es));
+    for (int64_t i = 0; i < 2 * n * rows; ++i) {
+      if (f32) ((float *)in)[i] = (float)x[i], x[i] = ((float *)in)[i];
+      else ((double *)in)[i] = x[i];
+    }
+    const int32_t cd = f32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128;
+    {
+      /* c2c of complex rows */
+      int64_t sz[2] = {rows, n};
+      loom_tensor ti = dense(in, cd, 2, sz), to = dense(out, cd, 2, sz);
+      CHECK_OK(run_fft(0, n, -1, real, &to, &ti, 1.0, 2 * block, block));
+      double worst = 0;
+      for (int64_t b = 0; b < rows; ++b) {
+        naive_dft(x + 2 * n * b, ref, n, -1);
+        for (int64_t j = 0; j < 2 * n; ++j)
+          got[j] = f32 ? ((float *)out)[2 * n * b + j] : ((double *)out)[2 * n * b + j];
+        worst = fmax(worst, rel_err(got, ref, 2 * n));
+      }
+      CHECK_MSG(worst < (f32 ? 2e-6 : 1e-14) * (4 + log2((double)n)),
+                "c2c blocks n=%lld: %g", (long long)n, worst);
+      /* r2c of the first n reals of each row (rows of 2n reals), then c2r */
+      int64_t rsz[2] = {rows, n}, rst[2] = {2 * n, 1}, hsz[2] = {rows, h};
+      loom_tensor tr = tensor(in, real, 2, rsz, rst), th = dense(out, cd, 2, hsz);
+      CHECK_OK(run_fft(1, n, -1, real, &th, &tr, 1.0, 2 * block, block));
+      worst = 0;
+      for (int64_t b = 0; b < rows; ++b) {
+        for (int64_t j = 0; j < n; ++j) cx[2 * j] = x[2 * n * b + j], cx[2 * j + 1] = 0;
+        naive_dft(cx, ref, n, -1);
+        for (int64_t j = 0; j < 2 * h; ++j)
+          got[j] = f32 ? ((float *)out)[2 * h * b + j] : ((double *)out)[2 * h * b + j];
+        worst = fmax(worst, rel_err(got, ref, 2 * h));
+      }
+      CHECK_MSG(worst < (f32 ? 2e-6 : 1e-14) * (4 + log2((double)n)),
+                "r2c blocks n=%lld: %g", (long long)n, worst);
+      loom_tensor tb = dense(back, real, 2, rsz);
+      CHECK_OK(run_fft(2, n, 1, real, &tb, &th, 1.0 / (double)n, 2 * block, block));
+      worst = 0;
+      double big = 0;
+      for (int64_t b = 0; b < rows; ++b)
+        for (int64_t j = 0; j < n; ++j) {
+          const double v = f32 ? ((float *)back)[n * b + j] : ((double *)back)[n * b + j];
+          worst = fmax(worst, fabs(v - x[2 * n * b + j]));
+          big = fmax(big, fabs(x[2 * n * b + j]));
+        }
+      CHECK_MSG(worst < (f32 ? 2e-6 : 1e-14) * (4 + log2((double)n)) * big,
+                "c2r blocks n=%lld: %g", (long long)n, worst);
+    }
+    free(x);
+    free(ref);
+    free(cx);
+    free(got);
+    free(in);
+    free(out);
+    free(back);
+  }
+}
+
+static void test_vector_blocks(void) {
+  check_vector_blocks(LOOM_FLOAT32, 16);
+  check_vector_blocks(LOOM_FLOAT64, 8);
+}
+
+/* The baseline build against the AVX-512 one on a block of 16 float rows
+ * (the register transposes' path): the same DFT to rounding. */
+static void test_generic_block(void) {
+  TEST_SKIP_IF(!(loom_cpu_features() & LOOM_FEATURE_AVX512F), "no AVX-512 here");
+  const int64_t n = 64, rows = 16;
+  loom_fft_plan p;
+  void *table = make_table(n, 1, LOOM_FLOAT32, &p);
+  CHECK(table != NULL);
+  if (!table) return;
+  float *x = malloc(sizeof(float) * 2 * n * rows), *g = malloc(sizeof(float) * 2 * n * rows);
+  float *v = malloc(sizeof(float) * 2 * n * rows);
+  float *work = malloc(sizeof(float) * 2 * p.work * rows);
+  for (int64_t i = 0; i < 2 * n * rows; ++i) x[i] = (float)frand();
+  int64_t sz[2] = {rows, n};
+  loom_tensor tx = dense(x, LOOM_COMPLEX64, 2, sz), tg = dense(g, LOOM_COMPLEX64, 2, sz);
+  loom_tensor tv = dense(v, LOOM_COMPLEX64, 2, sz);
+  loom_fft_rows r = {.kind = 0, .t = table, .out = &tg, .in = &tx, .scale = 0.25, .work = work,
+                     .block = rows};
+  CHECK_OK(loom_fft_rows_f32(&r, 0, rows));
+  r.out = &tv;
+  CHECK_OK(loom_fft_rows_f32_avx512(&r, 0, rows));
+  double worst = 0, big = 0;
+  for (int64_t i = 0; i < 2 * n * rows; ++i) {
+    worst = fmax(worst, fabs((double)g[i] - (double)v[i]));
+    big = fmax(big, fabs((double)g[i]));
+  }
+  CHECK_MSG(worst <= 1e-6 * big, "generic against AVX-512 blocks: %g of %g", worst, big);
+  free(x);
+  free(g);
+  free(v);
+  free(work);
+  free(table);
+}
+
 /* Bad arguments are refused with a status, never a crash. */
 static void test_bad_arguments(void) {
   loom_fft_plan p;
@@ -289,6 +481,29 @@ static void test_bad_arguments(void) {
     free(table);
   }
   CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &tf, &tx, 1.0, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  {
+    /* twiddles: too short a table, or with r2c, are refused */
+    int64_t n1 = 8, n2 = 4, numel;
+    loom_tensor tw;
+    void *twd = make_twiddles(n1, n2, -1, LOOM_FLOAT64, &tw, &numel);
+    CHECK(twd != NULL);
+    double a[64] = {0}, b[64];
+    int64_t csz[2] = {n2, n1}, cst[2] = {1, n2};
+    loom_tensor ca = tensor(a, LOOM_COMPLEX128, 2, csz, cst), cb = tensor(b, LOOM_COMPLEX128, 2, csz, cst);
+    CHECK_OK(run_fft_tw(0, n1, -1, LOOM_FLOAT64, &cb, &ca, 1.0, 4, 4, &tw));
+    loom_tensor shorter = tw;
+    shorter.sizes[0] = numel - 1;
+    CHECK(run_fft_tw(0, n1, -1, LOOM_FLOAT64, &cb, &ca, 1.0, 4, 4, &shorter) ==
+          LOOM_ERROR_INVALID_ARGUMENT);
+    int64_t rsz[2] = {n2, n1}, hsz[2] = {n2, n1 / 2 + 1};
+    loom_tensor ra = dense(a, LOOM_FLOAT64, 2, rsz), hb = dense(b, LOOM_COMPLEX128, 2, hsz);
+    CHECK(run_fft_tw(1, n1, -1, LOOM_FLOAT64, &hb, &ra, 1.0, 4, 4, &tw) ==
+          LOOM_ERROR_INVALID_ARGUMENT);
+    loom_scalar s[3] = {si(n1), si(n2), si(-1)};
+    CHECK(run_chunks(loom_kernel_fft_twiddles, &shorter, 1, s, 3, n1, 1) ==
+          LOOM_ERROR_INVALID_ARGUMENT);
+    free(twd);
+  }
   CHECK(run_fft(0, 8, -1, LOOM_FLOAT64, &tx, &tx, 1.0, 1, LOOM_FFT_MAX_BLOCK + 1) ==
         LOOM_ERROR_INVALID_ARGUMENT);
 }
@@ -299,6 +514,9 @@ int main(void) {
   RUN_TEST(test_r2c_c2r);
   RUN_TEST(test_chunking);
   RUN_TEST(test_generic_rows);
+  RUN_TEST(test_four_step);
+  RUN_TEST(test_vector_blocks);
+  RUN_TEST(test_generic_block);
   RUN_TEST(test_bad_arguments);
   TEST_MAIN_END();
 }
