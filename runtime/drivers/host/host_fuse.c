@@ -33,10 +33,30 @@
 #define FUSE_MIN_RANGE 8192         /* smaller launches run as they are */
 #define FUSE_CHUNK_BYTES (512 << 10) /* a chunk's operands, all members */
 #define FUSE_MIN_GRAIN 4096
+#define FUSE_HOIST_BYTES (64 << 10) /* a launch this small may run before the chunks */
+#define FUSE_MAX_HOISTED 16
 
 typedef struct span {
   uintptr_t lo, hi; /* [lo, hi) */
 } span;
+
+/* What a member does with one of its tensors. */
+enum {
+  SPAN_WRITTEN = 1,  /* the member writes it */
+  SPAN_MAP = 2,      /* chunk [b, e) touches its elements of linear index [b, e) */
+  SPAN_DEFERRED = 4, /* written to scratch by the chunks, copied in after them */
+};
+
+/* A launch as a group sees it: the elements it walks (a row-wise kernel's
+ * rows times their length), and its tensors' spans and roles. */
+typedef struct launch_view {
+  int64_t elems;
+  int64_t row_n; /* a row-wise launch's row length; 0: elementwise */
+  int ns;
+  span sp[FUSE_MAX_TENSORS];
+  int which[FUSE_MAX_TENSORS];
+  uint8_t flags[FUSE_MAX_TENSORS];
+} launch_view;
 
 struct host_group {
   loom_kernel_args pool_args; /* first: what the pool sees (chunks of every part, grain 1) */
@@ -46,19 +66,27 @@ struct host_group {
   int passed;    /* launches passed over so far */
   int reordered; /* members that joined after a launch was passed over */
   const loom_command *members[HOST_FUSE_MAX_MEMBERS];
+  int64_t row_n[HOST_FUSE_MAX_MEMBERS]; /* a row-wise member's row length; 0: elementwise */
+  /* A row-wise member whose per-row outputs are deferred: its tensors, those
+   * pointing into scratch, then the scratch (one allocation; else NULL). */
+  loom_tensor *deferred[HOST_FUSE_MAX_MEMBERS];
+  /* Small launches that run whole before the chunks, in program order. */
+  int nhoisted;
+  const loom_command *hoisted[FUSE_MAX_HOISTED];
   loom_kernel_args margs[HOST_FUSE_MAX_MEMBERS];
   /* The members' tensors' spans, and whose they are. */
   int nspans;
   span spans[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
-  uint8_t span_member[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  uint16_t span_member[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
   uint8_t span_tensor[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  uint8_t span_flags[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS]; /* SPAN_* */
   /* Parts: members that share no memory with other parts' (prepare). */
   int parts;
-  uint8_t order[HOST_FUSE_MAX_MEMBERS]; /* members by part, in program order */
+  uint16_t order[HOST_FUSE_MAX_MEMBERS]; /* members by part, in program order */
   int part_first[HOST_FUSE_MAX_MEMBERS + 1]; /* a part's members in `order` */
   int64_t part_grain[HOST_FUSE_MAX_MEMBERS], part_bytes[HOST_FUSE_MAX_MEMBERS];
   int64_t part_chunk[HOST_FUSE_MAX_MEMBERS + 1]; /* a part's first chunk in pool_args */
-  uint8_t parent[HOST_FUSE_MAX_MEMBERS];
+  uint16_t parent[HOST_FUSE_MAX_MEMBERS];
   int16_t by_lo[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
   int npassed; /* the memory of launches passed over: disjoint, by address */
   span passed_spans[FUSE_MAX_PASSED_SPANS];
@@ -164,10 +192,33 @@ static void add_library_locked(loom_kernel_fn fn) {
   }
 }
 
+/* Row-wise kernels and their row maps (kernels/registry.h). */
+#define MAX_ROWWISE 16
+static struct {
+  _Atomic(loom_kernel_fn) fn;
+  _Atomic(loom_row_map_fn) map;
+} rowwise[MAX_ROWWISE];
+static atomic_int rowwise_count;
+
+static loom_row_map_fn row_map_of(loom_kernel_fn fn) {
+  const int n = atomic_load_explicit(&rowwise_count, memory_order_acquire);
+  for (int i = 0; i < n; ++i)
+    if (atomic_load_explicit(&rowwise[i].fn, memory_order_relaxed) == fn)
+      return atomic_load_explicit(&rowwise[i].map, memory_order_relaxed);
+  return NULL;
+}
+
 void host_fuse_declare(loom_kernel_fn fn, uint32_t flags) {
   if (!fn) return;
+  const loom_row_map_fn map = loom_kernel_library_row_map(fn);
   pthread_mutex_lock(&declare_lock);
   add_library_locked(fn);
+  const int r = atomic_load(&rowwise_count);
+  if (map && !row_map_of(fn) && r < MAX_ROWWISE) {
+    atomic_store_explicit(&rowwise[r].fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&rowwise[r].map, map, memory_order_relaxed);
+    atomic_store_explicit(&rowwise_count, r + 1, memory_order_release);
+  }
   pthread_mutex_unlock(&declare_lock);
   if (!(flags & LOOM_KERNEL_ELEMENTWISE)) return;
   pthread_mutex_lock(&declare_lock);
@@ -199,12 +250,27 @@ size_t loom_fuse_elementwise_kernels(const char **out, size_t capacity) {
 
 host_group *host_fuse_group_create(void) { return calloc(1, sizeof(host_group)); }
 
-void host_fuse_group_destroy(host_group *group) { free(group); }
+static void free_deferred(host_group *g) {
+  for (int m = 0; m < g->n; ++m) {
+    free(g->deferred[m]);
+    g->deferred[m] = NULL;
+  }
+}
+
+void host_fuse_group_destroy(host_group *group) {
+  if (group) free_deferred(group);
+  free(group);
+}
+
+static int view_launch(const loom_command *cmd, launch_view *v);
 
 int host_fuse_can_lead(const loom_command *cmd) {
-  return cmd->kind == LOOM_COMMAND_LAUNCH && cmd->u.launch.range >= FUSE_MIN_RANGE &&
-         cmd->u.launch.num_tensors <= FUSE_MAX_TENSORS &&
-         loom_fuse_get_mode() != LOOM_FUSE_OFF && is_elementwise(cmd->u.launch.fn);
+  if (cmd->kind != LOOM_COMMAND_LAUNCH || cmd->u.launch.num_tensors > FUSE_MAX_TENSORS ||
+      loom_fuse_get_mode() == LOOM_FUSE_OFF)
+    return 0;
+  if (is_elementwise(cmd->u.launch.fn)) return cmd->u.launch.range >= FUSE_MIN_RANGE;
+  launch_view v;
+  return row_map_of(cmd->u.launch.fn) && view_launch(cmd, &v) && v.elems >= FUSE_MIN_RANGE;
 }
 
 /* ---- memory a launch touches -------------------------------------------------- */
@@ -266,34 +332,140 @@ static int same_map(const loom_tensor *a, const loom_tensor *b) {
   return 1;
 }
 
+/* Whether `t` is `count` elements, contiguous, in row-major order. */
+static int contiguous_elements(const loom_tensor *t, int64_t count) {
+  if (t->rank < 0 || t->rank > LOOM_MAX_DIMS) return 0;
+  canon c;
+  canonicalize(t, &c);
+  if (c.rank == 0) return count == 1 && loom_tensor_numel(t) == 1;
+  return c.rank == 1 && c.sizes[0] == count && c.strides[0] == 1;
+}
+
+/* Lists the memory of launch `cmd` into `v` (its spans); returns whether
+ * it may be a member: an elementwise launch (its range counts elements,
+ * it writes its tensor 0) or a row-wise one whose rows are contiguous
+ * (its range counts rows; kernels/registry.h). */
+static int view_launch(const loom_command *cmd, launch_view *v) {
+  const uint32_t nt = cmd->u.launch.num_tensors;
+  v->ns = 0;
+  v->row_n = 0;
+  for (uint32_t i = 0; i < nt && i < FUSE_MAX_TENSORS; ++i)
+    if (tensor_span(&cmd->u.launch.tensors[i], &v->sp[v->ns])) {
+      v->flags[v->ns] = SPAN_WRITTEN; /* what a kernel writes is not known: any */
+      v->which[v->ns++] = (int)i;
+    }
+  if (nt > FUSE_MAX_TENSORS) return 0;
+  if (is_elementwise(cmd->u.launch.fn)) {
+    v->elems = cmd->u.launch.range;
+    v->row_n = 0;
+    for (int i = 0; i < v->ns; ++i)
+      v->flags[i] = (uint8_t)(SPAN_MAP | (v->which[i] == 0 ? SPAN_WRITTEN : 0));
+    return 1;
+  }
+  const loom_row_map_fn map = row_map_of(cmd->u.launch.fn);
+  if (!map) return 0;
+  const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                                 .num_tensors = nt,
+                                 .tensors = cmd->u.launch.tensors,
+                                 .num_scalars = cmd->u.launch.num_scalars,
+                                 .scalars = cmd->u.launch.scalars,
+                                 .range = cmd->u.launch.range,
+                                 .grain = cmd->u.launch.grain};
+  loom_row_map rm;
+  if (!map(&args, &rm) || rm.n <= 0 || args.range <= 0 || args.range > INT64_MAX / rm.n ||
+      (rm.whole_tensors & rm.written))
+    return 0;
+  for (int i = 0; i < v->ns; ++i) {
+    const uint32_t bit = 1u << v->which[i];
+    if ((rm.row_tensors & bit) && !contiguous_elements(&cmd->u.launch.tensors[v->which[i]],
+                                                      args.range * rm.n))
+      return 0;
+  }
+  v->elems = args.range * rm.n;
+  v->row_n = rm.n;
+  for (int i = 0; i < v->ns; ++i) {
+    const uint32_t bit = 1u << v->which[i];
+    v->flags[i] = (uint8_t)(((rm.row_tensors & bit) ? SPAN_MAP : 0) |
+                            ((rm.written & bit) ? SPAN_WRITTEN : 0));
+  }
+  return 1;
+}
+
 /* ---- forming a group ------------------------------------------------------------ */
 
-static void add_member(host_group *g, const loom_command *cmd, const span *sp, const int *which,
-                       int ns) {
-  const int m = g->n++;
+/* A row-wise member's per-row outputs (written, not walked by element)
+ * go to scratch during the chunks and are copied in after them: the
+ * member is the last in program order to write them so far, whatever
+ * earlier members did with that memory (the allocator may have given it
+ * the block of a tensor they use), and any later launch that touches them
+ * stays out of the group. 0 if there is no memory for it. */
+static int defer_outputs(host_group *g, int m, const loom_command *cmd, launch_view *v) {
+  size_t bytes = 0;
+  for (int i = 0; i < v->ns; ++i)
+    if ((v->flags[i] & (SPAN_WRITTEN | SPAN_MAP)) == SPAN_WRITTEN) bytes += v->sp[i].hi - v->sp[i].lo;
+  if (bytes == 0) return 1;
+  const uint32_t nt = cmd->u.launch.num_tensors;
+  loom_tensor *t = malloc(nt * sizeof *t + bytes);
+  if (!t) return 0;
+  memcpy(t, cmd->u.launch.tensors, nt * sizeof *t);
+  char *scratch = (char *)(t + nt);
+  for (int i = 0; i < v->ns; ++i) {
+    if ((v->flags[i] & (SPAN_WRITTEN | SPAN_MAP)) != SPAN_WRITTEN) continue;
+    t[v->which[i]].data = scratch + ((uintptr_t)t[v->which[i]].data - v->sp[i].lo);
+    scratch += v->sp[i].hi - v->sp[i].lo;
+    v->flags[i] |= SPAN_DEFERRED;
+  }
+  g->deferred[m] = t;
+  return 1;
+}
+
+/* Copies the deferred outputs in, member by member in program order. */
+static void copy_deferred(host_group *g) {
+  for (int s = 0; s < g->nspans; ++s) {
+    if (!(g->span_flags[s] & SPAN_DEFERRED)) continue;
+    const int m = g->span_member[s], i = g->span_tensor[s];
+    const loom_tensor *t = &g->deferred[m][i], *dst = &g->members[m]->u.launch.tensors[i];
+    memcpy((void *)g->spans[s].lo, (const char *)t->data - ((uintptr_t)dst->data - g->spans[s].lo),
+           g->spans[s].hi - g->spans[s].lo);
+  }
+}
+
+static int add_member(host_group *g, const loom_command *cmd, launch_view *v) {
+  const int m = g->n;
+  g->deferred[m] = NULL;
+  if (v->row_n && !defer_outputs(g, m, cmd, v)) return 0;
+  g->n++;
   g->members[m] = cmd;
-  for (int i = 0; i < ns; ++i) {
-    g->spans[g->nspans] = sp[i];
-    g->span_member[g->nspans] = (uint8_t)m;
-    g->span_tensor[g->nspans] = (uint8_t)which[i];
+  g->row_n[m] = v->row_n;
+  for (int i = 0; i < v->ns; ++i) {
+    g->spans[g->nspans] = v->sp[i];
+    g->span_member[g->nspans] = (uint16_t)m;
+    g->span_tensor[g->nspans] = (uint8_t)v->which[i];
+    g->span_flags[g->nspans] = v->flags[i];
     ++g->nspans;
   }
   if (g->passed) ++g->reordered;
+  return 1;
 }
 
 void host_fuse_begin(host_group *g, const loom_command *lead) {
+  free_deferred(g); /* a group that no launch joined (never run) */
+  g->nhoisted = 0;
   g->n = g->looked = g->last_join = g->passed = g->reordered = g->nspans = g->npassed = 0;
+  launch_view v;
+  (void)view_launch(lead, &v); /* host_fuse_can_lead said it may lead */
   g->args = (loom_kernel_args){.abi_version = LOOM_KERNEL_ABI_VERSION,
-                               .range = lead->u.launch.range,
-                               .grain = lead->u.launch.grain};
-  span sp[FUSE_MAX_TENSORS];
-  int which[FUSE_MAX_TENSORS], ns = 0;
-  for (uint32_t i = 0; i < lead->u.launch.num_tensors; ++i)
-    if (tensor_span(&lead->u.launch.tensors[i], &sp[ns])) which[ns++] = (int)i;
-  add_member(g, lead, sp, which, ns);
+                               .range = v.elems,
+                               .grain = v.row_n ? lead->u.launch.grain * v.row_n
+                                                : lead->u.launch.grain};
+  if (!add_member(g, lead, &v)) { /* no memory to defer: nothing joins, it runs alone */
+    g->n = 1;
+    g->members[0] = lead;
+    g->looked = FUSE_LOOKAHEAD;
+  }
 }
 
-int host_fuse_joined(const host_group *g) { return g->n - 1; }
+int host_fuse_joined(const host_group *g) { return g->n - 1 + g->nhoisted; }
 
 /* The first passed span that ends after `addr` (npassed if none). */
 static int passed_after(const host_group *g, uintptr_t addr) {
@@ -330,19 +502,24 @@ static int add_passed(host_group *g, span s) {
   return 1;
 }
 
-/* Whether `cmd`, whose spans are `sp`, may run in the group: it touches no
+/* Whether `cmd`, viewed as `v`, may run in the group: it touches no
  * memory of a launch passed over, and shares memory with members only
- * through the same element map, unless neither side writes it (an
- * elementwise kernel writes its tensor 0 only). */
-static int may_join(const host_group *g, const loom_command *cmd, const span *sp,
-                    const int *which, int ns) {
-  for (int i = 0; i < ns; ++i)
-    if (touches_passed(g, sp[i])) return 0;
-  for (int i = 0; i < ns; ++i) {
-    const loom_tensor *t = &cmd->u.launch.tensors[which[i]];
+ * through the same element map of tensors both walk by element (SPAN_MAP),
+ * unless neither side writes it; a row-wise launch's per-row outputs,
+ * deferred, may take memory earlier members use; deferred outputs are
+ * no later member's. */
+static int may_join(const host_group *g, const loom_command *cmd, const launch_view *v) {
+  for (int i = 0; i < v->ns; ++i)
+    if (touches_passed(g, v->sp[i])) return 0;
+  for (int i = 0; i < v->ns; ++i) {
+    const loom_tensor *t = &cmd->u.launch.tensors[v->which[i]];
+    const int deferred = v->row_n && (v->flags[i] & (SPAN_WRITTEN | SPAN_MAP)) == SPAN_WRITTEN;
     for (int s = 0; s < g->nspans; ++s) {
-      if (!overlap(sp[i], g->spans[s])) continue;
-      if (which[i] != 0 && g->span_tensor[s] != 0) continue; /* both read */
+      if (!overlap(v->sp[i], g->spans[s])) continue;
+      if (g->span_flags[s] & SPAN_DEFERRED) return 0;
+      if (deferred) continue;
+      if (!((v->flags[i] | g->span_flags[s]) & SPAN_WRITTEN)) continue; /* both read */
+      if (!(v->flags[i] & g->span_flags[s] & SPAN_MAP)) return 0;
       const loom_command *m = g->members[g->span_member[s]];
       if (!same_map(t, &m->u.launch.tensors[g->span_tensor[s]])) return 0;
     }
@@ -350,36 +527,59 @@ static int may_join(const host_group *g, const loom_command *cmd, const span *sp
   return 1;
 }
 
+/* Whether a small library launch that cannot be a member, viewed as `v`,
+ * may run whole before the group's chunks, so that later members may read
+ * what it writes (a scale vector computed between two big ops): it moves
+ * ahead of the members and the launches passed over, so it must share no
+ * memory with them but memory both only read. */
+static int may_hoist(const host_group *g, const launch_view *v) {
+  if (g->nhoisted == FUSE_MAX_HOISTED || g->n + g->nhoisted >= HOST_FUSE_MAX_MEMBERS) return 0;
+  size_t bytes = 0;
+  for (int i = 0; i < v->ns; ++i) {
+    if (v->sp[i].hi == UINTPTR_MAX) return 0;
+    bytes += v->sp[i].hi - v->sp[i].lo;
+  }
+  if (bytes > FUSE_HOIST_BYTES) return 0;
+  for (int i = 0; i < v->ns; ++i) {
+    if (touches_passed(g, v->sp[i])) return 0;
+    for (int s = 0; s < g->nspans; ++s)
+      if (overlap(v->sp[i], g->spans[s]) && ((v->flags[i] | g->span_flags[s]) & SPAN_WRITTEN))
+        return 0;
+  }
+  return 1;
+}
+
 int host_fuse_offer(host_group *g, const loom_command *cmd) {
   if (cmd->kind != LOOM_COMMAND_LAUNCH || ++g->looked > FUSE_LOOKAHEAD ||
-      g->looked - g->last_join > FUSE_LOOK_PAST_JOIN || g->n == HOST_FUSE_MAX_MEMBERS)
+      g->looked - g->last_join > FUSE_LOOK_PAST_JOIN ||
+      g->n + g->nhoisted == HOST_FUSE_MAX_MEMBERS)
     return HOST_FUSE_STOP;
-  /* A launch with more tensors than a member may have is passed over whole:
-   * its first FUSE_MAX_TENSORS tensors' spans would not cover it. */
-  const uint32_t nt = cmd->u.launch.num_tensors;
-  if (nt > FUSE_MAX_TENSORS) return HOST_FUSE_STOP;
-  span sp[FUSE_MAX_TENSORS];
-  int which[FUSE_MAX_TENSORS], ns = 0;
-  for (uint32_t i = 0; i < nt; ++i)
-    if (tensor_span(&cmd->u.launch.tensors[i], &sp[ns])) which[ns++] = (int)i;
-  if (cmd->u.launch.range == g->args.range && is_elementwise(cmd->u.launch.fn) &&
-      may_join(g, cmd, sp, which, ns)) {
-    add_member(g, cmd, sp, which, ns);
+  /* A launch with more tensors than a member may have ends the look: its
+   * first FUSE_MAX_TENSORS tensors' spans would not cover it. */
+  if (cmd->u.launch.num_tensors > FUSE_MAX_TENSORS) return HOST_FUSE_STOP;
+  launch_view v;
+  if (view_launch(cmd, &v) && v.elems == g->args.range && may_join(g, cmd, &v) &&
+      add_member(g, cmd, &v)) {
     g->last_join = g->looked;
     return HOST_FUSE_JOINED;
   }
   /* A launch whose memory cannot all be listed ends the look: a later one
    * must not move past memory it might touch. */
   if (!is_library(cmd->u.launch.fn)) return HOST_FUSE_STOP;
-  for (int i = 0; i < ns; ++i)
-    if (!add_passed(g, sp[i])) return HOST_FUSE_STOP;
+  if (may_hoist(g, &v)) {
+    g->hoisted[g->nhoisted++] = cmd;
+    g->last_join = g->looked;
+    return HOST_FUSE_JOINED;
+  }
+  for (int i = 0; i < v.ns; ++i)
+    if (!add_passed(g, v.sp[i])) return HOST_FUSE_STOP;
   ++g->passed;
   return HOST_FUSE_PASSED;
 }
 
 /* ---- running a group ---------------------------------------------------------------- */
 
-static int find_root(uint8_t *parent, int m) {
+static int find_root(uint16_t *parent, int m) {
   while (parent[m] != m) m = parent[m] = parent[parent[m]];
   return m;
 }
@@ -402,7 +602,7 @@ static uint64_t prepare(host_group *g) {
    * their members' parts; each run's bytes per element count once. */
   for (int i = 0; i < ns; ++i) g->by_lo[i] = (int16_t)i;
   qsort_r(g->by_lo, (size_t)ns, sizeof *g->by_lo, by_span_lo, g);
-  for (int m = 0; m < g->n; ++m) g->parent[m] = (uint8_t)m;
+  for (int m = 0; m < g->n; ++m) g->parent[m] = (uint16_t)m;
   int64_t run_bytes[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
   int run_owner[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS], runs = 0;
   uintptr_t run_hi = 0;
@@ -411,7 +611,7 @@ static uint64_t prepare(host_group *g) {
     const int64_t es = loom_dtype_size(g->members[m]->u.launch.tensors[g->span_tensor[s]].dtype);
     if (runs > 0 && g->spans[s].lo < run_hi) {
       const int a = find_root(g->parent, m), b = find_root(g->parent, run_owner[runs - 1]);
-      if (a != b) g->parent[a > b ? a : b] = (uint8_t)(a > b ? b : a);
+      if (a != b) g->parent[a > b ? a : b] = (uint16_t)(a > b ? b : a);
       if (g->spans[s].hi > run_hi) run_hi = g->spans[s].hi;
       if (es > run_bytes[runs - 1]) run_bytes[runs - 1] = es;
     } else {
@@ -420,26 +620,38 @@ static uint64_t prepare(host_group *g) {
       run_hi = g->spans[s].hi;
     }
   }
-  /* Parts in order of their first member, members in program order. */
+  /* Parts in order of their first member, members in program order. A
+   * part's chunks hold whole rows of each row-wise member: their
+   * boundaries are multiples of every row length (`step`, at most the
+   * range: then the part is one chunk). */
   int part_of[HOST_FUSE_MAX_MEMBERS], part_id[HOST_FUSE_MAX_MEMBERS];
+  int64_t step[HOST_FUSE_MAX_MEMBERS];
   g->parts = 0;
   for (int m = 0; m < g->n; ++m) {
     const int r = find_root(g->parent, m);
     if (r == m) {
       part_id[m] = g->parts;
+      step[g->parts] = 1;
       g->part_grain[g->parts] = g->args.grain;
       g->part_bytes[g->parts++] = 0;
     }
-    part_of[m] = part_id[r];
-    const int64_t grain = g->members[m]->u.launch.grain;
-    if (grain < g->part_grain[part_of[m]]) g->part_grain[part_of[m]] = grain;
+    const int p = part_of[m] = part_id[r];
+    const int64_t rows = g->row_n[m];
+    const int64_t grain = rows ? g->members[m]->u.launch.grain * rows : g->members[m]->u.launch.grain;
+    if (grain < g->part_grain[p]) g->part_grain[p] = grain;
+    if (rows && step[p] < g->args.range) {
+      int64_t a = step[p], b = rows;
+      while (b) { const int64_t t = a % b; a = b; b = t; }
+      const int64_t l = step[p] / a;
+      step[p] = l > g->args.range / rows ? g->args.range : l * rows;
+    }
   }
   for (int r = 0; r < runs; ++r) g->part_bytes[part_of[run_owner[r]]] += run_bytes[r];
   int k = 0;
   for (int p = 0; p < g->parts; ++p) {
     g->part_first[p] = k;
     for (int m = 0; m < g->n; ++m)
-      if (part_of[m] == p) g->order[k++] = (uint8_t)m;
+      if (part_of[m] == p) g->order[k++] = (uint16_t)m;
   }
   g->part_first[g->parts] = k;
   /* Each part's grain, and its chunks' place in the group's range. */
@@ -453,6 +665,8 @@ static uint64_t prepare(host_group *g) {
       budget -= budget % 64;
       if (budget < grain) grain = budget;
     }
+    if (step[p] > 1) grain = grain < step[p] ? step[p] : grain - grain % step[p];
+    if (grain > range) grain = range;
     g->part_grain[p] = grain;
     g->part_chunk[p] = chunks;
     chunks += range / grain + (range % grain != 0);
@@ -463,22 +677,23 @@ static uint64_t prepare(host_group *g) {
   uint64_t cached = 0;
   for (int m = 0; m < g->n; ++m) {
     const loom_command *c = g->members[m];
+    const int64_t rows = g->row_n[m] ? g->row_n[m] : 1;
     g->margs[m] = (loom_kernel_args){.abi_version = LOOM_KERNEL_ABI_VERSION,
                                      .num_tensors = c->u.launch.num_tensors,
-                                     .tensors = c->u.launch.tensors,
+                                     .tensors = g->deferred[m] ? g->deferred[m] : c->u.launch.tensors,
                                      .num_scalars = c->u.launch.num_scalars,
                                      .scalars = c->u.launch.scalars,
                                      .range = c->u.launch.range,
-                                     .grain = g->part_grain[part_of[m]]};
+                                     .grain = g->part_grain[part_of[m]] / rows};
   }
-  /* What a member writes (its tensor 0) and a later member reads (not
-   * only overwrites) stays in the cache. Spans are listed by member, so
-   * those of later members follow. */
+  /* What a member writes and a later member reads (not only overwrites)
+   * stays in the cache. Spans are listed by member, so those of later
+   * members follow. */
   for (int s = 0; s < ns; ++s) {
     const int m = g->span_member[s];
-    if (g->span_tensor[s] != 0) continue;
+    if (!(g->span_flags[s] & SPAN_WRITTEN)) continue;
     for (int t = s + 1; t < ns; ++t) {
-      if (g->span_member[t] == m || g->span_tensor[t] == 0 ||
+      if (g->span_member[t] == m || (g->span_flags[t] & SPAN_WRITTEN) ||
           !overlap(g->spans[s], g->spans[t]))
         continue;
       g->margs[m].hints |= LOOM_KERNEL_HINT_CACHED;
@@ -518,9 +733,10 @@ static int group_chunk(const loom_kernel_args *args, int64_t first, int64_t last
     const int64_t end = range - begin > grain ? begin + grain : range;
     for (int i = g->part_first[p]; i < g->part_first[p + 1]; ++i) {
       const int m = g->order[i];
+      const int64_t rows = g->row_n[m] ? g->row_n[m] : 1;
       loom_clear_error();
-      const int rc = g->members[m]->u.launch.fn(&g->margs[m], begin, end);
-      if (rc != 0) record_failure(g, m, rc, begin, end);
+      const int rc = g->members[m]->u.launch.fn(&g->margs[m], begin / rows, end / rows);
+      if (rc != 0) record_failure(g, m, rc, begin / rows, end / rows);
     }
   }
   return 0;
@@ -530,6 +746,7 @@ static void run_fused(host_context *ctx, int device, int priority, host_group *g
   clear_failures(g);
   host_failure unused;
   (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->pool_args, &unused);
+  copy_deferred(g);
 }
 
 /* ---- LOOM_FUSE=verify ------------------------------------------------------------------ */
@@ -638,6 +855,7 @@ static void run_verified(host_context *ctx, int device, int priority, host_group
   for (int m = 0; m < g->n; ++m) {
     loom_kernel_args a = g->margs[m];
     a.grain = g->members[m]->u.launch.grain;
+    a.tensors = g->members[m]->u.launch.tensors;
     a.hints = 0;
     host_failure f;
     const int rc = host_pool_run(&ctx->devices[device].pool, priority, g->members[m]->u.launch.fn,
@@ -674,6 +892,13 @@ static void run_verified(host_context *ctx, int device, int priority, host_group
 
 void host_fuse_run(host_context *ctx, int device, int priority, host_group *g,
                    loom_stream_t *report) {
+  for (int h = 0; h < g->nhoisted; ++h) { /* as the queue runs a launch */
+    const loom_command *c = g->hoisted[h];
+    const uint64_t h0 = c->trace ? loom_trace_now() : 0;
+    (void)host_execute_launch(ctx, device, priority, c, report);
+    if (c->trace) loom_driver_trace_report(c, h0, loom_trace_now());
+    if (c->release) c->release(c->release_arg);
+  }
   const uint64_t cached = prepare(g);
   int traced = 0;
   for (int m = 0; m < g->n; ++m) traced |= g->members[m]->trace != NULL;
@@ -689,8 +914,10 @@ void host_fuse_run(host_context *ctx, int device, int priority, host_group *g,
   }
   for (int m = 0; m < g->n; ++m)
     if (g->members[m]->release) g->members[m]->release(g->members[m]->release_arg);
+  free_deferred(g);
   atomic_fetch_add_explicit(&stat_groups, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&stat_ops, (uint64_t)g->n, memory_order_relaxed);
-  atomic_fetch_add_explicit(&stat_reordered, (uint64_t)g->reordered, memory_order_relaxed);
+  atomic_fetch_add_explicit(&stat_ops, (uint64_t)(g->n + g->nhoisted), memory_order_relaxed);
+  atomic_fetch_add_explicit(&stat_reordered, (uint64_t)(g->reordered + g->nhoisted),
+                            memory_order_relaxed);
   atomic_fetch_add_explicit(&stat_cached, cached, memory_order_relaxed);
 }

@@ -18,7 +18,7 @@ typedef struct host_group host_group;
 enum { HOST_FUSE_STOP = 0, HOST_FUSE_JOINED = 1, HOST_FUSE_PASSED = 2 };
 
 /* The most launches one group holds. */
-#define HOST_FUSE_MAX_MEMBERS 64
+#define HOST_FUSE_MAX_MEMBERS 256
 
 host_group *host_fuse_group_create(void);
 void host_fuse_group_destroy(host_group *group);
