@@ -138,6 +138,53 @@ def test_library_ops_are_extern_calls_on_loom_only():
         assert f"torch.ops.{call}(" not in cpu_code, call
 
 
+# ---- GEMM epilogues ---------------------------------------------------------------
+
+def _relu_layers(x, w1, b1, w2, keep):
+    h = F.linear(x, w1, b1)
+    a = torch.relu(h)
+    if keep:
+        a = a + h                       # the product has a second reader
+    return torch.relu(a @ w2)
+
+
+def test_relu_runs_in_the_gemm_forward_and_backward():
+    """On loom, a linear layer's ReLU, and ReLU's backward after the
+    gradient's product, run as the library GEMM's epilogue (one
+    loom::mm_epilogue call each): the forward and the gradients of the
+    inputs and weights keep eager's bits; CPU graphs are left alone."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    g = torch.Generator().manual_seed(0)
+    leaves = [torch.randn(*s, generator=g) for s in ((16, 24), (32, 24), (32,), (32, 20))]
+    # forward: both ReLUs (with keep, the first product also stays); backward:
+    # the first ReLU's gradient, where the graph reads the saved ReLU result
+    # (with keep, the partitioner saves masks instead, left to Inductor)
+    for keep, fused in ((False, 3), (True, 2)):
+        torch._dynamo.reset()
+        counters.clear()
+
+        def step(fn, device):
+            x, w1, b1, w2 = [t.to(device).requires_grad_() for t in leaves]
+            out = fn(x, w1, b1, w2, keep)
+            out.sum().backward()
+            return [t.detach().cpu() for t in (out, x.grad, w1.grad, w2.grad, b1.grad)]
+
+        got, codes = run_and_get_code(lambda: step(torch.compile(_relu_layers), "loom"))
+        code = "\n".join(codes)
+        assert code.count("torch.ops.loom.mm_epilogue.default(") == fused, code
+        assert counters["inductor"]["loom_gemm_epilogue"] == fused
+        want = step(_relu_layers, "loom")
+        for name, a, b in zip(("out", "x.grad", "w1.grad", "w2.grad"), got, want):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"keep={keep}: {name}")
+        torch.testing.assert_close(got[4], want[4], rtol=1e-5, atol=1e-6)
+
+    torch._dynamo.reset()
+    _, cpu_codes = run_and_get_code(lambda: step(torch.compile(_relu_layers), "cpu"))
+    assert "mm_epilogue" not in "\n".join(cpu_codes)
+
+
 # ---- ordering with the stream --------------------------------------------------
 
 def _chain(x, w):

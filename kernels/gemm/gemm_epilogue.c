@@ -48,6 +48,7 @@ static int epi_binary_ok(int op) {
     /* backward forms: the value is the gradient, the operand the input */
     case LOOM_PW_GELU_BACKWARD: case LOOM_PW_GELU_TANH_BACKWARD: case LOOM_PW_SILU_BACKWARD:
     case LOOM_PW_SIGMOID_BACKWARD: case LOOM_PW_TANH_BACKWARD:
+    case LOOM_PW_THRESHOLD_BACKWARD: /* at threshold 0: ReLU's backward */
       return 1;
     default: return 0;
   }
@@ -104,7 +105,9 @@ static int epi_run(const epilogue *e, int64_t i1, int64_t i2, int64_t row, int64
   uint16_t r16[EPI_RUN];
   const loom_tensor *c = e->c, *d = e->d;
   const int64_t cs = loom_dtype_size(c->dtype), ds = loom_dtype_size(d->dtype);
-  loom_scalar p[4] = {{.f = 1.0}, {.f = 0.0}, {.f = 0.0}, {.f = 0.0}}; /* alpha 1 */
+  /* the one parameter a step takes: alpha 1 (ADD, SUB) or threshold 0 */
+  const loom_scalar p[4] = {{.f = 1.0}, {.f = 0.0}, {.f = 0.0}, {.f = 0.0}};
+  const loom_scalar p_threshold[4] = {{.f = 0.0}, {.f = 0.0}, {.f = 0.0}, {.f = 0.0}};
   for (int64_t j0 = 0; j0 < cols; j0 += EPI_RUN) {
     const int64_t n = cols - j0 < EPI_RUN ? cols - j0 : EPI_RUN;
     loom_pw_load(LOOM_PW_F32, x, loom_gemm_elem(c, i1, i2, row, col0 + j0), c->dtype,
@@ -119,7 +122,8 @@ static int epi_run(const epilogue *e, int64_t i1, int64_t i2, int64_t row, int64
         in[0] = e->swap[s] ? o : cur;
         in[1] = e->swap[s] ? cur : o;
       }
-      const int rc = e->apply(e->op[s], n, next, in, p);
+      const int rc = e->apply(e->op[s], n, next, in,
+                              e->op[s] == LOOM_PW_THRESHOLD_BACKWARD ? p_threshold : p);
       if (rc) return rc;
       if (c->dtype != LOOM_FLOAT32) { /* the intermediate as eager stores it */
         loom_pw_store(LOOM_PW_F32, (char *)r16, c->dtype, 2, next, n);

@@ -68,7 +68,9 @@ static int run_gemm(const loom_tensor *c, const loom_tensor *a, const loom_tenso
 static int pointwise(const loom_tensor *out, int op, const loom_tensor *x, const loom_tensor *y,
                      int swap) {
   loom_tensor ts[3] = {*out, swap ? *y : *x, y ? (swap ? *x : *y) : *x};
-  loom_scalar sc[LOOM_PW_CONST + 2] = {{.i = op}, {.i = LOOM_PW_F32}, {.f = 1.0}};
+  /* alpha 1 for ADD/SUB; threshold 0 for THRESHOLD_BACKWARD (ReLU's) */
+  loom_scalar sc[LOOM_PW_CONST + 2] = {{.i = op}, {.i = LOOM_PW_F32},
+                                       {.f = op == LOOM_PW_THRESHOLD_BACKWARD ? 0.0 : 1.0}};
   loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION, .tensors = ts,
                            .num_tensors = y ? 3 : 2, .scalars = sc,
                            .num_scalars = LOOM_PW_CONST + 2};
@@ -212,6 +214,10 @@ int main(void) {
        {LOOM_PW_TANH}},
       {"mm then gelu_backward (a backward's epilogue)", 1, 26, 35, 21, LOOM_FLOAT32,
        LOOM_FLOAT32, 0, 0, 1, 0, {0}, LOOM_PW_GELU_BACKWARD},
+      {"mm then relu's threshold_backward", 1, 31, 40, 17, LOOM_FLOAT32, LOOM_FLOAT32, 0, 0,
+       1, 0, {0}, LOOM_PW_THRESHOLD_BACKWARD},
+      {"bf16 mm then relu's threshold_backward", 1, 24, 33, 20, LOOM_BFLOAT16, LOOM_BFLOAT16, 0,
+       0, 1, 0, {0}, LOOM_PW_THRESHOLD_BACKWARD},
       {"no steps", 1, 9, 9, 9, LOOM_FLOAT32, LOOM_FLOAT32, 0, 0, 0, 0, {0}},
   };
   test_bad_steps();

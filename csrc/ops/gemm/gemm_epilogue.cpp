@@ -83,15 +83,10 @@ void run(const Tensor& c_owner, loom_tensor c, loom_tensor a, loom_tensor b,
   }
 }
 
-// self [m, k] @ mat2 [k, n] (+ bias broadcast to [m, n], as addmm with
-// beta = alpha = 1), then `steps` over `operands`, each broadcast to
-// `shape` (the product's shape, or its rows split into leading dims); the
-// result in `out_dtype` and `shape`. Returns [D], or [C, D] when the
-// product itself is wanted too.
-std::vector<Tensor> mm_epilogue(const Tensor& self, const Tensor& mat2,
-                                const std::optional<Tensor>& bias, at::IntArrayRef steps,
-                                at::TensorList operands, at::ScalarType out_dtype,
-                                bool keep_product, at::IntArrayRef shape) {
+// The arguments' checks, shared by the op and its shape function; returns
+// the product's [m, n].
+std::vector<int64_t> check_args(const Tensor& self, const Tensor& mat2, at::IntArrayRef steps,
+                                at::ScalarType out_dtype, at::IntArrayRef shape) {
   TORCH_CHECK(self.dim() == 2 && mat2.dim() == 2 && self.size(1) == mat2.size(0), kOp,
               ": expected [m, k] and [k, n] matrices, got ", self.sizes(), " and ",
               mat2.sizes());
@@ -106,6 +101,19 @@ std::vector<Tensor> mm_epilogue(const Tensor& self, const Tensor& mat2,
   const std::vector<int64_t> mn = {self.size(0), mat2.size(1)};
   TORCH_CHECK(!shape.empty() && shape.back() == mn[1] && c10::multiply_integers(shape) == mn[0] * mn[1],
               kOp, ": shape ", shape, " does not split the rows of the ", mn, " product");
+  return mn;
+}
+
+// self [m, k] @ mat2 [k, n] (+ bias broadcast to [m, n], as addmm with
+// beta = alpha = 1), then `steps` over `operands`, each broadcast to
+// `shape` (the product's shape, or its rows split into leading dims); the
+// result in `out_dtype` and `shape`. Returns [D], or [C, D] when the
+// product itself is wanted too.
+std::vector<Tensor> mm_epilogue(const Tensor& self, const Tensor& mat2,
+                                const std::optional<Tensor>& bias, at::IntArrayRef steps,
+                                at::TensorList operands, at::ScalarType out_dtype,
+                                bool keep_product, at::IntArrayRef shape) {
+  const std::vector<int64_t> mn = check_args(self, mat2, steps, out_dtype, shape);
   c10::DeviceGuard guard(self.device());
   Tensor c = at::empty(mn, self.options());
   const bool in_place = !keep_product && out_dtype == self.scalar_type();
@@ -134,6 +142,18 @@ std::vector<Tensor> mm_epilogue(const Tensor& self, const Tensor& mat2,
   return {out};
 }
 
+// The shape function (Meta, and so fake tensors: graphs that trace the op,
+// as Inductor's post-grad pass inserts it, see its outputs' sizes).
+std::vector<Tensor> mm_epilogue_meta(const Tensor& self, const Tensor& mat2,
+                                     const std::optional<Tensor>& /*bias*/, at::IntArrayRef steps,
+                                     at::TensorList /*operands*/, at::ScalarType out_dtype,
+                                     bool keep_product, at::IntArrayRef shape) {
+  const std::vector<int64_t> mn = check_args(self, mat2, steps, out_dtype, shape);
+  Tensor out = at::empty(shape, self.options().dtype(out_dtype));
+  if (keep_product) return {at::empty(mn, self.options()), out};
+  return {out};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(loom, m) {
@@ -143,6 +163,10 @@ TORCH_LIBRARY_FRAGMENT(loom, m) {
 
 TORCH_LIBRARY_IMPL(loom, PrivateUse1, m) {
   LOOM_IMPL(m, "mm_epilogue", mm_epilogue);
+}
+
+TORCH_LIBRARY_IMPL(loom, Meta, m) {
+  m.impl("mm_epilogue", &mm_epilogue_meta);
 }
 
 }  // namespace torch_loom

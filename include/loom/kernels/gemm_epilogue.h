@@ -13,8 +13,9 @@
  * op: a unary op without parameters (IDENTITY, RELU, GELU, GELU_TANH,
  * SILU, SIGMOID, TANH, NEG, EXP) with operand 0, or a binary op (ADD, SUB,
  * MUL, DIV, MAXIMUM, MINIMUM, ADD/SUB with alpha 1; GELU_BACKWARD,
- * GELU_TANH_BACKWARD, SILU_BACKWARD, SIGMOID_BACKWARD, TANH_BACKWARD with
- * the value as the gradient) with operand k >= 1,
+ * GELU_TANH_BACKWARD, SILU_BACKWARD, SIGMOID_BACKWARD, TANH_BACKWARD, and
+ * THRESHOLD_BACKWARD at threshold 0 (ReLU's backward: the operand is the
+ * ReLU's result), with the value as the gradient) with operand k >= 1,
  * the k-th epilogue operand; SWAP makes the operand the op's first input
  * (operand - value instead of value - operand). Operands are rank-4 views
  * with C's sizes (stride 0 where they broadcast: a bias along columns has

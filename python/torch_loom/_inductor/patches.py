@@ -15,6 +15,8 @@ for loom only, and is applied once.
   their dtype.
 - ``compile_fx()`` reads ``config.fallback_random`` as one global; loom
   graphs need it on (random ops on loom's generator), other graphs keep it.
+  Loom graphs also get the GEMM-epilogue post-grad pass (``epilogue.py``)
+  beside any ``post_grad_custom_post_pass`` of the user's.
 - ``BaseSchedulerNode.is_cpu()`` is asked in exactly three places, each to
   skip a Triton-only fusion rewrite (loop reordering, loop reindexing, index
   inversion) that assumes Triton's loop groups and breaks on the C++
@@ -104,15 +106,33 @@ def _graph_on_loom(model, example_inputs) -> bool:
     return False
 
 
-def _patch_compile_fx_random() -> None:
+def _loom_patches(patches: dict) -> dict:
+    """compile_fx's config patches for a loom graph: `patches` with
+    fallback_random on and the epilogue pass added (each once)."""
+    from torch._inductor import config
+
+    from . import epilogue
+
+    extra = {}
+    if not config.fallback_random and not patches.get("fallback_random"):
+        extra["fallback_random"] = True
+    user = patches.get("post_grad_custom_post_pass", config.post_grad_custom_post_pass)
+    passes = tuple(user) if isinstance(user, (list, tuple)) else (() if user is None else (user,))
+    if epilogue.PASS not in passes:
+        extra["post_grad_custom_post_pass"] = (*passes, epilogue.PASS)
+    return {**patches, **extra} if extra else patches
+
+
+def _patch_compile_fx() -> None:
     """Random ops of a loom graph run as loom's own ops on its Philox
     generator (``fallback_random``), so compiled and eager code draw the same
-    numbers. Inductor reads that flag as one global, so it is set for the
-    graphs with loom inputs only, through compile_fx's own config patches
-    (which also cover the backward, compiled later): CPU and other graphs
-    keep Inductor's random lowering."""
+    numbers; and a loom graph's linear layers take their ReLU (forward and
+    backward) into the GEMM (``epilogue.py``). Inductor reads both settings
+    as globals, so they are set for the graphs with loom inputs only,
+    through compile_fx's own config patches (which also cover the backward,
+    compiled later): CPU and other graphs keep Inductor's random lowering
+    and passes."""
     import torch._inductor.compile_fx as compile_fx_module
-    from torch._inductor import config
 
     original = compile_fx_module.compile_fx
     if getattr(original, "_loom", False):
@@ -120,10 +140,9 @@ def _patch_compile_fx_random() -> None:
 
     def compile_fx(model_, example_inputs_, *args, **kwargs):
         # compile_fx calls itself (through this wrapper) inside its patches.
-        patches = kwargs.get("config_patches")
-        if not config.fallback_random and not (patches or {}).get("fallback_random") \
-                and _graph_on_loom(model_, example_inputs_):
-            kwargs["config_patches"] = {**(patches or {}), "fallback_random": True}
+        if _graph_on_loom(model_, example_inputs_):
+            patches = kwargs.get("config_patches") or {}
+            kwargs["config_patches"] = _loom_patches(patches)
         return original(model_, example_inputs_, *args, **kwargs)
 
     compile_fx._loom = True
@@ -132,7 +151,7 @@ def _patch_compile_fx_random() -> None:
 
 
 def apply() -> None:
-    _patch_compile_fx_random()
+    _patch_compile_fx()
     _patch_get_current_backend()
     _patch_scheduler_is_cpu()
     _patch_decide_layout_opt()
