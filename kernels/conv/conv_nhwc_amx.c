@@ -4,50 +4,13 @@
  * channels read straight from the copy, and the weight is the B tiles.
  * Nothing is gathered per tile: the copy's one pass replaces the implicit
  * GEMM's col gather (kernels/conv/conv_gemm_amx.c), which cost about as much as
- * the products. */
+ * the products. The copy and the weight's packing use AVX-512 only, and
+ * serve the AVX512-BF16 variant (conv_nhwc_avx512bf16.c) as well. */
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/conv/conv_gemm_internal.h"
-#include "kernels/conv/conv_nhwc.h"
-#include "kernels/base/dtype.h"
+#include "kernels/conv/conv_nhwc_internal.h"
 #include "kernels/gemm/gemm_internal.h"
-#include "kernels/gemm/transpose_avx512.h"
-#include "kernels/registry.h"
-#include "loom/status.h"
-
-enum {
-  CB = LOOM_CONV_NHWC_CB,
-  OB = LOOM_CONV_NHWC_OB,
-  BTILE = 16 * 32, /* a B tile: 16 channel pairs of 16 out-channels, bf16 */
-  MAX_TAPS = 64,
-};
-
-static int is_contiguous(const loom_tensor *t) {
-  int64_t step = 1;
-  for (int i = t->rank - 1; i >= 0; --i) {
-    if (t->sizes[i] != 1 && t->strides[i] != step) return 0;
-    step *= t->sizes[i];
-  }
-  return 1;
-}
-
-/* The copy's layout (kernels/conv/conv_nhwc.h): channels unit-stride, then
- * positions ps >= cp apart, planes and images in turn, bf16. */
-static int copy_layout(const loom_tensor *t) {
-  const int64_t *st = t->strides, *sz = t->sizes;
-  return t->rank == 4 && t->dtype == LOOM_BFLOAT16 && st[3] == 1 && sz[3] % CB == 0 &&
-         st[2] >= sz[3] && st[1] == sz[2] * st[2] && st[0] == sz[1] * st[1];
-}
-
-/* The weight gradient's copy: the same positions in interleaved pairs,
- * position q's channel c at (q / 2) * ps + 2 c + q % 2 (ps >= 2 cp). */
-static int pair_layout(const loom_tensor *t) {
-  const int64_t *st = t->strides, *sz = t->sizes;
-  return t->rank == 5 && t->dtype == LOOM_BFLOAT16 && sz[4] == 2 && st[4] == 1 && st[3] == 2 &&
-         sz[3] % CB == 0 && st[2] >= 2 * sz[3] && st[1] == sz[2] * st[2] &&
-         st[0] == sz[1] * st[1];
-}
 
 /* Channel c's row at the 32 columns ix0 + l * sw (l < 32) as the lanes of
  * a vector, 0 outside [0, w): `m` (and `m2` for stride 2) are the valid
@@ -91,7 +54,7 @@ int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64
   const int64_t top = args->scalars[0].i, left = args->scalars[1].i, wq = args->scalars[2].i,
                 sh = args->scalars[3].i, sw = args->scalars[4].i;
   const int pairs = dst->rank == 5;
-  if (!(pairs ? pair_layout(dst) : copy_layout(dst)) || src->rank != 5 ||
+  if (!(pairs ? nhwc_pair_layout(dst) : nhwc_copy_layout(dst)) || src->rank != 5 ||
       src->dtype != LOOM_BFLOAT16 || src->sizes[2] != 1 || dst->sizes[0] != src->sizes[0] ||
       src->sizes[1] > dst->sizes[3] || wq < 1 || sh < 1 || sw < 1 || top < 0 || left < 0 ||
       dst->sizes[1] != sh * sw || (pairs && wq % 2 != 0))
@@ -153,7 +116,7 @@ int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, in
   const int64_t c_in = flipped ? w->sizes[0] : w->sizes[1];
   const int64_t o_out = flipped ? w->sizes[1] : w->sizes[0], taps = w->sizes[2];
   if (dst->rank != 5 || w->rank != 3 || dst->dtype != LOOM_BFLOAT16 ||
-      w->dtype != LOOM_BFLOAT16 || !is_contiguous(dst) || !is_contiguous(w) ||
+      w->dtype != LOOM_BFLOAT16 || !nhwc_contiguous(dst) || !nhwc_contiguous(w) ||
       dst->sizes[2] != taps || dst->sizes[3] != 2 * OB || dst->sizes[4] != CB ||
       c_in > dst->sizes[1] * CB || o_out > dst->sizes[0] * 2 * OB)
     return LOOM_ERROR_INVALID_ARGUMENT;
@@ -205,94 +168,6 @@ static inline void tiles_store(float *c) {
   _tile_stored(3, c + 16 * 32 + 16, 128);
 }
 
-/* The 32 x 32 sums buf[position][out-channel] to the output: transposed,
- * rounded, positions [0, qn) of the grid from q0 on, out channels from o0
- * on. */
-static void nhwc_emit(const float *buf, const loom_tensor *out, int64_t n, int64_t o0,
-                      int64_t q0, int64_t qn, int64_t wq) {
-  const int64_t *st = out->strides, o_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
-  /* the positions' runs inside output rows: where each starts in the
-   * plane and among the 32 lanes, and its lanes */
-  int64_t at[32];
-  __mmask32 lanes[32];
-  int runs = 0;
-  for (int64_t l = 0; l < qn;) {
-    const int64_t q = q0 + l, y = q / wq, x = q % wq;
-    const int64_t run = wq - x < qn - l ? wq - x : qn - l;
-    if (y < ho && x < wo) {
-      at[runs] = y * st[2] + (x - l) * st[3];
-      lanes[runs++] = cg_range_mask32(l, l + (wo - x < run ? wo - x : run));
-    }
-    l += run;
-  }
-  const uintptr_t base = (uintptr_t)((uint16_t *)out->data + n * st[0] + o0 * st[1]);
-  for (int ch = 0; ch < 32 && o0 + ch < o_n; ch += 16) {
-    /* out-channels ch..ch+15 at positions 0-15 (lo) and 16-31 (hi) */
-    __m512i lo[16], hi[16];
-    for (int i = 0; i < 16; ++i) {
-      lo[i] = _mm512_load_si512(buf + i * 32 + ch);
-      hi[i] = _mm512_load_si512(buf + (16 + i) * 32 + ch);
-    }
-    loom_gemm_transpose16(lo);
-    loom_gemm_transpose16(hi);
-    for (int i = 0; i < 16 && o0 + ch + i < o_n; ++i) {
-      /* tdpbf16ps flushes subnormal sums to 0, so vcvtne2ps2bf16, which
-       * would take them for 0, rounds these as loom_f32_to_bf16 does */
-      const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi[i]),
-                                                     _mm512_castsi512_ps(lo[i]));
-      const uintptr_t row = base + (uintptr_t)((ch + i) * st[1]) * sizeof(uint16_t);
-      for (int r = 0; r < runs && st[3] == 1; ++r)
-        _mm512_mask_storeu_epi16((void *)(row + (uintptr_t)at[r] * sizeof(uint16_t)), lanes[r], v);
-      /* every other element: each half of the lanes spread to the even
-       * lanes of a vector */
-      for (int r = 0; r < runs && st[3] == 2; ++r)
-        for (int h = 0; h < 2; ++h) {
-          uint32_t m = lanes[r] >> (16 * h) & 0xffffu; /* lane k to bit 2k */
-          m = (m | m << 8) & 0x00ff00ffu, m = (m | m << 4) & 0x0f0f0f0fu;
-          m = (m | m << 2) & 0x33333333u, m = (m | m << 1) & 0x55555555u;
-          if (m == 0) continue;
-          const __m512i spread = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10,
-                                                  9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2,
-                                                  2, 1, 1, 0, 0);
-          _mm512_mask_storeu_epi16(
-              (void *)(row + (uintptr_t)(at[r] + 32 * h) * sizeof(uint16_t)), (__mmask32)m,
-              _mm512_permutexvar_epi16(
-                  _mm512_add_epi16(spread, _mm512_set1_epi16((short)(16 * h))), v));
-        }
-    }
-  }
-}
-
-/* One convolution of a launch: its output, packed weight, window, and
- * each tap's phase plane and offset in the copy. */
-typedef struct nhwc_conv {
-  const loom_tensor *out, *wp;
-  int64_t taps, grid, tap_off[MAX_TAPS];
-} nhwc_conv;
-
-/* Checks a convolution's operands against the copy's and fills *cv. */
-static int nhwc_conv_init(nhwc_conv *cv, const loom_tensor *out, const loom_tensor *xp,
-                          const loom_tensor *wp, const int64_t *win, int64_t wq,
-                          int64_t origin) {
-  const int64_t kh = win[0], kw = win[1], sh = win[2], sw = win[3], dh = win[4], dw = win[5];
-  const int64_t taps = kh * kw;
-  if (out->rank != 4 || wp->rank != 5 || out->dtype != LOOM_BFLOAT16 ||
-      wp->dtype != LOOM_BFLOAT16 || (out->strides[3] != 1 && out->strides[3] != 2) ||
-      !is_contiguous(wp) || kh < 1 || kw < 1 || taps > MAX_TAPS || sh < 1 || sw < 1 ||
-      dh < 1 || dw < 1 || wq < out->sizes[3] || xp->sizes[0] != out->sizes[0] ||
-      xp->sizes[1] != sh * sw || wp->sizes[2] != taps || wp->sizes[3] != 2 * OB ||
-      wp->sizes[4] != CB || xp->sizes[3] != wp->sizes[1] * CB ||
-      wp->sizes[0] * 2 * OB < out->sizes[1] || origin < 0)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  cv->out = out, cv->wp = wp, cv->taps = taps, cv->grid = out->sizes[2] * wq;
-  for (int64_t t = 0; t < taps; ++t) {
-    const int64_t y = t / kw * dh, x = t % kw * dw;
-    const int64_t at = origin + y / sh * wq + x / sw;
-    cv->tap_off[t] = (y % sh * sw + x % sw) * xp->sizes[2] + at;
-    if (at + (cv->grid + 31) / 32 * 32 > xp->sizes[2]) return LOOM_ERROR_INVALID_ARGUMENT;
-  }
-  return 0;
-}
 
 /* Positions [q0, q0 + qn) of image n's grid of one convolution, every
  * out-channel panel, from the bias (NULL: zero). Kept out of the launch's
@@ -341,36 +216,19 @@ __attribute__((noinline)) static void nhwc_conv_block(const nhwc_conv *cv,
   }
 }
 
-int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors < 3 || args->num_scalars < 8) return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *xp = &args->tensors[1];
-  const loom_tensor *bias =
-      args->num_tensors > 3 && args->tensors[3].data ? &args->tensors[3] : NULL;
-  const loom_scalar *s = args->scalars;
-  const int64_t wq = s[6].i, ppi = s[7].i;
-  const int64_t more = args->num_scalars > 9 ? s[9].i : 0;
-  if (!copy_layout(xp) || (bias && bias->dtype != LOOM_BFLOAT16) || ppi < 32 ||
-      ppi > LOOM_CONV_NHWC_POSITIONS || ppi % 32 != 0 || more < 0 ||
-      more >= LOOM_CONV_NHWC_CONVS ||
-      (more > 0 && (args->num_tensors < 4 + 2 * more || args->num_scalars < 10 + 3 * more)))
-    return LOOM_ERROR_INVALID_ARGUMENT;
+int loom_conv_nhwc_amx_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   nhwc_conv cv[LOOM_CONV_NHWC_CONVS];
-  int64_t win[6] = {s[0].i, s[1].i, s[2].i, s[3].i, s[4].i, s[5].i}, per = 0;
-  for (int64_t i = 0; i <= more; ++i) {
-    const int64_t origin = i == 0 ? (args->num_scalars > 8 ? s[8].i : 0) : s[12 + 3 * (i - 1)].i;
-    if (i > 0) win[0] = s[10 + 3 * (i - 1)].i, win[1] = s[11 + 3 * (i - 1)].i;
-    const loom_tensor *out = &args->tensors[i == 0 ? 0 : 4 + 2 * (i - 1)];
-    const loom_tensor *wp = &args->tensors[i == 0 ? 2 : 5 + 2 * (i - 1)];
-    const int rc = nhwc_conv_init(&cv[i], out, xp, wp, win, wq, origin);
-    if (rc) return rc;
-    if ((cv[i].grid + ppi - 1) / ppi > per) per = (cv[i].grid + ppi - 1) / ppi;
-  }
+  const loom_tensor *bias;
+  int64_t count, wq, ppi, per;
+  const int rc = nhwc_forward_of(args, cv, &count, &bias, &wq, &ppi, &per);
+  if (rc) return rc;
+  const loom_tensor *xp = &args->tensors[1];
   loom_gemm_amx_begin();
   for (int64_t item = begin; item < end; ++item) {
     const int64_t n = item / per, q0 = item % per * ppi;
     /* the convolutions in turn over the same positions: phases of one
      * output write its lines while they are in this core's cache */
-    for (int64_t i = 0; i <= more; ++i)
+    for (int64_t i = 0; i < count; ++i)
       if (q0 < cv[i].grid)
         nhwc_conv_block(&cv[i], xp, i == 0 ? bias : NULL, n, q0,
                         cv[i].grid - q0 < ppi ? cv[i].grid - q0 : ppi, wq);
@@ -383,32 +241,14 @@ int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t e
  * tap, in fp32. */
 static _Thread_local _Alignas(64) float wg_sums[LOOM_CONV_NHWC_WG_BLOCKS][32 * 32];
 
-int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
-  if (args->num_tensors < 3 || args->num_scalars < 8) return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_tensor *dw = &args->tensors[0], *xq = &args->tensors[1], *dy = &args->tensors[2];
-  const loom_scalar *s = args->scalars;
-  const int64_t kh = s[0].i, kw = s[1].i, sh = s[2].i, sw = s[3].i, dh = s[4].i, dwl = s[5].i;
-  const int64_t wq = s[6].i, lead = s[7].i, taps = kh * kw;
-  const int64_t group = args->num_scalars > 8 ? s[8].i : 1;
-  if (dw->rank != 3 || dw->dtype != LOOM_BFLOAT16 || !is_contiguous(dw) || !pair_layout(xq) ||
-      dy->rank != 3 || dy->dtype != LOOM_BFLOAT16 || !is_contiguous(dy) || kh < 1 || kw < 1 ||
-      taps > MAX_TAPS || dw->sizes[2] != taps || sh < 1 || sw < 1 || dh < 1 || dwl < 1 ||
-      wq < 1 || xq->sizes[1] != sh * sw || dy->sizes[0] != xq->sizes[0] ||
-      dy->sizes[1] % 32 != 0 || dy->sizes[1] < dw->sizes[0] || xq->sizes[3] < dw->sizes[1] ||
-      xq->sizes[2] % 16 != 0 || lead < 0 || group < 1 || group * taps > LOOM_CONV_NHWC_WG_BLOCKS)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t o_n = dw->sizes[0], c_n = dw->sizes[1], cbs = xq->sizes[3] / CB;
-  const int64_t obs = dy->sizes[1] / 32;
-  const int64_t images = xq->sizes[0], phases = xq->sizes[1], plane = xq->sizes[2] * 2;
-  const int64_t span = dy->sizes[2], ps = xq->strides[2];
-  /* each tap's phase plane and offset in it; dy is read at p - offset */
-  int64_t tap_ph[MAX_TAPS], tap_off[MAX_TAPS];
-  for (int64_t t = 0; t < taps; ++t) {
-    const int64_t y = t / kw * dh, x = t % kw * dwl;
-    tap_ph[t] = y % sh * sw + x % sw;
-    tap_off[t] = y / sh * wq + x / sw;
-    if (tap_off[t] > lead || span < lead - tap_off[t] + plane) return LOOM_ERROR_INVALID_ARGUMENT;
-  }
+int loom_conv_nhwc_wgrad_amx_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  nhwc_wgrad g;
+  const int rc = nhwc_wgrad_of(args, &g);
+  if (rc) return rc;
+  const loom_tensor *xq = g.xq, *dy = g.dy;
+  const int64_t taps = g.taps, lead = g.lead, group = g.group, cbs = g.cbs, obs = g.obs;
+  const int64_t images = g.images, phases = g.phases, plane = g.plane, span = g.span, ps = g.ps;
+  const int64_t *tap_ph = g.tap_ph, *tap_off = g.tap_off;
   enum { CHUNK = 256 }; /* positions summed per tile load of the sums */
   loom_gemm_amx_begin();
   for (int64_t item = begin; item < end; ++item) {
@@ -425,7 +265,7 @@ int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int
         for (int64_t p0 = 0; p0 < plane; p0 += CHUNK) {
           const int64_t p1 = p0 + CHUNK < plane ? p0 + CHUNK : plane;
           for (int64_t ob = ob0; ob < ob1; ++ob) {
-            const uint16_t *g =
+            const uint16_t *gy =
                 (const uint16_t *)dy->data + (n * dy->sizes[1] + ob * 32) * span + lead;
             for (int64_t t = 0; t < taps; ++t) {
               if (tap_ph[t] != ph) continue;
@@ -437,7 +277,7 @@ int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int
               for (int64_t p = p0; p < p1; p += 32) {
                 /* dy of out-channels 0-15 and 16-31 at 32 positions, and
                  * those positions' in-channels 0-15 and 16-31 in pairs */
-                const uint16_t *a = g + p - tap_off[t], *b = x + p / 2 * ps;
+                const uint16_t *a = gy + p - tap_off[t], *b = x + p / 2 * ps;
                 tiles_step(a, a + 16 * span, span * 2, b, b + 32, ps * 2);
               }
               tiles_store(c);
@@ -445,24 +285,9 @@ int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int
           }
         }
       }
-    uint16_t *out = (uint16_t *)dw->data;
     for (int64_t ob = ob0; ob < ob1; ++ob)
-      for (int64_t i = 0; i < 32 && ob * 32 + i < o_n; ++i)
-        for (int64_t j = 0; j < 32 && cb * CB + j < c_n; ++j)
-          for (int64_t t = 0; t < taps; ++t)
-            out[((ob * 32 + i) * c_n + cb * CB + j) * taps + t] =
-                loom_f32_to_bf16(wg_sums[(ob - ob0) * taps + t][i * 32 + j]);
+      nhwc_wgrad_emit(&g, (const float (*)[32 * 32])wg_sums[(ob - ob0) * taps], ob, cb);
   }
   loom_gemm_amx_end();
   return 0;
 }
-
-/* The names of loom/kernels/conv_nhwc.h; the convolution planners choose
- * these kernels only on AMX CPUs. */
-const loom_kernel_entry loom_conv_nhwc_kernels[] = {
-    {"conv_nhwc.pad", loom_conv_nhwc_pad_kernel, NULL},
-    {"conv_nhwc.weight", loom_conv_nhwc_weight_kernel, NULL},
-    {"conv_nhwc.forward", loom_conv_nhwc_kernel, NULL},
-    {"conv_nhwc.weight_grad", loom_conv_nhwc_wgrad_kernel, NULL},
-    {NULL, NULL, NULL},
-};

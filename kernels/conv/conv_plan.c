@@ -2,8 +2,9 @@
  * which path a pass takes on this CPU, and its geometry.
  *
  * The fp32 paths run everywhere (their AVX-512 variants have generic
- * twins); bf16 takes the implicit and channels-last paths on AMX tiles
- * only, and the col path elsewhere. The thresholds below were measured on
+ * twins); bf16 takes the implicit and channels-last paths on AMX tiles,
+ * the channels-last ones with vdpbf16ps on AVX512-BF16 CPUs without AMX,
+ * and the col path elsewhere (and where those do not fit). The thresholds below were measured on
  * the host driver's kernels (the timings quoted are ResNet layers, batch 8
  * unless said otherwise). */
 #include <stdlib.h>
@@ -100,6 +101,13 @@ static int implicit_dtype(const conv_pass *a) {
   return a->dtype == LOOM_FLOAT32 || (a->dtype == LOOM_BFLOAT16 && a->isa == LOOM_GEMM_AMX);
 }
 
+/* bf16 on an AVX512-BF16 CPU without AMX: the channels-last kernels where
+ * they fit, col otherwise (the implicit kernels take fp32, and bf16 on AMX
+ * only). */
+static int dp_bf16(const conv_pass *a) {
+  return a->dtype == LOOM_BFLOAT16 && a->isa == LOOM_GEMM_AVX512BF16;
+}
+
 /* The implicit GEMMs keep the weight's rows in 12-row register tiles: with
  * few output channels per group (depthwise) they would multiply padding,
  * and the col path's matrix-vector products do better. */
@@ -179,12 +187,13 @@ static int padded_fits(const conv_pass *a, conv_padded *pd) {
   return pd->ho * pd->wo * 5 >= pd_positions(pd) * 4;
 }
 
-/* The channels-last kernels take `image`'s channels: bf16 on AMX, 2-d, no
- * groups, 32 or more channels in and out of which at most a quarter is
- * padding to blocks of 32. */
+/* The channels-last kernels take `image`'s channels: bf16 on AMX or
+ * AVX512-BF16, 2-d, no groups, 32 or more channels in and out of which at
+ * most a quarter is padding to blocks of 32. */
 static int nhwc_channels_fit(const conv_pass *a, const loom_tensor *image, int64_t in_channels,
                              int64_t out_channels) {
-  if (image->dtype != LOOM_BFLOAT16 || a->isa != LOOM_GEMM_AMX || a->groups != 1 ||
+  if (image->dtype != LOOM_BFLOAT16 ||
+      (a->isa != LOOM_GEMM_AMX && a->isa != LOOM_GEMM_AVX512BF16) || a->groups != 1 ||
       image->rank != 4)
     return 0;
   const int64_t cs[2] = {in_channels, out_channels};
@@ -194,11 +203,13 @@ static int nhwc_channels_fit(const conv_pass *a, const loom_tensor *image, int64
 }
 
 /* Whether they pay on a grid of n images of ho x wo outputs in rows wq
- * wide: at least 80% of the grid must be output, and the grid (all
+ * wide: on AMX at least 80% of the grid must be output, and the grid (all
  * images') must be large enough to pay for repacking the weight per call:
  * 3x3 windows at 14x14 (1792 positions) ran 3-9% slower than the implicit
- * GEMM, those at 28x28 (6720) 1-19% faster. */
-static int nhwc_grid_fits(int64_t n, int64_t ho, int64_t wo, int64_t wq) {
+ * GEMM, those at 28x28 (6720) 1-19% faster. With vdpbf16ps the products
+ * cost far more than the repacking, and the alternative is col. */
+static int nhwc_grid_fits(const conv_pass *a, int64_t n, int64_t ho, int64_t wo, int64_t wq) {
+  if (a->isa == LOOM_GEMM_AVX512BF16) return wo * 3 >= wq * 2;
   return wo * 5 >= wq * 4 && n * ho * wq >= 4096;
 }
 
@@ -214,7 +225,7 @@ static int nhwc_fits(const conv_pass *a, conv_padded *pd) {
   *pd = (conv_padded){(ho - 1) * g->s[1] + g->d[1] * (g->k[1] - 1) + 1,
                       (wo - 1) * g->s[2] + g->d[2] * (g->k[2] - 1) + 1, ho, wo, g->s[1],
                       g->s[2]};
-  return taps(g) > 1 && nhwc_grid_fits(a->n, ho, wo, pd_wq(pd));
+  return taps(g) > 1 && nhwc_grid_fits(a, a->n, ho, wo, pd_wq(pd));
 }
 
 /* The channels-last copy's channels (blocks of 32) and the distance of its
@@ -223,6 +234,16 @@ static int nhwc_fits(const conv_pass *a, conv_padded *pd) {
 static void nhwc_copy_layout(int64_t channels, int64_t *cp, int64_t *ps) {
   *cp = round_up(channels, LOOM_CONV_NHWC_CB);
   *ps = *cp / LOOM_CONV_NHWC_CB % 2 == 0 ? *cp + LOOM_CONV_NHWC_CB : *cp;
+}
+
+/* The channels-last forward's plan over the extent nhwc_fits gave. */
+static void nhwc_forward_plan(const conv_pass *a, const conv_padded *pd,
+                              loom_conv_forward_plan *out) {
+  out->path = LOOM_CONV_PATH_NHWC;
+  out->sh = (int32_t)pd->sh, out->sw = (int32_t)pd->sw;
+  out->top = a->g.p[1], out->left = a->g.p[2], out->wq = pd_wq(pd);
+  out->plane = pd_positions(pd) + pd_halo(pd, &a->g);
+  nhwc_copy_layout(a->c, &out->copy_channels, &out->copy_stride);
 }
 
 /* The GEMM plan of (c, a, b) under `variant`, and the pack of A it needs:
@@ -257,6 +278,12 @@ int loom_conv_forward_plan_for(const loom_kernel_args *args, int32_t isa,
   const int flipped = (a.flags & LOOM_CONV_FLIPPED) != 0, part = (a.flags & LOOM_CONV_PART) != 0;
   const void *w = args->num_tensors > 2 ? args->tensors[2].data : NULL;
   const int64_t og = a.o / a.groups, ck = a.c / a.groups * taps(g), len = positions(g);
+  conv_padded pd;
+  loom_gemm_plan pl;
+  if (dp_bf16(&a) && !part && implicit_fits(og) && nhwc_fits(&a, &pd)) {
+    nhwc_forward_plan(&a, &pd, out);
+    return 0;
+  }
   if (!flipped) {
     const int direct = pointwise(g) && contiguous(a.x);
     if (!implicit_dtype(&a) || !implicit_fits(og) || direct) {
@@ -265,8 +292,6 @@ int loom_conv_forward_plan_for(const loom_kernel_args *args, int32_t isa,
     }
   }
   const int amx = a.dtype == LOOM_BFLOAT16;
-  conv_padded pd;
-  loom_gemm_plan pl;
   if (!amx && winograd_fits(&a, &pd)) {
     out->path = LOOM_CONV_PATH_WINOGRAD;
     out->sh = out->sw = 2;
@@ -283,11 +308,7 @@ int loom_conv_forward_plan_for(const loom_kernel_args *args, int32_t isa,
    * copying dy for its few taps cost more than it saved (64->128 3x3/2 at
    * 56: 2.4 against 2.1 ms). */
   if (amx && !part && nhwc_fits(&a, &pd)) {
-    out->path = LOOM_CONV_PATH_NHWC;
-    out->sh = (int32_t)pd.sh, out->sw = (int32_t)pd.sw;
-    out->top = g->p[1], out->left = g->p[2], out->wq = pd_wq(&pd);
-    out->plane = pd_positions(&pd) + pd_halo(&pd, g);
-    nhwc_copy_layout(a.c, &out->copy_channels, &out->copy_stride);
+    nhwc_forward_plan(&a, &pd, out);
     return 0;
   }
   if (!amx && padded_fits(&a, &pd)) {
@@ -366,8 +387,8 @@ static int64_t phase_count(const conv_pass *a, int j) {
  * against 6.7 ms; 128->256 at 28, 5.4 against 3.9; 256->512 at 14, 5.9
  * against 4.0). */
 static int phases_fit(const conv_pass *a) {
-  if (a->dtype != LOOM_BFLOAT16 || !implicit_dtype(a) || !implicit_fits(a->c / a->groups) ||
-      positions(&a->g) < 512)
+  if (a->dtype != LOOM_BFLOAT16 || !(implicit_dtype(a) || dp_bf16(a)) ||
+      !implicit_fits(a->c / a->groups) || positions(&a->g) < 512)
     return 0;
   int64_t most[3] = {0, 0, 0};
   for (int j = 0; j < 3; ++j) {
@@ -406,7 +427,7 @@ static void phases_copy(const conv_pass *a, loom_conv_input_grad_plan *out) {
     for (int64_t aw = 0; aw < nw; ++aw) {
       const conv_phase ph = phase_of(a, 1, ah), pw = phase_of(a, 2, aw);
       if (ph.taps == 0 || pw.taps == 0) continue;
-      fit = fit && nhwc_grid_fits(a->n, ph.size, pw.size, wq);
+      fit = fit && nhwc_grid_fits(a, a->n, ph.size, pw.size, wq);
       const int64_t reach = (ph.taps - 1 + top - ph.pad) * wq + pw.taps - 1 + left - pw.pad;
       plane = max64(plane, round_up(ph.size * wq, 32) + reach);
     }
@@ -414,6 +435,19 @@ static void phases_copy(const conv_pass *a, loom_conv_input_grad_plan *out) {
   out->copy = 1;
   out->top = top, out->left = left, out->wq = wq, out->plane = plane;
   nhwc_copy_layout(a->o, &out->copy_channels, &out->copy_stride);
+}
+
+/* Whether the flipped forward of the input gradient (dx's grid from dy, over
+ * `geometry`: the plan's) takes the channels-last kernels. */
+static int flipped_nhwc_fits(const conv_pass *a, const int64_t *geometry) {
+  conv_pass f = *a;
+  f.x = a->y, f.y = a->x, f.c = a->o, f.o = a->c;
+  for (int i = 0; i < 3; ++i) {
+    f.g.k[i] = geometry[i], f.g.s[i] = geometry[3 + i], f.g.p[i] = geometry[6 + i];
+    f.g.d[i] = geometry[9 + i], f.g.grid[i] = geometry[12 + i];
+  }
+  conv_padded pd;
+  return implicit_fits(f.o / f.groups) && nhwc_fits(&f, &pd);
 }
 
 int loom_conv_input_grad_plan_for(const loom_kernel_args *args, int32_t isa,
@@ -431,12 +465,11 @@ int loom_conv_input_grad_plan_for(const loom_kernel_args *args, int32_t isa,
     /* With stride 1 the input gradient is itself a convolution: of dy with
      * the weight's in/out channels swapped and taps reversed, padded
      * d*(k-1) - p, over dx's grid. */
-    int flipped = implicit_dtype(&a) && implicit_fits(a.c / a.groups) &&
+    int flipped = (implicit_dtype(&a) || dp_bf16(&a)) && implicit_fits(a.c / a.groups) &&
                   !(a.dtype == LOOM_BFLOAT16 && taps(g) > 32);
     for (int i = 0; i < 3; ++i)
       if (g->s[i] != 1 || g->p[i] > g->d[i] * (g->k[i] - 1)) flipped = 0;
     if (flipped) {
-      out->path = LOOM_CONV_PATH_FLIPPED;
       for (int i = 0; i < 3; ++i) {
         const int spatial = i >= 3 - a.nsp;
         out->geometry[i] = g->k[i];
@@ -445,13 +478,21 @@ int loom_conv_input_grad_plan_for(const loom_kernel_args *args, int32_t isa,
         out->geometry[9 + i] = g->d[i];
         out->geometry[12 + i] = spatial ? a.x->sizes[2 + i - (3 - a.nsp)] : 1;
       }
-      return 0;
+      /* with vdpbf16ps only when that forward takes the channels-last
+       * kernels (it has no implicit one) */
+      if (!dp_bf16(&a) || flipped_nhwc_fits(&a, out->geometry)) {
+        out->path = LOOM_CONV_PATH_FLIPPED;
+        return 0;
+      }
+      memset(out->geometry, 0, sizeof out->geometry);
     }
     if (phases_fit(&a)) {
       out->path = LOOM_CONV_PATH_PHASES;
       for (int j = 0; j < 3; ++j) out->phases[j] = (int32_t)phase_count(&a, j);
       phases_copy(&a, out);
-      return 0;
+      /* with vdpbf16ps only from the channels-last copy all phases share */
+      if (!dp_bf16(&a) || out->copy) return 0;
+      memset(out, 0, sizeof *out);
     }
   }
   out->path = LOOM_CONV_PATH_COL;
@@ -639,7 +680,8 @@ int loom_conv_weight_grad_plan_for(const loom_kernel_args *args, int32_t isa,
   const int implicit = implicit_dtype(&a) && implicit_fits(a.o / a.groups);
   const int fp32 = a.dtype == LOOM_FLOAT32;
   conv_padded pd;
-  if (implicit && !fp32 && a.c >= 64 && a.o >= 64 && nhwc_fits(&a, &pd)) {
+  if ((implicit || (dp_bf16(&a) && implicit_fits(a.o / a.groups))) && !fp32 && a.c >= 64 &&
+      a.o >= 64 && nhwc_fits(&a, &pd)) {
     nhwc_wgrad_plan(&a, &pd, out);
     return 0;
   }

@@ -6,10 +6,12 @@
  * so LOOM_CPU_FEATURES and LOOM_GEMM reach them, and a CPU without AVX-512
  * runs the same algorithms as one with it. */
 #include "kernels/conv/conv.h"
+#include "kernels/conv/conv_nhwc.h"
 #include "kernels/conv/conv_variants.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/registry.h"
+#include "loom/status.h"
 
 /* Whether the launch's plan (tensors [0..2], isa scalar [0]) runs the
  * AVX-512 fp32 micro-kernel, the only one the AVX-512 variants take. A bad
@@ -61,6 +63,34 @@ int loom_conv_winograd_wgrad_kernel(const loom_kernel_args *args, int64_t begin,
   return conv_winograd_avx512() ? loom_conv_winograd_wgrad_avx512(args, begin, end)
                                 : loom_conv_winograd_wgrad_generic(args, begin, end);
 }
+
+/* The channels-last bf16 kernels: AMX tiles where the process runs AMX,
+ * vdpbf16ps where it runs AVX512-BF16 (the planners choose them only
+ * there); nothing else runs them. */
+int loom_conv_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  switch (loom_gemm_isa_selected()) {
+    case LOOM_GEMM_AMX: return loom_conv_nhwc_amx_kernel(args, begin, end);
+    case LOOM_GEMM_AVX512BF16: return loom_conv_nhwc_avx512bf16_kernel(args, begin, end);
+    default: return LOOM_ERROR_NOT_SUPPORTED;
+  }
+}
+
+int loom_conv_nhwc_wgrad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  switch (loom_gemm_isa_selected()) {
+    case LOOM_GEMM_AMX: return loom_conv_nhwc_wgrad_amx_kernel(args, begin, end);
+    case LOOM_GEMM_AVX512BF16: return loom_conv_nhwc_wgrad_avx512bf16_kernel(args, begin, end);
+    default: return LOOM_ERROR_NOT_SUPPORTED;
+  }
+}
+
+/* The names of loom/kernels/conv_nhwc.h. */
+const loom_kernel_entry loom_conv_nhwc_kernels[] = {
+    {"conv_nhwc.pad", loom_conv_nhwc_pad_kernel, NULL},
+    {"conv_nhwc.weight", loom_conv_nhwc_weight_kernel, NULL},
+    {"conv_nhwc.forward", loom_conv_nhwc_kernel, NULL},
+    {"conv_nhwc.weight_grad", loom_conv_nhwc_wgrad_kernel, NULL},
+    {NULL, NULL, NULL},
+};
 
 /* The names of loom/kernels/conv.h. The AMX kernels take the bf16 launches,
  * which the planners give only where AMX runs. */

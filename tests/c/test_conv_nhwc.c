@@ -1,12 +1,14 @@
-/* tests/c/test_conv_nhwc.c — the bf16 channels-last convolutions on AMX
- * tiles (kernels/conv/conv_nhwc_amx.c) against a float64 loop over the same
+/* tests/c/test_conv_nhwc.c — the bf16 channels-last convolutions
+ * (kernels/conv/conv_nhwc.h: on AMX tiles, or with vdpbf16ps on
+ * AVX512-BF16 CPUs without AMX, as the process's GEMM variant selects)
+ * against a float64 loop over the same
  * bf16 values: strides, dilation, channel counts that leave blocks part
  * empty, a bias, the flipped weight of an input gradient, item widths and
  * chunkings (the same bits for each), output rows of stride 2, two
  * convolutions sharing a launch and its copy, the weight
  * gradient over the copy in pairs of positions, and the arguments they
  * refuse.
- * Skipped without AMX. */
+ * Skipped without AVX512-BF16 (or where LOOM_CPU_FEATURES caps it). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +238,14 @@ static void check_wgrad(case_ k) {
     CHECK_MSG(memcmp(dw, dw1, sizeof(uint16_t) * (size_t)(k.o * k.c * taps)) == 0,
           "weight gradient in groups of %lld blocks differs", (long long)group);
   }
+  /* told the grid's extent (dy 0 past it), the same bits */
+  loom_scalar sc10[10];
+  memcpy(sc10, sc, sizeof sc);
+  sc10[8].i = 1, sc10[9].i = grid;
+  memset(dw, 0xff, sizeof(uint16_t) * (size_t)(k.o * k.c * taps));
+  run(loom_conv_nhwc_wgrad_kernel, ts, 3, sc10, 10, op / 32 * cp / 32);
+  CHECK_MSG(memcmp(dw, dw1, sizeof(uint16_t) * (size_t)(k.o * k.c * taps)) == 0,
+            "weight gradient told the grid differs");
   free(dw1);
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = ts,
                         .num_scalars = 8, .scalars = sc};
@@ -302,8 +312,9 @@ static void check_refused(void) {
 }
 
 int main(void) {
-  if (!loom_gemm_isa_supported(LOOM_GEMM_AMX)) {
-    test_skip("this CPU has no AMX (or LOOM_CPU_FEATURES caps it)");
+  const loom_gemm_isa isa = loom_gemm_isa_selected();
+  if (isa != LOOM_GEMM_AMX && isa != LOOM_GEMM_AVX512BF16) {
+    test_skip("the GEMM variant is neither AMX nor AVX512-BF16 (the CPU, LOOM_CPU_FEATURES or LOOM_GEMM)");
     TEST_MAIN_END();
   }
   /* "same" 3x3, rows wider than a tile's 32 positions, a bias */

@@ -2,7 +2,8 @@
  * choose each pass's path as the binding did before the choice moved into
  * the family, for every GEMM variant (AMX included: planning runs none of
  * them): Winograd, padded rows or the implicit GEMM for fp32, the
- * channels-last or implicit AMX kernels for bf16 on AMX and col elsewhere,
+ * channels-last or implicit AMX kernels for bf16 on AMX, the channels-last
+ * vdpbf16ps kernels or col on AVX512-BF16, and col elsewhere,
  * the flipped forward or stride phases for input gradients; their
  * geometry agrees with the GEMM plan of the launches they describe; and
  * the registry runs them for the variant this process selected. */
@@ -102,15 +103,28 @@ static void test_forward_paths(void) {
     v = c64, v.rank = 3, v.h = 1, v.w = 200;
     CHECK_EQ_INT(forward_path(v, isa, 0), LOOM_CONV_PATH_PADDED);
     /* bf16: channels last on AMX when the grid pays, its implicit GEMM
-     * else, col without AMX */
-    const int amx = isa == LOOM_GEMM_AMX;
+     * else; channels last with vdpbf16ps where the channels fit, col
+     * else; col without either */
+    const int amx = isa == LOOM_GEMM_AMX, dp = isa == LOOM_GEMM_AVX512BF16;
     v = (conv){LOOM_BFLOAT16, 8, 64, 28, 28, 64, 3, 1, 1, 1, 1, 0, 4};
-    CHECK_EQ_INT(forward_path(v, isa, 0), amx ? LOOM_CONV_PATH_NHWC : LOOM_CONV_PATH_COL);
+    CHECK_EQ_INT(forward_path(v, isa, 0),
+                 amx || dp ? LOOM_CONV_PATH_NHWC : LOOM_CONV_PATH_COL);
+    CHECK_EQ_INT(forward_path(v, isa, LOOM_CONV_FLIPPED), amx || dp ? LOOM_CONV_PATH_NHWC
+                                                                  : LOOM_CONV_PATH_IMPLICIT);
     CHECK_EQ_INT(forward_path(v, isa, LOOM_CONV_FLIPPED | LOOM_CONV_PART),
                  LOOM_CONV_PATH_IMPLICIT);
-    v.n = 2; /* 1680 grid positions: too few */
-    CHECK_EQ_INT(forward_path(v, isa, 0), amx ? LOOM_CONV_PATH_IMPLICIT : LOOM_CONV_PATH_COL);
+    v.n = 2; /* 1680 grid positions: too few on AMX */
+    CHECK_EQ_INT(forward_path(v, isa, 0), amx  ? LOOM_CONV_PATH_IMPLICIT
+                                          : dp ? LOOM_CONV_PATH_NHWC
+                                               : LOOM_CONV_PATH_COL);
     v.n = 8, v.c = 40; /* 40 channels pad to 64: too many */
+    CHECK_EQ_INT(forward_path(v, isa, 0), amx ? LOOM_CONV_PATH_IMPLICIT : LOOM_CONV_PATH_COL);
+    /* 7x7 outputs in rows of 9: 78% of the grid, enough for vdpbf16ps */
+    v = (conv){LOOM_BFLOAT16, 8, 512, 7, 7, 512, 3, 1, 1, 1, 1, 0, 4};
+    CHECK_EQ_INT(forward_path(v, isa, 0), amx  ? LOOM_CONV_PATH_IMPLICIT
+                                          : dp ? LOOM_CONV_PATH_NHWC
+                                               : LOOM_CONV_PATH_COL);
+    v = (conv){LOOM_BFLOAT16, 8, 3, 224, 224, 64, 7, 2, 3, 1, 1, 0, 4}; /* the stem */
     CHECK_EQ_INT(forward_path(v, isa, 0), amx ? LOOM_CONV_PATH_IMPLICIT : LOOM_CONV_PATH_COL);
   }
 }
@@ -165,7 +179,7 @@ static void test_forward_geometry(void) {
 
 static void test_input_grad_paths(void) {
   for (int32_t isa = LOOM_GEMM_GENERIC; isa <= LOOM_GEMM_AMX; ++isa) {
-    const int amx = isa == LOOM_GEMM_AMX;
+    const int amx = isa == LOOM_GEMM_AMX, dp = isa == LOOM_GEMM_AVX512BF16;
     loom_conv_input_grad_plan p;
     built b;
     conv v = c64;
@@ -178,13 +192,24 @@ static void test_input_grad_paths(void) {
     build(&v, 2, 0, -1, &b);
     CHECK_EQ_INT(loom_conv_input_grad_plan_for(&b.args, isa, &p), 0);
     CHECK_EQ_INT(p.path, LOOM_CONV_PATH_GEMM);
+    /* bf16, stride 1: the flipped forward on AMX, and with vdpbf16ps
+     * where that forward takes the channels-last kernels (not for 40
+     * out-channels, which pad to 64), col else */
+    v = (conv){LOOM_BFLOAT16, 8, 64, 28, 28, 64, 3, 1, 1, 1, 1, 0, 4};
+    build(&v, 2, 0, -1, &b);
+    CHECK_EQ_INT(loom_conv_input_grad_plan_for(&b.args, isa, &p), 0);
+    CHECK_EQ_INT(p.path, amx || dp ? LOOM_CONV_PATH_FLIPPED : LOOM_CONV_PATH_COL);
+    v.o = 40;
+    build(&v, 2, 0, -1, &b);
+    CHECK_EQ_INT(loom_conv_input_grad_plan_for(&b.args, isa, &p), 0);
+    CHECK_EQ_INT(p.path, amx ? LOOM_CONV_PATH_FLIPPED : LOOM_CONV_PATH_COL);
     /* bf16, stride 2: four phases read from one channels-last copy of dy
-     * on AMX, col elsewhere */
+     * on AMX and AVX512-BF16, col elsewhere */
     v = (conv){LOOM_BFLOAT16, 8, 64, 56, 56, 128, 3, 2, 1, 1, 1, 0, 4};
     build(&v, 2, 0, -1, &b);
     CHECK_EQ_INT(loom_conv_input_grad_plan_for(&b.args, isa, &p), 0);
-    CHECK_EQ_INT(p.path, amx ? LOOM_CONV_PATH_PHASES : LOOM_CONV_PATH_COL);
-    if (amx) {
+    CHECK_EQ_INT(p.path, amx || dp ? LOOM_CONV_PATH_PHASES : LOOM_CONV_PATH_COL);
+    if (amx || dp) {
       CHECK(p.copy && p.phases[0] == 1 && p.phases[1] == 2 && p.phases[2] == 2);
       CHECK_EQ_INT(p.copy_channels, 128);
       for (int64_t i = 0; i < 4; ++i) {
@@ -219,7 +244,7 @@ static void test_input_grad_paths(void) {
 
 static void test_weight_grad_paths(void) {
   for (int32_t isa = LOOM_GEMM_GENERIC; isa <= LOOM_GEMM_AMX; ++isa) {
-    const int amx = isa == LOOM_GEMM_AMX;
+    const int amx = isa == LOOM_GEMM_AMX, dp = isa == LOOM_GEMM_AVX512BF16;
     const conv cases[][1] = {
         {c64},
         {{LOOM_FLOAT32, 2, 16, 30, 30, 32, 5, 1, 2, 1, 1, 0, 4}},
@@ -231,7 +256,7 @@ static void test_weight_grad_paths(void) {
     const int want[] = {LOOM_CONV_PATH_WINOGRAD,
                         LOOM_CONV_PATH_PADDED,
                         LOOM_CONV_PATH_IMPLICIT,
-                        amx ? LOOM_CONV_PATH_NHWC : LOOM_CONV_PATH_COL,
+                        amx || dp ? LOOM_CONV_PATH_NHWC : LOOM_CONV_PATH_COL,
                         amx ? LOOM_CONV_PATH_IMPLICIT : LOOM_CONV_PATH_COL,
                         LOOM_CONV_PATH_COL};
     for (size_t i = 0; i < sizeof want / sizeof *want; ++i) {

@@ -108,9 +108,9 @@ Tensor conv_weight_grad_nhwc(const Tensor& dy, const Tensor& input,
   dyp.narrow(1, 0, o).narrow(2, p.lead, ho * wq).unflatten(2, {ho, wq}).narrow(3, 0, wo).copy_(dy);
   Tensor gw = at::empty(w_sizes, input.options());
   loom_tensor ts[3] = {describe(gw.view({o, c, taps}), op), describe(xq, op), describe(dyp, op)};
-  loom_scalar sc[9] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
-                       scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(p.lead),
-                       scalar_i(p.per_item)};
+  loom_scalar sc[10] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
+                        scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(p.lead),
+                        scalar_i(p.per_item), scalar_i(ho * wq)};
   launch(op, LOOM_KERNEL("conv_nhwc.weight_grad"), ts, sc, p.range, 1, -1,
          conv_flops(dy.numel(), w_sizes[1] * taps));
   return gw;

@@ -1,7 +1,7 @@
 /* loom/kernels/conv_nhwc.h — bf16 2-d convolutions over a channels-last
  * copy of the image: names and argument contracts. The convolution
  * planners (loom/kernels/conv.h) choose them (PATH_NHWC) where the driver
- * runs them; on the host driver, on AMX CPUs.
+ * runs them; on the host driver, on AMX CPUs and on AVX512-BF16 ones.
  *
  * The image is copied once, zero-padded and split into stride phases as for
  * "conv.pad" (loom/kernels/conv.h), but channels last: each phase
@@ -11,11 +11,13 @@
  * thrown away), tap (kh, kw) of position q reads position
  * q + (kh*dh / sh) * wq + kw*dw / sw of phase plane (kh*dh % sh, kw*dw % sw):
  * 16 positions of 32 channels are one AMX A tile, loaded straight from the
- * copy. The weight is packed into B tiles, 32 in-channels and 16
- * out-channels each, in the order the products take them. Each output
- * sums its in-channels 32 at a time, within each block its taps in order
- * and within a tap the channels in tdpbf16ps's order, in fp32, starting
- * from the bias; the sum is rounded to bf16 once. */
+ * copy (without AMX: each position's channel pair one broadcast word for
+ * vdpbf16ps). The weight is packed into B tiles, 32 in-channels and 16
+ * out-channels each, in the order the products take them (a tile's row:
+ * one vdpbf16ps operand). Each output sums its in-channels 32 at a time,
+ * within each block its taps in order and within a tap the channels in
+ * tdpbf16ps's order (without AMX: pair by pair, in order), in fp32,
+ * starting from the bias; the sum is rounded to bf16 once. */
 #ifndef LOOM_KERNELS_CONV_NHWC_CONTRACT_H
 #define LOOM_KERNELS_CONV_NHWC_CONTRACT_H
 
@@ -76,8 +78,9 @@ enum { LOOM_CONV_NHWC_CONVS = 8 };
 /* "conv_nhwc.weight_grad": the weight gradient: dw[o][c][t] = the sum over
  * images and grid positions q of dy[n][o][q] * copy[n][phase][q + offset][c]
  * (the tap's phase plane and offset, as above), in fp32 in the order of the copy's
- * positions p = q + offset, 32 at a time in tdpbf16ps's order, images and
- * phase planes in turn; rounded to bf16 once.
+ * positions p = q + offset, 32 at a time in tdpbf16ps's order (without
+ * AMX: pair by pair, in order), images and phase planes in turn; rounded
+ * to bf16 once.
  * tensors: [0] dw (rank 3: O, C, T; bf16, contiguous), [1] the copy with
  *          positions in pairs ("conv_nhwc.pad"'s dst of rank 5:
  *          N, sh * sw, plane / 2, cp, 2, the plane a multiple of 32),
@@ -88,7 +91,9 @@ enum { LOOM_CONV_NHWC_CONVS = 8 };
  * scalars (.i): [0] kh, [1] kw, [2] sh, [3] sw, [4] dh, [5] dw, [6] wq,
  * [7] lead (>= every offset; span >= lead + plane), and optionally [8] the
  * blocks of 32 out-channels per item (else 1; times the taps at most
- * LOOM_CONV_NHWC_WG_BLOCKS): they share each chunk of the copy.
+ * LOOM_CONV_NHWC_WG_BLOCKS): they share each chunk of the copy, and [9]
+ * the grid's positions ho * wq (else the plane's), past which dy is 0: a
+ * kernel may leave the products there out (adding nothing).
  * range: ceil(op / 32 / [8]) * cp / 32 ([8] blocks of 32 out-channels by
  * 32 in-channels per item). The bits do not depend on [8]. */
 enum { LOOM_CONV_NHWC_WG_BLOCKS = 64 };
