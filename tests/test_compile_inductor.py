@@ -82,8 +82,9 @@ def test_gpt_training_with_sdpa_layer_norm_gelu_adamw_matches_eager():
 
 def _library_step(x, w, idx, tgt, qs):
     """GELU, an embedding and cross-entropy (forward and backward), and a cat
-    of transposed tensors (the attention gradients' layout)."""
-    h = F.gelu(x @ w) + F.embedding(idx, w)
+    of transposed tensors (the attention gradients' layout). GELU reads a
+    sum, not a product (that would be a GEMM epilogue)."""
+    h = F.gelu(x @ w + 1) + F.embedding(idx, w)
     loss = F.cross_entropy(h, tgt)
     cat = torch.cat([q.transpose(0, 1).reshape(8, -1) for q in qs], dim=1)
     loss.backward()
@@ -183,6 +184,39 @@ def test_relu_runs_in_the_gemm_forward_and_backward():
     torch._dynamo.reset()
     _, cpu_codes = run_and_get_code(lambda: step(torch.compile(_relu_layers), "cpu"))
     assert "mm_epilogue" not in "\n".join(cpu_codes)
+
+
+def _gelu_mlp(x, w1, b1, w2, b2, approximate):
+    return F.linear(F.gelu(F.linear(x, w1, b1), approximate=approximate), w2, b2)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_of_a_linear_over_3d_input_runs_in_the_gemm(approximate):
+    """A GPT-style MLP ([batch, seq, features] input, so the product is
+    seen through a view): GELU in the forward GEMM, its backward in the
+    gradient's GEMM, with eager's bits for the output and the gradients
+    that do not go through a bias sum."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    g = torch.Generator().manual_seed(1)
+    leaves = [torch.randn(*s, generator=g) for s in ((2, 7, 16), (48, 16), (48,), (16, 48), (16,))]
+
+    def step(fn):
+        ts = [t.to("loom").requires_grad_() for t in leaves]
+        out = fn(*ts, approximate)
+        (out * out).sum().backward()
+        return [out.detach().cpu()] + [t.grad.cpu() for t in ts]
+
+    torch._dynamo.reset()
+    counters.clear()
+    got, codes = run_and_get_code(lambda: step(torch.compile(_gelu_mlp)))
+    assert [c.count("torch.ops.loom.mm_epilogue.default(") for c in codes] == [1, 1], codes
+    want = step(_gelu_mlp)
+    for name, i in (("out", 0), ("x.grad", 1), ("w1.grad", 2), ("w2.grad", 4)):
+        torch.testing.assert_close(got[i], want[i], rtol=0, atol=0, msg=name)
+    for i in (3, 5):  # bias gradients: Inductor's sum against the library's
+        torch.testing.assert_close(got[i], want[i], rtol=1e-5, atol=1e-4)
 
 
 # ---- ordering with the stream --------------------------------------------------

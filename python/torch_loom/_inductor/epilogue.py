@@ -1,15 +1,20 @@
-"""GEMM epilogues in loom graphs under Inductor: a linear layer's ReLU, and
-ReLU's backward after the gradient's matrix product, run inside the GEMM.
+"""GEMM epilogues in loom graphs under Inductor: a linear layer's ReLU or
+GELU, and their backward after the gradient's matrix product, run inside
+the GEMM.
 
 A post-grad pass, applied to graphs with loom inputs only (``patches.py``
 adds it to ``compile_fx``'s config patches, beside any pass the user set),
 rewrites
 
-- ``relu(addmm(bias, x, w))`` and ``relu(mm(x, w))`` (the forward), and
+- ``relu(addmm(bias, x, w))``, ``relu(mm(x, w))`` and ``gelu`` of either
+  (the forward; GELU stays whole on loom, ``library_ops.py``),
 - ``threshold_backward(mm(g, w), relu_out, 0)`` (the backward's gradient at
-  a ReLU's input), and its decomposed form
-  ``where(le(relu_out, 0), 0, mm(g, w))``,
+  a ReLU's input), its decomposed form
+  ``where(le(relu_out, 0), 0, mm(g, w))``, and
+  ``gelu_backward(mm(g, w), gelu_in)``,
 
+the product possibly seen through a view that splits its rows into leading
+dims (a linear layer over [batch, seq, features]),
 into ``loom::mm_epilogue``, the library GEMM that applies the elementwise
 step to each output tile while it is in cache
 (``loom/kernels/gemm_epilogue.h``). The step runs with the pointwise
@@ -36,15 +41,18 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_file
 aten = torch.ops.aten
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 
 
 @functools.cache
-def _words() -> tuple[int, int, int]:
-    """(RELU, THRESHOLD_BACKWARD, operand shift) of the kernel contract."""
+def _words() -> dict:
+    """The kernel contract's step words by op name, and the operand shift."""
     from ..compiler.epilogue import OPERAND_SHIFT, pw_ops
 
     table = pw_ops()
-    return table["relu"], table["threshold_backward"], OPERAND_SHIFT
+    names = ("relu", "gelu", "gelu_tanh", "threshold_backward", "gelu_backward",
+             "gelu_tanh_backward")
+    return {**{n: table[n] for n in names}, "shift": OPERAND_SHIFT}
 
 
 def _val(n):
@@ -80,26 +88,49 @@ def _product(n):
 
 
 def _match(node):
-    """(product node, step word, operands) of an epilogue ending at node."""
-    relu, threshold_backward, shift = _words()
+    """(value the step reads, step word, operands) of an epilogue step ending
+    at node, or None."""
+    w = _words()
     if node.op != "call_function":
         return None
     if node.target is aten.relu.default and len(node.args) == 1 and not node.kwargs:
-        return node.args[0], relu, []
-    grad = result = None
+        return node.args[0], w["relu"], []
+    if node.target is aten.gelu.default and len(node.args) == 1 and \
+            set(node.kwargs) <= {"approximate"}:
+        tanh = node.kwargs.get("approximate", "none") == "tanh"
+        return node.args[0], w["gelu_tanh" if tanh else "gelu"], []
+    grad = saved = None
+    word = w["threshold_backward"]
     if node.target is aten.threshold_backward.default and len(node.args) == 3 and \
             not node.kwargs and node.args[2] == 0:
-        grad, result = node.args[0], node.args[1]
+        grad, saved = node.args[0], node.args[1]
     elif node.target is aten.where.self and len(node.args) == 3 and not node.kwargs:
         # Inductor's decomposition of threshold_backward(grad, result, 0)
         cond, zero, grad = node.args
         if _call(cond, aten.le.Scalar) and len(cond.args) == 2 and cond.args[1] == 0 and \
                 _call(zero, aten.full.default) and list(zero.args[0]) == [] and \
                 zero.args[1] == 0:
-            result = cond.args[0]
-    vr, vg = _val(result), _val(grad)
-    if _plain(vr) and _plain(vg) and vr.shape == vg.shape:
-        return grad, threshold_backward | 1 << shift, [result]
+            saved = cond.args[0]
+    elif node.target is aten.gelu_backward.default and len(node.args) == 2 and \
+            set(node.kwargs) <= {"approximate"}:
+        grad, saved = node.args
+        tanh = node.kwargs.get("approximate", "none") == "tanh"
+        word = w["gelu_tanh_backward" if tanh else "gelu_backward"]
+    vs, vg = _val(saved), _val(grad)
+    if _plain(vs) and _plain(vg) and vs.shape == vg.shape:
+        return grad, word | 1 << w["shift"], [saved]
+    return None
+
+
+def _rows_view(n):
+    """The product node whose rows view n splits into leading dims, or None."""
+    if not isinstance(n, torch.fx.Node) or n.op != "call_function" or \
+            n.target not in _VIEWS or not isinstance(n.args[0], torch.fx.Node):
+        return None
+    src, vn, vs = n.args[0], _val(n), _val(n.args[0])
+    if _plain(vn) and _plain(vs) and vs.dim() == 2 and vn.dim() >= 2 and \
+            vn.shape[-1] == vs.shape[-1] and vn.numel() == vs.numel():
+        return src
     return None
 
 
@@ -108,39 +139,57 @@ def _call(n, target) -> bool:
 
 
 def fuse(graph: torch.fx.Graph) -> int:
-    """Rewrites the graph's ReLU epilogues into mm_epilogue calls; returns
-    how many."""
+    """Rewrites the graph's activation epilogues into mm_epilogue calls;
+    returns how many."""
     op = torch.ops.loom.mm_epilogue.default
     done = 0
     for node in list(graph.nodes):
         found = _match(node)
         if found is None:
             continue
-        prod, word, operands = found
+        src, word, operands = found
+        view = src if _product(src) is None else None
+        prod = _rows_view(view) if view is not None else src
         parts = _product(prod)
         out = _val(node)
         if parts is None or not _plain(out) or out.dtype != _val(prod).dtype or \
-                out.shape != _val(prod).shape:
+                out.shape != _val(src).shape:
+            continue
+        # the fused call runs once its last input exists; the product's other
+        # readers must come after it
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        at = max([prod] + [o for o in operands if isinstance(o, torch.fx.Node)],
+                 key=order.__getitem__)
+        others = [u for u in prod.users if u is not src and u is not node]
+        if view is not None:
+            others += [u for u in view.users if u is not node]
+        if any(order[u] <= order[at] for u in others):
             continue
         a, b, bias = parts
-        keep = len(prod.users) > 1
+        keep = bool(others)
         tail = ([word], operands, out.dtype, keep, list(out.shape))
-        fake_mode = detect_fake_mode([out])
-        with fake_mode:
+        with detect_fake_mode([out]):
             vals = op(_val(a), _val(b), _val(bias), [word], [_val(o) for o in operands],
                       *tail[2:])
-        with graph.inserting_before(node):
+        with graph.inserting_after(at):
             fused = graph.call_function(op, (a, b, bias, *tail))
             fused.meta["val"] = vals
+        with graph.inserting_after(fused):
             value = graph.call_function(operator.getitem, (fused, 1 if keep else 0))
-            value.meta["val"] = fused.meta["val"][1 if keep else 0]
-            if keep:
+            value.meta["val"] = vals[1 if keep else 0]
+        if keep:
+            with graph.inserting_after(fused):
                 product = graph.call_function(operator.getitem, (fused, 0))
-                product.meta["val"] = fused.meta["val"][0]
+                product.meta["val"] = vals[0]
         node.replace_all_uses_with(value)
         inputs = node.all_input_nodes
         graph.erase_node(node)
-        for n in inputs:  # the decomposition's mask and zero, if now unread
+        if view is not None and view.users:  # read by others too: of the kept product
+            with graph.inserting_after(product):
+                moved = graph.call_function(view.target, (product, *view.args[1:]), view.kwargs)
+                moved.meta.update(view.meta)
+            view.replace_all_uses_with(moved)
+        for n in inputs:  # the view, the decomposition's mask and zero, if now unread
             if n is not prod and not n.users and n.op == "call_function":
                 graph.erase_node(n)
         if keep:
