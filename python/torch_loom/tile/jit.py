@@ -207,7 +207,7 @@ class JITFunction:
         if total:
             # Programs are independent: runs of consecutive programs per
             # chunk (at least 32 chunks, of about _CHUNK_WORK elements
-            # loaded and stored) keep each worker's memory stream
+            # stored) keep each worker's memory stream
             # sequential and the workers evenly loaded; the split never
             # depends on the thread count.
             _launch(entry.name, [values[i] for i in entry.tensors],
@@ -215,14 +215,14 @@ class JITFunction:
                     max(1, min(total // 32, _CHUNK_WORK // entry.work)))
 
 
-#: Elements a chunk of programs loads and stores, about (rows of a load
-#: and a store: the 16K-element chunks of the library's row kernels).
-_CHUNK_WORK = 32768
+#: Elements a chunk of programs stores, about (the library's row kernels
+#: take chunks of 16K elements).
+_CHUNK_WORK = 16384
 
 
 def _trace(fn, specs, lazy):
-    """The tracer, the program's C lines and its work per program (elements loaded and
-    stored, loops counted 8 times): traced with loads read in place where
+    """The tracer, the program's C lines and its work per program (elements
+    stored, in loops counted 8 times): traced with loads read in place where
     they may be (lazy: no two tensor arguments share memory), again until
     no load breaks the rules of nodes._Memory (each pass makes more loads
     eager, so this ends)."""

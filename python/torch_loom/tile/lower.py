@@ -151,7 +151,6 @@ def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="
             _versioned(tr, pointer, shape, lambda idx, ptr: body_p(idx, ptr, v))
         return Arr(v, shape, d)
 
-    N._mem.access(shape)
     index, lazy = N._mem.take(pointer.arg.index)
     if lazy and shape and (pointer.boff is None or not N.irregular(pointer.boff)):
         # read where it is used (nodes.Load): no copy

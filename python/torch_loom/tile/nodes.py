@@ -96,7 +96,7 @@ class _Memory:
         self.stored, self.violations = set(), set()
 
     def access(self, shape):
-        """A load or store of a block of `shape` (for the launch's chunk size)."""
+        """A store of a block of `shape` (the work that sizes a launch's chunks)."""
         self.work += numel(shape) * 8 ** self.loop_depth
 
     def take(self, arg_index):
