@@ -210,6 +210,22 @@ def test_column_sums_read_rows_along_memory_with_eagers_bits():
         torch.testing.assert_close(column.cpu(), row.cpu(), rtol=1e-6, atol=1e-5)
 
 
+def test_column_sums_launch_chunks_of_whole_row_runs(monkeypatch, caplog):
+    """A column-form reduction's launch covers at least 128 outputs per
+    chunk (a 512-byte run of each float32 row), where a row-form
+    reduction of the same size takes DEFAULT_GRAIN elements per chunk."""
+    monkeypatch.setenv("LOOM_COMPILE_LOG", "code")
+    f = lambda x: torch.relu(x).sum(0)  # noqa: E731
+    with caplog.at_level(logging.INFO, logger="torch_loom.compiler"):
+        torch.compile(f, backend="loom")(torch.randn(256, 1024, device="loom"))
+        torch._dynamo.reset()
+        torch.compile(f, backend="loom")(torch.randn(1024, 256, device="loom").t())
+    launches = [line for line in caplog.text.splitlines() if "launch(" in line]
+    assert len(launches) == 2
+    assert "range=1024, grain=128)" in launches[0]  # columns: rows 4 KiB apart
+    assert "range=1024, grain=64)" in launches[1]   # rows: 16384 // 256 per chunk
+
+
 # ---- coverage, in-place updates, fallbacks ------------------------------------------
 
 def test_op_the_lowering_lacks_runs_as_a_library_op():
