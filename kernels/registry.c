@@ -13,6 +13,8 @@ extern const loom_kernel_entry loom_fill_kernels[];
 extern const loom_kernel_entry loom_random_kernels[];
 extern const loom_kernel_entry loom_factory_kernels[];
 extern const loom_kernel_entry loom_scan_kernels[];
+extern const loom_kernel_entry loom_histogram_kernels[];
+extern const loom_kernel_entry loom_frexp_kernels[];
 extern const loom_kernel_entry loom_softmax_kernels[];
 extern const loom_kernel_entry loom_norm_kernels[];
 extern const loom_kernel_entry loom_optim_kernels[];
@@ -51,6 +53,8 @@ static const loom_kernel_entry *const families[] = {
     loom_random_kernels,
     loom_factory_kernels,
     loom_scan_kernels,
+    loom_histogram_kernels,
+    loom_frexp_kernels,
     loom_softmax_kernels,
     loom_norm_kernels,
     loom_optim_kernels,
