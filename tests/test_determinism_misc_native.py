@@ -1,5 +1,6 @@
 """The kernels of the margin losses, the pairwise distances (cdist, pdist),
-embedding's max_norm renorm and logcumsumexp, forward and backward, give
+embedding's max_norm renorm, logcumsumexp, histc/histogram and frexp,
+forward and backward where they have one, give
 bitwise identical results with LOOM_NUM_THREADS=1 and 2: every launch is
 large enough to be split between the threads, and nothing may fall back
 to the CPU."""
@@ -54,6 +55,14 @@ for dtype in (torch.float32, torch.float64):
     z = (torch.randn(40, 300, 30, dtype=dtype) * 10).to("loom")
     for dim in (0, 1, 2):
         add(torch.logcumsumexp(z, dim))
+    # histc and histogram over 600K elements (10 blocks); frexp
+    v = (torch.randn(600_000, dtype=dtype) * 2).to("loom")
+    wt = torch.rand(600_000, dtype=dtype).to("loom")
+    add(torch.histc(v, 70, -3, 3), torch.histc(v, 50))
+    add(*torch.histogram(v, 40, weight=wt))
+    add(*torch.histogram(v, torch.tensor([-4.0, -1.0, 0.0, 0.25, 3.0], dtype=dtype).to("loom"),
+                         weight=wt, density=True))
+    add(*torch.frexp(v * 1e5))
 print("DIGEST", h.hexdigest())
 """
 
