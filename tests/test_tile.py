@@ -396,3 +396,23 @@ def test_reductions_same_bits_fused_or_stored():
         assert torch.equal(got[:16].view(torch.int32), got[16:].view(torch.int32))
         torch.testing.assert_close(got[:12].view(3, 4), torch.stack([x.sum(1), x.amax(1), x.amin(1)]),
                                    equal_nan=True, rtol=1e-5, atol=1e-3)
+
+
+def test_where_guards_integer_division(mode):
+    """tl.where(d != 0, x // d, 0): the division is not computed for the
+    lanes the condition leaves out (no trap on a zero divisor)."""
+
+    @tl.jit
+    def k(X, D, Out, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(X + offs)
+        d = tl.load(D + offs)
+        tl.store(Out + offs, tl.where(d != 0, x // d, -1))
+
+    x = torch.randint(-50, 50, (32,), dtype=torch.int32)
+    d = torch.randint(-3, 4, (32,), dtype=torch.int32)
+    d[::5] = 0
+    out = loom(torch.zeros(32, dtype=torch.int32))
+    k[(1,)](loom(x), loom(d), out, BLOCK=32)
+    safe = torch.where(d != 0, d, torch.ones_like(d))
+    assert torch.equal(out.cpu(), torch.where(d != 0, torch.div(x, safe, rounding_mode="trunc"), -1).int())

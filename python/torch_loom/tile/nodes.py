@@ -311,6 +311,8 @@ def emit(node: Node, idx) -> str:
         c = emit(node.c, sub_idx(node.c, node.shape, idx))
         a = convert(emit(node.a, sub_idx(node.a, node.shape, idx)), node.a.dtype, node.dtype)
         b = convert(emit(node.b, sub_idx(node.b, node.shape, idx)), node.b.dtype, node.dtype)
+        if _may_trap(node.a) or _may_trap(node.b):
+            return f"({c} ? {a} : {b})"  # only the chosen side computed
         # both sides computed (GNU statement expression), then chosen: a
         # select the vectorizer takes, where a branch would keep the loop scalar
         return f"({{ const {node.dtype.ctype} w_a = {a}, w_b = {b}; {c} ? w_a : w_b; }})"
@@ -605,6 +607,25 @@ def _row_constant(node, shape):
     if not node.shape:
         return True
     return len(node.shape) == len(shape) and node.shape[-1] == 1
+
+
+def _may_trap(node):
+    """Whether computing lazy `node` may trap: an integer division or
+    remainder (by zero, or INT_MIN by -1), which a where() may guard."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Arr):
+            continue
+        if isinstance(n, Bin) and n.op in ("floordiv", "mod", "truediv") and \
+                getattr(n, "operand_dtype", n.dtype).kind in "iub":
+            return True
+        for attr in ("a", "b", "c"):
+            child = getattr(n, attr, None)
+            if isinstance(child, Node):
+                stack.append(child)
+        stack.extend(getattr(n, "more", ()))
+    return False
 
 
 def _transposed_load(view):
