@@ -57,7 +57,7 @@ typedef struct loom_fft_rows {
   const loom_fft_table *t;
   const loom_tensor *out, *in;
   double scale;
-  void *work;    /* block * 4 (m + 1) reals: two planar buffers of block rows */
+  void *work;    /* block * 4 (m + 1) reals: two buffers of block rows */
   int64_t block; /* rows transformed together, at most */
   /* c2c: the four-step twiddles (NULL: none, else as "fft.twiddles" fills
    * them for (n, run)): output k of the row at index i of the innermost
@@ -70,18 +70,19 @@ int loom_fft_rows_f64(const loom_fft_rows *r, int64_t begin, int64_t end);
 int loom_fft_rows_f32_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
 int loom_fft_rows_f64_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
 
-/* The Stockham transforms of `batch` interleaved signals in the planar
- * buffer `x` (st->n complex each; the imaginary parts io reals after the
- * real ones) using `y` as the other buffer; returns which of the two holds
- * the result. Table init uses it for Bluestein's kernel. */
+/* The Stockham transforms of `batch` signals side by side in `x` (element
+ * j of signal q at x[2 batch j + q], its imaginary part batch reals on;
+ * batch 1: interleaved complex numbers) using `y` as the other buffer;
+ * returns which of the two holds the result. Table init uses it for
+ * Bluestein's kernel. */
 double *loom_fft_stockham_f64(const loom_fft_stockham *st, const char *table, double *x,
-                              double *y, int64_t batch, int64_t io);
+                              double *y, int64_t batch);
 float *loom_fft_stockham_f32(const loom_fft_stockham *st, const char *table, float *x,
-                             float *y, int64_t batch, int64_t io);
+                             float *y, int64_t batch);
 double *loom_fft_stockham_f64_avx512(const loom_fft_stockham *st, const char *table, double *x,
-                                     double *y, int64_t batch, int64_t io);
+                                     double *y, int64_t batch);
 float *loom_fft_stockham_f32_avx512(const loom_fft_stockham *st, const char *table, float *x,
-                                    float *y, int64_t batch, int64_t io);
+                                    float *y, int64_t batch);
 
 int loom_kernel_fft_plan(const loom_kernel_args *args, void *out_plan, uint64_t size);
 int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t end);

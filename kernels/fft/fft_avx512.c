@@ -1,7 +1,7 @@
 /* The FFT's row transforms built with AVX-512 flags: the same source as the
  * baseline build (fft_body.inc), vectorized by the compiler over the
  * Stockham stages' contiguous runs, with the transposes between rows and
- * the planar workspace done in registers (data movement only: the
+ * the workspace done in registers (data movement only: the
  * arithmetic is the baseline's). */
 #include <immintrin.h>
 
@@ -52,13 +52,13 @@ static inline __attribute__((always_inline)) void transpose8(__m512d r[8]) {
   for (int i = 0; i < 8; ++i) r[i] = t[i];
 }
 
-/* Rows of 16 floats (8 doubles) side by side in the planar workspace: B
+/* Rows of 16 floats (8 doubles) side by side in the workspace: B
  * equal to the vector's lanes, rows with unit element stride (complex
  * (es 2, im 1) or real (es 1, im < 0)). Each tile of lanes rows by one
  * vector of elements is transposed in registers. Returns the elements done
  * (the rest go element by element). */
 static int64_t tile_gather_f32_avx512(const float *x, int64_t es, int64_t bs, int64_t im,
-                                      int64_t count, int64_t B, float *a, int64_t io) {
+                                      int64_t count, int64_t B, float *a) {
   if (B != 16 || !((es == 2 && im == 1) || (es == 1 && im < 0))) return 0;
   const int64_t per = 16 / es; /* elements per vector */
   int64_t j = 0;
@@ -68,13 +68,13 @@ static int64_t tile_gather_f32_avx512(const float *x, int64_t es, int64_t bs, in
     transpose16(r);
     if (es == 2) {
       for (int c = 0; c < 8; ++c) {
-        _mm512_storeu_ps(a + 16 * (j + c), r[2 * c]);
-        _mm512_storeu_ps(a + 16 * (j + c) + io, r[2 * c + 1]);
+        _mm512_storeu_ps(a + 32 * (j + c), r[2 * c]);
+        _mm512_storeu_ps(a + 32 * (j + c) + 16, r[2 * c + 1]);
       }
     } else {
       for (int c = 0; c < 16; ++c) {
-        _mm512_storeu_ps(a + 16 * (j + c), r[c]);
-        _mm512_storeu_ps(a + 16 * (j + c) + io, _mm512_setzero_ps());
+        _mm512_storeu_ps(a + 32 * (j + c), r[c]);
+        _mm512_storeu_ps(a + 32 * (j + c) + 16, _mm512_setzero_ps());
       }
     }
   }
@@ -82,7 +82,7 @@ static int64_t tile_gather_f32_avx512(const float *x, int64_t es, int64_t bs, in
 }
 
 static int64_t tile_scatter_f32_avx512(float *y, int64_t es, int64_t bs, int64_t im,
-                                       int64_t count, int64_t B, const float *r0, int64_t io,
+                                       int64_t count, int64_t B, const float *r0,
                                        float scale) {
   if (B != 16 || !((es == 2 && im == 1) || (es == 1 && im < 0))) return 0;
   const int64_t per = 16 / es;
@@ -92,11 +92,11 @@ static int64_t tile_scatter_f32_avx512(float *y, int64_t es, int64_t bs, int64_t
     __m512 r[16];
     if (es == 2) {
       for (int c = 0; c < 8; ++c) {
-        r[2 * c] = _mm512_mul_ps(_mm512_loadu_ps(r0 + 16 * (j + c)), s);
-        r[2 * c + 1] = _mm512_mul_ps(_mm512_loadu_ps(r0 + 16 * (j + c) + io), s);
+        r[2 * c] = _mm512_mul_ps(_mm512_loadu_ps(r0 + 32 * (j + c)), s);
+        r[2 * c + 1] = _mm512_mul_ps(_mm512_loadu_ps(r0 + 32 * (j + c) + 16), s);
       }
     } else {
-      for (int c = 0; c < 16; ++c) r[c] = _mm512_mul_ps(_mm512_loadu_ps(r0 + 16 * (j + c)), s);
+      for (int c = 0; c < 16; ++c) r[c] = _mm512_mul_ps(_mm512_loadu_ps(r0 + 32 * (j + c)), s);
     }
     transpose16(r);
     for (int q = 0; q < 16; ++q) _mm512_storeu_ps(y + q * bs + j * es, r[q]);
@@ -105,7 +105,7 @@ static int64_t tile_scatter_f32_avx512(float *y, int64_t es, int64_t bs, int64_t
 }
 
 static int64_t tile_gather_f64_avx512(const double *x, int64_t es, int64_t bs, int64_t im,
-                                      int64_t count, int64_t B, double *a, int64_t io) {
+                                      int64_t count, int64_t B, double *a) {
   if (B != 8 || !((es == 2 && im == 1) || (es == 1 && im < 0))) return 0;
   const int64_t per = 8 / es;
   int64_t j = 0;
@@ -115,13 +115,13 @@ static int64_t tile_gather_f64_avx512(const double *x, int64_t es, int64_t bs, i
     transpose8(r);
     if (es == 2) {
       for (int c = 0; c < 4; ++c) {
-        _mm512_storeu_pd(a + 8 * (j + c), r[2 * c]);
-        _mm512_storeu_pd(a + 8 * (j + c) + io, r[2 * c + 1]);
+        _mm512_storeu_pd(a + 16 * (j + c), r[2 * c]);
+        _mm512_storeu_pd(a + 16 * (j + c) + 8, r[2 * c + 1]);
       }
     } else {
       for (int c = 0; c < 8; ++c) {
-        _mm512_storeu_pd(a + 8 * (j + c), r[c]);
-        _mm512_storeu_pd(a + 8 * (j + c) + io, _mm512_setzero_pd());
+        _mm512_storeu_pd(a + 16 * (j + c), r[c]);
+        _mm512_storeu_pd(a + 16 * (j + c) + 8, _mm512_setzero_pd());
       }
     }
   }
@@ -129,7 +129,7 @@ static int64_t tile_gather_f64_avx512(const double *x, int64_t es, int64_t bs, i
 }
 
 static int64_t tile_scatter_f64_avx512(double *y, int64_t es, int64_t bs, int64_t im,
-                                       int64_t count, int64_t B, const double *r0, int64_t io,
+                                       int64_t count, int64_t B, const double *r0,
                                        double scale) {
   if (B != 8 || !((es == 2 && im == 1) || (es == 1 && im < 0))) return 0;
   const int64_t per = 8 / es;
@@ -139,11 +139,11 @@ static int64_t tile_scatter_f64_avx512(double *y, int64_t es, int64_t bs, int64_
     __m512d r[8];
     if (es == 2) {
       for (int c = 0; c < 4; ++c) {
-        r[2 * c] = _mm512_mul_pd(_mm512_loadu_pd(r0 + 8 * (j + c)), s);
-        r[2 * c + 1] = _mm512_mul_pd(_mm512_loadu_pd(r0 + 8 * (j + c) + io), s);
+        r[2 * c] = _mm512_mul_pd(_mm512_loadu_pd(r0 + 16 * (j + c)), s);
+        r[2 * c + 1] = _mm512_mul_pd(_mm512_loadu_pd(r0 + 16 * (j + c) + 8), s);
       }
     } else {
-      for (int c = 0; c < 8; ++c) r[c] = _mm512_mul_pd(_mm512_loadu_pd(r0 + 8 * (j + c)), s);
+      for (int c = 0; c < 8; ++c) r[c] = _mm512_mul_pd(_mm512_loadu_pd(r0 + 16 * (j + c)), s);
     }
     transpose8(r);
     for (int q = 0; q < 8; ++q) _mm512_storeu_pd(y + q * bs + j * es, r[q]);

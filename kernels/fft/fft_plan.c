@@ -198,37 +198,31 @@ int loom_kernel_fft_init(const loom_kernel_args *args, int64_t begin, int64_t en
     const float *c = (const float *)(table + t.chirp_off);
     memset(x, 0, (size_t)m * 2 * sizeof *x);
     for (int64_t j = 0; j < n; ++j) {
-      x[j] = c[2 * j];
-      x[m + j] = -c[2 * j + 1];
+      x[2 * j] = c[2 * j];
+      x[2 * j + 1] = -c[2 * j + 1];
       if (j) {
-        x[m - j] = c[2 * j];
-        x[2 * m - j] = -c[2 * j + 1];
+        x[2 * (m - j)] = c[2 * j];
+        x[2 * (m - j) + 1] = -c[2 * j + 1];
       }
     }
-    const float *r = loom_fft_stockham_f32(&t.st, table, x, y, 1, m);
+    const float *r = loom_fft_stockham_f32(&t.st, table, x, y, 1);
     float *k = (float *)(table + t.kernel_off);
-    for (int64_t j = 0; j < m; ++j) {
-      k[2 * j] = (float)((double)r[j] / (double)m);
-      k[2 * j + 1] = (float)((double)r[m + j] / (double)m);
-    }
+    for (int64_t j = 0; j < 2 * m; ++j) k[j] = (float)((double)r[j] / (double)m);
   } else {
     double *x = (double *)(table + t.scratch_off), *y = x + 2 * m;
     const double *c = (const double *)(table + t.chirp_off);
     memset(x, 0, (size_t)m * 2 * sizeof *x);
     for (int64_t j = 0; j < n; ++j) {
-      x[j] = c[2 * j];
-      x[m + j] = -c[2 * j + 1];
+      x[2 * j] = c[2 * j];
+      x[2 * j + 1] = -c[2 * j + 1];
       if (j) {
-        x[m - j] = c[2 * j];
-        x[2 * m - j] = -c[2 * j + 1];
+        x[2 * (m - j)] = c[2 * j];
+        x[2 * (m - j) + 1] = -c[2 * j + 1];
       }
     }
-    const double *r = loom_fft_stockham_f64(&t.st, table, x, y, 1, m);
+    const double *r = loom_fft_stockham_f64(&t.st, table, x, y, 1);
     double *k = (double *)(table + t.kernel_off);
-    for (int64_t j = 0; j < m; ++j) {
-      k[2 * j] = r[j] / (double)m;
-      k[2 * j + 1] = r[m + j] / (double)m;
-    }
+    for (int64_t j = 0; j < 2 * m; ++j) k[j] = r[j] / (double)m;
   }
   return LOOM_OK;
 }
