@@ -279,11 +279,13 @@ def test_bad_arguments():
 
 _THREADS_CODE = """
 import hashlib, torch, torch_loom
-from torch_loom.tile.examples import layer_norm, matmul, softmax
+from torch_loom.tile.examples import flash_attention, layer_norm, matmul, softmax
 g = torch.Generator().manual_seed(0)
 x = torch.randn(67, 300, generator=g).to("loom")
-w = torch.randn(300, generator=g).to("loom")
-outs = [softmax.softmax(x), layer_norm.layer_norm(x, w, w), matmul.matmul(x, x.t(), "gelu")]
+w, b = (torch.randn(300, generator=g).to("loom") for _ in range(2))
+q, k, v = (torch.randn(1, 2, 300, 16, generator=g).to("loom") for _ in range(3))
+outs = [softmax.softmax(x), layer_norm.layer_norm(x, w, w), layer_norm.layer_norm(x, w, b),
+        matmul.matmul(x, x.t(), "gelu"), flash_attention.attention(q, k, v, True)]
 digest = hashlib.sha256(b"".join(o.cpu().numpy().tobytes() for o in outs)).hexdigest()
 """
 
