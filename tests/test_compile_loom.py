@@ -132,6 +132,20 @@ def test_epilogues_take_bias_residual_activations_and_a_cast(dtype):
     assert torch.equal(out.cpu(), _mlp_block(x, w1, b1, w2, r).cpu())
 
 
+def test_epilogues_can_be_switched_off(monkeypatch):
+    """epilogue.ENABLED = False (for measuring the fusion's worth): the
+    GELU runs as a generated kernel after the library's addmm."""
+    from torch_loom.compiler import epilogue
+
+    monkeypatch.setattr(epilogue, "ENABLED", False)
+    torch.manual_seed(4)
+    x, w, b = (torch.randn(37, 29, device="loom"), torch.randn(45, 29, device="loom"),
+               torch.randn(45, device="loom"))
+    out, c = _compiled_call(_linear_gelu, x, w, b)
+    assert c["epilogue_calls"] == 0 and c["kernel_launches"] == 1
+    assert torch.equal(out.cpu(), _linear_gelu(x, w, b).cpu())
+
+
 def test_training_epilogues_keep_the_product_for_the_backward():
     torch.manual_seed(6)
     model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(),

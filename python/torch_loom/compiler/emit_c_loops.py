@@ -6,7 +6,8 @@ the kernel's order, else runs along the innermost dim. A reduction kernel
 covers outer indices [begin, end): per outer index, the O-space
 statements, then each pass over R (accumulators folded in an order fixed by
 R's size), then that pass's O-space statements; a single-pass reduction
-over rows of a row-major operand covers blocks of outputs at once.
+over rows of a row-major operand covers blocks of outputs at once, row by
+row, each output's elements in index order (the library's column sums).
 
 Element loops live in helpers whose tensor pointers are restrict
 parameters (GCC honours restrict there, not on locals, and without it the
