@@ -235,6 +235,10 @@ static void loom_tile_program(const loom_kernel_args *A, int32_t pid0, int32_t p
 
 int {kernel_name}(const loom_kernel_args *A, int64_t begin, int64_t end) {{
   const int64_t g0 = A->scalars[0].i, g1 = A->scalars[1].i, g2 = A->scalars[2].i;
+  if (g1 == 1 && g2 == 1) {{ /* a 1-d grid: no divisions per program */
+    for (int64_t p = begin; p < end; ++p) loom_tile_program(A, (int32_t)p, 0, 0, (int32_t)g0, 1, 1);
+    return 0;
+  }}
   for (int64_t p = begin; p < end; ++p)
     loom_tile_program(A, (int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / (g0 * g1)),
                       (int32_t)g0, (int32_t)g1, (int32_t)g2);
