@@ -11,7 +11,7 @@ TORCH_VERSION := 2.13.0
 CLIENT_PKGS := torchvision==0.28.0 transformers==5.25.0 timm==1.0.31
 export LOOM_REPO_ROOT := $(CURDIR)
 
-.PHONY: all setup build test test-c test-sanitize test-tsan test-py test-guarded test-generic test-fuse-verify demo demo-mlp conformance conformance-fast conformance-update bench bench-quick clean
+.PHONY: all setup build test test-c test-sanitize test-tsan test-py test-guarded test-generic test-fuse-verify demo demo-mlp conformance conformance-fast conformance-update test-memory-format bench bench-quick clean
 
 all: build
 
@@ -103,6 +103,11 @@ conformance-fast: build
 # The full sweep, then rewrite conformance/expected_native.txt from it.
 conformance-update: build
 	$(VPY) -m tests.conformance.run --full --update-expected
+
+# Every channels-last OpInfo sample, forward and backward, laid out on loom
+# as on the CPU (`make test` runs the first sample of each op).
+test-memory-format: build
+	LOOM_MEMFMT_FULL=1 $(VPY) -m pytest -q tests/test_memory_format.py
 
 bench: build
 	$(VPY) -m bench.run

@@ -1,6 +1,7 @@
 // Status -> exception, tensor -> descriptor, launch on the current stream.
 #include "common.h"
 
+#include <ATen/TensorIterator.h>
 #include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 
@@ -126,8 +127,26 @@ void check_out_dtype(const at::Tensor& out, const at::Tensor& like, const char* 
 
 at::Tensor& copy_to_out(at::Tensor& out, const at::Tensor& r, const char* op) {
   check_out_dtype(out, r, op);
-  at::native::resize_output(out, r.sizes());
+  resize_output_as(out, r);
   return out.copy_(r);
+}
+
+at::Tensor empty_elementwise(at::TensorList operands, at::ScalarType type) {
+  TORCH_INTERNAL_ASSERT(!operands.empty());
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false)
+      .declare_static_dtype_and_device(type, operands[0].device())
+      .add_owned_output(at::Tensor());
+  for (const at::Tensor& t : operands)
+    if (t.defined()) config.add_const_input(t);
+  return config.build().output(0);
+}
+
+bool resize_output_as(const at::Tensor& out, const at::Tensor& like) {
+  if (!at::native::resize_output(out, like.sizes())) return false;
+  if (like.is_non_overlapping_and_dense() && out.strides() != like.strides())
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides());
+  return true;
 }
 
 int64_t device_workers(const at::Tensor& t) {

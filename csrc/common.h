@@ -85,6 +85,16 @@ at::Tensor meta_like(const at::Tensor& t);
 void check_out_dtype(const at::Tensor& out, const at::Tensor& like, const char* op);
 at::Tensor& copy_to_out(at::Tensor& out, const at::Tensor& r, const char* op);
 
+// resize_output(out, like.sizes()), and where that resized `out`, `like`'s
+// strides when it is dense (a channels-last result stays channels last),
+// as the CPU's structured kernels lay out a resized out=. True if resized.
+bool resize_output_as(const at::Tensor& out, const at::Tensor& like);
+
+// An uninitialised result of `type` over the broadcast of `operands` (on
+// their device), laid out as TensorIterator lays out an elementwise op's
+// output: in the operands' memory format (channels last stays channels last).
+at::Tensor empty_elementwise(at::TensorList operands, at::ScalarType type);
+
 inline loom_scalar scalar_i(int64_t v) { loom_scalar s; s.i = v; return s; }
 inline loom_scalar scalar_f(double v) { loom_scalar s; s.f = v; return s; }
 

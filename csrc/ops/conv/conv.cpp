@@ -395,6 +395,44 @@ void input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
   if (!in_place.empty()) nhwc_run(in_place, copy, Tensor(), p.wq, /*flipped=*/true, op);
 }
 
+// A CPU tensor with `t`'s sizes, strides, dtype and requires_grad over no
+// memory: what the CPU's choice of convolution backend reads.
+Tensor cpu_shape_of(const Tensor& t) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                       c10::DataPtr(nullptr, c10::Device(c10::kCPU)), nullptr, false);
+  Tensor r = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  r.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides());
+  if (t.requires_grad()) r.set_requires_grad(true);
+  return r;
+}
+
+// The layout the CPU gives this convolution's output (and its backward the
+// gradients): the memory format of the backend it would pick for tensors
+// of these sizes and strides (oneDNN and the slow 2-d paths: channels last
+// when the input or the weight is). The passes below compute in NCHW;
+// their results are laid out in this format on return.
+at::MemoryFormat conv_memory_format(const Tensor& input, const Tensor& weight,
+                                    const Tensor& bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                    bool transposed, c10::IntArrayRef output_padding,
+                                    int64_t groups) {
+  if ((input.dim() != 4 && input.dim() != 5) || input.dim() != weight.dim())
+    return at::MemoryFormat::Contiguous;
+  const Tensor ci = cpu_shape_of(input), cw = cpu_shape_of(weight);
+  std::optional<c10::SymIntArrayRef> bias_sizes;
+  if (bias.defined()) bias_sizes = c10::fromIntArrayRefSlow(bias.sizes());
+  const auto backend = at::native::select_conv_backend(
+      ci, cw, std::nullopt, c10::fromIntArrayRefSlow(stride), c10::fromIntArrayRefSlow(padding),
+      c10::fromIntArrayRefSlow(dilation), transposed, c10::fromIntArrayRefSlow(output_padding),
+      c10::SymInt(groups), bias_sizes);
+  return at::native::_determine_backend_memory_format(ci, cw, backend);
+}
+
+Tensor in_format(const Tensor& t, at::MemoryFormat fmt) {
+  return t.defined() && fmt != at::MemoryFormat::Contiguous ? t.contiguous(fmt) : t;
+}
+
 bool native_conv(const Tensor& input, const Tensor& weight) {
   return gemm_native_dtype(input.scalar_type()) &&
          input.scalar_type() == weight.scalar_type() && input.dim() >= 3 &&
@@ -430,26 +468,28 @@ Tensor convolution(const Tensor& input, const Tensor& weight,
                                stride, padding, dilation, transposed, output_padding, groups);
     return r.to(input.device());
   }
+  const at::MemoryFormat fmt = conv_memory_format(input, weight, bias, stride, padding, dilation,
+                                                  transposed, output_padding, groups);
   if (!transposed) {
     auto out_sizes = at::native::conv_output_size(input.sizes(), weight.sizes(), padding,
                                                   stride, dilation);
     std::vector<int64_t> grid(out_sizes.begin() + 2, out_sizes.end());
     Geom g = make_geom(weight, stride, padding, dilation, grid);
-    return conv_forward(input, weight, bias, g, groups, out_sizes, op);
+    return in_format(conv_forward(input, weight, bias, g, groups, out_sizes, op), fmt);
   }
   // Transposed: the input gradient of the regular convolution that maps the
   // output back to the input, plus bias.
   auto out_sizes = transposed_out_sizes(input, weight, stride, padding, dilation,
                                         output_padding, groups);
   Tensor out = at::empty(out_sizes, input.options());
-  if (out.numel() == 0) return out;
+  if (out.numel() == 0) return in_format(out, fmt);
   Geom g = make_geom(weight, stride, padding, dilation, grid_of(input));
   Tensor x = input.contiguous(), w = weight.contiguous();
   int64_t c_out = out_sizes[1];
   const loom_conv_input_grad_plan p = plan_input_grad(out, x, g, groups, LOOM_CONV_COL_ONLY, op);
   Tensor col = conv_col_grad(x, w, c_out, groups, g, p.flat && x.size(0) > 1, op, nullptr);
   col2im(out, col, g, op, bias);
-  return out;
+  return in_format(out, fmt);
 }
 
 std::tuple<Tensor, Tensor, Tensor> convolution_backward(
@@ -466,6 +506,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
     auto back = [&](const Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
     return {back(std::get<0>(r)), back(std::get<1>(r)), back(std::get<2>(r))};
   }
+  const at::MemoryFormat fmt = conv_memory_format(input, weight, Tensor(), stride, padding,
+                                                  dilation, transposed, output_padding, groups);
   Tensor dy = grad_output.contiguous();
   Tensor gi, gw, gb, dy_t;  // dy_t: dy as (O, N, L), made when a pass needs it
   std::vector<int64_t> w_sizes(weight.sizes().begin(), weight.sizes().end());
@@ -548,7 +590,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
     for (int64_t i = 2; i < dy.dim(); ++i) dims.push_back(i);
     gb = dy.sum(dims);
   }
-  return {gi, gw, gb};
+  return {in_format(gi, fmt), in_format(gw, fmt), gb};
 }
 
 }  // namespace

@@ -437,7 +437,13 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
   }
   if (ref->dim() > 0) shape[dim] = total;
   TORCH_CHECK(at::canCast(at::native::result_type(list), out.scalar_type()), "torch.cat(): input types can't be cast to the desired output type ", out.scalar_type());
-  at::native::resize_output(out, shape);
+  // A resized output takes the inputs' memory format where they all share
+  // one (else contiguous), as the CPU's cat lays it out.
+  c10::MemoryFormat format = list[0].suggest_memory_format();
+  for (const auto& t : list)
+    if (t.suggest_memory_format() != format) format = c10::MemoryFormat::Contiguous;
+  if (at::native::resize_output(out, shape) && format != c10::MemoryFormat::Contiguous)
+    out.unsafeGetTensorImpl()->empty_tensor_restride(format);
   int64_t offset = 0;
   for (const auto& t : list) {
     if (t.dim() == 1 && t.numel() == 0) continue;
@@ -458,7 +464,7 @@ at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
 }
 
 at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
-  at::Tensor out = at::empty(self.sizes(), self.options());
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Preserve);
   const auto mask = at::dim_list_to_bitset(dims, self.dim());
   loom_tensor src = describe(self, "flip");
   char* data = static_cast<char*>(src.data);
@@ -481,10 +487,13 @@ at::Tensor roll_dims(const at::Tensor& self, at::IntArrayRef shifts, at::IntArra
   TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ",
               shifts.size(), ", dims:", dims.size());
   const int64_t dim = at::maybe_wrap_dim(dims[0], self.dim());
-  at::Tensor out = at::empty(self.sizes(), self.options());
   const int64_t n = self.size(dim);
-  if (n == 0) return out;
+  if (n == 0) return self.clone(at::MemoryFormat::Preserve);
   const int64_t s = ((shifts[0] % n) + n) % n;
+  // The CPU's roll is a cat of the two pieces: in self's memory format, but
+  // contiguous when one piece is empty (no shift).
+  at::Tensor out = at::empty(self.sizes(), self.options(),
+                             s == 0 ? at::MemoryFormat::Contiguous : self.suggest_memory_format());
   copy_into("roll", out.narrow(dim, s, n - s), describe(self.narrow(dim, 0, n - s), "roll"));
   if (s > 0) copy_into("roll", out.narrow(dim, 0, s), describe(self.narrow(dim, n - s, s), "roll"));
   if (dims.size() > 1) return roll_dims(out, shifts.slice(1), dims.slice(1));

@@ -186,7 +186,11 @@ Tensor& nonzero_out(const Tensor& self, Tensor& out) {
   launch("nonzero", LOOM_KERNEL("index_advanced.nonzero_count"), tc, sc, chunks, 1);
   Tensor first = counts.cpu();  // waits for the counts
   const int64_t total = loom_nonzero_first_rows(first.data_ptr<int64_t>(), chunks);
-  at::native::resize_output(out, {total, self.dim()});
+  // A resized result is column-major (each coordinate's column contiguous),
+  // as the CPU's.
+  if (at::native::resize_output(out, {total, self.dim()}))
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(
+        c10::IntArrayRef{total, self.dim()}, c10::IntArrayRef{1, total});
   if (total == 0 || self.dim() == 0) return out;
   Tensor first_d = first.to(self.device());
   const loom_tensor tw[3] = {describe(self, "nonzero"), describe(first_d, "nonzero"),

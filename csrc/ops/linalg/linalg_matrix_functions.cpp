@@ -104,7 +104,17 @@ std::tuple<Tensor&, Tensor&, Tensor&, Tensor&> lstsq_out(
   Tensor inv = at::where(keep, S.reciprocal(), at::zeros_like(S));
   Tensor x = at::matmul(Vh.mH(), inv.unsqueeze(-1) * at::matmul(U.mH(), b));
   Tensor k = keep.sum(-1);
-  copy_to_out(solution, vector ? x.squeeze(-1) : x, op);
+  const Tensor xs = vector ? x.squeeze(-1) : x;
+  if (solution.sizes() != xs.sizes()) {
+    // A new solution is laid out as the CPU's (LAPACK's): each matrix
+    // column-major over max(m, n) rows, of which it is the first n.
+    std::vector<int64_t> cols = x.sizes().vec();
+    cols[cols.size() - 2] = cols.back();
+    cols.back() = std::max(m, n);
+    Tensor lay = at::empty(cols, x.options()).transpose(-2, -1).narrow(-2, 0, n);
+    solution.set_(vector ? lay.squeeze(-1) : lay);
+  }
+  solution.copy_(xs);
   const bool has_rank = driver != "gels";
   const bool has_values = driver == "gelsd" || driver == "gelss";
   copy_to_out(rank, has_rank ? k : at::empty({0}, k.options()), op);

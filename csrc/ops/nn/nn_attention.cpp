@@ -38,6 +38,9 @@ bool kernel_covers(const at::Tensor& q, const at::Tensor& k,
       !same_batch(q, v))
     return false;
   if (k.sym_size(-1) != q.sym_size(-1) || v.sym_size(-2) != k.sym_size(-2)) return false;
+  // As the CPU's and CUDA's fused kernels, only rows of unit stride: others
+  // (a channels-last 4-d query) take the math path and its contiguous result.
+  if (q.sym_stride(-1) != 1 || k.sym_stride(-1) != 1 || v.sym_stride(-1) != 1) return false;
   if (q.sym_size(-1) > LOOM_ATTENTION_MAX_HEAD_DIM ||
       v.sym_size(-1) > LOOM_ATTENTION_MAX_HEAD_DIM)
     return false;

@@ -218,7 +218,10 @@ at::Tensor pointwise_forward(const at::Tensor& self, const at::Tensor& target,
   const int64_t numel = x.numel();
   const loom_scalar sc[3] = {scalar_i(kind), scalar_i(reduction), scalar_f(param)};
   if (reduction == LOOM_REDUCTION_NONE) {
-    at::Tensor out = at::empty(shape, self.options().dtype(type));
+    // Laid out as the CPU's elementwise iteration over input and target
+    // lays it out (bce: as the input).
+    at::Tensor out = kind == LOOM_LOSS_BCE ? at::empty_like(self, self.options().dtype(type))
+                                           : empty_elementwise({x, y}, type);
     if (numel == 0) return out;
     const loom_tensor t[4] = {describe(x, op), describe(y, op),
                               describe_opt(w, op), describe(out, op)};
@@ -264,7 +267,10 @@ at::Tensor pointwise_backward(const at::Tensor& grad_output,
   const at::Tensor w = weight.defined() ? weight.expand(shape) : weight;
   const at::Tensor go =
       reduction == LOOM_REDUCTION_NONE ? grad_output.expand(shape) : grad_output;
-  at::Tensor gi = at::empty(shape, self.options().dtype(at::result_type(self, target)));
+  // bce's gradient is laid out as the input, the others' contiguous, as
+  // the CPU's backward kernels allocate them.
+  const auto gtype = self.options().dtype(at::result_type(self, target));
+  at::Tensor gi = kind == LOOM_LOSS_BCE ? at::empty_like(self, gtype) : at::empty(shape, gtype);
   if (gi.numel() == 0) return gi;
   const loom_tensor t[5] = {describe(go, op), describe(x, op), describe(y, op),
                             describe_opt(w, op), describe(gi, op)};

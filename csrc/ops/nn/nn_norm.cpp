@@ -233,7 +233,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm(
     launch(op, LOOM_KERNEL("norm.group_forward"), t, s, N * group,
            grain_for(C / group * HxW), input.device().index());
   }
-  return {y, mean, rstd};
+  // The kernel runs on NCHW; the result takes the input's memory format,
+  // as the CPU's does.
+  return {y.contiguous(input.suggest_memory_format()), mean, rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(
@@ -281,6 +283,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(
     const loom_scalar sp[2] = {scalar_i(N), scalar_i(C)};
     launch(op, LOOM_KERNEL("norm.group_backward_params"), t, sp, C, grain_for(N), dev);
   }
+  if (dx.defined()) dx = dx.contiguous(input.suggest_memory_format());
   return {dx, dw, db};
 }
 

@@ -37,6 +37,15 @@ void run(const char* op, const loom_kernel_t* kernel, loom_padding_mode mode, in
   launch(op, kernel, ts, sc, planes, std::max<int64_t>(1, 16384 / per_plane));
 }
 
+// `out` resized to the meta result's shape; a resized 2-d batch takes the
+// input's memory format (channels last stays channels last), as the CPU's
+// 2-d paddings and their gradients lay theirs out.
+void resize_in_format(const Tensor& out, const Tensor& meta, const Tensor& input, int dims) {
+  if (at::native::resize_output(out, meta.sizes()) && dims == 2 && input.dim() == 4 &&
+      input.suggest_memory_format() == at::MemoryFormat::ChannelsLast)
+    out.unsafeGetTensorImpl()->empty_tensor_restride(at::MemoryFormat::ChannelsLast);
+}
+
 template <typename Call>
 Tensor& forward_out(const char* op, loom_padding_mode mode, int dims, const Tensor& self,
                     Pads pads, Tensor& out, Call call) {
@@ -46,7 +55,7 @@ Tensor& forward_out(const char* op, loom_padding_mode mode, int dims, const Tens
               "dimensions for input, but got: ", self.sizes());
   Tensor m = call(meta_like(self));
   check_out_dtype(out, self, op);
-  at::native::resize_output(out, m.sizes());
+  resize_in_format(out, m, self, dims);
   run(op, LOOM_KERNEL("padding.forward"), mode, dims, pads, out, self);
   return out;
 }
@@ -56,7 +65,7 @@ Tensor& backward_out(const char* op, loom_padding_mode mode, int dims, const Ten
                      const Tensor& self, Pads pads, Tensor& grad_in, Call call) {
   Tensor m = call(meta_like(grad_out), meta_like(self));
   check_out_dtype(grad_in, grad_out, op);
-  at::native::resize_output(grad_in, m.sizes());
+  resize_in_format(grad_in, m, self, dims);
   if (!at::isFloatingType(grad_out.scalar_type()))
     return grad_in.copy_(call(grad_out.cpu(), self.cpu()));
   run(op, LOOM_KERNEL("padding.backward"), mode, dims, pads, grad_in, grad_out);

@@ -92,8 +92,11 @@ void run_forward(const char* op, int dims, const Tensor& self, const Tensor& out
          volumes(out, dims), grain_for(self, dims));
 }
 
+// `contiguous`: the gradient is contiguous whatever self's layout, as the
+// CPU's avg_pool3d, adaptive_avg_pool3d and adaptive_max_pool3d backward
+// make theirs.
 Tensor run_backward(const char* op, int dims, const Tensor& grad_output, const Tensor& self,
-                    const Tensor* indices, const Scalars& sc) {
+                    const Tensor* indices, const Scalars& sc, bool contiguous = false) {
   TORCH_CHECK(grad_output.dim() == self.dim(), op, ": expected grad_output of rank ",
               self.dim(), ", got ", grad_output.dim());
   // Overlapping windows add several shares into one input element: for
@@ -102,7 +105,9 @@ Tensor run_backward(const char* op, int dims, const Tensor& grad_output, const T
   const bool widen = at::isReducedFloatingType(type);
   // self's layout when dense, else a dense one: an expanded input's
   // elements alias, where each must have a gradient of its own.
-  Tensor gi = at::empty_like(self, grad_output.options().dtype(widen ? at::kFloat : type));
+  Tensor gi = at::empty_like(self, grad_output.options().dtype(widen ? at::kFloat : type),
+                             contiguous ? std::optional(at::MemoryFormat::Contiguous)
+                                        : std::nullopt);
   if (gi.numel() == 0) return gi.to(type);
   loom_tensor ts[3] = {volumes5(gi, dims, op), volumes5(grad_output, dims, op),
                        indices ? volumes5(*indices, dims, op) : loom_tensor{}};
@@ -214,7 +219,8 @@ Tensor avg_pool_backward(const Tensor& grad_output, const Tensor& self, c10::Int
                          divisor)
         .to(self.device());
   return run_backward(P::avg_bwd, P::dims, grad_output, self, nullptr,
-                      pool_scalars(LOOM_POOL_AVG, P::dims, k, s, p, {}, include_pad, divisor));
+                      pool_scalars(LOOM_POOL_AVG, P::dims, k, s, p, {}, include_pad, divisor),
+                      P::dims == 3);
 }
 
 template <class P>
@@ -235,7 +241,8 @@ Tensor adaptive_avg_pool_backward(const Tensor& grad_output, const Tensor& self)
     return P::aavg_bwd_op(grad_output.cpu(), self.cpu()).to(self.device());
   return run_backward(
       P::aavg_bwd, P::dims, grad_output, self, nullptr,
-      pool_scalars(LOOM_POOL_ADAPTIVE_AVG, P::dims, {}, {}, {}, {}, false, std::nullopt));
+      pool_scalars(LOOM_POOL_ADAPTIVE_AVG, P::dims, {}, {}, {}, {}, false, std::nullopt),
+      P::dims == 3);
 }
 
 template <class P>
@@ -260,7 +267,8 @@ Tensor adaptive_max_pool_backward(const Tensor& grad_output, const Tensor& self,
     return P::amax_bwd_op(grad_output.cpu(), self.cpu(), indices.cpu()).to(self.device());
   return run_backward(
       P::amax_bwd, P::dims, grad_output, self, &indices,
-      pool_scalars(LOOM_POOL_ADAPTIVE_MAX, P::dims, {}, {}, {}, {}, false, std::nullopt));
+      pool_scalars(LOOM_POOL_ADAPTIVE_MAX, P::dims, {}, {}, {}, {}, false, std::nullopt),
+      P::dims == 3);
 }
 
 // max_unpool2d / max_unpool3d: each value goes to its index in a zeroed
@@ -297,7 +305,11 @@ Tensor& max_unpool_out(const Tensor& self, const Tensor& indices, c10::SymIntArr
   Tensor flat = at::zeros({planes, volume}, self.options());
   if (self.numel() > 0)
     flat.scatter_(1, indices.reshape({planes, -1}), self.reshape({planes, -1}));
-  at::native::resize_output(out, shape);
+  // A batch of planes takes the input's memory format, as on the CPU.
+  if (dims == 2 && self.dim() == 4)
+    out.resize_(shape, self.suggest_memory_format());
+  else
+    at::native::resize_output(out, shape);
   return out.copy_(flat.view(shape));
 }
 

@@ -52,11 +52,13 @@ Tensor plain(const Tensor& t, at::ScalarType type) {
 
 // The result: into `out` (in place or out=) when given, checked as the CPU
 // checks it; computed in `type` of `shape`.
+// A new result is laid out as TensorIterator lays out the `operands`' (as
+// on the CPU: channels-last operands give a channels-last result).
 template <class Fn>
 Tensor with_out(const char* name, const Tensor& out, bool inplace, at::ScalarType type,
-                c10::IntArrayRef shape, const Tensor& like, Fn compute) {
+                c10::IntArrayRef shape, at::TensorList operands, Fn compute) {
   if (!out.defined()) {
-    Tensor r = at::empty(shape, like.options().dtype(type));
+    Tensor r = empty_elementwise(operands, type);
     compute(r);
     return r;
   }
@@ -65,14 +67,15 @@ Tensor with_out(const char* name, const Tensor& out, bool inplace, at::ScalarTyp
   if (inplace) {
     TORCH_CHECK(out.sizes().equals(shape), "output with shape ", out.sizes(),
                 " doesn't match the broadcast shape ", shape);
-  } else {
-    at::native::resize_output(out, shape);
+  } else if (at::native::resize_output(out, shape)) {
+    const Tensor layout = empty_elementwise(operands, type);
+    out.unsafeGetTensorImpl()->set_sizes_and_strides(layout.sizes(), layout.strides());
   }
   if (out.scalar_type() == type && !out.is_conj() && !out.is_neg() &&
       (inplace || out.is_non_overlapping_and_dense())) {
     compute(out);
   } else {
-    Tensor r = at::empty(shape, like.options().dtype(type));
+    Tensor r = empty_elementwise(operands, type);
     compute(r);
     out.copy_(r);
   }
@@ -94,7 +97,7 @@ bool run_binary(int op, const char* name, const Args& a, torch::jit::Stack* stac
   const Tensor x = plain(self, type).expand(shape);
   const Tensor y = number ? Tensor() : plain(other, type).expand(shape);
   const c10::complex<double> c = number ? other.item().toComplexDouble() : 0.0;
-  const Tensor r = with_out(name, a.inplace() ? self : a.out(), a.inplace(), type, shape, self,
+  const Tensor r = with_out(name, a.inplace() ? self : a.out(), a.inplace(), type, shape, {x, y},
                             [&](const Tensor& o) { apply(name, op, o, x, y, c, al); });
   finish(stack, a, r);
   return true;
@@ -109,7 +112,7 @@ bool run_unary(int op, const char* name, const Args& a, torch::jit::Stack* stack
       to_real ? c10::toRealValueType(self.scalar_type()) : self.scalar_type();
   const Tensor x = plain(self, self.scalar_type());
   const Tensor r = with_out(name, a.inplace() ? self : a.out(), a.inplace(), type, self.sizes(),
-                            self, [&](const Tensor& o) { apply(name, op, o, x, Tensor()); });
+                            {x}, [&](const Tensor& o) { apply(name, op, o, x, Tensor()); });
   finish(stack, a, r);
   return true;
 }
@@ -127,7 +130,7 @@ Tensor& conj_physical_out(const Tensor& self, Tensor& out) {
     at::native::resize_output(out, self.sizes());
     return out.copy_(x.conj());
   }
-  with_out("conj_physical", out, false, self.scalar_type(), self.sizes(), self,
+  with_out("conj_physical", out, false, self.scalar_type(), self.sizes(), {x},
            [&](const Tensor& o) { apply("conj_physical", LOOM_COMPLEX_CONJ, o, x, Tensor()); });
   return out;
 }
@@ -157,7 +160,7 @@ Tensor& compose_out(const char* name, int op, const Tensor& a, const Tensor& b, 
               " but got scalar type ", out.scalar_type(), " for argument 'out'");
   const std::vector<int64_t> shape = at::infer_size(a.sizes(), b.sizes());
   const Tensor x = a.expand(shape), y = b.expand(shape);
-  with_out(name, out, false, type, shape, a,
+  with_out(name, out, false, type, shape, {x, y},
            [&](const Tensor& o) { apply(name, op, o, x, y); });
   return out;
 }

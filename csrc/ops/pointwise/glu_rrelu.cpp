@@ -63,7 +63,7 @@ Tensor& rrelu_out(const Tensor& self, Tensor& noise, const at::Scalar& lower,
 
 Tensor rrelu(const Tensor& self, Tensor& noise, const at::Scalar& lower, const at::Scalar& upper,
              bool training, std::optional<at::Generator> gen) {
-  Tensor out = at::empty_like(self);
+  Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);  // as the CPU's
   return rrelu_out(self, noise, lower, upper, training, gen, out);
 }
 
@@ -113,7 +113,7 @@ Tensor& renorm_out(const Tensor& self, const at::Scalar& p, int64_t dim,
 }
 
 Tensor renorm(const Tensor& self, const at::Scalar& p, int64_t dim, const at::Scalar& maxnorm) {
-  Tensor out = at::empty_like(self);
+  Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);  // as the CPU's
   return renorm_out(self, p, dim, maxnorm, out);
 }
 

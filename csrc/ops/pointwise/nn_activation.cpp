@@ -35,7 +35,9 @@ std::tuple<Tensor&, Tensor&> log_sigmoid_forward_out(const Tensor& self, Tensor&
 }
 
 std::tuple<Tensor, Tensor> log_sigmoid_forward(const Tensor& self) {
-  Tensor output = at::empty({0}, self.options()), buffer = at::empty({0}, self.options());
+  // Contiguous whatever the input's layout, as the CPU's output.
+  Tensor output = at::empty_like(self, at::MemoryFormat::Contiguous);
+  Tensor buffer = at::empty({0}, self.options());
   log_sigmoid_forward_out(self, output, buffer);
   return {output, buffer};
 }

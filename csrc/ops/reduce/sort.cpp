@@ -4,6 +4,7 @@
 // algorithms. kernels/reduce/sort.c sorts each slice along the dim in a
 // workspace per chunk of slices.
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
@@ -66,8 +67,14 @@ std::tuple<Tensor&, Tensor&> sort_out(const Tensor& self, std::optional<bool> st
   check_sortable(self, "sort");
   dim = at::maybe_wrap_dim(dim, self.dim());
   check_outs(self, values, indices);
-  at::native::resize_output(values, self.sizes());
-  at::native::resize_output(indices, self.sizes());
+  // Resized outputs take self's dense strides (or dense ones in its
+  // order), as the CPU's sort lays them out.
+  const std::vector<int64_t> strides = self.is_non_overlapping_and_dense()
+                                           ? self.strides().vec()
+                                           : at::infer_dense_strides(self.sizes(), self.strides());
+  for (const Tensor* t : {&values, &indices})
+    if (at::native::resize_output(*t, self.sizes()))
+      t->unsafeGetTensorImpl()->set_sizes_and_strides(self.sizes(), strides);
   const int64_t n = self.dim() ? self.size(dim) : 1;
   // The CPU sorts stably when asked, when the slice is one repeated element
   // (a zero stride), and with its radix sort (long 1-d ascending integers);
