@@ -173,3 +173,74 @@ def test_release_leaves_a_pending_stream_error(loom):
         s.synchronize()
     s.synchronize()
 
+
+def _zero_copy_consumer(inbox, outbox):
+    import torch
+
+    y = inbox.get()
+    outbox.put(("got", y.untyped_storage().nbytes(), y[:3].cpu().tolist()))
+    y.mul_(2)
+    torch.loom.synchronize()
+    outbox.put("doubled")
+    assert inbox.get() == "done"
+
+
+def _zero_copy_producer():
+    # Run with LOOM_SHAREABLE_MEMORY=1: a 16 MiB tensor fills a segment of
+    # its own, a memfd, so its first send shares that memory as it lies.
+    x = torch.arange(4 << 20, dtype=torch.float32, device="loom")
+    torch.loom.synchronize()
+    ptr, allocated = x.data_ptr(), torch.loom.memory_allocated()
+    ctx = mp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_zero_copy_consumer, args=(inbox, outbox))
+    proc.start()
+    try:
+        inbox.put(x[1::2])  # pickled by the queue's feeder thread
+        assert outbox.get(timeout=120) == ("got", 16 << 20, [1.0, 3.0, 5.0])
+        # Not moved: the storage's own memory is the shared region, and the
+        # allocator no longer counts it.
+        assert x.data_ptr() == ptr and _C._distributed.is_shared_storage(x)
+        assert torch.loom.memory_allocated() == allocated - (16 << 20)
+        assert outbox.get(timeout=60) == "doubled"
+        want = torch.arange(4 << 20, dtype=torch.float32)
+        want[1::2] *= 2
+        assert torch.equal(x.cpu(), want)
+        inbox.put("done")
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+    assert proc.exitcode == 0
+    # A tensor that shares its segment with another one moves (one copy).
+    neighbour = torch.zeros(10, device="loom")
+    small = torch.ones(10, device="loom")
+    small_ptr = small.data_ptr()
+    _C._distributed.share_storage(small)
+    assert small.data_ptr() != small_ptr and small.sum().item() == 10
+    del x, small, neighbour
+    import gc
+
+    gc.collect()
+    assert not _shared_fds()
+    print("ZERO COPY OK")
+
+
+def test_first_send_shares_the_segment_without_copying():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    env.update(LOOM_SHAREABLE_MEMORY="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(root, "python"), env.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "zero_copy"], env=env,
+                         capture_output=True, text=True, timeout=240, cwd=root)
+    assert out.returncode == 0 and "ZERO COPY OK" in out.stdout, out.stdout + out.stderr
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["zero_copy"]:
+        _zero_copy_producer()

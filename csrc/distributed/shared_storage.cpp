@@ -36,7 +36,7 @@ void check_loom(const at::Tensor& t, const char* op) {
 
 }  // namespace
 
-std::tuple<int64_t, int64_t, int64_t> share_storage(const at::Tensor& t) {
+std::tuple<int64_t, int64_t, int64_t, int64_t> share_storage(const at::Tensor& t) {
   check_loom(t, "share_storage");
   const c10::Storage& storage = t.storage();
   const auto device = storage.device().index();
@@ -45,6 +45,20 @@ std::tuple<int64_t, int64_t, int64_t> share_storage(const at::Tensor& t) {
   if (!shared) {
     const size_t nbytes = storage.nbytes();
     TORCH_CHECK(nbytes > 0, "share_storage: the storage is empty");
+    // Where the allocator's block fills a segment the driver can hand over,
+    // the storage's memory becomes the region as it lies: no copy. The
+    // writes enqueued so far finish first (the allocator forgets the block).
+    check(loom_stream_synchronize(stream), "share_storage");
+    const c10::DataPtr& data = storage.data_ptr();
+    if (data.get_deleter() == c10::GetAllocator(c10::DeviceType::PrivateUse1)->raw_deleter() &&
+        data.get() && loom_ccl_shared_adopt(data.get(), &shared) == LOOM_OK) {
+      c10::DataPtr previous = storage.unsafeGetStorageImpl()->set_data_ptr(wrap(shared));
+      (void)previous.release_context();  // the region owns the memory now
+      return {loom_ccl_shared_fd(shared), static_cast<int64_t>(loom_ccl_shared_size(shared)),
+              loom_ccl_shared_device(shared), static_cast<int64_t>(nbytes)};
+    }
+    loom_clear_error();
+    shared = nullptr;
     check(loom_ccl_shared_create(device, nbytes, &shared), "share_storage");
     c10::DataPtr fresh = wrap(shared);  // owns the region from here on
     check(loom_memcpy(stream, fresh.get(), storage.data(), nbytes), "share_storage");
@@ -53,11 +67,14 @@ std::tuple<int64_t, int64_t, int64_t> share_storage(const at::Tensor& t) {
   }
   check(loom_stream_synchronize(stream), "share_storage");
   return {loom_ccl_shared_fd(shared), static_cast<int64_t>(loom_ccl_shared_size(shared)),
-          loom_ccl_shared_device(shared)};
+          loom_ccl_shared_device(shared), static_cast<int64_t>(storage.nbytes())};
 }
 
-at::Tensor open_shared_storage(int64_t fd, int64_t nbytes, int64_t device) {
+at::Tensor open_shared_storage(int64_t fd, int64_t nbytes, int64_t device, int64_t used) {
   TORCH_CHECK(nbytes > 0, "open_shared_storage: nbytes must be positive, got ", nbytes);
+  if (used < 0) used = nbytes;
+  TORCH_CHECK(used <= nbytes, "open_shared_storage: the storage's ", used,
+              " bytes exceed the region's ", nbytes);
   TORCH_CHECK(device >= 0 && device < loom_device_count(), "open_shared_storage: no device loom:",
               device, " in this process (", loom_device_count(), " devices)");
   loom_ccl_shared_t* shared = nullptr;
@@ -65,12 +82,12 @@ at::Tensor open_shared_storage(int64_t fd, int64_t nbytes, int64_t device) {
                              static_cast<size_t>(nbytes), &shared),
         "open_shared_storage");
   c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), static_cast<size_t>(nbytes), wrap(shared),
+      c10::StorageImpl::use_byte_size_t(), static_cast<size_t>(used), wrap(shared),
       /*allocator=*/nullptr, /*resizable=*/false));
   at::Tensor out = at::empty({0}, at::TensorOptions()
                                       .dtype(at::kByte)
                                       .device(loom_device(static_cast<c10::DeviceIndex>(device))));
-  out.set_(storage, 0, {nbytes}, {1});
+  out.set_(storage, 0, {used}, {1});
   return out;
 }
 

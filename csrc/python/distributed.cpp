@@ -62,7 +62,7 @@ void init_distributed(py::module& m) {
   d.def("share_storage", &distributed::share_storage, py::arg("tensor"),
         py::call_guard<py::gil_scoped_release>());
   d.def("open_shared_storage", &distributed::open_shared_storage, py::arg("fd"),
-        py::arg("nbytes"), py::arg("device"));
+        py::arg("nbytes"), py::arg("device"), py::arg("used") = -1);
   d.def("is_shared_storage", &distributed::is_shared_storage, py::arg("tensor"));
 }
 

@@ -178,6 +178,14 @@ typedef struct loom_ccl_shared loom_ccl_shared_t;
 
 /* New zeroed region of `size` bytes (> 0) for `device`. */
 loom_status loom_ccl_shared_create(int device, size_t size, loom_ccl_shared_t **out_shared);
+/* Makes the device allocation starting at `ptr` (a caching-allocator
+ * block) a region where it lies, without copying, when the allocator and
+ * the driver can hand over the segment it fills (loom_memory_detach: the
+ * host driver with LOOM_SHAREABLE_MEMORY=1, a block alone in its
+ * segment): the region's size is the segment's, and the block must no
+ * longer be freed (the region owns the memory). LOOM_ERROR_NOT_SUPPORTED,
+ * changing nothing, otherwise: then create a region and copy. */
+loom_status loom_ccl_shared_adopt(void *ptr, loom_ccl_shared_t **out_shared);
 /* Maps the region behind `fd` (from another process's loom_ccl_shared_fd),
  * after checking it is a sealed private memfd of this user of `size`
  * bytes. The caller keeps `fd`: the handle holds its own duplicate. */

@@ -23,10 +23,11 @@ extern "C" {
 #endif
 
 /* 2 appended kernel_resolve; 3 appended loom_command.trace, which a
- * driver completes with loom_driver_trace_report. A driver built for an
- * older version is still accepted: the front end reads no slot past its
- * version, and traces none of its commands. */
-#define LOOM_DRIVER_API_VERSION 3
+ * driver completes with loom_driver_trace_report; 4 appended
+ * segment_detach. A driver built for an older version is still accepted:
+ * the front end reads no slot past its version, and traces none of its
+ * commands. */
+#define LOOM_DRIVER_API_VERSION 4
 
 /* What the front end asks a queue to execute, in submission order. */
 typedef enum loom_command_kind {
@@ -148,6 +149,19 @@ typedef struct loom_driver {
    * driver has no kernel library, and only kernels registered at run time
    * launch on it. */
   loom_status (*kernel_resolve)(void *ctx, const char *name, loom_kernel_impl *out);
+
+  /* ---- API version 4 ---- */
+
+  /* Optional: gives up the segment at `ptr` (`size` bytes, from
+   * segment_alloc) when the driver backs it with memory other processes
+   * can map: *out_fd is then a descriptor (close-on-exec) of a memfd of
+   * exactly `size` bytes, mode 0600 and sealed against shrinking and
+   * growing, of which `ptr` is a shared mapping; the driver forgets the
+   * segment, and the caller owns the mapping and the descriptor (it
+   * unmaps and closes them). LOOM_ERROR_NOT_SUPPORTED, changing nothing,
+   * for any other segment. Sharing a tensor's memory between processes
+   * without a copy (loomccl's shared regions) rests on it. */
+  loom_status (*segment_detach)(void *ctx, int device, void *ptr, size_t size, int *out_fd);
 } loom_driver;
 
 /* The embedded host driver. */

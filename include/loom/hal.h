@@ -211,6 +211,17 @@ typedef struct loom_memory_observer {
  * a thread that may. Not called while loom_shutdown frees the memory. */
 loom_status loom_memory_set_observer(const loom_memory_observer *observer);
 
+/* Takes the allocation at `ptr` (a live block's start) out of the caching
+ * allocator, with the segment it fills, when the driver backs that segment
+ * with memory other processes can map (the host driver with
+ * LOOM_SHAREABLE_MEMORY=1): *out_fd is then the segment's memfd (mode
+ * 0600, sealed against resizing) and *out_size its size; the caller owns
+ * the shared mapping at `ptr` (*out_size bytes) and the descriptor, and no
+ * longer frees the block. Streams must be done with it (recorded uses on
+ * other streams refuse). LOOM_ERROR_NOT_SUPPORTED, changing nothing, where
+ * the block shares its segment or the driver cannot. */
+loom_status loom_memory_detach(void *ptr, int *out_fd, size_t *out_size);
+
 /* ---- pinned host memory ------------------------------------------------- */
 
 /* Page-locked (for the host driver: registered) host memory, cached. Copies

@@ -425,6 +425,55 @@ loom_status loom_allocator_free(loom_allocator *a, void *ptr) {
   return LOOM_OK;
 }
 
+loom_status loom_allocator_detach(loom_allocator *a, void *ptr, int *out_fd, size_t *out_size) {
+  *out_fd = -1;
+  *out_size = 0;
+  if (!(a->driver->api_version >= 4 && a->driver->segment_detach))
+    return LOOM_ERROR_NOT_SUPPORTED;
+  pthread_mutex_lock(&a->lock);
+  block *b = loom_block_map_get(&a->live, ptr);
+  /* The block must be its segment's first, with at most a free tail, have
+   * no other stream's use to wait for, and not belong to a graph's pool
+   * (replays write there). */
+  block *tail = b ? b->next : NULL;
+  if (!b || b->prev || (tail && (!tail->in_free_list || tail->next)) || b->num_uses ||
+      pool_index(a, b->stream_id) >= 0) {
+    pthread_mutex_unlock(&a->lock);
+    return LOOM_ERROR_NOT_SUPPORTED;
+  }
+  const size_t seg_size = b->size + (tail ? tail->size : 0);
+  int fd = -1;
+  if (a->driver->segment_detach(a->driver->context, a->device, ptr, seg_size, &fd) != LOOM_OK) {
+    pthread_mutex_unlock(&a->lock);
+    return LOOM_ERROR_NOT_SUPPORTED;
+  }
+  /* As if the block were freed and its segment returned to the driver. */
+  (void)loom_block_map_take(&a->live, ptr);
+  stat_pool(a->stats.allocation, b->pool, -1);
+  stat_pool(a->stats.allocated_bytes, b->pool, -(int64_t)b->size);
+  stat_pool(a->stats.requested_bytes, b->pool, -(int64_t)b->requested);
+  stat_pool(a->stats.active, b->pool, -1);
+  stat_pool(a->stats.active_bytes, b->pool, -(int64_t)b->size);
+  if (tail) {
+    free_list_remove(a, tail);
+    free(tail);
+  }
+  b->size = seg_size;
+  b->next = NULL;
+  loom_allocator_notify(a, &(loom_memory_event){.kind = LOOM_MEMORY_EVENT_SEGMENT_FREE,
+                                                .device = a->device, .address = b->ptr,
+                                                .size = b->size, .stream_id = b->stream_id});
+  loom_segment_table_remove(&loom_device_segments, (void *)b->ptr);
+  stat_pool(a->stats.segment, b->pool, -1);
+  stat_pool(a->stats.reserved_bytes, b->pool, -(int64_t)b->size);
+  a->stats.num_device_free++;
+  free(b);
+  pthread_mutex_unlock(&a->lock);
+  *out_fd = fd;
+  *out_size = seg_size;
+  return LOOM_OK;
+}
+
 loom_status loom_allocator_record_stream(loom_allocator *a, void *ptr, loom_stream_t *stream,
                                          uint64_t stream_id) {
   pthread_mutex_lock(&a->lock);

@@ -32,6 +32,13 @@ void loom_allocator_destroy(loom_allocator *a);
 loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t *stream,
                                   uint64_t stream_id, void **out_ptr);
 loom_status loom_allocator_free(loom_allocator *a, void *ptr);
+/* Takes the live block at `ptr` out of the allocator with its segment when
+ * it fills the segment (a free tail aside) and the driver hands the
+ * segment over (driver segment_detach): *out_fd and *out_size are then the
+ * segment's memfd and size, and the caller owns the mapping at `ptr` and
+ * the descriptor. LOOM_ERROR_NOT_SUPPORTED otherwise (nothing changes),
+ * with no error message set. */
+loom_status loom_allocator_detach(loom_allocator *a, void *ptr, int *out_fd, size_t *out_size);
 loom_status loom_allocator_record_stream(loom_allocator *a, void *ptr, loom_stream_t *stream,
                                          uint64_t stream_id);
 /* A stream is gone (its queue drained): its blocks join `new_id`'s pool. */

@@ -1,6 +1,9 @@
 /* Device memory shared between processes: a memfd per region, mapped by
  * every process that holds it, registered with the runtime as pinned so
- * that copies to and from it stay asynchronous. The same kind of segment
+ * that copies to and from it stay asynchronous. A region is made fresh
+ * (create, then the caller copies into it) or adopted: an allocation that
+ * fills a segment the driver backs with a memfd (loom_memory_detach)
+ * becomes the region where it lies, without a copy. The same kind of segment
  * as the communicator's (segment.c), minus the rendezvous: the descriptor
  * travels however the caller sends it (torch.multiprocessing passes it
  * over a unix socket). */
@@ -22,6 +25,7 @@ struct loom_ccl_shared {
   size_t size;
   int fd;
   int device;
+  int registered; /* ptr is registered as pinned host memory */
 };
 
 static atomic_uint shared_serial;
@@ -58,7 +62,7 @@ static loom_status attach(int device, int fd, size_t size, const char *what,
     close(fd);
     return st;
   }
-  *s = (loom_ccl_shared_t){.ptr = p, .size = size, .fd = fd, .device = device};
+  *s = (loom_ccl_shared_t){.ptr = p, .size = size, .fd = fd, .device = device, .registered = 1};
   *out = s;
   return LOOM_OK;
 }
@@ -111,6 +115,32 @@ loom_status loom_ccl_shared_open(int device, int fd, size_t size, loom_ccl_share
   return attach(device, own, size, "loom_ccl_shared_open", out_shared);
 }
 
+loom_status loom_ccl_shared_adopt(void *ptr, loom_ccl_shared_t **out_shared) {
+  if (!out_shared || !ptr)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_ccl_shared_adopt: NULL argument");
+  *out_shared = NULL;
+  const int device = loom_pointer_device(ptr);
+  if (device < 0) return LOOM_ERROR_NOT_SUPPORTED;
+  loom_ccl_shared_t *s = malloc(sizeof *s);
+  if (!s) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_ccl_shared_adopt: out of host memory");
+  int fd = -1;
+  size_t size = 0;
+  loom_status st = loom_memory_detach(ptr, &fd, &size);
+  if (st != LOOM_OK) {
+    free(s);
+    return st;
+  }
+  /* The memory stays where it is, now outside the allocator: registered
+   * pinned, copies to and from it stay asynchronous. Should registration
+   * fail, they are merely synchronous: the data must not move. */
+  const int registered = loom_host_register(ptr, size) == LOOM_OK;
+  if (!registered) loom_clear_error();
+  *s = (loom_ccl_shared_t){.ptr = ptr, .size = size, .fd = fd, .device = device,
+                           .registered = registered};
+  *out_shared = s;
+  return LOOM_OK;
+}
+
 void *loom_ccl_shared_ptr(const loom_ccl_shared_t *shared) { return shared ? shared->ptr : NULL; }
 size_t loom_ccl_shared_size(const loom_ccl_shared_t *shared) { return shared ? shared->size : 0; }
 int loom_ccl_shared_device(const loom_ccl_shared_t *shared) { return shared ? shared->device : -1; }
@@ -124,7 +154,7 @@ void loom_ccl_shared_release(loom_ccl_shared_t *shared) {
    * it, and the failure would go unseen). (After loom_shutdown the runtime
    * has nothing queued and ended the registration already.) */
   if (loom_device_wait_idle(shared->device) != LOOM_OK) loom_clear_error();
-  if (loom_host_unregister(shared->ptr) != LOOM_OK) loom_clear_error();
+  if (shared->registered && loom_host_unregister(shared->ptr) != LOOM_OK) loom_clear_error();
   munmap(shared->ptr, shared->size);
   close(shared->fd);
   free(shared);

@@ -59,6 +59,20 @@ loom_status loom_record_stream(void *ptr, loom_stream_t *stream) {
   return loom_allocator_record_stream(rt->devices[device].allocator, ptr, stream, stream->id);
 }
 
+loom_status loom_memory_detach(void *ptr, int *out_fd, size_t *out_size) {
+  if (!ptr || !out_fd || !out_size)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_memory_detach: NULL argument");
+  *out_fd = -1;
+  *out_size = 0;
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_runtime_unavailable();
+  const int device = loom_allocator_owner(ptr, NULL);
+  if (device < 0 || device >= rt->num_devices)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_memory_detach: %p is not loom device memory",
+                      ptr);
+  return loom_allocator_detach(rt->devices[device].allocator, ptr, out_fd, out_size);
+}
+
 int loom_pointer_device(const void *ptr) {
   if (!ptr) return -1;
   loom_runtime *rt = loom_runtime_get();

@@ -668,9 +668,83 @@ static void shared_guarded_rank(int rank, int world, const char *job) {
   CHECK(strstr(loom_last_error(), "host can address") != NULL);
 }
 
+/* LOOM_SHAREABLE_MEMORY=1: a block alone in its segment becomes a region
+ * where it lies; one that shares its segment, or any without the setting,
+ * is refused and stays the allocator's. */
+static void adopt_rank(int rank, int world, const char *job) {
+  (void)rank, (void)world, (void)job;
+  loom_stream_t *stream = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &stream));
+  const size_t big = (size_t)16 << 20;
+  float host[4] = {1, 2, 3, 4}, back[4] = {0};
+  char *p = NULL, *n1 = NULL, *n2 = NULL;
+  loom_ccl_shared_t *s = NULL, *t = NULL;
+  CHECK_OK(loom_malloc(0, big, stream, (void **)&p));
+  CHECK(loom_ccl_shared_adopt(p, &s) == LOOM_ERROR_NOT_SUPPORTED && s == NULL);
+  CHECK_OK(loom_free(p));
+  CHECK_OK(loom_memory_empty_cache(0));
+  setenv("LOOM_SHAREABLE_MEMORY", "1", 1);
+  CHECK_OK(loom_malloc(0, big, stream, (void **)&p));
+  CHECK_OK(loom_memcpy(stream, p + 4096, host, sizeof host));
+  CHECK_OK(loom_stream_synchronize(stream));
+  loom_memory_stats before, after;
+  CHECK_OK(loom_memory_stats_get(0, &before));
+  CHECK_OK(loom_ccl_shared_adopt(p, &s));
+  CHECK(loom_ccl_shared_ptr(s) == p && loom_ccl_shared_size(s) == big);
+  CHECK_OK(loom_memory_stats_get(0, &after));
+  CHECK(after.allocated_bytes[LOOM_POOL_ALL].current ==
+        before.allocated_bytes[LOOM_POOL_ALL].current - (int64_t)big);
+  CHECK(after.reserved_bytes[LOOM_POOL_ALL].current ==
+        before.reserved_bytes[LOOM_POOL_ALL].current - (int64_t)big);
+  /* Another mapping of the same memory: what the first holds. */
+  CHECK_OK(loom_ccl_shared_open(0, loom_ccl_shared_fd(s), big, &t));
+  CHECK_OK(loom_memcpy(stream, back, (char *)loom_ccl_shared_ptr(t) + 4096, sizeof back));
+  CHECK_OK(loom_stream_synchronize(stream));
+  CHECK(memcmp(back, host, sizeof host) == 0);
+  loom_ccl_shared_release(s);
+  loom_ccl_shared_release(t);
+  /* Two blocks in one segment: neither is handed over. */
+  CHECK_OK(loom_malloc(0, 1024, stream, (void **)&n1));
+  CHECK_OK(loom_malloc(0, 1024, stream, (void **)&n2));
+  CHECK(loom_ccl_shared_adopt(n2, &s) == LOOM_ERROR_NOT_SUPPORTED && s == NULL);
+  CHECK(loom_ccl_shared_adopt(n1 + 8, &s) == LOOM_ERROR_NOT_SUPPORTED && s == NULL);
+  CHECK_OK(loom_free(n1));
+  CHECK_OK(loom_free(n2));
+  unsetenv("LOOM_SHAREABLE_MEMORY");
+  loom_stream_release(stream);
+}
+
+/* loom_ccl_combine: buffers reduced in the given order, avg by the divisor. */
+static void combine_rank(int rank, int world, const char *job) {
+  (void)rank, (void)world, (void)job;
+  loom_stream_t *stream = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &stream));
+  float a[3] = {1, 2, 3}, b[3] = {10, 20, 30}, out[3] = {0};
+  float *da = NULL, *db = NULL;
+  CHECK_OK(loom_malloc(0, sizeof a, stream, (void **)&da));
+  CHECK_OK(loom_malloc(0, sizeof b, stream, (void **)&db));
+  CHECK_OK(loom_memcpy(stream, da, a, sizeof a));
+  CHECK_OK(loom_memcpy(stream, db, b, sizeof b));
+  const void *srcs[2] = {da, db};
+  loom_ccl_reduction avg = {.op = LOOM_CCL_AVG};
+  CHECK_OK(loom_ccl_combine(stream, da, srcs, 2, 3, LOOM_FLOAT32, &avg, 4));
+  CHECK_OK(loom_memcpy(stream, out, da, sizeof out));
+  CHECK_OK(loom_stream_synchronize(stream));
+  CHECK(out[0] == 11.0f / 4 && out[1] == 22.0f / 4 && out[2] == 33.0f / 4);
+  CHECK(loom_ccl_combine(stream, da, srcs, 2, 3, LOOM_FLOAT32, &avg, 0) ==
+        LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK(loom_ccl_combine(stream, out, srcs, 2, 3, LOOM_FLOAT32, &avg, 1) ==
+        LOOM_ERROR_INVALID_ARGUMENT);
+  CHECK_OK(loom_free(da));
+  CHECK_OK(loom_free(db));
+  loom_stream_release(stream);
+}
+
 static void test_shared_regions(void) {
   run_ranks(1, NULL, shared_rank);
   run_ranks(1, "guarded", shared_guarded_rank);
+  run_ranks(1, NULL, adopt_rank);
+  run_ranks(1, NULL, combine_rank);
 }
 
 int main(void) {

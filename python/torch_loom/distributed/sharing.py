@@ -15,7 +15,9 @@ process holds a tensor on it (a producer dropping its tensor does not pull
 it from under the consumers), and is freed when the last holder lets go or
 exits. The first send of a storage moves it into a shared region (one
 device copy, as ``share_memory_()`` does for a CPU tensor); later sends of
-it copy nothing. The device's memory must be host-addressable (not under
+it copy nothing. With ``LOOM_SHAREABLE_MEMORY=1`` the host driver backs its
+memory with memfds, and a storage alone in its allocator segment (large
+tensors) becomes the region where it lies: no copy at all. The device's memory must be host-addressable (not under
 ``LOOM_DRIVER=guarded``).
 """
 
@@ -31,9 +33,10 @@ def _rebuild_loom_tensor(cls, fd_holder, nbytes, device, dtype, offset, size, st
                          requires_grad):
     from .. import _C
 
+    region, used = nbytes  # the region's bytes, the storage's
     fd = fd_holder.detach()
     try:
-        base = _C._distributed.open_shared_storage(fd, nbytes, device)
+        base = _C._distributed.open_shared_storage(fd, region, device, used)
     finally:
         os.close(fd)
     t = torch.empty(0, dtype=dtype, device=base.device)
@@ -65,13 +68,13 @@ def reduce_loom_tensor(t):
     if t.untyped_storage().nbytes() == 0:
         return (_rebuild_empty, (cls, t.device.index, t.dtype, tuple(t.size()), tuple(t.stride()),
                                  t.requires_grad))
-    fd, nbytes, device = _C._distributed.share_storage(t.detach())
-    return (_rebuild_loom_tensor, (cls, DupFd(fd), nbytes, device) + args)
+    fd, region, device, used = _C._distributed.share_storage(t.detach())
+    return (_rebuild_loom_tensor, (cls, DupFd(fd), (region, used), device) + args)
 
 
 def _rebuild_loom_storage(fd_holder, nbytes, device):
-    return _rebuild_loom_tensor(torch.Tensor, fd_holder, nbytes, device, torch.uint8, 0, (nbytes,),
-                                (1,), False).untyped_storage()
+    return _rebuild_loom_tensor(torch.Tensor, fd_holder, nbytes, device, torch.uint8, 0,
+                                (nbytes[1],), (1,), False).untyped_storage()
 
 
 def _rebuild_empty_storage(device):
@@ -86,8 +89,8 @@ def reduce_loom_storage(storage):
     if storage.nbytes() == 0:
         return (_rebuild_empty_storage, (storage.device.index,))
     base = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-    fd, nbytes, device = _C._distributed.share_storage(base)
-    return (_rebuild_loom_storage, (DupFd(fd), nbytes, device))
+    fd, region, device, used = _C._distributed.share_storage(base)
+    return (_rebuild_loom_storage, (DupFd(fd), (region, used), device))
 
 
 def _chain(loom_reduce, previous, is_loom):

@@ -59,40 +59,6 @@ static loom_status host_device_properties(void *ctx, int device, loom_device_pro
   return LOOM_OK;
 }
 
-/* Segments of a huge page or more start on a huge-page boundary and ask
- * for huge pages: a stream over 4 KiB pages stalls at every page, where the
- * hardware prefetcher stops and the TLB misses. */
-#define HOST_HUGE_PAGE ((size_t)2 << 20)
-
-static loom_status host_segment_alloc(void *ctx, int device, size_t size, void **out_ptr) {
-  const size_t slack = size >= HOST_HUGE_PAGE ? HOST_HUGE_PAGE : 0;
-  char *p = size <= SIZE_MAX - slack
-                ? mmap(NULL, size + slack, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                : MAP_FAILED;
-  if (p == MAP_FAILED) {
-    *out_ptr = NULL;
-    return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "host driver: cannot map %zu bytes", size);
-  }
-  if (slack) {
-    /* keep [aligned, aligned + size rounded to pages): what free unmaps */
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    const size_t kept = (size + page - 1) / page * page;
-    char *aligned = (char *)(((uintptr_t)p + slack - 1) & ~(uintptr_t)(slack - 1));
-    if (aligned > p) munmap(p, (size_t)(aligned - p));
-    char *end = p + kept + slack; /* the mapping's end */
-    if (end > aligned + kept) munmap(aligned + kept, (size_t)(end - (aligned + kept)));
-    p = aligned;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, size, MADV_HUGEPAGE);
-#endif
-  }
-  *out_ptr = p;
-  return LOOM_OK;
-}
-
-static void host_segment_free(void *ctx, int device, void *ptr, size_t size) { munmap(ptr, size); }
-
 static loom_status host_run_now(void *ctx, int device, const loom_command *command) {
   return host_execute_launch(ctx, device, 0, command, NULL);
 }
@@ -123,6 +89,7 @@ static const loom_driver host_driver = {
     .run_now = host_run_now,
     .queue_run_inline = host_queue_run_inline,
     .kernel_resolve = host_kernel_resolve,
+    .segment_detach = host_segment_detach,
 };
 
 const loom_driver *loom_host_driver(void) { return &host_driver; }

@@ -67,6 +67,12 @@ typedef struct host_context {
   host_device *devices;
 } host_context;
 
+/* host_memory.c: device memory (segments; shareable ones with
+ * LOOM_SHAREABLE_MEMORY=1). */
+loom_status host_segment_alloc(void *ctx, int device, size_t size, void **out_ptr);
+void host_segment_free(void *ctx, int device, void *ptr, size_t size);
+loom_status host_segment_detach(void *ctx, int device, void *ptr, size_t size, int *out_fd);
+
 loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t *owner,
                               loom_driver_queue **out_queue);
 void host_queue_destroy(void *ctx, loom_driver_queue *queue);
