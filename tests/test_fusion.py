@@ -90,7 +90,7 @@ def run_program(steps, shape, dtype, seed):
     with held():
         for kind, i, j, k in steps:
             t = env[i % len(env)]
-            kind %= 9
+            kind %= 11
             if kind == 0:
                 env.append(UNARY[j % len(UNARY)](t))
             elif kind == 1:
@@ -110,8 +110,13 @@ def run_program(steps, shape, dtype, seed):
             elif kind == 7:  # broadcast: a row of the last dim against the tensor
                 env.append(t * env[2] + env[2] if env[2].dtype == t.dtype and _broadcasts(env[2].shape, t.shape)
                            else t + 1)
-            else:
+            elif kind == 8:
                 env.append(torch.where(t > 0, t, t * 0.1))
+            elif kind == 9 and t.dim() >= 1:  # a row reduction: layer norm over the last dim
+                w = env[2] if env[2].dtype == t.dtype and env[2].shape == t.shape[-1:] else None
+                env.append(F.layer_norm(t, t.shape[-1:], w, w if k % 2 else None, eps=1e-5))
+            elif t.dim() >= 1:  # softmax / log_softmax over the last dim, between pointwise ops
+                env.append((F.log_softmax if j % 2 else F.softmax)(t * 0.5, dim=-1) + 1.0)
     return [t.cpu() for t in env]
 
 
@@ -275,6 +280,87 @@ def test_declared_kernel_bytes_do_not_depend_on_the_grain(name):
             _C._launch_kernel(name, tensors, _scalars(tensors, scalars, name), out.numel(), grain)
             results.append(raw(out).clone())
         assert all(torch.equal(results[0], r) for r in results[1:]), f"{name} {scalars}"
+
+
+ROW_KERNELS = ["norm.layer_forward", "softmax.forward"]
+
+
+def _row_cases(name):
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(70, 73, generator=g) * 3).to("loom")
+    w, b = torch.randn(73, generator=g).to("loom"), torch.randn(73, generator=g).to("loom")
+    if name == "norm.layer_forward":  # x, w, b, y, mean, rstd; n, eps, rms
+        outs = [torch.empty_like(x), torch.empty(70, 1, device="loom"), torch.empty(70, 1, device="loom")]
+        return [([x, w, b] + outs, [73, 1e-5, 0], outs), ([x, w, b] + outs, [73, 1e-6, 1], outs)]
+    if name == "softmax.forward":  # in, out; dim, take_log
+        y, h = torch.empty_like(x), x.to(torch.bfloat16)
+        yh = torch.empty_like(h)
+        return [([x, y], [1, 0], [y]), ([x, y], [1, 1], [y]), ([h, yh], [1, 0], [yh])]
+    return None
+
+
+@pytest.mark.parametrize("name", ROW_KERNELS)
+def test_row_kernel_bytes_do_not_depend_on_the_grain(name):
+    """The kernels with a row map (kernels/declarations.c) give each row the
+    same bytes however the rows are split."""
+    for tensors, scalars, outs in _row_cases(name):
+        results = []
+        for grain in [70, 1, 3, 7, 64]:
+            for o in outs:
+                o.zero_()
+            _C._launch_kernel(name, tensors, scalars, 70, grain)
+            results.append([raw(o).clone() for o in outs])
+        assert all(torch.equal(a, b) for r in results[1:] for a, b in zip(results[0], r)), scalars
+
+
+def _ln_program(x, res, w, b, scale):
+    h = F.layer_norm(x + res, x.shape[-1:], w, b)
+    h = torch.tanh(h * scale) * 2.0 + x
+    h = torch.softmax(h, dim=-1) * 3.0
+    return torch.sigmoid(F.layer_norm(h, x.shape[-1:]) - 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_reductions_join_the_group(no_fallback, dtype):
+    """Layer norm and softmax over the last dim run inside the group of the
+    pointwise ops around them, chunked by whole rows, with the bytes of
+    running them one by one (and under verify)."""
+    g = torch.Generator().manual_seed(3)
+    rows, d = 96, 130
+    x, res = (torch.randn(rows, d, generator=g).to(dtype).to("loom") for _ in range(2))
+    w, b, scale = (torch.randn(d, generator=g).to(dtype).to("loom") for _ in range(3))
+    results = {}
+    for mode in (0, 1, "verify"):
+        before = fusion.counters()
+        with fusion.mode(mode):
+            with held():
+                y = _ln_program(x, res, w, b, scale)
+            results[mode] = y.cpu()
+        after = fusion.counters()
+        if mode == 1:
+            groups = after["groups"] - before["groups"]
+            # add, layer_norm, mul, tanh, mul, add, softmax, mul, layer_norm, sub, sigmoid
+            assert groups == 1 and after["ops_fused"] - before["ops_fused"] == 11, (groups, after)
+        if mode == "verify":
+            assert after["verified"] > before["verified"]
+    assert torch.equal(raw(results[0]), raw(results[1]))
+    assert torch.equal(raw(results[0]), raw(results["verify"]))
+
+
+def test_row_reduction_over_another_dim_is_not_a_member():
+    """A softmax over dim 0 walks columns: it runs on its own, between the
+    groups, with the same bytes."""
+    x = torch.randn(128, 96, device="loom")
+    out = {}
+    for mode in (0, 1):
+        before = fusion.counters()
+        with fusion.mode(mode):
+            with held():
+                y = torch.softmax(torch.sin(x) * 2.0, dim=0) + 1.0
+            out[mode] = y.cpu()
+        after = fusion.counters()
+    assert after["ops_fused"] - before["ops_fused"] == 2  # sin, mul; the add follows the softmax
+    assert torch.equal(raw(out[0]), raw(out[1]))
 
 
 # ---- a training step ----------------------------------------------------------------------

@@ -7,7 +7,14 @@
  * tensor of it overlaps a tensor of a member through another element map
  * (same data, dtype and, once dims of size 1 are dropped and contiguous
  * dims merged, sizes and strides). Launches it passes over stay queued, in
- * order, and a later launch joins only if it overlaps none of them. A copy,
+ * order, and a later launch joins only if it overlaps none of them. A
+ * row-wise kernel with a row map (layer norm, softmax over the last dim;
+ * kernels/registry.h) joins over its rows' elements: the group's chunks
+ * then hold whole rows, and its per-row outputs (statistics) go to scratch
+ * and are copied in after the chunks, where no later member overwrote
+ * them. A small library launch that cannot join but shares no written
+ * memory with the group runs whole before its chunks, so that members
+ * after it may read what it writes. A copy,
  * an event, a host callback, the end of the queue, or a budget (members,
  * commands looked at, launches passed over) ends the look. The worker pool
  * then runs chunk k of every member, in program order, before chunk k + 1:

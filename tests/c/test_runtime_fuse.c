@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/registry.h"
 #include "loom/fuse.h"
 #include "loom/kernels/pointwise.h"
 #include "test_drivers.h"
@@ -505,6 +506,163 @@ static void test_streams_fuse_concurrently(void) {
   free(input);
 }
 
+/* ---- row-wise members, deferred outputs, launches run ahead ------------------------- */
+
+enum { ROWS = 96, COLS = 1000 }; /* 96 000 elements; a row is not a multiple of 64 */
+
+/* norm.layer_forward over `rows` rows of COLS: y = layer_norm(x) * w + b. */
+static void layer_norm(loom_stream_t *s, loom_tensor x, loom_tensor w, loom_tensor b,
+                       loom_tensor y, loom_tensor mean, loom_tensor rstd, int64_t rows) {
+  static const loom_kernel_t *k;
+  if (!k) CHECK_OK(loom_kernel_lookup("norm.layer_forward", &k));
+  const loom_tensor t[6] = {x, w, b, y, mean, rstd};
+  const loom_scalar sc[3] = {{.i = COLS}, {.f = 1e-5}, {.i = 0}};
+  const loom_launch_desc d = {.name = "fuse_test.layer_norm", .kernel = k, .tensors = t,
+                              .num_tensors = 6, .scalars = sc, .num_scalars = 3,
+                              .range = rows, .grain = 4};
+  CHECK_OK(loom_launch(s, &d));
+}
+
+/* p (ROWS*COLS floats), w, b (COLS), then the outputs. Program:
+ *   q = p * 2; layer_norm(q) -> y, mean, rstd; z = y + q;
+ *   [cover] p = q * 0.5; u = p + y
+ * mean lies in the last ROWS floats of p (memory the allocator may hand on
+ * once p's tensor is freed): A's last chunk reads them before the layer
+ * norm's first chunk would write them, so the statistics are deferred; a
+ * later launch that overwrites p whole keeps its bytes there. Returns the
+ * downloads of p, y, z, u, rstd, one after the other. */
+static float *run_rows(loom_stream_t *s, loom_fuse_mode mode, const float *input, int cover,
+                       loom_fuse_stats *delta) {
+  enum { E = ROWS * COLS };
+  loom_fuse_set_mode(mode);
+  float *p = dev_alloc(E * 4), *w = dev_alloc(COLS * 4), *b = dev_alloc(COLS * 4);
+  float *q = dev_alloc(E * 4), *y = dev_alloc(E * 4), *z = dev_alloc(E * 4), *u = dev_alloc(E * 4);
+  float *rstd = dev_alloc(ROWS * 4);
+  upload(s, p, input, E * 4);
+  upload(s, w, input + E, COLS * 4);
+  upload(s, b, input + E + COLS, COLS * 4);
+  const loom_tensor tp = vec(p, LOOM_FLOAT32, E), tq = vec(q, LOOM_FLOAT32, E),
+                    ty = vec(y, LOOM_FLOAT32, E), tz = vec(z, LOOM_FLOAT32, E),
+                    tu = vec(u, LOOM_FLOAT32, E);
+  const loom_tensor mean = vec(p + E - ROWS, LOOM_FLOAT32, ROWS);
+  const loom_fuse_stats before = stats();
+  hold(s);
+  CHECK_OK(pw(s, "fuse_test.double", LOOM_PW_ADD, tq, tp, tp, 1.0));
+  layer_norm(s, tq, vec(w, LOOM_FLOAT32, COLS), vec(b, LOOM_FLOAT32, COLS), ty, mean,
+             vec(rstd, LOOM_FLOAT32, ROWS), ROWS);
+  CHECK_OK(pw(s, "fuse_test.residual", LOOM_PW_ADD, tz, ty, tq, 1.0));
+  if (cover) {
+    CHECK_OK(pw(s, "fuse_test.overwrite", LOOM_PW_MUL, tp, tq, tq, 0));
+    CHECK_OK(pw(s, "fuse_test.read_over", LOOM_PW_SUB, tu, tp, ty, 1.0));
+  }
+  open_gate();
+  float *out = malloc((4 * (size_t)E + ROWS) * 4);
+  download(s, out, p, E * 4);
+  download(s, out + E, y, E * 4);
+  download(s, out + 2 * E, z, E * 4);
+  download(s, out + 3 * E, cover ? u : z, E * 4);
+  download(s, out + 4 * E, rstd, ROWS * 4);
+  CHECK_OK(loom_stream_synchronize(s));
+  const loom_fuse_stats after = stats();
+  *delta = (loom_fuse_stats){.groups = after.groups - before.groups,
+                             .ops_fused = after.ops_fused - before.ops_fused,
+                             .verified = after.verified - before.verified};
+  loom_free(p), loom_free(w), loom_free(b), loom_free(q), loom_free(y), loom_free(z);
+  loom_free(u), loom_free(rstd);
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  return out;
+}
+
+/* A layer norm joins the elementwise launches around it, chunked by whole
+ * rows; its statistics, over memory an earlier member reads, land after
+ * the chunks, but where a later member overwrote them. */
+static void test_layer_norm_joins_by_rows(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  enum { E = ROWS * COLS };
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *input = random_floats(E + 2 * COLS, 11);
+  const size_t bytes = (4 * (size_t)E + ROWS) * 4;
+  for (int cover = 0; cover < 2; ++cover) {
+    loom_fuse_stats off, on, verify;
+    float *ref = run_rows(s, LOOM_FUSE_OFF, input, cover, &off);
+    float *got = run_rows(s, LOOM_FUSE_ON, input, cover, &on);
+    float *checked = run_rows(s, LOOM_FUSE_VERIFY, input, cover, &verify);
+    CHECK_EQ_INT(off.groups, 0);
+    CHECK(memcmp(ref, got, bytes) == 0);
+    CHECK(memcmp(ref, checked, bytes) == 0);
+    if (fuses()) {
+      CHECK_EQ_INT(on.groups, 1);
+      CHECK_EQ_INT(on.ops_fused, cover ? 5 : 3);
+      CHECK_EQ_INT(verify.verified, 1);
+    }
+    free(ref);
+    free(got);
+    free(checked);
+  }
+  free(input);
+  loom_stream_release(s);
+}
+
+/* y = x * 2 (N as 256 x 256), then a small v = c + 1 (256), then z = y * v
+ * with v broadcast over rows: the small launch runs before the group's
+ * chunks and z joins. If the small launch wrote what the group reads
+ * (x), it would stay behind. */
+static void test_small_launch_runs_ahead(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  enum { C = 256 };
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *input = random_floats(N + C, 12);
+  float *x = dev_alloc(N * 4), *y = dev_alloc(N * 4), *z = dev_alloc(N * 4);
+  float *c = dev_alloc(C * 4), *v = dev_alloc(C * 4);
+  const loom_tensor tx = vec(x, LOOM_FLOAT32, N), ty = vec(y, LOOM_FLOAT32, N),
+                    tz = vec(z, LOOM_FLOAT32, N);
+  const loom_tensor rows_v = {.data = v, .dtype = LOOM_FLOAT32, .rank = 2,
+                              .sizes = {N / C, C}, .strides = {0, 1}};
+  const loom_tensor ty2 = {.data = y, .dtype = LOOM_FLOAT32, .rank = 2, .sizes = {N / C, C},
+                           .strides = {C, 1}};
+  const loom_tensor tz2 = {.data = z, .dtype = LOOM_FLOAT32, .rank = 2, .sizes = {N / C, C},
+                           .strides = {C, 1}};
+  float *got[2][2];
+  for (int writes_x = 0; writes_x < 2; ++writes_x) {
+    for (int pass = 0; pass < 2; ++pass) {
+      loom_fuse_set_mode(pass ? LOOM_FUSE_ON : LOOM_FUSE_OFF);
+      upload(s, x, input, N * 4);
+      upload(s, c, input + N, C * 4);
+      const loom_fuse_stats before = stats();
+      hold(s);
+      CHECK_OK(pw(s, "fuse_test.twice", LOOM_PW_ADD, ty, tx, tx, 1.0));
+      CHECK_OK(pw(s, "fuse_test.small", LOOM_PW_ADD,
+                  writes_x ? vec(x + N - C, LOOM_FLOAT32, C) : vec(v, LOOM_FLOAT32, C),
+                  vec(c, LOOM_FLOAT32, C), vec(c, LOOM_FLOAT32, C), 1.0));
+      CHECK_OK(pw(s, "fuse_test.scale_rows", LOOM_PW_MUL, tz2, ty2,
+                  writes_x ? (loom_tensor){.data = x + N - C, .dtype = LOOM_FLOAT32, .rank = 2,
+                                           .sizes = {N / C, C}, .strides = {0, 1}}
+                           : rows_v, 0));
+      open_gate();
+      got[writes_x][pass] = malloc(2 * N * 4);
+      download(s, got[writes_x][pass], z, N * 4);
+      download(s, got[writes_x][pass] + N, x, N * 4);
+      CHECK_OK(loom_stream_synchronize(s));
+      const loom_fuse_stats after = stats();
+      if (pass && fuses()) {
+        /* run ahead: twice, small, scale_rows in one group; else the small
+         * launch ends twice's group alone and scale_rows follows it */
+        CHECK_EQ_INT(after.groups - before.groups, writes_x ? 0 : 1);
+        CHECK_EQ_INT(after.ops_fused - before.ops_fused, writes_x ? 0 : 3);
+      }
+    }
+    CHECK(memcmp(got[writes_x][0], got[writes_x][1], 2 * N * 4) == 0);
+    free(got[writes_x][0]);
+    free(got[writes_x][1]);
+  }
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  free(input);
+  loom_free(x), loom_free(y), loom_free(z), loom_free(c), loom_free(v);
+  loom_stream_release(s);
+}
+
 static void test_mode(void) {
   const loom_fuse_mode was = loom_fuse_get_mode();
   loom_fuse_set_mode(LOOM_FUSE_VERIFY);
@@ -517,6 +675,12 @@ static void test_mode(void) {
   int pointwise = 0;
   for (size_t i = 0; i < n && i < 8; ++i) pointwise |= !strcmp(names[i], "pointwise.apply");
   CHECK(pointwise);
+  const size_t rows = loom_kernel_library_row_kernels(names, 8);
+  CHECK(rows >= 2);
+  for (size_t i = 0; i < rows && i < 8; ++i) {
+    const loom_kernel_entry *e = loom_kernel_library_find(names[i]);
+    CHECK(e && loom_kernel_library_row_map(e->fn) != NULL);
+  }
 }
 
 int main(void) {
@@ -531,6 +695,8 @@ int main(void) {
     RUN_TEST(test_failing_member_is_named);
     RUN_TEST(test_trace_shows_one_kernel);
     RUN_TEST(test_streams_fuse_concurrently);
+    RUN_TEST(test_layer_norm_joins_by_rows);
+    RUN_TEST(test_small_launch_runs_ahead);
   }
   TEST_MAIN_END();
 }

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "kernels/registry.h"
 #include "loom/fuse.h"
@@ -45,6 +44,7 @@ enum {
   SPAN_WRITTEN = 1,  /* the member writes it */
   SPAN_MAP = 2,      /* chunk [b, e) touches its elements of linear index [b, e) */
   SPAN_DEFERRED = 4, /* written to scratch by the chunks, copied in after them */
+  SPAN_COVERS = 8,   /* written whole, over deferred memory of an earlier member */
 };
 
 /* A launch as a group sees it: the elements it walks (a row-wise kernel's
@@ -96,158 +96,6 @@ struct host_group {
   char failed_reason[HOST_FUSE_MAX_MEMBERS][HOST_REASON_CAPACITY];
 };
 
-/* ---- mode and counters ------------------------------------------------------ */
-
-static atomic_int fuse_mode = -1; /* -1: LOOM_FUSE not read yet */
-static _Atomic uint64_t stat_groups, stat_ops, stat_reordered, stat_cached, stat_verified,
-    stat_verify_skipped;
-
-static loom_fuse_mode mode_from_env(void) {
-  const char *v = getenv("LOOM_FUSE");
-  if (!v || !*v) return LOOM_FUSE_ON;
-  if (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false")) return LOOM_FUSE_OFF;
-  if (!strcasecmp(v, "verify")) return LOOM_FUSE_VERIFY;
-  return LOOM_FUSE_ON;
-}
-
-loom_fuse_mode loom_fuse_get_mode(void) {
-  int m = atomic_load_explicit(&fuse_mode, memory_order_relaxed);
-  if (m >= 0) return (loom_fuse_mode)m;
-  int expected = -1;
-  m = mode_from_env();
-  if (!atomic_compare_exchange_strong(&fuse_mode, &expected, m)) m = expected;
-  return (loom_fuse_mode)m;
-}
-
-void loom_fuse_set_mode(loom_fuse_mode mode) {
-  if (mode >= LOOM_FUSE_OFF && mode <= LOOM_FUSE_VERIFY) atomic_store(&fuse_mode, (int)mode);
-}
-
-void loom_fuse_stats_get(loom_fuse_stats *out) {
-  if (!out) return;
-  *out = (loom_fuse_stats){
-      .groups = atomic_load(&stat_groups),
-      .ops_fused = atomic_load(&stat_ops),
-      .reordered = atomic_load(&stat_reordered),
-      .bytes_cached = atomic_load(&stat_cached),
-      .verified = atomic_load(&stat_verified),
-      .verify_skipped = atomic_load(&stat_verify_skipped),
-  };
-}
-
-void loom_fuse_stats_reset(void) {
-  atomic_store(&stat_groups, 0);
-  atomic_store(&stat_ops, 0);
-  atomic_store(&stat_reordered, 0);
-  atomic_store(&stat_cached, 0);
-  atomic_store(&stat_verified, 0);
-  atomic_store(&stat_verify_skipped, 0);
-}
-
-/* ---- which kernels may join ------------------------------------------------- */
-
-#define MAX_DECLARED 64
-static _Atomic(loom_kernel_fn) declared[MAX_DECLARED];
-static atomic_int declared_count;
-static pthread_mutex_t declare_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int is_elementwise(loom_kernel_fn fn) {
-  const int n = atomic_load_explicit(&declared_count, memory_order_acquire);
-  for (int i = 0; i < n; ++i)
-    if (atomic_load_explicit(&declared[i], memory_order_relaxed) == fn) return 1;
-  return 0;
-}
-
-/* The library's kernels touch only memory their tensor descriptors span (a
- * kernel compiled at run time may reach past them: a Triton-style kernel
- * indexes from a pointer), so only a launch of theirs may be passed over;
- * any other ends the look. An open-addressed set of the implementations
- * the driver resolved from the library; when it is full, launches of the
- * kernels left out end looks, which is safe. */
-#define LIBRARY_SLOTS 4096
-static _Atomic(loom_kernel_fn) library[LIBRARY_SLOTS];
-
-static size_t library_slot(loom_kernel_fn fn) {
-  uint64_t h = (uint64_t)(uintptr_t)fn * 0x9E3779B97F4A7C15ull;
-  return (size_t)(h >> 52) & (LIBRARY_SLOTS - 1);
-}
-
-static int is_library(loom_kernel_fn fn) {
-  for (size_t i = library_slot(fn), n = 0; n < LIBRARY_SLOTS; ++n, i = (i + 1) & (LIBRARY_SLOTS - 1)) {
-    const loom_kernel_fn f = atomic_load_explicit(&library[i], memory_order_acquire);
-    if (f == fn) return 1;
-    if (!f) return 0;
-  }
-  return 0;
-}
-
-static void add_library_locked(loom_kernel_fn fn) {
-  for (size_t i = library_slot(fn), n = 0; n < LIBRARY_SLOTS; ++n, i = (i + 1) & (LIBRARY_SLOTS - 1)) {
-    const loom_kernel_fn f = atomic_load_explicit(&library[i], memory_order_relaxed);
-    if (f == fn) return;
-    if (!f) {
-      atomic_store_explicit(&library[i], fn, memory_order_release);
-      return;
-    }
-  }
-}
-
-/* Row-wise kernels and their row maps (kernels/registry.h). */
-#define MAX_ROWWISE 16
-static struct {
-  _Atomic(loom_kernel_fn) fn;
-  _Atomic(loom_row_map_fn) map;
-} rowwise[MAX_ROWWISE];
-static atomic_int rowwise_count;
-
-static loom_row_map_fn row_map_of(loom_kernel_fn fn) {
-  const int n = atomic_load_explicit(&rowwise_count, memory_order_acquire);
-  for (int i = 0; i < n; ++i)
-    if (atomic_load_explicit(&rowwise[i].fn, memory_order_relaxed) == fn)
-      return atomic_load_explicit(&rowwise[i].map, memory_order_relaxed);
-  return NULL;
-}
-
-void host_fuse_declare(loom_kernel_fn fn, uint32_t flags) {
-  if (!fn) return;
-  const loom_row_map_fn map = loom_kernel_library_row_map(fn);
-  pthread_mutex_lock(&declare_lock);
-  add_library_locked(fn);
-  const int r = atomic_load(&rowwise_count);
-  if (map && !row_map_of(fn) && r < MAX_ROWWISE) {
-    atomic_store_explicit(&rowwise[r].fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&rowwise[r].map, map, memory_order_relaxed);
-    atomic_store_explicit(&rowwise_count, r + 1, memory_order_release);
-  }
-  pthread_mutex_unlock(&declare_lock);
-  if (!(flags & LOOM_KERNEL_ELEMENTWISE)) return;
-  pthread_mutex_lock(&declare_lock);
-  const int n = atomic_load(&declared_count);
-  if (!is_elementwise(fn) && n < MAX_DECLARED) {
-    atomic_store_explicit(&declared[n], fn, memory_order_relaxed);
-    atomic_store_explicit(&declared_count, n + 1, memory_order_release);
-  }
-  pthread_mutex_unlock(&declare_lock);
-}
-
-typedef struct name_list {
-  const char **out;
-  size_t capacity, count;
-} name_list;
-
-static void collect_elementwise(const loom_kernel_entry *e, void *user) {
-  name_list *l = user;
-  if (!(loom_kernel_library_flags(e->name) & LOOM_KERNEL_ELEMENTWISE)) return;
-  if (l->count < l->capacity) l->out[l->count] = e->name;
-  ++l->count;
-}
-
-size_t loom_fuse_elementwise_kernels(const char **out, size_t capacity) {
-  name_list l = {.out = out, .capacity = out ? capacity : 0};
-  loom_kernel_library_each(collect_elementwise, &l);
-  return l.count;
-}
-
 host_group *host_fuse_group_create(void) { return calloc(1, sizeof(host_group)); }
 
 static void free_deferred(host_group *g) {
@@ -263,14 +111,15 @@ void host_fuse_group_destroy(host_group *group) {
 }
 
 static int view_launch(const loom_command *cmd, launch_view *v);
+static int dense(const loom_tensor *t);
 
 int host_fuse_can_lead(const loom_command *cmd) {
   if (cmd->kind != LOOM_COMMAND_LAUNCH || cmd->u.launch.num_tensors > FUSE_MAX_TENSORS ||
       loom_fuse_get_mode() == LOOM_FUSE_OFF)
     return 0;
-  if (is_elementwise(cmd->u.launch.fn)) return cmd->u.launch.range >= FUSE_MIN_RANGE;
+  if (host_fuse_is_elementwise(cmd->u.launch.fn)) return cmd->u.launch.range >= FUSE_MIN_RANGE;
   launch_view v;
-  return row_map_of(cmd->u.launch.fn) && view_launch(cmd, &v) && v.elems >= FUSE_MIN_RANGE;
+  return host_fuse_row_map(cmd->u.launch.fn) && view_launch(cmd, &v) && v.elems >= FUSE_MIN_RANGE;
 }
 
 /* ---- memory a launch touches -------------------------------------------------- */
@@ -355,14 +204,14 @@ static int view_launch(const loom_command *cmd, launch_view *v) {
       v->which[v->ns++] = (int)i;
     }
   if (nt > FUSE_MAX_TENSORS) return 0;
-  if (is_elementwise(cmd->u.launch.fn)) {
+  if (host_fuse_is_elementwise(cmd->u.launch.fn)) {
     v->elems = cmd->u.launch.range;
     v->row_n = 0;
     for (int i = 0; i < v->ns; ++i)
       v->flags[i] = (uint8_t)(SPAN_MAP | (v->which[i] == 0 ? SPAN_WRITTEN : 0));
     return 1;
   }
-  const loom_row_map_fn map = row_map_of(cmd->u.launch.fn);
+  const loom_row_map_fn map = host_fuse_row_map(cmd->u.launch.fn);
   if (!map) return 0;
   const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION,
                                  .num_tensors = nt,
@@ -419,14 +268,40 @@ static int defer_outputs(host_group *g, int m, const loom_command *cmd, launch_v
   return 1;
 }
 
-/* Copies the deferred outputs in, member by member in program order. */
+/* The first byte from `p` on, below `hi`, that no SPAN_COVERS span of a
+ * member after `owner` holds (`hi` if none): later members overwrote the
+ * rest of an output `owner` deferred. */
+static uintptr_t uncovered_from(const host_group *g, int owner, uintptr_t p, uintptr_t hi) {
+  for (int moved = 1; moved && p < hi;) {
+    moved = 0;
+    for (int s = 0; s < g->nspans; ++s)
+      if ((g->span_flags[s] & SPAN_COVERS) && g->span_member[s] > owner && g->spans[s].lo <= p &&
+          p < g->spans[s].hi) {
+        p = g->spans[s].hi;
+        moved = 1;
+      }
+  }
+  return p < hi ? p : hi;
+}
+
+/* Copies the deferred outputs in, member by member in program order, but
+ * for the bytes later members overwrote. */
 static void copy_deferred(host_group *g) {
   for (int s = 0; s < g->nspans; ++s) {
     if (!(g->span_flags[s] & SPAN_DEFERRED)) continue;
     const int m = g->span_member[s], i = g->span_tensor[s];
     const loom_tensor *t = &g->deferred[m][i], *dst = &g->members[m]->u.launch.tensors[i];
-    memcpy((void *)g->spans[s].lo, (const char *)t->data - ((uintptr_t)dst->data - g->spans[s].lo),
-           g->spans[s].hi - g->spans[s].lo);
+    const uintptr_t lo = g->spans[s].lo, hi = g->spans[s].hi;
+    const char *src = (const char *)t->data - ((uintptr_t)dst->data - lo);
+    for (uintptr_t p = uncovered_from(g, m, lo, hi); p < hi; p = uncovered_from(g, m, p, hi)) {
+      uintptr_t q = hi; /* the stretch from p to the next covering span */
+      for (int c = 0; c < g->nspans; ++c)
+        if ((g->span_flags[c] & SPAN_COVERS) && g->span_member[c] > m && g->spans[c].lo > p &&
+            g->spans[c].lo < q)
+          q = g->spans[c].lo;
+      memcpy((void *)p, src + (p - lo), q - p);
+      p = q;
+    }
   }
 }
 
@@ -508,7 +383,7 @@ static int add_passed(host_group *g, span s) {
  * unless neither side writes it; a row-wise launch's per-row outputs,
  * deferred, may take memory earlier members use; deferred outputs are
  * no later member's. */
-static int may_join(const host_group *g, const loom_command *cmd, const launch_view *v) {
+static int may_join(const host_group *g, const loom_command *cmd, launch_view *v) {
   for (int i = 0; i < v->ns; ++i)
     if (touches_passed(g, v->sp[i])) return 0;
   for (int i = 0; i < v->ns; ++i) {
@@ -516,7 +391,22 @@ static int may_join(const host_group *g, const loom_command *cmd, const launch_v
     const int deferred = v->row_n && (v->flags[i] & (SPAN_WRITTEN | SPAN_MAP)) == SPAN_WRITTEN;
     for (int s = 0; s < g->nspans; ++s) {
       if (!overlap(v->sp[i], g->spans[s])) continue;
-      if (g->span_flags[s] & SPAN_DEFERRED) return 0;
+      if (g->span_flags[s] & SPAN_DEFERRED) {
+        /* Memory the allocator handed on after an earlier member's
+         * deferred output was freed: a later member may overwrite it
+         * whole (the copy then leaves those bytes), and read what a
+         * later member wrote there, never the deferred values; a later
+         * deferred output is copied in after it. */
+        if (deferred) continue;
+        if ((v->flags[i] & SPAN_WRITTEN) && dense(t)) {
+          v->flags[i] |= SPAN_COVERS;
+          continue;
+        }
+        const uintptr_t lo = v->sp[i].lo > g->spans[s].lo ? v->sp[i].lo : g->spans[s].lo;
+        const uintptr_t hi = v->sp[i].hi < g->spans[s].hi ? v->sp[i].hi : g->spans[s].hi;
+        if (uncovered_from(g, g->span_member[s], lo, hi) != hi) return 0;
+        continue;
+      }
       if (deferred) continue;
       if (!((v->flags[i] | g->span_flags[s]) & SPAN_WRITTEN)) continue; /* both read */
       if (!(v->flags[i] & g->span_flags[s] & SPAN_MAP)) return 0;
@@ -565,7 +455,7 @@ int host_fuse_offer(host_group *g, const loom_command *cmd) {
   }
   /* A launch whose memory cannot all be listed ends the look: a later one
    * must not move past memory it might touch. */
-  if (!is_library(cmd->u.launch.fn)) return HOST_FUSE_STOP;
+  if (!host_fuse_is_library(cmd->u.launch.fn)) return HOST_FUSE_STOP;
   if (may_hoist(g, &v)) {
     g->hoisted[g->nhoisted++] = cmd;
     g->last_join = g->looked;
@@ -840,7 +730,7 @@ static void run_verified(host_context *ctx, int device, int priority, host_group
   for (int i = 0; i < n; ++i) total += sp[i].hi - sp[i].lo;
   char *saved = n > 0 ? malloc(total) : NULL, *fused = n > 0 ? malloc(total) : NULL;
   if (!saved || !fused) {
-    atomic_fetch_add_explicit(&stat_verify_skipped, 1, memory_order_relaxed);
+    host_fuse_count_verified(0);
     run_fused(ctx, device, priority, g);
     free(saved);
     free(fused);
@@ -867,7 +757,7 @@ static void run_verified(host_context *ctx, int device, int priority, host_group
       memcpy(g->failed_reason[m], f.reason, sizeof f.reason);
     }
   }
-  atomic_fetch_add_explicit(&stat_verified, 1, memory_order_relaxed);
+  host_fuse_count_verified(1);
   size_t offset = 0;
   for (int i = 0; i < n; ++i) {
     const size_t size = sp[i].hi - sp[i].lo;
@@ -915,9 +805,5 @@ void host_fuse_run(host_context *ctx, int device, int priority, host_group *g,
   for (int m = 0; m < g->n; ++m)
     if (g->members[m]->release) g->members[m]->release(g->members[m]->release_arg);
   free_deferred(g);
-  atomic_fetch_add_explicit(&stat_groups, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&stat_ops, (uint64_t)(g->n + g->nhoisted), memory_order_relaxed);
-  atomic_fetch_add_explicit(&stat_reordered, (uint64_t)(g->reordered + g->nhoisted),
-                            memory_order_relaxed);
-  atomic_fetch_add_explicit(&stat_cached, cached, memory_order_relaxed);
+  host_fuse_count_group(g->n + g->nhoisted, g->reordered + g->nhoisted, cached);
 }

@@ -9,6 +9,7 @@
 #ifndef LOOM_HOST_FUSE_H
 #define LOOM_HOST_FUSE_H
 
+#include "kernels/registry.h"
 #include "loom/driver.h"
 #include "runtime/drivers/host/host_internal.h"
 
@@ -27,6 +28,19 @@ void host_fuse_group_destroy(host_group *group);
  * (LOOM_KERNEL_* of loom/kernel_abi.h); called as library names resolve.
  * Only launches of library kernels may be passed over by a group's look. */
 void host_fuse_declare(loom_kernel_fn fn, uint32_t flags);
+
+/* Whether the library kernel `fn` declared LOOM_KERNEL_ELEMENTWISE; whether
+ * `fn` is a library kernel at all (only those may be passed over); its row
+ * map, if it declared one (kernels/registry.h). */
+int host_fuse_is_elementwise(loom_kernel_fn fn);
+int host_fuse_is_library(loom_kernel_fn fn);
+loom_row_map_fn host_fuse_row_map(loom_kernel_fn fn);
+
+/* Counts a group run (launches, of them run ahead of one they followed,
+ * bytes kept in the cache); a group LOOM_FUSE=verify compared (1) or could
+ * not (0). */
+void host_fuse_count_group(int ops, int reordered, uint64_t cached);
+void host_fuse_count_verified(int compared);
 
 /* Whether `cmd` may start a group (fusion on, an elementwise launch large
  * enough to split). */
