@@ -3,7 +3,8 @@
  * over each finished tile of C, a row run at a time, while the tile is in
  * the core's cache.
  *
- * Each row run is staged in float (loom_pw_load), every step runs through
+ * Each row run is read in place (float32) or staged in float (loom_pw_load),
+ * every step runs through
  * loom_pw_apply_f32 or its AVX-512 twin, chosen exactly as the pointwise
  * kernel chooses them, and a 16-bit C has every step's result rounded
  * through its dtype: the bits the unfused launches give. */
@@ -97,30 +98,42 @@ static int epi_init(epilogue *e, const loom_tensor *c, const loom_tensor *d,
   return 0;
 }
 
+/* Floats of row `row`, columns from `col` of matrix (i1, i2) of t, read in
+ * place when t is a float32 row run, else staged into `buf`. */
+static const float *epi_row_in(const loom_tensor *t, int64_t i1, int64_t i2, int64_t row,
+                               int64_t col, int64_t n, float *buf) {
+  const char *src = loom_gemm_elem(t, i1, i2, row, col);
+  if (t->dtype == LOOM_FLOAT32 && (t->strides[3] == 1 || n == 1)) return (const float *)src;
+  loom_pw_load(LOOM_PW_F32, buf, src, t->dtype, t->strides[3] * loom_dtype_size(t->dtype), n);
+  return buf;
+}
+
 /* Columns [col0, col0 + cols) of row `row` of matrix (i1, i2): C's values
- * through the steps into D. */
+ * through the steps into D. Float32 rows are read and, for the last step,
+ * written in place; the steps between go through two row buffers. */
 static int epi_run(const epilogue *e, int64_t i1, int64_t i2, int64_t row, int64_t col0,
                    int64_t cols) {
   float x[EPI_RUN], y[EPI_RUN], o[EPI_RUN];
   uint16_t r16[EPI_RUN];
   const loom_tensor *c = e->c, *d = e->d;
-  const int64_t cs = loom_dtype_size(c->dtype), ds = loom_dtype_size(d->dtype);
+  const int64_t ds = loom_dtype_size(d->dtype);
   /* the one parameter a step takes: alpha 1 (ADD, SUB) or threshold 0 */
   const loom_scalar p[4] = {{.f = 1.0}, {.f = 0.0}, {.f = 0.0}, {.f = 0.0}};
   const loom_scalar p_threshold[4] = {{.f = 0.0}, {.f = 0.0}, {.f = 0.0}, {.f = 0.0}};
   for (int64_t j0 = 0; j0 < cols; j0 += EPI_RUN) {
     const int64_t n = cols - j0 < EPI_RUN ? cols - j0 : EPI_RUN;
-    loom_pw_load(LOOM_PW_F32, x, loom_gemm_elem(c, i1, i2, row, col0 + j0), c->dtype,
-                 c->strides[3] * cs, n);
-    float *cur = x, *next = y;
+    char *dst = loom_gemm_elem(d, i1, i2, row, col0 + j0);
+    float *d_row = d->dtype == LOOM_FLOAT32 && (d->strides[3] == 1 || n == 1) ? (float *)dst
+                                                                               : NULL;
+    const float *cur = epi_row_in(c, i1, i2, row, col0 + j0, n, x);
     for (int32_t s = 0; s < e->steps; ++s) {
+      /* the last step into D itself, unless that is its input (D is C) */
+      float *next = s + 1 == e->steps && d_row && d_row != cur ? d_row : (cur == x ? y : x);
       const float *in[LOOM_PW_MAX_INPUTS] = {cur, NULL, NULL}; /* the op reads all three */
       if (e->operand[s]) {
-        const loom_tensor *t = &e->operands[e->operand[s] - 1];
-        loom_pw_load(LOOM_PW_F32, o, loom_gemm_elem(t, i1, i2, row, col0 + j0), t->dtype,
-                     t->strides[3] * loom_dtype_size(t->dtype), n);
-        in[0] = e->swap[s] ? o : cur;
-        in[1] = e->swap[s] ? cur : o;
+        const float *v = epi_row_in(&e->operands[e->operand[s] - 1], i1, i2, row, col0 + j0, n, o);
+        in[0] = e->swap[s] ? v : cur;
+        in[1] = e->swap[s] ? cur : v;
       }
       const int rc = e->apply(e->op[s], n, next, in,
                               e->op[s] == LOOM_PW_THRESHOLD_BACKWARD ? p_threshold : p);
@@ -129,11 +142,10 @@ static int epi_run(const epilogue *e, int64_t i1, int64_t i2, int64_t row, int64
         loom_pw_store(LOOM_PW_F32, (char *)r16, c->dtype, 2, next, n);
         loom_pw_load(LOOM_PW_F32, next, (const char *)r16, c->dtype, 2, n);
       }
-      float *t = cur;
-      cur = next, next = t;
+      cur = next;
     }
-    loom_pw_store(LOOM_PW_F32, (char *)loom_gemm_elem(d, i1, i2, row, col0 + j0), d->dtype,
-                  d->strides[3] * ds, cur, n);
+    if (cur != d_row)
+      loom_pw_store(LOOM_PW_F32, dst, d->dtype, d->strides[3] * ds, cur, n);
   }
   return 0;
 }
