@@ -45,7 +45,9 @@ EXPECTED_WRONG = {
         "fft.ifft2", "fft.ifftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft",
         "fft.irfft2", "fft.irfftn", "fft.rfft", "fft.rfft2", "fft.rfftn")
 }
-# The same for gradients.
+# The same for gradients (first samples; with LOOM_MEMFMT_FULL every fft.*
+# op but the shifts may be listed under _FFT's reason, and the entries of
+# EXPECTED_WRONG_BACKWARD_FULL too).
 EXPECTED_WRONG_BACKWARD = dict(
     {name: _FFT for name in ("fft.fft", "fft.hfft", "fft.ifft", "fft.ihfft", "fft.irfft",
                              "fft.rfft")},
@@ -53,6 +55,31 @@ EXPECTED_WRONG_BACKWARD = dict(
         "PyTorch's derivative of native_group_norm hands the backward NCHW-contiguous "
         "grad_output and input on every device but the CPU (CUDA's input gradient is "
         "NCHW too), so the backward cannot see the channels-last layout")})
+
+EXPECTED_WRONG_BACKWARD_FULL = {
+    "linalg.matrix_norm": "the nuclear norm's gradient over dims (-1, 0) of one 2x2x2x2 sample "
+                          "differs from the CPU's in either layout (a linear-algebra question, "
+                          "not a layout one)",
+}
+
+
+def expected_reason(name, table):
+    """Why `name` is expected to differ, or None: listed in `table`, or in
+    the full sweep an FFT op."""
+    if name in table:
+        return table[name]
+    if FULL and name.startswith("fft.") and not name.endswith("shift"):
+        return _FFT
+    return None
+
+
+# Ops the sweeps do not run: the CPU itself fails on channels-last samples.
+CPU_FAILS = {
+    "_segment_reduce.lengths": "the CPU's segment_reduce reads channels-last data as if it were "
+                               "contiguous: its forward returns memory it never wrote and its "
+                               "backward crashes the process",
+}
+CPU_FAILS["_segment_reduce.offsets"] = CPU_FAILS["_segment_reduce.lengths"]
 
 # What the quick sweep must have compared (a sample with a channels_last
 # tensor ran on both sides): convolution, normalization, pooling,
@@ -215,10 +242,12 @@ class OpCheck:
         values for the sample in its original layout, `plain()` (values do
         not depend on the layout)."""
         it = self.item
-        # Gradients sum in another order than the CPU's channels-last paths.
+        # Gradients sum in another order than the CPU's channels-last paths
+        # (and go through the linear-algebra decompositions' other algorithms).
         atol = max(it.atol, 1e-4) if self.grads else it.atol
+        rtol = max(it.rtol, 1e-3) if self.grads else it.rtol
         try:
-            assert_same(dev, cpu, torch.float32, it.rtol, atol, it.metadata_only)
+            assert_same(dev, cpu, torch.float32, rtol, atol, it.metadata_only)
         except AssertionError as exc:
             if it._closer_than_cpu(dev, cpu, reference):
                 return
@@ -227,7 +256,7 @@ class OpCheck:
             except Exception:  # noqa: BLE001 - none: the difference stands
                 same = None
             if same is not None:
-                if self._close(dev, same, atol):
+                if self._close(dev, same, atol, rtol):
                     return  # loom's values are the CPU's; its channels-last path rounds otherwise
                 if not self._close(cpu, same, 1e-2, 1e-2):
                     return  # the CPU's channels-last values are wrong (_segment_reduce's): no reference
@@ -312,7 +341,7 @@ def sweep(names, backward):
     wrong, compared = {}, {}
     for name in names:
         op = db[name]
-        if torch.float32 not in op.supported_dtypes("cpu"):
+        if torch.float32 not in op.supported_dtypes("cpu") or name in CPU_FAILS:
             continue
         check = OpCheck(op)
         check.backward(limit) if backward else check.forward(limit)
@@ -325,7 +354,7 @@ def sweep(names, backward):
 
 def verdict(wrong, compared, required, expected, expected_name):
     lines = []
-    new = {k: v for k, v in wrong.items() if k not in expected}
+    new = {k: v for k, v in wrong.items() if expected_reason(k, expected) is None}
     if new:
         lines.append("loom's layout or values differ from the CPU's on channels-last samples:")
         lines += ["  %s: %s" % kv for kv in sorted(new.items())]
@@ -350,8 +379,9 @@ def test_every_op_keeps_the_cpus_memory_format():
 def test_gradients_keep_the_cpus_memory_format():
     names = list(catalog.op_db()) if FULL else QUICK_BACKWARD + list(EXPECTED_WRONG_BACKWARD)
     wrong, compared = sweep(names, backward=True)
+    expected = dict(EXPECTED_WRONG_BACKWARD, **(EXPECTED_WRONG_BACKWARD_FULL if FULL else {}))
     verdict(wrong, compared, names if not FULL else QUICK_BACKWARD + list(EXPECTED_WRONG_BACKWARD),
-            EXPECTED_WRONG_BACKWARD, "EXPECTED_WRONG_BACKWARD")
+            expected, "EXPECTED_WRONG_BACKWARD")
 
 
 def test_the_sweep_sees_a_wrong_layout(monkeypatch):

@@ -37,13 +37,14 @@ void run(const char* op, const loom_kernel_t* kernel, loom_padding_mode mode, in
   launch(op, kernel, ts, sc, planes, std::max<int64_t>(1, 16384 / per_plane));
 }
 
-// `out` resized to the meta result's shape; a resized 2-d batch takes the
-// input's memory format (channels last stays channels last), as the CPU's
-// 2-d paddings and their gradients lay theirs out.
-void resize_in_format(const Tensor& out, const Tensor& meta, const Tensor& input, int dims) {
-  if (at::native::resize_output(out, meta.sizes()) && dims == 2 && input.dim() == 4 &&
-      input.suggest_memory_format() == at::MemoryFormat::ChannelsLast)
-    out.unsafeGetTensorImpl()->empty_tensor_restride(at::MemoryFormat::ChannelsLast);
+// `out` resized to the meta result's shape and then laid out in the
+// input's memory format (a channels-last input gives a channels-last
+// result), as the CPU's paddings and their gradients are.
+void resize_in_format(const Tensor& out, const Tensor& meta, const Tensor& input) {
+  const auto format = input.suggest_memory_format();
+  if (at::native::resize_output(out, meta.sizes()) && out.dim() == input.dim() &&
+      format != at::MemoryFormat::Contiguous)
+    out.unsafeGetTensorImpl()->empty_tensor_restride(format);
 }
 
 template <typename Call>
@@ -55,7 +56,7 @@ Tensor& forward_out(const char* op, loom_padding_mode mode, int dims, const Tens
               "dimensions for input, but got: ", self.sizes());
   Tensor m = call(meta_like(self));
   check_out_dtype(out, self, op);
-  resize_in_format(out, m, self, dims);
+  resize_in_format(out, m, self);
   run(op, LOOM_KERNEL("padding.forward"), mode, dims, pads, out, self);
   return out;
 }
@@ -65,7 +66,7 @@ Tensor& backward_out(const char* op, loom_padding_mode mode, int dims, const Ten
                      const Tensor& self, Pads pads, Tensor& grad_in, Call call) {
   Tensor m = call(meta_like(grad_out), meta_like(self));
   check_out_dtype(grad_in, grad_out, op);
-  resize_in_format(grad_in, m, self, dims);
+  resize_in_format(grad_in, m, self);
   if (!at::isFloatingType(grad_out.scalar_type()))
     return grad_in.copy_(call(grad_out.cpu(), self.cpu()));
   run(op, LOOM_KERNEL("padding.backward"), mode, dims, pads, grad_in, grad_out);

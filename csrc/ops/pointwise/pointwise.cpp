@@ -510,6 +510,13 @@ void run_backward(const Entry& e, const Args& a, torch::jit::Stack* stack) {
     if (a.find(n)) { second = n; break; }
   at::Tensor x = a.tensor(second);
   at::Tensor out = a.out();
+  // The CPU's threshold_backward and leaky_relu_backward iterate over self,
+  // then the gradient (the others the other way round): where their layouts
+  // differ (a channels-last input, a contiguous gradient), the result takes
+  // self's, as there.
+  if (!out.defined() && !a.inplace() && grad.strides() != x.strides() &&
+      (e.op == LOOM_PW_THRESHOLD_BACKWARD || e.op == LOOM_PW_LEAKY_RELU_BACKWARD))
+    out = empty_elementwise({x, grad}, at::result_type(grad, x));
   at::TensorIterator iter;
   iter.build_borrowing_binary_op(out, grad, x);
   check_types(e, iter.common_dtype());
@@ -561,7 +568,7 @@ void run_entry(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack*
   const Args a(op.schema(), stack);
   if (has_complex(a, stack)) {
     if (run_complex(e.name, a, stack)) return;
-    at::native::cpu_fallback(op, stack);
+    loom_cpu_fallback(op, stack);
     return;
   }
   if (e.op == LOOM_PW_NEXTAFTER) {
