@@ -418,3 +418,51 @@ def test_where_guards_integer_division(mode):
     k[(1,)](loom(x), loom(d), out, BLOCK=32)
     safe = torch.where(d != 0, d, torch.ones_like(d))
     assert torch.equal(out.cpu(), torch.where(d != 0, torch.div(x, safe, rounding_mode="trunc"), -1).int())
+
+
+def test_store_written_in_reduction_pass(monkeypatch):
+    """A stored value computed from a block that a row loop makes while
+    reducing it (softmax's exp and its sum): the loop writes the block to
+    the output and the store scales it there in place (the library's
+    softmax passes). The same bits as through the program's stack, with
+    masks, several rows per program, the block read again after the store,
+    and the output being the input."""
+    from torch_loom.tile import lower
+
+    def kernel(X, Y, Z, n, R: tl.constexpr, C: tl.constexpr, AGAIN: tl.constexpr):
+        rows = tl.program_id(0) * R + tl.arange(0, R)
+        cols = tl.arange(0, C)
+        m = cols[None, :] < n
+        x = tl.load(X + rows[:, None] * n + cols[None, :], mask=m, other=-float("inf"))
+        e = tl.exp(x - tl.max(x, axis=1)[:, None])
+        s = tl.sum(e, axis=1)
+        tl.store(Y + rows[:, None] * n + cols[None, :], e / s[:, None], mask=m)
+        if AGAIN:
+            tl.store(Z + rows[:, None] * n + cols[None, :], e * 2.0, mask=m)
+
+    def run(redirect, x, again, r, c, n, inplace=False):
+        k = tl.jit(kernel)
+        keep = lower._through_row_loop
+        if not redirect:
+            monkeypatch.setattr(lower, "_through_row_loop", lambda *a: False)
+        xl = loom(x)
+        y = xl if inplace else torch.empty_like(xl)
+        z = torch.zeros_like(xl)
+        k[(x.shape[0] // r,)](xl, y, z, n, R=r, C=c, AGAIN=again)
+        src = k.source(xl, y, z, n, R=r, C=c, AGAIN=again)
+        monkeypatch.setattr(lower, "_through_row_loop", keep)
+        return y.cpu(), z.cpu(), src
+
+    for r, c, n, again in ((1, 64, 50, False), (4, 32, 20, True), (2, 64, 64, True)):
+        x = torch.randn(8, n) * 3
+        x[3, 1] = float("nan")
+        y1, z1, src = run(True, x, again, r, c, n)
+        y0, z0, _ = run(False, x, again, r, c, n)
+        body = src[src.index("static void loom_tile_program"):]
+        assert "= (float)((p1[" in body  # the in-place pass over the output
+        assert ("memcpy(" in body) == again  # the stack array only where read again
+        assert torch.equal(y1.view(torch.int32), y0.view(torch.int32))
+        assert torch.equal(z1.view(torch.int32), z0.view(torch.int32))
+        torch.testing.assert_close(y1, torch.softmax(x, -1), equal_nan=True)
+        yi, _, _ = run(True, x, again, r, c, n, inplace=True)
+        assert torch.equal(yi.view(torch.int32), y0.view(torch.int32))

@@ -4,6 +4,8 @@ Python functions (which are the interpreter's, interpreter.py)."""
 
 from __future__ import annotations
 
+import re
+
 from . import core, rowloop
 from . import nodes as N
 from .nodes import Arr, Cast, Node, Range, Sca, View, Where
@@ -270,6 +272,8 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
     if not shape:
         tr.b.line(body([]))
         return
+    if _through_row_loop(tr, pointer, val, m, shape, d):
+        return
     if _chunked_store(tr, pointer, val, m, shape, d):
         return
     if _row_mask(m, pointer, shape):
@@ -286,6 +290,115 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
         b.loops(shape[:-1], row)
         return
     _versioned(tr, pointer, shape, body)
+
+
+_CONST = re.compile(r"^\s*const [A-Za-z_][\w ]*?\s(\w+) = .*;$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _through_row_loop(tr, pointer, val, m, shape, d):
+    """A float32 store of a value computed from one block `a` that a row
+    loop materialises while reducing it (softmax's e = exp(x - max),
+    stored as e / sum e): the row loop also writes `a` to the stored
+    addresses as it computes it, and the store becomes an in-place pass
+    over what it wrote (the library's softmax: exp and sum writing the
+    output, then scaling it in place), instead of a pass storing from the
+    program's stack. Only where nothing in between can tell: the store is
+    in the loop's scope, and the lines between them are constant scalar
+    definitions that do not read the stored argument (those the loop's
+    results feed move after it). The values stored are the same bits.
+    False where it does not apply."""
+    if d is not core.float32 or val.dtype is not core.float32 or len(shape) < 1:
+        return False
+    if shape[-1] % rowloop.LANES or (pointer.boff is not None and N.irregular(pointer.boff)):
+        return False
+    a = _only_array(val)
+    loop = a.__dict__.get("producer") if a is not None else None
+    if (loop is None or not loop.reductions or loop.dest != a.name or tuple(a.shape) != tuple(shape)
+            or tuple(loop.shape) != tuple(shape) or loop.scopes != tuple(N._open_scopes)):
+        return False
+    b = tr.b
+    at = next((k for k, x in enumerate(b.lines) if x is loop), None)
+    if at is None:
+        return False
+    between = b.lines[at + 1:]
+    p = pointer.arg.c
+    defined = loop.names()
+    moved, kept = [], []
+    for x in between:
+        c = _CONST.match(x) if isinstance(x, str) else None
+        if c is None:
+            return False
+        used = set(_NAME.findall(x.split("=", 1)[1]))
+        if p in used:
+            return False
+        if used & defined:
+            defined.add(c.group(1))
+            moved.append(x)
+        else:
+            kept.append(x)
+    # the loop's own lane index: the store's address and mask there
+    lidx = loop.idx
+    addr = _addr(pointer, shape, lidx)
+    cond = N.emit(m, N.sub_idx(m, shape, lidx)) if m is not None else None
+    if set(_NAME.findall(addr + (cond or ""))) & (defined - loop.names()):
+        return False
+    # the in-place pass: `a` read back from the stored addresses
+    lead = [(b.name("o"), n) for n in shape[:-1]]
+    i, l = b.name("i"), b.name("l")
+    idx = [v if n != 1 else "0" for v, n in lead] + [f"{i} + {l}"]
+    text, raw, masks = N.masked_and_raw(lambda: N.emit(val, N.sub_idx(val, shape, idx)))
+    a_text = N.emit(a, N.sub_idx(a, shape, idx))
+    if masks or a_text not in text or p in _NAME.findall(text):
+        return False
+    w = _write(d, p, addr, f"{loop.t}[{loop.l}]")
+    loop_masks = {id(x) for x in loop.masks}
+    loop.outs.append((w if m is None or id(m) in loop_masks else f"if ({cond}) {w}",
+                      w if m is None else f"if ({cond}) {w}"))
+    b.lines[at:] = []
+    b.lines.extend(kept)
+    b.lines.append(loop)
+    b.lines.extend(moved)
+    if text == a_text:
+        return True  # the loop stored the value itself
+    saddr = _addr(pointer, shape, idx)
+    value = text.replace(a_text, f"{p}[{saddr}]")
+    st = _write(d, p, saddr, value)
+    if m is not None:
+        st = f"if ({N.emit(m, N.sub_idx(m, shape, idx))}) {st}"
+    unmasked = _write(d, p, saddr, value)
+    pad = "  " * b.depth
+    loops = [(v, n) for v, n in lead if n != 1]
+
+    def body(plain):
+        head = "".join(f"for (int {v} = 0; {v} < {n}; ++{v}) " for v, n in loops)
+        return ([f"{pad}{head}for (int {i} = 0; {i} < {shape[-1]}; {i} += {rowloop.LANES}) {{"]
+                + rowloop.VECTOR_LOOP
+                + [f"{pad}  for (int {l} = 0; {l} < {rowloop.LANES}; ++{l}) {unmasked if plain else st}",
+                   f"{pad}}}"])
+
+    b.lines.extend(rowloop.versions(pad, b.mask_check([m]) if m is not None else None, body))
+    return True
+
+
+def _only_array(val):
+    """The one block a row loop computes (an Arr with a producer) that
+    `val` reads, beside scalars, constants and other arrays (a row's sum
+    broadcast), or None (loads, ranges, or several such blocks)."""
+    stack, found = [val], []
+    while stack:
+        n = stack.pop()
+        mat = n.__dict__.get("mat")
+        if mat is not None and tuple(N._open_scopes[:len(mat[1])]) == mat[1]:
+            n = mat[0]
+        if isinstance(n, Arr):
+            if n.__dict__.get("producer") is not None and all(x is not n for x in found):
+                found.append(n)
+            continue
+        if isinstance(n, (Range, N.Load)):
+            return None
+        stack.extend(x for x in n.__dict__.values() if isinstance(x, Node))
+    return found[0] if len(found) == 1 else None
 
 
 def _chunked_store(tr, pointer, val, m, shape, d):

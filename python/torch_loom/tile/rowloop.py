@@ -21,6 +21,8 @@ a lazy block, or over a stored array, with AVX-512 or without.
 
 from __future__ import annotations
 
+import re
+
 from . import core
 from . import nodes as N
 
@@ -161,7 +163,7 @@ class RowLoop:
         self.exp = isinstance(node, N.Un) and node.op == "exp_neg"
         value = node.a if self.exp else node
         self.r, self.i, self.l, self.t = b.name("r"), b.name("i"), b.name("l"), b.name("t")
-        idx = _row_index(shape, self.r) + [f"{self.i} + {self.l}"]
+        idx = self.idx = _row_index(shape, self.r) + [f"{self.i} + {self.l}"]
         self.text, self.raw, self.masks = N.masked_and_raw(
             lambda: N.convert(N.emit(value, N.sub_idx(value, shape, idx)), value.dtype, core.float32))
         self.check = b.mask_check(self.masks) if self.masks else None
@@ -174,6 +176,8 @@ class RowLoop:
             self.plain = b.lines
             b.lines, b.depth = saved, depth
         self.reductions = []  # (op, whole, C name)
+        self.outs = []  # (raw, masked): C statements storing lane l (value t[l]) to memory too
+        self.keep = True  # whether the loop fills its array (drop_unread)
 
     def reduce(self, b, op, whole):
         """The C name of the reduction `op` over each row (over the whole
@@ -186,8 +190,18 @@ class RowLoop:
         self.reductions.append((op, whole, name))
         return N.Sca(name, core.float32) if whole else N.Arr(name, self.shape[:-1], core.float32)
 
+    def names(self):
+        """The C names this loop defines or writes (its reductions, its
+        array, its mask test)."""
+        out = {name for _, _, name in self.reductions}
+        if self.dest is not None:
+            out.add(self.dest)
+        if self.check is not None:
+            out.add(self.check[0])
+        return out
+
     def __str__(self):
-        if self.plain is not None and not self.reductions:
+        if self.plain is not None and not self.reductions and not self.outs:
             return "\n".join(self.pad + line for line in self.plain)
         out = []
         depth = [0]
@@ -223,8 +237,11 @@ class RowLoop:
             line(f"for (int {l} = 0; {l} < {LANES}; ++{l}) {t}[{l}] = {self.raw if raw else self.text};")
             if self.exp:
                 line(f"loom_tile_exp16({t});")
-            if self.dest is not None:
+            if self.dest is not None and self.keep:
                 line(f"memcpy({self.dest} + {r} * {self.cols} + {i}, {t}, sizeof {t});")
+            for raw_store, masked_store in self.outs:
+                out.extend(VECTOR_LOOP)
+                line(f"for (int {l} = 0; {l} < {LANES}; ++{l}) {raw_store if raw else masked_store}")
             if self.reductions:
                 line(f"const loom_tv {t}v = loom_tv_load({t});")
                 for op, whole, name in self.reductions:
@@ -270,3 +287,14 @@ class RowLoop:
             if whole:
                 line(f"{name} = {fold(op, name)};")
         return "\n".join(out)
+
+
+def drop_unread(lines):
+    """Row loops that store their block to memory (RowLoop.outs) fill their
+    array only where a line of the program reads it."""
+    loops = [x for x in lines if isinstance(x, RowLoop) and x.outs and x.dest is not None]
+    for loop in loops:
+        decl = f"float {loop.dest}["
+        word = re.compile(rf"\b{loop.dest}\b")
+        loop.keep = any(word.search(str(x)) for x in lines
+                        if x is not loop and not (isinstance(x, str) and x.lstrip().startswith(decl)))

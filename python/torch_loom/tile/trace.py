@@ -10,7 +10,7 @@ import ast
 import builtins
 import linecache
 
-from . import core
+from . import core, rowloop
 from . import nodes as N
 from .nodes import Arr, Bin, Cast, Node, Sca, Un, View
 
@@ -104,6 +104,7 @@ class Tracer:
             self.block(fn.tree.body)
         except _Return:
             pass
+        rowloop.drop_unread(self.b.lines)
         return [str(line) for line in self.b.lines]
 
     def block(self, stmts):
