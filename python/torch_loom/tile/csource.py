@@ -46,9 +46,11 @@ static inline void loom_tile_exp16(float *t) {
   for (int k = 0; k < 16; ++k) t[k] = LOOM_TILE_EXP_NEG(t[k]);
 #endif
 }
-/* Float sums, maxima and minima in 32 lanes: lane l takes the elements at
+/* Float sums in 32 lanes: lane l takes the elements at
  * l mod 32 in order, then the lanes fold pairwise (l with l + 16, 8, 4, 2,
- * 1); two accumulators of 16 halve the chain of dependent steps.
+ * 1); two accumulators of 16 halve the chain of dependent steps. Maxima
+ * and minima keep one accumulator (lane l: elements at l mod 16): their
+ * loops read memory first, and measured faster so.
  * A maximum steps v > a ? v : a and is NaN when any element is (a flag per
  * lane set apart from the chain). The same steps serve the reductions
  * rowloop.py fuses into the loops computing their operands and those over
@@ -102,23 +104,25 @@ static inline float loom_tv_fold_min(loom_tv acc, loom_tn nan) { return nan ? NA
 static inline float loom_tv_fold2_sum(loom_tv a0, loom_tv a1) { return loom_tv_fold_sum(loom_tv_sum(a0, a1)); }
 static inline float loom_tv_fold2_max(loom_tv a0, loom_tv a1, loom_tn nan) { return loom_tv_fold_max(loom_tv_max(a0, a1), nan); }
 static inline float loom_tv_fold2_min(loom_tv a0, loom_tv a1, loom_tn nan) { return loom_tv_fold_min(loom_tv_min(a0, a1), nan); }
-#define LOOM_TILE_REDF(OP, INIT, NAN_STEP, FOLD_ARGS) \
+/* ODD: the accumulator of odd chunks (a1; a0 for maxima and minima, which
+ * keep one accumulator of 16 lanes: a1 stays at the start value). */
+#define LOOM_TILE_REDF(OP, INIT, NAN_STEP, FOLD_ARGS, ODD) \
 static inline float loom_tile_##OP##f(const float *x, int64_t n, int64_t stride) { \
   loom_tv a0 = loom_tv_set1(INIT), a1 = a0; loom_tn nan = 0; (void)nan; \
   int64_t i = 0; \
   if (stride == 1) \
     for (; i + 32 <= n; i += 32) { \
       loom_tv v = loom_tv_loadu(x + i); a0 = loom_tv_##OP(a0, v); NAN_STEP; \
-      v = loom_tv_loadu(x + i + 16); a1 = loom_tv_##OP(a1, v); NAN_STEP; } \
+      v = loom_tv_loadu(x + i + 16); ODD = loom_tv_##OP(ODD, v); NAN_STEP; } \
   for (; i < n; i += 16) { \
     float t[16] __attribute__((aligned(64))); \
     for (int l = 0; l < 16; ++l) t[l] = i + l < n ? x[(i + l) * stride] : (INIT); \
     const loom_tv v = loom_tv_load(t); NAN_STEP; \
-    if ((i >> 4) & 1) a1 = loom_tv_##OP(a1, v); else a0 = loom_tv_##OP(a0, v); } \
+    if ((i >> 4) & 1) ODD = loom_tv_##OP(ODD, v); else a0 = loom_tv_##OP(a0, v); } \
   return loom_tv_fold2_##OP FOLD_ARGS; }
-LOOM_TILE_REDF(sum, 0.0f, (void)0, (a0, a1))
-LOOM_TILE_REDF(max, -INFINITY, nan = loom_tv_nan(nan, v), (a0, a1, nan))
-LOOM_TILE_REDF(min, INFINITY, nan = loom_tv_nan(nan, v), (a0, a1, nan))
+LOOM_TILE_REDF(sum, 0.0f, (void)0, (a0, a1), a1)
+LOOM_TILE_REDF(max, -INFINITY, nan = loom_tv_nan(nan, v), (a0, a1, nan), a0)
+LOOM_TILE_REDF(min, INFINITY, nan = loom_tv_nan(nan, v), (a0, a1, nan), a0)
 #define LOOM_TILE_RED(NAME, T, INIT, STEP) \
 static inline T NAME(const T *x, int64_t n, int64_t stride) { \
   T acc[16]; for (int l = 0; l < 16; ++l) acc[l] = INIT; \

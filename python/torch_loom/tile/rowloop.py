@@ -13,10 +13,12 @@ exp of non-positive arguments (x - max x) is the library's vector exp,
 and each reduction folds the chunk into 16 lanes.
 
 The lanes' order is loom_tile_sumf's, maxf's and minf's (csource.py):
-lane l of 32 (two accumulators of 16, chunks alternating between them)
-takes the elements at l mod 32 in order, then lanes fold pairwise (l
-with l + 16, 8, 4, 2, 1), so a reduction gives the same bits fused, over
-a lazy block, or over a stored array, with AVX-512 or without.
+for a sum, lane l of 32 (two accumulators of 16, chunks alternating
+between them) takes the elements at l mod 32 in order; maxima and minima
+keep one accumulator of 16 lanes (elements at l mod 16); then lanes fold
+pairwise (l with l + 16, 8, 4, 2, 1), so a reduction gives the same bits
+fused, over a lazy block, or over a stored array, with AVX-512 or
+without.
 """
 
 from __future__ import annotations
@@ -245,7 +247,8 @@ class RowLoop:
             if self.reductions:
                 line(f"const loom_tv {t}v = loom_tv_load({t});")
                 for op, whole, name in self.reductions:
-                    line(f"{accs[name]}{half} = loom_tv_{op}({accs[name]}{half}, {t}v);")
+                    k = half if op == "sum" else 0  # maxima and minima: one accumulator
+                    line(f"{accs[name]}{k} = loom_tv_{op}({accs[name]}{k}, {t}v);")
                     if op != "sum":
                         line(f"{accs[name]}n = loom_tv_nan({accs[name]}n, {t}v);")
             depth[0] -= 1
