@@ -28,6 +28,7 @@ extern const loom_kernel_entry loom_sort_kernels[];
 extern const loom_kernel_entry loom_index_kernels[];
 extern const loom_kernel_entry loom_index_advanced_kernels[];
 extern const loom_kernel_entry loom_embedding_kernels[];
+extern const loom_kernel_entry loom_embedding_bag_kernels[];
 extern const loom_kernel_entry loom_gemm_kernels[];
 extern const loom_kernel_entry loom_attention_kernels[];
 extern const loom_kernel_entry loom_padding_kernels[];
@@ -68,6 +69,7 @@ static const loom_kernel_entry *const families[] = {
     loom_index_kernels,
     loom_index_advanced_kernels,
     loom_embedding_kernels,
+    loom_embedding_bag_kernels,
     loom_gemm_kernels,
     loom_attention_kernels,
     loom_padding_kernels,
