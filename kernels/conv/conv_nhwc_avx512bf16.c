@@ -4,8 +4,9 @@
  * with vdpbf16ps on zmm registers in place of the tiles.
  *
  * Forward: a register block is R output positions (rows of the copy, R <= 12)
- * by 32 out-channels (two B tiles' rows, one vector each), summed over every
- * in-channel block, tap and channel pair without leaving the registers:
+ * by 32 out-channels (two B tiles' rows, one vector each), summed over a
+ * few in-channel blocks and taps (every channel pair) in the registers,
+ * every block of an item's positions in turn before the next steps:
  * each position's channel pair is one broadcast word of the copy, each B row
  * one load. Weight gradient: R out-channels (rows of dy) by 32 in-channels,
  * summed over the positions of the copy in pairs, each pair of positions of
@@ -26,49 +27,68 @@ static inline __m512bh pair_at(const uint16_t *p) {
   return (__m512bh)_mm512_set1_epi32(v);
 }
 
+/* acc += the pairs at p (one 32-bit word, in every lane) by w: vdpbf16ps
+ * with p's word as an embedded broadcast, which takes no shuffle of its
+ * own (the intrinsics' separate broadcast ran 6% slower). */
+static inline __m512 dp_word(__m512 acc, __m512bh w, const uint16_t *p) {
+  __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+  return acc;
+}
+
 /* Forward: positions x, x + ps, ... (R of them) by the 32 out-channels of
- * `panel` (the packed weight's run for them: [cb][t][2][16 pairs][16][2]),
- * from `init` (32 sums, the bias or 0), into buf[R][32]. */
+ * `panel` (the packed weight's run for them: steps k = cb * taps + t of
+ * [2][16 pairs][16][2]), steps [k0, k1), from sums[R][32] (rows 32 apart),
+ * or from `init` (32 sums: the bias or 0) when `first`, back into sums. */
 #define NHWC_FWD_ROWS(R)                                                                          \
   static void fwd_rows_##R(const uint16_t *x, int64_t ps, const int64_t *tap_off,                 \
-                           int64_t taps, int64_t cbs, const uint16_t *panel,                      \
-                           const float *init, float *buf) {                                       \
+                           int64_t taps, int64_t k0, int64_t k1, const uint16_t *panel,           \
+                           int first, const float *init, float *sums) {                           \
     __m512 acc[R][2];                                                                             \
-    const __m512 i0 = _mm512_load_ps(init), i1 = _mm512_load_ps(init + 16);                       \
-    _Pragma("GCC unroll 12") for (int i = 0; i < R; ++i) acc[i][0] = i0, acc[i][1] = i1;          \
-    const uint16_t *b = panel;                                                                    \
-    for (int64_t cb = 0; cb < cbs; ++cb)                                                          \
-      for (int64_t t = 0; t < taps; ++t, b += 2 * BTILE) {                                        \
-        const uint16_t *a = x + tap_off[t] * ps + cb * CB;                                        \
-        for (int r = 0; r < 16; ++r) {                                                            \
-          const __m512bh w0 = (__m512bh)_mm512_loadu_si512(b + r * 32);                           \
-          const __m512bh w1 = (__m512bh)_mm512_loadu_si512(b + BTILE + r * 32);                   \
-          _Pragma("GCC unroll 12") for (int i = 0; i < R; ++i) {                                  \
-            const __m512bh v = pair_at(a + i * ps + 2 * r);                                       \
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], v, w0);                                       \
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], v, w1);                                       \
-          }                                                                                       \
+    _Pragma("GCC unroll 12") for (int i = 0; i < R; ++i) {                                        \
+      acc[i][0] = _mm512_load_ps(first ? init : sums + i * 32);                                   \
+      acc[i][1] = _mm512_load_ps(first ? init + 16 : sums + i * 32 + 16);                         \
+    }                                                                                             \
+    const uint16_t *b = panel + k0 * 2 * BTILE;                                                   \
+    for (int64_t k = k0, cb = k0 / taps, t = k0 % taps; k < k1; ++k, b += 2 * BTILE) {            \
+      const uint16_t *a = x + tap_off[t] * ps + cb * CB;                                          \
+      if (++t == taps) t = 0, ++cb;                                                               \
+      for (int r = 0; r < 16; ++r) {                                                              \
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(b + r * 32);                             \
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512(b + BTILE + r * 32);                     \
+        /* the next step's rows (from L2 the first time a block is read) */                       \
+        _mm_prefetch((const char *)(b + 2 * BTILE + r * 32), _MM_HINT_T0);                        \
+        _mm_prefetch((const char *)(b + 3 * BTILE + r * 32), _MM_HINT_T0);                        \
+        _Pragma("GCC unroll 12") for (int i = 0; i < R; ++i) {                                    \
+          acc[i][0] = dp_word(acc[i][0], w0, a + i * ps + 2 * r);                                 \
+          acc[i][1] = dp_word(acc[i][1], w1, a + i * ps + 2 * r);                                 \
         }                                                                                         \
       }                                                                                           \
+    }                                                                                             \
     _Pragma("GCC unroll 12") for (int i = 0; i < R; ++i) {                                        \
-      _mm512_store_ps(buf + i * 32, acc[i][0]);                                                   \
-      _mm512_store_ps(buf + i * 32 + 16, acc[i][1]);                                              \
+      _mm512_store_ps(sums + i * 32, acc[i][0]);                                                  \
+      _mm512_store_ps(sums + i * 32 + 16, acc[i][1]);                                             \
     }                                                                                             \
   }
 
 NHWC_FWD_ROWS(12)
 NHWC_FWD_ROWS(8)
 
+/* Steps of the weight per pass over an item's positions: 8 KB of it, read
+ * from L1 by every block of rows (a panel of 256 or 512 channels, 9 taps,
+ * would stream 144 or 288 KB from L2 per 12 positions). */
+enum { FWD_STEPS = 4 };
+
 /* Positions [q0, q0 + qn) of image n's grid of one convolution, every
- * out-channel panel, from the bias (NULL: zero), in blocks of 32 positions
- * (12 + 12 + 8 rows; the copy holds every row of the last block). */
+ * out-channel panel, from the bias (NULL: zero): the item's positions in
+ * blocks of 32 (12 + 12 + 8 rows; the copy holds every row of the last
+ * block), FWD_STEPS steps of the weight at a time. */
 static void nhwc_conv_block(const nhwc_conv *cv, const loom_tensor *xp, const loom_tensor *bias,
                             int64_t n, int64_t q0, int64_t qn, int64_t wq) {
-  _Alignas(64) float buf[32 * 32];
+  _Alignas(64) float sums[LOOM_CONV_NHWC_POSITIONS * 32];
   _Alignas(64) float init[32];
   const int64_t ps = xp->strides[2], cbs = cv->wp->sizes[1], obs = cv->wp->sizes[0] * 2;
-  const int64_t taps = cv->taps;
-  const uint16_t *x = (const uint16_t *)xp->data + n * xp->strides[0];
+  const int64_t taps = cv->taps, steps = cbs * taps;
+  const uint16_t *x = (const uint16_t *)xp->data + n * xp->strides[0] + q0 * ps;
   for (int64_t ob = 0; ob < obs; ob += 2) {
     for (int64_t j = 0; j < 32; ++j)
       init[j] = bias && ob * OB + j < cv->out->sizes[1]
@@ -76,15 +96,22 @@ static void nhwc_conv_block(const nhwc_conv *cv, const loom_tensor *xp, const lo
                           ((const uint16_t *)bias->data)[(ob * OB + j) * bias->strides[0]])
                     : 0.0f;
     const uint16_t *panel = (const uint16_t *)cv->wp->data + ob * taps * cbs * BTILE;
-    for (int64_t q = q0; q < q0 + qn; q += 32) {
-      const int64_t rows = q0 + qn - q < 32 ? q0 + qn - q : 32;
-      fwd_rows_12(x + q * ps, ps, cv->tap_off, taps, cbs, panel, init, buf);
-      if (rows > 12) fwd_rows_12(x + (q + 12) * ps, ps, cv->tap_off, taps, cbs, panel, init,
-                                 buf + 12 * 32);
-      if (rows > 24) fwd_rows_8(x + (q + 24) * ps, ps, cv->tap_off, taps, cbs, panel, init,
-                                buf + 24 * 32);
-      nhwc_emit(buf, cv->out, n, ob * OB, q, rows, wq);
+    for (int64_t k0 = 0; k0 < steps; k0 += FWD_STEPS) {
+      const int64_t k1 = k0 + FWD_STEPS < steps ? k0 + FWD_STEPS : steps;
+      for (int64_t q = 0; q < qn; q += 32) {
+        const int64_t rows = qn - q < 32 ? qn - q : 32;
+        fwd_rows_12(x + q * ps, ps, cv->tap_off, taps, k0, k1, panel, k0 == 0, init,
+                    sums + q * 32);
+        if (rows > 12)
+          fwd_rows_12(x + (q + 12) * ps, ps, cv->tap_off, taps, k0, k1, panel, k0 == 0, init,
+                      sums + (q + 12) * 32);
+        if (rows > 24)
+          fwd_rows_8(x + (q + 24) * ps, ps, cv->tap_off, taps, k0, k1, panel, k0 == 0, init,
+                     sums + (q + 24) * 32);
+      }
     }
+    for (int64_t q = 0; q < qn; q += 32)
+      nhwc_emit(sums + q * 32, cv->out, n, ob * OB, q0 + q, qn - q < 32 ? qn - q : 32, wq);
   }
 }
 
