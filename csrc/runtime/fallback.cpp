@@ -78,12 +78,7 @@ void check_same_device(const c10::OperatorHandle& op,
 
 }  // namespace
 
-void loom_cpu_fallback(const c10::OperatorHandle& op,
-                       torch::jit::Stack* stack) {
-  const auto& name = op.schema().operator_name();
-  std::string full = name.name;
-  if (!name.overload_name.empty()) full += "." + name.overload_name;
-  check_same_device(op, *stack, name.name);
+void note_cpu_fallback(const std::string& full) {
   FallbackMode mode = fallback_mode();
   TORCH_CHECK_NOT_IMPLEMENTED(
       mode != FallbackMode::kError, "The operator '", full,
@@ -100,6 +95,15 @@ void loom_cpu_fallback(const c10::OperatorHandle& op,
                "on the CPU (slower: its tensors are copied). Set "
                "LOOM_FALLBACK=silent to hide this warning.");
   }
+}
+
+void loom_cpu_fallback(const c10::OperatorHandle& op,
+                       torch::jit::Stack* stack) {
+  const auto& name = op.schema().operator_name();
+  std::string full = name.name;
+  if (!name.overload_name.empty()) full += "." + name.overload_name;
+  check_same_device(op, *stack, name.name);
+  note_cpu_fallback(full);
   at::native::cpu_fallback(op, stack);
 }
 

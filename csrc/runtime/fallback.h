@@ -23,6 +23,13 @@ void set_fallback_mode(FallbackMode mode);
 // for the argument kinds they do not cover.
 void loom_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// For a native kernel that computes a case it does not cover (a complex
+// dtype, say) with CPU ATen calls of its own: counts `full` ("aten::addmm")
+// in fallback_record() and applies the mode (raising under
+// LOOM_FALLBACK=error, warning once under warn) exactly as
+// loom_cpu_fallback does; the caller then runs the CPU computation.
+void note_cpu_fallback(const std::string& full);
+
 // (op name, times it ran on the CPU) for every op that fell back so far.
 std::vector<std::pair<std::string, int64_t>> fallback_record();
 void clear_fallback_record();

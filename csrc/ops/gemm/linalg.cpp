@@ -13,6 +13,7 @@
 #include "common.h"
 #include "ops/gemm/linalg_gemm.h"
 #include "register.h"
+#include "runtime/fallback.h"
 
 namespace torch_loom {
 namespace {
@@ -77,6 +78,7 @@ Tensor& addmm_out(const Tensor& self, const Tensor& mat1, const Tensor& mat2,
   c10::DeviceGuard guard(mat1.device());
   at::native::resize_output(out, {mat1.size(0), mat2.size(1)});
   if (!native(mat1, alpha, beta)) {
+    note_cpu_fallback(self.defined() ? "aten::addmm" : "aten::mm");
     Tensor r = self.defined()
                    ? at::addmm(self.cpu(), mat1.cpu(), mat2.cpu(), beta, alpha)
                    : at::mm(mat1.cpu(), mat2.cpu());
@@ -138,6 +140,7 @@ Tensor& baddbmm_out(const Tensor& self, const Tensor& batch1,
   c10::DeviceGuard guard(batch1.device());
   at::native::resize_output(out, {batch1.size(0), batch1.size(1), batch2.size(2)});
   if (!native(batch1, alpha, beta)) {
+    note_cpu_fallback(self.defined() ? "aten::baddbmm" : "aten::bmm");
     Tensor r = self.defined() ? at::baddbmm(self.cpu(), batch1.cpu(),
                                             batch2.cpu(), beta, alpha)
                               : at::bmm(batch1.cpu(), batch2.cpu());
@@ -243,6 +246,7 @@ Tensor& addmv_out(const Tensor& self, const Tensor& mat, const Tensor& vec,
   c10::DeviceGuard guard(mat.device());
   at::native::resize_output(out, {mat.size(0)});
   if (!native(mat, alpha, beta)) {
+    note_cpu_fallback(self.defined() ? "aten::addmv" : "aten::mv");
     Tensor r = self.defined()
                    ? at::addmv(self.cpu(), mat.cpu(), vec.cpu(), beta, alpha)
                    : at::mv(mat.cpu(), vec.cpu());
@@ -298,7 +302,10 @@ void check_dot(const Tensor& a, const Tensor& b, const char* op) {
 Tensor dot_loom(const Tensor& self, const Tensor& other) {
   check_dot(self, other, "dot");
   c10::DeviceGuard guard(self.device());
-  if (!native(self)) return at::dot(self.cpu(), other.cpu()).to(self.device());
+  if (!native(self)) {
+    note_cpu_fallback("aten::dot");
+    return at::dot(self.cpu(), other.cpu()).to(self.device());
+  }
   Tensor out = at::empty({}, self.options());
   gemm_run("dot", out, gemm_view(out, "dot"), gemm_view(self, "dot"),
            column(other, "dot"), nullptr, 1.0, 0.0);
@@ -308,6 +315,7 @@ Tensor dot_loom(const Tensor& self, const Tensor& other) {
 Tensor vdot(const Tensor& self, const Tensor& other) {
   check_dot(self, other, "vdot");
   if (self.is_complex()) {
+    note_cpu_fallback("aten::vdot");
     c10::DeviceGuard guard(self.device());
     return at::vdot(self.cpu(), other.cpu()).to(self.device());
   }
@@ -331,6 +339,7 @@ Tensor& addr_out(const Tensor& self, const Tensor& vec1, const Tensor& vec2,
   bool same = self.scalar_type() == vec1.scalar_type() &&
               vec1.scalar_type() == vec2.scalar_type();
   if (!same || !native(vec1, alpha, beta)) {
+    note_cpu_fallback("aten::addr");
     Tensor r = at::addr(self.cpu(), vec1.cpu(), vec2.cpu(), beta, alpha);
     at::native::resize_output(out, r.sizes());
     out.copy_(r);
@@ -349,6 +358,7 @@ Tensor addr(const Tensor& self, const Tensor& vec1, const Tensor& vec2,
   if (self.scalar_type() != vec1.scalar_type() ||
       vec1.scalar_type() != vec2.scalar_type()) {
     c10::DeviceGuard guard(vec1.device());
+    note_cpu_fallback("aten::addr");
     return at::addr(self.cpu(), vec1.cpu(), vec2.cpu(), beta, alpha)
         .to(vec1.device());
   }

@@ -11,6 +11,7 @@
 #include "ops/gemm/linalg_gemm.h"
 #include "ops/linalg/linalg_util.h"
 #include "register.h"
+#include "runtime/fallback.h"
 
 namespace torch_loom::linalg {
 
@@ -119,6 +120,7 @@ std::tuple<Tensor&, Tensor&> cholesky_ex_out(const Tensor& A, bool upper, bool c
   prepare_out(L, mL, op);
   prepare_out(info, minfo, op);
   if (!native_dtype(A)) {
+    note_cpu_fallback("aten::linalg_cholesky_ex");
     auto [l, i] = at::linalg_cholesky_ex(A.cpu(), upper, false);
     L.copy_(l);
     info.copy_(i);
@@ -168,6 +170,7 @@ std::tuple<Tensor&, Tensor&, Tensor&> lu_factor_ex_out(const Tensor& A, bool piv
   prepare_out(pivots, mpiv, op);
   prepare_out(info, minfo, op);
   if (!native_dtype(A)) {
+    note_cpu_fallback("aten::linalg_lu_factor_ex");
     auto [lu, p, i] = at::linalg_lu_factor_ex(A.cpu(), pivot, false);
     LU.copy_(lu);
     pivots.copy_(p);
@@ -199,6 +202,7 @@ Tensor& lu_solve_out(const Tensor& LU, const Tensor& pivots, const Tensor& B, bo
                                  adjoint);
   prepare_out(out, m, op);
   if (!native_dtype(LU)) {
+    note_cpu_fallback("aten::linalg_lu_solve");
     out.copy_(at::linalg_lu_solve(LU.cpu(), pivots.cpu(), B.cpu(), left, adjoint));
     return out;
   }
@@ -240,6 +244,7 @@ Tensor& solve_triangular_out(const Tensor& A, const Tensor& B, bool upper, bool 
                                          unitriangular);
   prepare_out(out, m, op);
   if (!native_dtype(A)) {
+    note_cpu_fallback("aten::linalg_solve_triangular");
     out.copy_(at::linalg_solve_triangular(A.cpu(), B.cpu(), upper, left, unitriangular));
     return out;
   }
@@ -268,6 +273,7 @@ std::tuple<Tensor&, Tensor&> triangular_solve_out(const Tensor& B, const Tensor&
   prepare_out(X, mX, op);
   prepare_out(M, mM, op);
   if (!native_dtype(A)) {
+    note_cpu_fallback("aten::triangular_solve");
     auto [x, mm] = at::triangular_solve(B.cpu(), A.cpu(), upper, transpose, unit);
     X.copy_(x);
     M.copy_(mm);
@@ -300,6 +306,7 @@ Tensor& cholesky_solve_helper_out(const Tensor& B, const Tensor& A, bool upper, 
   check_out_dtype(out, B, op);
   at::native::resize_output(out, B.sizes());
   if (!native_dtype(B)) {
+    note_cpu_fallback("aten::_cholesky_solve_helper");
     out.copy_(at::_cholesky_solve_helper(B.cpu(), A.cpu(), upper));
     return out;
   }
@@ -321,6 +328,7 @@ Tensor& cholesky_inverse_out(const Tensor& factor, bool upper, Tensor& out) {
   Tensor m = at::cholesky_inverse(meta_like(factor), upper);
   prepare_out(out, m, op);
   if (!native_dtype(factor)) {
+    note_cpu_fallback("aten::cholesky_inverse");
     out.copy_(at::cholesky_inverse(factor.cpu(), upper));
     return out;
   }

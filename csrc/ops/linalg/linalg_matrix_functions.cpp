@@ -8,6 +8,7 @@
 
 #include "ops/linalg/linalg_util.h"
 #include "register.h"
+#include "runtime/fallback.h"
 
 namespace torch_loom::linalg {
 namespace {
@@ -44,7 +45,10 @@ Tensor pade13_exp(const Tensor& a) {
 
 Tensor matrix_exp_loom(const Tensor& A) {
   Tensor m = at::linalg_matrix_exp(meta_like(A));   // PyTorch's checks
-  if (!native_dtype(A)) return at::linalg_matrix_exp(A.cpu()).to(A.device());
+  if (!native_dtype(A)) {
+    note_cpu_fallback("aten::linalg_matrix_exp");
+    return at::linalg_matrix_exp(A.cpu()).to(A.device());
+  }
   if (A.numel() == 0) return at::empty(m.sizes(), A.options());
   if (A.size(-1) == 1) return A.exp();
   // float32 is computed in float64: squaring amplifies the approximant's
@@ -89,6 +93,7 @@ std::tuple<Tensor&, Tensor&, Tensor&, Tensor&> lstsq_out(
   check_out_dtype(singular_values, A, op);
   TORCH_CHECK(rank.scalar_type() == at::kLong, op, ": rank expected to be of dtype Long");
   if (!native_dtype(A)) {
+    note_cpu_fallback("aten::linalg_lstsq");
     auto [x, r, k, sv] = at::linalg_lstsq(A.cpu(), B.cpu(), rcond, driver_name);
     copy_to_out(solution, x, op);
     copy_to_out(residuals, r, op);

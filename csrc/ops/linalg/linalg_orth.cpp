@@ -9,6 +9,7 @@
 
 #include "ops/linalg/linalg_util.h"
 #include "register.h"
+#include "runtime/fallback.h"
 
 namespace torch_loom::linalg {
 namespace {
@@ -39,6 +40,7 @@ std::tuple<Tensor&, Tensor&> geqrf_out(const Tensor& A, Tensor& a, Tensor& tau) 
     a.as_strided_(A.sizes(), colmajor(batch, m, n, A.options().device(c10::kMeta)).strides());
   at::native::resize_output(tau, tau_shape);
   if (!native_dtype(A)) {
+    note_cpu_fallback("aten::geqrf");
     auto [ra, rt] = at::geqrf(A.cpu());
     a.copy_(ra);
     tau.copy_(rt);
@@ -66,6 +68,7 @@ Tensor& householder_product_out(const Tensor& input, const Tensor& tau, Tensor& 
   Tensor m = at::linalg_householder_product(meta_like(input), meta_like(tau));
   prepare_out(out, m, op);
   if (!native_dtype(input)) {
+    note_cpu_fallback("aten::linalg_householder_product");
     out.copy_(at::linalg_householder_product(input.cpu(), tau.cpu()));
     return out;
   }
@@ -93,6 +96,7 @@ Tensor& ormqr_out(const Tensor& input, const Tensor& tau, const Tensor& other, b
   Tensor m = at::ormqr(meta_like(input), meta_like(tau), meta_like(other), left, transpose);
   prepare_out(out, m, op);
   if (!native_dtype(other)) {
+    note_cpu_fallback("aten::ormqr");
     out.copy_(at::ormqr(input.cpu(), tau.cpu(), other.cpu(), left, transpose));
     return out;
   }
@@ -153,6 +157,7 @@ std::tuple<Tensor&, Tensor&> eigh_out(const Tensor& A, c10::string_view uplo, bo
   prepare_out(values, mw, op);
   prepare_out(vectors, mv, op);
   if (!native_dtype(A)) {
+    note_cpu_fallback("aten::_linalg_eigh");
     auto [w, v] = at::_linalg_eigh(A.cpu(), uplo, compute_v);
     values.copy_(w);
     vectors.copy_(v);
@@ -195,6 +200,7 @@ std::tuple<Tensor&, Tensor&, Tensor&> svd_out(const Tensor& A, bool full_matrice
   prepare_out(S, mS, op);
   prepare_out(Vh, mVh, op);
   if (!native_dtype(A)) {
+    note_cpu_fallback("aten::_linalg_svd");
     auto [u, s, vh] = at::_linalg_svd(A.cpu(), full_matrices, compute_uv);
     U.copy_(u);
     S.copy_(s);
