@@ -1,6 +1,7 @@
 /* The complex elementwise kernel (loom/kernels/complex.h): element
  * functions on (re, im) pairs of float or double, over a strided
  * iteration. */
+#include <complex.h>
 #include <math.h>
 #include <stddef.h>
 
@@ -10,10 +11,11 @@
 #include "loom/status.h"
 
 /* PyTorch's complex division (c10/util/complex.h): scaled by the larger
- * part of the divisor, so neither overflows early. */
+ * part of the divisor, so neither overflows early; the parts' magnitudes
+ * as std::abs gives them (+0 for -0: 1 / (-0 + 0i) is inf + nan i). */
 #define CX_DIV(T, ar, ai, br, bi, yr, yi)                           \
   do {                                                              \
-    const T abr = br < 0 ? -br : br, abi = bi < 0 ? -bi : bi;       \
+    const T abr = (br < 0 ? -br : br) + (T)0, abi = (bi < 0 ? -bi : bi) + (T)0; \
     if (abr >= abi) {                                               \
       if (abr == 0 && abi == 0) {                                   \
         yr = ar / abr;                                              \
@@ -31,7 +33,41 @@
   } while (0)
 
 /* One run of n elements; strides in bytes; b NULL: the constant (cr, ci). */
-#define CX_RUN(NAME, T, HYPOT, ATAN2, COS, SIN)                                         \
+/* The elementary functions of one element, as std::complex computes them
+ * (libstdc++ calls C99's cexp, clog, ... for float and double). */
+#define CX_MATH(NAME, T, CT, MAKE, CEXP, CLOG, CSQRT, CSIN, CCOS, CTANH, CREAL, CIMAG) \
+  static void NAME(int op, T ar, T ai, T *py) {                                       \
+    T yr, yi;                                                                         \
+    if (op == LOOM_COMPLEX_RECIPROCAL) {                                              \
+      CX_DIV(T, (T)1, (T)0, ar, ai, yr, yi);                                          \
+    } else if (op == LOOM_COMPLEX_SIGMOID) {                                          \
+      const CT e = CEXP(MAKE(-ar, -ai));                                              \
+      const T dr = (T)1 + CREAL(e), di = CIMAG(e);                                    \
+      CX_DIV(T, (T)1, (T)0, dr, di, yr, yi);                                          \
+    } else {                                                                          \
+      const CT z = MAKE(ar, ai);                                                      \
+      CT w;                                                                           \
+      switch (op) {                                                                   \
+        case LOOM_COMPLEX_EXP: w = CEXP(z); break;                                    \
+        case LOOM_COMPLEX_LOG: w = CLOG(z); break;                                    \
+        case LOOM_COMPLEX_SQRT: w = CSQRT(z); break;                                  \
+        case LOOM_COMPLEX_SIN: w = CSIN(z); break;                                    \
+        case LOOM_COMPLEX_COS: w = CCOS(z); break;                                    \
+        default: w = CTANH(z); break;                                                 \
+      }                                                                               \
+      yr = CREAL(w);                                                                  \
+      yi = CIMAG(w);                                                                  \
+    }                                                                                 \
+    py[0] = yr;                                                                       \
+    py[1] = yi;                                                                       \
+  }
+
+CX_MATH(math_f32, float, float complex, CMPLXF, cexpf, clogf, csqrtf, csinf, ccosf, ctanhf,
+        crealf, cimagf)
+CX_MATH(math_f64, double, double complex, CMPLX, cexp, clog, csqrt, csin, ccos, ctanh, creal,
+        cimag)
+
+#define CX_RUN(NAME, T, HYPOT, ATAN2, COS, SIN, MATH)                                         \
   static void NAME(int op, char *y, int64_t ys, const char *a, int64_t as, const char *b, \
                    int64_t bs, int64_t n, T cr, T ci, T alr, T ali) {                   \
     for (int64_t i = 0; i < n; ++i, y += ys, a += as, b = b ? b + bs : b) {              \
@@ -80,6 +116,21 @@
           py[1] = r * SIN(t);                                                            \
           break;                                                                         \
         }                                                                                \
+        case LOOM_COMPLEX_EXP:                                                           \
+        case LOOM_COMPLEX_LOG:                                                           \
+        case LOOM_COMPLEX_SQRT:                                                          \
+        case LOOM_COMPLEX_RECIPROCAL:                                                    \
+        case LOOM_COMPLEX_SIN:                                                           \
+        case LOOM_COMPLEX_COS:                                                           \
+        case LOOM_COMPLEX_TANH:                                                          \
+        case LOOM_COMPLEX_SIGMOID: MATH(op, pa[0], pa[1], py); break;                    \
+        case LOOM_COMPLEX_SGN: {                                                         \
+          const T ar = pa[0], ai = pa[1], m = HYPOT(ar, ai);                             \
+          const int zero = ar == 0 && ai == 0;                                           \
+          py[0] = zero ? (T)0 : ar / m;                                                  \
+          py[1] = zero ? (T)0 : ai / m;                                                  \
+          break;                                                                         \
+        }                                                                                \
         default: {                                                                       \
           const T re = pa[0], im = pb[0];                                                \
           py[0] = re;                                                                    \
@@ -89,8 +140,8 @@
     }                                                                                    \
   }
 
-CX_RUN(run_f32, float, hypotf, atan2f, cosf, sinf)
-CX_RUN(run_f64, double, hypot, atan2, cos, sin)
+CX_RUN(run_f32, float, hypotf, atan2f, cosf, sinf, math_f32)
+CX_RUN(run_f64, double, hypot, atan2, cos, sin, math_f64)
 
 /* The real type of the op's complex side. */
 static int complex_side(int op, const loom_tensor *out, const loom_tensor *a) {

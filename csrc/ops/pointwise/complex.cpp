@@ -1,8 +1,9 @@
-// Complex elementwise ops on loom: add/sub/mul/div, neg, abs and angle of
-// complex tensors (reached from the elementwise table), conj_physical (which
-// materialises a conjugate view), polar and complex. One launch of
-// "complex.apply" each; operands are first converted to the common complex
-// dtype and broadcast, as TensorIterator would promote them.
+// Complex elementwise ops on loom: add/sub/mul/div, neg, abs, angle, exp,
+// log, sqrt, reciprocal, sin, cos, tanh, sigmoid and sgn of complex tensors
+// (reached from the elementwise table), conj_physical (which materialises a
+// conjugate view), polar and complex. One launch of "complex.apply" each;
+// operands are first converted to the common complex dtype and broadcast, as
+// TensorIterator would promote them.
 #include "ops/pointwise/complex.h"
 
 #include <ATen/ATen.h>
@@ -194,6 +195,11 @@ bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
       {"mul", LOOM_COMPLEX_MUL, true},  {"div", LOOM_COMPLEX_DIV, true},
       {"neg", LOOM_COMPLEX_NEG, false}, {"abs", LOOM_COMPLEX_ABS, false},
       {"angle", LOOM_COMPLEX_ANGLE, false},
+      {"exp", LOOM_COMPLEX_EXP, false}, {"log", LOOM_COMPLEX_LOG, false},
+      {"sqrt", LOOM_COMPLEX_SQRT, false}, {"reciprocal", LOOM_COMPLEX_RECIPROCAL, false},
+      {"sin", LOOM_COMPLEX_SIN, false}, {"cos", LOOM_COMPLEX_COS, false},
+      {"tanh", LOOM_COMPLEX_TANH, false}, {"sigmoid", LOOM_COMPLEX_SIGMOID, false},
+      {"sgn", LOOM_COMPLEX_SGN, false},
   };
   for (const Row& r : rows)
     if (std::strcmp(r.name, name) == 0)

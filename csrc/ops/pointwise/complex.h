@@ -9,8 +9,9 @@
 namespace torch_loom::pw {
 
 // Runs aten::<name> (add, sub, mul, div without rounding, neg, abs, angle,
-// in any of their overloads) on complex operands natively, leaving its
-// result on `stack`; false, touching nothing, for a call it does not cover.
+// exp, log, sqrt, reciprocal, sin, cos, tanh, sigmoid, sgn, in any of their
+// overloads) on complex operands natively, leaving its result on `stack`;
+// false, touching nothing, for a call it does not cover.
 bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack);
 
 }  // namespace torch_loom::pw

@@ -14,7 +14,13 @@
  *   NEG, CONJ: a, out complex of one dtype.
  *   ABS, ANGLE: a complex, out its real type (hypot, atan2).
  *   POLAR: a = magnitude, b = angle, both real; out the complex type.
- *   COMPLEX: a = real part, b = imaginary part, both real; out complex. */
+ *   COMPLEX: a = real part, b = imaginary part, both real; out complex.
+ *   EXP, LOG, SQRT, RECIPROCAL, SIN, COS, TANH, SIGMOID: a, out complex of
+ *     one dtype; as PyTorch's CPU computes them (std::complex, i.e. C99's
+ *     cexp, clog, csqrt, csin, ccos, ctanh, special values included;
+ *     reciprocal as 1 / a and sigmoid as 1 / (1 + exp(-a)) with the
+ *     division above).
+ *   SGN: a, out complex of one dtype; a / |a| (0 where a is 0). */
 #ifndef LOOM_KERNELS_COMPLEX_CONTRACT_H
 #define LOOM_KERNELS_COMPLEX_CONTRACT_H
 
@@ -31,7 +37,16 @@ typedef enum loom_complex_op {
   LOOM_COMPLEX_ANGLE = 7,
   LOOM_COMPLEX_POLAR = 8,
   LOOM_COMPLEX_MAKE = 9,
-  LOOM_COMPLEX_OP_COUNT = 10,
+  LOOM_COMPLEX_EXP = 10,
+  LOOM_COMPLEX_LOG = 11,
+  LOOM_COMPLEX_SQRT = 12,
+  LOOM_COMPLEX_RECIPROCAL = 13,
+  LOOM_COMPLEX_SIN = 14,
+  LOOM_COMPLEX_COS = 15,
+  LOOM_COMPLEX_TANH = 16,
+  LOOM_COMPLEX_SIGMOID = 17,
+  LOOM_COMPLEX_SGN = 18,
+  LOOM_COMPLEX_OP_COUNT = 19,
 } loom_complex_op;
 
 #endif /* LOOM_KERNELS_COMPLEX_CONTRACT_H */
