@@ -519,7 +519,7 @@ static void layer_norm(loom_stream_t *s, loom_tensor x, loom_tensor w, loom_tens
   const loom_scalar sc[3] = {{.i = COLS}, {.f = 1e-5}, {.i = 0}};
   const loom_launch_desc d = {.name = "fuse_test.layer_norm", .kernel = k, .tensors = t,
                               .num_tensors = 6, .scalars = sc, .num_scalars = 3,
-                              .range = rows, .grain = 4};
+                              .range = rows, .grain = rows};
   CHECK_OK(loom_launch(s, &d));
 }
 
@@ -541,6 +541,8 @@ static float *run_rows(loom_stream_t *s, loom_fuse_mode mode, const float *input
   upload(s, p, input, E * 4);
   upload(s, w, input + E, COLS * 4);
   upload(s, b, input + E + COLS, COLS * 4);
+  upload(s, y, input, E * 4); /* not what the layer norm writes: a row run late shows */
+  upload(s, z, input, E * 4);
   const loom_tensor tp = vec(p, LOOM_FLOAT32, E), tq = vec(q, LOOM_FLOAT32, E),
                     ty = vec(y, LOOM_FLOAT32, E), tz = vec(z, LOOM_FLOAT32, E),
                     tu = vec(u, LOOM_FLOAT32, E);
