@@ -103,6 +103,7 @@ CASES = [
     ("vdot", lambda a, b, s: torch.vdot(a[0], b[0])),
     ("cholesky", lambda a, b, s: torch.linalg.cholesky(s)),
     ("solve", lambda a, b, s: torch.linalg.solve(s, b)),
+    ("qr", lambda a, b, s: torch.cat(torch.linalg.qr(a))),
     ("exp", lambda a, b, s: torch.exp(a)),
     ("add", lambda a, b, s: a + b),
 ]

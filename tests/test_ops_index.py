@@ -58,6 +58,18 @@ def test_factories():
     check(lambda d: torch.arange(5, 0, 1, device=d))    # wrong sign
 
 
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_tril_triu_of_complex_columns(dtype):
+    """A complex matrix read by columns (geqrf's LAPACK layout, as
+    linalg.qr hands it to triu) keeps both parts of every element."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 6, 5, dtype=dtype, generator=g)
+    for k in [-1, 0, 2]:
+        check(lambda d, t: torch.triu(t.transpose(1, 2), k), x)
+        check(lambda d, t: torch.tril(t.transpose(1, 2), k), x)
+    check(lambda d, t: t.transpose(1, 2).clone().transpose(1, 2).tril_(1), x)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_tril_triu_cat_flip_roll(dtype):
     x = make((2, 5, 6), dtype)

@@ -104,6 +104,20 @@ int loom_kernel_factory(const loom_kernel_args *args, int64_t begin, int64_t end
         }
         return LOOM_OK;
       }
+      if (in->dtype == out->dtype) { /* any layout: each element's bytes, or zeros */
+        const int64_t es = loom_dtype_size(out->dtype);
+        for (int64_t e = begin; e < end; ++e) {
+          const int64_t j = e % cols, i = (e / cols) % rows;
+          const int keep = op == LOOM_FACTORY_TRIL ? j - i <= diag : j - i >= diag;
+          char *o = (char *)out->data + loom_nn_offset(out, e, -1) * es;
+          if (keep) memmove(o, (const char *)in->data + loom_nn_offset(in, e, -1) * es, (size_t)es);
+          else memset(o, 0, (size_t)es);
+        }
+        return LOOM_OK;
+      }
+      if (out->dtype == LOOM_COMPLEX64 || out->dtype == LOOM_COMPLEX128 ||
+          in->dtype == LOOM_COMPLEX64 || in->dtype == LOOM_COMPLEX128)
+        return LOOM_ERROR_INVALID_ARGUMENT; /* a complex value is not one real */
       for (int64_t e = begin; e < end; ++e) {
         const int64_t j = e % cols, i = (e / cols) % rows;
         const int keep = op == LOOM_FACTORY_TRIL ? j - i <= diag : j - i >= diag;
