@@ -122,7 +122,7 @@ static int epi_run(const epilogue *e, int64_t i1, int64_t i2, int64_t row, int64
   const loom_scalar p_threshold[4] = {{.f = 0.0}, {.f = 0.0}, {.f = 0.0}, {.f = 0.0}};
   for (int64_t j0 = 0; j0 < cols; j0 += EPI_RUN) {
     const int64_t n = cols - j0 < EPI_RUN ? cols - j0 : EPI_RUN;
-    char *dst = loom_gemm_elem(d, i1, i2, row, col0 + j0);
+    char *dst = (char *)loom_gemm_elem(d, i1, i2, row, col0 + j0);
     float *d_row = d->dtype == LOOM_FLOAT32 && (d->strides[3] == 1 || n == 1) ? (float *)dst
                                                                                : NULL;
     const float *cur = epi_row_in(c, i1, i2, row, col0 + j0, n, x);

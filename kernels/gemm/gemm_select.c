@@ -201,5 +201,6 @@ const loom_kernel_entry loom_gemm_kernels[] = {
     {"gemm.compute_epilogue", loom_gemm_compute_epilogue_kernel, NULL},
     {"gemm.epilogue", loom_gemm_epilogue_kernel, NULL},
     {"gemv.compute", loom_gemv_kernel, NULL},
+    {"gemm.f64", loom_gemm_f64_kernel, NULL},
     {NULL, NULL, NULL},
 };

@@ -27,8 +27,8 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* what) {
 
 bool native(const Tensor& t, const c10::Scalar& alpha = 1,
             const c10::Scalar& beta = 0) {
-  return gemm_native_dtype(t.scalar_type()) && !alpha.isComplex() &&
-         !beta.isComplex();
+  return (gemm_native_dtype(t.scalar_type()) || t.scalar_type() == at::kDouble) &&
+         !alpha.isComplex() && !beta.isComplex();
 }
 
 // A 1-d tensor as a column (k x 1) of a rank-4 GEMM operand.

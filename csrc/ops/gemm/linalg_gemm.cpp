@@ -72,6 +72,17 @@ void gemm_run(const char* op, const at::Tensor& c_owner, loom_tensor c,
   const bool has_cin = cin != nullptr && beta != 0.0;
   loom_tensor cin_v = has_cin ? *cin : loom_tensor{};
   const LaunchInfo product{gemm_flops(c, a)};
+  if (c.dtype == LOOM_FLOAT64) {  // unplanned: a row of C per item
+    c10::DeviceGuard guard(c_owner.device());
+    const int64_t rows = c.sizes[0] * c.sizes[1] * c.sizes[2];
+    if (rows == 0 || c.sizes[3] == 0) return;
+    const loom_tensor tensors[4] = {c, a, b, cin_v};
+    const loom_scalar scalars[2] = {scalar_f(alpha), scalar_f(beta)};
+    const int64_t work = std::max<int64_t>(1, c.sizes[3] * a.sizes[3]);
+    launch(op, LOOM_KERNEL("gemm.f64"), c10::ArrayRef<loom_tensor>(tensors, has_cin ? 4 : 3),
+           scalars, rows, std::max<int64_t>(1, 65536 / work), -1, product);
+    return;
+  }
   const loom_tensor operands[3] = {c, a, b};
   const loom_scalar request[2] = {scalar_i(math_request(math)),
                                   scalar_i(device_workers(c_owner))};

@@ -35,7 +35,13 @@
  *    compute_grain. The compute launch owns disjoint tiles of C and walks
  *    K in a fixed order, so the result is bitwise independent of the thread
  *    count and of the grain.
- * A plan with nothing to compute (an empty C) has ranges of 0. */
+ * A plan with nothing to compute (an empty C) has ranges of 0.
+ *
+ * "gemm.f64": the float64 product, unplanned: tensors [0] C, [1] A, [2] B,
+ * [3] Cin (optional; ignored when beta == 0), all float64 rank-4 views;
+ * scalars [0].f alpha, [1].f beta; range batch1 * batch2 * rows of C, any
+ * grain. Each element sums its products in k order in double, so the
+ * result is bitwise independent of the thread count and of the grain. */
 #ifndef LOOM_KERNELS_GEMM_CONTRACT_H
 #define LOOM_KERNELS_GEMM_CONTRACT_H
 
