@@ -136,6 +136,23 @@ def test_complex_ops_native_or_counted(name, fn):
         assert torch.loom.fallback_ops() == {}
 
 
+@pytest.mark.parametrize("op", [torch.eq, torch.ne], ids=["eq", "ne"])
+def test_complex_comparisons_native(op):
+    a = sample((3, 5), torch.complex64)
+    b = a.clone()
+    b[0, 1] += 1j          # imaginary part differs
+    b[2, 3] += 1           # real part differs
+    b[1, 4] = float("nan")
+    torch.loom.set_fallback_mode("error")
+    torch.loom.clear_fallback_ops()
+    for x, y in ((a, b), (a, b[1]), (a.conj(), b.conj())):
+        got = op(x.to(DEV), y.to(DEV))
+        assert got.dtype == torch.bool and torch.equal(got.cpu(), op(x, y))
+    for number in (0, a[1, 1].item()):
+        assert torch.equal(op(a.to(DEV), number).cpu(), op(a, number))
+    assert torch.loom.fallback_ops() == {}
+
+
 def test_counted_linalg_names_the_op():
     a = sample((3, 3), torch.complex128)
     torch.loom.set_fallback_mode("error")

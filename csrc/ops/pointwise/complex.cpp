@@ -104,6 +104,23 @@ bool run_binary(int op, const char* name, const Args& a, torch::jit::Stack* stac
   return true;
 }
 
+// eq / ne of complex operands (functional form): both parts compared, by
+// the real comparison over the parts' views and a reduction of each pair.
+bool run_compare(bool eq, const Args& a, torch::jit::Stack* stack) {
+  const Tensor self = a.tensor("self"), other = a.tensor("other");
+  if (!on_loom(self) || !(on_loom(other) || is_number(other)) || a.inplace() ||
+      a.out().defined())
+    return false;
+  const at::ScalarType type = at::result_type(self, other);
+  if (!at::isComplexType(type)) return false;
+  // a number is a 0-d constant on the device
+  const Tensor y = at::view_as_real(plain(on_loom(other) ? other : other.to(self.device()), type));
+  const Tensor x = at::view_as_real(plain(self, type));
+  const Tensor parts = eq ? at::eq(x, y) : at::ne(x, y);
+  finish(stack, a, eq ? parts.all(-1) : parts.any(-1));
+  return true;
+}
+
 bool run_unary(int op, const char* name, const Args& a, torch::jit::Stack* stack) {
   const Tensor self = a.tensor("self");
   if (!on_loom(self) || !self.is_complex()) return false;
@@ -204,6 +221,8 @@ bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
   for (const Row& r : rows)
     if (std::strcmp(r.name, name) == 0)
       return r.binary ? run_binary(r.op, name, a, stack) : run_unary(r.op, name, a, stack);
+  if (std::strcmp(name, "eq") == 0 || std::strcmp(name, "ne") == 0)
+    return run_compare(name[0] == 'e', a, stack);
   return false;
 }
 
