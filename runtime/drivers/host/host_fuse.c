@@ -27,25 +27,10 @@
  * check against them. */
 #define FUSE_LOOKAHEAD 1024         /* queued commands looked at per group */
 #define FUSE_LOOK_PAST_JOIN 192     /* ... and past the last one that joined */
-#define FUSE_MAX_PASSED_SPANS 2048  /* disjoint memory spans of launches passed over */
-#define FUSE_MAX_TENSORS 8          /* tensors of a member */
 #define FUSE_MIN_RANGE 8192         /* smaller launches run as they are */
 #define FUSE_CHUNK_BYTES (512 << 10) /* a chunk's operands, all members */
 #define FUSE_MIN_GRAIN 4096
 #define FUSE_HOIST_BYTES (64 << 10) /* a launch this small may run before the chunks */
-#define FUSE_MAX_HOISTED 16
-
-typedef struct span {
-  uintptr_t lo, hi; /* [lo, hi) */
-} span;
-
-/* What a member does with one of its tensors. */
-enum {
-  SPAN_WRITTEN = 1,  /* the member writes it */
-  SPAN_MAP = 2,      /* chunk [b, e) touches its elements of linear index [b, e) */
-  SPAN_DEFERRED = 4, /* written to scratch by the chunks, copied in after them */
-  SPAN_COVERS = 8,   /* written whole, over deferred memory of an earlier member */
-};
 
 /* A launch as a group sees it: the elements it walks (a row-wise kernel's
  * rows times their length), and its tensors' spans and roles. */
@@ -57,44 +42,6 @@ typedef struct launch_view {
   int which[FUSE_MAX_TENSORS];
   uint8_t flags[FUSE_MAX_TENSORS];
 } launch_view;
-
-struct host_group {
-  loom_kernel_args pool_args; /* first: what the pool sees (chunks of every part, grain 1) */
-  loom_kernel_args args;      /* the members' range; the lead's grain */
-  int n;
-  int looked, last_join; /* commands looked at; the count when one last joined */
-  int passed;    /* launches passed over so far */
-  int reordered; /* members that joined after a launch was passed over */
-  const loom_command *members[HOST_FUSE_MAX_MEMBERS];
-  int64_t row_n[HOST_FUSE_MAX_MEMBERS]; /* a row-wise member's row length; 0: elementwise */
-  /* A row-wise member whose per-row outputs are deferred: its tensors, those
-   * pointing into scratch, then the scratch (one allocation; else NULL). */
-  loom_tensor *deferred[HOST_FUSE_MAX_MEMBERS];
-  /* Small launches that run whole before the chunks, in program order. */
-  int nhoisted;
-  const loom_command *hoisted[FUSE_MAX_HOISTED];
-  loom_kernel_args margs[HOST_FUSE_MAX_MEMBERS];
-  /* The members' tensors' spans, and whose they are. */
-  int nspans;
-  span spans[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
-  uint16_t span_member[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
-  uint8_t span_tensor[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
-  uint8_t span_flags[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS]; /* SPAN_* */
-  /* Parts: members that share no memory with other parts' (prepare). */
-  int parts;
-  uint16_t order[HOST_FUSE_MAX_MEMBERS]; /* members by part, in program order */
-  int part_first[HOST_FUSE_MAX_MEMBERS + 1]; /* a part's members in `order` */
-  int64_t part_grain[HOST_FUSE_MAX_MEMBERS], part_bytes[HOST_FUSE_MAX_MEMBERS];
-  int64_t part_chunk[HOST_FUSE_MAX_MEMBERS + 1]; /* a part's first chunk in pool_args */
-  uint16_t parent[HOST_FUSE_MAX_MEMBERS];
-  int16_t by_lo[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
-  int npassed; /* the memory of launches passed over: disjoint, by address */
-  span passed_spans[FUSE_MAX_PASSED_SPANS];
-  /* Per member, the first failing chunk (as host_pool_run records one). */
-  atomic_int failed[HOST_FUSE_MAX_MEMBERS];
-  int64_t failed_begin[HOST_FUSE_MAX_MEMBERS], failed_end[HOST_FUSE_MAX_MEMBERS];
-  char failed_reason[HOST_FUSE_MAX_MEMBERS][HOST_REASON_CAPACITY];
-};
 
 host_group *host_fuse_group_create(void) { return calloc(1, sizeof(host_group)); }
 
@@ -111,7 +58,6 @@ void host_fuse_group_destroy(host_group *group) {
 }
 
 static int view_launch(const loom_command *cmd, launch_view *v);
-static int dense(const loom_tensor *t);
 
 int host_fuse_can_lead(const loom_command *cmd) {
   if (cmd->kind != LOOM_COMMAND_LAUNCH || cmd->u.launch.num_tensors > FUSE_MAX_TENSORS ||
@@ -145,36 +91,13 @@ static int tensor_span(const loom_tensor *t, span *out) {
 
 static int overlap(span a, span b) { return a.lo < b.hi && b.lo < a.hi; }
 
-/* A descriptor's element map in its simplest form: dims of size 1 dropped,
- * neighbours merged where the outer one steps as far as the whole inner. */
-typedef struct canon {
-  int32_t rank;
-  int64_t sizes[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
-} canon;
-
-static void canonicalize(const loom_tensor *t, canon *c) {
-  c->rank = 0;
-  for (int32_t d = 0; d < t->rank; ++d) {
-    if (t->sizes[d] == 1) continue;
-    const int32_t r = c->rank;
-    if (r > 0 && c->strides[r - 1] == t->sizes[d] * t->strides[d]) {
-      c->sizes[r - 1] *= t->sizes[d];
-      c->strides[r - 1] = t->strides[d];
-    } else {
-      c->sizes[r] = t->sizes[d];
-      c->strides[r] = t->strides[d];
-      c->rank = r + 1;
-    }
-  }
-}
-
 /* Whether two descriptors map every linear index to the same element. */
 static int same_map(const loom_tensor *a, const loom_tensor *b) {
   if (a->data != b->data || a->dtype != b->dtype) return 0;
   if (a->rank < 0 || a->rank > LOOM_MAX_DIMS || b->rank < 0 || b->rank > LOOM_MAX_DIMS) return 0;
-  canon ca, cb;
-  canonicalize(a, &ca);
-  canonicalize(b, &cb);
+  host_canon ca, cb;
+  host_canonicalize(a, &ca);
+  host_canonicalize(b, &cb);
   if (ca.rank != cb.rank) return 0;
   for (int32_t d = 0; d < ca.rank; ++d)
     if (ca.sizes[d] != cb.sizes[d] || ca.strides[d] != cb.strides[d]) return 0;
@@ -184,8 +107,8 @@ static int same_map(const loom_tensor *a, const loom_tensor *b) {
 /* Whether `t` is `count` elements, contiguous, in row-major order. */
 static int contiguous_elements(const loom_tensor *t, int64_t count) {
   if (t->rank < 0 || t->rank > LOOM_MAX_DIMS) return 0;
-  canon c;
-  canonicalize(t, &c);
+  host_canon c;
+  host_canonicalize(t, &c);
   if (c.rank == 0) return count == 1 && loom_tensor_numel(t) == 1;
   return c.rank == 1 && c.sizes[0] == count && c.strides[0] == 1;
 }
@@ -398,7 +321,7 @@ static int may_join(const host_group *g, const loom_command *cmd, launch_view *v
          * later member wrote there, never the deferred values; a later
          * deferred output is copied in after it. */
         if (deferred) continue;
-        if ((v->flags[i] & SPAN_WRITTEN) && dense(t)) {
+        if ((v->flags[i] & SPAN_WRITTEN) && host_dense(t)) {
           v->flags[i] |= SPAN_COVERS;
           continue;
         }
@@ -595,7 +518,7 @@ static uint64_t prepare(host_group *g) {
   return cached;
 }
 
-static void clear_failures(host_group *g) {
+void host_fuse_clear_failures(host_group *g) {
   for (int m = 0; m < g->n; ++m) atomic_store_explicit(&g->failed[m], 0, memory_order_relaxed);
 }
 
@@ -632,152 +555,11 @@ static int group_chunk(const loom_kernel_args *args, int64_t first, int64_t last
   return 0;
 }
 
-static void run_fused(host_context *ctx, int device, int priority, host_group *g) {
-  clear_failures(g);
+void host_fuse_run_fused(host_context *ctx, int device, int priority, host_group *g) {
+  host_fuse_clear_failures(g);
   host_failure unused;
   (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->pool_args, &unused);
   copy_deferred(g);
-}
-
-/* ---- LOOM_FUSE=verify ------------------------------------------------------------------ */
-
-static int by_lo(const void *a, const void *b) {
-  const span *x = a, *y = b;
-  return x->lo < y->lo ? -1 : x->lo > y->lo;
-}
-
-/* Whether every byte of `t`'s span belongs to one of its elements (no
- * gaps another tensor could own): saving and restoring the span then
- * touches nothing else. Broadcast dims read the same bytes again. */
-static int dense(const loom_tensor *t) {
-  if (!t->data) return 1;
-  canon c;
-  canonicalize(t, &c);
-  int64_t sizes[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
-  int r = 0;
-  for (int32_t d = 0; d < c.rank; ++d) {
-    if (c.strides[d] == 0) continue;
-    if (c.strides[d] < 0) return 0;
-    sizes[r] = c.sizes[d];
-    strides[r++] = c.strides[d];
-  }
-  /* Dims by stride, smallest first (a few dims: insertion sort). */
-  for (int i = 1; i < r; ++i)
-    for (int j = i; j > 0 && strides[j] < strides[j - 1]; --j) {
-      int64_t s = strides[j]; strides[j] = strides[j - 1]; strides[j - 1] = s;
-      s = sizes[j]; sizes[j] = sizes[j - 1]; sizes[j - 1] = s;
-    }
-  int64_t expect = 1;
-  for (int i = 0; i < r; ++i) {
-    if (strides[i] != expect) return 0;
-    expect *= sizes[i];
-  }
-  return 1;
-}
-
-/* The members' memory as disjoint sorted spans in `out`; their count, or
- * -1 if some tensor's span has gaps. */
-static int memory_spans(const host_group *g, span *out) {
-  int n = 0;
-  for (int s = 0; s < g->nspans; ++s) {
-    const loom_tensor *t = &g->members[g->span_member[s]]->u.launch.tensors[g->span_tensor[s]];
-    if (!dense(t) || g->spans[s].hi == UINTPTR_MAX) return -1;
-    out[n++] = g->spans[s];
-  }
-  qsort(out, (size_t)n, sizeof *out, by_lo);
-  int k = 0;
-  for (int i = 0; i < n; ++i) {
-    if (k > 0 && out[i].lo <= out[k - 1].hi) {
-      if (out[i].hi > out[k - 1].hi) out[k - 1].hi = out[i].hi;
-    } else {
-      out[k++] = out[i];
-    }
-  }
-  return k;
-}
-
-static void copy_spans(const span *sp, int n, char *buffer, int to_buffer) {
-  for (int i = 0; i < n; ++i) {
-    const size_t size = sp[i].hi - sp[i].lo;
-    if (to_buffer) memcpy(buffer, (const void *)sp[i].lo, size);
-    else memcpy((void *)sp[i].lo, buffer, size);
-    buffer += size;
-  }
-}
-
-/* The op whose tensor holds the byte at `addr` (the first member's). */
-static const char *owner_of(const host_group *g, uintptr_t addr) {
-  for (int s = 0; s < g->nspans; ++s)
-    if (g->spans[s].lo <= addr && addr < g->spans[s].hi) return g->members[g->span_member[s]]->name;
-  return "?";
-}
-
-static void group_name(const host_group *g, char *out, size_t size) {
-  size_t len = 0;
-  out[0] = '\0';
-  for (int m = 0; m < g->n && len < size; ++m)
-    len += (size_t)snprintf(out + len, size - len, "%s%s", m ? ", " : "", g->members[m]->name);
-}
-
-/* Runs the group fused, keeps what it wrote, restores the inputs, runs the
- * members one by one as the queue would, and compares. The unfused results
- * stay, and so do the unfused run's failures. */
-static void run_verified(host_context *ctx, int device, int priority, host_group *g,
-                         loom_stream_t *report) {
-  span *sp = malloc((size_t)g->nspans * sizeof *sp);
-  const int n = sp ? memory_spans(g, sp) : -1;
-  size_t total = 0;
-  for (int i = 0; i < n; ++i) total += sp[i].hi - sp[i].lo;
-  char *saved = n > 0 ? malloc(total) : NULL, *fused = n > 0 ? malloc(total) : NULL;
-  if (!saved || !fused) {
-    host_fuse_count_verified(0);
-    run_fused(ctx, device, priority, g);
-    free(saved);
-    free(fused);
-    free(sp);
-    return;
-  }
-  copy_spans(sp, n, saved, 1);
-  run_fused(ctx, device, priority, g);
-  copy_spans(sp, n, fused, 1);
-  copy_spans(sp, n, saved, 0);
-  clear_failures(g);
-  for (int m = 0; m < g->n; ++m) {
-    loom_kernel_args a = g->margs[m];
-    a.grain = g->members[m]->u.launch.grain;
-    a.tensors = g->members[m]->u.launch.tensors;
-    a.hints = 0;
-    host_failure f;
-    const int rc = host_pool_run(&ctx->devices[device].pool, priority, g->members[m]->u.launch.fn,
-                                 &a, &f);
-    if (rc != 0) {
-      atomic_store(&g->failed[m], rc);
-      g->failed_begin[m] = f.begin;
-      g->failed_end[m] = a.range - f.begin > a.grain ? f.begin + a.grain : a.range;
-      memcpy(g->failed_reason[m], f.reason, sizeof f.reason);
-    }
-  }
-  host_fuse_count_verified(1);
-  size_t offset = 0;
-  for (int i = 0; i < n; ++i) {
-    const size_t size = sp[i].hi - sp[i].lo;
-    const char *now = (const char *)sp[i].lo;
-    if (memcmp(now, fused + offset, size) != 0) {
-      size_t at = 0;
-      while (now[at] == fused[offset + at]) ++at;
-      char names[256];
-      group_name(g, names, sizeof names);
-      loom_driver_report_error(report, LOOM_ERROR_INTERNAL,
-                               "%s: LOOM_FUSE=verify: the fused group (%s) wrote other bytes "
-                               "than its launches one by one (at %#lx)",
-                               owner_of(g, sp[i].lo + at), names, (unsigned long)(sp[i].lo + at));
-      break;
-    }
-    offset += size;
-  }
-  free(saved);
-  free(fused);
-  free(sp);
 }
 
 void host_fuse_run(host_context *ctx, int device, int priority, host_group *g,
@@ -793,8 +575,8 @@ void host_fuse_run(host_context *ctx, int device, int priority, host_group *g,
   int traced = 0;
   for (int m = 0; m < g->n; ++m) traced |= g->members[m]->trace != NULL;
   const uint64_t t0 = traced ? loom_trace_now() : 0;
-  if (loom_fuse_get_mode() == LOOM_FUSE_VERIFY) run_verified(ctx, device, priority, g, report);
-  else run_fused(ctx, device, priority, g);
+  if (loom_fuse_get_mode() == LOOM_FUSE_VERIFY) host_fuse_run_verified(ctx, device, priority, g, report);
+  else host_fuse_run_fused(ctx, device, priority, g);
   if (traced) loom_driver_trace_report_group(g->members, (size_t)g->n, t0, loom_trace_now());
   for (int m = 0; m < g->n; ++m) {
     const int rc = atomic_load(&g->failed[m]);

@@ -11,6 +11,8 @@
 
 #include "kernels/registry.h"
 #include "loom/driver.h"
+#include <stdatomic.h>
+
 #include "runtime/drivers/host/host_internal.h"
 
 typedef struct host_group host_group;
@@ -59,5 +61,66 @@ int host_fuse_joined(const host_group *group);
  * records (as one kernel) and their release callbacks. */
 void host_fuse_run(host_context *ctx, int device, int priority, host_group *group,
                    loom_stream_t *report);
+
+/* ---- between host_fuse.c and host_fuse_verify.c ---- */
+
+#define FUSE_MAX_TENSORS 8          /* tensors of a member */
+#define FUSE_MAX_PASSED_SPANS 2048  /* disjoint memory spans of launches passed over */
+#define FUSE_MAX_HOISTED 16         /* small launches run before a group's chunks */
+
+/* What a member does with one of its tensors. */
+enum {
+  SPAN_WRITTEN = 1,  /* the member writes it */
+  SPAN_MAP = 2,      /* chunk [b, e) touches its elements of linear index [b, e) */
+  SPAN_DEFERRED = 4, /* written to scratch by the chunks, copied in after them */
+  SPAN_COVERS = 8,   /* written whole, over deferred memory of an earlier member */
+};
+
+struct host_group {
+  loom_kernel_args pool_args; /* first: what the pool sees (chunks of every part, grain 1) */
+  loom_kernel_args args;      /* the members' range; the lead's grain */
+  int n;
+  int looked, last_join; /* commands looked at; the count when one last joined */
+  int passed;    /* launches passed over so far */
+  int reordered; /* members that joined after a launch was passed over */
+  const loom_command *members[HOST_FUSE_MAX_MEMBERS];
+  int64_t row_n[HOST_FUSE_MAX_MEMBERS]; /* a row-wise member's row length; 0: elementwise */
+  /* A row-wise member whose per-row outputs are deferred: its tensors, those
+   * pointing into scratch, then the scratch (one allocation; else NULL). */
+  loom_tensor *deferred[HOST_FUSE_MAX_MEMBERS];
+  /* Small launches that run whole before the chunks, in program order. */
+  int nhoisted;
+  const loom_command *hoisted[FUSE_MAX_HOISTED];
+  loom_kernel_args margs[HOST_FUSE_MAX_MEMBERS];
+  /* The members' tensors' spans, and whose they are. */
+  int nspans;
+  span spans[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  uint16_t span_member[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  uint8_t span_tensor[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  uint8_t span_flags[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS]; /* SPAN_* */
+  /* Parts: members that share no memory with other parts' (prepare). */
+  int parts;
+  uint16_t order[HOST_FUSE_MAX_MEMBERS]; /* members by part, in program order */
+  int part_first[HOST_FUSE_MAX_MEMBERS + 1]; /* a part's members in `order` */
+  int64_t part_grain[HOST_FUSE_MAX_MEMBERS], part_bytes[HOST_FUSE_MAX_MEMBERS];
+  int64_t part_chunk[HOST_FUSE_MAX_MEMBERS + 1]; /* a part's first chunk in pool_args */
+  uint16_t parent[HOST_FUSE_MAX_MEMBERS];
+  int16_t by_lo[HOST_FUSE_MAX_MEMBERS * FUSE_MAX_TENSORS];
+  int npassed; /* the memory of launches passed over: disjoint, by address */
+  span passed_spans[FUSE_MAX_PASSED_SPANS];
+  /* Per member, the first failing chunk (as host_pool_run records one). */
+  atomic_int failed[HOST_FUSE_MAX_MEMBERS];
+  int64_t failed_begin[HOST_FUSE_MAX_MEMBERS], failed_end[HOST_FUSE_MAX_MEMBERS];
+  char failed_reason[HOST_FUSE_MAX_MEMBERS][HOST_REASON_CAPACITY];
+};
+
+/* Resets the members' failures; runs the group's chunks on the calling
+ * thread and the device's pool, then copies deferred row outputs in. */
+void host_fuse_clear_failures(host_group *g);
+void host_fuse_run_fused(host_context *ctx, int device, int priority, host_group *g);
+/* LOOM_FUSE=verify (host_fuse_verify.c): runs the group fused, restores
+ * its inputs, runs the members one by one and reports a difference. */
+void host_fuse_run_verified(host_context *ctx, int device, int priority, host_group *g,
+                            loom_stream_t *report);
 
 #endif

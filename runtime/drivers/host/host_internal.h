@@ -94,4 +94,61 @@ loom_status host_launch_failed(const loom_command *cmd, int rc, int64_t begin, i
 loom_status host_execute_launch(host_context *ctx, int device, int priority,
                                 const loom_command *command, loom_stream_t *report);
 
+/* A byte range [lo, hi) of memory (adaptive eager: host_fuse*.c). */
+typedef struct span {
+  uintptr_t lo, hi;
+} span;
+
+/* A descriptor's element map in its simplest form (adaptive eager): dims of size 1 dropped,
+ * neighbours merged where the outer one steps as far as the whole inner. */
+typedef struct host_canon {
+  int32_t rank;
+  int64_t sizes[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
+} host_canon;
+
+static inline void host_canonicalize(const loom_tensor *t, host_canon *c) {
+  c->rank = 0;
+  for (int32_t d = 0; d < t->rank; ++d) {
+    if (t->sizes[d] == 1) continue;
+    const int32_t r = c->rank;
+    if (r > 0 && c->strides[r - 1] == t->sizes[d] * t->strides[d]) {
+      c->sizes[r - 1] *= t->sizes[d];
+      c->strides[r - 1] = t->strides[d];
+    } else {
+      c->sizes[r] = t->sizes[d];
+      c->strides[r] = t->strides[d];
+      c->rank = r + 1;
+    }
+  }
+}
+
+/* Whether every byte of `t`'s span belongs to one of its elements (no
+ * gaps another tensor could own): saving and restoring the span then
+ * touches nothing else. Broadcast dims read the same bytes again. */
+static inline int host_dense(const loom_tensor *t) {
+  if (!t->data) return 1;
+  host_canon c;
+  host_canonicalize(t, &c);
+  int64_t sizes[LOOM_MAX_DIMS], strides[LOOM_MAX_DIMS];
+  int r = 0;
+  for (int32_t d = 0; d < c.rank; ++d) {
+    if (c.strides[d] == 0) continue;
+    if (c.strides[d] < 0) return 0;
+    sizes[r] = c.sizes[d];
+    strides[r++] = c.strides[d];
+  }
+  /* Dims by stride, smallest first (a few dims: insertion sort). */
+  for (int i = 1; i < r; ++i)
+    for (int j = i; j > 0 && strides[j] < strides[j - 1]; --j) {
+      int64_t s = strides[j]; strides[j] = strides[j - 1]; strides[j - 1] = s;
+      s = sizes[j]; sizes[j] = sizes[j - 1]; sizes[j - 1] = s;
+    }
+  int64_t expect = 1;
+  for (int i = 0; i < r; ++i) {
+    if (strides[i] != expect) return 0;
+    expect *= sizes[i];
+  }
+  return 1;
+}
+
 #endif
