@@ -86,6 +86,7 @@ int loom_gemm_compute_epilogue_kernel(const loom_kernel_args *args, int64_t begi
                                       int64_t end);
 int loom_gemm_epilogue_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_gemm_f64_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_gemm_int_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* "gemm.plan" (loom/kernels/gemm.h) for the variant loom_gemm_isa_selected()
  * names; loom_gemm_plan_for plans as `isa` would, so that tests check the

@@ -202,5 +202,6 @@ const loom_kernel_entry loom_gemm_kernels[] = {
     {"gemm.epilogue", loom_gemm_epilogue_kernel, NULL},
     {"gemv.compute", loom_gemv_kernel, NULL},
     {"gemm.f64", loom_gemm_f64_kernel, NULL},
+    {"gemm.int", loom_gemm_int_kernel, NULL},
     {NULL, NULL, NULL},
 };

@@ -2,8 +2,9 @@
 // vdot, addr (and their out/in-place forms), and linalg.cross. matmul, linear and einsum are
 // composite in ATen and arrive here as these. Every product is one GEMM
 // launch pair over strided views, so transposed operands (autograd's
-// backward) cost no copy. dtypes the GEMM does not compute (float64,
-// integers, complex) run on the CPU and come back.
+// backward) cost no copy. float64 and the integer dtypes (bool for addr)
+// run unplanned kernels of their own (gemm.f64, gemm.int); complex runs on
+// the CPU, counted, and comes back.
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
@@ -25,9 +26,12 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* what) {
               " != ", b.scalar_type());
 }
 
+// Bool products are the CPU's for addr only (the others refuse it there).
 bool native(const Tensor& t, const c10::Scalar& alpha = 1,
-            const c10::Scalar& beta = 0) {
-  return (gemm_native_dtype(t.scalar_type()) || t.scalar_type() == at::kDouble) &&
+            const c10::Scalar& beta = 0, bool allow_bool = false) {
+  const at::ScalarType st = t.scalar_type();
+  return (gemm_native_dtype(st) || st == at::kDouble ||
+          (gemm_int_dtype(st) && (st != at::kBool || allow_bool))) &&
          !alpha.isComplex() && !beta.isComplex();
 }
 
@@ -45,6 +49,20 @@ void product_into(const char* op, Tensor& out, loom_tensor a, loom_tensor b,
                   const c10::Scalar& alpha, bool out_is_matrix_of_vectors, bool matrix) {
   loom_tensor c = gemm_view(out, op);
   if (out_is_matrix_of_vectors) c = gemm_transpose(c);
+  const at::ScalarType st = out.scalar_type();
+  if (gemm_int_dtype(st)) {  // alpha and beta in the dtype, as the CPU takes them
+    const int64_t alpha_i = gemm_int_scalar(alpha, st);
+    const int64_t beta_i = self.defined() ? gemm_int_scalar(beta, st) : 0;
+    if (beta_i == 0) {
+      gemm_run_int(op, out, c, a, b, nullptr, alpha_i, 0);
+      return;
+    }
+    Tensor expanded = self.expand(out.sizes());
+    loom_tensor cin = gemm_view(expanded, op);
+    if (out_is_matrix_of_vectors) cin = gemm_transpose(cin);
+    gemm_run_int(op, out, c, a, b, &cin, alpha_i, beta_i);
+    return;
+  }
   double beta_d = beta.toDouble(), alpha_d = alpha.toDouble();
   const GemmMath math = matrix ? matmul_math(out.scalar_type()) : GemmMath::exact;
   if (!self.defined() || beta_d == 0.0) {
@@ -307,8 +325,12 @@ Tensor dot_loom(const Tensor& self, const Tensor& other) {
     return at::dot(self.cpu(), other.cpu()).to(self.device());
   }
   Tensor out = at::empty({}, self.options());
-  gemm_run("dot", out, gemm_view(out, "dot"), gemm_view(self, "dot"),
-           column(other, "dot"), nullptr, 1.0, 0.0);
+  if (gemm_int_dtype(self.scalar_type()))
+    gemm_run_int("dot", out, gemm_view(out, "dot"), gemm_view(self, "dot"),
+                 column(other, "dot"), nullptr, 1, 0);
+  else
+    gemm_run("dot", out, gemm_view(out, "dot"), gemm_view(self, "dot"),
+             column(other, "dot"), nullptr, 1.0, 0.0);
   return out;
 }
 
@@ -331,6 +353,21 @@ void check_addr(const Tensor& vec1, const Tensor& vec2) {
               vec2.dim(), "-D");
 }
 
+// The CPU's addr refuses floating alpha/beta for integer and bool results,
+// and boolean ones for any other.
+void check_addr_scalars(at::ScalarType t, const c10::Scalar& beta, const c10::Scalar& alpha) {
+  if (at::isIntegralType(t, /*includeBool=*/true)) {
+    TORCH_CHECK(!beta.isFloatingPoint(),
+                "For integral input tensors, argument beta must not be a floating point number.");
+    TORCH_CHECK(!alpha.isFloatingPoint(),
+                "For integral input tensors, argument alpha must not be a floating point number.");
+  }
+  if (t != at::kBool) {
+    TORCH_CHECK(!beta.isBoolean(), "Boolean beta only supported for Boolean results.");
+    TORCH_CHECK(!alpha.isBoolean(), "Boolean alpha only supported for Boolean results.");
+  }
+}
+
 Tensor& addr_out(const Tensor& self, const Tensor& vec1, const Tensor& vec2,
                  const c10::Scalar& beta, const c10::Scalar& alpha,
                  Tensor& out) {
@@ -338,7 +375,8 @@ Tensor& addr_out(const Tensor& self, const Tensor& vec1, const Tensor& vec2,
   c10::DeviceGuard guard(vec1.device());
   bool same = self.scalar_type() == vec1.scalar_type() &&
               vec1.scalar_type() == vec2.scalar_type();
-  if (!same || !native(vec1, alpha, beta)) {
+  if (same) check_addr_scalars(vec1.scalar_type(), beta, alpha);
+  if (!same || !native(vec1, alpha, beta, /*allow_bool=*/true)) {
     note_cpu_fallback("aten::addr");
     Tensor r = at::addr(self.cpu(), vec1.cpu(), vec2.cpu(), beta, alpha);
     at::native::resize_output(out, r.sizes());

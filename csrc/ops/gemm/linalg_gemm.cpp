@@ -1,6 +1,7 @@
 // GEMM launch glue: the family's plan, the workspace, the launches it names.
 #include "ops/gemm/linalg_gemm.h"
 
+#include <ATen/Dispatch.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <utility>
@@ -12,6 +13,32 @@ namespace torch_loom {
 
 bool gemm_native_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+}
+
+bool gemm_int_dtype(at::ScalarType t) {
+  return t == at::kByte || t == at::kChar || t == at::kShort || t == at::kInt ||
+         t == at::kLong || t == at::kBool;
+}
+
+int64_t gemm_int_scalar(const c10::Scalar& s, at::ScalarType t) {
+  int64_t v = 0;
+  AT_DISPATCH_INTEGRAL_TYPES_AND(at::kBool, t, "gemm_int_scalar",
+                                 [&] { v = static_cast<int64_t>(s.to<scalar_t>()); });
+  return v;
+}
+
+void gemm_run_int(const char* op, const at::Tensor& c_owner, loom_tensor c,
+                  loom_tensor a, loom_tensor b, const loom_tensor* cin,
+                  int64_t alpha, int64_t beta) {
+  const bool has_cin = cin != nullptr && beta != 0;
+  c10::DeviceGuard guard(c_owner.device());
+  const int64_t rows = c.sizes[0] * c.sizes[1] * c.sizes[2];
+  if (rows == 0 || c.sizes[3] == 0) return;
+  const loom_tensor tensors[4] = {c, a, b, has_cin ? *cin : loom_tensor{}};
+  const loom_scalar scalars[2] = {scalar_i(alpha), scalar_i(beta)};
+  const int64_t work = std::max<int64_t>(1, c.sizes[3] * a.sizes[3]);
+  launch(op, LOOM_KERNEL("gemm.int"), c10::ArrayRef<loom_tensor>(tensors, has_cin ? 4 : 3),
+         scalars, rows, std::max<int64_t>(1, 65536 / work), -1, LaunchInfo{gemm_flops(c, a)});
 }
 
 loom_tensor gemm_view(const at::Tensor& t, const char* op) {

@@ -46,4 +46,19 @@ uint64_t gemm_flops(const loom_tensor& c, const loom_tensor& a);
 // True for the dtypes the loom GEMM computes natively.
 bool gemm_native_dtype(at::ScalarType t);
 
+// True for the integer dtypes "gemm.int" computes (and bool, which only
+// addr reaches on the CPU).
+bool gemm_int_dtype(at::ScalarType t);
+
+// `s` as the CPU's integer products take it for dtype `t`: converted to
+// the dtype (floating values truncated; out of range raises as the CPU
+// does), then widened to int64 for "gemm.int".
+int64_t gemm_int_scalar(const c10::Scalar& s, at::ScalarType t);
+
+// C = alpha * A @ B + beta * Cin for integer or bool views ("gemm.int",
+// unplanned, a row of C per item): integers wrap in the dtype.
+void gemm_run_int(const char* op, const at::Tensor& c_owner, loom_tensor c,
+                  loom_tensor a, loom_tensor b, const loom_tensor* cin,
+                  int64_t alpha, int64_t beta);
+
 }  // namespace torch_loom

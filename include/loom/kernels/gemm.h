@@ -41,7 +41,14 @@
  * [3] Cin (optional; ignored when beta == 0), all float64 rank-4 views;
  * scalars [0].f alpha, [1].f beta; range batch1 * batch2 * rows of C, any
  * grain. Each element sums its products in k order in double, so the
- * result is bitwise independent of the thread count and of the grain. */
+ * result is bitwise independent of the thread count and of the grain.
+ *
+ * "gemm.int": the integer and bool product, unplanned, with gemm.f64's
+ * tensors and range, all of one dtype (int8, uint8, int16, int32, int64,
+ * bool); scalars [0].i alpha, [1].i beta, already converted to the dtype's
+ * range. Integers wrap: sums and products modulo 2^32 (2^64 for int64),
+ * truncated to the dtype. Bool: (alpha and OR_k A[i,k] and B[k,j]) or
+ * (beta and Cin). Exact, so independent of the thread count and grain. */
 #ifndef LOOM_KERNELS_GEMM_CONTRACT_H
 #define LOOM_KERNELS_GEMM_CONTRACT_H
 
