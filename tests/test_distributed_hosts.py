@@ -4,11 +4,13 @@ memory inside a host and Gloo between hosts (csrc/distributed/hierarchy.cpp).
 
 - 4 ranks, 2 per host: every collective loomccl runs between hosts
   (all_reduce with each op, broadcast from every root, all_gather and
-  all_gather_into_tensor, reduce_scatter and reduce_scatter_tensor, reduce,
+  all_gather_into_tensor, reduce_scatter and reduce_scatter_tensor,
+  all_to_all and all_to_all_single with equal and uneven splits, reduce,
   gather, scatter, barrier, send/recv inside a host and between hosts,
   coalesced calls) against a reference computed on the CPU; reductions of
   random floats are the same bits on every rank and equal the CPU's sum in
-  the fixed order (each host's ranks in order, then the hosts in order);
+  the fixed order (each host's ranks in order, then the hosts in order),
+  and reduce_scatter gives each rank all_reduce's bits of its part;
   DDP training of a small GPT ends with the parameters of the same GPT
   trained in one process on the global batch;
 - 2 ranks, each its own host, on the guarded driver (device memory the host
@@ -132,6 +134,28 @@ def _collectives(torch, dist, rank, world, dev, hosts):
         dist.reduce_scatter(out, list(big[rank].to(dev).chunk(world)))
         same(out, bstack[rank * n:(rank + 1) * n].to(dtype), f"reduce_scatter {dtype}")
 
+    # all_to_all: equal parts, and uneven splits (rows rank q sends rank p:
+    # (q + 2 p) % 3, zero included), list and single-tensor forms, and the
+    # ranks' tensors of 2-D rows.
+    for dtype in (torch.float32, torch.int8):
+        def block(q, p, rows):  # what rank q sends rank p
+            return (torch.arange(rows * 3).view(rows, 3) + 1000 * q + 100 * p).to(dtype)
+        eq = torch.cat([block(rank, p, 2) for p in range(world)])
+        out = torch.empty(2 * world, 3, dtype=dtype, device=dev)
+        dist.all_to_all_single(out, eq.to(dev))
+        same(out, torch.cat([block(q, rank, 2) for q in range(world)]), f"all_to_all_single {dtype}")
+        rows = lambda q, p: (q + 2 * p) % 3
+        send = torch.cat([block(rank, p, rows(rank, p)) for p in range(world)])
+        out = torch.empty(sum(rows(q, rank) for q in range(world)), 3, dtype=dtype, device=dev)
+        dist.all_to_all_single(out, send.to(dev), [rows(q, rank) for q in range(world)],
+                               [rows(rank, p) for p in range(world)])
+        same(out, torch.cat([block(q, rank, rows(q, rank)) for q in range(world)]),
+             f"all_to_all_single uneven {dtype}")
+        outs = [torch.empty(rows(q, rank), 3, dtype=dtype, device=dev) for q in range(world)]
+        dist.all_to_all(outs, [block(rank, p, rows(rank, p)).to(dev) for p in range(world)])
+        for q in range(world):
+            same(outs[q], block(q, rank, rows(q, rank)), f"all_to_all {dtype} from {q}")
+
     x = inputs(rank, torch.float32)
     # reduce, gather, scatter with a root on the second host
     root = world - 1
@@ -188,6 +212,19 @@ def _collectives(torch, dist, rank, world, dev, hosts):
     dist.all_reduce(t)
     same(t, order, "all_reduce of random floats in the fixed order")
     digest.update(t.cpu().numpy().tobytes())
+    # reduce_scatter exchanges only the parts between hosts, and gives each
+    # rank the bits all_reduce gives its part (sum, avg, premul_sum).
+    n = 1000 // world
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist._make_nccl_premul_sum(0.3)):
+        full = rs[rank][:n * world].to(dev)
+        dist.all_reduce(full, op=op)
+        part = torch.empty(n, device=dev)
+        dist.reduce_scatter_tensor(part, rs[rank][:n * world].to(dev), op=op)
+        same(part, full[rank * n:(rank + 1) * n].cpu(), f"reduce_scatter_tensor bits {op}")
+        part = torch.empty(n, device=dev)
+        dist.reduce_scatter(part, list(rs[rank][:n * world].to(dev).chunk(world)), op=op)
+        same(part, full[rank * n:(rank + 1) * n].cpu(), f"reduce_scatter bits {op}")
+        digest.update(full.cpu().numpy().tobytes())
     return cases, digest.hexdigest()
 
 

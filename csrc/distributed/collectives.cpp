@@ -284,13 +284,10 @@ Work ProcessGroupLoom::reduce_scatter(std::vector<at::Tensor>& outputs,
     send.push_back(ptr(ins.back()));
   }
   if (across_hosts()) {
-    // The reduction of every part on every rank (each host's ranks in rank
-    // order, then the hosts in order); each rank keeps its own part.
+    // Each host's ranks in rank order, then the hosts in order (as all_reduce).
     std::vector<at::Tensor> flat;
     for (auto& in : ins) flat.push_back(in.reshape({-1}));
-    at::Tensor all = at::cat(flat);
-    h_allreduce_in_place(all, opts.reduceOp, name);
-    output.copy_(all.narrow(0, rank_ * output.numel(), output.numel()).view(output.sizes()));
+    h_reduce_scatter(output, at::cat(flat), opts.reduceOp, name);
     return h_done(OpType::REDUCE_SCATTER, {output}, output.device());
   }
   Reduction r = reduction_for(output, opts.reduceOp, name);
@@ -311,9 +308,7 @@ Work ProcessGroupLoom::_reduce_scatter_base(at::Tensor& output, at::Tensor& inpu
   check_same(input, output, size_, name);
   at::Tensor in = input.contiguous();
   if (across_hosts()) {
-    at::Tensor all = in.clone().reshape({-1});
-    h_allreduce_in_place(all, opts.reduceOp, name);
-    output.copy_(all.narrow(0, rank_ * output.numel(), output.numel()).view(output.sizes()));
+    h_reduce_scatter(output, in, opts.reduceOp, name);
     return h_done(OpType::_REDUCE_SCATTER_BASE, {output}, output.device());
   }
   Reduction r = reduction_for(output, opts.reduceOp, name);
@@ -338,12 +333,7 @@ Work ProcessGroupLoom::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& 
     rs.push_back(reduction_for(outputs[i], opts.reduceOp, name));
   }
   if (across_hosts()) {
-    for (size_t i = 0; i < ins.size(); ++i) {
-      at::Tensor all = ins[i].clone().reshape({-1});
-      h_allreduce_in_place(all, opts.reduceOp, name);
-      outputs[i].copy_(
-          all.narrow(0, rank_ * outputs[i].numel(), outputs[i].numel()).view(outputs[i].sizes()));
-    }
+    for (size_t i = 0; i < ins.size(); ++i) h_reduce_scatter(outputs[i], ins[i], opts.reduceOp, name);
     return h_done(OpType::COALESCED, outputs, outputs[0].device());
   }
   Call call(*this, name, OpType::COALESCED, outputs[0].device());
@@ -357,8 +347,6 @@ Work ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
                                      const c10d::AllToAllOptions& opts) {
   const char* name = "loomccl alltoall_base";
   check_loom(input, name);
-  TORCH_CHECK_NOT_IMPLEMENTED(!across_hosts(), name,
-                              ": not supported yet between ranks on several hosts");
   check_contiguous(output, name);
   TORCH_CHECK(input.scalar_type() == output.scalar_type(), name, ": dtypes differ");
   at::Tensor in = input.contiguous();
@@ -384,6 +372,10 @@ Work ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
   };
   auto [scount, soff] = byte_counts(in, input_splits, "input");
   auto [rcount, roff] = byte_counts(output, output_splits, "output");
+  if (across_hosts()) {
+    h_all_to_all(in, scount, output, rcount, name);
+    return h_done(OpType::ALLTOALL_BASE, {output}, output.device());
+  }
   Call call(*this, name, OpType::ALLTOALL_BASE, output.device());
   call.check(loom_ccl_all_to_all(call.work(), ptr(in), scount.data(), soff.data(), ptr(output),
                                  rcount.data(), roff.data(), LOOM_UINT8));
@@ -395,8 +387,6 @@ Work ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
 Work ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                 const c10d::AllToAllOptions& opts) {
   const char* name = "loomccl alltoall";
-  TORCH_CHECK_NOT_IMPLEMENTED(!across_hosts(), name,
-                              ": not supported yet between ranks on several hosts");
   TORCH_CHECK(outputs.size() == static_cast<size_t>(size_) && inputs.size() == outputs.size(),
               name, ": expected ", size_, " input and output tensors");
   std::vector<at::Tensor> flat_in, flat_out;
@@ -417,6 +407,15 @@ Work ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs, std::vector<at
   const at::Tensor send = at::cat(flat_in);
   const at::Tensor recv = at::empty({static_cast<int64_t>(rtotal / outputs[0].element_size())},
                                     outputs[0].options());
+  if (across_hosts()) {
+    at::Tensor received = recv;
+    h_all_to_all(send, scount, received, rcount, name);
+    const int64_t es = outputs[0].element_size();
+    for (int p = 0; p < size_; ++p)
+      outputs[p].copy_(recv.narrow(0, static_cast<int64_t>(roff[p]) / es, outputs[p].numel())
+                           .view(outputs[p].sizes()));
+    return h_done(OpType::ALLTOALL, outputs, outputs[0].device());
+  }
   Call call(*this, name, OpType::ALLTOALL, outputs[0].device());
   call.check(loom_ccl_all_to_all(call.work(), ptr(send), scount.data(), soff.data(), ptr(recv),
                                  rcount.data(), roff.data(), LOOM_UINT8));

@@ -12,7 +12,12 @@
 // and inside each host again. Reductions combine the hosts' partial results
 // with loomccl's kernel in host order, after each host combined its ranks
 // in rank order: a fixed order, so results are the same bits on every rank
-// and from run to run. Send and recv between hosts use a two-rank Gloo
+// and from run to run. reduce_scatter moves only the parts: each leader
+// sends every other leader the parts of that host's ranks (Gloo's
+// all-to-all) and combines what it receives, as all_reduce combines.
+// all_to_all goes through the leaders too: each host's send buffers meet
+// on its leader, the leaders exchange what crosses hosts, and hand their
+// ranks what they receive. Send and recv between hosts use a two-rank Gloo
 // group per pair of ranks, made at their first exchange.
 //
 // These collectives block the calling thread until they are done (the
@@ -25,6 +30,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 
 #include "common.h"
 #include "distributed/process_group_loom.h"
@@ -268,6 +274,219 @@ void ProcessGroupLoom::h_allgather_into(at::Tensor& output, const at::Tensor& in
   local_run(name, OpType::BROADCAST, device, [&](Call& call) {
     call.check(loom_ccl_broadcast(call.work(), ptr(out), bytes(out), LOOM_UINT8, 0));
     call.use(out);
+  });
+}
+
+// out <- the leaders' blocks of `in` for each other (Gloo's all-to-all
+// between the leaders; splits in bytes, one per host, in host order).
+void ProcessGroupLoom::leaders_alltoall(const at::Tensor& in, std::vector<int64_t> in_splits,
+                                        at::Tensor& out, std::vector<int64_t> out_splits,
+                                        const char* name) {
+  TORCH_CHECK(leaders_, name, ": not a leader");
+  sync_current(in.device(), name);  // `in` was written on the current stream
+  HostView vin(in, true, host_addressable_), vout(out, false, host_addressable_);
+  leaders_->alltoall_base(vout.cpu, vin.cpu, out_splits, in_splits, c10d::AllToAllOptions())
+      ->wait();
+  vout.commit();
+  sync_current(out.device(), name);
+}
+
+// output (n elements) <- the reduction of part `rank` (elements
+// [rank * n, (rank + 1) * n)) of every rank's input. Each host reduces its
+// ranks' inputs on its leader in rank order, as h_allreduce_in_place does;
+// the leaders then exchange only the parts of each other's ranks and
+// combine them in host order with the same kernel and rules, so every
+// element is the bits all_reduce gives it; the leader scatters the parts.
+void ProcessGroupLoom::h_reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                        const c10d::ReduceOp& op, const char* name) {
+  Reduction whole = reduction_for(input, op, name), part = reduction_for(output, op, name);
+  if (output.numel() == 0) return;
+  const c10::Device device = output.device();
+  const bool leader = topo_.local_rank == 0;
+  const int64_t n = static_cast<int64_t>(bytes(output));  // one rank's part, in bytes
+  const auto byte_options = output.options().dtype(at::kByte);
+  at::Tensor partial = leader ? at::empty({size_ * n}, byte_options) : at::Tensor();
+  loom_ccl_reduction local = whole.op;
+  if (local.op == LOOM_CCL_AVG) local.op = LOOM_CCL_SUM;
+  local_run(name, OpType::REDUCE_SCATTER, device, [&](Call& call) {
+    call.check(loom_ccl_reduce(call.work(), ptr(input), leader ? ptr(partial) : nullptr,
+                               whole.count, whole.dtype, &local, 0));
+    call.use(input);
+    if (leader) call.use(partial);
+    call.use(whole.factor);
+  });
+  at::Tensor mine = leader ? at::empty({topo_.local_size * n}, byte_options) : at::Tensor();
+  if (leader) {
+    // To host h: the parts of its ranks, in their order.
+    const int hosts = topo_.hosts();
+    at::Tensor send = at::empty({size_ * n}, byte_options);
+    std::vector<int64_t> in_splits, out_splits;
+    int64_t k = 0;
+    for (int h = 0; h < hosts; ++h) {
+      for (int p : topo_.ranks_of[h])
+        send.narrow(0, (k++) * n, n).copy_(partial.narrow(0, p * n, n));
+      in_splits.push_back(static_cast<int64_t>(topo_.ranks_of[h].size()) * n);
+      out_splits.push_back(topo_.local_size * n);
+    }
+    at::Tensor recv = at::empty({hosts * topo_.local_size * n}, byte_options);
+    leaders_alltoall(send, in_splits, recv, out_splits, name);
+    // Part of local rank i: the hosts' partial results combined in host order.
+    loom_ccl_reduction across = part.op;
+    if (across.op == LOOM_CCL_PREMUL_SUM) across = loom_ccl_reduction{LOOM_CCL_SUM, 0, nullptr};
+    const char* base = static_cast<const char*>(recv.data_ptr());
+    for (int i = 0; i < topo_.local_size; ++i) {
+      std::vector<const void*> srcs;
+      for (int h = 0; h < hosts; ++h) srcs.push_back(base + (h * topo_.local_size + i) * n);
+      check(loom_ccl_combine(current_stream(device.index()),
+                             static_cast<char*>(mine.data_ptr()) + i * n, srcs.data(), hosts,
+                             part.count, part.dtype, &across, size_),
+            name);
+    }
+    sync_current(device, name);
+  }
+  local_run(name, OpType::SCATTER, device, [&](Call& call) {
+    std::vector<const void*> parts(topo_.local_size, nullptr);
+    if (leader)
+      for (int i = 0; i < topo_.local_size; ++i)
+        parts[i] = static_cast<const char*>(mine.data_ptr()) + i * n;
+    call.check(loom_ccl_scatter(call.work(), leader ? parts.data() : nullptr, ptr(output),
+                                static_cast<size_t>(n), LOOM_UINT8, 0));
+    call.use(output);
+    if (leader) call.use(mine);
+  });
+}
+
+// recv <- from every rank q, in rank order, what q sends this rank
+// (send: this rank's blocks for every rank, in rank order; byte counts).
+// The ranks first learn every count (so that they all refuse counts that
+// do not match, together); each host's ranks hand their send buffers to
+// the leader, the leaders exchange what crosses hosts (Gloo's all-to-all),
+// and each leader hands its ranks what they receive.
+void ProcessGroupLoom::h_all_to_all(const at::Tensor& send, const std::vector<size_t>& send_bytes,
+                                    at::Tensor& recv, const std::vector<size_t>& recv_bytes,
+                                    const char* name) {
+  const c10::Device device = recv.device();
+  const int w = size_;
+  // counts[q][0..w): what q sends to each rank; counts[q][w..2w): what q
+  // expects from each rank.
+  at::Tensor mine = at::empty({2 * w}, at::TensorOptions().dtype(at::kLong));
+  for (int p = 0; p < w; ++p) {
+    mine[p] = static_cast<int64_t>(send_bytes[p]);
+    mine[w + p] = static_cast<int64_t>(recv_bytes[p]);
+  }
+  at::Tensor all = at::empty({w * 2 * w}, recv.options().dtype(at::kLong));
+  h_allgather_into(all, mine.to(device), name);
+  const at::Tensor counts_cpu = all.cpu().view({w, 2 * w});
+  const int64_t* c = counts_cpu.data_ptr<int64_t>();
+  auto sent = [&](int q, int p) { return c[q * 2 * w + p]; };  // bytes q sends p
+  int64_t crossing = 0;
+  for (int q = 0; q < w; ++q)
+    for (int p = 0; p < w; ++p) {
+      TORCH_CHECK(sent(q, p) == c[p * 2 * w + w + q], name, ": rank ", q, " sends rank ", p, " ",
+                  sent(q, p), " bytes, but rank ", p, " expects ", c[p * 2 * w + w + q]);
+      if (topo_.host_of[q] != topo_.host_of[p]) crossing += sent(q, p);
+    }
+  const auto byte_options = recv.options().dtype(at::kByte);
+  const auto& local = topo_.ranks_of[topo_.host];
+  const bool leader = topo_.local_rank == 0;
+  auto total_sent = [&](int q) {
+    int64_t t = 0;
+    for (int p = 0; p < w; ++p) t += sent(q, p);
+    return t;
+  };
+  auto total_received = [&](int p) {
+    int64_t t = 0;
+    for (int q = 0; q < w; ++q) t += sent(q, p);
+    return t;
+  };
+  // Inside the host: every rank's send buffer, in local order, on the leader.
+  std::vector<int64_t> gathered_at(local.size() + 1, 0);
+  for (size_t i = 0; i < local.size(); ++i)
+    gathered_at[i + 1] = gathered_at[i] + total_sent(local[i]);
+  at::Tensor gathered = at::empty({leader ? gathered_at.back() : 0}, byte_options);
+  sync_current(device, name);
+  local_run(name, OpType::ALLTOALL, device, [&](Call& call) {
+    std::vector<size_t> sc(local.size(), 0), so(local.size(), 0), rc(local.size(), 0),
+        ro(local.size(), 0);
+    sc[0] = static_cast<size_t>(total_sent(rank_));
+    if (leader)
+      for (size_t i = 0; i < local.size(); ++i)
+        rc[i] = static_cast<size_t>(total_sent(local[i])), ro[i] = gathered_at[i];
+    call.check(loom_ccl_all_to_all(call.work(), ptr(send), sc.data(), so.data(), ptr(gathered),
+                                   rc.data(), ro.data(), LOOM_UINT8));
+    call.use(send);
+    call.use(gathered);
+  });
+  // The leader's blocks for its own ranks, in local order: each one's
+  // receive buffer (its sources in rank order).
+  std::vector<int64_t> delivered_at(local.size() + 1, 0);
+  for (size_t i = 0; i < local.size(); ++i)
+    delivered_at[i + 1] = delivered_at[i] + total_received(local[i]);
+  at::Tensor delivered = at::empty({leader ? delivered_at.back() : 0}, byte_options);
+  if (leader) {
+    // Where q's block for p starts in q's send buffer (q on this host).
+    auto send_offset = [&](int q, int p) {
+      int64_t o = 0;
+      for (int r = 0; r < p; ++r) o += sent(q, r);
+      return o;
+    };
+    auto source_offset = [&](int p, int q) {  // in p's receive buffer
+      int64_t o = 0;
+      for (int r = 0; r < q; ++r) o += sent(r, p);
+      return o;
+    };
+    const int hosts = topo_.hosts();
+    // To host h, ordered by its ranks, then this host's ranks (the sources).
+    std::vector<int64_t> in_splits(hosts, 0), out_splits(hosts, 0);
+    for (int h = 0; h < hosts; ++h)
+      for (int p : topo_.ranks_of[h])
+        for (int q : local) {
+          in_splits[h] += sent(q, p);
+          out_splits[h] += sent(p, q);
+        }
+    at::Tensor outgoing = at::empty({std::accumulate(in_splits.begin(), in_splits.end(),
+                                                     int64_t{0})}, byte_options);
+    at::Tensor incoming = at::empty({std::accumulate(out_splits.begin(), out_splits.end(),
+                                                     int64_t{0})}, byte_options);
+    int64_t at_out = 0;
+    for (int h = 0; h < hosts; ++h)
+      for (int p : topo_.ranks_of[h])
+        for (size_t i = 0; i < local.size(); ++i) {
+          const int q = local[i];
+          const int64_t b = sent(q, p);
+          if (b) outgoing.narrow(0, at_out, b).copy_(
+              gathered.narrow(0, gathered_at[i] + send_offset(q, p), b));
+          at_out += b;
+        }
+    if (crossing) {
+      leaders_alltoall(outgoing, in_splits, incoming, out_splits, name);
+    } else {
+      incoming.copy_(outgoing);  // all on this host: its own block
+    }
+    // From host h, ordered by this host's ranks (the destinations), then h's.
+    int64_t at_in = 0;
+    for (int h = 0; h < hosts; ++h)
+      for (size_t i = 0; i < local.size(); ++i)
+        for (int q : topo_.ranks_of[h]) {
+          const int p = local[i];
+          const int64_t b = sent(q, p);
+          if (b) delivered.narrow(0, delivered_at[i] + source_offset(p, q), b)
+                     .copy_(incoming.narrow(0, at_in, b));
+          at_in += b;
+        }
+    sync_current(device, name);
+  }
+  local_run(name, OpType::ALLTOALL, device, [&](Call& call) {
+    std::vector<size_t> sc(local.size(), 0), so(local.size(), 0), rc(local.size(), 0),
+        ro(local.size(), 0);
+    rc[0] = static_cast<size_t>(total_received(rank_));
+    if (leader)
+      for (size_t i = 0; i < local.size(); ++i)
+        sc[i] = static_cast<size_t>(total_received(local[i])), so[i] = delivered_at[i];
+    call.check(loom_ccl_all_to_all(call.work(), ptr(delivered), sc.data(), so.data(), ptr(recv),
+                                   rc.data(), ro.data(), LOOM_UINT8));
+    call.use(delivered);
+    call.use(recv);
   });
 }
 

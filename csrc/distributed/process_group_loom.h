@@ -169,6 +169,12 @@ class ProcessGroupLoom : public c10d::Backend {
   void h_allreduce_in_place(at::Tensor& t, const c10d::ReduceOp& op, const char* name);
   void h_broadcast_in_place(at::Tensor& t, int root, const char* name);
   void h_allgather_into(at::Tensor& output, const at::Tensor& input, const char* name);
+  void leaders_alltoall(const at::Tensor& in, std::vector<int64_t> in_splits, at::Tensor& out,
+                        std::vector<int64_t> out_splits, const char* name);
+  void h_reduce_scatter(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op,
+                        const char* name);
+  void h_all_to_all(const at::Tensor& send, const std::vector<size_t>& send_bytes,
+                    at::Tensor& recv, const std::vector<size_t>& recv_bytes, const char* name);
   c10::intrusive_ptr<c10d::Work> h_done(c10d::OpType type, std::vector<at::Tensor> outputs,
                                         c10::Device device);
   c10::intrusive_ptr<c10d::Work> h_send(at::Tensor t, int dst, int tag);
