@@ -34,6 +34,8 @@ extern const loom_kernel_entry loom_attention_kernels[];
 extern const loom_kernel_entry loom_padding_kernels[];
 extern const loom_kernel_entry loom_grid_sample_kernels[];
 extern const loom_kernel_entry loom_upsample_kernels[];
+extern const loom_kernel_entry loom_upsample_nd_kernels[];
+extern const loom_kernel_entry loom_grid_sample3d_kernels[];
 extern const loom_kernel_entry loom_pool_kernels[];
 extern const loom_kernel_entry loom_im2col_kernels[];
 extern const loom_kernel_entry loom_conv_kernels[];
@@ -75,6 +77,8 @@ static const loom_kernel_entry *const families[] = {
     loom_padding_kernels,
     loom_grid_sample_kernels,
     loom_upsample_kernels,
+    loom_upsample_nd_kernels,
+    loom_grid_sample3d_kernels,
     loom_pool_kernels,
     loom_im2col_kernels,
     loom_conv_kernels,
