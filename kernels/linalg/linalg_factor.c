@@ -12,18 +12,22 @@
 #define T float
 #define FN(name) name##_f32
 #define SQRT sqrtf
+#define ABS fabsf
 #include "kernels/linalg/linalg_dense.inc"
 #undef T
 #undef FN
 #undef SQRT
+#undef ABS
 
 #define T double
 #define FN(name) name##_f64
 #define SQRT sqrt
+#define ABS fabs
 #include "kernels/linalg/linalg_dense.inc"
 #undef T
 #undef FN
 #undef SQRT
+#undef ABS
 
 int loom_linalg_matrix_ok(const loom_tensor *t, int32_t dtype, int64_t batch) {
   if (t->dtype != dtype || t->rank != 3 || t->sizes[1] < 0 || t->sizes[2] < 0) return 0;

@@ -132,6 +132,49 @@ static void test_lu_singular(void) {
   CHECK_EQ_INT(info[0], 2);
 }
 
+/* The first pivot of a one-column LU of x (length m), and the index LAPACK's
+ * i?amax picks: the first entry of largest magnitude, a NaN only in first
+ * place. */
+static int32_t first_pivot(const double *x, int64_t m) {
+  double a[40];
+  int32_t piv[1], info[1];
+  memcpy(a, x, (size_t)m * sizeof(double));
+  loom_tensor t[3] = {mats(a, 1, m, 1, m), ints2(piv, 1, 1), ints1(info, 1)};
+  CHECK_OK(run_chunks(loom_linalg_lu, t, 3, NULL, 0, 1, 1));
+  return piv[0];
+}
+
+static int32_t reference_amax(const double *x, int64_t m) {
+  int64_t p = 0;
+  for (int64_t i = 1; i < m; ++i)
+    if (fabs(x[i]) > fabs(x[p])) p = i;
+  return (int32_t)(p + 1);
+}
+
+/* Pivot choice: ties of magnitude (either sign) go to the first, wherever
+ * it lies among the search's lanes and its tail; a NaN after the first
+ * entry never wins, a NaN first always does. */
+static void test_lu_pivot_choice(void) {
+  double x[40];
+  for (int64_t m = 1; m <= 40; m += 3) {
+    for (int64_t at_i = 0; at_i < m; at_i += 2) {
+      for (int64_t i = 0; i < m; ++i) x[i] = (i % 2 ? -0.25 : 0.25) * (double)((i * 7) % 5);
+      x[at_i] = -3.0; /* the largest, then a later tie of the other sign */
+      if (at_i + 5 < m) x[at_i + 5] = 3.0;
+      CHECK_EQ_INT(first_pivot(x, m), (int32_t)(at_i + 1));
+      CHECK_EQ_INT(first_pivot(x, m), reference_amax(x, m));
+      if (at_i > 0) {
+        x[at_i - 1] = NAN; /* ignored */
+        CHECK_EQ_INT(first_pivot(x, m), (int32_t)(at_i + 1));
+        x[0] = NAN; /* wins */
+        CHECK_EQ_INT(first_pivot(x, m), 1);
+      }
+    }
+  }
+  for (int64_t i = 0; i < 40; ++i) x[i] = i % 2 ? -0.0 : 0.0; /* all zero: the first */
+  CHECK_EQ_INT(first_pivot(x, 40), 1);
+}
+
 /* op(A) X = B for every flag combination, fp32 and fp64. */
 static void test_trsm(int32_t dtype) {
   double a[N * LD], b[LD * K], x[LD * K];
@@ -383,6 +426,7 @@ int main(void) {
   RUN_TEST(test_cholesky);
   RUN_TEST(test_lu_shapes);
   RUN_TEST(test_lu_singular);
+  RUN_TEST(test_lu_pivot_choice);
   RUN_TEST(test_trsm_f64);
   RUN_TEST(test_trsm_f32);
   RUN_TEST(test_trsm_right);
