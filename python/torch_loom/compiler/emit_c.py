@@ -157,11 +157,43 @@ def literal(value, kind) -> str:
     return f"((float){text})" if kind == F32 else f"((double){text})"
 
 
+def _guarded_f32(op, x, y, p):
+    """(condition, arithmetic form, C library form) of an op whose inline
+    arithmetic holds only where the condition does (as the library's
+    MAP1_WITHIN / powf_ok paths have it), or None."""
+    table = {
+        "sin": (f"fabsf({x}) <= LOOM_TRIG_MAX", f"loom_sincosf_arith({x}, 0)", f"sinf({x})"),
+        "cos": (f"fabsf({x}) <= LOOM_TRIG_MAX", f"loom_sincosf_arith({x}, 1)", f"cosf({x})"),
+        "tan": (f"fabsf({x}) <= LOOM_TRIG_MAX", f"loom_tanf_arith({x})", f"tanf({x})"),
+        "atan": (f"fabsf({x}) <= FLT_MAX", f"loom_atanf_arith({x})", f"atanf({x})"),
+        "asin": (f"fabsf({x}) <= 1.0f", f"loom_asinf_arith({x})", f"asinf({x})"),
+        "acos": (f"fabsf({x}) <= 1.0f", f"loom_acosf_arith({x})", f"acosf({x})"),
+        "pow_scalar": (f"loom_powf_ok({x}, {p[0]})", f"loom_powf_arith({x}, {p[0]})",
+                       f"powf({x}, {p[0]})"),
+        "rpow_scalar": (f"loom_powf_ok({p[0]}, {x})", f"loom_powf_arith({p[0]}, {x})",
+                        f"powf({p[0]}, {x})"),
+        "pow": (f"loom_powf_ok({x}, {y})", f"loom_powf_arith({x}, {y})", f"powf({x}, {y})"),
+    }
+    return table.get(op)
+
+
+#: The float32 ops _guarded_f32 spells.
+GUARDED_F32 = frozenset(("sin", "cos", "tan", "atan", "asin", "acos", "pow_scalar",
+                         "rpow_scalar", "pow"))
+
+
 def _f32(op, x, y, z, p):
+    guarded = _guarded_f32(op, x, y, p)
+    if guarded is not None:
+        ok, fast, slow = guarded
+        return f"(({ok}) ? {fast} : {slow})"
     one = "1.0f"
     table = {
         "identity": x, "neg": f"-{x}", "abs": f"fabsf({x})",
-        "relu": f"(({x} != {x} || {x} > 0) ? {x} : 0.0f)",
+        # x <= 0 is false for NaN (kept) and true for -0 (+0): the library's
+        # (x != x || x > 0) ? x : 0, in a form GCC if-converts after
+        # the inline math (the two-test form keeps such loops scalar).
+        "relu": f"(({x} <= 0.0f) ? 0.0f : {x})",
         "sign": f"(float)((0 < {x}) - ({x} < 0))", "floor": f"floorf({x})", "ceil": f"ceilf({x})",
         "trunc": f"truncf({x})", "round": f"nearbyintf({x})",
         "exp": f"loom_expf_arith({x})", "exp2": f"loom_exp2f_arith({x})",
@@ -171,23 +203,12 @@ def _f32(op, x, y, z, p):
         "log1p": f"loom_log1pf_arith({x})", "sqrt": f"sqrtf({x})", "rsqrt": f"{one} / sqrtf({x})",
         "square": f"{x} * {x}", "cube": f"{x} * {x} * {x}", "inv_square": f"{one} / ({x} * {x})",
         "reciprocal": f"{one} / {x}",
-        "sin": f"(fabsf({x}) <= LOOM_TRIG_MAX ? loom_sincosf_arith({x}, 0) : sinf({x}))",
-        "cos": f"(fabsf({x}) <= LOOM_TRIG_MAX ? loom_sincosf_arith({x}, 1) : cosf({x}))",
-        "tan": f"(fabsf({x}) <= LOOM_TRIG_MAX ? loom_tanf_arith({x}) : tanf({x}))",
-        "atan": f"(fabsf({x}) <= FLT_MAX ? loom_atanf_arith({x}) : atanf({x}))",
-        "asin": f"(fabsf({x}) <= 1.0f ? loom_asinf_arith({x}) : asinf({x}))",
-        "acos": f"(fabsf({x}) <= 1.0f ? loom_acosf_arith({x}) : acosf({x}))",
         "sinh": f"loom_sinhf_arith({x})", "cosh": f"loom_coshf_arith({x})",
         "tanh": f"loom_tanhf_arith({x})", "sigmoid": f"{one} / ({one} + loom_expf_arith(-{x}))",
         "silu": f"{x} / ({one} + loom_expf_arith(-{x}))", "erf": f"loom_erff_arith({x})",
         "erfc": f"loom_erfcf_arith({x})", "gelu": f"loom_gelu_arith({x})",
         "gelu_tanh": (f"0.5f * {x} * ({one} + loom_tanhf_arith(((float)0.79788456080286535588) * "
                       f"({x} + ((float)0.044715) * {x} * {x} * {x})))"),
-        "pow_scalar": (f"(loom_powf_ok({x}, {p[0]}) ? loom_powf_arith({x}, {p[0]}) : "
-                       f"powf({x}, {p[0]}))"),
-        "rpow_scalar": (f"(loom_powf_ok({p[0]}, {x}) ? loom_powf_arith({p[0]}, {x}) : "
-                        f"powf({p[0]}, {x}))"),
-        "pow": f"(loom_powf_ok({x}, {y}) ? loom_powf_arith({x}, {y}) : powf({x}, {y}))",
         "div_trunc": f"truncf({x} / {y})", "div_floor": f"loom_cg_div_floorf({x}, {y})",
         "maximum": f"loom_cg_maxf({x}, {y})", "minimum": f"loom_cg_minf({x}, {y})",
         "gelu_backward": f"loom_gelu_backward_arith({x}, {y})",
@@ -339,9 +360,12 @@ class CDialect(Dialect):
         """Beyond the JIT's own: the optimization the library's pointwise
         files get (-O3; no errno from sqrt and floor, no trapping math: both
         sides of a choice may be computed, so that loops over the inline
-        math vectorize). Neither changes a value."""
+        math vectorize), and no jump threading: a fused chain tests NaN in
+        one function after another (tanh, then sigmoid's e^x), and
+        threading those tests into separate paths leaves control flow the
+        vectorizer refuses. None changes a value."""
         root = math_root()
-        flags = ["-O3", "-fno-math-errno", "-fno-trapping-math"]
+        flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fno-thread-jumps"]
         return flags if Path(root) == Path(jit.include_dir()) else flags + [f"-I{root}"]
 
     def missing(self, k: LoopKernel) -> list[str]:
@@ -365,8 +389,25 @@ class CDialect(Dialect):
     def value_type(self, dtype) -> str:
         return _CTYPE[kind_of(dtype)]
 
-    def stmt(self, s, k: LoopKernel, offset) -> str:
-        """One statement; offset(arg) is the element offset expression."""
+    def guarded(self, stmts) -> bool:
+        """Whether any of `stmts` is a float32 op whose inline arithmetic
+        holds only within a range (sin, cos, tan, atan, asin, acos, pow)."""
+        return any(isinstance(s, Op) and s.kind == F32 and s.op in GUARDED_F32 for s in stmts)
+
+    def stmt(self, s, k: LoopKernel, offset, fast=False) -> str:
+        """One statement; offset(arg) is the element offset expression.
+        With `fast`, a guarded op takes its arithmetic form alone (a loop
+        free of library calls, which vectorizes) and clears `ok` where an
+        element is out of that form's range: the caller then runs the
+        exact form."""
+        if fast and isinstance(s, Op) and s.kind == F32 and s.op in GUARDED_F32:
+            xs = [literal(a.value, s.kind) if isinstance(a, Scalar)
+                  else convert(f"v{a}", kind_of(k.types[a]), s.kind) for a in s.srcs]
+            params = [literal(p, s.kind) for p in s.params] + ["0"] * 3
+            x, y = (xs + [None, None])[:2]
+            ok, expr, _ = _guarded_f32(s.op, x, y, params)
+            return (f"const {self.value_type(s.dtype)} v{s.dst} = {to_dtype(expr, s.kind, s.dtype)}; "
+                    f"ok &= ({ok});")
         if isinstance(s, Load):
             dtype = k.args[s.arg].dtype
             return f"const {self.value_type(dtype)} v{s.dst} = {load(dtype, f'p{s.arg}', offset(s.arg))};"

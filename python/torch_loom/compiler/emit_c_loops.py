@@ -20,7 +20,7 @@ over several reduced dims runs nested loops, the innermost in lanes.
 
 from __future__ import annotations
 
-from .ir import LoopKernel
+from .ir import LoopKernel, Store
 
 
 class KernelWriter:
@@ -102,9 +102,9 @@ class KernelWriter:
         terms = [f"{var} * {self.stride(a, dim)}" for dim, var in dims_vars if self.stride(a, dim)]
         return " + ".join(terms) if terms else "0"
 
-    def statements(self, stmts, offset):
+    def statements(self, stmts, offset, fast=False):
         for s in stmts:
-            self.w(self.d.stmt(s, self.k, offset))
+            self.w(self.d.stmt(s, self.k, offset, fast) if fast else self.d.stmt(s, self.k, offset))
 
     # ---- pointwise ------------------------------------------------------------------
 
@@ -134,11 +134,39 @@ class KernelWriter:
         self.w("(void)args;")
         self.statements(k.before, lambda a: "0")  # scalar arguments only
         body = k.passes[0].body
+        guarded = self.d.guarded(body) if hasattr(self.d, "guarded") else False
+
+        def loop(step, stmts, fast=False):
+            self.open("for (int64_t j = 0; j < n; ++j) {")
+            self.statements(stmts, lambda a: f"j{step(a)}" if a in stepped else "0", fast)
+            self.close()
 
         def run(step):
-            self.open("for (int64_t j = 0; j < n; ++j) {")
-            self.statements(body, lambda a: f"j{step(a)}" if a in stepped else "0")
-            self.close()
+            if not guarded:
+                loop(step, body)
+                return
+            # Ops whose arithmetic form holds in a range (sin up to
+            # LOOM_TRIG_MAX, pow where loom_powf_ok): a loop of arithmetic
+            # forms alone, which vectorizes, noting whether every element
+            # was in range; else the run again with each element's exact
+            # form (the C library's outside the range), as the library's
+            # MAP1_WITHIN does. Every element's value is the same either
+            # way. An in-place kernel (an output is an input's memory)
+            # checks first and stores once: it cannot run twice.
+            self.w("int ok = 1;")
+            if k.aliased:
+                loop(step, [s for s in body if not isinstance(s, Store)], fast=True)
+                self.open("if (ok) {")
+                loop(step, body, fast=True)  # the same checks: ok stays 1
+                self.close("} else {")
+                self.depth += 1
+                loop(step, body)
+                self.close()
+            else:
+                loop(step, body, fast=True)
+                self.open("if (!ok) {")
+                loop(step, body)
+                self.close()
 
         if stepped:
             self.open(f"if ({' && '.join(f's{a} == 1' for a in stepped)}) {{")
