@@ -116,6 +116,7 @@ const Entry kEntries[] = {
     {"copysign", "Tensor Scalar out", Shape::kBinaryFloat, LOOM_PW_COPYSIGN, kAll},
     BIN(hypot, "- out", HYPOT, kFloatOnly),
     BIN(nextafter, "- out", NEXTAFTER, kFloatOnly),
+    BIN(igamma, "- out", IGAMMA, kFloatOnly), BIN(igammac, "- out", IGAMMAC, kFloatOnly),
     BIN(logaddexp, "- out", LOGADDEXP, kFloatOnly),
     BIN(logaddexp2, "- out", LOGADDEXP2, kFloatOnly),
     BIN(heaviside, "- out", HEAVISIDE, kAll),
@@ -571,9 +572,10 @@ void run_entry(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack*
     loom_cpu_fallback(op, stack);
     return;
   }
-  if (e.op == LOOM_PW_NEXTAFTER) {
-    // float16/bfloat16 step in their own encodings; the kernel covers float
-    // and double, the rest runs on the CPU, counted
+  if (e.op == LOOM_PW_NEXTAFTER || e.op == LOOM_PW_IGAMMA || e.op == LOOM_PW_IGAMMAC) {
+    // float16/bfloat16 step in their own encodings (nextafter) or compute
+    // in them step by step on the CPU (igamma, igammac); the kernel covers
+    // float and double, the rest runs on the CPU, counted
     const at::ScalarType t = at::result_type(a.tensor("self"), a.tensor("other"));
     if (t == at::kHalf || t == at::kBFloat16) {
       loom_cpu_fallback(op, stack);

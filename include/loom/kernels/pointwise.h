@@ -68,6 +68,8 @@ typedef enum loom_pw_op {
   LOOM_PW_XLOGY_16BIT /* [log1p, bf16] */,
   LOOM_PW_ZETA /* Hurwitz zeta(a, b) */,
   LOOM_PW_NEXTAFTER /* the next T after a towards b (float and double) */,
+  LOOM_PW_IGAMMA /* regularized lower incomplete gamma P(a, b), in double */,
+  LOOM_PW_IGAMMAC /* regularized upper incomplete gamma Q(a, b), in double */,
   /* backward: a = grad, b = the forward input (or result where noted) */
   LOOM_PW_THRESHOLD_BACKWARD /* [threshold] */,
   LOOM_PW_SIGMOID_BACKWARD /* b = result */,
