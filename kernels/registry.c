@@ -23,6 +23,7 @@ extern const loom_kernel_entry loom_rnn_kernels[];
 extern const loom_kernel_entry loom_ctc_loss_kernels[];
 extern const loom_kernel_entry loom_weight_norm_kernels[];
 extern const loom_kernel_entry loom_reduce_kernels[];
+extern const loom_kernel_entry loom_segment_reduce_kernels[];
 extern const loom_kernel_entry loom_search_kernels[];
 extern const loom_kernel_entry loom_sort_kernels[];
 extern const loom_kernel_entry loom_index_kernels[];
@@ -36,6 +37,7 @@ extern const loom_kernel_entry loom_grid_sample_kernels[];
 extern const loom_kernel_entry loom_upsample_kernels[];
 extern const loom_kernel_entry loom_upsample_nd_kernels[];
 extern const loom_kernel_entry loom_grid_sample3d_kernels[];
+extern const loom_kernel_entry loom_pool_fractional_kernels[];
 extern const loom_kernel_entry loom_pool_kernels[];
 extern const loom_kernel_entry loom_im2col_kernels[];
 extern const loom_kernel_entry loom_conv_kernels[];
@@ -66,6 +68,7 @@ static const loom_kernel_entry *const families[] = {
     loom_ctc_loss_kernels,
     loom_weight_norm_kernels,
     loom_reduce_kernels,
+    loom_segment_reduce_kernels,
     loom_search_kernels,
     loom_sort_kernels,
     loom_index_kernels,
@@ -79,6 +82,7 @@ static const loom_kernel_entry *const families[] = {
     loom_upsample_kernels,
     loom_upsample_nd_kernels,
     loom_grid_sample3d_kernels,
+    loom_pool_fractional_kernels,
     loom_pool_kernels,
     loom_im2col_kernels,
     loom_conv_kernels,
