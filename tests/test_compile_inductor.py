@@ -139,6 +139,58 @@ def test_library_ops_are_extern_calls_on_loom_only():
         assert f"torch.ops.{call}(" not in cpu_code, call
 
 
+def _norm_layer(x, w, b, gamma, beta, t):
+    """A linear layer under a layer norm: the bias gradient is the column sum
+    of the layer norm's input gradient, a buffer in memory."""
+    h = F.layer_norm(F.linear(x, w, b), (w.shape[0],), gamma, beta)
+    return (h * t).sum()
+
+
+def test_layer_norm_and_bias_column_sums_are_library_calls_with_eager_bits():
+    """On loom, layer norm (forward and backward) and the sum of a buffer
+    over its leading dims (a bias gradient) are extern calls into loom's
+    library, so every gradient keeps eager's bits; a sum of a
+    value computed on the fly, or of a small buffer, stays a generated
+    kernel, and CPU graphs are compiled as Inductor compiles them."""
+    from torch._inductor.utils import run_and_get_code
+
+    g = torch.Generator().manual_seed(2)
+    leaves = [torch.randn(*s, generator=g) for s in ((128, 32), (256, 32), (256,), (256,), (256,))]
+    target = torch.randn(128, 256, generator=g)
+
+    def step(fn, device):
+        ts = [t.to(device).requires_grad_() for t in leaves]
+        loss = fn(*ts, target.to(device))
+        loss.backward()
+        return [loss.detach().cpu()] + [t.grad.cpu() for t in ts]
+
+    torch._dynamo.reset()
+    got, codes = run_and_get_code(lambda: step(torch.compile(_norm_layer), "loom"))
+    code = "\n".join(codes)
+    for call in ("aten.native_layer_norm.default", "aten.native_layer_norm_backward.default",
+                 "aten.sum.dim_IntList"):
+        assert f"torch.ops.{call}(" in code, call
+    want = step(_norm_layer, "loom")
+    # The loss is a generated reduction (another summation order).
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    for name, a, b in zip(("x", "w", "b", "gamma", "beta"), got[1:], want[1:]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+    torch._dynamo.reset()
+    _, cpu_codes = run_and_get_code(lambda: step(torch.compile(_norm_layer), "cpu"))
+    cpu_code = "\n".join(cpu_codes)
+    for call in ("native_layer_norm", "aten.sum.dim_IntList"):
+        assert f"torch.ops.aten.{call}" not in cpu_code, call
+
+    # Generated: a sum whose operand is computed on the fly (no pass writes
+    # it), and the column sum of a small buffer.
+    for fn, x in ((lambda t: (t * 2).sum(0), leaves[1]), (lambda t: t.sum(0), torch.randn(8, 16))):
+        torch._dynamo.reset()
+        out, codes = run_and_get_code(torch.compile(fn), x.to("loom"))
+        assert "aten.sum.dim_IntList" not in "\n".join(codes)
+        torch.testing.assert_close(out.cpu(), fn(x), rtol=1e-5, atol=1e-5)
+
+
 # ---- GEMM epilogues ---------------------------------------------------------------
 
 def _relu_layers(x, w1, b1, w2, keep):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 
 import torch
 from torch._dynamo.utils import counters
@@ -208,7 +209,13 @@ class EpiloguePass(CustomGraphPass):
         counters["inductor"]["loom_gemm_epilogue"] += fuse(graph)
 
     def uuid(self) -> bytes:
-        return get_hash_for_files((__file__,))
+        # The step words the pass writes into graphs are the enum's values
+        # in the kernel contract's header: a graph cached under other values
+        # must not be loaded.
+        from ..compiler import jit
+
+        header = os.path.join(jit.include_dir(), "loom", "kernels", "pointwise.h")
+        return get_hash_for_files((__file__, header))
 
 
 PASS = EpiloguePass()
