@@ -37,24 +37,14 @@ FULL = os.environ.get("LOOM_MEMFMT_FULL", "") not in ("", "0")
 
 # Ops (OpInfo full names) whose loom results still differ in layout from
 # the CPU's on channels-last samples: {name: why}. Each must still differ.
-_FFT = ("the FFT adapters (csrc/ops/fft, under rework in the FFT kernels) allocate "
-        "contiguous results where the CPU's keep the input's stride order")
-EXPECTED_WRONG = {
-    name: _FFT for name in (
-        "fft.fft", "fft.fft2", "fft.fftn", "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.ifft",
-        "fft.ifft2", "fft.ifftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft",
-        "fft.irfft2", "fft.irfftn", "fft.rfft", "fft.rfft2", "fft.rfftn")
-}
-# The same for gradients (first samples; with LOOM_MEMFMT_FULL every fft.*
-# op but the shifts may be listed under _FFT's reason, and the entries of
-# EXPECTED_WRONG_BACKWARD_FULL too).
-EXPECTED_WRONG_BACKWARD = dict(
-    {name: _FFT for name in ("fft.fft", "fft.hfft", "fft.ifft", "fft.ihfft", "fft.irfft",
-                             "fft.rfft")},
-    **{"nn.functional.group_norm": (
+EXPECTED_WRONG = {}
+# The same for gradients (first samples; with LOOM_MEMFMT_FULL the entries
+# of EXPECTED_WRONG_BACKWARD_FULL too).
+EXPECTED_WRONG_BACKWARD = {
+    "nn.functional.group_norm": (
         "PyTorch's derivative of native_group_norm hands the backward NCHW-contiguous "
         "grad_output and input on every device but the CPU (CUDA's input gradient is "
-        "NCHW too), so the backward cannot see the channels-last layout")})
+        "NCHW too), so the backward cannot see the channels-last layout")}
 
 EXPECTED_WRONG_BACKWARD_FULL = {
     "linalg.matrix_norm": "the nuclear norm's gradient over dims (-1, 0) of one 2x2x2x2 sample "
@@ -64,13 +54,8 @@ EXPECTED_WRONG_BACKWARD_FULL = {
 
 
 def expected_reason(name, table):
-    """Why `name` is expected to differ, or None: listed in `table`, or in
-    the full sweep an FFT op."""
-    if name in table:
-        return table[name]
-    if FULL and name.startswith("fft.") and not name.endswith("shift"):
-        return _FFT
-    return None
+    """Why `name` is expected to differ (listed in `table`), or None."""
+    return table.get(name)
 
 
 # Ops the sweeps do not run: the CPU itself fails on channels-last samples.
@@ -97,6 +82,9 @@ REQUIRED = [
     "clamp", "sum", "mean", "amax", "var", "softmax", "log_softmax", "cat", "stack",
     "clone", "contiguous", "empty_like", "zeros_like", "ones_like", "full_like", "rand_like",
     "randn_like", "to",
+    "fft.fft", "fft.fft2", "fft.fftn", "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.ifft",
+    "fft.ifft2", "fft.ifftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft",
+    "fft.irfft2", "fft.irfftn", "fft.rfft", "fft.rfft2", "fft.rfftn",
 ]
 
 # The nn ops whose backward the quick sweep checks (all ops in the full sweep).
@@ -107,6 +95,7 @@ QUICK_BACKWARD = [
     "nn.functional.interpolate.nearest", "nn.functional.interpolate.bilinear",
     "nn.functional.relu", "nn.functional.gelu", "add", "mul", "softmax", "cat", "sum",
     "nn.functional.pad.constant", "nn.functional.pad.reflect",
+    "fft.fft", "fft.hfft", "fft.ifft", "fft.ihfft", "fft.irfft", "fft.rfft",
 ]
 
 pytestmark = pytest.mark.skipif(
@@ -483,3 +472,33 @@ def test_channels_last_model_step_keeps_the_format():
     for (n, pc), pd in zip(cpu.named_parameters(), dev.parameters()):
         assert layout_difference(pd.grad, pc.grad) is None, n
         torch.testing.assert_close(pd.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-4)
+
+
+# The FFT primitives every torch.fft function reaches, over transformed dims
+# in and against the input's stride order: the CPU lays the untransformed
+# dims out in the input's stride order around the transformed ones, packed
+# in the order it sorts them (a one-sided transform's last dim kept last;
+# c2r's other dims as a c2c of their own first).
+FFT_DIMS = [(), (3,), (1,), (0,), (2,), (1, 2), (2, 1), (2, 3), (3, 0), (0, 2), (1, 2, 3),
+            (0, 1, 2, 3)]
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 3, 5, 4), (1, 3, 4, 4), (2, 1, 4, 6)])
+def test_fft_primitives_keep_the_cpus_layout(shape):
+    torch.manual_seed(0)
+    x = _cl(shape)
+    xc = torch.randn(shape, dtype=torch.complex64).contiguous(memory_format=torch.channels_last)
+    calls = []
+    for dims in FFT_DIMS:
+        d = list(dims)
+        calls.append((xc, lambda t, d=d: torch._fft_c2c(t, d, 1, True)))
+        if not d:
+            continue
+        calls.append((x, lambda t, d=d: torch._fft_r2c(t, d, 2, True)))
+        calls.append((x, lambda t, d=d: torch._fft_r2c(t, d, 0, False)))
+        if shape[d[-1]] > 1:
+            calls.append((xc, lambda t, d=d: torch._fft_c2r(t, d, 0, 2 * (t.size(d[-1]) - 1))))
+    for inp, fn in calls:
+        cpu, dev = fn(inp), fn(inp.to(DEVICE))
+        assert layout_difference(dev, cpu) is None, (shape, cpu.stride(), dev.stride())
+        torch.testing.assert_close(dev.cpu(), cpu, rtol=1e-4, atol=1e-4)

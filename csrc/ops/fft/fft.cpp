@@ -9,8 +9,10 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <list>
+#include <numeric>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -208,6 +210,41 @@ void c2c_passes(const Tensor& out, const Tensor& in, c10::ArrayRef<int64_t> dims
   }
 }
 
+// A new result laid out as the CPU lays out its FFTs' (ATen's MKL path,
+// _exec_fft): the dims not transformed outermost, in the input's stride
+// order (largest first), then the transformed dims packed in the order of
+// `dims`, which is sorted by the input's strides as the CPU sorts it (all
+// but the last when `keep_last`: a one-sided transform's halved dim). The
+// same std::partition and std::sort over the same sequences as the CPU's,
+// so ties (size-1 dims) fall alike.
+Tensor empty_as_cpu(const Tensor& in, c10::IntArrayRef sizes, std::vector<int64_t> dims,
+                    bool keep_last, const at::TensorOptions& options) {
+  const c10::IntArrayRef st = in.strides();
+  const auto by_stride = [&](int64_t a, int64_t b) { return st[a] > st[b]; };
+  std::sort(dims.begin(), dims.end() - (keep_last && !dims.empty() ? 1 : 0), by_stride);
+  const int64_t ndim = in.dim();
+  std::vector<int64_t> perm(ndim);
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  std::vector<bool> transformed(ndim, false);
+  for (int64_t d : dims) transformed[d] = true;
+  const auto batch_end =
+      std::partition(perm.begin(), perm.end(), [&](int64_t d) { return !transformed[d]; });
+  std::sort(perm.begin(), batch_end, by_stride);
+  std::copy(dims.begin(), dims.end(), batch_end);
+  const int64_t batch_dims = batch_end - perm.begin();
+  std::vector<int64_t> strides(ndim);
+  int64_t s = 1;  // the signal dims contiguous, then the batch dims over them
+  for (int64_t i = ndim - 1; i >= batch_dims; --i) {
+    strides[perm[i]] = s;
+    s *= std::max<int64_t>(sizes[perm[i]], 1);
+  }
+  for (int64_t i = batch_dims - 1; i >= 0; --i) {
+    strides[perm[i]] = s;
+    s *= sizes[perm[i]];
+  }
+  return at::empty_strided(sizes, strides, options);
+}
+
 Tensor fft_c2c(const Tensor& self_in, c10::SymIntArrayRef dim_sym, int64_t normalization,
                bool forward) {
   check_input(self_in, true, "_fft_c2c");
@@ -215,7 +252,7 @@ Tensor fft_c2c(const Tensor& self_in, c10::SymIntArrayRef dim_sym, int64_t norma
   std::vector<int64_t> dim_raw;
   for (const auto& d : dim_sym) dim_raw.push_back(d.expect_int());
   const auto dims = wrap_dims(dim_raw, self.dim(), "_fft_c2c");
-  Tensor out = at::empty(self.sizes(), self.options());
+  Tensor out = empty_as_cpu(self, self.sizes(), dims, false, self.options());
   if (dims.empty()) return out.copy_(self);
   int64_t signal = 1;
   for (int64_t d : dims) signal *= self.size(d);
@@ -232,12 +269,14 @@ Tensor fft_r2c(const Tensor& self, c10::IntArrayRef dim, int64_t normalization, 
   int64_t signal = 1;
   for (int64_t d : dims) signal *= self.size(d);
   const double scale = norm_scale(normalization, signal);
-  if (!onesided) return fft_c2c(self.to(ctype), c10::fromIntArrayRefSlow(dims), normalization,
-                                true);
   const int64_t last = dims.back(), n = self.size(last);
   std::vector<int64_t> sizes = self.sizes().vec();
-  sizes[last] = n / 2 + 1;
-  Tensor out = at::empty(sizes, self.options().dtype(ctype));
+  if (onesided) sizes[last] = n / 2 + 1;
+  Tensor out = empty_as_cpu(self, sizes, dims, true, self.options().dtype(ctype));
+  if (!onesided) {  // the whole spectrum: a c2c transform of the signal made complex
+    if (out.numel() > 0) c2c_passes(out, self.to(ctype), dims, -1, scale);
+    return out;
+  }
   if (out.numel() == 0) return out;
   checked_length(n, "_fft_r2c");
   pass("_fft_r2c", LOOM_KERNEL("fft.r2c"), out, self, last, n, -1,
@@ -255,16 +294,18 @@ Tensor fft_c2r(const Tensor& self_in, c10::IntArrayRef dim, int64_t normalizatio
   const int64_t last = dims.back(), n = checked_length(last_dim_size.expect_int(), "_fft_c2r");
   std::vector<int64_t> sizes = self.sizes().vec();
   sizes[last] = n;
-  Tensor out = at::empty(sizes, self.options().dtype(c10::toRealValueType(self.scalar_type())));
+  // The CPU's layout: the c2c over the other dims first (as its own
+  // transform), then the c2r of the last over that.
+  const std::vector<int64_t> others(dims.begin(), dims.end() - 1);
+  Tensor half = others.empty() ? self : empty_as_cpu(self, self.sizes(), others, false,
+                                                     self.options());
+  Tensor out = empty_as_cpu(half, sizes, {last}, false,
+                            self.options().dtype(c10::toRealValueType(self.scalar_type())));
   int64_t signal = 1;
   for (int64_t d : dims) signal *= out.size(d);
   if (out.numel() == 0) return out;
   const double scale = norm_scale(normalization, signal);
-  Tensor half = self;
-  if (dims.size() > 1) {
-    half = at::empty(self.sizes(), self.options());
-    c2c_passes(half, self, c10::ArrayRef<int64_t>(dims).slice(0, dims.size() - 1), 1, 1.0);
-  }
+  if (!others.empty()) c2c_passes(half, self, others, 1, 1.0);
   pass("_fft_c2r", LOOM_KERNEL("fft.c2r"), out, half, last, n, 1, scale);
   return out;
 }
