@@ -347,6 +347,43 @@ def test_row_reductions_join_the_group(no_fallback, dtype):
     assert torch.equal(raw(results[0]), raw(results["verify"]))
 
 
+def _scaled_ln_program(x, res, w, b, scale, shift):
+    h = F.layer_norm(x + res, x.shape[-1:], w, b)
+    h = h * (1 + scale) + shift
+    h = F.gelu(h) * torch.sigmoid(h)
+    return res + 0.5 * F.layer_norm(h + x, x.shape[-1:])
+
+
+@pytest.mark.parametrize("mode", [1, "verify"])
+def test_small_op_over_freed_statistics_runs_ahead(no_fallback, mode):
+    """`1 + scale` after a layer norm gets the memory of its mean or rstd,
+    freed at once (the 2 MiB intermediates come from their own segments, the
+    vector and the statistics from the small blocks' pool): it runs ahead of
+    the group's chunks, and the statistics copied in after them leave its
+    bytes, so the members after it join the same group with the bytes of
+    running them one by one."""
+    g = torch.Generator().manual_seed(5)
+    rows, d = 1024, 512
+    x, res = (torch.randn(rows, d, generator=g).to("loom") for _ in range(2))
+    w, b, scale, shift = (torch.randn(d, generator=g).to("loom") for _ in range(4))
+    with fusion.mode(0):
+        expected = _scaled_ln_program(x, res, w, b, scale, shift).cpu()
+    before = fusion.counters()
+    with fusion.mode(mode):
+        with held():
+            y = _scaled_ln_program(x, res, w, b, scale, shift)
+        got = y.cpu()
+    after = fusion.counters()
+    assert torch.equal(raw(got), raw(expected))
+    if mode == 1:
+        # add, layer_norm, (1 + scale run ahead), mul, add, gelu, sigmoid, mul, add,
+        # layer_norm, mul, add
+        assert after["groups"] - before["groups"] == 1, (before, after)
+        assert after["ops_fused"] - before["ops_fused"] == 12, (before, after)
+    else:
+        assert after["verified"] > before["verified"]
+
+
 def test_row_reduction_over_another_dim_is_not_a_member():
     """A softmax over dim 0 walks columns: it runs on its own, between the
     groups, with the same bytes."""

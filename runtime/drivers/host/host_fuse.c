@@ -203,8 +203,26 @@ static uintptr_t uncovered_from(const host_group *g, int owner, uintptr_t p, uin
         p = g->spans[s].hi;
         moved = 1;
       }
+    for (int c = 0; c < g->ncovers; ++c)
+      if (g->cover_after[c] > owner && g->covers[c].lo <= p && p < g->covers[c].hi) {
+        p = g->covers[c].hi;
+        moved = 1;
+      }
   }
   return p < hi ? p : hi;
+}
+
+/* The first byte after `p`, below `hi`, where a span that covers deferred
+ * output of member `m` begins (`hi` if none). */
+static uintptr_t next_cover(const host_group *g, int m, uintptr_t p, uintptr_t hi) {
+  uintptr_t q = hi;
+  for (int c = 0; c < g->nspans; ++c)
+    if ((g->span_flags[c] & SPAN_COVERS) && g->span_member[c] > m && g->spans[c].lo > p &&
+        g->spans[c].lo < q)
+      q = g->spans[c].lo;
+  for (int c = 0; c < g->ncovers; ++c)
+    if (g->cover_after[c] > m && g->covers[c].lo > p && g->covers[c].lo < q) q = g->covers[c].lo;
+  return q;
 }
 
 /* Copies the deferred outputs in, member by member in program order, but
@@ -217,11 +235,7 @@ static void copy_deferred(host_group *g) {
     const uintptr_t lo = g->spans[s].lo, hi = g->spans[s].hi;
     const char *src = (const char *)t->data - ((uintptr_t)dst->data - lo);
     for (uintptr_t p = uncovered_from(g, m, lo, hi); p < hi; p = uncovered_from(g, m, p, hi)) {
-      uintptr_t q = hi; /* the stretch from p to the next covering span */
-      for (int c = 0; c < g->nspans; ++c)
-        if ((g->span_flags[c] & SPAN_COVERS) && g->span_member[c] > m && g->spans[c].lo > p &&
-            g->spans[c].lo < q)
-          q = g->spans[c].lo;
+      const uintptr_t q = next_cover(g, m, p, hi); /* the stretch up to the next cover */
       memcpy((void *)p, src + (p - lo), q - p);
       p = q;
     }
@@ -248,7 +262,7 @@ static int add_member(host_group *g, const loom_command *cmd, launch_view *v) {
 
 void host_fuse_begin(host_group *g, const loom_command *lead) {
   free_deferred(g); /* a group that no launch joined (never run) */
-  g->nhoisted = 0;
+  g->nhoisted = g->ncovers = 0;
   g->n = g->looked = g->last_join = g->passed = g->reordered = g->nspans = g->npassed = 0;
   launch_view v;
   (void)view_launch(lead, &v); /* host_fuse_can_lead said it may lead */
@@ -344,8 +358,14 @@ static int may_join(const host_group *g, const loom_command *cmd, launch_view *v
  * may run whole before the group's chunks, so that later members may read
  * what it writes (a scale vector computed between two big ops): it moves
  * ahead of the members and the launches passed over, so it must share no
- * memory with them but memory both only read. */
-static int may_hoist(const host_group *g, const launch_view *v) {
+ * memory with them but memory both only read, or memory where a member's
+ * per-row outputs are deferred (the allocator handed a freed mean or rstd
+ * on), which an elementwise launch's output may overwrite whole: it then
+ * covers those bytes (the copy after the chunks leaves them). Sets
+ * *cover to the covering span's index in v, or -1. */
+static int may_hoist(const host_group *g, const loom_command *cmd, const launch_view *v,
+                     int *cover) {
+  *cover = -1;
   if (g->nhoisted == FUSE_MAX_HOISTED || g->n + g->nhoisted >= HOST_FUSE_MAX_MEMBERS) return 0;
   size_t bytes = 0;
   for (int i = 0; i < v->ns; ++i) {
@@ -353,11 +373,18 @@ static int may_hoist(const host_group *g, const launch_view *v) {
     bytes += v->sp[i].hi - v->sp[i].lo;
   }
   if (bytes > FUSE_HOIST_BYTES) return 0;
+  const int elementwise = host_fuse_is_elementwise(cmd->u.launch.fn);
   for (int i = 0; i < v->ns; ++i) {
     if (touches_passed(g, v->sp[i])) return 0;
-    for (int s = 0; s < g->nspans; ++s)
-      if (overlap(v->sp[i], g->spans[s]) && ((v->flags[i] | g->span_flags[s]) & SPAN_WRITTEN))
-        return 0;
+    const int whole = elementwise && v->which[i] == 0 && host_dense(&cmd->u.launch.tensors[0]);
+    for (int s = 0; s < g->nspans; ++s) {
+      if (!overlap(v->sp[i], g->spans[s])) continue;
+      if ((g->span_flags[s] & SPAN_DEFERRED) && whole) {
+        *cover = i;
+        continue;
+      }
+      if ((v->flags[i] | g->span_flags[s]) & SPAN_WRITTEN) return 0;
+    }
   }
   return 1;
 }
@@ -379,7 +406,13 @@ int host_fuse_offer(host_group *g, const loom_command *cmd) {
   /* A launch whose memory cannot all be listed ends the look: a later one
    * must not move past memory it might touch. */
   if (!host_fuse_is_library(cmd->u.launch.fn)) return HOST_FUSE_STOP;
-  if (may_hoist(g, &v)) {
+  int cover;
+  if (may_hoist(g, cmd, &v, &cover)) {
+    if (cover >= 0) {
+      g->covers[g->ncovers] = v.sp[cover];
+      g->cover_after[g->ncovers] = (uint16_t)g->n;
+      g->cover_launch[g->ncovers++] = (uint8_t)g->nhoisted;
+    }
     g->hoisted[g->nhoisted++] = cmd;
     g->last_join = g->looked;
     return HOST_FUSE_JOINED;

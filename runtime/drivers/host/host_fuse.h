@@ -91,6 +91,14 @@ struct host_group {
   /* Small launches that run whole before the chunks, in program order. */
   int nhoisted;
   const loom_command *hoisted[FUSE_MAX_HOISTED];
+  /* Outputs of small launches run ahead that overwrite (whole) memory of
+   * deferred per-row outputs of the members before them: the copy after
+   * the chunks leaves those bytes. `cover_after` counts the members
+   * before the launch, `cover_launch` is its index in `hoisted`. */
+  int ncovers;
+  span covers[FUSE_MAX_HOISTED];
+  uint16_t cover_after[FUSE_MAX_HOISTED];
+  uint8_t cover_launch[FUSE_MAX_HOISTED];
   loom_kernel_args margs[HOST_FUSE_MAX_MEMBERS];
   /* The members' tensors' spans, and whose they are. */
   int nspans;

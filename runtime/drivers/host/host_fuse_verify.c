@@ -58,6 +58,25 @@ static void group_name(const host_group *g, char *out, size_t size) {
     len += (size_t)snprintf(out + len, size - len, "%s%s", m ? ", " : "", g->members[m]->name);
 }
 
+/* Runs again, as the queue would have at that point, the launches run
+ * ahead of the group that overwrote deferred outputs of the members before
+ * `m`: the unfused members wrote those outputs in place. */
+static void rerun_covers(host_context *ctx, int device, int priority, const host_group *g, int m) {
+  for (int c = 0; c < g->ncovers; ++c) {
+    if (g->cover_after[c] != m) continue;
+    const loom_command *h = g->hoisted[g->cover_launch[c]];
+    const loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                                .num_tensors = h->u.launch.num_tensors,
+                                .tensors = h->u.launch.tensors,
+                                .num_scalars = h->u.launch.num_scalars,
+                                .scalars = h->u.launch.scalars,
+                                .range = h->u.launch.range,
+                                .grain = h->u.launch.grain};
+    host_failure f; /* it ran once before the group and reported then */
+    (void)host_pool_run(&ctx->devices[device].pool, priority, h->u.launch.fn, &a, &f);
+  }
+}
+
 /* Runs the group fused, keeps what it wrote, restores the inputs, runs the
  * members one by one as the queue would, and compares. The unfused results
  * stay, and so do the unfused run's failures. */
@@ -81,7 +100,9 @@ void host_fuse_run_verified(host_context *ctx, int device, int priority, host_gr
   copy_spans(sp, n, fused, 1);
   copy_spans(sp, n, saved, 0);
   host_fuse_clear_failures(g);
-  for (int m = 0; m < g->n; ++m) {
+  for (int m = 0; m <= g->n; ++m) {
+    rerun_covers(ctx, device, priority, g, m);
+    if (m == g->n) break;
     loom_kernel_args a = g->margs[m];
     a.grain = g->members[m]->u.launch.grain;
     a.tensors = g->members[m]->u.launch.tensors;
