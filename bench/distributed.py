@@ -16,6 +16,12 @@ of the cores), then one rank alone:
   loomccl's path between machines (Gloo between the hosts on CPU views of
   the loom tensors, the hosts' results combined by loomccl's kernel).
 
+``--shareable-memory 0|1`` runs every process with that
+``LOOM_SHAREABLE_MEMORY`` (device memory from anonymous memory with
+transparent huge pages, or from memfds, whose pages are 4 KiB where the
+system gives shared memory no huge pages); by default the processes follow
+the default rule (README).
+
 Bus bandwidth is NCCL's: bytes x 2 (n - 1) / n / time, so that it compares
 with the copy bandwidth whatever the world size. Each time is the slowest
 rank's. Writes DIR/distributed.json and DIR/DISTRIBUTED.md (DIR: a new
@@ -127,6 +133,8 @@ def _launch(world, args, hosts=False):
     """Runs the ranks; `hosts`: each rank names its own host."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT), env.get("PYTHONPATH", "")])
+    if args.shareable_memory is not None:
+        env["LOOM_SHAREABLE_MEMORY"] = args.shareable_memory
     env.update(LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // world)))
     passed = ["--max-bytes", str(args.max_bytes), "--budget-s", str(args.budget_s), "--batch",
               str(args.batch), "--width", str(args.width), "--layers", str(args.layers)]
@@ -148,7 +156,8 @@ def _launch(world, args, hosts=False):
 
 def _markdown(two, one, meta, hosts):
     lines = [f"# torch.distributed on loom ({meta['when']}, {meta['cpus']} CPUs, "
-             f"load average {meta['load_before']} before / {meta['load_after']} after)", "",
+             f"load average {meta['load_before']} before / {meta['load_after']} after, "
+             f"LOOM_SHAREABLE_MEMORY {meta['shareable_memory']})", "",
              "all_reduce, float32 sum, 2 ranks; bus bandwidth in GB/s (median of repeats, slowest rank)",
              "", "| bytes | loomccl (loom) | Gloo (CPU) | loomccl / Gloo | copy, both ranks at once "
              "| loomccl, 2 simulated hosts |",
@@ -175,6 +184,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--shareable-memory", choices=["0", "1"], default=None,
+                   help="LOOM_SHAREABLE_MEMORY of every process (default: the default rule)")
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--world", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--store", default=None, help=argparse.SUPPRESS)
@@ -188,7 +199,7 @@ def main(argv=None):
     hosts = _launch(2, args, hosts=True)
     meta = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
             "load_before": load_before, "load_after": round(os.getloadavg()[0], 2),
-            "batch": args.batch}
+            "batch": args.batch, "shareable_memory": args.shareable_memory or "default"}
     out = args.out or Path(tempfile.mkdtemp(prefix="loom_bench_distributed_"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "distributed.json").write_text(json.dumps({"meta": meta, "two_ranks": two, "one_rank": one,

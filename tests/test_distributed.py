@@ -10,6 +10,8 @@ failure; the test checks every rank's exit and output.
   from every rank's inputs (bitwise: the reductions run in rank order),
   async work and futures, coalescing, the error of an unsupported op;
 - (DDP, FSDP2 and tensor-parallel training: tests/test_distributed_torchrun.py);
+- sharing a storage copies it before the process joins a group of several
+  ranks and shares it in place after (LOOM_SHAREABLE_MEMORY's default);
 - init_process_group() with no backend, "cpu:gloo,loom:loomccl",
   device_id=loom:<rank> with split_group and new_group;
 - a rank killed mid-job makes the other raise ("rank 1 died") well before
@@ -33,7 +35,8 @@ WORLD = 2
 
 def _launch(job, world=WORLD, timeout=240):
     """Runs `job` on `world` ranks; returns [(returncode, stdout, stderr)]."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LOOM_") and k != "LOCAL_WORLD_SIZE"}
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO_ROOT, "python"), env.get("PYTHONPATH", "")])
     # Two devices per process, one thread each: the machine has two cores.
     env.update(LOOM_NUM_DEVICES="2", LOOM_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -362,8 +365,26 @@ def _job_init(rank, world, tmp):
     import torch
     import torch.distributed as dist
 
+    from torch_loom import _C
+
+    # 0. Not yet in a job (no torchrun, no group): the first send of a
+    # storage moves it into a shared region, one copy (LOOM_SHAREABLE_MEMORY
+    # unset, README); once this process joined a loomccl group of several
+    # ranks, new device memory is shareable and a send shares it in place.
+    alone = torch.ones(4 << 20, device="loom")
+    _C._distributed.share_storage(alone)
+    assert _C._distributed.sharing_counts() == (0, 1, 16 << 20), _C._distributed.sharing_counts()
+
     # 1. No backend: loom is the accelerator, so loomccl.
     _init(None, rank, world, tmp, name="s1")
+    torch.loom.empty_cache()
+    joined = torch.ones(8 << 20, device="loom")
+    ptr = joined.data_ptr()
+    _C._distributed.share_storage(joined)
+    assert _C._distributed.sharing_counts() == (1, 1, 16 << 20), _C._distributed.sharing_counts()
+    assert joined.data_ptr() == ptr and _C._distributed.is_shared_storage(joined)
+    assert joined.sum().item() == 8 << 20
+    del alone, joined
     from torch_loom._C._distributed import ProcessGroupLoom
     assert dist.get_backend_config() == "loom:loomccl", dist.get_backend_config()
     assert isinstance(dist.group.WORLD._get_backend(torch.device("loom")), ProcessGroupLoom)

@@ -186,8 +186,10 @@ def _zero_copy_consumer(inbox, outbox):
 
 
 def _zero_copy_producer():
-    # Run with LOOM_SHAREABLE_MEMORY=1: a 16 MiB tensor fills a segment of
-    # its own, a memfd, so its first send shares that memory as it lies.
+    # Run as one of several processes of a job (LOCAL_WORLD_SIZE=2, as
+    # torchrun sets it; LOOM_SHAREABLE_MEMORY unset): device memory comes
+    # from memfds by default, and a 16 MiB tensor fills a segment of its
+    # own, so its first send shares that memory as it lies.
     x = torch.arange(4 << 20, dtype=torch.float32, device="loom")
     torch.loom.synchronize()
     ptr, allocated = x.data_ptr(), torch.loom.memory_allocated()
@@ -202,6 +204,7 @@ def _zero_copy_producer():
         # allocator no longer counts it.
         assert x.data_ptr() == ptr and _C._distributed.is_shared_storage(x)
         assert torch.loom.memory_allocated() == allocated - (16 << 20)
+        assert _C._distributed.sharing_counts() == (1, 0, 0)  # in place, nothing copied
         assert outbox.get(timeout=60) == "doubled"
         want = torch.arange(4 << 20, dtype=torch.float32)
         want[1::2] *= 2
@@ -218,6 +221,7 @@ def _zero_copy_producer():
     small_ptr = small.data_ptr()
     _C._distributed.share_storage(small)
     assert small.data_ptr() != small_ptr and small.sum().item() == 10
+    assert _C._distributed.sharing_counts() == (1, 1, 40)
     del x, small, neighbour
     import gc
 
@@ -226,13 +230,13 @@ def _zero_copy_producer():
     print("ZERO COPY OK")
 
 
-def test_first_send_shares_the_segment_without_copying():
+def test_first_send_in_a_job_shares_the_segment_without_copying():
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    env.update(LOOM_SHAREABLE_MEMORY="1",
+    env.update(LOCAL_WORLD_SIZE="2",
                PYTHONPATH=os.pathsep.join([os.path.join(root, "python"), env.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "zero_copy"], env=env,
                          capture_output=True, text=True, timeout=240, cwd=root)

@@ -8,6 +8,7 @@
 #include "common.h"
 #include "distributed/shared_storage.h"
 #include "distributed/work_loom.h"
+#include "loom/driver.h"
 #include "runtime/allocator.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
@@ -18,6 +19,9 @@ ProcessGroupLoom::ProcessGroupLoom(c10::intrusive_ptr<c10d::Store> store, int ra
                                    c10::intrusive_ptr<LoomOptions> options)
     : c10d::Backend(rank, size), store_(std::move(store)), options_(std::move(options)) {
   TORCH_CHECK(options_, "loomccl: no options");
+  // One of several processes: device memory allocated from now on can be
+  // shared with them where it lies (LOOM_SHAREABLE_MEMORY unset).
+  if (size > 1) loom_host_memory_join_job();
   discover_hosts();
 }
 

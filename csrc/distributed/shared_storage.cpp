@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
 
+#include <atomic>
+
 #include "common.h"
 #include "loom/ccl.h"
 #include "runtime/device.h"
@@ -12,6 +14,9 @@
 
 namespace torch_loom::distributed {
 namespace {
+
+// Storages this process made shared: in place, or moved (one copy).
+std::atomic<int64_t> shared_in_place{0}, shared_by_copy{0}, bytes_copied{0};
 
 void release_shared(void* ctx) {
   loom_ccl_shared_release(static_cast<loom_ccl_shared_t*>(ctx));
@@ -54,6 +59,7 @@ std::tuple<int64_t, int64_t, int64_t, int64_t> share_storage(const at::Tensor& t
         data.get() && loom_ccl_shared_adopt(data.get(), &shared) == LOOM_OK) {
       c10::DataPtr previous = storage.unsafeGetStorageImpl()->set_data_ptr(wrap(shared));
       (void)previous.release_context();  // the region owns the memory now
+      shared_in_place.fetch_add(1);
       return {loom_ccl_shared_fd(shared), static_cast<int64_t>(loom_ccl_shared_size(shared)),
               loom_ccl_shared_device(shared), static_cast<int64_t>(nbytes)};
     }
@@ -62,6 +68,8 @@ std::tuple<int64_t, int64_t, int64_t, int64_t> share_storage(const at::Tensor& t
     check(loom_ccl_shared_create(device, nbytes, &shared), "share_storage");
     c10::DataPtr fresh = wrap(shared);  // owns the region from here on
     check(loom_memcpy(stream, fresh.get(), storage.data(), nbytes), "share_storage");
+    shared_by_copy.fetch_add(1);
+    bytes_copied.fetch_add(static_cast<int64_t>(nbytes));
     // The old block returns to the allocator, in this stream's order.
     storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
   }
@@ -94,6 +102,10 @@ at::Tensor open_shared_storage(int64_t fd, int64_t nbytes, int64_t device, int64
 bool is_shared_storage(const at::Tensor& t) {
   return t.device().type() == c10::DeviceType::PrivateUse1 && t.has_storage() &&
          shared_of(t.storage()) != nullptr;
+}
+
+std::tuple<int64_t, int64_t, int64_t> sharing_counts() {
+  return {shared_in_place.load(), shared_by_copy.load(), bytes_copied.load()};
 }
 
 }  // namespace torch_loom::distributed

@@ -25,6 +25,10 @@ std::tuple<int64_t, int64_t, int64_t, int64_t> share_storage(const at::Tensor& t
 // behind `fd` (which the caller keeps), on loom:<device>.
 at::Tensor open_shared_storage(int64_t fd, int64_t nbytes, int64_t device, int64_t used = -1);
 
+// (storages shared in place, storages moved, bytes moved) by share_storage
+// in this process so far.
+std::tuple<int64_t, int64_t, int64_t> sharing_counts();
+
 // Whether `t`'s storage is such a region.
 bool is_shared_storage(const at::Tensor& t);
 

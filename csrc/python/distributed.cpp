@@ -64,6 +64,7 @@ void init_distributed(py::module& m) {
   d.def("open_shared_storage", &distributed::open_shared_storage, py::arg("fd"),
         py::arg("nbytes"), py::arg("device"), py::arg("used") = -1);
   d.def("is_shared_storage", &distributed::is_shared_storage, py::arg("tensor"));
+  d.def("sharing_counts", &distributed::sharing_counts);
 }
 
 }  // namespace torch_loom::python

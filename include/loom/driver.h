@@ -166,6 +166,11 @@ typedef struct loom_driver {
 
 /* The embedded host driver. */
 const loom_driver *loom_host_driver(void);
+/* Tells the host driver the process is one of several of a job (a loomccl
+ * group of several ranks joined): with LOOM_SHAREABLE_MEMORY unset, the
+ * segments it allocates from then on are shareable memfds, as under
+ * torchrun with LOCAL_WORLD_SIZE > 1 (drivers/host/host_memory.c). */
+void loom_host_memory_join_job(void);
 
 /* Makes `driver` available (the table must outlive the runtime). The runtime
  * uses the driver named by LOOM_DRIVER if set, else the most recently

@@ -15,9 +15,13 @@ process holds a tensor on it (a producer dropping its tensor does not pull
 it from under the consumers), and is freed when the last holder lets go or
 exits. The first send of a storage moves it into a shared region (one
 device copy, as ``share_memory_()`` does for a CPU tensor); later sends of
-it copy nothing. With ``LOOM_SHAREABLE_MEMORY=1`` the host driver backs its
-memory with memfds, and a storage alone in its allocator segment (large
-tensors) becomes the region where it lies: no copy at all. The device's memory must be host-addressable (not under
+it copy nothing. In a process of a multi-process job (``LOCAL_WORLD_SIZE``
+> 1, or once it joined a loomccl group of several ranks) or with
+``LOOM_SHAREABLE_MEMORY=1``, the host driver backs its memory with memfds,
+and a storage alone in its allocator segment (large tensors) becomes the
+region where it lies: no copy at all (``_C._distributed.sharing_counts()``:
+storages shared in place, storages moved, bytes moved). The device's
+memory must be host-addressable (not under
 ``LOOM_DRIVER=guarded``).
 """
 

@@ -5,18 +5,21 @@
  * a stream over 4 KiB pages stalls at every page, where the hardware
  * prefetcher stops and the TLB misses.
  *
- * Shareable segments (LOOM_SHAREABLE_MEMORY=1): each segment is a memfd
- * (close-on-exec, mode 0600, sealed against shrinking and growing) mapped
- * shared, so that a storage filling a segment can be handed to other
- * processes as it is (segment_detach gives the segment and its descriptor
- * to loomccl's shared regions: sharing a tensor then copies nothing). Off
- * by default: shared memory gets transparent huge pages only where the
- * system enables them for shmem (/sys/kernel/mm/transparent_hugepage/
- * shmem_enabled), and the streaming kernels need them. */
+ * Shareable segments (LOOM_SHAREABLE_MEMORY=1, and by default in a
+ * process of a multi-process job): each segment is a memfd (close-on-exec,
+ * mode 0600, sealed against shrinking and growing) mapped shared, so that
+ * a storage filling a segment can be handed to other processes as it is
+ * (segment_detach gives the segment and its descriptor to loomccl's shared
+ * regions: sharing a tensor then copies nothing). Not for a process alone:
+ * shared memory gets transparent huge pages only where the system enables
+ * them for shmem (/sys/kernel/mm/transparent_hugepage/shmem_enabled), and
+ * memory-bound kernels ran 15-30% slower over 4 KiB pages (runtime/
+ * README.md). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +42,23 @@ static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static shared_segment *shared_list;
 static size_t shared_count, shared_cap;
 
+/* Set once the process joined a job of several processes. */
+static atomic_int in_job;
+
+void loom_host_memory_join_job(void) { atomic_store(&in_job, 1); }
+
+/* LOOM_SHAREABLE_MEMORY=1 or 0 decides; unset, segments are shareable in
+ * a process that is one of several of a job: under torchrun with
+ * LOCAL_WORLD_SIZE > 1, or once it joined a loomccl group of several
+ * ranks (loom_host_memory_join_job). Read at every segment. */
 static int shareable(void) {
   const char *v = getenv("LOOM_SHAREABLE_MEMORY");
-  return v && v[0] == '1' && v[1] == 0;
+  if (v && *v) return v[0] == '1' && v[1] == 0;
+  if (atomic_load(&in_job)) return 1;
+  const char *local = getenv("LOCAL_WORLD_SIZE");
+  char *end = NULL;
+  const long n = local && *local ? strtol(local, &end, 10) : 0;
+  return end && *end == 0 && n > 1;
 }
 
 static size_t page_round(size_t size) {
