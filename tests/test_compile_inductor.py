@@ -191,6 +191,28 @@ def test_layer_norm_and_bias_column_sums_are_library_calls_with_eager_bits():
         torch.testing.assert_close(out.cpu(), fn(x), rtol=1e-5, atol=1e-5)
 
 
+def test_large_outputs_are_written_with_streaming_stores():
+    """A generated kernel writes a float32 output of 32 MB or more with
+    cache-bypassing stores where a vector is aligned (as the library's
+    pointwise kernels do), and ordinary stores elsewhere: rows of 1023
+    elements start at every alignment. Values are eager's; a small output
+    keeps ordinary stores."""
+    from torch._inductor.utils import run_and_get_code
+
+    def shift(x, b):
+        return x + b
+
+    g = torch.Generator().manual_seed(3)
+    for rows, streamed in ((8250, True), (64, False)):
+        x, b = torch.randn(rows, 1023, generator=g), torch.randn(1023, generator=g)
+        torch._dynamo.reset()
+        out, codes = run_and_get_code(torch.compile(shift), x.to("loom"), b.to("loom"))
+        code = "\n".join(codes)
+        assert ("loom_stream_store(tmp" in code) == streamed, rows
+        assert ("loom_stream_fence();" in code) == streamed, rows
+        torch.testing.assert_close(out.cpu(), shift(x, b), rtol=0, atol=0)
+
+
 # ---- GEMM epilogues ---------------------------------------------------------------
 
 def _relu_layers(x, w1, b1, w2, keep):

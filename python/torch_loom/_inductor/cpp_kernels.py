@@ -34,15 +34,18 @@ import os
 from dataclasses import dataclass, field
 
 import sympy
+import torch
 from torch._inductor.codegen.common import BracesBuffer
 from torch._inductor.codegen.cpp import (
     CppKernelProxy,
     CppScheduling,
+    CppVecKernel,
     KernelGroup,
     LoopLevel,
     ParallelDepth,
     WorkSharing,
 )
+from torch._inductor.codegen.common import DeferredLine
 from torch._inductor.codegen.cpp_utils import cexpr_index
 from torch._inductor.utils import get_fused_kernel_name
 from torch._inductor import config as inductor_config
@@ -160,7 +163,66 @@ class LoomLoopLevel(LoopLevel):
         return [bind]
 
 
+#: Outputs of at least this many bytes are written with cache-bypassing
+#: stores, as the library's pointwise kernels write theirs
+#: (LOOM_STREAM_STORE_BYTES in base/stream_store.h): they would not stay in
+#: the last-level cache anyway, and a normal store first reads each line.
+STREAM_STORE_BYTES = 32 * 1024 * 1024
+
+# loom_stream_store(v, p): v's lanes to p with a non-temporal store where p
+# is aligned to the vector (else an ordinary one); loom_stream_fence()
+# orders them before the kernel returns.
+_STREAM_STORE_HELPERS = r"""
+#if defined(CPU_CAPABILITY_AVX512)
+static inline void loom_stream_store(const at::vec::Vectorized<float>& v, float* p) {
+    if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) _mm512_stream_ps(p, v); else v.store(p);
+}
+static inline void loom_stream_fence() { _mm_sfence(); }
+#elif defined(CPU_CAPABILITY_AVX2)
+static inline void loom_stream_store(const at::vec::Vectorized<float>& v, float* p) {
+    if ((reinterpret_cast<uintptr_t>(p) & 31) == 0) _mm256_stream_ps(p, v); else v.store(p);
+}
+static inline void loom_stream_fence() { _mm_sfence(); }
+#else
+static inline void loom_stream_store(const at::vec::Vectorized<float>& v, float* p) { v.store(p); }
+static inline void loom_stream_fence() {}
+#endif
+"""
+
+
+def _static_bytes(name: str) -> int | None:
+    """The bytes of buffer `name` when its size is static, else None."""
+    try:
+        buf = V.graph.get_buffer(name)
+        numel = sympy.Mul(*buf.get_size())
+        if not numel.is_number:
+            return None
+        return int(numel) * buf.get_dtype().itemsize
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+class LoomCppVecKernel(CppVecKernel):
+    """Inductor's vectorized C++ kernel, whose full-vector float32 stores to
+    an output of STREAM_STORE_BYTES or more (contiguous along the vector,
+    not read by the kernel) bypass the cache."""
+
+    def store(self, name, index, value, mode=None):
+        var = self.args.output(name)
+        if (mode is not None or self.tail_size is not None or not getattr(value, "is_vec", False)
+                or V.graph.get_dtype(name) != torch.float32 or var.startswith("in_out_ptr")
+                or (_static_bytes(name) or 0) < STREAM_STORE_BYTES):
+            return super().store(name, index, value, mode)
+        index = self.rename_indexing(index)
+        if self._try_get_const_stride(index, self.itervars[self.tiling_idx]) != 1:
+            return super().store(name, index, value, mode)
+        line = f"loom_stream_store({value}, {var} + {cexpr_index(index)});"
+        self.stores.writeline(DeferredLine(name, line))
+
+
 class LoomCppKernelProxy(CppKernelProxy):
+    vec_kernel_cls = LoomCppVecKernel
+
     def decide_parallel_depth(self, max_parallel_depth, threads):
         par = super().decide_parallel_depth(max_parallel_depth, device_workers())
         loops = self.loop_nest.loops if self.loop_nest is not None else None
@@ -212,6 +274,9 @@ class LoomKernelGroup(KernelGroup):
         code = BracesBuffer()
         code.writeline("#include <torch/csrc/inductor/cpp_prefix.h>")
         code.splice(_abi_include())
+        streams = "loom_stream_store(" in "".join(n.code.getvalue() for n in self.nests)
+        if streams:
+            code.splice(_STREAM_STORE_HELPERS)
         for i, nest in enumerate(self.nests):
             params = ", ".join([*arg_defs, "int64_t loom_begin", "int64_t loom_end"])
             code.writeline(f"static void loom_nest_{i}({params})")
@@ -232,6 +297,8 @@ class LoomKernelGroup(KernelGroup):
                 code.writeline("try")
                 with code.indent():
                     code.writeline(f"loom_nest_{i}({''.join(_unpack(arg_types))}loom_begin, loom_end);")
+                    if "loom_stream_store(" in nest.code.getvalue():
+                        code.writeline("loom_stream_fence();")
                 # Inductor's kernels report bad indices and integer division
                 # by zero with C++ exceptions; the ABI has return codes.
                 code.writeline("catch (const std::exception& e)")
