@@ -67,7 +67,7 @@ CX_MATH(math_f32, float, float complex, CMPLXF, cexpf, clogf, csqrtf, csinf, cco
 CX_MATH(math_f64, double, double complex, CMPLX, cexp, clog, csqrt, csin, ccos, ctanh, creal,
         cimag)
 
-#define CX_RUN(NAME, T, HYPOT, ATAN2, COS, SIN, MATH)                                         \
+#define CX_RUN(NAME, T, HYPOT, ATAN2, COS, SIN, MATH, POW)                                    \
   static void NAME(int op, char *y, int64_t ys, const char *a, int64_t as, const char *b, \
                    int64_t bs, int64_t n, T cr, T ci, T alr, T ali) {                   \
     for (int64_t i = 0; i < n; ++i, y += ys, a += as, b = b ? b + bs : b) {              \
@@ -124,6 +124,9 @@ CX_MATH(math_f64, double, double complex, CMPLX, cexp, clog, csqrt, csin, ccos, 
         case LOOM_COMPLEX_COS:                                                           \
         case LOOM_COMPLEX_TANH:                                                          \
         case LOOM_COMPLEX_SIGMOID: MATH(op, pa[0], pa[1], py); break;                    \
+        case LOOM_COMPLEX_POW:                                                           \
+          POW(pa[0], pa[1], pb ? pb[0] : cr, pb ? pb[1] : ci, py);                       \
+          break;                                                                         \
         case LOOM_COMPLEX_SGN: {                                                         \
           const T ar = pa[0], ai = pa[1], m = HYPOT(ar, ai);                             \
           const int zero = ar == 0 && ai == 0;                                           \
@@ -140,8 +143,22 @@ CX_MATH(math_f64, double, double complex, CMPLX, cexp, clog, csqrt, csin, ccos, 
     }                                                                                    \
   }
 
-CX_RUN(run_f32, float, hypotf, atan2f, cosf, sinf, math_f32)
-CX_RUN(run_f64, double, hypot, atan2, cos, sin, math_f64)
+/* a ** b of one element as std::pow of two std::complex (libstdc++ calls
+ * C99's cpow for float and double). */
+static void pow_f32(float ar, float ai, float br, float bi, float *py) {
+  const float complex w = cpowf(CMPLXF(ar, ai), CMPLXF(br, bi));
+  py[0] = crealf(w);
+  py[1] = cimagf(w);
+}
+
+static void pow_f64(double ar, double ai, double br, double bi, double *py) {
+  const double complex w = cpow(CMPLX(ar, ai), CMPLX(br, bi));
+  py[0] = creal(w);
+  py[1] = cimag(w);
+}
+
+CX_RUN(run_f32, float, hypotf, atan2f, cosf, sinf, math_f32, pow_f32)
+CX_RUN(run_f64, double, hypot, atan2, cos, sin, math_f64, pow_f64)
 
 /* The real type of the op's complex side. */
 static int complex_side(int op, const loom_tensor *out, const loom_tensor *a) {
@@ -157,7 +174,7 @@ int loom_kernel_complex_apply(const loom_kernel_args *args, int64_t begin, int64
   if (cd != LOOM_COMPLEX64 && cd != LOOM_COMPLEX128) return LOOM_ERROR_NOT_SUPPORTED;
   const int real = cd == LOOM_COMPLEX64 ? LOOM_FLOAT32 : LOOM_FLOAT64;
   const int two = op == LOOM_COMPLEX_POLAR || op == LOOM_COMPLEX_MAKE;
-  const int binary = op <= LOOM_COMPLEX_DIV;
+  const int binary = op <= LOOM_COMPLEX_DIV || op == LOOM_COMPLEX_POW;
   /* The operands' dtypes as the contract states them. */
   const int want_out = op == LOOM_COMPLEX_ABS || op == LOOM_COMPLEX_ANGLE ? real : cd;
   const int want_a = two ? real : cd;

@@ -1,5 +1,5 @@
 // Complex elementwise ops on loom: add/sub/mul/div, neg, abs, angle, exp,
-// log, sqrt, reciprocal, sin, cos, tanh, sigmoid and sgn of complex tensors
+// log, sqrt, reciprocal, sin, cos, tanh, sigmoid, sgn and pow of complex tensors
 // (reached from the elementwise table), conj_physical (which materialises a
 // conjugate view), polar and complex. One launch of "complex.apply" each;
 // operands are first converted to the common complex dtype and broadcast, as
@@ -83,8 +83,9 @@ Tensor with_out(const char* name, const Tensor& out, bool inplace, at::ScalarTyp
   return out;
 }
 
-bool run_binary(int op, const char* name, const Args& a, torch::jit::Stack* stack) {
-  const Tensor self = a.tensor("self"), other = a.tensor("other");
+bool run_binary(int op, const char* name, const Args& a, torch::jit::Stack* stack,
+                const char* other_name = "other") {
+  const Tensor self = a.tensor("self"), other = a.tensor(other_name);
   if (!on_loom(self) || !(on_loom(other) || is_number(other))) return false;
   if (a.has("rounding_mode")) return false;
   const at::ScalarType type = at::result_type(self, other);
@@ -223,6 +224,15 @@ bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
       return r.binary ? run_binary(r.op, name, a, stack) : run_unary(r.op, name, a, stack);
   if (std::strcmp(name, "eq") == 0 || std::strcmp(name, "ne") == 0)
     return run_compare(name[0] == 'e', a, stack);
+  // pow of two tensors (the CPU's std::pow of each pair); a number exponent
+  // (Tensor_Scalar) takes the CPU's special cases for 2, 3, -2, +-0.5, -1,
+  // and a number base (pow.Scalar) its own path: those run on the CPU
+  if (std::strcmp(name, "pow") == 0) {
+    const c10::IValue* self = a.find("self");
+    const c10::IValue* exponent = a.find("exponent");
+    if (self && self->isTensor() && exponent && exponent->isTensor())
+      return run_binary(LOOM_COMPLEX_POW, name, a, stack, "exponent");
+  }
   return false;
 }
 

@@ -20,7 +20,9 @@
  *     cexp, clog, csqrt, csin, ccos, ctanh, special values included;
  *     reciprocal as 1 / a and sigmoid as 1 / (1 + exp(-a)) with the
  *     division above).
- *   SGN: a, out complex of one dtype; a / |a| (0 where a is 0). */
+ *   SGN: a, out complex of one dtype; a / |a| (0 where a is 0).
+ *   POW: a, b (or the constant), out complex of one dtype; a ** b as
+ *     std::pow of two std::complex computes it (C99's cpow). */
 #ifndef LOOM_KERNELS_COMPLEX_CONTRACT_H
 #define LOOM_KERNELS_COMPLEX_CONTRACT_H
 
@@ -46,7 +48,8 @@ typedef enum loom_complex_op {
   LOOM_COMPLEX_TANH = 16,
   LOOM_COMPLEX_SIGMOID = 17,
   LOOM_COMPLEX_SGN = 18,
-  LOOM_COMPLEX_OP_COUNT = 19,
+  LOOM_COMPLEX_POW = 19,
+  LOOM_COMPLEX_OP_COUNT = 20,
 } loom_complex_op;
 
 #endif /* LOOM_KERNELS_COMPLEX_CONTRACT_H */
