@@ -37,6 +37,7 @@ extern const loom_kernel_entry loom_grid_sample_kernels[];
 extern const loom_kernel_entry loom_upsample_kernels[];
 extern const loom_kernel_entry loom_upsample_nd_kernels[];
 extern const loom_kernel_entry loom_grid_sample3d_kernels[];
+extern const loom_kernel_entry loom_pool_fractional_kernels[];
 extern const loom_kernel_entry loom_pool_kernels[];
 extern const loom_kernel_entry loom_im2col_kernels[];
 extern const loom_kernel_entry loom_conv_kernels[];
@@ -81,6 +82,7 @@ static const loom_kernel_entry *const families[] = {
     loom_upsample_kernels,
     loom_upsample_nd_kernels,
     loom_grid_sample3d_kernels,
+    loom_pool_fractional_kernels,
     loom_pool_kernels,
     loom_im2col_kernels,
     loom_conv_kernels,
