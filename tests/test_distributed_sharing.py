@@ -243,6 +243,42 @@ def test_first_send_in_a_job_shares_the_segment_without_copying():
     assert out.returncode == 0 and "ZERO COPY OK" in out.stdout, out.stdout + out.stderr
 
 
+
+_FD_LIMIT_CODE = """
+import os, resource, torch
+from torch_loom import _C
+# A few descriptors to spare: each shareable segment keeps its memfd open,
+# and the segments past the limit are anonymous memory instead of failing.
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+ts = []
+for i in range(24):
+    ts.append(torch.empty(4 << 20, device="loom"))  # 16 MiB: a segment each
+    ts[-1][:2].fill_(float(i))
+print(sum(t[1].item() for t in ts))
+first, last = ts[0].data_ptr(), ts[-1].data_ptr()
+del ts[1:4]  # their segments' descriptors close: room for the region below
+torch.loom.empty_cache()
+_C._distributed.share_storage(ts[0])   # a memfd segment: in place
+_C._distributed.share_storage(ts[-1])  # anonymous: moved once, into a fresh region
+print(ts[0].data_ptr() == first, ts[-1].data_ptr() != last, _C._distributed.sharing_counts()[:2])
+"""
+
+
+def test_segments_past_the_descriptor_limit_are_anonymous():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    env.update(LOOM_SHAREABLE_MEMORY="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(root, "python"), env.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", _FD_LIMIT_CODE], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == [str(float(sum(range(24)))), "True True (1, 1)"], out.stdout
+
+
 if __name__ == "__main__":
     import sys
 

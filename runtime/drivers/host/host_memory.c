@@ -130,7 +130,12 @@ static loom_status shared_segment_alloc(int device, size_t size, void **out_ptr)
 loom_status host_segment_alloc(void *ctx, int device, size_t size, void **out_ptr) {
   (void)ctx;
   *out_ptr = NULL;
-  if (shareable()) return shared_segment_alloc(device, size, out_ptr);
+  /* Out of descriptors (a segment keeps its memfd open) or of memfds, the
+   * segment is anonymous: its storage moves once if ever shared. */
+  if (shareable()) {
+    if (shared_segment_alloc(device, size, out_ptr) == LOOM_OK) return LOOM_OK;
+    loom_clear_error();
+  }
   const size_t slack = size >= HOST_HUGE_PAGE ? HOST_HUGE_PAGE : 0;
   char *p = size <= SIZE_MAX - slack
                 ? mmap(NULL, size + slack, PROT_READ | PROT_WRITE,
