@@ -6,6 +6,7 @@
 // passes. Glue only.
 #include <Python.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -25,8 +26,21 @@ namespace {
 // A nest's launch range from the kernel's scalar arguments.
 using RangeFn = int64_t (*)(const loom_scalar*);
 
-// Chunks per worker a launch aims at: enough to balance uneven chunks.
+// Chunks per worker a launch aims at at least: enough to balance uneven
+// chunks.
 constexpr int64_t kChunksPerWorker = 4;
+// The tensor bytes a chunk covers at most (about those of a library
+// pointwise chunk, LOOM_PW_GRAIN elements of an add): a large launch in
+// a few huge chunks leaves a worker that is preempted or behind holding
+// an eighth of it while the others wait.
+constexpr int64_t kChunkBytes = int64_t{1} << 20;
+
+// The bytes `tensors` span (their elements, as the kernel sees them).
+int64_t tensor_bytes(const std::vector<loom_tensor>& tensors) {
+  int64_t bytes = 0;
+  for (const loom_tensor& t : tensors) bytes += loom_tensor_numel(&t) * loom_dtype_size(t.dtype);
+  return bytes;
+}
 
 // The registry's handle for `fn` under `name`: registered on first sight.
 // The name is derived from the kernel's source, so a source compiled again
@@ -118,6 +132,7 @@ class InductorKernel {
     }
     loom_stream_t* stream = current_stream(static_cast<c10::DeviceIndex>(device));
     const int64_t workers = workers_of(device);
+    const int64_t by_bytes = tensor_bytes(tensors) / kChunkBytes;
     for (const Nest& nest : nests_) {
       const int64_t range = nest.range(scalars.data());
       if (range <= 0) continue;
@@ -132,7 +147,7 @@ class InductorKernel {
       desc.range = range;
       // Chunks split independent outputs only, so their size changes
       // nothing in the results; a nest that accumulates runs as one.
-      const int64_t chunks = workers * kChunksPerWorker;
+      const int64_t chunks = std::max(workers * kChunksPerWorker, by_bytes);
       desc.grain = nest.serial ? range : range <= chunks ? 1 : (range + chunks - 1) / chunks;
       desc.flags = LOOM_LAUNCH_MAY_RUN_INLINE;
       check(loom_launch(stream, &desc), desc.name);
