@@ -665,6 +665,69 @@ static void test_small_launch_runs_ahead(void) {
   loom_stream_release(s);
 }
 
+/* q = p + p; layer_norm(q) -> y, mean, rstd; then a small v = c + c
+ * written over the mean's memory whole (the allocator hands a freed mean
+ * to the next small tensor); z = y * v, v broadcast along each row. The
+ * small launch runs before the group's chunks, the mean copied in after
+ * them leaves its bytes, and z, which reads them, joins. */
+static void test_small_launch_over_deferred_output(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  enum { E = ROWS * COLS };
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *input = random_floats(E + 2 * COLS + ROWS, 13);
+  float *p = dev_alloc(E * 4), *q = dev_alloc(E * 4), *y = dev_alloc(E * 4), *z = dev_alloc(E * 4);
+  float *w = dev_alloc(COLS * 4), *b = dev_alloc(COLS * 4), *c = dev_alloc(ROWS * 4);
+  float *st = dev_alloc(ROWS * 4), *rstd = dev_alloc(ROWS * 4);
+  const loom_tensor tp = vec(p, LOOM_FLOAT32, E), tq = vec(q, LOOM_FLOAT32, E),
+                    ty = vec(y, LOOM_FLOAT32, E);
+  const loom_tensor per_row = {.data = st, .dtype = LOOM_FLOAT32, .rank = 2,
+                               .sizes = {ROWS, COLS}, .strides = {1, 0}};
+  const loom_tensor ty2 = {.data = y, .dtype = LOOM_FLOAT32, .rank = 2, .sizes = {ROWS, COLS},
+                           .strides = {COLS, 1}};
+  const loom_tensor tz2 = {.data = z, .dtype = LOOM_FLOAT32, .rank = 2, .sizes = {ROWS, COLS},
+                           .strides = {COLS, 1}};
+  const size_t bytes = (2 * (size_t)E + ROWS) * 4;
+  float *got[3];
+  const loom_fuse_mode modes[3] = {LOOM_FUSE_OFF, LOOM_FUSE_ON, LOOM_FUSE_VERIFY};
+  for (int pass = 0; pass < 3; ++pass) {
+    loom_fuse_set_mode(modes[pass]);
+    upload(s, p, input, E * 4);
+    upload(s, w, input + E, COLS * 4);
+    upload(s, b, input + E + COLS, COLS * 4);
+    upload(s, c, input + E + 2 * COLS, ROWS * 4);
+    const loom_fuse_stats before = stats();
+    hold(s);
+    CHECK_OK(pw(s, "fuse_test.double", LOOM_PW_ADD, tq, tp, tp, 1.0));
+    layer_norm(s, tq, vec(w, LOOM_FLOAT32, COLS), vec(b, LOOM_FLOAT32, COLS), ty,
+               vec(st, LOOM_FLOAT32, ROWS), vec(rstd, LOOM_FLOAT32, ROWS), ROWS);
+    CHECK_OK(pw(s, "fuse_test.small_over_mean", LOOM_PW_ADD, vec(st, LOOM_FLOAT32, ROWS),
+                vec(c, LOOM_FLOAT32, ROWS), vec(c, LOOM_FLOAT32, ROWS), 1.0));
+    CHECK_OK(pw(s, "fuse_test.scale_rows", LOOM_PW_MUL, tz2, ty2, per_row, 0));
+    open_gate();
+    got[pass] = malloc(bytes);
+    download(s, got[pass], y, E * 4);
+    download(s, got[pass] + E, z, E * 4);
+    download(s, got[pass] + 2 * E, st, ROWS * 4);
+    CHECK_OK(loom_stream_synchronize(s));
+    const loom_fuse_stats after = stats();
+    if (pass > 0 && fuses()) {
+      /* double, layer_norm, scale_rows members, small_over_mean run ahead */
+      CHECK_EQ_INT(after.groups - before.groups, 1);
+      CHECK_EQ_INT(after.ops_fused - before.ops_fused, 4);
+      if (pass == 2) CHECK_EQ_INT(after.verified - before.verified, 1);
+    }
+  }
+  CHECK(memcmp(got[0], got[1], bytes) == 0);
+  CHECK(memcmp(got[0], got[2], bytes) == 0);
+  for (int pass = 0; pass < 3; ++pass) free(got[pass]);
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  free(input);
+  loom_free(p), loom_free(q), loom_free(y), loom_free(z), loom_free(w), loom_free(b);
+  loom_free(c), loom_free(st), loom_free(rstd);
+  loom_stream_release(s);
+}
+
 static void test_mode(void) {
   const loom_fuse_mode was = loom_fuse_get_mode();
   loom_fuse_set_mode(LOOM_FUSE_VERIFY);
@@ -699,6 +762,7 @@ int main(void) {
     RUN_TEST(test_streams_fuse_concurrently);
     RUN_TEST(test_layer_norm_joins_by_rows);
     RUN_TEST(test_small_launch_runs_ahead);
+    RUN_TEST(test_small_launch_over_deferred_output);
   }
   TEST_MAIN_END();
 }
