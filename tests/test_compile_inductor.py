@@ -81,11 +81,11 @@ def test_gpt_training_with_sdpa_layer_norm_gelu_adamw_matches_eager():
 # ---- ops kept whole as loom library calls --------------------------------------
 
 def _library_step(x, w, idx, tgt, qs):
-    """GELU, an embedding and cross-entropy (forward and backward), and a cat
+    """GELU, an embedding, cross-entropy and softmax (forward and backward), and a cat
     of transposed tensors (the attention gradients' layout). GELU reads a
     sum, not a product (that would be a GEMM epilogue)."""
     h = F.gelu(x @ w + 1) + F.embedding(idx, w)
-    loss = F.cross_entropy(h, tgt)
+    loss = F.cross_entropy(h, tgt) + (torch.softmax(h, dim=1) * h).sum()
     cat = torch.cat([q.transpose(0, 1).reshape(8, -1) for q in qs], dim=1)
     loss.backward()
     return loss.detach(), cat
@@ -104,11 +104,12 @@ def _library_inputs(device):
 
 _LIBRARY_CALLS = ("aten.gelu.default", "aten.gelu_backward.default", "aten._log_softmax.default",
                   "aten._log_softmax_backward_data.default", "aten.nll_loss_forward.default",
-                  "aten.nll_loss_backward.default", "aten.embedding_dense_backward.default")
+                  "aten.nll_loss_backward.default", "aten.embedding_dense_backward.default",
+                  "aten._softmax.default", "aten._softmax_backward_data.default")
 
 
 def test_library_ops_are_extern_calls_on_loom_only():
-    """GELU, cross-entropy and the embedding gradient run as loom's library
+    """GELU, cross-entropy, softmax and the embedding gradient run as loom's library
     kernels (extern calls in the compiled code), and agree with eager; a cat
     is a ConcatKernel (a copy per input, not one pointwise kernel selecting
     between them). CPU graphs are compiled as Inductor compiles them."""

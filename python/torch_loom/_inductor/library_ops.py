@@ -13,7 +13,9 @@ where the library's kernel is parallel and deterministic. Layer norm and
 its backward run as the library's row kernels, the ones eager calls:
 Inductor's decomposition (mean, variance, pointwise steps, and the
 gradient's row sums) generated kernels reaching about a third of the
-library's throughput (16384 x 1024 float32 rows, bench ``layer_norm``).
+library's throughput (16384 x 1024 float32 rows, bench ``layer_norm``),
+and the generated softmax about half of the library's (bench ``softmax``,
+against loom eager with its adaptive fusion off).
 
 For each op in ``LIBRARY_OPS``, Inductor's decomposition declines to
 decompose it when its tensors are on loom (returns ``NotImplemented``, as
@@ -51,6 +53,8 @@ LIBRARY_OPS = {
     aten.gelu_backward.default,
     aten._log_softmax.default,
     aten._log_softmax_backward_data.default,
+    aten._softmax.default,
+    aten._softmax_backward_data.default,
     aten.nll_loss_forward.default,
     aten.nll_loss_backward.default,
     aten.embedding_dense_backward.default,
