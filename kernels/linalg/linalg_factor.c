@@ -78,17 +78,40 @@ int loom_linalg_cholesky(const loom_kernel_args *args, int64_t begin, int64_t en
   return LOOM_OK;
 }
 
+/* Matrix b of src (any strides) into the column-major item of a. */
+static void copy_item(const loom_tensor *src, const loom_tensor *a, int64_t b) {
+  const int64_t m = a->sizes[1], n = a->sizes[2], ld = lead(a);
+  const int64_t s1 = src->strides[1], s2 = src->strides[2];
+  if (a->dtype == LOOM_FLOAT32) {
+    const float *s = (const float *)item(src, b);
+    float *d = (float *)item(a, b);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) d[i + j * ld] = s[i * s1 + j * s2];
+  } else {
+    const double *s = (const double *)item(src, b);
+    double *d = (double *)item(a, b);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) d[i + j * ld] = s[i * s1 + j * s2];
+  }
+}
+
 int loom_linalg_lu(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 3) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *a = &args->tensors[0], *piv = &args->tensors[1],
                     *info = &args->tensors[2];
+  const loom_tensor *src = args->num_tensors > 3 ? &args->tensors[3] : NULL;
   const int64_t batch = args->range, m = a->sizes[1], n = a->sizes[2];
   const int64_t k = m < n ? m : n;
   if (!float_dtype(a->dtype) || !loom_linalg_matrix_ok(a, a->dtype, batch) ||
       !loom_linalg_ints_ok(piv, 2, batch, k) || !loom_linalg_ints_ok(info, 1, batch, 0))
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "linalg.lu: bad tensor arguments");
+  if (src && (src->dtype != a->dtype || src->rank != 3 || src->sizes[0] != batch ||
+              src->sizes[1] != m || src->sizes[2] != n ||
+              (!src->data && batch > 0 && m > 0 && n > 0)))
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "linalg.lu: bad source matrices");
   const int64_t ld = lead(a), ps = piv->strides[1];
   for (int64_t b = begin; b < end; ++b) {
+    if (src && m > 0 && n > 0) copy_item(src, a, b);
     int32_t *p = int_item(piv, b);
     *int_item(info, b) = a->dtype == LOOM_FLOAT32
                              ? getrf_f32((float *)item(a, b), m, n, ld, p, ps)

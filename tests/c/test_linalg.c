@@ -132,6 +132,40 @@ static void test_lu_singular(void) {
   CHECK_EQ_INT(info[0], 2);
 }
 
+/* The LU with a source operand: each item copies its matrix (row-major
+ * here, any strides allowed) into A first; the same bits as copying first.
+ * A source of another dtype or shape is refused. */
+static void test_lu_source(void) {
+  enum { M = 11, NC = 9, LDA = 12 };
+  double *src = malloc((size_t)(BATCH * M * NC) * sizeof(double));
+  double *a = malloc((size_t)(BATCH * LDA * NC) * sizeof(double));
+  double *ref = malloc((size_t)(BATCH * LDA * NC) * sizeof(double));
+  int32_t piv[BATCH * NC], piv_ref[BATCH * NC], info[BATCH], info_ref[BATCH];
+  fill(src, BATCH * M * NC);
+  for (int64_t i = 0; i < BATCH * LDA * NC; ++i) a[i] = ref[i] = -7.0;
+  for (int64_t b = 0; b < BATCH; ++b) /* ref: the row-major source, copied */
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < NC; ++j) ref[b * LDA * NC + i + j * LDA] = src[b * M * NC + i * NC + j];
+  loom_tensor tr[3] = {mats(ref, BATCH, M, NC, LDA), ints2(piv_ref, BATCH, NC),
+                       ints1(info_ref, BATCH)};
+  CHECK_OK(run_chunks(loom_linalg_lu, tr, 3, NULL, 0, BATCH, BATCH));
+  const int64_t ss[3] = {BATCH, M, NC};
+  loom_tensor t[4] = {mats(a, BATCH, M, NC, LDA), ints2(piv, BATCH, NC), ints1(info, BATCH),
+                      dense(src, LOOM_FLOAT64, 3, ss)};
+  CHECK_OK(run_chunks(loom_linalg_lu, t, 4, NULL, 0, BATCH, 2));
+  CHECK(memcmp(a, ref, (size_t)(BATCH * LDA * NC) * sizeof(double)) == 0);
+  CHECK(memcmp(piv, piv_ref, sizeof piv) == 0);
+  CHECK(memcmp(info, info_ref, sizeof info) == 0);
+  t[3].dtype = LOOM_FLOAT32;
+  CHECK_EQ_INT(run_chunks(loom_linalg_lu, t, 4, NULL, 0, BATCH, 1), LOOM_ERROR_INVALID_ARGUMENT);
+  t[3].dtype = LOOM_FLOAT64;
+  t[3].sizes[1] = M - 1;
+  CHECK_EQ_INT(run_chunks(loom_linalg_lu, t, 4, NULL, 0, BATCH, 1), LOOM_ERROR_INVALID_ARGUMENT);
+  free(src);
+  free(a);
+  free(ref);
+}
+
 /* The first pivot of a one-column LU of x (length m), and the index LAPACK's
  * i?amax picks: the first entry of largest magnitude, a NaN only in first
  * place. */
@@ -427,6 +461,7 @@ int main(void) {
   RUN_TEST(test_lu_shapes);
   RUN_TEST(test_lu_singular);
   RUN_TEST(test_lu_pivot_choice);
+  RUN_TEST(test_lu_source);
   RUN_TEST(test_trsm_f64);
   RUN_TEST(test_trsm_f32);
   RUN_TEST(test_trsm_right);

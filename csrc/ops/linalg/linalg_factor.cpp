@@ -180,11 +180,18 @@ std::tuple<Tensor&, Tensor&, Tensor&> lu_factor_ex_out(const Tensor& A, bool piv
     const int64_t m = A.size(-2), n = A.size(-1), count = batch_count(batch);
     bool direct;
     Tensor w = work_in(LU, direct);
-    w.copy_(A);
     Tensor pw = at::empty({count, std::min(m, n)}, pivots.options());
     Tensor iw = at::empty({count}, info.options());
-    launch_batch(op, "linalg.lu", LOOM_KERNEL("linalg.lu"), {as_rank3(w), pw, iw}, {}, count,
-                 m * n * std::min(m, n));
+    // Each item copies its matrix of A in itself (in cache for the
+    // factorization) unless A shares memory with the result.
+    if (A.scalar_type() == w.scalar_type() && !A.is_neg() && !A.is_alias_of(w) && count > 0) {
+      launch_batch(op, "linalg.lu", LOOM_KERNEL("linalg.lu"), {as_rank3(w), pw, iw, as_rank3(A)},
+                   {}, count, m * n * std::min(m, n));
+    } else {
+      w.copy_(A);
+      launch_batch(op, "linalg.lu", LOOM_KERNEL("linalg.lu"), {as_rank3(w), pw, iw}, {}, count,
+                   m * n * std::min(m, n));
+    }
     if (!direct) LU.copy_(w);
     pivots.copy_(pw.view(pivots.sizes()));
     info.copy_(iw.view(info.sizes()));

@@ -25,7 +25,9 @@
  *   swapped with that row. info[b] = 0, or the first i (1-based) with
  *   U[i-1][i-1] == 0 (the factorization still completes).
  *   tensors: [0] A (batch, m, n), [1] pivots (batch, min(m, n)),
- *   [2] info (batch).
+ *   [2] info (batch), optionally [3] a source (batch, m, n) of A's dtype
+ *   and any strides, not overlapping A, copied into A by each item first
+ *   (one pass over a row-major matrix, in cache for its factorization).
  *
  * "linalg.trsm": solves op(A) X = B (or, with scalars[3].i, X op(A) = B)
  *   in place of B (X overwrites it), A triangular. tensors: [0] A (batch,
