@@ -12,7 +12,10 @@ memory inside a host and Gloo between hosts (csrc/distributed/hierarchy.cpp).
   the fixed order (each host's ranks in order, then the hosts in order),
   and reduce_scatter gives each rank all_reduce's bits of its part;
   DDP training of a small GPT ends with the parameters of the same GPT
-  trained in one process on the global batch;
+  trained in one process on the global batch; the calls are asynchronous
+  (rank 0's all_reduce and all_gather return before the last rank, on the
+  other host, has called them, and wait() gives the right values), and a
+  Gloo step that times out raises on the ranks of the host that called;
 - 2 ranks, each its own host, on the guarded driver (device memory the host
   cannot address: Gloo gets pinned host copies): the same collectives.
 """
@@ -225,6 +228,48 @@ def _collectives(torch, dist, rank, world, dev, hosts):
         dist.reduce_scatter(part, list(rs[rank][:n * world].to(dev).chunk(world)), op=op)
         same(part, full[rank * n:(rank + 1) * n].cpu(), f"reduce_scatter bits {op}")
         digest.update(full.cpu().numpy().tobytes())
+
+    # Asynchronous between hosts: rank 0's all_reduce and all_gather return
+    # before the last rank (on another host) has called them, for that rank
+    # calls them only once rank 0 said so through the Store, after its calls
+    # returned. A call that waited for its peers would never return, and the
+    # last rank's wait would time out. wait() then gives the same values.
+    from datetime import timedelta
+
+    store = dist.distributed_c10d._get_default_store()
+    if rank == world - 1:
+        store.wait(["async/go"], timedelta(seconds=120))
+    t = rs[rank].to(dev)
+    work = dist.all_reduce(t, async_op=True)
+    gathered = torch.empty(world * 37, device=dev)
+    gwork = dist.all_gather_into_tensor(gathered, x.to(dev), async_op=True)
+    if rank == 0:
+        store.set("async/go", "1")
+    work.wait()
+    gwork.wait()
+    same(t, order, "all_reduce enqueued before the last rank joined")
+    same(gathered, torch.cat([inputs(r, torch.float32) for r in range(world)]),
+         "all_gather enqueued before the last rank joined")
+
+    # A Gloo step that times out (the other hosts never join) raises on the
+    # ranks of the host that called, through the stream that waited, and
+    # breaks the group: nothing hangs.
+    group = dist.new_group(list(range(world)), timeout=timedelta(seconds=3), backend="loomccl")
+    if hosts[rank] == 0:
+        t = x.to(dev)
+        work = dist.all_reduce(t, group=group, async_op=True)
+        try:
+            work.wait()
+            t.cpu()
+        except RuntimeError as e:
+            failed = str(e)
+        else:
+            failed = None
+        assert failed is not None, "a collective whose peers never came did not fail"
+        if rank == 0:
+            assert "between hosts" in failed, failed
+        cases += 1
+    dist.destroy_process_group(group)
     return cases, digest.hexdigest()
 
 

@@ -101,8 +101,9 @@ Work ProcessGroupLoom::broadcast(std::vector<at::Tensor>& tensors,
   at::Tensor& t = single(tensors, name);
   check_dense(t, name);
   if (across_hosts()) {
+    Across across(*this, name, t.device());
     h_broadcast_in_place(t, static_cast<int>(opts.rootRank), name);
-    return h_done(OpType::BROADCAST, {t}, t.device());
+    return across.finish(OpType::BROADCAST, {t});
   }
   Call call(*this, name, OpType::BROADCAST, t.device());
   call.check(loom_ccl_broadcast(call.work(), ptr(t), bytes(t), LOOM_UINT8,
@@ -117,8 +118,9 @@ Work ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
   at::Tensor& t = single(tensors, name);
   check_dense(t, name);
   if (across_hosts()) {
+    Across across(*this, name, t.device());
     h_allreduce_in_place(t, opts.reduceOp, name);
-    return h_done(OpType::ALLREDUCE, {t}, t.device());
+    return across.finish(OpType::ALLREDUCE, {t});
   }
   Reduction r = reduction_for(t, opts.reduceOp, name);
   Call call(*this, name, OpType::ALLREDUCE, t.device());
@@ -139,8 +141,9 @@ Work ProcessGroupLoom::allreduce_coalesced(std::vector<at::Tensor>& tensors,
     rs.push_back(reduction_for(t, opts.reduceOp, name));
   }
   if (across_hosts()) {
+    Across across(*this, name, tensors[0].device());
     for (auto& t : tensors) h_allreduce_in_place(t, opts.reduceOp, name);
-    return h_done(OpType::ALLREDUCE_COALESCED, tensors, tensors[0].device());
+    return across.finish(OpType::ALLREDUCE_COALESCED, tensors);
   }
   Call call(*this, name, OpType::ALLREDUCE_COALESCED, tensors[0].device());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -157,11 +160,12 @@ Work ProcessGroupLoom::reduce(std::vector<at::Tensor>& tensors, const c10d::Redu
   at::Tensor& t = single(tensors, name);
   check_dense(t, name);
   if (across_hosts()) {
+    Across across(*this, name, t.device());
     // Every rank computes the result; the root keeps it.
     at::Tensor result = t.clone();
     h_allreduce_in_place(result, opts.reduceOp, name);
     if (rank_ == static_cast<int>(opts.rootRank)) t.copy_(result);
-    return h_done(OpType::REDUCE, {t}, t.device());
+    return across.finish(OpType::REDUCE, {t});
   }
   Reduction r = reduction_for(t, opts.reduceOp, name);
   Call call(*this, name, OpType::REDUCE, t.device());
@@ -188,11 +192,13 @@ Work ProcessGroupLoom::allgather(std::vector<std::vector<at::Tensor>>& outputs,
     recv.push_back(ptr(o));
   }
   if (across_hosts()) {
+    Across across(*this, name, input.device());
     at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
     h_allgather_into(flat, input, name);
     for (int p = 0; p < size_; ++p)
       outputs[0][p].copy_(flat.narrow(0, p * input.numel(), input.numel()).view(input.sizes()));
-    return h_done(OpType::ALLGATHER, outputs[0], input.device());
+    across.use(input);
+    return across.finish(OpType::ALLGATHER, outputs[0]);
   }
   Call call(*this, name, OpType::ALLGATHER, input.device());
   call.check(loom_ccl_allgather(call.work(), ptr(input), recv.data(), bytes(input), LOOM_UINT8));
@@ -237,8 +243,10 @@ Work ProcessGroupLoom::_allgather_base(at::Tensor& output, at::Tensor& input,
   check_same(output, input, size_, name);
   at::Tensor in = input.contiguous();
   if (across_hosts()) {
+    Across across(*this, name, output.device());
     h_allgather_into(output, in, name);
-    return h_done(OpType::_ALLGATHER_BASE, {output}, output.device());
+    across.use(in);
+    return across.finish(OpType::_ALLGATHER_BASE, {output});
   }
   Call call(*this, name, OpType::_ALLGATHER_BASE, output.device());
   allgather_into(call, output, in, size_);
@@ -259,8 +267,10 @@ Work ProcessGroupLoom::allgather_into_tensor_coalesced(std::vector<at::Tensor>& 
     ins.push_back(inputs[i].contiguous());
   }
   if (across_hosts()) {
+    Across across(*this, name, outputs[0].device());
     for (size_t i = 0; i < ins.size(); ++i) h_allgather_into(outputs[i], ins[i], name);
-    return h_done(OpType::COALESCED, outputs, outputs[0].device());
+    for (auto& in : ins) across.use(in);
+    return across.finish(OpType::COALESCED, outputs);
   }
   Call call(*this, name, OpType::COALESCED, outputs[0].device());
   for (size_t i = 0; i < ins.size(); ++i) allgather_into(call, outputs[i], ins[i], size_);
@@ -284,11 +294,13 @@ Work ProcessGroupLoom::reduce_scatter(std::vector<at::Tensor>& outputs,
     send.push_back(ptr(ins.back()));
   }
   if (across_hosts()) {
+    Across across(*this, name, output.device());
     // Each host's ranks in rank order, then the hosts in order (as all_reduce).
     std::vector<at::Tensor> flat;
     for (auto& in : ins) flat.push_back(in.reshape({-1}));
     h_reduce_scatter(output, at::cat(flat), opts.reduceOp, name);
-    return h_done(OpType::REDUCE_SCATTER, {output}, output.device());
+    for (auto& in : ins) across.use(in);
+    return across.finish(OpType::REDUCE_SCATTER, {output});
   }
   Reduction r = reduction_for(output, opts.reduceOp, name);
   Call call(*this, name, OpType::REDUCE_SCATTER, output.device());
@@ -308,8 +320,10 @@ Work ProcessGroupLoom::_reduce_scatter_base(at::Tensor& output, at::Tensor& inpu
   check_same(input, output, size_, name);
   at::Tensor in = input.contiguous();
   if (across_hosts()) {
+    Across across(*this, name, output.device());
     h_reduce_scatter(output, in, opts.reduceOp, name);
-    return h_done(OpType::_REDUCE_SCATTER_BASE, {output}, output.device());
+    across.use(in);
+    return across.finish(OpType::_REDUCE_SCATTER_BASE, {output});
   }
   Reduction r = reduction_for(output, opts.reduceOp, name);
   Call call(*this, name, OpType::_REDUCE_SCATTER_BASE, output.device());
@@ -333,8 +347,10 @@ Work ProcessGroupLoom::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& 
     rs.push_back(reduction_for(outputs[i], opts.reduceOp, name));
   }
   if (across_hosts()) {
+    Across across(*this, name, outputs[0].device());
     for (size_t i = 0; i < ins.size(); ++i) h_reduce_scatter(outputs[i], ins[i], opts.reduceOp, name);
-    return h_done(OpType::COALESCED, outputs, outputs[0].device());
+    for (auto& in : ins) across.use(in);
+    return across.finish(OpType::COALESCED, outputs);
   }
   Call call(*this, name, OpType::COALESCED, outputs[0].device());
   for (size_t i = 0; i < ins.size(); ++i) reduce_scatter_from(call, outputs[i], ins[i], rs[i], size_);
@@ -373,8 +389,10 @@ Work ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
   auto [scount, soff] = byte_counts(in, input_splits, "input");
   auto [rcount, roff] = byte_counts(output, output_splits, "output");
   if (across_hosts()) {
+    Across across(*this, name, output.device());
     h_all_to_all(in, scount, output, rcount, name);
-    return h_done(OpType::ALLTOALL_BASE, {output}, output.device());
+    across.use(in);
+    return across.finish(OpType::ALLTOALL_BASE, {output});
   }
   Call call(*this, name, OpType::ALLTOALL_BASE, output.device());
   call.check(loom_ccl_all_to_all(call.work(), ptr(in), scount.data(), soff.data(), ptr(output),
@@ -408,13 +426,16 @@ Work ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs, std::vector<at
   const at::Tensor recv = at::empty({static_cast<int64_t>(rtotal / outputs[0].element_size())},
                                     outputs[0].options());
   if (across_hosts()) {
+    Across across(*this, name, outputs[0].device());
     at::Tensor received = recv;
     h_all_to_all(send, scount, received, rcount, name);
     const int64_t es = outputs[0].element_size();
     for (int p = 0; p < size_; ++p)
       outputs[p].copy_(recv.narrow(0, static_cast<int64_t>(roff[p]) / es, outputs[p].numel())
                            .view(outputs[p].sizes()));
-    return h_done(OpType::ALLTOALL, outputs, outputs[0].device());
+    across.use(send);
+    across.use(recv);
+    return across.finish(OpType::ALLTOALL, outputs);
   }
   Call call(*this, name, OpType::ALLTOALL, outputs[0].device());
   call.check(loom_ccl_all_to_all(call.work(), ptr(send), scount.data(), soff.data(), ptr(recv),
@@ -452,11 +473,13 @@ Work ProcessGroupLoom::gather(std::vector<std::vector<at::Tensor>>& outputs,
     outs = outputs[0];
   }
   if (across_hosts()) {
+    Across across(*this, name, input.device());
     at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
     h_allgather_into(flat, input, name);
     for (int p = 0; p < static_cast<int>(outs.size()); ++p)
       outs[p].copy_(flat.narrow(0, p * input.numel(), input.numel()).view(outs[p].sizes()));
-    return h_done(OpType::GATHER, outs, input.device());
+    across.use(input);
+    return across.finish(OpType::GATHER, outs);
   }
   Call call(*this, name, OpType::GATHER, input.device());
   call.check(loom_ccl_gather(call.work(), ptr(input), recv.data(), bytes(input), LOOM_UINT8, root));
@@ -485,13 +508,15 @@ Work ProcessGroupLoom::scatter(std::vector<at::Tensor>& outputs,
     }
   }
   if (across_hosts()) {
+    Across across(*this, name, output.device());
     // The root's parts go to every rank; each keeps its own.
     at::Tensor flat = at::empty({size_ * output.numel()}, output.options());
     for (int p = 0; p < static_cast<int>(ins.size()); ++p)
       flat.narrow(0, p * output.numel(), output.numel()).copy_(ins[p].reshape({-1}));
     h_broadcast_in_place(flat, root, name);
     output.copy_(flat.narrow(0, rank_ * output.numel(), output.numel()).view(output.sizes()));
-    return h_done(OpType::SCATTER, {output}, output.device());
+    for (auto& in : ins) across.use(in);
+    return across.finish(OpType::SCATTER, {output});
   }
   Call call(*this, name, OpType::SCATTER, output.device());
   call.check(loom_ccl_scatter(call.work(), send.data(), ptr(output), bytes(output), LOOM_UINT8,

@@ -20,8 +20,19 @@
 // ranks what they receive. Send and recv between hosts use a two-rank Gloo
 // group per pair of ranks, made at their first exchange.
 //
-// These collectives block the calling thread until they are done (the
-// Gloo part waits on the host): their Work is complete when returned.
+// These collectives are enqueued as those inside a host are: after the
+// current stream's work, on the communication stream, where the Gloo part
+// is a host callback between the loomccl steps, the combining kernels and
+// the copies (to and from pinned host buffers where the device's memory is
+// not host memory); the call returns at once and Work.wait() makes the
+// current stream wait. The Gloo calls of every collective are made in the
+// order of the collectives, on one thread (the stream's), as the leaders'
+// Gloo group needs. A Gloo failure (a timeout, a peer gone) is recorded for
+// the group, aborts the communicator (so the host's ranks waiting for their
+// leader fail too, not hang), and reaches the streams that wait for the
+// work and every later collective, as a loomccl failure does. One call
+// waits on the host: all_to_all between hosts, for the byte counts every
+// rank sends (the host plans the exchange from them), not for the data.
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -30,11 +41,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <numeric>
 
 #include "common.h"
 #include "distributed/process_group_loom.h"
 #include "distributed/reduction.h"
+#include "distributed/shared_storage.h"
 #include "distributed/work_loom.h"
 #include "runtime/device.h"
 #include "runtime/stream.h"
@@ -73,26 +87,6 @@ at::Tensor byte_view(const at::Tensor& t) {
          {static_cast<int64_t>(bytes(t))}, {1});
   return b;
 }
-
-// A CPU tensor for Gloo standing for a contiguous loom tensor: a view of
-// its memory where the host can address it, else a pinned host copy
-// (filled from the device when `read`, copied back by commit()).
-struct HostView {
-  at::Tensor dev, cpu;
-  bool staged;
-  HostView(const at::Tensor& d, bool read, bool host_addressable) : dev(d), staged(!host_addressable) {
-    const auto options = at::TensorOptions().dtype(d.dtype()).device(at::kCPU);
-    if (!staged) {
-      cpu = at::from_blob(d.data_ptr(), d.sizes(), options);
-    } else {
-      cpu = at::empty(d.sizes(), options.pinned_memory(true));
-      if (read) cpu.copy_(d);
-    }
-  }
-  void commit() {
-    if (staged) dev.copy_(cpu);
-  }
-};
 
 }  // namespace
 
@@ -136,7 +130,7 @@ void ProcessGroupLoom::discover_hosts() {
                          topo_.host, topo_.hosts(), options_->timeout);
 }
 
-c10d::Backend& ProcessGroupLoom::pair(int peer) {
+c10::intrusive_ptr<c10d::Backend> ProcessGroupLoom::pair(int peer) {
   std::lock_guard<std::mutex> lock(pairs_mutex_);
   auto& backend = pairs_[peer];
   if (!backend) {
@@ -145,35 +139,148 @@ c10d::Backend& ProcessGroupLoom::pair(int peer) {
                             "loomccl/pair/" + std::to_string(lo) + "/" + std::to_string(hi), store_),
                         rank_ == lo ? 0 : 1, 2, options_->timeout);
   }
-  return *backend;
+  return backend;
 }
 
-void ProcessGroupLoom::sync_current(c10::Device device, const char* name) {
-  check(loom_stream_synchronize(current_stream(device.index())), name);
+ProcessGroupLoom::Across::Across(ProcessGroupLoom& pg, const char* name, c10::Device device)
+    : pg_(pg), name_(name) {
+  loom_stream_t* caller = current_stream(device.has_index() ? device.index() : current_device());
+  {
+    std::lock_guard<std::mutex> lock(pg_.mutex_);
+    pg_.comm(device);
+    pg_.h_prune();
+  }
+  if (pg_.h_failure_->status() != LOOM_OK)
+    raise_status(loom_error(pg_.h_failure_->status(), "%s", pg_.h_failure_->message().c_str()),
+                 name_);
+  // The communication stream begins after the caller's work so far; the
+  // collective's kernels, copies and temporaries go there.
+  loom_event_t* ready = nullptr;
+  loom_status st = loom_event_create(pg_.stream_.device_index(), LOOM_EVENT_DEFAULT, &ready);
+  if (st == LOOM_OK && (st = loom_event_record(ready, caller)) == LOOM_OK)
+    st = loom_stream_wait_event(native_stream(pg_.stream_), ready);
+  if (ready) loom_event_release(ready);
+  check(st, name_);
+  guard_.emplace(pg_.stream_);
+}
+
+void ProcessGroupLoom::Across::use(const at::Tensor& t) {
+  if (t.defined() && t.numel() > 0 && !is_shared_storage(t))
+    check(loom_record_stream(t.storage().data_ptr().get(), native_stream(pg_.stream_)), name_);
+}
+
+Work ProcessGroupLoom::Across::finish(OpType type, std::vector<at::Tensor> outputs,
+                                      bool host_wait) {
+  for (const auto& t : outputs) use(t);
+  if (pg_.h_coalescing_) {
+    for (auto& t : outputs) pg_.h_outputs_.push_back(std::move(t));
+    return nullptr;
+  }
+  return pg_.h_end(type, name_, std::move(outputs), host_wait);
+}
+
+Work ProcessGroupLoom::h_end(OpType type, const char* name, std::vector<at::Tensor> outputs,
+                             bool host_wait) {
+  loom_event_t* end = nullptr;
+  loom_status st = loom_event_create(stream_.device_index(), LOOM_EVENT_DEFAULT, &end);
+  if (st == LOOM_OK) st = loom_event_record(end, native_stream(stream_));
+  if (st != LOOM_OK) {
+    if (end) loom_event_release(end);
+    raise_status(st, name);
+  }
+  loom_event_retain(end);
+  h_inflight_.emplace_back(end, std::move(h_keep_));
+  h_keep_.clear();
+  std::vector<Work> local = std::move(h_works_);
+  h_works_.clear();
+  return c10::make_intrusive<WorkAcross>(rank_, type, name, std::move(local), end, h_failure_,
+                                         std::move(outputs), stream_, host_wait);
+}
+
+void ProcessGroupLoom::h_prune() {
+  auto done = [](auto& entry) {
+    if (loom_event_query(entry.first) == LOOM_ERROR_NOT_READY) return false;
+    loom_event_release(entry.first);
+    return true;
+  };
+  h_inflight_.erase(std::remove_if(h_inflight_.begin(), h_inflight_.end(), done),
+                    h_inflight_.end());
 }
 
 void ProcessGroupLoom::local_run(const char* name, OpType type, c10::Device device,
                                  const std::function<void(Call&)>& body) {
-  Work work;
-  {
-    Call call(*this, name, type, device);
-    body(call);
-    work = call.finish({});
+  // Inside an Across: the current stream is the communication stream, so
+  // the work follows what was enqueued there so far.
+  Call call(*this, name, type, device);
+  body(call);
+  Work work = call.finish({});
+  if (work) h_works_.push_back(std::move(work));
+}
+
+namespace {
+
+struct HostStep {
+  std::function<void()> run;
+  std::shared_ptr<HostFailure> failure;
+  loom_ccl_comm_t* comm;
+  const char* name;
+};
+
+void run_host_step(void* user) {
+  std::unique_ptr<HostStep> step(static_cast<HostStep*>(user));
+  if (step->failure->status() != LOOM_OK) return;  // the group is broken
+  std::string message;
+  try {
+    step->run();
+    return;
+  } catch (const std::exception& e) {
+    message = std::string(step->name) + ": between hosts: " + e.what();
+  } catch (...) {
+    message = std::string(step->name) + ": between hosts: an unknown error";
   }
-  work->wait();
-  sync_current(device, name);
+  step->failure->set(LOOM_ERROR_DEVICE, std::move(message));
+  loom_ccl_comm_abort(step->comm);
+}
+
+}  // namespace
+
+void ProcessGroupLoom::host_step(const char* name, std::function<void()> run) {
+  auto* step = new HostStep{std::move(run), h_failure_, comm_, name};
+  const loom_status st = loom_host_callback(native_stream(stream_), run_host_step, step, name);
+  if (st != LOOM_OK) {
+    delete step;
+    loom_ccl_comm_abort(comm_);  // the peers would wait for this step in vain
+    raise_status(st, name);
+  }
+}
+
+at::Tensor ProcessGroupLoom::host_view(const at::Tensor& d, bool read, const char* name) {
+  const auto options = at::TensorOptions().dtype(d.dtype()).device(at::kCPU);
+  if (host_addressable_) return at::from_blob(d.data_ptr(), d.sizes(), options);
+  at::Tensor cpu = at::empty(d.sizes(), options.pinned_memory(true));
+  h_keep_.push_back(cpu);
+  if (read && bytes(d))
+    check(loom_memcpy(native_stream(stream_), cpu.data_ptr(), d.data_ptr(), bytes(d)), name);
+  return cpu;
+}
+
+void ProcessGroupLoom::host_commit(const at::Tensor& d, const at::Tensor& cpu, const char* name) {
+  if (!host_addressable_ && bytes(d))
+    check(loom_memcpy(native_stream(stream_), d.data_ptr(), cpu.data_ptr(), bytes(d)), name);
 }
 
 // out ([hosts, n] bytes) <- every leader's `in` (n bytes), in host order.
 void ProcessGroupLoom::leaders_allgather(const at::Tensor& in, at::Tensor& out, const char* name) {
   TORCH_CHECK(leaders_, name, ": not a leader");
-  HostView vin(in, true, host_addressable_), vout(out, false, host_addressable_);
-  std::vector<at::Tensor> inputs{vin.cpu};
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int h = 0; h < topo_.hosts(); ++h) outputs[0].push_back(vout.cpu[h]);
-  leaders_->allgather(outputs, inputs, c10d::AllgatherOptions())->wait();
-  vout.commit();
-  sync_current(out.device(), name);
+  at::Tensor vin = host_view(in, true, name), vout = host_view(out, false, name);
+  std::vector<at::Tensor> outputs;
+  for (int h = 0; h < topo_.hosts(); ++h) outputs.push_back(vout[h]);
+  host_step(name, [leaders = leaders_, vin, outputs] {
+    std::vector<at::Tensor> inputs{vin};
+    std::vector<std::vector<at::Tensor>> outs{outputs};
+    leaders->allgather(outs, inputs, c10d::AllgatherOptions())->wait();
+  });
+  host_commit(out, vout, name);
 }
 
 void ProcessGroupLoom::h_allreduce_in_place(at::Tensor& t, const c10d::ReduceOp& op,
@@ -204,7 +311,6 @@ void ProcessGroupLoom::h_allreduce_in_place(at::Tensor& t, const c10d::ReduceOp&
     check(loom_ccl_combine(current_stream(device.index()), ptr(t), srcs.data(), topo_.hosts(),
                            r.count, r.dtype, &across, size_),
           name);
-    sync_current(device, name);
   }
   local_run(name, OpType::BROADCAST, device, [&](Call& call) {
     call.check(loom_ccl_broadcast(call.work(), ptr(t), bytes(t), LOOM_UINT8, 0));
@@ -224,16 +330,17 @@ void ProcessGroupLoom::h_broadcast_in_place(at::Tensor& t, int root, const char*
       call.use(t);
     });
   };
-  sync_current(device, name);
   if (on_root_host) local_broadcast(root_local);
   if (topo_.local_rank == 0) {
-    HostView view(byte_view(t), on_root_host, host_addressable_);
-    std::vector<at::Tensor> tensors{view.cpu};
-    c10d::BroadcastOptions opts;
-    opts.rootRank = root_host;
-    leaders_->broadcast(tensors, opts)->wait();
-    view.commit();
-    sync_current(device, name);
+    const at::Tensor b = byte_view(t);
+    at::Tensor view = host_view(b, on_root_host, name);
+    host_step(name, [leaders = leaders_, view, root_host] {
+      std::vector<at::Tensor> tensors{view};
+      c10d::BroadcastOptions opts;
+      opts.rootRank = root_host;
+      leaders->broadcast(tensors, opts)->wait();
+    });
+    host_commit(b, view, name);
   }
   if (!on_root_host) local_broadcast(0);
 }
@@ -249,7 +356,6 @@ void ProcessGroupLoom::h_allgather_into(at::Tensor& output, const at::Tensor& in
   const auto byte_options = output.options().dtype(at::kByte);
   at::Tensor block = at::empty({most * n}, byte_options);
   at::Tensor out = byte_view(output);
-  sync_current(device, name);
   // Inside the host: its ranks' inputs, in rank order, on the leader.
   local_run(name, OpType::ALLGATHER, device, [&](Call& call) {
     std::vector<void*> recv(topo_.local_size, nullptr);
@@ -269,7 +375,6 @@ void ProcessGroupLoom::h_allgather_into(at::Tensor& output, const at::Tensor& in
       for (size_t i = 0; i < ranks.size(); ++i)
         out.narrow(0, ranks[i] * n, n).copy_(blocks[h].narrow(0, static_cast<int64_t>(i) * n, n));
     }
-    sync_current(device, name);
   }
   local_run(name, OpType::BROADCAST, device, [&](Call& call) {
     call.check(loom_ccl_broadcast(call.work(), ptr(out), bytes(out), LOOM_UINT8, 0));
@@ -283,12 +388,13 @@ void ProcessGroupLoom::leaders_alltoall(const at::Tensor& in, std::vector<int64_
                                         at::Tensor& out, std::vector<int64_t> out_splits,
                                         const char* name) {
   TORCH_CHECK(leaders_, name, ": not a leader");
-  sync_current(in.device(), name);  // `in` was written on the current stream
-  HostView vin(in, true, host_addressable_), vout(out, false, host_addressable_);
-  leaders_->alltoall_base(vout.cpu, vin.cpu, out_splits, in_splits, c10d::AllToAllOptions())
-      ->wait();
-  vout.commit();
-  sync_current(out.device(), name);
+  at::Tensor vin = host_view(in, true, name), vout = host_view(out, false, name);
+  host_step(name, [leaders = leaders_, vin, vout, in_splits = std::move(in_splits),
+                   out_splits = std::move(out_splits)]() mutable {
+    at::Tensor o = vout, i = vin;
+    leaders->alltoall_base(o, i, out_splits, in_splits, c10d::AllToAllOptions())->wait();
+  });
+  host_commit(out, vout, name);
 }
 
 // output (n elements) <- the reduction of part `rank` (elements
@@ -342,7 +448,6 @@ void ProcessGroupLoom::h_reduce_scatter(at::Tensor& output, const at::Tensor& in
                              part.count, part.dtype, &across, size_),
             name);
     }
-    sync_current(device, name);
   }
   local_run(name, OpType::SCATTER, device, [&](Call& call) {
     std::vector<const void*> parts(topo_.local_size, nullptr);
@@ -404,7 +509,6 @@ void ProcessGroupLoom::h_all_to_all(const at::Tensor& send, const std::vector<si
   for (size_t i = 0; i < local.size(); ++i)
     gathered_at[i + 1] = gathered_at[i] + total_sent(local[i]);
   at::Tensor gathered = at::empty({leader ? gathered_at.back() : 0}, byte_options);
-  sync_current(device, name);
   local_run(name, OpType::ALLTOALL, device, [&](Call& call) {
     std::vector<size_t> sc(local.size(), 0), so(local.size(), 0), rc(local.size(), 0),
         ro(local.size(), 0);
@@ -474,7 +578,6 @@ void ProcessGroupLoom::h_all_to_all(const at::Tensor& send, const std::vector<si
                      .copy_(incoming.narrow(0, at_in, b));
           at_in += b;
         }
-    sync_current(device, name);
   }
   local_run(name, OpType::ALLTOALL, device, [&](Call& call) {
     std::vector<size_t> sc(local.size(), 0), so(local.size(), 0), rc(local.size(), 0),
@@ -490,62 +593,63 @@ void ProcessGroupLoom::h_all_to_all(const at::Tensor& send, const std::vector<si
   });
 }
 
-Work ProcessGroupLoom::h_done(OpType type, std::vector<at::Tensor> outputs, c10::Device device) {
-  if (h_coalescing_) {
-    for (auto& t : outputs) h_outputs_.push_back(std::move(t));
-    return nullptr;
-  }
-  return c10::make_intrusive<WorkDone>(rank_, type, std::move(outputs), device);
-}
-
 Work ProcessGroupLoom::h_send(at::Tensor t, int dst, int tag) {
   const char* name = "loomccl send";
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, name, ": bad destination rank ", dst);
   const c10::Device device = t.device();
+  Across across(*this, name, device);
   if (topo_.host_of[dst] == topo_.host) {
     local_run(name, OpType::SEND, device, [&](Call& call) {
       call.check(loom_ccl_send(call.work(), ptr(t), bytes(t), LOOM_UINT8, topo_.local_index(dst)));
       call.use(t);
     });
   } else if (t.numel()) {
-    sync_current(device, name);
-    HostView view(byte_view(t), true, host_addressable_);
-    std::vector<at::Tensor> tensors{view.cpu};
-    pair(dst).send(tensors, rank_ < dst ? 1 : 0, tag)->wait();
+    auto peer = pair(dst);  // made here: the Gloo factory is Python's
+    at::Tensor view = host_view(byte_view(t), true, name);
+    across.use(t);
+    host_step(name, [peer, view, to = rank_ < dst ? 1 : 0, tag] {
+      std::vector<at::Tensor> tensors{view};
+      peer->send(tensors, to, tag)->wait();
+    });
   }
-  return h_done(OpType::SEND, {}, device);
+  return across.finish(OpType::SEND, {});
 }
 
 Work ProcessGroupLoom::h_recv(at::Tensor& t, int src, int tag) {
   const char* name = "loomccl recv";
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, name, ": bad source rank ", src);
   const c10::Device device = t.device();
+  Across across(*this, name, device);
   if (topo_.host_of[src] == topo_.host) {
     local_run(name, OpType::RECV, device, [&](Call& call) {
       call.check(loom_ccl_recv(call.work(), ptr(t), bytes(t), LOOM_UINT8, topo_.local_index(src)));
       call.use(t);
     });
   } else if (t.numel()) {
-    sync_current(device, name);
-    HostView view(byte_view(t), false, host_addressable_);
-    std::vector<at::Tensor> tensors{view.cpu};
-    pair(src).recv(tensors, rank_ < src ? 1 : 0, tag)->wait();
-    view.commit();
-    sync_current(device, name);
+    auto peer = pair(src);
+    const at::Tensor b = byte_view(t);
+    at::Tensor view = host_view(b, false, name);
+    host_step(name, [peer, view, from = rank_ < src ? 1 : 0, tag] {
+      std::vector<at::Tensor> tensors{view};
+      peer->recv(tensors, from, tag)->wait();
+    });
+    host_commit(b, view, name);
   }
-  return h_done(OpType::RECV, {t}, device);
+  return across.finish(OpType::RECV, {t});
 }
 
 Work ProcessGroupLoom::h_barrier(c10::Device device) {
   const char* name = "loomccl barrier";
+  Across across(*this, name, device);
   auto local_barrier = [&] {
     local_run(name, OpType::BARRIER, device,
               [&](Call& call) { call.check(loom_ccl_barrier(call.work())); });
   };
   local_barrier();
-  if (topo_.local_rank == 0) leaders_->barrier(c10d::BarrierOptions())->wait();
+  if (topo_.local_rank == 0)
+    host_step(name, [leaders = leaders_] { leaders->barrier(c10d::BarrierOptions())->wait(); });
   local_barrier();
-  return h_done(OpType::BARRIER, {}, device);
+  return across.finish(OpType::BARRIER, {}, /*host_wait=*/true);
 }
 
 }  // namespace torch_loom::distributed

@@ -37,6 +37,11 @@ void ProcessGroupLoom::shutdown() {
   // the timeout), tells the peers this rank left, unmaps the segment.
   loom_ccl_comm_destroy(comm_);
   comm_ = nullptr;
+  // The stream is done: the host buffers of collectives between hosts too.
+  for (auto& entry : h_inflight_) loom_event_release(entry.first);
+  h_inflight_.clear();
+  h_keep_.clear();
+  h_works_.clear();
 }
 
 void ProcessGroupLoom::abort() {
@@ -122,7 +127,8 @@ void ProcessGroupLoom::startCoalescing() {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(!coalescing_ && !h_coalescing_, "loomccl: startCoalescing while coalescing");
   if (across_hosts()) {
-    // Each call runs to its end; the Work of the group stands for them all.
+    // Each call is enqueued as it comes; the Work of the group ends after
+    // the last and waits for them all.
     h_coalescing_ = true;
     h_outputs_.clear();
     return;
@@ -136,8 +142,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::endCoalescing() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (h_coalescing_) {
     h_coalescing_ = false;
-    return c10::make_intrusive<WorkDone>(rank_, c10d::OpType::COALESCED, std::move(h_outputs_),
-                                         default_device());
+    if (!comm_) return nullptr; /* nothing was called */
+    return h_end(c10d::OpType::COALESCED, "loomccl coalesced collectives", std::move(h_outputs_),
+                 false);
   }
   TORCH_CHECK(coalescing_, "loomccl: endCoalescing without startCoalescing");
   coalescing_ = false;

@@ -15,13 +15,18 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "distributed/work_loom.h"
 #include "loom/ccl.h"
 
 namespace torch_loom::distributed {
@@ -157,14 +162,44 @@ class ProcessGroupLoom : public c10d::Backend {
   // ---- between machines (hierarchy.cpp) ----
   // Shared memory inside a host (the communicator joins the host's ranks),
   // Gloo between hosts: among the hosts' first ranks (the leaders) for the
-  // collectives, between the two ranks for send/recv. These calls finish
-  // before they return (the Gloo part blocks the host).
+  // collectives, between the two ranks for send/recv. A collective between
+  // hosts is enqueued, like one inside a host, on the communication stream
+  // after the current stream's work: its loomccl steps, the Gloo step as a
+  // host callback between them, the combining kernels and copies; its Work
+  // ends with an event there.
+  //
+  // One collective between hosts being enqueued: the current stream is the
+  // communication stream (after what the caller's stream held) while it
+  // lives; finish() gives its Work (nullptr while coalescing).
+  class Across {
+   public:
+    Across(ProcessGroupLoom& pg, const char* name, c10::Device device);
+    ~Across() = default;
+    // Keeps `t`'s memory from reuse until the communication stream is done.
+    void use(const at::Tensor& t);
+    c10::intrusive_ptr<c10d::Work> finish(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                          bool host_wait = false);
+
+   private:
+    ProcessGroupLoom& pg_;
+    const char* name_;
+    std::optional<c10::StreamGuard> guard_;
+  };
   void discover_hosts();
   bool across_hosts() const { return topo_.hosts() > 1; }
-  c10d::Backend& pair(int peer);
-  void sync_current(c10::Device device, const char* name);
+  c10::intrusive_ptr<c10d::Backend> pair(int peer);
   void local_run(const char* name, c10d::OpType type, c10::Device device,
                  const std::function<void(Call&)>& body);
+  // Enqueues `step` (Gloo between hosts) as a host callback on the
+  // communication stream; a failure is recorded in h_failure_ and aborts
+  // the communicator (the host's ranks waiting for this one fail at once).
+  void host_step(const char* name, std::function<void()> step);
+  // A CPU tensor for Gloo standing for the contiguous loom tensor `d`: a
+  // view of its memory where the host can address it, else a pinned host
+  // buffer (filled from `d` on the communication stream when `read`);
+  // host_commit copies such a buffer back into `d` on that stream.
+  at::Tensor host_view(const at::Tensor& d, bool read, const char* name);
+  void host_commit(const at::Tensor& d, const at::Tensor& cpu, const char* name);
   void leaders_allgather(const at::Tensor& in, at::Tensor& out, const char* name);
   void h_allreduce_in_place(at::Tensor& t, const c10d::ReduceOp& op, const char* name);
   void h_broadcast_in_place(at::Tensor& t, int root, const char* name);
@@ -175,11 +210,15 @@ class ProcessGroupLoom : public c10d::Backend {
                         const char* name);
   void h_all_to_all(const at::Tensor& send, const std::vector<size_t>& send_bytes,
                     at::Tensor& recv, const std::vector<size_t>& recv_bytes, const char* name);
-  c10::intrusive_ptr<c10d::Work> h_done(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                        c10::Device device);
   c10::intrusive_ptr<c10d::Work> h_send(at::Tensor t, int dst, int tag);
   c10::intrusive_ptr<c10d::Work> h_recv(at::Tensor& t, int src, int tag);
   c10::intrusive_ptr<c10d::Work> h_barrier(c10::Device device);
+  // The Work of the collective between hosts just enqueued (or of the
+  // coalesced group): its loomccl works, an event at its end.
+  c10::intrusive_ptr<c10d::Work> h_end(c10d::OpType type, const char* name,
+                                       std::vector<at::Tensor> outputs, bool host_wait);
+  // Drops the host buffers of finished collectives between hosts.
+  void h_prune();
 
   Topology topo_;
   bool host_addressable_ = true;                // the communicator's device
@@ -188,6 +227,13 @@ class ProcessGroupLoom : public c10d::Backend {
   std::map<int, c10::intrusive_ptr<c10d::Backend>> pairs_;  // by peer
   bool h_coalescing_ = false;
   std::vector<at::Tensor> h_outputs_;
+  // The loomccl works and host buffers of the collective between hosts
+  // being enqueued (of the coalesced group while coalescing).
+  std::vector<c10::intrusive_ptr<c10d::Work>> h_works_;
+  std::vector<at::Tensor> h_keep_;
+  std::shared_ptr<HostFailure> h_failure_ = std::make_shared<HostFailure>();
+  // Host buffers of collectives in flight, each until its end event.
+  std::vector<std::pair<loom_event_t*, std::vector<at::Tensor>>> h_inflight_;
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<LoomOptions> options_;
