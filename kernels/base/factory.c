@@ -13,8 +13,17 @@
 static void fa_store(const loom_tensor *t, int64_t off, int integral, double f,
                      int64_t i) {
   char *dst = (char *)t->data + off * loom_dtype_size(t->dtype);
-  if (integral) loom_pw_store(LOOM_PW_I64, dst, t->dtype, 0, &i, 1);
-  else loom_pw_store(LOOM_PW_F64, dst, t->dtype, 0, &f, 1);
+  if (t->dtype == LOOM_COMPLEX64) { /* a real value: the imaginary part 0 */
+    const float v[2] = {(float)f, 0.0f};
+    memcpy(dst, v, sizeof v);
+  } else if (t->dtype == LOOM_COMPLEX128) {
+    const double v[2] = {f, 0.0};
+    memcpy(dst, v, sizeof v);
+  } else if (integral) {
+    loom_pw_store(LOOM_PW_I64, dst, t->dtype, 0, &i, 1);
+  } else {
+    loom_pw_store(LOOM_PW_F64, dst, t->dtype, 0, &f, 1);
+  }
 }
 
 int loom_kernel_factory(const loom_kernel_args *args, int64_t begin, int64_t end) {

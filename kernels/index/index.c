@@ -49,22 +49,54 @@ static loom_status ix_range_status(int op) {
              : LOOM_ERROR_INDEX_OUT_OF_RANGE;
 }
 
+/* One element in the general loops: f (and g, the imaginary part of a
+ * complex element) for floating and complex dtypes, i for integral ones. */
 typedef struct ix_value_t {
-  double f;
+  double f, g;
   int64_t i;
 } ix_val;
 
 static ix_val ix_load(const loom_tensor *t, int64_t off, int integral) {
-  ix_val v = {0.0, 0};
-  if (integral) v.i = loom_nn_load_index(t->data, t->dtype, off);
-  else v.f = loom_nn_load(t->data, t->dtype, off);
+  ix_val v = {0.0, 0.0, 0};
+  if (t->dtype == LOOM_COMPLEX64) {
+    const float *p = (const float *)t->data + 2 * off;
+    v.f = p[0];
+    v.g = p[1];
+  } else if (t->dtype == LOOM_COMPLEX128) {
+    const double *p = (const double *)t->data + 2 * off;
+    v.f = p[0];
+    v.g = p[1];
+  } else if (integral) {
+    v.i = loom_nn_load_index(t->data, t->dtype, off);
+  } else {
+    v.f = loom_nn_load(t->data, t->dtype, off);
+  }
   return v;
 }
 
 static void ix_store(const loom_tensor *t, int64_t off, int integral, ix_val v) {
+  if (t->dtype == LOOM_COMPLEX64) {
+    float *p = (float *)t->data + 2 * off;
+    p[0] = (float)v.f;
+    p[1] = (float)v.g;
+    return;
+  }
+  if (t->dtype == LOOM_COMPLEX128) {
+    double *p = (double *)t->data + 2 * off;
+    p[0] = v.f;
+    p[1] = v.g;
+    return;
+  }
   char *dst = (char *)t->data + off * loom_dtype_size(t->dtype);
   if (integral) loom_pw_store(LOOM_PW_I64, dst, t->dtype, 0, &v.i, 1);
   else loom_pw_store(LOOM_PW_F64, dst, t->dtype, 0, &v.f, 1);
+}
+
+/* a * b, complex (the imaginary parts zero for real dtypes). */
+static void ix_mul(ix_val *a, double bf, double bg) {
+  const double f = a->f * bf - a->g * bg;
+  a->g = a->f * bg + a->g * bf;
+  a->f = f;
 }
 
 /* dst[off] = reduce(dst[off], v). */
@@ -75,10 +107,11 @@ static void ix_apply(const loom_tensor *dst, int64_t off, int integral,
     switch (reduce) {
       case LOOM_INDEX_SUM:
         v.f += cur.f;
+        v.g += cur.g;
         v.i = (int64_t)((uint64_t)v.i + (uint64_t)cur.i);
         break;
       case LOOM_INDEX_PROD:
-        v.f *= cur.f;
+        ix_mul(&v, cur.f, cur.g);
         v.i = (int64_t)((uint64_t)v.i * (uint64_t)cur.i);
         break;
       case LOOM_INDEX_AMAX:
@@ -215,8 +248,13 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
   const loom_tensor *t0 = &args->tensors[0], *t1 = &args->tensors[1];
   const loom_tensor *t2 = args->num_tensors > 2 ? &args->tensors[2] : NULL;
   const int integral = loom_dtype_is_integral(t0->dtype);
-  ix_val scalar = {args->scalars[2].f, args->scalars[2].i};
-  if (integral) scalar.f = 0.0;
+  /* scalars[4], where given: the imaginary part of a complex value */
+  ix_val scalar = {args->scalars[2].f, args->num_scalars > 4 ? args->scalars[4].f : 0.0,
+                   args->scalars[2].i};
+  if (integral) scalar.f = scalar.g = 0.0;
+  const int cplx = t0->dtype == LOOM_COMPLEX64 || t0->dtype == LOOM_COMPLEX128;
+  if (cplx && (reduce == LOOM_INDEX_AMAX || reduce == LOOM_INDEX_AMIN))
+    return LOOM_ERROR_INVALID_ARGUMENT; /* complex numbers have no order */
   const int32_t skip = t0->rank ? dim : -1;
 
   switch (op) {
@@ -351,7 +389,14 @@ int loom_kernel_index(const loom_kernel_args *args, int64_t begin, int64_t end) 
           if (v < 0) return ix_range_status(op);
           ix_val x = ix_load(t2, sb + k * ss, integral);
           if (op == LOOM_INDEX_ADD && reduce == LOOM_INDEX_ASSIGN) { /* index_add: alpha */
-            x.f *= scalar.f;
+            if (t0->dtype == LOOM_COMPLEX64) { /* source * alpha in complex<float>, as the CPU */
+              const float xf = (float)x.f, xg = (float)x.g;
+              const float af = (float)scalar.f, ag = (float)scalar.g;
+              x.f = xf * af - xg * ag;
+              x.g = xf * ag + xg * af;
+            } else {
+              ix_mul(&x, scalar.f, scalar.g);
+            }
             x.i = (int64_t)((uint64_t)x.i * (uint64_t)args->scalars[2].i);
           }
           ix_apply(t0, db + v * ds, integral,

@@ -14,6 +14,20 @@
 
 /* *dst += *src for one element of `dtype`, as the CPU's += does it. */
 static void ia_add(char *dst, const char *src, int32_t dtype) {
+  if (dtype == LOOM_COMPLEX64) { /* the two parts, each as float's += */
+    float *d = (float *)dst;
+    const float *x = (const float *)src;
+    d[0] += x[0];
+    d[1] += x[1];
+    return;
+  }
+  if (dtype == LOOM_COMPLEX128) {
+    double *d = (double *)dst;
+    const double *x = (const double *)src;
+    d[0] += x[0];
+    d[1] += x[1];
+    return;
+  }
   if (loom_nn_is_float(dtype)) {
     loom_nn_store(dst, dtype, 0, loom_nn_load(dst, dtype, 0) + loom_nn_load(src, dtype, 0));
     return;

@@ -40,6 +40,10 @@ void launch_factory(const char* name, const at::Tensor& out, const loom_scalar (
 
 at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
                        at::Tensor& out) {
+  // The kernel writes real values: complex ranges run on the CPU, counted.
+  if (out.is_complex())
+    return at::native::call_fallback_fn<&loom_cpu_fallback, ATEN_OP2(arange, start_out)>::call(
+        start, end, step, out);
   refuse_bool("arange", out);
   const bool integral = at::isIntegralType(out.scalar_type(), true);
   const int64_t size = integral ? at::native::compute_arange_size<int64_t>(start, end, step)
@@ -54,6 +58,9 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at:
 
 at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps,
                          at::Tensor& out) {
+  if (out.is_complex())
+    return at::native::call_fallback_fn<&loom_cpu_fallback, ATEN_OP2(linspace, out)>::call(
+        start, end, steps, out);
   refuse_bool("linspace", out);
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   if (out.numel() != steps) out.resize_({steps});
@@ -65,6 +72,9 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
 
 at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps,
                          double base, at::Tensor& out) {
+  if (out.is_complex())
+    return at::native::call_fallback_fn<&loom_cpu_fallback, ATEN_OP2(logspace, out)>::call(
+        start, end, steps, base, out);
   refuse_bool("logspace", out);
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   if (out.numel() != steps) out.resize_({steps});

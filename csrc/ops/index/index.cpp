@@ -22,14 +22,25 @@ namespace torch_loom::index {
 namespace {
 
 loom_scalar value_param(const at::Scalar& v, const at::Tensor& dst) {
+  if (dst.is_complex()) return scalar_f(v.toComplexDouble().real());
   return at::isIntegralType(dst.scalar_type(), true) ? scalar_i(v.toLong())
                                                      : scalar_f(v.toDouble());
 }
 
+// The imaginary part of a value written into a complex tensor (the index
+// kernel's fifth scalar).
+double imag_param(const at::Scalar& v, const at::Tensor& dst) {
+  return dst.is_complex() ? v.toComplexDouble().imag() : 0.0;
+}
+
 void launch_index(const char* name, int op, int64_t dim,
                   c10::ArrayRef<loom_tensor> t, loom_scalar value, int reduce,
-                  int64_t range, int64_t per_item, const at::Tensor& on) {
-  const loom_scalar s[4] = {scalar_i(op), scalar_i(dim), value, scalar_i(reduce)};
+                  int64_t range, int64_t per_item, const at::Tensor& on, double imag = 0.0) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !on.is_complex() || (reduce != LOOM_INDEX_AMAX && reduce != LOOM_INDEX_AMIN), name,
+      "(): reduce \"", reduce == LOOM_INDEX_AMAX ? "amax" : "amin", "\" not implemented for '",
+      on.scalar_type(), "'");
+  const loom_scalar s[5] = {scalar_i(op), scalar_i(dim), value, scalar_i(reduce), scalar_f(imag)};
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, per_item));
   launch(name, LOOM_KERNEL("index.along_dim"), t, s, range, grain, on.device().index());
 }
@@ -115,7 +126,7 @@ void scatter_into(const char* name, at::Tensor& self, int64_t dim, const at::Ten
                             src ? describe(*src, name) : loom_tensor{}};
   const int64_t per = index.dim() ? index.size(dim) : 1;
   launch_index(name, LOOM_INDEX_SCATTER, dim, t, value_param(value, self), reduce,
-               index.numel() / per, per, self);
+               index.numel() / per, per, self, imag_param(value, self));
 }
 
 at::Tensor& scatter_impl(const char* name, const at::Tensor& self, int64_t dim,
@@ -280,6 +291,14 @@ at::Tensor& index_source_impl(const char* name, int op, const at::Tensor& self, 
               ") must have the same scalar type");
   TORCH_CHECK(self.dim() == source.dim() || source.dim() == 0 || self.dim() == 0, name,
               "(): self and source must have the same number of dimensions");
+  if (self.dim() > 0 && source.dim() > 0) {
+    bool same = self.dim() == source.dim();
+    for (int64_t d = 0; same && d < self.dim(); ++d)
+      same = d == dim || self.size(d) == source.size(d);
+    TORCH_CHECK(same, name, "(): source tensor shape must match self tensor shape, excluding the "
+                "specified dimension. Got self.shape = ", self.sizes(), " source.shape = ",
+                source.sizes());
+  }
   TORCH_CHECK(index.numel() == (source.dim() == 0 ? 1 : source.size(dim)), name,
               "(): Number of indices (", index.numel(),
               ") should be equal to source.size(dim): (",
@@ -292,7 +311,7 @@ at::Tensor& index_source_impl(const char* name, int op, const at::Tensor& self, 
   const loom_tensor t[3] = {describe(out, name), describe(index, name), describe(source, name)};
   const int64_t per = source.dim() ? source.size(dim) : 1;
   launch_index(name, op, dim, t, value_param(alpha, out), reduce, source.numel() / per, per,
-               out);
+               out, imag_param(alpha, out));
   return out;
 }
 
@@ -304,6 +323,8 @@ at::Tensor& index_reduce_out(const at::Tensor& self, int64_t dim, const at::Tens
   TORCH_CHECK(reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
               "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ",
               reduce, ".");
+  TORCH_CHECK_NOT_IMPLEMENTED(!self.is_complex(), "index_reduce(): not implemented for '",
+                              self.scalar_type(), "'");
   const int op = reduce_of(reduce, true);
   dim = at::maybe_wrap_dim(dim, self.dim());
   if (!out.is_same(self)) {
@@ -365,7 +386,7 @@ at::Tensor& index_fill_scalar_(at::Tensor& self, int64_t dim, const at::Tensor& 
   const loom_tensor t[2] = {describe(self, "index_fill_"), describe(index, "index_fill_")};
   const int64_t per = self.dim() ? self.size(dim) : 1;
   launch_index("index_fill_", LOOM_INDEX_FILL, dim, t, value_param(value, self), 0,
-               self.numel() / per, index.numel(), self);
+               self.numel() / per, index.numel(), self, imag_param(value, self));
   return self;
 }
 at::Tensor& index_fill_tensor_(at::Tensor& self, int64_t dim, const at::Tensor& index,
