@@ -22,6 +22,7 @@ DTYPES = {
     "int32": torch.int32,
     "uint8": torch.uint8,
     "bool": torch.bool,
+    "complex64": torch.complex64,
 }
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
@@ -112,6 +113,7 @@ _DEFAULT_TOL = {
     torch.bfloat16: (1.6e-2, 1e-5),
     torch.float32: (1.3e-6, 1e-5),
     torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-6, 1e-5),
 }
 
 

@@ -136,7 +136,19 @@ def write_markdown(path, results, not_run_ops, meta):
             meta.get("date", "?"), meta.get("jobs", 0), meta.get("seconds", 0),
         ),
         "",
+        "## By dtype",
+        "",
+        "| dtype | pairs | native pass | native % | fallback pass | fail | error | crash |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    for name in dtypes:
+        d = counts([r for r in results if r["dtype"] == name])
+        n = sum(d[s] for s in STATUSES)
+        if n:
+            lines.append("| %s | %d | %d | %.1f%% | %d | %d | %d | %d |" % (
+                name, n, d["native"], 100.0 * d["native"] / n, d["fallback"], d["fail"],
+                d["error"], d["crash"]))
+    lines.append("")
 
     def section(title, status):
         rows = [r for r in sorted(results, key=_order_key) if r["status"] == status]
