@@ -60,6 +60,16 @@ def run_python(code, env=None, timeout=300, check=True):
     return proc
 
 
+def digest_with_threads(code, threads):
+    """The "DIGEST ..." line that `code` prints, run with LOOM_NUM_THREADS =
+    `threads` and the CPU fallback refused: a thread-count test compares
+    the lines of two thread counts."""
+    proc = run_python(code, env={"LOOM_NUM_THREADS": str(threads), "LOOM_FALLBACK": "error"})
+    line = [l for l in proc.stdout.splitlines() if l.startswith("DIGEST")]
+    assert line, proc.stdout + proc.stderr
+    return line[0]
+
+
 @pytest.fixture(autouse=True)
 def _restore_fallback_mode():
     """A test that changes torch.loom's fallback mode does not leak it."""

@@ -7,7 +7,7 @@ to the CPU."""
 import pytest
 import torch
 
-from conftest import run_python
+from conftest import digest_with_threads
 
 pytestmark = pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
@@ -68,10 +68,7 @@ print("DIGEST", h.hexdigest())
 
 
 def digest(threads):
-    proc = run_python(SCRIPT, env={"LOOM_NUM_THREADS": str(threads), "LOOM_FALLBACK": "error"})
-    line = [l for l in proc.stdout.splitlines() if l.startswith("DIGEST")]
-    assert line, proc.stdout + proc.stderr
-    return line[0]
+    return digest_with_threads(SCRIPT, threads)
 
 
 def test_thread_count_does_not_change_bits():

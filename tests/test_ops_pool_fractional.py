@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import run_python
+from conftest import digest_with_threads
 
 pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
@@ -84,8 +84,4 @@ print("DIGEST", h.hexdigest())
 
 
 def test_thread_count_does_not_change_bits():
-    def digest(threads):
-        proc = run_python(SCRIPT, env={"LOOM_NUM_THREADS": str(threads), "LOOM_FALLBACK": "error"})
-        return [l for l in proc.stdout.splitlines() if l.startswith("DIGEST")]
-    one = digest(1)
-    assert one and one == digest(2)
+    assert digest_with_threads(SCRIPT, 2) == digest_with_threads(SCRIPT, 1)
