@@ -60,11 +60,22 @@ def run_python(code, env=None, timeout=300, check=True):
     return proc
 
 
+# What a digest script may use: `h`, a SHA-256, and `add(*tensors)`, which
+# feeds it each tensor's bytes.
+DIGEST_PREAMBLE = """import hashlib, torch
+h = hashlib.sha256()
+def add(*ts):
+    for t in ts:
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+"""
+
+
 def digest_with_threads(code, threads):
-    """The "DIGEST ..." line that `code` prints, run with LOOM_NUM_THREADS =
+    """The "DIGEST ..." line that `code` prints (after DIGEST_PREAMBLE), run with LOOM_NUM_THREADS =
     `threads` and the CPU fallback refused: a thread-count test compares
     the lines of two thread counts."""
-    proc = run_python(code, env={"LOOM_NUM_THREADS": str(threads), "LOOM_FALLBACK": "error"})
+    proc = run_python(DIGEST_PREAMBLE + textwrap.dedent(code),
+                      env={"LOOM_NUM_THREADS": str(threads), "LOOM_FALLBACK": "error"})
     line = [l for l in proc.stdout.splitlines() if l.startswith("DIGEST")]
     assert line, proc.stdout + proc.stderr
     return line[0]
