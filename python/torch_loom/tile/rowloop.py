@@ -266,10 +266,14 @@ class RowLoop:
             for op, whole, name in self.reductions:
                 if not whole:
                     start(op, name)
-            line(f"for (int {i}_o = 0; {i}_o < {self.cols}; {i}_o += {2 * LANES}) {{")
+            # chunk pairs where a sum alternates its two accumulators; else
+            # one chunk a step (a maximum's loop, read from memory, measured
+            # about twice the library's row_max cycles as pairs)
+            pairs = self.cols > LANES and any(op == "sum" for op, _, _ in self.reductions)
+            line(f"for (int {i}_o = 0; {i}_o < {self.cols}; {i}_o += {2 * LANES if pairs else LANES}) {{")
             depth[0] += 1
             chunk(raw, 0)
-            if self.cols > LANES:  # else one chunk: the second accumulator keeps its start value
+            if pairs:  # else the second accumulator keeps its start value
                 chunk(raw, 1)
             depth[0] -= 1
             line("}")
