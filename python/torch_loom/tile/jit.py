@@ -25,7 +25,7 @@ from . import nodes as N
 from .trace import TileCompileError, Tracer
 
 _launch = getattr(_C, "_launch_kernel", None)  # None when the native extension did not load
-_environ = os.environ
+_Tensor = torch.Tensor
 _lock = threading.Lock()
 _trace_lock = threading.Lock()
 _table = None
@@ -40,7 +40,18 @@ def _builtins():
     return _table
 
 
+# os.environ's bytes dict, where the platform has one: a look-up there
+# costs a twentieth of os.environ.get's for a name that is not set
+_environ_bytes = getattr(os.environ, "_data", None)
+if not isinstance(_environ_bytes, dict) or not all(type(k) is bytes for k in list(_environ_bytes)[:1]):
+    _environ_bytes = None
+
+
 def interpreting():
+    """Whether LOOM_TILE_INTERPRET is set (read at every launch: a test may
+    set it for a while)."""
+    if _environ_bytes is not None:
+        return _environ_bytes.get(b"LOOM_TILE_INTERPRET", b"0") not in (b"", b"0")
     return os.environ.get("LOOM_TILE_INTERPRET", "0") not in ("", "0")
 
 
@@ -81,6 +92,7 @@ class JITFunction:
         self.constexprs = frozenset(k for k, p in enumerate(sig.parameters.values())
                                     if _is_constexpr_annotation(p.annotation))
         self._index = {n: k for k, n in enumerate(self.params)}
+        self._const = tuple(k in self.constexprs for k in range(len(self.params)))
         self._cache = {}
 
     def __repr__(self):
@@ -111,21 +123,22 @@ class JITFunction:
 
     def _key(self, values):
         key = []
+        add = key.append
         storages = []
-        for i, v in enumerate(values):
-            if i in self.constexprs:
-                key.append(v.value if isinstance(v, core.constexpr) else v)
-            elif isinstance(v, torch.Tensor):
-                key.append((v.dtype, v.data_ptr() % 16 == 0))
+        for v, const in zip(values, self._const):
+            if const:
+                add(v.value if isinstance(v, core.constexpr) else v)
+            elif isinstance(v, _Tensor):
+                add((v.dtype, v.data_ptr() % 16 == 0))
                 storages.append(v.untyped_storage().data_ptr())
             elif type(v) is int:
-                key.append(1 if v == 1 else (0 if -2**31 <= v < 2**31 else 2))
+                add(1 if v == 1 else (0 if -2147483648 <= v < 2147483648 else 2))
             elif type(v) is float:
-                key.append(0.5)
+                add(0.5)
             else:
-                key.append(("c", v))
+                add(("c", v))
         # whether no two tensors share memory: loads may then read in place
-        key.append(len(set(storages)) == len(storages))
+        add(len(set(storages)) == len(storages))
         return tuple(key)
 
     def specs(self, values):
@@ -174,12 +187,8 @@ class JITFunction:
 
     def _launch(self, grid, args, kwargs):
         params = self.params
-        if len(args) + len(kwargs) == len(params):
-            values = list(args)
-            values.extend(kwargs.values())
-            if list(kwargs) != params[len(args):]:
-                values = self.bind(args, kwargs)
-        else:
+        values = [*args, *kwargs.values()]
+        if len(values) != len(params) or (kwargs and list(kwargs) != params[len(args):]):
             values = self.bind(args, kwargs)
         if callable(grid):
             meta = dict(zip(self.params, values))
@@ -187,22 +196,22 @@ class JITFunction:
             grid = grid(meta)
         if isinstance(grid, int):
             grid = (grid,)
-        n = len(grid)
-        if n == 1:
+        if len(grid) == 1 and grid[0] >= 0:
             g = (int(grid[0]), 1, 1)
         else:
-            g = tuple(int(x) for x in grid) + (1,) * (3 - n)
-        if len(g) != 3 or min(g) < 0:
-            raise ValueError(f"{self.__name__}: the grid must be 1 to 3 non-negative sizes, got {grid}")
-        if _environ.get("LOOM_TILE_INTERPRET", "0") not in ("", "0"):
+            g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
+            if len(g) != 3 or min(g) < 0:
+                raise ValueError(f"{self.__name__}: the grid must be 1 to 3 non-negative sizes, got {grid}")
+        if interpreting():
             interpreter.run(self.fn, g, self.params, values, self.specs(values))
             return
         if _launch is None:
             raise RuntimeError(f"{self.__name__}: the loom device is unavailable (torch_loom's native "
                                "extension did not load); LOOM_TILE_INTERPRET=1 runs kernels without it")
-        entry = self._cache.get(self._key(values))
+        key = self._key(values)
+        entry = self._cache.get(key)
         if entry is None:
-            entry = self._compile(self._key(values), values)
+            entry = self._compile(key, values)
         total = g[0] * g[1] * g[2]
         if total:
             # Programs are independent: runs of consecutive programs per

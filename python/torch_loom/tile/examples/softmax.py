@@ -29,11 +29,11 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
         raise ValueError("loom_tile::softmax: needs at least one dim")
     x2 = x.reshape(-1, x.shape[-1]).contiguous() if x.dim() != 2 or x.stride(-1) != 1 else x
     rows, cols = x2.shape
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    out = torch.empty_like(x2)
     if rows and cols:
         softmax_kernel[(rows,)](out, x2, x2.stride(0), out.stride(0), cols,
                                 BLOCK_SIZE=tl.next_power_of_2(cols))
-    return out.reshape(x.shape)
+    return out if x2 is x else out.reshape(x.shape)
 
 
 def _setup(ctx, inputs, output):
