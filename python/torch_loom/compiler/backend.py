@@ -34,6 +34,7 @@ from .epilogue import fuse_epilogues
 from .fuse import fuse
 from .lower import lower
 from .program import Program
+from .tangents import Tangents, no_zero_gradients, tangent_positions
 
 _graph_ids = itertools.count()
 _warned = set()
@@ -164,7 +165,12 @@ def _build(gm, tag, start, specialization=False):
 
 def _compiler(kind):
     def compiler(gm, example_inputs):
-        return compile_graph(gm, example_inputs, kind)
+        compiled = compile_graph(gm, example_inputs, kind)
+        if kind == "forward":
+            compiled._loom_forward = True  # its outputs' gradients need not be materialized
+        elif kind == "backward" and tangent_positions(gm):
+            return Tangents(gm, compiled, lambda g: compile_graph(g, None, kind))
+        return compiled
     return compiler
 
 
@@ -192,4 +198,4 @@ def loom_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         from .graphed import graphed_backend
 
         return graphed_backend(gm, example_inputs)
-    return _aot()(gm, example_inputs)
+    return no_zero_gradients(_aot()(gm, example_inputs))

@@ -43,7 +43,8 @@ _jit_base = {}
 def _zero():
     _compile.update(graphs_compiled=0, graphs_fallen_back=0, kernels_generated=0, fused_ops=[],
                     gemm_epilogues=0, epilogue_ops=[], graphs_dynamic=0, specializations=0,
-                    compile_seconds=0.0, modules_compiled=0, modules_cached=0, modules_resident=0)
+                    compile_seconds=0.0, modules_compiled=0, modules_cached=0, modules_resident=0,
+                    zero_tangents_eliminated=0, zero_tangents_materialized=0)
 
 
 _zero()
@@ -82,6 +83,10 @@ def counters() -> dict:
       process);
     - ``cache_hits``, ``cache_misses``, ``compiler_invocations`` and
       ``cc_seconds``: the JIT's counters (jit.stats());
+    - ``zero_tangents_eliminated`` and ``zero_tangents_materialized``:
+      output gradients autograd left undefined (an output the loss does not
+      use) for which a backward variant was built, with the zero
+      eliminated from the graph, or passed as zeros (tangents.py);
     - ``compile_seconds``: time spent compiling graphs (lowering, fusion,
       emission and waiting for the C compiler);
     - ``programs``: for each compiled graph still alive, its ``tag``
@@ -121,6 +126,12 @@ def record_graph(program, seconds, specialization=False):
         _compile["gemm_epilogues"] += len(program.epilogues)
         _compile["epilogue_ops"].extend(list(e) for e in program.epilogues)
         _compile["compile_seconds"] += seconds
+
+
+def record_zero_tangents(count, eliminated):
+    with _lock:
+        key = "zero_tangents_eliminated" if eliminated else "zero_tangents_materialized"
+        _compile[key] += count
 
 
 def record_dynamic_graph():
