@@ -347,6 +347,32 @@ def test_full_rows_softmax_and_layer_norm(mode):
                                F.layer_norm(x, (64,), w, b), atol=1e-5, rtol=1e-5)
 
 
+def test_where_on_a_load_mask(mode):
+    """tl.where(mask, a, b) on the mask of a load: where the masks hold over
+    the whole block the compiled kernel takes a; elsewhere the lanes left
+    out take b, and a where() on another condition still chooses."""
+
+    @tl.jit
+    def k(X, Out, n, k, R: tl.constexpr, C: tl.constexpr):
+        rows = tl.arange(0, R)
+        cols = tl.arange(0, C)
+        m = cols < n
+        x = tl.load(X + rows[:, None] * C + cols[None, :], mask=m[None, :], other=0.0)
+        y = tl.where(m[None, :], x * 2.0, 7.0)
+        y = tl.where(cols[None, :] < k, y, y - 100.0)
+        x0 = tl.load(X + cols, mask=m, other=1.0)
+        tl.store(Out + rows[:, None] * C + cols[None, :], y + tl.sum(tl.where(m, x0, 0.0), axis=0))
+
+    x = torch.randn(4, 64)
+    for n, kk in ((64, 64), (64, 40), (50, 64), (50, 20)):
+        out = loom(torch.zeros(4, 64))
+        k[(1,)](loom(x), out, n, kk, R=4, C=64)
+        cols = torch.arange(64)
+        want = torch.where(cols < n, x * 2, torch.tensor(7.0))
+        want = torch.where(cols < kk, want, want - 100) + x[0, :n].sum()
+        torch.testing.assert_close(out.cpu(), want)
+
+
 def test_loads_see_memory_before_stores_into_it(mode):
     """A kernel storing into memory it also read: loads keep the values from
     before the stores, whether the output is the input tensor itself or

@@ -117,9 +117,18 @@ _mem = _Memory()
 _mem.reset()
 
 #: While text is emitted for masked_and_raw: the masks of the lazy loads
-#: met (id -> node), and whether loads are read without their masks.
+#: met (id -> node), and whether loads are read without their masks; then
+#: also the ids of those masks (seen through views), which hold everywhere
+#: there, so a where() on one of them is its first operand.
 _mask_log = None
 _unmasked = False
+_true_masks = frozenset()
+
+
+def _unview(n):
+    while isinstance(n, View):
+        n = n.a
+    return n
 
 
 def masked_and_raw(make):
@@ -129,7 +138,7 @@ def masked_and_raw(make):
     None (and no masks) when no masked load is read. Code takes raw when
     every mask holds (Builder.mask_check): unmasked loads vectorize
     without chains of masked loads."""
-    global _mask_log, _unmasked
+    global _mask_log, _unmasked, _true_masks
     saved = _mask_log
     _mask_log = {}
     try:
@@ -139,11 +148,14 @@ def masked_and_raw(make):
         _mask_log = saved
     if not masks:
         return text, None, []
+    saved_true = _true_masks
     _unmasked = True
+    _true_masks = saved_true | {id(_unview(m)) for m in masks}
     try:
         raw = make()
     finally:
         _unmasked = False
+        _true_masks = saved_true
     return text, raw, masks
 
 
@@ -308,6 +320,8 @@ def emit(node: Node, idx) -> str:
         child = [("0" if node.a.shape[k] == 1 else idx[s]) for k, s in enumerate(node.src)]
         return emit(node.a, child)
     if isinstance(node, Where):
+        if _unmasked and id(_unview(node.c)) in _true_masks:  # a view reads every element
+            return convert(emit(node.a, sub_idx(node.a, node.shape, idx)), node.a.dtype, node.dtype)
         c = emit(node.c, sub_idx(node.c, node.shape, idx))
         a = convert(emit(node.a, sub_idx(node.a, node.shape, idx)), node.a.dtype, node.dtype)
         b = convert(emit(node.b, sub_idx(node.b, node.shape, idx)), node.b.dtype, node.dtype)
