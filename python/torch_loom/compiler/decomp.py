@@ -12,7 +12,11 @@ NCHW tensor, which the library's batch-norm kernels walk along memory
 (a ResNet-style CNN's step: 0.6-1.2 ms per batch norm, against 15-45 ms
 for the fused kernels' nested loops). The functional ``_foreach_*`` ops
 of optimizers are decomposed beyond core ATen (into one op per tensor, so
-each parameter's update fuses into one kernel).
+each parameter's update fuses into one kernel). The negative
+log-likelihood's backward stays whole: decomposed, it fills a zero tensor
+of the log-probabilities' size, scatters the targets into it and scales it
+in a third pass (a GPT's [tokens, vocab] gradient), where the library
+writes it once.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ KEEP = (
     aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit,
     aten._native_batch_norm_legit_no_training, aten.native_batch_norm,
     aten.native_batch_norm_backward,
+    aten.nll_loss_backward, aten.nll_loss2d_backward,
 )
 
 #: Overload packets the lowering turns into single ops with the library's
