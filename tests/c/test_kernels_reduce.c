@@ -146,14 +146,14 @@ static void test_integral(void) {
  * the same bits for every length, tails included, and for sums of squares. */
 static void test_sum_isa_equal(void) {
   if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
-  enum { N = 1000 };
-  float xf[N];
-  double xd[N];
+  enum { N = 4200 }; /* four float blocks of 1024 and a tail */
+  static float xf[N];
+  static double xd[N];
   for (int i = 0; i < N; ++i) {
     xf[i] = ((float)rand() / RAND_MAX - 0.4f) * (float)(1 + i % 7) * 1e3f;
     xd[i] = (double)xf[i] * 1.0000001;
   }
-  const int64_t lengths[] = {0, 1, 63, 64, 65, 127, 128, 200, 999, N};
+  const int64_t lengths[] = {0, 1, 63, 64, 65, 127, 128, 200, 999, 1023, 1024, 1025, 2048 + 64, N};
   for (size_t j = 0; j < sizeof lengths / sizeof lengths[0]; ++j)
     for (int sq = 0; sq < 2; ++sq) {
       const int64_t n = lengths[j];
@@ -162,6 +162,20 @@ static void test_sum_isa_equal(void) {
       CHECK(memcmp(&a, &b, sizeof a) == 0);
       CHECK(memcmp(&c, &d, sizeof c) == 0);
     }
+  /* float32 blocks whose float partials overflow are added in double:
+   * lanes of 3e38, 3e38, -3e38, -3e38 sum to exactly 0 in both builds, an
+   * inf or NaN element still gives inf or NaN */
+  static float big[2048];
+  for (int i = 0; i < 2048; ++i) big[i] = (i / 64) % 4 < 2 ? 3e38f : -3e38f;
+  for (int isa = 0; isa < 2; ++isa) {
+    double (*sum)(const float *, int64_t, int) = isa ? loom_reduce_sum_f32_avx512 : loom_reduce_sum_f32;
+    CHECK(sum(big, 2048, 0) == 0.0);
+    big[700] = INFINITY;
+    CHECK(isinf(sum(big, 2048, 0)));
+    big[700] = NAN;
+    CHECK(isnan(sum(big, 2048, 0)));
+    big[700] = -3e38f; /* block 10 of 64: a negative one */
+  }
   /* bfloat16 in float lanes, blocks of 4096: both builds the same bits,
    * lengths around the lanes and the block; small integers sum exactly */
   enum { H = 9000 };
