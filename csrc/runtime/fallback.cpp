@@ -97,14 +97,19 @@ void note_cpu_fallback(const std::string& full) {
   }
 }
 
-void loom_cpu_fallback(const c10::OperatorHandle& op,
-                       torch::jit::Stack* stack) {
+void loom_cpu_fallback_for(const c10::OperatorHandle& op,
+                           torch::jit::Stack* stack, c10::DispatchKey cpu_key) {
   const auto& name = op.schema().operator_name();
   std::string full = name.name;
   if (!name.overload_name.empty()) full += "." + name.overload_name;
   check_same_device(op, *stack, name.name);
   note_cpu_fallback(full);
-  at::native::cpu_fallback(op, stack);
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/false, cpu_key);
+}
+
+void loom_cpu_fallback(const c10::OperatorHandle& op,
+                       torch::jit::Stack* stack) {
+  loom_cpu_fallback_for(op, stack, c10::DispatchKey::CPU);
 }
 
 FallbackMode fallback_mode() { return mode_slot().load(); }

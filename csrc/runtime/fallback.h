@@ -23,6 +23,12 @@ void set_fallback_mode(FallbackMode mode);
 // for the argument kinds they do not cover.
 void loom_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// loom_cpu_fallback for the other functionalities of the loom backend
+// (sparse tensors): runs the op's kernel for `cpu_key` (SparseCPU,
+// SparseCsrCPU), with the same device check, counting and mode.
+void loom_cpu_fallback_for(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                           c10::DispatchKey cpu_key);
+
 // For a native kernel that computes a case it does not cover (a complex
 // dtype, say) with CPU ATen calls of its own: counts `full` ("aten::addmm")
 // in fallback_record() and applies the mode (raising under
