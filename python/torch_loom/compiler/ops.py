@@ -352,10 +352,50 @@ def _dims(a):
     return [dims] if isinstance(dims, int) else list(dims)
 
 
+#: The fewest elements of a column sum the library runs (_library_column_sum).
+LIBRARY_COLUMN_SUM_MIN = 16384
+
+
+def _in_memory(v) -> bool:
+    """Whether no kernel of this graph computes v: a graph input or a
+    library op's result, also through views."""
+    while True:
+        p = v.producer
+        if p is None or isinstance(p, (ir.Input, ir.Constant)):
+            return True
+        if not isinstance(p, ir.Library):
+            return False
+        if p.view is None:
+            return True
+        v = p.view[0]
+
+
+def _library_column_sum(x, dims, dtype) -> bool:
+    """Whether a sum of x over `dims` runs as the library's sum: a sum
+    over the leading dims (at least one dim kept) of a row-major float
+    tensor already in memory, with no dtype change (a linear layer's bias
+    gradient: the output gradient summed over its rows). The library's
+    column sums stream whole rows, where the generated column form reads a
+    run of each row per chunk; there is no prologue to fuse, and the sum
+    is the one eager's autograd calls (the same bits)."""
+    rank = len(x.shape)
+    if (dtype not in (None, x.dtype) or x.dtype not in (torch.float32, torch.float64)
+            or not 0 < len(dims) < rank or x.stride is None):
+        return False
+    if sorted(d % rank for d in dims) != list(range(len(dims))):
+        return False
+    if (tuple(x.stride) != tuple(ir.contiguous_strides(x.shape))
+            or math.prod(x.shape) < LIBRARY_COLUMN_SUM_MIN):
+        return False
+    return _in_memory(x)
+
+
 @handles(aten.sum)
 def _sum(low, target, node, a):
     out, x = _out(low, node), a["self"]
     dtype = a.get("dtype")
+    if _library_column_sum(x, _dims(a), dtype):
+        raise Unsupported("a column sum of a tensor in memory: the library's")
     if dtype is not None and dtype != x.dtype:
         x = low.convert(x, (x.shape, dtype))
     s = low.reduce("sum", x, _dims(a), a.get("keepdim", False), ir.acc_dtype(x.dtype))
