@@ -45,6 +45,7 @@ extern const loom_kernel_entry loom_conv_nhwc_kernels[];
 extern const loom_kernel_entry loom_ccl_kernels[];
 extern const loom_kernel_entry loom_fft_kernels[];
 extern const loom_kernel_entry loom_complex_kernels[];
+extern const loom_kernel_entry loom_reduce_complex_kernels[];
 extern const loom_kernel_entry loom_special_kernels[];
 extern const loom_kernel_entry loom_linalg_kernels[];
 
@@ -90,6 +91,7 @@ static const loom_kernel_entry *const families[] = {
     loom_ccl_kernels,
     loom_fft_kernels,
     loom_complex_kernels,
+    loom_reduce_complex_kernels,
     loom_special_kernels,
     loom_linalg_kernels,
 };

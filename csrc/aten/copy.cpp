@@ -54,6 +54,8 @@ at::Tensor without_bits(const at::Tensor& t) {
   return raw;
 }
 
+void copy_complex_half(const at::Tensor& dst, const at::Tensor& from);
+
 // dst and src on the same loom device, src already of dst's sizes (stride 0
 // where it broadcasts). The caller holds a guard for that device.
 void copy_within(const at::Tensor& dst, const at::Tensor& src) {
@@ -73,8 +75,29 @@ void copy_within(const at::Tensor& dst, const at::Tensor& src) {
               "copy_");
     return;
   }
+  if (dst.scalar_type() == at::kComplexHalf || from.scalar_type() == at::kComplexHalf) {
+    copy_complex_half(dst, from);
+    return;
+  }
   loom_tensor t[2] = {describe(dst, "copy_"), describe(from, "copy_")};
   launch("copy_", LOOM_KERNEL("copy.strided"), t, {}, dst.numel(), LOOM_COPY_GRAIN);
+}
+
+// complex32 (chalf) has no kernels of its own: its copies are the copies of
+// its parts, float16 pairs (view_as_real), which the copy kernel casts; a
+// real side is the real part (the imaginary part of a real source 0).
+void copy_complex_half(const at::Tensor& dst, const at::Tensor& from) {
+  if (dst.is_complex() && from.is_complex()) {
+    copy_within(at::view_as_real(dst), at::view_as_real(from));
+  } else if (dst.is_complex()) {
+    const at::Tensor parts = at::view_as_real(dst);
+    copy_within(parts.select(-1, 0), from);
+    parts.select(-1, 1).zero_();
+  } else if (dst.scalar_type() == at::kBool) {
+    copy_within(dst, at::view_as_real(from).ne(0).any(-1));  // either part nonzero
+  } else {
+    copy_within(dst, at::view_as_real(from).select(-1, 0));
+  }
 }
 
 void host_to_device(const at::Tensor& dst, const at::Tensor& src_cpu,

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "loom/kernels/factory.h"
 #include "loom/kernels/scan.h"
+#include "ops/reduce/reduce_complex.h"
 #include "register.h"
 #include "runtime/fallback.h"
 
@@ -136,10 +137,11 @@ void launch_scan(const char* name, int op, const at::Tensor& self, int64_t dim,
 at::Tensor& cum_out(const char* name, int op, const at::Tensor& self, int64_t dim,
                     std::optional<at::ScalarType> dtype, at::Tensor& out) {
   dim = at::maybe_wrap_dim(dim, self.dim());
-  TORCH_CHECK(!self.is_complex(), name, " is not supported on loom for complex tensors");
   refuse_bool((std::string(name) + "_out").c_str(), out);
   if (dtype) TORCH_CHECK(out.scalar_type() == *dtype, name, "(): expected out dtype ", *dtype,
                          " but got ", out.scalar_type());
+  if (self.is_complex() || out.is_complex())
+    return reduce::cum_complex_out(op == LOOM_SCAN_CUMPROD, self, dim, out);
   at::native::resize_output(out, self.sizes());
   at::Tensor src = self;
   if (at::isFloatingType(out.scalar_type()) && !at::isFloatingType(self.scalar_type()))

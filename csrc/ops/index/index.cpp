@@ -401,6 +401,19 @@ at::Tensor& index_fill_tensor_(at::Tensor& self, int64_t dim, const at::Tensor& 
 at::Tensor& masked_fill_impl(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
   TORCH_CHECK(mask.scalar_type() == at::kBool,
               "masked_fill_ only supports boolean masks, but got mask with dtype ", mask.scalar_type());
+  if (self.is_complex() && self.scalar_type() != at::kComplexHalf) {
+    // Each part takes its part of the value: the real select over the
+    // pairs' view, twice; a conjugate or negative view is filled through
+    // its plain memory with the value conjugated or negated to match.
+    c10::complex<double> v = value.item().toComplexDouble();
+    at::Tensor plain = self;
+    if (plain.is_conj()) { plain = plain.conj(); v = c10::complex<double>(v.real(), -v.imag()); }
+    if (plain.is_neg()) { plain = at::_neg_view(plain); v = -v; }
+    const at::Tensor parts = at::view_as_real(plain);
+    parts.select(-1, 0).masked_fill_(mask, v.real());
+    parts.select(-1, 1).masked_fill_(mask, v.imag());
+    return self;
+  }
   at::TensorIteratorConfig config;
   config.set_check_mem_overlap(false).check_all_same_dtype(false).resize_outputs(false)
       .allow_cpu_scalars(true)

@@ -89,8 +89,11 @@ std::tuple<Tensor&, Tensor&, Tensor&, Tensor&> lstsq_out(
   TORCH_CHECK(b.size(-2) == m, op, ": input.size(-2) should match other.size(-",
               vector ? 1 : 2, ")");
   check_out_dtype(solution, A, op);
-  check_out_dtype(residuals, A, op);
-  check_out_dtype(singular_values, A, op);
+  // residuals and singular values are real, of a complex A's real type
+  const at::ScalarType real = c10::toRealValueType(A.scalar_type());
+  for (const Tensor* t : {&residuals, &singular_values})
+    TORCH_CHECK(t->scalar_type() == real, op, ": expected out tensor to have dtype ", real,
+                ", but got ", t->scalar_type(), " instead");
   TORCH_CHECK(rank.scalar_type() == at::kLong, op, ": rank expected to be of dtype Long");
   if (!native_dtype(A)) {
     note_cpu_fallback("aten::linalg_lstsq");

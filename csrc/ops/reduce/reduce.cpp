@@ -17,6 +17,7 @@
 
 #include "loom/kernels/reduce.h"
 #include "ops/pointwise/pointwise_iter.h"
+#include "ops/reduce/reduce_complex.h"
 #include "register.h"
 
 namespace torch_loom::reduce {
@@ -352,6 +353,7 @@ struct Kernel final : c10::OperatorKernel {
   const Entry* entry;
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                   torch::jit::Stack* stack) {
+    if (run_complex(entry->name, op, stack)) return;
     const Args a(op.schema(), stack);
     auto results = run_entry(*entry, a);
     torch::jit::drop(*stack, a.size());

@@ -1,0 +1,148 @@
+"""Reductions, scans and fills of complex tensors on loom against the CPU:
+prod, all/any, cumsum/cumprod (native kernels), var/std and their means,
+the vector norms, logsumexp and masked_fill (composed of native ops), with
+the CPU fallback refused; complex32 (chalf) copies and views; the complex
+least squares' out dtypes. Complex64 cumsum is the CPU's bits (both
+accumulate in complex double); results never depend on the thread count."""
+import pytest
+import torch
+
+from conftest import digest_with_threads
+
+C = (torch.complex64, torch.complex128)
+
+
+def rand(*shape, dtype=torch.complex64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=dtype, generator=g)
+
+
+def close(a, b, **kw):
+    if isinstance(a, tuple):
+        for x, y in zip(a, b):
+            close(x, y, **kw)
+        return
+    assert a.device.type == "loom"
+    torch.testing.assert_close(a.cpu(), b, **kw)
+
+
+@pytest.mark.parametrize("dtype", C)
+def test_prod_all_any(no_fallback, dtype):
+    x = rand(3, 5, 4, dtype=dtype) * 0.9
+    x[1, 2, 3] = 0
+    x[2, :, 1] = 0
+    d = x.to("loom")
+    for dims in [None, 0, 1, 2, -1]:
+        if dims is None:
+            close(d.prod(), x.prod())
+            close(d.all(), x.all())
+            close(d.any(), x.any())
+        else:
+            close(d.prod(dims), x.prod(dims))
+            close(d.prod(dims, keepdim=True), x.prod(dims, keepdim=True))
+            close(d.all(dims), x.all(dims))
+            close(d.any(dims, keepdim=True), x.any(dims, keepdim=True))
+    close(d.all(dim=(0, 2)), x.all(dim=(0, 2)))
+    close(d.transpose(0, 2).prod(1), x.transpose(0, 2).prod(1))  # strided
+    close(d.conj().prod(0), x.conj().prod(0))
+    assert bool(torch.zeros(2, 0, dtype=dtype, device="loom").all())
+    close(torch.zeros(2, 0, dtype=dtype, device="loom").prod(1),
+          torch.ones(2, dtype=dtype))
+    # a real result: the product of the real parts, as the CPU
+    real = torch.float32 if dtype == torch.complex64 else torch.float64
+    close(d.prod(1, dtype=real), x.prod(1, dtype=real))
+    out = torch.empty(0, dtype=dtype, device="loom")
+    torch.prod(d, 2, out=out)
+    close(out, x.prod(2))
+
+
+@pytest.mark.parametrize("dtype", C)
+def test_cumsum_cumprod(no_fallback, dtype):
+    x = rand(4, 37, dtype=dtype)
+    d = x.to("loom")
+    for dim in (0, 1, -1):
+        a, b = d.cumsum(dim), x.cumsum(dim)
+        # the CPU accumulates complex64 and complex128 in complex double too
+        assert torch.equal(a.cpu(), b)
+        close(d.cumprod(dim), x.cumprod(dim), rtol=1e-6, atol=1e-6)
+    close(d.t().cumsum(1), x.t().cumsum(1), rtol=0, atol=0)
+    y = d.clone()
+    y.cumsum_(1)
+    close(y, x.cumsum(1), rtol=0, atol=0)
+    r = x.real.contiguous()
+    close(r.to("loom").cumsum(1, dtype=dtype), r.cumsum(1, dtype=dtype), rtol=0, atol=0)
+    close(d.cumsum(0, dtype=torch.float64), x.cumsum(0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", C)
+def test_var_std_norm_logsumexp(no_fallback, dtype):
+    x = rand(4, 6, 5, dtype=dtype)
+    d = x.to("loom")
+    for dim in [None, 1, (0, 2)]:
+        for c in (0, 1):
+            close(d.var(dim, correction=c), x.var(dim, correction=c))
+            close(d.std(dim, correction=c, keepdim=True), x.std(dim, correction=c, keepdim=True))
+            close(torch.var_mean(d, dim, correction=c), torch.var_mean(x, dim, correction=c))
+            close(torch.std_mean(d, dim, correction=c), torch.std_mean(x, dim, correction=c))
+        for ord in (2, 1, 0, 3.5, float("inf"), -float("inf")):
+            close(torch.linalg.vector_norm(d, ord, dim), torch.linalg.vector_norm(x, ord, dim))
+    assert torch.var(d, 1).dtype == x.real.dtype
+    close(d.norm(), x.norm())
+    close(torch.norm(d, p=2, dim=1, dtype=torch.complex128),
+          torch.norm(x, p=2, dim=1, dtype=torch.complex128))
+    close(torch.dist(d, d.flip(0)), torch.dist(x, x.flip(0)))
+    close(torch.logsumexp(d, 1), torch.logsumexp(x, 1))
+    close(torch.logsumexp(d, (0, 2), keepdim=True), torch.logsumexp(x, (0, 2), keepdim=True))
+    with pytest.raises(RuntimeError, match="dtype should be complex"):
+        torch.linalg.vector_norm(d, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", C)
+def test_masked_fill(no_fallback, dtype):
+    x = rand(3, 7, dtype=dtype)
+    m = x.real > 0
+    d = x.to("loom")
+    close(d.masked_fill(m.to("loom"), 2 - 3j), x.masked_fill(m, 2 - 3j), rtol=0, atol=0)
+    close(d.masked_fill(m[0].to("loom"), 1.5), x.masked_fill(m[0], 1.5), rtol=0, atol=0)
+    v = torch.tensor(0.25 + 1j, dtype=dtype)
+    close(d.masked_fill(m.to("loom"), v.to("loom")), x.masked_fill(m, v), rtol=0, atol=0)
+    c = d.clone().conj()
+    c.masked_fill_(m.to("loom"), 1 + 2j)
+    close(c.resolve_conj(), x.conj().masked_fill(m, 1 + 2j).resolve_conj(), rtol=0, atol=0)
+
+
+def test_chalf_copies_and_views():
+    x = rand(4, 6, dtype=torch.complex64)
+    for src in (x, x.real, x.to(torch.float16).real, x.real.to(torch.int64), x.real > 0):
+        h = src.to("loom").chalf()
+        assert h.dtype == torch.complex32
+        torch.testing.assert_close(h.cpu(), src.chalf(), rtol=0, atol=0)
+    h = x.to("loom").chalf()
+    torch.testing.assert_close(h.t().contiguous().cpu(), x.chalf().t().contiguous(),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(torch.view_as_real(h).cpu(), torch.view_as_real(x.chalf()),
+                               rtol=0, atol=0)
+    for t in (torch.complex64, torch.complex128, torch.float32, torch.bool):
+        torch.testing.assert_close(h[:, 1:].to(t).cpu(), x.chalf()[:, 1:].to(t), rtol=0, atol=0)
+    torch.testing.assert_close(x.chalf().to("loom").cpu(), x.chalf(), rtol=0, atol=0)
+
+
+def test_complex_lstsq_out_dtypes():
+    a, b = rand(5, 3, seed=1), rand(5, 2, seed=2)
+    res = torch.linalg.lstsq(a.to("loom"), b.to("loom"), driver="gelsd")
+    ref = torch.linalg.lstsq(a, b, driver="gelsd")
+    assert res.solution.dtype == torch.complex64 and res.singular_values.dtype == torch.float32
+    close(res.solution, ref.solution, rtol=1e-4, atol=1e-4)
+    close(res.singular_values, ref.singular_values, rtol=1e-4, atol=1e-4)
+
+
+def test_thread_count_independent():
+    code = """
+    import torch, torch_loom
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 600, dtype=torch.complex64, generator=g).to("loom") * 0.05 + 1
+    add(x.prod(1), x.prod(0), x.cumsum(1), x.cumprod(0), x.all(1), x.any(0),
+        x.var(1), torch.linalg.vector_norm(x, 3, 0), torch.logsumexp(x, 1))
+    print("DIGEST", h.hexdigest())
+    """
+    assert digest_with_threads(code, 1) == digest_with_threads(code, 4)
