@@ -302,6 +302,26 @@ def test_results_do_not_depend_on_the_thread_count():
     assert other == here["digest"]
 
 
+def test_generated_c_does_not_depend_on_string_hashing():
+    """A kernel's C (its name, so the JIT's disk cache key) is the same in
+    every process: the values a loop carries (flash attention's m, l and
+    acc) are declared in source order, not in the order of a set of names."""
+    from conftest import run_python
+    code = """
+import hashlib, torch, torch_loom
+from torch_loom.tile.examples import flash_attention as fa
+q = torch.randn(1, 1, 64, 32, device="loom")
+fa.attention(q, q, q, True)
+src = next(iter(fa.attention_fwd_kernel._cache.values())).source
+print("SRC", hashlib.sha256(src.encode()).hexdigest())
+"""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as pool:  # two string-hash seeds that ordered a set apart
+        runs = pool.map(lambda seed: run_python(code, env={"PYTHONHASHSEED": seed}), ("0", "1"))
+        got = {r.stdout.split("SRC")[-1].strip() for r in runs}
+    assert len(got) == 1, got
+
+
 def test_math_and_integer_semantics(mode):
     @tl.jit
     def k(X, Y, I, OutF, OutI, OutB, n, BLOCK: tl.constexpr):

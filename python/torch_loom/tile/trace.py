@@ -315,8 +315,10 @@ class Tracer:
         ivar_dtype = core.int64 if any(isinstance(a, Node) and a.dtype is core.int64 for a in (start, end)) else core.int32
         lo = N.emit(self.b.materialise(self._as_node(start, ivar_dtype, cast=True)), [])
         hi = N.emit(self.b.materialise(self._as_node(end, ivar_dtype, cast=True)), [])
-        assigned = {n.id for st in s.body for n in ast.walk(st)
-                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        # in source order (a set of names would order the carried values,
+        # and so the C, by the process's string hashes)
+        assigned = dict.fromkeys(n.id for st in s.body for n in ast.walk(st)
+                                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
         carried_names = [n for n in assigned if n in self.env and n != var]
         before = dict(self.env)
         # First pass (code discarded): which carried values change, and how.
