@@ -225,6 +225,15 @@ static int nhwc_fits(const conv_pass *a, conv_padded *pd) {
   *pd = (conv_padded){(ho - 1) * g->s[1] + g->d[1] * (g->k[1] - 1) + 1,
                       (wo - 1) * g->s[2] + g->d[2] * (g->k[2] - 1) + 1, ho, wo, g->s[1],
                       g->s[2]};
+  /* With vdpbf16ps and stride 1, a row's columns of padding on the right
+   * may be the next row's on the left (zeros either way): rows need only
+   * hold the image and what the window reaches past the left padding (7x7
+   * images padded by 1: rows of 8, where 9 left the weight gradient
+   * summing 10 positions a row for 7). */
+  if (dp_bf16(a) && g->s[2] == 1) {
+    const int64_t left = g->p[2];
+    pd->wp = min64(pd->wp, max64(left + width(a->x), wo + g->d[2] * (g->k[2] - 1) - left));
+  }
   return taps(g) > 1 && nhwc_grid_fits(a, a->n, ho, wo, pd_wq(pd));
 }
 

@@ -357,6 +357,7 @@ void input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
   const loom_tensor ts[2] = {describe(gi, op), describe(dy, op)};
   const int64_t phases = int64_t{p.phases[0]} * p.phases[1] * p.phases[2];
   std::vector<NhwcConv> in_place;  // phases written in place, in one launch
+  const NhwcImage image{p.top, dy.size(2), p.left, dy.size(dy.dim() - 1)};
   for (int64_t i = 0; i < phases; ++i) {
     const auto ph = plan<loom_conv_phase_plan>(op, LOOM_KERNEL("conv.input_grad.phase"), ts,
                                                plan_scalars(g, groups, gi, 0, i));
@@ -379,7 +380,7 @@ void input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
     Tensor out = at::empty(dst.sizes(), gi.options());
     if (copy.defined()) {
       nhwc_run({NhwcConv{out, wsub.contiguous(), g2, ph.origin}}, copy, Tensor(), p.wq,
-               /*flipped=*/true, op);
+               /*flipped=*/true, op, &image);
     } else {
       const Tensor wc = wsub.contiguous();
       const loom_conv_forward_plan fp =
@@ -392,7 +393,7 @@ void input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
   // each line of gi meet in the core's cache, where four launches wrote
   // every line four times from the last-level cache (64->128 3x3/2 at 56,
   // batch 8: the stores took 0.7 of 1.9 ms).
-  if (!in_place.empty()) nhwc_run(in_place, copy, Tensor(), p.wq, /*flipped=*/true, op);
+  if (!in_place.empty()) nhwc_run(in_place, copy, Tensor(), p.wq, /*flipped=*/true, op, &image);
 }
 
 // A CPU tensor with `t`'s sizes, strides, dtype and requires_grad over no

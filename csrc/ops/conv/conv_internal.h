@@ -122,12 +122,20 @@ struct NhwcConv {
   int64_t origin = 0;
 };
 
+// Where a copy holds its image: rows [top, top + rows) and columns
+// [left, left + cols) of the padded image ("conv_nhwc.forward"'s optional
+// scalars).
+struct NhwcImage {
+  int64_t top, rows, left, cols;
+};
+
 // Convolutions over one copy of rows wq wide, in launches of up to
 // LOOM_CONV_NHWC_CONVS that take the same positions of each in turn
 // (flipped as for conv_forward_planned; strides and dilations the first's;
-// `bias` the first's only).
+// `bias` the first's only); with `image`, the kernels leave out the
+// products of the copy's padding.
 void nhwc_run(const std::vector<NhwcConv>& convs, const at::Tensor& xp, const at::Tensor& bias,
-              int64_t wq, bool flipped, const char* op);
+              int64_t wq, bool flipped, const char* op, const NhwcImage* image = nullptr);
 
 // The channels-last paths of conv_nhwc.cpp, as their plans give them.
 void conv_forward_nhwc(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight,

@@ -42,12 +42,12 @@ Tensor nhwc_weight(const Tensor& weight, const Tensor& out, int64_t taps, int64_
 }  // namespace
 
 void nhwc_run(const std::vector<NhwcConv>& convs, const Tensor& xp, const Tensor& bias,
-              int64_t wq, bool flipped, const char* op) {
+              int64_t wq, bool flipped, const char* op, const NhwcImage* image) {
   if (convs.empty()) return;
   if (convs.size() > LOOM_CONV_NHWC_CONVS) {  // more than a launch takes (stride (5, 2): 10 phases)
     const auto cut = convs.begin() + LOOM_CONV_NHWC_CONVS;
-    nhwc_run(std::vector<NhwcConv>(convs.begin(), cut), xp, bias, wq, flipped, op);
-    nhwc_run(std::vector<NhwcConv>(cut, convs.end()), xp, Tensor(), wq, flipped, op);
+    nhwc_run(std::vector<NhwcConv>(convs.begin(), cut), xp, bias, wq, flipped, op, image);
+    nhwc_run(std::vector<NhwcConv>(cut, convs.end()), xp, Tensor(), wq, flipped, op, image);
     return;
   }
   const Geom& g = convs[0].g;
@@ -76,6 +76,9 @@ void nhwc_run(const std::vector<NhwcConv>& convs, const Tensor& xp, const Tensor
     sc.push_back(scalar_i(convs[i].g.k[2]));
     sc.push_back(scalar_i(convs[i].origin));
   }
+  if (image) {  // where the copy holds the image: the kernel may leave out the padding's products
+    for (int64_t v : {image->top, image->rows, image->left, image->cols}) sc.push_back(scalar_i(v));
+  }
   launch(op, LOOM_KERNEL("conv_nhwc.forward"), ts, sc, n * ((grid + ppi - 1) / ppi), 1, -1,
          LaunchInfo{flops});
 }
@@ -85,7 +88,8 @@ void conv_forward_nhwc(const Tensor& out, const Tensor& input, const Tensor& wei
                        const char* op, bool flipped) {
   Tensor xp = nhwc_copy(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, p.copy_channels,
                         p.copy_stride, op);
-  nhwc_run({NhwcConv{out, weight, g, 0}}, xp, bias, p.wq, flipped, op);
+  const NhwcImage image{p.top, input.size(2), p.left, input.size(3)};
+  nhwc_run({NhwcConv{out, weight, g, 0}}, xp, bias, p.wq, flipped, op, &image);
 }
 
 Tensor conv_weight_grad_nhwc(const Tensor& dy, const Tensor& input,
@@ -108,9 +112,12 @@ Tensor conv_weight_grad_nhwc(const Tensor& dy, const Tensor& input,
   dyp.narrow(1, 0, o).narrow(2, p.lead, ho * wq).unflatten(2, {ho, wq}).narrow(3, 0, wo).copy_(dy);
   Tensor gw = at::empty(w_sizes, input.options());
   loom_tensor ts[3] = {describe(gw.view({o, c, taps}), op), describe(xq, op), describe(dyp, op)};
-  loom_scalar sc[10] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
+  // [10]-[12]: the image's rows and the grid's columns, which let the kernel
+  // leave out the padding's products
+  loom_scalar sc[13] = {scalar_i(g.k[1]), scalar_i(g.k[2]), scalar_i(g.s[1]), scalar_i(g.s[2]),
                         scalar_i(g.d[1]), scalar_i(g.d[2]), scalar_i(wq), scalar_i(p.lead),
-                        scalar_i(p.per_item), scalar_i(ho * wq)};
+                        scalar_i(p.per_item), scalar_i(ho * wq), scalar_i(p.top),
+                        scalar_i(input.size(2)), scalar_i(wo)};
   launch(op, LOOM_KERNEL("conv_nhwc.weight_grad"), ts, sc, p.range, 1, -1,
          conv_flops(dy.numel(), w_sizes[1] * taps));
   return gw;

@@ -72,6 +72,12 @@ enum { LOOM_CONV_NHWC_CB = 32, LOOM_CONV_NHWC_OB = 16, LOOM_CONV_NHWC_POSITIONS 
  * tensor [3] must then be present (data NULL: no bias). Each item takes
  * the same positions of every convolution in turn, so their writes to one
  * output meet in the core's cache.
+ * Optionally (the launch's scalars [10 + 3E] to [13 + 3E], with [9] E
+ * present, 0 for one convolution): where the copy holds the image, rows
+ * [top, top + rows) and columns [left, left + cols) of the padded image
+ * ("conv_nhwc.pad"'s top and left, the image's H and W). A kernel may then
+ * leave out the products of the copy's padding, which add zeros (all of
+ * them or none, whatever the items, so the bits do not depend on them).
  * range: N * the most ceil(ho * wq / positions per item) of any. */
 enum { LOOM_CONV_NHWC_CONVS = 8 };
 
@@ -93,7 +99,12 @@ enum { LOOM_CONV_NHWC_CONVS = 8 };
  * blocks of 32 out-channels per item (else 1; times the taps at most
  * LOOM_CONV_NHWC_WG_BLOCKS): they share each chunk of the copy, and [9]
  * the grid's positions ho * wq (else the plane's), past which dy is 0: a
- * kernel may leave the products there out (adding nothing).
+ * kernel may leave the products there out (adding nothing), and, with [9],
+ * optionally [10] top, [11] the image's rows H and [12] wo: the copy's
+ * padded rows [top, top + H) hold the image and dy is 0 past column wo of
+ * each grid row, so a kernel may leave out the products of the padding's
+ * rows and past wo too (all of them or none: the bits do not depend on
+ * the items).
  * range: ceil(op / 32 / [8]) * cp / 32 ([8] blocks of 32 out-channels by
  * 32 in-channels per item). The bits do not depend on [8]. */
 enum { LOOM_CONV_NHWC_WG_BLOCKS = 64 };
