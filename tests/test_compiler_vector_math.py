@@ -66,7 +66,7 @@ def test_guarded_ops_run_an_arithmetic_loop_first(monkeypatch, caplog):
     span = _span(source)
     first = span[:span.index("if (!ok)")]
     # the first loop calls no C library transcendental; the rerun does
-    assert "loom_sincosf_arith(" in first and "sinf(" not in first
+    assert "loom_sincosf_fast(" in first and "sinf(" not in first
     assert "ok &= (fabsf(" in first
     assert "sinf(" in span[span.index("if (!ok)"):]
 

@@ -78,25 +78,32 @@ static inline LOOM_PW_INLINE float loom_signed_as(float v, float x) {
   return r;
 }
 
-/* tanh(x) = expm1(2|x|) / (expm1(2|x|) + 2), signed as x: expm1 from its
- * Taylor series up to 0.7, past that from e^y - 1, which then loses at
- * most a bit. Within 3 ulp; +-1 from |x| = 9 on. */
+/* tanh(x) = expm1(y) / (expm1(y) + 2), y = 2|x|, signed as x: expm1(y) =
+ * 2^k (e^r - 1) + (2^k - 1), k = round(y / ln 2), r = y - k ln 2 (two
+ * parts), e^r - 1 its Taylor series to r^9 (truncation under 6e-10
+ * relative): one formula over the whole range, which keeps r's relative
+ * precision for small y (k = 0) and rounds once (the sum) elsewhere. Within
+ * 2.5 ulp; +-1 from |x| = 10 on (where tanh rounds to 1 already). */
 static inline LOOM_PW_INLINE float loom_tanhf_arith(float x) {
-  const float ax = fabsf(x), a = ax < 9.0f ? ax : 9.0f; /* NaN: 9, then x itself */
+  const float ax = fabsf(x), a = ax < 10.0f ? ax : 10.0f; /* NaN: 10, then x itself */
   const float y = 2.0f * a;
-  float p = 1.0f / 39916800.0f; /* y^11 / 11! */
-  p = p * y + 1.0f / 3628800.0f;
-  p = p * y + 1.0f / 362880.0f;
-  p = p * y + 1.0f / 40320.0f;
-  p = p * y + 1.0f / 5040.0f;
-  p = p * y + 1.0f / 720.0f;
-  p = p * y + 1.0f / 120.0f;
-  p = p * y + 1.0f / 24.0f;
-  p = p * y + 1.0f / 6.0f;
-  p = p * y + 0.5f;
-  p = p * y + 1.0f;
-  const float big = loom_expf_arith(y) - 1.0f; /* both computed: no branch in the loop */
-  const float em1 = y <= 0.7f ? y * p : big;
+  const float j = y * 1.44269504f + 12582912.0f, k = j - 12582912.0f; /* k in [0, 29] */
+  const float r = (y - k * 0.693145752f) - k * 1.42860677e-6f;         /* ln 2 in two parts */
+  float p = 1.0f / 362880.0f;
+  p = p * r + 1.0f / 40320.0f;
+  p = p * r + 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  const float em1r = r + (r * r) * p; /* e^r - 1 */
+  uint32_t jb;                         /* j's low bits hold k: 2^k from them */
+  memcpy(&jb, &j, sizeof jb);
+  jb = (jb + 127u) << 23;
+  float s;
+  memcpy(&s, &jb, sizeof s);
+  const float em1 = em1r * s + (s - 1.0f);
   const float t = em1 / (em1 + 2.0f);
   return x != x ? x : loom_signed_as(t, x);
 }

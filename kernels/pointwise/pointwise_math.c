@@ -33,7 +33,8 @@
 /* e^x (and sigmoid, SiLU), ln x, ln(1 + x), tanh (and the tanh GELU),
  * softplus (and Mish, log-sigmoid), the exact GELU, e^x - 1 (and ELU),
  * 2^x, sinh, cosh, log2, log10, sin, cos, tan, atan, asin, acos, atan2,
- * fmod, pow and erfinv: float32 in arithmetic alone
+ * fmod, pow and erfinv: float32 in arithmetic alone (sin and cos in float
+ * up to |x| = LOOM_TRIG_FAST, in double beyond)
  * (kernels/pointwise/pointwise_exp.h, _dexp.h, _trig.h, _fmod.h, _erfinv.h),
  * whose loops vectorize, the GELU's tail keeping its precision; float64
  * through the C library. */
@@ -53,6 +54,8 @@
 #define PW_GELU_BACKWARD(g, x) loom_gelu_backward_arith(g, x)
 #define PW_SINCOS(x, phase) loom_sincosf_arith(x, phase)
 #define PW_SINCOS_MAX LOOM_TRIG_MAX
+#define PW_SINCOS_FAST(x, phase) loom_sincosf_fast(x, phase)
+#define PW_SINCOS_FAST_MAX LOOM_TRIG_FAST
 #define PW_TAN(x) loom_tanf_arith(x)
 #define PW_EXPM1(x) loom_expm1f_arith(x)
 #define PW_EXP2(x) loom_exp2f_arith(x)
@@ -86,6 +89,8 @@
 #define PW_GELU_BACKWARD(g, x) pw_f64_gelu_backward(g, x)
 #define PW_SINCOS(x, phase) ((phase) ? cos(x) : sin(x))
 #define PW_SINCOS_MAX INFINITY
+#define PW_SINCOS_FAST(x, phase) PW_SINCOS(x, phase)
+#define PW_SINCOS_FAST_MAX INFINITY
 #define PW_TAN(x) tan(x)
 #define PW_EXPM1(x) expm1(x)
 #define PW_EXP2(x) exp2(x)

@@ -162,8 +162,12 @@ def _guarded_f32(op, x, y, p):
     arithmetic holds only where the condition does (as the library's
     MAP1_WITHIN / powf_ok paths have it), or None."""
     table = {
-        "sin": (f"fabsf({x}) <= LOOM_TRIG_MAX", f"loom_sincosf_arith({x}, 0)", f"sinf({x})"),
-        "cos": (f"fabsf({x}) <= LOOM_TRIG_MAX", f"loom_sincosf_arith({x}, 1)", f"cosf({x})"),
+        # sin and cos: the float form up to LOOM_TRIG_FAST, the double one
+        # up to LOOM_TRIG_MAX, the C library's beyond (the library's tiers)
+        "sin": (f"fabsf({x}) <= LOOM_TRIG_FAST", f"loom_sincosf_fast({x}, 0)",
+                f"(fabsf({x}) <= LOOM_TRIG_MAX ? loom_sincosf_exact({x}, 0) : sinf({x}))"),
+        "cos": (f"fabsf({x}) <= LOOM_TRIG_FAST", f"loom_sincosf_fast({x}, 1)",
+                f"(fabsf({x}) <= LOOM_TRIG_MAX ? loom_sincosf_exact({x}, 1) : cosf({x}))"),
         "tan": (f"fabsf({x}) <= LOOM_TRIG_MAX", f"loom_tanf_arith({x})", f"tanf({x})"),
         "atan": (f"fabsf({x}) <= FLT_MAX", f"loom_atanf_arith({x})", f"atanf({x})"),
         "asin": (f"fabsf({x}) <= 1.0f", f"loom_asinf_arith({x})", f"asinf({x})"),
