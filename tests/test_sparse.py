@@ -105,6 +105,37 @@ def test_coalesce_matches_cpu():
         torch.sparse_coo_tensor(i, v, size, device=DEV).to_dense().cpu(), ref.to_dense())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_native_coo_compute(no_fallback, dtype):
+    """to_dense, coalesce, sparse @ dense and dense + sparse run on loom's
+    kernels (no_fallback), with the CPU's results."""
+    i, v, size = _uncoalesced()
+    v = v.to(dtype)
+    ref = torch.sparse_coo_tensor(i, v, size)
+    s = torch.sparse_coo_tensor(i, v, size, device=DEV)
+    torch.testing.assert_close(s.to_dense().cpu(), ref.to_dense())
+    _same_sparse(s.coalesce(), ref.coalesce())
+    # Three sparse dims and a dense one (hybrid).
+    x = _dense((3, 4, 5, 2), dtype=dtype)
+    _same_sparse(x.to_sparse(3).to(DEV).coalesce(), x.to_sparse(3).coalesce())
+    torch.testing.assert_close(x.to_sparse(3).to(DEV).to_dense().cpu(), x)
+    d = torch.randn(5, 3, dtype=dtype, generator=torch.Generator().manual_seed(4))
+    t = torch.randn(4, 3, dtype=dtype, generator=torch.Generator().manual_seed(5))
+    want = torch.sparse.mm(ref, d)
+    for got in (torch.sparse.mm(s, d.to(DEV)), s @ d.to(DEV), torch.mm(s.coalesce(), d.to(DEV))):
+        _on_loom(got)
+        torch.testing.assert_close(got.cpu(), want)
+    got = torch.addmm(t.to(DEV), s, d.to(DEV), beta=0.5, alpha=-1.5)
+    torch.testing.assert_close(got.cpu(), torch.addmm(t, ref, d, beta=0.5, alpha=-1.5))
+    got = torch.addmm(t[:1].to(DEV), s, d.to(DEV), beta=0)
+    torch.testing.assert_close(got.cpu(), want)
+    base = torch.randn(size, dtype=dtype, generator=torch.Generator().manual_seed(6))
+    acc = base.to(DEV)
+    acc.add_(s, alpha=-0.5)
+    torch.testing.assert_close(acc.cpu(), base.add(ref, alpha=-0.5))
+    torch.testing.assert_close((base.to(DEV) + s).cpu(), base + ref)
+
+
 def test_compressed_layouts():
     x = _dense((6, 8))
     xl = x.to(DEV)
@@ -230,7 +261,7 @@ def test_compressed_elementwise_native(no_fallback):
     _same_sparse(c, ref.neg())
 
 
-def test_embedding_sparse_gradients_sgd():
+def test_embedding_sparse_gradients_sgd(no_fallback):
     """nn.Embedding(sparse=True) trained with SGD: the gradients are sparse
     loom tensors and the parameters follow the CPU's."""
     torch.manual_seed(0)

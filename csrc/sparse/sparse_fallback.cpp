@@ -12,6 +12,7 @@
 #include <string>
 
 #include "runtime/fallback.h"
+#include "sparse/sparse_fallback.h"
 
 namespace torch_loom {
 namespace {
@@ -29,6 +30,8 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   loom_cpu_fallback_for(op, stack, cpu_key);
 }
 
+}  // namespace
+
 void sparse_coo_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   run_on_cpu(op, stack, c10::DispatchKey::SparseCPU, "sparse COO");
 }
@@ -38,8 +41,6 @@ void sparse_compressed_fallback(const c10::OperatorHandle& op,
   run_on_cpu(op, stack, c10::DispatchKey::SparseCsrCPU,
              "sparse compressed (CSR/CSC/BSR/BSC)");
 }
-
-}  // namespace
 
 // No device guard: as the dense fallback, the CPU kernel needs none and the
 // copies back to loom hold their own.
