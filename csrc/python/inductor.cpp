@@ -13,7 +13,10 @@
 #include <vector>
 
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 
 #include "common.h"
 #include "python/bindings.h"
@@ -174,9 +177,49 @@ int InductorKernel::current_device_index() {
   return loom_stream_device(s);
 }
 
+// A tuple (or list) of Python integers as sizes or strides.
+void int_tuple(PyObject* obj, const char* what, c10::SmallVector<int64_t, 8>& out) {
+  const bool tuple = PyTuple_Check(obj);
+  TORCH_CHECK_TYPE(tuple || PyList_Check(obj), "empty_strided_loom: ", what,
+                   " must be a tuple of ints, got ", Py_TYPE(obj)->tp_name);
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(obj) : PyList_GET_SIZE(obj);
+  out.resize(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = tuple ? PyTuple_GET_ITEM(obj, i) : PyList_GET_ITEM(obj, i);
+    TORCH_CHECK_TYPE(PyLong_Check(item) || PyIndex_Check(item), "empty_strided_loom: ", what,
+                     " must be a tuple of ints, got an element of type ", Py_TYPE(item)->tp_name);
+    out[i] = PyLong_Check(item) ? PyLong_AsLongLong(item) : PyNumber_AsSsize_t(item, PyExc_OverflowError);
+    if (out[i] == -1 && PyErr_Occurred()) throw py::error_already_set();
+  }
+}
+
+// empty_strided(size, stride, device='loom', dtype=dtype) for the wrappers
+// Inductor generates for loom graphs, as Inductor's empty_strided_cpu and
+// _cuda are for theirs: the same allocation on the current loom device,
+// without the Python argument parser's keyword handling.
+py::object empty_strided_loom(py::handle size, py::handle stride, py::handle dtype) {
+  c10::SmallVector<int64_t, 8> sizes, strides;
+  int_tuple(size.ptr(), "size", sizes);
+  int_tuple(stride.ptr(), "stride", strides);
+  TORCH_CHECK_TYPE(THPDtype_Check(dtype.ptr()), "empty_strided_loom: dtype must be a torch.dtype");
+  TORCH_CHECK(sizes.size() == strides.size(), "empty_strided_loom: ", sizes.size(),
+              " sizes but ", strides.size(), " strides");
+  const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+  torch::utils::device_lazy_init(c10::DeviceType::PrivateUse1);
+  at::Tensor t;
+  {
+    py::gil_scoped_release no_gil;
+    t = at::empty_strided(sizes, strides,
+                          at::TensorOptions().dtype(scalar_type).device(c10::DeviceType::PrivateUse1));
+  }
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(t)));
+}
+
 }  // namespace
 
 void init_inductor(py::module& m) {
+  m.def("_empty_strided_loom", &empty_strided_loom, py::arg("size"), py::arg("stride"),
+        py::arg("dtype"));
   py::class_<InductorKernel>(m, "_InductorKernel")
       .def(py::init<std::string,
                     const std::vector<std::tuple<std::string, uintptr_t, uintptr_t, bool>>&>(),

@@ -74,6 +74,25 @@ class _LoomWrapperMixin:
                 "address this device's memory")
         self.writeline(self.wrap_kernel_call(kernel_name, call_args))
 
+    def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None,
+                        is_pinned=False):
+        # Buffers on loom: runtime.empty_strided_loom, as Inductor's
+        # empty_strided_cpu/_cuda (the same allocation, without the Python
+        # argument parser's keywords: a few µs a buffer, dozens per graph).
+        if (device.type != "loom" or is_pinned
+                or inductor_config.test_configs.track_memory_lifecycle):
+            return super().make_allocation(name, device, dtype, shape, stride,
+                                           allocation_shape=allocation_shape, is_pinned=is_pinned)
+        if allocation_shape is None:
+            allocation_shape = shape
+        shape_tuple = self.codegen_python_shape_tuple(shape)
+        allocation_tuple = self.codegen_python_shape_tuple(allocation_shape)
+        stride_tuple = self.codegen_python_shape_tuple(stride)
+        out = f"{name} = empty_strided_loom({allocation_tuple}, {stride_tuple}, {dtype})"
+        if shape_tuple != allocation_tuple:
+            out += f".as_strided({shape_tuple}, {stride_tuple})"
+        return out
+
 
 class LoomWrapperCodegen(_LoomWrapperMixin, PythonWrapperCodegen):
     @staticmethod
@@ -84,7 +103,8 @@ class LoomWrapperCodegen(_LoomWrapperMixin, PythonWrapperCodegen):
 
     def write_header(self) -> None:
         super().write_header()
-        self.imports.splice("from torch_loom._inductor.runtime import loom_cpp_kernel")
+        self.imports.splice(
+            "from torch_loom._inductor.runtime import empty_strided_loom, loom_cpp_kernel")
 
 
 class LoomSubgraphWrapperCodegen(_LoomWrapperMixin, SubgraphPythonWrapperCodegen):

@@ -9,6 +9,11 @@ import ctypes
 from .. import _C
 
 
+#: empty_strided(size, stride, device="loom", dtype=dtype) on the current
+#: loom device, for the buffers of generated wrappers (backend.py).
+empty_strided_loom = _C._empty_strided_loom
+
+
 def _address(lib, symbol: str) -> int:
     return ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
 
