@@ -31,6 +31,7 @@ def test_prod_all_any(no_fallback, dtype):
     x = rand(3, 5, 4, dtype=dtype) * 0.9
     x[1, 2, 3] = 0
     x[2, :, 1] = 0
+    x[0, :, 2] = 1j  # nonzero through the imaginary part alone
     d = x.to("loom")
     for dims in [None, 0, 1, 2, -1]:
         if dims is None:
@@ -146,3 +147,16 @@ def test_thread_count_independent():
     print("DIGEST", h.hexdigest())
     """
     assert digest_with_threads(code, 1) == digest_with_threads(code, 4)
+
+
+@pytest.mark.parametrize("dtype", C)
+def test_where(no_fallback, dtype):
+    x, y = rand(3, 4, dtype=dtype), rand(4, dtype=dtype, seed=1)
+    m = x.real > 0
+    dx, dy, dm = x.to("loom"), y.to("loom"), m.to("loom")
+    close(torch.where(dm, dx, dy), torch.where(m, x, y), rtol=0, atol=0)
+    close(torch.where(dm, dx, 2 + 1j), torch.where(m, x, 2 + 1j), rtol=0, atol=0)
+    close(torch.where(dm, dx.real.contiguous(), dy), torch.where(m, x.real, y), rtol=0, atol=0)
+    out = torch.empty(0, dtype=dtype, device="loom")
+    torch.where(dm, dy, dx, out=out)
+    close(out, torch.where(m, y, x), rtol=0, atol=0)

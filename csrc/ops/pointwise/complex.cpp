@@ -1,7 +1,7 @@
 // Complex elementwise ops on loom: add/sub/mul/div, neg, abs, angle, exp,
 // log, sqrt, reciprocal, sin, cos, tanh, sigmoid, sgn and pow of complex tensors
-// (reached from the elementwise table), conj_physical (which materialises a
-// conjugate view), polar and complex. One launch of "complex.apply" each;
+// and where of complex operands (reached from the elementwise table),
+// conj_physical (which materialises a conjugate view), polar and complex. One launch of "complex.apply" each;
 // operands are first converted to the common complex dtype and broadcast, as
 // TensorIterator would promote them.
 #include "ops/pointwise/complex.h"
@@ -122,6 +122,35 @@ bool run_compare(bool eq, const Args& a, torch::jit::Stack* stack) {
   return true;
 }
 
+// where(condition, a, b) of complex operands: the real select over the
+// pairs' views, the condition broadcast over each pair.
+bool run_where(const Args& a, torch::jit::Stack* stack) {
+  const Tensor self = a.tensor("self"), other = a.tensor("other");
+  Tensor cond = a.tensor("condition");
+  if (!(on_loom(self) || is_number(self)) || !(on_loom(other) || is_number(other)) ||
+      !(on_loom(cond) || cond.dim() == 0) || a.inplace())
+    return false;
+  const at::ScalarType type = at::result_type(self, other);
+  if (!at::isComplexType(type) || type == at::kComplexHalf) return false;
+  const c10::Device device = on_loom(self) ? self.device() : on_loom(other) ? other.device()
+                                                                            : cond.device();
+  if (!on_loom(cond)) cond = cond.to(device);
+  if (cond.scalar_type() == at::kByte) cond = cond.to(at::kBool);
+  TORCH_CHECK(cond.scalar_type() == at::kBool, "where expected condition to be a boolean "
+              "tensor, but got a tensor with dtype ", cond.scalar_type());
+  const Tensor x = plain(on_loom(self) ? self : self.to(device), type);
+  const Tensor y = plain(on_loom(other) ? other : other.to(device), type);
+  const std::vector<int64_t> shape =
+      at::infer_size(at::infer_size(x.sizes(), y.sizes()), cond.sizes());
+  const Tensor c = cond.unsqueeze(-1);
+  const Tensor r = with_out("where", a.out(), false, type, shape, {cond, x, y}, [&](const Tensor& o) {
+    Tensor parts = at::view_as_real(o);
+    at::where_out(parts, c, at::view_as_real(x), at::view_as_real(y));
+  });
+  finish(stack, a, r);
+  return true;
+}
+
 bool run_unary(int op, const char* name, const Args& a, torch::jit::Stack* stack) {
   const Tensor self = a.tensor("self");
   if (!on_loom(self) || !self.is_complex()) return false;
@@ -222,6 +251,7 @@ bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
   for (const Row& r : rows)
     if (std::strcmp(r.name, name) == 0)
       return r.binary ? run_binary(r.op, name, a, stack) : run_unary(r.op, name, a, stack);
+  if (std::strcmp(name, "where") == 0) return run_where(a, stack);
   if (std::strcmp(name, "eq") == 0 || std::strcmp(name, "ne") == 0)
     return run_compare(name[0] == 'e', a, stack);
   // pow of two tensors (the CPU's std::pow of each pair); a number exponent
