@@ -40,11 +40,7 @@ FULL = os.environ.get("LOOM_MEMFMT_FULL", "") not in ("", "0")
 EXPECTED_WRONG = {}
 # The same for gradients (first samples; with LOOM_MEMFMT_FULL the entries
 # of EXPECTED_WRONG_BACKWARD_FULL too).
-EXPECTED_WRONG_BACKWARD = {
-    "nn.functional.group_norm": (
-        "PyTorch's derivative of native_group_norm hands the backward NCHW-contiguous "
-        "grad_output and input on every device but the CPU (CUDA's input gradient is "
-        "NCHW too), so the backward cannot see the channels-last layout")}
+EXPECTED_WRONG_BACKWARD = {}
 
 EXPECTED_WRONG_BACKWARD_FULL = {
     "linalg.matrix_norm": "the nuclear norm's gradient over dims (-1, 0) of one 2x2x2x2 sample "
