@@ -10,6 +10,32 @@
 #include "runtime/stream.h"
 
 namespace torch_loom::distributed {
+namespace {
+
+// A work's future: its outputs, completed on the communication stream. The
+// future records its events on the current streams: the communication
+// stream, whose work so far ends with this work's.
+c10::intrusive_ptr<c10::ivalue::Future> completed_future(const std::vector<at::Tensor>& outputs,
+                                                         c10::Stream comm_stream) {
+  auto future = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()),
+      std::vector<c10::Device>{comm_stream.device()});
+  c10::StreamGuard guard(comm_stream);
+  future->markCompleted(c10::IValue(outputs));
+  return future;
+}
+
+// The exception a failed status raises, with the work's name.
+std::exception_ptr status_exception(loom_status st, const char* name) {
+  try {
+    raise_status(st, name);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 WorkLoom::WorkLoom(int rank, c10d::OpType type, const char* name, loom_ccl_work_t* work,
                    std::vector<at::Tensor> outputs, c10::Stream comm_stream, bool host_wait)
@@ -19,13 +45,7 @@ WorkLoom::WorkLoom(int rank, c10d::OpType type, const char* name, loom_ccl_work_
       outputs_(std::move(outputs)),
       comm_stream_(comm_stream),
       host_wait_(host_wait) {
-  future_ = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()),
-      std::vector<c10::Device>{comm_stream.device()});
-  // The future records its events on the current streams: the
-  // communication stream, whose work so far ends with this work's.
-  c10::StreamGuard guard(comm_stream_);
-  future_->markCompleted(c10::IValue(outputs_));
+  future_ = completed_future(outputs_, comm_stream_);
 }
 
 WorkLoom::~WorkLoom() { loom_ccl_work_release(work_); }
@@ -42,12 +62,7 @@ bool WorkLoom::isSuccess() const {
 std::exception_ptr WorkLoom::exception() const {
   const loom_status st = loom_ccl_work_query(work_);
   if (st == LOOM_OK || st == LOOM_ERROR_NOT_READY) return nullptr;
-  try {
-    raise_status(st, name_);
-  } catch (...) {
-    return std::current_exception();
-  }
-  return nullptr;
+  return status_exception(st, name_);
 }
 
 void WorkLoom::synchronize() {
@@ -106,11 +121,7 @@ WorkAcross::WorkAcross(int rank, c10d::OpType type, const char* name,
       outputs_(std::move(outputs)),
       comm_stream_(comm_stream),
       host_wait_(host_wait) {
-  future_ = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()),
-      std::vector<c10::Device>{comm_stream.device()});
-  c10::StreamGuard guard(comm_stream_);
-  future_->markCompleted(c10::IValue(outputs_));
+  future_ = completed_future(outputs_, comm_stream_);
 }
 
 WorkAcross::~WorkAcross() { loom_event_release(end_); }
@@ -131,13 +142,8 @@ bool WorkAcross::isSuccess() const {
 
 std::exception_ptr WorkAcross::exception() const {
   const loom_status st = failure_->status();
-  if (st != LOOM_OK) {
-    try {
-      raise_status(loom_error(st, "%s", failure_->message().c_str()), name_);
-    } catch (...) {
-      return std::current_exception();
-    }
-  }
+  if (st != LOOM_OK)
+    return status_exception(loom_error(st, "%s", failure_->message().c_str()), name_);
   for (auto& w : local_)
     if (auto e = w->exception()) return e;
   return nullptr;

@@ -9,10 +9,6 @@
 #include "kernels/registry.h"
 #include "loom/status.h"
 
-typedef struct gs_params {
-  int nearest, padding, align;
-} gs_params;
-
 /* In T precision: float, or double for float64. */
 #define GS_SOURCE(T, NAME, FLOOR, FMOD)                                          \
   static T NAME(T coord, int64_t size, const gs_params *q, T *grad) {                  \
@@ -55,12 +51,8 @@ GS_SOURCE(double, gs_source_d, floor, fmod)
 #undef GS_SOURCE
 
 static int gs_read(const loom_kernel_args *args, gs_params *q, unsigned tensors) {
-  if (args->num_tensors != tensors || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
-  q->nearest = args->scalars[0].i == 1;
-  q->padding = (int)args->scalars[1].i;
-  q->align = args->scalars[2].i != 0;
-  if ((args->scalars[0].i != 0 && args->scalars[0].i != 1) || q->padding < 0 || q->padding > 2)
-    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int rc = gs_read_params(args, q, tensors);
+  if (rc) return rc;
   for (unsigned i = 0; i < tensors; ++i)
     if (args->tensors[i].rank != 4 || !loom_nn_is_float(args->tensors[i].dtype))
       return LOOM_ERROR_INVALID_ARGUMENT;

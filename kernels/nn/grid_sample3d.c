@@ -7,13 +7,13 @@
 
 #include <math.h>
 
+#include "kernels/nn/grid_sample.h"
 #include "kernels/nn/nn_util.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
 
-typedef struct g3_params {
-  int nearest, padding, align;
-} g3_params;
+/* The mode (nearest, padding, align) is the 2-d sampler's. */
+typedef gs_params g3_params;
 
 /* Offset of (n, a, b, c, k = 0) in a grid (N, D, H, W, 3). */
 static int64_t g3_at(const loom_tensor *t, int64_t n, int64_t a, int64_t b, int64_t c) {
@@ -55,12 +55,8 @@ static int g3_inside(const loom_tensor *in, int64_t z, int64_t y, int64_t x) {
 #undef NEARBYINT
 
 static int g3_read(const loom_kernel_args *args, g3_params *q, unsigned tensors) {
-  if (args->num_tensors != tensors || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
-  q->nearest = args->scalars[0].i == 1;
-  q->padding = (int)args->scalars[1].i;
-  q->align = args->scalars[2].i != 0;
-  if ((args->scalars[0].i != 0 && args->scalars[0].i != 1) || q->padding < 0 || q->padding > 2)
-    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int rc = gs_read_params(args, q, tensors);
+  if (rc) return rc;
   for (unsigned i = 0; i < tensors; ++i) {
     const loom_tensor *t = &args->tensors[i];
     if (t->data == NULL && i == 0 && tensors == 5) continue; /* grad_input not wanted */

@@ -13,14 +13,18 @@
 
 #include "common.h"
 #include "loom/kernels/upsample.h"
+#include "ops/nn/upsample_op.h"
 #include "register.h"
 
 namespace torch_loom::upsample {
 namespace {
 
 using at::Tensor;
-using Scale = std::optional<double>;
-using Sizes = c10::SymIntArrayRef;
+using upsample_common::Scale;
+using upsample_common::Sizes;
+using upsample_common::accumulator_for;
+using upsample_common::check_positive_sizes;
+using upsample_common::empty_as;
 
 struct Spec {
   loom_upsample_mode mode;
@@ -66,29 +70,11 @@ void forward_into(const char* op, const Spec& s, const Tensor& self, const Tenso
 // float32 (float64 for float64).
 void backward_into(const char* op, const Spec& s, const Tensor& grad_out, const Tensor& grad_in) {
   if (grad_in.numel() == 0) return;
-  const at::ScalarType acc_type =
-      grad_in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  Tensor acc = grad_in.scalar_type() == acc_type
-                   ? grad_in
-                   : at::empty(grad_in.sizes(), grad_in.options().dtype(acc_type));
+  Tensor acc = accumulator_for(grad_in);
   const loom_tensor ts[2] = {image4(acc, s.dims, op), image4(grad_out, s.dims, op)};
   launch(op, LOOM_KERNEL("upsample.backward"), ts, scalars(s, false), acc.size(0) * acc.size(1),
          grain_of(acc));
   if (!acc.is_same(grad_in)) grad_in.copy_(acc);
-}
-
-Tensor empty_as(const Tensor& meta, const Tensor& like) {
-  return at::empty_strided(meta.sizes(), meta.strides(), like.options());
-}
-
-// Checked before the meta call, whose arithmetic would divide by the zero.
-void check_sizes(const Tensor& self, Sizes size) {
-  const int64_t first = self.dim() - static_cast<int64_t>(size.size());
-  if (first < 2) return;  // the meta call reports the rank
-  for (size_t i = 0; i < size.size(); ++i)
-    TORCH_CHECK(size[i] > 0 && self.size(first + i) > 0,
-                "Input and output sizes should be greater than 0, but got input ",
-                self.sizes(), " and output ", size);
 }
 
 // The functional and out= forms of one op, given the op itself: on the
@@ -97,7 +83,7 @@ void check_sizes(const Tensor& self, Sizes size) {
 template <typename Call>
 Tensor& forward_out(const char* op, const Spec& s, const Tensor& self, Sizes size, Tensor& out,
                     Call call) {
-  check_sizes(self, size);
+  check_positive_sizes(self, size);
   Tensor m = call(meta_like(self));
   check_out_dtype(out, self, op);
   at::native::resize_output(out, m.sizes());
@@ -108,7 +94,7 @@ Tensor& forward_out(const char* op, const Spec& s, const Tensor& self, Sizes siz
 
 template <typename Call>
 Tensor forward(const char* op, const Spec& s, const Tensor& self, Sizes size, Call call) {
-  check_sizes(self, size);
+  check_positive_sizes(self, size);
   Tensor m = call(meta_like(self));
   if (!at::isFloatingType(self.scalar_type())) return call(self.cpu()).to(self.device());
   Tensor out = empty_as(m, self);
@@ -138,30 +124,6 @@ Tensor backward(const char* op, const Spec& s, const Tensor& grad_out, Call call
 // Each defines NAME, NAME_out, NAME_backward and NAME_backward_out from the
 // spec, the parameters after the sizes, and how they pass on.
 
-#define UPSAMPLE_OP(name, aten, SPEC, PARAMS, ARGS)                                            \
-  Tensor name(const Tensor& self, Sizes size PARAMS) {                                         \
-    const Spec s = SPEC;                                                                       \
-    return forward(#aten, s, self, size,                                                       \
-                   [&](const Tensor& x) { return at::aten##_symint(x, size ARGS); });          \
-  }                                                                                            \
-  Tensor& name##_out(const Tensor& self, Sizes size PARAMS, Tensor& out) {                     \
-    const Spec s = SPEC;                                                                       \
-    return forward_out(#aten, s, self, size, out,                                              \
-                       [&](const Tensor& x) { return at::aten##_symint(x, size ARGS); });      \
-  }                                                                                            \
-  Tensor name##_backward(const Tensor& g, Sizes size, Sizes in PARAMS) {                       \
-    const Spec s = SPEC;                                                                       \
-    return backward(#aten "_backward", s, g, [&](const Tensor& x) {                            \
-      return at::aten##_backward_symint(x, size, in ARGS);                                     \
-    });                                                                                        \
-  }                                                                                            \
-  Tensor& name##_backward_out(const Tensor& g, Sizes size, Sizes in PARAMS, Tensor& out) {     \
-    const Spec s = SPEC;                                                                       \
-    return backward_out(#aten "_backward", s, g, out, [&](const Tensor& x) {                   \
-      return at::aten##_backward_symint(x, size, in ARGS);                                     \
-    });                                                                                        \
-  }
-
 #define P1 , Scale sc
 #define A1 , sc
 #define P2 , Scale h, Scale w
@@ -170,17 +132,18 @@ Tensor backward(const char* op, const Spec& s, const Tensor& grad_out, Call call
 #define AL1 , align, sc
 #define PL2 , bool align, Scale h, Scale w
 #define AL2 , align, h, w
-UPSAMPLE_OP(nearest1d, upsample_nearest1d,
-            (Spec{LOOM_UPSAMPLE_NEAREST, 1, false, std::nullopt, sc}), P1, A1)
-UPSAMPLE_OP(nearest_exact1d, _upsample_nearest_exact1d,
-            (Spec{LOOM_UPSAMPLE_NEAREST_EXACT, 1, false, std::nullopt, sc}), P1, A1)
-UPSAMPLE_OP(nearest2d, upsample_nearest2d, (Spec{LOOM_UPSAMPLE_NEAREST, 2, false, h, w}), P2, A2)
-UPSAMPLE_OP(nearest_exact2d, _upsample_nearest_exact2d,
-            (Spec{LOOM_UPSAMPLE_NEAREST_EXACT, 2, false, h, w}), P2, A2)
-UPSAMPLE_OP(linear1d, upsample_linear1d,
-            (Spec{LOOM_UPSAMPLE_LINEAR, 1, align, std::nullopt, sc}), PL1, AL1)
-UPSAMPLE_OP(bilinear2d, upsample_bilinear2d, (Spec{LOOM_UPSAMPLE_LINEAR, 2, align, h, w}), PL2,
-            AL2)
+LOOM_UPSAMPLE_OP(nearest1d, upsample_nearest1d,
+                 (Spec{LOOM_UPSAMPLE_NEAREST, 1, false, std::nullopt, sc}), P1, A1)
+LOOM_UPSAMPLE_OP(nearest_exact1d, _upsample_nearest_exact1d,
+                 (Spec{LOOM_UPSAMPLE_NEAREST_EXACT, 1, false, std::nullopt, sc}), P1, A1)
+LOOM_UPSAMPLE_OP(nearest2d, upsample_nearest2d, (Spec{LOOM_UPSAMPLE_NEAREST, 2, false, h, w}),
+                 P2, A2)
+LOOM_UPSAMPLE_OP(nearest_exact2d, _upsample_nearest_exact2d,
+                 (Spec{LOOM_UPSAMPLE_NEAREST_EXACT, 2, false, h, w}), P2, A2)
+LOOM_UPSAMPLE_OP(linear1d, upsample_linear1d,
+                 (Spec{LOOM_UPSAMPLE_LINEAR, 1, align, std::nullopt, sc}), PL1, AL1)
+LOOM_UPSAMPLE_OP(bilinear2d, upsample_bilinear2d, (Spec{LOOM_UPSAMPLE_LINEAR, 2, align, h, w}),
+                 PL2, AL2)
 #undef P1
 #undef A1
 #undef P2
@@ -189,23 +152,16 @@ UPSAMPLE_OP(bilinear2d, upsample_bilinear2d, (Spec{LOOM_UPSAMPLE_LINEAR, 2, alig
 #undef AL1
 #undef PL2
 #undef AL2
-#undef UPSAMPLE_OP
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-#define REGISTER(op, fn)                                           \
-  LOOM_IMPL(m, #op, fn);                                           \
-  LOOM_IMPL(m, #op ".out", fn##_out);                              \
-  LOOM_IMPL(m, #op "_backward", fn##_backward);                    \
-  LOOM_IMPL(m, #op "_backward.grad_input", fn##_backward_out);
-  REGISTER(upsample_nearest1d, nearest1d)
-  REGISTER(_upsample_nearest_exact1d, nearest_exact1d)
-  REGISTER(upsample_nearest2d, nearest2d)
-  REGISTER(_upsample_nearest_exact2d, nearest_exact2d)
-  REGISTER(upsample_linear1d, linear1d)
-  REGISTER(upsample_bilinear2d, bilinear2d)
-#undef REGISTER
+  LOOM_UPSAMPLE_REGISTER(m, upsample_nearest1d, nearest1d)
+  LOOM_UPSAMPLE_REGISTER(m, _upsample_nearest_exact1d, nearest_exact1d)
+  LOOM_UPSAMPLE_REGISTER(m, upsample_nearest2d, nearest2d)
+  LOOM_UPSAMPLE_REGISTER(m, _upsample_nearest_exact2d, nearest_exact2d)
+  LOOM_UPSAMPLE_REGISTER(m, upsample_linear1d, linear1d)
+  LOOM_UPSAMPLE_REGISTER(m, upsample_bilinear2d, bilinear2d)
 }
 
 }  // namespace torch_loom::upsample

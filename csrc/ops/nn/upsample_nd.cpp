@@ -16,6 +16,7 @@
 
 #include "common.h"
 #include "loom/kernels/upsample_nd.h"
+#include "ops/nn/upsample_op.h"
 #include "register.h"
 #include "runtime/fallback.h"
 
@@ -23,8 +24,11 @@ namespace torch_loom::upsample_nd {
 namespace {
 
 using at::Tensor;
-using Scale = std::optional<double>;
-using Sizes = c10::SymIntArrayRef;
+using upsample_common::Scale;
+using upsample_common::Sizes;
+using upsample_common::accumulator_for;
+using upsample_common::check_positive_sizes;
+using upsample_common::empty_as;
 
 enum class Kind { Bicubic, Trilinear, AALinear, AACubic };
 
@@ -98,10 +102,7 @@ const loom_kernel_t* backward_kernel(Kind kind) {
 // float32 (float64 for float64) in the CPU's order.
 void backward_into(const char* op, const Spec& s, const Tensor& grad_out, const Tensor& grad_in) {
   if (grad_in.numel() == 0) return;
-  const at::ScalarType acc_type = grad_in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  Tensor acc = grad_in.scalar_type() == acc_type
-                   ? grad_in
-                   : at::empty(grad_in.sizes(), grad_in.options().dtype(acc_type));
+  Tensor acc = accumulator_for(grad_in);
   if (grad_out.numel() == 0) {
     acc.zero_();
   } else {
@@ -110,22 +111,13 @@ void backward_into(const char* op, const Spec& s, const Tensor& grad_out, const 
   if (!acc.is_same(grad_in)) grad_in.copy_(acc);
 }
 
-Tensor empty_as(const Tensor& meta, const Tensor& like) {
-  return at::empty_strided(meta.sizes(), meta.strides(), like.options());
-}
-
 // Checked before the meta call, whose arithmetic would divide by the zero
 // (and which takes a 4-d input to upsample_trilinear3d).
 void check_sizes(const Tensor& self, Sizes size) {
   const int64_t want = static_cast<int64_t>(size.size()) + 2;
   TORCH_CHECK(self.dim() == want || (want != 4 && want != 5), "It is expected input_size equals to ",
               want, ", but got size ", self.dim());
-  const int64_t first = self.dim() - static_cast<int64_t>(size.size());
-  if (first < 2) return;  // the meta call reports the rank
-  for (size_t i = 0; i < size.size(); ++i)
-    TORCH_CHECK(size[i] > 0 && self.size(first + i) > 0,
-                "Input and output sizes should be greater than 0, but got input ",
-                self.sizes(), " and output ", size);
+  check_positive_sizes(self, size);
 }
 
 // Integer images: the CPU computes them, counted as a fallback.
@@ -189,60 +181,30 @@ Tensor& backward_out(const char* op, const Spec& s, const Tensor& grad_out, Tens
 // Each defines NAME, NAME_out, NAME_backward and NAME_backward_out from the
 // spec, the parameters after the sizes, and how they pass on.
 
-#define UPSAMPLE_OP(name, aten, SPEC, PARAMS, ARGS)                                            \
-  Tensor name(const Tensor& self, Sizes size PARAMS) {                                         \
-    const Spec s = SPEC;                                                                       \
-    return forward(#aten, s, self, size,                                                       \
-                   [&](const Tensor& x) { return at::aten##_symint(x, size ARGS); });          \
-  }                                                                                            \
-  Tensor& name##_out(const Tensor& self, Sizes size PARAMS, Tensor& out) {                     \
-    const Spec s = SPEC;                                                                       \
-    return forward_out(#aten, s, self, size, out,                                              \
-                       [&](const Tensor& x) { return at::aten##_symint(x, size ARGS); });      \
-  }                                                                                            \
-  Tensor name##_backward(const Tensor& g, Sizes size, Sizes in PARAMS) {                       \
-    const Spec s = SPEC;                                                                       \
-    return backward(#aten "_backward", s, g, [&](const Tensor& x) {                            \
-      return at::aten##_backward_symint(x, size, in ARGS);                                     \
-    });                                                                                        \
-  }                                                                                            \
-  Tensor& name##_backward_out(const Tensor& g, Sizes size, Sizes in PARAMS, Tensor& out) {     \
-    const Spec s = SPEC;                                                                       \
-    return backward_out(#aten "_backward", s, g, out, [&](const Tensor& x) {                   \
-      return at::aten##_backward_symint(x, size, in ARGS);                                     \
-    });                                                                                        \
-  }
-
 #define P2 , bool align, Scale h, Scale w
 #define A2 , align, h, w
 #define P3 , bool align, Scale d, Scale h, Scale w
 #define A3 , align, d, h, w
-UPSAMPLE_OP(bicubic2d, upsample_bicubic2d, (Spec{Kind::Bicubic, align, std::nullopt, h, w}), P2,
-            A2)
-UPSAMPLE_OP(trilinear3d, upsample_trilinear3d, (Spec{Kind::Trilinear, align, d, h, w}), P3, A3)
-UPSAMPLE_OP(bilinear2d_aa, _upsample_bilinear2d_aa,
-            (Spec{Kind::AALinear, align, std::nullopt, h, w}), P2, A2)
-UPSAMPLE_OP(bicubic2d_aa, _upsample_bicubic2d_aa,
-            (Spec{Kind::AACubic, align, std::nullopt, h, w}), P2, A2)
+LOOM_UPSAMPLE_OP(bicubic2d, upsample_bicubic2d, (Spec{Kind::Bicubic, align, std::nullopt, h, w}),
+                 P2, A2)
+LOOM_UPSAMPLE_OP(trilinear3d, upsample_trilinear3d, (Spec{Kind::Trilinear, align, d, h, w}), P3,
+                 A3)
+LOOM_UPSAMPLE_OP(bilinear2d_aa, _upsample_bilinear2d_aa,
+                 (Spec{Kind::AALinear, align, std::nullopt, h, w}), P2, A2)
+LOOM_UPSAMPLE_OP(bicubic2d_aa, _upsample_bicubic2d_aa,
+                 (Spec{Kind::AACubic, align, std::nullopt, h, w}), P2, A2)
 #undef P2
 #undef A2
 #undef P3
 #undef A3
-#undef UPSAMPLE_OP
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-#define REGISTER(op, fn)                                           \
-  LOOM_IMPL(m, #op, fn);                                           \
-  LOOM_IMPL(m, #op ".out", fn##_out);                              \
-  LOOM_IMPL(m, #op "_backward", fn##_backward);                    \
-  LOOM_IMPL(m, #op "_backward.grad_input", fn##_backward_out);
-  REGISTER(upsample_bicubic2d, bicubic2d)
-  REGISTER(upsample_trilinear3d, trilinear3d)
-  REGISTER(_upsample_bilinear2d_aa, bilinear2d_aa)
-  REGISTER(_upsample_bicubic2d_aa, bicubic2d_aa)
-#undef REGISTER
+  LOOM_UPSAMPLE_REGISTER(m, upsample_bicubic2d, bicubic2d)
+  LOOM_UPSAMPLE_REGISTER(m, upsample_trilinear3d, trilinear3d)
+  LOOM_UPSAMPLE_REGISTER(m, _upsample_bilinear2d_aa, bilinear2d_aa)
+  LOOM_UPSAMPLE_REGISTER(m, _upsample_bicubic2d_aa, bicubic2d_aa)
 }
 
 }  // namespace torch_loom::upsample_nd
