@@ -129,6 +129,14 @@ def test_native_coo_compute(no_fallback, dtype):
     torch.testing.assert_close(got.cpu(), torch.addmm(t, ref, d, beta=0.5, alpha=-1.5))
     got = torch.addmm(t[:1].to(DEV), s, d.to(DEV), beta=0)
     torch.testing.assert_close(got.cpu(), want)
+    # CSR @ dense: the same product from the row pointers.
+    x = _dense((6, 5), dtype=dtype)
+    c = x.to_sparse_csr()
+    for got in (c.to(DEV) @ d.to(DEV), torch.mm(c.to(DEV), d.to(DEV))):
+        torch.testing.assert_close(got.cpu(), x @ d)
+    t6 = torch.randn(6, 3, dtype=dtype, generator=torch.Generator().manual_seed(7))
+    got = torch.addmm(t6.to(DEV), c.to(DEV), d.to(DEV), beta=2.0, alpha=0.5)
+    torch.testing.assert_close(got.cpu(), torch.addmm(t6, c, d, beta=2.0, alpha=0.5))
     base = torch.randn(size, dtype=dtype, generator=torch.Generator().manual_seed(6))
     acc = base.to(DEV)
     acc.add_(s, alpha=-0.5)

@@ -9,7 +9,9 @@
 //              stored value times its row of the dense operand, added into
 //              the result rows,
 //   add, add_  (dense + alpha * sparse, the SGD step on a sparse gradient):
-//              alpha times each value added at its position.
+//              alpha times each value added at its position,
+// and for CSR the product with a dense matrix (addmm.out, which mm, addmm
+// and @ reach): as COO's, each value's row taken from the row pointers.
 // Cases outside these (hybrid products, non-2-d operands, sparse + sparse) run the CPU's
 // kernels through the counted fallback.
 #include <ATen/ATen.h>
@@ -81,6 +83,12 @@ at::Tensor coalesce(const at::Tensor& self) {
       /*is_coalesced=*/true);
 }
 
+at::Tensor product_from_coordinates(const at::Tensor& input, const at::Tensor& rows,
+                                    const at::Tensor& cols, const at::Tensor& values,
+                                    const at::Tensor& dense, int64_t m, const at::Scalar& beta,
+                                    const at::Scalar& alpha);
+void check_product(const at::Tensor& input, const at::Tensor& sparse, const at::Tensor& dense);
+
 at::Tensor addmm(const at::Tensor& input, const at::Tensor& sparse, const at::Tensor& dense,
                  const at::Scalar& beta, const at::Scalar& alpha) {
   const bool covered = sparse.is_sparse() && sparse.dim() == 2 && sparse.dense_dim() == 0 &&
@@ -93,25 +101,10 @@ at::Tensor addmm(const at::Tensor& input, const at::Tensor& sparse, const at::Te
     return at::native::call_fallback_fn<&sparse_coo_fallback, ATEN_OP(addmm)>::call(
         input, sparse, dense, beta, alpha);
   }
-  TORCH_CHECK(sparse.size(1) == dense.size(0), "mat1 and mat2 shapes cannot be multiplied (",
-              sparse.size(0), "x", sparse.size(1), " and ", dense.size(0), "x", dense.size(1),
-              ")");
-  TORCH_CHECK(input.device() == sparse.device() && dense.device() == sparse.device(),
-              "Expected all tensors to be on the same device, but found ", input.device(),
-              ", ", sparse.device(), " and ", dense.device(), " (addmm)");
-  const int64_t m = sparse.size(0), n = dense.size(1);
-  at::Tensor out;
-  if (beta.toComplexDouble() == 0.0) {
-    out = at::zeros({m, n}, dense.options());
-  } else {
-    out = at::mul(input.expand({m, n}), beta);
-  }
-  if (sparse._nnz() == 0 || m == 0 || n == 0) return out;
+  check_product(input, sparse, dense);
   const at::Tensor indices = sparse._indices();
-  at::Tensor scaled = at::mul(sparse._values(), alpha);
-  at::Tensor rows = at::mul(dense.index_select(0, indices.select(0, 1)), scaled.unsqueeze(1));
-  out.index_add_(0, indices.select(0, 0), rows);
-  return out;
+  return product_from_coordinates(input, indices.select(0, 0), indices.select(0, 1),
+                                  sparse._values(), dense, sparse.size(0), beta, alpha);
 }
 
 // dense + alpha * sparse of the same sizes, dtype and device, dense
@@ -149,6 +142,65 @@ at::Tensor add(const at::Tensor& self, const at::Tensor& other, const at::Scalar
   return out;
 }
 
+// beta * input + alpha * (rows, cols, values) @ dense, the product's
+// nonzeros given as coordinates (m x k sparse, k x n dense).
+at::Tensor product_from_coordinates(const at::Tensor& input, const at::Tensor& rows,
+                                    const at::Tensor& cols, const at::Tensor& values,
+                                    const at::Tensor& dense, int64_t m, const at::Scalar& beta,
+                                    const at::Scalar& alpha) {
+  const int64_t n = dense.size(1);
+  at::Tensor out;
+  if (beta.toComplexDouble() == 0.0) {
+    out = at::zeros({m, n}, dense.options());
+  } else {
+    out = at::mul(input.expand({m, n}), beta);
+  }
+  if (values.numel() == 0 || m == 0 || n == 0) return out;
+  at::Tensor scaled = at::mul(values, alpha);
+  out.index_add_(0, rows, at::mul(dense.index_select(0, cols), scaled.unsqueeze(1)));
+  return out;
+}
+
+void check_product(const at::Tensor& input, const at::Tensor& sparse, const at::Tensor& dense) {
+  TORCH_CHECK(sparse.size(1) == dense.size(0), "mat1 and mat2 shapes cannot be multiplied (",
+              sparse.size(0), "x", sparse.size(1), " and ", dense.size(0), "x", dense.size(1),
+              ")");
+  TORCH_CHECK(input.device() == sparse.device() && dense.device() == sparse.device(),
+              "Expected all tensors to be on the same device, but found ", input.device(),
+              ", ", sparse.device(), " and ", dense.device(), " (addmm)");
+}
+
+at::Tensor& addmm_out_csr(const at::Tensor& input, const at::Tensor& sparse,
+                          const at::Tensor& dense, const at::Scalar& beta,
+                          const at::Scalar& alpha, at::Tensor& out) {
+  const bool covered = sparse.layout() == c10::kSparseCsr && sparse.dim() == 2 &&
+                       sparse.dense_dim() == 0 && dense.layout() == c10::kStrided &&
+                       dense.dim() == 2 && input.layout() == c10::kStrided &&
+                       out.layout() == c10::kStrided &&
+                       dense.scalar_type() == sparse.scalar_type() &&
+                       input.scalar_type() == sparse.scalar_type() &&
+                       out.scalar_type() == sparse.scalar_type() &&
+                       out.device() == sparse.device() &&
+                       at::isFloatingType(sparse.scalar_type());
+  if (!covered) {
+    return at::native::call_fallback_fn<&sparse_compressed_fallback, ATEN_OP(addmm_out)>::call(
+        input, sparse, dense, beta, alpha, out);
+  }
+  check_product(input, sparse, dense);
+  const at::Tensor crow = sparse.crow_indices().to(at::kLong);
+  const int64_t m = sparse.size(0);
+  const int64_t nnz = sparse._nnz();
+  // Row r repeated once per nonzero it holds.
+  at::Tensor rows = at::_ops::repeat_interleave_Tensor::call(
+      crow.slice(0, 1) - crow.slice(0, 0, m), c10::SymInt(nnz));
+  at::Tensor result =
+      product_from_coordinates(input, rows, sparse.col_indices().to(at::kLong), sparse.values(),
+                               dense, m, beta, alpha);
+  out.resize_({m, dense.size(1)});
+  out.copy_(result);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
@@ -157,6 +209,10 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   LOOM_IMPL(m, "addmm", addmm);
   LOOM_IMPL(m, "add_.Tensor", add_);
   LOOM_IMPL(m, "add.Tensor", add);
+}
+
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  LOOM_IMPL(m, "addmm.out", addmm_out_csr);
 }
 
 }  // namespace torch_loom
