@@ -160,3 +160,26 @@ def test_where(no_fallback, dtype):
     out = torch.empty(0, dtype=dtype, device="loom")
     torch.where(dm, dy, dx, out=out)
     close(out, torch.where(m, y, x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", C)
+def test_matrix_products(no_fallback, dtype):
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.complex64 else {}
+    a, b, c = rand(5, 7, dtype=dtype), rand(7, 3, dtype=dtype, seed=1), rand(5, 3, dtype=dtype, seed=2)
+    v, w = rand(7, dtype=dtype, seed=3), rand(5, dtype=dtype, seed=4)
+    ba, bb = rand(2, 5, 7, dtype=dtype, seed=5), rand(2, 7, 3, dtype=dtype, seed=6)
+    L = lambda t: t.to("loom")
+    close(L(a) @ L(b), a @ b, **tol)
+    close(L(a).t().conj() @ L(c), a.t().conj() @ c, **tol)  # strided, conjugate view
+    close(torch.addmm(L(c), L(a), L(b), beta=0.5 - 1j, alpha=2j),
+          torch.addmm(c, a, b, beta=0.5 - 1j, alpha=2j), **tol)
+    nan = torch.full_like(c, float("nan"))
+    close(torch.addmm(L(nan), L(a), L(b), beta=0), torch.addmm(nan, a, b, beta=0), **tol)
+    close(torch.bmm(L(ba), L(bb)), torch.bmm(ba, bb), **tol)
+    close(torch.baddbmm(L(c), L(ba), L(bb), alpha=1 + 1j), torch.baddbmm(c, ba, bb, alpha=1 + 1j), **tol)
+    close(torch.mv(L(a), L(v)), torch.mv(a, v), **tol)
+    close(torch.addmv(L(w), L(a), L(v), beta=2), torch.addmv(w, a, v, beta=2), **tol)
+    close(torch.dot(L(v), L(v).flip(0)), torch.dot(v, v.flip(0)), **tol)
+    close(torch.vdot(L(v), L(v).flip(0)), torch.vdot(v, v.flip(0)), **tol)
+    close(torch.addr(L(c[:, :1]), L(w), L(v[:3])), torch.addr(c[:, :1], w, v[:3]), **tol)
+    close(L(ba) @ L(b), ba @ b, **tol)  # matmul's broadcast through mm

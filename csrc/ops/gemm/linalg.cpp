@@ -3,8 +3,9 @@
 // composite in ATen and arrive here as these. Every product is one GEMM
 // launch pair over strided views, so transposed operands (autograd's
 // backward) cost no copy. float64 and the integer dtypes (bool for addr)
-// run unplanned kernels of their own (gemm.f64, gemm.int); complex runs on
-// the CPU, counted, and comes back.
+// run unplanned kernels of their own (gemm.f64, gemm.int); complex64 and
+// complex128 are four real products of their parts (complex_gemm.h);
+// complex32 runs on the CPU, counted, and comes back.
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
@@ -12,6 +13,7 @@
 #include <torch/library.h>
 
 #include "common.h"
+#include "ops/gemm/complex_gemm.h"
 #include "ops/gemm/linalg_gemm.h"
 #include "register.h"
 #include "runtime/fallback.h"
@@ -95,6 +97,12 @@ Tensor& addmm_out(const Tensor& self, const Tensor& mat1, const Tensor& mat2,
   check_out_dtype(out, mat1, "addmm");
   c10::DeviceGuard guard(mat1.device());
   at::native::resize_output(out, {mat1.size(0), mat2.size(1)});
+  if (!native(mat1, alpha, beta) && complex_gemm_dtype(mat1)) {
+    const Tensor p = complex_product([](const Tensor& x, const Tensor& y) { return at::mm(x, y); },
+                                     mat1, mat2);
+    out.copy_(complex_combine(p, self, beta, alpha));
+    return out;
+  }
   if (!native(mat1, alpha, beta)) {
     note_cpu_fallback(self.defined() ? "aten::addmm" : "aten::mm");
     Tensor r = self.defined()
@@ -157,6 +165,12 @@ Tensor& baddbmm_out(const Tensor& self, const Tensor& batch1,
   check_out_dtype(out, batch1, "baddbmm");
   c10::DeviceGuard guard(batch1.device());
   at::native::resize_output(out, {batch1.size(0), batch1.size(1), batch2.size(2)});
+  if (!native(batch1, alpha, beta) && complex_gemm_dtype(batch1)) {
+    const Tensor p = complex_product([](const Tensor& x, const Tensor& y) { return at::bmm(x, y); },
+                                     batch1, batch2);
+    out.copy_(complex_combine(p, self, beta, alpha));
+    return out;
+  }
   if (!native(batch1, alpha, beta)) {
     note_cpu_fallback(self.defined() ? "aten::baddbmm" : "aten::bmm");
     Tensor r = self.defined() ? at::baddbmm(self.cpu(), batch1.cpu(),
@@ -263,6 +277,12 @@ Tensor& addmv_out(const Tensor& self, const Tensor& mat, const Tensor& vec,
   check_out_dtype(out, mat, "addmv");
   c10::DeviceGuard guard(mat.device());
   at::native::resize_output(out, {mat.size(0)});
+  if (!native(mat, alpha, beta) && complex_gemm_dtype(mat)) {
+    const Tensor p = complex_product([](const Tensor& x, const Tensor& y) { return at::mv(x, y); },
+                                     mat, vec);
+    out.copy_(complex_combine(p, self, beta, alpha));
+    return out;
+  }
   if (!native(mat, alpha, beta)) {
     note_cpu_fallback(self.defined() ? "aten::addmv" : "aten::mv");
     Tensor r = self.defined()
@@ -320,6 +340,9 @@ void check_dot(const Tensor& a, const Tensor& b, const char* op) {
 Tensor dot_loom(const Tensor& self, const Tensor& other) {
   check_dot(self, other, "dot");
   c10::DeviceGuard guard(self.device());
+  if (complex_gemm_dtype(self))
+    return complex_product([](const Tensor& x, const Tensor& y) { return at::dot(x, y); }, self,
+                           other);
   if (!native(self)) {
     note_cpu_fallback("aten::dot");
     return at::dot(self.cpu(), other.cpu()).to(self.device());
@@ -336,6 +359,11 @@ Tensor dot_loom(const Tensor& self, const Tensor& other) {
 
 Tensor vdot(const Tensor& self, const Tensor& other) {
   check_dot(self, other, "vdot");
+  if (complex_gemm_dtype(self)) {
+    c10::DeviceGuard guard(self.device());
+    return complex_product([](const Tensor& x, const Tensor& y) { return at::dot(x, y); },
+                           self.conj(), other);
+  }
   if (self.is_complex()) {
     note_cpu_fallback("aten::vdot");
     c10::DeviceGuard guard(self.device());
@@ -376,6 +404,15 @@ Tensor& addr_out(const Tensor& self, const Tensor& vec1, const Tensor& vec2,
   bool same = self.scalar_type() == vec1.scalar_type() &&
               vec1.scalar_type() == vec2.scalar_type();
   if (same) check_addr_scalars(vec1.scalar_type(), beta, alpha);
+  if (same && complex_gemm_dtype(vec1)) {
+    check_out_dtype(out, vec1, "addr");
+    const Tensor p = complex_product(
+        [](const Tensor& x, const Tensor& y) { return at::outer(x, y); }, vec1, vec2);
+    const Tensor r = complex_combine(p, self, beta, alpha);
+    at::native::resize_output(out, r.sizes());
+    out.copy_(r);
+    return out;
+  }
   if (!same || !native(vec1, alpha, beta, /*allow_bool=*/true)) {
     note_cpu_fallback("aten::addr");
     Tensor r = at::addr(self.cpu(), vec1.cpu(), vec2.cpu(), beta, alpha);
