@@ -35,6 +35,12 @@ from .ir import Library, Pointwise, Reduce, Ref
 F, O = "F", "O"
 
 
+#: Elements of a pointwise kernel up to which one that reads no kernel's
+#: result joins the latest such kernel of the same dims (horizontal fusion:
+#: a launch for many tiny independent updates instead of one each).
+SMALL_SIBLINGS = 4096
+
+
 class Kernel:
     def __init__(self, uid, dims):
         self.uid = uid
@@ -79,6 +85,7 @@ class Fuser:
         self.position = {n: i for i, n in enumerate(graph.nodes)}
         self.log = log
         self._uids = 0
+        self.siblings = {}  # dims -> the latest small pointwise kernel of those dims
 
     # ---- units and dependencies -------------------------------------------------------
 
@@ -146,14 +153,37 @@ class Fuser:
         for k in cands:
             if self.try_join(n, k, cands, readers):
                 return
-        k = Kernel(self._new_uid(), [s for s in n.out.shape if s != 1])
+        dims = tuple(s for s in n.out.shape if s != 1)
+        small = not cands and _numel(dims) <= SMALL_SIBLINGS
+        if small:
+            k = self.siblings.get(dims)
+            if k is not None and self.sibling_ok(n, k) and self.try_join(n, k, [], readers):
+                return
+        k = Kernel(self._new_uid(), list(dims))
         self.units.append(k)
+        if small:
+            self.siblings[dims] = k
         e, pos = [], 0
         for s in n.out.shape:
             e.append(None if s == 1 else pos)
             pos += 1 if s != 1 else 0
         self.record(k, n, tuple(e), F, 0)
         self.order_after(k, x, readers)
+
+    def sibling_ok(self, n, k) -> bool:
+        """Whether small pointwise n, which reads no kernel's result, may
+        join k, the latest small pointwise kernel of its dims (a batch
+        norm's running statistics, the step counters): k is still a
+        pointwise unit and writes no input n reads."""
+        if k.reduces or not any(u is k for u in self.units):
+            return False
+        for v in n.inputs:
+            while isinstance(v.producer, Library) and _returns_alias(v.producer.target) \
+                    and v.producer.inputs:
+                v = v.producer.inputs[0]
+            if v in k.writes:
+                return False
+        return True
 
     def readers(self, x, skip):
         """The nodes placed so far that read input x's memory, directly or
