@@ -31,7 +31,8 @@
 
 #define RNN_EXP(x) _Generic((x), float: loom_expf_arith, default: exp)(x)
 #define RNN_TANH(x) _Generic((x), float: loom_tanhf_arith, default: tanh)(x)
-#define RNN_SIGMOID(T, a) ((T)1 / ((T)1 + RNN_EXP(-(a))))
+#define RNN_SIGMOID(T, a) \
+  _Generic((T)0, float: loom_sigmoidf_arith((float)(a)), default: (T)1 / ((T)1 + RNN_EXP(-(a))))
 
 /* x, h, bx, bh: the input gates, hidden gates and their biases, i, f, g, o.
  * g receives the activated gates (the workspace). */

@@ -43,6 +43,7 @@
 #define PW_(name) pw_f32_##name
 #define PW_EXP(x) loom_expf_arith(x)
 #define PW_TANH(x) loom_tanhf_arith(x)
+#define PW_SIGMOID(x) loom_sigmoidf_arith(x)
 #define PW_LOG(x) loom_logf_arith(x)
 #define PW_LOG1P(x) loom_log1pf_arith(x)
 #define PW_SOFTPLUS(x) loom_softplus_arith(x)
@@ -78,6 +79,7 @@
 #define PW_(name) pw_f64_##name
 #define PW_EXP(x) exp(x)
 #define PW_TANH(x) tanh(x)
+#define PW_SIGMOID(x) (1.0 / (1.0 + exp(-(x))))
 #define PW_LOG(x) log(x)
 #define PW_LOG1P(x) log1p(x)
 #define PW_SOFTPLUS(x) log1p(exp(x))

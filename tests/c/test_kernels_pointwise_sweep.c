@@ -1,6 +1,6 @@
 /* Dense sweeps of the elementwise kernel's float32 sin, cos
  * (kernels/pointwise/pointwise_trig.h: the float form up to |x| =
- * LOOM_TRIG_FAST) and tanh (pointwise_exp.h) against double precision: every
+ * LOOM_TRIG_FAST), tanh and sigmoid (pointwise_exp.h) against double precision: every
  * 263rd float of the range and its negative (every float with
  * LOOM_TEST_EXHAUSTIVE=1, minutes), the generic build's bits equal to the
  * AVX-512 build's; past LOOM_TRIG_FAST the double form's values, and a block
@@ -20,6 +20,7 @@
  * 0x1.984c86p-1); tanh 2.31 over the dense sweep. */
 #define FAST_ULP 0.80
 #define TANH_ULP 2.5
+#define SIGMOID_ULP 2.5
 
 static double ulp_of(double v) {
   int e;
@@ -36,6 +37,7 @@ static int same_f32(const float *x, const float *y, int64_t n) {
 static double ref_sin(double x) { return sin(x); }
 static double ref_cos(double x) { return cos(x); }
 static double ref_tanh(double x) { return tanh(x); }
+static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 /* The worst error in ulp of `op` against `ref` over every `step`-th float
  * in [0, lim] and its negative (every float with LOOM_TEST_EXHAUSTIVE=1),
@@ -98,6 +100,25 @@ static void test_tanh_sweep(void) {
           (long long)count, w, wx);
   CHECK(differ == 0);
   CHECK(w <= TANH_ULP);
+}
+
+/* sigmoid over [-110, 110]: the subnormal results below -87 and 0 below
+ * -103.9 included. */
+static void test_sigmoid_sweep(void) {
+  float wx = 0.0f;
+  int64_t count, differ;
+  const double w = sweep(LOOM_PW_SIGMOID, ref_sigmoid, 110.0f, &wx, &count, &differ);
+  fprintf(stderr, "sigmoid over %lld floats in [-110, 110]: within %.4f ulp (at %a)\n",
+          (long long)count, w, wx);
+  CHECK(differ == 0);
+  CHECK(w <= SIGMOID_ULP);
+  const float s[5] = {NAN, INFINITY, -INFINITY, -0.0f, -100.0f};
+  float y[5];
+  const float *in[3] = {s, NULL, NULL};
+  loom_scalar p[4] = {{.f = 0}};
+  CHECK(loom_pw_apply_f32_avx512(LOOM_PW_SIGMOID, 5, y, in, p) == 0);
+  CHECK(isnan(y[0]) && y[1] == 1.0f && y[2] == 0.0f && y[3] == 0.5f);
+  CHECK(fabs(y[4] - 3.720076e-44) <= 1.4e-45);
 }
 
 /* Past LOOM_TRIG_FAST the double form as before, within 0.51 ulp. */
@@ -169,6 +190,7 @@ static void test_mixed_blocks(void) {
 int main(void) {
   RUN_TEST(test_sincos_sweep);
   RUN_TEST(test_tanh_sweep);
+  RUN_TEST(test_sigmoid_sweep);
   RUN_TEST(test_beyond);
   RUN_TEST(test_mixed_blocks);
   TEST_MAIN_END();

@@ -208,7 +208,7 @@ def _f32(op, x, y, z, p):
         "square": f"{x} * {x}", "cube": f"{x} * {x} * {x}", "inv_square": f"{one} / ({x} * {x})",
         "reciprocal": f"{one} / {x}",
         "sinh": f"loom_sinhf_arith({x})", "cosh": f"loom_coshf_arith({x})",
-        "tanh": f"loom_tanhf_arith({x})", "sigmoid": f"{one} / ({one} + loom_expf_arith(-{x}))",
+        "tanh": f"loom_tanhf_arith({x})", "sigmoid": f"loom_sigmoidf_arith({x})",
         "silu": f"{x} / ({one} + loom_expf_arith(-{x}))", "erf": f"loom_erff_arith({x})",
         "erfc": f"loom_erfcf_arith({x})", "gelu": f"loom_gelu_arith({x})",
         "gelu_tanh": (f"0.5f * {x} * ({one} + loom_tanhf_arith(((float)0.79788456080286535588) * "
