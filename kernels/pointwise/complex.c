@@ -35,7 +35,8 @@
 /* One run of n elements; strides in bytes; b NULL: the constant (cr, ci). */
 /* The elementary functions of one element, as std::complex computes them
  * (libstdc++ calls C99's cexp, clog, ... for float and double). */
-#define CX_MATH(NAME, T, CT, MAKE, CEXP, CLOG, CSQRT, CSIN, CCOS, CTANH, CREAL, CIMAG) \
+#define CX_MATH(NAME, T, CT, MAKE, CEXP, CLOG, CSQRT, CSIN, CCOS, CTANH, CREAL, CIMAG, CSINH, \
+                CCOSH, CTAN, CASIN, CACOS, CATAN, CASINH, CACOSH, CATANH)                  \
   static void NAME(int op, T ar, T ai, T *py) {                                       \
     T yr, yi;                                                                         \
     if (op == LOOM_COMPLEX_RECIPROCAL) {                                              \
@@ -43,6 +44,10 @@
     } else if (op == LOOM_COMPLEX_SIGMOID) {                                          \
       const CT e = CEXP(MAKE(-ar, -ai));                                              \
       const T dr = (T)1 + CREAL(e), di = CIMAG(e);                                    \
+      CX_DIV(T, (T)1, (T)0, dr, di, yr, yi);                                          \
+    } else if (op == LOOM_COMPLEX_RSQRT) {                                            \
+      const CT r = CSQRT(MAKE(ar, ai));                                               \
+      const T dr = CREAL(r), di = CIMAG(r);                                           \
       CX_DIV(T, (T)1, (T)0, dr, di, yr, yi);                                          \
     } else {                                                                          \
       const CT z = MAKE(ar, ai);                                                      \
@@ -53,6 +58,15 @@
         case LOOM_COMPLEX_SQRT: w = CSQRT(z); break;                                  \
         case LOOM_COMPLEX_SIN: w = CSIN(z); break;                                    \
         case LOOM_COMPLEX_COS: w = CCOS(z); break;                                    \
+        case LOOM_COMPLEX_SINH: w = CSINH(z); break;                                  \
+        case LOOM_COMPLEX_COSH: w = CCOSH(z); break;                                  \
+        case LOOM_COMPLEX_TAN: w = CTAN(z); break;                                    \
+        case LOOM_COMPLEX_ASIN: w = CASIN(z); break;                                  \
+        case LOOM_COMPLEX_ACOS: w = CACOS(z); break;                                  \
+        case LOOM_COMPLEX_ATAN: w = CATAN(z); break;                                  \
+        case LOOM_COMPLEX_ASINH: w = CASINH(z); break;                                \
+        case LOOM_COMPLEX_ACOSH: w = CACOSH(z); break;                                \
+        case LOOM_COMPLEX_ATANH: w = CATANH(z); break;                                \
         default: w = CTANH(z); break;                                                 \
       }                                                                               \
       yr = CREAL(w);                                                                  \
@@ -63,9 +77,9 @@
   }
 
 CX_MATH(math_f32, float, float complex, CMPLXF, cexpf, clogf, csqrtf, csinf, ccosf, ctanhf,
-        crealf, cimagf)
+        crealf, cimagf, csinhf, ccoshf, ctanf, casinf, cacosf, catanf, casinhf, cacoshf, catanhf)
 CX_MATH(math_f64, double, double complex, CMPLX, cexp, clog, csqrt, csin, ccos, ctanh, creal,
-        cimag)
+        cimag, csinh, ccosh, ctan, casin, cacos, catan, casinh, cacosh, catanh)
 
 #define CX_RUN(NAME, T, HYPOT, ATAN2, COS, SIN, MATH, POW)                                    \
   static void NAME(int op, char *y, int64_t ys, const char *a, int64_t as, const char *b, \
@@ -123,7 +137,17 @@ CX_MATH(math_f64, double, double complex, CMPLX, cexp, clog, csqrt, csin, ccos, 
         case LOOM_COMPLEX_SIN:                                                           \
         case LOOM_COMPLEX_COS:                                                           \
         case LOOM_COMPLEX_TANH:                                                          \
-        case LOOM_COMPLEX_SIGMOID: MATH(op, pa[0], pa[1], py); break;                    \
+        case LOOM_COMPLEX_SIGMOID:                                                       \
+        case LOOM_COMPLEX_SINH:                                                          \
+        case LOOM_COMPLEX_COSH:                                                          \
+        case LOOM_COMPLEX_TAN:                                                           \
+        case LOOM_COMPLEX_ASIN:                                                          \
+        case LOOM_COMPLEX_ACOS:                                                          \
+        case LOOM_COMPLEX_ATAN:                                                          \
+        case LOOM_COMPLEX_ASINH:                                                         \
+        case LOOM_COMPLEX_ACOSH:                                                         \
+        case LOOM_COMPLEX_ATANH:                                                         \
+        case LOOM_COMPLEX_RSQRT: MATH(op, pa[0], pa[1], py); break;                      \
         case LOOM_COMPLEX_POW:                                                           \
           POW(pa[0], pa[1], pb ? pb[0] : cr, pb ? pb[1] : ci, py);                       \
           break;                                                                         \

@@ -1,9 +1,10 @@
 // Complex elementwise ops on loom: add/sub/mul/div, neg, abs, angle, exp,
-// log, sqrt, reciprocal, sin, cos, tanh, sigmoid, sgn and pow of complex tensors
-// and where of complex operands (reached from the elementwise table),
-// conj_physical (which materialises a conjugate view), polar and complex. One launch of "complex.apply" each;
-// operands are first converted to the common complex dtype and broadcast, as
-// TensorIterator would promote them.
+// log, sqrt, rsqrt, reciprocal, sin, cos, tan, sinh, cosh, tanh, asin, acos,
+// atan, asinh, acosh, atanh, sigmoid, sgn and pow of complex tensors and
+// where of complex operands (reached from the elementwise table),
+// conj_physical (which materialises a conjugate view), polar and complex.
+// One launch of "complex.apply" each; operands are first converted to the
+// common complex dtype and broadcast, as TensorIterator would promote them.
 #include "ops/pointwise/complex.h"
 
 #include <ATen/ATen.h>
@@ -247,6 +248,11 @@ bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
       {"sin", LOOM_COMPLEX_SIN, false}, {"cos", LOOM_COMPLEX_COS, false},
       {"tanh", LOOM_COMPLEX_TANH, false}, {"sigmoid", LOOM_COMPLEX_SIGMOID, false},
       {"sgn", LOOM_COMPLEX_SGN, false},
+      {"sinh", LOOM_COMPLEX_SINH, false}, {"cosh", LOOM_COMPLEX_COSH, false},
+      {"tan", LOOM_COMPLEX_TAN, false}, {"asin", LOOM_COMPLEX_ASIN, false},
+      {"acos", LOOM_COMPLEX_ACOS, false}, {"atan", LOOM_COMPLEX_ATAN, false},
+      {"asinh", LOOM_COMPLEX_ASINH, false}, {"acosh", LOOM_COMPLEX_ACOSH, false},
+      {"atanh", LOOM_COMPLEX_ATANH, false}, {"rsqrt", LOOM_COMPLEX_RSQRT, false},
   };
   for (const Row& r : rows)
     if (std::strcmp(r.name, name) == 0)

@@ -20,6 +20,11 @@
  *     cexp, clog, csqrt, csin, ccos, ctanh, special values included;
  *     reciprocal as 1 / a and sigmoid as 1 / (1 + exp(-a)) with the
  *     division above).
+ *   SINH, COSH, TAN, ASIN, ACOS, ATAN, ASINH, ACOSH, ATANH: a, out complex
+ *     of one dtype; C99's csinh, ccosh, ctan, casin, cacos, catan, casinh,
+ *     cacosh, catanh (what std::complex calls).
+ *   RSQRT: a, out complex of one dtype; 1 / csqrt(a) with the division
+ *     above.
  *   SGN: a, out complex of one dtype; a / |a| (0 where a is 0).
  *   POW: a, b (or the constant), out complex of one dtype; a ** b as
  *     std::pow of two std::complex computes it (C99's cpow). */
@@ -49,7 +54,17 @@ typedef enum loom_complex_op {
   LOOM_COMPLEX_SIGMOID = 17,
   LOOM_COMPLEX_SGN = 18,
   LOOM_COMPLEX_POW = 19,
-  LOOM_COMPLEX_OP_COUNT = 20,
+  LOOM_COMPLEX_SINH = 20,
+  LOOM_COMPLEX_COSH = 21,
+  LOOM_COMPLEX_TAN = 22,
+  LOOM_COMPLEX_ASIN = 23,
+  LOOM_COMPLEX_ACOS = 24,
+  LOOM_COMPLEX_ATAN = 25,
+  LOOM_COMPLEX_ASINH = 26,
+  LOOM_COMPLEX_ACOSH = 27,
+  LOOM_COMPLEX_ATANH = 28,
+  LOOM_COMPLEX_RSQRT = 29,
+  LOOM_COMPLEX_OP_COUNT = 30,
 } loom_complex_op;
 
 #endif /* LOOM_KERNELS_COMPLEX_CONTRACT_H */
