@@ -209,6 +209,16 @@ def test_products():
     for reduce in ("sum", "mean", "amax"):
         got = torch.sparse.mm(csr.to(DEV), dl, reduce)
         torch.testing.assert_close(got.cpu(), torch.sparse.mm(csr, d, reduce))
+    # Their gradients: amax/amin record which entry won only when an input
+    # requires grad (on the fallback's CPU copies too).
+    for reduce in ("amax", "amin", "mean"):
+        grads = []
+        for dev in ("cpu", DEV):
+            cs = csr.to(dev).detach().requires_grad_()
+            dd = d.to(dev).detach().requires_grad_()
+            torch.sparse.mm(cs, dd, reduce).sum().backward()
+            grads.append((cs.grad.to_dense().cpu(), dd.grad.cpu()))
+        torch.testing.assert_close(grads[1], grads[0])
     a, b = torch.randn(6, 3), torch.randn(3, 7)
     got = torch.sparse.sampled_addmm(csr.to(DEV), a.to(DEV), b.to(DEV))
     _same_sparse(got, torch.sparse.sampled_addmm(csr, a, b))
