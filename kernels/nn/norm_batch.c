@@ -29,6 +29,17 @@ static inline int64_t bn_at(const loom_tensor *t, int64_t n, int64_t c,
   return n * t->strides[0] + c * t->strides[1] + s * t->strides[2];
 }
 
+static inline int bn_reduced(int32_t dtype) {
+  return dtype == LOOM_BFLOAT16 || dtype == LOOM_FLOAT16;
+}
+
+/* v rounded to `dtype` (bfloat16 or float16). */
+static inline double bn_round(double v, int32_t dtype) {
+  uint16_t bits;
+  loom_nn_store(&bits, dtype, 0, v);
+  return loom_nn_load(&bits, dtype, 0);
+}
+
 static inline double opt_load(const loom_tensor *t, int64_t i, double dflt) {
   return t->data ? loom_nn_load(t->data, t->dtype, i) : dflt;
 }
@@ -76,6 +87,25 @@ int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
       }
       const double var = count ? ssq / (double)count : 0.0;
       invstd = 1.0 / sqrt(var + eps);
+      /* The mean and invstd the output is normalized with: those saved. */
+      double mu_used = mu, unbiased = ssq / (double)(count - 1);
+      if (sm->data && sm->dtype == LOOM_BFLOAT16) {
+        /* bfloat16 statistics: the CPU keeps the mean and the sum of
+         * squares in bfloat16 and divides them there (bfloat16 / integer
+         * rounds), then takes invstd in float from the rounded variance;
+         * the running statistics take the rounded values too. */
+        mu = mu_used = bn_round(mu, LOOM_BFLOAT16);
+        const float ssq_r = (float)bn_round(ssq, LOOM_BFLOAT16);
+        const float v = count ? (float)bn_round(ssq_r / (float)count, LOOM_BFLOAT16) : 0.0f;
+        invstd = bn_round(1.0f / sqrtf(v + (float)eps), LOOM_BFLOAT16);
+        unbiased = bn_round(ssq_r / (float)(count - 1), LOOM_BFLOAT16);
+      } else if (sm->data && sm->dtype == LOOM_FLOAT16) {
+        /* float16 statistics: computed in float, the output normalized with
+         * the saved (rounded) mean and invstd. */
+        mu_used = bn_round(mu, LOOM_FLOAT16);
+        const float v = count ? (float)ssq / (float)count : 0.0f;
+        invstd = bn_round(1.0f / sqrtf(v + (float)eps), LOOM_FLOAT16);
+      }
       if (sm->data) loom_nn_store(sm->data, sm->dtype, c, mu);
       if (si->data) loom_nn_store(si->data, si->dtype, c, invstd);
       if (rm->data) {
@@ -84,11 +114,11 @@ int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
       }
       if (rv->data) {
         /* one value per channel gives 0/0 = NaN, as PyTorch does */
-        double unbiased = ssq / (double)(count - 1);
         double old = loom_nn_load(rv->data, rv->dtype, c);
         loom_nn_store(rv->data, rv->dtype, c,
                       (1.0 - momentum) * old + momentum * unbiased);
       }
+      mu = mu_used;
     } else {
       mu = opt_load(rm, c, 0.0);
       invstd = 1.0 / sqrt(opt_load(rv, c, 1.0) + eps);
