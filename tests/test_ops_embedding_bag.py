@@ -74,6 +74,30 @@ def test_embedding_bag_per_sample_weights(dtype, padding_idx):
 
 
 @pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_16bit(dtype, mode):
+    """16-bit tables: the CPU's values, computed in float32 and rounded once
+    (the float32 result rounded is loom's, bit for bit), gradients included."""
+    g, w, idx, offsets = case(dtype, 3)
+    psw = torch.rand(idx.shape, generator=g, dtype=dtype) if mode == "sum" else None
+    fn = lambda w_, *p_: F.embedding_bag(idx.to(w_.device), w_, offsets.to(w_.device), mode=mode,
+                                         per_sample_weights=p_[0] if p_ else None, padding_idx=2)
+    tensors = (w, psw) if psw is not None else (w,)
+    yc, yl, cpu, loom = both(fn, *tensors)
+    assert yl.dtype == dtype
+    torch.testing.assert_close(yl.detach().cpu(), yc.detach())
+    y32 = fn(*[t.float() for t in tensors])
+    assert torch.equal(yl.detach().cpu(), y32.to(dtype))
+    gy = torch.randn(yc.shape, generator=g, dtype=dtype)
+    yc.backward(gy)
+    yl.backward(gy.to("loom"))
+    for c, d in zip(cpu, loom):
+        assert d.grad.dtype == dtype
+        torch.testing.assert_close(d.grad.cpu(), c.grad, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.usefixtures("no_fallback")
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 def test_embedding_bag_scale_grad_by_freq(mode):
     # each occurrence of row r scaled by 1 / (r's number of occurrences), as

@@ -2,7 +2,8 @@
 // bag (loom/kernels/embedding_bag.h). The weight's gradient buckets the
 // indices by row first ("embedding.backward_bucket"), so each row adds its
 // contributions in index order without atomics; max mode adds per column.
-// Results never depend on the thread count.
+// Results never depend on the thread count. float16 and bfloat16 tables and
+// gradients are computed in float32 and rounded once at the end.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -21,6 +22,10 @@ using at::Tensor;
 void check_index_dtype(const Tensor& t, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kLong || t.scalar_type() == at::kInt,
               "embedding_bag: expected ", what, " to be Long or Int, but got ", t.scalar_type());
+}
+
+bool is_16bit(const Tensor& t) {
+  return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
 }
 
 struct BagArgs {
@@ -75,6 +80,21 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> embedding_bag(
     int64_t mode, bool sparse, const std::optional<Tensor>& psw_opt, bool include_last_offset,
     int64_t padding_idx) {
   static const char* op = "embedding_bag";
+  if (is_16bit(weight)) {
+    // A 16-bit table is summed in float32 and rounded once, as the CPU's
+    // kernel accumulates it; max picks one value, exactly.
+    check_loom(indices, weight, op, "indices");
+    const Tensor psw = nn::value_or_undefined(psw_opt);
+    TORCH_CHECK(!psw.defined() || psw.scalar_type() == weight.scalar_type(), op,
+                ": expected per_sample_weights of dtype ", weight.scalar_type(), " but got ",
+                psw.scalar_type());
+    auto r = embedding_bag(weight.to(at::kFloat), indices, offsets, scale_grad_by_freq, mode,
+                           sparse, psw.defined() ? std::optional<Tensor>(psw.to(at::kFloat))
+                                                 : std::nullopt,
+                           include_last_offset, padding_idx);
+    std::get<0>(r) = std::get<0>(r).to(weight.scalar_type());
+    return r;
+  }
   const BagArgs a = bag_args(weight, indices, offsets, mode, psw_opt, include_last_offset, op);
   const int64_t n = a.idx.numel(), d = weight.size(1);
   const auto long_opts = a.idx.options();
@@ -106,6 +126,16 @@ Tensor dense_backward(const Tensor& grad, const Tensor& indices, const Tensor& o
                       const std::optional<Tensor>& psw_opt, int64_t padding_idx) {
   static const char* op = "embedding_bag_backward";
   TORCH_CHECK(grad.dim() == 2, op, ": grad has to be a 2D Tensor");
+  if (is_16bit(grad)) {
+    // Summed in float32, rounded once.
+    const Tensor psw = nn::value_or_undefined(psw_opt);
+    return dense_backward(grad.to(at::kFloat), indices, offset2bag, bag_size, max_indices,
+                          num_weights, scale_grad_by_freq, mode,
+                          psw.defined() ? std::optional<Tensor>(psw.to(at::kFloat))
+                                        : std::nullopt,
+                          padding_idx)
+        .to(grad.scalar_type());
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(
       grad.scalar_type() == at::kFloat || grad.scalar_type() == at::kDouble, "\"", op,
       "\" not implemented for '", grad.scalar_type(), "' on loom");
@@ -190,6 +220,10 @@ Tensor per_sample_weights_backward(const Tensor& grad, const Tensor& weight,
   TORCH_CHECK(grad.scalar_type() == weight.scalar_type(), op,
               ": expected grad and weight of one dtype");
   check_loom(weight, grad, op, "weight");
+  if (is_16bit(grad))  // the dot products in float32, rounded once
+    return per_sample_weights_backward(grad.to(at::kFloat), weight.to(at::kFloat), indices,
+                                       offsets, offset2bag, mode, padding_idx)
+        .to(grad.scalar_type());
   check_loom(indices, grad, op, "indices");
   check_loom(offset2bag, grad, op, "offset2bag");
   const int64_t n = indices.numel();
