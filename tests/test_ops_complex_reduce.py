@@ -201,3 +201,18 @@ def test_unary_functions(no_fallback, dtype, name):
     y = x.to("loom")
     getattr(y, name + "_")()
     close(y, fn(x), **tol)
+
+
+@pytest.mark.parametrize("dtype", C)
+def test_pow_number_exponent(no_fallback, dtype):
+    x = rand(3, 8, dtype=dtype)
+    x[0, 0] = 0
+    d = x.to("loom")
+    # the CPU's special cases (products, sqrt, rsqrt, reciprocal) and cpow
+    for e in (0, 1, 2, 3, -2, 0.5, -0.5, -1, 1.7, -0.3 + 2j, 2j):
+        tol = dict(rtol=1e-5 if dtype == torch.complex64 else 1e-12, atol=1e-6, equal_nan=True)
+        close(d ** e, x ** e, **tol)
+        y = d.clone()
+        y.pow_(e)
+        close(y, x ** e, **tol)
+    close(d.real.contiguous() ** (1 + 1j), x.real ** (1 + 1j), rtol=1e-5, atol=1e-6)

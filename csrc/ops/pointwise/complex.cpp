@@ -152,6 +152,39 @@ bool run_where(const Args& a, torch::jit::Stack* stack) {
   return true;
 }
 
+// pow of a complex tensor and a number, with the CPU's special cases: 0 and
+// 1 fill and copy, 0.5, -0.5 and -1 are sqrt, rsqrt and reciprocal, 2, 3
+// and -2 products (x x, (x x) x, 1 / (x x)); other exponents cpow.
+bool run_pow_scalar(const Args& a, const at::Scalar& e, torch::jit::Stack* stack) {
+  const Tensor self = a.tensor("self");
+  if (!on_loom(self)) return false;
+  const at::ScalarType type = at::result_type(self, e);
+  if (!at::isComplexType(type) || type == at::kComplexHalf) return false;
+  const c10::complex<double> ce = e.toComplexDouble();
+  const Tensor x = plain(self, type);
+  auto is = [&](double v) { return ce == c10::complex<double>(v, 0); };
+  const Tensor r = with_out("pow", a.inplace() ? self : a.out(), a.inplace(), type, self.sizes(),
+                            {x}, [&](const Tensor& o) {
+    if (is(0)) {
+      o.fill_(1);
+    } else if (is(1)) {
+      if (!o.is_same(x)) o.copy_(x);
+    } else if (is(0.5) || is(-0.5) || is(-1)) {
+      apply("pow", is(0.5) ? LOOM_COMPLEX_SQRT : is(-1) ? LOOM_COMPLEX_RECIPROCAL
+                                                        : LOOM_COMPLEX_RSQRT, o, x, Tensor());
+    } else if (is(2) || is(3) || is(-2)) {
+      const Tensor sq = is(2) ? o : at::empty_like(x);
+      apply("pow", LOOM_COMPLEX_MUL, sq, x, x);
+      if (is(3)) apply("pow", LOOM_COMPLEX_MUL, o, sq, x);
+      if (is(-2)) apply("pow", LOOM_COMPLEX_RECIPROCAL, o, sq, Tensor());
+    } else {
+      apply("pow", LOOM_COMPLEX_POW, o, x, Tensor(), ce);
+    }
+  });
+  finish(stack, a, r);
+  return true;
+}
+
 bool run_unary(int op, const char* name, const Args& a, torch::jit::Stack* stack) {
   const Tensor self = a.tensor("self");
   if (!on_loom(self) || !self.is_complex()) return false;
@@ -260,14 +293,16 @@ bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
   if (std::strcmp(name, "where") == 0) return run_where(a, stack);
   if (std::strcmp(name, "eq") == 0 || std::strcmp(name, "ne") == 0)
     return run_compare(name[0] == 'e', a, stack);
-  // pow of two tensors (the CPU's std::pow of each pair); a number exponent
-  // (Tensor_Scalar) takes the CPU's special cases for 2, 3, -2, +-0.5, -1,
-  // and a number base (pow.Scalar) its own path: those run on the CPU
+  // pow of two tensors (the CPU's std::pow of each pair) or of a tensor and
+  // a number exponent (the CPU's special cases); a number base (pow.Scalar)
+  // takes its own path on the CPU
   if (std::strcmp(name, "pow") == 0) {
     const c10::IValue* self = a.find("self");
     const c10::IValue* exponent = a.find("exponent");
     if (self && self->isTensor() && exponent && exponent->isTensor())
       return run_binary(LOOM_COMPLEX_POW, name, a, stack, "exponent");
+    if (self && self->isTensor() && exponent && exponent->isScalar())
+      return run_pow_scalar(a, exponent->toScalar(), stack);
   }
   return false;
 }
