@@ -112,11 +112,13 @@ enum { LOOM_CONV_NHWC_WG_BLOCKS = 64 };
 /* Positions per item of a "conv_nhwc.forward" launch over n images whose
  * grid (the most of any of its convolutions) is `grid` positions, for
  * `workers` threads: up to LOOM_CONV_NHWC_POSITIONS, fewer when the items
- * would be too few to share out (each output's sums are the same either
- * way). */
+ * would be too few to share out, four a worker (each output's sums are
+ * the same either way). Each item reads the whole weight: 7x7 images of
+ * 512 channels, batch 8, ran 6% faster in items of an image than of half
+ * of one. */
 static inline int64_t loom_conv_nhwc_positions(int64_t n, int64_t grid, int64_t workers) {
   int64_t ppi = LOOM_CONV_NHWC_POSITIONS;
-  while (ppi > 32 && n * ((grid + ppi - 1) / ppi) < 8 * workers) ppi /= 2;
+  while (ppi > 32 && n * ((grid + ppi - 1) / ppi) < 4 * workers) ppi /= 2;
   return ppi;
 }
 
