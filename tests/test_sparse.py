@@ -346,3 +346,43 @@ def test_unsupported_op_raises_clearly():
         torch.sparse.log_softmax(s, 0) + _dense().to_sparse()
     # The tensors still work afterwards.
     torch.testing.assert_close(s.to_dense().cpu(), _dense())
+
+
+_LAYOUTS = {
+    "dense": lambda t: t,
+    "coo": lambda t: t.to_sparse(),
+    "csr": lambda t: t.to_sparse_csr(),
+    "csc": lambda t: t.to_sparse_csc(),
+    "bsr": lambda t: t.to_sparse_bsr((2, 2)),
+    "bsc": lambda t: t.to_sparse_bsc((2, 2)),
+}
+
+
+@pytest.mark.parametrize("src", list(_LAYOUTS))
+def test_layout_conversions(src):
+    """Every conversion the CPU makes between dense, COO and the compressed
+    layouts gives the CPU's tensor on loom (the ones the CPU refuses are
+    refused too)."""
+    x = _dense((4, 6))
+    for dst, conv in _LAYOUTS.items():
+        if dst == "dense":
+            continue
+        try:
+            want = conv(_LAYOUTS[src](x))
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                conv(_LAYOUTS[src](x).to(DEV))
+            continue
+        got = conv(_LAYOUTS[src](x).to(DEV))
+        if want.layout in (torch.sparse_bsr, torch.sparse_bsc):
+            assert got.layout == want.layout
+            torch.testing.assert_close(got.values().cpu(), want.values())
+        else:
+            _same_sparse(got, want)
+        torch.testing.assert_close(got.to_dense().cpu(), x)
+
+
+def test_dense_to_coo_is_native(no_fallback):
+    x = _dense((5, 3, 4))
+    _same_sparse(x.to(DEV).to_sparse(), x.to_sparse())
+    _same_sparse(x.to(DEV).to_sparse().coalesce(), x.to_sparse().coalesce())
