@@ -129,7 +129,10 @@ def test_native_coo_compute(no_fallback, dtype):
     torch.testing.assert_close(got.cpu(), torch.addmm(t, ref, d, beta=0.5, alpha=-1.5))
     got = torch.addmm(t[:1].to(DEV), s, d.to(DEV), beta=0)
     torch.testing.assert_close(got.cpu(), want)
-    # CSR @ dense: the same product from the row pointers.
+    # CSR/CSC to dense, and CSR @ dense: rows (columns) from the pointers.
+    x = _dense((6, 5), dtype=dtype)
+    for c in (x.to_sparse_csr(), x.to_sparse_csc(), torch.zeros(3, 4, dtype=dtype).to_sparse_csr()):
+        torch.testing.assert_close(c.to(DEV).to_dense().cpu(), c.to_dense())
     x = _dense((6, 5), dtype=dtype)
     c = x.to_sparse_csr()
     for got in (c.to(DEV) @ d.to(DEV), torch.mm(c.to(DEV), d.to(DEV))):

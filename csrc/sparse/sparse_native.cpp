@@ -11,7 +11,8 @@
 //   add, add_  (dense + alpha * sparse, the SGD step on a sparse gradient):
 //              alpha times each value added at its position,
 // and for CSR the product with a dense matrix (addmm.out, which mm, addmm
-// and @ reach): as COO's, each value's row taken from the row pointers.
+// and @ reach): as COO's, each value's row taken from the row pointers;
+// for CSR and CSC _to_dense: each value added at its linear position.
 // Cases outside these (hybrid products, non-2-d operands, sparse + sparse) run the CPU's
 // kernels through the counted fallback.
 #include <ATen/ATen.h>
@@ -88,6 +89,7 @@ at::Tensor product_from_coordinates(const at::Tensor& input, const at::Tensor& r
                                     const at::Tensor& dense, int64_t m, const at::Scalar& beta,
                                     const at::Scalar& alpha);
 void check_product(const at::Tensor& input, const at::Tensor& sparse, const at::Tensor& dense);
+at::Tensor expand_compressed(const at::Tensor& compressed, int64_t nnz);
 
 at::Tensor addmm(const at::Tensor& input, const at::Tensor& sparse, const at::Tensor& dense,
                  const at::Scalar& beta, const at::Scalar& alpha) {
@@ -187,17 +189,47 @@ at::Tensor& addmm_out_csr(const at::Tensor& input, const at::Tensor& sparse,
         input, sparse, dense, beta, alpha, out);
   }
   check_product(input, sparse, dense);
-  const at::Tensor crow = sparse.crow_indices().to(at::kLong);
   const int64_t m = sparse.size(0);
-  const int64_t nnz = sparse._nnz();
-  // Row r repeated once per nonzero it holds.
-  at::Tensor rows = at::_ops::repeat_interleave_Tensor::call(
-      crow.slice(0, 1) - crow.slice(0, 0, m), c10::SymInt(nnz));
+  at::Tensor rows = expand_compressed(sparse.crow_indices(), sparse._nnz());
   at::Tensor result =
       product_from_coordinates(input, rows, sparse.col_indices().to(at::kLong), sparse.values(),
                                dense, m, beta, alpha);
   out.resize_({m, dense.size(1)});
   out.copy_(result);
+  return out;
+}
+
+// The index of the compressed dimension of each stored value: i repeated
+// once per value compressed row (column) i holds.
+at::Tensor expand_compressed(const at::Tensor& compressed, int64_t nnz) {
+  const at::Tensor c = compressed.to(at::kLong);
+  const int64_t n = c.size(0) - 1;
+  return at::_ops::repeat_interleave_Tensor::call(c.slice(0, 1) - c.slice(0, 0, n),
+                                                  c10::SymInt(nnz));
+}
+
+at::Tensor compressed_to_dense(const at::Tensor& self, std::optional<at::ScalarType> dtype,
+                               std::optional<bool> masked_grad) {
+  const bool csr = self.layout() == c10::kSparseCsr;
+  const bool covered = (csr || self.layout() == c10::kSparseCsc) && self.dim() == 2 &&
+                       self.dense_dim() == 0 && !dtype.has_value();
+  if (!covered) {
+    return at::native::call_fallback_fn<&sparse_compressed_fallback, ATEN_OP(_to_dense)>::call(
+        self, dtype, masked_grad);
+  }
+  const at::Tensor values = self.values();
+  at::Tensor out = at::zeros(self.sizes(), values.options());
+  const int64_t nnz = self._nnz();
+  if (nnz == 0 || out.numel() == 0) return out;
+  at::Tensor rows, cols;
+  if (csr) {
+    rows = expand_compressed(self.crow_indices(), nnz);
+    cols = self.col_indices().to(at::kLong);
+  } else {
+    cols = expand_compressed(self.ccol_indices(), nnz);
+    rows = self.row_indices().to(at::kLong);
+  }
+  out.view({-1}).index_add_(0, rows.mul_(self.size(1)).add_(cols), values);
   return out;
 }
 
@@ -213,6 +245,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   LOOM_IMPL(m, "addmm.out", addmm_out_csr);
+  LOOM_IMPL(m, "_to_dense", compressed_to_dense);
 }
 
 }  // namespace torch_loom
