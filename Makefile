@@ -68,7 +68,7 @@ test-guarded: build
 	LOOM_DRIVER=guarded $(VPY) -m pytest -q tests/test_ops_*.py tests/test_training_nn.py tests/test_amp.py \
 	  tests/test_device.py tests/test_fallback.py tests/test_serialization.py tests/test_guarded_driver.py \
 	  tests/test_memory_snapshot.py tests/test_compile_loom.py tests/test_fusion.py \
-	  tests/test_graphs.py
+	  tests/test_graphs.py tests/test_sparse.py
 
 # The op and training tests with the CPU features capped to none, so every
 # kernel family runs its generic C path (the AVX-512 convolutions their
