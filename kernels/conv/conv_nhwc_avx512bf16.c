@@ -17,8 +17,9 @@
  * 32 in-channels, summed over the positions of the copy in pairs, each
  * pair of positions of dy an embedded broadcast and each pair row of the
  * copy two loads; where the launch says where the image and the grid's
- * columns are, each tap sums the grid rows that read image rows, and of
- * them the pairs up to wo.
+ * columns are, each tap sums the grid rows that read image rows, and,
+ * where every image's copy stays in L2 (small images), of them the pairs
+ * up to wo.
  *
  * Every output sums in the order the contract gives, each vdpbf16ps adding
  * its pair's two products to the fp32 sum in turn, whatever the items; the

@@ -76,8 +76,9 @@ enum { LOOM_CONV_NHWC_CB = 32, LOOM_CONV_NHWC_OB = 16, LOOM_CONV_NHWC_POSITIONS 
  * present, 0 for one convolution): where the copy holds the image, rows
  * [top, top + rows) and columns [left, left + cols) of the padded image
  * ("conv_nhwc.pad"'s top and left, the image's H and W). A kernel may then
- * leave out the products of the copy's padding, which add zeros (all of
- * them or none, whatever the items, so the bits do not depend on them).
+ * leave out the products of the copy's padding, which add zeros; which
+ * ones may depend on the shapes, never on the items, so the bits do not
+ * depend on the positions per item.
  * range: N * the most ceil(ho * wq / positions per item) of any. */
 enum { LOOM_CONV_NHWC_CONVS = 8 };
 
@@ -103,8 +104,8 @@ enum { LOOM_CONV_NHWC_CONVS = 8 };
  * optionally [10] top, [11] the image's rows H and [12] wo: the copy's
  * padded rows [top, top + H) hold the image and dy is 0 past column wo of
  * each grid row, so a kernel may leave out the products of the padding's
- * rows and past wo too (all of them or none: the bits do not depend on
- * the items).
+ * rows and past wo too (which ones may depend on the shapes, never on the
+ * items or [8]).
  * range: ceil(op / 32 / [8]) * cp / 32 ([8] blocks of 32 out-channels by
  * 32 in-channels per item). The bits do not depend on [8]. */
 enum { LOOM_CONV_NHWC_WG_BLOCKS = 64 };
