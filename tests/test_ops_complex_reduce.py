@@ -216,3 +216,15 @@ def test_pow_number_exponent(no_fallback, dtype):
         y.pow_(e)
         close(y, x ** e, **tol)
     close(d.real.contiguous() ** (1 + 1j), x.real ** (1 + 1j), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", C)
+def test_tanh_sigmoid_backward(no_fallback, dtype):
+    x = rand(4, 6, dtype=dtype) * 0.5
+    for fn in (torch.tanh, torch.sigmoid):
+        grads = []
+        for dev in ("cpu", "loom"):
+            a = x.to(dev).requires_grad_()
+            (g,) = torch.autograd.grad(fn(a), a, torch.ones_like(a) * (0.5 - 2j))
+            grads.append(g.cpu())
+        torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-6)

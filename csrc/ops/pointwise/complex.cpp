@@ -1,9 +1,9 @@
 // Complex elementwise ops on loom: add/sub/mul/div, neg, abs, angle, exp,
 // log, sqrt, rsqrt, reciprocal, sin, cos, tan, sinh, cosh, tanh, asin, acos,
-// atan, asinh, acosh, atanh, sigmoid, sgn and pow of complex tensors and
-// where of complex operands (reached from the elementwise table),
-// conj_physical (which materialises a conjugate view), polar and complex.
-// One launch of "complex.apply" each; operands are first converted to the
+// atan, asinh, acosh, atanh, sigmoid, sgn and pow of complex tensors, where
+// of complex operands and the tanh and sigmoid backward (reached from the
+// elementwise table), conj_physical (which materialises a conjugate view),
+// polar and complex. One launch of "complex.apply" each; operands are first converted to the
 // common complex dtype and broadcast, as TensorIterator would promote them.
 #include "ops/pointwise/complex.h"
 
@@ -185,6 +185,25 @@ bool run_pow_scalar(const Args& a, const at::Scalar& e, torch::jit::Stack* stack
   return true;
 }
 
+// tanh_backward and sigmoid_backward of complex operands, as the CPU
+// computes them: g * conj(1 - y y) and g * conj((1 - y) y).
+bool run_activation_backward(const char* name, const Args& a, torch::jit::Stack* stack) {
+  const Tensor g = a.tensor("grad_output"), y = a.tensor("output");
+  if (!on_loom(g) || !on_loom(y) || a.inplace()) return false;
+  const at::ScalarType type = at::result_type(g, y);
+  if (!at::isComplexType(type) || type == at::kComplexHalf) return false;
+  const Tensor gp = plain(g, type), yp = plain(y, type);
+  const std::vector<int64_t> shape = at::infer_size(gp.sizes(), yp.sizes());
+  const Tensor d = name[0] == 't' ? at::mul(yp, yp).neg_().add_(1)
+                                  : at::mul(yp.neg().add_(1), yp);
+  const Tensor dc = at::conj_physical(d).expand(shape), ge = gp.expand(shape);
+  const Tensor r = with_out(name, a.out(), false, type, shape, {ge, dc}, [&](const Tensor& o) {
+    apply(name, LOOM_COMPLEX_MUL, o, ge, dc);
+  });
+  finish(stack, a, r);
+  return true;
+}
+
 bool run_unary(int op, const char* name, const Args& a, torch::jit::Stack* stack) {
   const Tensor self = a.tensor("self");
   if (!on_loom(self) || !self.is_complex()) return false;
@@ -291,6 +310,8 @@ bool run_complex(const char* name, const Args& a, torch::jit::Stack* stack) {
     if (std::strcmp(r.name, name) == 0)
       return r.binary ? run_binary(r.op, name, a, stack) : run_unary(r.op, name, a, stack);
   if (std::strcmp(name, "where") == 0) return run_where(a, stack);
+  if (std::strcmp(name, "tanh_backward") == 0 || std::strcmp(name, "sigmoid_backward") == 0)
+    return run_activation_backward(name, a, stack);
   if (std::strcmp(name, "eq") == 0 || std::strcmp(name, "ne") == 0)
     return run_compare(name[0] == 'e', a, stack);
   // pow of two tensors (the CPU's std::pow of each pair) or of a tensor and
