@@ -140,6 +140,14 @@ def test_native_coo_compute(no_fallback, dtype):
     t6 = torch.randn(6, 3, dtype=dtype, generator=torch.Generator().manual_seed(7))
     got = torch.addmm(t6.to(DEV), c.to(DEV), d.to(DEV), beta=2.0, alpha=0.5)
     torch.testing.assert_close(got.cpu(), torch.addmm(t6, c, d, beta=2.0, alpha=0.5))
+    # sparse_mask: the dense elements at the mask's (repeated, unordered) positions.
+    xd = torch.randn(size, dtype=dtype, generator=torch.Generator().manual_seed(8))
+    for mask in (ref, ref.coalesce()):
+        _same_sparse(xd.to(DEV).sparse_mask(mask.to(DEV)), xd.sparse_mask(mask))
+    xh = _dense((3, 4, 2), dtype=dtype)
+    mh = xh.to_sparse(2)
+    strided = xh.transpose(0, 2).contiguous().to(DEV).transpose(0, 2)
+    _same_sparse(strided.sparse_mask(mh.to(DEV)), xh.sparse_mask(mh))
     base = torch.randn(size, dtype=dtype, generator=torch.Generator().manual_seed(6))
     acc = base.to(DEV)
     acc.add_(s, alpha=-0.5)

@@ -10,6 +10,8 @@
 //              the result rows,
 //   add, add_  (dense + alpha * sparse, the SGD step on a sparse gradient):
 //              alpha times each value added at its position,
+//   sparse_mask (dense filtered by a sparse tensor's indices, the gradient
+//              of to_sparse): the dense elements at the mask's positions,
 // and for CSR the product with a dense matrix (addmm.out, which mm, addmm
 // and @ reach): as COO's, each value's row taken from the row pointers;
 // for CSR and CSC _to_dense: each value added at its linear position.
@@ -199,6 +201,25 @@ at::Tensor& addmm_out_csr(const at::Tensor& input, const at::Tensor& sparse,
   return out;
 }
 
+at::Tensor sparse_mask(const at::Tensor& self, const at::Tensor& mask) {
+  const bool covered = self.layout() == c10::kStrided && mask.is_sparse() &&
+                       self.sizes() == mask.sizes() && self.device() == mask.device() &&
+                       mask.sparse_dim() > 0;
+  if (!covered) {
+    return at::native::call_fallback_fn<&sparse_coo_fallback, ATEN_OP(sparse_mask)>::call(self,
+                                                                                      mask);
+  }
+  const int64_t sparse_dim = mask.sparse_dim();
+  std::vector<int64_t> flat_shape{-1};
+  for (int64_t d = sparse_dim; d < mask.dim(); ++d) flat_shape.push_back(mask.size(d));
+  const at::Tensor indices = mask._indices();
+  at::Tensor values = self.reshape(flat_shape).index_select(0, linear_positions(indices, mask.sizes()));
+  // The mask's indices as they are (repeated ones included), as the CPU.
+  return at::_sparse_coo_tensor_with_dims_and_tensors(
+      sparse_dim, mask.dense_dim(), mask.sizes(), indices.clone(), values, self.scalar_type(),
+      c10::kSparse, self.device(), std::nullopt, mask.is_coalesced());
+}
+
 // The index of the compressed dimension of each stored value: i repeated
 // once per value compressed row (column) i holds.
 at::Tensor expand_compressed(const at::Tensor& compressed, int64_t nnz) {
@@ -241,6 +262,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   LOOM_IMPL(m, "addmm", addmm);
   LOOM_IMPL(m, "add_.Tensor", add_);
   LOOM_IMPL(m, "add.Tensor", add);
+  LOOM_IMPL(m, "sparse_mask", sparse_mask);
 }
 
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
