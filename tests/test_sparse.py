@@ -397,3 +397,20 @@ def test_dense_to_coo_is_native(no_fallback):
     x = _dense((5, 3, 4))
     _same_sparse(x.to(DEV).to_sparse(), x.to_sparse())
     _same_sparse(x.to(DEV).to_sparse().coalesce(), x.to_sparse().coalesce())
+
+
+def test_save_load_and_autograd(tmp_path):
+    x = _dense((4, 5))
+    for ref in (x.to_sparse(), x.to_sparse_csr()):
+        torch.save(ref.to(DEV), tmp_path / "s.pt")
+        _same_sparse(torch.load(tmp_path / "s.pt"), ref)
+    # Gradients through to_dense and sparse @ dense: sparse, on loom, the CPU's.
+    d = torch.randn(5, 3, generator=torch.Generator().manual_seed(9))
+    grads = []
+    for dev in ("cpu", DEV):
+        s = x.to_sparse().to(dev).detach().requires_grad_()
+        dd = d.to(dev).detach().requires_grad_()
+        (torch.sparse.mm(s, dd).sum() + (s.to_dense() ** 2).sum()).backward()
+        assert s.grad.layout == torch.sparse_coo and s.grad.device.type == dev
+        grads.append((s.grad.to_dense().cpu(), dd.grad.cpu()))
+    torch.testing.assert_close(grads[1], grads[0])
