@@ -124,3 +124,28 @@ def test_bad_groups_still_raise():
     x = torch.randn(2, 6, 4, device="loom", requires_grad=True)
     with pytest.raises(RuntimeError, match="divisible by num_groups"):
         F.group_norm(x, 4)
+
+
+def test_functorch_grad_and_vmap():
+    """torch.func's transforms run through loom's autograd as through the
+    CPU's."""
+    from torch.func import grad, vmap
+    out = {}
+    for device in ("cpu", "loom"):
+        x, w, b = (t.detach() for t in _leaves(device, (2, 6, 3, 4), torch.float64,
+                                               torch.channels_last, True))
+        g = grad(lambda x_, w_: (F.group_norm(x_, 3, w_, b) ** 2).sum(), argnums=(0, 1))(x, w)
+        xc = x.contiguous()  # vmap asks no memory format but the contiguous one
+        v = vmap(lambda x_: F.group_norm(x_, 3, w, b))(xc.unsqueeze(0).expand(2, *x.shape))
+        out[device] = (*g, v)
+    for c, d in zip(out["cpu"], out["loom"]):
+        torch.testing.assert_close(d.cpu(), c)
+
+
+def test_forward_mode_ad_names_the_op():
+    import torch.autograd.forward_ad as fwAD
+    x = torch.randn(2, 6, 3, 4, device="loom")
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.ones_like(x))
+        with pytest.raises(NotImplementedError, match="native_group_norm"):
+            F.group_norm(dual, 3)

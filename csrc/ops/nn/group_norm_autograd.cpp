@@ -12,11 +12,15 @@
 // gradient) the backward is written in differentiable tensor ops, as
 // PyTorch's own formula is for that case, so double backward works.
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <array>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include "ops/nn/nn_util.h"
@@ -24,9 +28,6 @@
 
 namespace torch_loom::nn {
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 // The gradients of native_group_norm's input, weight and bias from those of
 // its three outputs, in differentiable ops. X is viewed as (N, G, D, HxW)
@@ -77,73 +78,98 @@ std::array<at::Tensor, 3> differentiable_backward(
   return {dx, dgamma, dbeta};
 }
 
-struct GroupNormFunction : public torch::autograd::Function<GroupNormFunction> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& input,
-                               const std::optional<at::Tensor>& weight,
-                               const std::optional<at::Tensor>& bias,
-                               c10::SymInt N, c10::SymInt C, c10::SymInt HxW,
-                               int64_t group, double eps) {
-    // Gradients of outputs that took none stay undefined (most often those
-    // of mean and rstd), which picks the backward below.
-    ctx->set_materialize_grads(false);
-    at::AutoDispatchBelowADInplaceOrView below;
-    auto [y, mean, rstd] =
-        at::native_group_norm_symint(input, weight, bias, N, C, HxW, group, eps);
-    ctx->save_for_backward({input, value_or_undefined(weight), mean, rstd});
-    ctx->saved_data["N"] = std::move(N);
-    ctx->saved_data["C"] = std::move(C);
-    ctx->saved_data["HxW"] = std::move(HxW);
-    ctx->saved_data["group"] = group;
-    ctx->saved_data["has_weight"] = weight.has_value() && weight->defined();
-    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    return {y, mean, rstd};
+// The backward node of one native_group_norm call. A plain autograd node,
+// as PyTorch's generated ones are, so functorch's transforms (grad, vjp,
+// vmap) run through it as through every other op.
+struct GroupNormBackward : public torch::autograd::Node {
+  torch::autograd::SavedVariable input, weight, mean, rstd;
+  c10::SymInt N, C, HxW;
+  int64_t group = 0;
+  bool has_weight = false, has_bias = false;
+
+  std::string name() const override { return "NativeGroupNormBackward0"; }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    input.reset_data();
+    weight.reset_data();
+    mean.reset_data();
+    rstd.reset_data();
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &input = saved[0], &weight = saved[1];
-    const at::Tensor &mean = saved[2], &rstd = saved[3];
-    const c10::SymInt N = ctx->saved_data["N"].toSymInt();
-    const c10::SymInt C = ctx->saved_data["C"].toSymInt();
-    const c10::SymInt HxW = ctx->saved_data["HxW"].toSymInt();
-    const int64_t group = ctx->saved_data["group"].toInt();
-    // The node's edges are those of the tensor arguments given: the input,
-    // then the weight and the bias where present.
-    const bool has_weight = ctx->saved_data["has_weight"].toBool();
-    const bool has_bias = ctx->saved_data["has_bias"].toBool();
-    const std::array<bool, 3> mask = {
-        ctx->needs_input_grad(0), has_weight && ctx->needs_input_grad(1),
-        has_bias && ctx->needs_input_grad(has_weight ? 2 : 1)};
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const at::Tensor x = input.unpack(), w = weight.unpack();
+    const at::Tensor mu = mean.unpack(getptr()), rs = rstd.unpack(getptr());
+    // The edges are those of the input, then the weight and the bias where
+    // given.
+    const size_t w_edge = 1, b_edge = has_weight ? 2 : 1;
+    const std::array<bool, 3> mask = {task_should_compute_output(0),
+                                      has_weight && task_should_compute_output(w_edge),
+                                      has_bias && task_should_compute_output(b_edge)};
     const at::Tensor &dy = grads[0], &dmean = grads[1], &drstd = grads[2];
     at::Tensor dx, dw, db;
     if (at::GradMode::is_enabled() || dmean.defined() || drstd.defined()) {
       auto g = differentiable_backward(
-          dy, dmean, drstd, input, mean, rstd, weight,
-          N.guard_int(__FILE__, __LINE__), C.guard_int(__FILE__, __LINE__),
-          HxW.guard_int(__FILE__, __LINE__), group, mask);
+          dy, dmean, drstd, x, mu, rs, w, N.guard_int(__FILE__, __LINE__),
+          C.guard_int(__FILE__, __LINE__), HxW.guard_int(__FILE__, __LINE__), group, mask);
       dx = g[0], dw = g[1], db = g[2];
     } else if (dy.defined()) {
       // Both tensors in the input's memory format: loom's backward returns
       // the input gradient in that format.
-      const auto format = input.suggest_memory_format();
-      const std::optional<at::Tensor> w =
-          weight.defined() ? std::optional<at::Tensor>(weight) : std::nullopt;
+      const auto format = x.suggest_memory_format();
+      const std::optional<at::Tensor> wo =
+          w.defined() ? std::optional<at::Tensor>(w) : std::nullopt;
       std::tie(dx, dw, db) = at::native_group_norm_backward_symint(
-          dy.contiguous(format), input.contiguous(format), mean, rstd, w, N, C, HxW,
-          group, mask);
+          dy.contiguous(format), x.contiguous(format), mu, rs, wo, N, C, HxW, group, mask);
     }
-    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    torch::autograd::variable_list out = {dx};
+    if (has_weight) out.push_back(dw);
+    if (has_bias) out.push_back(db);
+    return out;
   }
 };
+
+bool given(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_autograd(
     const at::Tensor& input, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, c10::SymInt N, c10::SymInt C,
     c10::SymInt HxW, int64_t group, double eps) {
-  auto out = GroupNormFunction::apply(input, weight, bias, std::move(N), std::move(C),
-                                      std::move(HxW), group, eps);
-  return {out[0], out[1], out[2]};
+  namespace ag = torch::autograd;
+  const at::Tensor w = given(weight) ? *weight : at::Tensor();
+  const at::Tensor b = given(bias) ? *bias : at::Tensor();
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !ag::isFwGradDefined(input) && !ag::isFwGradDefined(weight) && !ag::isFwGradDefined(bias),
+      "native_group_norm: forward-mode automatic differentiation is not supported on loom");
+  c10::intrusive_ptr<GroupNormBackward> node;
+  if (ag::compute_requires_grad(input, w, b)) {
+    node = c10::make_intrusive<GroupNormBackward>();
+    ag::edge_list edges = ag::collect_next_edges(input);
+    if (w.defined()) edges.push_back(ag::impl::gradient_edge(w));
+    if (b.defined()) edges.push_back(ag::impl::gradient_edge(b));
+    node->set_next_edges(std::move(edges));
+    node->has_weight = w.defined();
+    node->has_bias = b.defined();
+  }
+  at::Tensor y, mean, rstd;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    std::tie(y, mean, rstd) =
+        at::native_group_norm_symint(input, weight, bias, N, C, HxW, group, eps);
+  }
+  if (node) {
+    ag::set_history(ag::variable_list{y, mean, rstd}, node);
+    node->input = ag::SavedVariable(input, false);
+    node->weight = ag::SavedVariable(w, false);
+    node->mean = ag::SavedVariable(mean, true);
+    node->rstd = ag::SavedVariable(rstd, true);
+    node->N = std::move(N);
+    node->C = std::move(C);
+    node->HxW = std::move(HxW);
+    node->group = group;
+  }
+  return {y, mean, rstd};
 }
 
 }  // namespace
