@@ -127,6 +127,12 @@ def test_chalf_copies_and_views():
     for t in (torch.complex64, torch.complex128, torch.float32, torch.bool):
         torch.testing.assert_close(h[:, 1:].to(t).cpu(), x.chalf()[:, 1:].to(t), rtol=0, atol=0)
     torch.testing.assert_close(x.chalf().to("loom").cpu(), x.chalf(), rtol=0, atol=0)
+    # arithmetic of complex32 has no kernels here: the CPU's, counted
+    torch.loom.set_fallback_mode("silent")
+    torch.loom.clear_fallback_ops()
+    torch.testing.assert_close((h + h).cpu(), x.chalf() + x.chalf(), rtol=0, atol=0)
+    torch.testing.assert_close(h.abs().cpu(), x.chalf().abs(), rtol=0, atol=0)
+    assert {"aten::add.Tensor", "aten::abs"} <= set(torch.loom.fallback_ops())
 
 
 def test_complex_lstsq_out_dtypes():
