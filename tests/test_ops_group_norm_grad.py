@@ -142,10 +142,16 @@ def test_functorch_grad_and_vmap():
         torch.testing.assert_close(d.cpu(), c)
 
 
-def test_forward_mode_ad_names_the_op():
+def test_forward_mode_ad_as_cpu():
+    """(NCHW: the CPU's own forward-mode formula fails on channels-last.)"""
     import torch.autograd.forward_ad as fwAD
-    x = torch.randn(2, 6, 3, 4, device="loom")
-    with fwAD.dual_level():
-        dual = fwAD.make_dual(x, torch.ones_like(x))
-        with pytest.raises(NotImplementedError, match="native_group_norm"):
-            F.group_norm(dual, 3)
+    out = {}
+    for device in ("cpu", "loom"):
+        x, w, b = (t.detach() for t in _leaves(device, (2, 6, 3, 4), torch.float64, None, True))
+        tx = torch.randn(x.shape, generator=torch.Generator().manual_seed(3),
+                         dtype=x.dtype).to(device)
+        with fwAD.dual_level():
+            y = F.group_norm(fwAD.make_dual(x, tx), 3, fwAD.make_dual(w, torch.ones_like(w)), b)
+            out[device] = fwAD.unpack_dual(y)
+    for c, d in zip(out["cpu"], out["loom"]):
+        torch.testing.assert_close(d.cpu(), c)

@@ -132,6 +132,21 @@ struct GroupNormBackward : public torch::autograd::Node {
 
 bool given(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
 
+// native_group_norm in differentiable tensor ops, for forward-mode AD
+// (dual tensors), which those ops carry through.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> composite_forward(
+    const at::Tensor& input, const at::Tensor& w, const at::Tensor& b, int64_t N, int64_t C,
+    int64_t HxW, int64_t G, double eps) {
+  const at::Tensor x = input.reshape({N, G, (C / G) * HxW});
+  const at::Tensor mean = x.mean(-1);
+  const at::Tensor rstd = (x.var(-1, /*unbiased=*/false) + eps).rsqrt();
+  at::Tensor y = ((x - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)).reshape({N, C, HxW});
+  if (w.defined()) y = y * w.reshape({1, C, 1});
+  if (b.defined()) y = y + b.reshape({1, C, 1});
+  y = y.reshape(input.sizes()).contiguous(input.suggest_memory_format());
+  return {y.to(input.scalar_type()), mean, rstd};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_autograd(
     const at::Tensor& input, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, c10::SymInt N, c10::SymInt C,
@@ -139,9 +154,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_autograd(
   namespace ag = torch::autograd;
   const at::Tensor w = given(weight) ? *weight : at::Tensor();
   const at::Tensor b = given(bias) ? *bias : at::Tensor();
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      !ag::isFwGradDefined(input) && !ag::isFwGradDefined(weight) && !ag::isFwGradDefined(bias),
-      "native_group_norm: forward-mode automatic differentiation is not supported on loom");
+  if (ag::isFwGradDefined(input) || ag::isFwGradDefined(weight) || ag::isFwGradDefined(bias))
+    return composite_forward(input, w, b, N.guard_int(__FILE__, __LINE__),
+                             C.guard_int(__FILE__, __LINE__), HxW.guard_int(__FILE__, __LINE__),
+                             group, eps);
   c10::intrusive_ptr<GroupNormBackward> node;
   if (ag::compute_requires_grad(input, w, b)) {
     node = c10::make_intrusive<GroupNormBackward>();
