@@ -216,20 +216,7 @@ static inline LOOM_PW_INLINE float loom_sigmoidf_arith(float x) {
   const float a = loom_abs_min(fabsf(x), 104.0f); /* NaN: 104, then x itself */
   const float j = a * -1.44269504f + 12582912.0f, k = j - 12582912.0f;
   const float r = (k * -0.693145752f - a) + k * -1.42860677e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1; /* both in [-75, 0] */
-  const int32_t b1 = (k1 + 127) * (1 << 23), b2 = (k2 + 127) * (1 << 23);
-  float s1, s2;
-  memcpy(&s1, &b1, sizeof s1);
-  memcpy(&s2, &b2, sizeof s2);
-  const float e = p * s1 * s2;
+  const float e = loom_exp_kr(k, r); /* k in [-150, 0] */
   const float t = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
   return x != x ? x : t;
 }
