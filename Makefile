@@ -60,7 +60,7 @@ test-tsan: | $(STAMP)
 	  ctest --output-on-failure -R '^(test_runtime_|test_jit$$|test_ccl$$)'
 
 test-py: build
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q --durations=25 tests
 
 # The op and training tests on device memory the host cannot touch: any
 # read of it above the HAL crashes here instead of working by accident.
