@@ -328,11 +328,12 @@ def matmul_precision():
 
 
 def test_float32_matmul_precision(matmul_precision):
-    # "medium" multiplies float32 as bfloat16 on AMX, as CPU eager's oneDNN
-    # does; "high" as three products of bfloat16 high and low parts (about
-    # 16 bits of each operand); "highest" in float32. Without AMX all three
-    # are float32. Convolutions, matrix-vector and outer products are not
-    # matrix products here (nor on the CPU).
+    # "medium" multiplies float32 as bfloat16 on AMX and AVX512-BF16 (as
+    # CPU eager's oneDNN does on AMX); "high" on AMX as three products of
+    # bfloat16 high and low parts (about 16 bits of each operand); "highest"
+    # in float32. Elsewhere they are float32 (tests/test_gemm_precision.py).
+    # Convolutions, matrix-vector and outer products are not matrix
+    # products here (nor on the CPU).
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(70, 600, generator=g), torch.randn(600, 45, generator=g)
     bias, bat = torch.randn(70, generator=g), torch.randn(3, 20, 600, generator=g)
@@ -347,13 +348,13 @@ def test_float32_matmul_precision(matmul_precision):
         (lambda: torch.nn.functional.linear(lbat, la), d(bat) @ d(a).t(), r(bat) @ r(a).t(),
          d(bat).abs() @ d(a).abs().t()),
     ]
-    amx = amx_here()
+    amx, bf16 = amx_here(), gemm_variant_here("avx512bf16")
     conv_ref = vector_ref = None
     for prec in ("highest", "medium", "high"):
         matmul_precision(prec)
         for fn, exact, rounded, mag in cases:
             got = fn().cpu().double()
-            if prec == "medium" and amx:
+            if prec == "medium" and bf16:
                 assert ((got - rounded).abs() <= mag * 2.0 ** -20).all(), prec
                 assert ((got - exact).abs() > mag * 2.0 ** -14).any(), prec
             elif prec == "high" and amx:

@@ -173,7 +173,9 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   isa &= ~(LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE | LOOM_GEMM_BF16_MATH | LOOM_GEMM_A_LOW |
            LOOM_GEMM_B_LOW);
   if (isa < 0 || isa >= LOOM_GEMM_ISA_COUNT) isa = LOOM_GEMM_GENERIC;
-  if (!(math & LOOM_GEMM_BF16_MATH) || isa != LOOM_GEMM_AMX || a->dtype != LOOM_FLOAT32)
+  /* bf16 math needs bf16 products: vdpbf16ps or AMX tiles */
+  if (!(math & LOOM_GEMM_BF16_MATH) || (isa != LOOM_GEMM_AMX && isa != LOOM_GEMM_AVX512BF16) ||
+      a->dtype != LOOM_FLOAT32)
     math = 0;
   /* AMX multiplies bf16 only; other operands take the AVX-512 kernels */
   if (isa == LOOM_GEMM_AMX && a->dtype != LOOM_BFLOAT16 && !math) isa = LOOM_GEMM_AVX512BF16;

@@ -47,14 +47,16 @@ enum { LOOM_GEMM_IN_COMPUTE = 0x100 };
  * and the workspace holds no A. */
 enum { LOOM_GEMM_A_IN_COMPUTE = 0x1000 };
 
-/* Added to the isa: fp32 A and B are multiplied as bf16 on AMX tiles
- * (summing in fp32 as ever), each element rounded to the nearest bf16 as
- * it is packed; with LOOM_GEMM_A_LOW / LOOM_GEMM_B_LOW, that operand's
- * low part instead: x - bf16(x), rounded to bf16 (0 for infinities and
- * NaN, which the high part carries). The three products of the high and
+/* Added to the isa: fp32 A and B are multiplied as bf16 (on AMX tiles, or
+ * by vdpbf16ps on AVX512BF16), summing in fp32 as ever, each element
+ * rounded to the nearest bf16 (even on ties) as it is packed; with
+ * LOOM_GEMM_A_LOW / LOOM_GEMM_B_LOW, that operand's low part instead:
+ * x - bf16(x), rounded to bf16 (0 for infinities and NaN, which the high
+ * part carries). The three products of the high and
  * low parts that matter sum to the fp32 product within about 2^-16 of
  * each element (PyTorch's "high" float32 matmul precision); the high parts
- * alone within 2^-8 ("medium"). Ignored without AMX or for other dtypes. */
+ * alone within 2^-8 ("medium"). Ignored by the other variants and for
+ * other dtypes. Which precision each variant serves: gemm_select.c. */
 enum { LOOM_GEMM_BF16_MATH = 0x200, LOOM_GEMM_A_LOW = 0x400, LOOM_GEMM_B_LOW = 0x800 };
 
 /* Added to the isa: the threads the launches run on (0-255; 0 or 1 plan

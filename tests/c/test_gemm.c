@@ -676,17 +676,18 @@ static void test_bad_input(void) {
   CHECK_MSG(loom_gemm_plan_init(&c, &a, &b, 0, &p) == LOOM_ERROR_INVALID_ARGUMENT, "rank");
 }
 
-/* bf16 math: fp32 operands (either layout, with NaN and infinities in
- * places) multiplied as their bf16 high or low parts give bitwise the
- * GEMM of those parts made beforehand; and the three passes of high and
- * low parts come within 2^-15 of the fp32 product's magnitude sums. */
+/* bf16 math (AMX and AVX512BF16): fp32 operands (either layout, with NaN
+ * and infinities in places) multiplied as their bf16 high or low parts
+ * give bitwise the GEMM of those parts made beforehand, packed by the pack
+ * launch or by the compute launch; and the three passes of high and low
+ * parts come within 2^-15 of the fp32 product's magnitude sums. */
 static uint16_t split_part(float x, int low) {
   const uint16_t h = loom_f32_to_bf16(x);
   if (!low) return h;
   return x - x == 0.0f ? loom_f32_to_bf16(x - loom_bf16_to_f32(h)) : 0;
 }
 
-static void test_bf16_math(void) {
+static void test_bf16_math(int isa) {
   const int64_t m = 45, n = 70, k = 600; /* two k blocks, partial panels */
   for (int trans = 0; trans < 4; ++trans) {
     const int ta = trans & 1, tb = trans >> 1;
@@ -706,12 +707,18 @@ static void test_bf16_math(void) {
       for (int64_t i = 0; i < m * k; ++i) ((uint16_t *)a16.data)[i] = split_part(af[i], al);
       for (int64_t i = 0; i < k * n; ++i) ((uint16_t *)b16.data)[i] = split_part(bf[i], bl);
       const int flags = LOOM_GEMM_BF16_MATH | (al ? LOOM_GEMM_A_LOW : 0) | (bl ? LOOM_GEMM_B_LOW : 0);
-      CHECK_MSG(run(&ref, &a16, &b16, NULL, LOOM_GEMM_AMX, 1.0, 0.0, 0) == 0, "bf16 parts");
-      CHECK_MSG(run(&c, &a, &b, NULL, LOOM_GEMM_AMX | flags, 1.0, 0.0, 0) == 0, "bf16 math");
-      CHECK_MSG(memcmp(c.data, ref.data, sizeof(float) * (size_t)(m * n)) == 0,
-            "bf16 math (A %s%s, B %s%s) differs from the GEMM of its parts",
-            al ? "low" : "high", ta ? ", transposed" : "", bl ? "low" : "high",
-            tb ? ", transposed" : "");
+      CHECK_MSG(run(&ref, &a16, &b16, NULL, isa, 1.0, 0.0, 0) == 0, "bf16 parts");
+      for (int where = 0; where < 2; ++where) {
+        const int in_compute = where ? LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE : 0;
+        CHECK_MSG(run(&c, &a, &b, NULL, isa | flags | in_compute, 1.0, 0.0, 0) == 0,
+                  "bf16 math");
+        CHECK_MSG(memcmp(c.data, ref.data, sizeof(float) * (size_t)(m * n)) == 0,
+                  "%s bf16 math (A %s%s, B %s%s, packed in %s) differs from the GEMM of its "
+                  "parts",
+                  loom_gemm_isa_name((loom_gemm_isa)isa), al ? "low" : "high",
+                  ta ? ", transposed" : "", bl ? "low" : "high", tb ? ", transposed" : "",
+                  where ? "compute" : "the pack launch");
+      }
       for (int64_t i = 0; i < m * n; ++i) sum3[i] += ((float *)c.data)[i];
     }
     /* the three passes against the fp32 product, rows and columns away
@@ -756,7 +763,7 @@ int main(void) {
     test_rows_outer(isa);
     if (isa == LOOM_GEMM_AVX512) test_transposed_a_groups(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
-    if (isa == LOOM_GEMM_AMX) test_bf16_math();
+    if (isa == LOOM_GEMM_AMX || isa == LOOM_GEMM_AVX512BF16) test_bf16_math(isa);
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            test_failed == before ? "ok" : "FAILED");
   }

@@ -2,7 +2,8 @@
  * included (planning runs none of them), what the binding chose before the
  * choice moved into the family: the GEMV for a single result row or column,
  * the transposed product for a column-major or thin C, the bf16 passes that
- * "medium" and "high" ask for only where AMX serves them, and the same
+ * "medium" and "high" ask for only where bf16 products serve them (both on
+ * AMX, "medium" on AVX512BF16 too), and the same
  * variant words and geometry. Also that the registry resolves the planner
  * to the variant this process selected, and that it rejects bad input. */
 #include <stdint.h>
@@ -56,7 +57,9 @@ static int64_t padded_area(int64_t m, int64_t n, int64_t mr, int64_t nr) {
 static void decide_before(loom_tensor c, loom_tensor a, loom_tensor b, int isa, int math,
                           int64_t workers, before *o) {
   memset(o, 0, sizeof *o);
-  if (c.dtype != LOOM_FLOAT32 || isa != LOOM_GEMM_AMX) math = LOOM_GEMM_MATH_EXACT;
+  if (c.dtype != LOOM_FLOAT32 ||
+      !(isa == LOOM_GEMM_AMX || (isa == LOOM_GEMM_AVX512BF16 && math == LOOM_GEMM_MATH_BF16)))
+    math = LOOM_GEMM_MATH_EXACT;
   if (c.sizes[3] == 1 || c.sizes[2] == 1) {
     o->gemv = 1;
     if (c.sizes[3] != 1) {
@@ -170,8 +173,9 @@ static void test_plans_match_the_binding_before(void) {
   CHECK(compared == 40000);
 }
 
-/* AMX serves "medium" and "high" on fp32 operands; nothing else does. */
-static void test_math_served_only_by_amx(void) {
+/* AMX serves "medium" and "high" on fp32 operands, AVX512BF16 "medium";
+ * the generic and AVX512 variants neither (gemm_select.c's policy). */
+static void test_math_served_by_bf16_variants(void) {
   loom_tensor t[3] = {view(LOOM_FLOAT32, 0x30000, 1, 1, 64, 64, 0, 0),
                       view(LOOM_FLOAT32, 0x10000, 1, 1, 64, 64, 0, 0),
                       view(LOOM_FLOAT32, 0x20000, 1, 1, 64, 64, 0, 0)};
@@ -182,7 +186,10 @@ static void test_math_served_only_by_amx(void) {
                                .tensors = t, .num_scalars = 2, .scalars = s};
       loom_gemm_plan p;
       CHECK_EQ_INT(loom_gemm_plan_for(&args, (loom_gemm_isa)isa, &p), 0);
-      const int served = isa == LOOM_GEMM_AMX ? math : LOOM_GEMM_MATH_EXACT;
+      const int served = isa == LOOM_GEMM_AMX ? math
+                         : isa == LOOM_GEMM_AVX512BF16 && math == LOOM_GEMM_MATH_BF16
+                             ? math
+                             : LOOM_GEMM_MATH_EXACT;
       CHECK_EQ_INT(p.math, served);
       CHECK_EQ_INT(p.passes, served == LOOM_GEMM_MATH_BF16X3 ? 3 : 1);
       CHECK_EQ_INT(p.bf16_math != 0, served != LOOM_GEMM_MATH_EXACT);
@@ -230,7 +237,7 @@ static void test_registry_plans_with_the_selected_variant(void) {
 
 int main(void) {
   RUN_TEST(test_plans_match_the_binding_before);
-  RUN_TEST(test_math_served_only_by_amx);
+  RUN_TEST(test_math_served_by_bf16_variants);
   RUN_TEST(test_registry_plans_with_the_selected_variant);
   TEST_MAIN_END();
 }
