@@ -17,6 +17,7 @@ extern const loom_kernel_entry loom_histogram_kernels[];
 extern const loom_kernel_entry loom_frexp_kernels[];
 extern const loom_kernel_entry loom_softmax_kernels[];
 extern const loom_kernel_entry loom_norm_kernels[];
+extern const loom_kernel_entry loom_norm_batch_act_kernels[];
 extern const loom_kernel_entry loom_optim_kernels[];
 extern const loom_kernel_entry loom_amp_scale_kernels[];
 extern const loom_kernel_entry loom_rnn_kernels[];
@@ -63,6 +64,7 @@ static const loom_kernel_entry *const families[] = {
     loom_frexp_kernels,
     loom_softmax_kernels,
     loom_norm_kernels,
+    loom_norm_batch_act_kernels,
     loom_optim_kernels,
     loom_amp_scale_kernels,
     loom_rnn_kernels,

@@ -42,7 +42,8 @@ _jit_base = {}
 
 def _zero():
     _compile.update(graphs_compiled=0, graphs_fallen_back=0, kernels_generated=0, fused_ops=[],
-                    gemm_epilogues=0, epilogue_ops=[], graphs_dynamic=0, specializations=0,
+                    gemm_epilogues=0, epilogue_ops=[], batch_norm_relu=0,
+                    batch_norm_relu_backward=0, graphs_dynamic=0, specializations=0,
                     compile_seconds=0.0, modules_compiled=0, modules_cached=0, modules_resident=0,
                     zero_tangents_eliminated=0, zero_tangents_materialized=0)
 
@@ -74,6 +75,10 @@ def counters() -> dict:
     - ``gemm_epilogues``, and ``epilogue_ops``: matrix products compiled
       with elementwise ops fused into their output tiles (one library call
       each), and for each the ops it took;
+    - ``batch_norm_relu`` and ``batch_norm_relu_backward``: batch norms
+      compiled with the ReLU after them (and a residual add before it) as
+      one library call, and batch-norm backwards that mask the ReLU's
+      gradient themselves (batchnorm.py);
     - ``graph_calls``, ``kernel_launches``, ``library_calls`` and
       ``epilogue_calls``: calls of compiled graphs and what they enqueued
       (so a call's launches are the difference across it; an epilogue call
@@ -125,6 +130,8 @@ def record_graph(program, seconds, specialization=False):
         _compile["fused_ops"].extend(k.ops for k in program.kernels)
         _compile["gemm_epilogues"] += len(program.epilogues)
         _compile["epilogue_ops"].extend(list(e) for e in program.epilogues)
+        for name in getattr(program, "batch_norms", ()):
+            _compile[name] += 1
         _compile["compile_seconds"] += seconds
 
 

@@ -71,6 +71,7 @@ class Program:
         self.library_calls = 0
         self.library_names = []
         self.epilogues = []  # per fused product, the ops of its epilogue
+        self.batch_norms = []  # per fused batch norm, its kind (batchnorm.py)
         order = fuser.schedule()
         names = _Names()
         units = []
@@ -86,6 +87,8 @@ class Program:
                 self.library_names.append(str(u.node.target))
                 if getattr(u.node, "epilogue", None):
                     self.epilogues.append(tuple(u.node.epilogue))
+                if getattr(u.node, "fused_relu", None):
+                    self.batch_norms.append(u.node.fused_relu)
         self.launches = len(self.kernels)
         self.py_source = self._python(graph, units, names)
         self._globals = names.globals
