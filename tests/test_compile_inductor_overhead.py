@@ -93,3 +93,69 @@ def test_buffers_reused_across_calls_stay_ordered_with_pending_work():
         for g, e in zip(got, _buffers(x, w)):
             torch.testing.assert_close(g.cpu(), e.cpu(), rtol=1e-2 if g.dtype == torch.bfloat16 else 1e-5,
                                        atol=1e-4)
+
+
+def _epilogue_words():
+    from torch_loom._inductor.epilogue import _words
+
+    w = _words()
+    return w["relu"], w["threshold_backward"] | 1 << w["shift"]
+
+
+def _tensor_ops(fn):
+    """The aten ops `fn` runs (the profiler's CPU events), in order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = fn()
+    return out, [e.name for e in prof.events() if e.name.startswith("aten::")]
+
+
+def test_mm_epilogue_takes_bias_and_operands_without_tensor_ops():
+    """The compiled graphs' fused linear layers call loom::mm_epilogue on
+    every run: a bias that broadcasts to the product and operands of the
+    result's shape are described to the kernel as they are (no expand,
+    reshape or view per call, only the result's and the GEMM workspace's
+    allocations); values are those of the unfused ops."""
+    relu, relu_bwd = _epilogue_words()
+    op = torch.ops.loom.mm_epilogue.default
+    torch.manual_seed(0)
+    m, k, n = 24, 16, 20
+    x, w = torch.randn(m, k, device="loom"), torch.randn(k, n, device="loom")
+    for bias in (torch.randn(n), torch.randn(1, n), torch.randn(m, 1), torch.randn(m, n)):
+        bias = bias.to("loom")
+        (got,), ops = _tensor_ops(lambda: op(x, w, bias, [relu], [], torch.float32, False, [m, n]))
+        assert ops == ["aten::empty", "aten::empty"], (bias.shape, ops)
+        torch.testing.assert_close(got.cpu(), torch.relu(torch.addmm(bias, x, w)).cpu())
+    saved = torch.relu(torch.randn(m, n, device="loom"))
+    (got,), ops = _tensor_ops(lambda: op(x, w, None, [relu_bwd], [saved], torch.float32, False,
+                                         [m, n]))
+    assert ops == ["aten::empty", "aten::empty"], ops
+    torch.testing.assert_close(got.cpu(), torch.ops.aten.threshold_backward(x @ w, saved, 0).cpu())
+    # Rows split into leading dims: the operand as it is, the result a view.
+    (got,), ops = _tensor_ops(lambda: op(x, w, None, [relu_bwd], [saved.view(4, 6, n)],
+                                         torch.float32, False, [4, 6, n]))
+    assert "aten::expand" not in ops and "aten::reshape" not in ops, ops
+    torch.testing.assert_close(got.cpu(),
+                               torch.ops.aten.threshold_backward(x @ w, saved, 0).view(4, 6, n).cpu())
+
+
+def test_mm_epilogue_copies_operands_it_cannot_describe():
+    """Operands that are not the result's shape in row-major order (a
+    transposed one, one broadcast along the rows) and a bias that does not
+    broadcast still behave as their expand/reshape does."""
+    relu, relu_bwd = _epilogue_words()
+    op = torch.ops.loom.mm_epilogue.default
+    torch.manual_seed(1)
+    m, k, n = 16, 8, 16
+    x, w = torch.randn(m, k, device="loom"), torch.randn(k, n, device="loom")
+    prod = (x @ w).cpu()
+    saved_t = torch.relu(torch.randn(n, m, device="loom")).t()  # not contiguous
+    (got,) = op(x, w, None, [relu_bwd], [saved_t], torch.float32, False, [m, n])
+    torch.testing.assert_close(got.cpu(), torch.ops.aten.threshold_backward(prod, saved_t.cpu(), 0))
+    row = torch.relu(torch.randn(n, device="loom"))  # broadcast over the rows
+    (got,) = op(x, w, None, [relu_bwd], [row], torch.float32, False, [m, n])
+    torch.testing.assert_close(got.cpu(), torch.ops.aten.threshold_backward(
+        prod, row.cpu().expand(m, n), 0))
+    with pytest.raises(RuntimeError, match="expand"):
+        op(x, w, torch.randn(3, device="loom"), [relu], [], torch.float32, False, [m, n])

@@ -4,6 +4,7 @@
 // kernel contract's words (loom/kernels/gemm_epilogue.h); the result is
 // bitwise what mm/addmm followed by the pointwise ops gives.
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include "common.h"
@@ -19,6 +20,12 @@ using at::Tensor;
 
 constexpr const char* kOp = "loom::mm_epilogue";
 
+// A launch's descriptors and scalars, on the stack for the usual counts
+// (the product's five tensors, the output, an operand or two; up to
+// LOOM_GEMM_EPILOGUE_MAX_STEPS step words): no heap allocation per call.
+using Descriptors = c10::SmallVector<loom_tensor, 8>;
+using Scalars = c10::SmallVector<loom_scalar, 4 + LOOM_GEMM_EPILOGUE_MAX_STEPS>;
+
 int64_t gemm_math_request(GemmMath math) {
   switch (math) {
     case GemmMath::bf16: return LOOM_GEMM_MATH_BF16;
@@ -31,7 +38,7 @@ int64_t gemm_math_request(GemmMath math) {
 // (the last pass's compute launch runs the epilogue), or the GEMV and the
 // epilogue over C's rows.
 void run(const Tensor& c_owner, loom_tensor c, loom_tensor a, loom_tensor b,
-         const loom_tensor* cin, loom_tensor d, std::vector<loom_tensor> operands,
+         const loom_tensor* cin, loom_tensor d, Descriptors operands,
          c10::ArrayRef<int64_t> steps, GemmMath math) {
   const loom_tensor product[3] = {c, a, b};
   const loom_scalar request[2] = {scalar_i(gemm_math_request(math)),
@@ -40,9 +47,9 @@ void run(const Tensor& c_owner, loom_tensor c, loom_tensor a, loom_tensor b,
   const double beta = cin != nullptr ? 1.0 : 0.0;
   if (gp.route == LOOM_GEMM_ROUTE_GEMV || (gp.pack_range == 0 && gp.compute_range == 0)) {
     gemm_run(kOp, c_owner, c, a, b, cin, 1.0, beta, math);
-    std::vector<loom_tensor> tensors = {c, d};
-    tensors.insert(tensors.end(), operands.begin(), operands.end());
-    std::vector<loom_scalar> scalars = {scalar_i(static_cast<int64_t>(steps.size()))};
+    Descriptors tensors = {c, d};
+    tensors.append(operands.begin(), operands.end());
+    Scalars scalars = {scalar_i(static_cast<int64_t>(steps.size()))};
     for (int64_t w : steps) scalars.push_back(scalar_i(w));
     const int64_t rows = c.sizes[0] * c.sizes[1] * c.sizes[2];
     if (rows > 0 && c.sizes[3] > 0)
@@ -63,9 +70,9 @@ void run(const Tensor& c_owner, loom_tensor c, loom_tensor a, loom_tensor b,
   const LaunchInfo info{gemm_flops(c, a)};
   for (int32_t pass = 0; pass < gp.passes; ++pass) {
     const bool add = pass > 0, last = pass + 1 == gp.passes;
-    std::vector<loom_tensor> tensors = {c, a, b, w, add ? c : cin_v};
-    std::vector<loom_scalar> scalars = {scalar_i(gp.pass_variant[pass]), scalar_f(1.0),
-                                        scalar_f(add ? 1.0 : beta)};
+    Descriptors tensors = {c, a, b, w, add ? c : cin_v};
+    Scalars scalars = {scalar_i(gp.pass_variant[pass]), scalar_f(1.0),
+                       scalar_f(add ? 1.0 : beta)};
     const size_t nt = add || cin != nullptr ? 5 : 4;
     launch(kOp, LOOM_KERNEL("gemm.pack"), c10::ArrayRef<loom_tensor>(tensors.data(), nt),
            scalars, gp.pack_range, gp.pack_grain);
@@ -75,12 +82,32 @@ void run(const Tensor& c_owner, loom_tensor c, loom_tensor a, loom_tensor b,
       continue;
     }
     tensors.push_back(d);
-    tensors.insert(tensors.end(), operands.begin(), operands.end());
+    tensors.append(operands.begin(), operands.end());
     scalars.push_back(scalar_i(static_cast<int64_t>(steps.size())));
     for (int64_t s : steps) scalars.push_back(scalar_i(s));
     launch(kOp, LOOM_KERNEL("gemm.compute_epilogue"), tensors, scalars, gp.compute_range,
            gp.compute_grain, -1, info);
   }
+}
+
+// A contiguous operand of the result's shape as the [m, n] rank-4 view the
+// kernel reads (what o.reshape(mn) describes, without the tensor op).
+loom_tensor rows_view(const Tensor& o, const std::vector<int64_t>& mn) {
+  loom_tensor d = describe(o, kOp);
+  d.rank = 4;
+  const int64_t sizes[4] = {1, 1, mn[0], mn[1]}, strides[4] = {0, 0, mn[1], 1};
+  for (int i = 0; i < 4; ++i) d.sizes[i] = sizes[i], d.strides[i] = strides[i];
+  return d;
+}
+
+// Whether `t` (at most 2 dims) broadcasts to [m, n] as expand would take it.
+bool broadcasts_to(const Tensor& t, const std::vector<int64_t>& mn) {
+  if (t.dim() > 2) return false;
+  for (int64_t i = 1; i <= t.dim(); ++i) {
+    const int64_t s = t.size(-i), want = mn[2 - i];
+    if (s != 1 && s != want) return false;
+  }
+  return true;
 }
 
 // The arguments' checks, shared by the op and its shape function; returns
@@ -118,11 +145,15 @@ std::vector<Tensor> mm_epilogue(const Tensor& self, const Tensor& mat2,
   Tensor c = at::empty(mn, self.options());
   const bool in_place = !keep_product && out_dtype == self.scalar_type();
   Tensor d = in_place ? c : at::empty(mn, self.options().dtype(out_dtype));
-  std::vector<loom_tensor> views;
-  std::vector<Tensor> expanded;
+  Descriptors views;
+  std::vector<Tensor> expanded;  // operands that take a copy to be [m, n]
   for (const Tensor& o : operands) {
     TORCH_CHECK(gemm_native_dtype(o.scalar_type()), kOp,
                 ": epilogue operands must be float tensors, got ", o.scalar_type());
+    if (o.sizes() == shape && o.is_contiguous()) {
+      views.push_back(rows_view(o, mn));  // the usual case: no tensor op
+      continue;
+    }
     expanded.push_back(o.expand(shape).reshape(mn));
     views.push_back(gemm_view(expanded.back(), kOp));
   }
@@ -131,13 +162,18 @@ std::vector<Tensor> mm_epilogue(const Tensor& self, const Tensor& mat2,
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->scalar_type() == self.scalar_type(), kOp,
                 ": bias must have the operands' dtype, got ", bias->scalar_type());
-    bias_e = bias->expand(mn);
-    cin = gemm_view(bias_e, kOp);
+    if (broadcasts_to(*bias, mn)) {
+      const int64_t sizes[4] = {1, 1, mn[0], mn[1]};
+      cin = gemm_broadcast(gemm_view(*bias, kOp), sizes);
+    } else {
+      bias_e = bias->expand(mn);  // raises as expand does
+      cin = gemm_view(bias_e, kOp);
+    }
   }
   run(c, gemm_view(c, kOp), gemm_view(self, kOp), gemm_view(mat2, kOp),
-      bias_e.defined() ? &cin : nullptr, gemm_view(d, kOp), std::move(views), steps,
-      matmul_math(self.scalar_type()));
-  Tensor out = d.view(shape);
+      bias.has_value() && bias->defined() ? &cin : nullptr, gemm_view(d, kOp), std::move(views),
+      steps, matmul_math(self.scalar_type()));
+  Tensor out = shape.size() == 2 ? d : d.view(shape);
   if (keep_product) return {c, out};
   return {out};
 }
