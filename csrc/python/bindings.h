@@ -19,5 +19,6 @@ void init_profiler(pybind11::module& m);
 void init_distributed(pybind11::module& m);
 void init_graph(pybind11::module& m);
 void init_fusion(pybind11::module& m);
+void init_tile(pybind11::module& m);
 
 }  // namespace torch_loom::python

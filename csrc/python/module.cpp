@@ -15,4 +15,5 @@ PYBIND11_MODULE(_C, m) {
   torch_loom::python::init_distributed(m);
   torch_loom::python::init_graph(m);
   torch_loom::python::init_fusion(m);
+  torch_loom::python::init_tile(m);
 }

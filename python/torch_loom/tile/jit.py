@@ -25,6 +25,11 @@ from . import nodes as N
 from .trace import TileCompileError, Tracer
 
 _launch = getattr(_C, "_launch_kernel", None)  # None when the native extension did not load
+# The native launch of cached specialisations (csrc/python/tile_launch.cpp):
+# `kernel[grid](...)` binds, keys, finds the entry and enqueues in one call,
+# and calls JITFunction._launch for the rest (a new specialisation, the
+# interpreter, arguments it leaves to Python's binding).
+_TileLaunch = getattr(_C, "_TileLaunch", None)
 _Tensor = torch.Tensor
 _lock = threading.Lock()
 _trace_lock = threading.Lock()
@@ -53,6 +58,10 @@ def interpreting():
     if _environ_bytes is not None:
         return _environ_bytes.get(b"LOOM_TILE_INTERPRET", b"0") not in (b"", b"0")
     return os.environ.get("LOOM_TILE_INTERPRET", "0") not in ("", "0")
+
+
+if _TileLaunch is not None:
+    _C._tile_setup(core.constexpr, _environ_bytes, interpreting)
 
 
 class _Entry:
@@ -94,6 +103,9 @@ class JITFunction:
         self._index = {n: k for k, n in enumerate(self.params)}
         self._const = tuple(k in self.constexprs for k in range(len(self.params)))
         self._cache = {}
+        # the native launch's view of the parameters and of _cache's entries
+        self._state = None if _TileLaunch is None else _C._tile_state(
+            self.__name__, tuple(self.params), self._const, tuple(self.defaults), inspect.Parameter.empty)
 
     def __repr__(self):
         return f"<torch_loom.tile.jit {self.__name__}>"
@@ -103,6 +115,8 @@ class JITFunction:
         return self.fn(*args, **kwargs)
 
     def __getitem__(self, grid):
+        if _TileLaunch is not None:
+            return _TileLaunch(self, self._state, grid)
         return _Launcher(self, grid)
 
     def bind(self, args, kwargs):
@@ -122,6 +136,9 @@ class JITFunction:
         return values
 
     def _key(self, values):
+        """The specialisation key (the native launch computes the same)."""
+        if self._state is not None:
+            return _C._tile_key(self._state, values)
         key = []
         add = key.append
         storages = []
@@ -173,6 +190,8 @@ class JITFunction:
         entry = _Entry(name, tensors, scalars, module, source, work)
         with _lock:
             self._cache[key] = entry
+            if self._state is not None:
+                _C._tile_register(self._state, key, name, tensors, scalars, _CHUNK_WORK // work)
         return entry
 
     def source(self, *args, **kwargs):
