@@ -29,6 +29,8 @@ import torch
 log = logging.getLogger("torch_loom.compiler")
 
 WARMUP_CALLS = 1
+#: Captures kept per graph, one per set of parameter and buffer addresses.
+MAX_CAPTURES = 8
 
 
 @dataclasses.dataclass
@@ -81,9 +83,23 @@ def _static_indices() -> set:
     return set(getattr(meta, "static_input_indices", None) or ())
 
 
+@dataclasses.dataclass
+class _Capture:
+    graph: object
+    inputs: list
+    outputs: list
+
+
 class Graphed:
     """A compiled graph (boxed) that is captured after its warm-up calls
-    and replayed from then on."""
+    and replayed from then on.
+
+    Parameters and buffers are read in place, so a capture is good only for
+    the ones it read: one graph serves every module of a class (Dynamo
+    lifts their parameters into inputs), and a second model's parameters
+    must neither be copied over the first's nor replayed through them. A
+    capture is kept for each set of static-input addresses met (at most
+    MAX_CAPTURES; past that a call runs as compiled)."""
 
     _boxed_call = True
 
@@ -92,10 +108,12 @@ class Graphed:
         self.tag = tag
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__
         self.mutated = _mutated_inputs(gm)
-        self.static = _static_indices()
+        # (the tracing context's static indices are the forward's: a
+        # backward's inputs are saved tensors and gradients)
+        self.static = _static_indices() if tag != "backward" else set()
         self.calls = 0
-        self.graph = None
-        self.inputs = self.outputs = None
+        self.captures = {}  # static inputs' addresses -> _Capture
+        self.static_positions = None
         self.eager = False
         reason = _static_reason(gm)
         if reason:
@@ -103,18 +121,30 @@ class Graphed:
 
     def _give_up(self, reason):
         self.eager = True
-        self.graph = self.inputs = self.outputs = None
+        self.captures = {}
         _fall_back(self.tag, reason)
 
+    def _key(self, args):
+        if self.static_positions is None:
+            self.static_positions = tuple(
+                i for i, a in enumerate(args)
+                if i in self.static or isinstance(a, torch.nn.Parameter))
+        return tuple(args[i].data_ptr() for i in self.static_positions)
+
     def __call__(self, args):
-        if self.graph is not None:
-            return self._replay(args)
         if self.eager or self.calls < WARMUP_CALLS:
             self.calls += 1
             return self.compiled(args)
-        return self._capture(args)
+        key = self._key(args)
+        capture = self.captures.get(key)
+        if capture is not None:
+            return self._replay(capture, args)
+        if len(self.captures) >= MAX_CAPTURES:
+            _fall_back(self.tag, f"more than {MAX_CAPTURES} sets of parameter addresses")
+            return self.compiled(args)
+        return self._capture(args, key)
 
-    def _capture(self, args):
+    def _capture(self, args, key):
         for a in args:
             if not isinstance(a, torch.Tensor):
                 self._give_up(f"an input of type {type(a).__name__} (dynamic shapes or a "
@@ -125,7 +155,8 @@ class Graphed:
                 return self.compiled(args)
         # Static buffers: parameters and buffers in place, the rest copied
         # into memory these captures own.
-        inputs = [a if (i in self.static or isinstance(a, torch.nn.Parameter))
+        static = set(self.static_positions)
+        inputs = [a if i in static
                   else torch.empty_strided(a.size(), a.stride(), dtype=a.dtype,
                                            device=a.device).copy_(a)
                   for i, a in enumerate(args)]
@@ -136,22 +167,23 @@ class Graphed:
         except RuntimeError as error:
             self._give_up(f"the capture failed ({str(error).splitlines()[0]})")
             return self.compiled(args)
-        self.graph, self.inputs, self.outputs = graph, inputs, outputs
+        capture = _Capture(graph, inputs, outputs)
+        self.captures[key] = capture
         stats.captures += 1
-        return self._replay(args)
+        return self._replay(capture, args)
 
-    def _replay(self, args):
+    def _replay(self, capture, args):
         given = list(args)
         args.clear()
-        for static, a in zip(self.inputs, given):
+        for static, a in zip(capture.inputs, given):
             if static.data_ptr() != a.data_ptr():
                 static.copy_(a)
-        self.graph.replay()
+        capture.graph.replay()
         stats.replays += 1
         for i in self.mutated:
-            if given[i].data_ptr() != self.inputs[i].data_ptr():
-                given[i].copy_(self.inputs[i])
-        return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs]
+            if given[i].data_ptr() != capture.inputs[i].data_ptr():
+                given[i].copy_(capture.inputs[i])
+        return [o.clone() if isinstance(o, torch.Tensor) else o for o in capture.outputs]
 
 
 def _graphed_compiler(kind):
