@@ -130,16 +130,34 @@ int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, in
     const int64_t nc = c_in - cb * CB < CB ? c_in - cb * CB : CB;
     const int64_t no = o_out - ob * OB < OB ? o_out - ob * OB : OB;
     const uint16_t *blk = src + cb * CB * c_step + ob * OB * o_step;
-    for (int64_t t = 0; t < taps; ++t) {
-      uint16_t *d = (uint16_t *)dst->data + (((ob / 2 * cbs + cb) * taps + t) * 2 + ob % 2) * BTILE;
-      const int64_t tt = flipped ? taps - 1 - t : t;
-      for (int64_t r = 0; r < 16; ++r, d += 32) {
-        _Alignas(64) uint16_t row[32] = {0};
-        for (int64_t e = 0; e < 2 && 2 * r + e < nc; ++e) {
-          const uint16_t *from = blk + (2 * r + e) * c_step + tt;
-          for (int64_t j = 0; j < no; ++j) row[2 * j + e] = from[j * o_step];
-        }
-        _mm512_storeu_si512(d, _mm512_load_si512(row));
+    /* Taps in groups: each out-channel's in-channels as one row of the
+     * group's block, read in w's order (each channel pair's run of taps
+     * contiguous), then per tap the 16 rows transposed as 32-bit pairs into
+     * the tile's 16 rows. */
+    enum { GROUP = 16 };
+    _Alignas(64) uint16_t blkt[GROUP][OB][CB];
+    for (int64_t t0 = 0; t0 < taps; t0 += GROUP) {
+      const int64_t tn = taps - t0 < GROUP ? taps - t0 : GROUP;
+      if (nc < CB || no < OB) memset(blkt, 0, sizeof blkt);
+      if (!flipped) /* w[o][c][t]: c inner */
+        for (int64_t o = 0; o < no; ++o)
+          for (int64_t c = 0; c < nc; ++c) {
+            const uint16_t *from = blk + c * c_step + o * o_step + t0;
+            for (int64_t t = 0; t < tn; ++t) blkt[t][o][c] = from[t];
+          }
+      else /* w[c][o][t]: o inner; tap t is w's tap taps - 1 - t */
+        for (int64_t c = 0; c < nc; ++c)
+          for (int64_t o = 0; o < no; ++o) {
+            const uint16_t *from = blk + c * c_step + o * o_step + taps - 1 - t0;
+            for (int64_t t = 0; t < tn; ++t) blkt[t][o][c] = from[-t];
+          }
+      for (int64_t t = 0; t < tn; ++t) {
+        uint16_t *d = (uint16_t *)dst->data +
+                      (((ob / 2 * cbs + cb) * taps + t0 + t) * 2 + ob % 2) * BTILE;
+        __m512i r[16];
+        for (int o = 0; o < 16; ++o) r[o] = _mm512_load_si512(blkt[t][o]);
+        loom_gemm_transpose16(r); /* r[k]: pair k of every out-channel */
+        for (int k = 0; k < 16; ++k) _mm512_storeu_si512(d + k * 32, r[k]);
       }
     }
   }

@@ -209,16 +209,39 @@ static inline int nhwc_wgrad_of(const loom_kernel_args *args, nhwc_wgrad *g) {
   return 0;
 }
 
+/* 16 fp32 sums rounded to bf16 as loom_f32_to_bf16 rounds each (nearest
+ * even; NaN quieted), bit for bit. */
+static inline __m256i nhwc_round16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)),
+                       _mm512_and_si512(_mm512_srli_epi32(bits, 16), one)),
+      16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
 /* The sums sums[t][i * 32 + j] of out-channel ob * 32 + i, in-channel
- * cb * 32 + j and tap t, rounded to bf16 into dw (O, C, T). */
+ * cb * 32 + j and tap t, rounded to bf16 into dw (O, C, T): each
+ * out-channel's 32 x T run rounded a tap at a time, then written in dw's
+ * order. */
 static inline void nhwc_wgrad_emit(const nhwc_wgrad *g, const float (*sums)[32 * 32], int64_t ob,
                                    int64_t cb) {
   uint16_t *out = (uint16_t *)g->dw->data;
-  for (int64_t i = 0; i < 32 && ob * 32 + i < g->o_n; ++i)
-    for (int64_t j = 0; j < 32 && cb * CB + j < g->c_n; ++j)
-      for (int64_t t = 0; t < g->taps; ++t)
-        out[((ob * 32 + i) * g->c_n + cb * CB + j) * g->taps + t] =
-            loom_f32_to_bf16(sums[t][i * 32 + j]);
+  const int64_t taps = g->taps, nj = g->c_n - cb * CB < 32 ? g->c_n - cb * CB : 32;
+  _Alignas(64) uint16_t r[MAX_TAPS][32];
+  for (int64_t i = 0; i < 32 && ob * 32 + i < g->o_n; ++i) {
+    for (int64_t t = 0; t < taps; ++t) {
+      _mm256_store_si256((__m256i *)r[t], nhwc_round16(_mm512_load_ps(sums[t] + i * 32)));
+      _mm256_store_si256((__m256i *)(r[t] + 16),
+                         nhwc_round16(_mm512_load_ps(sums[t] + i * 32 + 16)));
+    }
+    uint16_t *d = out + ((ob * 32 + i) * g->c_n + cb * CB) * taps;
+    for (int64_t j = 0; j < nj; ++j)
+      for (int64_t t = 0; t < taps; ++t) d[j * taps + t] = r[t][j];
+  }
 }
 
 #endif /* LOOM_KERNELS_CONV_NHWC_INTERNAL_H */
