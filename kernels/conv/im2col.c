@@ -52,6 +52,7 @@ int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
   int64_t es = loom_dtype_size(in->dtype);
   int64_t n_img = in->sizes[0], kk = g.k[0] * g.k[1] * g.k[2];
   int64_t len = g.o[0] * g.o[1] * g.o[2];
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
   for (int64_t r = begin; r < end; ++r) {
     int64_t ck = r / n_img, n = r % n_img;
     int64_t c = ck / kk, kidx = ck % kk;
@@ -82,6 +83,9 @@ int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin,
           const uint32_t *s = (const uint32_t *)irow + iw0 * sw;
           uint32_t *d = (uint32_t *)row;
           for (int64_t ow = wlo; ow < whi; ++ow) d[ow] = s[(ow - wlo) * step];
+        } else if (es == 2 && step == 2 && avx512) {
+          loom_im2col_stride2_u16_avx512((uint16_t *)row + wlo, (const uint16_t *)irow + iw0 * sw,
+                                         whi - wlo);
         } else if (es == 2) {
           const uint16_t *s = (const uint16_t *)irow + iw0 * sw;
           uint16_t *d = (uint16_t *)row;

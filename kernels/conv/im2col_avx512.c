@@ -2,7 +2,7 @@
  * accumulation into every other column (stride-2 convolutions), where each
  * destination element takes the one addition the scalar loop gives it, so
  * the bits are the same; the strided lanes of the flipped weight's pack;
- * and the rows of a zero-padded copy. */
+ * the rows of a zero-padded copy; and im2col's every other 16-bit value. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -83,4 +83,20 @@ int64_t loom_conv_pad_rows_avx512(float *d, int64_t wq, int64_t i0, int64_t i1, 
     from = i * wq + j1;
   }
   return from;
+}
+
+void loom_im2col_stride2_u16_avx512(uint16_t *d, const uint16_t *s, int64_t n) {
+  const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34,
+                                        32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                        2, 0);
+  for (int64_t j = 0; j < n; j += 32) {
+    /* the even lanes of the 2 * (n - j) - 1 values from s + 2j */
+    const int64_t live = n - j < 32 ? n - j : 32, span = 2 * live - 1;
+    const __mmask32 m0 = span >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << span) - 1u);
+    const __mmask32 m1 = span <= 32 ? (__mmask32)0 : (__mmask32)((1u << (span - 32)) - 1u);
+    const __m512i v = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(m0, s + 2 * j), even,
+                                                _mm512_maskz_loadu_epi16(m1, s + 2 * j + 32));
+    const __mmask32 m = live == 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << live) - 1u);
+    _mm512_mask_storeu_epi16(d + j, m, v);
+  }
 }

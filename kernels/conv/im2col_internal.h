@@ -26,6 +26,10 @@ void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_
 int64_t loom_conv_pad_rows_avx512(float *d, int64_t wq, int64_t i0, int64_t i1, int64_t j0,
                                   int64_t j1, const float *s, int64_t s_row, int64_t sw);
 
+/* d[i] = s[2i] for i < n, 16-bit values; reads s[0 .. 2n - 2] only
+ * (AVX-512 CPUs only). */
+void loom_im2col_stride2_u16_avx512(uint16_t *d, const uint16_t *s, int64_t n);
+
 /* The plan of a flipped pack's arguments (kernels/conv/conv.h) into *p, and
  * whether its weight w (tensor [4]) fits it: 0, or a loom_status. The
  * caller checks the dtypes and the plan's variant. */
