@@ -4,7 +4,7 @@
  * with vdpbf16ps on zmm registers in place of the tiles.
  *
  * Forward: a register block is R output positions of one output row (R <=
- * 12; the grid's columns past wo are left out, and a row's run of an item
+ * 14; the grid's columns past wo are left out, and a row's run of an item
  * is cut into blocks of even sizes) by 32 out-channels (two B tiles' rows,
  * one vector each), summed over a few in-channel blocks and taps (every
  * channel pair) in the registers, every block of an item's positions in
@@ -50,7 +50,7 @@ static inline __m512 dp_word(__m512 acc, __m512bh w, const uint16_t *p) {
     /* the next step's rows (from L2 the first time a block is read) */                           \
     _mm_prefetch((const char *)(b + 2 * BTILE + r * 32), _MM_HINT_T0);                            \
     _mm_prefetch((const char *)(b + 3 * BTILE + r * 32), _MM_HINT_T0);                            \
-    _Pragma("GCC unroll 12") for (int i = 0; i < R; ++i) {                                        \
+    _Pragma("GCC unroll 14") for (int i = 0; i < R; ++i) {                                        \
       if (i < (LO) || i >= (HI)) continue;                                                        \
       acc[i][0] = dp_word(acc[i][0], w0, a + i * ps + 2 * r);                                     \
       acc[i][1] = dp_word(acc[i][1], w1, a + i * ps + 2 * r);                                     \
@@ -63,7 +63,7 @@ static inline __m512 dp_word(__m512 acc, __m512bh w, const uint16_t *p) {
                            int first, const float *init, float *sums,                             \
                            const uint8_t (*span)[2]) {                                            \
     __m512 acc[R][2];                                                                             \
-    _Pragma("GCC unroll 12") for (int i = 0; i < R; ++i) {                                        \
+    _Pragma("GCC unroll 14") for (int i = 0; i < R; ++i) {                                        \
       acc[i][0] = _mm512_load_ps(first ? init : sums + i * 32);                                   \
       acc[i][1] = _mm512_load_ps(first ? init + 16 : sums + i * 32 + 16);                         \
     }                                                                                             \
@@ -84,7 +84,7 @@ static inline __m512 dp_word(__m512 acc, __m512bh w, const uint16_t *p) {
         NHWC_FWD_STEP(R, lo, hi)                                                                  \
       }                                                                                           \
     }                                                                                             \
-    _Pragma("GCC unroll 12") for (int i = 0; i < R; ++i) {                                        \
+    _Pragma("GCC unroll 14") for (int i = 0; i < R; ++i) {                                        \
       _mm512_store_ps(sums + i * 32, acc[i][0]);                                                  \
       _mm512_store_ps(sums + i * 32 + 16, acc[i][1]);                                             \
     }                                                                                             \
@@ -102,18 +102,21 @@ NHWC_FWD_ROWS(9)
 NHWC_FWD_ROWS(10)
 NHWC_FWD_ROWS(11)
 NHWC_FWD_ROWS(12)
+NHWC_FWD_ROWS(13)
+NHWC_FWD_ROWS(14)
 
 typedef void (*fwd_rows_fn)(const uint16_t *, int64_t, const int64_t *, int64_t, int64_t,
                             int64_t, const uint16_t *, int, const float *, float *,
                             const uint8_t (*)[2]);
-static const fwd_rows_fn fwd_rows[13] = {
-    NULL,       fwd_rows_1, fwd_rows_2, fwd_rows_3,  fwd_rows_4,  fwd_rows_5, fwd_rows_6,
-    fwd_rows_7, fwd_rows_8, fwd_rows_9, fwd_rows_10, fwd_rows_11, fwd_rows_12};
+static const fwd_rows_fn fwd_rows[15] = {
+    NULL,        fwd_rows_1,  fwd_rows_2,  fwd_rows_3,  fwd_rows_4,
+    fwd_rows_5,  fwd_rows_6,  fwd_rows_7,  fwd_rows_8,  fwd_rows_9,
+    fwd_rows_10, fwd_rows_11, fwd_rows_12, fwd_rows_13, fwd_rows_14};
 
 /* Steps of the weight per pass over an item's positions: 8 KB of it, read
  * from L1 by every block of rows (a panel of 256 or 512 channels, 9 taps,
  * would stream 144 or 288 KB from L2 per 12 positions). */
-enum { FWD_STEPS = 4, FWD_ROWS = 12 };
+enum { FWD_STEPS = 4, FWD_ROWS = 14 };
 
 /* The register blocks of positions [q0, q0 + qn) of a grid of rows wq
  * wide: the output positions only (x < wo), each row's run of them cut
