@@ -55,8 +55,10 @@ enum { LOOM_GEMM_A_IN_COMPUTE = 0x1000 };
  * part carries). The three products of the high and
  * low parts that matter sum to the fp32 product within about 2^-16 of
  * each element (PyTorch's "high" float32 matmul precision); the high parts
- * alone within 2^-8 ("medium"). Ignored by the other variants and for
- * other dtypes. Which precision each variant serves: gemm_select.c. */
+ * alone within 2^-8 ("medium"). vdpbf16ps and tdpbf16ps flush subnormal
+ * bf16 inputs and sums to zero: magnitudes under 2^-126 are lost. Ignored
+ * by the other variants and for other dtypes. Which precision each
+ * variant serves: gemm_select.c. */
 enum { LOOM_GEMM_BF16_MATH = 0x200, LOOM_GEMM_A_LOW = 0x400, LOOM_GEMM_B_LOW = 0x800 };
 
 /* Added to the isa: the threads the launches run on (0-255; 0 or 1 plan

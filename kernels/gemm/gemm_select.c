@@ -162,7 +162,8 @@ int loom_gemm_plan_for(const loom_kernel_args *args, loom_gemm_isa isa, loom_gem
    * - "medium" (LOOM_GEMM_MATH_BF16): A and B rounded to bf16 (nearest,
    *   ties to even) as they are packed, their products summed in fp32, on
    *   AMX tiles or by AVX512BF16's vdpbf16ps, which run bf16 at twice the
-   *   fp32 FMA rate (2048^3: ~396 against ~199 GFLOP/s). The generic and
+   *   fp32 FMA rate (2048^3: ~396 against ~199 GFLOP/s); both flush
+   *   subnormal inputs and sums to zero (gemm.h). The generic and
    *   AVX512 variants have no bf16 products and stay exact fp32.
    * - "high" (LOOM_GEMM_MATH_BF16X3): on AMX only, three bf16 passes: the
    *   products of the low parts with the high ones, then of the high
