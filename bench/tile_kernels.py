@@ -5,8 +5,8 @@ side by side in one process (alternating, best of several rounds):
 
 softmax and layer norm (forward) against torch.softmax / F.layer_norm on
 loom, matmul (fp32, 2048^3) against torch.mm on loom, flash attention
-against F.scaled_dot_product_attention on loom, and the Python time of a
-cached kernel launch. Prints a table (the speed is the median of the
+against F.scaled_dot_product_attention on loom, and the calling thread's
+time per call: a cached kernel launch, the softmax and layer-norm calls. Prints a table (the speed is the median of the
 rounds' paired ratios, robust to a machine whose load changes between
 rounds; the best times of each are shown too); --json writes it as JSON.
 
@@ -66,6 +66,12 @@ def side_by_side(tile_fn, lib_fn, reps, rounds):
 
 
 def launch_overhead(n=3000):
+    """The calling thread's CPU time per call (what a call costs Python and
+    the enqueue, not the kernel, which runs on the workers, nor time the
+    thread spent descheduled on a loaded machine): a cached launch of the
+    vector add kernel, the registry launch alone, and the softmax and
+    layer-norm examples' whole calls beside the library's (64 rows of
+    1024: large enough to be queued, not run inline)."""
     x = torch.randn(64, device="loom")
     out = torch.empty_like(x)
     k = vector_add.add_kernel
@@ -73,9 +79,6 @@ def launch_overhead(n=3000):
     name = next(iter(k._cache.values())).name
 
     def host_time(fn):
-        # CPU time of the calling thread: what the launch costs Python and
-        # the enqueue, not the kernel (which runs on the workers), and not
-        # time the thread spent descheduled on a loaded machine.
         fn()
         torch.loom.synchronize()
         best = float("inf")
@@ -87,9 +90,16 @@ def launch_overhead(n=3000):
             torch.loom.synchronize()
         return best
 
-    tile = host_time(lambda: k[(1,)](x, x, out, 64, BLOCK_SIZE=64))
-    raw = host_time(lambda: _C._launch_kernel(name, [x, x, out], [1, 1, 1, 64], 1, 1))
-    return tile, raw
+    rows = torch.randn(64, 1024, device="loom")
+    w, b = torch.randn(1024, device="loom"), torch.randn(1024, device="loom")
+    return {
+        "tile launch": host_time(lambda: k[(1,)](x, x, out, 64, BLOCK_SIZE=64)),
+        "_launch_kernel": host_time(lambda: _C._launch_kernel(name, [x, x, out], [1, 1, 1, 64], 1, 1)),
+        "tile softmax": host_time(lambda: softmax.softmax(rows)),
+        "torch.softmax": host_time(lambda: torch.softmax(rows, -1)),
+        "tile layer_norm": host_time(lambda: layer_norm.layer_norm(rows, w, b)),
+        "F.layer_norm": host_time(lambda: F.layer_norm(rows, (1024,), w, b)),
+    }
 
 
 def main(argv=None):
@@ -159,22 +169,20 @@ def main(argv=None):
             add(f"flash attention{' causal' if causal else ''}", [z, h, sq, d], t, l_, r,
                 "F.scaled_dot_product_attention")
 
-    tile_launch = raw_launch = None
-    if "launch" in only:
-        tile_launch, raw_launch = launch_overhead()
+    host = launch_overhead() if "launch" in only else None
     print(f"{'kernel':<24}{'shape':<22}{'tile ms':>10}{'library ms':>12}{'tile/lib speed':>16}{'best/best':>11}")
     for r in rows:
         print(f"{r['kernel']:<24}{str(r['shape']):<22}{r['tile_ms']:>10.3f}{r['library_ms']:>12.3f}"
               f"{r['tile/library speed']:>16.2f}{r['best/best']:>11.2f}")
     print("tile/lib speed: median over alternating rounds of library time / tile time; "
           "best/best: the best library time over the best tile time")
-    if tile_launch is not None:
-        print(f"cached launch, calling thread's CPU time: tile {tile_launch * 1e6:.1f} us, "
-              f"_launch_kernel alone {raw_launch * 1e6:.1f} us")
+    if host is not None:
+        print("calling thread's CPU time per call (us): " +
+              ", ".join(f"{k} {v * 1e6:.1f}" for k, v in host.items()))
     if args.json:
         with open(args.json, "w") as f:
-            launch = None if tile_launch is None else {"tile": tile_launch * 1e6, "raw": raw_launch * 1e6}
-            json.dump({"rows": rows, "launch_us": launch}, f, indent=1)
+            json.dump({"rows": rows, "host_us": None if host is None else {k: v * 1e6 for k, v in host.items()}},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

@@ -56,16 +56,24 @@ class KernelOp:
         return self._op(*args, **kwargs)
 
 
+_is_compiling = torch.compiler.is_compiling
+_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch = torch._C._are_functorch_transforms_active
+_grad_enabled = torch.is_grad_enabled
+_Tensor = torch.Tensor
+
+
 def _plain_eager(args, kwargs):
-    if torch.compiler.is_compiling():
+    # called on every launch from eager code: the functions are bound once
+    if _is_compiling() or _function_mode() or _dispatch_modes() or _functorch():
         return False
-    C = torch._C
-    if C._is_torch_function_mode_enabled() or C._len_torch_dispatch_stack() or \
-            C._are_functorch_transforms_active():
-        return False
-    grad = torch.is_grad_enabled()
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            if type(a) is not torch.Tensor or (grad and a.requires_grad):
+    grad = _grad_enabled()
+    for a in args:
+        if isinstance(a, _Tensor) and (type(a) is not _Tensor or (grad and a.requires_grad)):
+            return False
+    if kwargs:
+        for a in kwargs.values():
+            if isinstance(a, _Tensor) and (type(a) is not _Tensor or (grad and a.requires_grad)):
                 return False
     return True

@@ -90,8 +90,9 @@ def layer_norm_fwd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     x2 = _rows(x)
     m = x2.shape[0]
     y = torch.empty_like(x2)
-    mean = torch.empty((m,), dtype=torch.float32, device=x.device)
-    rstd = torch.empty((m,), dtype=torch.float32, device=x.device)
+    device = x.device
+    mean = torch.empty(m, dtype=torch.float32, device=device)
+    rstd = torch.empty(m, dtype=torch.float32, device=device)
     if m and n:
         _layer_norm_fwd[(m,)](x2, y, weight.contiguous(), bias.contiguous(), mean, rstd,
                               x2.stride(0), n, eps, BLOCK_N=tl.next_power_of_2(n))

@@ -25,9 +25,12 @@ def _fake(x):
 @tl.kernel_op("loom_tile::softmax", fake=_fake)
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim."""
-    if x.dim() == 0:
+    if x.dim() == 2 and x.stride(1) == 1:
+        x2 = x
+    elif x.dim() == 0:
         raise ValueError("loom_tile::softmax: needs at least one dim")
-    x2 = x.reshape(-1, x.shape[-1]).contiguous() if x.dim() != 2 or x.stride(-1) != 1 else x
+    else:
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()
     rows, cols = x2.shape
     out = torch.empty_like(x2)
     if rows and cols:
