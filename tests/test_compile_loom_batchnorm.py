@@ -64,7 +64,12 @@ def test_backward_is_threshold_backward_then_batch_norm_backward_bit_for_bit(sha
     masked = aten.threshold_backward(g, y, 0)
     want = aten.native_batch_norm_backward(masked, x, w, rm, rv, mean, invstd, True, 1e-5,
                                            [True, True, True])
+    assert len(got) == 3
     for a, e in zip(got, want):
+        assert torch.equal(a.cpu(), e.cpu())
+    kept = torch.ops.loom.batch_norm_relu_backward(g, y, x, w, mean, invstd, True)
+    assert len(kept) == 4 and torch.equal(kept[3].cpu(), masked.cpu())
+    for a, e in zip(kept, want):
         assert torch.equal(a.cpu(), e.cpu())
     # against the CPU's autograd through batch norm and ReLU
     cx, cw, cb = (t.cpu().requires_grad_() for t in (x, w, b))
@@ -113,7 +118,7 @@ dy = torch.randn(8, 24, 19, 21, generator=g).to("loom")
 w, b, rm = (torch.randn(24, generator=g).to("loom") for _ in range(3))
 rv = (torch.rand(24, generator=g) + 0.5).to("loom")
 outs = list(torch.ops.loom.batch_norm_relu(x, w, b, rm, rv, r, 0.1, 1e-5))
-outs += list(torch.ops.loom.batch_norm_relu_backward(dy, outs[0], x, w, outs[1], outs[2]))
+outs += list(torch.ops.loom.batch_norm_relu_backward(dy, outs[0], x, w, outs[1], outs[2], True))
 add(*outs)
 print("DIGEST", h.hexdigest())
 """
@@ -189,9 +194,9 @@ def test_compiled_resnet_training_fuses_batch_norms_and_keeps_eagers_parameters(
     # stem, both blocks' first batch norms, the blocks' ends (identity and
     # projected shortcut added before the ReLU)
     assert c["batch_norm_relu"] == 5
-    # the backward masks where the ReLU's gradient feeds one batch norm
-    # (the stem's and each block's first); a block's end feeds two
-    assert c["batch_norm_relu_backward"] == 3
+    # every ReLU's gradient is masked by the batch-norm backward after it:
+    # a block's end keeps the masked gradient for its shortcut
+    assert c["batch_norm_relu_backward"] == 5
     assert losses == eager_losses and losses[-1] < losses[0]
     for name, t in state.items():  # parameters, running statistics, counts
         assert torch.equal(t, eager_state[name]), name

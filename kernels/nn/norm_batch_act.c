@@ -27,6 +27,10 @@ void loom_bna_row_mask_grad_sums_avx512(float *gm, const float *g, const float *
                                         double *sum_gx);
 void loom_bna_row_dx_inplace_avx512(float *d, const float *x, int64_t n, float k1, float k2,
                                     float k3);
+void loom_bn_row_dx(float *dx, const float *g, const float *x, int64_t n, float k1, float k2,
+                    float k3);
+void loom_bn_row_dx_avx512(float *dx, const float *g, const float *x, int64_t n, float k1,
+                           float k2, float k3);
 
 static int bna_vec(void) { return (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0; }
 
@@ -117,8 +121,12 @@ int loom_batch_norm_relu_backward(const loom_kernel_args *args, int64_t begin, i
   const loom_tensor *dy = &args->tensors[0], *y = &args->tensors[1], *x = &args->tensors[2],
                     *w = &args->tensors[3], *sm = &args->tensors[4], *si = &args->tensors[5],
                     *dx = &args->tensors[6], *dw = &args->tensors[7], *db = &args->tensors[8];
+  /* the masked gradient, kept for other readers (or dx holds it meanwhile) */
+  const loom_tensor *keep = args->num_tensors > 9 && args->tensors[9].data ? &args->tensors[9]
+                                                                          : dx;
   if (!x->data || !dy->data || !y->data || !dx->data || !sm->data || !si->data ||
-      !bna_rows(x, x) || !bna_rows(dy, x) || !bna_rows(y, x) || !bna_rows(dx, x))
+      !bna_rows(x, x) || !bna_rows(dy, x) || !bna_rows(y, x) || !bna_rows(dx, x) ||
+      !bna_rows(keep, x))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t nb = x->sizes[0], nc = x->sizes[1], ns = x->sizes[2];
   const loom_tensor *chan[] = {w, sm, si, dw, db};
@@ -130,7 +138,7 @@ int loom_batch_norm_relu_backward(const loom_kernel_args *args, int64_t begin, i
     const double mu = (double)bna_at(sm, c, 0.0f), invstd = (double)bna_at(si, c, 1.0f);
     double sum_dy = 0.0, sum_dy_xmu = 0.0;
     for (int64_t n = 0; n < nb; ++n) {
-      float *gm = (float *)bna_row(dx, n, c);
+      float *gm = (float *)bna_row(keep, n, c);
       const float *gr = bna_row(dy, n, c), *yr = bna_row(y, n, c), *xr = bna_row(x, n, c);
       double sg, sgx;
       if (vec) loom_bna_row_mask_grad_sums_avx512(gm, gr, yr, xr, ns, mu, &sg, &sgx);
@@ -147,8 +155,15 @@ int loom_batch_norm_relu_backward(const loom_kernel_args *args, int64_t begin, i
     for (int64_t n = 0; n < nb; ++n) {
       float *dr = (float *)bna_row(dx, n, c);
       const float *xr = bna_row(x, n, c);
-      if (vec) loom_bna_row_dx_inplace_avx512(dr, xr, ns, k1, k2, k3);
-      else loom_bna_row_dx_inplace(dr, xr, ns, k1, k2, k3);
+      if (keep != dx) {
+        const float *gm = bna_row(keep, n, c);
+        if (vec) loom_bn_row_dx_avx512(dr, gm, xr, ns, k1, k2, k3);
+        else loom_bn_row_dx(dr, gm, xr, ns, k1, k2, k3);
+      } else if (vec) {
+        loom_bna_row_dx_inplace_avx512(dr, xr, ns, k1, k2, k3);
+      } else {
+        loom_bna_row_dx_inplace(dr, xr, ns, k1, k2, k3);
+      }
     }
   }
   return LOOM_OK;

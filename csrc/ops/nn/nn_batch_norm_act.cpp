@@ -3,7 +3,8 @@
 // the ReLU), and the backward of the pair, for the compiler
 // (python/torch_loom/compiler/batchnorm.py). Bitwise what
 // _native_batch_norm_legit_functional, add and relu give, and what
-// threshold_backward(dy, y, 0) then native_batch_norm_backward give.
+// threshold_backward(dy, y, 0) then native_batch_norm_backward give (the
+// backward returns the masked gradient too, fourth, with keep_masked).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -89,10 +90,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_relu(
   return {out, save_mean, save_invstd, new_mean, new_var};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward(
+std::vector<at::Tensor> bn_relu_backward(
     const at::Tensor& grad_out, const at::Tensor& output, const at::Tensor& input,
     const std::optional<at::Tensor>& weight_, const at::Tensor& save_mean,
-    const at::Tensor& save_invstd) {
+    const at::Tensor& save_invstd, bool keep_masked) {
   check_input(input, kBwd);
   check_like(grad_out, input, kBwd, "grad_out");
   check_like(output, input, kBwd, "output");
@@ -103,21 +104,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_relu_backward(
   const int64_t C = input.size(1);
   at::Tensor dx = at::empty(input.sizes(), input.options());
   at::Tensor dw = at::empty({C}, input.options()), db = at::empty({C}, input.options());
-  if (C == 0) return {dx, dw, db};
+  at::Tensor masked = keep_masked ? at::empty(input.sizes(), input.options()) : at::Tensor();
+  std::vector<at::Tensor> result = {dx, dw, db};
+  if (keep_masked) result.push_back(masked);
+  if (C == 0) return result;
   if (input.numel() == 0) {
     dw.zero_();
     db.zero_();
-    return {dx, dw, db};
+    return result;
   }
   const at::Tensor x3 = rows_of(input), dx3 = dx.view(x3.sizes());
-  const loom_tensor t[9] = {
+  const loom_tensor t[10] = {
       describe(rows_of(grad_out), kBwd), describe(rows_of(output), kBwd), describe(x3, kBwd),
       describe_opt(weight, kBwd), describe(contig(save_mean), kBwd),
       describe(contig(save_invstd), kBwd), describe(dx3, kBwd), describe(dw, kBwd),
-      describe(db, kBwd)};
+      describe(db, kBwd), keep_masked ? describe(masked.view(x3.sizes()), kBwd) : loom_tensor{}};
   launch(kBwd, LOOM_KERNEL("norm.batch_relu_backward"), t, {}, C,
          grain_for(input.numel() / C), input.device().index());
-  return {dx, dw, db};
+  return result;
 }
 
 }  // namespace
@@ -127,7 +131,8 @@ TORCH_LIBRARY_FRAGMENT(loom, m) {
         "Tensor running_var, Tensor? residual, float momentum, float eps) -> "
         "(Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("batch_norm_relu_backward(Tensor grad_out, Tensor output, Tensor input, "
-        "Tensor? weight, Tensor save_mean, Tensor save_invstd) -> (Tensor, Tensor, Tensor)");
+        "Tensor? weight, Tensor save_mean, Tensor save_invstd, bool keep_masked=False) -> "
+        "Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(loom, PrivateUse1, m) {

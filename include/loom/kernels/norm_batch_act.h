@@ -21,11 +21,14 @@
  * the unbiased variance, to the _out tensors (which may be the same).
  *
  * "norm.batch_relu_backward":
- * tensors: [dy, y, x, weight?, save_mean, save_invstd, dx, dweight?, dbias?]
+ * tensors: [dy, y, x, weight?, save_mean, save_invstd, dx, dweight?, dbias?,
+ *           masked?]
  * scalars: []
  * The gradients of batch norm (training statistics) at x, for the output
- * gradient dy masked where y <= 0 (y: the ReLU's output). dx is written
- * twice: first the masked gradient, then the input gradient. */
+ * gradient dy masked where y <= 0 (y: the ReLU's output). The masked
+ * gradient is written to `masked` when given (other ops read it: a residual
+ * block's shortcut); otherwise dx holds it until the input gradient
+ * overwrites it. */
 #ifndef LOOM_KERNELS_NORM_BATCH_ACT_CONTRACT_H
 #define LOOM_KERNELS_NORM_BATCH_ACT_CONTRACT_H
 #endif /* LOOM_KERNELS_NORM_BATCH_ACT_CONTRACT_H */

@@ -12,11 +12,12 @@ fused kernel applies it (after the residual add) to each row as it
 normalizes it. In the backward graph, ``threshold_backward(dy, y, 0)``
 (the ReLU's gradient, y its output) feeding batch norm's backward would
 write a masked copy of dy that batch norm's backward reads twice; the fused
-kernel masks dy as it sums it. Both give the unfused ops' bits.
+kernel masks dy as it sums it (and still writes the masked copy where other
+ops read it: a residual block's shortcut). Both give the unfused ops' bits.
 
 The pass runs on the graph IR before fusion, as the GEMM epilogues do. It
-takes float32 loom tensors in training mode only, where the normalized (or
-masked) tensor has no reader but the op fused into the call.
+takes float32 loom tensors in training mode only, where the normalized
+tensor has no reader but the op fused into the call.
 """
 
 from __future__ import annotations
@@ -154,7 +155,11 @@ def _backward(graph, node, position, outputs, op):
     if not (isinstance(tb, Pointwise) and tb.op == "threshold_backward" and tb.kind == ir.F32 and
             len(tb.params) == 1 and tb.params[0] == 0 and tb.out.alias is None):
         return None
-    if gm in outputs or [u for u in gm.users if u in position] != [node]:
+    # other readers of the masked gradient (a residual block's shortcut)
+    # get it from the fused call, which must run before them
+    others = [u for u in gm.users if u in position and u is not node]
+    keep = gm in outputs or bool(others)
+    if any(position[u] <= position[node] for u in others):
         return None
     if len(tb.operands) != 2 or not all(isinstance(o, Ref) and tuple(o.access) == tuple(range(
             len(x.shape))) for o in tb.operands):
@@ -162,7 +167,7 @@ def _backward(graph, node, position, outputs, op):
     dy, y = (o.value for o in tb.operands)
     if not (_dense(dy) and _dense(y) and dy.shape == x.shape and y.shape == x.shape):
         return None
-    lib = _library(op, (dy, y, x, w, sm, si), list(node.slots))
+    lib = _library(op, (dy, y, x, w, sm, si, keep), list(node.slots) + ([gm] if keep else []))
     lib.fused_relu = "batch_norm_relu_backward"
     _replace(graph, {tb, node}, lib, position[node])
     return lib
