@@ -52,8 +52,12 @@ RULES = {
     "runtime/hal/": ["runtime/hal/", "base/", PUBLIC,
                      "runtime/alloc/caching_allocator.h", "runtime/alloc/host_allocator.h"],
     # Drivers reach the front end only through loom/driver.h; the host
-    # driver's kernel table is the kernel library.
-    "runtime/drivers/host/": ["runtime/drivers/host/", "base/", PUBLIC, "kernels/registry.h"],
+    # driver's kernel table is the kernel library. Adaptive eager reads
+    # pointwise launches' op words to run them as a GEMM's epilogue steps
+    # (two argument contracts, enums only).
+    "runtime/drivers/host/": ["runtime/drivers/host/", "base/", PUBLIC, "kernels/registry.h",
+                              "include/loom/kernels/pointwise.h",
+                              "include/loom/kernels/gemm_epilogue.h"],
     # The guarded driver wraps the host driver through loom_host_driver().
     "runtime/drivers/guarded/": ["runtime/drivers/guarded/", "base/", PUBLIC],
     # The JIT registers the kernels it compiles through the runtime's public

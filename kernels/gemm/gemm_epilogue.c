@@ -29,6 +29,8 @@ typedef struct epilogue {
   int32_t num_operands, steps;
   int32_t op[LOOM_GEMM_EPILOGUE_MAX_STEPS], operand[LOOM_GEMM_EPILOGUE_MAX_STEPS],
       swap[LOOM_GEMM_EPILOGUE_MAX_STEPS];
+  /* the tensor a step stores its result to (LOOM_GEMM_EPILOGUE_STORE), or NULL */
+  const loom_tensor *store[LOOM_GEMM_EPILOGUE_MAX_STEPS];
   epi_apply_fn apply;
 } epilogue;
 
@@ -66,14 +68,29 @@ static int epi_same_sizes(const loom_tensor *t, const loom_tensor *c) {
   return 1;
 }
 
-/* Reads the step words at `words` and checks every tensor. */
+/* Reads the step words at `words` and checks every tensor; `operands` holds
+ * the operands, then the store tensors (`num_tensors` in all). */
 static int epi_init(epilogue *e, const loom_tensor *c, const loom_tensor *d,
-                    const loom_tensor *operands, int32_t num_operands, const loom_scalar *words,
+                    const loom_tensor *operands, int32_t num_tensors, const loom_scalar *words,
                     int64_t steps) {
   memset(e, 0, sizeof *e);
   if (steps < 0 || steps > LOOM_GEMM_EPILOGUE_MAX_STEPS)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "gemm epilogue: %lld steps (at most %d)",
                       (long long)steps, LOOM_GEMM_EPILOGUE_MAX_STEPS);
+  int32_t stores = 0;
+  for (int64_t s = 0; s < steps; ++s) stores += (words[s].i & LOOM_GEMM_EPILOGUE_STORE) != 0;
+  const int32_t num_operands = num_tensors - stores;
+  if (num_operands < 0)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "gemm epilogue: %d storing steps but %d tensors after D", (int)stores,
+                      (int)num_tensors);
+  for (int32_t j = 0; j < stores; ++j) {
+    const loom_tensor *t = &operands[num_operands + j];
+    if (!epi_same_sizes(t, c) || t->dtype != c->dtype)
+      return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                        "gemm epilogue: store tensor %d must be a view of C's sizes and dtype",
+                        (int)j);
+  }
   if (c->rank != 4 || !epi_float(c->dtype) || !epi_same_sizes(d, c))
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
                       "gemm epilogue: C and D must be rank-4 float views of one shape");
@@ -83,15 +100,18 @@ static int epi_init(epilogue *e, const loom_tensor *c, const loom_tensor *d,
                         "gemm epilogue: operand %d must be a float view with C's sizes", k + 1);
   e->c = c, e->d = d, e->operands = operands, e->num_operands = num_operands;
   e->steps = (int32_t)steps;
+  int32_t next_store = num_operands;
   for (int32_t s = 0; s < e->steps; ++s) {
     const int64_t w = words[s].i;
     const int op = (int)(w & 0xffff);
-    const int k = (int)((w >> LOOM_GEMM_EPILOGUE_OPERAND_SHIFT) & 0x3fff);
+    const int k = (int)((w >> LOOM_GEMM_EPILOGUE_OPERAND_SHIFT) & 0x1fff);
     const int ok = k == 0 ? epi_unary_ok(op) : (epi_binary_ok(op) && k <= num_operands);
-    if (!ok || (w & ~(int64_t)(LOOM_GEMM_EPILOGUE_SWAP | 0x3fffffff)) != 0)
+    if (!ok || (w & ~(int64_t)(LOOM_GEMM_EPILOGUE_SWAP | LOOM_GEMM_EPILOGUE_STORE |
+                               0x1fffffff)) != 0)
       return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "gemm epilogue: bad step %d (word %lld)",
                         (int)s, (long long)w);
     e->op[s] = op, e->operand[s] = k, e->swap[s] = (w & LOOM_GEMM_EPILOGUE_SWAP) != 0;
+    if (w & LOOM_GEMM_EPILOGUE_STORE) e->store[s] = &operands[next_store++];
   }
   e->apply = (loom_cpu_features() & LOOM_FEATURE_AVX512F) ? loom_pw_apply_f32_avx512
                                                            : loom_pw_apply_f32;
@@ -141,6 +161,11 @@ static int epi_run(const epilogue *e, int64_t i1, int64_t i2, int64_t row, int64
       if (c->dtype != LOOM_FLOAT32) { /* the intermediate as eager stores it */
         loom_pw_store(LOOM_PW_F32, (char *)r16, c->dtype, 2, next, n);
         loom_pw_load(LOOM_PW_F32, next, (const char *)r16, c->dtype, 2, n);
+      }
+      if (e->store[s]) {
+        const loom_tensor *t = e->store[s];
+        loom_pw_store(LOOM_PW_F32, (char *)loom_gemm_elem(t, i1, i2, row, col0 + j0), t->dtype,
+                      t->strides[3] * loom_dtype_size(t->dtype), next, n);
       }
       cur = next;
     }

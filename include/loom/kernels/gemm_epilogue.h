@@ -20,20 +20,28 @@
  * (operand - value instead of value - operand). Operands are rank-4 views
  * with C's sizes (stride 0 where they broadcast: a bias along columns has
  * strides {0, 0, 0, 1}, along rows {0, 0, 1, 0}), fp32, bf16 or fp16.
+ * LOOM_GEMM_EPILOGUE_STORE on a step also stores its result (rounded as
+ * above) to the next store tensor, which follows the operands: the j-th
+ * storing step's tensor comes after the last operand, j places on (store
+ * tensors: C's sizes, C's dtype). Adaptive eager uses it for intermediates
+ * another op may still read. A view read or written by several steps must
+ * be the same map wherever it appears (each row run is read, then written).
  *
  * "gemm.compute_epilogue": a "gemm.compute" launch (loom/kernels/gemm.h;
  * the same plan, range and grain) that runs the epilogue on each tile it
  * finishes and writes the result to D:
  *   tensors: [0] C, [1] A, [2] B, [3] workspace, [4] Cin (always present;
  *            ignored when beta == 0), [5] D (C's sizes, any float dtype,
- *            may be C itself), [6 + k - 1] epilogue operand k
+ *            may be C itself), [6 + k - 1] epilogue operand k, then the
+ *            store tensors
  *   scalars: [0..2] as "gemm.compute", [3].i n, [4 + s].i step word s
  * Launched in place of the last pass's "gemm.compute" (the passes before
  * it compute partial sums). With a transposed plan, D and the operands are
  * transposed with C.
  *
  * "gemm.epilogue": the epilogue alone, over rows of C (a GEMV's result, or
- * the unfused reference): tensors [0] C, [1] D, [2 + k - 1] operand k;
+ * the unfused reference): tensors [0] C, [1] D, [2 + k - 1] operand k,
+ * then the store tensors;
  * scalars [0].i n, [1 + s].i step word s; range batch1 * batch2 * rows,
  * any grain. Bad step words return LOOM_ERROR_INVALID_ARGUMENT. */
 #ifndef LOOM_KERNELS_GEMM_EPILOGUE_CONTRACT_H
@@ -41,7 +49,8 @@
 
 enum {
   LOOM_GEMM_EPILOGUE_MAX_STEPS = 8,
-  LOOM_GEMM_EPILOGUE_OPERAND_SHIFT = 16,
+  LOOM_GEMM_EPILOGUE_OPERAND_SHIFT = 16, /* operand k: bits 16..28 */
+  LOOM_GEMM_EPILOGUE_STORE = 1 << 29,
   LOOM_GEMM_EPILOGUE_SWAP = 1 << 30,
 };
 

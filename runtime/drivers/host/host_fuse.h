@@ -17,6 +17,14 @@
 
 typedef struct host_group host_group;
 
+/* The workspaces pack launches filled whose compute launch has not run
+ * (per queue, the token holder's). */
+#define HOST_PACKS_MAX 16
+typedef struct host_packs {
+  const void *ws[HOST_PACKS_MAX];
+  int n, overflow;
+} host_packs;
+
 /* What host_fuse_offer did with a command. */
 enum { HOST_FUSE_STOP = 0, HOST_FUSE_JOINED = 1, HOST_FUSE_PASSED = 2 };
 
@@ -48,6 +56,11 @@ void host_fuse_count_verified(int compared);
  * enough to split). */
 int host_fuse_can_lead(const loom_command *cmd);
 
+/* How long the executor may wait, in all, for launches still on their
+ * way from the host when nothing is queued behind `lead`: a small share of
+ * the lead's own time at memory speed; 0 for a small launch. */
+uint64_t host_fuse_wait_ns(const loom_command *lead);
+
 /* Starts a group led by `lead`. */
 void host_fuse_begin(host_group *group, const loom_command *lead);
 /* Offers the next queued command (HOST_FUSE_*): joined, passed over (it
@@ -61,6 +74,65 @@ int host_fuse_joined(const host_group *group);
  * records (as one kernel) and their release callbacks. */
 void host_fuse_run(host_context *ctx, int device, int priority, host_group *group,
                    loom_stream_t *report);
+/* The packs the group's launches run ahead of it filled (host_epilogue_note). */
+host_packs *host_fuse_packs(host_group *group);
+
+/* GEMM epilogues (host_fuse_epilogue.c): the elementwise launches queued
+ * right after a product's last "gemm.compute" that read its C run as one
+ * "gemm.compute_epilogue" launch. The queue asks host_epilogue_can_lead,
+ * then offers the commands after it, in order, until one is refused, and
+ * runs the group if any joined. */
+typedef struct host_epilogue {
+  const loom_command *lead;
+  /* The product's "gemm.pack", when the group took it too (not run yet):
+   * then steps may use the workspace's memory (freed at once by the
+   * caller, the allocator hands it to the next tensor), and the pack and
+   * the product use scratch instead. */
+  const loom_command *pack;
+  int may_move_ws, moves_ws;
+  void *ws; /* the workspace the product reads */
+  int n, noperands;
+  int64_t numel;
+  loom_tensor c, chain; /* C's view; the value the next step reads */
+  const loom_command *members[8];
+  int64_t words[8];
+  loom_tensor outs[8], operands[8]; /* as rank-4 views with C's sizes */
+  loom_tensor tensors[6 + 8 + 8];
+  loom_scalar scalars[4 + 8];
+} host_epilogue;
+
+/* Host memory a queue keeps for moved workspaces (grown, freed with it). */
+typedef struct host_scratch {
+  void *p;
+  size_t bytes;
+} host_scratch;
+
+/* Whether `cmd` may lead a group: a product's "gemm.compute"; its
+ * "gemm.pack", whose compute launch (host_epilogue_pairs) follows. */
+int host_epilogue_can_lead(const loom_command *cmd);
+int host_epilogue_pack_can_lead(const loom_command *cmd);
+int host_epilogue_pairs(const loom_command *pack, const loom_command *compute);
+/* How long the executor may wait for a first or next step when nothing is
+ * queued behind `lead`: a small share of the product's own time, 0 for a
+ * small product. */
+uint64_t host_epilogue_wait_ns(const loom_command *lead);
+/* Called with every launch a queue runs (a pack adds its workspace, a
+ * compute launch removes it); whether no pack filled `compute`'s. */
+void host_epilogue_note(host_packs *p, const loom_command *cmd);
+int host_epilogue_ws_unused(const host_packs *p, const loom_command *compute);
+
+/* Starts a group led by `lead` (and `pack` before it, or NULL); the
+ * workspace may move if `pack` is given or `ws_unused`. */
+void host_epilogue_begin(host_epilogue *e, const loom_command *lead, const loom_command *pack,
+                         int ws_unused);
+/* 1: `cmd` joined as the next step; 0: the group ends before it. */
+int host_epilogue_offer(host_epilogue *e, const loom_command *cmd);
+/* Runs the pack, if taken, and the product with the steps; reports a
+ * failure (as the product's), the trace (one kernel), the release
+ * callbacks and the counters. 0 if nothing ran (no scratch for a moved
+ * workspace). */
+int host_epilogue_run(host_context *ctx, int device, int priority, host_epilogue *e,
+                      host_scratch *scratch, loom_stream_t *report);
 
 /* ---- between host_fuse.c and host_fuse_verify.c ---- */
 
@@ -120,6 +192,7 @@ struct host_group {
   atomic_int failed[HOST_FUSE_MAX_MEMBERS];
   int64_t failed_begin[HOST_FUSE_MAX_MEMBERS], failed_end[HOST_FUSE_MAX_MEMBERS];
   char failed_reason[HOST_FUSE_MAX_MEMBERS][HOST_REASON_CAPACITY];
+  host_packs packs; /* the queue's (host_epilogue_note) */
 };
 
 /* Resets the members' failures; runs the group's chunks on the calling

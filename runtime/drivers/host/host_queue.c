@@ -49,6 +49,10 @@ struct loom_driver_queue {
   _Atomic uint64_t wake_at;
   atomic_int executor_sleeping, sync_waiters, stop;
   host_group *group; /* adaptive eager's, for the token's holder; NULL: none */
+  host_scratch scratch; /* the token holder's: moved GEMM workspaces */
+  /* A product whose pack looked for its epilogue: its own turn does not
+   * wait again. Only the token's holder uses it. */
+  const host_node *epilogue_looked;
 };
 
 loom_status host_launch_failed(const loom_command *cmd, int rc, int64_t begin, int64_t end,
@@ -174,23 +178,85 @@ static host_node *pop(loom_driver_queue *q) {
   return n;
 }
 
+/* The queue whose executor this thread is (NULL on other threads). */
+static _Thread_local loom_driver_queue *executor_of;
+
+/* The node after `prev` (the first queued if NULL), read under the lock. */
+static host_node *next_node(loom_driver_queue *q, host_node *prev) {
+  pthread_mutex_lock(&q->lock);
+  host_node *n = prev ? prev->next : q->head;
+  pthread_mutex_unlock(&q->lock);
+  return n;
+}
+
+/* Waits up to `budget_ns` for a command after `prev` (NULL if none came).
+ * Only the executor waits, and not while a thread synchronizes on the
+ * queue: then nothing more is on its way from that thread. */
+static host_node *wait_next(loom_driver_queue *q, host_node *prev, uint64_t budget_ns) {
+  if (executor_of != q) return NULL; /* a synchronizer drains */
+  loom_spin spin = loom_spin_start(budget_ns);
+  uint64_t seen = atomic_load_explicit(&q->submitted, memory_order_acquire);
+  for (;;) {
+    const uint64_t now = atomic_load_explicit(&q->submitted, memory_order_acquire);
+    if (now != seen) {
+      host_node *n = next_node(q, prev);
+      if (n) return n;
+      seen = now;
+    }
+    if (atomic_load(&q->sync_waiters) || atomic_load(&q->stop) || !loom_spin_more(&spin))
+      return NULL;
+  }
+}
+
+/* A walk over the commands queued after the popped one, for a group's
+ * look. At the end of what is queued it looks again, and the executor may
+ * wait up to `budget` nanoseconds in all for more: the host enqueues an op
+ * tens of microseconds after the one before, and a large launch that
+ * starts on an idle executor would otherwise run alone while the ops that
+ * could join it are on their way. The caller holds the execution token, so
+ * nodes are neither removed nor freed meanwhile, and the links up to the
+ * tail read under the lock were written before it. */
+typedef struct queue_look {
+  loom_driver_queue *q;
+  host_node *at, *last; /* the node returned last (NULL: none yet); the tail seen */
+  uint64_t budget;
+} queue_look;
+
+static host_node *look_next(queue_look *l) {
+  loom_driver_queue *q = l->q;
+  if (l->at && l->at != l->last) return l->at = l->at->next;
+  pthread_mutex_lock(&q->lock);
+  host_node *n = l->at ? l->at->next : q->head;
+  l->last = q->tail;
+  pthread_mutex_unlock(&q->lock);
+  if (!n && l->budget) {
+    const uint64_t t0 = loom_now_ns();
+    n = wait_next(q, l->at, l->budget);
+    const uint64_t spent = loom_now_ns() - t0;
+    l->budget = spent >= l->budget ? 0 : l->budget - spent;
+    if (n) {
+      pthread_mutex_lock(&q->lock);
+      l->last = q->tail;
+      pthread_mutex_unlock(&q->lock);
+    }
+  }
+  if (n) l->at = n;
+  return n;
+}
+
 /* Runs `lead` (popped) in a fused group with launches queued after it,
  * if any join (loom/fuse.h); 0 if none did. Those that joined stay queued,
  * marked done, so that the count of completed commands still means "the
- * first N in order". Only commands queued by now are looked at: nothing
- * waits for more. The caller holds the execution token, so nodes are
- * neither removed nor freed meanwhile, and the links up to the tail read
- * under the lock were written before it. */
+ * first N in order". */
 static int run_fused(loom_driver_queue *q, host_node *lead) {
-  pthread_mutex_lock(&q->lock);
-  host_node *m = q->head, *last = q->tail;
-  pthread_mutex_unlock(&q->lock);
+  queue_look look = {.q = q, .budget = host_fuse_wait_ns(&lead->command)};
+  host_node *m = look_next(&look);
   if (!m) return 0;
   host_group *g = q->group;
   host_node *joined[HOST_FUSE_MAX_MEMBERS];
   int n = 0;
   host_fuse_begin(g, &lead->command);
-  for (; m; m = m == last ? NULL : m->next) {
+  for (; m; m = look_next(&look)) {
     if (m->done) continue;
     const int r = host_fuse_offer(g, &m->command);
     if (r == HOST_FUSE_STOP) break;
@@ -202,13 +268,53 @@ static int run_fused(loom_driver_queue *q, host_node *lead) {
   return 1;
 }
 
+/* Runs `lead`, a product's "gemm.compute" (popped), with the elementwise
+ * launches queued right after it that read its C as its epilogue
+ * (host_fuse_epilogue.c); 0 if none joined. As run_fused, those that
+ * joined stay queued, marked done. When `lead` is the product's
+ * "gemm.pack", the compute launch must follow: the group takes both (the
+ * workspace may then move), and the compute launch is marked done too. */
+static int run_epilogue(loom_driver_queue *q, host_node *lead, int is_pack) {
+  const loom_command *pack = is_pack ? &lead->command : NULL;
+  queue_look look = {.q = q};
+  host_node *m = NULL;
+  if (is_pack) {
+    look.budget = host_epilogue_wait_ns(&lead->command);
+    do m = look_next(&look); while (m && m->done);
+    if (!m || !host_epilogue_pairs(pack, &m->command)) return 0;
+    lead = m;
+    q->epilogue_looked = m;
+  } else if (q->epilogue_looked != lead) {
+    look.budget = host_epilogue_wait_ns(&lead->command);
+  }
+  host_epilogue e;
+  host_node *joined[9];
+  int n = 0;
+  host_epilogue_begin(&e, &lead->command, pack,
+                      !pack && host_epilogue_ws_unused(host_fuse_packs(q->group), &lead->command));
+  for (m = look_next(&look); m && n < 8; m = look_next(&look)) {
+    if (m->done) continue;
+    if (!host_epilogue_offer(&e, &m->command)) break;
+    joined[n++] = m;
+  }
+  if (n == 0 || !host_epilogue_run(q->ctx, q->device, q->priority, &e, &q->scratch, q->owner))
+    return 0;
+  if (is_pack) joined[n++] = lead;
+  for (int i = 0; i < n; ++i) joined[i]->done = 1;
+  return 1;
+}
+
 /* Executes queued commands until the queue is empty or `target` commands
  * have completed. The caller holds the execution token. */
 static void drain(loom_driver_queue *q, uint64_t target) {
   host_node *n;
   while (atomic_load(&q->completed) < target && (n = pop(q)) != NULL) {
-    if (!n->done && !(q->group && host_fuse_can_lead(&n->command) && run_fused(q, n)))
+    if (!n->done && !(q->group && host_fuse_can_lead(&n->command) && run_fused(q, n)) &&
+        !(q->group && host_epilogue_pack_can_lead(&n->command) && run_epilogue(q, n, 1)) &&
+        !(q->group && host_epilogue_can_lead(&n->command) && run_epilogue(q, n, 0))) {
+      if (q->group) host_epilogue_note(host_fuse_packs(q->group), &n->command);
       execute(q, &n->command);
+    }
     free(n);
     const uint64_t completed = atomic_fetch_add(&q->completed, 1) + 1;
     if (atomic_load(&q->sync_waiters) && completed >= atomic_load(&q->wake_at)) {
@@ -240,6 +346,7 @@ static int wait_for_work(loom_driver_queue *q) {
 
 static void *executor_main(void *arg) {
   loom_driver_queue *q = arg;
+  executor_of = q;
   while (wait_for_work(q)) {
     pthread_mutex_lock(&q->exec);
     drain(q, UINT64_MAX);
@@ -288,6 +395,7 @@ void host_queue_destroy(void *ctx, loom_driver_queue *q) {
   pthread_mutex_destroy(&q->exec);
   pthread_mutex_destroy(&q->lock);
   host_fuse_group_destroy(q->group);
+  free(q->scratch.p);
   free(q);
 }
 
@@ -368,6 +476,7 @@ loom_status host_queue_run_inline(void *ctx, loom_driver_queue *q, const loom_co
   /* Holding the lock keeps other threads' submissions behind this copy. */
   pthread_mutex_lock(&q->lock);
   const int idle = atomic_load(&q->completed) == atomic_load(&q->submitted);
+  if (idle && q->group) host_epilogue_note(host_fuse_packs(q->group), cmd);
   if (idle) execute(q, cmd);
   pthread_mutex_unlock(&q->lock);
   return idle ? LOOM_OK : LOOM_ERROR_NOT_READY;
