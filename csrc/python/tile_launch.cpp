@@ -165,8 +165,8 @@ PyObject* make_key(const TileState& s, PyObject* const* values, Py_ssize_t n) {
 }
 
 // A grid of exact ints (an int, or a tuple or list of 1 to 3 non-negative
-// ints below 2^31) as three sizes; false for anything else (the Python
-// launch converts or rejects it).
+// ints below 2^31 whose product fits int64) as three sizes; false for
+// anything else (the Python launch converts or rejects it).
 bool read_grid(PyObject* grid, int64_t g[3]) {
   g[0] = g[1] = g[2] = 1;
   auto one = [](PyObject* o, int64_t* out) {
@@ -187,7 +187,8 @@ bool read_grid(PyObject* grid, int64_t g[3]) {
   PyObject** items = PySequence_Fast_ITEMS(grid);
   for (Py_ssize_t i = 0; i < n; ++i)
     if (!one(items[i], &g[i])) return false;
-  return true;
+  int64_t total;
+  return !__builtin_mul_overflow(g[0], g[1], &total) && !__builtin_mul_overflow(total, g[2], &total);
 }
 
 // Enqueues `e` over the grid with the bound values.
