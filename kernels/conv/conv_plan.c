@@ -237,6 +237,20 @@ static int nhwc_fits(const conv_pass *a, conv_padded *pd) {
   return taps(g) > 1 && nhwc_grid_fits(a, a->n, ho, wo, pd_wq(pd));
 }
 
+/* The channels-last weight gradient of a folded image (LOOM_CONV_FOLDED):
+ * nhwc_fits but for the channel count. */
+static int nhwc_folded_fits(const conv_pass *a, conv_padded *pd) {
+  const conv_geom *g = &a->g;
+  if (g->k[0] != 1 || g->p[0] != 0 || g->s[0] != 1 || g->grid[0] != 1 || taps(g) > 64 ||
+      taps(g) < 2)
+    return 0;
+  const int64_t ho = g->grid[1], wo = g->grid[2];
+  *pd = (conv_padded){(ho - 1) * g->s[1] + g->d[1] * (g->k[1] - 1) + 1,
+                      (wo - 1) * g->s[2] + g->d[2] * (g->k[2] - 1) + 1, ho, wo, g->s[1],
+                      g->s[2]};
+  return nhwc_grid_fits(a, a->n, ho, wo, pd_wq(pd));
+}
+
 /* The channels-last copy's channels (blocks of 32) and the distance of its
  * positions: an odd number of cache lines, since a power-of-two stride
  * would put a tile's 16 rows, and the taps' rows, in a few of L1's sets. */
@@ -691,6 +705,14 @@ int loom_conv_weight_grad_plan_for(const loom_kernel_args *args, int32_t isa,
   conv_padded pd;
   if ((implicit || (dp_bf16(&a) && implicit_fits(a.o / a.groups))) && !fp32 && a.c >= 64 &&
       a.o >= 64 && nhwc_fits(&a, &pd)) {
+    nhwc_wgrad_plan(&a, &pd, out);
+    return 0;
+  }
+  /* A folded stem (3 channels by 7 columns: 21 of the copy's 32 channels)
+   * on vdpbf16ps: col's GEMM packed and transposed the whole batch's col
+   * (the 7x7 stem's weight gradient: 25 against 19 ms here). */
+  if ((a.flags & LOOM_CONV_FOLDED) && dp_bf16(&a) && a.groups == 1 && a.c <= 32 && a.o >= 64 &&
+      a.g.k[2] == 1 && nhwc_folded_fits(&a, &pd)) {
     nhwc_wgrad_plan(&a, &pd, out);
     return 0;
   }

@@ -552,7 +552,13 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
         loom_tensor ts[2] = {describe(input, op), describe(dy, op)};
         const auto p = plan<loom_conv_weight_grad_plan>(op, LOOM_KERNEL("conv.weight_grad.plan"),
                                                         ts, plan_scalars(g, groups, input, 0));
-        if (p.path == LOOM_CONV_PATH_NHWC) {
+        // few channels (the stem): through col, or their columns folded into channels
+        Tensor folded = p.path == LOOM_CONV_PATH_COL
+                            ? conv_weight_grad_folded(dy, input, w_sizes, g, groups, op)
+                            : Tensor();
+        if (folded.defined()) {
+          gw = folded;
+        } else if (p.path == LOOM_CONV_PATH_NHWC) {
           gw = conv_weight_grad_nhwc(dy, input, w_sizes, g, p, op);
         } else if (p.path == LOOM_CONV_PATH_WINOGRAD) {
           gw = conv_weight_grad_winograd(dy, input, w_sizes, p, op);

@@ -141,6 +141,14 @@ void nhwc_run(const std::vector<NhwcConv>& convs, const at::Tensor& xp, const at
 void conv_forward_nhwc(const at::Tensor& out, const at::Tensor& input, const at::Tensor& weight,
                        const at::Tensor& bias, const Geom& g, const loom_conv_forward_plan& p,
                        const char* op, bool flipped);
+// The weight gradient of a 2-d bf16 window over few channels (C kw <= 32,
+// such as the 3-channel 7x7 stem) through the channels-last path, the
+// window's columns folded into the channels (its forward that way summed
+// 32 channels for 21 and ran slower than col's GEMM); undefined where the
+// planner does not take it (the caller's path then).
+at::Tensor conv_weight_grad_folded(const at::Tensor& dy, const at::Tensor& input,
+                                   const std::vector<int64_t>& w_sizes, const Geom& g,
+                                   int64_t groups, const char* op);
 at::Tensor conv_weight_grad_nhwc(const at::Tensor& dy, const at::Tensor& input,
                                  const std::vector<int64_t>& w_sizes, const Geom& g,
                                  const loom_conv_weight_grad_plan& p, const char* op);

@@ -123,4 +123,51 @@ Tensor conv_weight_grad_nhwc(const Tensor& dy, const Tensor& input,
   return gw;
 }
 
+namespace {
+
+// Whether a 2-d window over few channels (the stem's 3 by 7x7) may fold its
+// columns into the channels: C kw in [16, 32], bf16, one group.
+bool foldable(const Tensor& input, const Geom& g, int64_t groups, int64_t out_channels) {
+  const int64_t ckw = input.size(1) * g.k[2];
+  return input.scalar_type() == at::kBFloat16 && groups == 1 && input.dim() == 4 &&
+         g.k[2] > 1 && ckw <= LOOM_CONV_NHWC_CB && ckw * 2 >= LOOM_CONV_NHWC_CB &&
+         out_channels >= 64;
+}
+
+// The geometry of the folded image: the window one column wide.
+Geom folded_geom(const Geom& g) {
+  Geom f = g;
+  f.k[2] = 1, f.s[2] = 1, f.p[2] = 0, f.d[2] = 1;
+  return f;
+}
+
+// folded[n][ci * kw + j][y][x] = padded[n][ci][y][x * sw + j * dw]: each
+// window column of each channel a channel, the stride along rows taken.
+void fold_columns(const Tensor& folded, const Tensor& input, const Geom& g) {
+  const int64_t n = input.size(0), c = input.size(1), h = input.size(2), kw = g.k[2];
+  Tensor xpad = at::constant_pad_nd(input.contiguous(), {g.p[2], g.p[2]});
+  const int64_t wp = xpad.size(3);
+  folded.view({n, c, kw, h, g.grid[2]})
+      .copy_(xpad.as_strided({n, c, kw, h, g.grid[2]}, {c * h * wp, h * wp, g.d[2], wp, g.s[2]}));
+}
+
+}  // namespace
+
+Tensor conv_weight_grad_folded(const Tensor& dy, const Tensor& input,
+                               const std::vector<int64_t>& w_sizes, const Geom& g,
+                               int64_t groups, const char* op) {
+  if (!foldable(input, g, groups, dy.size(1))) return Tensor();
+  const Geom f = folded_geom(g);
+  const int64_t n = input.size(0), c = input.size(1), kw = g.k[2];
+  Tensor folded = at::empty({n, c * kw, input.size(2), g.grid[2]}, input.options());
+  loom_tensor ts[2] = {describe(folded, op), describe(dy, op)};
+  const auto p = plan<loom_conv_weight_grad_plan>(op, LOOM_KERNEL("conv.weight_grad.plan"), ts,
+                                                  plan_scalars(f, groups, input, LOOM_CONV_FOLDED));
+  if (p.path != LOOM_CONV_PATH_NHWC) return Tensor();
+  fold_columns(folded, input, g);
+  Tensor gf = conv_weight_grad_nhwc(dy, folded, {w_sizes[0], c * kw, w_sizes[2], 1}, f, p, op);
+  // (O, C, kw, kh) -> (O, C, kh, kw)
+  return gf.view({w_sizes[0], c, kw, w_sizes[2]}).transpose(2, 3).contiguous();
+}
+
 }  // namespace torch_loom::conv

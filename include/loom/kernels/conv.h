@@ -19,7 +19,7 @@
  *            convolutions in its last dims), [15] groups, [16] the threads
  *            the launches run on (it sizes tiles only: no result depends on
  *            it), [17] flags (LOOM_CONV_FLIPPED, LOOM_CONV_PART,
- *            LOOM_CONV_COL_ONLY; 0: none).
+ *            LOOM_CONV_COL_ONLY, LOOM_CONV_FOLDED; 0: none).
  * The dtypes are fp32, bf16 or fp16, the same for both; every other path
  * than COL and GEMM needs fp32 or (on some CPUs) bf16.
  *
@@ -42,6 +42,10 @@ enum {
   LOOM_CONV_PART = 2,     /* forward: one stride phase of an input gradient */
   LOOM_CONV_COL_ONLY = 4, /* input gradient: through col (a transposed
                              convolution's forward, whose col2im adds its bias) */
+  LOOM_CONV_FOLDED = 8,   /* weight gradient: the image's window columns are its
+                             channels (few, such as a stem's 3 by 7) and the window
+                             one column wide: PATH_NHWC wherever it runs, however few
+                             the channels (else the plan as without the flag) */
 };
 
 enum {
