@@ -1,7 +1,7 @@
 """What the C++ kernels Inductor generates for loom graphs do with boolean
 masks: a mask saved for the backward (a ReLU's, a comparison's) is written
-with loom's mask store, and the backward reads back exactly what eager
-computes, for every vector width and tail length."""
+and read back with loom's mask store and load, and the backward computes
+exactly what eager computes, for every vector width and tail length."""
 
 import pytest
 import torch
@@ -21,9 +21,10 @@ def _relu_grad(x):
                                           (torch.bfloat16, 2048 + 3)])
 def test_saved_relu_masks_are_written_with_the_mask_store(dtype, numel):
     """Inductor's VecMask::store to bool goes lane by lane through a generic
-    conversion (70x the ReLU's own time for float32); loom's kernels write
-    masks with loom_store_mask. The gradient through the saved mask equals
-    eager's, including the tail lanes."""
+    conversion (70x the ReLU's own time for float32), and VecMask::from back
+    lane by lane; loom's kernels use loom_store_mask and loom_load_mask. The
+    gradient through the saved mask equals eager's, including the tail
+    lanes."""
     from torch._inductor.utils import run_and_get_code
 
     torch.manual_seed(0)
@@ -43,6 +44,7 @@ def test_saved_relu_masks_are_written_with_the_mask_store(dtype, numel):
     code = "\n".join(codes)
     assert "bool* out_ptr" in code, code  # the graph saves a mask for the backward
     assert "loom_store_mask(" in code, code
+    assert "loom_load_mask<" in code, code  # the backward reads the mask back
     want = step(_relu_grad, xe)
     torch.testing.assert_close(got.cpu(), want.cpu(), rtol=0, atol=0)
     torch.testing.assert_close(xc.grad.cpu(), xe.grad.cpu(), rtol=0, atol=0)

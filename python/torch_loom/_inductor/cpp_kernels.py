@@ -195,6 +195,8 @@ static inline void loom_stream_fence() {}
 # converts the mask to a Vectorized<bool> through its generic lane-by-lane
 # path, about 0.2 us per 16 floats: a ReLU's saved mask for the backward
 # (1M elements) took 11 ms to write on one thread, 70x the ReLU itself.
+# loom_load_mask<M>(p, count): `count` bools at p as vector mask M (lanes
+# past count false), which VecMask::from builds lane by lane.
 _MASK_STORE_HELPERS = r"""
 template <typename V>
 static inline void loom_store_mask(const V& v, bool* p, int64_t count) { v.store(p, count); }
@@ -212,6 +214,17 @@ static inline void loom_store_mask(const at::vec::VecMask<float, 1>& m, bool* p,
     const __m128i ones = _mm512_cvtepi32_epi8(_mm512_and_si512(lanes, _mm512_set1_epi32(1)));
     if (count == 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), ones);
     else _mm_mask_storeu_epi8(p, static_cast<__mmask16>((1u << count) - 1), ones);
+}
+#endif
+template <typename M>
+static inline M loom_load_mask(const bool* p, int64_t count) { return M::from(p, static_cast<int>(count)); }
+#if defined(CPU_CAPABILITY_AVX512)
+template <>
+inline at::vec::VecMask<float, 1> loom_load_mask<at::vec::VecMask<float, 1>>(const bool* p, int64_t count) {
+    const __m128i bytes = count == 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
+                                      : _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << count) - 1), p);
+    const __mmask16 set = _mm_test_epi8_mask(bytes, bytes);
+    return at::vec::Vectorized<float>(_mm512_castsi512_ps(_mm512_maskz_set1_epi32(set, -1)));
 }
 #endif
 """
@@ -233,6 +246,15 @@ class LoomCppVecKernel(CppVecKernel):
     """Inductor's vectorized C++ kernel, whose full-vector float32 stores to
     an output of STREAM_STORE_BYTES or more (contiguous along the vector,
     not read by the kernel) bypass the cache."""
+
+    def _get_vec_load_line(self, var, index, dtype, load_mask=None):
+        if dtype != torch.bool:
+            return super()._get_vec_load_line(var, index, dtype, load_mask)
+        # Inductor ignores load_mask for bool loads too: tail lanes are
+        # limited by the count.
+        loadbuf = f"{var} + {cexpr_index(index)}" if index != 0 else var
+        return (f"loom_load_mask<{self._get_mask_type()}>({loadbuf}, "
+                f"{cexpr_index(self.num_elems)})")
 
     def _get_store_line(self, value, var, index, dtype, accu_store=False):
         # Bool outputs (masks saved for a backward) through loom_store_mask.
@@ -314,7 +336,7 @@ class LoomKernelGroup(KernelGroup):
         sources = "".join(n.code.getvalue() for n in self.nests)
         if "loom_stream_store(" in sources:
             code.splice(_STREAM_STORE_HELPERS)
-        if "loom_store_mask(" in sources:
+        if "loom_store_mask(" in sources or "loom_load_mask<" in sources:
             code.splice(_MASK_STORE_HELPERS)
         for i, nest in enumerate(self.nests):
             params = ", ".join([*arg_defs, "int64_t loom_begin", "int64_t loom_end"])
