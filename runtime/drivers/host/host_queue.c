@@ -50,9 +50,6 @@ struct loom_driver_queue {
   atomic_int executor_sleeping, sync_waiters, stop;
   host_group *group; /* adaptive eager's, for the token's holder; NULL: none */
   host_scratch scratch; /* the token holder's: moved GEMM workspaces */
-  /* A product whose pack looked for its epilogue: its own turn does not
-   * wait again. Only the token's holder uses it. */
-  const host_node *epilogue_looked;
 };
 
 loom_status host_launch_failed(const loom_command *cmd, int rc, int64_t begin, int64_t end,
@@ -273,19 +270,19 @@ static int run_fused(loom_driver_queue *q, host_node *lead) {
  * (host_fuse_epilogue.c); 0 if none joined. As run_fused, those that
  * joined stay queued, marked done. When `lead` is the product's
  * "gemm.pack", the compute launch must follow: the group takes both (the
- * workspace may then move), and the compute launch is marked done too. */
+ * workspace may then move), and the compute launch is marked done too.
+ * Only the product waits for steps still on their way: its pack runs
+ * meanwhile, rather than wait with it. */
 static int run_epilogue(loom_driver_queue *q, host_node *lead, int is_pack) {
   const loom_command *pack = is_pack ? &lead->command : NULL;
   queue_look look = {.q = q};
   host_node *m = NULL;
-  if (is_pack) {
-    look.budget = host_epilogue_wait_ns(&lead->command);
+  look.budget = host_epilogue_wait_ns(&lead->command);
+  if (is_pack) { /* the compute launch is enqueued right after it */
     do m = look_next(&look); while (m && m->done);
     if (!m || !host_epilogue_pairs(pack, &m->command)) return 0;
     lead = m;
-    q->epilogue_looked = m;
-  } else if (q->epilogue_looked != lead) {
-    look.budget = host_epilogue_wait_ns(&lead->command);
+    look.budget = 0;
   }
   host_epilogue e;
   host_node *joined[9];
