@@ -66,9 +66,15 @@ class JitJob {
 std::unique_ptr<JitJob> compile_async(const std::string& code,
                                       const std::vector<std::pair<std::string, std::string>>& kernels,
                                       bool fp_contract, const std::vector<std::string>& extra_flags,
-                                      const std::string& include_dir) {
+                                      const std::string& include_dir,
+                                      const std::vector<std::string>& row_maps) {
+  // row_maps: empty, or one per kernel ("" for none): the row map's symbol
+  if (!row_maps.empty() && row_maps.size() != kernels.size())
+    throw std::invalid_argument("_jit_compile_async: one row map symbol per kernel, or none");
   std::vector<loom_jit_kernel> ks;
-  for (const auto& [symbol, name] : kernels) ks.push_back({symbol.c_str(), name.c_str()});
+  for (size_t i = 0; i < kernels.size(); ++i)
+    ks.push_back({kernels[i].first.c_str(), kernels[i].second.c_str(),
+                  row_maps.empty() || row_maps[i].empty() ? nullptr : row_maps[i].c_str()});
   std::vector<const char*> flags;
   for (const auto& f : extra_flags) flags.push_back(f.c_str());
   loom_jit_source src{};
@@ -104,7 +110,8 @@ void init_jit(py::module& m) {
       .def("done", &JitJob::done)
       .def("wait", &JitJob::wait);
   m.def("_jit_compile_async", &compile_async, py::arg("code"), py::arg("kernels"),
-        py::arg("fp_contract"), py::arg("extra_flags"), py::arg("include_dir"));
+        py::arg("fp_contract"), py::arg("extra_flags"), py::arg("include_dir"),
+        py::arg("row_maps") = std::vector<std::string>());
   // (ok, message): whether a C compiler is there; runs nothing.
   m.def("_jit_compiler_available", [] {
     const loom_status st = loom_jit_compiler_available();

@@ -343,6 +343,20 @@ loom_status loom_kernel_register(const char *name, loom_kernel_fn fn);
  * by it fail until then. A launch of `fn` already queued still calls it. */
 loom_status loom_kernel_unregister(const char *name, loom_kernel_fn fn);
 
+/* Row maps of kernels registered at run time: a function with the
+ * signature of kernels/registry.h's loom_row_map_fn, declared by the JIT
+ * for a kernel it compiled (loom/jit.h's row_map_symbol) and asked for by
+ * the host driver's adaptive eager, as it asks the library for its
+ * row-wise kernels. A function declared before keeps its map; when the
+ * table is full, `fn` gets none (its launches run unfused). Lock-free to
+ * read, thread-safe; loom_kernel_forget_row_maps (when the code is
+ * unmapped) forgets them all. */
+struct loom_row_map;
+typedef int (*loom_kernel_row_map_fn)(const loom_kernel_args *args, struct loom_row_map *out);
+void loom_kernel_declare_row_map(loom_kernel_fn fn, loom_kernel_row_map_fn map);
+loom_kernel_row_map_fn loom_kernel_row_map(loom_kernel_fn fn);
+void loom_kernel_forget_row_maps(void);
+
 /* ---- commands ------------------------------------------------------------ */
 
 typedef struct loom_launch_desc {

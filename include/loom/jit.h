@@ -57,11 +57,19 @@ typedef struct loom_jit_module loom_jit_module_t;
 typedef struct loom_jit_job loom_jit_job_t;
 
 /* One kernel of the source: the C function `symbol` (a loom_kernel_fn with
- * external linkage) registered under `name` (NULL: the symbol's name). */
+ * external linkage) registered under `name` (NULL: the symbol's name).
+ * `row_map_symbol` (NULL: none) names a function of the source with the
+ * signature of kernels/registry.h's loom_row_map_fn: the kernel's row map,
+ * declared with loom_kernel_declare_row_map (loom/hal.h) once the module
+ * is in place, until loom_jit_shutdown unmaps the code (adaptive eager
+ * then lets its launches join groups by rows, as the library's row-wise
+ * kernels). The map is part of the module's identity. */
 typedef struct loom_jit_kernel {
   const char *symbol;
   const char *name;
+  const char *row_map_symbol;
 } loom_jit_kernel;
+
 
 enum {
   /* Let the compiler contract a*b+c into fused multiply-adds

@@ -37,6 +37,7 @@ typedef struct jit_object {
 typedef struct jit_registration {
   char name[LOOM_KERNEL_NAME_MAX];
   loom_kernel_fn fn;
+  loom_kernel_row_map_fn row_map; /* NULL: none */
 } jit_registration;
 
 struct loom_jit_module {
@@ -104,6 +105,9 @@ static loom_status validate(const loom_jit_source *src) {
     if (!is_identifier(k->symbol))
       return loom_error(bad, "loom_jit_compile: kernel %u: '%s' is not a C identifier", i,
                         k->symbol ? k->symbol : "(null)");
+    if (k->row_map_symbol && !is_identifier(k->row_map_symbol))
+      return loom_error(bad, "loom_jit_compile: kernel %u: row map '%s' is not a C identifier", i,
+                        k->row_map_symbol);
     const char *name = kernel_name(k);
     if (!*name || strlen(name) >= LOOM_KERNEL_NAME_MAX)
       return loom_error(bad, "loom_jit_compile: kernel name '%.40s' must have 1 to %d characters",
@@ -166,6 +170,7 @@ static void compute_key(request *r) {
   for (uint32_t i = 0; i < src->num_kernels; ++i) {
     put_str(&h, src->kernels[i].symbol);
     put_str(&h, kernel_name(&src->kernels[i]));
+    put_str(&h, src->kernels[i].row_map_symbol ? src->kernels[i].row_map_symbol : "");
   }
   loom_sha256_final(&h, r->id);
 }
@@ -360,16 +365,27 @@ static loom_status make_module(const request *r, jit_object *o, loom_jit_origin 
       st = loom_error(LOOM_ERROR_INVALID_ARGUMENT,
                       "jit: the source defines no function '%s' (a kernel needs external "
                       "linkage: not static)", src->kernels[i].symbol);
+    void *map = NULL;
+    if (st == LOOM_OK && src->kernels[i].row_map_symbol &&
+        !(map = dlsym(o->handle, src->kernels[i].row_map_symbol)))
+      st = loom_error(LOOM_ERROR_INVALID_ARGUMENT,
+                      "jit: the source defines no function '%s' (the row map of '%s')",
+                      src->kernels[i].row_map_symbol, src->kernels[i].symbol);
     jit_registration *k = &m->kernels[i];
     snprintf(k->name, sizeof k->name, "%s", kernel_name(&src->kernels[i]));
     k->fn = (loom_kernel_fn)sym;
     if (st == LOOM_OK) st = loom_kernel_register(k->name, k->fn);
+    k->row_map = (loom_kernel_row_map_fn)map;
     if (st != LOOM_OK) {
       unregister_first(m, i);
       free_module(m);
       return st;
     }
   }
+  /* Only now: an object whose module failed is unmapped, and its
+   * addresses may serve another's code. */
+  for (uint32_t i = 0; i < src->num_kernels; ++i)
+    if (m->kernels[i].row_map) loom_kernel_declare_row_map(m->kernels[i].fn, m->kernels[i].row_map);
   m->refs = 1;
   memcpy(m->id, r->id, sizeof m->id);
   memcpy(m->key_hex, r->key_hex, sizeof m->key_hex);
@@ -527,6 +543,7 @@ void loom_jit_shutdown(void) {
     unregister_first(m, m->num_kernels);
     free_module(m);
   }
+  loom_kernel_forget_row_maps();
   while (objects) {
     jit_object *o = objects;
     objects = o->next;

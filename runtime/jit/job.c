@@ -21,7 +21,7 @@ struct loom_jit_job {
   loom_jit_kernel *kernels;
   char **extra;
   char *code, *include_dir;
-  char **names; /* 2 per kernel: symbol, name (or NULL) */
+  char **names; /* 3 per kernel: symbol, name, row map symbol (or NULL) */
 };
 
 static char *dup_or_null(const char *s, int *failed) {
@@ -33,7 +33,7 @@ static char *dup_or_null(const char *s, int *failed) {
 
 static void free_copy(loom_jit_job_t *job) {
   if (job->names)
-    for (uint32_t i = 0; i < 2 * job->src.num_kernels; ++i) free(job->names[i]);
+    for (uint32_t i = 0; i < 3 * job->src.num_kernels; ++i) free(job->names[i]);
   if (job->extra)
     for (uint32_t i = 0; i < job->src.num_extra_flags; ++i) free(job->extra[i]);
   free(job->names), free(job->extra), free(job->kernels), free(job->code), free(job->include_dir);
@@ -48,13 +48,16 @@ static int copy_source(loom_jit_job_t *job, const loom_jit_source *src) {
   job->code = dup_or_null(src->code, &failed);
   job->include_dir = dup_or_null(src->include_dir, &failed);
   job->kernels = nk ? calloc(nk, sizeof *job->kernels) : NULL;
-  job->names = nk ? calloc(2 * (size_t)nk, sizeof *job->names) : NULL;
+  job->names = nk ? calloc(3 * (size_t)nk, sizeof *job->names) : NULL;
   job->extra = nf ? calloc(nf, sizeof *job->extra) : NULL;
   if ((nk && (!job->kernels || !job->names)) || (nf && !job->extra)) return 0;
   for (uint32_t i = 0; i < nk; ++i) {
-    job->names[2 * i] = dup_or_null(src->kernels[i].symbol, &failed);
-    job->names[2 * i + 1] = dup_or_null(src->kernels[i].name, &failed);
-    job->kernels[i] = (loom_jit_kernel){.symbol = job->names[2 * i], .name = job->names[2 * i + 1]};
+    job->names[3 * i] = dup_or_null(src->kernels[i].symbol, &failed);
+    job->names[3 * i + 1] = dup_or_null(src->kernels[i].name, &failed);
+    job->names[3 * i + 2] = dup_or_null(src->kernels[i].row_map_symbol, &failed);
+    job->kernels[i] = (loom_jit_kernel){.symbol = job->names[3 * i],
+                                        .name = job->names[3 * i + 1],
+                                        .row_map_symbol = job->names[3 * i + 2]};
   }
   for (uint32_t i = 0; i < nf; ++i) job->extra[i] = dup_or_null(src->extra_flags[i], &failed);
   job->src.code = job->code;

@@ -480,6 +480,55 @@ static void test_flags_change_the_key(void) {
         strcmp(info[1].key, info[2].key));
 }
 
+static int row_map_a(const loom_kernel_args *a, struct loom_row_map *out) {
+  (void)a, (void)out;
+  return 0;
+}
+
+static int row_map_b(const loom_kernel_args *a, struct loom_row_map *out) {
+  (void)a, (void)out;
+  return 1;
+}
+
+/* A kernel's row map: the symbol must be in the source; a module with one
+ * is not the module without (the same object, another identity); the
+ * runtime's table keeps the first map of a function, and shutdown forgets
+ * them all. */
+static void test_row_map_symbol(void) {
+  TEST_SKIP_IF(!have_cc, "no C compiler here");
+  static const char source[] =
+      "#include \"loom/kernel_abi.h\"\n"
+      "struct loom_row_map;\n"
+      "int jit_rows_kernel(const loom_kernel_args *a, int64_t b, int64_t e) { return 0; }\n"
+      "int jit_rows_map(const loom_kernel_args *a, struct loom_row_map *o) { return 0; }\n";
+  loom_jit_kernel k = {.symbol = "jit_rows_kernel", .name = "test.jit.rows",
+                       .row_map_symbol = "jit_rows_missing"};
+  loom_jit_source src = source_of(source, &k);
+  loom_jit_module_t *m = NULL;
+  CHECK(loom_jit_compile(&src, &m) == LOOM_ERROR_INVALID_ARGUMENT && !m);
+  CHECK(strstr(loom_last_error(), "jit_rows_missing") != NULL);
+  k.row_map_symbol = "not an identifier";
+  CHECK(loom_jit_compile(&src, &m) == LOOM_ERROR_INVALID_ARGUMENT);
+  loom_jit_module_info with, without;
+  k.row_map_symbol = "jit_rows_map";
+  CHECK_OK(loom_jit_compile(&src, &m));
+  CHECK_OK(loom_jit_module_info_get(m, &with));
+  loom_jit_module_release(m);
+  k.row_map_symbol = NULL;
+  CHECK_OK(loom_jit_compile(&src, &m));
+  CHECK_OK(loom_jit_module_info_get(m, &without));
+  CHECK(without.origin == LOOM_JIT_RESIDENT); /* the same object */
+  loom_jit_module_release(m);
+  CHECK(!strcmp(with.key, without.key));
+
+  CHECK(loom_kernel_row_map(host_scale) == NULL);
+  loom_kernel_declare_row_map(host_scale, row_map_a);
+  loom_kernel_declare_row_map(host_scale, row_map_b);
+  CHECK(loom_kernel_row_map(host_scale) == row_map_a);
+  loom_jit_shutdown();
+  CHECK(loom_kernel_row_map(host_scale) == NULL);
+}
+
 /* Off the caller's thread: two jobs of one key give one module and one
  * compile; the source may be freed as soon as the job starts. */
 static void test_async_jobs(void) {
@@ -558,6 +607,7 @@ int main(void) {
   loom_jit_shutdown();
   RUN_TEST(test_no_compiler);
   RUN_TEST(test_compile_errors_are_clear);
+  RUN_TEST(test_row_map_symbol);
   RUN_TEST(test_taken_name_refused);
   RUN_TEST(test_bad_arguments);
   RUN_TEST(test_flags_change_the_key);

@@ -20,7 +20,7 @@ import torch
 
 from .. import _C
 from ..compiler import jit as cjit
-from . import core, csource, interpreter
+from . import core, csource, interpreter, rowmap
 from . import nodes as N
 from .trace import TileCompileError, Tracer
 
@@ -65,11 +65,12 @@ if _TileLaunch is not None:
 
 
 class _Entry:
-    __slots__ = ("name", "tensors", "scalars", "module", "source", "work")
+    __slots__ = ("name", "tensors", "scalars", "module", "source", "work", "rows")
 
-    def __init__(self, name, tensors, scalars, module, source, work):
+    def __init__(self, name, tensors, scalars, module, source, work, rows=None):
         self.name, self.tensors, self.scalars, self.module, self.source = name, tensors, scalars, module, source
         self.work = work
+        self.rows = rows  # rowmap.RowMap when the kernel declares a row map, else None
 
 
 def _is_constexpr_annotation(a):
@@ -182,12 +183,22 @@ class JITFunction:
         with _trace_lock:  # the tracer's scope stack is module state
             tracer, lines, work = _trace(self, specs, lazy=key[-1])
         source = csource.module("LOOM_TILE_KERNEL", lines, tracer.tensor_decls, tracer.scalar_decls)
-        name = csource.kernel_name(self.__name__, source)
-        source = source.replace("LOOM_TILE_KERNEL", name)
-        module = cjit.compile(source, [name], extra_flags=csource.compile_flags())
         tensors = [i for i, s in enumerate(specs) if s[0] == "tensor"]
         scalars = [i for i, s in enumerate(specs) if s[0] in ("int", "float")]
-        entry = _Entry(name, tensors, scalars, module, source, work)
+        # a kernel proved row-wise declares its row map, so adaptive eager
+        # may group its launches by rows as the library's row kernels
+        rows = rowmap.prove(tracer)
+        if rows is not None:
+            index, n_scalars = rowmap.scalar_indices(specs, self.params)
+            c = rowmap.c_function(rows, "LOOM_TILE_KERNEL_rows", index, n_scalars, len(tensors))
+            if c is None:
+                rows = None
+            else:
+                source += c
+        name = csource.kernel_name(self.__name__, source)
+        source = source.replace("LOOM_TILE_KERNEL", name)
+        module = _compile_module(source, name, rows is not None)
+        entry = _Entry(name, tensors, scalars, module, source, work, rows)
         with _lock:
             self._cache[key] = entry
             if self._state is not None:
@@ -241,6 +252,16 @@ class JITFunction:
             _launch(entry.name, [values[i] for i in entry.tensors],
                     [g[0], g[1], g[2], *[values[i] for i in entry.scalars]], total,
                     max(1, min(total // 32, _CHUNK_WORK // entry.work)))
+
+
+def _compile_module(source, name, row_map):
+    if not row_map:
+        return cjit.compile(source, [name], extra_flags=csource.compile_flags())
+    if not cjit.available():
+        cjit.compile(source, [name])  # raises what compile raises without a compiler
+    job = _C._jit_compile_async(source, [(name, name)], False, csource.compile_flags(), cjit.include_dir(),
+                                [name + "_rows"])
+    return cjit.CompileJob(job, [name]).result()
 
 
 #: Elements a chunk of programs stores, about (the library's row kernels

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from . import core, rowloop
+from . import core, rowloop, rowmap
 from . import nodes as N
 from .nodes import Arr, Cast, Node, Range, Sca, View, Where
 from .trace import Ptr
@@ -26,7 +26,12 @@ def program_id(tr, axis):
     axis = _const(tr, axis, "tl.program_id's axis")
     if axis not in (0, 1, 2):
         raise ValueError(f"tl.program_id: axis must be 0, 1 or 2, got {axis}")
-    return Sca(f"pid{axis}", core.int32)
+    out = Sca(f"pid{axis}", core.int32)
+    if axis == 0:
+        out.sym = {(rowmap.PID,): 1}
+    else:
+        tr.other_pid = True
+    return out
 
 
 def num_programs(tr, axis):
@@ -120,6 +125,8 @@ def load(tr, pointer, mask=None, other=None, boundary_check=(), padding_option="
         o = _node(tr, other, d if not isinstance(other, Node) else None)
     shapes = [pointer.shape] + [x.shape for x in (m, o) if x is not None]
     shape = N.broadcast_shapes(*shapes, what="tl.load")
+    tr.accesses.append(rowmap.Access("load", pointer.arg.index, pointer.soff, pointer.boff, m, shape,
+                                     tr.in_runtime_block > 0))
     b = tr.b
     fill = N.convert(N.emit(o, []), o.dtype, d) if o is not None and not o.shape else None
 
@@ -257,6 +264,8 @@ def store(tr, pointer, value, mask=None, boundary_check=(), cache_modifier="", e
     m = _mask(tr, mask)
     shapes = [pointer.shape, val.shape] + ([m.shape] if m is not None else [])
     shape = N.broadcast_shapes(*shapes, what="tl.store")
+    tr.accesses.append(rowmap.Access("store", pointer.arg.index, pointer.soff, pointer.boff, m, shape,
+                                     tr.in_runtime_block > 0))
     N._mem.access(shape)
     if val.shape and N.broadcast_shapes(pointer.shape, val.shape) != pointer.shape and pointer.shape:
         raise ValueError(f"tl.store: a value of shape {list(val.shape)} into pointers of shape "

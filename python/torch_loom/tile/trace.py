@@ -10,7 +10,7 @@ import ast
 import builtins
 import linecache
 
-from . import core, rowloop
+from . import core, rowloop, rowmap
 from . import nodes as N
 from .nodes import Arr, Bin, Cast, Node, Sca, Un, View
 
@@ -60,6 +60,9 @@ class Tracer:
         N._mem.reset(lazy, eager, written)
         self.builtins = builtins_table
         self.tensor_decls, self.scalar_decls = [], []
+        # what rowmap.prove reads: every tl.load / tl.store (rowmap.Access),
+        # whether a run-time if or for was traced, whether program_id(1/2) was
+        self.accesses, self.control, self.other_pid = [], False, False
         env = {}
         n_tensors = n_scalars = 0
         for name, spec in zip(jitfn.params, specs):
@@ -80,6 +83,8 @@ class Tracer:
                 field = "f" if spec[0] == "float" else "i"
                 self.scalar_decls.append(f"const {d.ctype} {v} = ({d.ctype})A->scalars[{k}].{field};")
                 env[name] = Sca(v, d)
+                if spec[0] == "int":
+                    env[name].sym = {("$" + name,): 1}
             else:
                 env[name] = spec[1]
         self.frames = [Frame(jitfn, env)]
@@ -185,6 +190,7 @@ class Tracer:
             return
         if cond.shape:
             self.error("an if needs a scalar condition (use tl.where for blocks)")
+        self.control = True
         if len(self.frames) > 1 and _has_return(s):
             self.error("return inside a runtime if of a called @jit function is not supported")
         c = N.emit(self.b.materialise(cond), [])
@@ -302,6 +308,7 @@ class Tracer:
             return
         if fn is not builtins.range and fn is not self.builtins.get("range"):
             self.error("for loops run over range(...), tl.range(...) or tl.static_range(...)")
+        self.control = True
         if len(args) == 1:
             args = [0] + args
         start, end = args[0], args[1]
@@ -586,7 +593,10 @@ class Tracer:
         if isinstance(v, core.dtype) or v is None or isinstance(v, str):
             self.error(f"{v!r} is not a number")
         d = d or core.scalar_dtype(v)
-        return Sca(N.literal(v, d), d)
+        out = Sca(N.literal(v, d), d)
+        if type(v) is int and d.kind == "i":
+            out.sym = {(): v} if v else {}
+        return out
 
     def _splat(self, node, shape):
         if node.shape == tuple(shape):
@@ -596,7 +606,12 @@ class Tracer:
     def node_out(self, node):
         """A scalar result is computed now (a C variable); a block stays lazy."""
         if not node.shape:
-            return self.b.materialise(node)
+            out = self.b.materialise(node)
+            if out is not node and "sym" not in out.__dict__:
+                sym = rowmap.scalar_sym(node)  # the integer it holds, for rowmap.prove
+                if sym is not None:
+                    out.sym = sym
+            return out
         return node
 
     def binop(self, op, a, b):

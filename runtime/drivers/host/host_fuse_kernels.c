@@ -7,6 +7,7 @@
 
 #include "kernels/registry.h"
 #include "loom/fuse.h"
+#include "loom/hal.h"
 #include "runtime/drivers/host/host_fuse.h"
 
 /* ---- mode and counters ------------------------------------------------------ */
@@ -125,12 +126,20 @@ static struct {
 } rowwise[MAX_ROWWISE];
 static atomic_int rowwise_count;
 
-loom_row_map_fn host_fuse_row_map(loom_kernel_fn fn) {
+static loom_row_map_fn library_row_map(loom_kernel_fn fn) {
   const int n = atomic_load_explicit(&rowwise_count, memory_order_acquire);
   for (int i = 0; i < n; ++i)
     if (atomic_load_explicit(&rowwise[i].fn, memory_order_relaxed) == fn)
       return atomic_load_explicit(&rowwise[i].map, memory_order_relaxed);
   return NULL;
+}
+
+/* A kernel compiled at run time declares its row map to the runtime
+ * (loom/hal.h: the JIT's row_map_symbol, the map of a torch_loom.tile
+ * kernel proved row-wise). */
+loom_row_map_fn host_fuse_row_map(loom_kernel_fn fn) {
+  const loom_row_map_fn map = library_row_map(fn);
+  return map ? map : loom_kernel_row_map(fn);
 }
 
 void host_fuse_declare(loom_kernel_fn fn, uint32_t flags) {
@@ -139,7 +148,7 @@ void host_fuse_declare(loom_kernel_fn fn, uint32_t flags) {
   pthread_mutex_lock(&declare_lock);
   add_library_locked(fn);
   const int r = atomic_load(&rowwise_count);
-  if (map && !host_fuse_row_map(fn) && r < MAX_ROWWISE) {
+  if (map && !library_row_map(fn) && r < MAX_ROWWISE) {
     atomic_store_explicit(&rowwise[r].fn, fn, memory_order_relaxed);
     atomic_store_explicit(&rowwise[r].map, map, memory_order_relaxed);
     atomic_store_explicit(&rowwise_count, r + 1, memory_order_release);
