@@ -53,15 +53,26 @@ def side_by_side(tile_fn, lib_fn, reps, rounds):
     where the best times of each may come from different moments)."""
     best_t = best_l = float("inf")
     ratios = []
+    fused = {"tile": [0, 0], "library": [0, 0]}  # adaptive eager's groups, launches in them
+
+    def timed(which, fn):
+        before = torch.loom.fusion.counters()
+        t = _time(fn, reps)
+        after = torch.loom.fusion.counters()
+        fused[which][0] += after["groups"] - before["groups"]
+        fused[which][1] += after["ops_fused"] - before["ops_fused"]
+        return t
+
     for k in range(rounds):
         # which goes first alternates: the first of a pair runs measurably
         # slower here (10-15% at 1-2 ms), which would bias a fixed order
         if k % 2:
-            l_, t = _time(lib_fn, reps), _time(tile_fn, reps)
+            l_, t = timed("library", lib_fn), timed("tile", tile_fn)
         else:
-            t, l_ = _time(tile_fn, reps), _time(lib_fn, reps)
+            t, l_ = timed("tile", tile_fn), timed("library", lib_fn)
         best_t, best_l = min(best_t, t), min(best_l, l_)
         ratios.append(l_ / t)
+    side_by_side.fused = fused
     return best_t, best_l, statistics.median(ratios)
 
 
@@ -115,7 +126,8 @@ def main(argv=None):
 
     def add(name, shape, tile_s, lib_s, ratio, baseline, flops=None):
         row = {"kernel": name, "shape": shape, "tile_ms": tile_s * 1e3, "library_ms": lib_s * 1e3,
-               "tile/library speed": ratio, "best/best": lib_s / tile_s, "baseline": baseline}
+               "tile/library speed": ratio, "best/best": lib_s / tile_s, "baseline": baseline,
+               "fused (groups, ops)": getattr(side_by_side, "fused", None)}
         if flops:
             row["tile_gflops"] = flops / tile_s / 1e9
             row["library_gflops"] = flops / lib_s / 1e9
@@ -178,6 +190,10 @@ def main(argv=None):
               f"{r['tile/library speed']:>16.2f}{r['best/best']:>11.2f}")
     print("tile/lib speed: median over alternating rounds of library time / tile time; "
           "best/best: the best library time over the best tile time")
+    print("adaptive eager during the rounds (torch.loom.fusion.counters: groups, launches in them): " +
+          "; ".join(f"{r['kernel']}: tile {tuple(r['fused (groups, ops)']['tile'])}, "
+                    f"library {tuple(r['fused (groups, ops)']['library'])}"
+                    for r in rows if r["fused (groups, ops)"]))
     if host is not None:
         print("calling thread's CPU time per call (us): " +
               ", ".join(f"{k} {v * 1e6:.1f}" for k, v in host.items()))
