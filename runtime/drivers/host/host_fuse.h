@@ -106,6 +106,7 @@ typedef struct host_scratch {
   void *p;
   size_t bytes;
 } host_scratch;
+void host_scratch_free(host_scratch *scratch);
 
 /* Whether `cmd` may lead a group: a product's "gemm.compute"; its
  * "gemm.pack", whose compute launch (host_epilogue_pairs) follows. */

@@ -493,6 +493,12 @@ static int run_verified(host_context *ctx, int device, int priority, host_epilog
   return failed;
 }
 
+void host_scratch_free(host_scratch *scratch) {
+  if (scratch->p) host_segment_free(NULL, 0, scratch->p, scratch->bytes);
+  scratch->p = NULL;
+  scratch->bytes = 0;
+}
+
 /* Runs the pack the group took (into scratch if the steps use the
  * workspace's memory), as the queue runs a launch; the lead then reads its
  * panels from e->ws. 0 if there is no scratch: nothing ran. */
@@ -506,12 +512,15 @@ static int run_pack(host_context *ctx, int device, int priority, host_epilogue *
     span s;
     const size_t bytes = view_span(&t[3], &s) ? s.hi - s.lo : 0;
     if (bytes == 0 || (uintptr_t)t[3].data != s.lo) return 0;
-    if (scratch->bytes < bytes) {
-      free(scratch->p);
-      scratch->bytes = 0;
-      scratch->p = aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
-      if (!scratch->p) return 0;
-      scratch->bytes = bytes;
+    if (scratch->bytes < bytes) { /* mapped as device memory is: huge pages for the panels */
+      host_scratch_free(scratch);
+      const size_t size = (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+      if (host_segment_alloc(NULL, 0, size, &scratch->p) != LOOM_OK) {
+        loom_clear_error();
+        scratch->p = NULL;
+        return 0;
+      }
+      scratch->bytes = size;
     }
     t[3].data = e->ws = scratch->p;
   }

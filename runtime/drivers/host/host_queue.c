@@ -392,7 +392,7 @@ void host_queue_destroy(void *ctx, loom_driver_queue *q) {
   pthread_mutex_destroy(&q->exec);
   pthread_mutex_destroy(&q->lock);
   host_fuse_group_destroy(q->group);
-  free(q->scratch.p);
+  host_scratch_free(&q->scratch);
   free(q);
 }
 
