@@ -196,6 +196,7 @@ static void test_trace_shows_one_kernel(void) {
 }
 
 int main(void) {
+  setenv("LOOM_FUSE_EPILOGUE", "1", 1); /* off by default */
   TEST_FOR_EACH_DRIVER {
     RUN_TEST(test_epilogue_is_bitwise_unfused);
     RUN_TEST(test_trace_shows_one_kernel);

@@ -207,11 +207,23 @@ static int op_ok(int64_t op, int inputs) {
   }
 }
 
+/* Off unless LOOM_FUSE_EPILOGUE=1: measured side by side, a product that
+ * runs its steps on its tiles made the bench's GELU and SwiGLU MLP blocks
+ * 3-8% slower than the product and its steps as their own launches (and
+ * the wait for steps on their way cost another 2-4%), so by default the
+ * executor does not form these groups. Read at each product, so a test
+ * may set it at run time. */
+static int epilogues_enabled(void) {
+  const char *v = getenv("LOOM_FUSE_EPILOGUE");
+  return v && v[0] == '1' && v[1] == 0;
+}
+
 int host_epilogue_can_lead(const loom_command *cmd) {
   if (cmd->kind != LOOM_COMMAND_LAUNCH || loom_fuse_get_mode() == LOOM_FUSE_OFF) return 0;
   resolve_fns();
   const loom_kernel_fn fn = atomic_load_explicit(&fn_compute, memory_order_relaxed);
   if (!fn || cmd->u.launch.fn != fn) return 0;
+  if (!epilogues_enabled()) return 0;
   const uint32_t nt = cmd->u.launch.num_tensors;
   if ((nt != 4 && nt != 5) || cmd->u.launch.num_scalars != 3) return 0;
   const loom_tensor *c = &cmd->u.launch.tensors[0];
@@ -234,6 +246,7 @@ int host_epilogue_pack_can_lead(const loom_command *cmd) {
   if (cmd->kind != LOOM_COMMAND_LAUNCH || loom_fuse_get_mode() == LOOM_FUSE_OFF) return 0;
   resolve_fns();
   const loom_kernel_fn fn = atomic_load_explicit(&fn_pack, memory_order_relaxed);
+  if (!fn || cmd->u.launch.fn != fn || !epilogues_enabled()) return 0;
   const uint32_t nt = cmd->u.launch.num_tensors;
   return fn && cmd->u.launch.fn == fn && (nt == 4 || nt == 5) && cmd->u.launch.num_scalars == 3;
 }
