@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from bench.models import BasicBlock
 from torch_loom import compiler
 from torch_loom.compiler import batchnorm, jit
 
@@ -139,29 +140,11 @@ def test_results_do_not_depend_on_the_thread_count_or_the_isa_path():
 
 # ---- the compiler's pass --------------------------------------------------------------
 
-class _Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.short = None
-        if stride != 1 or cin != cout:
-            self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                       nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (x if self.short is None else self.short(x)))
-
-
 class _ResNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 4, 3, 1, 1, bias=False), nn.BatchNorm2d(4), nn.ReLU())
-        self.blocks = nn.Sequential(_Block(4, 4, 1), _Block(4, 8, 2))
+        self.blocks = nn.Sequential(BasicBlock(4, 4, 1), BasicBlock(4, 8, 2))
         self.fc = nn.Linear(8, 5)
 
     def forward(self, x):

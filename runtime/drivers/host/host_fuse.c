@@ -72,7 +72,7 @@ int host_fuse_can_lead(const loom_command *cmd) {
 
 /* The bytes `t` can reach; 0 for none (no data, or no elements). A
  * descriptor the runtime cannot read reaches everything. */
-static int tensor_span(const loom_tensor *t, span *out) {
+int host_fuse_tensor_span(const loom_tensor *t, span *out) {
   if (!t->data) return 0;
   const int64_t es = loom_dtype_size(t->dtype);
   if (es == 0 || t->rank < 0 || t->rank > LOOM_MAX_DIMS) {
@@ -122,7 +122,7 @@ static int view_launch(const loom_command *cmd, launch_view *v) {
   v->ns = 0;
   v->row_n = 0;
   for (uint32_t i = 0; i < nt && i < FUSE_MAX_TENSORS; ++i)
-    if (tensor_span(&cmd->u.launch.tensors[i], &v->sp[v->ns])) {
+    if (host_fuse_tensor_span(&cmd->u.launch.tensors[i], &v->sp[v->ns])) {
       v->flags[v->ns] = SPAN_WRITTEN; /* what a kernel writes is not known: any */
       v->which[v->ns++] = (int)i;
     }

@@ -137,22 +137,9 @@ static int same_view(const loom_tensor *a, const loom_tensor *b) {
   return 1;
 }
 
-static int view_span(const loom_tensor *t, span *out) {
-  const int64_t es = loom_dtype_size(t->dtype);
-  if (!t->data || es == 0) return 0;
-  intptr_t lo = 0, hi = 0;
-  for (int32_t d = 0; d < t->rank; ++d) {
-    if (t->sizes[d] <= 0) return 0;
-    const intptr_t ext = (intptr_t)((t->sizes[d] - 1) * t->strides[d] * es);
-    if (ext < 0) lo += ext; else hi += ext;
-  }
-  *out = (span){(uintptr_t)t->data + (uintptr_t)lo, (uintptr_t)t->data + (uintptr_t)hi + (uintptr_t)es};
-  return 1;
-}
-
 static int overlaps(const loom_tensor *a, const loom_tensor *b) {
   span x, y;
-  if (!view_span(a, &x) || !view_span(b, &y)) return 0;
+  if (!host_fuse_tensor_span(a, &x) || !host_fuse_tensor_span(b, &y)) return 0;
   return x.lo < y.hi && y.lo < x.hi;
 }
 
@@ -398,7 +385,7 @@ static int run_one(host_context *ctx, int device, int priority, const loom_comma
 
 static int add_span(span *sp, int n, const loom_tensor *t) {
   span s;
-  if (!host_dense(t) || !view_span(t, &s)) return -1;
+  if (!host_dense(t) || !host_fuse_tensor_span(t, &s)) return -1;
   sp[n] = s;
   return n + 1;
 }
@@ -490,7 +477,7 @@ static int run_verified(host_context *ctx, int device, int priority, host_epilog
       const char *owner = e->lead->name;
       for (int m = 0; m < e->n; ++m) {
         span s;
-        if (view_span(&e->outs[m], &s) && s.lo <= addr && addr < s.hi) owner = e->members[m]->name;
+        if (host_fuse_tensor_span(&e->outs[m], &s) && s.lo <= addr && addr < s.hi) owner = e->members[m]->name;
       }
       loom_driver_report_error(report, LOOM_ERROR_INTERNAL,
                                "%s: LOOM_FUSE=verify: the GEMM with its epilogue (%s and %d "
@@ -523,7 +510,7 @@ static int run_pack(host_context *ctx, int device, int priority, host_epilogue *
   memcpy(t, pack.u.launch.tensors, pack.u.launch.num_tensors * sizeof *t);
   if (e->moves_ws) {
     span s;
-    const size_t bytes = view_span(&t[3], &s) ? s.hi - s.lo : 0;
+    const size_t bytes = host_fuse_tensor_span(&t[3], &s) ? s.hi - s.lo : 0;
     if (bytes == 0 || (uintptr_t)t[3].data != s.lo) return 0;
     if (scratch->bytes < bytes) { /* mapped as device memory is: huge pages for the panels */
       host_scratch_free(scratch);

@@ -99,6 +99,10 @@ typedef struct span {
   uintptr_t lo, hi;
 } span;
 
+/* The bytes `t` can reach; 0 for none (no data, or no elements). A
+ * descriptor the runtime cannot read reaches everything (host_fuse.c). */
+int host_fuse_tensor_span(const loom_tensor *t, span *out);
+
 /* A descriptor's element map in its simplest form (adaptive eager): dims of size 1 dropped,
  * neighbours merged where the outer one steps as far as the whole inner. */
 typedef struct host_canon {
