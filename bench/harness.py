@@ -191,13 +191,18 @@ class Timed:
         self.budget_s = plan.budget_s
         self.spent_s = 0.0
 
-    def start(self) -> Any:
+    def start(self) -> list:
         clock = time.perf_counter
         self.sync()
         t0 = clock()
         out = self.fn()
         self.sync()
         self.first_call_s = est = clock() - t0
+        # the first call's output, copied before the warm-up calls: a
+        # workload may return a view of state later calls update (an
+        # optimizer's parameters), and configurations warm up a different
+        # number of times
+        out = to_reference(out)
         if self.plan.quick:
             self.samples = [self.first_call_s]
             return out
@@ -263,7 +268,7 @@ def to_reference(out) -> list:
     import torch
 
     if isinstance(out, torch.Tensor):
-        return [out.detach().to("cpu", torch.float32)]
+        return [out.detach().to("cpu", torch.float32, copy=True)]
     if isinstance(out, (tuple, list)):
         refs = []
         for o in out:
@@ -385,7 +390,7 @@ class Worker:
             # a late run keeps to one warm-up call and one sample per item
             timed = Timed(fn, sync, self.plan, hurry=budget <= self.plan.min_budget_s)
             timed.budget_s = budget
-            out = to_reference(timed.start())
+            out = timed.start()
             if config.name == BASELINE:
                 reference[:] = out
                 result["check"] = {"status": "reference"}
