@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loom/kernel_abi.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -63,6 +65,91 @@ typedef struct loom_fuse_stats {
 /* Counts since the process started or the last reset. */
 void loom_fuse_stats_get(loom_fuse_stats *out);
 void loom_fuse_stats_reset(void);
+
+/* ---- Level 2: compiled regions ----------------------------------------------
+ *
+ * A group whose members are all "pointwise.apply" launches in float
+ * arithmetic (loom/kernels/pointwise.h: LOOM_PW_F32 or LOOM_PW_F64, ops a
+ * compiler has said it spells, float32/float64/float16/bfloat16 tensors,
+ * each walked contiguously over the group's range, or one element read
+ * broadcast, or a constant) has a signature: per member its op, compute
+ * kind, output and, per input, either an earlier member's value, a tensor
+ * argument (dtype, contiguous or one element) or its constant; and which
+ * outputs are stored. Op parameters are not part of it (they are scalars
+ * of the compiled kernel: an optimizer's step-dependent factors compile
+ * once), but for pow's exponents, which choose the op's form. A signature
+ * seen LOOM_FUSE_REGION_SIGHTINGS times becomes a request; a compiler
+ * thread outside the executor (torch_loom's) takes it, compiles one loop
+ * over the range that computes every member for each element in program
+ * order, rounding each member's value to its output's dtype, and installs
+ * it; groups with that signature then run it (compiled_regions), others
+ * and until then at level 1.
+ *
+ * A member's output is not stored when the allocator was told that its
+ * whole block was freed (loom_fuse_note_release) at a point of the stream
+ * that every command between the member and that point, in the queue's
+ * order, was looked at by the group and was a member or a launch passed
+ * over that shares no memory with it: every reader of the value is then a
+ * later member, which takes it from the loop, and no tensor holds the
+ * memory after that point (bytes_not_written). LOOM_FUSE=verify stores
+ * every output, so that the bytes compared are all there.
+ *
+ * The signature is an array of int32 words:
+ *   [0] members, [1] tensor arguments,
+ *   per argument: dtype (loom_dtype), access (0: contiguous over the
+ *     range, rank 1; 1: one element, rank 0), written (0/1);
+ *   per member (LOOM_FUSE_REGION_MEMBER_WORDS): op, kind, output argument,
+ *     stored (0/1), three inputs (LOOM_FUSE_REGION_* source << 16 | index;
+ *     -1: none), and p0 as the two halves of its double when the op's form
+ *     depends on it (else 0, 0).
+ * The compiled kernel takes the arguments as rank-1 or rank-0 descriptors
+ * and, as scalars, LOOM_FUSE_REGION_MEMBER_SCALARS per member: its four
+ * parameters (scalars[2..5] of its launch), then its three constants. */
+#define LOOM_FUSE_REGION_SIGHTINGS 3
+#define LOOM_FUSE_REGION_MAX_MEMBERS 32
+#define LOOM_FUSE_REGION_MAX_WORDS 1024
+#define LOOM_FUSE_REGION_MEMBER_WORDS 9
+#define LOOM_FUSE_REGION_MEMBER_SCALARS 7
+enum {
+  LOOM_FUSE_REGION_VALUE = 1, /* the value of member `index` */
+  LOOM_FUSE_REGION_ARG = 2,   /* a load of tensor argument `index` */
+  LOOM_FUSE_REGION_CONST = 3, /* the member's constant for its input `index` (0..2) */
+};
+
+/* Which loom_pw_op codes a compiler spells (a bit per code, up to 256):
+ * until this is called, or after a call with NULL, no signature is
+ * counted. */
+void loom_fuse_region_set_ops(const uint64_t *bits, size_t words);
+
+/* Waits up to `timeout_ms` for a compile request: its id and signature
+ * (copied into `words`, `capacity` words). Returns the signature's
+ * length, 0 on timeout, -1 once loom_fuse_region_stop was called. */
+int loom_fuse_region_next(uint64_t *out_id, int32_t *words, size_t capacity, int timeout_ms);
+
+/* The compiled kernel for request `id` (NULL: none could be made; the
+ * signature stays at level 1). The function must stay callable for the
+ * life of the process. */
+void loom_fuse_region_install(uint64_t id, loom_kernel_fn fn);
+
+/* How many sightings make a request (default LOOM_FUSE_REGION_SIGHTINGS;
+ * at least 1). */
+void loom_fuse_region_set_sightings(int n);
+
+/* Requests waiting or taken and not yet installed. */
+int loom_fuse_region_pending(void);
+
+/* Wakes every loom_fuse_region_next for good (at exit). */
+void loom_fuse_region_stop(void);
+
+/* Forgets every signature and installed kernel (compiled code about to be
+ * unmapped; tests). */
+void loom_fuse_region_reset(void);
+
+/* The allocator's news: the block [ptr, ptr + size) of `stream_id`, which
+ * no other stream used, was freed (set by the host driver;
+ * loom_fuse_set_release_hook, runtime/alloc). */
+typedef void (*loom_fuse_release_fn)(uint64_t stream_id, uintptr_t ptr, size_t size);
+void loom_fuse_set_release_hook(loom_fuse_release_fn fn);
 
 /* The names of the running driver's kernels that declare
  * LOOM_KERNEL_ELEMENTWISE (up to `capacity` into `out`, static strings);

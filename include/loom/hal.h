@@ -325,6 +325,11 @@ loom_status loom_kernel_lookup(const char *name, const loom_kernel_t **out_kerne
 /* The name the handle was looked up by (static for the process's life). */
 const char *loom_kernel_name(const loom_kernel_t *kernel);
 
+/* The host function a launch of `kernel` calls on the running driver (a
+ * run-time registration's, else the driver's); LOOM_ERROR_INVALID_ARGUMENT
+ * for a kernel that only plans. */
+loom_status loom_kernel_function(const loom_kernel_t *kernel, loom_kernel_fn *out_fn);
+
 /* Plans a launch of `kernel` for `args` (data pointers are not read):
  * fills `size` bytes at `out_plan` with the plan its family's contract in
  * loom/kernels/ describes. LOOM_ERROR_NOT_SUPPORTED if the kernel has no

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom/fuse.h"
 #include "loom/graph.h"
 #include "runtime/alloc/caching_allocator_internal.h"
 
@@ -380,6 +381,12 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
   return LOOM_OK;
 }
 
+/* Adaptive eager hears of blocks no other stream used as they are freed:
+ * a compiled region need not store a value no tensor holds (loom/fuse.h). */
+static _Atomic(loom_fuse_release_fn) release_hook;
+
+void loom_fuse_set_release_hook(loom_fuse_release_fn fn) { atomic_store(&release_hook, fn); }
+
 loom_status loom_allocator_free(loom_allocator *a, void *ptr) {
   pthread_mutex_lock(&a->lock);
   block *b = loom_block_map_take(&a->live, ptr);
@@ -397,6 +404,9 @@ loom_status loom_allocator_free(loom_allocator *a, void *ptr) {
   b->uses = NULL;
   b->num_uses = b->cap_uses = 0;
   if (num_uses == 0) {
+    /* Told before the block can be handed out again. */
+    const loom_fuse_release_fn hook = atomic_load_explicit(&release_hook, memory_order_acquire);
+    if (hook) hook(b->stream_id, b->ptr, b->size);
     block_deactivate(a, b);
     pthread_mutex_unlock(&a->lock);
     return LOOM_OK;

@@ -99,6 +99,14 @@ loom_status loom_kernel_fn_for(const loom_kernel_t *kernel, const loom_driver *d
   return LOOM_OK;
 }
 
+loom_status loom_kernel_function(const loom_kernel_t *kernel, loom_kernel_fn *out_fn) {
+  if (!kernel || !out_fn)
+    return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_kernel_function: NULL argument");
+  loom_runtime *rt = loom_runtime_get();
+  if (!rt) return loom_runtime_unavailable();
+  return loom_kernel_fn_for(kernel, rt->driver, out_fn);
+}
+
 loom_status loom_kernel_plan(const loom_kernel_t *kernel, const loom_kernel_args *args,
                              void *out_plan, size_t size) {
   if (!kernel || !args || !out_plan)

@@ -12,7 +12,11 @@ bytes is an error of the stream) and is changed for the process with
 :func:`set_mode` or, for a block, :func:`mode`.
 """
 
+import atexit
 import contextlib
+import os
+import threading
+import time
 
 from .. import _C
 
@@ -39,7 +43,10 @@ def get_mode() -> str:
 def set_mode(mode) -> None:
     """Sets the mode for the whole process: 0/False, 1/True or ``"verify"``.
     Groups formed from then on follow it."""
-    _C._fuse_set_mode(_mode_value(mode))
+    value = _mode_value(mode)
+    _C._fuse_set_mode(value)
+    if value:
+        _start_regions()
 
 
 @contextlib.contextmanager
@@ -59,14 +66,70 @@ def counters() -> dict:
     ``groups`` (of two or more launches), ``ops_fused`` (launches in them),
     ``reordered`` (launches run ahead of independent ones they followed),
     ``bytes_cached`` (bytes written for a later member of the same chunk),
-    ``bytes_not_written`` and ``compiled_regions`` (compiled regions; 0
-    until they exist), ``verified`` and ``verify_skipped`` (groups
-    ``verify`` compared, or could not)."""
+    ``compiled_regions`` (groups run as one compiled loop: level 2),
+    ``bytes_not_written`` (bytes of member values those loops did not store:
+    overwritten by a later member, or freed by Python before the group
+    ran), ``verified`` and ``verify_skipped`` (groups ``verify`` compared,
+    or could not)."""
     return dict(_C._fuse_stats())
 
 
 def reset_counters() -> None:
     _C._fuse_stats_reset()
+
+
+# ---- level 2: compiled regions ------------------------------------------------------
+#
+# A signature of float pointwise launches the executors saw repeatedly is
+# compiled by a daemon thread (torch_loom.compiler.regions), which waits for
+# the runtime's requests without the GIL; LOOM_FUSE_REGIONS=0 leaves every
+# group at level 1.
+
+_regions_thread = None
+_regions_lock = threading.Lock()
+
+
+def _serve_regions():
+    from ..compiler import regions
+
+    regions.serve()
+
+
+def _start_regions() -> None:
+    global _regions_thread
+    if os.environ.get("LOOM_FUSE_REGIONS", "1") == "0":
+        return
+    with _regions_lock:
+        if _regions_thread is not None:
+            return
+        _regions_thread = threading.Thread(target=_serve_regions, name="loom-fuse-regions",
+                                           daemon=True)
+        _regions_thread.start()
+        atexit.register(_stop_regions)
+
+
+def _stop_regions() -> None:
+    _C._fuse_region_set_ops(None)
+    _C._fuse_region_stop()
+    t = _regions_thread
+    if t is not None:
+        t.join(timeout=5)
+
+
+def regions_pending() -> int:
+    """Compile requests for compiled regions not installed yet."""
+    return int(_C._fuse_region_pending())
+
+
+def wait_regions(timeout: float = 60.0) -> bool:
+    """Waits until no compiled region is being compiled; whether that
+    happened within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while _C._fuse_region_pending() > 0:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def elementwise_kernels() -> list:
@@ -75,4 +138,8 @@ def elementwise_kernels() -> list:
     return list(_C._fuse_elementwise_kernels())
 
 
-__all__ = ["counters", "elementwise_kernels", "get_mode", "mode", "reset_counters", "set_mode"]
+__all__ = ["counters", "elementwise_kernels", "get_mode", "mode", "regions_pending",
+           "reset_counters", "set_mode", "wait_regions"]
+
+if _C._fuse_get_mode():
+    _start_regions()

@@ -15,6 +15,7 @@ static host_context host_ctx;
 
 static void host_shutdown(void *ctx) {
   host_context *c = ctx;
+  host_fuse_region_hook(0);
   for (int d = 0; d < c->num_devices; ++d) host_pool_destroy(&c->devices[d].pool);
   free(c->devices);
   c->devices = NULL;
@@ -44,6 +45,7 @@ static loom_status host_init(void *ctx, const loom_driver_config *config, int *o
     c->num_devices = d + 1;
   }
   *out_count = c->num_devices;
+  host_fuse_region_hook(1); /* adaptive eager hears of freed blocks */
   return LOOM_OK;
 }
 

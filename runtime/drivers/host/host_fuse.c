@@ -31,6 +31,7 @@
 #define FUSE_CHUNK_BYTES (512 << 10) /* a chunk's operands, all members */
 #define FUSE_MIN_GRAIN 4096
 #define FUSE_HOIST_BYTES (64 << 10) /* a launch this small may run before the chunks */
+#define FUSE_STREAM_BYTES (32u << 20) /* base/stream_store.h's LOOM_STREAM_STORE_BYTES */
 
 /* A launch as a group sees it: the elements it walks (a row-wise kernel's
  * rows times their length), and its tensors' spans and roles. */
@@ -105,7 +106,7 @@ static int same_map(const loom_tensor *a, const loom_tensor *b) {
 }
 
 /* Whether `t` is `count` elements, contiguous, in row-major order. */
-static int contiguous_elements(const loom_tensor *t, int64_t count) {
+int host_fuse_contiguous(const loom_tensor *t, int64_t count) {
   if (t->rank < 0 || t->rank > LOOM_MAX_DIMS) return 0;
   host_canon c;
   host_canonicalize(t, &c);
@@ -149,8 +150,8 @@ static int view_launch(const loom_command *cmd, launch_view *v) {
     return 0;
   for (int i = 0; i < v->ns; ++i) {
     const uint32_t bit = 1u << v->which[i];
-    if ((rm.row_tensors & bit) && !contiguous_elements(&cmd->u.launch.tensors[v->which[i]],
-                                                      args.range * rm.n))
+    if ((rm.row_tensors & bit) && !host_fuse_contiguous(&cmd->u.launch.tensors[v->which[i]],
+                                                        args.range * rm.n))
       return 0;
   }
   v->elems = args.range * rm.n;
@@ -242,12 +243,13 @@ static void copy_deferred(host_group *g) {
   }
 }
 
-static int add_member(host_group *g, const loom_command *cmd, launch_view *v) {
+static int add_member(host_group *g, const loom_command *cmd, launch_view *v, uint64_t seq) {
   const int m = g->n;
   g->deferred[m] = NULL;
   if (v->row_n && !defer_outputs(g, m, cmd, v)) return 0;
   g->n++;
   g->members[m] = cmd;
+  g->seq[m] = seq;
   g->row_n[m] = v->row_n;
   for (int i = 0; i < v->ns; ++i) {
     g->spans[g->nspans] = v->sp[i];
@@ -260,7 +262,7 @@ static int add_member(host_group *g, const loom_command *cmd, launch_view *v) {
   return 1;
 }
 
-void host_fuse_begin(host_group *g, const loom_command *lead) {
+void host_fuse_begin(host_group *g, const loom_command *lead, uint64_t seq) {
   free_deferred(g); /* a group that no launch joined (never run) */
   g->nhoisted = g->ncovers = 0;
   g->n = g->looked = g->last_join = g->passed = g->reordered = g->nspans = g->npassed = 0;
@@ -270,9 +272,10 @@ void host_fuse_begin(host_group *g, const loom_command *lead) {
                                .range = v.elems,
                                .grain = v.row_n ? lead->u.launch.grain * v.row_n
                                                 : lead->u.launch.grain};
-  if (!add_member(g, lead, &v)) { /* no memory to defer: nothing joins, it runs alone */
+  if (!add_member(g, lead, &v, seq)) { /* no memory to defer: nothing joins, it runs alone */
     g->n = 1;
     g->members[0] = lead;
+    g->seq[0] = seq;
     g->looked = FUSE_LOOKAHEAD;
   }
 }
@@ -309,6 +312,8 @@ static int touches_passed(const host_group *g, span s) {
   const int i = passed_after(g, s.lo);
   return i < g->npassed && g->passed_spans[i].lo < s.hi;
 }
+
+int host_fuse_touches_passed(const host_group *g, span s) { return touches_passed(g, s); }
 
 /* Adds `s` to the passed memory, merging what it overlaps or abuts; 0 if
  * the list is full. */
@@ -404,7 +409,7 @@ static int may_hoist(const host_group *g, const loom_command *cmd, const launch_
   return 1;
 }
 
-int host_fuse_offer(host_group *g, const loom_command *cmd) {
+int host_fuse_offer(host_group *g, const loom_command *cmd, uint64_t seq) {
   if (cmd->kind != LOOM_COMMAND_LAUNCH || ++g->looked > FUSE_LOOKAHEAD ||
       g->looked - g->last_join > FUSE_LOOK_PAST_JOIN ||
       g->n + g->nhoisted == HOST_FUSE_MAX_MEMBERS)
@@ -414,7 +419,7 @@ int host_fuse_offer(host_group *g, const loom_command *cmd) {
   if (cmd->u.launch.num_tensors > FUSE_MAX_TENSORS) return HOST_FUSE_STOP;
   launch_view v;
   if (view_launch(cmd, &v) && v.elems == g->args.range && may_join(g, cmd, &v) &&
-      add_member(g, cmd, &v)) {
+      add_member(g, cmd, &v, seq)) {
     g->last_join = g->looked;
     return HOST_FUSE_JOINED;
   }
@@ -449,6 +454,32 @@ static int by_span_lo(const void *a, const void *b, void *g_) {
   const host_group *g = g_;
   const span *x = &g->spans[*(const int16_t *)a], *y = &g->spans[*(const int16_t *)b];
   return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Outputs no later member of the group reads or writes (deferred per-row
+ * outputs go to scratch and do not count), when they add up to more than
+ * the last-level cache holds, have left it before anything reads them:
+ * their members get LOOM_KERNEL_HINT_STREAM (independent row ops on new
+ * inputs, each output kept). A member that writes memory a later member
+ * touches, or reads where it writes, keeps the cache (one output
+ * overwritten call after call; an in-place op). */
+static void mark_streamed(host_group *g) {
+  uint8_t last[HOST_FUSE_MAX_MEMBERS];
+  uint64_t bytes = 0;
+  for (int m = 0; m < g->n; ++m) last[m] = !(g->margs[m].hints & LOOM_KERNEL_HINT_CACHED);
+  for (int s = 0; s < g->nspans; ++s) {
+    const int m = g->span_member[s];
+    if ((g->span_flags[s] & (SPAN_WRITTEN | SPAN_DEFERRED)) != SPAN_WRITTEN || !last[m]) continue;
+    if (g->spans[s].hi == UINTPTR_MAX) last[m] = 0;
+    for (int t = 0; t < g->nspans && last[m]; ++t) /* later members, and its own other tensors */
+      if (t != s && g->span_member[t] >= m && overlap(g->spans[s], g->spans[t])) last[m] = 0;
+  }
+  for (int s = 0; s < g->nspans; ++s)
+    if ((g->span_flags[s] & (SPAN_WRITTEN | SPAN_DEFERRED)) == SPAN_WRITTEN && last[g->span_member[s]])
+      bytes += g->spans[s].hi - g->spans[s].lo;
+  if (bytes < FUSE_STREAM_BYTES) return;
+  for (int m = 0; m < g->n; ++m)
+    if (last[m]) g->margs[m].hints |= LOOM_KERNEL_HINT_STREAM;
 }
 
 /* Splits the members into parts that share no memory (each part's chunks
@@ -563,6 +594,7 @@ static uint64_t prepare(host_group *g) {
       break;
     }
   }
+  mark_streamed(g);
   return cached;
 }
 
@@ -605,13 +637,14 @@ static int group_chunk(const loom_kernel_args *args, int64_t first, int64_t last
 
 void host_fuse_run_fused(host_context *ctx, int device, int priority, host_group *g) {
   host_fuse_clear_failures(g);
+  if (g->region.fn && host_fuse_region_run(ctx, device, priority, g)) return;
   host_failure unused;
   (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->pool_args, &unused);
   copy_deferred(g);
 }
 
 void host_fuse_run(host_context *ctx, int device, int priority, host_group *g,
-                   loom_stream_t *report) {
+                   loom_stream_t *report, uint64_t end) {
   for (int h = 0; h < g->nhoisted; ++h) { /* as the queue runs a launch */
     const loom_command *c = g->hoisted[h];
     const uint64_t h0 = c->trace ? loom_trace_now() : 0;
@@ -621,6 +654,7 @@ void host_fuse_run(host_context *ctx, int device, int priority, host_group *g,
     if (c->release) c->release(c->release_arg);
   }
   const uint64_t cached = prepare(g);
+  host_fuse_region_plan(g, report ? loom_stream_id(report) : 0, end);
   int traced = 0;
   for (int m = 0; m < g->n; ++m) traced |= g->members[m]->trace != NULL;
   const uint64_t t0 = traced ? loom_trace_now() : 0;

@@ -11,6 +11,7 @@
 
 #include "kernels/registry.h"
 #include "loom/driver.h"
+#include "loom/fuse.h"
 #include <stdatomic.h>
 
 #include "runtime/drivers/host/host_internal.h"
@@ -30,6 +31,32 @@ enum { HOST_FUSE_STOP = 0, HOST_FUSE_JOINED = 1, HOST_FUSE_PASSED = 2 };
 
 /* The most launches one group holds. */
 #define HOST_FUSE_MAX_MEMBERS 256
+
+/* Level 2 (host_fuse_region.c): a group run as one compiled loop. */
+#define HOST_REGION_MAX_ARGS (4 * LOOM_FUSE_REGION_MAX_MEMBERS)
+typedef struct host_region {
+  loom_kernel_fn fn; /* the installed kernel for the group's signature, or NULL */
+  int64_t range;
+  int nargs, len;
+  loom_tensor args[HOST_REGION_MAX_ARGS];
+  int access[HOST_REGION_MAX_ARGS], written[HOST_REGION_MAX_ARGS], writer[HOST_REGION_MAX_ARGS];
+  loom_scalar scalars[LOOM_FUSE_REGION_MAX_MEMBERS * LOOM_FUSE_REGION_MEMBER_SCALARS];
+  uint64_t not_written; /* bytes of values not stored */
+  int32_t words[LOOM_FUSE_REGION_MAX_WORDS];
+} host_region;
+
+/* The number of the next command submitted to any host queue. */
+uint64_t host_fuse_clock_tick(void);
+/* Installs (1) or removes (0) the allocator's release hook. */
+void host_fuse_region_hook(int on);
+/* Sets g->region.fn when the group's signature has a compiled kernel (and
+ * counts the sighting); `stream` is the queue's stream id, `end` the
+ * number of the first command the group's look did not see. */
+void host_fuse_region_plan(host_group *g, uint64_t stream, uint64_t end);
+/* Runs the group's compiled kernel; 0 if it refused its arguments (nothing
+ * was written: run the group at level 1). */
+int host_fuse_region_run(host_context *ctx, int device, int priority, host_group *g);
+void host_fuse_count_region(uint64_t not_written);
 
 host_group *host_fuse_group_create(void);
 void host_fuse_group_destroy(host_group *group);
@@ -61,19 +88,21 @@ int host_fuse_can_lead(const loom_command *cmd);
  * the lead's own time at memory speed; 0 for a small launch. */
 uint64_t host_fuse_wait_ns(const loom_command *lead);
 
-/* Starts a group led by `lead`. */
-void host_fuse_begin(host_group *group, const loom_command *lead);
+/* Starts a group led by `lead`, whose number (host_fuse_clock_tick) is
+ * `seq`. */
+void host_fuse_begin(host_group *group, const loom_command *lead, uint64_t seq);
 /* Offers the next queued command (HOST_FUSE_*): joined, passed over (it
  * stays queued and runs after the group), or the look ends here. */
-int host_fuse_offer(host_group *group, const loom_command *cmd);
+int host_fuse_offer(host_group *group, const loom_command *cmd, uint64_t seq);
 /* Members beyond the lead so far. */
 int host_fuse_joined(const host_group *group);
 
 /* Runs the group on the calling thread and the device's pool, reports
  * failures and verification differences to `report`, the members' trace
- * records (as one kernel) and their release callbacks. */
+ * records (as one kernel) and their release callbacks. `end`: the number
+ * of the first command of the queue the look did not see. */
 void host_fuse_run(host_context *ctx, int device, int priority, host_group *group,
-                   loom_stream_t *report);
+                   loom_stream_t *report, uint64_t end);
 /* The packs the group's launches run ahead of it filled (host_epilogue_note). */
 host_packs *host_fuse_packs(host_group *group);
 
@@ -194,7 +223,14 @@ struct host_group {
   int64_t failed_begin[HOST_FUSE_MAX_MEMBERS], failed_end[HOST_FUSE_MAX_MEMBERS];
   char failed_reason[HOST_FUSE_MAX_MEMBERS][HOST_REASON_CAPACITY];
   host_packs packs; /* the queue's (host_epilogue_note) */
+  uint64_t seq[HOST_FUSE_MAX_MEMBERS]; /* the members' numbers (host_fuse_clock_tick) */
+  host_region region;
 };
+
+/* Whether `t` is `count` elements, contiguous, in row-major order; whether
+ * `s` touches memory of a launch the group passed over. */
+int host_fuse_contiguous(const loom_tensor *t, int64_t count);
+int host_fuse_touches_passed(const host_group *g, span s);
 
 /* Resets the members' failures; runs the group's chunks on the calling
  * thread and the device's pool, then copies deferred row outputs in. */

@@ -14,7 +14,7 @@
 
 static atomic_int fuse_mode = -1; /* -1: LOOM_FUSE not read yet */
 static _Atomic uint64_t stat_groups, stat_ops, stat_reordered, stat_cached, stat_verified,
-    stat_verify_skipped;
+    stat_verify_skipped, stat_not_written, stat_regions;
 
 static loom_fuse_mode mode_from_env(void) {
   const char *v = getenv("LOOM_FUSE");
@@ -44,6 +44,8 @@ void loom_fuse_stats_get(loom_fuse_stats *out) {
       .ops_fused = atomic_load(&stat_ops),
       .reordered = atomic_load(&stat_reordered),
       .bytes_cached = atomic_load(&stat_cached),
+      .bytes_not_written = atomic_load(&stat_not_written),
+      .compiled_regions = atomic_load(&stat_regions),
       .verified = atomic_load(&stat_verified),
       .verify_skipped = atomic_load(&stat_verify_skipped),
   };
@@ -56,6 +58,13 @@ void loom_fuse_stats_reset(void) {
   atomic_store(&stat_cached, 0);
   atomic_store(&stat_verified, 0);
   atomic_store(&stat_verify_skipped, 0);
+  atomic_store(&stat_not_written, 0);
+  atomic_store(&stat_regions, 0);
+}
+
+void host_fuse_count_region(uint64_t not_written) {
+  atomic_fetch_add(&stat_regions, 1);
+  atomic_fetch_add(&stat_not_written, not_written);
 }
 
 void host_fuse_count_group(int ops, int reordered, uint64_t cached) {

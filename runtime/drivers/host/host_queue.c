@@ -24,6 +24,7 @@ typedef struct host_node {
   /* Ran already, in a fused group ahead of commands it followed: its turn
    * only counts it complete. Only the execution token's holder uses it. */
   int done;
+  uint64_t seq; /* its place among all queues' submissions (host_fuse_clock_tick) */
   loom_command command; /* launch descriptors point into this node */
 } host_node;
 
@@ -252,15 +253,18 @@ static int run_fused(loom_driver_queue *q, host_node *lead) {
   host_group *g = q->group;
   host_node *joined[HOST_FUSE_MAX_MEMBERS];
   int n = 0;
-  host_fuse_begin(g, &lead->command);
+  host_fuse_begin(g, &lead->command, lead->seq);
+  uint64_t end = lead->seq + 1; /* the first command of this queue the look did not see */
   for (; m; m = look_next(&look)) {
+    end = m->seq;
     if (m->done) continue;
-    const int r = host_fuse_offer(g, &m->command);
+    const int r = host_fuse_offer(g, &m->command, m->seq);
     if (r == HOST_FUSE_STOP) break;
+    end = m->seq + 1;
     if (r == HOST_FUSE_JOINED) joined[n++] = m;
   }
   if (n == 0) return 0;
-  host_fuse_run(q->ctx, q->device, q->priority, g, q->owner);
+  host_fuse_run(q->ctx, q->device, q->priority, g, q->owner, end);
   for (int i = 0; i < n; ++i) joined[i]->done = 1;
   return 1;
 }
@@ -418,6 +422,7 @@ loom_status host_queue_submit(void *ctx, loom_driver_queue *q, const loom_comman
     n->command.u.launch.scalars = scalars;
   }
   pthread_mutex_lock(&q->lock);
+  n->seq = host_fuse_clock_tick();
   if (q->tail) q->tail->next = n; else q->head = n;
   q->tail = n;
   atomic_fetch_add_explicit(&q->submitted, 1, memory_order_release);

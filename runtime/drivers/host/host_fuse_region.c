@@ -1,0 +1,389 @@
+/* Adaptive eager, level 2: groups of float pointwise launches run as one
+ * compiled loop (loom/fuse.h).
+ *
+ * The executor computes a group's signature (what the loop must do, not
+ * the data: op parameters and constants are the loop's scalars), counts
+ * how often it sees it, and asks for a compile once it has seen it
+ * LOOM_FUSE_REGION_SIGHTINGS times. It never compiles: a thread outside it
+ * (torch_loom's compiler thread) takes the request with
+ * loom_fuse_region_next and installs the kernel with
+ * loom_fuse_region_install; until then, and for ever if none comes, the
+ * group runs at level 1.
+ *
+ * Why the loop gives the bits of the launches one by one: it walks the
+ * range once and, for each element, computes the members in program order
+ * from the same inputs, each rounded to its output's dtype as the library
+ * stores it; a member reading memory an earlier member wrote takes that
+ * member's value (what the store would have left there: level 1 admits a
+ * shared tensor only through the same element map), and reads of memory
+ * no earlier member wrote load it before any member stores there (the
+ * stores of element i follow its loads). The C is the compiler's
+ * (python/torch_loom/compiler: one IR and one emitter with loom's compile
+ * backend), spelling each op as the library does.
+ *
+ * Why a value need not be stored: see loom/fuse.h. The executor decides
+ * from the allocator's release log, kept here: every host queue's
+ * submission takes a number from one clock, and a release notes the clock
+ * (taken under the log's lock, so the log is ordered by it). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/registry.h"
+#include "loom/fuse.h"
+#include "loom/kernels/pointwise.h"
+#include "runtime/drivers/host/host_fuse.h"
+
+/* ---- the clock and the release log -------------------------------------------- */
+
+static _Atomic uint64_t fuse_clock;
+
+uint64_t host_fuse_clock_tick(void) { return atomic_fetch_add(&fuse_clock, 1) + 1; }
+
+#define RELEASE_LOG 4096
+typedef struct release_entry {
+  uint64_t stream, at; /* the clock when it was freed: commands up to `at` came before */
+  uintptr_t lo, hi;
+} release_entry;
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static release_entry release_log[RELEASE_LOG];
+static uint64_t log_count; /* entries ever logged; the last RELEASE_LOG are kept */
+static atomic_int regions_enabled;
+
+static void note_release(uint64_t stream_id, uintptr_t ptr, size_t size) {
+  if (!atomic_load_explicit(&regions_enabled, memory_order_relaxed)) return;
+  pthread_mutex_lock(&log_lock);
+  release_log[log_count % RELEASE_LOG] =
+      (release_entry){stream_id, atomic_load(&fuse_clock), ptr, ptr + size};
+  ++log_count;
+  pthread_mutex_unlock(&log_lock);
+}
+
+void host_fuse_region_hook(int on) { loom_fuse_set_release_hook(on ? note_release : NULL); }
+
+/* Whether `s` of `stream` lies in a block freed after the command numbered
+ * `from` was submitted and before the command numbered `end`. */
+static int released_within(uint64_t stream, span s, uint64_t from, uint64_t end) {
+  int found = 0;
+  pthread_mutex_lock(&log_lock);
+  const uint64_t first = log_count > RELEASE_LOG ? log_count - RELEASE_LOG : 0;
+  uint64_t lo = first, hi = log_count; /* the first entry at or after `end` */
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (release_log[mid % RELEASE_LOG].at < end) lo = mid + 1;
+    else hi = mid;
+  }
+  for (uint64_t i = lo; i-- > first;) {
+    const release_entry *e = &release_log[i % RELEASE_LOG];
+    if (e->at < from) break;
+    if (e->stream == stream && e->lo <= s.lo && s.hi <= e->hi) {
+      found = 1;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&log_lock);
+  return found;
+}
+
+/* ---- signatures, requests, installed kernels ---------------------------------- */
+
+enum { R_SEEN, R_REQUESTED, R_TAKEN, R_READY, R_FAILED };
+
+typedef struct region_entry {
+  uint64_t hash, id; /* id: the slot's index + 1 */
+  int len; /* 0: a free slot */
+  int32_t *words;
+  int sightings, state;
+  loom_kernel_fn fn;
+} region_entry;
+
+#define REGIONS 512
+#define REQUESTS 64
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t request_cond = PTHREAD_COND_INITIALIZER;
+static region_entry table[REGIONS];
+static int requests[REQUESTS], req_head, req_count, stopped;
+static _Atomic uint64_t op_bits[4];
+
+static atomic_int sightings_needed = LOOM_FUSE_REGION_SIGHTINGS;
+
+void loom_fuse_region_set_sightings(int n) {
+  atomic_store(&sightings_needed, n < 1 ? LOOM_FUSE_REGION_SIGHTINGS : n);
+}
+
+void loom_fuse_region_set_ops(const uint64_t *bits, size_t words) {
+  for (size_t i = 0; i < 4; ++i) atomic_store(&op_bits[i], bits && i < words ? bits[i] : 0);
+  atomic_store(&regions_enabled, bits != NULL);
+}
+
+static int op_spelled(int op) {
+  return op >= 0 && op < 256 &&
+         (atomic_load_explicit(&op_bits[op / 64], memory_order_relaxed) >> (op % 64) & 1);
+}
+
+int loom_fuse_region_next(uint64_t *out_id, int32_t *words, size_t capacity, int timeout_ms) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ms / 1000;
+  deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec += 1;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&table_lock);
+  int rc = 0;
+  while (!stopped && req_count == 0)
+    if (pthread_cond_timedwait(&request_cond, &table_lock, &deadline) != 0) break;
+  if (stopped) {
+    rc = -1;
+  } else if (req_count > 0) {
+    region_entry *e = &table[requests[req_head]];
+    req_head = (req_head + 1) % REQUESTS;
+    --req_count;
+    if ((size_t)e->len <= capacity) {
+      memcpy(words, e->words, (size_t)e->len * sizeof *words);
+      *out_id = e->id;
+      e->state = R_TAKEN;
+      rc = e->len;
+    } else {
+      e->state = R_FAILED;
+    }
+  }
+  pthread_mutex_unlock(&table_lock);
+  return rc;
+}
+
+void loom_fuse_region_install(uint64_t id, loom_kernel_fn fn) {
+  pthread_mutex_lock(&table_lock);
+  if (id >= 1 && id <= REGIONS && table[id - 1].state == R_TAKEN) {
+    table[id - 1].fn = fn;
+    table[id - 1].state = fn ? R_READY : R_FAILED;
+  }
+  pthread_mutex_unlock(&table_lock);
+}
+
+int loom_fuse_region_pending(void) {
+  int n = 0;
+  pthread_mutex_lock(&table_lock);
+  for (int i = 0; i < REGIONS; ++i)
+    n += table[i].len && (table[i].state == R_REQUESTED || table[i].state == R_TAKEN);
+  pthread_mutex_unlock(&table_lock);
+  return n;
+}
+
+void loom_fuse_region_stop(void) {
+  pthread_mutex_lock(&table_lock);
+  stopped = 1;
+  pthread_cond_broadcast(&request_cond);
+  pthread_mutex_unlock(&table_lock);
+}
+
+void loom_fuse_region_reset(void) {
+  pthread_mutex_lock(&table_lock);
+  for (int i = 0; i < REGIONS; ++i) {
+    free(table[i].words);
+    table[i] = (region_entry){0};
+  }
+  req_head = req_count = 0;
+  pthread_mutex_unlock(&table_lock);
+}
+
+static uint64_t hash_words(const int32_t *w, int n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < n; ++i) {
+    h ^= (uint32_t)w[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/* The installed kernel for a signature, or NULL; counts the sighting and
+ * queues a request at the count. */
+static loom_kernel_fn lookup(const int32_t *words, int len) {
+  const uint64_t h = hash_words(words, len);
+  loom_kernel_fn fn = NULL;
+  pthread_mutex_lock(&table_lock);
+  for (int probe = 0; probe < REGIONS; ++probe) {
+    region_entry *e = &table[(h + (uint64_t)probe) % REGIONS];
+    if (!e->len) { /* not seen: a new entry */
+      e->words = malloc((size_t)len * sizeof *words);
+      if (!e->words) break;
+      memcpy(e->words, words, (size_t)len * sizeof *words);
+      e->hash = h;
+      e->len = len;
+      e->id = (uint64_t)(e - table) + 1;
+      e->sightings = 0;
+      e->state = R_SEEN;
+    }
+    if (e->hash != h || e->len != len || memcmp(e->words, words, (size_t)len * sizeof *words))
+      continue;
+    if (e->state == R_READY) fn = e->fn;
+    else if (e->state == R_SEEN && ++e->sightings >= atomic_load(&sightings_needed) &&
+             req_count < REQUESTS && !stopped) {
+      e->state = R_REQUESTED;
+      requests[(req_head + req_count++) % REQUESTS] = (int)(e - table);
+      pthread_cond_signal(&request_cond);
+    }
+    break;
+  }
+  pthread_mutex_unlock(&table_lock);
+  return fn;
+}
+
+/* ---- a group's signature -------------------------------------------------------- */
+
+static int float_dtype(int32_t d) {
+  return d == LOOM_FLOAT32 || d == LOOM_FLOAT64 || d == LOOM_FLOAT16 || d == LOOM_BFLOAT16;
+}
+
+static int pw_arity(int op) { return op >= LOOM_PW_WHERE ? 3 : op >= LOOM_PW_ADD ? 2 : 1; }
+
+/* The argument for (data, dtype, access), added if new; -1 if full. */
+static int arg_index(host_region *r, const loom_tensor *t, int access) {
+  for (int a = 0; a < r->nargs; ++a)
+    if (r->args[a].data == t->data && r->args[a].dtype == t->dtype && r->access[a] == access)
+      return a;
+  if (r->nargs == HOST_REGION_MAX_ARGS) return -1;
+  const int a = r->nargs++;
+  r->args[a] = (loom_tensor){.data = t->data, .dtype = t->dtype, .rank = access ? 0 : 1};
+  r->args[a].sizes[0] = r->range;
+  r->args[a].strides[0] = 1;
+  r->access[a] = access;
+  r->written[a] = 0;
+  r->writer[a] = -1;
+  return a;
+}
+
+static loom_kernel_fn pointwise_fn(void) {
+  static _Atomic(loom_kernel_fn) fn;
+  loom_kernel_fn f = atomic_load_explicit(&fn, memory_order_relaxed);
+  if (!f) {
+    const loom_kernel_entry *e = loom_kernel_library_find("pointwise.apply");
+    if (e) atomic_store_explicit(&fn, f = e->fn, memory_order_relaxed);
+  }
+  return f;
+}
+
+/* Fills g->region from the group (1), or says it cannot be a compiled
+ * region (0). `stream`: the queue's stream id (0: unknown, every output is
+ * stored); `end`: the number of the first command of the queue the look
+ * did not see. */
+static int describe(host_group *g, uint64_t stream, uint64_t end, int store_all) {
+  host_region *r = &g->region;
+  if (g->n < 2 || g->n > LOOM_FUSE_REGION_MAX_MEMBERS || g->nhoisted || !pointwise_fn()) return 0;
+  r->nargs = 0;
+  r->range = g->args.range;
+  int32_t *w = r->words;
+  int32_t member_words[LOOM_FUSE_REGION_MAX_MEMBERS][LOOM_FUSE_REGION_MEMBER_WORDS];
+  int out_arg[LOOM_FUSE_REGION_MAX_MEMBERS];
+  for (int m = 0; m < g->n; ++m) {
+    const loom_command *c = g->members[m];
+    const loom_tensor *t = c->u.launch.tensors;
+    const loom_scalar *s = c->u.launch.scalars;
+    if (c->u.launch.fn != pointwise_fn() || g->row_n[m] || c->u.launch.num_scalars < LOOM_PW_CONST)
+      return 0;
+    const int op = (int)s[0].i, kind = (int)s[1].i;
+    if (!op_spelled(op) || (kind != LOOM_PW_F32 && kind != LOOM_PW_F64)) return 0;
+    const int arity = pw_arity(op);
+    if ((int)c->u.launch.num_tensors < 1 + arity ||
+        (int)c->u.launch.num_scalars < LOOM_PW_CONST + arity)
+      return 0;
+    if (!t[0].data || !float_dtype(t[0].dtype) || !host_fuse_contiguous(&t[0], r->range)) return 0;
+    int32_t *mw = member_words[m];
+    mw[0] = op;
+    mw[1] = kind;
+    for (int k = 0; k < 3; ++k) mw[4 + k] = -1;
+    for (int k = 1; k <= arity; ++k) {
+      const loom_tensor *x = &t[k];
+      if (!x->data) {
+        mw[3 + k] = LOOM_FUSE_REGION_CONST << 16 | (k - 1);
+        continue;
+      }
+      if (!float_dtype(x->dtype)) return 0;
+      const int access = host_fuse_contiguous(x, r->range) ? 0 : loom_tensor_numel(x) == 1 ? 1 : -1;
+      if (access < 0) return 0;
+      const int a = arg_index(r, x, access);
+      if (a < 0) return 0;
+      mw[3 + k] = r->writer[a] >= 0 ? LOOM_FUSE_REGION_VALUE << 16 | r->writer[a]
+                                    : LOOM_FUSE_REGION_ARG << 16 | a;
+    }
+    const int o = arg_index(r, &t[0], 0);
+    if (o < 0) return 0;
+    r->writer[o] = m;
+    out_arg[m] = o;
+    mw[2] = o;
+    mw[3] = 1;
+    double p0 = 0;
+    if (op == LOOM_PW_POW_SCALAR || op == LOOM_PW_RPOW_SCALAR) p0 = s[LOOM_PW_PARAM].f;
+    uint64_t bits;
+    memcpy(&bits, &p0, sizeof bits);
+    mw[7] = (int32_t)(uint32_t)bits;
+    mw[8] = (int32_t)(uint32_t)(bits >> 32);
+    loom_scalar *rs = &r->scalars[m * LOOM_FUSE_REGION_MEMBER_SCALARS];
+    for (int i = 0; i < 4; ++i) rs[i] = s[LOOM_PW_PARAM + i];
+    for (int k = 0; k < 3; ++k)
+      rs[4 + k] = LOOM_PW_CONST + k < (int)c->u.launch.num_scalars ? s[LOOM_PW_CONST + k]
+                                                                    : (loom_scalar){.i = 0};
+  }
+  /* A one-element argument may not share memory with a written one. */
+  for (int a = 0; a < r->nargs; ++a) {
+    if (r->writer[a] < 0) continue;
+    span sa, sb;
+    if (!host_fuse_tensor_span(&g->members[r->writer[a]]->u.launch.tensors[0], &sa)) return 0;
+    for (int b = 0; b < r->nargs; ++b)
+      if (r->access[b] && host_fuse_tensor_span(&r->args[b], &sb) && sa.lo < sb.hi && sb.lo < sa.hi)
+        return 0;
+  }
+  /* Stores: a value another member overwrites later is not stored, nor
+   * one whose memory was freed within the group's look. */
+  r->not_written = 0;
+  for (int m = 0; m < g->n; ++m) {
+    const loom_tensor *out = &g->members[m]->u.launch.tensors[0];
+    span sp;
+    int stored = r->writer[out_arg[m]] == m;
+    if (stored && !store_all && stream && host_fuse_tensor_span(out, &sp) &&
+        !host_fuse_touches_passed(g, sp) && released_within(stream, sp, g->seq[m], end))
+      stored = 0;
+    if (store_all) stored = 1;
+    member_words[m][3] = stored;
+    if (stored) r->written[out_arg[m]] = 1;
+    else r->not_written += (uint64_t)(r->range * loom_dtype_size(out->dtype));
+  }
+  int len = 0;
+  w[len++] = g->n;
+  w[len++] = r->nargs;
+  for (int a = 0; a < r->nargs; ++a) {
+    w[len++] = r->args[a].dtype;
+    w[len++] = r->access[a];
+    w[len++] = r->written[a];
+  }
+  for (int m = 0; m < g->n; ++m)
+    for (int i = 0; i < LOOM_FUSE_REGION_MEMBER_WORDS; ++i) w[len++] = member_words[m][i];
+  r->len = len;
+  return 1;
+}
+
+void host_fuse_region_plan(host_group *g, uint64_t stream, uint64_t end) {
+  g->region.fn = NULL;
+  if (!atomic_load_explicit(&regions_enabled, memory_order_relaxed)) return;
+  const int verify = loom_fuse_get_mode() == LOOM_FUSE_VERIFY;
+  if (!describe(g, stream, end, verify)) return;
+  g->region.fn = lookup(g->region.words, g->region.len);
+}
+
+int host_fuse_region_run(host_context *ctx, int device, int priority, host_group *g) {
+  host_region *r = &g->region;
+  const loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
+                              .num_tensors = (uint32_t)r->nargs,
+                              .tensors = r->args,
+                              .num_scalars = (uint32_t)(g->n * LOOM_FUSE_REGION_MEMBER_SCALARS),
+                              .scalars = r->scalars,
+                              .range = r->range,
+                              .grain = g->args.grain};
+  host_failure f;
+  if (host_pool_run(&ctx->devices[device].pool, priority, r->fn, &a, &f) != 0) return 0;
+  host_fuse_count_region(r->not_written);
+  return 1;
+}
