@@ -103,3 +103,74 @@ def test_cnn_training_keeps_conv_layouts_and_splits_its_kernels_across_workers()
     torch.testing.assert_close(loss.cpu(), ref.cpu(), rtol=1e-5, atol=1e-6)
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-4, atol=1e-5, msg=name)
+
+
+class _Attention(nn.Module):
+    """Heads of a fused qkv projection, as GPT-style models write them:
+    strided views of one product."""
+
+    def __init__(self, c=32, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in self.qkv(x).split(c, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+def _attention_copies(fn):
+    """(fn's result, how many tensor copies ran inside the attention ops)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = fn()
+    copies = 0
+    for e in prof.events():
+        if e.name != "aten::copy_":
+            continue
+        parent = e.cpu_parent
+        while parent is not None and "scaled_dot_product" not in parent.name:
+            parent = parent.cpu_parent
+        copies += parent is not None
+    return out, copies
+
+
+def test_attention_reads_its_heads_contiguous_without_copies_inside_the_op():
+    """A compiled attention training step passes the attention ops their
+    query, key, value (and in the backward the output and its gradient)
+    contiguous, written by generated kernels: the ops copy nothing
+    themselves (eager's strided heads cost them a copy each, and their
+    outputs a copy into the meta layout); values equal eager's."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    model, eager = _Attention().to("loom"), _Attention().to("loom")
+    eager.load_state_dict(model.state_dict())
+    x = torch.randn(2, 16, 32).to("loom")
+
+    def step(m):
+        out = m(x)
+        out.square().mean().backward()
+        return out.detach()
+
+    compiled = torch.compile(model)
+    got, codes = run_and_get_code(step, compiled)
+    code = "\n".join(codes)
+    calls = re.findall(r"_scaled_dot_product_fused_attention_overrideable(?:_backward)?\.default"
+                       r"\((\w+), (\w+), (\w+), (\w+)", code)
+    assert len(calls) == 2, code  # forward and backward, each on plain buffers
+    for args in calls:
+        assert not any(a.startswith("reinterpret_tensor") for a in args), args
+    model.zero_grad()
+    _, copies = _attention_copies(lambda: step(compiled))
+    assert copies == 0
+    want, eager_copies = _attention_copies(lambda: step(eager))
+    assert eager_copies > 0  # what the compiled graph avoids
+    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-4, atol=1e-5, msg=name)

@@ -22,6 +22,12 @@ def _digest() -> str:
     return h.hexdigest()[:32]
 
 
+#: Attention in loom graphs reads its row operands (query, key, value; in
+#: the backward also the output and its gradient) contiguous, written by
+#: generated copy kernels, instead of copying strided views itself on every
+#: call (library_ops.py).
+sdpa_contiguous_rows: bool = True
+
 #: The code generators' identity (a digest of their sources).
 codegen_version: str = _digest()
 

@@ -38,6 +38,19 @@ reduction) stays generated: the extern call would cost a pass writing it.
 a ``ConcatKernel``, whose inputs are written straight into slices of the
 output by vectorized copy kernels, never as one "pointwise cat" kernel whose
 per-element selects between inputs the C++ backend cannot vectorize.
+
+Attention on loom reads its query, key and value (and, in the backward,
+the output and its gradient) as [batch*heads, length, head_dim] rows, and
+writes its outputs that way: a strided view (the heads of a fused qkv
+projection, ``qkv.split(...).view(b, t, h, d).transpose(1, 2)``) is copied
+by the op on each call, and outputs are copied again into the layout the
+meta function gives (which follows the query's). Inductor's constraint for
+these ops keeps the inputs' stride order, so a compiled GPT step paid
+twelve such copies per layer. For loom graphs the constraint asks for
+those inputs contiguous instead (``_sdpa_rows_on_loom``): Inductor writes
+them with generated copy kernels (the forward's q, k and v of a layer in
+one), the outputs then come out contiguous with no copy, and the backward
+reads the forward's contiguous output as it is.
 """
 
 from __future__ import annotations
@@ -179,9 +192,48 @@ def _cat_as_on_cpu(original):
     return cat
 
 
+#: The attention ops whose row operands loom graphs pass contiguous, by the
+#: positions of those operands: the forward's query, key and value; the
+#: backward's output gradient, query, key, value and output. The mask (and
+#: anything else) keeps Inductor's own constraint.
+SDPA_ROW_OPERANDS = {
+    aten._scaled_dot_product_fused_attention_overrideable.default: (0, 1, 2),
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default: (0, 1, 2, 3, 6),
+}
+
+
+def _sdpa_rows_on_loom(op, original):
+    """op's layout constraint: for loom graphs, its row operands contiguous
+    (see the module's docstring); `original` (Inductor's) for the rest."""
+    from torch._inductor import ir
+
+    from . import config
+
+    rows = SDPA_ROW_OPERANDS[op]
+
+    def constraint(fx_node, *args, **kwargs):
+        own = ()
+        if config.sdpa_contiguous_rows and _node_on_loom(args, kwargs):
+            own = [i for i in rows if i < len(args) and isinstance(args[i], ir.IRNode)
+                   and len(args[i].get_size()) in (3, 4)]
+        # Inductor's constraint (which keeps the operands' stride order) for
+        # everything else: it maps arguments by position, and passes None on.
+        rest = tuple(None if i in own else a for i, a in enumerate(args))
+        if original is not None:
+            rest, kwargs = original(fx_node, *rest, **kwargs)
+        args = tuple(ir.ExternKernel.require_contiguous(args[i]) if i in own else a
+                     for i, a in enumerate(rest))
+        return args, kwargs
+
+    constraint._loom = True
+    constraint.__wrapped__ = original
+    return constraint
+
+
 def apply() -> None:
     """Installs the device checks in Inductor's decomposition table and
     lowerings (once)."""
+    from torch._inductor import lowering as lowering_module
     from torch._inductor.decomposition import decompositions
     from torch._inductor.lowering import lowerings
 
@@ -198,3 +250,7 @@ def apply() -> None:
     cat = lowerings[aten.cat.default]
     if not getattr(cat, "_loom", False):
         lowerings[aten.cat.default] = _cat_as_on_cpu(cat)
+    for op in SDPA_ROW_OPERANDS:
+        constraint = lowering_module.maybe_layout_constraints(op)
+        if not getattr(constraint, "_loom", False):
+            lowering_module.add_layout_constraint(op, _sdpa_rows_on_loom(op, constraint))
