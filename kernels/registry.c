@@ -18,6 +18,7 @@ extern const loom_kernel_entry loom_frexp_kernels[];
 extern const loom_kernel_entry loom_softmax_kernels[];
 extern const loom_kernel_entry loom_norm_kernels[];
 extern const loom_kernel_entry loom_norm_batch_act_kernels[];
+extern const loom_kernel_entry loom_norm_batch_nhwc_kernels[];
 extern const loom_kernel_entry loom_optim_kernels[];
 extern const loom_kernel_entry loom_amp_scale_kernels[];
 extern const loom_kernel_entry loom_rnn_kernels[];
@@ -65,6 +66,7 @@ static const loom_kernel_entry *const families[] = {
     loom_softmax_kernels,
     loom_norm_kernels,
     loom_norm_batch_act_kernels,
+    loom_norm_batch_nhwc_kernels,
     loom_optim_kernels,
     loom_amp_scale_kernels,
     loom_rnn_kernels,

@@ -4,6 +4,7 @@
 
 #include "kernels/nn/nn_util.h"
 #include "kernels/nn/norm.h"
+#include "kernels/nn/norm_batch_nhwc.h"
 #include "kernels/reduce/reduce.h"
 #include "loom/status.h"
 #include "base/cpu.h"
@@ -42,6 +43,53 @@ static inline double bn_round(double v, int32_t dtype) {
 
 static inline double opt_load(const loom_tensor *t, int64_t i, double dflt) {
   return t->data ? loom_nn_load(t->data, t->dtype, i) : dflt;
+}
+
+/* A channel's training statistics from its mean *mu and the sum of squared
+ * deviations ssq of its `count` values: the saved mean and invstd (sm, si)
+ * and the running statistics (read from rm, rv, moved by momentum, written to
+ * rm_out, rv_out, or in place where those are NULL) are written for channel
+ * c, and *mu, *invstd become what the output is normalised with. */
+void loom_bn_finish_stats(const loom_tensor *rm, const loom_tensor *rv, const loom_tensor *rm_out,
+                          const loom_tensor *rv_out, const loom_tensor *sm, const loom_tensor *si,
+                          int64_t c, int64_t count, double momentum, double eps, double ssq,
+                          double *mu, double *invstd) {
+  if (!rm_out) rm_out = rm;
+  if (!rv_out) rv_out = rv;
+  const double var = count ? ssq / (double)count : 0.0;
+  double m = *mu, is = 1.0 / sqrt(var + eps);
+  /* The mean and invstd the output is normalized with: those saved. */
+  double mu_used = m, unbiased = ssq / (double)(count - 1);
+  if (sm->data && sm->dtype == LOOM_BFLOAT16) {
+    /* bfloat16 statistics: the CPU keeps the mean and the sum of
+     * squares in bfloat16 and divides them there (bfloat16 / integer
+     * rounds), then takes invstd in float from the rounded variance;
+     * the running statistics take the rounded values too. */
+    m = mu_used = bn_round(m, LOOM_BFLOAT16);
+    const float ssq_r = (float)bn_round(ssq, LOOM_BFLOAT16);
+    const float v = count ? (float)bn_round(ssq_r / (float)count, LOOM_BFLOAT16) : 0.0f;
+    is = bn_round(1.0f / sqrtf(v + (float)eps), LOOM_BFLOAT16);
+    unbiased = bn_round(ssq_r / (float)(count - 1), LOOM_BFLOAT16);
+  } else if (sm->data && sm->dtype == LOOM_FLOAT16) {
+    /* float16 statistics: computed in float, the output normalized with
+     * the saved (rounded) mean and invstd. */
+    mu_used = bn_round(m, LOOM_FLOAT16);
+    const float v = count ? (float)ssq / (float)count : 0.0f;
+    is = bn_round(1.0f / sqrtf(v + (float)eps), LOOM_FLOAT16);
+  }
+  if (sm->data) loom_nn_store(sm->data, sm->dtype, c, m);
+  if (si->data) loom_nn_store(si->data, si->dtype, c, is);
+  if (rm->data) {
+    double old = loom_nn_load(rm->data, rm->dtype, c);
+    loom_nn_store(rm_out->data, rm_out->dtype, c, (1.0 - momentum) * old + momentum * m);
+  }
+  if (rv->data) {
+    /* one value per channel gives 0/0 = NaN, as PyTorch does */
+    double old = loom_nn_load(rv->data, rv->dtype, c);
+    loom_nn_store(rv_out->data, rv_out->dtype, c, (1.0 - momentum) * old + momentum * unbiased);
+  }
+  *mu = mu_used;
+  *invstd = is;
 }
 
 int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
@@ -85,40 +133,8 @@ int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
             ssq += d * d;
           }
       }
-      const double var = count ? ssq / (double)count : 0.0;
-      invstd = 1.0 / sqrt(var + eps);
-      /* The mean and invstd the output is normalized with: those saved. */
-      double mu_used = mu, unbiased = ssq / (double)(count - 1);
-      if (sm->data && sm->dtype == LOOM_BFLOAT16) {
-        /* bfloat16 statistics: the CPU keeps the mean and the sum of
-         * squares in bfloat16 and divides them there (bfloat16 / integer
-         * rounds), then takes invstd in float from the rounded variance;
-         * the running statistics take the rounded values too. */
-        mu = mu_used = bn_round(mu, LOOM_BFLOAT16);
-        const float ssq_r = (float)bn_round(ssq, LOOM_BFLOAT16);
-        const float v = count ? (float)bn_round(ssq_r / (float)count, LOOM_BFLOAT16) : 0.0f;
-        invstd = bn_round(1.0f / sqrtf(v + (float)eps), LOOM_BFLOAT16);
-        unbiased = bn_round(ssq_r / (float)(count - 1), LOOM_BFLOAT16);
-      } else if (sm->data && sm->dtype == LOOM_FLOAT16) {
-        /* float16 statistics: computed in float, the output normalized with
-         * the saved (rounded) mean and invstd. */
-        mu_used = bn_round(mu, LOOM_FLOAT16);
-        const float v = count ? (float)ssq / (float)count : 0.0f;
-        invstd = bn_round(1.0f / sqrtf(v + (float)eps), LOOM_FLOAT16);
-      }
-      if (sm->data) loom_nn_store(sm->data, sm->dtype, c, mu);
-      if (si->data) loom_nn_store(si->data, si->dtype, c, invstd);
-      if (rm->data) {
-        double old = loom_nn_load(rm->data, rm->dtype, c);
-        loom_nn_store(rm->data, rm->dtype, c, (1.0 - momentum) * old + momentum * mu);
-      }
-      if (rv->data) {
-        /* one value per channel gives 0/0 = NaN, as PyTorch does */
-        double old = loom_nn_load(rv->data, rv->dtype, c);
-        loom_nn_store(rv->data, rv->dtype, c,
-                      (1.0 - momentum) * old + momentum * unbiased);
-      }
-      mu = mu_used;
+      loom_bn_finish_stats(rm, rv, NULL, NULL, sm, si, c, count, momentum, eps, ssq, &mu,
+                           &invstd);
     } else {
       mu = opt_load(rm, c, 0.0);
       invstd = 1.0 / sqrt(opt_load(rv, c, 1.0) + eps);

@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include "loom/kernels/norm.h"
+#include "ops/nn/nn_batch_norm_nhwc.h"
 #include "ops/nn/nn_util.h"
 #include "register.h"
 
@@ -57,7 +58,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_forward(
   const auto st = input.options().dtype(bn_stats_type(input, weight));
   at::Tensor save_mean = at::empty({training ? C : 0}, st);
   at::Tensor save_invstd = at::empty({training ? C : 0}, st);
-  if (C > 0) {
+  if (nhwc_input(input)) {
+    TORCH_INTERNAL_ASSERT(out.is_contiguous(at::MemoryFormat::ChannelsLast));
+    nhwc_forward(input, weight.defined() ? weight.contiguous() : weight,
+                 bias.defined() ? bias.contiguous() : bias, running_mean, running_var, out,
+                 save_mean, save_invstd, training, momentum, eps, op);
+  } else if (C > 0) {
     const at::Tensor x3 = as_ncs(input), y3 = as_ncs(out);
     TORCH_INTERNAL_ASSERT(y3.data_ptr() == out.data_ptr() || out.numel() == 0);
     const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
@@ -100,6 +106,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_backward(
   if (mask[1]) dw = at::empty({C}, popts);
   if (mask[2]) db = at::empty({C}, popts);
   if (C == 0) return {dx, dw, db};
+  if (nhwc_input(input)) {
+    nhwc_backward(grad_out.contiguous(at::MemoryFormat::ChannelsLast), input,
+                  weight.defined() ? weight.contiguous() : weight, running_mean, running_var,
+                  save_mean, save_invstd, dx, dw, db, training, eps, op);
+    return {dx, dw, db};
+  }
   const at::Tensor dy3 = as_ncs(grad_out), x3 = as_ncs(input);
   const at::Tensor dx3 = dx.defined() ? as_ncs(dx) : dx;
   const at::Tensor w = weight.defined() ? weight.contiguous() : weight;

@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include "loom/kernels/norm_batch_act.h"
+#include "ops/nn/nn_batch_norm_nhwc.h"
 #include "ops/nn/nn_util.h"
 #include "register.h"
 
@@ -65,7 +66,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_relu(
   check_channel(running_var, input, kFwd, "running_var");
   check_like(residual, input, kFwd, "residual");
   const int64_t C = input.size(1);
-  at::Tensor out = at::empty(input.sizes(), input.options());
+  const auto fmt = nhwc_input(input) ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  at::Tensor out = at::empty(input.sizes(), input.options().memory_format(fmt));
   const auto st = input.options();
   at::Tensor save_mean = at::empty({C}, st), save_invstd = at::empty({C}, st);
   at::Tensor new_mean = running_mean.defined() ? at::empty({C}, st) : at::Tensor();
@@ -75,6 +77,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_relu(
     if (new_var.defined()) new_var.copy_(running_var);
     save_mean.fill_(std::nan(""));
     save_invstd.fill_(std::nan(""));
+    return {out, save_mean, save_invstd, new_mean, new_var};
+  }
+  if (nhwc_input(input)) {
+    // channels-last: the norm.batch_nhwc_* kernels, ReLU (and residual) in the
+    // normalising pass; the output keeps the input's layout
+    NhwcFused fused;
+    fused.relu = true;
+    fused.new_mean = new_mean, fused.new_var = new_var;
+    if (residual.defined()) fused.residual = residual.contiguous(at::MemoryFormat::ChannelsLast);
+    nhwc_forward(input, weight, bias, contig(running_mean), contig(running_var), out, save_mean,
+                 save_invstd, true, momentum, eps, kFwd, fused);
     return {out, save_mean, save_invstd, new_mean, new_var};
   }
   const at::Tensor x3 = rows_of(input), y3 = out.view(x3.sizes());
@@ -102,15 +115,22 @@ std::vector<at::Tensor> bn_relu_backward(
   check_channel(save_mean, input, kBwd, "save_mean");
   check_channel(save_invstd, input, kBwd, "save_invstd");
   const int64_t C = input.size(1);
-  at::Tensor dx = at::empty(input.sizes(), input.options());
+  const auto fmt = nhwc_input(input) ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  at::Tensor dx = at::empty(input.sizes(), input.options().memory_format(fmt));
   at::Tensor dw = at::empty({C}, input.options()), db = at::empty({C}, input.options());
-  at::Tensor masked = keep_masked ? at::empty(input.sizes(), input.options()) : at::Tensor();
+  at::Tensor masked =
+      keep_masked ? at::empty(input.sizes(), input.options().memory_format(fmt)) : at::Tensor();
   std::vector<at::Tensor> result = {dx, dw, db};
   if (keep_masked) result.push_back(masked);
   if (C == 0) return result;
   if (input.numel() == 0) {
     dw.zero_();
     db.zero_();
+    return result;
+  }
+  if (nhwc_input(input)) {
+    nhwc_backward(grad_out.contiguous(fmt), input, weight, at::Tensor(), at::Tensor(), save_mean,
+                  save_invstd, dx, dw, db, true, 0.0, kBwd, output.contiguous(fmt), masked);
     return result;
   }
   const at::Tensor x3 = rows_of(input), dx3 = dx.view(x3.sizes());
