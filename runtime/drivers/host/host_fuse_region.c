@@ -238,6 +238,15 @@ static int float_dtype(int32_t d) {
   return d == LOOM_FLOAT32 || d == LOOM_FLOAT64 || d == LOOM_FLOAT16 || d == LOOM_BFLOAT16;
 }
 
+/* Whether every element of `t` is the one at its data (a value read
+ * broadcast). */
+static int one_element(const loom_tensor *t) {
+  if (t->rank < 0 || t->rank > LOOM_MAX_DIMS) return 0;
+  for (int32_t d = 0; d < t->rank; ++d)
+    if (t->sizes[d] != 1 && t->strides[d] != 0) return 0;
+  return 1;
+}
+
 static int pw_arity(int op) { return op >= LOOM_PW_WHERE ? 3 : op >= LOOM_PW_ADD ? 2 : 1; }
 
 /* The argument for (data, dtype, access), added if new; -1 if full. */
@@ -302,7 +311,7 @@ static int describe(host_group *g, uint64_t stream, uint64_t end, int store_all)
         continue;
       }
       if (!float_dtype(x->dtype)) return 0;
-      const int access = host_fuse_contiguous(x, r->range) ? 0 : loom_tensor_numel(x) == 1 ? 1 : -1;
+      const int access = host_fuse_contiguous(x, r->range) ? 0 : one_element(x) ? 1 : -1;
       if (access < 0) return 0;
       const int a = arg_index(r, x, access);
       if (a < 0) return 0;
