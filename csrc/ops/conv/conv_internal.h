@@ -90,21 +90,26 @@ at::Tensor pack_a(const loom_tensor& c, const loom_tensor& a, const loom_tensor&
 at::Tensor pad_planes(const at::Tensor& x, int64_t top, int64_t left, int64_t wq, int64_t sh,
                       int64_t sw, int64_t plane, const char* op);
 
-// The paths of conv_padded.cpp, as their plans give them.
+// The paths of conv_padded.cpp, as their plans give them. `planes`, when
+// defined, is the input already in the plan's phase planes (pad_planes with
+// the plan's top, left, wq, sh, sw; at least its plane long), which the
+// pass then reads instead of padding the input again (conv_planes.cpp).
 void conv_forward_padded(const at::Tensor& out, const at::Tensor& input,
                          const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
                          int64_t groups, const loom_conv_forward_plan& p, const char* op,
-                         bool flipped);
+                         bool flipped, const at::Tensor& planes = {});
 at::Tensor conv_weight_grad_padded(const at::Tensor& dy, const at::Tensor& input,
                                    const std::vector<int64_t>& w_sizes, int64_t groups,
                                    const Geom& g, const loom_conv_weight_grad_plan& p,
-                                   const char* op);
+                                   const char* op, const at::Tensor& planes = {});
 void conv_forward_winograd(const at::Tensor& out, const at::Tensor& input,
                            const at::Tensor& weight, const at::Tensor& bias,
-                           const loom_conv_forward_plan& p, const char* op, bool flipped);
+                           const loom_conv_forward_plan& p, const char* op, bool flipped,
+                           const at::Tensor& planes = {});
 at::Tensor conv_weight_grad_winograd(const at::Tensor& dy, const at::Tensor& input,
                                      const std::vector<int64_t>& w_sizes,
-                                     const loom_conv_weight_grad_plan& p, const char* op);
+                                     const loom_conv_weight_grad_plan& p, const char* op,
+                                     const at::Tensor& planes = {});
 
 // The channels-last padded copy of `input` (N, C, H, W) for the kernels
 // of loom/kernels/conv_nhwc.h: `top` rows and `left` columns of zeros

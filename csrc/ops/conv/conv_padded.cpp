@@ -45,10 +45,12 @@ std::array<loom_scalar, 2 + LOOM_CONV_NUM_SCALARS + 4> padded_scalars(const Geom
 
 void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& weight,
                          const Tensor& bias, const Geom& g, int64_t groups,
-                         const loom_conv_forward_plan& p, const char* op, bool flipped) {
+                         const loom_conv_forward_plan& p, const char* op, bool flipped,
+                         const Tensor& planes) {
   int64_t n = input.size(0), c = input.size(1), o = out.size(1);
   int64_t og = o / groups, ck = c / groups * g.taps(), cols = n * p.positions;
-  Tensor xp = pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
+  Tensor xp = planes.defined() ? planes
+                               : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
   loom_tensor a = view4(weight, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
   loom_tensor b = view4(xp, op, {1, groups, ck, cols}, {0, 0, cols, 1});  // shape only
   loom_tensor cc = view4(out, op, {1, groups, og, cols}, {0, og * cols, cols, 1});  // plan only
@@ -68,13 +70,14 @@ void conv_forward_padded(const Tensor& out, const Tensor& input, const Tensor& w
 Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
                                const std::vector<int64_t>& w_sizes, int64_t groups,
                                const Geom& g, const loom_conv_weight_grad_plan& p,
-                               const char* op) {
+                               const char* op, const Tensor& planes) {
   int64_t n = input.size(0), c = input.size(1), o = dy.size(1);
   int64_t og = o / groups, ck = c / groups * g.taps();
   Tensor gw = at::empty(w_sizes, input.options());
   loom_tensor cc = view4(gw, op, {1, groups, og, ck}, {0, og * ck, ck, 1});
   const int64_t gpad = p.positions;
-  Tensor xp = pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
+  Tensor xp = planes.defined() ? planes
+                               : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
   // dy on the same grid, (O, N, gpad): zero past wo in each row and past ho rows.
   Tensor dyp = at::empty({o, n, gpad}, dy.options());
   loom_tensor pt[2] = {describe(dyp.permute({1, 0, 2}), op), image5(dy, op)};
@@ -102,14 +105,15 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
 
 void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const loom_conv_forward_plan& p, const char* op,
-                           bool flipped) {
+                           bool flipped, const Tensor& planes) {
   const int64_t k = input.size(1);
   Tensor u = at::empty({16, p.panels, k, LOOM_CONV_WINOGRAD_MR}, out.options());
   Tensor w4 = weight.reshape({weight.size(0), weight.size(1), 3, 3});
   loom_tensor wts[2] = {describe(u, op), describe(w4, op)};
   loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
   launch(op, LOOM_KERNEL("conv.winograd.weight"), wts, wsc, p.panels, 1);
-  Tensor xp = pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
+  Tensor xp = planes.defined() ? planes
+                               : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[4] = {plane4(out, op), describe(u, op), describe(xp, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
@@ -121,9 +125,11 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
 
 Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
                                  const std::vector<int64_t>& w_sizes,
-                                 const loom_conv_weight_grad_plan& p, const char* op) {
+                                 const loom_conv_weight_grad_plan& p, const char* op,
+                                 const Tensor& planes) {
   const int64_t m = dy.size(1), k = input.size(1);
-  Tensor xp = pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
+  Tensor xp = planes.defined() ? planes
+                               : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
   Tensor dyp = pad_planes(dy, 0, 0, p.wq, 2, 2, p.dy_plane, op);
   Tensor part = at::empty({p.chunks, 16, m, k}, input.options());
   loom_tensor ts[3] = {describe(part, op), describe(xp, op), describe(dyp, op)};

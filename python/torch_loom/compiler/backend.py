@@ -34,6 +34,7 @@ from .batchnorm import fuse_batch_norms
 from .epilogue import fuse_epilogues
 from .fuse import fuse
 from .lower import lower
+from .planes import share_conv_planes
 from .program import Program
 from .tangents import Tangents, no_zero_gradients, tangent_positions
 
@@ -176,18 +177,26 @@ def _compiler(kind):
     return compiler
 
 
+def _partition(joint_module, joint_inputs, **kwargs):
+    """Min-cut rematerialization, after the joint graph's rewrites that
+    need both passes in view (planes.py)."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    share_conv_planes(joint_module)
+    return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+
 @functools.cache
 def _aot(compiler_for=_compiler):
     """AOTAutograd around the compiler ``compiler_for(kind)`` of each graph
     kind (forward, backward, inference); reduce-overhead passes its own."""
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     return aot_autograd(
         fw_compiler=compiler_for("forward"),
         bw_compiler=compiler_for("backward"),
         inference_compiler=compiler_for("inference"),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=_partition,
         decompositions=decompositions(),
         keep_inference_input_mutations=True,
     )
