@@ -143,25 +143,29 @@ def test_verify_mode_compares_a_compiled_region(no_fallback):
 
 
 def test_step_dependent_scalars_do_not_recompile(no_fallback):
-    """An AdamW-like update whose factors change every step compiles once."""
+    """An AdamW-like update of two same-sized tensors (two independent parts
+    of one group, one signature) whose factors change every step compiles
+    once and runs compiled from then on."""
     g = torch.Generator().manual_seed(6)
-    p0 = torch.randn(30000, generator=g)
-    grad = torch.randn(30000, generator=g).to("loom")
+    p0 = [torch.randn(30000, generator=g) for _ in range(2)]
+    grads = [torch.randn(30000, generator=g).to("loom") for _ in range(2)]
 
-    def step(p, m, k):
+    def step(ps, ms, k):
         beta, lr = 0.9, 1e-2 / (k + 1)
-        m.mul_(beta).add_(grad, alpha=1 - beta)
-        p.add_(m, alpha=-lr / (1 - beta ** (k + 1)))
-        return [p.clone(), m.clone()]
+        for p, m, grad in zip(ps, ms, grads):
+            m.mul_(beta).add_(grad, alpha=1 - beta)
+            p.add_(m, alpha=-lr / (1 - beta ** (k + 1)))
+        return [t.clone() for t in ps + ms]
 
     def run(mode):
-        p, m = p0.to("loom"), torch.zeros(30000, device="loom")
+        ps = [p.to("loom") for p in p0]
+        ms = [torch.zeros(30000, device="loom") for _ in range(2)]
         outs = []
         with fusion.mode(mode):
             for k in range(10):
                 with held():
-                    outs.append(step(p, m, k))
-                outs[-1] = [t.cpu() for t in outs[-1]]
+                    out = step(ps, ms, k)
+                outs.append([t.cpu() for t in out])
                 fusion.wait_regions(120)
         return outs
 

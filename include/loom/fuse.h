@@ -24,6 +24,9 @@
  * named for its members. The host driver (and the guarded driver, which
  * runs on its queues) fuse; drivers without it ignore the mode.
  *
+ * Level 2: a group of float pointwise launches seen repeatedly runs as one
+ * compiled loop (below), which need not store values no tensor holds.
+ *
  * The mode is the process's: LOOM_FUSE=0 (off), 1 (the default) or verify
  * (every group also runs unfused from the same inputs and the bytes are
  * compared; a difference is an error of the stream, naming the members). */
@@ -106,8 +109,8 @@ void loom_fuse_stats_reset(void);
  * and, as scalars, LOOM_FUSE_REGION_MEMBER_SCALARS per member: its four
  * parameters (scalars[2..5] of its launch), then its three constants. */
 #define LOOM_FUSE_REGION_SIGHTINGS 3
-#define LOOM_FUSE_REGION_MAX_MEMBERS 32
-#define LOOM_FUSE_REGION_MAX_WORDS 1024
+#define LOOM_FUSE_REGION_MAX_MEMBERS 256
+#define LOOM_FUSE_REGION_MAX_WORDS 8192
 #define LOOM_FUSE_REGION_MEMBER_WORDS 9
 #define LOOM_FUSE_REGION_MEMBER_SCALARS 7
 enum {

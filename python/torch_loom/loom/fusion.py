@@ -6,6 +6,16 @@ that share memory with it only element for element join a group, whose
 chunks run one after another for every member (one fork-join, intermediates
 kept in the cache). Results are bitwise those of unfused execution.
 
+Level 2: a group of float pointwise launches whose signature the executors
+saw three times is compiled (loom's compiler IR and C emitter,
+torch_loom.compiler.regions) by a daemon thread started with fusion on,
+into one loop that computes every member per element, rounding each value
+to its tensor's dtype; it then runs as that loop (``compiled_regions``), and
+values no tensor holds any more (overwritten by a later member, or freed by
+Python before the group ran) are not stored (``bytes_not_written``). Without
+a C compiler (one warning) or with ``LOOM_FUSE_REGIONS=0`` groups stay at
+level 1. :func:`wait_regions` waits for compiles in flight.
+
 The mode starts from ``LOOM_FUSE`` (``0``, ``1`` the default, or ``verify``:
 each group also runs unfused from the same inputs and any difference in the
 bytes is an error of the stream) and is changed for the process with

@@ -637,7 +637,7 @@ static int group_chunk(const loom_kernel_args *args, int64_t first, int64_t last
 
 void host_fuse_run_fused(host_context *ctx, int device, int priority, host_group *g) {
   host_fuse_clear_failures(g);
-  if (g->region.fn && host_fuse_region_run(ctx, device, priority, g)) return;
+  if (g->region.ready && host_fuse_region_run(ctx, device, priority, g)) return;
   host_failure unused;
   (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->pool_args, &unused);
   copy_deferred(g);

@@ -35,23 +35,30 @@ enum { HOST_FUSE_STOP = 0, HOST_FUSE_JOINED = 1, HOST_FUSE_PASSED = 2 };
 /* Level 2 (host_fuse_region.c): a group run as one compiled loop. */
 #define HOST_REGION_MAX_ARGS (4 * LOOM_FUSE_REGION_MAX_MEMBERS)
 typedef struct host_region {
-  loom_kernel_fn fn; /* the installed kernel for the group's signature, or NULL */
+  loom_kernel_args pool_args; /* first: what the pool sees (the group's chunks) */
+  host_group *group;
+  int ready; /* every part of the group has its compiled loop */
   int64_t range;
-  int nargs, len;
+  int nargs; /* arguments of all parts; part p's from part_arg0[p] */
   loom_tensor args[HOST_REGION_MAX_ARGS];
   int access[HOST_REGION_MAX_ARGS], written[HOST_REGION_MAX_ARGS], writer[HOST_REGION_MAX_ARGS];
+  /* per member, at its place in the group's order */
   loom_scalar scalars[LOOM_FUSE_REGION_MAX_MEMBERS * LOOM_FUSE_REGION_MEMBER_SCALARS];
+  int part_arg0[LOOM_FUSE_REGION_MAX_MEMBERS];
+  loom_kernel_fn part_fn[LOOM_FUSE_REGION_MAX_MEMBERS];
+  loom_kernel_args part_args[LOOM_FUSE_REGION_MAX_MEMBERS];
   uint64_t not_written; /* bytes of values not stored */
-  int32_t words[LOOM_FUSE_REGION_MAX_WORDS];
+  int32_t words[LOOM_FUSE_REGION_MAX_WORDS]; /* one part's signature */
 } host_region;
 
 /* The number of the next command submitted to any host queue. */
 uint64_t host_fuse_clock_tick(void);
 /* Installs (1) or removes (0) the allocator's release hook. */
 void host_fuse_region_hook(int on);
-/* Sets g->region.fn when the group's signature has a compiled kernel (and
- * counts the sighting); `stream` is the queue's stream id, `end` the
- * number of the first command the group's look did not see. */
+/* After prepare: sets g->region.ready when the signature of every part of
+ * the group has a compiled loop (and counts each part's sighting);
+ * `stream` is the queue's stream id, `end` the number of the first command
+ * the group's look did not see. */
 void host_fuse_region_plan(host_group *g, uint64_t stream, uint64_t end);
 /* Runs the group's compiled kernel; 0 if it refused its arguments (nothing
  * was written: run the group at level 1). */

@@ -249,9 +249,10 @@ static int one_element(const loom_tensor *t) {
 
 static int pw_arity(int op) { return op >= LOOM_PW_WHERE ? 3 : op >= LOOM_PW_ADD ? 2 : 1; }
 
-/* The argument for (data, dtype, access), added if new; -1 if full. */
-static int arg_index(host_region *r, const loom_tensor *t, int access) {
-  for (int a = 0; a < r->nargs; ++a)
+/* The argument for (data, dtype, access) among those from `first` on (the
+ * part's), added if new; -1 if full. */
+static int arg_index(host_region *r, int first, const loom_tensor *t, int access) {
+  for (int a = first; a < r->nargs; ++a)
     if (r->args[a].data == t->data && r->args[a].dtype == t->dtype && r->access[a] == access)
       return a;
   if (r->nargs == HOST_REGION_MAX_ARGS) return -1;
@@ -275,23 +276,24 @@ static loom_kernel_fn pointwise_fn(void) {
   return f;
 }
 
-/* Fills g->region from the group (1), or says it cannot be a compiled
- * region (0). `stream`: the queue's stream id (0: unknown, every output is
- * stored); `end`: the number of the first command of the queue the look
- * did not see. */
-static int describe(host_group *g, uint64_t stream, uint64_t end, int store_all) {
+/* Describes part `p` of the group (prepare's: members sharing memory,
+ * in program order) into g->region: its arguments from r->nargs on, its
+ * members' scalars at their places in g->order, its signature in
+ * r->words. Returns the signature's length, or 0 if the part cannot be a
+ * compiled region. `stream`: the queue's stream id (0: unknown, every
+ * output is stored); `end`: the number of the first command of the queue
+ * the look did not see. */
+static int describe_part(host_group *g, int p, uint64_t stream, uint64_t end, int store_all) {
   host_region *r = &g->region;
-  if (g->n < 2 || g->n > LOOM_FUSE_REGION_MAX_MEMBERS || g->nhoisted || !pointwise_fn()) return 0;
-  r->nargs = 0;
-  r->range = g->args.range;
-  int32_t *w = r->words;
-  int32_t member_words[LOOM_FUSE_REGION_MAX_MEMBERS][LOOM_FUSE_REGION_MEMBER_WORDS];
-  int out_arg[LOOM_FUSE_REGION_MAX_MEMBERS];
-  for (int m = 0; m < g->n; ++m) {
-    const loom_command *c = g->members[m];
+  const int first = g->part_first[p], n = g->part_first[p + 1] - first, a0 = r->nargs;
+  int32_t member_words[HOST_FUSE_MAX_MEMBERS][LOOM_FUSE_REGION_MEMBER_WORDS];
+  int out_arg[HOST_FUSE_MAX_MEMBERS];
+  for (int j = 0; j < n; ++j) {
+    const loom_command *c = g->members[g->order[first + j]];
     const loom_tensor *t = c->u.launch.tensors;
     const loom_scalar *s = c->u.launch.scalars;
-    if (c->u.launch.fn != pointwise_fn() || g->row_n[m] || c->u.launch.num_scalars < LOOM_PW_CONST)
+    if (c->u.launch.fn != pointwise_fn() || g->row_n[g->order[first + j]] ||
+        c->u.launch.num_scalars < LOOM_PW_CONST)
       return 0;
     const int op = (int)s[0].i, kind = (int)s[1].i;
     if (!op_spelled(op) || (kind != LOOM_PW_F32 && kind != LOOM_PW_F64)) return 0;
@@ -300,7 +302,7 @@ static int describe(host_group *g, uint64_t stream, uint64_t end, int store_all)
         (int)c->u.launch.num_scalars < LOOM_PW_CONST + arity)
       return 0;
     if (!t[0].data || !float_dtype(t[0].dtype) || !host_fuse_contiguous(&t[0], r->range)) return 0;
-    int32_t *mw = member_words[m];
+    int32_t *mw = member_words[j];
     mw[0] = op;
     mw[1] = kind;
     for (int k = 0; k < 3; ++k) mw[4 + k] = -1;
@@ -313,86 +315,123 @@ static int describe(host_group *g, uint64_t stream, uint64_t end, int store_all)
       if (!float_dtype(x->dtype)) return 0;
       const int access = host_fuse_contiguous(x, r->range) ? 0 : one_element(x) ? 1 : -1;
       if (access < 0) return 0;
-      const int a = arg_index(r, x, access);
+      const int a = arg_index(r, a0, x, access);
       if (a < 0) return 0;
       mw[3 + k] = r->writer[a] >= 0 ? LOOM_FUSE_REGION_VALUE << 16 | r->writer[a]
-                                    : LOOM_FUSE_REGION_ARG << 16 | a;
+                                    : LOOM_FUSE_REGION_ARG << 16 | (a - a0);
     }
-    const int o = arg_index(r, &t[0], 0);
+    const int o = arg_index(r, a0, &t[0], 0);
     if (o < 0) return 0;
-    r->writer[o] = m;
-    out_arg[m] = o;
-    mw[2] = o;
-    mw[3] = 1;
+    r->writer[o] = j;
+    out_arg[j] = o;
+    mw[2] = o - a0;
     double p0 = 0;
     if (op == LOOM_PW_POW_SCALAR || op == LOOM_PW_RPOW_SCALAR) p0 = s[LOOM_PW_PARAM].f;
     uint64_t bits;
     memcpy(&bits, &p0, sizeof bits);
     mw[7] = (int32_t)(uint32_t)bits;
     mw[8] = (int32_t)(uint32_t)(bits >> 32);
-    loom_scalar *rs = &r->scalars[m * LOOM_FUSE_REGION_MEMBER_SCALARS];
+    loom_scalar *rs = &r->scalars[(first + j) * LOOM_FUSE_REGION_MEMBER_SCALARS];
     for (int i = 0; i < 4; ++i) rs[i] = s[LOOM_PW_PARAM + i];
     for (int k = 0; k < 3; ++k)
       rs[4 + k] = LOOM_PW_CONST + k < (int)c->u.launch.num_scalars ? s[LOOM_PW_CONST + k]
                                                                     : (loom_scalar){.i = 0};
   }
   /* A one-element argument may not share memory with a written one. */
-  for (int a = 0; a < r->nargs; ++a) {
+  for (int a = a0; a < r->nargs; ++a) {
     if (r->writer[a] < 0) continue;
     span sa, sb;
-    if (!host_fuse_tensor_span(&g->members[r->writer[a]]->u.launch.tensors[0], &sa)) return 0;
-    for (int b = 0; b < r->nargs; ++b)
+    if (!host_fuse_tensor_span(&r->args[a], &sa)) return 0;
+    sa.hi = sa.lo + (uintptr_t)(r->range * loom_dtype_size(r->args[a].dtype));
+    for (int b = a0; b < r->nargs; ++b)
       if (r->access[b] && host_fuse_tensor_span(&r->args[b], &sb) && sa.lo < sb.hi && sb.lo < sa.hi)
         return 0;
   }
   /* Stores: a value another member overwrites later is not stored, nor
    * one whose memory was freed within the group's look. */
-  r->not_written = 0;
-  for (int m = 0; m < g->n; ++m) {
+  for (int j = 0; j < n; ++j) {
+    const int m = g->order[first + j];
     const loom_tensor *out = &g->members[m]->u.launch.tensors[0];
     span sp;
-    int stored = r->writer[out_arg[m]] == m;
+    int stored = r->writer[out_arg[j]] == j;
     if (stored && !store_all && stream && host_fuse_tensor_span(out, &sp) &&
         !host_fuse_touches_passed(g, sp) && released_within(stream, sp, g->seq[m], end))
       stored = 0;
     if (store_all) stored = 1;
-    member_words[m][3] = stored;
-    if (stored) r->written[out_arg[m]] = 1;
+    member_words[j][3] = stored;
+    if (stored) r->written[out_arg[j]] = 1;
     else r->not_written += (uint64_t)(r->range * loom_dtype_size(out->dtype));
   }
+  int32_t *w = r->words;
   int len = 0;
-  w[len++] = g->n;
-  w[len++] = r->nargs;
-  for (int a = 0; a < r->nargs; ++a) {
+  w[len++] = n;
+  w[len++] = r->nargs - a0;
+  for (int a = a0; a < r->nargs; ++a) {
     w[len++] = r->args[a].dtype;
     w[len++] = r->access[a];
     w[len++] = r->written[a];
   }
-  for (int m = 0; m < g->n; ++m)
-    for (int i = 0; i < LOOM_FUSE_REGION_MEMBER_WORDS; ++i) w[len++] = member_words[m][i];
-  r->len = len;
-  return 1;
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < LOOM_FUSE_REGION_MEMBER_WORDS; ++i) w[len++] = member_words[j][i];
+  return len;
 }
 
 void host_fuse_region_plan(host_group *g, uint64_t stream, uint64_t end) {
-  g->region.fn = NULL;
-  if (!atomic_load_explicit(&regions_enabled, memory_order_relaxed)) return;
+  host_region *r = &g->region;
+  r->ready = 0;
+  if (!atomic_load_explicit(&regions_enabled, memory_order_relaxed) || g->n < 2 || !pointwise_fn())
+    return;
   const int verify = loom_fuse_get_mode() == LOOM_FUSE_VERIFY;
-  if (!describe(g, stream, end, verify)) return;
-  g->region.fn = lookup(g->region.words, g->region.len);
+  r->group = g;
+  r->range = g->args.range;
+  r->nargs = 0;
+  r->not_written = 0;
+  int ready = 1;
+  for (int p = 0; p < g->parts; ++p) {
+    r->part_arg0[p] = r->nargs;
+    const int len = describe_part(g, p, stream, end, verify);
+    if (!len) return; /* the group stays at level 1 */
+    r->part_fn[p] = lookup(r->words, len); /* every part's sighting counts */
+    ready &= r->part_fn[p] != NULL;
+    r->part_args[p] = (loom_kernel_args){
+        .abi_version = LOOM_KERNEL_ABI_VERSION,
+        .num_tensors = (uint32_t)(r->nargs - r->part_arg0[p]),
+        .tensors = &r->args[r->part_arg0[p]],
+        .num_scalars = (uint32_t)((g->part_first[p + 1] - g->part_first[p]) *
+                                  LOOM_FUSE_REGION_MEMBER_SCALARS),
+        .scalars = &r->scalars[g->part_first[p] * LOOM_FUSE_REGION_MEMBER_SCALARS],
+        .range = r->range,
+        .grain = g->part_grain[p]};
+  }
+  r->ready = ready;
+}
+
+/* The pool's kernel for a compiled group: as level 1's, its range counts
+ * the chunks of every part; chunk k of part p runs p's compiled loop. */
+static int region_chunk(const loom_kernel_args *args, int64_t first, int64_t last) {
+  host_region *r = (host_region *)args;
+  const host_group *g = r->group;
+  for (int64_t k = first; k < last; ++k) {
+    int p = 0;
+    while (g->part_chunk[p + 1] <= k) ++p;
+    const int64_t grain = g->part_grain[p];
+    const int64_t begin = (k - g->part_chunk[p]) * grain;
+    const int64_t end = r->range - begin > grain ? begin + grain : r->range;
+    const int rc = r->part_fn[p](&r->part_args[p], begin, end);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 int host_fuse_region_run(host_context *ctx, int device, int priority, host_group *g) {
   host_region *r = &g->region;
-  const loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION,
-                              .num_tensors = (uint32_t)r->nargs,
-                              .tensors = r->args,
-                              .num_scalars = (uint32_t)(g->n * LOOM_FUSE_REGION_MEMBER_SCALARS),
-                              .scalars = r->scalars,
-                              .range = r->range,
-                              .grain = g->args.grain};
+  /* A compiled loop checks its arguments before it stores anything: asked
+   * for no elements, it says whether it takes them. */
+  for (int p = 0; p < g->parts; ++p)
+    if (r->part_fn[p](&r->part_args[p], 0, 0) != 0) return 0;
+  r->pool_args = g->pool_args;
   host_failure f;
-  if (host_pool_run(&ctx->devices[device].pool, priority, r->fn, &a, &f) != 0) return 0;
+  (void)host_pool_run(&ctx->devices[device].pool, priority, region_chunk, &r->pool_args, &f);
   host_fuse_count_region(r->not_written);
   return 1;
 }
