@@ -75,7 +75,8 @@ void loom_fuse_stats_reset(void);
  * arithmetic (loom/kernels/pointwise.h: LOOM_PW_F32 or LOOM_PW_F64, ops a
  * compiler has said it spells, float32/float64/float16/bfloat16 tensors,
  * each walked contiguously over the group's range, or one element read
- * broadcast, or a constant) has a signature: per member its op, compute
+ * broadcast, or a constant) runs compiled part by part (the parts level 1
+ * splits a group into); each part has a signature: per member its op, compute
  * kind, output and, per input, either an earlier member's value, a tensor
  * argument (dtype, contiguous or one element) or its constant; and which
  * outputs are stored. Op parameters are not part of it (they are scalars
@@ -85,8 +86,9 @@ void loom_fuse_stats_reset(void);
  * thread outside the executor (torch_loom's) takes it, compiles one loop
  * over the range that computes every member for each element in program
  * order, rounding each member's value to its output's dtype, and installs
- * it; groups with that signature then run it (compiled_regions), others
- * and until then at level 1.
+ * it; a group whose parts all have their loops then runs them over level
+ * 1's chunks in one fork-join (compiled_regions), others and until then at
+ * level 1.
  *
  * A member's output is not stored when the allocator was told that its
  * whole block was freed (loom_fuse_note_release) at a point of the stream
