@@ -82,6 +82,12 @@ enum {
    * same chunk (a fused group's intermediate): keep it in the cache rather
    * than streaming it past. */
   LOOM_KERNEL_HINT_CACHED = 1u << 0,
+  /* Nothing reads what this launch writes before it has left the cache: a
+   * fused group's member whose outputs no later member touches, in a group
+   * writing more such bytes than the last-level cache holds. Its large
+   * outputs may be stored past the cache (no line read for ownership).
+   * Never set with LOOM_KERNEL_HINT_CACHED. */
+  LOOM_KERNEL_HINT_STREAM = 1u << 1,
 };
 
 /* What a kernel declares about itself (its library entry's `flags`).

@@ -36,6 +36,24 @@ static inline void loom_tile_exp_neg_n(const float *x, float *y, int64_t n) {
 #include <immintrin.h>
 #endif
 #include <string.h>
+/* 16 floats from t to d, 64 bytes: past the cache (no read of the line for
+ * ownership) when `stream` and d is a whole line; the kernel then fences
+ * before it returns (LOOM_TILE_FENCE). The bits are the same either way. */
+#define LOOM_TILE_STREAMING(A) (((A)->hints & LOOM_KERNEL_HINT_STREAM) != 0)
+static inline void loom_tile_put16(float *d, const float *t, int stream) {
+#if defined(__AVX512F__)
+  if (stream && !((uintptr_t)d & 63)) _mm512_stream_ps(d, _mm512_load_ps(t));
+  else _mm512_storeu_ps(d, _mm512_load_ps(t));
+#else
+  (void)stream;
+  memcpy(d, t, 16 * sizeof *t);
+#endif
+}
+#if defined(__AVX512F__)
+#define LOOM_TILE_FENCE(A) do { if (LOOM_TILE_STREAMING(A)) _mm_sfence(); } while (0)
+#else
+#define LOOM_TILE_FENCE(A) ((void)(A))
+#endif
 #define LOOM_TILE_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define LOOM_TILE_MAX(a, b) ((a) > (b) ? (a) : (b))
 /* t = exp(t), 16 arguments <= 0 (rowloop.py's chunks). */
@@ -229,6 +247,9 @@ def module(kernel_name, program_lines, tensor_decls, scalar_decls):
     prelude = emit_c.CDialect().prelude()
     body = "\n".join(program_lines)
     decls = "\n".join("  " + d for d in tensor_decls + scalar_decls)
+    # stores past the cache are weakly ordered: fenced before the chunk ends
+    fence = "\n    LOOM_TILE_FENCE(A);" if "loom_tile_put16(" in body else ""
+    fence2 = fence.replace("    ", "  ")
     return f"""{prelude}/* exp_neg.h {_exp_neg_digest()} */{PRELUDE}
 static void loom_tile_program(const loom_kernel_args *A, int32_t pid0, int32_t pid1, int32_t pid2,
                               int32_t np0, int32_t np1, int32_t np2) {{
@@ -240,12 +261,12 @@ static void loom_tile_program(const loom_kernel_args *A, int32_t pid0, int32_t p
 int {kernel_name}(const loom_kernel_args *A, int64_t begin, int64_t end) {{
   const int64_t g0 = A->scalars[0].i, g1 = A->scalars[1].i, g2 = A->scalars[2].i;
   if (g1 == 1 && g2 == 1) {{ /* a 1-d grid: no divisions per program */
-    for (int64_t p = begin; p < end; ++p) loom_tile_program(A, (int32_t)p, 0, 0, (int32_t)g0, 1, 1);
+    for (int64_t p = begin; p < end; ++p) loom_tile_program(A, (int32_t)p, 0, 0, (int32_t)g0, 1, 1);{fence}
     return 0;
   }}
   for (int64_t p = begin; p < end; ++p)
     loom_tile_program(A, (int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / (g0 * g1)),
-                      (int32_t)g0, (int32_t)g1, (int32_t)g2);
+                      (int32_t)g0, (int32_t)g1, (int32_t)g2);{fence2}
   return 0;
 }}
 """

@@ -422,13 +422,21 @@ def _chunked_store(tr, pointer, val, m, shape, d):
     i, l = b.name("i"), b.name("l")
     idx = [v if n != 1 else "0" for v, n in lead] + [f"{i} + {l}"]
 
-    def write():
+    def write(lanes=None):
         v = N.emit(val, N.sub_idx(val, shape, idx))
         if val.dtype.ctype != "float" or d.ctype != "float":
             v = N.convert(v, val.dtype, d) if d.kind != "f" or val.dtype.kind != "f" else f"({d.ctype})({v})"
+        if lanes is not None:
+            return f"{lanes}[{l}] = (float)({v});"
         return _write(d, pointer.arg.c, _addr(pointer, shape, idx), v)
 
     text, raw, masks = N.masked_and_raw(write)
+    streamed = _streamed(pointer, shape, d)
+    if streamed:
+        lanes = b.name("s")
+        s_text, s_raw, _ = N.masked_and_raw(lambda: write(lanes))
+        s_raw = s_text if s_raw is None else s_raw
+        dst = _addr(pointer, shape, idx[:-1] + [f"{i} + 0"])
     if m is not None:
         cond = N.emit(m, N.sub_idx(m, shape, idx))
         masks = [m] + [x for x in masks if x is not m]
@@ -441,12 +449,31 @@ def _chunked_store(tr, pointer, val, m, shape, d):
 
     def body(unmasked):
         head = "".join(f"for (int {v} = 0; {v} < {n}; ++{v}) " for v, n in loops)
+        if unmasked and streamed:  # whole chunks of 16: stored past the cache when the launch may
+            return ([f"{pad}{head}for (int {i} = 0; {i} < {shape[-1]}; {i} += {rowloop.LANES}) {{",
+                     f"{pad}  float {lanes}[{rowloop.LANES}] __attribute__((aligned(64)));"]
+                    + rowloop.VECTOR_LOOP
+                    + [f"{pad}  for (int {l} = 0; {l} < {rowloop.LANES}; ++{l}) {s_raw}",
+                       f"{pad}  loom_tile_put16(&{pointer.arg.c}[{dst}], {lanes}, LOOM_TILE_STREAMING(A));",
+                       f"{pad}}}"])
         return ([f"{pad}{head}for (int {i} = 0; {i} < {shape[-1]}; {i} += {rowloop.LANES}) {{"]
                 + rowloop.VECTOR_LOOP
                 + [f"{pad}  for (int {l} = 0; {l} < {rowloop.LANES}; ++{l}) {raw if unmasked else text}", f"{pad}}}"])
 
     b.lines.extend(rowloop.versions(pad, b.mask_check(masks), body))
     return True
+
+
+def _streamed(pointer, shape, d):
+    """Whether a store's unmasked chunks of 16 lanes are 16 consecutive
+    float32 elements (a row: ``T + s + tl.arange(0, B)``, s a scalar), which
+    a launch hinted LOOM_KERNEL_HINT_STREAM (nothing reads them from the
+    cache before they leave it) stores past the cache: no line is read
+    for ownership before it is overwritten whole (loom_tile_put16)."""
+    if d is not core.float32 or len(shape) != 1 or shape[0] % rowloop.LANES or pointer.boff is None:
+        return False
+    b = rowmap.block_sym(pointer.boff)
+    return b is not None and b[1] == shape[0]
 
 
 def where(tr, condition, x, y):
