@@ -41,6 +41,7 @@ extern const loom_kernel_entry loom_upsample_nd_kernels[];
 extern const loom_kernel_entry loom_grid_sample3d_kernels[];
 extern const loom_kernel_entry loom_pool_fractional_kernels[];
 extern const loom_kernel_entry loom_pool_kernels[];
+extern const loom_kernel_entry loom_pool_nhwc_kernels[];
 extern const loom_kernel_entry loom_im2col_kernels[];
 extern const loom_kernel_entry loom_conv_kernels[];
 extern const loom_kernel_entry loom_conv_nhwc_kernels[];
@@ -89,6 +90,7 @@ static const loom_kernel_entry *const families[] = {
     loom_grid_sample3d_kernels,
     loom_pool_fractional_kernels,
     loom_pool_kernels,
+    loom_pool_nhwc_kernels,
     loom_im2col_kernels,
     loom_conv_kernels,
     loom_conv_nhwc_kernels,

@@ -9,75 +9,9 @@
 #include "loom/status.h"
 #include "base/cpu.h"
 
-typedef struct loom_pool_params {
-  int64_t mode, k[3], s[3], p[3], d[3], include_pad, divisor;
-} loom_pool_params;
-
-static int loom_pool_params_read(const loom_kernel_args *args,
-                                 loom_pool_params *q) {
-  if (args->num_scalars < LOOM_POOL_NUM_SCALARS) return LOOM_ERROR_INVALID_ARGUMENT;
-  const loom_scalar *s = args->scalars;
-  q->mode = s[0].i;
-  for (int i = 0; i < 3; ++i) {
-    q->k[i] = s[1 + i].i, q->s[i] = s[4 + i].i;
-    q->p[i] = s[7 + i].i, q->d[i] = s[10 + i].i;
-  }
-  q->include_pad = s[13].i, q->divisor = s[14].i;
-  if (q->mode < LOOM_POOL_MAX || q->mode > LOOM_POOL_ADAPTIVE_MAX)
-    return LOOM_ERROR_INVALID_ARGUMENT;
-  int adaptive = q->mode == LOOM_POOL_ADAPTIVE_AVG || q->mode == LOOM_POOL_ADAPTIVE_MAX;
-  if (!adaptive)
-    for (int i = 0; i < 3; ++i)
-      if (q->k[i] < 1 || q->s[i] < 1 || q->d[i] < 1 || q->p[i] < 0)
-        return LOOM_ERROR_INVALID_ARGUMENT;
-  return 0;
-}
-
-/* The window of output o along `axis` (0: depth, 1: rows, 2: columns):
- * input taps start + t*step for t < count, all inside [0, n_in); pad_size
- * is its extent counting the padding, for count_include_pad. */
-typedef struct loom_pool_window {
-  int64_t start, step, count, pad_size;
-} loom_pool_window;
-
-static loom_pool_window loom_pool_window_of(const loom_pool_params *q, int axis,
-                                            int64_t o, int64_t n_out,
-                                            int64_t n_in) {
-  loom_pool_window w = {.step = 1};
-  if (q->mode == LOOM_POOL_ADAPTIVE_AVG || q->mode == LOOM_POOL_ADAPTIVE_MAX) {
-    int64_t a = (o * n_in) / n_out, b = ((o + 1) * n_in + n_out - 1) / n_out;
-    w.start = a, w.count = b - a, w.pad_size = b - a;
-    return w;
-  }
-  if (q->mode == LOOM_POOL_AVG) {
-    int64_t a = o * q->s[axis] - q->p[axis];
-    int64_t b = a + q->k[axis];
-    if (b > n_in + q->p[axis]) b = n_in + q->p[axis];
-    w.pad_size = b - a;
-    if (a < 0) a = 0;
-    if (b > n_in) b = n_in;
-    w.start = a, w.count = b > a ? b - a : 0;
-    return w;
-  }
-  /* max: dilated taps, skipping those in the padding */
-  int64_t a = o * q->s[axis] - q->p[axis];
-  int64_t t0 = 0, t1 = q->k[axis];
-  while (t0 < t1 && a + t0 * q->d[axis] < 0) ++t0;
-  while (t1 > t0 && a + (t1 - 1) * q->d[axis] >= n_in) --t1;
-  w.start = a + t0 * q->d[axis], w.step = q->d[axis], w.count = t1 - t0;
-  return w;
-}
-
 static int64_t loom_pool_volume(const loom_tensor *t, int64_t pl) {
   int64_t c = t->sizes[1];
   return (pl / c) * t->strides[0] + (pl % c) * t->strides[1];
-}
-
-static int64_t loom_pool_divisor(const loom_pool_params *q, const loom_pool_window *w) {
-  if (q->mode == LOOM_POOL_AVG && q->divisor) return q->divisor;
-  if (q->mode == LOOM_POOL_AVG && q->include_pad)
-    return w[0].pad_size * w[1].pad_size * w[2].pad_size;
-  return w[0].count * w[1].count * w[2].count;
 }
 
 /* Whether a max window's tap v replaces the best so far (best_i < 0: none

@@ -83,13 +83,39 @@ int64_t grain_for(const Tensor& t, int dims) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, volume));
 }
 
+// Whether a batch of volumes runs channels last ("pool.forward_nhwc",
+// "pool.backward_nhwc"): its channels are each position's innermost run,
+// in the input and the output (a layout the CPU keeps: its channels-last
+// kernels, here one row of all channels per item, no copy to NCHW).
+bool channels_last(const Tensor& a, const Tensor& b, int dims) {
+  return a.dim() == dims + 2 && a.size(1) > 1 && a.stride(1) == 1 && b.stride(1) == 1;
+}
+
+// Items of rows of `row_elems` elements (times the window's taps), about
+// 16K element visits each.
+int64_t grain_rows(int64_t row_elems, int64_t taps) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems * taps));
+}
+
+int64_t window_taps(const Scalars& sc) { return sc[1].i * sc[2].i * sc[3].i; }
+
 void run_forward(const char* op, int dims, const Tensor& self, const Tensor& out,
                  const Tensor* indices, const Scalars& sc) {
   if (out.numel() == 0) return;
   loom_tensor ts[3] = {volumes5(self, dims, op), volumes5(out, dims, op),
                        indices ? volumes5(*indices, dims, op) : loom_tensor{}};
-  launch(op, LOOM_KERNEL("pool.forward"), c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2), sc,
-         volumes(out, dims), grain_for(self, dims));
+  const c10::ArrayRef<loom_tensor> args(ts, indices ? 3 : 2);
+  if (channels_last(self, out, dims) && (!indices || indices->stride(1) == 1)) {
+    // one output row of every channel per item
+    const int64_t rows = out.numel() / (out.size(1) * out.size(-1));
+    const bool adaptive = sc[0].i == LOOM_POOL_ADAPTIVE_AVG || sc[0].i == LOOM_POOL_ADAPTIVE_MAX;
+    const int64_t taps = adaptive ? std::max<int64_t>(1, spatial(self, dims) / spatial(out, dims))
+                                  : window_taps(sc);
+    launch(op, LOOM_KERNEL("pool.forward_nhwc"), args, sc, rows,
+           grain_rows(out.size(1) * out.size(-1), taps));
+    return;
+  }
+  launch(op, LOOM_KERNEL("pool.forward"), args, sc, volumes(out, dims), grain_for(self, dims));
 }
 
 // `contiguous`: the gradient is contiguous whatever self's layout, as the
@@ -111,8 +137,18 @@ Tensor run_backward(const char* op, int dims, const Tensor& grad_output, const T
   if (gi.numel() == 0) return gi.to(type);
   loom_tensor ts[3] = {volumes5(gi, dims, op), volumes5(grad_output, dims, op),
                        indices ? volumes5(*indices, dims, op) : loom_tensor{}};
-  launch(op, LOOM_KERNEL("pool.backward"), c10::ArrayRef<loom_tensor>(ts, indices ? 3 : 2), sc,
-         volumes(gi, dims), grain_for(gi, dims));
+  const c10::ArrayRef<loom_tensor> args(ts, indices ? 3 : 2);
+  if (channels_last(gi, grad_output, dims) && (!indices || indices->stride(1) == 1)) {
+    // one grad_input row of every channel per item, gathering its shares
+    const int64_t rows = gi.numel() / (gi.size(1) * gi.size(-1));
+    const bool adaptive = sc[0].i == LOOM_POOL_ADAPTIVE_AVG || sc[0].i == LOOM_POOL_ADAPTIVE_MAX;
+    const int64_t covering = adaptive ? 1 : std::max<int64_t>(1, window_taps(sc) /
+                                                                     (sc[4].i * sc[5].i * sc[6].i));
+    launch(op, LOOM_KERNEL("pool.backward_nhwc"), args, sc, rows,
+           grain_rows(gi.size(1) * gi.size(-1), covering));
+  } else {
+    launch(op, LOOM_KERNEL("pool.backward"), args, sc, volumes(gi, dims), grain_for(gi, dims));
+  }
   return widen ? gi.to(type) : gi;
 }
 

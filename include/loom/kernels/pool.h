@@ -14,7 +14,19 @@
  * all rank 5, any strides. range: N*C.
  *
  * "pool.backward": tensors [0] grad_input (written whole), [1]
- * grad_output, [2] indices (max modes); rank 5, any strides. range: N*C. */
+ * grad_output, [2] indices (max modes); rank 5, any strides. range: N*C.
+ *
+ * The same over channels-last volumes (C the innermost axis; any strides
+ * work, unit-stride channels are the fast case), every channel of a row
+ * per item, with pool.forward's values, indices and gradients bit for bit:
+ *
+ * "pool.forward_nhwc": tensors as "pool.forward". range: N*OD*OH (one
+ * output row per item).
+ *
+ * "pool.backward_nhwc": tensors as "pool.backward"; each input element
+ * gathers the shares of the outputs whose windows hold it (max modes: whose
+ * index names it) in the outputs' order, so no two items write one
+ * element. range: N*ID*IH (one grad_input row per item). */
 #ifndef LOOM_KERNELS_POOL_CONTRACT_H
 #define LOOM_KERNELS_POOL_CONTRACT_H
 
