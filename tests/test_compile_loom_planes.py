@@ -163,12 +163,12 @@ class _Net(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def _train(model, compiled, steps=3):
+def _train(model, compiled, steps=3, dynamic=None):
     torch.manual_seed(0)
     x, y = torch.randn(8, 16, 16, 16).to("loom"), torch.randint(0, 5, (8,)).to("loom")
     model = copy.deepcopy(model).to("loom")
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    run = torch.compile(model, backend="loom") if compiled else model
+    run = torch.compile(model, backend="loom", dynamic=dynamic) if compiled else model
 
     def step():
         opt.zero_grad()
@@ -215,4 +215,16 @@ def test_the_pass_can_be_switched_off(monkeypatch, no_fallback):
     monkeypatch.setattr(planes, "ENABLED", True)
     _, _, fewer = _train(_Net(), True, steps=1)
     assert fewer == pads - 4
+    torch._dynamo.reset()
+
+
+@pytest.mark.skipif(not jit.available(), reason="needs a C compiler")
+def test_symbolic_sizes_keep_their_convolutions(no_fallback):
+    torch._dynamo.reset()
+    compiler.reset_counters()
+    eager, _, _ = _train(_Net(), False, steps=1)
+    losses, _, _ = _train(_Net(), True, steps=1, dynamic=True)
+    c = compiler.counters()
+    assert c["graphs_dynamic"] > 0 and c["conv_planes"] == 0
+    torch.testing.assert_close(losses, eager, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()

@@ -52,9 +52,16 @@ def _candidate(node) -> bool:
     x, w = _val(node.args[0]), _val(node.args[1])
     transposed = node.args[6]
     return (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and not transposed and
+            _concrete(x) and _concrete(w) and
             x.device.type == "loom" and x.dtype == torch.float32 and
             w.dtype == torch.float32 and x.dim() == 4 and w.dim() == 4 and
             x.is_contiguous() and w.is_contiguous())
+
+
+def _concrete(t) -> bool:
+    """Sizes and strides known (a graph with symbolic sizes keeps its
+    convolutions: the planes' shape is worked out from concrete sizes)."""
+    return all(isinstance(s, int) for s in list(t.shape) + list(t.stride()))
 
 
 def _same_conv(fwd, bwd) -> bool:
