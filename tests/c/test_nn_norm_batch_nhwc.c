@@ -182,6 +182,8 @@ static void test_loops_agree(void) {
   static double s1a[C], s2a[C], s1b[C], s2b[C], mu[C];
   for (int i = 0; i < T; ++i) x[i] = frandf(), g[i] = frandf(), y[i] = (float)frand();
   for (int c = 0; c < C; ++c) a[c] = frandf(), b[c] = frandf(), mu[c] = frand();
+  y[C + 3] = 0.0f, y[C + 4] = -0.0f, y[C + 5] = NAN, g[C + 6] = NAN, g[C + 7] = -INFINITY;
+  y[C + 7] = -1.0f;
   for (int64_t nb = 1; nb <= LOOM_BNH_BLOCK; nb += 21) {
     loom_bnh_stats_f32(x, C, 3, R - 2, nb, s1a, s2a);
     loom_bnh_stats_f32_avx512(x, C, 3, R - 2, nb, s1b, s2b);
@@ -189,6 +191,7 @@ static void test_loops_agree(void) {
     loom_bnh_grad_sums_f32(g, C, x, C, y, C, m1, C, 1, R, nb, mu, s1a, s2a);
     loom_bnh_grad_sums_f32_avx512(g, C, x, C, y, C, m2, C, 1, R, nb, mu, s1b, s2b);
     CHECK(memcmp(s1a, s1b, (size_t)nb * 8) == 0 && memcmp(s2a, s2b, (size_t)nb * 8) == 0);
+    CHECK(same(m1 + C, m2 + C, (R - 1) * C));
   }
   loom_bnh_apply_f32(o1, C, x, C, g, C, 0, R, C, a, b, 1);
   loom_bnh_apply_f32_avx512(o2, C, x, C, g, C, 0, R, C, a, b, 1);
