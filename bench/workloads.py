@@ -394,6 +394,22 @@ def _cnn_train(ctx: Ctx) -> Prepared:
                        lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), batch, flops)
 
 
+def _cnn_train_cl(ctx: Ctx) -> Prepared:
+    """_cnn_train with the model's weights and the input laid out channels
+    last (memory_format=torch.channels_last), as users train CNNs."""
+    width, batch, s = (4, 2, 8) if ctx.quick else (32, 32, 32)
+
+    def make():
+        model = models.SmallResNet(width=width, num_classes=10)
+        return model.to(memory_format=torch.channels_last)
+
+    x = _randn(batch, 3, s, s, seed=22).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (batch,), generator=_gen(23))
+    flops = _train_flops(make, _meta_like([x, y]), F.cross_entropy)
+    return _train_step(ctx, make, [x, y], F.cross_entropy,
+                       lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), batch, flops)
+
+
 def _gpt_cfg(ctx: Ctx) -> models.GPTConfig:
     return models.GPTConfig.tiny() if ctx.quick else models.GPTConfig()
 
@@ -648,6 +664,8 @@ WORKLOADS += [
              _mlp_train),
     Workload("cnn_train", "training", "sample", "ResNet-style CNN (3 stages, width 32) training step, "
              "batch 32 of 32x32, SGD", _cnn_train),
+    Workload("cnn_train_cl", "training", "sample", "cnn_train with model and input in "
+             "channels_last (memory_format=torch.channels_last)", _cnn_train_cl),
     Workload("gpt_train", "training", "token", "GPT (4 layers, d_model 256, 4 heads, vocab 2048) "
              "forward + backward + AdamW, batch 8 x 128 tokens", _gpt_train),
     Workload("gpt_char_train", "training", "token", "`make demo`'s step: character-level GPT (4 layers, "
