@@ -9,7 +9,7 @@ import torch
 import torch_loom.tile as tl
 from torch_loom import _C
 from torch_loom.compiler import jit as cjit
-from torch_loom.tile.examples import layer_norm, softmax
+from torch_loom.tile.examples import layer_norm
 
 from test_fusion import held, raw
 
@@ -131,8 +131,8 @@ def _layer_norms(xs, w, b, offset):
 
 
 def test_streamed_tile_rows_have_the_bytes_of_one_by_one(no_fallback):
-    """Tile layer norms and softmaxes on new inputs, grouped with 80 MB of
-    outputs (streamed), against LOOM_FUSE=0."""
+    """Tile layer norms on new inputs, grouped with 40 MB of outputs
+    (streamed), against LOOM_FUSE=0."""
     g = torch.Generator().manual_seed(11)
     rows, n = 1024, 2048
     xs = [torch.randn(rows, n, generator=g).to("loom") for _ in range(5)]
@@ -143,10 +143,10 @@ def test_streamed_tile_rows_have_the_bytes_of_one_by_one(no_fallback):
             before = fusion.counters()
             with fusion.mode(mode):
                 with held():
-                    ys = _layer_norms(xs, w, b, offset) + [softmax.softmax(x) for x in xs]
+                    ys = _layer_norms(xs, w, b, offset)
                 out[mode] = [raw(t) for t in ys]
             after = fusion.counters()
             if mode == 1:
                 assert after["groups"] - before["groups"] == 1, (before, after)
-                assert after["ops_fused"] - before["ops_fused"] == 10, (before, after)
+                assert after["ops_fused"] - before["ops_fused"] == 5, (before, after)
         assert all(torch.equal(a, c) for a, c in zip(out[0], out[1]))
