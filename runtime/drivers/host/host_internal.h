@@ -73,6 +73,15 @@ loom_status host_segment_alloc(void *ctx, int device, size_t size, void **out_pt
 void host_segment_free(void *ctx, int device, void *ptr, size_t size);
 loom_status host_segment_detach(void *ctx, int device, void *ptr, size_t size, int *out_fd);
 
+/* Fresh segments populated as they are mapped (host_memory.c, LOOM_POPULATE),
+ * process-wide since start: bytes populated with MADV_POPULATE_WRITE, bytes
+ * written page by page where the kernel lacks it, pieces whose populate
+ * failed (left to fault in), segments too large to populate. */
+typedef struct host_populate_stats {
+  uint64_t populated_bytes, touched_bytes, failures, skipped;
+} host_populate_stats;
+void host_memory_populate_stats(host_populate_stats *out);
+
 loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t *owner,
                               loom_driver_queue **out_queue);
 void host_queue_destroy(void *ctx, loom_driver_queue *queue);

@@ -14,7 +14,21 @@
  * shared memory gets transparent huge pages only where the system enables
  * them for shmem (/sys/kernel/mm/transparent_hugepage/shmem_enabled), and
  * memory-bound kernels ran 15-30% slower over 4 KiB pages (runtime/
- * README.md). */
+ * README.md).
+ *
+ * Fresh segments are populated as they are mapped (LOOM_POPULATE, on by
+ * default): the first write to a fresh page costs a fault and the kernel
+ * zeroing the page (a whole huge page at once), and left to the first
+ * kernel that writes the segment, it lands on whichever of its threads
+ * touches a page first while the others wait on that page. The allocating
+ * thread populates instead, 2 MiB at a time, helped by the device's idle
+ * workers (host_pool_run at normal priority: a kernel already running
+ * keeps the workers), with MADV_POPULATE_WRITE (Linux 5.14) after the
+ * huge-page advice; where the kernel lacks it, by writing a zero byte per
+ * page (the memory is zero already). A failing populate is no error: the
+ * segment is left to fault in as before, and counted. Segments over
+ * HOST_POPULATE_LIMIT are left alone: a large reservation may never be
+ * touched whole. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +45,8 @@
 #include "runtime/drivers/host/host_internal.h"
 
 #define HOST_HUGE_PAGE ((size_t)2 << 20)
+/* Segments up to this size are populated as they are mapped. */
+#define HOST_POPULATE_LIMIT ((size_t)256 << 20)
 
 /* The descriptors of the shareable segments, by address. */
 typedef struct shared_segment {
@@ -127,13 +143,105 @@ static loom_status shared_segment_alloc(int device, size_t size, void **out_ptr)
   return LOOM_OK;
 }
 
+/* ---- populating fresh segments ---------------------------------------------- */
+
+static _Atomic uint64_t populated_bytes, touched_bytes, populate_failures, populate_skipped;
+/* Whether the kernel takes MADV_POPULATE_WRITE: 1 yes, 0 no, -1 not known. */
+static atomic_int populate_advice = -1;
+
+/* LOOM_POPULATE: "0" leaves fresh segments to fault in where kernels first
+ * touch them; "touch" populates as a kernel without MADV_POPULATE_WRITE
+ * does (for tests); anything else, or unset, populates. */
+typedef enum { POPULATE_OFF, POPULATE_ON, POPULATE_TOUCH } populate_mode;
+
+static populate_mode populate_setting(void) {
+  const char *v = getenv("LOOM_POPULATE");
+  if (v && strcmp(v, "0") == 0) return POPULATE_OFF;
+  if (v && strcmp(v, "touch") == 0) return POPULATE_TOUCH;
+  return POPULATE_ON;
+}
+
+/* Writes a zero byte to each page of fresh (zero) memory. */
+static void touch_pages(char *p, size_t len) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (size_t off = 0; off < len; off += page) ((volatile char *)p)[off] = 0;
+}
+
+/* One piece of a segment. Never fails: whatever is not populated faults in
+ * later, as without it. */
+static void populate_range(char *p, size_t len, int touch_only) {
+  int advice = touch_only ? 0 : atomic_load_explicit(&populate_advice, memory_order_relaxed);
+#ifdef MADV_POPULATE_WRITE
+  if (advice != 0) {
+    if (madvise(p, len, MADV_POPULATE_WRITE) == 0) {
+      if (advice < 0) atomic_store_explicit(&populate_advice, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&populated_bytes, len, memory_order_relaxed);
+      return;
+    }
+    /* EINVAL: an older kernel. Anything else (no memory, a signal): leave
+     * the rest to fault in; writing would fault the same way, or worse. */
+    if (errno != EINVAL || advice > 0) {
+      atomic_fetch_add_explicit(&populate_failures, 1, memory_order_relaxed);
+      return;
+    }
+    atomic_store_explicit(&populate_advice, 0, memory_order_relaxed);
+  }
+#else
+  (void)advice;
+#endif
+  touch_pages(p, len);
+  atomic_fetch_add_explicit(&touched_bytes, len, memory_order_relaxed);
+}
+
+/* A launch over the segment's 2 MiB pieces: tensors[0].data is the
+ * segment, scalars[0] its size, scalars[1] whether to write only. */
+static int populate_chunks(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  char *p = args->tensors[0].data;
+  const size_t size = (size_t)args->scalars[0].u;
+  const size_t lo = (size_t)begin * HOST_HUGE_PAGE;
+  const size_t hi = (size_t)end * HOST_HUGE_PAGE < size ? (size_t)end * HOST_HUGE_PAGE : size;
+  populate_range(p + lo, hi - lo, (int)args->scalars[1].u);
+  return 0;
+}
+
+/* Populates a fresh segment of `device` on the calling thread and the
+ * device's idle workers. Without a context (memory the driver maps for
+ * itself) nothing is populated. */
+static void populate_segment(void *ctx, int device, void *p, size_t size) {
+  const populate_mode mode = populate_setting();
+  host_context *c = ctx;
+  if (mode == POPULATE_OFF || !c || device < 0 || device >= c->num_devices) return;
+  if (size > HOST_POPULATE_LIMIT) {
+    atomic_fetch_add_explicit(&populate_skipped, 1, memory_order_relaxed);
+    return;
+  }
+  const loom_tensor segment = {.data = p, .dtype = LOOM_UINT8, .rank = 1,
+                               .sizes = {(int64_t)size}, .strides = {1}};
+  const loom_scalar scalars[2] = {{.u = size}, {.u = mode == POPULATE_TOUCH}};
+  const loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 1,
+                                 .tensors = &segment, .num_scalars = 2, .scalars = scalars,
+                                 .range = (int64_t)((size + HOST_HUGE_PAGE - 1) / HOST_HUGE_PAGE),
+                                 .grain = 1};
+  host_failure failure;
+  (void)host_pool_run(&c->devices[device].pool, 0, populate_chunks, &args, &failure);
+}
+
+void host_memory_populate_stats(host_populate_stats *out) {
+  out->populated_bytes = atomic_load(&populated_bytes);
+  out->touched_bytes = atomic_load(&touched_bytes);
+  out->failures = atomic_load(&populate_failures);
+  out->skipped = atomic_load(&populate_skipped);
+}
+
 loom_status host_segment_alloc(void *ctx, int device, size_t size, void **out_ptr) {
-  (void)ctx;
   *out_ptr = NULL;
   /* Out of descriptors (a segment keeps its memfd open) or of memfds, the
    * segment is anonymous: its storage moves once if ever shared. */
   if (shareable()) {
-    if (shared_segment_alloc(device, size, out_ptr) == LOOM_OK) return LOOM_OK;
+    if (shared_segment_alloc(device, size, out_ptr) == LOOM_OK) {
+      populate_segment(ctx, device, *out_ptr, page_round(size));
+      return LOOM_OK;
+    }
     loom_clear_error();
   }
   const size_t slack = size >= HOST_HUGE_PAGE ? HOST_HUGE_PAGE : 0;
@@ -155,6 +263,7 @@ loom_status host_segment_alloc(void *ctx, int device, size_t size, void **out_pt
     (void)madvise(p, size, MADV_HUGEPAGE);
 #endif
   }
+  populate_segment(ctx, device, p, size);
   *out_ptr = p;
   return LOOM_OK;
 }
