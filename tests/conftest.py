@@ -91,6 +91,16 @@ def _restore_fallback_mode():
         loom.set_fallback_mode(mode)
 
 
+@pytest.fixture(autouse=True)
+def _finish_region_compiles():
+    """Adaptive eager's compiles (compiled regions) a test started finish
+    before the next test, whose JIT counters they would otherwise change."""
+    yield
+    fusion = getattr(getattr(torch, "loom", None), "fusion", None)
+    if fusion is not None and hasattr(fusion, "wait_regions"):
+        fusion.wait_regions(120)
+
+
 @pytest.fixture
 def no_fallback():
     """Runs a test with the CPU fallback raising, so every op it reaches must
