@@ -259,3 +259,19 @@ def test_random_programs_with_compiled_regions(no_fallback, every_signature, ste
         second = run_program(steps, shape, dtype, seed)
     assert same_bytes(ref, first)
     assert same_bytes(ref, second)
+
+
+def test_profiler_shows_a_compiled_region_as_one_kernel_naming_its_members(no_fallback):
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(50000, generator=torch.Generator().manual_seed(7)).to("loom")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        delta = until_compiled(lambda k: [torch.sigmoid(torch.cos(x * (1.0 + k)) * 2)])
+        torch.loom.synchronize()
+    assert delta["compiled_regions"] == 1
+    device = [e for e in prof.events() if e.device_type == DeviceType.PrivateUse1]
+    fused = [e for e in device if e.name.startswith("fused(")]
+    # the unfused reference runs, then level 1's groups and the compiled one
+    assert len(fused) >= 2, [e.name for e in device]
+    assert all(op in e.name for e in fused for op in ("cos", "mul", "sigmoid")), fused[-1].name
