@@ -1,7 +1,7 @@
 """A user's first training steps, loom eager beside CPU eager:
 
     python -m bench.first_step [--workloads cnn_train,gpt_train,mlp_train]
-        [--configs cpu_eager,loom_eager,loom_eager+LOOM_POPULATE=0] [--reps 3]
+        [--configs cpu_eager,loom_eager,loom_eager+LOOM_POPULATE=1] [--reps 3]
         [--threads N] [--out DIR]
 
 Each measurement runs in a fresh process (as bench.compile_times does): it
@@ -14,8 +14,9 @@ memory, so the table shows what a first step pays for fresh memory: a page
 fault and the kernel zeroing the page, for every page nothing touched yet.
 
 A configuration may carry environment settings after a `+`
-(`loom_eager+LOOM_POPULATE=0`: loom eager with fresh segments left to fault
-in where kernels first touch them). The table gives the median over `--reps`
+(`loom_eager+LOOM_POPULATE=1`: loom eager with fresh segments populated as
+the host driver maps them, rather than left to fault in where kernels first
+touch them). The table gives the median over `--reps`
 processes of each number (the configurations' processes alternate), and
 the first step's time over CPU eager's (below 1: loom is faster). Writes
 first_step.json."""
@@ -98,7 +99,7 @@ def _median(runs: list[dict], step: int, key: str) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default="cnn_train,gpt_train,mlp_train")
-    ap.add_argument("--configs", default="cpu_eager,loom_eager,loom_eager+LOOM_POPULATE=0")
+    ap.add_argument("--configs", default="cpu_eager,loom_eager,loom_eager+LOOM_POPULATE=1")
     ap.add_argument("--reps", type=int, default=3, help="fresh processes per item (median)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads (default: LOOM_NUM_THREADS or all cores)")

@@ -1,10 +1,10 @@
-/* Fresh device memory is populated as the host driver maps it
- * (runtime/drivers/host/host_memory.c, LOOM_POPULATE): a segment loom_malloc
+/* With LOOM_POPULATE=1, fresh device memory is populated as the host
+ * driver maps it (runtime/drivers/host/host_memory.c): a segment loom_malloc
  * just mapped is resident before any kernel touches it (mincore), reads as
  * zeros and computes as before; where the kernel lacks MADV_POPULATE_WRITE
  * (LOOM_POPULATE=touch takes that path) the pages are written one by one;
- * LOOM_POPULATE=0, a segment over the limit and memory the driver maps for
- * itself stay unpopulated. Host driver only: the others map no memory of
+ * by default (LOOM_POPULATE unset), with LOOM_POPULATE=0, a segment over
+ * the limit and memory the driver maps for itself stay unpopulated. Host driver only: the others map no memory of
  * their own or none the host can see. */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -97,7 +97,7 @@ static void check_add(void *out, void *a, void *b, int64_t n) {
 }
 
 static void test_fresh_segment_resident(void) {
-  unsetenv("LOOM_POPULATE");
+  setenv("LOOM_POPULATE", "1", 1);
   const host_populate_stats before = stats();
   /* 3 MiB takes a 20 MiB segment, 6 MiB more blocks of it */
   void *p = fresh(3 * MiB);
@@ -117,7 +117,7 @@ static void test_fresh_segment_resident(void) {
 }
 
 static void test_small_segment_resident(void) {
-  unsetenv("LOOM_POPULATE");
+  setenv("LOOM_POPULATE", "1", 1);
   void *p = fresh(4096); /* a 2 MiB segment of the small pool */
   CHECK_EQ_INT(resident_pages(p, 2 * MiB), pages(2 * MiB));
   CHECK_OK(loom_free(p));
@@ -163,9 +163,17 @@ static void test_off_leaves_memory_unpopulated(void) {
   unsetenv("LOOM_POPULATE");
 }
 
+/* Unset, nothing is populated. */
+static void test_off_by_default(void) {
+  unsetenv("LOOM_POPULATE");
+  void *p = fresh(16 * MiB);
+  CHECK_EQ_INT(resident_pages(p, 16 * MiB), 0);
+  CHECK_OK(loom_free(p));
+}
+
 /* A reservation over the limit (256 MiB) is left to fault in. */
 static void test_large_segment_skipped(void) {
-  unsetenv("LOOM_POPULATE");
+  setenv("LOOM_POPULATE", "1", 1);
   const host_populate_stats before = stats();
   void *p = fresh(300 * MiB);
   CHECK_EQ_INT(resident_pages(p, 300 * MiB), 0);
@@ -177,7 +185,7 @@ static void test_large_segment_skipped(void) {
 /* Memory the driver maps for itself (no context: the GEMM epilogue's
  * scratch) is not populated. */
 static void test_driver_scratch_unpopulated(void) {
-  unsetenv("LOOM_POPULATE");
+  setenv("LOOM_POPULATE", "1", 1);
   void *p = NULL;
   CHECK_OK(host_segment_alloc(NULL, 0, 4 * MiB, &p));
   if (p) {
@@ -199,8 +207,10 @@ int main(void) {
   RUN_TEST(test_small_segment_resident);
   RUN_TEST(test_fallback_touches);
   RUN_TEST(test_off_leaves_memory_unpopulated);
+  RUN_TEST(test_off_by_default);
   RUN_TEST(test_large_segment_skipped);
   RUN_TEST(test_driver_scratch_unpopulated);
+  unsetenv("LOOM_POPULATE");
   loom_shutdown();
   TEST_MAIN_END();
 }

@@ -16,19 +16,25 @@
  * memory-bound kernels ran 15-30% slower over 4 KiB pages (runtime/
  * README.md).
  *
- * Fresh segments are populated as they are mapped (LOOM_POPULATE, on by
- * default): the first write to a fresh page costs a fault and the kernel
- * zeroing the page (a whole huge page at once), and left to the first
- * kernel that writes the segment, it lands on whichever of its threads
- * touches a page first while the others wait on that page. The allocating
- * thread populates instead, 2 MiB at a time, helped by the device's idle
- * workers (host_pool_run at normal priority: a kernel already running
- * keeps the workers), with MADV_POPULATE_WRITE (Linux 5.14) after the
- * huge-page advice; where the kernel lacks it, by writing a zero byte per
- * page (the memory is zero already). A failing populate is no error: the
- * segment is left to fault in as before, and counted. Segments over
+ * With LOOM_POPULATE=1, fresh segments are populated as they are mapped:
+ * the first write to a fresh page costs a fault and the kernel zeroing the
+ * page (a whole huge page at once), and left to the first kernel that
+ * writes the segment, it lands on whichever of its threads touches a page
+ * first while the others wait on that page. The allocating thread
+ * populates instead, 2 MiB at a time, helped by the device's idle workers
+ * (host_pool_run at normal priority: a kernel already running keeps the
+ * workers), with MADV_POPULATE_WRITE (Linux 5.14) after the huge-page
+ * advice; where the kernel lacks it, by writing a zero byte per page (the
+ * memory is zero already). A failing populate is no error: the segment is
+ * left to fault in as before, and counted. Segments over
  * HOST_POPULATE_LIMIT are left alone: a large reservation may never be
- * touched whole. */
+ * touched whole. Off by default: measured with bench.first_step and steps
+ * over fresh segments (2 cores, a VM), zeroing fresh memory cost about 1-2%
+ * of a training step, and populating whole segments (a 20 MiB segment for
+ * a 3 MiB block) moved that work to the allocating thread without making
+ * the steps faster; what made first steps slow there was the hypervisor
+ * backing memory the guest never touched (0.1 GB/s), which populating
+ * moves but cannot remove. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -149,16 +155,17 @@ static _Atomic uint64_t populated_bytes, touched_bytes, populate_failures, popul
 /* Whether the kernel takes MADV_POPULATE_WRITE: 1 yes, 0 no, -1 not known. */
 static atomic_int populate_advice = -1;
 
-/* LOOM_POPULATE: "0" leaves fresh segments to fault in where kernels first
- * touch them; "touch" populates as a kernel without MADV_POPULATE_WRITE
- * does (for tests); anything else, or unset, populates. */
+/* LOOM_POPULATE: "1" populates fresh segments; "touch" populates as a
+ * kernel without MADV_POPULATE_WRITE does (for tests); anything else, or
+ * unset, leaves them to fault in where kernels first touch them. Read at
+ * every segment. */
 typedef enum { POPULATE_OFF, POPULATE_ON, POPULATE_TOUCH } populate_mode;
 
 static populate_mode populate_setting(void) {
   const char *v = getenv("LOOM_POPULATE");
-  if (v && strcmp(v, "0") == 0) return POPULATE_OFF;
+  if (v && strcmp(v, "1") == 0) return POPULATE_ON;
   if (v && strcmp(v, "touch") == 0) return POPULATE_TOUCH;
-  return POPULATE_ON;
+  return POPULATE_OFF;
 }
 
 /* Writes a zero byte to each page of fresh (zero) memory. */
