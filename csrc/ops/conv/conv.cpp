@@ -509,7 +509,18 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
   }
   const at::MemoryFormat fmt = conv_memory_format(input, weight, Tensor(), stride, padding,
                                                   dilation, transposed, output_padding, groups);
-  Tensor dy = grad_output.contiguous();
+  // dy as it comes (channels last from a channels-last model): the passes
+  // that read it through its strides (conv.pad's and Winograd's planes, the
+  // flipped weight's forward, the (O, N, L) copy) take it so; the GEMM and
+  // col input gradients and the bf16 channels-last ones take it contiguous,
+  // made once when one of them runs.
+  const Tensor& dy_any = transposed ? grad_output.contiguous() : grad_output;
+  Tensor dy_dense;
+  auto dense = [&]() -> const Tensor& {
+    if (!dy_dense.defined()) dy_dense = dy_any.contiguous();
+    return dy_dense;
+  };
+  const Tensor& dy = dy_any;
   Tensor gi, gw, gb, dy_t;  // dy_t: dy as (O, N, L), made when a pass needs it
   std::vector<int64_t> w_sizes(weight.sizes().begin(), weight.sizes().end());
   if (!transposed) {
@@ -524,20 +535,20 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
           int64_t n = dy.size(0), o = dy.size(1), len = g.positions();
           int64_t cg = c / groups, og = o / groups;
           loom_tensor a = view4(w, op, {n, groups, cg, og}, {0, og * cg, 1, cg});
-          loom_tensor b = view4(dy, op, {n, groups, og, len}, {o * len, og * len, len, 1});
+          loom_tensor b = view4(dense(), op, {n, groups, og, len}, {o * len, og * len, len, 1});
           loom_tensor cc = view4(gi, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
           gemm_run(op, gi, cc, a, b, nullptr, 1.0, 0.0);
         } else if (p.path == LOOM_CONV_PATH_FLIPPED) {
           input_grad_flipped(gi, dy, w, Geom::of(p.geometry), groups, op);
         } else if (p.path == LOOM_CONV_PATH_PHASES) {
-          input_grad_by_phases(gi, dy, w, g, groups, p, op);
+          input_grad_by_phases(gi, dense(), w, g, groups, p, op);
         } else {
           // col, made p.chunk images at a time
           const int64_t n = dy.size(0), chunk = p.chunk;
           for (int64_t i0 = 0; i0 < n; i0 += chunk) {
             const int64_t m = std::min(chunk, n - i0);
-            Tensor col = conv_col_grad(dy.narrow(0, i0, m), w, c, groups, g, p.flat && m > 1,
-                                       op, chunk == n ? &dy_t : nullptr);
+            Tensor col = conv_col_grad(dense().narrow(0, i0, m), w, c, groups, g,
+                                       p.flat && m > 1, op, chunk == n ? &dy_t : nullptr);
             col2im(gi.narrow(0, i0, m), col, g, op);
           }
         }
@@ -554,12 +565,12 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
                                                         ts, plan_scalars(g, groups, input, 0));
         // few channels (the stem): through col, or their columns folded into channels
         Tensor folded = p.path == LOOM_CONV_PATH_COL
-                            ? conv_weight_grad_folded(dy, input, w_sizes, g, groups, op)
+                            ? conv_weight_grad_folded(dense(), input, w_sizes, g, groups, op)
                             : Tensor();
         if (folded.defined()) {
           gw = folded;
         } else if (p.path == LOOM_CONV_PATH_NHWC) {
-          gw = conv_weight_grad_nhwc(dy, input, w_sizes, g, p, op);
+          gw = conv_weight_grad_nhwc(dense(), input, w_sizes, g, p, op);
         } else if (p.path == LOOM_CONV_PATH_WINOGRAD) {
           gw = conv_weight_grad_winograd(dy, input, w_sizes, p, op);
         } else if (p.path == LOOM_CONV_PATH_PADDED) {
