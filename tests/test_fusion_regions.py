@@ -110,6 +110,25 @@ def test_all_values_held_stores_everything(no_fallback):
     assert delta["bytes_not_written"] == 0
 
 
+def test_values_no_member_reads_are_stored(no_fallback):
+    """Only intermediates go unstored: a result nothing reads, dropped by
+    Python at once, or overwritten by the next call's identical op into the
+    same memory, is still stored (the work a program enqueues is done; a
+    loop of `x + y` with its results dropped is not optimized away)."""
+    x = torch.randn(25000, generator=torch.Generator().manual_seed(6)).to("loom")
+    out = torch.empty_like(x)
+
+    def program(k):
+        a = x * (1.5 + k)            # intermediate, dropped: not stored
+        torch.tanh(a)                # read by no member, dropped at once: stored
+        for _ in range(3):           # each overwrites the last, read by none: stored
+            torch.add(a, 1.0, out=out)
+        return [out]
+
+    delta = until_compiled(program)
+    assert delta["bytes_not_written"] == 25000 * 4
+
+
 def test_memory_handed_on_after_a_release(no_fallback):
     """A block freed within the group goes to a later member's output (same
     stream, later in program order): that member's value is stored and

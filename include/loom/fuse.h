@@ -90,7 +90,10 @@ void loom_fuse_stats_reset(void);
  * 1's chunks in one fork-join (compiled_regions), others and until then at
  * level 1.
  *
- * A member's output is not stored when the allocator was told that its
+ * Only intermediates (values a later member reads) may go unstored; a
+ * value no member reads is always stored, so the work a program enqueued
+ * is done even when nothing reads its result. An intermediate is not
+ * stored when a later member overwrites it, or when the allocator was told that its
  * whole block was freed (loom_fuse_note_release) at a point of the stream
  * that every command between the member and that point, in the queue's
  * order, was looked at by the group and was a member or a launch passed

@@ -11,8 +11,10 @@ saw three times is compiled (loom's compiler IR and C emitter,
 torch_loom.compiler.regions) by a daemon thread started with fusion on,
 into one loop that computes every member per element, rounding each value
 to its tensor's dtype; it then runs as that loop (``compiled_regions``), and
-values no tensor holds any more (overwritten by a later member, or freed by
-Python before the group ran) are not stored (``bytes_not_written``). Without
+intermediates (values a later member reads) no tensor holds any more
+(overwritten by a later member, or freed by Python before the group ran)
+are not stored (``bytes_not_written``); a value no member reads is always
+stored. Without
 a C compiler (one warning) or with ``LOOM_FUSE_REGIONS=0`` groups stay at
 level 1. :func:`wait_regions` waits for compiles in flight.
 

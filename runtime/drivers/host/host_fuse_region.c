@@ -347,14 +347,21 @@ static int describe_part(host_group *g, int p, uint64_t stream, uint64_t end, in
       if (r->access[b] && host_fuse_tensor_span(&r->args[b], &sb) && sa.lo < sb.hi && sb.lo < sa.hi)
         return 0;
   }
-  /* Stores: a value another member overwrites later is not stored, nor
-   * one whose memory was freed within the group's look. */
+  /* Stores: an intermediate (a value a later member reads) is not stored
+   * when another member overwrites it later, nor when its memory was freed
+   * within the group's look. A value no member reads is always stored:
+   * work the program enqueued is done, even if nothing reads its result. */
+  int read_later[HOST_FUSE_MAX_MEMBERS] = {0};
+  for (int j = 0; j < n; ++j)
+    for (int k = 4; k < 7; ++k)
+      if (member_words[j][k] >= 0 && member_words[j][k] >> 16 == LOOM_FUSE_REGION_VALUE)
+        read_later[member_words[j][k] & 0xFFFF] = 1;
   for (int j = 0; j < n; ++j) {
     const int m = g->order[first + j];
     const loom_tensor *out = &g->members[m]->u.launch.tensors[0];
     span sp;
-    int stored = r->writer[out_arg[j]] == j;
-    if (stored && !store_all && stream && host_fuse_tensor_span(out, &sp) &&
+    int stored = r->writer[out_arg[j]] == j || !read_later[j];
+    if (stored && read_later[j] && !store_all && stream && host_fuse_tensor_span(out, &sp) &&
         !host_fuse_touches_passed(g, sp) && released_within(stream, sp, g->seq[m], end))
       stored = 0;
     if (store_all) stored = 1;
