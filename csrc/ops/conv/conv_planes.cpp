@@ -110,23 +110,47 @@ void check_args(const Tensor& input, const Tensor& weight, const char* op) {
               "-d and ", weight.dim(), "-d");
 }
 
+// What the forward and its shape function both decide: the output's sizes,
+// its geometry, and whether the forward and the weight gradient would share
+// padded planes (checked arguments first).
+struct ForwardShape {
+  std::vector<int64_t> out_sizes;
+  Geom g;
+  std::optional<Shared> sh;
+};
+
+ForwardShape forward_shape(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                           c10::IntArrayRef stride, c10::IntArrayRef padding,
+                           c10::IntArrayRef dilation, int64_t groups) {
+  check_args(input, weight, kFwd);
+  auto out_sizes = out_sizes_of(input, weight, stride, padding, dilation);
+  const Geom g = geom2d(weight, stride, padding, dilation, out_sizes);
+  const bool bias_ok = !bias.defined() || bias.scalar_type() == input.scalar_type();
+  auto sh = bias_ok ? shared_planes(input, weight, out_sizes, g, groups, 1, kFwd) : std::nullopt;
+  return {std::move(out_sizes), g, std::move(sh)};
+}
+
+// The regular convolution, and no planes, where they would not be shared.
+std::tuple<Tensor, Tensor> regular_forward(const Tensor& input, const Tensor& weight,
+                                           const Tensor& bias, c10::IntArrayRef stride,
+                                           c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                           int64_t groups) {
+  Tensor out = at::convolution(input, weight, bias, stride, padding, dilation, false, {0, 0},
+                               groups);
+  return {out, at::empty({0}, input.options())};
+}
+
 std::tuple<Tensor, Tensor> conv2d_planes(const Tensor& input, const Tensor& weight,
                                          const std::optional<Tensor>& bias_opt,
                                          c10::IntArrayRef stride, c10::IntArrayRef padding,
                                          c10::IntArrayRef dilation, int64_t groups) {
-  check_args(input, weight, kFwd);
   c10::DeviceGuard guard(input.device());
   const Tensor bias = bias_opt.has_value() ? *bias_opt : Tensor();
-  const auto out_sizes = out_sizes_of(input, weight, stride, padding, dilation);
-  const Geom g = geom2d(weight, stride, padding, dilation, out_sizes);
-  const bool bias_ok = !bias.defined() || bias.scalar_type() == input.scalar_type();
-  const auto sh = bias_ok ? shared_planes(input, weight, out_sizes, g, groups, 1, kFwd)
-                          : std::nullopt;
-  if (!sh) {
-    Tensor out = at::convolution(input, weight, bias, stride, padding, dilation, false, {0, 0},
-                                 groups);
-    return {out, at::empty({0}, input.options())};
-  }
+  const ForwardShape f0 = forward_shape(input, weight, bias, stride, padding, dilation, groups);
+  const auto& out_sizes = f0.out_sizes;
+  const Geom& g = f0.g;
+  const auto& sh = f0.sh;
+  if (!sh) return regular_forward(input, weight, bias, stride, padding, dilation, groups);
   Tensor out = at::empty(out_sizes, input.options());
   const loom_conv_forward_plan p = plan_forward(out, input, weight, g, groups, 0, kFwd);
   TORCH_CHECK(p.path == sh->fwd.path && p.wq == sh->fwd.wq && p.plane <= sh->plane, kFwd,
@@ -144,18 +168,11 @@ std::tuple<Tensor, Tensor> conv2d_planes_meta(const Tensor& input, const Tensor&
                                               const std::optional<Tensor>& bias_opt,
                                               c10::IntArrayRef stride, c10::IntArrayRef padding,
                                               c10::IntArrayRef dilation, int64_t groups) {
-  check_args(input, weight, kFwd);
   const Tensor bias = bias_opt.has_value() ? *bias_opt : Tensor();
-  const auto out_sizes = out_sizes_of(input, weight, stride, padding, dilation);
-  const Geom g = geom2d(weight, stride, padding, dilation, out_sizes);
-  const bool bias_ok = !bias.defined() || bias.scalar_type() == input.scalar_type();
-  const auto sh = bias_ok ? shared_planes(input, weight, out_sizes, g, groups, 1, kFwd)
-                          : std::nullopt;
-  if (!sh) {
-    Tensor out = at::convolution(input, weight, bias, stride, padding, dilation, false, {0, 0},
-                                 groups);
-    return {out, at::empty({0}, input.options())};
-  }
+  const ForwardShape f0 = forward_shape(input, weight, bias, stride, padding, dilation, groups);
+  const auto& out_sizes = f0.out_sizes;
+  const auto& sh = f0.sh;
+  if (!sh) return regular_forward(input, weight, bias, stride, padding, dilation, groups);
   const int64_t phases = int64_t{sh->fwd.sh} * sh->fwd.sw;
   return {at::empty(out_sizes, input.options()),
           at::empty({input.size(0), input.size(1) * phases, sh->plane}, input.options())};
