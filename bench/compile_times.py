@@ -27,17 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 _CHILD = r"""
 import json, sys, time
 import torch
-from bench.harness import CONFIG_BY_NAME
-from bench.workloads import Ctx, WORKLOADS
-config = CONFIG_BY_NAME[sys.argv[2]]
-if config.device == "loom":
-    import torch_loom  # noqa: F401
-    sync = torch.loom.synchronize
-else:
-    sync = lambda: None  # noqa: E731
-workload = next(w for w in WORKLOADS if w.name == sys.argv[1])
-ctx = Ctx(device=torch.device(config.device), backend=config.backend, quick=False, sync=sync)
-prepared = workload.build(ctx)
+from bench.harness import build_in_process
+prepared, sync = build_in_process(sys.argv[1], sys.argv[2])
 t0 = time.perf_counter(); prepared.fn(); sync(); first = time.perf_counter() - t0
 steady = []
 for _ in range(3):

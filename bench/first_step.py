@@ -36,18 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 _CHILD = r"""
 import json, resource, sys, time
 import torch
-from bench.harness import CONFIG_BY_NAME
-from bench.workloads import Ctx, WORKLOADS
+from bench.harness import build_in_process
 torch.set_num_threads(int(sys.argv[3]))
-config = CONFIG_BY_NAME[sys.argv[2]]
-if config.device == "loom":
-    import torch_loom  # noqa: F401
-    sync = torch.loom.synchronize
-else:
-    sync = lambda: None  # noqa: E731
-workload = next(w for w in WORKLOADS if w.name == sys.argv[1])
-ctx = Ctx(device=torch.device(config.device), backend=config.backend, quick=False, sync=sync)
-prepared = workload.build(ctx)
+prepared, sync = build_in_process(sys.argv[1], sys.argv[2])
 sync()
 
 def usage():

@@ -261,6 +261,25 @@ class Timed:
                 "min_s": min(self.samples), "samples_s": self.samples, "inner": self.inner}
 
 
+def build_in_process(workload_name: str, config_name: str, quick: bool = False):
+    """(prepared, sync): a workload built for a configuration in this
+    process, for measurements that each need a fresh process (first steps,
+    cold compiles)."""
+    import torch
+
+    from bench.workloads import WORKLOADS, Ctx
+
+    config = CONFIG_BY_NAME[config_name]
+    if config.device == "loom":
+        import torch_loom  # noqa: F401
+        sync = torch.loom.synchronize
+    else:
+        sync = lambda: None  # noqa: E731
+    workload = next(w for w in WORKLOADS if w.name == workload_name)
+    ctx = Ctx(device=torch.device(config.device), backend=config.backend, quick=quick, sync=sync)
+    return workload.build(ctx), sync
+
+
 # ---- checking against CPU eager -------------------------------------------------
 
 def to_reference(out) -> list:
