@@ -18,23 +18,13 @@
 #include "loom/fuse.h"
 #include "loom/kernels/pointwise.h"
 #include "test_drivers.h"
+#include "test_gate.h"
 
 enum { N = 1 << 16 };
 
-static atomic_int gate_open;
 
-static void gate(void *user) {
-  (void)user;
-  while (!atomic_load(&gate_open)) sched_yield();
-}
+static void hold(loom_stream_t *s) { hold_named(s, "fuse_test.gate"); }
 
-/* Holds `s` until open_gate: what is enqueued meanwhile waits in its queue. */
-static void hold(loom_stream_t *s) {
-  atomic_store(&gate_open, 0);
-  CHECK_OK(loom_host_callback(s, gate, NULL, "fuse_test.gate"));
-}
-
-static void open_gate(void) { atomic_store(&gate_open, 1); }
 
 static int fuses(void) { return test_driver_has(TEST_DRIVER_ASYNC | TEST_DRIVER_KERNELS); }
 

@@ -17,15 +17,10 @@
 #include "loom/kernels/gemm.h"
 #include "loom/kernels/pointwise.h"
 #include "test_drivers.h"
+#include "test_gate.h"
 
 enum { M = 96, K = 64, N = 160 };
 
-static atomic_int gate_open;
-
-static void gate(void *user) {
-  (void)user;
-  while (!atomic_load(&gate_open)) sched_yield();
-}
 
 static int fuses(void) { return test_driver_has(TEST_DRIVER_ASYNC | TEST_DRIVER_KERNELS); }
 
@@ -126,8 +121,7 @@ static float *run(loom_stream_t *s, loom_fuse_mode mode, const float *in) {
   CHECK_OK(loom_memcpy(s, b, in + M * K, K * N * 4));
   CHECK_OK(loom_memcpy(s, bias, in + M * K + K * N, N * 4));
   CHECK_OK(loom_memcpy(s, z, in + M * K + K * N + N, M * N * 4));
-  atomic_store(&gate_open, 0);
-  CHECK_OK(loom_host_callback(s, gate, NULL, "epi_test.gate"));
+  hold_named(s, "epi_test.gate");
   product(s, c, a, b);
   float *h = dev_alloc(M * N * 4), *g = dev_alloc(M * N * 4), *y = dev_alloc(M * N * 4);
   const loom_tensor tb = flat(bias, M, N, 0, 1), tz = flat(z, M, N, N, 1);
@@ -135,7 +129,7 @@ static float *run(loom_stream_t *s, loom_fuse_mode mode, const float *in) {
   pw(s, "epi_test.bias", LOOM_PW_ADD, flat(h, M, N, N, 1), flat(c, M, N, N, 1), &tb);
   pw(s, "epi_test.gelu", LOOM_PW_GELU, tg, flat(h, M, N, N, 1), NULL);
   pw(s, "epi_test.gate", LOOM_PW_MUL, flat(y, M, N, N, 1), tz, &tg); /* the value second */
-  atomic_store(&gate_open, 1);
+  open_gate();
   float *out = malloc(3 * M * N * 4);
   CHECK_OK(loom_memcpy(s, out, h, M * N * 4));
   CHECK_OK(loom_memcpy(s, out + M * N, g, M * N * 4));

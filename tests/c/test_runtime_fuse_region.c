@@ -17,20 +17,12 @@
 #include "loom/fuse.h"
 #include "loom/kernels/pointwise.h"
 #include "test_drivers.h"
+#include "test_gate.h"
 
 enum { N = 1 << 15 };
 
-static atomic_int gate_open;
 
-static void gate(void *user) {
-  (void)user;
-  while (!atomic_load(&gate_open)) sched_yield();
-}
-
-static void hold(loom_stream_t *s) {
-  atomic_store(&gate_open, 0);
-  CHECK_OK(loom_host_callback(s, gate, NULL, "fuse_region_test.gate"));
-}
+static void hold(loom_stream_t *s) { hold_named(s, "fuse_region_test.gate"); }
 
 static loom_tensor vec(void *p, int64_t n) {
   return (loom_tensor){.data = p, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {n}, .strides = {1}};
@@ -102,7 +94,7 @@ static void run(loom_stream_t *s, const float *xh, float *outh, float *y1h, floa
     CHECK_OK(loom_free(y1));
     CHECK_OK(loom_free(y2));
   }
-  atomic_store(&gate_open, 1);
+  open_gate();
   CHECK_OK(loom_memcpy(s, outh, out, N * 4));
   if (!free_temps) {
     CHECK_OK(loom_memcpy(s, y1h, y1, N * 4));
