@@ -198,6 +198,113 @@ def test_step_dependent_scalars_do_not_recompile(no_fallback):
     assert after["compiled_regions"] - before["compiled_regions"] >= 5
 
 
+@pytest.fixture
+def every_signature():
+    """Every eligible group asks for a compile at its first sighting."""
+    _C._fuse_region_set_sightings(1)
+    try:
+        yield
+    finally:
+        _C._fuse_region_set_sightings(0)
+
+
+def _row_program(x, v, w, k):
+    """Row vectors (v: (d,), w: (1, d)) read against (rows, d) tensors, in
+    and out of place, between one-element and contiguous operands."""
+    t = x * (1.0 + k / 8)
+    t = t * v + w                     # (d,) and (1, d) broadcast over the rows
+    t = torch.sigmoid(t) - v * 0.5    # v * 0.5 is its own (d,) op, run ahead
+    t.mul_(w)                         # in place, by a row vector
+    t = torch.tanh(t).add_(x, alpha=0.25)
+    return [t * w]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("shape", [(70, 130), (9, 1031), (3, 40, 77)])
+def test_row_vector_operands_run_compiled(no_fallback, dtype, shape):
+    """Operands broadcast along the rows (a (d,) or (1, d) tensor read at
+    i % d) are arguments of the compiled loop: widths with a tail after the
+    vector loop's steps, bitwise the unfused bytes."""
+    g = torch.Generator().manual_seed(8)
+    d = shape[-1]
+    x = torch.randn(shape, generator=g).to(dtype).to("loom")
+    v = torch.randn(d, generator=g).to(dtype).to("loom")
+    w = torch.randn(1, d, generator=g).to(dtype).to("loom")
+    delta = until_compiled(lambda k: _row_program(x, v, w, k))
+    # (`v * 0.5` may take a freed intermediate's block: then it cannot run
+    # ahead, and the members after it form a second group)
+    assert delta["compiled_regions"] == delta["groups"] >= 1
+    # the dropped intermediates are not stored
+    assert delta["bytes_not_written"] >= 3 * x.numel() * x.element_size()
+
+
+def test_row_vectors_of_two_widths_share_a_loop(no_fallback):
+    """The width is the descriptors', not the loop's: the signature of a
+    program over (rows, 130) serves (rows', 257)."""
+    g = torch.Generator().manual_seed(9)
+    shapes = [(80, 130), (40, 257)]
+    xs = [torch.randn(s, generator=g).to("loom") for s in shapes]
+    vs = [torch.randn(s[-1], generator=g).to("loom") for s in shapes]
+    until_compiled(lambda k: [torch.sigmoid(xs[0] * vs[0] + k) * vs[0]])
+    with fusion.mode(0):
+        with held():
+            ref = torch.sigmoid(xs[1] * vs[1] + 1) * vs[1]
+        ref = ref.cpu()
+    before = fusion.counters()
+    with held():
+        got = torch.sigmoid(xs[1] * vs[1] + 1) * vs[1]
+    got = got.cpu()
+    after = fusion.counters()
+    assert same_bytes([ref], [got])
+    assert after["compiled_regions"] - before["compiled_regions"] == 1
+
+
+def _ln_block(x, res, g1, b1, scale, shift, k):
+    h = F.layer_norm(x + res * (1.0 + k / 8), x.shape[-1:], g1, b1)
+    h = h * (1 + scale) + shift
+    h = F.gelu(h) * torch.sigmoid(h)
+    h = F.layer_norm(h + x, x.shape[-1:])
+    return [res + 0.5 * h]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pointwise_runs_between_layer_norms_run_compiled(no_fallback, every_signature, dtype):
+    """A group with layer norms in it runs its runs of pointwise members as
+    compiled loops and the layer norms by their own kernel, chunk by chunk
+    in program order: the unfused bytes, and the pointwise intermediates
+    Python dropped are not stored. (Where the allocator puts the
+    intermediates varies from run to run here, and with it the signature of
+    the run after the first layer norm: every signature is compiled at
+    once.)"""
+    g = torch.Generator().manual_seed(10)
+    rows, d = 1024, 516  # intermediates of their own segments (test_fusion's LN tests)
+    x, res = (torch.randn(rows, d, generator=g).to(dtype).to("loom") for _ in range(2))
+    g1, b1, scale, shift = (torch.randn(d, generator=g).to(dtype).to("loom") for _ in range(4))
+    delta = until_compiled(lambda k: _ln_block(x, res, g1, b1, scale, shift, k), tries=12)
+    assert delta["compiled_regions"] == 1 and delta["groups"] == 1
+    # h * (1 + scale), + shift, gelu, sigmoid, their product; 0.5 * h
+    assert delta["bytes_not_written"] >= 5 * rows * d * x.element_size()
+
+
+def test_value_a_later_layer_norm_reads_is_stored(no_fallback):
+    """An intermediate of a compiled run that a member outside it (a layer
+    norm) reads from memory is stored, though Python frees it within the
+    group: the loop's value reaches only the loop's members."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(64, 300, generator=g).to("loom")
+    v = torch.randn(300, generator=g).to("loom")
+
+    def program(k):
+        a = x * (1.5 + k) + v        # read by the next member and by the layer norm
+        b = torch.tanh(a) * 2.0
+        c = F.layer_norm(a, (300,))  # a, dropped at return, must be in memory here
+        return [b, c]
+
+    delta = until_compiled(program)
+    # x * (1.5 + k) and tanh(a), read only by the loop: not stored; `a` is
+    assert delta["bytes_not_written"] == 2 * 64 * 300 * 4
+
+
 def test_region_kernel_source_rounds_every_intermediate():
     """The emitted loop rounds a bfloat16 member's value before the next
     member reads it (as the library's store and load would)."""
@@ -243,20 +350,11 @@ def test_without_a_compiler_level_1_still_fuses():
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 
-@pytest.fixture
-def every_signature():
-    """Every eligible group asks for a compile at its first sighting."""
-    _C._fuse_region_set_sightings(1)
-    try:
-        yield
-    finally:
-        _C._fuse_region_set_sightings(0)
-
-
 # test_fusion's steps, mostly those compiled regions take (unary, binary and
-# in-place ops, fills), and now and then any other.
+# in-place ops, fills, row vectors broadcast, pointwise runs between layer
+# norms), and now and then any other.
 region_step = st.one_of(
-    st.tuples(st.sampled_from([0, 1, 5, 6]), *[st.integers(0, 30)] * 3),
+    st.tuples(st.sampled_from([0, 1, 5, 6, 7, 9]), *[st.integers(0, 30)] * 3),
     step,
 )
 

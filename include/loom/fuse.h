@@ -71,12 +71,17 @@ void loom_fuse_stats_reset(void);
 
 /* ---- Level 2: compiled regions ----------------------------------------------
  *
- * A group whose members are all "pointwise.apply" launches in float
- * arithmetic (loom/kernels/pointwise.h: LOOM_PW_F32 or LOOM_PW_F64, ops a
- * compiler has said it spells, float32/float64/float16/bfloat16 tensors,
- * each walked contiguously over the group's range, or one element read
- * broadcast, or a constant) runs compiled part by part (the parts level 1
- * splits a group into); each part has a signature: per member its op, compute
+ * A run of two or more consecutive members of a part (the parts level 1
+ * splits a group into), or a whole part, that are "pointwise.apply"
+ * launches in float arithmetic (loom/kernels/pointwise.h: LOOM_PW_F32 or
+ * LOOM_PW_F64, ops a compiler has said it spells,
+ * float32/float64/float16/bfloat16 tensors, each walked contiguously over
+ * the group's range, or one element read broadcast, or a row vector: a
+ * tensor whose element i is at data[i % w], a (w,) or (1, w) tensor
+ * broadcast over the rows, or a constant) runs as one compiled loop; the
+ * part's other members (row-wise ones, such as layer norms) run by their
+ * own kernels between the loops, chunk by chunk. Each such run (a segment)
+ * has a signature: per member its op, compute
  * kind, output and, per input, either an earlier member's value, a tensor
  * argument (dtype, contiguous or one element) or its constant; and which
  * outputs are stored. Op parameters are not part of it (they are scalars
@@ -86,9 +91,9 @@ void loom_fuse_stats_reset(void);
  * thread outside the executor (torch_loom's) takes it, compiles one loop
  * over the range that computes every member for each element in program
  * order, rounding each member's value to its output's dtype, and installs
- * it; a group whose parts all have their loops then runs them over level
- * 1's chunks in one fork-join (compiled_regions), others and until then at
- * level 1.
+ * it; a group whose compiled segments all have their loops then runs them
+ * over level 1's chunks in one fork-join (compiled_regions), others and
+ * until then at level 1.
  *
  * Only intermediates (values a later member reads) may go unstored; a
  * value no member reads is always stored, so the work a program enqueued
@@ -99,19 +104,24 @@ void loom_fuse_stats_reset(void);
  * order, was looked at by the group and was a member or a launch passed
  * over that shares no memory with it: every reader of the value is then a
  * later member, which takes it from the loop, and no tensor holds the
- * memory after that point (bytes_not_written). LOOM_FUSE=verify stores
+ * memory after that point (bytes_not_written); a member outside the loop's
+ * segment (a layer norm) that touches it before that point reads memory,
+ * so the value is then stored. LOOM_FUSE=verify stores
  * every output, so that the bytes compared are all there.
  *
  * The signature is an array of int32 words:
  *   [0] members, [1] tensor arguments,
  *   per argument: dtype (loom_dtype), access (0: contiguous over the
- *     range, rank 1; 1: one element, rank 0), written (0/1);
+ *     range, rank 1; 1: one element, rank 0; 2: a row vector, rank 1 of
+ *     its width w, and then the contiguous arguments are rank 2, (range /
+ *     w, w); every row vector of a signature has one width, which is not in
+ *     it), written (0/1);
  *   per member (LOOM_FUSE_REGION_MEMBER_WORDS): op, kind, output argument,
  *     stored (0/1), three inputs (LOOM_FUSE_REGION_* source << 16 | index;
  *     -1: none), and p0 as the two halves of its double when the op's form
  *     depends on it (else 0, 0).
- * The compiled kernel takes the arguments as rank-1 or rank-0 descriptors
- * and, as scalars, LOOM_FUSE_REGION_MEMBER_SCALARS per member: its four
+ * The compiled kernel takes the arguments as rank-2, rank-1 or rank-0
+ * descriptors as above and, as scalars, LOOM_FUSE_REGION_MEMBER_SCALARS per member: its four
  * parameters (scalars[2..5] of its launch), then its three constants. */
 #define LOOM_FUSE_REGION_SIGHTINGS 3
 #define LOOM_FUSE_REGION_MAX_MEMBERS 256

@@ -2,18 +2,23 @@
 (loom/fuse.h) -> the kernel IR -> C through the C dialect -> the JIT.
 
 The runtime's executor groups queued elementwise launches (level 1); a
-group of float ``pointwise.apply`` launches has a signature: per member its
+run of float ``pointwise.apply`` members of a group (a segment: the members
+between two layer norms, say) has a signature: per member its
 op code, compute kind, output argument, whether the output is stored, and
 per input an earlier member's value, a tensor argument or the member's
 constant. This module turns it into one pointwise ``LoopKernel`` over the
 group's range (every tensor rank 1 and contiguous, or rank 0: one element
-read broadcast) whose statements are the members in program order, each an
-``Op`` rounded to its output's dtype (the library's rounding: the value a
-later member reads is the one the store would have left), and emits it with
-the compiler's C dialect, which spells each op as the library does. Op
-parameters and constants are the kernel's scalar arguments (loaded once per
-call), so the step-dependent factors of an optimizer do not recompile; only
-pow's exponent is part of the signature, since it picks the op's form.
+read broadcast; with a row vector, a (width,) tensor read at i % width, the
+range is (rows, width), the contiguous tensors rank 2 and the row vectors
+following the inner dim, so the loop runs along rows and vectorizes; the
+width is the descriptors', not compiled in) whose statements are the
+members in program order, each an ``Op`` rounded to its output's dtype
+(the library's rounding: the value a later member reads is the one the
+store would have left), and emits it with the compiler's C dialect, which
+spells each op as the library does. Op parameters and constants are the
+kernel's scalar arguments (loaded once per call), so the step-dependent
+factors of an optimizer do not recompile; only pow's exponent is part of
+the signature, since it picks the op's form.
 
 :func:`serve` is the loop of a daemon thread (torch_loom.loom.fusion starts
 it) that waits (without the GIL) for the runtime's requests, compiles each
@@ -60,6 +65,9 @@ OPS = {
 _DTYPES = {0: torch.float32, 1: torch.float64, 2: torch.float16, 3: torch.bfloat16}
 _KINDS = {0: F32, 1: F64}
 _VALUE, _ARG, _CONST = 1, 2, 3
+# an argument's access: contiguous over the range, one element read
+# broadcast, a row vector (element i at i % width)
+_CONTIGUOUS, _ONE, _ROW = 0, 1, 2
 _MEMBER_WORDS, _MEMBER_SCALARS = 9, 7
 
 
@@ -99,11 +107,14 @@ def build(words, codes=None) -> LoopKernel:
     """The LoopKernel of a region's signature (loom/fuse.h)."""
     codes = codes or _codes()
     n, nargs = words[0], words[1]
+    accesses = [words[2 + 3 * a + 1] for a in range(nargs)]
+    rows = _ROW in accesses  # a row vector: the loop runs over (rows, width)
+    dimmaps = {_CONTIGUOUS: (0, 1) if rows else (0,), _ONE: (), _ROW: (1,)}
     args, pos = [], 2
     for _ in range(nargs):
         dtype, access, written = words[pos:pos + 3]
         pos += 3
-        args.append(Arg(_DTYPES[dtype], (0,) if access == 0 else (), bool(written)))
+        args.append(Arg(_DTYPES[dtype], dimmaps[access], bool(written)))
     types, before, body, loads, values = {}, [], [], {}, {}
     scalars = [torch.float64] * (n * _MEMBER_SCALARS)
 
@@ -153,8 +164,9 @@ def build(words, codes=None) -> LoopKernel:
         if stored:
             body.append(Store(out, values[m]))
         summary.append(op)
-    return LoopKernel(name=kernel_name(words), dims=(1 << 20,), n_outer=1, args=args, before=before,
-                      passes=[Pass(body=body)], types=types, ops=n,
+    dims = (1 << 20, 1 << 20) if rows else (1 << 20,)  # sizes are read from the arguments
+    return LoopKernel(name=kernel_name(words), dims=dims, n_outer=len(dims), args=args,
+                      before=before, passes=[Pass(body=body)], types=types, ops=n,
                       summary="compiled region: " + " ".join(summary), aliased=False,
                       scalars=scalars)
 

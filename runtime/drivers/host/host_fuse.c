@@ -611,6 +611,13 @@ static void record_failure(host_group *g, int m, int rc, int64_t begin, int64_t 
   g->failed_reason[m][HOST_REASON_CAPACITY - 1] = '\0';
 }
 
+void host_fuse_run_member(host_group *g, int m, int64_t begin, int64_t end) {
+  const int64_t rows = g->row_n[m] ? g->row_n[m] : 1;
+  loom_clear_error();
+  const int rc = g->members[m]->u.launch.fn(&g->margs[m], begin / rows, end / rows);
+  if (rc != 0) record_failure(g, m, rc, begin / rows, end / rows);
+}
+
 /* The pool's kernel for a group: its range counts the chunks of every
  * part; chunk k of a part is [k*grain, ...) of every member of the part, in
  * program order. `args` is the group's pool_args (the group's first field).
@@ -624,22 +631,18 @@ static int group_chunk(const loom_kernel_args *args, int64_t first, int64_t last
     const int64_t grain = g->part_grain[p], range = g->args.range;
     const int64_t begin = (k - g->part_chunk[p]) * grain;
     const int64_t end = range - begin > grain ? begin + grain : range;
-    for (int i = g->part_first[p]; i < g->part_first[p + 1]; ++i) {
-      const int m = g->order[i];
-      const int64_t rows = g->row_n[m] ? g->row_n[m] : 1;
-      loom_clear_error();
-      const int rc = g->members[m]->u.launch.fn(&g->margs[m], begin / rows, end / rows);
-      if (rc != 0) record_failure(g, m, rc, begin / rows, end / rows);
-    }
+    for (int i = g->part_first[p]; i < g->part_first[p + 1]; ++i)
+      host_fuse_run_member(g, g->order[i], begin, end);
   }
   return 0;
 }
 
 void host_fuse_run_fused(host_context *ctx, int device, int priority, host_group *g) {
   host_fuse_clear_failures(g);
-  if (g->region.ready && host_fuse_region_run(ctx, device, priority, g)) return;
-  host_failure unused;
-  (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->pool_args, &unused);
+  if (!g->region.ready || !host_fuse_region_run(ctx, device, priority, g)) {
+    host_failure unused;
+    (void)host_pool_run(&ctx->devices[device].pool, priority, group_chunk, &g->pool_args, &unused);
+  }
   copy_deferred(g);
 }
 

@@ -32,23 +32,29 @@ enum { HOST_FUSE_STOP = 0, HOST_FUSE_JOINED = 1, HOST_FUSE_PASSED = 2 };
 /* The most launches one group holds. */
 #define HOST_FUSE_MAX_MEMBERS 256
 
-/* Level 2 (host_fuse_region.c): a group run as one compiled loop. */
+/* Level 2 (host_fuse_region.c): a group whose parts run compiled loops.
+ * A part is a list of segments, in its order: a run of consecutive
+ * members compiled into one loop, or one member its own kernel runs
+ * (seg_fn NULL: a row-wise member, or one no loop spells). */
 #define HOST_REGION_MAX_ARGS (4 * LOOM_FUSE_REGION_MAX_MEMBERS)
 typedef struct host_region {
   loom_kernel_args pool_args; /* first: what the pool sees (the group's chunks) */
   host_group *group;
-  int ready; /* every part of the group has its compiled loop */
+  int ready; /* a segment is compiled, and every compiled one has its loop */
   int64_t range;
-  int nargs; /* arguments of all parts; part p's from part_arg0[p] */
+  int nargs; /* arguments of all segments; segment s's from seg_arg0[s] */
   loom_tensor args[HOST_REGION_MAX_ARGS];
   int access[HOST_REGION_MAX_ARGS], written[HOST_REGION_MAX_ARGS], writer[HOST_REGION_MAX_ARGS];
   /* per member, at its place in the group's order */
   loom_scalar scalars[LOOM_FUSE_REGION_MAX_MEMBERS * LOOM_FUSE_REGION_MEMBER_SCALARS];
-  int part_arg0[LOOM_FUSE_REGION_MAX_MEMBERS];
-  loom_kernel_fn part_fn[LOOM_FUSE_REGION_MAX_MEMBERS];
-  loom_kernel_args part_args[LOOM_FUSE_REGION_MAX_MEMBERS];
+  int nsegs;
+  int part_seg[HOST_FUSE_MAX_MEMBERS + 1]; /* part p's segments: [part_seg[p], part_seg[p + 1]) */
+  int seg_first[HOST_FUSE_MAX_MEMBERS], seg_len[HOST_FUSE_MAX_MEMBERS]; /* places in order */
+  int seg_arg0[HOST_FUSE_MAX_MEMBERS];
+  loom_kernel_fn seg_fn[HOST_FUSE_MAX_MEMBERS]; /* NULL: one member, its own kernel */
+  loom_kernel_args seg_args[HOST_FUSE_MAX_MEMBERS];
   uint64_t not_written; /* bytes of values not stored */
-  int32_t words[LOOM_FUSE_REGION_MAX_WORDS]; /* one part's signature */
+  int32_t words[LOOM_FUSE_REGION_MAX_WORDS]; /* one segment's signature */
 } host_region;
 
 /* The number of the next command submitted to any host queue. */
@@ -242,6 +248,10 @@ int host_fuse_touches_passed(const host_group *g, span s);
 /* Resets the members' failures; runs the group's chunks on the calling
  * thread and the device's pool, then copies deferred row outputs in. */
 void host_fuse_clear_failures(host_group *g);
+/* Runs member m of the group over [begin, end) of the group's range (a
+ * row-wise member over the rows in it), recording a failure as the pool
+ * would. */
+void host_fuse_run_member(host_group *g, int m, int64_t begin, int64_t end);
 void host_fuse_run_fused(host_context *ctx, int device, int priority, host_group *g);
 /* LOOM_FUSE=verify (host_fuse_verify.c): runs the group fused, restores
  * its inputs, runs the members one by one and reports a difference. */

@@ -64,8 +64,9 @@ static void note_release(uint64_t stream_id, uintptr_t ptr, size_t size) {
 void host_fuse_region_hook(int on) { loom_fuse_set_release_hook(on ? note_release : NULL); }
 
 /* Whether `s` of `stream` lies in a block freed after the command numbered
- * `from` was submitted and before the command numbered `end`. */
-static int released_within(uint64_t stream, span s, uint64_t from, uint64_t end) {
+ * `from` was submitted and before the command numbered `end`; *at: the
+ * clock of that release (the last such). */
+static int released_within(uint64_t stream, span s, uint64_t from, uint64_t end, uint64_t *at) {
   int found = 0;
   pthread_mutex_lock(&log_lock);
   const uint64_t first = log_count > RELEASE_LOG ? log_count - RELEASE_LOG : 0;
@@ -80,6 +81,7 @@ static int released_within(uint64_t stream, span s, uint64_t from, uint64_t end)
     if (e->at < from) break;
     if (e->stream == stream && e->lo <= s.lo && s.hi <= e->hi) {
       found = 1;
+      *at = e->at;
       break;
     }
   }
@@ -247,17 +249,38 @@ static int one_element(const loom_tensor *t) {
   return 1;
 }
 
+/* The width w of `t` read as a row vector over `range` elements: element
+ * i at data[i % w] (a (w,) or (1, w) tensor broadcast over leading dims:
+ * contiguous last dims, stride 0 before them); 0 if it is not one. */
+static int64_t row_width(const loom_tensor *t, int64_t range) {
+  if (t->rank < 0 || t->rank > LOOM_MAX_DIMS) return 0;
+  host_canon c;
+  host_canonicalize(t, &c);
+  if (c.rank != 2 || c.strides[0] != 0 || c.strides[1] != 1 || c.sizes[1] < 2 ||
+      c.sizes[0] * c.sizes[1] != range)
+    return 0;
+  return c.sizes[1];
+}
+
+/* How input `x` of a member is read: 0 contiguous over the range, 1 one
+ * element, 2 a row vector (*width), -1 none of these. */
+static int access_of(const loom_tensor *x, int64_t range, int64_t *width) {
+  if (host_fuse_contiguous(x, range)) return 0;
+  if (one_element(x)) return 1;
+  return (*width = row_width(x, range)) > 0 ? 2 : -1;
+}
+
 static int pw_arity(int op) { return op >= LOOM_PW_WHERE ? 3 : op >= LOOM_PW_ADD ? 2 : 1; }
 
 /* The argument for (data, dtype, access) among those from `first` on (the
- * part's), added if new; -1 if full. */
+ * segment's), added if new; -1 if full. */
 static int arg_index(host_region *r, int first, const loom_tensor *t, int access) {
   for (int a = first; a < r->nargs; ++a)
     if (r->args[a].data == t->data && r->args[a].dtype == t->dtype && r->access[a] == access)
       return a;
   if (r->nargs == HOST_REGION_MAX_ARGS) return -1;
   const int a = r->nargs++;
-  r->args[a] = (loom_tensor){.data = t->data, .dtype = t->dtype, .rank = access ? 0 : 1};
+  r->args[a] = (loom_tensor){.data = t->data, .dtype = t->dtype, .rank = access == 1 ? 0 : 1};
   r->args[a].sizes[0] = r->range;
   r->args[a].strides[0] = 1;
   r->access[a] = access;
@@ -276,32 +299,68 @@ static loom_kernel_fn pointwise_fn(void) {
   return f;
 }
 
-/* Describes part `p` of the group (prepare's: members sharing memory,
- * in program order) into g->region: its arguments from r->nargs on, its
- * members' scalars at their places in g->order, its signature in
- * r->words. Returns the signature's length, or 0 if the part cannot be a
- * compiled region. `stream`: the queue's stream id (0: unknown, every
- * output is stored); `end`: the number of the first command of the queue
- * the look did not see. */
-static int describe_part(host_group *g, int p, uint64_t stream, uint64_t end, int store_all) {
+/* Whether a loop can compute member `m`: a pointwise.apply launch in
+ * float compute of an op the compiler spells, over float tensors, its
+ * output contiguous over the range and each input contiguous, one element
+ * or a row vector (or a constant). */
+static int member_compiles(const host_group *g, int m) {
+  const loom_command *c = g->members[m];
+  const loom_tensor *t = c->u.launch.tensors;
+  const loom_scalar *s = c->u.launch.scalars;
+  const int64_t range = g->args.range;
+  if (c->u.launch.fn != pointwise_fn() || g->row_n[m] || c->u.launch.num_scalars < LOOM_PW_CONST)
+    return 0;
+  const int op = (int)s[0].i, kind = (int)s[1].i;
+  if (!op_spelled(op) || (kind != LOOM_PW_F32 && kind != LOOM_PW_F64)) return 0;
+  const int arity = pw_arity(op);
+  if ((int)c->u.launch.num_tensors < 1 + arity ||
+      (int)c->u.launch.num_scalars < LOOM_PW_CONST + arity)
+    return 0;
+  if (!t[0].data || !float_dtype(t[0].dtype) || !host_fuse_contiguous(&t[0], range)) return 0;
+  for (int k = 1; k <= arity; ++k) {
+    int64_t w = 0;
+    if (t[k].data && (!float_dtype(t[k].dtype) || access_of(&t[k], range, &w) < 0)) return 0;
+  }
+  return 1;
+}
+
+/* Whether member m's output, at `sp`, freed at clock `at`, must still be
+ * stored: a member after `last` (outside the segment: it reads memory, not
+ * the loop's value) submitted before the release touches it, or it covers
+ * deferred per-row outputs of an earlier member (the copy after the chunks
+ * leaves those bytes to it). Members submitted after the release use the
+ * block's new owner. */
+static int needed_outside(const host_group *g, int m, int last, span sp, uint64_t at) {
+  for (int s = 0; s < g->nspans; ++s) {
+    const int o = g->span_member[s];
+    if (o > last && g->seq[o] <= at && sp.lo < g->spans[s].hi && g->spans[s].lo < sp.hi) return 1;
+    if (o == m && g->span_tensor[s] == 0 && (g->span_flags[s] & SPAN_COVERS)) return 1;
+  }
+  return 0;
+}
+
+/* Describes the segment of `n` members at places [first, first + n) of
+ * g->order (consecutive members of one part, each member_compiles) into
+ * g->region: its arguments from r->nargs on, its members' scalars at their
+ * places in g->order, its signature in r->words. Returns the signature's
+ * length, or 0 if the segment cannot be a compiled loop. `stream`: the
+ * queue's stream id (0: unknown, every output is stored); `end`: the
+ * number of the first command of the queue the look did not see. */
+static int describe_segment(host_group *g, int first, int n, uint64_t stream, uint64_t end,
+                            int store_all) {
   host_region *r = &g->region;
-  const int first = g->part_first[p], n = g->part_first[p + 1] - first, a0 = r->nargs;
+  const int a0 = r->nargs;
   int32_t member_words[HOST_FUSE_MAX_MEMBERS][LOOM_FUSE_REGION_MEMBER_WORDS];
   int out_arg[HOST_FUSE_MAX_MEMBERS];
+  int64_t width = 0; /* the row vectors' (one per segment) */
+  int last = 0;
+  for (int j = 0; j < n; ++j)
+    if (g->order[first + j] > last) last = g->order[first + j];
   for (int j = 0; j < n; ++j) {
     const loom_command *c = g->members[g->order[first + j]];
     const loom_tensor *t = c->u.launch.tensors;
     const loom_scalar *s = c->u.launch.scalars;
-    if (c->u.launch.fn != pointwise_fn() || g->row_n[g->order[first + j]] ||
-        c->u.launch.num_scalars < LOOM_PW_CONST)
-      return 0;
-    const int op = (int)s[0].i, kind = (int)s[1].i;
-    if (!op_spelled(op) || (kind != LOOM_PW_F32 && kind != LOOM_PW_F64)) return 0;
-    const int arity = pw_arity(op);
-    if ((int)c->u.launch.num_tensors < 1 + arity ||
-        (int)c->u.launch.num_scalars < LOOM_PW_CONST + arity)
-      return 0;
-    if (!t[0].data || !float_dtype(t[0].dtype) || !host_fuse_contiguous(&t[0], r->range)) return 0;
+    const int op = (int)s[0].i, kind = (int)s[1].i, arity = pw_arity(op);
     int32_t *mw = member_words[j];
     mw[0] = op;
     mw[1] = kind;
@@ -312,9 +371,10 @@ static int describe_part(host_group *g, int p, uint64_t stream, uint64_t end, in
         mw[3 + k] = LOOM_FUSE_REGION_CONST << 16 | (k - 1);
         continue;
       }
-      if (!float_dtype(x->dtype)) return 0;
-      const int access = host_fuse_contiguous(x, r->range) ? 0 : one_element(x) ? 1 : -1;
-      if (access < 0) return 0;
+      int64_t w = 0;
+      const int access = access_of(x, r->range, &w);
+      if (access < 0 || (access == 2 && width && w != width)) return 0;
+      if (access == 2) width = w;
       const int a = arg_index(r, a0, x, access);
       if (a < 0) return 0;
       mw[3 + k] = r->writer[a] >= 0 ? LOOM_FUSE_REGION_VALUE << 16 | r->writer[a]
@@ -337,12 +397,25 @@ static int describe_part(host_group *g, int p, uint64_t stream, uint64_t end, in
       rs[4 + k] = LOOM_PW_CONST + k < (int)c->u.launch.num_scalars ? s[LOOM_PW_CONST + k]
                                                                     : (loom_scalar){.i = 0};
   }
-  /* A one-element argument may not share memory with a written one. */
+  /* With row vectors the loop runs over (range / width, width): the
+   * contiguous arguments as rows of that width, the row vectors as one. */
+  for (int a = a0; width && a < r->nargs; ++a) {
+    if (r->access[a] == 0) {
+      r->args[a].rank = 2;
+      r->args[a].sizes[0] = r->range / width;
+      r->args[a].sizes[1] = width;
+      r->args[a].strides[0] = width;
+      r->args[a].strides[1] = 1;
+    } else if (r->access[a] == 2) {
+      r->args[a].sizes[0] = width;
+    }
+  }
+  /* A broadcast argument (one element, a row vector) may not share memory
+   * with a written one. */
   for (int a = a0; a < r->nargs; ++a) {
     if (r->writer[a] < 0) continue;
     span sa, sb;
     if (!host_fuse_tensor_span(&r->args[a], &sa)) return 0;
-    sa.hi = sa.lo + (uintptr_t)(r->range * loom_dtype_size(r->args[a].dtype));
     for (int b = a0; b < r->nargs; ++b)
       if (r->access[b] && host_fuse_tensor_span(&r->args[b], &sb) && sa.lo < sb.hi && sb.lo < sa.hi)
         return 0;
@@ -350,7 +423,9 @@ static int describe_part(host_group *g, int p, uint64_t stream, uint64_t end, in
   /* Stores: an intermediate (a value a later member reads) is not stored
    * when another member overwrites it later, nor when its memory was freed
    * within the group's look. A value no member reads is always stored:
-   * work the program enqueued is done, even if nothing reads its result. */
+   * work the program enqueued is done, even if nothing reads its result;
+   * so is a freed one that a member outside the segment may read (members
+   * between the overwritten value and its overwriter are all in it). */
   int read_later[HOST_FUSE_MAX_MEMBERS] = {0};
   for (int j = 0; j < n; ++j)
     for (int k = 4; k < 7; ++k)
@@ -360,9 +435,11 @@ static int describe_part(host_group *g, int p, uint64_t stream, uint64_t end, in
     const int m = g->order[first + j];
     const loom_tensor *out = &g->members[m]->u.launch.tensors[0];
     span sp;
+    uint64_t at;
     int stored = r->writer[out_arg[j]] == j || !read_later[j];
     if (stored && read_later[j] && !store_all && stream && host_fuse_tensor_span(out, &sp) &&
-        !host_fuse_touches_passed(g, sp) && released_within(stream, sp, g->seq[m], end))
+        !host_fuse_touches_passed(g, sp) && released_within(stream, sp, g->seq[m], end, &at) &&
+        !needed_outside(g, m, last, sp, at))
       stored = 0;
     if (store_all) stored = 1;
     member_words[j][3] = stored;
@@ -383,6 +460,26 @@ static int describe_part(host_group *g, int p, uint64_t stream, uint64_t end, in
   return len;
 }
 
+/* Adds segment [first, first + n) of g->order: a compiled loop over the
+ * arguments from a0 on (its kernel set by the caller), or one member run
+ * by its own kernel. */
+static void add_segment(host_region *r, int first, int n, int compiled, int a0) {
+  const int s = r->nsegs++;
+  r->seg_first[s] = first;
+  r->seg_len[s] = n;
+  r->seg_arg0[s] = a0;
+  r->seg_fn[s] = NULL;
+  if (!compiled) return;
+  r->seg_args[s] = (loom_kernel_args){
+      .abi_version = LOOM_KERNEL_ABI_VERSION,
+      .num_tensors = (uint32_t)(r->nargs - a0),
+      .tensors = &r->args[a0],
+      .num_scalars = (uint32_t)(n * LOOM_FUSE_REGION_MEMBER_SCALARS),
+      .scalars = &r->scalars[first * LOOM_FUSE_REGION_MEMBER_SCALARS],
+      .range = r->range,
+      .grain = r->group->args.grain};
+}
+
 void host_fuse_region_plan(host_group *g, uint64_t stream, uint64_t end) {
   host_region *r = &g->region;
   r->ready = 0;
@@ -392,40 +489,61 @@ void host_fuse_region_plan(host_group *g, uint64_t stream, uint64_t end) {
   r->group = g;
   r->range = g->args.range;
   r->nargs = 0;
+  r->nsegs = 0;
   r->not_written = 0;
-  int ready = 1;
+  int compiled = 0, ready = 1;
+  /* Each part: runs of two or more consecutive members a loop computes
+   * (or the whole part) are compiled segments, every other member runs by
+   * its own kernel (row-wise members between them: layer norms in a
+   * residual block). */
   for (int p = 0; p < g->parts; ++p) {
-    r->part_arg0[p] = r->nargs;
-    const int len = describe_part(g, p, stream, end, verify);
-    if (!len) return; /* the group stays at level 1 */
-    r->part_fn[p] = lookup(r->words, len); /* every part's sighting counts */
-    ready &= r->part_fn[p] != NULL;
-    r->part_args[p] = (loom_kernel_args){
-        .abi_version = LOOM_KERNEL_ABI_VERSION,
-        .num_tensors = (uint32_t)(r->nargs - r->part_arg0[p]),
-        .tensors = &r->args[r->part_arg0[p]],
-        .num_scalars = (uint32_t)((g->part_first[p + 1] - g->part_first[p]) *
-                                  LOOM_FUSE_REGION_MEMBER_SCALARS),
-        .scalars = &r->scalars[g->part_first[p] * LOOM_FUSE_REGION_MEMBER_SCALARS],
-        .range = r->range,
-        .grain = g->part_grain[p]};
+    r->part_seg[p] = r->nsegs;
+    for (int i = g->part_first[p]; i < g->part_first[p + 1];) {
+      int n = 0;
+      while (i + n < g->part_first[p + 1] && member_compiles(g, g->order[i + n])) ++n;
+      const int a0 = r->nargs;
+      const uint64_t kept = r->not_written;
+      const int whole = n == g->part_first[p + 1] - g->part_first[p];
+      const int len = n >= 2 || (n && whole) ? describe_segment(g, i, n, stream, end, verify) : 0;
+      if (len) {
+        add_segment(r, i, n, 1, a0);
+        const loom_kernel_fn fn = lookup(r->words, len); /* every segment's sighting counts */
+        r->seg_fn[r->nsegs - 1] = fn;
+        ready &= fn != NULL;
+        ++compiled;
+        i += n;
+        continue;
+      }
+      r->nargs = a0;
+      r->not_written = kept;
+      for (int j = 0; j < (n ? n : 1); ++j) add_segment(r, i + j, 1, 0, a0);
+      i += n ? n : 1;
+    }
   }
-  r->ready = ready;
+  r->part_seg[g->parts] = r->nsegs;
+  r->ready = compiled > 0 && ready;
 }
 
 /* The pool's kernel for a compiled group: as level 1's, its range counts
- * the chunks of every part; chunk k of part p runs p's compiled loop. */
+ * the chunks of every part; chunk k of part p runs p's segments in order,
+ * each a compiled loop or one member's kernel. */
 static int region_chunk(const loom_kernel_args *args, int64_t first, int64_t last) {
   host_region *r = (host_region *)args;
-  const host_group *g = r->group;
+  host_group *g = r->group;
   for (int64_t k = first; k < last; ++k) {
     int p = 0;
     while (g->part_chunk[p + 1] <= k) ++p;
     const int64_t grain = g->part_grain[p];
     const int64_t begin = (k - g->part_chunk[p]) * grain;
     const int64_t end = r->range - begin > grain ? begin + grain : r->range;
-    const int rc = r->part_fn[p](&r->part_args[p], begin, end);
-    if (rc) return rc;
+    for (int s = r->part_seg[p]; s < r->part_seg[p + 1]; ++s) {
+      if (!r->seg_fn[s]) {
+        host_fuse_run_member(g, g->order[r->seg_first[s]], begin, end);
+        continue;
+      }
+      const int rc = r->seg_fn[s](&r->seg_args[s], begin, end);
+      if (rc) return rc;
+    }
   }
   return 0;
 }
@@ -434,8 +552,8 @@ int host_fuse_region_run(host_context *ctx, int device, int priority, host_group
   host_region *r = &g->region;
   /* A compiled loop checks its arguments before it stores anything: asked
    * for no elements, it says whether it takes them. */
-  for (int p = 0; p < g->parts; ++p)
-    if (r->part_fn[p](&r->part_args[p], 0, 0) != 0) return 0;
+  for (int s = 0; s < r->nsegs; ++s)
+    if (r->seg_fn[s] && r->seg_fn[s](&r->seg_args[s], 0, 0) != 0) return 0;
   r->pool_args = g->pool_args;
   host_failure f;
   (void)host_pool_run(&ctx->devices[device].pool, priority, region_chunk, &r->pool_args, &f);
