@@ -12,17 +12,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bench.workloads import BW_TRIAD, FMA_FP32, Ctx, Prepared, Skip, Workload, _randn
+from bench.workloads import BW_TRIAD, FMA_FP32, Ctx, Prepared, Skip, Workload, _randn, rotating
 
 
 def _chain10(ctx: Ctx) -> Prepared:
     """Ten pointwise ops, out of place, over 16M float32 (a loss's or an
     activation's elementwise tail written op by op). Eager writes the last
-    one into a tensor the caller keeps, as the chain's reader would: a
-    result dropped at once leaves adaptive eager's compiled region nothing
-    to store (it then computes nothing a tensor holds)."""
+    one into a tensor the caller keeps, as the chain's reader would. Each
+    call takes the next input and output of a ring (workloads.rotating):
+    calls on one input would form one fused group that reads it once for
+    all of them."""
     n = (1 << 16) if ctx.quick else (1 << 24)
-    x = ctx.to(_randn(n, seed=40))
 
     def chain(t, out=None):
         t = t * 0.5 + 0.25
@@ -34,10 +34,10 @@ def _chain10(ctx: Ctx) -> Prepared:
         return torch.sqrt(t + 1.0, out=out)
 
     if ctx.backend is None:
-        out = torch.empty_like(x)
-        return Prepared(lambda: chain(x, out), items=1, bytes=2 * 4 * n, limit=BW_TRIAD, tol=1e-5)
-    chain = ctx.compile(chain)
-    return Prepared(lambda: chain(x), items=1, bytes=2 * 4 * n, limit=BW_TRIAD, tol=1e-5)
+        fn = rotating(ctx, lambda k: (_randn(n, seed=40 + 100 * k), torch.empty(n)), chain)
+    else:
+        fn = rotating(ctx, lambda k: (_randn(n, seed=40 + 100 * k),), ctx.compile(chain))
+    return Prepared(fn, items=1, bytes=2 * 4 * n, limit=BW_TRIAD, tol=1e-5)
 
 
 def _mlp(act):

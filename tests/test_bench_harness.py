@@ -178,3 +178,23 @@ def test_the_checked_output_is_the_first_calls():
         out = Timed(step, lambda: None, Plan(quick=quick, min_sample_s=0.001)).start()
         assert state[0].item() > 1 or quick
         assert len(out) == 1 and torch.equal(out[0], torch.ones(2))
+
+
+def test_memory_workloads_take_a_new_input_per_call_and_keep_outputs():
+    """add_16M, softmax, layer_norm and fuse_chain10_16M cycle through
+    RING inputs and keep each output until the ring comes round: calls
+    queued on a loom stream then share no memory, and a fused group cannot
+    read one input for several calls (add_16M measured 35x CPU eager so)."""
+    import torch
+    from bench.workloads import BY_NAME, RING, Ctx
+
+    ctx = Ctx(torch.device("cpu"), None, True, lambda: None)
+    for name in ("add_16M", "softmax", "layer_norm", "fuse_chain10_16M"):
+        fn = BY_NAME[name].build(ctx).fn
+        outs = [fn() for _ in range(RING)]
+        assert len({o.data_ptr() for o in outs}) == RING, name  # all alive, none reused
+        for i in range(RING):
+            for j in range(i):
+                assert not torch.equal(outs[i], outs[j]), (name, i, j)
+        again = fn()  # the first input again: the first call's result
+        assert torch.equal(again, outs[0]), name
