@@ -41,7 +41,7 @@ def parse_args(argv):
     ap.add_argument("--device", default="loom", help="device under test (default loom; cpu tests the harness)")
     ap.add_argument("--max-samples", type=int, default=8, help="samples per OpInfo and variant")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
-    ap.add_argument("--chunk-size", type=int, default=0, help="items per worker process (default: a quarter of each job's share)")
+    ap.add_argument("--chunk-size", type=int, default=0, help="items per worker process (default: two chunks a job, each of every n-th item)")
     ap.add_argument("--timeout", type=int, default=90, help="seconds before an item counts as hung")
     ap.add_argument("--json", help="write results here (default with --full: conformance/results.json)")
     ap.add_argument("--report", help="write the Markdown report here (default with --full: conformance/REPORT.md)")

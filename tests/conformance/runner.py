@@ -171,11 +171,14 @@ def run_items(items, device, jobs=2, chunk_size=None, max_samples=10, item_timeo
               threads=1, log=None, progress_every=30):
     """Results for every item, from `jobs` worker processes in parallel."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if not chunk_size:
-        # A worker start costs seconds (torch and op_db imports): few chunks,
-        # but enough of them that the workers finish close together.
-        chunk_size = max(20, -(-len(items) // (4 * max(1, jobs))))
-    chunks = chunked(list(items), chunk_size)
+    if chunk_size:
+        chunks = chunked(list(items), chunk_size)
+    else:
+        # A worker start costs about 5 s of CPU (torch and op_db imports):
+        # two chunks a job, each taking every n-th item so that the chunks
+        # cost about the same and the workers finish close together.
+        n = max(1, min(2 * max(1, jobs), -(-len(items) // 20)))
+        chunks = [c for c in (list(items)[i::n] for i in range(n)) if c]
     todo = queue.Queue()
     for c in chunks:
         todo.put(c)
