@@ -6,7 +6,9 @@
  *
  * The installed kernel stands in for the compiler's: it is written here for
  * the chain's signature (y1 = x * c; y2 = y1 + p0 * x; out = y2 * y2) and
- * stores an argument only where the signature says so. */
+ * stores an argument only where the signature says so. A row vector (a
+ * tensor broadcast over the rows) is an argument of its own kind: the loop
+ * gets it as one row and the contiguous tensors as rows of its width. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -223,9 +225,148 @@ done:
   loom_stream_release(s);
 }
 
+/* ---- a row vector: v of W floats read at i % W over ROWS x W ---------------- */
+
+enum { ROWS = 252, W = 130, RN = ROWS * W };
+
+static loom_status pw_rows(loom_stream_t *s, int op, loom_tensor out, loom_tensor a,
+                           loom_tensor b, double p0) {
+  static const loom_kernel_t *k;
+  if (!k && loom_kernel_lookup("pointwise.apply", &k) != LOOM_OK) return LOOM_ERROR_NOT_SUPPORTED;
+  loom_tensor t[3] = {out, a, b};
+  loom_scalar sc[LOOM_PW_CONST + 2] = {{.i = op}, {.i = LOOM_PW_F32}};
+  sc[LOOM_PW_PARAM].f = p0;
+  const loom_launch_desc d = {.name = "fuse_region_test.row_op", .kernel = k, .tensors = t,
+                              .num_tensors = 3, .scalars = sc, .num_scalars = LOOM_PW_CONST + 2,
+                              .range = RN, .grain = LOOM_PW_GRAIN};
+  return loom_launch(s, &d);
+}
+
+static loom_tensor rows2(void *p) {
+  return (loom_tensor){.data = p, .dtype = LOOM_FLOAT32, .rank = 2, .sizes = {ROWS, W},
+                       .strides = {W, 1}};
+}
+
+static atomic_int row_calls;
+static int row_store_y1;
+
+/* y1 = x * v (v broadcast over the rows); out = y1 + p0 * x. Arguments x,
+ * v, y1, out: the contiguous ones as (ROWS, W), v as (W). */
+static int row_region(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  const loom_tensor *t = args->tensors;
+  if (args->num_tensors != 4 || args->num_scalars != 2 * LOOM_FUSE_REGION_MEMBER_SCALARS)
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  for (int a = 0; a < 4; ++a) {
+    const int row = a == 1;
+    if (t[a].dtype != LOOM_FLOAT32 || t[a].rank != (row ? 1 : 2) ||
+        (row ? t[a].sizes[0] != W || t[a].strides[0] != 1
+             : t[a].sizes[0] != ROWS || t[a].sizes[1] != W || t[a].strides[0] != W ||
+                   t[a].strides[1] != 1))
+      return LOOM_ERROR_INVALID_ARGUMENT;
+  }
+  if (begin == end) return 0;
+  atomic_fetch_add(&row_calls, 1);
+  const float *x = t[0].data, *v = t[1].data;
+  float *y1 = t[2].data, *out = t[3].data;
+  const float p0 = (float)args->scalars[1 * 7 + 0].f; /* member 1's alpha */
+  for (int64_t i = begin; i < end; ++i) {
+    const float v1 = x[i] * v[i % W];
+    if (row_store_y1) y1[i] = v1;
+    out[i] = v1 + p0 * x[i];
+  }
+  return 0;
+}
+
+static void run_rows(loom_stream_t *s, const float *xh, const float *vh, float *outh, float alpha) {
+  void *x, *v, *y1, *out;
+  CHECK_OK(loom_malloc(0, RN * 4, s, &x));
+  CHECK_OK(loom_malloc(0, W * 4, s, &v));
+  CHECK_OK(loom_malloc(0, RN * 4, s, &y1));
+  CHECK_OK(loom_malloc(0, RN * 4, s, &out));
+  CHECK_OK(loom_memcpy(s, x, xh, RN * 4));
+  CHECK_OK(loom_memcpy(s, v, vh, W * 4));
+  hold(s);
+  const loom_tensor vrow = {.data = v, .dtype = LOOM_FLOAT32, .rank = 2, .sizes = {ROWS, W},
+                            .strides = {0, 1}};
+  CHECK_OK(pw_rows(s, LOOM_PW_MUL, rows2(y1), rows2(x), vrow, 0.0));
+  CHECK_OK(pw_rows(s, LOOM_PW_ADD, rows2(out), rows2(y1), rows2(x), alpha));
+  CHECK_OK(loom_free(y1));
+  open_gate();
+  CHECK_OK(loom_memcpy(s, outh, out, RN * 4));
+  CHECK_OK(loom_stream_synchronize(s));
+  CHECK_OK(loom_free(x));
+  CHECK_OK(loom_free(v));
+  CHECK_OK(loom_free(out));
+}
+
+static void test_row_vector_is_an_argument_of_the_loop(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  TEST_REQUIRE(TEST_DRIVER_ASYNC, "no queues to fuse on");
+  const int guarded = test_driver_has(TEST_DRIVER_GUARDED);
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *xh = malloc(RN * 4), *vh = malloc(W * 4), *ref = malloc(RN * 4), *got = malloc(RN * 4);
+  for (int i = 0; i < RN; ++i) xh[i] = (float)(i % 89) * 0.25f - 7.0f;
+  for (int i = 0; i < W; ++i) vh[i] = (float)(i % 13) * 0.375f - 2.0f;
+  loom_fuse_region_reset();
+  uint64_t bits[4] = {0, 0, 0, 0};
+  bits[LOOM_PW_MUL / 64] |= (uint64_t)1 << LOOM_PW_MUL % 64;
+  bits[LOOM_PW_ADD / 64] |= (uint64_t)1 << LOOM_PW_ADD % 64;
+  loom_fuse_region_set_ops(bits, 4);
+  loom_fuse_region_set_sightings(1);
+  loom_fuse_set_mode(LOOM_FUSE_OFF);
+  run_rows(s, xh, vh, ref, 0.5f);
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  loom_fuse_stats before = stats();
+  run_rows(s, xh, vh, got, 0.5f);
+  CHECK(memcmp(ref, got, RN * 4) == 0);
+  if (stats().groups == before.groups) goto done; /* a driver that does not fuse */
+  {
+    int32_t words[LOOM_FUSE_REGION_MAX_WORDS];
+    uint64_t id = 0;
+    const int n = loom_fuse_region_next(&id, words, LOOM_FUSE_REGION_MAX_WORDS, 2000);
+    CHECK_EQ_INT(n, 2 + 4 * 3 + 2 * LOOM_FUSE_REGION_MEMBER_WORDS);
+    CHECK_EQ_INT(words[1], 4);                /* x, v, y1, out */
+    CHECK_EQ_INT(words[2 + 3 * 0 + 1], 0);    /* x: contiguous */
+    CHECK_EQ_INT(words[2 + 3 * 1 + 1], 2);    /* v: a row vector */
+    const int32_t *m = words + 2 + 4 * 3;
+    CHECK_EQ_INT(m[4], LOOM_FUSE_REGION_ARG << 16 | 0);
+    CHECK_EQ_INT(m[5], LOOM_FUSE_REGION_ARG << 16 | 1);
+    row_store_y1 = words[2 + 3 * 2 + 2];
+    CHECK_EQ_INT(row_store_y1, guarded); /* y1 was freed: not stored */
+    loom_fuse_region_install(id, row_region);
+  }
+  before = stats();
+  atomic_store(&row_calls, 0);
+  run_rows(s, xh, vh, got, 0.5f);
+  loom_fuse_stats after = stats();
+  CHECK(memcmp(ref, got, RN * 4) == 0);
+  CHECK_EQ_INT(after.compiled_regions - before.compiled_regions, 1);
+  CHECK_EQ_INT(after.bytes_not_written - before.bytes_not_written, guarded ? 0 : RN * 4);
+  CHECK(atomic_load(&row_calls) > 0);
+  /* alpha is a scalar of the loop */
+  loom_fuse_set_mode(LOOM_FUSE_OFF);
+  run_rows(s, xh, vh, ref, -1.25f);
+  loom_fuse_set_mode(LOOM_FUSE_ON);
+  before = stats();
+  run_rows(s, xh, vh, got, -1.25f);
+  CHECK_EQ_INT(stats().compiled_regions - before.compiled_regions, 1);
+  CHECK(memcmp(ref, got, RN * 4) == 0);
+done:
+  loom_fuse_region_set_ops(NULL, 0);
+  loom_fuse_region_set_sightings(0);
+  loom_fuse_region_reset();
+  free(xh);
+  free(vh);
+  free(ref);
+  free(got);
+  loom_stream_release(s);
+}
+
 int main(void) {
   TEST_FOR_EACH_DRIVER {
     RUN_TEST(test_region_runs_and_skips_freed_outputs);
+    RUN_TEST(test_row_vector_is_an_argument_of_the_loop);
   }
   TEST_MAIN_END();
 }
