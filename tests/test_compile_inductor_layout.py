@@ -6,6 +6,7 @@ choose), and the batch norm, ReLU and residual kernels between them are
 vectorized loop nests split across loom's workers, never run as one chunk
 and never waiting for the stream."""
 
+import copy
 import re
 
 import pytest
@@ -174,3 +175,97 @@ def test_attention_reads_its_heads_contiguous_without_copies_inside_the_op():
     torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-5, atol=1e-6)
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-4, atol=1e-5, msg=name)
+
+
+# ---- channels-last convolutions ---------------------------------------------
+
+_CL = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _same_layout(real, fake):
+    """Equal sizes and equal strides on every dim of more than one element
+    (the only strides that address memory, and the only ones Inductor's
+    assert_size_stride checks)."""
+    return real.shape == fake.shape and fake.device == real.device and all(
+        r == f for r, f, s in zip(real.stride(), fake.stride(), real.shape) if s != 1)
+
+
+@pytest.mark.parametrize("dims", [4, 5])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fake_convolution_strides_are_the_strides_loom_returns(dims, transposed):
+    """What tracing sees of a convolution and its backward (fake tensors)
+    has the strides loom's ops return, with the input, the weight and the
+    output gradient each contiguous or channels last: loom lays its results
+    out as the CPU does, not as PyTorch's fake rule for a PrivateUse1
+    device (always contiguous). The rule is installed when Dynamo loads
+    (the first torch.compile or torch.export)."""
+    import itertools
+
+    import torch._dynamo  # noqa: F401
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    aten = torch.ops.aten
+    grid, ones, zeros = (5,) * (dims - 2), [1] * (dims - 2), [0] * (dims - 2)
+    checked = channels_last = 0
+    for x_cl, w_cl, dy_cl, k, bias in itertools.product((0, 1), (0, 1), (0, 1), (1, 3), (0, 1)):
+        lay = (lambda t, cl: t.contiguous(memory_format=_CL[dims]) if cl else t)
+        x = lay(torch.randn(2, 4, *grid), x_cl).to("loom")
+        w = lay(torch.randn(*((4, 6) if transposed else (6, 4)), *(k,) * (dims - 2)), w_cl).to("loom")
+        b = torch.randn(6).to("loom") if bias else None
+        args = (ones, [k // 2] * (dims - 2), ones, transposed, zeros, 1)
+        out = aten.convolution(x, w, b, *args)
+        dy = lay(torch.randn(out.shape), dy_cl).to("loom")
+        grads = aten.convolution_backward(dy, x, w, [6], *args, [True, True, True])
+        with FakeTensorMode() as mode:
+            fx, fw, fdy = (mode.from_tensor(t) for t in (x, w, dy))
+            fout = aten.convolution(fx, fw, mode.from_tensor(b) if bias else None, *args)
+            fgrads = aten.convolution_backward(fdy, fx, fw, [6], *args, [True, True, True])
+        for name, real, fake in zip(("out", "grad_input", "grad_weight", "grad_bias"),
+                                    (out, *grads), (fout, *fgrads)):
+            assert _same_layout(real, fake), (x_cl, w_cl, dy_cl, k, bias, name, real.stride(),
+                                              fake.stride())
+            checked += 1
+            channels_last += real.dim() == dims and not real.is_contiguous()
+    assert checked == 128 and channels_last > 0
+
+
+def test_channels_last_cnn_training_compiles_and_matches_eager():
+    """A channels-last CNN (model and input in torch.channels_last; conv ->
+    BN -> ReLU, then conv -> BN -> (+x) -> ReLU, as a ResNet block) trained
+    for three SGD steps with a plain torch.compile: the convolutions run in
+    the layout eager gives them (channels last), and losses and parameters equal loom eager's and the
+    CPU's. Compiled afresh (no cached graph), so that the layouts are the
+    ones tracing decides now."""
+    from torch._inductor.utils import fresh_cache, run_and_get_code
+
+    torch.manual_seed(0)
+    base = _Block(cin=3, c=8)
+    x = torch.randn(2, 3, 6, 6).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 5, (2,))
+
+    def train(device, compiled):
+        model = copy.deepcopy(base).to(device).to(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        run = torch.compile(model) if compiled else model
+        losses, codes = [], []
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            loss, code = run_and_get_code(_step, run, x.to(device), y.to(device))
+            opt.step()
+            losses.append(loss.item())
+            codes += code
+        return torch.tensor(losses), {n: p.detach().cpu() for n, p in model.named_parameters()}, codes
+
+    with fresh_cache():
+        losses, params, codes = train("loom", True)
+    code = "\n".join(codes)
+    convs = _CONV_SIZES.findall(code)
+    assert len(convs) >= 4, code
+    for sizes, strides in convs:
+        sizes, strides = _ints(sizes), _ints(strides)
+        assert strides == list(torch.empty(sizes).contiguous(
+            memory_format=torch.channels_last).stride()), (sizes, strides)
+    for ref in (train("loom", False), train("cpu", False)):
+        torch.testing.assert_close(losses, ref[0], rtol=1e-5, atol=1e-6)
+        for name, p in params.items():
+            torch.testing.assert_close(p, ref[1][name], rtol=1e-4, atol=1e-5, msg=name)

@@ -16,6 +16,10 @@ Inductor.
   ``torch.loom.Scheduling``, ``PythonWrapperCodegen``, ``CppWrapperCodegen``
   and ``WrapperFxCodegen``, is served too (``inductor_attr``), for code that
   reaches it without loading ``compile_fx`` first.
+- PyTorch's fake convolution rule gives loom's convolutions the layout loom
+  gives them (``fake_conv.py``) once ``torch._dynamo`` has been imported
+  (by the first ``torch.compile`` or ``torch.export``), before Dynamo
+  traces anything: traced graphs see the strides loom's ops return.
 """
 
 from .._after_import import after_import
@@ -45,10 +49,17 @@ def _register_backend(_module) -> None:
     run_stream_code_eagerly()
 
 
+def _register_fake_conv(_module) -> None:
+    from . import fake_conv
+
+    fake_conv.apply()
+
+
 # module -> what to run once it has been imported
 _HOOKS = {
     "torch._dynamo.device_interface": _register_interface,
     "torch._inductor.compile_fx": _register_backend,
+    "torch._dynamo": _register_fake_conv,
 }
 
 

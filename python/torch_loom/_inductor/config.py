@@ -9,8 +9,8 @@ import sys
 
 from torch.utils._config_module import install_config_module
 
-_SOURCES = ("backend.py", "cpp_kernels.py", "interface.py", "library_ops.py", "patches.py",
-            "runtime.py")
+_SOURCES = ("__init__.py", "backend.py", "cpp_kernels.py", "epilogue.py", "fake_conv.py",
+            "interface.py", "library_ops.py", "patches.py", "runtime.py")
 
 
 def _digest() -> str:
