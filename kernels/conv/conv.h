@@ -22,6 +22,9 @@ extern "C" {
 
 int loom_im2col_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_col2im_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+/* "im2col.nhwc_to_col", "im2col.nhwc_to_image" (im2col_nhwc.c). */
+int loom_im2col_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_col2im_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* "conv.pack_flipped": fp32, and bf16 for the AMX plan's A panels. */
 int loom_conv_pack_flipped_kernel(const loom_kernel_args *args, int64_t begin,

@@ -280,6 +280,66 @@ static pad_phase pad_phase_of(int64_t ph, int64_t top, int64_t left, int64_t sh,
                      .j1 = loom_conv_first_at(w_n + left - b, sw)};
 }
 
+/* The zeros of one plane around its data rows [i0, i1) x [j0, j1). */
+static void pad_zero_around(float *d, int64_t plane, int64_t wq, const pad_phase *e) {
+  if (e->i1 <= e->i0 || e->j1 <= e->j0) {
+    memset(d, 0, (size_t)plane * sizeof(float));
+    return;
+  }
+  int64_t from = 0;
+  for (int64_t i = e->i0; i < e->i1; ++i) {
+    memset(d + from, 0, (size_t)(i * wq + e->j0 - from) * sizeof(float));
+    from = i * wq + e->j1;
+  }
+  memset(d + from, 0, (size_t)(plane - from) * sizeof(float));
+}
+
+/* Items [begin, end) of "conv.pad" from a channels-last image (channels
+ * contiguous): blocks of up to 32 channels of one image and phase at once,
+ * each image position's channels read as one run and spread over their
+ * planes, where a plane at a time read one element per cache line. */
+static int pad_channels_last(const loom_tensor *dst, const loom_tensor *src, int64_t begin,
+                             int64_t end, int64_t top, int64_t left, int64_t wq, int64_t sh,
+                             int64_t sw) {
+  enum { CB = 32 };
+  const int64_t phases = sh * sw, c_n = src->sizes[1], h_n = src->sizes[3], w_n = src->sizes[4];
+  const int64_t plane = dst->sizes[2], ssh = src->strides[3], ssw = src->strides[4];
+  const int64_t per_image = c_n * phases;
+  for (int64_t n = begin / per_image; n * per_image < end; ++n)
+    for (int64_t ph = 0; ph < phases; ++ph) {
+      const pad_phase e = pad_phase_of(ph, top, left, sh, sw, h_n, w_n);
+      if (e.j1 > wq || (e.i1 > e.i0 && e.j1 > e.j0 && (e.i1 - 1) * wq + e.j1 > plane))
+        return LOOM_ERROR_INVALID_ARGUMENT;
+      /* the channels c whose item (n * c_n + c) * phases + ph is in range */
+      const int64_t base = n * per_image + ph;
+      const int64_t clo = begin > base ? (begin - base + phases - 1) / phases : 0;
+      int64_t chi = end > base ? (end - base + phases - 1) / phases : 0;
+      if (chi > c_n) chi = c_n;
+      for (int64_t c0 = clo; c0 < chi; c0 += CB) {
+        const int64_t cnt = chi - c0 < CB ? chi - c0 : CB;
+        float *d[CB];
+        for (int64_t k = 0; k < cnt; ++k) {
+          d[k] = (float *)dst->data + n * dst->strides[0] +
+                 ((c0 + k) * phases + ph) * dst->strides[1];
+          pad_zero_around(d[k], plane, wq, &e);
+        }
+        const float *s = (const float *)src->data + n * src->strides[0] + c0;
+        /* a row's block of channels stays in L1 while each plane's row
+         * is written in turn */
+        const int64_t step = sw * ssw, w = e.j1 - e.j0;
+        for (int64_t i = e.i0; i < e.i1 && w > 0; ++i) {
+          const float *sr = s + (i * sh + e.a - top) * ssh + (e.j0 * sw + e.b - left) * ssw;
+          for (int64_t k = 0; k < cnt; ++k) {
+            float *restrict row = d[k] + i * wq + e.j0;
+            const float *restrict sk = sr + k;
+            for (int64_t j = 0; j < w; ++j) row[j] = sk[j * step];
+          }
+        }
+      }
+    }
+  return 0;
+}
+
 int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 3) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *dst = &args->tensors[0], *src = &args->tensors[1];
@@ -293,6 +353,8 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t phases = sh * sw, c_n = src->sizes[1], h_n = src->sizes[3], w_n = src->sizes[4];
   const int64_t plane = dst->sizes[2], ssh = src->strides[3], ssw = src->strides[4];
+  if (src->strides[1] == 1 && ssw != 1 && c_n > 1)
+    return pad_channels_last(dst, src, begin, end, top, left, wq, sh, sw);
   const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
   /* Worked out once per phase: small planes spent more time in these
    * divisions than in the copy. */
@@ -338,5 +400,7 @@ int loom_conv_pad_kernel(const loom_kernel_args *args, int64_t begin, int64_t en
 const loom_kernel_entry loom_im2col_kernels[] = {
     {"im2col.to_col", loom_im2col_kernel, NULL},
     {"im2col.to_image", loom_col2im_kernel, NULL},
+    {"im2col.nhwc_to_col", loom_im2col_nhwc_kernel, NULL},
+    {"im2col.nhwc_to_image", loom_col2im_nhwc_kernel, NULL},
     {NULL, NULL, NULL},
 };

@@ -205,6 +205,17 @@ namespace conv {
 void conv_forward_planned(const Tensor& out, const Tensor& input, const Tensor& weight,
                           const Tensor& bias, const Geom& g, int64_t groups,
                           const loom_conv_forward_plan& p, const char* op, bool flipped) {
+  // The Winograd and padded-row kernels (and the flat implicit GEMM's
+  // final copy) write `out` through its strides; the others write NCHW,
+  // into a temporary when `out` is laid out otherwise.
+  const bool nchw_only =
+      p.path == LOOM_CONV_PATH_NHWC || (p.path == LOOM_CONV_PATH_IMPLICIT && !p.flat);
+  if (nchw_only && !out.is_contiguous()) {
+    Tensor tmp = at::empty(out.sizes(), out.options().memory_format(at::MemoryFormat::Contiguous));
+    conv_forward_planned(tmp, input, weight, bias, g, groups, p, op, flipped);
+    out.copy_(tmp);
+    return;
+  }
   switch (p.path) {
     case LOOM_CONV_PATH_WINOGRAD:
       return conv_forward_winograd(out, input, weight, bias, p, op, flipped);
@@ -224,18 +235,32 @@ void conv_forward_planned(const Tensor& out, const Tensor& input, const Tensor& 
 namespace {
 
 // out (N, O, grid) = W (O, C/G, k) * x (N, C, spatial) [+ bias]: the forward
-// of a regular convolution.
+// of a regular convolution, allocated in `fmt`: the channels-last rows and
+// the paths that write through strides fill it in place, the others
+// compute NCHW and copy.
 Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
                     const Tensor& bias, const Geom& g, int64_t groups,
-                    std::vector<int64_t> out_sizes, const char* op) {
+                    std::vector<int64_t> out_sizes, const char* op,
+                    at::MemoryFormat fmt = at::MemoryFormat::Contiguous) {
   Tensor weight = weight_in.contiguous();
   int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
-  Tensor out = at::empty(out_sizes, input.options());
+  Tensor out = at::empty(out_sizes, input.options().memory_format(fmt));
   if (out.numel() == 0) return out;
   const loom_conv_forward_plan p = plan_forward(out, input, weight, g, groups, 0, op);
+  if ((p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_COL ||
+       p.path == LOOM_CONV_PATH_IMPLICIT) &&
+      nhwc_col_fits(input, weight_in, groups, g, fmt)) {
+    conv_forward_nhwc_col(out, input, weight_in, bias, g, fmt, op);
+    return out;
+  }
   if (p.path != LOOM_CONV_PATH_GEMM && p.path != LOOM_CONV_PATH_COL) {
     conv_forward_planned(out, input, weight, bias, g, groups, p, op, /*flipped=*/false);
+    return out;
+  }
+  if (!out.is_contiguous()) {
+    Tensor dense = conv_forward(input, weight, bias, g, groups, out_sizes, op);
+    out.copy_(dense);
     return out;
   }
   Tensor col;  // alive until both GEMM launches are enqueued
@@ -476,7 +501,7 @@ Tensor convolution(const Tensor& input, const Tensor& weight,
                                                   stride, dilation);
     std::vector<int64_t> grid(out_sizes.begin() + 2, out_sizes.end());
     Geom g = make_geom(weight, stride, padding, dilation, grid);
-    return in_format(conv_forward(input, weight, bias, g, groups, out_sizes, op), fmt);
+    return in_format(conv_forward(input, weight, bias, g, groups, out_sizes, op, fmt), fmt);
   }
   // Transposed: the input gradient of the regular convolution that maps the
   // output back to the input, plus bias.
@@ -526,22 +551,33 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
   if (!transposed) {
     Geom g = make_geom(weight, stride, padding, dilation, grid_of(dy));
     if (mask[0]) {
-      Tensor w = weight.contiguous();
       int64_t c = input.size(1);
-      gi = at::empty(input.sizes(), input.options());
+      // gi in the format it is returned in: the channels-last rows, the
+      // flipped forward and col2im write it through its strides, the GEMM
+      // and the phases NCHW (into `gd`, copied into gi).
+      gi = at::empty(input.sizes(), input.options().memory_format(fmt));
+      Tensor gd = gi;
       if (gi.numel() > 0 && dy.numel() > 0) {
         const loom_conv_input_grad_plan p = plan_input_grad(gi, dy, g, groups, 0, op);
-        if (p.path == LOOM_CONV_PATH_GEMM) {
+        const bool rows = (p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_COL) &&
+                          nhwc_col_fits(input, weight, groups, g, fmt);
+        if (!rows && (p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_PHASES) &&
+            !gi.is_contiguous())
+          gd = at::empty(input.sizes(), input.options());
+        const Tensor w = rows ? weight : weight.contiguous();
+        if (rows) {
+          input_grad_nhwc_col(gi, dy, weight, g, fmt, op);
+        } else if (p.path == LOOM_CONV_PATH_GEMM) {
           int64_t n = dy.size(0), o = dy.size(1), len = g.positions();
           int64_t cg = c / groups, og = o / groups;
           loom_tensor a = view4(w, op, {n, groups, cg, og}, {0, og * cg, 1, cg});
           loom_tensor b = view4(dense(), op, {n, groups, og, len}, {o * len, og * len, len, 1});
-          loom_tensor cc = view4(gi, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
-          gemm_run(op, gi, cc, a, b, nullptr, 1.0, 0.0);
+          loom_tensor cc = view4(gd, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
+          gemm_run(op, gd, cc, a, b, nullptr, 1.0, 0.0);
         } else if (p.path == LOOM_CONV_PATH_FLIPPED) {
           input_grad_flipped(gi, dy, w, Geom::of(p.geometry), groups, op);
         } else if (p.path == LOOM_CONV_PATH_PHASES) {
-          input_grad_by_phases(gi, dense(), w, g, groups, p, op);
+          input_grad_by_phases(gd, dense(), w, g, groups, p, op);
         } else {
           // col, made p.chunk images at a time
           const int64_t n = dy.size(0), chunk = p.chunk;
@@ -552,6 +588,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
             col2im(gi.narrow(0, i0, m), col, g, op);
           }
         }
+        if (!gd.is_same(gi)) gi.copy_(gd);
       } else if (gi.numel() > 0) {
         gi.zero_();
       }
@@ -563,11 +600,15 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
         loom_tensor ts[2] = {describe(input, op), describe(dy, op)};
         const auto p = plan<loom_conv_weight_grad_plan>(op, LOOM_KERNEL("conv.weight_grad.plan"),
                                                         ts, plan_scalars(g, groups, input, 0));
+        const bool rows = (p.path == LOOM_CONV_PATH_IMPLICIT || p.path == LOOM_CONV_PATH_COL) &&
+                          nhwc_col_fits(input, weight, groups, g, fmt);
         // few channels (the stem): through col, or their columns folded into channels
-        Tensor folded = p.path == LOOM_CONV_PATH_COL
+        Tensor folded = p.path == LOOM_CONV_PATH_COL && !rows
                             ? conv_weight_grad_folded(dense(), input, w_sizes, g, groups, op)
                             : Tensor();
-        if (folded.defined()) {
+        if (rows) {
+          gw = weight_grad_nhwc_col(dy, input, w_sizes, g, fmt, op);
+        } else if (folded.defined()) {
           gw = folded;
         } else if (p.path == LOOM_CONV_PATH_NHWC) {
           gw = conv_weight_grad_nhwc(dense(), input, w_sizes, g, p, op);
@@ -591,7 +632,8 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
     Geom g = make_geom(weight, stride, padding, dilation, grid_of(input));
     if (mask[0]) {
       gi = conv_forward(dy, weight, Tensor(), g, groups,
-                        std::vector<int64_t>(input.sizes().begin(), input.sizes().end()), op);
+                        std::vector<int64_t>(input.sizes().begin(), input.sizes().end()), op,
+                        fmt);
     }
     if (mask[1]) {
       if (dy.numel() == 0 || input.numel() == 0) {

@@ -158,4 +158,20 @@ at::Tensor conv_weight_grad_nhwc(const at::Tensor& dy, const at::Tensor& input,
                                  const std::vector<int64_t>& w_sizes, const Geom& g,
                                  const loom_conv_weight_grad_plan& p, const char* op);
 
+// The channels-last col path of conv_nhwc_col.cpp: fp32, no groups, an
+// input laid out in `fmt` (channels last), results in `fmt`. Whether it
+// takes the convolution of `input` over g (the caller leaves it the
+// passes whose plan gathers or uses col anyway: Winograd and the padded
+// rows read the image through its strides already).
+bool nhwc_col_fits(const at::Tensor& input, const at::Tensor& weight, int64_t groups,
+                   const Geom& g, at::MemoryFormat fmt);
+void conv_forward_nhwc_col(const at::Tensor& out, const at::Tensor& input,
+                           const at::Tensor& weight, const at::Tensor& bias, const Geom& g,
+                           at::MemoryFormat fmt, const char* op);
+void input_grad_nhwc_col(const at::Tensor& gi, const at::Tensor& dy, const at::Tensor& weight,
+                         const Geom& g, at::MemoryFormat fmt, const char* op);
+at::Tensor weight_grad_nhwc_col(const at::Tensor& dy, const at::Tensor& input,
+                                const std::vector<int64_t>& w_sizes, const Geom& g,
+                                at::MemoryFormat fmt, const char* op);
+
 }  // namespace torch_loom::conv

@@ -24,7 +24,21 @@
  * range: N*C (one image plane per item, item c * N + n). Each image
  * element becomes the sum, in fixed (kd, kh, kw) order, of the col entries
  * that read it; the plane is the accumulator, so lower-precision images go
- * through an fp32 one. */
+ * through an fp32 one.
+ *
+ * The channels-last forms, float32, whose col has one row per output
+ * position and the taps' channels along it:
+ *
+ * "im2col.nhwc_to_col": tensors [0] col (rank 2: N*L rows (n, od, oh, ow)
+ * of K*C columns (kd, kh, kw, c), columns contiguous), [1] input (rank 5:
+ * N, C, D, H, W, any strides; a run of channels is copied at once when
+ * its stride is 1). range: N*L (one col row per item). Out-of-image taps
+ * give 0.
+ *
+ * "im2col.nhwc_to_image": tensors [0] image (rank 5, any strides), [1] col
+ * (as above). range: N*D*H*W (one image position, all its channels, per
+ * item). Each image element becomes the sum, in fixed (kd, kh, kw) order,
+ * of the col entries that read it (0 where none does). */
 #ifndef LOOM_KERNELS_IM2COL_CONTRACT_H
 #define LOOM_KERNELS_IM2COL_CONTRACT_H
 
