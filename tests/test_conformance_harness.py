@@ -175,3 +175,27 @@ def test_every_op_is_run_or_listed_with_a_reason():
 def test_startup_failure_stops_the_run(tmp_path):
     with pytest.raises(runner.WorkerStartupError):
         runner.run_items([("add", "float32")], "no_such_device", jobs=1)
+
+
+def test_fast_subset_checks_every_op_before_a_second_pair(tmp_path):
+    """The ratchet's subset takes each expected op's cheapest pair before any
+    op gets its second, skips pairs over the cheap limit and stays within the
+    budget of recorded seconds (the common ops at float32 come first, free)."""
+    from tests.conformance import fast
+
+    ops = ["abs", "exp", "sin", "cos", "tan"]
+    expected = {(op, d) for op in ops for d in ("float64", "int64", "bfloat16")}
+    seconds = {(op, "float64"): 0.01 for op in ops}
+    seconds.update({(op, "int64"): 0.02 for op in ops})
+    seconds.update({(op, "bfloat16"): 0.9 for op in ops})  # over CHEAP_S: never in the subset
+    seconds[("tan", "float64")] = 0.04  # tan's cheapest pair is its int64 one
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"results": [{"op": o, "dtype": d, "seconds": s}
+                                            for (o, d), s in seconds.items()]}))
+    common = fast.common_pairs()
+    extra = fast.fast_pairs(expected, str(path), budget_s=0.09)[len(common):]
+    # round 1: every op's cheapest pair (0.06 s); then 0.03 s buys one second pair
+    assert sorted(extra[:5]) == sorted((op, "int64" if op == "tan" else "float64") for op in ops)
+    assert len(extra) == 6 and extra[5][1] == "int64" and extra[5][0] != "tan"
+    everything = fast.fast_pairs(expected, str(path), budget_s=100)[len(common):]
+    assert set(everything) == {p for p in expected if p[1] != "bfloat16"}
