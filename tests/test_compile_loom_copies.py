@@ -3,11 +3,11 @@ tensor copies than the same step in loom eager (counted through loom's
 profiler activity: the device kernels, never timings), and trains as eager
 does, with the CPU fallback off.
 
-The heads of a fused qkv product are strided views; loom's attention reads
-them as [batch*heads, length, head_dim] rows and copies them (and copies its
-outputs into the layout the meta function gives) in eager and compiled code
-alike. The compiled program must add nothing to that: no copy of a view
-that eager reads in place, no materialized reshape eager does not make."""
+The heads of a fused qkv product are strided views, which loom's attention
+reads in place; the backward's cat of the three gradients into the
+product's gradient copies, in eager and compiled code alike. The compiled
+program must add nothing to that: no copy of a view that eager reads in
+place, no materialized reshape eager does not make."""
 
 import collections
 import copy
@@ -98,7 +98,7 @@ def test_compiled_gpt_step_copies_no_more_than_eager_and_trains_as_eager():
 
     want = _copies(eager_step)
     got = _copies(step)
-    # the attention's own copies are there in both (the test sees copies)
+    # the split's backward cat is there in both (the test sees copies)
     assert sum(want.values()) > 0, want
     assert sum(got.values()) <= sum(want.values()), (got, want)
     assert got["copy.strided"] <= want["copy.strided"], (got, want)

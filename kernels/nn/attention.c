@@ -16,12 +16,12 @@ typedef struct attn_dims {
 
 static int attn_dims_of(const loom_tensor *q, const loom_tensor *k,
                         const loom_tensor *v, attn_dims *d) {
-  if (q->rank != 3 || k->rank != 3 || v->rank != 3)
+  int64_t kbh, ke, vbh, vs;
+  if (loom_attention_shape(q, &d->bh, &d->l, &d->e) || loom_attention_shape(k, &kbh, &d->s, &ke) ||
+      loom_attention_shape(v, &vbh, &vs, &d->ev))
     return LOOM_ERROR_INVALID_ARGUMENT;
-  *d = (attn_dims){.bh = q->sizes[0], .l = q->sizes[1], .s = k->sizes[1],
-                   .e = q->sizes[2], .ev = v->sizes[2]};
-  if (k->sizes[0] != d->bh || v->sizes[0] != d->bh || k->sizes[2] != d->e ||
-      v->sizes[1] != d->s || d->e > LOOM_ATTENTION_MAX_HEAD_DIM ||
+  if (kbh != d->bh || vbh != d->bh || ke != d->e ||
+      vs != d->s || d->e > LOOM_ATTENTION_MAX_HEAD_DIM ||
       d->ev > LOOM_ATTENTION_MAX_HEAD_DIM)
     return LOOM_ERROR_INVALID_ARGUMENT;
   return LOOM_OK;
@@ -29,12 +29,13 @@ static int attn_dims_of(const loom_tensor *q, const loom_tensor *k,
 
 static inline int64_t at3(const loom_tensor *t, int64_t b, int64_t i,
                           int64_t j) {
-  return b * t->strides[0] + i * t->strides[1] + j * t->strides[2];
+  return loom_attention_head(t, b) + i * loom_attention_row_stride(t) +
+         j * loom_attention_col_stride(t);
 }
 
 static inline void load_row(double *dst, const loom_tensor *t, int64_t b,
                             int64_t i, int64_t n) {
-  const int64_t base = at3(t, b, i, 0), st = t->strides[2];
+  const int64_t base = at3(t, b, i, 0), st = loom_attention_col_stride(t);
   if (t->dtype == LOOM_FLOAT32 && st == 1) {
     const float *p = (const float *)t->data + base;
     for (int64_t e = 0; e < n; ++e) dst[e] = p[e];
@@ -45,7 +46,7 @@ static inline void load_row(double *dst, const loom_tensor *t, int64_t b,
 
 static inline double dot_row(const double *a, const loom_tensor *t, int64_t b,
                              int64_t i, int64_t n) {
-  const int64_t base = at3(t, b, i, 0), st = t->strides[2];
+  const int64_t base = at3(t, b, i, 0), st = loom_attention_col_stride(t);
   double acc = 0.0;
   if (t->dtype == LOOM_FLOAT32 && st == 1) {
     const float *p = (const float *)t->data + base;
@@ -59,7 +60,7 @@ static inline double dot_row(const double *a, const loom_tensor *t, int64_t b,
 
 static inline void axpy_row(double *acc, double alpha, const loom_tensor *t,
                             int64_t b, int64_t i, int64_t n) {
-  const int64_t base = at3(t, b, i, 0), st = t->strides[2];
+  const int64_t base = at3(t, b, i, 0), st = loom_attention_col_stride(t);
   if (t->dtype == LOOM_FLOAT32 && st == 1) {
     const float *p = (const float *)t->data + base;
     for (int64_t e = 0; e < n; ++e) acc[e] += alpha * p[e];
@@ -71,7 +72,7 @@ static inline void axpy_row(double *acc, double alpha, const loom_tensor *t,
 
 static inline void store_row(const loom_tensor *t, int64_t b, int64_t i,
                              const double *src, double scale, int64_t n) {
-  const int64_t base = at3(t, b, i, 0), st = t->strides[2];
+  const int64_t base = at3(t, b, i, 0), st = loom_attention_col_stride(t);
   for (int64_t e = 0; e < n; ++e)
     loom_nn_store(t->data, t->dtype, base + e * st, src[e] * scale);
 }
@@ -229,9 +230,10 @@ int loom_attention_plan_for(const loom_kernel_args *args, int amx, loom_attentio
   if (args->num_tensors < 4) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *q = &args->tensors[0], *k = &args->tensors[1], *v = &args->tensors[2],
                     *mask = &args->tensors[3];
-  if (q->rank != 3 || k->rank != 3 || v->rank != 3) return LOOM_ERROR_INVALID_ARGUMENT;
-  const int64_t bh = q->sizes[0], l = q->sizes[1], s = k->sizes[1], e = q->sizes[2],
-                ev = v->sizes[2];
+  int64_t bh, l, e, kbh, s, ke, vbh, vs, ev;
+  if (loom_attention_shape(q, &bh, &l, &e) || loom_attention_shape(k, &kbh, &s, &ke) ||
+      loom_attention_shape(v, &vbh, &vs, &ev))
+    return LOOM_ERROR_INVALID_ARGUMENT;
   /* fp32/bf16/fp16 with head dims the tiles hold run on the blocked float
    * kernels; fp64 and wider heads on the exact row kernels. */
   const int blocked = q->dtype != LOOM_FLOAT64 && e <= LOOM_ATTENTION_BLOCKED_MAX_HEAD_DIM &&
@@ -246,8 +248,9 @@ int loom_attention_plan_for(const loom_kernel_args *args, int amx, loom_attentio
    * rounds the weights to bf16, as the fused CPU kernels do. */
   const int tiles = amx && q->dtype == LOOM_BFLOAT16 && !mask->data && s > 0 &&
                     attn_round32(e) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
-                    attn_round32(ev) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM && q->strides[2] == 1 &&
-                    k->strides[2] == 1 && v->strides[2] == 1;
+                    attn_round32(ev) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
+                    loom_attention_col_stride(q) == 1 && loom_attention_col_stride(k) == 1 &&
+                    loom_attention_col_stride(v) == 1;
   if (!tiles) {
     out->forward = out->backward;
     out->forward_range = blocked ? attn_blocks(bh, l) : bh * l;

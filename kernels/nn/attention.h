@@ -11,6 +11,34 @@
 extern "C" {
 #endif
 
+/* An operand's heads: rank 3 (BH, n, d), or rank 4 (B, H, n, d) with any
+ * strides, so that heads split from a fused projection, whose batch and
+ * head dims do not merge into one stride, are read where they lie. Head
+ * bh of a rank-4 operand is (bh / H, bh % H), the order of the flattened
+ * dims. Returns 0, or -1 for another rank. */
+static inline int loom_attention_shape(const loom_tensor *t, int64_t *bh, int64_t *n,
+                                       int64_t *d) {
+  if (t->rank != 3 && t->rank != 4) return -1;
+  *bh = t->rank == 4 ? t->sizes[0] * t->sizes[1] : t->sizes[0];
+  *n = t->sizes[t->rank - 2];
+  *d = t->sizes[t->rank - 1];
+  return 0;
+}
+
+/* Element offset of head bh's first row; its rows' and elements' strides
+ * (0 for an absent mask's empty descriptor). */
+static inline int64_t loom_attention_head(const loom_tensor *t, int64_t bh) {
+  if (t->rank == 4)
+    return bh / t->sizes[1] * t->strides[0] + bh % t->sizes[1] * t->strides[1];
+  return t->rank == 3 ? bh * t->strides[0] : 0;
+}
+static inline int64_t loom_attention_row_stride(const loom_tensor *t) {
+  return t->rank >= 3 ? t->strides[t->rank - 2] : 0;
+}
+static inline int64_t loom_attention_col_stride(const loom_tensor *t) {
+  return t->rank >= 3 ? t->strides[t->rank - 1] : 0;
+}
+
 /* The exact row kernels (kernels/nn/attention.c): one launch item per query
  * row (forward, backward_q) or key row (backward_kv); arithmetic in
  * double. Ranges BH*L and BH*S. */

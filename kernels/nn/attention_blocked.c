@@ -35,25 +35,25 @@ typedef struct tile_dims {
 
 static int tile_dims_of(const loom_tensor *q, const loom_tensor *k,
                         const loom_tensor *v, tile_dims *d) {
-  if (q->rank != 3 || k->rank != 3 || v->rank != 3)
+  int64_t kbh, ke, vbh, vs;
+  if (loom_attention_shape(q, &d->bh, &d->l, &d->e) || loom_attention_shape(k, &kbh, &d->s, &ke) ||
+      loom_attention_shape(v, &vbh, &vs, &d->ev))
     return LOOM_ERROR_INVALID_ARGUMENT;
-  *d = (tile_dims){.bh = q->sizes[0], .l = q->sizes[1], .s = k->sizes[1],
-                   .e = q->sizes[2], .ev = v->sizes[2]};
-  if (k->sizes[0] != d->bh || v->sizes[0] != d->bh || k->sizes[2] != d->e ||
-      v->sizes[1] != d->s || d->e > MAXD || d->ev > MAXD)
+  if (kbh != d->bh || vbh != d->bh || ke != d->e || vs != d->s || d->e > MAXD || d->ev > MAXD)
     return LOOM_ERROR_INVALID_ARGUMENT;
   return LOOM_OK;
 }
 
 static inline int64_t at3(const loom_tensor *t, int64_t b, int64_t i, int64_t j) {
-  return b * t->strides[0] + i * t->strides[1] + j * t->strides[2];
+  return loom_attention_head(t, b) + i * loom_attention_row_stride(t) +
+         j * loom_attention_col_stride(t);
 }
 
 /* rows [r0, r0 + nr) of t[b] as floats, row r at dst + r * ld */
 static void load_rows(float *dst, int64_t ld, const loom_tensor *t, int64_t b,
                       int64_t r0, int64_t nr, int64_t n) {
   for (int64_t r = 0; r < nr; ++r) {
-    const int64_t base = at3(t, b, r0 + r, 0), st = t->strides[2];
+    const int64_t base = at3(t, b, r0 + r, 0), st = loom_attention_col_stride(t);
     float *row = dst + r * ld;
     if (t->dtype == LOOM_FLOAT32 && st == 1) {
       memcpy(row, (const float *)t->data + base, (size_t)n * sizeof(float));
@@ -72,8 +72,8 @@ static void load_rows(float *dst, int64_t ld, const loom_tensor *t, int64_t b,
  * scratch (*ld = MAXD). */
 static const float *rows_view(float *scratch, const loom_tensor *t, int64_t b, int64_t r0,
                               int64_t nr, int64_t n, int64_t *ld) {
-  if (t->dtype == LOOM_FLOAT32 && t->strides[2] == 1) {
-    *ld = t->strides[1];
+  if (t->dtype == LOOM_FLOAT32 && loom_attention_col_stride(t) == 1) {
+    *ld = loom_attention_row_stride(t);
     return (const float *)t->data + at3(t, b, r0, 0);
   }
   load_rows(scratch, MAXD, t, b, r0, nr, n);
@@ -96,7 +96,7 @@ static inline __mmask16 lanes_below(int64_t n) {
 static void load_rows_t(float *dst, int64_t ld, const loom_tensor *t,
                         int64_t b, int64_t r0, int64_t nr, int64_t n) {
 #ifdef __AVX512F__
-  if (t->dtype == LOOM_FLOAT32 && t->strides[2] == 1 && ld % 16 == 0) {
+  if (t->dtype == LOOM_FLOAT32 && loom_attention_col_stride(t) == 1 && ld % 16 == 0) {
     /* 16 x 16 blocks through registers; rows past nr load as zeros */
     for (int64_t rb = 0; rb < ld; rb += 16)
       for (int64_t eb = 0; eb < n; eb += 16) {
@@ -116,7 +116,7 @@ static void load_rows_t(float *dst, int64_t ld, const loom_tensor *t,
   for (int64_t e = 0; e < n; ++e)
     for (int64_t r = nr; r < ld; ++r) dst[e * ld + r] = 0.0f;
   for (int64_t r = 0; r < nr; ++r) {
-    const int64_t base = at3(t, b, r0 + r, 0), st = t->strides[2];
+    const int64_t base = at3(t, b, r0 + r, 0), st = loom_attention_col_stride(t);
     if (t->dtype == LOOM_FLOAT32 && st == 1) {
       const float *src = (const float *)t->data + base;
       for (int64_t e = 0; e < n; ++e) dst[e * ld + r] = src[e];
@@ -134,7 +134,7 @@ static void store_rows(const loom_tensor *t, int64_t b, int64_t r0, int64_t nr,
                        int64_t n, const float *src, int64_t ld,
                        const float *row_scale) {
   for (int64_t r = 0; r < nr; ++r) {
-    const int64_t base = at3(t, b, r0 + r, 0), st = t->strides[2];
+    const int64_t base = at3(t, b, r0 + r, 0), st = loom_attention_col_stride(t);
     const float sc = row_scale ? row_scale[r] : 1.0f;
     if (t->dtype == LOOM_FLOAT32 && st == 1) {
       float *dst = (float *)t->data + base;
@@ -297,7 +297,9 @@ static void finish_scores(float *s, int64_t lds, int64_t rows, int64_t cols,
   if (!mask->data || mask->dtype == LOOM_BOOL || mask->dtype == LOOM_FLOAT32) {
     /* A row is one query (one key when transposed): the causal boundary is
      * one column, and its mask entries are a strided run. */
-    const int64_t step = !mask->data ? 0 : transposed ? mask->strides[1] : mask->strides[2];
+    const int64_t step = !mask->data ? 0
+                       : transposed ? loom_attention_row_stride(mask)
+                                    : loom_attention_col_stride(mask);
     for (int64_t r = 0; r < rows; ++r) {
       float *row = s + r * lds;
       int64_t lo = 0, hi = valid_cols; /* visible columns [lo, hi) */
@@ -363,7 +365,7 @@ static int tile_hidden(const loom_tensor *mask, int64_t b, int64_t i0, int64_t n
   if (mask->dtype != LOOM_BOOL && mask->dtype != LOOM_FLOAT32 &&
       mask->dtype != LOOM_BFLOAT16 && mask->dtype != LOOM_FLOAT16)
     return 0;
-  const int64_t step = mask->strides[2];
+  const int64_t step = loom_attention_col_stride(mask);
   for (int64_t r = 0; r < nq; ++r) {
     const int64_t base = at3(mask, b, i0 + r, j0);
     int any = 0;

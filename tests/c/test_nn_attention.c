@@ -250,6 +250,83 @@ static void blocked_inputs(void) {
   for (int i = 0; i < BB * BL * BEV; ++i) xdout[i] = fdout[i] = (float)frand();
 }
 
+/* Heads split from a fused projection, read and written where they lie:
+ * rank-4 [B, H, n, d] views of a [B][n][3][H][d] buffer (q, k, v), the
+ * output and the output gradient in [B][n][H][d], the three gradients
+ * written into a [B][n][3][H][d] buffer, against rank-3 contiguous copies,
+ * bit for bit, on the blocked (fp32) and row (fp64) kernels. */
+enum { HB = 2, HH = 3, HN = 37, HD = 24, HC = HH * HD };
+
+static loom_tensor heads4(void *data, int32_t dtype, int64_t token_stride) {
+  loom_tensor t = {.data = data, .dtype = dtype, .rank = 4};
+  t.sizes[0] = HB; t.sizes[1] = HH; t.sizes[2] = HN; t.sizes[3] = HD;
+  t.strides[0] = HN * token_stride; t.strides[1] = HD; t.strides[2] = token_stride;
+  t.strides[3] = 1;
+  return t;
+}
+
+/* element (b, h, i, e) of a [B][n][parts][H][d] buffer's part p */
+static int64_t fused_at(int parts, int p, int b, int h, int i, int e) {
+  return ((((int64_t)b * HN + i) * parts + p) * HH + h) * HD + e;
+}
+
+#define HEADS_CASE(T, DT, FWD, BQ, BKV, RQ, RK)                                            \
+  static void heads_case_##T(int causal) {                                                \
+    static T x[HB * HN * 3 * HC], go[HB * HN * HC], o4[HB * HN * HC], g4[HB * HN * 3 * HC]; \
+    static T c3[3][HB * HH * HN * HD], go3[HB * HH * HN * HD], o3[HB * HH * HN * HD];    \
+    static T g3[3][HB * HH * HN * HD];                                                    \
+    static T lse4[HB * HH * HN], lse3[HB * HH * HN], d4[HB * HH * HN], d3[HB * HH * HN];  \
+    for (int i = 0; i < HB * HN * 3 * HC; ++i) x[i] = (T)frand();                          \
+    for (int i = 0; i < HB * HN * HC; ++i) go[i] = (T)frand();                            \
+    for (int b = 0; b < HB; ++b)                                                           \
+      for (int h = 0; h < HH; ++h)                                                         \
+        for (int i = 0; i < HN; ++i)                                                       \
+          for (int e = 0; e < HD; ++e) {                                                   \
+            const int64_t r = (((int64_t)b * HH + h) * HN + i) * HD + e;                   \
+            for (int p = 0; p < 3; ++p) c3[p][r] = x[fused_at(3, p, b, h, i, e)];          \
+            go3[r] = go[fused_at(1, 0, b, h, i, e)];                                       \
+          }                                                                                \
+    loom_tensor none = {.data = NULL};                                                     \
+    loom_scalar s[2] = {{.f = 0.3}, {.i = causal}};                                        \
+    loom_tensor f4[6] = {heads4(x, DT, 3 * HC), heads4(x + HC, DT, 3 * HC),                \
+                         heads4(x + 2 * HC, DT, 3 * HC), none, heads4(o4, DT, HC),         \
+                         t2(lse4, DT, HB * HH, HN)};                                       \
+    loom_tensor f3[6] = {t3(c3[0], DT, HB * HH, HN, HD), t3(c3[1], DT, HB * HH, HN, HD),   \
+                         t3(c3[2], DT, HB * HH, HN, HD), none,                             \
+                         t3(o3, DT, HB * HH, HN, HD), t2(lse3, DT, HB * HH, HN)};          \
+    CHECK(run(FWD, f4, 6, s, RQ, 1) == 0);                                                 \
+    CHECK(run(FWD, f3, 6, s, RQ, 1) == 0);                                                 \
+    loom_tensor q4[9] = {heads4(go, DT, HC), f4[0], f4[1], f4[2], none, f4[4], f4[5],      \
+                         heads4(g4, DT, 3 * HC), t2(d4, DT, HB * HH, HN)};                 \
+    loom_tensor q3[9] = {t3(go3, DT, HB * HH, HN, HD), f3[0], f3[1], f3[2], none, f3[4],   \
+                         f3[5], t3(g3[0], DT, HB * HH, HN, HD), t2(d3, DT, HB * HH, HN)};  \
+    CHECK(run(BQ, q4, 9, s, RQ, 1) == 0);                                                  \
+    CHECK(run(BQ, q3, 9, s, RQ, 1) == 0);                                                  \
+    loom_tensor k4[9] = {q4[0], f4[0], f4[1], f4[2], none, f4[5], q4[8],                   \
+                         heads4(g4 + HC, DT, 3 * HC), heads4(g4 + 2 * HC, DT, 3 * HC)};    \
+    loom_tensor k3[9] = {q3[0], f3[0], f3[1], f3[2], none, f3[5], q3[8],                   \
+                         t3(g3[1], DT, HB * HH, HN, HD), t3(g3[2], DT, HB * HH, HN, HD)};  \
+    CHECK(run(BKV, k4, 9, s, RK, 1) == 0);                                                 \
+    CHECK(run(BKV, k3, 9, s, RK, 1) == 0);                                                 \
+    int same = memcmp(lse4, lse3, sizeof lse3) == 0;                                       \
+    for (int b = 0; b < HB; ++b)                                                           \
+      for (int h = 0; h < HH; ++h)                                                         \
+        for (int i = 0; i < HN; ++i)                                                       \
+          for (int e = 0; e < HD; ++e) {                                                   \
+            const int64_t r = (((int64_t)b * HH + h) * HN + i) * HD + e;                   \
+            same &= memcmp(&o4[fused_at(1, 0, b, h, i, e)], &o3[r], sizeof(T)) == 0;       \
+            for (int p = 0; p < 3; ++p)                                                    \
+              same &= memcmp(&g4[fused_at(3, p, b, h, i, e)], &g3[p][r], sizeof(T)) == 0;  \
+          }                                                                                \
+    CHECK(same);                                                                           \
+  }
+
+HEADS_CASE(float, LOOM_FLOAT32, loom_attention_blocked_forward, loom_attention_blocked_backward_q,
+           loom_attention_blocked_backward_kv, HB * HH * ((HN + 63) / 64),
+           HB * HH * ((HN + 63) / 64))
+HEADS_CASE(double, LOOM_FLOAT64, loom_attention_forward, loom_attention_backward_q,
+           loom_attention_backward_kv, HB * HH * HN, HB * HH * HN)
+
 int main(void) {
   srand(3);
   for (int i = 0; i < BH * L * E; ++i) q[i] = frand();
@@ -268,5 +345,6 @@ int main(void) {
   for (int causal = 0; causal <= 1; ++causal)
     for (int mask_kind = 0; mask_kind <= 2; ++mask_kind) test_blocked(causal, mask_kind);
   test_blocked_isas_agree();
+  for (int causal = 0; causal <= 1; ++causal) heads_case_float(causal), heads_case_double(causal);
   TEST_MAIN_END();
 }

@@ -70,6 +70,18 @@ at::Tensor flat3(const at::Tensor& t) {
   return t.reshape({bh, n, d});
 }
 
+// The kernels' view of an operand: a 4-d [B, H, n, d] as it lies (the heads
+// of a fused projection are strided views whose batch and head dims do not
+// merge, which a flattening would copy), else [BH, n, d].
+at::Tensor heads(const at::Tensor& t) { return t.dim() == 4 ? t : flat3(t); }
+
+// Batch times heads: the leading dims of [..., n, d].
+int64_t batch_heads(const at::Tensor& t) {
+  int64_t bh = 1;
+  for (int64_t i = 0; i < t.dim() - 2; ++i) bh *= t.size(i);
+  return bh;
+}
+
 double scale_of(const at::Tensor& q, std::optional<double> scale) {
   return scale.has_value() ? *scale
                            : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
@@ -91,31 +103,39 @@ at::Tensor mask3(const at::Tensor& mask, const at::Tensor& q, int64_t S) {
   return flat3(mask.expand(with_last(q, 1, {S})));
 }
 
-// `r` in the layout the meta function gives this output (empty_like(like)
-// when the shapes agree, else like's stride order; torch/_meta_registrations.py,
-// alloc_with_matching_layout and the backward's empty_like): compiled graphs
-// are planned with the meta layout and check it. The kernels write [BH, n, d]
-// rows, so another layout costs a copy.
-at::Tensor in_meta_layout(const at::Tensor& r, const at::Tensor& like) {
-  at::Tensor want;
-  if (r.sizes() == like.sizes()) {
-    want = at::empty_like(like);
-  } else {
-    std::vector<int64_t> order(like.dim());
-    for (int64_t i = 0; i < like.dim(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
-    std::vector<int64_t> strides(like.dim());
-    int64_t stride = 1;
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      strides[*it] = stride;
-      stride *= r.size(*it);
-    }
-    if (r.strides() == c10::IntArrayRef(strides)) return r;
-    want = at::empty_strided(r.sizes(), strides, r.options());
+// An output of `sizes` in the layout the meta function gives it
+// (empty_like(like) when the shapes agree, else like's stride order;
+// torch/_meta_registrations.py, alloc_with_matching_layout and the
+// backward's empty_like): compiled graphs are planned with the meta layout
+// and check it.
+at::Tensor meta_empty(at::IntArrayRef sizes, const at::Tensor& like) {
+  if (sizes == like.sizes()) return at::empty_like(like);
+  std::vector<int64_t> order(like.dim());
+  for (int64_t i = 0; i < like.dim(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+  std::vector<int64_t> strides(like.dim());
+  int64_t stride = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = stride;
+    stride *= sizes[*it];
   }
+  return at::empty_strided(sizes, strides, like.options());
+}
+
+// An output the kernels wrote as [BH, n, d] rows (`r`, contiguous), in the
+// meta layout: a copy unless the layouts agree.
+at::Tensor in_meta_layout(const at::Tensor& r, const at::Tensor& like) {
+  at::Tensor want = meta_empty(r.sizes(), like);
   if (want.strides() == r.strides()) return r;
   return want.copy_(r);
+}
+
+// A fresh output for the kernels to write: in the meta layout where they
+// address it as it lies (4-d operands), else contiguous [..., n, d] rows for
+// in_meta_layout.
+at::Tensor output_like(at::IntArrayRef sizes, const at::Tensor& like) {
+  return like.dim() == 4 ? meta_empty(sizes, like) : at::empty(sizes, like.options());
 }
 
 // The family's plan for q, k, v and the mask (loom/kernels/attention.h).
@@ -161,34 +181,43 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
   check_loom(key, query, op, "key");
   check_loom(value, query, op, "value");
   const int64_t L = query.size(-2), S = key.size(-2), Ev = value.size(-1);
-  const at::Tensor q3 = flat3(query), k3 = flat3(key), v3 = flat3(value);
   const at::Tensor mask = bias.has_value() ? mask3(*bias, query, S) : at::Tensor();
   check_loom(mask, query, op, "attn_mask");
-  at::Tensor out = at::empty(with_last(query, 1, {Ev}), query.options());
+  at::Tensor out = output_like(with_last(query, 1, {Ev}), query);
+  bool placed = query.dim() == 4;  // out is in the meta layout already
   // [B, H, L] as the meta function sizes it (B = 1 for a 3-d query)
   std::vector<int64_t> lse_sizes = with_last(query, 1, {});
   if (query.dim() == 3) lse_sizes.insert(lse_sizes.begin(), 1);
   at::Tensor lse = at::empty(lse_sizes, query.options().dtype(lse_type(query)));
-  const int64_t BH = q3.size(0);
+  const int64_t BH = batch_heads(query);
   if (BH * L > 0 && Ev > 0) {
-    const loom_tensor t[6] = {describe(q3, op), describe(k3, op), describe(v3, op),
-                              describe_opt(mask, op), describe(flat3(out), op),
+    // held until the launches are enqueued: a flattening may be a copy
+    const at::Tensor q4 = heads(query), k4 = heads(key), v4 = heads(value), o4 = heads(out);
+    const loom_tensor t[6] = {describe(q4, op), describe(k4, op), describe(v4, op),
+                              describe_opt(mask, op), describe(o4, op),
                               describe(lse.view({BH, L}), op)};
     const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
     const loom_attention_plan p = plan_for(t, op);
-    if (p.forward == LOOM_ATTENTION_BF16 || p.forward == LOOM_ATTENTION_BF16_DECODE)
-      forward_bf16(t, s, p, q3, op);
-    else
+    if (p.forward == LOOM_ATTENTION_BF16 || p.forward == LOOM_ATTENTION_BF16_DECODE) {
+      // the bf16 tiles read and write [BH, n, d] rows
+      const at::Tensor q3 = flat3(query), k3 = flat3(key), v3 = flat3(value);
+      const at::Tensor rows = at::empty(with_last(query, 1, {Ev}), query.options());
+      const loom_tensor t3[6] = {describe(q3, op), describe(k3, op), describe(v3, op), t[3],
+                                 describe(flat3(rows), op), t[5]};
+      forward_bf16(t3, s, p, q3, op);
+      out = rows, placed = false;
+    } else {
       launch(op,
              p.forward == LOOM_ATTENTION_BLOCKED ? LOOM_KERNEL("attention.blocked_forward")
                                                  : LOOM_KERNEL("attention.forward"),
              t, s, p.forward_range, p.forward_grain, query.device().index());
+    }
   }
   // The other outputs as the meta function gives them: no cumulative
   // sequence lengths or debug mask, and scalar (unused) Philox seed and offset.
   const auto scalar = at::empty({}, query.options().dtype(at::kLong));
-  return {in_meta_layout(out, query), lse, at::Tensor(), at::Tensor(), c10::SymInt(L),
-          c10::SymInt(S), scalar, scalar, at::Tensor()};
+  return {placed ? out : in_meta_layout(out, query), lse, at::Tensor(), at::Tensor(),
+          c10::SymInt(L), c10::SymInt(S), scalar, scalar, at::Tensor()};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
@@ -202,17 +231,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   static const char* op = "_scaled_dot_product_fused_attention_overrideable_backward";
   TORCH_CHECK(dropout_p == 0.0, op, ": dropout is not supported by the loom kernel");
   const int64_t L = query.size(-2), S = key.size(-2);
-  const at::Tensor q3 = flat3(query), k3 = flat3(key), v3 = flat3(value);
+  const at::Tensor q3 = heads(query), k3 = heads(key), v3 = heads(value);
   const at::Tensor mask = mask3(bias, query, S);
-  at::Tensor dq = at::empty(query.sizes(), query.options());
-  at::Tensor dk = at::empty(key.sizes(), key.options());
-  at::Tensor dv = at::empty(value.sizes(), value.options());
-  const int64_t BH = q3.size(0);
+  at::Tensor dq = output_like(query.sizes(), query);
+  at::Tensor dk = output_like(key.sizes(), key);
+  at::Tensor dv = output_like(value.sizes(), value);
+  const int64_t BH = batch_heads(query);
   if (BH == 0 || L == 0 || S == 0) {
     dq = at::zeros_like(query), dk = at::zeros_like(key), dv = at::zeros_like(value);
     return {dq, dk, dv, at::Tensor()};
   }
-  const at::Tensor go3 = flat3(grad_out), o3 = flat3(out);
+  const at::Tensor go3 = heads(grad_out), o3 = heads(out);
   const at::Tensor lse2 = logsumexp.reshape({BH, L});
   at::Tensor delta = at::empty({BH, L}, query.options().dtype(lse_type(query)));
   const loom_scalar s[2] = {scalar_f(scale_of(query, scale)), scalar_i(is_causal)};
@@ -224,7 +253,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   {
     const loom_tensor t[9] = {describe(go3, op), describe(q3, op), describe(k3, op),
                               describe(v3, op), describe_opt(mask, op), describe(o3, op),
-                              describe(lse2, op), describe(flat3(dq), op),
+                              describe(lse2, op), describe(heads(dq), op),
                               describe(delta, op)};
     launch(op,
            blocked ? LOOM_KERNEL("attention.blocked_backward_q")
@@ -234,13 +263,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   {
     const loom_tensor t[9] = {describe(go3, op), describe(q3, op), describe(k3, op),
                               describe(v3, op), describe_opt(mask, op), describe(lse2, op),
-                              describe(delta, op), describe(flat3(dk), op),
-                              describe(flat3(dv), op)};
+                              describe(delta, op), describe(heads(dk), op),
+                              describe(heads(dv), op)};
     launch(op,
            blocked ? LOOM_KERNEL("attention.blocked_backward_kv")
                    : LOOM_KERNEL("attention.backward_kv"),
            t, s, p.backward_kv_range, p.backward_kv_grain, dev);
   }
+  if (query.dim() == 4) return {dq, dk, dv, at::Tensor()};  // written in place
   return {in_meta_layout(dq, query), in_meta_layout(dk, key), in_meta_layout(dv, value),
           at::Tensor()};
 }

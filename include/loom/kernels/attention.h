@@ -1,8 +1,10 @@
 /* loom/kernels/attention.h — scaled dot-product attention's names and
  * argument contracts, flash style: each query row streams over the keys
  * with an online softmax, so the L x S score matrix is never stored. Batch
- * and head dims are flattened into one leading dim BH by the caller. Every
- * driver provides these names.
+ * and head dims are one leading dim BH, or, for the q, k, v, out, dout, dq,
+ * dk and dv of the ROWS and BLOCKED kernels, two (B, H, n, d) with any
+ * strides, head bh being (bh / H, bh % H): the heads of a fused projection
+ * are read and written where they lie. Every driver provides these names.
  *
  * Masking: key j is dropped for query i when `causal` and j > i (the
  * top-left aligned lower triangle PyTorch uses), or when a bool mask holds
@@ -38,7 +40,8 @@
  * LOOM_ATTENTION_BLOCKED: "attention.blocked_forward",
  *  "attention.blocked_backward_q", "attention.blocked_backward_kv", the same
  *  contracts, computed in float, sums in a fixed order whatever the chunks.
- * LOOM_ATTENTION_BF16 (forward only; bf16, no mask): the weights are
+ * LOOM_ATTENTION_BF16 (forward only; bf16, no mask; rank-3 tensors, which
+ *  the plan also accepts as rank 4): the weights are
  *  rounded to bf16 for the second product, as the CPU's fused kernels do;
  *  a row with a NaN or +inf score gets NaN. tensors: [q, k, v, out, lse
  *  (fp32)], then, when the plan's pack_range > 0, [k_packed, v_packed]:
