@@ -4,19 +4,12 @@
 
 #include "kernels/nn/nn_util.h"
 #include "kernels/nn/norm.h"
+#include "kernels/nn/norm_batch_rows.h"
 #include "kernels/nn/norm_batch_nhwc.h"
-#include "kernels/reduce/reduce.h"
 #include "loom/status.h"
 #include "base/cpu.h"
 
 #include "kernels/nn/norm_batch_rows.inc"
-
-double loom_bn_row_sqdev_avx512(const float *x, int64_t n, double mu);
-void loom_bn_row_grad_sums_avx512(const float *g, const float *x, int64_t n, double mu,
-                                  double *sum_g, double *sum_gx);
-void loom_bn_row_affine_avx512(float *y, const float *x, int64_t n, float a, float b);
-void loom_bn_row_dx_avx512(float *dx, const float *g, const float *x, int64_t n, float k1,
-                           float k2, float k3);
 
 /* fp32 tensors whose [n, c, :] rows are contiguous take the row loops. */
 static int bn_rows(const loom_tensor *t) {
@@ -109,24 +102,18 @@ int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
   for (int64_t c = begin; c < end; ++c) {
     double mu, invstd;
     if (training) {
-      double sum = 0.0, ssq = 0.0;
+      double ssq = 0.0;
       if (rows) {
-        for (int64_t n = 0; n < nb; ++n) {
-          const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
-          sum += vec ? loom_reduce_sum_f32_avx512(xr, ns, 0) : loom_reduce_sum_f32(xr, ns, 0);
-        }
+        const float *xc = count ? (const float *)x->data + bn_at(x, 0, c, 0) : NULL;
+        mu = 0.0;
+        if (count && vec) loom_bn_plane_stats_avx512(xc, x->strides[0], nb, ns, &mu, &ssq);
+        else if (count) loom_bn_plane_stats(xc, x->strides[0], nb, ns, &mu, &ssq);
       } else {
+        double sum = 0.0;
         for (int64_t n = 0; n < nb; ++n)
           for (int64_t s = 0; s < ns; ++s)
             sum += loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s));
-      }
-      mu = count ? sum / (double)count : 0.0;
-      if (rows) {
-        for (int64_t n = 0; n < nb; ++n) {
-          const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
-          ssq += vec ? loom_bn_row_sqdev_avx512(xr, ns, mu) : loom_bn_row_sqdev(xr, ns, mu);
-        }
-      } else {
+        mu = count ? sum / (double)count : 0.0;
         for (int64_t n = 0; n < nb; ++n)
           for (int64_t s = 0; s < ns; ++s) {
             double d = loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s)) - mu;
@@ -142,12 +129,13 @@ int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
     const double scale = invstd * opt_load(w, c, 1.0);
     const double shift = opt_load(b, c, 0.0);
     if (rows) {
-      const float a = (float)scale, bb = (float)(shift - mu * scale);
+      float m, a, bb;
+      loom_bn_affine_coef(mu, scale, shift, &m, &a, &bb);
       for (int64_t n = 0; n < nb; ++n) {
         const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
         float *yr = (float *)y->data + bn_at(y, n, c, 0);
-        if (vec) loom_bn_row_affine_avx512(yr, xr, ns, a, bb);
-        else loom_bn_row_affine(yr, xr, ns, a, bb);
+        if (vec) loom_bn_row_affine_avx512(yr, xr, ns, m, a, bb);
+        else loom_bn_row_affine(yr, xr, ns, m, a, bb);
       }
       continue;
     }
@@ -186,15 +174,15 @@ int loom_batch_norm_backward(const loom_kernel_args *args, int64_t begin,
       invstd = 1.0 / sqrt(opt_load(rv, c, 1.0) + eps);
     }
     double sum_dy = 0.0, sum_dy_xmu = 0.0;
-    if (rows) {
-      for (int64_t n = 0; n < nb; ++n) {
-        const float *gr = (const float *)dy->data + bn_at(dy, n, c, 0);
-        const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
-        double sg, sgx;
-        if (vec) loom_bn_row_grad_sums_avx512(gr, xr, ns, mu, &sg, &sgx);
-        else loom_bn_row_grad_sums(gr, xr, ns, mu, &sg, &sgx);
-        sum_dy += sg, sum_dy_xmu += sgx;
-      }
+    if (rows && count) {
+      const float *gc = (const float *)dy->data + bn_at(dy, 0, c, 0);
+      const float *xc = (const float *)x->data + bn_at(x, 0, c, 0);
+      if (vec)
+        loom_bn_plane_grad_sums_avx512(gc, dy->strides[0], xc, x->strides[0], NULL, 0, NULL, 0, nb,
+                                       ns, mu, &sum_dy, &sum_dy_xmu);
+      else
+        loom_bn_plane_grad_sums(gc, dy->strides[0], xc, x->strides[0], NULL, 0, NULL, 0, nb, ns, mu,
+                                &sum_dy, &sum_dy_xmu);
     } else {
       for (int64_t n = 0; n < nb; ++n)
         for (int64_t s = 0; s < ns; ++s) {
@@ -208,18 +196,19 @@ int loom_batch_norm_backward(const loom_kernel_args *args, int64_t begin,
     if (db->data) loom_nn_store(db->data, db->dtype, c, sum_dy);
     if (!dx->data) continue;
     if (rows) {
-      /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + x*k2 + k3 */
+      /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + (x - m)*k2 + k3 */
       const double g_mean = training && count ? sum_dy / (double)count : 0.0;
       const double proj =
           training && count ? sum_dy_xmu * invstd * invstd / (double)count : 0.0;
       const double f = invstd * wc;
-      const float k1 = (float)f, k2 = (float)(-proj * f), k3 = (float)((mu * proj - g_mean) * f);
+      float m, k1, k2, k3;
+      loom_bn_dx_coef(mu, f, proj, g_mean, &m, &k1, &k2, &k3);
       for (int64_t n = 0; n < nb; ++n) {
         const float *gr = (const float *)dy->data + bn_at(dy, n, c, 0);
         const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
         float *dr = (float *)dx->data + bn_at(dx, n, c, 0);
-        if (vec) loom_bn_row_dx_avx512(dr, gr, xr, ns, k1, k2, k3);
-        else loom_bn_row_dx(dr, gr, xr, ns, k1, k2, k3);
+        if (vec) loom_bn_row_dx_avx512(dr, gr, xr, ns, m, k1, k2, k3);
+        else loom_bn_row_dx(dr, gr, xr, ns, m, k1, k2, k3);
       }
       continue;
     }

@@ -1,15 +1,15 @@
 /* Batch norm (training statistics) fused with the ReLU after it, forward and
  * backward (contracts in loom/kernels/norm_batch_act.h). One call owns whole
- * channels; each channel's statistics are formed as norm_batch.c forms them
- * (the same row sums in the same order), so the results are the unfused
+ * channels; each channel's statistics and gradient sums are norm_batch.c's
+ * (the same plane loops, norm_batch_rows.inc), so the results are the unfused
  * sequence's bits. The forward writes relu(normalised (+ residual)) once,
  * instead of a normalised tensor a ReLU pass reads again; the backward masks
  * the output gradient while it sums it, instead of a threshold pass writing
  * a masked copy for batch norm's backward to read twice. */
 #include "kernels/nn/norm.h"
 #include "kernels/nn/norm_batch_act.h"
+#include "kernels/nn/norm_batch_rows.h"
 #include "kernels/registry.h"
-#include "kernels/reduce/reduce.h"
 #include "loom/status.h"
 #include "base/cpu.h"
 
@@ -17,20 +17,12 @@
 
 #include "kernels/nn/norm_batch_act_rows.inc"
 
-double loom_bn_row_sqdev(const float *x, int64_t n, double mu);
-double loom_bn_row_sqdev_avx512(const float *x, int64_t n, double mu);
-void loom_bna_row_affine_relu_avx512(float *y, const float *x, int64_t n, float a, float b);
+void loom_bna_row_affine_relu_avx512(float *y, const float *x, int64_t n, float m, float a,
+                                     float b);
 void loom_bna_row_affine_add_relu_avx512(float *y, const float *x, const float *r, int64_t n,
-                                         float a, float b);
-void loom_bna_row_mask_grad_sums_avx512(float *gm, const float *g, const float *y,
-                                        const float *x, int64_t n, double mu, double *sum_g,
-                                        double *sum_gx);
-void loom_bna_row_dx_inplace_avx512(float *d, const float *x, int64_t n, float k1, float k2,
-                                    float k3);
-void loom_bn_row_dx(float *dx, const float *g, const float *x, int64_t n, float k1, float k2,
-                    float k3);
-void loom_bn_row_dx_avx512(float *dx, const float *g, const float *x, int64_t n, float k1,
-                           float k2, float k3);
+                                         float m, float a, float b);
+void loom_bna_row_dx_inplace_avx512(float *d, const float *x, int64_t n, float m, float k1,
+                                    float k2, float k3);
 
 static int bna_vec(void) { return (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0; }
 
@@ -78,15 +70,11 @@ int loom_batch_norm_relu_forward(const loom_kernel_args *args, int64_t begin, in
   const int64_t count = nb * ns;
   const int vec = bna_vec();
   for (int64_t c = begin; c < end; ++c) {
-    double sum = 0.0, ssq = 0.0;
-    for (int64_t n = 0; n < nb; ++n) {
-      const float *xr = bna_row(x, n, c);
-      sum += vec ? loom_reduce_sum_f32_avx512(xr, ns, 0) : loom_reduce_sum_f32(xr, ns, 0);
-    }
-    const double mu = count ? sum / (double)count : 0.0;
-    for (int64_t n = 0; n < nb; ++n) {
-      const float *xr = bna_row(x, n, c);
-      ssq += vec ? loom_bn_row_sqdev_avx512(xr, ns, mu) : loom_bn_row_sqdev(xr, ns, mu);
+    double mu = 0.0, ssq = 0.0;
+    if (count) {
+      const float *xc = bna_row(x, 0, c);
+      if (vec) loom_bn_plane_stats_avx512(xc, x->strides[0], nb, ns, &mu, &ssq);
+      else loom_bn_plane_stats(xc, x->strides[0], nb, ns, &mu, &ssq);
     }
     const double var = count ? ssq / (double)count : 0.0;
     const double invstd = 1.0 / sqrt(var + eps);
@@ -99,17 +87,18 @@ int loom_batch_norm_relu_forward(const loom_kernel_args *args, int64_t begin, in
       bna_set(rv_out, c, (1.0 - momentum) * (double)bna_at(rv, c, 1.0f) + momentum * unbiased);
     const double scale = invstd * (double)bna_at(w, c, 1.0f);
     const double shift = (double)bna_at(b, c, 0.0f);
-    const float a = (float)scale, bb = (float)(shift - mu * scale);
+    float m, a, bb;
+    loom_bn_affine_coef(mu, scale, shift, &m, &a, &bb);
     for (int64_t n = 0; n < nb; ++n) {
       const float *xr = bna_row(x, n, c);
       float *yr = (float *)bna_row(y, n, c);
       if (r->data) {
         const float *rr = bna_row(r, n, c);
-        if (vec) loom_bna_row_affine_add_relu_avx512(yr, xr, rr, ns, a, bb);
-        else loom_bna_row_affine_add_relu(yr, xr, rr, ns, a, bb);
+        if (vec) loom_bna_row_affine_add_relu_avx512(yr, xr, rr, ns, m, a, bb);
+        else loom_bna_row_affine_add_relu(yr, xr, rr, ns, m, a, bb);
       } else {
-        if (vec) loom_bna_row_affine_relu_avx512(yr, xr, ns, a, bb);
-        else loom_bna_row_affine_relu(yr, xr, ns, a, bb);
+        if (vec) loom_bna_row_affine_relu_avx512(yr, xr, ns, m, a, bb);
+        else loom_bna_row_affine_relu(yr, xr, ns, m, a, bb);
       }
     }
   }
@@ -137,32 +126,35 @@ int loom_batch_norm_relu_backward(const loom_kernel_args *args, int64_t begin, i
   for (int64_t c = begin; c < end; ++c) {
     const double mu = (double)bna_at(sm, c, 0.0f), invstd = (double)bna_at(si, c, 1.0f);
     double sum_dy = 0.0, sum_dy_xmu = 0.0;
-    for (int64_t n = 0; n < nb; ++n) {
-      float *gm = (float *)bna_row(keep, n, c);
-      const float *gr = bna_row(dy, n, c), *yr = bna_row(y, n, c), *xr = bna_row(x, n, c);
-      double sg, sgx;
-      if (vec) loom_bna_row_mask_grad_sums_avx512(gm, gr, yr, xr, ns, mu, &sg, &sgx);
-      else loom_bna_row_mask_grad_sums(gm, gr, yr, xr, ns, mu, &sg, &sgx);
-      sum_dy += sg, sum_dy_xmu += sgx;
+    if (count) {
+      const float *gc = bna_row(dy, 0, c), *yc = bna_row(y, 0, c), *xc = bna_row(x, 0, c);
+      float *mc = (float *)bna_row(keep, 0, c);
+      if (vec)
+        loom_bn_plane_grad_sums_avx512(gc, dy->strides[0], xc, x->strides[0], yc, y->strides[0],
+                                       mc, keep->strides[0], nb, ns, mu, &sum_dy, &sum_dy_xmu);
+      else
+        loom_bn_plane_grad_sums(gc, dy->strides[0], xc, x->strides[0], yc, y->strides[0], mc,
+                                keep->strides[0], nb, ns, mu, &sum_dy, &sum_dy_xmu);
     }
     bna_set(dw, c, sum_dy_xmu * invstd);
     bna_set(db, c, sum_dy);
-    /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + x*k2 + k3 */
+    /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + (x - m)*k2 + k3 */
     const double g_mean = count ? sum_dy / (double)count : 0.0;
     const double proj = count ? sum_dy_xmu * invstd * invstd / (double)count : 0.0;
     const double f = invstd * (double)bna_at(w, c, 1.0f);
-    const float k1 = (float)f, k2 = (float)(-proj * f), k3 = (float)((mu * proj - g_mean) * f);
+    float m, k1, k2, k3;
+    loom_bn_dx_coef(mu, f, proj, g_mean, &m, &k1, &k2, &k3);
     for (int64_t n = 0; n < nb; ++n) {
       float *dr = (float *)bna_row(dx, n, c);
       const float *xr = bna_row(x, n, c);
       if (keep != dx) {
         const float *gm = bna_row(keep, n, c);
-        if (vec) loom_bn_row_dx_avx512(dr, gm, xr, ns, k1, k2, k3);
-        else loom_bn_row_dx(dr, gm, xr, ns, k1, k2, k3);
+        if (vec) loom_bn_row_dx_avx512(dr, gm, xr, ns, m, k1, k2, k3);
+        else loom_bn_row_dx(dr, gm, xr, ns, m, k1, k2, k3);
       } else if (vec) {
-        loom_bna_row_dx_inplace_avx512(dr, xr, ns, k1, k2, k3);
+        loom_bna_row_dx_inplace_avx512(dr, xr, ns, m, k1, k2, k3);
       } else {
-        loom_bna_row_dx_inplace(dr, xr, ns, k1, k2, k3);
+        loom_bna_row_dx_inplace(dr, xr, ns, m, k1, k2, k3);
       }
     }
   }

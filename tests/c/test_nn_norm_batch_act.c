@@ -1,8 +1,9 @@
 /* Batch norm + ReLU fused (kernels/nn/norm_batch_act.c) against the unfused
  * library sequence: "norm.batch_forward", then the residual add and the
  * ReLU per element in float; backward, the ReLU's threshold mask, then
- * "norm.batch_backward". Bit for bit, in chunks of any size, and the
- * AVX-512 and baseline row loops agree. */
+ * "norm.batch_backward". Bit for bit, in chunks of any size (the plane
+ * loops both share, and their builds' agreement, are
+ * test_nn_norm_batch_planes.c's). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +15,6 @@
 #include "base/cpu.h"
 #include "kernel_test_util.h"
 #include "test_util.h"
-
-void loom_bna_row_mask_grad_sums(float *gm, const float *g, const float *y, const float *x,
-                                 int64_t n, double mu, double *sum_g, double *sum_gx);
-void loom_bna_row_mask_grad_sums_avx512(float *gm, const float *g, const float *y,
-                                        const float *x, int64_t n, double mu, double *sum_g,
-                                        double *sum_gx);
 
 enum { N = 3, C = 5, S = 37, T = N * C * S };
 
@@ -87,24 +82,9 @@ static void test_forward_and_backward(int with_residual) {
         LOOM_ERROR_INVALID_ARGUMENT);
 }
 
-static void test_row_loops_agree(void) {
-  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
-  enum { L = 53 };
-  static float g[L], y[L], x[L], m1[L], m2[L];
-  for (int i = 0; i < L; ++i) g[i] = frandf(), y[i] = (float)frand(), x[i] = frandf();
-  y[3] = 0.0f, y[4] = -0.0f, y[5] = NAN;
-  for (int n = 0; n <= L; n += 7) {
-    double a1, q1, a2, q2;
-    loom_bna_row_mask_grad_sums(m1, g, y, x, n, 0.25, &a1, &q1);
-    loom_bna_row_mask_grad_sums_avx512(m2, g, y, x, n, 0.25, &a2, &q2);
-    CHECK(a1 == a2 && q1 == q2 && same(m1, m2, n));
-  }
-}
-
 int main(void) {
   srand(7);
   test_forward_and_backward(0);
   test_forward_and_backward(1);
-  test_row_loops_agree();
   TEST_MAIN_END();
 }
