@@ -718,6 +718,75 @@ static void test_small_launch_over_deferred_output(void) {
   loom_stream_release(s);
 }
 
+/* The parts of a group (members that share no memory with the others')
+ * run one after another in its fork-join: every chunk of a part is taken
+ * before the next part's first, so the workers stream one part's arrays at
+ * a time (chunk k is chained across the members of its part only). A
+ * row-wise kernel registered here logs which buffer each call walks. */
+enum { ORDER_N = 64 * 4096, ORDER_GRAIN = 4096, ORDER_LOG = 4 * (ORDER_N / ORDER_GRAIN) };
+static atomic_int order_next;
+static const void *order_log[ORDER_LOG];
+
+static int log_chunk(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  const int i = atomic_fetch_add(&order_next, 1);
+  if (i < ORDER_LOG) order_log[i] = args->tensors[0].data;
+  float *x = args->tensors[0].data;
+  for (int64_t e = begin; e < end; ++e) x[e] += 1.0f;
+  return 0;
+}
+
+static int log_rows(const loom_kernel_args *args, struct loom_row_map *out) {
+  (void)args;
+  *out = (loom_row_map){.n = 1, .row_tensors = 1, .written = 1};
+  return 1;
+}
+
+static void test_parts_run_one_after_another(void) {
+  TEST_REQUIRE(TEST_DRIVER_KERNELS, "no kernel library");
+  TEST_SKIP_IF(!fuses(), "%s", "the driver runs launches as they come");
+  TEST_SKIP_IF(test_driver_has(TEST_DRIVER_GUARDED), "%s", "the kernel dereferences device memory itself");
+  static const loom_kernel_t *k;
+  if (!k) {
+    CHECK_OK(loom_kernel_register("fuse_test.log_chunk", log_chunk));
+    CHECK_OK(loom_kernel_lookup("fuse_test.log_chunk", &k));
+    loom_kernel_declare_row_map(log_chunk, log_rows);
+  }
+  loom_stream_t *s = NULL;
+  CHECK_OK(loom_stream_create(0, 0, &s));
+  float *x = dev_alloc(ORDER_N * 4), *y = dev_alloc(ORDER_N * 4);
+  memset(x, 0, ORDER_N * 4);
+  memset(y, 0, ORDER_N * 4);
+  const loom_tensor tx = vec(x, LOOM_FLOAT32, ORDER_N), ty = vec(y, LOOM_FLOAT32, ORDER_N);
+  atomic_store(&order_next, 0);
+  const loom_fuse_stats before = stats();
+  hold(s);
+  const loom_tensor *order[3] = {&tx, &ty, &tx}; /* parts {x, x} and {y}, x's first */
+  for (int i = 0; i < 3; ++i) {
+    const loom_launch_desc d = {.name = "fuse_test.log_chunk", .kernel = k, .tensors = order[i],
+                                .num_tensors = 1, .range = ORDER_N, .grain = ORDER_GRAIN};
+    CHECK_OK(loom_launch(s, &d));
+  }
+  open_gate();
+  CHECK_OK(loom_stream_synchronize(s));
+  CHECK_EQ_INT(stats().groups - before.groups, 1);
+  CHECK_EQ_INT(stats().ops_fused - before.ops_fused, 3);
+  const int calls = atomic_load(&order_next), chunks = ORDER_N / ORDER_GRAIN;
+  CHECK_EQ_INT(calls, 3 * chunks);
+  /* Before y's first call, x's 2 * chunks calls have all been taken; a
+   * worker may still be between taking one chunk and logging it, which
+   * leaves a few out, never half (chunk k of every part in turn would log
+   * y's first call after about as many of x's as there are workers). */
+  int x_before = 0;
+  while (x_before < calls && x_before < ORDER_LOG && order_log[x_before] == x) ++x_before;
+  CHECK(x_before >= chunks);
+  int bad = 0;
+  for (int64_t e = 0; e < ORDER_N; ++e) bad += x[e] != 2.0f || y[e] != 1.0f;
+  CHECK_EQ_INT(bad, 0);
+  loom_free(x);
+  loom_free(y);
+  loom_stream_release(s);
+}
+
 static void test_mode(void) {
   const loom_fuse_mode was = loom_fuse_get_mode();
   loom_fuse_set_mode(LOOM_FUSE_VERIFY);
@@ -753,6 +822,7 @@ int main(void) {
     RUN_TEST(test_layer_norm_joins_by_rows);
     RUN_TEST(test_small_launch_runs_ahead);
     RUN_TEST(test_small_launch_over_deferred_output);
+    RUN_TEST(test_parts_run_one_after_another);
   }
   TEST_MAIN_END();
 }
