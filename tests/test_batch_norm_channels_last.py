@@ -232,3 +232,68 @@ def test_fused_relu_is_the_unfused_sequence_bit_for_bit(with_residual, keep_mask
     for g, c in zip(got, list(want) + ([masked] if keep_masked else [])):
         assert torch.equal(g.cpu(), c.cpu())
     assert len(got) == 3 + keep_masked
+
+
+def _far_case(offset, seed):
+    # channels-last input far from zero against its spread, and a gradient
+    # that follows x (so the input gradient's projection term is large)
+    g = torch.Generator().manual_seed(seed)
+    shape, c = (8, 16, 32, 32), 16
+    x = (torch.randn(*shape, generator=g) * 0.5 + offset).contiguous(memory_format=CL)
+    dy = (torch.randn(*shape, generator=g) + 2 * (x - offset)).contiguous(memory_format=CL)
+    w, b = torch.randn(c, generator=g), torch.randn(c, generator=g)
+    rm = offset + torch.randn(c, generator=g) * 0.1
+    rv = torch.rand(c, generator=g) * 0.2 + 0.2
+    r = torch.randn(*shape, generator=g).contiguous(memory_format=CL)
+    return x, dy, w, b, rm, rv, r
+
+
+def _err(got, want):
+    return ((got.cpu().double() - want).abs() / (want.abs() + 1)).max().item()
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("offset", [1e3, -3e4, 3e4])
+@pytest.mark.parametrize("training", [True, False])
+def test_outputs_and_gradients_stay_accurate_far_from_zero(offset, training):
+    x, dy, w, b, rm, rv, _ = _far_case(offset, seed=21)
+    case = (x, w, b, rm, rv, dy)
+    got = _run("loom", *case, training)
+    assert got[0].is_contiguous(memory_format=CL) and got[1].is_contiguous(memory_format=CL)
+    want = _run("cpu", *(t.double() for t in case), training)
+    # the CPU's float32 on the same values laid out NCHW (its more accurate
+    # layout): the error to be no worse than
+    cpu = _run("cpu", x.contiguous(), w, b, rm, rv, dy.contiguous(), training)
+    for k, name in enumerate(["output", "grad_input", "grad_weight", "grad_bias"]):
+        e, ec = _err(got[k], want[k].detach()), _err(cpu[k], want[k].detach())
+        assert e <= 1.25 * ec + 1e-6, (name, e, ec)
+
+
+@pytest.mark.usefixtures("no_fallback")
+@pytest.mark.parametrize("offset", [-3e4, 3e4])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_fused_relu_stays_accurate_far_from_zero(offset, with_residual):
+    # loom::batch_norm_relu shares the apply and dx loops. The gradient is
+    # masked by loom's own output for every reference (a mask taken from
+    # another rounding of y would flip near zero).
+    x, dy, w, b, rm, rv, r = _far_case(offset, seed=22)
+    r = r if with_residual else None
+    args = [t.to("loom") for t in (x, w, b, rm, rv)]
+    y, mean, invstd, _, _ = torch.ops.loom.batch_norm_relu(
+        *args, None if r is None else r.to("loom"), 0.1, 1e-5)
+    dx = torch.ops.loom.batch_norm_relu_backward(dy.to("loom"), y, args[0], args[1], mean, invstd,
+                                                 False)[0]
+    assert y.is_contiguous(memory_format=CL) and dx.is_contiguous(memory_format=CL)
+    masked = torch.where(y.cpu() > 0, dy, torch.zeros(()))
+
+    def ref(x, w, b, r, g):
+        xx = x.clone().requires_grad_()
+        z = F.batch_norm(xx, None, None, w, b, training=True, eps=1e-5)
+        z.backward(g)
+        return torch.relu(z.detach() + r if r is not None else z.detach()), xx.grad
+
+    want = ref(*(None if t is None else t.double() for t in (x, w, b, r, masked)))
+    cpu = ref(*(None if t is None else t.contiguous() for t in (x, w, b, r, masked)))
+    for name, g, c, f in zip(["output", "grad_input"], (y, dx), cpu, want):
+        e, ec = _err(g, f), _err(c, f)
+        assert e <= 1.25 * ec + 1e-6, (name, e, ec)

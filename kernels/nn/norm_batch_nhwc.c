@@ -11,6 +11,7 @@
 #include "base/cpu.h"
 #include "kernels/nn/nn_util.h"
 #include "kernels/nn/norm_batch_nhwc.h"
+#include "kernels/nn/norm_batch_rows.h"
 #include "kernels/registry.h"
 #include "loom/status.h"
 
@@ -98,7 +99,7 @@ int loom_bnh_finish(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int training = args->scalars[0].i != 0;
   const double momentum = args->scalars[1].f, eps = args->scalars[2].f;
   const int64_t nr = args->scalars[3].i, nc = coef->rank == 2 ? coef->sizes[1] : -1;
-  if (!bnh_coef_ok(coef, 2, nc) || (training && !bnh_part_ok(p, nc)) || nr < 1)
+  if (!bnh_coef_ok(coef, 3, nc) || (training && !bnh_part_ok(p, nc)) || nr < 1)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t nk = training ? p->sizes[0] : 0;
   const double *part = training ? (const double *)p->data : 0;
@@ -125,13 +126,13 @@ int loom_bnh_finish(const loom_kernel_args *args, int64_t begin, int64_t end) {
       invstd = 1.0 / sqrt(opt_at(rv, c, 1.0) + eps);
     }
     const double scale = invstd * opt_at(w, c, 1.0), shift = opt_at(b, c, 0.0);
-    /* y = x * scale + (shift - mu * scale), as the NCHW rows fold it */
+    /* y = (x - m) * a + b, about the mean as the NCHW rows work */
     if (coef->dtype == LOOM_FLOAT32) {
-      ((float *)coef->data)[c] = (float)scale;
-      ((float *)coef->data)[nc + c] = (float)(shift - mu * scale);
+      float *o = (float *)coef->data;
+      loom_bn_affine_coef(mu, scale, shift, &o[c], &o[nc + c], &o[2 * nc + c]);
     } else {
-      ((double *)coef->data)[c] = scale;
-      ((double *)coef->data)[nc + c] = shift - mu * scale;
+      double *o = (double *)coef->data;
+      o[c] = mu, o[nc + c] = scale, o[2 * nc + c] = shift;
     }
   }
   return LOOM_OK;
@@ -144,24 +145,25 @@ int loom_bnh_apply(const loom_kernel_args *args, int64_t begin, int64_t end) {
   const int relu = args->scalars[0].i != 0;
   if (x->rank != 2) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t nr = x->sizes[0], nc = x->sizes[1];
-  if (!bnh_2d(y, nr, nc) || (res->data && !bnh_2d(res, nr, nc)) || !bnh_coef_ok(coef, 2, nc))
+  if (!bnh_2d(y, nr, nc) || (res->data && !bnh_2d(res, nr, nc)) || !bnh_coef_ok(coef, 3, nc))
     return LOOM_ERROR_INVALID_ARGUMENT;
   if (bnh_f32(x) && bnh_f32(y) && bnh_f32(res) && coef->dtype == LOOM_FLOAT32) {
-    const float *a = (const float *)coef->data, *b = a + nc;
+    const float *m = (const float *)coef->data, *a = m + nc, *b = a + nc;
     const float *r = res->data ? (const float *)res->data : 0;
     const int64_t ldr = res->data ? res->strides[0] : 0;
     if (bnh_vec())
       loom_bnh_apply_f32_avx512((float *)y->data, y->strides[0], (const float *)x->data,
-                                x->strides[0], r, ldr, begin, end, nc, a, b, relu);
+                                x->strides[0], r, ldr, begin, end, nc, m, a, b, relu);
     else
       loom_bnh_apply_f32((float *)y->data, y->strides[0], (const float *)x->data, x->strides[0],
-                         r, ldr, begin, end, nc, a, b, relu);
+                         r, ldr, begin, end, nc, m, a, b, relu);
     return LOOM_OK;
   }
   for (int64_t r = begin; r < end; ++r)
     for (int64_t c = 0; c < nc; ++c) {
-      double v = at2(x, r, c) * loom_nn_load(coef->data, coef->dtype, c) +
-                 loom_nn_load(coef->data, coef->dtype, nc + c);
+      double v = (at2(x, r, c) - loom_nn_load(coef->data, coef->dtype, c)) *
+                     loom_nn_load(coef->data, coef->dtype, nc + c) +
+                 loom_nn_load(coef->data, coef->dtype, 2 * nc + c);
       if (res->data) v += at2(res, r, c);
       if (relu && v <= 0.0) v = 0.0; /* NaN passes, as the ReLU lets it */
       loom_nn_store(y->data, y->dtype, r * y->strides[0] + c * y->strides[1], v);
@@ -224,7 +226,7 @@ int loom_bnh_grad_finish(const loom_kernel_args *args, int64_t begin, int64_t en
   const int training = args->scalars[0].i != 0;
   const double eps = args->scalars[1].f;
   const int64_t nr = args->scalars[2].i, nc = args->scalars[3].i;
-  if ((p->data && !bnh_part_ok(p, nc)) || (coef->data && !bnh_coef_ok(coef, 3, nc)) || nr < 1 ||
+  if ((p->data && !bnh_part_ok(p, nc)) || (coef->data && !bnh_coef_ok(coef, 4, nc)) || nr < 1 ||
       end > nc || (training && !p->data && coef->data))
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t nk = p->data ? p->sizes[0] : 0;
@@ -243,17 +245,17 @@ int loom_bnh_grad_finish(const loom_kernel_args *args, int64_t begin, int64_t en
     if (dw->data) loom_nn_store(dw->data, dw->dtype, c * dw->strides[0], sgx * invstd);
     if (db->data) loom_nn_store(db->data, db->dtype, c * db->strides[0], sg);
     if (!coef->data) continue;
-    /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + x*k2 + k3 */
+    /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as
+     * g*k1 + (x - m)*k2 + k3 about the mean as the NCHW rows work */
     const double g_mean = training ? sg / (double)nr : 0.0;
     const double proj = training ? sgx * invstd * invstd / (double)nr : 0.0;
     const double f = invstd * opt_at(w, c, 1.0);
-    const double k1 = f, k2 = -proj * f, k3 = (mu * proj - g_mean) * f;
     if (coef->dtype == LOOM_FLOAT32) {
       float *o = (float *)coef->data;
-      o[c] = (float)k1, o[nc + c] = (float)k2, o[2 * nc + c] = (float)k3;
+      loom_bn_dx_coef(mu, f, proj, g_mean, &o[c], &o[nc + c], &o[2 * nc + c], &o[3 * nc + c]);
     } else {
       double *o = (double *)coef->data;
-      o[c] = k1, o[nc + c] = k2, o[2 * nc + c] = k3;
+      o[c] = mu, o[nc + c] = f, o[2 * nc + c] = -proj * f, o[3 * nc + c] = -g_mean * f;
     }
   }
   return LOOM_OK;
@@ -265,20 +267,22 @@ int loom_bnh_dx(const loom_kernel_args *args, int64_t begin, int64_t end) {
                     *dx = &args->tensors[3];
   if (x->rank != 2) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t nr = x->sizes[0], nc = x->sizes[1];
-  if (!bnh_2d(g, nr, nc) || !bnh_2d(dx, nr, nc) || !bnh_coef_ok(coef, 3, nc))
+  if (!bnh_2d(g, nr, nc) || !bnh_2d(dx, nr, nc) || !bnh_coef_ok(coef, 4, nc))
     return LOOM_ERROR_INVALID_ARGUMENT;
   if (bnh_f32(g) && bnh_f32(x) && bnh_f32(dx) && coef->dtype == LOOM_FLOAT32) {
     const float *k = (const float *)coef->data;
     (bnh_vec() ? loom_bnh_dx_f32_avx512 : loom_bnh_dx_f32)(
         (float *)dx->data, dx->strides[0], (const float *)g->data, g->strides[0],
-        (const float *)x->data, x->strides[0], begin, end, nc, k, k + nc, k + 2 * nc);
+        (const float *)x->data, x->strides[0], begin, end, nc, k, k + nc, k + 2 * nc, k + 3 * nc);
     return LOOM_OK;
   }
   for (int64_t r = begin; r < end; ++r)
     for (int64_t c = 0; c < nc; ++c) {
-      const double v = at2(g, r, c) * loom_nn_load(coef->data, coef->dtype, c) +
-                       at2(x, r, c) * loom_nn_load(coef->data, coef->dtype, nc + c) +
-                       loom_nn_load(coef->data, coef->dtype, 2 * nc + c);
+      const double v =
+          at2(g, r, c) * loom_nn_load(coef->data, coef->dtype, nc + c) +
+          (at2(x, r, c) - loom_nn_load(coef->data, coef->dtype, c)) *
+              loom_nn_load(coef->data, coef->dtype, 2 * nc + c) +
+          loom_nn_load(coef->data, coef->dtype, 3 * nc + c);
       loom_nn_store(dx->data, dx->dtype, r * dx->strides[0] + c * dx->strides[1], v);
     }
   return LOOM_OK;

@@ -34,14 +34,16 @@ void loom_bn_finish_stats(const loom_tensor *rm, const loom_tensor *rv, const lo
                                double *sum, double *m2);                                       \
   void loom_bnh_apply_f32##sfx(float *y, int64_t ldy, const float *x, int64_t ldx,             \
                                const float *res, int64_t ldr, int64_t r0, int64_t r1,          \
-                               int64_t nb, const float *a, const float *b, int relu);          \
+                               int64_t nb, const float *m, const float *a, const float *b,     \
+                               int relu);                                                      \
   void loom_bnh_grad_sums_f32##sfx(const float *g, int64_t ldg, const float *x, int64_t ldx,   \
                                    const float *y, int64_t ldy, float *gm, int64_t ldm,        \
                                    int64_t r0, int64_t r1, int64_t nb, const double *mu,       \
                                    double *sg, double *sgx);                                   \
   void loom_bnh_dx_f32##sfx(float *dx, int64_t ldd, const float *g, int64_t ldg,               \
                             const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t nb,   \
-                            const float *k1, const float *k2, const float *k3);
+                            const float *m, const float *k1, const float *k2,                \
+                            const float *k3);
 LOOM_BNH_LOOPS()
 LOOM_BNH_LOOPS(_avx512)
 #undef LOOM_BNH_LOOPS

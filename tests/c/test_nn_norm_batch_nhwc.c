@@ -19,8 +19,8 @@
 
 enum { N = 3, C = 67, S = 29, R = N * S, T = R * C, K = 4 };
 
-static const int64_t s2[2] = {R, C}, s1[1] = {C}, sp[3] = {K, 2, C}, sc2[2] = {2, C},
-                     sc3[2] = {3, C}, s3[3] = {N, C, S}, st3[3] = {S * C, 1, C};
+static const int64_t s2[2] = {R, C}, s1[1] = {C}, sp[3] = {K, 2, C}, sca[2] = {3, C},
+                     scd[2] = {4, C}, s3[3] = {N, C, S}, st3[3] = {S * C, 1, C};
 
 static float frandf(void) { return (float)frand() * 3.0f + 0.5f; }
 
@@ -40,7 +40,7 @@ static int same(const float *a, const float *b, int64_t n) {
 static void test_against_the_general_kernels(int training) {
   static float x[T], g[T], y[T], ref[T], dx[T], rdx[T];
   static float w[C], b[C], rm[C], rv[C], rrm[C], rrv[C], sm[C], sinv[C], rsm[C], rsinv[C];
-  static float dw[C], db[C], rdw[C], rdb[C], coef[3 * C];
+  static float dw[C], db[C], rdw[C], rdb[C], coef[4 * C];
   static double part[K * 2 * C];
   for (int i = 0; i < T; ++i) x[i] = frandf(), g[i] = frandf() - 1.0f;
   for (int c = 0; c < C; ++c)
@@ -52,7 +52,7 @@ static void test_against_the_general_kernels(int training) {
   loom_tensor tf[8] = {training ? p : none(), dense(w, LOOM_FLOAT32, 1, s1),
                        dense(b, LOOM_FLOAT32, 1, s1), dense(rm, LOOM_FLOAT32, 1, s1),
                        dense(rv, LOOM_FLOAT32, 1, s1), dense(sm, LOOM_FLOAT32, 1, s1),
-                       dense(sinv, LOOM_FLOAT32, 1, s1), dense(coef, LOOM_FLOAT32, 2, sc2)};
+                       dense(sinv, LOOM_FLOAT32, 1, s1), dense(coef, LOOM_FLOAT32, 2, sca)};
   loom_scalar sf4[4] = {si(training), sf(0.1), sf(1e-5), si(R)};
   CHECK(run_chunks(loom_bnh_finish, tf, 8, sf4, 4, C, 5) == LOOM_OK);
   loom_tensor ta[4] = {x2, tf[7], none(), dense(y, LOOM_FLOAT32, 2, s2)};
@@ -74,7 +74,7 @@ static void test_against_the_general_kernels(int training) {
                        p, none(), none()};
   CHECK(run_chunks(loom_bnh_grad_sums, tg, 6, NULL, 0, K, 1) == LOOM_OK);
   loom_tensor tgf[9] = {p, tf[1], tf[3], tf[4], tf[5], tf[6], dense(dw, LOOM_FLOAT32, 1, s1),
-                        dense(db, LOOM_FLOAT32, 1, s1), dense(coef, LOOM_FLOAT32, 2, sc3)};
+                        dense(db, LOOM_FLOAT32, 1, s1), dense(coef, LOOM_FLOAT32, 2, scd)};
   loom_scalar sg4[4] = {si(training), sf(1e-5), si(R), si(C)};
   CHECK(run_chunks(loom_bnh_grad_finish, tgf, 9, sg4, 4, C, C) == LOOM_OK);
   loom_tensor td[4] = {tg[0], x2, tgf[8], dense(dx, LOOM_FLOAT32, 2, s2)};
@@ -90,7 +90,7 @@ static void test_against_the_general_kernels(int training) {
   ts[1] = dense(part, LOOM_FLOAT64, 3, bad_sp);
   CHECK(run_chunks(loom_bnh_stats, ts, 2, NULL, 0, K, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   CHECK(run_chunks(loom_bnh_apply, ta, 3, relu0, 1, R, R) == LOOM_ERROR_INVALID_ARGUMENT);
-  td[2] = tf[7];  /* [2, C] coefficients where [3, C] are needed */
+  td[2] = tf[7];  /* [3, C] coefficients where [4, C] are needed */
   CHECK(run_chunks(loom_bnh_dx, td, 4, NULL, 0, R, R) == LOOM_ERROR_INVALID_ARGUMENT);
 }
 
@@ -106,11 +106,11 @@ static void test_bfloat16(void) {
   loom_tensor x2 = dense(x, LOOM_BFLOAT16, 2, s2), p = dense(part, LOOM_FLOAT64, 3, sp);
   loom_tensor ts[2] = {x2, p};
   CHECK(run_chunks(loom_bnh_stats, ts, 2, NULL, 0, K, 1) == LOOM_OK);
-  static double coefd[2 * C];
+  static double coefd[3 * C];
   loom_tensor tf[8] = {p, dense(w, LOOM_FLOAT32, 1, s1), dense(b, LOOM_FLOAT32, 1, s1),
                        dense(rm, LOOM_FLOAT32, 1, s1), dense(rv, LOOM_FLOAT32, 1, s1),
                        dense(sm, LOOM_BFLOAT16, 1, s1), dense(sinv, LOOM_BFLOAT16, 1, s1),
-                       dense(coefd, LOOM_FLOAT64, 2, sc2)};
+                       dense(coefd, LOOM_FLOAT64, 2, sca)};
   loom_scalar sf4[4] = {si(1), sf(0.1), sf(1e-5), si(R)};
   CHECK(run_chunks(loom_bnh_finish, tf, 8, sf4, 4, C, C) == LOOM_OK);
   loom_tensor ta[4] = {x2, tf[7], none(), dense(y, LOOM_BFLOAT16, 2, s2)};
@@ -129,7 +129,7 @@ static void test_bfloat16(void) {
 
 static void test_fused_steps(void) {
   static float x[T], r[T], g[T], y[T], ref[T], gm[T], rgm[T], dx[T], rdx[T];
-  static float w[C], b[C], sm[C], sinv[C], coef[2 * C], k[3 * C], rk[3 * C];
+  static float w[C], b[C], sm[C], sinv[C], coef[3 * C], k[4 * C], rk[4 * C];
   static double part[K * 2 * C], rpart[K * 2 * C];
   for (int i = 0; i < T; ++i) x[i] = frandf(), r[i] = frandf() - 1.5f, g[i] = frandf();
   for (int c = 0; c < C; ++c) w[c] = frandf(), b[c] = frandf() - 2.0f;
@@ -138,7 +138,7 @@ static void test_fused_steps(void) {
   CHECK(run_chunks(loom_bnh_stats, ts, 2, NULL, 0, K, 2) == LOOM_OK);
   loom_tensor tf[8] = {p, dense(w, LOOM_FLOAT32, 1, s1), dense(b, LOOM_FLOAT32, 1, s1), none(),
                        none(), dense(sm, LOOM_FLOAT32, 1, s1), dense(sinv, LOOM_FLOAT32, 1, s1),
-                       dense(coef, LOOM_FLOAT32, 2, sc2)};
+                       dense(coef, LOOM_FLOAT32, 2, sca)};
   loom_scalar sf4[4] = {si(1), sf(0.1), sf(1e-5), si(R)};
   CHECK(run_chunks(loom_bnh_finish, tf, 8, sf4, 4, C, C) == LOOM_OK);
   loom_tensor ta[4] = {x2, tf[7], dense(r, LOOM_FLOAT32, 2, s2), dense(y, LOOM_FLOAT32, 2, s2)};
@@ -162,12 +162,12 @@ static void test_fused_steps(void) {
   CHECK(run_chunks(loom_bnh_grad_sums, rg, 6, NULL, 0, K, 1) == LOOM_OK);
   CHECK(memcmp(part, rpart, sizeof part) == 0);
   loom_tensor tgf[9] = {p, tf[1], none(), none(), tf[5], tf[6], none(), none(),
-                        dense(k, LOOM_FLOAT32, 2, sc3)};
+                        dense(k, LOOM_FLOAT32, 2, scd)};
   loom_scalar sg4[4] = {si(1), sf(1e-5), si(R), si(C)};
   CHECK(run_chunks(loom_bnh_grad_finish, tgf, 9, sg4, 4, C, 7) == LOOM_OK);
-  tgf[8] = dense(rk, LOOM_FLOAT32, 2, sc3);
+  tgf[8] = dense(rk, LOOM_FLOAT32, 2, scd);
   CHECK(run_chunks(loom_bnh_grad_finish, tgf, 9, sg4, 4, C, C) == LOOM_OK);
-  CHECK(same(k, rk, 3 * C));
+  CHECK(same(k, rk, 4 * C));
   memcpy(dx, gm, sizeof dx);
   loom_tensor td[4] = {dense(dx, LOOM_FLOAT32, 2, s2), x2, tgf[8], dense(dx, LOOM_FLOAT32, 2, s2)};
   CHECK(run_chunks(loom_bnh_dx, td, 4, NULL, 0, R, 13) == LOOM_OK);
@@ -178,10 +178,10 @@ static void test_fused_steps(void) {
 
 static void test_loops_agree(void) {
   if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
-  static float x[T], g[T], y[T], a[C], b[C], o1[T], o2[T], m1[T], m2[T];
+  static float x[T], g[T], y[T], m[C], a[C], b[C], o1[T], o2[T], m1[T], m2[T];
   static double s1a[C], s2a[C], s1b[C], s2b[C], mu[C];
   for (int i = 0; i < T; ++i) x[i] = frandf(), g[i] = frandf(), y[i] = (float)frand();
-  for (int c = 0; c < C; ++c) a[c] = frandf(), b[c] = frandf(), mu[c] = frand();
+  for (int c = 0; c < C; ++c) m[c] = frandf(), a[c] = frandf(), b[c] = frandf(), mu[c] = frand();
   y[C + 3] = 0.0f, y[C + 4] = -0.0f, y[C + 5] = NAN, g[C + 6] = NAN, g[C + 7] = -INFINITY;
   y[C + 7] = -1.0f;
   for (int64_t nb = 1; nb <= LOOM_BNH_BLOCK; nb += 21) {
@@ -193,11 +193,11 @@ static void test_loops_agree(void) {
     CHECK(memcmp(s1a, s1b, (size_t)nb * 8) == 0 && memcmp(s2a, s2b, (size_t)nb * 8) == 0);
     CHECK(same(m1 + C, m2 + C, (R - 1) * C));
   }
-  loom_bnh_apply_f32(o1, C, x, C, g, C, 0, R, C, a, b, 1);
-  loom_bnh_apply_f32_avx512(o2, C, x, C, g, C, 0, R, C, a, b, 1);
+  loom_bnh_apply_f32(o1, C, x, C, g, C, 0, R, C, m, a, b, 1);
+  loom_bnh_apply_f32_avx512(o2, C, x, C, g, C, 0, R, C, m, a, b, 1);
   CHECK(same(o1, o2, T));
-  loom_bnh_dx_f32(o1, C, g, C, x, C, 0, R, C, a, b, a);
-  loom_bnh_dx_f32_avx512(o2, C, g, C, x, C, 0, R, C, a, b, a);
+  loom_bnh_dx_f32(o1, C, g, C, x, C, 0, R, C, m, a, b, a);
+  loom_bnh_dx_f32_avx512(o2, C, g, C, x, C, 0, R, C, m, a, b, a);
   CHECK(same(o1, o2, T));
 }
 

@@ -21,7 +21,7 @@ void nhwc_forward(const at::Tensor& input, const at::Tensor& weight, const at::T
     const loom_tensor ts[2] = {describe(x2, op), describe(part, op)};
     launch(op, LOOM_KERNEL("norm.batch_nhwc_stats"), ts, {}, part.size(0), 1, dev);
   }
-  const at::Tensor coef = at::empty({2, C}, input.options().dtype(nhwc_coef_type(input)));
+  const at::Tensor coef = at::empty({3, C}, input.options().dtype(nhwc_coef_type(input)));
   const loom_tensor tf[10] = {
       describe_opt(part, op), describe_opt(weight, op), describe_opt(bias, op),
       describe_opt(running_mean, op), describe_opt(running_var, op),
@@ -64,7 +64,7 @@ void nhwc_backward(const at::Tensor& grad_out, const at::Tensor& input, const at
     launch(op, LOOM_KERNEL("norm.batch_nhwc_grad_sums"), ts, {}, part.size(0), 1, dev);
   }
   at::Tensor coef;
-  if (dx.defined()) coef = at::empty({3, C}, input.options().dtype(nhwc_coef_type(input)));
+  if (dx.defined()) coef = at::empty({4, C}, input.options().dtype(nhwc_coef_type(input)));
   const loom_tensor tf[9] = {
       describe_opt(part, op), describe_opt(weight, op), describe_opt(rm, op),
       describe_opt(rv, op), describe_opt(sm, op), describe_opt(si, op),

@@ -47,7 +47,7 @@
  * caller's, a function of the shape only; partial sums go to `part`, a
  * contiguous float64 [K, 2, C], and are combined per channel in chunk order,
  * so results do not depend on the thread count. `coef` is a contiguous
- * float32 (for float32 x) or float64 [2, C] / [3, C] tensor of per-channel
+ * float32 (for float32 x) or float64 [3, C] / [4, C] tensor of per-channel
  * coefficients one launch passes to the next.
  *
  * "norm.batch_nhwc_stats": range K. tensors: [x, part]. part[k, 0, c]: the
@@ -55,15 +55,16 @@
  * chunk's own mean.
  *
  * "norm.batch_nhwc_finish": range C. tensors: [part? (training), weight?,
- * bias?, running_mean?, running_var?, save_mean?, save_invstd?, coef [2, C],
+ * bias?, running_mean?, running_var?, save_mean?, save_invstd?, coef [3, C],
  * running_mean_out?, running_var_out?]; scalars: [training, momentum, eps,
  * R]. The statistics as "norm.batch_forward" forms and saves them; the
  * running stats move in place, or into the _out tensors when given; coef
- * holds a, b with y = x * a + b.
+ * holds m, a, b with y = (x - m) * a + b (m: the mean rounded to coef's
+ * dtype, so x - m is exact for x near the mean).
  *
- * "norm.batch_nhwc_apply": range R. tensors: [x, coef [2, C], residual?, y];
- * scalars: [relu]. y = x * a + b (+ residual), then ReLU if relu, each step
- * rounded to y's dtype as the unfused ops round it.
+ * "norm.batch_nhwc_apply": range R. tensors: [x, coef [3, C], residual?, y];
+ * scalars: [relu]. y = (x - m) * a + b (+ residual), then ReLU if relu,
+ * each step rounded to y's dtype as the unfused ops round it.
  *
  * "norm.batch_nhwc_grad_sums": range K. tensors: [dy, x, mean, part, y?,
  * masked?]; mean: per channel (the saved mean in training, the running one
@@ -73,11 +74,11 @@
  *
  * "norm.batch_nhwc_grad_finish": range C. tensors: [part? (needed for the
  * weight/bias gradients and in training), weight?, running_mean?,
- * running_var?, save_mean?, save_invstd?, dweight?, dbias?, coef? [3, C]];
- * scalars: [training, eps, R, C]. The parameter gradients, and coef k1, k2,
- * k3 with dx = dy * k1 + x * k2 + k3.
+ * running_var?, save_mean?, save_invstd?, dweight?, dbias?, coef? [4, C]];
+ * scalars: [training, eps, R, C]. The parameter gradients, and coef m, k1,
+ * k2, k3 with dx = dy * k1 + (x - m) * k2 + k3.
  *
- * "norm.batch_nhwc_dx": range R. tensors: [dy, x, coef [3, C], dx]; dx may be
+ * "norm.batch_nhwc_dx": range R. tensors: [dy, x, coef [4, C], dx]; dx may be
  * dy (in place). */
 
 /* ---- group norm over contiguous x of shape [N, C, HxW] --------------------
