@@ -71,6 +71,17 @@ static int chain_region(const loom_kernel_args *args, int64_t begin, int64_t end
   return 0;
 }
 
+/* Fresh region tables that compile groups of mul and add members the first
+ * time their signature is seen. */
+static void regions_of_mul_and_add_at_first_sight(void) {
+  loom_fuse_region_reset();
+  uint64_t bits[4] = {0, 0, 0, 0};
+  bits[LOOM_PW_MUL / 64] |= (uint64_t)1 << LOOM_PW_MUL % 64;
+  bits[LOOM_PW_ADD / 64] |= (uint64_t)1 << LOOM_PW_ADD % 64;
+  loom_fuse_region_set_ops(bits, 4);
+  loom_fuse_region_set_sightings(1);
+}
+
 static loom_fuse_stats stats(void) {
   loom_fuse_stats s;
   loom_fuse_stats_get(&s);
@@ -151,12 +162,7 @@ static void test_region_runs_and_skips_freed_outputs(void) {
   float *xh = malloc(N * 4), *ref = malloc(N * 4), *got = malloc(N * 4);
   float *y1h = malloc(N * 4), *y2h = malloc(N * 4), *y1r = malloc(N * 4), *y2r = malloc(N * 4);
   for (int i = 0; i < N; ++i) xh[i] = (float)(i % 97) * 0.125f - 3.0f;
-  loom_fuse_region_reset();
-  uint64_t bits[4] = {0, 0, 0, 0};
-  bits[LOOM_PW_MUL / 64] |= (uint64_t)1 << LOOM_PW_MUL % 64;
-  bits[LOOM_PW_ADD / 64] |= (uint64_t)1 << LOOM_PW_ADD % 64;
-  loom_fuse_region_set_ops(bits, 4);
-  loom_fuse_region_set_sightings(1);
+  regions_of_mul_and_add_at_first_sight();
 
   /* unfused reference */
   loom_fuse_set_mode(LOOM_FUSE_OFF);
@@ -308,12 +314,7 @@ static void test_row_vector_is_an_argument_of_the_loop(void) {
   float *xh = malloc(RN * 4), *vh = malloc(W * 4), *ref = malloc(RN * 4), *got = malloc(RN * 4);
   for (int i = 0; i < RN; ++i) xh[i] = (float)(i % 89) * 0.25f - 7.0f;
   for (int i = 0; i < W; ++i) vh[i] = (float)(i % 13) * 0.375f - 2.0f;
-  loom_fuse_region_reset();
-  uint64_t bits[4] = {0, 0, 0, 0};
-  bits[LOOM_PW_MUL / 64] |= (uint64_t)1 << LOOM_PW_MUL % 64;
-  bits[LOOM_PW_ADD / 64] |= (uint64_t)1 << LOOM_PW_ADD % 64;
-  loom_fuse_region_set_ops(bits, 4);
-  loom_fuse_region_set_sightings(1);
+  regions_of_mul_and_add_at_first_sight();
   loom_fuse_set_mode(LOOM_FUSE_OFF);
   run_rows(s, xh, vh, ref, 0.5f);
   loom_fuse_set_mode(LOOM_FUSE_ON);
