@@ -30,18 +30,24 @@ static loom_tensor vec(void *p, int64_t n) {
   return (loom_tensor){.data = p, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {n}, .strides = {1}};
 }
 
-static loom_status pw(loom_stream_t *s, int op, loom_tensor out, loom_tensor a, loom_tensor b,
-                      double p0, double c1) {
+/* A float32 pointwise.apply launch named `name` over `range` elements. */
+static loom_status launch_pw(loom_stream_t *s, const char *name, int op, loom_tensor out,
+                             loom_tensor a, loom_tensor b, double p0, double c1, int64_t range) {
   static const loom_kernel_t *k;
   if (!k && loom_kernel_lookup("pointwise.apply", &k) != LOOM_OK) return LOOM_ERROR_NOT_SUPPORTED;
   loom_tensor t[3] = {out, a, b};
   loom_scalar sc[LOOM_PW_CONST + 2] = {{.i = op}, {.i = LOOM_PW_F32}};
   sc[LOOM_PW_PARAM].f = p0;
   sc[LOOM_PW_CONST + 1].f = c1;
-  const loom_launch_desc d = {.name = "fuse_region_test.op", .kernel = k, .tensors = t,
+  const loom_launch_desc d = {.name = name, .kernel = k, .tensors = t,
                               .num_tensors = 3, .scalars = sc, .num_scalars = LOOM_PW_CONST + 2,
-                              .range = N, .grain = LOOM_PW_GRAIN};
+                              .range = range, .grain = LOOM_PW_GRAIN};
   return loom_launch(s, &d);
+}
+
+static loom_status pw(loom_stream_t *s, int op, loom_tensor out, loom_tensor a, loom_tensor b,
+                      double p0, double c1) {
+  return launch_pw(s, "fuse_region_test.op", op, out, a, b, p0, c1, N);
 }
 
 /* What the installed kernel stores (the signature's written flags). */
@@ -237,15 +243,7 @@ enum { ROWS = 252, W = 130, RN = ROWS * W };
 
 static loom_status pw_rows(loom_stream_t *s, int op, loom_tensor out, loom_tensor a,
                            loom_tensor b, double p0) {
-  static const loom_kernel_t *k;
-  if (!k && loom_kernel_lookup("pointwise.apply", &k) != LOOM_OK) return LOOM_ERROR_NOT_SUPPORTED;
-  loom_tensor t[3] = {out, a, b};
-  loom_scalar sc[LOOM_PW_CONST + 2] = {{.i = op}, {.i = LOOM_PW_F32}};
-  sc[LOOM_PW_PARAM].f = p0;
-  const loom_launch_desc d = {.name = "fuse_region_test.row_op", .kernel = k, .tensors = t,
-                              .num_tensors = 3, .scalars = sc, .num_scalars = LOOM_PW_CONST + 2,
-                              .range = RN, .grain = LOOM_PW_GRAIN};
-  return loom_launch(s, &d);
+  return launch_pw(s, "fuse_region_test.row_op", op, out, a, b, p0, 0.0, RN);
 }
 
 static loom_tensor rows2(void *p) {
