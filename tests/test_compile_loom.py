@@ -280,6 +280,45 @@ def test_column_sums_launch_chunks_of_whole_row_runs(monkeypatch, caplog):
     assert "range=1024, grain=64)" in launches[1]   # rows: 16384 // 256 per chunk
 
 
+def _space_of(caplog):
+    """The iteration spaces the fusion log reports for the compiled kernels."""
+    return [line.split("space ")[1].split(":")[0] for line in caplog.text.splitlines()
+            if ": " in line and " ops, " in line and "space " in line]
+
+
+def _cl(*shape):
+    return torch.randn(*shape, device="loom").contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "per_channel", "mixed", "permuted_3d"])
+def test_pointwise_kernels_run_in_their_outputs_memory_order(layout, monkeypatch, caplog):
+    """A pointwise kernel's dims follow the memory order of what it stores
+    (largest stride outermost): over channels-last tensors it runs along
+    the channels (one flat run), with eager's bits and strides."""
+    monkeypatch.setenv("LOOM_COMPILE_LOG", "fusion")
+    torch.manual_seed(3)
+    if layout == "permuted_3d":
+        x = torch.randn(5, 7, 6, device="loom").permute(2, 0, 1)  # (6, 5, 7), strides (1, 42, 6)
+        y = torch.randn(5, 7, 6, device="loom").permute(2, 0, 1)
+        space = "[5, 7, 6]"
+    else:
+        x = _cl(2, 6, 5, 7)
+        y = {"channels_last": _cl(2, 6, 5, 7), "per_channel": torch.randn(6, 1, 1, device="loom"),
+             "mixed": _cl(2, 6, 5, 7).contiguous()}[layout]
+        space = "[2, 5, 7, 6]"
+
+    def f(x, y):
+        return torch.relu(x * y + 1.5) - torch.sigmoid(y)
+
+    want = f(x, y)
+    with caplog.at_level(logging.INFO, logger="torch_loom.compiler"):
+        out, c = _compiled_call(f, x, y)
+    assert c["kernel_launches"] == 1
+    assert _space_of(caplog) == [space]
+    assert out.stride() == want.stride()
+    assert torch.equal(out.cpu(), want.cpu())
+
+
 # ---- coverage, in-place updates, fallbacks ------------------------------------------
 
 def test_op_the_lowering_lacks_runs_as_a_library_op():

@@ -152,10 +152,11 @@ class _ResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def _train(model, compiled, steps=3):
+def _train(model, compiled, steps=3, memory_format=torch.contiguous_format):
     torch.manual_seed(0)
     x, y = torch.randn(4, 3, 8, 8).to("loom"), torch.randint(0, 5, (4,)).to("loom")
-    model = copy.deepcopy(model).to("loom")
+    x = x.contiguous(memory_format=memory_format)
+    model = copy.deepcopy(model).to("loom", memory_format=memory_format)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     run = torch.compile(model, backend="loom") if compiled else model
     losses = []
@@ -169,13 +170,15 @@ def _train(model, compiled, steps=3):
 
 
 @pytest.mark.skipif(not jit.available(), reason="needs a C compiler")
-def test_compiled_resnet_training_fuses_batch_norms_and_keeps_eagers_parameters(no_fallback):
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_compiled_resnet_training_fuses_batch_norms_and_keeps_eagers_parameters(
+        memory_format, no_fallback):
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = _ResNet()
-    eager_losses, eager_state = _train(model, False)
+    eager_losses, eager_state = _train(model, False, memory_format=memory_format)
     compiler.reset_counters()
-    losses, state = _train(model, True)
+    losses, state = _train(model, True, memory_format=memory_format)
     c = compiler.counters()
     assert c["graphs_fallen_back"] == 0
     # stem, both blocks' first batch norms, the blocks' ends (identity and

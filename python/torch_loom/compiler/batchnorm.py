@@ -43,11 +43,36 @@ def _ops():
     return torch.ops.loom.batch_norm_relu.default, torch.ops.loom.batch_norm_relu_backward.default
 
 
-def _dense(v) -> bool:
-    """A contiguous float32 loom tensor of at least 2 dims."""
-    return isinstance(v, Value) and v.device is not None and v.device.type == "loom" and \
-        v.dtype == torch.float32 and len(v.shape) >= 2 and v.numel > 0 and \
-        v.stride == ir.contiguous_strides(v.shape)
+def _strides(v):
+    """v's strides when the fused call gives a result like v those strides:
+    contiguous, or channels last for a 4-d channels-last input that is not
+    also contiguous (as the library's batch norm does); None for any other
+    layout."""
+    if v.stride is None:
+        return None
+    shape, stride = tuple(v.shape), tuple(v.stride)
+    if stride == ir.contiguous_strides(shape):
+        return stride
+    if len(shape) == 4 and shape[1] > 1 and shape[2] * shape[3] > 1:
+        n, c, h, w = shape
+        cl = ir.contiguous_strides((n, h, w, c))
+        cl = (cl[0], cl[3], cl[1], cl[2])
+        if stride == cl:
+            return cl
+    return None
+
+
+def _dense(v, like=None) -> bool:
+    """A float32 loom tensor of at least 2 dims, contiguous or channels last
+    (in `like`'s layout when given)."""
+    if not (isinstance(v, Value) and v.device is not None and v.device.type == "loom" and
+            v.dtype == torch.float32 and len(v.shape) >= 2 and v.numel > 0):
+        return False
+    stride = _strides(v)
+    if like is None:
+        return stride is not None
+    return stride is not None and tuple(v.shape) == tuple(like.shape) and \
+        stride == tuple(like.stride)
 
 
 def _channel(v, c) -> bool:
@@ -105,14 +130,13 @@ def _forward(graph, node, position, outputs, op):
         return None
     out = node.slots[0]
     users = [u for u in out.users if u in position]
-    if out in outputs or len(users) != 1 or not _dense(out):
+    if out in outputs or len(users) != 1 or not _dense(out, x):
         return None
     u = users[0]
     residual, members = None, [u]
     if _elementwise(u, "add", 2, out.shape):
         others = [o.value for o in u.operands if o.value is not out]
-        if len(others) != 1 or not _dense(others[0]) or others[0].shape != out.shape or \
-                _depends(others[0], node):
+        if len(others) != 1 or not _dense(others[0], x) or _depends(others[0], node):
             return None
         residual = others[0]
         readers = [r for r in u.out.users if r in position]
@@ -125,7 +149,7 @@ def _forward(graph, node, position, outputs, op):
     elif not (_elementwise(u, "relu", 1, out.shape) and _reads(u, out)):
         return None
     final = u.out
-    if final.stride != ir.contiguous_strides(final.shape):
+    if not _dense(final, x):
         return None
     at = max(position[node], position.get(residual.producer, -1) if residual is not None else -1)
     later = [r for v in node.slots[1:] for r in v.users if r in position and r not in members]
@@ -138,6 +162,18 @@ def _forward(graph, node, position, outputs, op):
     return lib
 
 
+def _relayout(v, x, reader, outputs):
+    """Gives v x's layout when a pointwise kernel makes v for `reader` alone
+    (the gradient of a pooling expanded over a channels-last activation is
+    made contiguous): the fused call then reads it where it lies instead of
+    copying it into x's layout."""
+    p = v.producer if isinstance(v, Value) else None
+    if isinstance(p, Pointwise) and v.alias is None and v not in outputs and \
+            all(u is reader for u in v.users) and tuple(v.shape) == tuple(x.shape) and \
+            _dense(v) and _dense(x):
+        v.stride = tuple(x.stride)
+
+
 def _backward(graph, node, position, outputs, op):
     """native_batch_norm_backward(threshold_backward(dy, y, 0), ...) -> one
     call, or None."""
@@ -146,7 +182,7 @@ def _backward(graph, node, position, outputs, op):
         return None
     gm, x, w, rm, rv, sm, si, train, eps, mask = node.args
     if train is not True or list(mask) != [True, True, True] or not _dense(x) or \
-            not _dense(gm) or gm.shape != x.shape:
+            not _dense(gm, x):
         return None
     c = x.shape[1]
     if not _channel(w, c) or not _channel(sm, c) or not _channel(si, c):
@@ -165,7 +201,10 @@ def _backward(graph, node, position, outputs, op):
             len(x.shape))) for o in tb.operands):
         return None
     dy, y = (o.value for o in tb.operands)
-    if not (_dense(dy) and _dense(y) and dy.shape == x.shape and y.shape == x.shape):
+    if not _dense(y, x):
+        return None
+    _relayout(dy, x, tb, outputs)
+    if not _dense(dy, x):
         return None
     lib = _library(op, (dy, y, x, w, sm, si, keep), list(node.slots) + ([gm] if keep else []))
     lib.fused_relu = "batch_norm_relu_backward"

@@ -136,7 +136,35 @@ class Fuser:
                 self.place_pointwise(n)
             elif isinstance(n, Reduce):
                 self.place_reduce(n)
+        for k in self.units:
+            if isinstance(k, Kernel) and not k.reduces:
+                self.memory_order(k)
         return self
+
+    def memory_order(self, k):
+        """Pointwise kernel k's dims in the memory order of the first value
+        it stores that runs along all of them (largest stride outermost):
+        over channels-last tensors the kernel runs along the channels, one
+        flat run where every argument has that layout, instead of a run of
+        W strided elements at a time. Each element's arithmetic is the
+        same in any order."""
+        nd = len(k.dims)
+        if nd < 2:
+            return
+        for v in self.stored(k):
+            e = k.emb[v]
+            if v.stride is not None and sorted(x for x in e if x is not None) == list(range(nd)):
+                break
+        else:
+            return
+        stride = {x: v.stride[j] for j, x in enumerate(e) if x is not None}
+        order = sorted(range(nd), key=lambda d: -stride[d])
+        if order == list(range(nd)):
+            return
+        perm = {old: new for new, old in enumerate(order)}
+        for w, ew in k.emb.items():
+            k.emb[w] = tuple(None if x is None else perm[x] for x in ew)
+        k.dims = [k.dims[x] for x in order]
 
     def candidates(self, n):
         seen = []
