@@ -40,7 +40,7 @@ int loom_conv_winograd_weight_avx512(const loom_kernel_args *args, int64_t begin
   const loom_tensor *u = &args->tensors[0], *w = &args->tensors[1];
   const int flipped = args->scalars[0].i != 0;
   if (u->rank != 4 || w->rank != 4 || u->dtype != LOOM_FLOAT32 || w->dtype != LOOM_FLOAT32 ||
-      !wg_dense(u) || !wg_dense(w) || w->sizes[2] != 3 || w->sizes[3] != 3)
+      !wg_dense(u) || !wg_strided(w) || w->sizes[2] != 3 || w->sizes[3] != 3)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t m_n = flipped ? w->sizes[1] : w->sizes[0], k_n = flipped ? w->sizes[0] : w->sizes[1];
   const int64_t panels = (m_n + WG_MR - 1) / WG_MR;
@@ -49,8 +49,10 @@ int loom_conv_winograd_weight_avx512(const loom_kernel_args *args, int64_t begin
   const float *wd = (const float *)w->data;
   float *ud = (float *)u->data;
   /* A panel's 12 rows are vector lanes: row i's 3x3 taps are gathered
-   * rows_apart floats apart. */
-  const int64_t rows_apart = flipped ? 9 : k_n * 9;
+   * rows_apart floats apart (the weight's strides: dense or channels last). */
+  const int64_t m_step = flipped ? w->strides[1] : w->strides[0];
+  const int64_t k_step = flipped ? w->strides[0] : w->strides[1];
+  const int64_t rows_apart = m_step;
   if (rows_apart * WG_MR > INT32_MAX) return LOOM_ERROR_INVALID_ARGUMENT;
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i lanes = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int32_t)rows_apart));
@@ -65,12 +67,14 @@ int loom_conv_winograd_weight_avx512(const loom_kernel_args *args, int64_t begin
       for (int64_t kk = 0; kk < kn; ++kk) {
         const int64_t k = k0 + kk;
         /* tap (r, s) of row i: w[m][k][r][s], or w[k][m][2 - r][2 - s] */
-        const float *base = flipped ? wd + (k * m_n + p * WG_MR) * 9 : wd + (p * WG_MR * k_n + k) * 9;
+        const float *base = wd + k * k_step + p * WG_MR * m_step;
         __m512 g[3][3], t[4][3];
         for (int r = 0; r < 3; ++r)
-          for (int s = 0; s < 3; ++s)
+          for (int s = 0; s < 3; ++s) {
+            const int64_t tr = flipped ? 2 - r : r, ts = flipped ? 2 - s : s;
             g[r][s] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rows, lanes,
-                                               base + (flipped ? (2 - r) * 3 + 2 - s : r * 3 + s), 4);
+                                               base + tr * w->strides[2] + ts * w->strides[3], 4);
+          }
         for (int s = 0; s < 3; ++s) { /* G g */
           t[0][s] = g[0][s];
           t[1][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(g[0][s], g[1][s]), g[2][s]));
@@ -146,6 +150,46 @@ static inline void wg_put(float *dst, const float *row, int64_t n) {
   }
 }
 
+/* The output tiles of a block, channels [o_lo, o_lo + o_n) of image n
+ * (m: their products, channel l's at m + l * WG_T, elements WG_MS apart),
+ * into a channels-last out: 16 channels' rows at a time, turned by 16 x 16
+ * transposes into runs of channels at each position, where a channel at a
+ * time wrote one float per position. */
+static void wg_store_channels_last(const loom_tensor *out, int64_t n, int64_t o_lo, int64_t o_n,
+                                   const float *m, const loom_tensor *bias, const wg_run *runs,
+                                   int64_t nruns, int64_t ho, int64_t wo) {
+  enum { ROW = 2 * WG_T + 16 }; /* a row of tiles' columns, and room for a last load past it */
+  _Alignas(64) float y[16][2][ROW];
+  float *img = (float *)out->data + n * out->strides[0] + o_lo;
+  const int64_t s2 = out->strides[2], s3 = out->strides[3];
+  for (int64_t l0 = 0; l0 < o_n; l0 += 16) {
+    const int64_t lanes = o_n - l0 < 16 ? o_n - l0 : 16;
+    const __mmask16 cm = (__mmask16)((1u << lanes) - 1u);
+    for (int64_t k = 0; k < lanes; ++k) {
+      const int64_t o = o_lo + l0 + k;
+      const float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
+      for (int h = 0; h < 2; ++h)
+        wg_output16(m + (l0 + k) * WG_T + 16 * h, WG_MS, bv, y[k][0] + 32 * h, y[k][1] + 32 * h);
+    }
+    for (int64_t r = 0; r < nruns; ++r)
+      for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
+        const int64_t x0 = 2 * runs[r].tx;
+        const int64_t x1 = x0 + 2 * runs[r].n < wo ? x0 + 2 * runs[r].n : wo;
+        float *row = img + (2 * runs[r].ty + dy) * s2 + l0;
+        for (int64_t xb = x0; xb < x1; xb += 16) {
+          const int64_t live = x1 - xb < 16 ? x1 - xb : 16;
+          const float *src = &y[0][dy][2 * runs[r].j + xb - x0];
+          __m512i v[16];
+          for (int64_t k = 0; k < 16; ++k)
+            v[k] = k < lanes ? _mm512_loadu_si512(src + k * 2 * ROW) : _mm512_setzero_si512();
+          loom_gemm_transpose16(v);
+          for (int64_t q = 0; q < live; ++q)
+            _mm512_mask_storeu_ps(row + (xb + q) * s3, cm, _mm512_castsi512_ps(v[q]));
+        }
+      }
+  }
+}
+
 int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (!wg_forward_fits(args)) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
@@ -193,6 +237,11 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
     /* the block's runs of tiles inside the output's tile rows */
     wg_run runs[WG_T];
     const int64_t nruns = wg_runs(q0, wq, tho, two, runs);
+    if (out->strides[1] == 1 && out->strides[3] != 1) {
+      const int64_t o_lo = p0 * WG_MR, o_n = m_n - o_lo < np * WG_MR ? m_n - o_lo : np * WG_MR;
+      wg_store_channels_last(out, n, o_lo, o_n, mt, bias, runs, nruns, ho, wo);
+      continue;
+    }
     for (int64_t p = 0; p < np; ++p)
       for (int64_t i = 0; i < WG_MR && (p0 + p) * WG_MR + i < m_n; ++i) {
         const int64_t o = (p0 + p) * WG_MR + i;

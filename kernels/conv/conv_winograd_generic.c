@@ -33,7 +33,7 @@ int loom_conv_winograd_weight_generic(const loom_kernel_args *args, int64_t begi
   const loom_tensor *u = &args->tensors[0], *w = &args->tensors[1];
   const int flipped = args->scalars[0].i != 0;
   if (u->rank != 4 || w->rank != 4 || u->dtype != LOOM_FLOAT32 || w->dtype != LOOM_FLOAT32 ||
-      !wg_dense(u) || !wg_dense(w) || w->sizes[2] != 3 || w->sizes[3] != 3)
+      !wg_dense(u) || !wg_strided(w) || w->sizes[2] != 3 || w->sizes[3] != 3)
     return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t m_n = flipped ? w->sizes[1] : w->sizes[0], k_n = flipped ? w->sizes[0] : w->sizes[1];
   const int64_t panels = (m_n + WG_MR - 1) / WG_MR;
@@ -48,10 +48,11 @@ int loom_conv_winograd_weight_generic(const loom_kernel_args *args, int64_t begi
         float g[3][3] = {{0}}, t[4][3];
         /* tap (r, s): w[m][k][r][s], or w[k][m][2 - r][2 - s]; rows past
          * the last output channel transform zeros */
+        const int64_t *st = w->strides;
         for (int r = 0; r < 3 && m < m_n; ++r)
           for (int s = 0; s < 3; ++s)
-            g[r][s] = flipped ? wd[(k * m_n + m) * 9 + (2 - r) * 3 + 2 - s]
-                              : wd[(m * k_n + k) * 9 + r * 3 + s];
+            g[r][s] = flipped ? wd[k * st[0] + m * st[1] + (2 - r) * st[2] + (2 - s) * st[3]]
+                              : wd[m * st[0] + k * st[1] + r * st[2] + s * st[3]];
         for (int s = 0; s < 3; ++s) { /* G g */
           t[0][s] = g[0][s];
           t[1][s] = 0.5f * ((g[0][s] + g[1][s]) + g[2][s]);
@@ -182,7 +183,7 @@ int loom_conv_winograd_wgrad_finish_kernel(const loom_kernel_args *args, int64_t
   if (args->num_tensors < 2) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *dw = &args->tensors[0], *part = &args->tensors[1];
   if (dw->rank != 4 || part->rank != 4 || dw->dtype != LOOM_FLOAT32 ||
-      part->dtype != LOOM_FLOAT32 || !wg_dense(dw) || !wg_dense(part) || part->sizes[1] != WG_E ||
+      part->dtype != LOOM_FLOAT32 || !wg_strided(dw) || !wg_dense(part) || part->sizes[1] != WG_E ||
       dw->sizes[0] != part->sizes[2] || dw->sizes[1] != part->sizes[3] || dw->sizes[2] != 3 ||
       dw->sizes[3] != 3 || part->sizes[3] > LOOM_CONV_WINOGRAD_MAX_K)
     return LOOM_ERROR_INVALID_ARGUMENT;
@@ -209,11 +210,14 @@ int loom_conv_winograd_wgrad_finish_kernel(const loom_kernel_args *args, int64_t
         t[1][j] = 0.5f * (s4[1][j] - s4[2][j]);
         t[2][j] = 0.5f * (s4[1][j] + s4[2][j]) + s4[3][j];
       }
-      float *w = wd + (o * k_n + k) * 9;
+      /* written through dw's strides: dense, or channels last as the
+       * weight it is the gradient of */
+      float *w = wd + o * dw->strides[0] + k * dw->strides[1];
+      const int64_t rs = dw->strides[2], cs = dw->strides[3];
       for (int r = 0; r < 3; ++r) { /* (G^T S) G */
-        w[r * 3 + 0] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
-        w[r * 3 + 1] = 0.5f * (t[r][1] - t[r][2]);
-        w[r * 3 + 2] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
+        w[r * rs] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
+        w[r * rs + cs] = 0.5f * (t[r][1] - t[r][2]);
+        w[r * rs + 2 * cs] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
       }
     }
   }

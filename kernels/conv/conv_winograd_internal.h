@@ -34,6 +34,14 @@ static inline int wg_dense(const loom_tensor *t) {
   return 1;
 }
 
+/* Whether a rank-4 tensor's strides are all >= 0 (dense, channels last or
+ * any other layout a weight's elements are read or written through). */
+static inline int wg_strided(const loom_tensor *t) {
+  for (int i = 0; i < 4; ++i)
+    if (t->strides[i] < 0) return 0;
+  return 1;
+}
+
 /* Whether a weight-gradient launch's operands fit its contract, for either
  * variant: partial sums part [chunks, 16, M, K] (dense) over chunks of
  * `tchunk` tile positions, the phases of x [N, 4K, plane] and of dy

@@ -297,7 +297,8 @@ static void pad_zero_around(float *d, int64_t plane, int64_t wq, const pad_phase
 /* Items [begin, end) of "conv.pad" from a channels-last image (channels
  * contiguous): blocks of up to 32 channels of one image and phase at once,
  * each image position's channels read as one run and spread over their
- * planes, where a plane at a time read one element per cache line. */
+ * planes, where a plane at a time read one element per cache line; with
+ * AVX-512, by 16 x 16 transposes (loom_conv_pad_cl_planes_avx512). */
 static int pad_channels_last(const loom_tensor *dst, const loom_tensor *src, int64_t begin,
                              int64_t end, int64_t top, int64_t left, int64_t wq, int64_t sh,
                              int64_t sw) {
@@ -305,6 +306,7 @@ static int pad_channels_last(const loom_tensor *dst, const loom_tensor *src, int
   const int64_t phases = sh * sw, c_n = src->sizes[1], h_n = src->sizes[3], w_n = src->sizes[4];
   const int64_t plane = dst->sizes[2], ssh = src->strides[3], ssw = src->strides[4];
   const int64_t per_image = c_n * phases;
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
   for (int64_t n = begin / per_image; n * per_image < end; ++n)
     for (int64_t ph = 0; ph < phases; ++ph) {
       const pad_phase e = pad_phase_of(ph, top, left, sh, sw, h_n, w_n);
@@ -318,15 +320,20 @@ static int pad_channels_last(const loom_tensor *dst, const loom_tensor *src, int
       for (int64_t c0 = clo; c0 < chi; c0 += CB) {
         const int64_t cnt = chi - c0 < CB ? chi - c0 : CB;
         float *d[CB];
-        for (int64_t k = 0; k < cnt; ++k) {
+        const float *s = (const float *)src->data + n * src->strides[0] + c0;
+        const int64_t step = sw * ssw, w = e.j1 - e.j0;
+        for (int64_t k = 0; k < cnt; ++k)
           d[k] = (float *)dst->data + n * dst->strides[0] +
                  ((c0 + k) * phases + ph) * dst->strides[1];
-          pad_zero_around(d[k], plane, wq, &e);
+        if (avx512 && w > 0 && e.i1 > e.i0) {
+          loom_conv_pad_cl_planes_avx512(
+              d, cnt, plane, wq, e.i0, e.i1, e.j0, e.j1,
+              s + (e.i0 * sh + e.a - top) * ssh + (e.j0 * sw + e.b - left) * ssw, sh * ssh, step);
+          continue;
         }
-        const float *s = (const float *)src->data + n * src->strides[0] + c0;
+        for (int64_t k = 0; k < cnt; ++k) pad_zero_around(d[k], plane, wq, &e);
         /* a row's block of channels stays in L1 while each plane's row
          * is written in turn */
-        const int64_t step = sw * ssw, w = e.j1 - e.j0;
         for (int64_t i = e.i0; i < e.i1 && w > 0; ++i) {
           const float *sr = s + (i * sh + e.a - top) * ssh + (e.j0 * sw + e.b - left) * ssw;
           for (int64_t k = 0; k < cnt; ++k) {

@@ -2,11 +2,13 @@
  * accumulation into every other column (stride-2 convolutions), where each
  * destination element takes the one addition the scalar loop gives it, so
  * the bits are the same; the strided lanes of the flipped weight's pack;
- * the rows of a zero-padded copy; and im2col's every other 16-bit value. */
+ * the rows of a zero-padded copy, from NCHW or, by 16 x 16 transposes,
+ * from a channels-last image; and im2col's every other 16-bit value. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kernels/conv/im2col_internal.h"
+#include "kernels/gemm/transpose_avx512.h"
 
 void loom_col2im_add_stride2_avx512(float *d, int64_t d_row, const float *s, int64_t s_row,
                                     int64_t rows, int64_t n) {
@@ -83,6 +85,38 @@ int64_t loom_conv_pad_rows_avx512(float *d, int64_t wq, int64_t i0, int64_t i1, 
     from = i * wq + j1;
   }
   return from;
+}
+
+void loom_conv_pad_cl_planes_avx512(float *const *d, int64_t cnt, int64_t plane, int64_t wq,
+                                    int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                                    const float *s, int64_t s_row, int64_t step) {
+  const int64_t n = j1 - j0;
+  int64_t from = 0;
+  for (int64_t i = i0; i < i1; ++i, s += s_row) {
+    for (int64_t c0 = 0; c0 < cnt; c0 += 16) {
+      const __mmask16 cm = pad_mask(cnt - c0);
+      const int64_t lanes = cnt - c0 < 16 ? cnt - c0 : 16;
+      for (int64_t k = 0; k < lanes; ++k) pad_zeros(d[c0 + k] + from, i * wq + j0 - from);
+      for (int64_t j = 0; j < n; j += 16) {
+        /* 16 positions' runs of 16 channels -> 16 channels' runs of positions */
+        const int64_t live = n - j < 16 ? n - j : 16;
+        __m512i r[16];
+        for (int64_t q = 0; q < 16; ++q)
+          r[q] = q < live ? _mm512_castps_si512(_mm512_maskz_loadu_ps(cm, s + (j + q) * step + c0))
+                          : _mm512_setzero_si512();
+        loom_gemm_transpose16(r);
+        if (live == 16)
+          for (int64_t k = 0; k < lanes; ++k)
+            _mm512_storeu_ps(d[c0 + k] + i * wq + j0 + j, _mm512_castsi512_ps(r[k]));
+        else
+          for (int64_t k = 0; k < lanes; ++k)
+            _mm512_mask_storeu_ps(d[c0 + k] + i * wq + j0 + j, pad_mask(live),
+                                  _mm512_castsi512_ps(r[k]));
+      }
+    }
+    from = i * wq + j1;
+  }
+  for (int64_t k = 0; k < cnt; ++k) pad_zeros(d[k] + from, plane - from);
 }
 
 void loom_im2col_stride2_u16_avx512(uint16_t *d, const uint16_t *s, int64_t n) {

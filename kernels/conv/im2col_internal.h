@@ -26,6 +26,15 @@ void loom_conv_flip_lanes_avx512(float *d, int64_t dstep, const float *s, int64_
 int64_t loom_conv_pad_rows_avx512(float *d, int64_t wq, int64_t i0, int64_t i1, int64_t j0,
                                   int64_t j1, const float *s, int64_t s_row, int64_t sw);
 
+/* The planes d[0 .. cnt) of a zero-padded copy (plane floats each, rows
+ * wq wide) from a channels-last image: plane k's rows [i0, i1), columns
+ * [j0, j1) (both non-empty), get s[(i - i0) * s_row + (j - j0) * step + k]
+ * (channels contiguous, positions `step` apart), by 16 x 16 transposes;
+ * every other element is zero (AVX-512 CPUs only). */
+void loom_conv_pad_cl_planes_avx512(float *const *d, int64_t cnt, int64_t plane, int64_t wq,
+                                    int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                                    const float *s, int64_t s_row, int64_t step);
+
 /* d[i] = s[2i] for i < n, 16-bit values; reads s[0 .. 2n - 2] only
  * (AVX-512 CPUs only). */
 void loom_im2col_stride2_u16_avx512(uint16_t *d, const uint16_t *s, int64_t n);

@@ -141,6 +141,18 @@ static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w
     flipped_reference(&c, ref, mag);
   }
   weight(&c, loom_conv_winograd_weight_generic, flipped, u1);
+  { /* from the weight laid out channels last: the same transform */
+    const int64_t r = flipped ? k : m, q = flipped ? m : k;
+    float *wc = malloc(sizeof(float) * (size_t)(r * q * 9));
+    for (int64_t a = 0; a < r; ++a)
+      for (int64_t b = 0; b < q; ++b)
+        for (int64_t t = 0; t < 9; ++t) wc[(a * 9 + t) * q + b] = c.cc.w[(a * q + b) * 9 + t];
+    loom_tensor ts[2] = {u_of(&c, u0), t4(wc, r, q, 3, 3, 9 * q, 1, 3 * q, q)};
+    loom_scalar sc[1] = {{.i = flipped}};
+    run(loom_conv_winograd_weight_generic, ts, 2, sc, 1, c.panels);
+    CHECK_MSG(same(u0, u1, nu), "the weight transform of a channels-last weight differs");
+    free(wc);
+  }
   forward(&c, loom_conv_winograd_generic, u1, y1);
   CHECK_MSG(misses(y1, ref, mag, ny) == 0, "generic Winograd forward (k %ld m %ld) misses the reference",
         (long)k, (long)m);

@@ -137,8 +137,8 @@ static void check_errors(void) {
 /* "conv.pad" reads a channels-last image (one block of channels at a time)
  * into the planes it makes of the same image laid out NCHW, for any
  * chunking of its items. */
-static void check_pad(int64_t c, int64_t sh, int64_t sw) {
-  const int64_t n = 2, h = 9, w = 10, top = 1, left = 2, wq = (w + left + 1 + sw - 1) / sw;
+static void check_pad(int64_t c, int64_t sh, int64_t sw, int64_t w) {
+  const int64_t n = 2, h = 9, top = 1, left = 2, wq = (w + left + 1 + sw - 1) / sw;
   const int64_t phases = sh * sw, plane = ((h + top + 1 + sh - 1) / sh) * wq + 5;
   const int64_t numel = n * c * h * w, items = n * c * phases;
   float *nchw = malloc(sizeof(float) * numel), *nhwc = malloc(sizeof(float) * numel);
@@ -158,8 +158,8 @@ static void check_pad(int64_t c, int64_t sh, int64_t sw) {
     loom_tensor t1[2] = {dense(p1, LOOM_FLOAT32, 3, psz), tensor(nhwc, LOOM_FLOAT32, 5, sz, s1)};
     CHECK(run_chunks(loom_conv_pad_kernel, t1, 2, sc, 5, items, grain) == 0);
     CHECK_MSG(memcmp(p0, p1, sizeof(float) * items * plane) == 0,
-              "conv.pad from channels last (c %ld, stride %ldx%ld, grain %ld) differs", (long)c,
-              (long)sh, (long)sw, (long)grain);
+              "conv.pad from channels last (c %ld, stride %ldx%ld, w %ld, grain %ld) differs",
+              (long)c, (long)sh, (long)sw, (long)w, (long)grain);
   }
   free(nchw), free(nhwc), free(p0), free(p1);
 }
@@ -176,8 +176,13 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     for (int cl = 0; cl < 2; ++cl) check_case(cases[i], cl);
   check_errors();
-  check_pad(5, 1, 1);
-  check_pad(40, 2, 2);
-  check_pad(33, 1, 2);
+  check_pad(5, 1, 1, 10);
+  check_pad(40, 2, 2, 10);
+  check_pad(33, 1, 2, 10);
+  /* rows of 16 positions and more (whole and partial blocks of the
+   * transposes), a stride of 3 */
+  check_pad(19, 1, 1, 37);
+  check_pad(48, 2, 2, 45);
+  check_pad(17, 3, 3, 50);
   TEST_MAIN_END();
 }

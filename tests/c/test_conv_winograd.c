@@ -27,6 +27,24 @@ static loom_tensor dense(void *data, int rank, const int64_t *sizes) {
   return t;
 }
 
+/* t with channels-last strides: (N, C, H, W) as (N, H, W, C) in memory, or
+ * rank 5 (N, C, 1, H, W) likewise. */
+static loom_tensor channels_last(loom_tensor t) {
+  const int64_t c = t.sizes[1], h = t.sizes[t.rank - 2], w = t.sizes[t.rank - 1];
+  t.strides[0] = c * h * w, t.strides[1] = 1;
+  t.strides[t.rank - 1] = c, t.strides[t.rank - 2] = w * c;
+  if (t.rank == 5) t.strides[2] = h * w * c;
+  return t;
+}
+
+/* NCHW src (n, c, h, w) laid out channels last into dst. */
+static void to_channels_last(float *dst, const float *src, int64_t n, int64_t c, int64_t h,
+                             int64_t w) {
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < h * w; ++i) dst[(b * h * w + i) * c + ch] = src[(b * c + ch) * h * w + i];
+}
+
 /* Runs fn over [0, range) in pieces of `grain` items. */
 static void run(loom_kernel_fn fn, loom_tensor *ts, int nt, loom_scalar *sc, int ns,
                 int64_t range, int64_t grain) {
@@ -102,6 +120,31 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
             (long)n, (long)k, (long)m, (long)h, (long)w, (long)p, flipped, bad, worst);
   CHECK(bad == 0);
 
+  /* Channels last: the image padded from its channels-last copy, the
+   * weight transformed from it, and the output written in it, give the
+   * same bits as NCHW. */
+  float *xc = malloc(sizeof(float) * n * k * h * w), *wc = malloc(sizeof(float) * m * k * 9);
+  float *xp2 = malloc(sizeof(float) * n * 4 * k * plane), *u2 = malloc(sizeof(float) * 16 * panels * k * MR);
+  float *y3 = malloc(sizeof(float) * n * m * ho * wo), *y4 = malloc(sizeof(float) * n * m * ho * wo);
+  to_channels_last(xc, x, n, k, h, w);
+  to_channels_last(wc, wt, ws[0], ws[1], 3, 3);
+  for (int64_t i = 0; i < n * 4 * k * plane; ++i) xp2[i] = 7.0f;
+  loom_tensor cpts[2] = {dense(xp2, 3, ps), channels_last(dense(xc, 5, xs))};
+  run(loom_conv_pad_kernel, cpts, 2, psc, 5, n * 4 * k, 7);
+  CHECK(memcmp(xp, xp2, sizeof(float) * n * 4 * k * plane) == 0);
+  loom_tensor cwts[2] = {dense(u2, 4, us), channels_last(dense(wc, 4, ws))};
+  run(loom_conv_winograd_weight_kernel, cwts, 2, wsc, 1, panels, 1);
+  CHECK(memcmp(u, u2, sizeof(float) * 16 * panels * k * MR) == 0);
+  loom_tensor cts[4] = {channels_last(dense(y3, 4, os)), dense(u2, 4, us), dense(xp2, 3, ps),
+                        dense(bias, 1, bs)};
+  run(loom_conv_winograd_kernel, cts, with_bias ? 4 : 3, sc, 2, items, items);
+  to_channels_last(y4, y1, n, m, ho, wo);
+  CHECK(memcmp(y3, y4, sizeof(float) * n * m * ho * wo) == 0);
+  cts[0].data = y4;
+  run(loom_conv_winograd_kernel, cts, with_bias ? 4 : 3, sc, 2, items, 1);
+  CHECK(memcmp(y3, y4, sizeof(float) * n * m * ho * wo) == 0);
+  free(xc), free(wc), free(xp2), free(u2), free(y3), free(y4);
+
   /* a grid one tile too narrow is refused */
   loom_scalar narrow[2] = {{.i = two}, {.i = gpos}};
   loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = ts,
@@ -147,6 +190,14 @@ static void check_wgrad(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, i
   fts[0].data = dw2;
   run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, 3);
   CHECK(memcmp(dw1, dw2, sizeof(float) * m * k * 9) == 0); /* the split changes nothing */
+  /* written channels last, as the gradient of a channels-last weight: the
+   * same values */
+  float *dw3 = malloc(sizeof(float) * m * k * 9);
+  fts[0] = channels_last(dense(dw3, 4, dws));
+  run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, 3);
+  to_channels_last(dw2, dw1, m, k, 3, 3);
+  CHECK(memcmp(dw2, dw3, sizeof(float) * m * k * 9) == 0);
+  free(dw3);
   int bad = 0;
   double worst = 0.0;
   for (int64_t o = 0; o < m; ++o)
@@ -191,6 +242,10 @@ int main(void) {
   /* the input gradient's flipped weight */
   check(2, 20, 17, 13, 15, 1, 0, 1);
   check(1, 140, 30, 8, 8, 1, 0, 1);
+  /* rows of more than 16 positions per phase (the channels-last pad's
+   * transposes in several column blocks), channels not a multiple of 16 */
+  check(2, 21, 19, 5, 37, 1, 1, 0);
+  check(1, 35, 40, 6, 70, 1, 0, 1);
   /* weight gradients: one chunk; several chunks, two channel groups each
    * way (m > 96, k > 64) with partial panels; odd sizes, no padding */
   check_wgrad(1, 5, 7, 7, 9, 1, 32);

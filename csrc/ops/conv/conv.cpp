@@ -202,6 +202,17 @@ void conv_forward_implicit(const Tensor& out, const Tensor& input, const Tensor&
 
 namespace conv {
 
+std::pair<Tensor, loom_conv_forward_plan> plan_with_weight(const Tensor& out,
+                                                           const Tensor& input,
+                                                           const Tensor& weight, const Geom& g,
+                                                           int64_t groups, int64_t flags,
+                                                           const char* op) {
+  const loom_conv_forward_plan p = plan_forward(out, input, weight, g, groups, flags, op);
+  if (p.path == LOOM_CONV_PATH_WINOGRAD || weight.is_contiguous()) return {weight, p};
+  const Tensor wc = weight.contiguous();
+  return {wc, plan_forward(out, input, wc, g, groups, flags, op)};
+}
+
 void conv_forward_planned(const Tensor& out, const Tensor& input, const Tensor& weight,
                           const Tensor& bias, const Geom& g, int64_t groups,
                           const loom_conv_forward_plan& p, const char* op, bool flipped) {
@@ -242,12 +253,11 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
                     const Tensor& bias, const Geom& g, int64_t groups,
                     std::vector<int64_t> out_sizes, const char* op,
                     at::MemoryFormat fmt = at::MemoryFormat::Contiguous) {
-  Tensor weight = weight_in.contiguous();
-  int64_t n = input.size(0), c = input.size(1), o = weight.size(0);
+  int64_t n = input.size(0), c = input.size(1), o = weight_in.size(0);
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
   Tensor out = at::empty(out_sizes, input.options().memory_format(fmt));
   if (out.numel() == 0) return out;
-  const loom_conv_forward_plan p = plan_forward(out, input, weight, g, groups, 0, op);
+  const auto [weight, p] = plan_with_weight(out, input, weight_in, g, groups, 0, op);
   if ((p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_COL ||
        p.path == LOOM_CONV_PATH_IMPLICIT) &&
       nhwc_col_fits(input, weight_in, groups, g, fmt)) {
@@ -364,8 +374,7 @@ loom_conv_input_grad_plan plan_input_grad(const Tensor& gi, const Tensor& dy, co
 // that weight straight from w.
 void input_grad_flipped(const Tensor& gi, const Tensor& dy, const Tensor& w, const Geom& g2,
                         int64_t groups, const char* op) {
-  const Tensor wc = w.contiguous();
-  const loom_conv_forward_plan p = plan_forward(gi, dy, wc, g2, groups, LOOM_CONV_FLIPPED, op);
+  const auto [wc, p] = plan_with_weight(gi, dy, w, g2, groups, LOOM_CONV_FLIPPED, op);
   conv_forward_planned(gi, dy, wc, Tensor(), g2, groups, p, op, /*flipped=*/true);
 }
 
@@ -564,7 +573,9 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
         if (!rows && (p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_PHASES) &&
             !gi.is_contiguous())
           gd = at::empty(input.sizes(), input.options());
-        const Tensor w = rows ? weight : weight.contiguous();
+        // the flipped forward makes the weight contiguous where its path needs it
+        const Tensor w =
+            rows || p.path == LOOM_CONV_PATH_FLIPPED ? weight : weight.contiguous();
         if (rows) {
           input_grad_nhwc_col(gi, dy, weight, g, fmt, op);
         } else if (p.path == LOOM_CONV_PATH_GEMM) {
@@ -613,7 +624,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
         } else if (p.path == LOOM_CONV_PATH_NHWC) {
           gw = conv_weight_grad_nhwc(dense(), input, w_sizes, g, p, op);
         } else if (p.path == LOOM_CONV_PATH_WINOGRAD) {
-          gw = conv_weight_grad_winograd(dy, input, w_sizes, p, op);
+          gw = conv_weight_grad_winograd(dy, input, w_sizes, p, op, Tensor(), fmt);
         } else if (p.path == LOOM_CONV_PATH_PADDED) {
           gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, p, op);
         } else {

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -67,6 +68,15 @@ loom_conv_forward_plan plan_forward(const at::Tensor& out, const at::Tensor& inp
                                     const at::Tensor& weight, const Geom& g, int64_t groups,
                                     int64_t flags, const char* op);
 
+// The forward's plan and the weight its path reads: `weight` itself for
+// Winograd (through its strides: contiguous or channels last), else
+// `weight` contiguous (planned again when that is a copy).
+std::pair<at::Tensor, loom_conv_forward_plan> plan_with_weight(const at::Tensor& out,
+                                                               const at::Tensor& input,
+                                                               const at::Tensor& weight,
+                                                               const Geom& g, int64_t groups,
+                                                               int64_t flags, const char* op);
+
 // The forward into `out` by the plan's implicit, padded-row, Winograd or
 // channels-last path. With `flipped`, the convolution's weight is the
 // flipped form of `weight` (channels swapped, taps reversed: a stride-1
@@ -106,10 +116,12 @@ void conv_forward_winograd(const at::Tensor& out, const at::Tensor& input,
                            const at::Tensor& weight, const at::Tensor& bias,
                            const loom_conv_forward_plan& p, const char* op, bool flipped,
                            const at::Tensor& planes = {});
+// (Its result is laid out in `fmt`: the finish writes it through its strides.)
 at::Tensor conv_weight_grad_winograd(const at::Tensor& dy, const at::Tensor& input,
                                      const std::vector<int64_t>& w_sizes,
                                      const loom_conv_weight_grad_plan& p, const char* op,
-                                     const at::Tensor& planes = {});
+                                     const at::Tensor& planes = {},
+                                     at::MemoryFormat fmt = at::MemoryFormat::Contiguous);
 
 // The channels-last padded copy of `input` (N, C, H, W) for the kernels
 // of loom/kernels/conv_nhwc.h: `top` rows and `left` columns of zeros

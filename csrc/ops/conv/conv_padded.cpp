@@ -126,7 +126,7 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
 Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
                                  const std::vector<int64_t>& w_sizes,
                                  const loom_conv_weight_grad_plan& p, const char* op,
-                                 const Tensor& planes) {
+                                 const Tensor& planes, at::MemoryFormat fmt) {
   const int64_t m = dy.size(1), k = input.size(1);
   Tensor xp = planes.defined() ? planes
                                : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
@@ -136,7 +136,7 @@ Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
   loom_scalar sc[3] = {scalar_i(p.wq), scalar_i(p.positions), scalar_i(p.chunk)};
   launch(op, LOOM_KERNEL("conv.winograd.weight_grad"), ts, sc, p.range, 1, -1,
          conv_flops(dy.numel(), k * 9));
-  Tensor gw = at::empty(w_sizes, input.options());
+  Tensor gw = at::empty(w_sizes, input.options().memory_format(fmt));
   loom_tensor fts[2] = {describe(gw.view({m, k, 3, 3}), op), describe(part, op)};
   launch(op, LOOM_KERNEL("conv.winograd.weight_grad_finish"), fts,
          c10::ArrayRef<loom_scalar>(), m, p.finish_grain);

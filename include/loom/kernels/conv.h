@@ -289,7 +289,7 @@ enum {
  * e of G g G^T for output channel m = MR p + i and input channel k (zero
  * for m past the last).
  * tensors: [0] U (16, ceil(M / MR), K, MR) contiguous fp32, [1] w (O, C,
- * 3, 3) contiguous fp32. scalars: [0].i flipped: 0, the convolution's
+ * 3, 3) fp32, any strides >= 0 (contiguous or channels last). scalars: [0].i flipped: 0, the convolution's
  * weight is w (M = O, K = C); 1, it is w with channels swapped and taps
  * reversed (M = C, K = O), the stride-1 input gradient's.
  * range: ceil(M / MR) (one panel per item).
@@ -319,8 +319,8 @@ enum {
  * >= ceil(ho / 2) wq, [2] tchunk, a multiple of TILES.
  * range: chunks * ceil(M / WG_M) * ceil(K / WG_K).
  *
- * "conv.winograd.weight_grad_finish": dW (M, K, 3, 3) contiguous fp32 =
- * G^T (P's chunks summed in order) G; K <= LOOM_CONV_WINOGRAD_MAX_K.
+ * "conv.winograd.weight_grad_finish": dW (M, K, 3, 3) fp32, any strides
+ * >= 0 (contiguous or channels last) = G^T (P's chunks summed in order) G; K <= LOOM_CONV_WINOGRAD_MAX_K.
  * tensors: [0] dW, [1] P as above. range: M (one output channel per item). */
 enum { LOOM_CONV_WINOGRAD_MAX_K = 4096 };
 
