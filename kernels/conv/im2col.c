@@ -294,6 +294,19 @@ static void pad_zero_around(float *d, int64_t plane, int64_t wq, const pad_phase
   memset(d + from, 0, (size_t)(plane - from) * sizeof(float));
 }
 
+/* Asks for the lines of [p, p + bytes) (for writing with `write`), if
+ * they fit the L2 of the CPUs the kernels run on (1 MB and more) with room
+ * to spare; a hint, which changes no value. */
+static void prefetch_run(const char *p, int64_t bytes, int write) {
+  if (bytes > (int64_t)(384 << 10)) return;
+  for (int64_t o = 0; o < bytes; o += 64) {
+    if (write)
+      __builtin_prefetch(p + o, 1, 2);
+    else
+      __builtin_prefetch(p + o, 0, 2);
+  }
+}
+
 /* Items [begin, end) of "conv.pad" from a channels-last image (channels
  * contiguous): blocks of up to 32 channels of one image and phase at once,
  * each image position's channels read as one run and spread over their
@@ -307,7 +320,14 @@ static int pad_channels_last(const loom_tensor *dst, const loom_tensor *src, int
   const int64_t plane = dst->sizes[2], ssh = src->strides[3], ssw = src->strides[4];
   const int64_t per_image = c_n * phases;
   const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
-  for (int64_t n = begin / per_image; n * per_image < end; ++n)
+  for (int64_t n = begin / per_image; n * per_image < end; ++n) {
+    /* The phases read every sh-th row and sw-th position and write 32
+     * planes at once: patterns the hardware prefetchers follow badly from
+     * memory (CL at batch 32 of 32x32x32, the caches flushed: 2.9x NCHW's
+     * time). The image and its planes, when they fit the L2, are asked
+     * for up front as two sequential streams. */
+    prefetch_run((const char *)src->data + n * src->strides[0] * 4, h_n * ssh * 4, 0);
+    prefetch_run((const char *)dst->data + n * dst->strides[0] * 4, dst->strides[0] * 4, 1);
     for (int64_t ph = 0; ph < phases; ++ph) {
       const pad_phase e = pad_phase_of(ph, top, left, sh, sw, h_n, w_n);
       if (e.j1 > wq || (e.i1 > e.i0 && e.j1 > e.j0 && (e.i1 - 1) * wq + e.j1 > plane))
@@ -344,6 +364,7 @@ static int pad_channels_last(const loom_tensor *dst, const loom_tensor *src, int
         }
       }
     }
+  }
   return 0;
 }
 

@@ -70,6 +70,15 @@ int loom_im2col_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t
   return 0;
 }
 
+/* dst[ch * stride] += src[ch] for ch < c. */
+static void nhwc_add(float *dst, int64_t stride, const float *src, int64_t c) {
+  if (stride == 1) {
+    for (int64_t ch = 0; ch < c; ++ch) dst[ch] += src[ch];
+  } else {
+    for (int64_t ch = 0; ch < c; ++ch) dst[ch * stride] += src[ch];
+  }
+}
+
 int loom_col2im_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *img = &args->tensors[0], *col = &args->tensors[1];
@@ -85,9 +94,32 @@ int loom_col2im_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t
     float *dst = (float *)img->data + n * st[0] + x[0] * st[2] + x[1] * st[3] + x[2] * st[4];
     for (int64_t ch = 0; ch < c; ++ch) dst[ch * st[1]] = 0.0f;
     /* Taps in fixed (kd, kh, kw) order: output position o reads x at tap t
-     * when o * s - p + t * d == x. */
+     * when o * s - p + t * d == x, axis by axis; each axis's taps that
+     * reach x are found once per position (a window's taps along an axis
+     * are at most NHWC_TAPS; wider ones take the same test per tap). */
+    enum { NHWC_TAPS = 16 };
+    int64_t kv[3][NHWC_TAPS], ov[3][NHWC_TAPS], nv[3] = {0, 0, 0};
+    int wide = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (g.k[i] > NHWC_TAPS) {
+        wide = 1;
+        break;
+      }
+      for (int64_t k = 0; k < g.k[i]; ++k) {
+        const int64_t v = x[i] + g.p[i] - k * g.d[i];
+        if (v >= 0 && v % g.s[i] == 0 && v / g.s[i] < g.o[i])
+          kv[i][nv[i]] = k, ov[i][nv[i]++] = v / g.s[i];
+      }
+    }
+    for (int64_t a = 0; !wide && a < nv[0]; ++a)
+      for (int64_t b = 0; b < nv[1]; ++b)
+        for (int64_t e = 0; e < nv[2]; ++e) {
+          const int64_t t = (kv[0][a] * g.k[1] + kv[1][b]) * g.k[2] + kv[2][e];
+          const int64_t row = n * g.len + (ov[0][a] * g.o[1] + ov[1][b]) * g.o[2] + ov[2][e];
+          nhwc_add(dst, st[1], (const float *)col->data + row * col->strides[0] + t * c, c);
+        }
     int64_t t = 0;
-    for (int64_t kd = 0; kd < g.k[0]; ++kd)
+    for (int64_t kd = 0; wide && kd < g.k[0]; ++kd)
       for (int64_t kh = 0; kh < g.k[1]; ++kh)
         for (int64_t kw = 0; kw < g.k[2]; ++kw, ++t) {
           const int64_t kt[3] = {kd, kh, kw};
@@ -99,12 +131,7 @@ int loom_col2im_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t
           }
           if (!ok) continue;
           const int64_t row = n * g.len + (o[0] * g.o[1] + o[1]) * g.o[2] + o[2];
-          const float *src = (const float *)col->data + row * col->strides[0] + t * c;
-          if (st[1] == 1) {
-            for (int64_t ch = 0; ch < c; ++ch) dst[ch] += src[ch];
-          } else {
-            for (int64_t ch = 0; ch < c; ++ch) dst[ch * st[1]] += src[ch];
-          }
+          nhwc_add(dst, st[1], (const float *)col->data + row * col->strides[0] + t * c, c);
         }
   }
   return 0;

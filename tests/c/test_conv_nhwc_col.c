@@ -172,6 +172,7 @@ int main(void) {
       {1, 3, 1, 9, 7, {1, 3, 2}, {1, 1, 3}, {0, 2, 1}, {1, 2, 1}},  /* dilated, uneven */
       {2, 4, 5, 6, 5, {3, 2, 3}, {2, 1, 2}, {1, 0, 1}, {1, 1, 2}},  /* 3-d */
       {1, 17, 1, 5, 5, {1, 5, 5}, {1, 3, 3}, {0, 2, 2}, {1, 1, 1}}, /* window past the image */
+      {2, 3, 1, 4, 21, {1, 2, 17}, {1, 1, 2}, {0, 1, 3}, {1, 1, 1}}, /* more than 16 taps a row */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     for (int cl = 0; cl < 2; ++cl) check_case(cases[i], cl);
