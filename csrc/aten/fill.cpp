@@ -35,6 +35,14 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     });
   }
   loom_tensor t = describe(self, "fill_");
+  // A dense tensor in another dimension order (channels last, a permuted
+  // view) is still one run of memory, and every element takes the same
+  // value: filled as that run, not element by element at its strides.
+  if (self.dim() > 1 && !self.is_contiguous() && self.is_non_overlapping_and_dense()) {
+    t.rank = 1;
+    t.sizes[0] = self.numel();
+    t.strides[0] = 1;
+  }
   launch("fill_", LOOM_KERNEL("fill.strided"), {&t, 1}, {s, n}, self.numel(),
          LOOM_FILL_GRAIN, -1, LaunchInfo{0, /*fill=*/true});
   return self;
