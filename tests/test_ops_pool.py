@@ -93,6 +93,34 @@ def test_max_pool2d_nan_and_ties():
         assert torch.equal(li.cpu(), i)
 
 
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_pool2d_rows_of_every_width(stride):
+    """Rows of 1 to 70 columns (the vector loops take 16 output columns at a
+    time, reading up to 32 input columns per tap), windows over both edges:
+    max values and indices equal the CPU's bit for bit (ties keep the first
+    tap, a NaN wins), averages equal its sums."""
+    g = torch.Generator().manual_seed(stride)
+    windows = (dict(kernel_size=3, padding=1), dict(kernel_size=2),
+               dict(kernel_size=3, padding=1, dilation=2), dict(kernel_size=(1, 5), padding=(0, 2)))
+    for w in range(1, 71):
+        x = torch.randint(0, 4, (2, 3, 5, w), generator=g).float()
+        x[0, 1, 2, w // 2] = x[1, 2, 4, w - 1] = float("nan")
+        r = torch.randn(2, 3, 5, w, generator=g)
+        for kw in windows:
+            k = kw["kernel_size"] if isinstance(kw["kernel_size"], int) else kw["kernel_size"][1]
+            pad = kw.get("padding", 0)
+            pad = pad if isinstance(pad, int) else pad[1]
+            if w + 2 * pad < kw.get("dilation", 1) * (k - 1) + 1:
+                continue
+            o, i = F.max_pool2d(x, stride=stride, return_indices=True, **kw)
+            lo, li = F.max_pool2d(x.to("loom"), stride=stride, return_indices=True, **kw)
+            torch.testing.assert_close(lo.cpu(), o, rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(li.cpu(), i), (w, kw)
+            if "dilation" not in kw:
+                a = F.avg_pool2d(r, stride=stride, **kw)
+                torch.testing.assert_close(F.avg_pool2d(r.to("loom"), stride=stride, **kw).cpu(), a)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kw", [
     dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
