@@ -92,6 +92,39 @@ def test_conv_channels_last_forward_and_backward_make_no_activation_copy(kw):
         torch.testing.assert_close(l.cpu(), c, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("size", [5, 14], ids=["rows", "winograd"])
+def test_conv_channels_last_3x3_copies_no_weight(size):
+    # A channels-last 3x3 stride-1 window copies nothing, weight included:
+    # Winograd's transform reads the weight where it lies and its gradient
+    # is written channels last; where Winograd does not pay (a small image:
+    # fewer than half the tiles' outputs are the image's) the forward and
+    # the input gradient are GEMMs of channels-last rows, not the implicit
+    # GEMM that wants the weight contiguous and writes NCHW.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 32, size, size, generator=g).contiguous(memory_format=CL)
+    w = torch.randn(48, 32, 3, 3, generator=g).contiguous(memory_format=CL)
+    go_cpu = torch.randn(6, 48, size, size, generator=torch.Generator().manual_seed(1))
+    go_cpu = go_cpu.contiguous(memory_format=CL)
+    res = {}
+    for dev in ("cpu", "loom"):
+        xd, wd = x.to(dev).detach().requires_grad_(), w.to(dev).detach().requires_grad_()
+        go, out = go_cpu.to(dev), {}
+
+        def step():
+            out["y"] = F.conv2d(xd, wd, padding=1)
+            out["y"].backward(go)
+
+        if dev == "loom":
+            copies = _copies(step)
+            assert not copies, copies
+        else:
+            step()
+        res[dev] = (out["y"], xd.grad, wd.grad)
+    for c, l in zip(res["cpu"], res["loom"]):
+        assert l.stride() == c.stride()
+        torch.testing.assert_close(l.cpu(), c, rtol=1e-4, atol=1e-4)
+
+
 class _Block(torch.nn.Module):
     """A ResNet block with a strided 3x3 window and a 1x1 shortcut."""
 

@@ -257,13 +257,14 @@ Tensor conv_forward(const Tensor& input, const Tensor& weight_in,
   int64_t cg = c / groups, og = o / groups, ck = cg * g.taps(), len = g.positions();
   Tensor out = at::empty(out_sizes, input.options().memory_format(fmt));
   if (out.numel() == 0) return out;
-  const auto [weight, p] = plan_with_weight(out, input, weight_in, g, groups, 0, op);
-  if ((p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_COL ||
-       p.path == LOOM_CONV_PATH_IMPLICIT) &&
+  const loom_conv_forward_plan p0 = plan_forward(out, input, weight_in, g, groups, 0, op);
+  if ((p0.path == LOOM_CONV_PATH_GEMM || p0.path == LOOM_CONV_PATH_COL ||
+       p0.path == LOOM_CONV_PATH_IMPLICIT) &&
       nhwc_col_fits(input, weight_in, groups, g, fmt)) {
-    conv_forward_nhwc_col(out, input, weight_in, bias, g, fmt, op);
+    conv_forward_nhwc_col(out, input, weight_in, bias, g, fmt, op);  // reads the weight in place
     return out;
   }
+  const auto [weight, p] = plan_with_weight(out, input, weight_in, g, groups, 0, op);
   if (p.path != LOOM_CONV_PATH_GEMM && p.path != LOOM_CONV_PATH_COL) {
     conv_forward_planned(out, input, weight, bias, g, groups, p, op, /*flipped=*/false);
     return out;
@@ -568,8 +569,17 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
       Tensor gd = gi;
       if (gi.numel() > 0 && dy.numel() > 0) {
         const loom_conv_input_grad_plan p = plan_input_grad(gi, dy, g, groups, 0, op);
-        const bool rows = (p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_COL) &&
-                          nhwc_col_fits(input, weight, groups, g, fmt);
+        // channels-last rows where the NCHW path gathers col (and, for
+        // the flipped weight's forward, where that is not Winograd's,
+        // which reads and writes channels last itself: the implicit
+        // forward would copy the weight and write gi NCHW, then copy it)
+        const bool fits = nhwc_col_fits(input, weight, groups, g, fmt);
+        const bool rows =
+            fits && (p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_COL ||
+                     (p.path == LOOM_CONV_PATH_FLIPPED &&
+                      plan_forward(gi, dy, weight, Geom::of(p.geometry), groups,
+                                   LOOM_CONV_FLIPPED, op)
+                              .path != LOOM_CONV_PATH_WINOGRAD));
         if (!rows && (p.path == LOOM_CONV_PATH_GEMM || p.path == LOOM_CONV_PATH_PHASES) &&
             !gi.is_contiguous())
           gd = at::empty(input.sizes(), input.options());
