@@ -97,3 +97,56 @@ def test_strided_heads_launch_no_copies():
     go = torch.randn(B, T, H, D, device="loom").transpose(1, 2)
     bwd = device_kernels(lambda: torch.autograd.grad(o, (q, k, v), go))
     assert bwd and all(n.startswith("attention.") for n in bwd), bwd
+
+
+def _backward_into(q, k, v, g, causal, buf, dim):
+    """loom::sdpa_backward_into writing dq, dk, dv into the three slices of
+    buf along dim (viewed as heads, as split_heads views them), and the
+    reference: the aten backward's gradients."""
+    aten = torch.ops.aten
+    fwd = aten._scaled_dot_product_fused_attention_overrideable(q, k, v, None, 0.0, causal)
+    out, lse = fwd[0], fwd[1]
+    ref = aten._scaled_dot_product_fused_attention_overrideable_backward(
+        g, q, k, v, None, [True, True, True, False], out, lse, fwd[2], fwd[3], fwd[4], fwd[5],
+        0.0, causal, fwd[6], fwd[7])
+    heads = split_heads(buf, q.shape[1]) if dim == 2 else list(buf.unbind(dim))
+    torch.ops.loom.sdpa_backward_into(g, q, k, v, None, out, lse, causal, None, *heads)
+    return ref[:3], heads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES[:3])
+def test_backward_into_slices_of_one_buffer_is_the_backward_bit_for_bit(dtype, causal, shape):
+    # what the compiler calls instead of the backward and the cat of its
+    # gradients into the fused projection's gradient (compiler/attention.py)
+    B, T, H, D = shape
+    torch.manual_seed(5)
+    q, k, v = split_heads(torch.randn(B, T, 3 * H * D).to(dtype).to("loom"), H)
+    g = torch.randn(B, H, T, D).to(dtype).to("loom").transpose(1, 2).contiguous().transpose(1, 2)
+    for dim, buf in ((2, torch.full((B, T, 3 * H * D), float("nan"), dtype=dtype)),
+                     (0, torch.full((3, B, H, T, D), float("nan"), dtype=dtype))):
+        ref, heads = _backward_into(q, k, v, g, causal, buf.to("loom"), dim)
+        for got, want in zip(heads, ref):
+            assert torch.equal(got.cpu(), want.cpu())
+
+
+def test_backward_into_rejects_bad_gradient_tensors():
+    B, T, H, D = 2, 8, 2, 4
+    q, k, v = split_heads(torch.randn(B, T, 3 * H * D, device="loom"), H)
+    g = torch.randn(B, H, T, D, device="loom")
+    fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, k, v, None, 0.0, True)
+    out, lse = fwd[0], fwd[1]
+    into = torch.ops.loom.sdpa_backward_into
+    dq, dk, dv = (torch.empty(B, H, T, D, device="loom") for _ in range(3))
+    with pytest.raises(RuntimeError, match=r"loom::sdpa_backward_into: dk must be Float of size"):
+        into(g, q, k, v, None, out, lse, True, None, dq, dk[:, :1], dv)
+    with pytest.raises(RuntimeError, match=r"loom::sdpa_backward_into: dv must be Float"):
+        into(g, q, k, v, None, out, lse, True, None, dq, dk, dv.double())
+    with pytest.raises(RuntimeError, match="loom::sdpa_backward_into: expected dq on loom"):
+        into(g, q, k, v, None, out, lse, True, None, dq.cpu(), dk, dv)
+    with pytest.raises(RuntimeError, match="loom::sdpa_backward_into: dq overlaps itself"):
+        into(g, q, k, v, None, out, lse, True, None,
+             torch.empty(1, device="loom").expand(B, H, T, D), dk, dv)
+    with pytest.raises(RuntimeError, match="overlap|distinct"):
+        into(g, q, k, v, None, out, lse, True, None, dq, dq, dv)

@@ -4,6 +4,7 @@
 // heads, a mask that needs a gradient), so every call still has a path.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
@@ -220,27 +221,17 @@ sdpa_forward(const at::Tensor& query, const at::Tensor& key,
           c10::SymInt(L), c10::SymInt(S), scalar, scalar, at::Tensor()};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
-    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
-    const at::Tensor& value, const at::Tensor& bias,
-    std::array<bool, 4> grad_input_mask, const at::Tensor& out,
-    const at::Tensor& logsumexp, const at::Tensor& cum_seq_q,
-    const at::Tensor& cum_seq_k, c10::SymInt max_q, c10::SymInt max_k,
-    double dropout_p, bool is_causal, const at::Tensor& philox_seed,
-    const at::Tensor& philox_offset, std::optional<double> scale) {
-  static const char* op = "_scaled_dot_product_fused_attention_overrideable_backward";
-  TORCH_CHECK(dropout_p == 0.0, op, ": dropout is not supported by the loom kernel");
+// The backward's kernels: dq, dk, dv written where they lie (4-d operands:
+// any strides; else contiguous [..., n, d] rows, which flat3 views).
+void backward_kernels(const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
+                      const at::Tensor& value, const at::Tensor& bias, const at::Tensor& out,
+                      const at::Tensor& logsumexp, bool is_causal, std::optional<double> scale,
+                      const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv,
+                      const char* op) {
   const int64_t L = query.size(-2), S = key.size(-2);
   const at::Tensor q3 = heads(query), k3 = heads(key), v3 = heads(value);
   const at::Tensor mask = mask3(bias, query, S);
-  at::Tensor dq = output_like(query.sizes(), query);
-  at::Tensor dk = output_like(key.sizes(), key);
-  at::Tensor dv = output_like(value.sizes(), value);
   const int64_t BH = batch_heads(query);
-  if (BH == 0 || L == 0 || S == 0) {
-    dq = at::zeros_like(query), dk = at::zeros_like(key), dv = at::zeros_like(value);
-    return {dq, dk, dv, at::Tensor()};
-  }
   const at::Tensor go3 = heads(grad_out), o3 = heads(out);
   const at::Tensor lse2 = logsumexp.reshape({BH, L});
   at::Tensor delta = at::empty({BH, L}, query.options().dtype(lse_type(query)));
@@ -270,12 +261,87 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
                    : LOOM_KERNEL("attention.backward_kv"),
            t, s, p.backward_kv_range, p.backward_kv_grain, dev);
   }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
+    const at::Tensor& value, const at::Tensor& bias,
+    std::array<bool, 4> grad_input_mask, const at::Tensor& out,
+    const at::Tensor& logsumexp, const at::Tensor& cum_seq_q,
+    const at::Tensor& cum_seq_k, c10::SymInt max_q, c10::SymInt max_k,
+    double dropout_p, bool is_causal, const at::Tensor& philox_seed,
+    const at::Tensor& philox_offset, std::optional<double> scale) {
+  static const char* op = "_scaled_dot_product_fused_attention_overrideable_backward";
+  TORCH_CHECK(dropout_p == 0.0, op, ": dropout is not supported by the loom kernel");
+  at::Tensor dq = output_like(query.sizes(), query);
+  at::Tensor dk = output_like(key.sizes(), key);
+  at::Tensor dv = output_like(value.sizes(), value);
+  if (batch_heads(query) == 0 || query.size(-2) == 0 || key.size(-2) == 0) {
+    dq = at::zeros_like(query), dk = at::zeros_like(key), dv = at::zeros_like(value);
+    return {dq, dk, dv, at::Tensor()};
+  }
+  backward_kernels(grad_out, query, key, value, bias, out, logsumexp, is_causal, scale, dq, dk,
+                   dv, op);
   if (query.dim() == 4) return {dq, dk, dv, at::Tensor()};  // written in place
   return {in_meta_layout(dq, query), in_meta_layout(dk, key), in_meta_layout(dv, value),
           at::Tensor()};
 }
 
+// loom::sdpa_backward_into: the backward writing dq, dk, dv into tensors the
+// caller gives (for the compiler: views of one buffer, the gradient of the
+// fused projection the heads were split from, so that no concatenation
+// copies them there).
+void sdpa_backward_into(const at::Tensor& grad_out, const at::Tensor& query,
+                        const at::Tensor& key, const at::Tensor& value,
+                        const std::optional<at::Tensor>& bias_, const at::Tensor& out,
+                        const at::Tensor& logsumexp, bool is_causal,
+                        std::optional<double> scale, const at::Tensor& dq,
+                        const at::Tensor& dk, const at::Tensor& dv) {
+  static const char* op = "loom::sdpa_backward_into";
+  const at::Tensor bias = value_or_undefined(bias_);
+  TORCH_CHECK(kernel_covers(query, key, value, bias, 0.0), op,
+              ": unsupported arguments for the loom attention kernel (dtype ",
+              query.scalar_type(), ")");
+  const std::pair<const at::Tensor*, const at::Tensor*> pairs[3] = {
+      {&dq, &query}, {&dk, &key}, {&dv, &value}};
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; ++i) {
+    const at::Tensor& g = *pairs[i].first;
+    const at::Tensor& like = *pairs[i].second;
+    check_loom(g, query, op, names[i]);
+    TORCH_CHECK(g.scalar_type() == like.scalar_type() && g.sizes() == like.sizes(), op, ": ",
+                names[i], " must be ", like.scalar_type(), " of size ", like.sizes(), ", got ",
+                g.scalar_type(), " ", g.sizes());
+    TORCH_CHECK(g.dim() == 4 || g.is_contiguous(), op, ": ", names[i],
+                " must be 4-d or contiguous");
+    TORCH_CHECK(at::has_internal_overlap(g) != at::MemOverlap::Yes, op, ": ", names[i],
+                " overlaps itself");
+  }
+  at::assert_no_partial_overlap(dq, dk);
+  at::assert_no_partial_overlap(dq, dv);
+  at::assert_no_partial_overlap(dk, dv);
+  TORCH_CHECK(!dq.is_same(dk) && !dq.is_same(dv) && !dk.is_same(dv), op,
+              ": dq, dk and dv must be distinct");
+  for (const at::Tensor* t : {&grad_out, &out, &logsumexp}) check_loom(*t, query, op, "operand");
+  if (batch_heads(query) == 0 || query.size(-2) == 0 || key.size(-2) == 0) {
+    dq.zero_(), dk.zero_(), dv.zero_();
+    return;
+  }
+  backward_kernels(grad_out, query, key, value, bias, out, logsumexp, is_causal, scale, dq, dk,
+                   dv, op);
+}
+
 }  // namespace
+
+TORCH_LIBRARY_FRAGMENT(loom, m) {
+  m.def("sdpa_backward_into(Tensor grad_out, Tensor query, Tensor key, Tensor value, "
+        "Tensor? attn_bias, Tensor out, Tensor logsumexp, bool is_causal, float? scale, "
+        "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(loom, PrivateUse1, m) {
+  LOOM_IMPL(m, "sdpa_backward_into", sdpa_backward_into);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "_fused_sdp_choice", sdp_choice);

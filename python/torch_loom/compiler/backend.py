@@ -30,6 +30,7 @@ import torch
 from . import jit, observe
 from .decomp import decompositions
 from .emit_c import CDialect
+from .attention import pack_attention_gradients
 from .batchnorm import fuse_batch_norms
 from .epilogue import fuse_epilogues
 from .fuse import fuse
@@ -151,6 +152,7 @@ def _build(gm, tag, start, specialization=False):
     graph, _ = lower(gm)
     fuse_epilogues(graph)
     fuse_batch_norms(graph)
+    pack_attention_gradients(graph)
     log.graph(tag, graph)
     fuser = fuse(graph)
     program = Program(graph, fuser, gm, tag, CDialect(), log, name=_name_kernels)
