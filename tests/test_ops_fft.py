@@ -130,6 +130,34 @@ def test_blocks_of_rows(no_fallback):
               torch.fft.irfft(torch.fft.rfft(x), n=95))
 
 
+def test_rfft2_panels(no_fallback):
+    # a 2-d r2c over the last two dims runs as rows into the column pass's
+    # panels (a vector's columns each), then the columns: full and partial
+    # panels, several signals, odd and prime (Bluestein) lengths, strided
+    # inputs, padding, the norms; the result laid out as the CPU's
+    cases = [((256, 300), torch.float32, {}), ((3, 40, 50), torch.float64, {"norm": "ortho"}),
+             ((97, 64), torch.float32, {"norm": "forward"}), ((2, 37, 33), torch.float32, {}),
+             ((2, 16, 2), torch.float64, {}), ((20, 31), torch.float32, {"s": (24, 40)}),
+             ((5, 1, 9), torch.float32, {})]
+    for shape, dtype, kwargs in cases:
+        x = sample(shape, dtype, seed=shape[-1])
+        for xin in (x, x.transpose(-1, -2).contiguous().transpose(-1, -2), x[..., ::2, :]):
+            got, ref = torch.fft.rfft2(xin.to(DEV), **kwargs), torch.fft.rfft2(xin, **kwargs)
+            close(got, ref)
+            assert got.stride() == ref.stride(), (shape, got.stride(), ref.stride())
+    x = sample((6, 24, 40), torch.float32, seed=3)
+    close(torch.fft.rfftn(x.to(DEV), dim=(-2, -1)), torch.fft.rfftn(x, dim=(-2, -1)))
+    # these ran through the panels: no column pass over the result
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        torch.fft.rfft2(x.to(DEV))
+        torch.loom.synchronize()
+    names = {e.key for e in prof.key_averages()}
+    assert {"fft.r2c_panels", "fft.c2c_panels"} <= names and not {"fft.r2c", "fft.c2c"} & names
+    close(torch.fft.rfft2(x.to(DEV), dim=(1, 2), norm="ortho"),
+          torch.fft.rfft2(x, dim=(1, 2), norm="ortho"))
+
+
 def test_out_variants_and_helpers(no_fallback):
     x = sample((4, 16), torch.complex64)
     out = torch.empty(4, 16, dtype=torch.complex64, device=DEV)
@@ -220,6 +248,7 @@ def outputs():
     lx = torch.randn(2, 1 << 15, dtype=torch.complex64, generator=g)
     ly = torch.randn(40000, 3, dtype=torch.complex128, generator=g)
     lr = torch.randn(3, 48, 256, generator=g)
+    lp = torch.randn(2, 97, 70, generator=g)  # partial panels, Bluestein columns
     fns = [lambda x, r: torch.fft.fft(x), lambda x, r: torch.fft.rfft(r),
            lambda x, r: torch.fft.irfft(torch.fft.rfft(r), n=1009),
            lambda x, r: torch.fft.fft2(x.real)]
@@ -230,7 +259,7 @@ def outputs():
         assert err < 2e-5, float(err)
         h.update(got.numpy().tobytes())
     for fn, t in ((torch.fft.fft, lx), (lambda t: torch.fft.ifft(t, dim=0), ly),
-                  (torch.fft.rfft2, lr)):
+                  (torch.fft.rfft2, lr), (torch.fft.rfft2, lp)):
         got, ref = fn(t.to("loom")).cpu(), fn(t)
         err = (got - ref).abs().max() / ref.abs().max()
         assert err < 2e-5, float(err)

@@ -63,9 +63,19 @@ typedef struct loom_fft_rows {
    * them for (n, run)): output k of the row at index i of the innermost
    * batch dim (of size run) is multiplied by exp(sign 2 pi i k i / (n run)). */
   const void *twiddle;
+  /* Panels ("fft.r2c_panels" writes them, "fft.c2c_panels" reads them):
+   * NULL, or the buffer of panels of width pw and capacity cap; h the
+   * outputs per row that r2c keeps. */
+  void *panels;
+  int64_t pw, cap, h;
 } loom_fft_rows;
 
 int loom_fft_rows_f32(const loom_fft_rows *r, int64_t begin, int64_t end);
+/* The column transforms of panels [begin, end) ("fft.c2c_panels"). */
+int loom_fft_panels_f32(const loom_fft_rows *r, int64_t begin, int64_t end);
+int loom_fft_panels_f64(const loom_fft_rows *r, int64_t begin, int64_t end);
+int loom_fft_panels_f32_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
+int loom_fft_panels_f64_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
 int loom_fft_rows_f64(const loom_fft_rows *r, int64_t begin, int64_t end);
 int loom_fft_rows_f32_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
 int loom_fft_rows_f64_avx512(const loom_fft_rows *r, int64_t begin, int64_t end);
@@ -90,5 +100,7 @@ int loom_kernel_fft_c2c(const loom_kernel_args *args, int64_t begin, int64_t end
 int loom_kernel_fft_r2c(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_kernel_fft_c2r(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_kernel_fft_twiddles(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_kernel_fft_r2c_panels(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_kernel_fft_c2c_panels(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 #endif /* LOOM_KERNELS_FFT_H */

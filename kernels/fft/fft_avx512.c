@@ -151,6 +151,34 @@ static int64_t tile_scatter_f64_avx512(double *y, int64_t es, int64_t bs, int64_
   return j;
 }
 
+/* A vector's rows by a vector's outputs from the workspace (output l of
+ * row q at src[2 VL l + q], its imaginary part VL on) into a panel of that
+ * width (row q's outputs from dst + 2 VL q on, the imaginary parts VL on),
+ * times scale: one transpose of the real parts, one of the imaginary. */
+static inline __attribute__((always_inline)) void tile_panel_f32_avx512(const float *src,
+                                                                        float *dst,
+                                                                        float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int part = 0; part < 32; part += 16) {
+    __m512 r[16];
+    for (int l = 0; l < 16; ++l) r[l] = _mm512_mul_ps(_mm512_loadu_ps(src + 32 * l + part), s);
+    transpose16(r);
+    for (int q = 0; q < 16; ++q) _mm512_storeu_ps(dst + 32 * q + part, r[q]);
+  }
+}
+
+static inline __attribute__((always_inline)) void tile_panel_f64_avx512(const double *src,
+                                                                        double *dst,
+                                                                        double scale) {
+  const __m512d s = _mm512_set1_pd(scale);
+  for (int part = 0; part < 16; part += 8) {
+    __m512d r[8];
+    for (int l = 0; l < 8; ++l) r[l] = _mm512_mul_pd(_mm512_loadu_pd(src + 16 * l + part), s);
+    transpose8(r);
+    for (int q = 0; q < 8; ++q) _mm512_storeu_pd(dst + 16 * q + part, r[q]);
+  }
+}
+
 #define FFT_TILES 1
 #define T float
 #define SFX _f32_avx512

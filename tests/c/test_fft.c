@@ -456,6 +456,195 @@ static void test_generic_block(void) {
   free(table);
 }
 
+/* The 2-d r2c of `signals` signals of n2 x n reals through the panels
+ * ("fft.r2c_panels" rows in chunks of `rgrain`, "fft.c2c_panels" columns in
+ * chunks of `pgrain` panels, last to first when `reversed`) into out
+ * (signals x n2 x h complex); the row transforms in blocks of `block`. */
+static void panels_2d(int32_t real, const void *x, void *out, int64_t signals, int64_t n2,
+                      int64_t n, int64_t P, int64_t block, int64_t rgrain, int64_t pgrain,
+                      int reversed) {
+  const int f32 = real == LOOM_FLOAT32;
+  const int32_t ctype = f32 ? LOOM_COMPLEX64 : LOOM_COMPLEX128;
+  const int64_t h = n / 2 + 1, nb = (h + P - 1) / P, panels = signals * nb, csize = f32 ? 8 : 16;
+  loom_fft_plan rp, cp;
+  void *rt = make_table_for(n, -1, real, 1, &rp), *ct = make_table(n2, -1, real, &cp);
+  const int64_t cap = cp.m + 1, pnum = panels * P * cap, rows = signals * n2;
+  int64_t rwords = (rows + rgrain - 1) / rgrain * block * rp.work;
+  int64_t cwords = (panels + pgrain - 1) / pgrain * P * cap, rb = rp.table_bytes, cb = cp.table_bytes;
+  void *pan = malloc((size_t)(pnum * csize)), *rw = malloc((size_t)(rwords * csize));
+  void *cw = malloc((size_t)(cwords * csize));
+  int64_t isz[3] = {signals, n2, n}, csz[3] = {signals, h, n2}, cst[3] = {n2 * h, 1, h};
+  loom_tensor tr[4] = {dense(pan, ctype, 1, &pnum), dense((void *)x, real, 3, isz),
+                       dense(rt, LOOM_UINT8, 1, &rb), dense(rw, ctype, 1, &rwords)};
+  loom_scalar sr[7] = {si(n), si(-1), sf(1.0), si(block), si(h), si(P), si(cap)};
+  CHECK_OK(run_chunks(loom_kernel_fft_r2c_panels, tr, 4, sr, 7, rows, rgrain));
+  loom_tensor tc[4] = {tensor(out, ctype, 3, csz, cst), dense(pan, ctype, 1, &pnum),
+                       dense(ct, LOOM_UINT8, 1, &cb), dense(cw, ctype, 1, &cwords)};
+  loom_scalar sc[5] = {si(n2), si(-1), sf(0.5), si(P), si(cap)};
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 4,
+                        .tensors = tc, .num_scalars = 5, .scalars = sc, .range = panels,
+                        .grain = pgrain};
+  const int64_t chunks = (panels + pgrain - 1) / pgrain;
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t b = (reversed ? chunks - 1 - k : k) * pgrain;
+    CHECK_OK(loom_kernel_fft_c2c_panels(&a, b, b + pgrain < panels ? b + pgrain : panels));
+  }
+  free(pan);
+  free(rw);
+  free(cw);
+  free(rt);
+  free(ct);
+}
+
+/* The 2-d r2c through panels against the 2-d DFT (naive, by rows then
+ * columns, in long double), for float and double, full and partial panels,
+ * odd lengths, Bluestein columns (37, 97) and several signals; any chunking
+ * of the panels, in any order, gives the same bits; for one signal with
+ * panels of a block's width, the bits of the row pass into the result
+ * followed by the column pass in place ("fft.r2c", then "fft.c2c" over the
+ * columns). */
+static void test_panels_2d(void) {
+  const int64_t shapes[][3] = {{1, 48, 64}, {2, 37, 33}, {3, 20, 40}, {1, 97, 30}, {1, 16, 2}};
+  for (int f = 0; f < 2; ++f)
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; ++i) {
+      const int32_t real = f ? LOOM_FLOAT64 : LOOM_FLOAT32;
+      const int64_t S = shapes[i][0], n2 = shapes[i][1], n = shapes[i][2], h = n / 2 + 1;
+      const int64_t P = f ? 8 : 16, es = f ? 8 : 4;
+      double *xd = malloc(sizeof(double) * S * n2 * n);
+      fill(xd, S * n2 * n);
+      void *x = malloc((size_t)(es * S * n2 * n));
+      for (int64_t j = 0; j < S * n2 * n; ++j)
+        if (f) ((double *)x)[j] = xd[j];
+        else ((float *)x)[j] = (float)xd[j], xd[j] = ((float *)x)[j];
+      const size_t ob = (size_t)(2 * es * S * n2 * h);
+      void *o1 = malloc(ob), *o2 = malloc(ob), *o3 = malloc(ob);
+      panels_2d(real, x, o1, S, n2, n, P, P, 2 * P, 1, 0);
+      panels_2d(real, x, o2, S, n2, n, P, P, 2 * P, 3, 1);
+      CHECK_MSG(test_same_bits(o1, o2, ob), "panels chunking %lld x %lld", (long long)n2,
+                (long long)n);
+      /* the reference: rows, then columns, times the columns' scale 0.5 */
+      double *rowsp = malloc(sizeof(double) * 2 * n2 * n), *col = malloc(sizeof(double) * 4 * n2);
+      double *cx = malloc(sizeof(double) * 2 * n), *worst = calloc(2, sizeof(double));
+      for (int64_t u = 0; u < S; ++u) {
+        for (int64_t j = 0; j < n2; ++j) {
+          for (int64_t k = 0; k < n; ++k) cx[2 * k] = xd[(u * n2 + j) * n + k], cx[2 * k + 1] = 0;
+          naive_dft(cx, rowsp + 2 * n * j, n, -1);
+        }
+        for (int64_t k = 0; k < h; ++k) {
+          for (int64_t j = 0; j < n2; ++j) {
+            col[2 * j] = rowsp[2 * (n * j + k)];
+            col[2 * j + 1] = rowsp[2 * (n * j + k) + 1];
+          }
+          naive_dft(col, col + 2 * n2, n2, -1);
+          for (int64_t j = 0; j < 2 * n2; ++j) {
+            const int64_t at = 2 * ((u * n2 + j / 2) * h + k) + j % 2;
+            const double got = f ? ((double *)o1)[at] : ((float *)o1)[at];
+            worst[0] = fmax(worst[0], fabs(got - 0.5 * col[2 * n2 + j]));
+            worst[1] = fmax(worst[1], fabs(0.5 * col[2 * n2 + j]));
+          }
+        }
+      }
+      CHECK_MSG(worst[0] <= (f ? 1e-13 : 2e-6) * worst[1], "panels %lld x %lld x %lld: %g of %g",
+                (long long)S, (long long)n2, (long long)n, worst[0], worst[1]);
+      if (S == 1) {
+        /* rows into the result, then its columns in place, blocks of P */
+        int64_t osz[2] = {n2, h}, csz[2] = {h, n2}, cst[2] = {1, h}, isz[2] = {n2, n};
+        loom_tensor to = dense(o3, f ? LOOM_COMPLEX128 : LOOM_COMPLEX64, 2, osz);
+        loom_tensor tx = dense(x, real, 2, isz);
+        loom_tensor tcol = tensor(o3, f ? LOOM_COMPLEX128 : LOOM_COMPLEX64, 2, csz, cst);
+        CHECK_OK(run_fft(1, n, -1, real, &to, &tx, 1.0, 2 * P, P));
+        CHECK_OK(run_fft(0, n2, -1, real, &tcol, &tcol, 0.5, P, P));
+        CHECK_MSG(test_same_bits(o1, o3, ob), "panels against two passes %lld x %lld",
+                  (long long)n2, (long long)n);
+      }
+      free(xd);
+      free(x);
+      free(o1);
+      free(o2);
+      free(o3);
+      free(rowsp);
+      free(col);
+      free(cx);
+      free(worst);
+    }
+}
+
+/* The baseline build of the panels' store against the AVX-512 one (the
+ * register transposes of full panels): the same transforms to rounding. */
+static void test_generic_panels(void) {
+  TEST_SKIP_IF(!(loom_cpu_features() & LOOM_FEATURE_AVX512F), "no AVX-512 here");
+  const int64_t n2 = 32, n = 64, h = n / 2 + 1, P = 16, nb = (h + P - 1) / P, cap = n2 + 1;
+  loom_fft_plan p;
+  void *table = make_table_for(n, -1, LOOM_FLOAT32, 1, &p);
+  CHECK(table != NULL);
+  if (!table) return;
+  float *x = malloc(sizeof(float) * n2 * n), *work = malloc(sizeof(float) * 2 * p.work * P);
+  float *g = calloc((size_t)(2 * nb * P * cap), sizeof(float));
+  float *v = calloc((size_t)(2 * nb * P * cap), sizeof(float));
+  for (int64_t i = 0; i < n2 * n; ++i) x[i] = (float)frand();
+  int64_t sz[2] = {n2, n};
+  loom_tensor tx = dense(x, LOOM_FLOAT32, 2, sz);
+  loom_fft_rows r = {.kind = 1, .t = table, .out = &tx, .in = &tx, .scale = 0.25, .work = work,
+                     .block = P, .panels = g, .pw = P, .cap = cap, .h = h};
+  CHECK_OK(loom_fft_rows_f32(&r, 0, n2));
+  r.panels = v;
+  CHECK_OK(loom_fft_rows_f32_avx512(&r, 0, n2));
+  double worst = 0, big = 0;
+  for (int64_t i = 0; i < 2 * nb * P * cap; ++i) {
+    worst = fmax(worst, fabs((double)g[i] - (double)v[i]));
+    big = fmax(big, fabs((double)g[i]));
+  }
+  CHECK_MSG(big > 0 && worst <= 1e-6 * big, "generic against AVX-512 panels: %g of %g", worst,
+            big);
+  free(x);
+  free(work);
+  free(g);
+  free(v);
+  free(table);
+}
+
+/* Panels' arguments out of their contract are refused. */
+static void test_bad_panels(void) {
+  const int64_t n2 = 8, n = 16, h = 9, P = 16, cap = n2 + 1, pnum = P * cap;
+  loom_fft_plan rp, cp;
+  void *rt = make_table_for(n, -1, LOOM_FLOAT32, 1, &rp), *ct = make_table(n2, -1, LOOM_FLOAT32, &cp);
+  float *x = calloc((size_t)(n2 * n), sizeof(float)), *o = calloc((size_t)(2 * n2 * h), sizeof(float));
+  float *pan = calloc((size_t)(2 * pnum), sizeof(float)), *w = calloc((size_t)(2 * P * rp.work), sizeof(float));
+  int64_t isz[2] = {n2, n}, rb = rp.table_bytes, cb = cp.table_bytes, ww = P * rp.work;
+  int64_t short_pnum = pnum - 1, csz[2] = {h, n2}, cst[2] = {1, h};
+  loom_tensor tr[4] = {dense(pan, LOOM_COMPLEX64, 1, &pnum), dense(x, LOOM_FLOAT32, 2, isz),
+                       dense(rt, LOOM_UINT8, 1, &rb), dense(w, LOOM_COMPLEX64, 1, &ww)};
+  loom_scalar sr[7] = {si(n), si(-1), sf(1.0), si(P), si(h), si(P), si(cap)};
+  CHECK_OK(run_chunks(loom_kernel_fft_r2c_panels, tr, 4, sr, 7, n2, n2));
+  sr[6] = si(n2 - 1); /* cap below the columns' length */
+  CHECK(run_chunks(loom_kernel_fft_r2c_panels, tr, 4, sr, 7, n2, n2) == LOOM_ERROR_INVALID_ARGUMENT);
+  sr[6] = si(cap);
+  sr[5] = si(LOOM_FFT_MAX_BLOCK + 1);
+  CHECK(run_chunks(loom_kernel_fft_r2c_panels, tr, 4, sr, 7, n2, n2) == LOOM_ERROR_INVALID_ARGUMENT);
+  sr[5] = si(P);
+  sr[4] = si(h + 1); /* more outputs than the half spectrum */
+  CHECK(run_chunks(loom_kernel_fft_r2c_panels, tr, 4, sr, 7, n2, n2) == LOOM_ERROR_INVALID_ARGUMENT);
+  sr[4] = si(h);
+  tr[0] = dense(pan, LOOM_COMPLEX64, 1, &short_pnum);
+  CHECK(run_chunks(loom_kernel_fft_r2c_panels, tr, 4, sr, 7, n2, n2) == LOOM_ERROR_INVALID_ARGUMENT);
+  loom_tensor tc[4] = {tensor(o, LOOM_COMPLEX64, 2, csz, cst), dense(pan, LOOM_COMPLEX64, 1, &pnum),
+                       dense(ct, LOOM_UINT8, 1, &cb), dense(w, LOOM_COMPLEX64, 1, &ww)};
+  loom_scalar sc[5] = {si(n2), si(-1), sf(1.0), si(P), si(cap)};
+  CHECK_OK(run_chunks(loom_kernel_fft_c2c_panels, tc, 4, sc, 5, 1, 1));
+  CHECK(run_chunks(loom_kernel_fft_c2c_panels, tc, 4, sc, 5, 2, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  tc[2] = dense(rt, LOOM_UINT8, 1, &rb); /* a table of real signals */
+  CHECK(run_chunks(loom_kernel_fft_c2c_panels, tc, 4, sc, 5, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  tc[2] = dense(ct, LOOM_UINT8, 1, &cb);
+  sc[4] = si(n2 - 1);
+  CHECK(run_chunks(loom_kernel_fft_c2c_panels, tc, 4, sc, 5, 1, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  free(rt);
+  free(ct);
+  free(x);
+  free(o);
+  free(pan);
+  free(w);
+}
+
 /* Bad arguments are refused with a status, never a crash. */
 static void test_bad_arguments(void) {
   loom_fft_plan p;
@@ -517,6 +706,9 @@ int main(void) {
   RUN_TEST(test_four_step);
   RUN_TEST(test_vector_blocks);
   RUN_TEST(test_generic_block);
+  RUN_TEST(test_panels_2d);
+  RUN_TEST(test_generic_panels);
+  RUN_TEST(test_bad_panels);
   RUN_TEST(test_bad_arguments);
   TEST_MAIN_END();
 }

@@ -83,6 +83,40 @@ loom_dtype real_of(at::ScalarType type) {
   return (type == at::kFloat || type == at::kComplexFloat) ? LOOM_FLOAT32 : LOOM_FLOAT64;
 }
 
+// Transforms at least this long (and with no prime factor above the
+// radices) run as the four-step decomposition: two passes of short
+// transforms over blocks of rows, split over the workers, instead of one
+// long transform per row.
+constexpr int64_t kFourStepMin = 16384;
+
+at::ScalarType complex_of(loom_dtype real) {
+  return real == LOOM_FLOAT32 ? at::kComplexFloat : at::kComplexDouble;
+}
+
+LaunchInfo flops_info(int64_t rows, int64_t n) {
+  LaunchInfo info;
+  info.flops = static_cast<uint64_t>(5.0 * rows * n * std::log2(std::max<double>(2, n)));
+  return info;
+}
+
+// How a row launch splits `rows` transforms of length n: blocks of up to
+// one vector's rows (16 floats, 8 doubles: the stages vectorize across
+// them), at most 32K (16K) points of workspace per buffer; chunks of whole
+// blocks, about a sixteenth of the rows and at least 16K points each. All
+// set by the shapes alone.
+struct RowSplit {
+  int64_t rows, block, grain, chunks;
+};
+
+RowSplit row_split(int64_t rows, int64_t n, loom_dtype real, const loom_fft_plan& plan) {
+  const int64_t lanes = real == LOOM_FLOAT32 ? 16 : 8;
+  const int64_t block =
+      std::min<int64_t>({lanes, rows, std::max<int64_t>(1, 2048 * lanes / plan.m)});
+  int64_t grain = std::max<int64_t>({block, 16384 / std::max<int64_t>(1, n), (rows + 15) / 16});
+  grain = (grain + block - 1) / block * block;
+  return {rows, block, grain, (rows + grain - 1) / grain};
+}
+
 // One launch of `kernel` over the rows of `out` / `in`, their last dims (of
 // length n) transformed and the others the batch, with the table of
 // (n, sign) and, for the four-step's first pass, its twiddles.
@@ -94,34 +128,62 @@ void rows_pass(const char* kernel_name, const loom_kernel_t* kernel, const Tenso
   // a copy: another thread's look-up may drop the cache's entry
   const Table t = table_for(out, n, sign, real,
                             kernel != LOOM_KERNEL("fft.c2c") ? kRealTable : kComplexTable);
-  const int64_t rows = out.numel() / out.size(-1);
-  // Blocks of up to one vector's rows (16 floats, 8 doubles: the stages
-  // vectorize across them), at most 32K (16K) points of workspace per
-  // buffer; chunks of whole blocks, about a sixteenth of the rows and at
-  // least 16K points each. All set by the shapes alone.
-  const int64_t lanes = real == LOOM_FLOAT32 ? 16 : 8;
-  const int64_t block =
-      std::min<int64_t>({lanes, rows, std::max<int64_t>(1, 2048 * lanes / t.plan.m)});
-  int64_t grain = std::max<int64_t>({block, 16384 / std::max<int64_t>(1, n), (rows + 15) / 16});
-  grain = (grain + block - 1) / block * block;
-  const int64_t chunks = (rows + grain - 1) / grain;
-  const at::ScalarType ctype = real == LOOM_FLOAT32 ? at::kComplexFloat : at::kComplexDouble;
-  Tensor work = at::empty({chunks * block * t.plan.work}, out.options().dtype(ctype));
+  const RowSplit sp = row_split(out.numel() / out.size(-1), n, real, t.plan);
+  Tensor work = at::empty({sp.chunks * sp.block * t.plan.work},
+                          out.options().dtype(complex_of(real)));
   const loom_tensor d[5] = {describe(out, "fft"), describe(in, "fft"), describe(t.bytes, "fft"),
                             describe(work, "fft"),
                             twiddles ? describe(*twiddles, "fft") : loom_tensor{}};
-  const loom_scalar s[4] = {scalar_i(n), scalar_i(sign), scalar_f(scale), scalar_i(block)};
-  LaunchInfo info;
-  info.flops = static_cast<uint64_t>(5.0 * rows * n * std::log2(std::max<double>(2, n)));
-  launch(kernel_name, kernel, c10::ArrayRef<loom_tensor>(d, twiddles ? 5 : 4), s, rows, grain,
-         out.device().index(), info);
+  const loom_scalar s[4] = {scalar_i(n), scalar_i(sign), scalar_f(scale), scalar_i(sp.block)};
+  launch(kernel_name, kernel, c10::ArrayRef<loom_tensor>(d, twiddles ? 5 : 4), s, sp.rows,
+         sp.grain, out.device().index(), flops_info(sp.rows, n));
 }
 
-// Transforms at least this long (and with no prime factor above the
-// radices) run as the four-step decomposition: two passes of short
-// transforms over blocks of rows, split over the workers, instead of one
-// long transform per row.
-constexpr int64_t kFourStepMin = 16384;
+// Panels this many bytes at most (the 2-d r2c's intermediate; a larger one
+// runs as two passes over the result).
+constexpr int64_t kPanelBytesMax = int64_t{256} << 20;
+
+// The 2-d r2c transform of in's last two dims (n2 x n reals) into out
+// (n2 x h complex) through panels ("fft.r2c_panels", "fft.c2c_panels"): the
+// row transforms write the column transforms' buffers, so the column pass
+// gathers nothing. False (nothing done) where the panels do not apply.
+bool r2c_2d_panels(const Tensor& out, const Tensor& in, int64_t n, double scale) {
+  const int64_t n2 = in.size(-2), h = out.size(-1);
+  if (n2 < 2 || n2 >= kFourStepMin) return false;
+  const loom_dtype real = real_of(out.scalar_type());
+  const Table rt = table_for(out, n, -1, real, kRealTable);
+  const Table ct = table_for(out, n2, -1, real, kComplexTable);
+  const int64_t width = real == LOOM_FLOAT32 ? 16 : 8;  // a vector's columns per panel
+  const int64_t cap = ct.plan.m + 1, signals = in.numel() / (n2 * n);
+  const int64_t panels = signals * ((h + width - 1) / width);
+  const int64_t csize = real == LOOM_FLOAT32 ? 8 : 16;
+  if (panels * width * cap * csize > kPanelBytesMax) return false;
+  const at::TensorOptions copts = out.options().dtype(complex_of(real));
+  Tensor pan = at::empty({panels * width * cap}, copts);
+  const int dev = out.device().index();
+  {
+    const RowSplit sp = row_split(signals * n2, n, real, rt.plan);
+    Tensor work = at::empty({sp.chunks * sp.block * rt.plan.work}, copts);
+    const loom_tensor d[4] = {describe(pan, "fft"), describe(in, "fft"),
+                              describe(rt.bytes, "fft"), describe(work, "fft")};
+    const loom_scalar s[7] = {scalar_i(n),     scalar_i(-1),    scalar_f(1.0), scalar_i(sp.block),
+                              scalar_i(h),     scalar_i(width), scalar_i(cap)};
+    launch("_fft_r2c", LOOM_KERNEL("fft.r2c_panels"), d, s, sp.rows, sp.grain, dev,
+           flops_info(sp.rows, n));
+  }
+  // About an eighth of the panels a chunk: each chunk's buffer starts cold.
+  const int64_t grain = (panels + 7) / 8, chunks = (panels + grain - 1) / grain;
+  Tensor work = at::empty({chunks * width * cap}, copts);
+  const Tensor cols = out.movedim(-2, -1);
+  const loom_tensor d[4] = {describe(cols, "fft"), describe(pan, "fft"), describe(ct.bytes, "fft"),
+                            describe(work, "fft")};
+  const loom_scalar s[5] = {scalar_i(n2), scalar_i(-1), scalar_f(scale), scalar_i(width),
+                            scalar_i(cap)};
+  launch("_fft_r2c", LOOM_KERNEL("fft.c2c_panels"), d, s, panels, grain, dev,
+         flops_info(signals * h, n2));
+  return true;
+}
+
 
 // The four-step split n = n1 n2 (n1 the largest divisor <= sqrt(n)), or 0
 // when n runs as one transform.
@@ -279,6 +341,10 @@ Tensor fft_r2c(const Tensor& self, c10::IntArrayRef dim, int64_t normalization, 
   }
   if (out.numel() == 0) return out;
   checked_length(n, "_fft_r2c");
+  const int64_t nd = self.dim();
+  if (dims.size() == 2 && dims[0] == nd - 2 && dims[1] == nd - 1 &&
+      r2c_2d_panels(out, self, n, scale))
+    return out;
   pass("_fft_r2c", LOOM_KERNEL("fft.r2c"), out, self, last, n, -1,
        dims.size() == 1 ? scale : 1.0);
   c2c_passes(out, out, c10::ArrayRef<int64_t>(dims).slice(0, dims.size() - 1), -1, scale);

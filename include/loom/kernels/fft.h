@@ -54,6 +54,30 @@
  * Both split their rows over the range as any launch, so the result never
  * depends on the thread count.
  *
+ * A 2-d r2c transform of the last two dims (n2 rows of n reals; h <= n/2 + 1
+ * outputs kept) runs as two launches through panels, so that the column
+ * pass reads no strided columns: a panel holds the columns [c P, c P + w)
+ * (w = min(P, h - c P), P <= LOOM_FFT_MAX_BLOCK) of one 2-d signal laid
+ * out as the column transforms' buffer: element i of column c P + l has
+ * its real part 2 w i + l reals from the panel's start and its imaginary
+ * part w further on. Panel p = u ceil(h / P) + c (u the index of the 2-d
+ * signal) starts 2 p P cap reals into the buffer; cap >= n2 and >= the
+ * column table's m.
+ * "fft.r2c_panels": tensors[0] the panels (the complex dtype, rank 1, unit
+ *   stride), [1] in (real, rank >= 2, last dim n, dim -2 of size n2, the
+ *   dims before: the 2-d signals), [2] the table of (n, sign, dtype) for
+ *   real signals, [3] workspace as "fft.r2c". scalars[0].i n, [1].i sign,
+ *   [2].f scale, [3].i block (as "fft.r2c"), [4].i h, [5].i P, [6].i cap.
+ *   Range: the rows of in, as "fft.r2c"; fills every panel.
+ * "fft.c2c_panels": tensors[0] out (complex, rank >= 2, last dim n2: the
+ *   columns' view of the result, dim -2 of size h), [1] the panels, [2] the
+ *   table of (n2, sign, dtype), [3] workspace: the complex dtype,
+ *   ceil(range / grain) * P * (m + 1) elements. scalars[0].i n2, [1].i sign,
+ *   [2].f scale, [3].i P, [4].i cap. Range: the number of panels; the
+ *   column transforms of each panel (computed in the panel itself, which
+ *   it overwrites) are written to out. A panel's columns are transformed
+ *   together as a block of "fft.c2c" is, whatever the chunking.
+ *
  * "fft.twiddles": tensors[0] the four-step twiddles' table of (n1, n2):
  *   the real dtype, contiguous, loom_fft_twiddles_numel(n1, n2) elements;
  *   scalars[0].i n1, [1].i n2, [2].i sign. exp(sign 2 pi i k i / (n1 n2))
