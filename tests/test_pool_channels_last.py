@@ -182,11 +182,44 @@ def test_channels_last_runs_natively_without_copies(op):
     assert "pool.forward" in names and "pool.forward_nhwc" not in names, names
 
 
+_BATCH_MAX = {
+    "max2d": lambda t: F.max_pool2d(t, 3, 2, 1),
+    "max2d_overlap": lambda t: F.max_pool2d(t, (3, 2), 1, (1, 0), dilation=(2, 1)),
+    "adaptive_max2d": lambda t: F.adaptive_max_pool2d(t, (4, 3)),
+    "max3d": lambda t: F.max_pool3d(t, 2, (1, 2, 2), (1, 0, 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("op", list(_BATCH_MAX))
+def test_max_pool_gradient_of_a_batch_image_by_image(op, dtype):
+    """A batch of 8 or more channels-last images: max pooling's gradient
+    (pool.max_backward_nhwc, one image per item, each output's gradient
+    added where its index points) has the CPU's values and strides, and
+    the bits of one image at a time (the rows' kernel)."""
+    fn = _BATCH_MAX[op]
+    shape = (9, 21, 4, 9, 10) if op == "max3d" else (9, 21, 11, 10)
+    x = _input(shape, seed=61, ties=True, dtype=dtype)
+    (oc, gc), (ol, gl) = _run(fn, x)
+    assert torch.equal(ol[0].cpu(), oc[0])
+    assert gl.stride() == gc.stride(), (gl.stride(), gc.stride())
+    torch.testing.assert_close(gl.cpu(), gc, rtol=0, atol=0)
+    xl = x.to("loom").requires_grad_()
+    go = torch.randn(oc[0].shape, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    go = torch.empty_like(ol[0]).copy_(go.to("loom"))
+    names = _device_kernels(lambda: fn(xl).backward(go))
+    assert "pool.max_backward_nhwc" in names and "pool.backward_nhwc" not in names, names
+    for i in (0, 4, 8):
+        xi = x[i:i + 1].to("loom").requires_grad_()
+        fn(xi).backward(go[i:i + 1])
+        assert torch.equal(xi.grad.cpu(), xl.grad[i:i + 1].cpu()), i
+
+
 # Several items, odd channels, ties (indices), overlapping windows.
 _DIGEST_CODE = """
 import torch, torch.nn.functional as F
 g = torch.Generator().manual_seed(7)
-for shape in [(3, 69, 20, 21), (4, 3, 30, 31)]:
+for shape in [(3, 69, 20, 21), (4, 3, 30, 31), (10, 5, 12, 9)]:
     x = torch.randint(0, 5, shape, generator=g).float().contiguous(memory_format=torch.channels_last)
     for fn in (lambda t: F.max_pool2d(t, 3, 1, 1, return_indices=True),
                lambda t: F.max_pool2d(t, 3, 2, 1, return_indices=True),

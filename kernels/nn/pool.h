@@ -16,6 +16,8 @@ int loom_pool_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_pool_backward_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_pool_nhwc_forward_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_pool_nhwc_backward_kernel(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_pool_nhwc_max_backward_kernel(const loom_kernel_args *args, int64_t begin,
+                                       int64_t end);
 
 #ifdef __cplusplus
 }

@@ -259,8 +259,75 @@ int loom_pool_nhwc_backward_kernel(const loom_kernel_args *args, int64_t begin, 
   return 0;
 }
 
+/* Whether t (rank 5) is dense channels-last: (N, D, H, W, C) in memory
+ * order with no gaps inside an image. */
+static int nhwc_dense_image(const loom_tensor *t) {
+  const int64_t c = t->sizes[1], iw = t->sizes[4], ih = t->sizes[3], id = t->sizes[2];
+  return (t->strides[1] == 1 || c == 1) && (t->strides[4] == c || iw == 1) &&
+         (t->strides[3] == iw * c || ih == 1) && (t->strides[2] == ih * iw * c || id == 1);
+}
+
+static int nhwc_same_sizes(const loom_tensor *a, const loom_tensor *b) {
+  for (int d = 0; d < 5; ++d)
+    if (a->sizes[d] != b->sizes[d]) return 0;
+  return 1;
+}
+
+/* One image's max-pooling gradient, float32: zeroed, then each output's
+ * channels added where their indices point, the outputs in order. */
+static void nhwc_max_scatter_f32(float *gi, int64_t c, int64_t volume, const loom_tensor *go,
+                                 const loom_tensor *ind, int64_t n) {
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  memset(gi, 0, (size_t)(volume * c) * sizeof(float));
+  for (int64_t z = 0; z < od; ++z)
+    for (int64_t y = 0; y < oh; ++y)
+      for (int64_t x = 0; x < ow; ++x) {
+        const float *g = (const float *)go->data + nhwc_at(go, n, 0, z, y, x);
+        const int64_t *t = (const int64_t *)ind->data + nhwc_at(ind, n, 0, z, y, x);
+        for (int64_t j = 0; j < c; ++j)
+          if ((uint64_t)t[j] < (uint64_t)volume) gi[t[j] * c + j] += g[j];
+      }
+}
+
+int loom_pool_nhwc_max_backward_kernel(const loom_kernel_args *args, int64_t begin,
+                                       int64_t end) {
+  loom_pool_params q;
+  int rc = loom_pool_params_read(args, &q);
+  if (rc) return rc;
+  if (!pool_is_max(&q) || args->num_tensors < 3) return LOOM_ERROR_INVALID_ARGUMENT;
+  const loom_tensor *gi = &args->tensors[0], *go = &args->tensors[1], *ind = &args->tensors[2];
+  if (gi->rank != 5 || go->rank != 5 || ind->rank != 5 || ind->dtype != LOOM_INT64 ||
+      gi->sizes[0] != go->sizes[0] || gi->sizes[1] != go->sizes[1] ||
+      !nhwc_same_sizes(go, ind) || !nhwc_dense_image(gi))
+    return LOOM_ERROR_INVALID_ARGUMENT;
+  const int64_t c = gi->sizes[1], volume = gi->sizes[2] * gi->sizes[3] * gi->sizes[4];
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  const int f32 = gi->dtype == LOOM_FLOAT32 && go->dtype == LOOM_FLOAT32 &&
+                  nhwc_dense_channels(go) && nhwc_dense_channels(ind);
+  for (int64_t n = begin; n < end; ++n) {
+    if (f32) {
+      nhwc_max_scatter_f32((float *)gi->data + n * gi->strides[0], c, volume, go, ind, n);
+      continue;
+    }
+    const int64_t base = n * gi->strides[0];
+    for (int64_t e = 0; e < volume * c; ++e) loom_nn_store(gi->data, gi->dtype, base + e, 0.0);
+    for (int64_t z = 0; z < od; ++z)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t x = 0; x < ow; ++x)
+          for (int64_t j = 0; j < c; ++j) {
+            const int64_t t = ((const int64_t *)ind->data)[nhwc_at(ind, n, j, z, y, x)];
+            if ((uint64_t)t >= (uint64_t)volume) continue;
+            const int64_t e = base + t * c + j;
+            const double v = loom_nn_load(go->data, go->dtype, nhwc_at(go, n, j, z, y, x));
+            loom_nn_store(gi->data, gi->dtype, e, loom_nn_load(gi->data, gi->dtype, e) + v);
+          }
+  }
+  return 0;
+}
+
 const loom_kernel_entry loom_pool_nhwc_kernels[] = {
     {"pool.forward_nhwc", loom_pool_nhwc_forward_kernel, NULL},
     {"pool.backward_nhwc", loom_pool_nhwc_backward_kernel, NULL},
+    {"pool.max_backward_nhwc", loom_pool_nhwc_max_backward_kernel, NULL},
     {NULL, NULL, NULL},
 };

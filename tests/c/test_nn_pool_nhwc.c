@@ -2,7 +2,9 @@
  * ("pool.forward" / "pool.backward") reading the same channels-last memory
  * through its strides: max (values and indices, with ties), average and
  * adaptive average, forward and backward, bit for bit, in uneven chunks;
- * the AVX-512 and baseline loops bit for bit; bad operands refused. */
+ * max pooling's gradient one image per item (pool.max_backward_nhwc) bit
+ * for bit too; the AVX-512 and baseline loops bit for bit; bad operands
+ * refused. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,12 @@ static void test_against_the_plane_kernels(int64_t mode, int64_t k, int64_t s, i
   CHECK(run_chunks(loom_pool_backward_kernel, br, is_max ? 3 : 2, sc, LOOM_POOL_NUM_SCALARS,
                    N * C, 3) == LOOM_OK);
   CHECK(memcmp(gi, rgi, (size_t)ni * sizeof(float)) == 0);
+  if (!is_max) return;
+  /* the same gradient one image per item */
+  for (int64_t i = 0; i < ni; ++i) gi[i] = NAN;
+  CHECK(run_chunks(loom_pool_nhwc_max_backward_kernel, bn, 3, sc, LOOM_POOL_NUM_SCALARS, N, 1) ==
+        LOOM_OK);
+  CHECK(memcmp(gi, rgi, (size_t)ni * sizeof(float)) == 0);
 }
 
 static void test_loops_agree(void) {
@@ -96,6 +104,19 @@ static void test_bad_operands(void) {
         LOOM_ERROR_INVALID_ARGUMENT);
   t[1].rank = 5;
   CHECK(run_chunks(loom_pool_nhwc_forward_kernel, t, 2, sc, 3, 1, 1) ==
+        LOOM_ERROR_INVALID_ARGUMENT);
+  /* the one-image-per-item gradient: max modes only, a dense image only */
+  static int64_t ind[N * C * H * W];
+  loom_tensor b[3] = {cl5(x, LOOM_FLOAT32, H, W), cl5(y, LOOM_FLOAT32, 6, 5),
+                      cl5(ind, LOOM_INT64, 6, 5)};
+  CHECK(run_chunks(loom_pool_nhwc_max_backward_kernel, b, 3, sc, LOOM_POOL_NUM_SCALARS, N, 1) ==
+        LOOM_ERROR_INVALID_ARGUMENT);
+  scalars(sc, LOOM_POOL_MAX, 3, 2, 1);
+  b[0].strides[4] = 2 * C;
+  CHECK(run_chunks(loom_pool_nhwc_max_backward_kernel, b, 3, sc, LOOM_POOL_NUM_SCALARS, N, 1) ==
+        LOOM_ERROR_INVALID_ARGUMENT);
+  b[0].strides[4] = C, b[2].dtype = LOOM_INT32;
+  CHECK(run_chunks(loom_pool_nhwc_max_backward_kernel, b, 3, sc, LOOM_POOL_NUM_SCALARS, N, 1) ==
         LOOM_ERROR_INVALID_ARGUMENT);
 }
 
