@@ -26,7 +26,14 @@
  * "pool.backward_nhwc": tensors as "pool.backward"; each input element
  * gathers the shares of the outputs whose windows hold it (max modes: whose
  * index names it) in the outputs' order, so no two items write one
- * element. range: N*ID*IH (one grad_input row per item). */
+ * element. range: N*ID*IH (one grad_input row per item).
+ *
+ * "pool.max_backward_nhwc": max modes only; tensors as "pool.backward",
+ * grad_input dense channels-last within each image (its memory written
+ * whole); each image's gradient zeroed, then every output's gradient added
+ * where its index points (an index outside the volume adds nowhere), in
+ * the outputs' order: "pool.backward_nhwc"'s bits. range: N (one image per
+ * item). */
 #ifndef LOOM_KERNELS_POOL_CONTRACT_H
 #define LOOM_KERNELS_POOL_CONTRACT_H
 
