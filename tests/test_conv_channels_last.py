@@ -25,6 +25,7 @@ CASES = [
     (2, 16, 32, 3, 2, 2, 2, 1, 11, 12),   # dilated and strided
     (2, 16, 16, 3, 1, 1, 1, 1, 12, 12),   # Winograd's planes
     (2, 3, 32, 3, 1, 1, 1, 1, 20, 20),    # few channels: padded rows
+    (16, 3, 8, 3, 1, 1, 1, 1, 32, 32),    # padded rows, dy's rows a 4 KB multiple apart: moved
     (2, 16, 32, 3, 1, 2, 2, 1, 10, 10),   # dilated, stride 1
     (2, 16, 32, 3, 2, 1, 1, 4, 12, 12),   # groups
     (2, 8, 16, 2, 1, 0, 1, 1, 6, 5),      # even window, no padding

@@ -41,6 +41,40 @@ static void cp_prefetch(const cp_rows *r, const float *src, int64_t channel, int
     _mm_prefetch((const char *)(src + 2 * channel + 16 * l), _MM_HINT_T0);
 }
 
+/* A panel's 32 grid positions from q0 (of `grid`, rows wq wide; columns
+ * x < wo kept) of `rows` output channels from o0 in image n, channel i's at
+ * t + i * CP_POS, into a channels-last out: 16 channels at a time, turned
+ * by 16 x 16 transposes into runs of channels at each position, where a
+ * channel at a time wrote one float per position. */
+static void cp_store_channels_last(const loom_tensor *out, int64_t n, int64_t o0, int64_t rows,
+                                   const float *t, int64_t q0, int64_t grid, int64_t wq,
+                                   int64_t wo) {
+  const int64_t q1 = q0 + CP_NR < grid ? q0 + CP_NR : grid;
+  float *img = (float *)out->data + n * out->strides[0] + o0;
+  for (int64_t y = q0 / wq; y * wq < q1; ++y) {
+    const int64_t x0 = q0 > y * wq ? q0 - y * wq : 0;
+    const int64_t x1 = q1 - y * wq < wo ? q1 - y * wq : wo;
+    float *row = img + y * out->strides[2];
+    for (int64_t c0 = 0; c0 < rows; c0 += 16) {
+      const int64_t lanes = rows - c0 < 16 ? rows - c0 : 16;
+      const __mmask16 cm = (__mmask16)((1u << lanes) - 1u);
+      for (int64_t xb = x0; xb < x1; xb += 16) {
+        const int64_t live = x1 - xb < 16 ? x1 - xb : 16;
+        const __mmask16 pm = (__mmask16)((1u << live) - 1u);
+        const float *src = t + c0 * CP_POS + y * wq + xb - q0;
+        __m512i v[16];
+        for (int64_t k = 0; k < 16; ++k)
+          v[k] = k < lanes ? _mm512_castps_si512(_mm512_maskz_loadu_ps(pm, src + k * CP_POS))
+                           : _mm512_setzero_si512();
+        loom_gemm_transpose16(v);
+        for (int64_t q = 0; q < live; ++q)
+          _mm512_mask_storeu_ps(row + c0 + (xb + q) * out->strides[3], cm,
+                                _mm512_castsi512_ps(v[q]));
+      }
+    }
+  }
+}
+
 int loom_conv_padded_gemm_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 6 || args->num_scalars < 2 + LOOM_CONV_NUM_SCALARS + 2)
     return LOOM_ERROR_INVALID_ARGUMENT;
@@ -113,6 +147,12 @@ int loom_conv_padded_gemm_avx512(const loom_kernel_args *args, int64_t begin, in
           }
       }
       /* The grid's columns x < wo of rows y < ho are the output's. */
+      if (out->strides[1] == 1 && out->strides[3] != 1) {
+        for (int64_t p = 0; p < npan; ++p)
+          cp_store_channels_last(out, pn[p], grp * pl.m + m0, mrows, tile + p * CP_NR, pq[p],
+                                 g.ho * g.wq, g.wq, g.wo);
+        continue;
+      }
       for (int64_t p = 0; p < npan; ++p) {
         const int64_t q0 = pq[p], q1 = q0 + CP_NR < g.ho * g.wq ? q0 + CP_NR : g.ho * g.wq;
         for (int64_t i = 0; i < mrows; ++i) {

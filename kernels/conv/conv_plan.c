@@ -639,7 +639,8 @@ static int padded_wgrad_plan(const conv_pass *a, const conv_padded *pd,
   out->plane = pd_plane(pd, out->positions + pd_halo(pd, g));
   const int64_t k = a->n * out->positions;
   const loom_tensor cc = view4(NULL, a->dtype, 1, a->groups, og, ck, 0, og * ck, ck, 1);
-  const loom_tensor dya = view4(NULL, a->dtype, 1, a->groups, og, k, 0, og * k, k, 1);
+  const int64_t ld = loom_conv_padded_dy_row(a->n, out->positions);
+  const loom_tensor dya = view4(NULL, a->dtype, 1, a->groups, og, k, 0, og * ld, ld, 1);
   const loom_tensor xb = view4(NULL, a->dtype, 1, a->groups, k, ck, 0, 0, ck, 1);
   /* dy's full row panels are read where they lie, k running along its rows
    * (the 7x7 stem, fp32: 14.3 -> 12.5 ms): packing them cost a pass over

@@ -94,6 +94,24 @@ static void check_padded(const geom *g, float *x, float *w, float *bias, const f
           "padded conv n=%ld c=%ld o=%ld g=%ld tile %ld differs from im2col + GEMM", (long)g->n,
           (long)g->c, (long)g->o, (long)g->groups, (long)tp);
   }
+  /* written channels last: the same bits where they lie */
+  float *y3 = malloc(sizeof(float) * g->n * g->o * len);
+  fts[5].strides[0] = g->o * len, fts[5].strides[1] = 1;
+  fts[5].strides[2] = wo * g->o, fts[5].strides[3] = g->o, fts[5].data = y3;
+  for (int64_t tp = 32; tp <= LOOM_CONV_GEMM_POSITIONS; tp *= 4) {
+    memset(y3, 0xff, sizeof(float) * g->n * g->o * len);
+    sc[1].i = tp;
+    run(loom_conv_padded_gemm_kernel, fts, 7, sc, 19, g->groups * ((cols + tp - 1) / tp));
+    int diff = 0;
+    for (int64_t b = 0; b < g->n; ++b)
+      for (int64_t o = 0; o < g->o; ++o)
+        for (int64_t q = 0; q < len; ++q)
+          diff += memcmp(&y3[(b * len + q) * g->o + o], &y[(b * g->o + o) * len + q], 4) != 0;
+    CHECK_MSG(diff == 0, "padded conv n=%ld c=%ld o=%ld channels last, tile %ld: %d differ",
+              (long)g->n, (long)g->c, (long)g->o, (long)tp, diff);
+  }
+  fts[5] = tout;
+  free(y3);
   free(ws);
 
   /* weight gradient over dy padded to the same grid, (O, N, gpad) */

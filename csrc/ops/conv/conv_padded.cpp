@@ -78,12 +78,16 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
   const int64_t gpad = p.positions;
   Tensor xp = planes.defined() ? planes
                                : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
-  // dy on the same grid, (O, N, gpad): zero past wo in each row and past ho rows.
-  Tensor dyp = at::empty({o, n, gpad}, dy.options());
+  // dy on the same grid, (O, N, gpad): zero past wo in each row and past ho
+  // rows; channels' rows ld apart (the plan's: not a multiple of 4 KB, at
+  // which the pad from a channels-last dy, writing 32 channels' planes at
+  // once, had all its stores in one set of the L1 cache: 3x NCHW's time).
+  const int64_t ld = loom_conv_padded_dy_row(n, gpad);
+  Tensor dyp = at::empty({o * ld}, dy.options()).as_strided({o, n, gpad}, {ld, gpad, 1});
   loom_tensor pt[2] = {describe(dyp.permute({1, 0, 2}), op), image5(dy, op)};
   loom_scalar psc[3] = {scalar_i(0), scalar_i(0), scalar_i(p.wq)};
   launch(op, LOOM_KERNEL("conv.pad"), pt, psc, n * o, std::max<int64_t>(1, 65536 / gpad));
-  loom_tensor a = view4(dyp, op, {1, groups, og, n * gpad}, {0, og * n * gpad, n * gpad, 1});
+  loom_tensor a = view4(dyp, op, {1, groups, og, n * gpad}, {0, og * ld, ld, 1});
   loom_tensor b = view4(xp, op, {1, groups, n * gpad, ck}, {0, 0, ck, 1});  // shape only
   Tensor ws = pack_a(cc, a, b, p.variant, p.workspace_bytes, p.pack_range, p.pack_grain,
                      gw.options(), op);

@@ -162,9 +162,9 @@ typedef struct loom_conv_phase_plan {
  *    [1] 0, [2..16] the geometry, [17] wq, [18] positions, [19] chunk,
  *    [20] per_item, into chunks partial sums (chunks, G, og, ck) that add
  *    up to dW in order (dW itself when chunks is 1). C (1, G, og, ck) as
- *    above, A (1, G, og, N positions) strides (0, og N positions,
- *    N positions, 1), B the copy (1, G, N positions, ck) strides
- *    (0, 0, ck, 1).
+ *    above, A (1, G, og, N positions) strides (0, og ld, ld, 1) with ld =
+ *    loom_conv_padded_dy_row(N, positions), B the copy (1, G,
+ *    N positions, ck) strides (0, 0, ck, 1).
  *  - PATH_WINOGRAD: "conv.pad" of the image as for the forward, and of dy
  *    (top 0, left 0, wq, 2, 2) into (N, 4 O, dy_plane); then
  *    "conv.winograd.weight_grad" over [0, range) with scalars wq,
@@ -176,6 +176,16 @@ typedef struct loom_conv_phase_plan {
  *    from lead on; then "conv_nhwc.weight_grad" over [0, range) with
  *    per_item blocks per item.
  * The pack of A, where there is one, as for the forward ("conv.pack"). */
+/* The distance of dyp's channels' rows (PATH_PADDED's weight gradient, fp32):
+ * N positions, or 16 floats more where that is a multiple of 4 KB, at
+ * which the rows' lines share sets of the L1 cache (the pad from a
+ * channels-last dy writes 32 channels at once; the GEMM would pack the
+ * rows rather than read them in place). */
+static inline int64_t loom_conv_padded_dy_row(int64_t n, int64_t positions) {
+  const int64_t k = n * positions;
+  return k % 1024 == 0 ? k + 16 : k;
+}
+
 typedef struct loom_conv_weight_grad_plan {
   int32_t path;
   int32_t variant;
