@@ -2,8 +2,9 @@
 blocking: tiles as tall as C that pack their own B panels (at most 288 rows,
 C at least 32 column panels wide, an A too large for column tiles), and a
 transposed A packed by its tile, four row panels per pass (tiles of 36, 72
-and 144 rows, a partial last tile). Values against the CPU, and the same bits
-with LOOM_NUM_THREADS=1 and 2."""
+and 144 rows, a partial last tile), float32 words or bfloat16 k-pairs (odd k
+included). Values against the CPU, and the same bits with LOOM_NUM_THREADS=1
+and 2."""
 import pytest
 import torch
 
@@ -26,10 +27,14 @@ SHAPES = [
 ]
 
 
-def _operand(rows, cols, transposed, gen):
+# bfloat16 weight gradients' dY^T @ X: (m, n, k)
+BF16_SHAPES = [(1000, 250, 777), (1024, 1024, 300), (100, 40, 1101), (2500, 40, 300)]
+
+
+def _operand(rows, cols, transposed, gen, dtype=torch.float32):
     if transposed:
-        return torch.randn(cols, rows, generator=gen).t()
-    return torch.randn(rows, cols, generator=gen)
+        return torch.randn(cols, rows, generator=gen).to(dtype).t()
+    return torch.randn(rows, cols, generator=gen).to(dtype)
 
 
 @pytest.mark.parametrize("m,n,k,ta,tb", SHAPES)
@@ -45,6 +50,18 @@ def test_product_matches_cpu(m, n, k, ta, tb):
     torch.testing.assert_close(got, cpu, rtol=1e-4, atol=1e-4 * k ** 0.5)
 
 
+@pytest.mark.parametrize("m,n,k", BF16_SHAPES)
+def test_bf16_transposed_a_matches_cpu(m, n, k):
+    gen = torch.Generator().manual_seed(m + n + k)
+    a = _operand(m, k, True, gen, torch.bfloat16)
+    b = _operand(k, n, False, gen, torch.bfloat16)
+    want = a.double() @ b.double()
+    got = (a.to("loom") @ b.to("loom")).cpu()
+    assert got.dtype == torch.bfloat16
+    # sums in fp32, one bf16 rounding of the result
+    torch.testing.assert_close(got.double(), want, rtol=2 ** -7, atol=1e-4 * k ** 0.5)
+
+
 SCRIPT = r"""
 import hashlib, torch
 torch.manual_seed(0)
@@ -55,8 +72,12 @@ for m, n, k, ta, tb in shapes:
     b = torch.randn(n, k).t() if tb else torch.randn(k, n)
     r = a.to("loom") @ b.to("loom")
     digest.update(r.cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+for m, n, k in %r:
+    a, b = torch.randn(k, m).bfloat16().t(), torch.randn(k, n).bfloat16()
+    r = a.to("loom") @ b.to("loom")
+    digest.update(r.cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
 print("DIGEST", digest.hexdigest())
-""" % (SHAPES,)
+""" % (SHAPES, BF16_SHAPES)
 
 
 def test_thread_count_does_not_change_bits():

@@ -225,7 +225,8 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   int64_t per_unit = (int64_t)blk.nr * (out->kp > 0 ? out->kp : 1);
   out->pack_grain = 65536 / per_unit > 1 ? 65536 / per_unit : 1;
   /* whole groups of four panels for the transposed-A pack */
-  if (loom_gemm_a_rows12x4(out, a)) out->pack_grain = (out->pack_grain + 3) / 4 * 4;
+  if (loom_gemm_a_rows12x4(out, a) || loom_gemm_a_pairs12x4(out, a))
+    out->pack_grain = (out->pack_grain + 3) / 4 * 4;
   /* Small C (a weight gradient: long k, few tiles) is cut into smaller
    * tiles so every worker gets some. Each element still sums its k in the
    * same order, so the tiling never changes a result. Rows that fit one
@@ -468,7 +469,7 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
   const int fetch_c = !p.use_acc && p.m * p.n * (int64_t)sizeof(float) > LOOM_GEMM_FETCH_C_BYTES;
 
   const int amx = p.isa == LOOM_GEMM_AMX && p.packed_bf16;
-  const int a_rows12 = loom_gemm_a_rows12x4(&p, a);
+  const int a_rows12 = loom_gemm_a_rows12x4(&p, a), a_pairs12 = loom_gemm_a_pairs12x4(&p, a);
   if (amx) loom_gemm_amx_begin();
   for (int64_t t = begin; t < end; ++t) {
     int64_t ni = t % p.n_tiles, rest = t / p.n_tiles;
@@ -605,7 +606,16 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
         for (int64_t ip = 0; ip < mpn; ++ip) {
           const char *apanel = ap + loom_gemm_panel_offset(&p, p.m_panels, p.mr, pc, mp0 + ip) * esz;
           int mr = (int)(mt - ip * p.mr < p.mr ? mt - ip * p.mr : p.mr);
-          if (p.a_in_compute || (p.a_tail_in_compute && mr < p.mr)) {
+          if (p.a_in_compute && a_pairs12) {
+            /* bf16 A stored transposed: four panels per pass over its rows
+             * (the one-panel pack is scalar), before their first use */
+            apanel = (const char *)loom_gemm_a_block + ip * p.mr * kc * esz;
+            if (jp == 0 && ip % 4 == 0)
+              loom_gemm_pack_pairs12x4_avx512(
+                  (uint32_t *)apanel, p.mr * kc / 2,
+                  (const uint16_t *)loom_gemm_elem(a, i1, i2, m0 + ip * p.mr, pc), a->strides[3],
+                  mt - ip * p.mr < 4 * p.mr ? mt - ip * p.mr : 4 * p.mr, p.k - pc, kc / 2);
+          } else if (p.a_in_compute || (p.a_tail_in_compute && mr < p.mr)) {
             apanel = (const char *)loom_gemm_a_block + (p.a_in_compute ? ip : 0) * p.mr * kc * esz;
             if (jp == 0) /* packed before its first use, which finds it in L1 */
               loom_gemm_pack_block(&p, a, 1, amat, mp0 + ip, pc, (char *)apanel);

@@ -103,6 +103,13 @@ static inline int loom_gemm_a_rows12x4(const loom_gemm_plan *p, const loom_tenso
          (p->isa == LOOM_GEMM_AVX512 || p->isa == LOOM_GEMM_AVX512BF16);
 }
 
+/* The same for bf16 A packed as bf16 k-pairs by the AVX512-BF16 variant
+ * (loom_gemm_pack_pairs12x4_avx512). */
+static inline int loom_gemm_a_pairs12x4(const loom_gemm_plan *p, const loom_tensor *a) {
+  return p->packed_bf16 && !p->bf16_math && p->mr == 12 && a->dtype == LOOM_BFLOAT16 &&
+         a->strides[2] == 1 && a->strides[3] != 1 && p->isa == LOOM_GEMM_AVX512BF16;
+}
+
 /* k block [pc, pc + kc) of row panel `panel` of A (is_a) or column panel
  * of B, of the distinct matrix `mat`, packed at dst (gemm_pack.c). */
 void loom_gemm_pack_block(const loom_gemm_plan *p, const loom_tensor *src, int is_a,
@@ -137,6 +144,12 @@ void loom_gemm_pack_rows32_avx512(uint32_t *dst, const uint32_t *src, int64_t s_
  * where four rows32 passes would read them twice. */
 void loom_gemm_pack_rows12x4_avx512(uint32_t *dst, int64_t panel_stride, const uint32_t *src,
                                     int64_t s_k, int64_t lanes, int64_t k);
+/* pairs12x4: rows12x4 for bf16 k-pairs, four 12-lane panels of
+ * [pairs][12][2] at dst + q * panel_stride (32-bit words): rows kk < k of
+ * `lanes` (<= 48) 16-bit values at src + kk * s_k, rows 2p and 2p + 1
+ * interleaved into pair p < `pairs`; rows past k and lanes >= `lanes` 0. */
+void loom_gemm_pack_pairs12x4_avx512(uint32_t *dst, int64_t panel_stride, const uint16_t *src,
+                                     int64_t s_k, int64_t lanes, int64_t k, int64_t pairs);
 void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
                                int64_t lane_bytes, int64_t lanes, int64_t width,
                                int64_t k);

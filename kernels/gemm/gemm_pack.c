@@ -181,7 +181,7 @@ int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
   if (rc) return rc;
   char *ws = (char *)args->tensors[3].data;
   int64_t width_bytes = p.packed_bf16 ? 2 : 4;
-  const int a_rows12 = loom_gemm_a_rows12x4(&p, a);
+  const int a_rows12 = loom_gemm_a_rows12x4(&p, a), a_pairs12 = loom_gemm_a_pairs12x4(&p, a);
   for (int64_t u = begin; u < end; ++u) {
     const int is_a = u < p.pack_units_a;
     const int64_t unit = is_a ? u : u - p.pack_units_a;
@@ -189,16 +189,23 @@ int loom_gemm_pack_kernel(const loom_kernel_args *args, int64_t begin,
     const int64_t mat = unit / panels, panel = unit % panels;
     if (is_a && p.a_in_place && (panel + 1) * width <= p.m) continue; /* read in place */
     char *base = ws + (is_a ? p.a_offset + mat * p.a_bytes : p.b_offset + mat * p.b_bytes);
-    if (is_a && a_rows12 && panel % 4 == 0 && panel + 4 <= panels && u + 4 <= end) {
+    if (is_a && (a_rows12 || a_pairs12) && panel % 4 == 0 && panel + 4 <= panels &&
+        u + 4 <= end) {
       /* four panels of a transposed A in one pass over its rows */
       const int64_t i1 = mat / p.a_count2, i2 = mat % p.a_count2, l0 = panel * width;
       const int64_t lanes = p.m - l0 < 4 * width ? p.m - l0 : 4 * width;
       for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
         const int64_t kcur = p.kp - pc < p.kc ? p.kp - pc : p.kc;
-        loom_gemm_pack_rows12x4_avx512(
-            (uint32_t *)(base + loom_gemm_panel_offset(&p, panels, width, pc, panel) * 4),
-            kcur * width, (const uint32_t *)loom_gemm_elem(a, i1, i2, l0, pc), a->strides[3],
-            lanes, kcur);
+        uint32_t *dst = (uint32_t *)(base + loom_gemm_panel_offset(&p, panels, width, pc, panel) *
+                                                width_bytes);
+        if (a_rows12)
+          loom_gemm_pack_rows12x4_avx512(dst, kcur * width,
+                                         (const uint32_t *)loom_gemm_elem(a, i1, i2, l0, pc),
+                                         a->strides[3], lanes, kcur);
+        else /* bf16 pairs: a k block's words are half its k */
+          loom_gemm_pack_pairs12x4_avx512(dst, kcur / 2 * width,
+                                          (const uint16_t *)loom_gemm_elem(a, i1, i2, l0, pc),
+                                          a->strides[3], lanes, p.k - pc, kcur / 2);
       }
       u += 3;
       continue;

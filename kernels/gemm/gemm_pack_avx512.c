@@ -87,6 +87,43 @@ void loom_gemm_pack_rows12x4_avx512(uint32_t *dst, int64_t panel_stride, const u
   }
 }
 
+void loom_gemm_pack_pairs12x4_avx512(uint32_t *dst, int64_t panel_stride, const uint16_t *src,
+                                     int64_t s_k, int64_t lanes, int64_t k, int64_t pairs) {
+  const __m512i lo = loom_gemm_pair_index(0), hi = loom_gemm_pair_index(1);
+  const int64_t l2 = lanes - 32;
+  const __mmask32 m01 = lanes >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << lanes) - 1u);
+  const __mmask16 m2 = (__mmask16)(l2 >= 16 ? 0xffff : l2 <= 0 ? 0 : (1u << l2) - 1u);
+  const __mmask16 row = 0x0fff;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const int64_t kk = 2 * q;
+    const uint16_t *s0 = src + kk * s_k, *s1 = s0 + s_k;
+    /* Rows a stride apart defeat the hardware prefetcher. */
+    if (kk + 9 < k) {
+      _mm_prefetch((const char *)(s0 + 8 * s_k), _MM_HINT_T0);
+      _mm_prefetch((const char *)(s0 + 8 * s_k + 32), _MM_HINT_T0);
+      _mm_prefetch((const char *)(s0 + 9 * s_k), _MM_HINT_T0);
+      _mm_prefetch((const char *)(s0 + 9 * s_k + 32), _MM_HINT_T0);
+    }
+    /* a missing row (past k) is 0 */
+    const __m512i r0 = kk < k ? _mm512_maskz_loadu_epi16(m01, s0) : _mm512_setzero_si512();
+    const __m512i r1 = kk + 1 < k ? _mm512_maskz_loadu_epi16(m01, s1) : _mm512_setzero_si512();
+    const __m512i c0 = _mm512_zextsi256_si512(kk < k ? _mm256_maskz_loadu_epi16(m2, s0 + 32)
+                                                      : _mm256_setzero_si256());
+    const __m512i c1 = _mm512_zextsi256_si512(kk + 1 < k ? _mm256_maskz_loadu_epi16(m2, s1 + 32)
+                                                          : _mm256_setzero_si256());
+    /* the k-pairs of lanes 0-15, 16-31 and 32-47, one 32-bit word a lane */
+    const __m512i v0 = _mm512_permutex2var_epi16(r0, lo, r1);
+    const __m512i v1 = _mm512_permutex2var_epi16(r0, hi, r1);
+    const __m512i v2 = _mm512_permutex2var_epi16(c0, lo, c1);
+    uint32_t *d = dst + q * 12;
+    /* panel p takes lanes [12p, 12p + 12) of the three vectors */
+    _mm512_mask_storeu_epi32(d, row, v0);
+    _mm512_mask_storeu_epi32(d + panel_stride, row, _mm512_alignr_epi32(v1, v0, 12));
+    _mm512_mask_storeu_epi32(d + 2 * panel_stride, row, _mm512_alignr_epi32(v2, v1, 8));
+    _mm512_mask_storeu_epi32(d + 3 * panel_stride, row, _mm512_alignr_epi32(v2, v2, 4));
+  }
+}
+
 void loom_gemm_pack_pairs16_avx512(uint16_t *dst, const uint16_t *src,
                                    int64_t s_k, int64_t lanes, int64_t width,
                                    int64_t k) {

@@ -3,6 +3,7 @@
  * which plan takes each path, and that every path gives the bits of the
  * two-launch path, whatever the tiling, the grain and the chunks' order.
  * Calls the kernels directly, without the runtime. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,40 +15,58 @@
 #include "gemm_test_util.h"
 
 /* A stored transposed (rows along memory) packs four panels per pass over
- * its rows: the product has the bits of the same A stored by rows, for
- * row counts around the groups of 48, two k blocks, two matrices (groups
- * that do not start at a multiple of four units) and grains that split
- * the groups. (The fp32 plans of the AVX512-BF16 and AMX variants pack
- * as this one does.) */
-static void test_transposed_a_groups(int isa) {
-  const int64_t ms[] = {11, 47, 48, 49, 100}, ks[] = {7, 300};
-  const int64_t n = 40, b1 = 2;
+ * its rows, fp32 words or bf16 k-pairs, in the pack launch or in a tile
+ * that packs its own (`flags`): the product has the bits of the same A
+ * stored by rows, for row counts around the groups of 48, odd k, several
+ * k blocks, two matrices (groups that do not start at a multiple of four
+ * units) and grains that split the groups. (The fp32 plans of the
+ * AVX512-BF16 and AMX variants pack as this one does.) */
+static void check_transposed_a_groups(int isa, int32_t dtype, int flags) {
+  const int64_t ms[] = {11, 47, 48, 49, 100}, ks[] = {7, 300, 1100};
+  const int64_t n = 40, b1 = 2, es = loom_dtype_size(dtype);
   for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; ++mi)
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ++ki) {
       const int64_t m = ms[mi], k = ks[ki];
-      int64_t sa[4] = {b1, 1, m, k}, ta_rows[4] = {m * k, 0, k, 1}, ta_cols[4] = {m * k, 0, 1, m};
+      /* a row of NaN after each transposed matrix: a pack that reads past
+       * k multiplies it into the result */
+      int64_t sa[4] = {b1, 1, m, k}, ta_rows[4] = {m * k, 0, k, 1},
+              ta_cols[4] = {(k + 1) * m, 0, 1, m};
       int64_t sb[4] = {b1, 1, k, n}, tb[4] = {k * n, 0, n, 1};
       int64_t sc[4] = {b1, 1, m, n}, tc[4] = {m * n, 0, n, 1};
-      loom_tensor by_rows = make(LOOM_FLOAT32, b1 * m * k, sa, ta_rows);
-      loom_tensor by_cols = make(LOOM_FLOAT32, b1 * m * k, sa, ta_cols);
+      loom_tensor by_rows = make(dtype, b1 * m * k, sa, ta_rows);
+      loom_tensor by_cols = make(dtype, b1 * (k + 1) * m, sa, ta_cols);
       for (int64_t bb = 0; bb < b1; ++bb)
-        for (int64_t i = 0; i < m; ++i)
+        for (int64_t i = 0; i < m; ++i) {
           for (int64_t kk = 0; kk < k; ++kk)
-            ((float *)by_cols.data)[bb * m * k + kk * m + i] =
-                ((float *)by_rows.data)[bb * m * k + i * k + kk];
-      loom_tensor b = make(LOOM_FLOAT32, b1 * k * n, sb, tb);
+            memcpy((char *)by_cols.data + (bb * (k + 1) * m + kk * m + i) * es,
+                   (char *)by_rows.data + (bb * m * k + i * k + kk) * es, (size_t)es);
+          put(&by_cols, bb * (k + 1) * m + k * m + i, NAN);
+        }
+      loom_tensor b = make(dtype, b1 * k * n, sb, tb);
       loom_tensor want = make(LOOM_FLOAT32, b1 * m * n, sc, tc);
       CHECK_MSG(run(&want, &by_rows, &b, NULL, isa, 1.0, 0.0, 0) == 0, "rows");
       for (int64_t grain = 0; grain < 4; grain += 1 + (grain == 1)) { /* 0, 1, 3 */
         loom_tensor got = make(LOOM_FLOAT32, b1 * m * n, sc, tc);
-        CHECK_MSG(run(&got, &by_cols, &b, NULL, isa, 1.0, 0.0, grain) == 0, "cols");
+        CHECK_MSG(run(&got, &by_cols, &b, NULL, isa | flags, 1.0, 0.0, grain) == 0, "cols");
         CHECK_MSG(memcmp(got.data, want.data, sizeof(float) * b1 * m * n) == 0,
-              "%s transposed A m=%ld k=%ld grain %ld differs", loom_gemm_isa_name(isa), (long)m,
-              (long)k, (long)grain);
+              "%s transposed A dtype %d flags %#x m=%ld k=%ld grain %ld differs",
+              loom_gemm_isa_name(isa), dtype, flags, (long)m, (long)k, (long)grain);
         free(got.data);
       }
       free(by_rows.data), free(by_cols.data), free(b.data), free(want.data);
     }
+}
+
+static void test_transposed_a_groups(int isa) {
+  const int by_tile = LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE;
+  if (isa == LOOM_GEMM_AVX512) {
+    check_transposed_a_groups(isa, LOOM_FLOAT32, 0);
+    check_transposed_a_groups(isa, LOOM_FLOAT32, by_tile);
+  }
+  if (isa == LOOM_GEMM_AVX512BF16) { /* bf16 k-pairs */
+    check_transposed_a_groups(isa, LOOM_BFLOAT16, 0);
+    check_transposed_a_groups(isa, LOOM_BFLOAT16, by_tile);
+  }
 }
 
 /* g's operands, and two C (for the two-launch and the compute launch's
@@ -374,7 +393,7 @@ int main(void) {
     test_rows_outer(isa);
     test_tall_tiles(isa);
     test_transposed_a_by_tile(isa);
-    if (isa == LOOM_GEMM_AVX512) test_transposed_a_groups(isa);
+    test_transposed_a_groups(isa);
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            test_failed == before ? "ok" : "FAILED");
   }
