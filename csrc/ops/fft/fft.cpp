@@ -171,8 +171,10 @@ bool r2c_2d_panels(const Tensor& out, const Tensor& in, int64_t n, double scale)
     launch("_fft_r2c", LOOM_KERNEL("fft.r2c_panels"), d, s, sp.rows, sp.grain, dev,
            flops_info(sp.rows, n));
   }
-  // About an eighth of the panels a chunk: each chunk's buffer starts cold.
-  const int64_t grain = (panels + 7) / 8, chunks = (panels + grain - 1) / grain;
+  // An eighth of the panels a chunk, rounded down (each chunk's buffer
+  // starts cold; a signal's last panel, often narrow, then mostly rides in
+  // a chunk of its own: 33 panels of 1024 columns split 8 x 4 + 1).
+  const int64_t grain = std::max<int64_t>(1, panels / 8), chunks = (panels + grain - 1) / grain;
   Tensor work = at::empty({chunks * width * cap}, copts);
   const Tensor cols = out.movedim(-2, -1);
   const loom_tensor d[4] = {describe(cols, "fft"), describe(pan, "fft"), describe(ct.bytes, "fft"),
