@@ -93,12 +93,19 @@ def test_max_pool2d_nan_and_ties():
         assert torch.equal(li.cpu(), i)
 
 
+def _pool_args(kw, stride):
+    """max_pool2d_with_indices_backward's window arguments for F.max_pool2d's kw."""
+    pair = lambda v: list(v) if isinstance(v, tuple) else [v, v]
+    return (pair(kw["kernel_size"]), pair(stride), pair(kw.get("padding", 0)),
+            pair(kw.get("dilation", 1)), False)
+
+
 @pytest.mark.parametrize("stride", [1, 2, 3])
 def test_pool2d_rows_of_every_width(stride):
     """Rows of 1 to 70 columns (the vector loops take 16 output columns at a
     time, reading up to 32 input columns per tap), windows over both edges:
-    max values and indices equal the CPU's bit for bit (ties keep the first
-    tap, a NaN wins), averages equal its sums."""
+    max values, indices and gradients equal the CPU's bit for bit (ties keep
+    the first tap, a NaN wins), averages equal its sums."""
     g = torch.Generator().manual_seed(stride)
     windows = (dict(kernel_size=3, padding=1), dict(kernel_size=2),
                dict(kernel_size=3, padding=1, dilation=2), dict(kernel_size=(1, 5), padding=(0, 2)))
@@ -116,6 +123,14 @@ def test_pool2d_rows_of_every_width(stride):
             lo, li = F.max_pool2d(x.to("loom"), stride=stride, return_indices=True, **kw)
             torch.testing.assert_close(lo.cpu(), o, rtol=0, atol=0, equal_nan=True)
             assert torch.equal(li.cpu(), i), (w, kw)
+            # the gradient: each output's share added where its index
+            # points, in the outputs' order, as the CPU adds them
+            go = torch.randn(o.shape, generator=g)
+            gc = torch.ops.aten.max_pool2d_with_indices_backward(
+                go, x, *_pool_args(kw, stride), i)
+            gl = torch.ops.aten.max_pool2d_with_indices_backward(
+                go.to("loom"), x.to("loom"), *_pool_args(kw, stride), li)
+            assert torch.equal(gl.cpu(), gc), (w, kw)
             if "dilation" not in kw:
                 a = F.avg_pool2d(r, stride=stride, **kw)
                 torch.testing.assert_close(F.avg_pool2d(r.to("loom"), stride=stride, **kw).cpu(), a)

@@ -186,12 +186,27 @@ int loom_pool_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
 static int pool_max_backward_f32(const loom_tensor *gi, const loom_tensor *go,
                                  const loom_tensor *ind, int64_t begin, int64_t end) {
   const int64_t volume = gi->sizes[2] * gi->sizes[3] * gi->sizes[4];
-  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
+  const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4], no = od * oh * ow;
+  /* each volume's outputs and indices one dense run */
+  const int flat = go->strides[4] == 1 && ind->strides[4] == 1 && go->strides[3] == ow &&
+                   ind->strides[3] == ow &&
+                   (od == 1 || (go->strides[2] == oh * ow && ind->strides[2] == oh * ow));
   for (int64_t pl = begin; pl < end; ++pl) {
     float *g_in = (float *)gi->data + loom_pool_volume(gi, pl);
     const float *g_out = (const float *)go->data + loom_pool_volume(go, pl);
     const int64_t *ix = (const int64_t *)ind->data + loom_pool_volume(ind, pl);
     memset(g_in, 0, (size_t)volume * sizeof(float));
+    if (flat) {
+      /* one run of outputs: no offsets to compute, no branch per element */
+      uint64_t bad = 0;
+      for (int64_t o = 0; o < no; ++o) {
+        const int64_t idx = ix[o];
+        bad |= (uint64_t)idx >= (uint64_t)volume;
+        g_in[bad ? 0 : idx] += g_out[o];
+      }
+      if (bad) return LOOM_ERROR_INVALID_ARGUMENT;
+      continue;
+    }
     for (int64_t z = 0; z < od; ++z)
       for (int64_t y = 0; y < oh; ++y)
         for (int64_t x = 0; x < ow; ++x) {
