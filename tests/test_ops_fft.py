@@ -158,6 +158,21 @@ def test_rfft2_panels(no_fallback):
           torch.fft.rfft2(x, dim=(1, 2), norm="ortho"))
 
 
+def test_size_one_batch_dims(no_fallback):
+    # size-1 batch dims (a trailing channel of 1) are dropped before the row
+    # launches: the same values as without them, bit for bit, and the CPU's
+    g = torch.Generator().manual_seed(21)
+    c = torch.randn(64, 40, dtype=torch.complex64, generator=g)
+    x = torch.randn(48, 36, dtype=torch.float64, generator=g)
+    for fn, t, kw in ((torch.fft.fft, c, {"dim": 0}), (torch.fft.ifft2, c, {"dim": (0, 1)}),
+                      (torch.fft.rfft2, x, {"dim": (0, 1)}), (torch.fft.irfft, c, {"dim": 0})):
+        t1 = t[:, None, :, None]
+        kw1 = {"dim": tuple(2 * d for d in kw["dim"])} if isinstance(kw["dim"], tuple) else {"dim": 0}
+        got = fn(t1.to(DEV), **kw1)
+        close(got, fn(t1, **kw1))
+        assert torch.equal(got.cpu()[:, 0, :, 0], fn(t.to(DEV), **kw).cpu())
+
+
 def test_out_variants_and_helpers(no_fallback):
     x = sample((4, 16), torch.complex64)
     out = torch.empty(4, 16, dtype=torch.complex64, device=DEV)

@@ -124,6 +124,14 @@ void rows_pass(const char* kernel_name, const loom_kernel_t* kernel, const Tenso
                const Tensor& in, int64_t n, int sign, double scale,
                const Tensor* twiddles = nullptr) {
   if (out.numel() == 0 || in.numel() == 0) return;
+  // Size-1 batch dims address nothing: without them the innermost batch dim,
+  // along which rows are transformed together in blocks, is one with rows
+  // side by side (a trailing 1 made every block one row). The four-step's
+  // twiddles are indexed by the innermost batch dim as given.
+  if (!twiddles)
+    for (int64_t d = out.dim() - 2; d >= 0; --d)
+      if (out.size(d) == 1) return rows_pass(kernel_name, kernel, out.squeeze(d), in.squeeze(d),
+                                             n, sign, scale);
   const loom_dtype real = real_of(out.scalar_type());
   // a copy: another thread's look-up may drop the cache's entry
   const Table t = table_for(out, n, sign, real,
