@@ -158,7 +158,7 @@ def test_rfft2_panels(no_fallback):
           torch.fft.rfft2(x, dim=(1, 2), norm="ortho"))
 
 
-def test_size_one_batch_dims(no_fallback):
+def test_size_one_and_merged_batch_dims(no_fallback):
     # size-1 batch dims (a trailing channel of 1) are dropped before the row
     # launches: the same values as without them, bit for bit, and the CPU's
     g = torch.Generator().manual_seed(21)
@@ -171,6 +171,18 @@ def test_size_one_batch_dims(no_fallback):
         got = fn(t1.to(DEV), **kw1)
         close(got, fn(t1, **kw1))
         assert torch.equal(got.cpu()[:, 0, :, 0], fn(t.to(DEV), **kw).cpu())
+    # batch dims that are one run of rows merge (channels last images, fft
+    # over the spatial dims): as the CPU, and as the merged rows bit for bit
+    x = torch.randn(40, 33, 3, dtype=torch.complex64, generator=g)
+    for kw in ({"dim": 0}, {"dim": (0, 1)}):
+        fn = torch.fft.fft if kw["dim"] == 0 else torch.fft.fft2
+        got = fn(x.to(DEV), **kw)
+        close(got, fn(x, **kw))
+    got = torch.fft.fft(x.to(DEV), dim=0).cpu()
+    assert torch.equal(got.reshape(40, 99), torch.fft.fft(x.reshape(40, 99).to(DEV), dim=0).cpu())
+    r = torch.randn(3, 5, 64, dtype=torch.float64, generator=g)
+    close(torch.fft.rfft(r.to(DEV)), torch.fft.rfft(r))
+    close(torch.fft.irfft(torch.fft.rfft(r).to(DEV), n=64), torch.fft.irfft(torch.fft.rfft(r), n=64))
 
 
 def test_out_variants_and_helpers(no_fallback):

@@ -124,14 +124,27 @@ void rows_pass(const char* kernel_name, const loom_kernel_t* kernel, const Tenso
                const Tensor& in, int64_t n, int sign, double scale,
                const Tensor* twiddles = nullptr) {
   if (out.numel() == 0 || in.numel() == 0) return;
-  // Size-1 batch dims address nothing: without them the innermost batch dim,
-  // along which rows are transformed together in blocks, is one with rows
-  // side by side (a trailing 1 made every block one row). The four-step's
-  // twiddles are indexed by the innermost batch dim as given.
-  if (!twiddles)
+  // Rows are transformed together in blocks along the innermost batch dim.
+  // Size-1 batch dims address nothing: dropped, that dim is one with rows
+  // side by side (a trailing 1 made every block one row). And it merges
+  // with the next while both tensors hold the two as one run of rows (a
+  // (513, 3) batch of rows one element apart is 1539 rows side by side, not
+  // blocks of 3). The four-step's twiddles follow that dim as given.
+  if (!twiddles) {
     for (int64_t d = out.dim() - 2; d >= 0; --d)
       if (out.size(d) == 1) return rows_pass(kernel_name, kernel, out.squeeze(d), in.squeeze(d),
                                              n, sign, scale);
+    const int64_t d = out.dim() - 2;
+    if (d >= 1 && out.stride(d - 1) == out.stride(d) * out.size(d) &&
+        in.stride(d - 1) == in.stride(d) * in.size(d)) {
+      std::vector<int64_t> sizes = out.sizes().vec(), isizes = in.sizes().vec();
+      sizes[d - 1] *= sizes[d];
+      sizes.erase(sizes.begin() + d);
+      isizes[d - 1] *= isizes[d];
+      isizes.erase(isizes.begin() + d);
+      return rows_pass(kernel_name, kernel, out.view(sizes), in.view(isizes), n, sign, scale);
+    }
+  }
   const loom_dtype real = real_of(out.scalar_type());
   // a copy: another thread's look-up may drop the cache's entry
   const Table t = table_for(out, n, sign, real,
