@@ -62,14 +62,19 @@ static int64_t nhwc_taps(const loom_tensor *in, const loom_pool_window *w, int64
                          int64_t *off, int64_t *idx) {
   const int64_t ih = in->sizes[3], iw = in->sizes[4];
   const int64_t total = w[0].count * w[1].count * w[2].count;
-  int64_t n = 0;
+  if (from >= total) return 0;
+  /* tap `from`'s place in the window, then stepped along: no division per tap */
+  int64_t c = from % w[2].count, b = from / w[2].count % w[1].count;
+  int64_t a = from / (w[2].count * w[1].count), n = 0;
   for (int64_t t = from; t < total && n < NHWC_TAPS; ++t, ++n) {
-    const int64_t c = t % w[2].count, b = t / w[2].count % w[1].count;
-    const int64_t a = t / (w[2].count * w[1].count);
     const int64_t dd = w[0].start + a * w[0].step, hh = w[1].start + b * w[1].step;
     const int64_t xx = w[2].start + c * w[2].step;
     off[n] = dd * in->strides[2] + hh * in->strides[3] + xx * in->strides[4];
     idx[n] = (dd * ih + hh) * iw + xx;
+    if (++c == w[2].count) {
+      c = 0;
+      if (++b == w[1].count) b = 0, ++a;
+    }
   }
   return n;
 }
