@@ -68,6 +68,46 @@ def test_planes_give_the_regular_convolutions_bits_and_the_cpus_values(case, no_
         torch.testing.assert_close(got.cpu(), exp, rtol=1e-4, atol=1e-3)
 
 
+CL = torch.channels_last
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("layout", [(CL, CL, CL), (CL, None, None), (None, CL, CL),
+                                    (CL, CL, None)], ids=["all", "x", "w_dy", "x_w"])
+def test_channels_last_gives_the_regular_convolutions_bits_and_layouts(case, layout, no_fallback):
+    # x, the weight and dy each channels last or contiguous: the planes
+    # are shared where the NCHW ones are, and the output and gradients
+    # are the regular convolution's, bits and strides (the CPU's strides)
+    n, c, o, h, w, s = case
+    cx, cw, cb, _ = _case(n, c, o, h, w)
+    lay = [lambda t, f=f: t.contiguous(memory_format=f) if f else t for f in layout]
+    x, wt, b = lay[0](cx.to("loom")), lay[1](cw.to("loom")), cb.to("loom")
+    out, pl = torch.ops.loom.conv2d_planes(x, wt, b, [s, s], [1, 1], [1, 1], 1)
+    assert (pl.numel() > 0) == (s == 1)
+    ref = aten.convolution(x, wt, b, [s, s], [1, 1], [1, 1], False, [0, 0], 1)
+    cref = aten.convolution(lay[0](cx), lay[1](cw), cb, [s, s], [1, 1], [1, 1], False, [0, 0], 1)
+    assert torch.equal(out.cpu(), ref.cpu()) and out.stride() == ref.stride() == cref.stride()
+    dy = lay[2](torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).to("loom"))
+    got = torch.ops.loom.conv2d_planes_backward(dy, x, wt, pl, [o], [s, s], [1, 1], [1, 1], 1,
+                                                [True] * 3)
+    want = aten.convolution_backward(dy, x, wt, [o], [s, s], [1, 1], [1, 1], False, [0, 0], 1,
+                                     [True] * 3)
+    cwant = aten.convolution_backward(dy.cpu(), lay[0](cx), lay[1](cw), [o], [s, s], [1, 1],
+                                      [1, 1], False, [0, 0], 1, [True] * 3)
+    for a, e, ce in zip(got, want, cwant):
+        assert torch.equal(a.cpu(), e.cpu()) and a.stride() == e.stride() == ce.stride()
+        torch.testing.assert_close(a.cpu(), ce, rtol=1e-4, atol=1e-3)
+    if s == 1:  # the weight gradient reads the planes: another input's give its gradient
+        x2 = lay[0](torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to("loom"))
+        _, pl2 = torch.ops.loom.conv2d_planes(x2, wt, b, [1, 1], [1, 1], [1, 1], 1)
+        gw2 = torch.ops.loom.conv2d_planes_backward(dy, x, wt, pl2, [o], [1, 1], [1, 1], [1, 1],
+                                                    1, [False, True, False])[1]
+        want2 = aten.convolution_backward(dy, x2, wt, [o], [1, 1], [1, 1], [1, 1], False, [0, 0],
+                                          1, [False, True, False])[1]
+        assert torch.equal(gw2.cpu(), want2.cpu()) and gw2.stride() == want2.stride()
+        assert not torch.equal(gw2.cpu(), got[1].cpu())
+
+
 def test_backward_masks_and_planes_left_out(no_fallback):
     x, wt, b, _ = (t.to("loom") if isinstance(t, torch.Tensor) else t for t in _case(2, 16, 16, 12, 12))
     out, pl, dy, full = _planes_and_grads(x, wt, b, 1)
@@ -163,10 +203,11 @@ class _Net(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def _train(model, compiled, steps=3, dynamic=None):
+def _train(model, compiled, steps=3, dynamic=None, fmt=torch.contiguous_format):
     torch.manual_seed(0)
     x, y = torch.randn(8, 16, 16, 16).to("loom"), torch.randint(0, 5, (8,)).to("loom")
-    model = copy.deepcopy(model).to("loom")
+    x = x.contiguous(memory_format=fmt)
+    model = copy.deepcopy(model).to("loom", memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     run = torch.compile(model, backend="loom", dynamic=dynamic) if compiled else model
 
@@ -202,6 +243,25 @@ def test_compiled_training_pads_each_input_once_and_keeps_eagers_parameters(no_f
     for name, t in state.items():  # parameters, running statistics, counts
         assert torch.equal(t, eager_state[name]), name
     assert torch.loom.fallback_ops() == {}
+
+
+@pytest.mark.skipif(not jit.available(), reason="needs a C compiler")
+def test_compiled_channels_last_training_pads_each_input_once(no_fallback):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _Net()
+    eager_losses, eager_state, eager_pads = _train(model, False, fmt=CL)
+    compiler.reset_counters()
+    losses, state, pads = _train(model, True, fmt=CL)
+    c = compiler.counters()
+    assert c["graphs_fallen_back"] == 0 and c["conv_planes"] == 4
+    assert pads == eager_pads - 4 and pads > 0
+    assert losses == eager_losses and losses[-1] < losses[0]
+    for name, t in state.items():
+        assert torch.equal(t, eager_state[name]), name
+        if t.dim() == 4:
+            assert t.is_contiguous(memory_format=CL), name
+    torch._dynamo.reset()
 
 
 @pytest.mark.skipif(not jit.available(), reason="needs a C compiler")

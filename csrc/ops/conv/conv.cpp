@@ -431,6 +431,10 @@ void input_grad_by_phases(const Tensor& gi, const Tensor& dy, const Tensor& w, c
   if (!in_place.empty()) nhwc_run(in_place, copy, Tensor(), p.wq, /*flipped=*/true, op, &image);
 }
 
+}  // namespace
+
+namespace conv {
+
 // A CPU tensor with `t`'s sizes, strides, dtype and requires_grad over no
 // memory: what the CPU's choice of convolution backend reads.
 Tensor cpu_shape_of(const Tensor& t) {
@@ -464,6 +468,10 @@ at::MemoryFormat conv_memory_format(const Tensor& input, const Tensor& weight,
       c10::SymInt(groups), bias_sizes);
   return at::native::_determine_backend_memory_format(ci, cw, backend);
 }
+
+}  // namespace conv
+
+namespace {
 
 Tensor in_format(const Tensor& t, at::MemoryFormat fmt) {
   return t.defined() && fmt != at::MemoryFormat::Contiguous ? t.contiguous(fmt) : t;

@@ -58,6 +58,15 @@ std::vector<loom_scalar> plan_scalars(const Geom& g, int64_t groups, const at::T
 // (N, C, spatial...) as rank 5 (N, C, D, H, W).
 loom_tensor image5(const at::Tensor& t, const char* op);
 
+// The layout the CPU gives this convolution's output and gradients (the
+// memory format of the backend it would pick: channels last when the
+// input or the weight is), from sizes and strides alone (conv.cpp).
+at::MemoryFormat conv_memory_format(const at::Tensor& input, const at::Tensor& weight,
+                                    const at::Tensor& bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                    bool transposed, c10::IntArrayRef output_padding,
+                                    int64_t groups);
+
 // A rank-4 GEMM operand over `t`'s memory with explicit sizes and strides.
 loom_tensor view4(const at::Tensor& t, const char* op, std::array<int64_t, 4> sizes,
                   std::array<int64_t, 4> strides);

@@ -7,6 +7,9 @@
 // use the pair (python/torch_loom/compiler/planes.py): autograd's eager
 // convolution keeps only the input between the passes.
 //
+// The input and the weight may each be contiguous or channels last; the
+// output and the gradients are laid out as the regular convolution lays
+// them out (conv_memory_format), with the same plans, so the same bits.
 // Where the two passes would not share planes (other paths, other dtypes
 // or layouts), the forward returns an empty (0) tensor in their place and
 // both ops are the regular convolution's. The planes' shape is a function
@@ -67,27 +70,42 @@ struct Shared {
   int64_t plane;
 };
 
-// The shared planes of the convolution of `input` by `weight` into `out`
-// (shapes only; contiguous fp32 4-d tensors, out's shape is dy's), if the
-// forward and the weight gradient both take the padded-row or the Winograd
-// path over the same phase planes.
+bool dense(const Tensor& t) {
+  return t.is_contiguous() || t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+// The shared planes of the convolution of `input` by `weight` into an
+// output of `out_sizes` laid out in `fmt` (shapes only; fp32 4-d tensors,
+// each contiguous or channels last; out's shape is dy's), if the forward
+// and the weight gradient both take the padded-row or the Winograd path
+// over the same phase planes. The forward is planned as the regular one
+// plans it (plan_with_weight: the padded rows with the weight contiguous).
 std::optional<Shared> shared_planes(const Tensor& input, const Tensor& weight,
-                                    c10::IntArrayRef out_sizes, const Geom& g, int64_t groups,
-                                    int64_t workers, const char* op) {
+                                    c10::IntArrayRef out_sizes, at::MemoryFormat fmt,
+                                    const Geom& g, int64_t groups, int64_t workers,
+                                    const char* op) {
   if (input.dim() != 4 || weight.dim() != 4 || input.scalar_type() != at::kFloat ||
-      weight.scalar_type() != at::kFloat || !input.is_contiguous() || !weight.is_contiguous())
+      weight.scalar_type() != at::kFloat || !dense(input) || !dense(weight))
     return std::nullopt;
   for (int64_t s : out_sizes)
     if (s <= 0) return std::nullopt;
   if (input.numel() == 0) return std::nullopt;
-  const auto out_strides = c10::contiguous_strides(out_sizes);
+  std::vector<int64_t> out_strides = c10::get_channels_last_strides_2d(out_sizes);
+  if (fmt != at::MemoryFormat::ChannelsLast) {
+    const auto cs = c10::contiguous_strides(out_sizes);
+    out_strides.assign(cs.begin(), cs.end());
+  }
   const loom_tensor x = shape_of(input.sizes(), input.strides(), at::kFloat, op);
   const loom_tensor y = shape_of(out_sizes, out_strides, at::kFloat, op);
-  const loom_tensor w = shape_of(weight.sizes(), weight.strides(), at::kFloat, op);
   auto sc = plan_scalars(g, groups, input, 0);
   sc[LOOM_CONV_NUM_SCALARS + 1] = scalar_i(workers);
-  loom_tensor fts[3] = {x, y, w};
-  const auto f = plan<loom_conv_forward_plan>(op, LOOM_KERNEL("conv.forward.plan"), fts, sc);
+  auto plan_fwd = [&](c10::IntArrayRef w_strides) {
+    loom_tensor fts[3] = {x, y, shape_of(weight.sizes(), w_strides, at::kFloat, op)};
+    return plan<loom_conv_forward_plan>(op, LOOM_KERNEL("conv.forward.plan"), fts, sc);
+  };
+  auto f = plan_fwd(weight.strides());
+  if (f.path != LOOM_CONV_PATH_WINOGRAD && !weight.is_contiguous())
+    f = plan_fwd(c10::contiguous_strides(weight.sizes()));
   if (f.path != LOOM_CONV_PATH_WINOGRAD && f.path != LOOM_CONV_PATH_PADDED) return std::nullopt;
   loom_tensor wts[2] = {x, y};
   const auto wg = plan<loom_conv_weight_grad_plan>(op, LOOM_KERNEL("conv.weight_grad.plan"),
@@ -116,6 +134,7 @@ void check_args(const Tensor& input, const Tensor& weight, const char* op) {
 struct ForwardShape {
   std::vector<int64_t> out_sizes;
   Geom g;
+  at::MemoryFormat fmt;
   std::optional<Shared> sh;
 };
 
@@ -126,8 +145,11 @@ ForwardShape forward_shape(const Tensor& input, const Tensor& weight, const Tens
   auto out_sizes = out_sizes_of(input, weight, stride, padding, dilation);
   const Geom g = geom2d(weight, stride, padding, dilation, out_sizes);
   const bool bias_ok = !bias.defined() || bias.scalar_type() == input.scalar_type();
-  auto sh = bias_ok ? shared_planes(input, weight, out_sizes, g, groups, 1, kFwd) : std::nullopt;
-  return {std::move(out_sizes), g, std::move(sh)};
+  const at::MemoryFormat fmt = conv_memory_format(input, weight, bias, stride, padding, dilation,
+                                                  false, {0, 0}, groups);
+  auto sh = bias_ok ? shared_planes(input, weight, out_sizes, fmt, g, groups, 1, kFwd)
+                    : std::nullopt;
+  return {std::move(out_sizes), g, fmt, std::move(sh)};
 }
 
 // The regular convolution, and no planes, where they would not be shared.
@@ -151,16 +173,16 @@ std::tuple<Tensor, Tensor> conv2d_planes(const Tensor& input, const Tensor& weig
   const Geom& g = f0.g;
   const auto& sh = f0.sh;
   if (!sh) return regular_forward(input, weight, bias, stride, padding, dilation, groups);
-  Tensor out = at::empty(out_sizes, input.options());
-  const loom_conv_forward_plan p = plan_forward(out, input, weight, g, groups, 0, kFwd);
+  Tensor out = at::empty(out_sizes, input.options().memory_format(f0.fmt));
+  const auto [w, p] = plan_with_weight(out, input, weight, g, groups, 0, kFwd);
   TORCH_CHECK(p.path == sh->fwd.path && p.wq == sh->fwd.wq && p.plane <= sh->plane, kFwd,
               ": the forward's plan changed between its shape and its launch");
   const auto& f = sh->fwd;
   Tensor planes = pad_planes(input, f.top, f.left, f.wq, f.sh, f.sw, sh->plane, kFwd);
   if (p.path == LOOM_CONV_PATH_WINOGRAD)
-    conv_forward_winograd(out, input, weight, bias, p, kFwd, false, planes);
+    conv_forward_winograd(out, input, w, bias, p, kFwd, false, planes);
   else
-    conv_forward_padded(out, input, weight, bias, g, groups, p, kFwd, false, planes);
+    conv_forward_padded(out, input, w, bias, g, groups, p, kFwd, false, planes);
   return {out, planes};
 }
 
@@ -174,7 +196,7 @@ std::tuple<Tensor, Tensor> conv2d_planes_meta(const Tensor& input, const Tensor&
   const auto& sh = f0.sh;
   if (!sh) return regular_forward(input, weight, bias, stride, padding, dilation, groups);
   const int64_t phases = int64_t{sh->fwd.sh} * sh->fwd.sw;
-  return {at::empty(out_sizes, input.options()),
+  return {at::empty(out_sizes, input.options().memory_format(f0.fmt)),
           at::empty({input.size(0), input.size(1) * phases, sh->plane}, input.options())};
 }
 
@@ -188,11 +210,15 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_planes_backward(
     return at::convolution_backward(grad_out, input, weight, bias_sizes, stride, padding,
                                     dilation, false, {0, 0}, groups, m);
   };
-  const Tensor dy = grad_out.contiguous();
+  // dy as the regular backward takes it (through its strides: channels
+  // last from a channels-last model), gradients in its layout
+  const Tensor& dy = grad_out;
+  const at::MemoryFormat fmt = conv_memory_format(input, weight, Tensor(), stride, padding,
+                                                  dilation, false, {0, 0}, groups);
   std::optional<Shared> sh;
   if (mask[1] && planes.numel() > 0 && grad_out.scalar_type() == input.scalar_type()) {
     const Geom g = geom2d(weight, stride, padding, dilation, dy.sizes());
-    sh = shared_planes(input, weight, dy.sizes(), g, groups, 1, kBwd);
+    sh = shared_planes(input, weight, dy.sizes(), fmt, g, groups, 1, kBwd);
   }
   const int64_t phases = sh ? int64_t{sh->wgrad.sh} * sh->wgrad.sw : 0;
   if (!sh || planes.dim() != 3 || planes.size(0) != input.size(0) ||
@@ -209,9 +235,10 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_planes_backward(
   if (p.path != sh->wgrad.path || p.wq != sh->wgrad.wq || p.plane > sh->plane) {
     std::tie(std::ignore, gw, std::ignore) = regular({false, true, false});
   } else if (p.path == LOOM_CONV_PATH_WINOGRAD) {
-    gw = conv_weight_grad_winograd(dy, input, w_sizes, p, kBwd, planes);
+    gw = conv_weight_grad_winograd(dy, input, w_sizes, p, kBwd, planes, fmt);
   } else {
     gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, p, kBwd, planes);
+    if (fmt != at::MemoryFormat::Contiguous) gw = gw.contiguous(fmt);
   }
   return {gi, gw, gb};
 }

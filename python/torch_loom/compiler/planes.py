@@ -12,7 +12,7 @@ partitioner splits the graph, so that the planes are saved for the backward
 instead of padded again (csrc/ops/conv/conv_planes.cpp).
 
 Only where the planes exist (the shape function gives them: float32
-contiguous 2-d convolutions whose forward and weight gradient share a
+2-d convolutions of contiguous or channels-last tensors whose forward and weight gradient share a
 path and its planes): elsewhere the graph is left as it was. The planes
 are a saved tensor like any other: they live from the forward to the
 backward, about the input's size (rounded up to the padding and the plane's
@@ -46,7 +46,7 @@ def _val(n):
 
 
 def _candidate(node) -> bool:
-    """A regular 2-d float32 convolution of contiguous loom tensors."""
+    """A regular 2-d float32 convolution of dense loom tensors."""
     if len(node.args) < 9:
         return False
     x, w = _val(node.args[0]), _val(node.args[1])
@@ -55,7 +55,12 @@ def _candidate(node) -> bool:
             _concrete(x) and _concrete(w) and
             x.device.type == "loom" and x.dtype == torch.float32 and
             w.dtype == torch.float32 and x.dim() == 4 and w.dim() == 4 and
-            x.is_contiguous() and w.is_contiguous())
+            _dense(x) and _dense(w))
+
+
+def _dense(t) -> bool:
+    """Contiguous or channels last: the layouts the shared planes take."""
+    return t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last)
 
 
 def _concrete(t) -> bool:
