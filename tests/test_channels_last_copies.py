@@ -32,6 +32,37 @@ def _copies(fn):
     return shapes
 
 
+def _conv_step_copies(size, k, kw):
+    """One channels-last conv2d forward and backward (batch 6, 32 -> 48
+    channels, a k x k window over size x size) on loom and on the CPU: checks
+    that the output and both gradients equal the CPU's in value and strides,
+    and returns the shapes loom's copy launches copied."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 32, size, size, generator=g).contiguous(memory_format=CL)
+    w = torch.randn(48, 32, k, k, generator=g).contiguous(memory_format=CL)
+    shape = F.conv2d(x, w, **kw).shape
+    go_cpu = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    go_cpu = go_cpu.contiguous(memory_format=CL)
+    res, copies = {}, None
+    for dev in ("cpu", "loom"):
+        xd, wd = x.to(dev).detach().requires_grad_(), w.to(dev).detach().requires_grad_()
+        go, out = go_cpu.to(dev), {}
+
+        def step():
+            out["y"] = F.conv2d(xd, wd, **kw)
+            out["y"].backward(go)
+
+        if dev == "loom":
+            copies = _copies(step)
+        else:
+            step()
+        res[dev] = (out["y"], xd.grad, wd.grad)
+    for c, l in zip(res["cpu"], res["loom"]):
+        assert l.stride() == c.stride()
+        torch.testing.assert_close(l.cpu(), c, rtol=1e-4, atol=1e-4)
+    return copies
+
+
 @pytest.mark.parametrize("kw", [dict(padding=1), dict(padding=2, dilation=2)], ids=str)
 def test_conv_backward_reads_a_channels_last_output_gradient_in_place(kw):
     # A 3x3 stride-1 convolution's input gradient (the flipped weight's
@@ -66,30 +97,8 @@ def test_conv_channels_last_forward_and_backward_make_no_activation_copy(kw):
     # neither the output, dy, nor the input gradient is copied between
     # layouts (batch 6: a copy of shape (6, ...) is an activation's).
     k = kw.pop("kernel")
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(6, 32, 14, 14, generator=g).contiguous(memory_format=CL)
-    w = torch.randn(48, 32, k, k, generator=g).contiguous(memory_format=CL)
-    shape = F.conv2d(x, w, **kw).shape
-    go_cpu = torch.randn(shape, generator=torch.Generator().manual_seed(1))
-    go_cpu = go_cpu.contiguous(memory_format=CL)
-    res = {}
-    for dev in ("cpu", "loom"):
-        xd, wd = x.to(dev).detach().requires_grad_(), w.to(dev).detach().requires_grad_()
-        go, out = go_cpu.to(dev), {}
-
-        def step():
-            out["y"] = F.conv2d(xd, wd, **kw)
-            out["y"].backward(go)
-
-        if dev == "loom":
-            copies = _copies(step)
-            assert not [s for s in copies if s and s[0] == 6], copies
-        else:
-            step()
-        res[dev] = (out["y"], xd.grad, wd.grad)
-    for c, l in zip(res["cpu"], res["loom"]):
-        assert l.stride() == c.stride()
-        torch.testing.assert_close(l.cpu(), c, rtol=1e-4, atol=1e-4)
+    copies = _conv_step_copies(14, k, kw)
+    assert not [s for s in copies if s and s[0] == 6], copies
 
 
 @pytest.mark.parametrize("size", [5, 14], ids=["rows", "winograd"])
@@ -100,29 +109,8 @@ def test_conv_channels_last_3x3_copies_no_weight(size):
     # fewer than half the tiles' outputs are the image's) the forward and
     # the input gradient are GEMMs of channels-last rows, not the implicit
     # GEMM that wants the weight contiguous and writes NCHW.
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(6, 32, size, size, generator=g).contiguous(memory_format=CL)
-    w = torch.randn(48, 32, 3, 3, generator=g).contiguous(memory_format=CL)
-    go_cpu = torch.randn(6, 48, size, size, generator=torch.Generator().manual_seed(1))
-    go_cpu = go_cpu.contiguous(memory_format=CL)
-    res = {}
-    for dev in ("cpu", "loom"):
-        xd, wd = x.to(dev).detach().requires_grad_(), w.to(dev).detach().requires_grad_()
-        go, out = go_cpu.to(dev), {}
-
-        def step():
-            out["y"] = F.conv2d(xd, wd, padding=1)
-            out["y"].backward(go)
-
-        if dev == "loom":
-            copies = _copies(step)
-            assert not copies, copies
-        else:
-            step()
-        res[dev] = (out["y"], xd.grad, wd.grad)
-    for c, l in zip(res["cpu"], res["loom"]):
-        assert l.stride() == c.stride()
-        torch.testing.assert_close(l.cpu(), c, rtol=1e-4, atol=1e-4)
+    copies = _conv_step_copies(size, 3, dict(padding=1))
+    assert not copies, copies
 
 
 class _Block(torch.nn.Module):
