@@ -1,7 +1,8 @@
 """What the C++ kernels Inductor generates for loom graphs do with boolean
 masks: a mask saved for the backward (a ReLU's, a comparison's) is written
 and read back with loom's mask store and load, and the backward computes
-exactly what eager computes, for every vector width and tail length."""
+exactly what eager computes, for every vector width and tail length; and
+how their loop nests with reductions split across loom's workers."""
 
 import pytest
 import torch
@@ -48,3 +49,59 @@ def test_saved_relu_masks_are_written_with_the_mask_store(dtype, numel):
     want = step(_relu_grad, xe)
     torch.testing.assert_close(got.cpu(), want.cpu(), rtol=0, atol=0)
     torch.testing.assert_close(xc.grad.cpu(), xe.grad.cpu(), rtol=0, atol=0)
+
+
+def _nests(code: str):
+    """(launch range, largest constant loop bound) of each loop nest of the
+    generated loom kernels in `code`."""
+    import re
+
+    out = []
+    for body, rng in re.findall(r"static void loom_nest_\d+\((.*?)extern \"C\" int64_t "
+                                r"loom_range_\d+\(const loom_scalar\* loom_s\)\n\{\n\s*return "
+                                r"([^;]*);", code, re.S):
+        bounds = [int(b) for b in re.findall(r"x\d+<static_cast<int64_t>\((\d+)L\)", body)]
+        out.append((rng, max(bounds, default=0)))
+    return out
+
+
+def _bn_relu(bn, x):
+    return F.relu(bn(x))
+
+
+def test_channel_sums_of_channels_last_batch_norm_are_split_by_channels():
+    """A training batch norm over a channels-last input sums each channel
+    over all rows: Inductor puts its few vectors of channels in the outer
+    loop and would split the row loop (a parallel reduction, which loom's
+    kernels never run: their sums must not depend on the threads). The
+    nests split the channel vectors across the launch instead of running
+    as one chunk, and forward and backward equal eager's."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    shape = (32, 32, 32, 32)  # two vectors of channels, far fewer than the rows
+    bn_c = torch.nn.BatchNorm2d(32).to("loom")
+    bn_e = torch.nn.BatchNorm2d(32).to("loom")
+    x = torch.randn(shape).to("loom").contiguous(memory_format=torch.channels_last)
+    g = torch.randn(shape).to("loom").contiguous(memory_format=torch.channels_last)
+    xc = x.detach().clone().requires_grad_()
+    xe = x.detach().clone().requires_grad_()
+    torch._dynamo.reset()
+
+    def step(fn, t):
+        y = fn(t)
+        y.backward(g)
+        return y.detach()
+
+    compiled = torch.compile(lambda t: _bn_relu(bn_c, t))
+    got, codes = run_and_get_code(lambda: step(compiled, xc))
+    nests = _nests("\n".join(codes))
+    rows = 32 * 32 * 32
+    assert any(bound >= rows for _, bound in nests), nests  # the sums over rows are generated
+    # no nest over all rows in one chunk
+    assert all(rng != "1" for rng, bound in nests if bound >= rows), nests
+    want = step(lambda t: _bn_relu(bn_e, t), xe)
+    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xc.grad.cpu(), xe.grad.cpu(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(bn_c.weight.grad.cpu(), bn_e.weight.grad.cpu(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(bn_c.running_var.cpu(), bn_e.running_var.cpu(), rtol=1e-5, atol=1e-6)

@@ -14,10 +14,12 @@ outermost parallel loops, as Inductor chose them (``decide_parallel_depth``
 with loom's worker count): the kernel gets ``[begin, end)`` of it and runs
 the loops for those iterations only (collapsed loops are recovered by
 division). Only loops over independent outputs are split, never a
-reduction loop: a nest whose parallel loop would be a reduction (a sum to
-one element, say) runs as one chunk, and so does a nest whose iterations
-add into shared outputs (Inductor's "atomic_add" stores: scatter-add,
-embedding backward), in iteration order. Every output element is therefore
+reduction loop: where Inductor would split a reduction, the loops over
+outputs outside it are split instead (a channels-last batch norm's
+per-channel sums, by vectors of channels); a nest with no such loop to
+share (a sum to one element, say) runs as one chunk, and so does a nest
+whose iterations add into shared outputs (Inductor's "atomic_add" stores:
+scatter-add, embedding backward), in iteration order. Every output element is therefore
 computed by one chunk with the same code, whatever the number of threads
 or chunks, and results do not depend on them.
 
@@ -288,12 +290,30 @@ class LoomCppKernelProxy(CppKernelProxy):
         if not par.parallel_depth or not loops:
             return par
         start = par.start_depth
-        # Only independent outputs are split: a nest whose parallel loop is a
-        # reduction (or starts below the outermost loop, which only happens
-        # at a reduction) runs as one chunk.
+        # Only independent outputs are split. Where Inductor would split a
+        # reduction loop (or starts below the outermost loop, which only
+        # happens at a reduction) -- a per-channel sum over the rows of a
+        # channels-last tensor, whose few vectors of channels Inductor leaves
+        # to one thread -- the outer loops over outputs are split instead,
+        # if they have iterations to share; else the nest runs as one chunk.
         if start != 0 or start >= len(loops) or loops[start].is_reduction:
-            return ParallelDepth(parallel_depth=0, start_depth=start)
+            return self._split_outputs(max_parallel_depth, loops)
         return par
+
+    def _split_outputs(self, max_parallel_depth, loops):
+        outer = 0
+        while outer < len(loops) and not loops[outer].is_reduction:
+            outer += 1
+        # LoopNest.mark_parallel checks the depth against its own maximum
+        # (the reduction loops' count when Inductor chose them).
+        outer = min(outer, max_parallel_depth.parallel_depth)
+        if outer == 0:
+            return ParallelDepth(parallel_depth=0, start_depth=0)
+        par = super().decide_parallel_depth(ParallelDepth(parallel_depth=outer, start_depth=0),
+                                            device_workers())
+        if not par.parallel_depth:
+            return ParallelDepth(parallel_depth=0, start_depth=0)
+        return ParallelDepth(parallel_depth=par.parallel_depth, start_depth=0)
 
     def codegen_loops(self, code, worksharing):
         nest = LoopNestInfo(code=code)
