@@ -261,6 +261,35 @@ def test_relu_runs_in_the_gemm_forward_and_backward():
     assert "mm_epilogue" not in "\n".join(cpu_codes)
 
 
+def test_gemm_epilogues_switch_off_leaves_activations_to_generated_kernels():
+    """With torch_loom._inductor.config.gemm_epilogues off (for side-by-side
+    timing), loom graphs keep the products and their activations apart, and
+    compute what eager computes."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    from torch_loom._inductor import config
+
+    g = torch.Generator().manual_seed(0)
+    leaves = [torch.randn(*s, generator=g) for s in ((16, 24), (32, 24), (32,), (32, 20))]
+
+    def step(fn):
+        x, w1, b1, w2 = [t.to("loom").requires_grad_() for t in leaves]
+        out = fn(x, w1, b1, w2, False)
+        out.sum().backward()
+        return [t.detach().cpu() for t in (out, x.grad, w1.grad, w2.grad, b1.grad)]
+
+    torch._dynamo.reset()
+    counters.clear()
+    with config.patch(gemm_epilogues=False):
+        got, codes = run_and_get_code(lambda: step(torch.compile(_relu_layers)))
+    assert "mm_epilogue" not in "\n".join(codes), codes
+    assert counters["inductor"]["loom_gemm_epilogue"] == 0
+    want = step(_relu_layers)
+    for name, a, b in zip(("out", "x.grad", "w1.grad", "w2.grad", "b1.grad"), got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
+
+
 def _gelu_mlp(x, w1, b1, w2, b2, approximate):
     return F.linear(F.gelu(F.linear(x, w1, b1), approximate=approximate), w2, b2)
 

@@ -28,6 +28,10 @@ def _digest() -> str:
 #: call (library_ops.py).
 sdpa_contiguous_rows: bool = True
 
+#: Linear layers' activations (and their gradients) run inside the GEMM
+#: as its epilogue (epilogue.py).
+gemm_epilogues: bool = True
+
 #: The code generators' identity (a digest of their sources).
 codegen_version: str = _digest()
 

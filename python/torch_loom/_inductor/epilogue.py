@@ -206,6 +206,10 @@ class EpiloguePass(CustomGraphPass):
     """The post-grad pass, with a uuid for Inductor's cache key."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
+        from . import config
+
+        if not config.gemm_epilogues:
+            return
         counters["inductor"]["loom_gemm_epilogue"] += fuse(graph)
 
     def uuid(self) -> bytes:
