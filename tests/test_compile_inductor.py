@@ -232,6 +232,8 @@ def test_relu_runs_in_the_gemm_forward_and_backward():
     from torch._dynamo.utils import counters
     from torch._inductor.utils import run_and_get_code
 
+    from torch_loom._inductor import config
+
     g = torch.Generator().manual_seed(0)
     leaves = [torch.randn(*s, generator=g) for s in ((16, 24), (32, 24), (32,), (32, 20))]
     # forward: both ReLUs (with keep, the first product also stays); backward:
@@ -247,7 +249,8 @@ def test_relu_runs_in_the_gemm_forward_and_backward():
             out.sum().backward()
             return [t.detach().cpu() for t in (out, x.grad, w1.grad, w2.grad, b1.grad)]
 
-        got, codes = run_and_get_code(lambda: step(torch.compile(_relu_layers), "loom"))
+        with config.patch(gemm_epilogues=True):
+            got, codes = run_and_get_code(lambda: step(torch.compile(_relu_layers), "loom"))
         code = "\n".join(codes)
         assert code.count("torch.ops.loom.mm_epilogue.default(") == fused, code
         assert counters["inductor"]["loom_gemm_epilogue"] == fused
@@ -257,7 +260,8 @@ def test_relu_runs_in_the_gemm_forward_and_backward():
         torch.testing.assert_close(got[4], want[4], rtol=1e-5, atol=1e-6)
 
     torch._dynamo.reset()
-    _, cpu_codes = run_and_get_code(lambda: step(torch.compile(_relu_layers), "cpu"))
+    with config.patch(gemm_epilogues=True):
+        _, cpu_codes = run_and_get_code(lambda: step(torch.compile(_relu_layers), "cpu"))
     assert "mm_epilogue" not in "\n".join(cpu_codes)
 
 
@@ -312,9 +316,12 @@ def test_gelu_of_a_linear_over_3d_input_runs_in_the_gemm(approximate):
         (out * out).sum().backward()
         return [out.detach().cpu()] + [t.grad.cpu() for t in ts]
 
+    from torch_loom._inductor import config
+
     torch._dynamo.reset()
     counters.clear()
-    got, codes = run_and_get_code(lambda: step(torch.compile(_gelu_mlp)))
+    with config.patch(gemm_epilogues=True):
+        got, codes = run_and_get_code(lambda: step(torch.compile(_gelu_mlp)))
     assert [c.count("torch.ops.loom.mm_epilogue.default(") for c in codes] == [1, 1], codes
     want = step(_gelu_mlp)
     for name, i in (("out", 0), ("x.grad", 1), ("w1.grad", 2), ("w2.grad", 4)):

@@ -29,8 +29,11 @@ def _digest() -> str:
 sdpa_contiguous_rows: bool = True
 
 #: Linear layers' activations (and their gradients) run inside the GEMM
-#: as its epilogue (epilogue.py).
-gemm_epilogues: bool = True
+#: as its epilogue (epilogue.py). Off: side by side on a quiet machine the
+#: epilogue GEMMs took more time than the plain GEMMs and the generated
+#: activation kernels together (bench mlp_train about 0.8 ms a step,
+#: gpt_train's GELU layers about 10 ms).
+gemm_epilogues: bool = False
 
 #: The code generators' identity (a digest of their sources).
 codegen_version: str = _digest()

@@ -1,6 +1,8 @@
 """GEMM epilogues in loom graphs under Inductor: a linear layer's ReLU or
 GELU, and their backward after the gradient's matrix product, run inside
-the GEMM.
+the GEMM. Off unless ``torch_loom._inductor.config.gemm_epilogues`` is set
+(the epilogue GEMM measured slower than the plain GEMM and a generated
+activation kernel together; see config.py).
 
 A post-grad pass, applied to graphs with loom inputs only (``patches.py``
 adds it to ``compile_fx``'s config patches, beside any pass the user set),

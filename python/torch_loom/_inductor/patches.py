@@ -15,7 +15,8 @@ for loom only, and is applied once.
   their dtype.
 - ``compile_fx()`` reads ``config.fallback_random`` as one global; loom
   graphs need it on (random ops on loom's generator), other graphs keep it.
-  Loom graphs also get the GEMM-epilogue post-grad pass (``epilogue.py``)
+  Loom graphs also get the GEMM-epilogue post-grad pass (``epilogue.py``,
+  which does nothing unless ``config.gemm_epilogues`` is on)
   beside any ``post_grad_custom_post_pass`` of the user's.
 - ``BaseSchedulerNode.is_cpu()`` is asked in exactly three places, each to
   skip a Triton-only fusion rewrite (loop reordering, loop reindexing, index
@@ -126,8 +127,9 @@ def _loom_patches(patches: dict) -> dict:
 def _patch_compile_fx() -> None:
     """Random ops of a loom graph run as loom's own ops on its Philox
     generator (``fallback_random``), so compiled and eager code draw the same
-    numbers; and a loom graph's linear layers take their ReLU (forward and
-    backward) into the GEMM (``epilogue.py``). Inductor reads both settings
+    numbers; and a loom graph's linear layers may take their ReLU (forward
+    and backward) into the GEMM (``epilogue.py``, with
+    ``config.gemm_epilogues`` on). Inductor reads both settings
     as globals, so they are set for the graphs with loom inputs only,
     through compile_fx's own config patches (which also cover the backward,
     compiled later): CPU and other graphs keep Inductor's random lowering
