@@ -148,5 +148,11 @@ def test_backward_into_rejects_bad_gradient_tensors():
     with pytest.raises(RuntimeError, match="loom::sdpa_backward_into: dq overlaps itself"):
         into(g, q, k, v, None, out, lse, True, None,
              torch.empty(1, device="loom").expand(B, H, T, D), dk, dv)
-    with pytest.raises(RuntimeError, match="overlap|distinct"):
+    with pytest.raises(RuntimeError, match="loom::sdpa_backward_into: dq and dk share memory"):
         into(g, q, k, v, None, out, lse, True, None, dq, dq, dv)
+    # the same memory through another tensor object, and a partial overlap
+    with pytest.raises(RuntimeError, match="loom::sdpa_backward_into: dq and dv share memory"):
+        into(g, q, k, v, None, out, lse, True, None, dq, dk, dq.view_as(dq))
+    buf = torch.empty(B + 1, H, T, D, device="loom")
+    with pytest.raises(RuntimeError, match="loom::sdpa_backward_into: dk and dv share memory"):
+        into(g, q, k, v, None, out, lse, True, None, dq, buf[:B], buf[1:])
