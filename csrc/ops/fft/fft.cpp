@@ -207,7 +207,6 @@ bool r2c_2d_panels(const Tensor& out, const Tensor& in, int64_t n, double scale)
   return true;
 }
 
-
 // The four-step split n = n1 n2 (n1 the largest divisor <= sqrt(n)), or 0
 // when n runs as one transform.
 int64_t four_step_split(const Tensor& like, int64_t n, int sign) {
