@@ -65,17 +65,19 @@ def _targets(shape, stride, dim, pieces, dtype):
     """On a meta tensor of the cat's result: each piece's slice, viewed back
     through its chain to the gradient's shape (None where a view does not
     exist)."""
-    g = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
-    out, offset = [], 0
+    try:
+        return _slices(torch.empty_strided(shape, stride, dtype=dtype, device="meta"), dim, pieces)
+    except RuntimeError:
+        return None
+
+
+def _slices(g, dim, pieces):
+    """Each piece's slice of g along dim, viewed back through its chain."""
+    views, offset = [], 0
     for size, steps in pieces:
-        t = g.narrow(dim, offset, size)
+        views.append(_undo(g.narrow(dim, offset, size), steps))
         offset += size
-        try:
-            t = _undo(t, steps)
-        except RuntimeError:
-            return None
-        out.append(t)
-    return out
+    return views
 
 
 def _undo(t, steps):
@@ -97,11 +99,7 @@ def packed_backward(op, shape, stride, dim, pieces, grad_out, q, k, v, bias, out
     """The cat's result, with the attention backward's gradients written into
     its slices (the program's call for a rewritten cat)."""
     g = torch.empty_strided(shape, stride, dtype=q.dtype, device=q.device)
-    views, offset = [], 0
-    for size, steps in pieces:
-        views.append(_undo(g.narrow(dim, offset, size), steps))
-        offset += size
-    op(grad_out, q, k, v, bias, out, lse, is_causal, scale, *views)
+    op(grad_out, q, k, v, bias, out, lse, is_causal, scale, *_slices(g, dim, pieces))
     return g
 
 
