@@ -70,13 +70,37 @@ int loom_im2col_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t
   return 0;
 }
 
-/* dst[ch * stride] += src[ch] for ch < c. */
-static void nhwc_add(float *dst, int64_t stride, const float *src, int64_t c) {
-  if (stride == 1) {
+/* dst[ch * stride] += src[ch] for ch < c; with first, dst[ch * stride] =
+ * 0.0f + src[ch] (the zeroed sum's first addition, in one pass). */
+static void nhwc_add(float *restrict dst, int64_t stride, const float *restrict src, int64_t c,
+                     int first) {
+  if (stride == 1 && first) {
+    for (int64_t ch = 0; ch < c; ++ch) dst[ch] = 0.0f + src[ch];
+  } else if (stride == 1) {
     for (int64_t ch = 0; ch < c; ++ch) dst[ch] += src[ch];
+  } else if (first) {
+    for (int64_t ch = 0; ch < c; ++ch) dst[ch * stride] = 0.0f + src[ch];
   } else {
     for (int64_t ch = 0; ch < c; ++ch) dst[ch * stride] += src[ch];
   }
+}
+
+enum {
+  NHWC_TAPS = 16,     /* a window's taps along an axis with a table */
+  NHWC_COLUMNS = 2048 /* (column, tap) pairs the column axis's table holds */
+};
+
+/* The taps along axis i that reach coordinate x: output coordinates
+ * o = (x + p - k * d) / s inside the grid, in increasing tap order k;
+ * their count. */
+static int nhwc_axis_taps(const nhwc_geom *g, int i, int64_t x, int16_t *kv, int32_t *ov) {
+  int n = 0;
+  for (int64_t k = 0; k < g->k[i]; ++k) {
+    const int64_t v = x + g->p[i] - k * g->d[i];
+    if (v >= 0 && v % g->s[i] == 0 && v / g->s[i] < g->o[i])
+      kv[n] = (int16_t)k, ov[n++] = (int32_t)(v / g->s[i]);
+  }
+  return n;
 }
 
 int loom_col2im_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
@@ -88,51 +112,76 @@ int loom_col2im_nhwc_kernel(const loom_kernel_args *args, int64_t begin, int64_t
   const int64_t *sz = img->sizes, *st = img->strides, c = g.c;
   const int64_t positions = sz[2] * sz[3] * sz[4];
   if (begin < 0 || end > sz[0] * positions) return LOOM_ERROR_INVALID_ARGUMENT;
+  if (begin >= end) return 0;
+  const float *cd = (const float *)col->data;
+  const int64_t ld = col->strides[0];
+  /* Taps in fixed (kd, kh, kw) order: output position o reads x at tap t
+   * when o * s - p + t * d == x, axis by axis. Each axis's taps that reach
+   * a coordinate are found once: the columns' for the whole row up front
+   * (their divisions cost more than the sums at small channel counts), a
+   * row's and a plane's when the position moves to the next; windows
+   * wider than NHWC_TAPS along an axis take the same test per tap. */
+  const int wide = g.k[0] > NHWC_TAPS || g.k[1] > NHWC_TAPS || g.k[2] > NHWC_TAPS;
+  const int table = !wide && sz[4] * g.k[2] <= NHWC_COLUMNS;
+  int16_t kw_t[NHWC_COLUMNS];
+  int32_t ow_t[NHWC_COLUMNS];
+  int8_t nw_t[NHWC_COLUMNS];
+  for (int64_t x = 0; table && x < sz[4]; ++x)
+    nw_t[x] = (int8_t)nhwc_axis_taps(&g, 2, x, kw_t + x * g.k[2], ow_t + x * g.k[2]);
+  int16_t kv[3][NHWC_TAPS];
+  int32_t ov[3][NHWC_TAPS];
+  int nv[3] = {0, 0, 0};
+  int64_t n = begin / positions, q = begin % positions;
+  int64_t x[3] = {q / (sz[3] * sz[4]), q / sz[4] % sz[3], q % sz[4]};
+  int64_t row_of = -1; /* the (n, d, h) row whose taps kv[0..1] hold */
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t n = item / positions, q = item % positions;
-    const int64_t x[3] = {q / (sz[3] * sz[4]), q / sz[4] % sz[3], q % sz[4]};
     float *dst = (float *)img->data + n * st[0] + x[0] * st[2] + x[1] * st[3] + x[2] * st[4];
-    for (int64_t ch = 0; ch < c; ++ch) dst[ch * st[1]] = 0.0f;
-    /* Taps in fixed (kd, kh, kw) order: output position o reads x at tap t
-     * when o * s - p + t * d == x, axis by axis; each axis's taps that
-     * reach x are found once per position (a window's taps along an axis
-     * are at most NHWC_TAPS; wider ones take the same test per tap). */
-    enum { NHWC_TAPS = 16 };
-    int64_t kv[3][NHWC_TAPS], ov[3][NHWC_TAPS], nv[3] = {0, 0, 0};
-    int wide = 0;
-    for (int i = 0; i < 3; ++i) {
-      if (g.k[i] > NHWC_TAPS) {
-        wide = 1;
-        break;
+    int first = 1;
+    if (!wide) {
+      const int64_t row = (n * sz[2] + x[0]) * sz[3] + x[1];
+      if (row != row_of) {
+        nv[0] = nhwc_axis_taps(&g, 0, x[0], kv[0], ov[0]);
+        nv[1] = nhwc_axis_taps(&g, 1, x[1], kv[1], ov[1]);
+        row_of = row;
       }
-      for (int64_t k = 0; k < g.k[i]; ++k) {
-        const int64_t v = x[i] + g.p[i] - k * g.d[i];
-        if (v >= 0 && v % g.s[i] == 0 && v / g.s[i] < g.o[i])
-          kv[i][nv[i]] = k, ov[i][nv[i]++] = v / g.s[i];
+      const int16_t *kw = table ? kw_t + x[2] * g.k[2] : kv[2];
+      const int32_t *ow = table ? ow_t + x[2] * g.k[2] : ov[2];
+      const int nw = table ? nw_t[x[2]] : (nv[2] = nhwc_axis_taps(&g, 2, x[2], kv[2], ov[2]));
+      for (int a = 0; a < nv[0]; ++a)
+        for (int b = 0; b < nv[1]; ++b) {
+          const int64_t t0 = (kv[0][a] * g.k[1] + kv[1][b]) * g.k[2];
+          const int64_t r0 = n * g.len + (ov[0][a] * g.o[1] + ov[1][b]) * g.o[2];
+          for (int e = 0; e < nw; ++e, first = 0)
+            nhwc_add(dst, st[1], cd + (r0 + ow[e]) * ld + (t0 + kw[e]) * c, c, first);
+        }
+    } else {
+      int64_t t = 0;
+      for (int64_t kd = 0; kd < g.k[0]; ++kd)
+        for (int64_t kh = 0; kh < g.k[1]; ++kh)
+          for (int64_t kw = 0; kw < g.k[2]; ++kw, ++t) {
+            const int64_t kt[3] = {kd, kh, kw};
+            int64_t o[3], ok = 1;
+            for (int i = 0; i < 3 && ok; ++i) {
+              const int64_t v = x[i] + g.p[i] - kt[i] * g.d[i];
+              ok = v >= 0 && v % g.s[i] == 0 && v / g.s[i] < g.o[i];
+              o[i] = ok ? v / g.s[i] : 0;
+            }
+            if (!ok) continue;
+            const int64_t row = n * g.len + (o[0] * g.o[1] + o[1]) * g.o[2] + o[2];
+            nhwc_add(dst, st[1], cd + row * ld + t * c, c, first);
+            first = 0;
+          }
+    }
+    if (first)
+      for (int64_t ch = 0; ch < c; ++ch) dst[ch * st[1]] = 0.0f;
+    /* the next position: column, row, plane, image */
+    if (++x[2] == sz[4]) {
+      x[2] = 0;
+      if (++x[1] == sz[3]) {
+        x[1] = 0;
+        if (++x[0] == sz[2]) x[0] = 0, ++n;
       }
     }
-    for (int64_t a = 0; !wide && a < nv[0]; ++a)
-      for (int64_t b = 0; b < nv[1]; ++b)
-        for (int64_t e = 0; e < nv[2]; ++e) {
-          const int64_t t = (kv[0][a] * g.k[1] + kv[1][b]) * g.k[2] + kv[2][e];
-          const int64_t row = n * g.len + (ov[0][a] * g.o[1] + ov[1][b]) * g.o[2] + ov[2][e];
-          nhwc_add(dst, st[1], (const float *)col->data + row * col->strides[0] + t * c, c);
-        }
-    int64_t t = 0;
-    for (int64_t kd = 0; wide && kd < g.k[0]; ++kd)
-      for (int64_t kh = 0; kh < g.k[1]; ++kh)
-        for (int64_t kw = 0; kw < g.k[2]; ++kw, ++t) {
-          const int64_t kt[3] = {kd, kh, kw};
-          int64_t o[3], ok = 1;
-          for (int i = 0; i < 3 && ok; ++i) {
-            const int64_t v = x[i] + g.p[i] - kt[i] * g.d[i];
-            ok = v >= 0 && v % g.s[i] == 0 && v / g.s[i] < g.o[i];
-            o[i] = ok ? v / g.s[i] : 0;
-          }
-          if (!ok) continue;
-          const int64_t row = n * g.len + (o[0] * g.o[1] + o[1]) * g.o[2] + o[2];
-          nhwc_add(dst, st[1], (const float *)col->data + row * col->strides[0] + t * c, c);
-        }
   }
   return 0;
 }

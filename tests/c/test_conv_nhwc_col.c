@@ -173,6 +173,8 @@ int main(void) {
       {2, 4, 5, 6, 5, {3, 2, 3}, {2, 1, 2}, {1, 0, 1}, {1, 1, 2}},  /* 3-d */
       {1, 17, 1, 5, 5, {1, 5, 5}, {1, 3, 3}, {0, 2, 2}, {1, 1, 1}}, /* window past the image */
       {2, 3, 1, 4, 21, {1, 2, 17}, {1, 1, 2}, {0, 1, 3}, {1, 1, 1}}, /* more than 16 taps a row */
+      /* rows too long for col2im's table of the columns' taps */
+      {1, 2, 1, 3, 700, {1, 3, 3}, {1, 2, 2}, {0, 1, 1}, {1, 1, 1}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     for (int cl = 0; cl < 2; ++cl) check_case(cases[i], cl);
