@@ -34,6 +34,7 @@ from .attention import pack_attention_gradients
 from .batchnorm import fuse_batch_norms
 from .epilogue import fuse_epilogues
 from .fuse import fuse
+from .inplace import scatter_in_place
 from .lower import lower
 from .planes import share_conv_planes
 from .program import Program
@@ -137,6 +138,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, kind: str):
     """One ATen graph -> a boxed callable running it on loom."""
     start = time.perf_counter()
     tag = f"{kind}{next(_graph_ids)}"
+    scatter_in_place(gm)
     if not jit.available():
         observe.record_fallback()
         return _Eager(gm)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 
 import torch
 
@@ -41,6 +42,7 @@ class Stats:
 
 
 stats = Stats()
+_data_ptr = torch.Tensor.data_ptr
 _logged: set = set()
 
 
@@ -67,13 +69,24 @@ def _static_reason(gm) -> str | None:
 
 
 def _mutated_inputs(gm) -> list[int]:
-    """Indices of the inputs the graph writes (copy_ into a placeholder)."""
+    """Indices of the inputs the graph writes: copy_ into a placeholder,
+    or an in-place op (index_put_, ...) whose schema writes its argument."""
     index = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     out = set()
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
-            if node.args[0] in index:
-                out.add(index[node.args[0]])
+        if node.op != "call_function":
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            continue
+        for arg, a in zip(schema.arguments, node.args):
+            if a in index and arg.alias_info is not None and arg.alias_info.is_write:
+                out.add(index[a])
+        for name, a in node.kwargs.items():
+            formal = next((f for f in schema.arguments if f.name == name), None)
+            if a in index and formal is not None and formal.alias_info is not None \
+                    and formal.alias_info.is_write:
+                out.add(index[a])
     return sorted(out)
 
 
@@ -126,10 +139,21 @@ class Graphed:
 
     def _key(self, args):
         if self.static_positions is None:
-            self.static_positions = tuple(
-                i for i, a in enumerate(args)
-                if i in self.static or isinstance(a, torch.nn.Parameter))
-        return tuple(args[i].data_ptr() for i in self.static_positions)
+            self._positions(args)
+        return tuple(map(_data_ptr, self._static_of(args)))
+
+    def _positions(self, args):
+        """Which inputs are read in place (parameters and buffers: the key
+        of a capture) and which are copied into its buffers."""
+        self.static_positions = tuple(
+            i for i, a in enumerate(args)
+            if i in self.static or isinstance(a, torch.nn.Parameter))
+        static = set(self.static_positions)
+        self.copied = tuple(i for i in range(len(args)) if i not in static)
+        self.copied_back = tuple(i for i in self.mutated if i not in static)
+        getter = operator.itemgetter(*self.static_positions) if self.static_positions else None
+        self._static_of = (lambda a: ()) if getter is None else \
+            (lambda a: (getter(a),)) if len(self.static_positions) == 1 else getter
 
     def __call__(self, args):
         if self.eager or self.calls < WARMUP_CALLS:
@@ -173,16 +197,20 @@ class Graphed:
         return self._replay(capture, args)
 
     def _replay(self, capture, args):
+        # The static inputs are those the capture read (its key): only the
+        # others are copied in, and only those the graph writes copied back.
         given = list(args)
         args.clear()
-        for static, a in zip(capture.inputs, given):
+        inputs = capture.inputs
+        for i in self.copied:
+            static, a = inputs[i], given[i]
             if static.data_ptr() != a.data_ptr():
                 static.copy_(a)
         capture.graph.replay()
         stats.replays += 1
-        for i in self.mutated:
-            if given[i].data_ptr() != capture.inputs[i].data_ptr():
-                given[i].copy_(capture.inputs[i])
+        for i in self.copied_back:
+            if given[i].data_ptr() != inputs[i].data_ptr():
+                given[i].copy_(inputs[i])
         return [o.clone() if isinstance(o, torch.Tensor) else o for o in capture.outputs]
 
 
