@@ -42,10 +42,18 @@ static inline int wg_strided(const loom_tensor *t) {
   return 1;
 }
 
+/* A weight gradient's scalar [3]: 1 where dy's planes are padded by one
+ * row and column, 0 where not (or absent), -1 for anything else. */
+static inline int64_t wg_dy_shift(const loom_kernel_args *args) {
+  if (args->num_scalars < 4) return 0;
+  const int64_t v = args->scalars[3].i;
+  return v == 0 || v == 1 ? v : -1;
+}
+
 /* Whether a weight-gradient launch's operands fit its contract, for either
  * variant: partial sums part [chunks, 16, M, K] (dense) over chunks of
  * `tchunk` tile positions, the phases of x [N, 4K, plane] and of dy
- * [N, 4M, plane'] in rows `wq` wide holding `gpos` tile positions; float32. */
+ * [N, 4M, plane'] (padded by one or not) in rows `wq` wide holding `gpos` tile positions; float32. */
 static inline int wg_wgrad_fits(const loom_kernel_args *args) {
   if (args->num_tensors < 3 || args->num_scalars < 3) return 0;
   const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
@@ -55,10 +63,22 @@ static inline int wg_wgrad_fits(const loom_kernel_args *args) {
       xp->strides[2] != 1 || dyp->strides[2] != 1 || part->sizes[1] != WG_E || wq < 2 ||
       gpos <= 0 || gpos % WG_T != 0 || tchunk <= 0 || tchunk % WG_T != 0)
     return 0;
-  const int64_t n_img = xp->sizes[0];
+  const int64_t n_img = xp->sizes[0], shift = wg_dy_shift(args);
+  if (shift < 0) return 0;
   return xp->sizes[1] == 4 * part->sizes[3] && dyp->sizes[0] == n_img &&
          dyp->sizes[1] == 4 * part->sizes[2] && xp->sizes[2] >= gpos + wq + 1 &&
-         dyp->sizes[2] >= gpos && part->sizes[0] == (n_img * gpos + tchunk - 1) / tchunk;
+         dyp->sizes[2] >= gpos + shift * (wq + 1) &&
+         part->sizes[0] == (n_img * gpos + tchunk - 1) / tchunk;
+}
+
+/* Where a weight gradient reads element (i, j) of a tile's dY from dy's
+ * planes, phases ds apart: phase (i, j) at the tile, or, padded by one,
+ * phase (1 - i, 1 - j) at i wq + j past it. */
+static inline void wg_dy_offsets(const loom_kernel_args *args, int64_t ds, int64_t off[2][2]) {
+  const int64_t wq = args->scalars[0].i, shift = wg_dy_shift(args);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      off[i][j] = shift ? ((1 - i) * 2 + (1 - j)) * ds + i * wq + j : (i * 2 + j) * ds;
 }
 
 /* Whether a forward launch's operands fit its contract, for either

@@ -73,8 +73,7 @@ int loom_conv_winograd_wgrad_with(const loom_kernel_args *args, int64_t begin, i
   int64_t xoff[4][4], doff[2][2];
   for (int r = 0; r < 4; ++r)
     for (int s = 0; s < 4; ++s) xoff[r][s] = ((r & 1) * 2 + (s & 1)) * xs + (r >> 1) * wq + (s >> 1);
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j) doff[i][j] = (i * 2 + j) * ds;
+  wg_dy_offsets(args, ds, doff);
   /* per element: dy's as A panels [8][32 tiles][12], x's as B panels
    * [2][32 tiles][32] */
   float abuf[WG_E][WG_OG * WG_T], bbuf[WG_E][WG_CG * WG_T];

@@ -80,10 +80,14 @@ static void forward(const wino *c, loom_kernel_fn fn, float *u, float *y) {
 }
 
 /* The weight gradient `fn` over chunks of tchunk tiles, then the shared
- * finish, into gw (M, K, 3, 3). */
-static void weight_grad(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw) {
+ * finish, into gw (M, K, 3, 3); dy's planes padded by one row and column
+ * (the input gradient's) where `padded`. */
+static void weight_grad_from(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw,
+                             int padded) {
   const int64_t n = c->cc.g.n, len = c->ho * c->wo, m = c->m, k = c->k;
-  const int64_t dplane = ((c->gpos > c->tho * c->wq ? c->gpos : c->tho * c->wq) + 15) / 16 * 16;
+  int64_t dplane = c->gpos > c->tho * c->wq ? c->gpos : c->tho * c->wq;
+  if (padded) dplane = c->gpos + c->wq + 1 > dplane + c->wq ? c->gpos + c->wq + 1 : dplane + c->wq;
+  dplane = (dplane + 15) / 16 * 16;
   const int64_t chunks = (n * c->gpos + tchunk - 1) / tchunk;
   float *dyp = malloc(sizeof(float) * (size_t)(n * 4 * m * dplane));
   float *part = malloc(sizeof(float) * (size_t)(chunks * 16 * m * k));
@@ -93,19 +97,23 @@ static void weight_grad(const wino *c, loom_kernel_fn fn, int64_t tchunk, float 
                         {.data = c->cc.dy, .dtype = LOOM_FLOAT32, .rank = 5,
                          .sizes = {n, m, 1, c->ho, c->wo},
                          .strides = {len, n * len, len, c->wo, 1}}};
-  loom_scalar dsc[5] = {{.i = 0}, {.i = 0}, {.i = c->wq}, {.i = 2}, {.i = 2}};
+  loom_scalar dsc[5] = {{.i = padded}, {.i = padded}, {.i = c->wq}, {.i = 2}, {.i = 2}};
   run(loom_conv_pad_kernel, dts, 2, dsc, 5, n * 4 * m);
   loom_tensor ts[3] = {t4(part, chunks, 16, m, k, 16 * m * k, m * k, k, 1),
                        {.data = c->xp, .dtype = LOOM_FLOAT32, .rank = 3,
                         .sizes = {n, 4 * k, c->plane}, .strides = {4 * k * c->plane, c->plane, 1}},
                        dts[0]};
-  loom_scalar sc[3] = {{.i = c->wq}, {.i = c->gpos}, {.i = tchunk}};
+  loom_scalar sc[4] = {{.i = c->wq}, {.i = c->gpos}, {.i = tchunk}, {.i = padded}};
   const int64_t items = chunks * ((m + LOOM_CONV_WINOGRAD_WG_M - 1) / LOOM_CONV_WINOGRAD_WG_M) *
                         ((k + LOOM_CONV_WINOGRAD_WG_K - 1) / LOOM_CONV_WINOGRAD_WG_K);
-  run(fn, ts, 3, sc, 3, items);
+  run(fn, ts, 3, sc, padded ? 4 : 3, items);
   loom_tensor fts[2] = {t4(gw, m, k, 3, 3, k * 9, 9, 3, 1), ts[0]};
   run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m);
   free(dyp), free(part);
+}
+
+static void weight_grad(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw) {
+  weight_grad_from(c, fn, tchunk, gw, 0);
 }
 
 /* The double reference of a flipped weight's convolution, with bias. */
@@ -177,8 +185,13 @@ static void check_weight_grad(int64_t n, int64_t k, int64_t m, int64_t h, int64_
   weight_grad(&c, loom_conv_winograd_wgrad_generic, TILES, w1);
   CHECK_MSG(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0,
         "generic Winograd weight grad (k %ld m %ld) misses the reference", (long)k, (long)m);
+  /* from dy's planes padded by one (the input gradient's): the same bits */
+  weight_grad_from(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 1);
+  CHECK_MSG(same(w1, w2, nw), "generic weight grad from dy's padded planes differs");
   if (hw_avx512) {
     weight_grad(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w1);
+    weight_grad_from(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2, 1);
+    CHECK_MSG(same(w1, w2, nw), "AVX-512 weight grad from dy's padded planes differs");
     weight_grad(&c, wgrad_with_avx512_ukr, 2 * TILES, w2);
     CHECK_MSG(same(w1, w2, nw), "twin with the AVX-512 micro-kernel differs from the AVX-512 weight grad");
     CHECK_MSG(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0, "AVX-512 Winograd weight grad misses the reference");

@@ -373,10 +373,23 @@ loom_conv_input_grad_plan plan_input_grad(const Tensor& gi, const Tensor& dy, co
 // The input gradient as the forward of the flipped weight (the plan's
 // PATH_FLIPPED: stride 1), over the geometry `g2` the plan gives, packing
 // that weight straight from w.
-void input_grad_flipped(const Tensor& gi, const Tensor& dy, const Tensor& w, const Geom& g2,
-                        int64_t groups, const char* op) {
+// Returns dy's planes where the flipped forward is Winograd's and pads dy
+// as the weight gradient `wg` (when given, Winograd's too) can read it:
+// by one row and column, in rows as wide as its own, long enough for its
+// tiles; the weight gradient then reads them instead of padding dy again.
+Tensor input_grad_flipped(const Tensor& gi, const Tensor& dy, const Tensor& w, const Geom& g2,
+                          int64_t groups, const char* op,
+                          const loom_conv_weight_grad_plan* wg) {
   const auto [wc, p] = plan_with_weight(gi, dy, w, g2, groups, LOOM_CONV_FLIPPED, op);
+  if (wg && p.path == LOOM_CONV_PATH_WINOGRAD && p.top == 1 && p.left == 1 && p.sh == 2 &&
+      p.sw == 2 && p.wq == wg->wq) {
+    const int64_t plane = std::max(p.plane, wg->positions + wg->wq + 1);
+    Tensor planes = pad_planes(dy, 1, 1, p.wq, 2, 2, plane, op);
+    conv_forward_winograd(gi, dy, wc, Tensor(), p, op, /*flipped=*/true, planes);
+    return planes;
+  }
   conv_forward_planned(gi, dy, wc, Tensor(), g2, groups, p, op, /*flipped=*/true);
+  return Tensor();
 }
 
 // The input gradient by stride phases (the plan's PATH_PHASES): each phase
@@ -568,6 +581,16 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
   std::vector<int64_t> w_sizes(weight.sizes().begin(), weight.sizes().end());
   if (!transposed) {
     Geom g = make_geom(weight, stride, padding, dilation, grid_of(dy));
+    const bool wg_any = mask[1] && dy.numel() > 0 && input.numel() > 0;
+    loom_conv_weight_grad_plan wp{};
+    if (wg_any) {
+      loom_tensor ts[2] = {describe(input, op), describe(dy, op)};
+      wp = plan<loom_conv_weight_grad_plan>(op, LOOM_KERNEL("conv.weight_grad.plan"), ts,
+                                            plan_scalars(g, groups, input, 0));
+    }
+    // dy's planes, where the input gradient's Winograd pass made them for
+    // the weight gradient's
+    Tensor dy_planes;
     if (mask[0]) {
       int64_t c = input.size(1);
       // gi in the format it is returned in: the channels-last rows, the
@@ -604,7 +627,9 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
           loom_tensor cc = view4(gd, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
           gemm_run(op, gd, cc, a, b, nullptr, 1.0, 0.0);
         } else if (p.path == LOOM_CONV_PATH_FLIPPED) {
-          input_grad_flipped(gi, dy, w, Geom::of(p.geometry), groups, op);
+          dy_planes = input_grad_flipped(
+              gi, dy, w, Geom::of(p.geometry), groups, op,
+              wg_any && wp.path == LOOM_CONV_PATH_WINOGRAD ? &wp : nullptr);
         } else if (p.path == LOOM_CONV_PATH_PHASES) {
           input_grad_by_phases(gd, dense(), w, g, groups, p, op);
         } else {
@@ -623,12 +648,10 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
       }
     }
     if (mask[1]) {
-      if (dy.numel() == 0 || input.numel() == 0) {
+      if (!wg_any) {
         gw = at::zeros(w_sizes, weight.options());
       } else {
-        loom_tensor ts[2] = {describe(input, op), describe(dy, op)};
-        const auto p = plan<loom_conv_weight_grad_plan>(op, LOOM_KERNEL("conv.weight_grad.plan"),
-                                                        ts, plan_scalars(g, groups, input, 0));
+        const loom_conv_weight_grad_plan& p = wp;
         const bool rows = (p.path == LOOM_CONV_PATH_IMPLICIT || p.path == LOOM_CONV_PATH_COL) &&
                           nhwc_col_fits(input, weight, groups, g, fmt);
         // few channels (the stem): through col, or their columns folded into channels
@@ -642,7 +665,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
         } else if (p.path == LOOM_CONV_PATH_NHWC) {
           gw = conv_weight_grad_nhwc(dense(), input, w_sizes, g, p, op);
         } else if (p.path == LOOM_CONV_PATH_WINOGRAD) {
-          gw = conv_weight_grad_winograd(dy, input, w_sizes, p, op, Tensor(), fmt);
+          gw = conv_weight_grad_winograd(dy, input, w_sizes, p, op, Tensor(), fmt, dy_planes);
         } else if (p.path == LOOM_CONV_PATH_PADDED) {
           gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, p, op);
         } else {

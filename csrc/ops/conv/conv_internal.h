@@ -126,11 +126,15 @@ void conv_forward_winograd(const at::Tensor& out, const at::Tensor& input,
                            const loom_conv_forward_plan& p, const char* op, bool flipped,
                            const at::Tensor& planes = {});
 // (Its result is laid out in `fmt`: the finish writes it through its strides.)
+// `dy_planes`, when defined, is dy already in the input gradient's planes
+// (pad_planes(dy, 1, 1, p.wq, 2, 2, plane) with plane >= p.positions +
+// p.wq + 1), which the pass reads instead of padding dy again.
 at::Tensor conv_weight_grad_winograd(const at::Tensor& dy, const at::Tensor& input,
                                      const std::vector<int64_t>& w_sizes,
                                      const loom_conv_weight_grad_plan& p, const char* op,
                                      const at::Tensor& planes = {},
-                                     at::MemoryFormat fmt = at::MemoryFormat::Contiguous);
+                                     at::MemoryFormat fmt = at::MemoryFormat::Contiguous,
+                                     const at::Tensor& dy_planes = {});
 
 // The channels-last padded copy of `input` (N, C, H, W) for the kernels
 // of loom/kernels/conv_nhwc.h: `top` rows and `left` columns of zeros

@@ -130,14 +130,17 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
 Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
                                  const std::vector<int64_t>& w_sizes,
                                  const loom_conv_weight_grad_plan& p, const char* op,
-                                 const Tensor& planes, at::MemoryFormat fmt) {
+                                 const Tensor& planes, at::MemoryFormat fmt,
+                                 const Tensor& dy_planes) {
   const int64_t m = dy.size(1), k = input.size(1);
   Tensor xp = planes.defined() ? planes
                                : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
-  Tensor dyp = pad_planes(dy, 0, 0, p.wq, 2, 2, p.dy_plane, op);
+  const bool shared = dy_planes.defined();
+  Tensor dyp = shared ? dy_planes : pad_planes(dy, 0, 0, p.wq, 2, 2, p.dy_plane, op);
   Tensor part = at::empty({p.chunks, 16, m, k}, input.options());
   loom_tensor ts[3] = {describe(part, op), describe(xp, op), describe(dyp, op)};
-  loom_scalar sc[3] = {scalar_i(p.wq), scalar_i(p.positions), scalar_i(p.chunk)};
+  loom_scalar sc[4] = {scalar_i(p.wq), scalar_i(p.positions), scalar_i(p.chunk),
+                       scalar_i(shared ? 1 : 0)};
   launch(op, LOOM_KERNEL("conv.winograd.weight_grad"), ts, sc, p.range, 1, -1,
          conv_flops(dy.numel(), k * 9));
   Tensor gw = at::empty(w_sizes, input.options().memory_format(fmt));

@@ -324,9 +324,15 @@ enum {
  *          of tchunk grid tiles (every image's gpos in turn);
  *          [1] the image's stride-2 phase planes, zero-padded, rows wq wide
  *          (N, 4 K, plane), plane >= gpos + wq + 1;
- *          [2] dy's, not padded (N, 4 M, plane), plane >= gpos.
+ *          [2] dy's, not padded (N, 4 M, plane), plane >= gpos; or, with
+ *          scalar [3] 1, padded by one row and column as the input
+ *          gradient's flipped forward pads it (top 1, left 1, wq, 2, 2),
+ *          plane >= gpos + wq + 1: phase (1 - i, 1 - j) at i wq + j holds
+ *          what phase (i, j) holds unpadded, so the two passes share one
+ *          copy of dy and read the same values.
  * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of TILES,
- * >= ceil(ho / 2) wq, [2] tchunk, a multiple of TILES.
+ * >= ceil(ho / 2) wq, [2] tchunk, a multiple of TILES, [3] (optional, 0)
+ * whether dy's planes are padded.
  * range: chunks * ceil(M / WG_M) * ceil(K / WG_K).
  *
  * "conv.winograd.weight_grad_finish": dW (M, K, 3, 3) fp32, any strides
