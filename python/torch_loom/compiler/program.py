@@ -15,6 +15,7 @@ import time
 import torch
 
 from . import jit, observe
+from .bindings import binding
 from .fuse import Kernel
 from .ir import Constant, Library, Value
 from .loops import build_kernel
@@ -213,9 +214,8 @@ class Program:
 
     @staticmethod
     def _library_call(node: Library, names):
-        # An OpOverload's call is its builtin's: bind that, one Python frame less.
-        op = node.target
-        target = names.const(getattr(op, "_op", op) if isinstance(op, torch._ops.OpOverload) else op)
+        # An OpOverload's call is its binding's (bindings.py) or its builtin's.
+        target = names.const(binding(node.target, node.kwargs))
         parts = [names.arg(a) for a in node.args]
         parts += [f"{k}={names.arg(v)}" for k, v in node.kwargs.items()]
         return f"{target}({', '.join(parts)})"
