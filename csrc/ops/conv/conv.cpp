@@ -482,6 +482,26 @@ at::MemoryFormat conv_memory_format(const Tensor& input, const Tensor& weight,
   return at::native::_determine_backend_memory_format(ci, cw, backend);
 }
 
+std::pair<Tensor, Tensor> input_grad_sharing_dy(const Tensor& dy, const Tensor& input,
+                                                const Tensor& weight, c10::IntArrayRef stride,
+                                                c10::IntArrayRef padding,
+                                                c10::IntArrayRef dilation, int64_t groups,
+                                                at::MemoryFormat fmt,
+                                                const loom_conv_weight_grad_plan& wg,
+                                                const char* op) {
+  if (wg.path != LOOM_CONV_PATH_WINOGRAD || dy.numel() == 0 || input.numel() == 0) return {};
+  const Geom g = make_geom(weight, stride, padding, dilation, grid_of(dy));
+  Tensor gi = at::empty(input.sizes(), input.options().memory_format(fmt));
+  const loom_conv_input_grad_plan p = plan_input_grad(gi, dy, g, groups, 0, op);
+  if (p.path != LOOM_CONV_PATH_FLIPPED) return {};
+  const Geom g2 = Geom::of(p.geometry);
+  if (plan_forward(gi, dy, weight, g2, groups, LOOM_CONV_FLIPPED, op).path !=
+      LOOM_CONV_PATH_WINOGRAD)
+    return {};
+  Tensor planes = input_grad_flipped(gi, dy, weight, g2, groups, op, &wg);
+  return {gi, planes};
+}
+
 }  // namespace conv
 
 namespace {

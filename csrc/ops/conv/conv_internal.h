@@ -136,6 +136,17 @@ at::Tensor conv_weight_grad_winograd(const at::Tensor& dy, const at::Tensor& inp
                                      at::MemoryFormat fmt = at::MemoryFormat::Contiguous,
                                      const at::Tensor& dy_planes = {});
 
+// The input gradient of a 2-d convolution where convolution_backward runs
+// it as the flipped weight's Winograd forward and the weight gradient's
+// plan `wg` is Winograd's: gi (laid out in fmt, as convolution_backward
+// lays it out) and, where they fit, dy's planes for the weight gradient
+// (conv_weight_grad_winograd's dy_planes). Two undefined tensors where the
+// input gradient takes another path.
+std::pair<at::Tensor, at::Tensor> input_grad_sharing_dy(
+    const at::Tensor& dy, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+    int64_t groups, at::MemoryFormat fmt, const loom_conv_weight_grad_plan& wg, const char* op);
+
 // The channels-last padded copy of `input` (N, C, H, W) for the kernels
 // of loom/kernels/conv_nhwc.h: `top` rows and `left` columns of zeros
 // first, phase planes (sh x sw) of rows wq wide and `plane` positions,

@@ -225,17 +225,26 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_planes_backward(
       planes.size(1) != input.size(1) * phases || planes.size(2) != sh->plane ||
       !planes.is_contiguous() || planes.scalar_type() != at::kFloat)
     return regular(mask);
-  Tensor gi, gw, gb;
-  if (mask[0] || mask[2]) std::tie(gi, std::ignore, gb) = regular({mask[0], false, mask[2]});
+  Tensor gi, gw, gb, dy_planes;
   const Geom g = geom2d(weight, stride, padding, dilation, dy.sizes());
   loom_tensor ts[2] = {describe(input, kBwd), describe(dy, kBwd)};
   const auto p = plan<loom_conv_weight_grad_plan>(kBwd, LOOM_KERNEL("conv.weight_grad.plan"), ts,
                                                   plan_scalars(g, groups, input, 0));
+  const bool planned = p.path == sh->wgrad.path && p.wq == sh->wgrad.wq && p.plane <= sh->plane;
+  // the input gradient's Winograd pass pads dy for the weight gradient too
+  if (mask[0] && planned)
+    std::tie(gi, dy_planes) = input_grad_sharing_dy(dy, input, weight, stride, padding, dilation,
+                                                    groups, fmt, p, kBwd);
+  if ((mask[0] && !gi.defined()) || mask[2]) {
+    Tensor g0;
+    std::tie(g0, std::ignore, gb) = regular({mask[0] && !gi.defined(), false, mask[2]});
+    if (!gi.defined()) gi = g0;
+  }
   const std::vector<int64_t> w_sizes(weight.sizes().begin(), weight.sizes().end());
-  if (p.path != sh->wgrad.path || p.wq != sh->wgrad.wq || p.plane > sh->plane) {
+  if (!planned) {
     std::tie(std::ignore, gw, std::ignore) = regular({false, true, false});
   } else if (p.path == LOOM_CONV_PATH_WINOGRAD) {
-    gw = conv_weight_grad_winograd(dy, input, w_sizes, p, kBwd, planes, fmt);
+    gw = conv_weight_grad_winograd(dy, input, w_sizes, p, kBwd, planes, fmt, dy_planes);
   } else {
     gw = conv_weight_grad_padded(dy, input, w_sizes, groups, g, p, kBwd, planes);
     if (fmt != at::MemoryFormat::Contiguous) gw = gw.contiguous(fmt);
