@@ -35,6 +35,7 @@ from .batchnorm import fuse_batch_norms
 from .epilogue import fuse_epilogues
 from .fuse import fuse
 from .inplace import scatter_in_place
+from .linear import fuse_linear_layers
 from .lower import lower
 from .planes import share_conv_planes
 from .program import Program
@@ -155,6 +156,7 @@ def _build(gm, tag, start, specialization=False):
     fuse_epilogues(graph)
     fuse_batch_norms(graph)
     pack_attention_gradients(graph)
+    fuse_linear_layers(graph)
     log.graph(tag, graph)
     fuser = fuse(graph)
     program = Program(graph, fuser, gm, tag, CDialect(), log, name=_name_kernels)

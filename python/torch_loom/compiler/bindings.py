@@ -44,6 +44,7 @@ BINDINGS = {
     aten.baddbmm.default: _F.baddbmm,
     aten.mv.default: _F.mv,
     aten.addmv.default: _F.addmv,
+    aten.linear.default: torch._C._nn.linear,
     aten.native_layer_norm.default: _F.native_layer_norm,
     aten.embedding.default: _F.embedding,
     aten.index_copy_.default: _T.index_copy_,
