@@ -195,17 +195,55 @@ static void ROWS_NAME(row_norm_grad_apply)(const float *dy, const float *x,
   }
 }
 
-static void ROWS_NAME(row_norm_param_sums)(const float *restrict dy, const float *restrict x,
-                                           int64_t ld, int64_t rows, int64_t n,
-                                           const double *mean, const double *rstd,
-                                           double *restrict acc_b, double *restrict acc_w) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *restrict g = dy + r * ld, *restrict xr = x + r * ld;
-    const double mu = mean[r], rs = rstd[r];
-    for (int64_t i = 0; i < n; ++i) {
-      acc_b[i] += g[i];
-      acc_w[i] += g[i] * ((xr[i] - mu) * rs);
+/* norm_grad_sums and the parameter sums in one pass; has_w and has_b are
+ * constants at each call, so each case compiles to its own loop. */
+static inline __attribute__((always_inline)) void ROWS_NAME(grad_sums_acc)(
+    const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
+    float out[2], float *restrict acc_b, float *restrict acc_w, const int has_w,
+    const int has_b) {
+  float acc_h[LANES] = {0}, acc_hx[LANES] = {0};
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; ++l) {
+      const float d = dy[i + l], xh = (x[i + l] - mean) * rstd;
+      const float h = has_w ? d * w[i + l] : d;
+      acc_h[l] += h;
+      acc_hx[l] += h * xh;
+      if (has_b) acc_b[i + l] += d;
+      acc_w[i + l] += d * xh;
     }
+  float sh = lanes_total(acc_h), shx = lanes_total(acc_hx);
+  for (; i < n; ++i) {
+    const float d = dy[i], xh = (x[i] - mean) * rstd;
+    const float h = has_w ? d * w[i] : d;
+    sh += h;
+    shx += h * xh;
+    if (has_b) acc_b[i] += d;
+    acc_w[i] += d * xh;
+  }
+  out[0] = sh;
+  out[1] = shx;
+}
+
+static void ROWS_NAME(row_norm_grad_sums_acc)(const float *dy, const float *x, const float *w,
+                                              int64_t n, float mean, float rstd, float out[2],
+                                              float *acc_b, float *acc_w) {
+  if (w && acc_b) ROWS_NAME(grad_sums_acc)(dy, x, w, n, mean, rstd, out, acc_b, acc_w, 1, 1);
+  else if (w) ROWS_NAME(grad_sums_acc)(dy, x, w, n, mean, rstd, out, acc_b, acc_w, 1, 0);
+  else if (acc_b) ROWS_NAME(grad_sums_acc)(dy, x, w, n, mean, rstd, out, acc_b, acc_w, 0, 1);
+  else ROWS_NAME(grad_sums_acc)(dy, x, w, n, mean, rstd, out, acc_b, acc_w, 0, 0);
+}
+
+static void ROWS_NAME(row_norm_param_acc)(const float *dy, const float *x, int64_t n,
+                                          float mean, float rstd, float *restrict acc_b,
+                                          float *restrict acc_w) {
+  if (acc_b) {
+    for (int64_t i = 0; i < n; ++i) {
+      acc_b[i] += dy[i];
+      acc_w[i] += dy[i] * ((x[i] - mean) * rstd);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) acc_w[i] += dy[i] * ((x[i] - mean) * rstd);
   }
 }
 
@@ -221,7 +259,8 @@ const loom_nn_rows_ops ROWS_NAME(loom_nn_rows_table) = {
     .norm_apply = ROWS_NAME(row_norm_apply),
     .norm_grad_sums = ROWS_NAME(row_norm_grad_sums),
     .norm_grad_apply = ROWS_NAME(row_norm_grad_apply),
-    .norm_param_sums = ROWS_NAME(row_norm_param_sums),
+    .norm_grad_sums_acc = ROWS_NAME(row_norm_grad_sums_acc),
+    .norm_param_acc = ROWS_NAME(row_norm_param_acc),
 };
 
 #ifndef LOOM_NN_ROWS_ISA

@@ -39,12 +39,15 @@ typedef struct loom_nn_rows_ops {
   void (*norm_grad_apply)(const float *dy, const float *x, const float *w,
                           int64_t n, float mean, float rstd, float a, float c,
                           float *dx);
-  /* rows r < rows' share of the layer-norm parameter gradients, per column
-   * i < n, in double, rows in order: acc_b[i] += dy[r * ld + i], acc_w[i] +=
-   * dy[r * ld + i] * ((x[r * ld + i] - mean[r]) * rstd[r]) */
-  void (*norm_param_sums)(const float *dy, const float *x, int64_t ld, int64_t rows, int64_t n,
-                          const double *mean, const double *rstd, double *acc_b,
-                          double *acc_w);
+  /* norm_grad_sums, and in the same pass norm_param_acc's sums (acc_w
+   * required, acc_b may be NULL) */
+  void (*norm_grad_sums_acc)(const float *dy, const float *x, const float *w, int64_t n,
+                             float mean, float rstd, float out[2], float *acc_b, float *acc_w);
+  /* one row's share of the layer-norm parameter gradients, per column
+   * i < n, in float: acc_b[i] += dy[i] (acc_b may be NULL), acc_w[i] +=
+   * dy[i] * ((x[i] - mean) * rstd); the accumulators do not overlap the row */
+  void (*norm_param_acc)(const float *dy, const float *x, int64_t n, float mean, float rstd,
+                         float *acc_b, float *acc_w);
 } loom_nn_rows_ops;
 
 /* The best build for this CPU. */

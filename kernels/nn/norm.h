@@ -13,7 +13,8 @@ extern "C" {
 
 int loom_layer_norm_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_layer_norm_backward_input(const loom_kernel_args *args, int64_t begin, int64_t end);
-int loom_layer_norm_backward_params(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_layer_norm_backward_rows(const loom_kernel_args *args, int64_t begin, int64_t end);
+int loom_layer_norm_backward_combine(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_batch_norm_backward(const loom_kernel_args *args, int64_t begin, int64_t end);

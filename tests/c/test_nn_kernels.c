@@ -469,28 +469,39 @@ static void test_rows_isas_agree(void) {
       CHECK(memcmp(yg, yv, (size_t)n * sizeof(float)) == 0);
       CHECK(test_same_f32(g->sum(x, n), v->sum(x, n)));
     }
-  /* layer norm's parameter sums: 3 rows of n columns, a stride apart */
-  static float dy[3 * 1031];
+  /* layer norm's parameter sums of one row, added to what the
+   * accumulators hold */
+  static float dy[1030], xs[1030], acc[2][2][1030];
   /* statistics whose products round (short ones would be exact) */
-  static double mean[3] = {0.1, -1.37, 0.0};
-  static double rstd[3] = {1.0 / 3.0, 0.7310585786300049, 2.718281828459045};
-  static double acc[2][2][1030];
+  const float mean = 0.1f, rstd = 0.7310585786300049f;
   for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; ++li) {
     const int64_t n = lengths[li];
-    static float xs[3 * 1031];
-    for (int64_t i = 0; i < 3 * 1031; ++i) xs[i] = (float)frand(), dy[i] = (float)frand();
-    for (int k = 0; k < 2; ++k) {
-      for (int64_t i = 0; i < n; ++i) acc[k][0][i] = acc[k][1][i] = 0.5;
-      (k ? v : g)->norm_param_sums(dy, xs, 1031, 3, n, mean, rstd, acc[k][0], acc[k][1]);
-    }
-    CHECK(memcmp(acc[0], acc[1], sizeof acc[0]) == 0);
-    for (int64_t i = 0; i < n; ++i) {
-      double b = 0.5, w = 0.5;
-      for (int r = 0; r < 3; ++r) {
-        b += dy[r * 1031 + i];
-        w += dy[r * 1031 + i] * ((xs[r * 1031 + i] - mean[r]) * rstd[r]);
+    for (int64_t i = 0; i < n; ++i) xs[i] = (float)frand(), dy[i] = (float)frand();
+    for (int with_b = 0; with_b <= 1; ++with_b) {
+      for (int k = 0; k < 2; ++k) {
+        for (int64_t i = 0; i < n; ++i) acc[k][0][i] = acc[k][1][i] = 0.5f;
+        (k ? v : g)->norm_param_acc(dy, xs, n, mean, rstd, with_b ? acc[k][0] : NULL, acc[k][1]);
       }
-      CHECK(acc[1][0][i] == b && acc[1][1][i] == w);
+      CHECK(memcmp(acc[0], acc[1], sizeof acc[0]) == 0);
+      for (int64_t i = 0; i < n; ++i) {
+        const float b = 0.5f + dy[i], w = 0.5f + dy[i] * ((xs[i] - mean) * rstd);
+        CHECK(acc[1][0][i] == (with_b ? b : 0.5f) && acc[1][1][i] == w);
+      }
+      /* the one-pass form gives norm_grad_sums' sums and these sums, with
+       * and without a weight */
+      static float wt[1030], sums_acc[2][2][1030];
+      for (int64_t i = 0; i < n; ++i) wt[i] = (float)frand();
+      for (int with_w = 0; with_w <= 1; ++with_w)
+        for (int k = 0; k < 2; ++k) {
+          const loom_nn_rows_ops *o = k ? v : g;
+          float s1[2], s2[2];
+          for (int64_t i = 0; i < n; ++i) sums_acc[k][0][i] = sums_acc[k][1][i] = 0.5f;
+          o->norm_grad_sums(dy, xs, with_w ? wt : NULL, n, mean, rstd, s1);
+          o->norm_grad_sums_acc(dy, xs, with_w ? wt : NULL, n, mean, rstd, s2,
+                                with_b ? sums_acc[k][0] : NULL, sums_acc[k][1]);
+          CHECK(test_same_f32(s1[0], s2[0]) && test_same_f32(s1[1], s2[1]));
+          CHECK(memcmp(sums_acc[k], acc[k], sizeof acc[k]) == 0);
+        }
     }
   }
 }

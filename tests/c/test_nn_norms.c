@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/base/dtype.h"
 #include "kernels/nn/nn_rows.h"
 #include "kernels/nn/norm.h"
 #include "loom/status.h"
@@ -42,10 +43,20 @@ static void test_layer_norm(void) {
                          dense(dx, LOOM_FLOAT64, 2, s2)};
     loom_scalar bs[2] = {si(N), si(rms)};
     CHECK(run_chunks(loom_layer_norm_backward_input, bi, 6, bs, 2, M, 5) == 0);
-    loom_tensor bp[6] = {bi[0], f[0], f[4], f[5], dense(dw, LOOM_FLOAT64, 1, s1),
-                         dense(db, LOOM_FLOAT64, 1, s1)};
-    loom_scalar ps[3] = {si(M), si(N), si(rms)};
-    CHECK(run_chunks(loom_layer_norm_backward_params, bp, 6, ps, 3, N, 3) == 0);
+    /* the rows in chunks of 4 (dx again, and each chunk's sums), then the
+     * chunks combined */
+    enum { ROWS = 4, K = (M + ROWS - 1) / ROWS };
+    static double dx2[M * N], part[K * 2 * N];
+    const int64_t sp[3] = {K, 2, N};
+    loom_tensor br[7] = {bi[0], f[0], f[4], f[5], f[1], dense(dx2, LOOM_FLOAT64, 2, s2),
+                         dense(part, LOOM_FLOAT64, 3, sp)};
+    loom_scalar rs[4] = {si(M), si(N), si(rms), si(ROWS)};
+    CHECK(run_chunks(loom_layer_norm_backward_rows, br, 7, rs, 4, K, 1) == 0);
+    CHECK(memcmp(dx, dx2, sizeof dx) == 0);
+    loom_tensor bp[3] = {br[6], dense(dw, LOOM_FLOAT64, 1, s1),
+                         rms ? none() : dense(db, LOOM_FLOAT64, 1, s1)};
+    loom_scalar ps[2] = {si(K), si(N)};
+    CHECK(run_chunks(loom_layer_norm_backward_combine, bp, 3, ps, 2, N, 3) == 0);
     const double h = 1e-6;
     for (int i = 0; i < M * N + N; ++i) {
       double *p = i < M * N ? &x[i] : &w[i - M * N];
@@ -66,6 +77,64 @@ static void test_layer_norm(void) {
       for (int r = 0; r < M; ++r) s += dy[r * N + 4];
       CHECK(fabs(db[4] - s) < 1e-12);
     }
+  }
+}
+
+/* The one-pass backward on float32 and bf16 rows with float32 chunk sums:
+ * its dx is the row kernel's, bit for bit, with or without the sums; the
+ * sums, without dx too, are the same bits; the combined gradients match
+ * double sums over the rows. */
+static void test_layer_norm_rows_f32(void) {
+  enum { M = 37, N = 45, ROWS = 8, K = (M + ROWS - 1) / ROWS };
+  static float x[M * N], dy[M * N], w[N], b[N], y[M * N], mean[M], rstd[M];
+  static float dx[M * N], dx2[M * N], part[K * 2 * N], part2[K * 2 * N], dw[N], db[N];
+  static uint16_t xb[M * N], dyb[M * N], yb[M * N], dxb[M * N], dxb2[M * N];
+  for (int i = 0; i < M * N; ++i) {
+    x[i] = (float)(frand() * 3 + 0.5);
+    dy[i] = (float)frand();
+    xb[i] = loom_f32_to_bf16(x[i]);
+    dyb[i] = loom_f32_to_bf16(dy[i]);
+  }
+  for (int j = 0; j < N; ++j) w[j] = (float)frand(), b[j] = (float)frand();
+  const int64_t s2[2] = {M, N}, s1[1] = {N}, sm[1] = {M}, sp[3] = {K, 2, N};
+  for (int bf = 0; bf <= 1; ++bf) {
+    const int32_t dt = bf ? LOOM_BFLOAT16 : LOOM_FLOAT32;
+    void *xs = bf ? (void *)xb : (void *)x, *dys = bf ? (void *)dyb : (void *)dy;
+    void *ys = bf ? (void *)yb : (void *)y, *dxs = bf ? (void *)dxb : (void *)dx;
+    void *dxs2 = bf ? (void *)dxb2 : (void *)dx2;
+    const size_t dx_bytes = bf ? sizeof dxb : sizeof dx;
+    loom_tensor f[6] = {dense(xs, dt, 2, s2), dense(w, LOOM_FLOAT32, 1, s1),
+                        dense(b, LOOM_FLOAT32, 1, s1), dense(ys, dt, 2, s2),
+                        dense(mean, LOOM_FLOAT32, 1, sm), dense(rstd, LOOM_FLOAT32, 1, sm)};
+    loom_scalar fs[3] = {si(N), sf(1e-5), si(0)};
+    CHECK(run_chunks(loom_layer_norm_forward, f, 6, fs, 3, M, 5) == 0);
+    loom_tensor bi[6] = {dense(dys, dt, 2, s2), f[0], f[4], f[5], f[1], dense(dxs, dt, 2, s2)};
+    loom_scalar bs[2] = {si(N), si(0)};
+    CHECK(run_chunks(loom_layer_norm_backward_input, bi, 6, bs, 2, M, 7) == 0);
+    loom_tensor br[7] = {bi[0], f[0], f[4], f[5], f[1], dense(dxs2, dt, 2, s2),
+                         dense(part, LOOM_FLOAT32, 3, sp)};
+    loom_scalar rs[4] = {si(M), si(N), si(0), si(ROWS)};
+    CHECK(run_chunks(loom_layer_norm_backward_rows, br, 7, rs, 4, K, 2) == 0);
+    CHECK(memcmp(dxs, dxs2, dx_bytes) == 0);
+    br[5] = none();
+    br[6] = dense(part2, LOOM_FLOAT32, 3, sp);
+    CHECK(run_chunks(loom_layer_norm_backward_rows, br, 7, rs, 4, K, 3) == 0);
+    CHECK(memcmp(part, part2, sizeof part) == 0);
+    loom_tensor bc[3] = {br[6], dense(dw, LOOM_FLOAT32, 1, s1), dense(db, LOOM_FLOAT32, 1, s1)};
+    loom_scalar cs[2] = {si(K), si(N)};
+    CHECK(run_chunks(loom_layer_norm_backward_combine, bc, 3, cs, 2, N, 16) == 0);
+    double err = 0;
+    for (int j = 0; j < N; ++j) {
+      double sw = 0, sb = 0;
+      for (int r = 0; r < M; ++r) {
+        const double d = bf ? loom_bf16_to_f32(dyb[r * N + j]) : dy[r * N + j];
+        const double xv = bf ? loom_bf16_to_f32(xb[r * N + j]) : x[r * N + j];
+        sb += d;
+        sw += d * (xv - mean[r]) * rstd[r];
+      }
+      err = fmax(err, fmax(fabs(dw[j] - sw), fabs(db[j] - sb)));
+    }
+    CHECK(err < 2e-5);
   }
 }
 
@@ -227,6 +296,7 @@ static void test_group_norm_isas_agree(void) {
 int main(void) {
   srand(7);
   test_layer_norm();
+  test_layer_norm_rows_f32();
   test_batch_norm();
   test_group_norm();
   test_group_norm_isas_agree();

@@ -30,6 +30,45 @@ std::vector<int64_t> stats_shape(const at::Tensor& input, at::IntArrayRef normal
   return shape;
 }
 
+// The input gradient (when dx is defined) and the parameter gradients of
+// layer norm (rms = false) or RMS norm over M rows of N: one pass over the
+// rows in chunks of a size fixed by the shape, each chunk's column sums
+// into its slice of a scratch tensor, the chunks then summed per column in
+// chunk order, so the result does not depend on the thread count.
+void norm_backward(const char* op, const at::Tensor& dy, const at::Tensor& x,
+                   const at::Tensor& mu, const at::Tensor& rs, const at::Tensor& w,
+                   const at::Tensor& dx, const at::Tensor& dw, const at::Tensor& db,
+                   int64_t M, int64_t N, bool rms, c10::DeviceIndex dev) {
+  if (N <= 0) return;
+  const bool params = dw.defined() || db.defined();
+  if (!params) {
+    if (!dx.defined() || M <= 0) return;
+    const loom_tensor t[6] = {describe(dy, op), describe(x, op), describe_opt(mu, op),
+                              describe(rs, op), describe_opt(w, op), describe(dx, op)};
+    const loom_scalar s[2] = {scalar_i(N), scalar_i(rms)};
+    launch(op, LOOM_KERNEL("norm.layer_backward_input"), t, s, M, grain_for(N), dev);
+    return;
+  }
+  // About 16K elements a chunk, at most 512 rows (the chunk's sums are
+  // float) unless that makes more than 256 chunks.
+  const int64_t rows = std::max<int64_t>(
+      {1, std::min<int64_t>((int64_t{1} << 14) / N, 512), (M + 255) / 256});
+  const int64_t chunks = M > 0 ? (M + rows - 1) / rows : 0;
+  const auto part_type = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor part = at::empty({chunks, 2, N}, x.options().dtype(part_type));
+  if (chunks > 0) {
+    const loom_tensor t[7] = {describe(dy, op), describe(x, op), describe_opt(mu, op),
+                              describe(rs, op), describe_opt(w, op), describe_opt(dx, op),
+                              describe(part, op)};
+    const loom_scalar s[4] = {scalar_i(M), scalar_i(N), scalar_i(rms), scalar_i(rows)};
+    launch(op, LOOM_KERNEL("norm.layer_backward_rows"), t, s, chunks, 1, dev);
+  }
+  const loom_tensor t[3] = {describe_opt(part, op), describe_opt(dw, op), describe_opt(db, op)};
+  const loom_scalar s[2] = {scalar_i(chunks), scalar_i(N)};
+  launch(op, LOOM_KERNEL("norm.layer_backward_combine"), t, s, N,
+         grain_for(std::max<int64_t>(1, 2 * chunks)), dev);
+}
+
 // ---- layer norm -------------------------------------------------------------
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
@@ -80,30 +119,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   const at::Tensor mu = mean.contiguous(), rs = rstd.contiguous();
   const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
   at::Tensor dx, dw, db;
-  const auto dev = input.device().index();
-  if (mask[0]) {
-    dx = at::empty(input.sizes(), input.options());
-    if (M > 0 && N > 0) {
-      const loom_tensor t[6] = {describe(dy, op), describe(x, op),
-                                describe(mu, op), describe(rs, op),
-                                describe_opt(w, op), describe(dx, op)};
-      const loom_scalar s[2] = {scalar_i(N), scalar_i(0)};
-      launch(op, LOOM_KERNEL("norm.layer_backward_input"), t, s, M, grain_for(N), dev);
-    }
-  }
+  if (mask[0]) dx = at::empty(input.sizes(), input.options());
   if (mask[1] && weight.defined())
     dw = at::empty(weight.sizes(), weight.options());
   if (mask[2] && bias.defined()) db = at::empty(bias.sizes(), bias.options());
-  if ((dw.defined() || db.defined()) && N > 0) {
-    const loom_tensor t[6] = {describe(dy, op), describe(x, op),
-                              describe(mu, op), describe(rs, op),
-                              describe_opt(dw, op), describe_opt(db, op)};
-    const loom_scalar s[3] = {scalar_i(M), scalar_i(N), scalar_i(0)};
-    // Columns per chunk: wide enough that each pass over the rows streams
-    // a useful stretch of every row, narrow enough to share the columns out.
-    launch(op, LOOM_KERNEL("norm.layer_backward_params"), t, s, N,
-           std::clamp<int64_t>(N / 8, 16, 256), dev);
-  }
+  norm_backward(op, dy, x, mu, rs, w, dx, dw, db, M, N, false, input.device().index());
   return {dx, dw, db};
 }
 
@@ -160,26 +180,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(
   const at::Tensor dy = grad_out.contiguous(), x = input.contiguous(), rs = rstd.contiguous();
   const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
   at::Tensor dx, dw;
-  const auto dev = input.device().index();
-  if (mask[0]) {
-    dx = at::empty(input.sizes(), input.options());
-    if (M > 0 && N > 0) {
-      const loom_tensor t[6] = {describe(dy, op), describe(x, op), loom_tensor{},
-                                describe(rs, op), describe_opt(w, op), describe(dx, op)};
-      const loom_scalar s[2] = {scalar_i(N), scalar_i(1)};
-      launch(op, LOOM_KERNEL("norm.layer_backward_input"), t, s, M, grain_for(N), dev);
-    }
-  }
-  if (mask[1] && weight.defined()) {
-    dw = at::empty(weight.sizes(), weight.options());
-    if (N > 0) {
-      const loom_tensor t[6] = {describe(dy, op), describe(x, op), loom_tensor{},
-                                describe(rs, op), describe(dw, op), loom_tensor{}};
-      const loom_scalar s[3] = {scalar_i(M), scalar_i(N), scalar_i(1)};
-      launch(op, LOOM_KERNEL("norm.layer_backward_params"), t, s, N,
-             std::clamp<int64_t>(N / 8, 16, 256), dev);
-    }
-  }
+  if (mask[0]) dx = at::empty(input.sizes(), input.options());
+  if (mask[1] && weight.defined()) dw = at::empty(weight.sizes(), weight.options());
+  norm_backward(op, dy, x, at::Tensor(), rs, w, dx, dw, at::Tensor(), M, N, true,
+                input.device().index());
   return {dx, dw};
 }
 

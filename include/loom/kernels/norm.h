@@ -20,9 +20,18 @@
  * "norm.layer_backward_input": grad_input, per row.
  * tensors: [dy, x, mean?, rstd, weight?, dx]; scalars: [N, rms].
  *
- * "norm.layer_backward_params": grad_weight / grad_bias, per column: range
- * N, each column summed over the M rows in row order.
- * tensors: [dy, x, mean?, rstd, dweight?, dbias?]; scalars: [M, N, rms]. */
+ * "norm.layer_backward_rows": grad_input (as "norm.layer_backward_input"
+ * computes it) and the parameter gradients' partial sums in one pass over
+ * the rows, in K chunks of R rows (the last one shorter): range K, R the
+ * caller's, a function of the shape only. tensors: [dy, x, mean?, rstd,
+ * weight?, dx?, part?]; scalars: [M, N, rms, R]. part is a contiguous
+ * [K, 2, N] float32 (sums kept in float) or float64: part[k, 0, j] = sum of
+ * dy[r, j], part[k, 1, j] = sum of dy[r, j] * xhat[r, j] over chunk k's rows
+ * in row order (part[k, 0] is 0 with rms = 1).
+ *
+ * "norm.layer_backward_combine": grad_weight / grad_bias from those sums,
+ * the K chunks added in chunk order in double: range N. tensors: [part,
+ * dweight?, dbias?]; scalars: [K, N]. With K = 0 the gradients are 0. */
 
 /* ---- batch norm over x viewed as [N, C, S] (any strides) ------------------
  * Range: C channels.
