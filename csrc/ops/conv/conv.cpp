@@ -611,7 +611,10 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
     // dy's planes, where the input gradient's Winograd pass made them for
     // the weight gradient's
     Tensor dy_planes;
-    if (mask[0]) {
+    if (mask[0] && wg_any)
+      std::tie(gi, dy_planes) = input_grad_sharing_dy(dy, input, weight, stride, padding,
+                                                      dilation, groups, fmt, wp, op);
+    if (mask[0] && !gi.defined()) {
       int64_t c = input.size(1);
       // gi in the format it is returned in: the channels-last rows, the
       // flipped forward and col2im write it through its strides, the GEMM
@@ -647,9 +650,7 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(
           loom_tensor cc = view4(gd, op, {n, groups, cg, len}, {c * len, cg * len, len, 1});
           gemm_run(op, gd, cc, a, b, nullptr, 1.0, 0.0);
         } else if (p.path == LOOM_CONV_PATH_FLIPPED) {
-          dy_planes = input_grad_flipped(
-              gi, dy, w, Geom::of(p.geometry), groups, op,
-              wg_any && wp.path == LOOM_CONV_PATH_WINOGRAD ? &wp : nullptr);
+          input_grad_flipped(gi, dy, w, Geom::of(p.geometry), groups, op, nullptr);
         } else if (p.path == LOOM_CONV_PATH_PHASES) {
           input_grad_by_phases(gd, dense(), w, g, groups, p, op);
         } else {
