@@ -1,10 +1,11 @@
 """Matrix products whose plans take the tilings at the edges of the GEMM's
 blocking: tiles as tall as C that pack their own B panels (at most 288 rows,
-C at least 32 column panels wide, an A too large for column tiles), and a
+C at least 32 column panels wide, an A too large for column tiles), a
 transposed A packed by its tile, four row panels per pass (tiles of 36, 72
 and 144 rows, a partial last tile), float32 words or bfloat16 k-pairs (odd k
-included). Values against the CPU, and the same bits with LOOM_NUM_THREADS=1
-and 2."""
+included), and tiles as wide as C (17 to 48 column panels) that pack their
+own A, the row panels shared out evenly. Values against the CPU, and the
+same bits with LOOM_NUM_THREADS=1 and 2."""
 import pytest
 import torch
 
@@ -24,11 +25,17 @@ SHAPES = [
     (1000, 250, 777, True, False),   # transposed A by its tile: 36-row tiles
     (1500, 100, 300, True, False),   # 72-row tiles, a group of four and one of two
     (2500, 40, 300, True, False),    # 144-row tiles
+    (1000, 1000, 300, False, False), # tiles as wide as C, each packing its A
+    (301, 513, 600, True, False),    # 17 column panels, a transposed A
 ]
 
 
 # bfloat16 weight gradients' dY^T @ X: (m, n, k)
 BF16_SHAPES = [(1000, 250, 777), (1024, 1024, 300), (100, 40, 1101), (2500, 40, 300)]
+
+# bfloat16 products of row-major operands in tiles as wide as C: (m, n, k);
+# a partial last row panel, odd k
+BF16_WIDE = [(1024, 1024, 1024), (1025, 777, 513)]
 
 
 def _operand(rows, cols, transposed, gen, dtype=torch.float32):
@@ -50,10 +57,11 @@ def test_product_matches_cpu(m, n, k, ta, tb):
     torch.testing.assert_close(got, cpu, rtol=1e-4, atol=1e-4 * k ** 0.5)
 
 
-@pytest.mark.parametrize("m,n,k", BF16_SHAPES)
-def test_bf16_transposed_a_matches_cpu(m, n, k):
-    gen = torch.Generator().manual_seed(m + n + k)
-    a = _operand(m, k, True, gen, torch.bfloat16)
+@pytest.mark.parametrize("m,n,k,ta", [s + (True,) for s in BF16_SHAPES] +
+                         [s + (False,) for s in BF16_WIDE])
+def test_bf16_matches_cpu(m, n, k, ta):
+    gen = torch.Generator().manual_seed(m + (1 if ta else 2) * n + k)
+    a = _operand(m, k, ta, gen, torch.bfloat16)
     b = _operand(k, n, False, gen, torch.bfloat16)
     want = a.double() @ b.double()
     got = (a.to("loom") @ b.to("loom")).cpu()
@@ -76,8 +84,12 @@ for m, n, k in %r:
     a, b = torch.randn(k, m).bfloat16().t(), torch.randn(k, n).bfloat16()
     r = a.to("loom") @ b.to("loom")
     digest.update(r.cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+for m, n, k in %r:
+    a, b = torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
+    r = a.to("loom") @ b.to("loom")
+    digest.update(r.cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
 print("DIGEST", digest.hexdigest())
-""" % (SHAPES, BF16_SHAPES)
+""" % (SHAPES, BF16_SHAPES, BF16_WIDE)
 
 
 def test_thread_count_does_not_change_bits():

@@ -224,8 +224,9 @@ int loom_gemm_compute_epilogue_kernel(const loom_kernel_args *args, int64_t begi
     const int64_t ni = t % p.n_tiles, rest = t / p.n_tiles;
     const int64_t mi = rest % p.m_tiles, mat = rest / p.m_tiles;
     const int64_t i2 = mat % p.batch2, i1 = mat / p.batch2;
-    const int64_t m0 = mi * p.mt, n0 = ni * p.nt;
-    const int64_t mt = p.m - m0 < p.mt ? p.m - m0 : p.mt;
+    const int64_t n0 = ni * p.nt;
+    int64_t m0, mt;
+    loom_gemm_tile_rows(&p, mi, &m0, &mt);
     const int64_t nt = p.n - n0 < p.nt ? p.n - n0 : p.nt;
     for (int64_t i = 0; i < mt; ++i) {
       rc = epi_run(&e, i1, i2, m0 + i, n0, nt);

@@ -94,6 +94,16 @@ static inline const char *loom_gemm_elem(const loom_tensor *t, int64_t i0, int64
           i3 * t->strides[3]) * loom_dtype_size(t->dtype);
 }
 
+/* Rows [*m0, *m0 + *rows) of C in row tile mi (plan.m_tiles_tall). */
+static inline void loom_gemm_tile_rows(const loom_gemm_plan *p, int64_t mi, int64_t *m0,
+                                       int64_t *rows) {
+  const int64_t tall = p->m_tiles_tall, short_rows = p->mt - p->mr;
+  const int64_t start = mi <= tall ? mi * p->mt : tall * p->mt + (mi - tall) * short_rows;
+  const int64_t end = start + (mi < tall ? p->mt : short_rows);
+  *m0 = start;
+  *rows = (end < p->m ? end : p->m) - start;
+}
+
 /* Whether the pack launch takes A's panels four at a time
  * (loom_gemm_pack_rows12x4_avx512): fp32 12-row panels of an A whose rows
  * are along memory (a transposed A), packed as fp32. */

@@ -1,7 +1,8 @@
 /* tests/c/test_gemm_epilogue.c — the GEMM's epilogue against the unfused
  * sequence it replaces: the same product by "gemm.compute", then one
  * "pointwise.apply" launch per step into intermediates of C's dtype. Every
- * GEMM variant the CPU runs; bias along columns and along rows, addmm's
+ * GEMM variant the CPU runs, with and without the compute launch's own
+ * packing (the matmul's tilings); bias along columns and along rows, addmm's
  * Cin, residual adds, activations, 16-bit C with a cast to fp32, D = C in
  * place, the GEMM-less "gemm.epilogue" kernel, and bad step words. The
  * results must be bitwise equal. Calls the kernels directly. */
@@ -36,8 +37,13 @@ static loom_tensor dense(int32_t dtype, int64_t b, int64_t m, int64_t n) {
   return make(dtype, s, st, b * m * n);
 }
 
+/* The order run_gemm's compute tiles run in: last to first, or first to
+ * last (an epilogue that visits rows of a tile other than its own then
+ * reads them before or after their product). */
+static int tiles_forward;
+
 /* pack + compute (kernel "gemm.compute" or "gemm.compute_epilogue"), each
- * compute tile a call of its own, in reverse order. */
+ * compute tile a call of its own, in tiles_forward's order. */
 static int run_gemm(const loom_tensor *c, const loom_tensor *a, const loom_tensor *b,
                     const loom_tensor *cin, double beta, int isa, const loom_tensor *extra,
                     int n_extra, const loom_scalar *words, int steps, int fused) {
@@ -57,9 +63,11 @@ static int run_gemm(const loom_tensor *c, const loom_tensor *a, const loom_tenso
   for (int64_t s = 0; s < p.pack_range && !rc; s += p.pack_grain)
     rc = loom_gemm_pack_kernel(&args, s, s + p.pack_grain < p.pack_range ? s + p.pack_grain
                                                                           : p.pack_range);
-  for (int64_t t = p.compute_range - 1; t >= 0 && !rc; --t)
+  for (int64_t i = 0; i < p.compute_range && !rc; ++i) {
+    const int64_t t = tiles_forward ? i : p.compute_range - 1 - i;
     rc = fused ? loom_gemm_compute_epilogue_kernel(&args, t, t + 1)
                : loom_gemm_compute_kernel(&args, t, t + 1);
+  }
   free(ws.data);
   return rc;
 }
@@ -144,21 +152,26 @@ static void check_case(const epi_case *cs, int isa) {
   }
   if (steps == 0) CHECK_OK(pointwise(&d_ref, LOOM_PW_IDENTITY, &cur, NULL, 0));
 
-  /* fused */
+  /* fused, the tiles in either order (C, also when it is D, is written
+   * whole by the product: beta is 0 or Cin is the bias) */
   loom_tensor extra[4] = {cs->in_place ? c_fused : d_fused};
   for (int i = 0; i < n_ops; ++i) extra[1 + i] = ops[i];
-  CHECK_OK(run_gemm(&c_fused, &a, &b, cin, beta, isa, extra, 1 + n_ops, words, steps, 1));
   const size_t cbytes = (size_t)(loom_tensor_numel(&c_ref) * loom_dtype_size(cs->dtype));
   const size_t dbytes = (size_t)(loom_tensor_numel(&d_ref) * loom_dtype_size(cs->out_dtype));
-  if (cs->in_place) {
-    CHECK_MSG(memcmp(c_fused.data, d_ref.data, dbytes) == 0, "%s [%s]: in-place D differs",
-              cs->name, loom_gemm_isa_name((loom_gemm_isa)isa));
-  } else {
-    CHECK_MSG(memcmp(c_fused.data, c_ref.data, cbytes) == 0, "%s [%s]: C differs", cs->name,
-              loom_gemm_isa_name((loom_gemm_isa)isa));
-    CHECK_MSG(memcmp(d_fused.data, d_ref.data, dbytes) == 0, "%s [%s]: D differs", cs->name,
-              loom_gemm_isa_name((loom_gemm_isa)isa));
+  for (tiles_forward = 0; tiles_forward < 2; ++tiles_forward) {
+    CHECK_OK(run_gemm(&c_fused, &a, &b, cin, beta, isa, extra, 1 + n_ops, words, steps, 1));
+    if (cs->in_place) {
+      CHECK_MSG(memcmp(c_fused.data, d_ref.data, dbytes) == 0,
+                "%s [%s, forward %d]: in-place D differs", cs->name,
+                loom_gemm_isa_name((loom_gemm_isa)(isa & 0xff)), tiles_forward);
+    } else {
+      CHECK_MSG(memcmp(c_fused.data, c_ref.data, cbytes) == 0, "%s [%s, forward %d]: C differs",
+                cs->name, loom_gemm_isa_name((loom_gemm_isa)(isa & 0xff)), tiles_forward);
+      CHECK_MSG(memcmp(d_fused.data, d_ref.data, dbytes) == 0, "%s [%s, forward %d]: D differs",
+                cs->name, loom_gemm_isa_name((loom_gemm_isa)(isa & 0xff)), tiles_forward);
+    }
   }
+  tiles_forward = 0;
 
   /* "gemm.epilogue" alone over C's rows gives the same D */
   if (!cs->in_place) {
@@ -219,6 +232,11 @@ int main(void) {
       {"bf16 mm then relu's threshold_backward", 1, 24, 33, 20, LOOM_BFLOAT16, LOOM_BFLOAT16, 0,
        0, 1, 0, {0}, LOOM_PW_THRESHOLD_BACKWARD},
       {"no steps", 1, 9, 9, 9, LOOM_FLOAT32, LOOM_FLOAT32, 0, 0, 0, 0, {0}},
+      /* the matmul's launches: row tiles as wide as C, the rows shared out
+       * evenly (26 row panels, 17 column panels); in place, so a row the
+       * epilogue visits twice or misses shows */
+      {"bias+relu in place, tiles as wide as C", 1, 301, 513, 700, LOOM_FLOAT32, LOOM_FLOAT32,
+       1, 0, 0, 1, {LOOM_PW_RELU}, 0},
   };
   test_bad_steps();
   for (int isa = 0; isa < LOOM_GEMM_ISA_COUNT; ++isa) {
@@ -230,6 +248,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
       check_case(&cases[i], isa);
       check_case(&cases[i], isa | LOOM_GEMM_IN_COMPUTE);
+      check_case(&cases[i], isa | LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE);
     }
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            test_failed == before ? "ok" : "FAILED");

@@ -290,7 +290,7 @@ static void test_a_in_compute(int isa) {
   g.in_dtype = LOOM_BFLOAT16, g.out_dtype = LOOM_BFLOAT16, g.beta = 0.0, g.m = 257, g.k = 2100;
   check_a_in_compute(&g, isa, 1);
   g.in_dtype = LOOM_FLOAT32, g.out_dtype = LOOM_FLOAT32, g.m = 301, g.k = 900;
-  g.n = 700; /* two column tiles */
+  g.n = 1200; /* several column tiles (B past 4 MB: no tiles as wide as C) */
   check_a_in_compute(&g, isa, 0);
   g.n = 200, g.bcast_a = 1; /* one A for both products: packed once */
   check_a_in_compute(&g, isa, 0);
@@ -380,6 +380,97 @@ static void test_transposed_a_by_tile(int isa) {
   }
 }
 
+/* Row tiles as wide as C for the matmul's launches when C is wider than
+ * the usual tile (more than 16 column panels) and at least four row panels
+ * of all its columns fit the tile buffer, A is its product's own, not read
+ * in place, and B packs into at most 4 MB: each tile packs its own A
+ * panels, the row panels shared out evenly (the larger tiles first) over
+ * tiles that are a multiple of the workers. `wide`: whether to expect them.
+ * The bits are the two-launch path's for every worker count, grain and
+ * chunk order. */
+static void check_wide(const gemm_case *g, int isa, int wide) {
+  two_paths t = two_paths_make(g);
+  const loom_tensor *cinp = g->beta != 0.0 ? &t.cin : NULL;
+  const size_t bytes = (size_t)(t.elems * loom_dtype_size(g->out_dtype));
+  CHECK_MSG(run(&t.packed, &t.a, &t.b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
+  /* tile counts of several worker counts, where the tiling depends on them */
+  for (int workers = 2; workers <= (wide ? 5 : 2); ++workers) {
+    const int flags =
+        LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE | LOOM_GEMM_WORKERS(workers);
+    loom_gemm_plan p;
+    CHECK_MSG(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &p) == 0, "plan");
+    const int got = p.n_tiles == 1 && p.m_tiles > 1 && p.a_in_compute && !p.b_in_compute &&
+                    p.n > 16 * p.nr;
+    CHECK_MSG(got == wide, "%s %ldx%ldx%ld in=%d, %d workers: %ld x %ld tiles of %ld x %ld "
+              "(%ld tall), A by its tile %d, want wide %d", isa_name(isa), (long)g->m,
+              (long)g->n, (long)g->k, g->in_dtype, workers, (long)p.m_tiles, (long)p.n_tiles,
+              (long)p.mt, (long)p.nt, (long)p.m_tiles_tall, p.a_in_compute, wide);
+    if (got) {
+      /* every row once, in tiles of mt or mt - mr rows, the tall ones first */
+      const int64_t mats = g->b1 * g->b2;
+      int64_t next = 0, panels = 0;
+      int even = (mats * p.m_tiles) % workers == 0 && p.m_tiles_tall >= 1 &&
+                 p.m_tiles_tall <= p.m_tiles && p.mt * p.nt <= 144 * 512;
+      for (int64_t mi = 0; mi < p.m_tiles; ++mi) {
+        int64_t m0, rows;
+        loom_gemm_tile_rows(&p, mi, &m0, &rows);
+        const int64_t want = mi < p.m_tiles_tall ? p.mt : p.mt - p.mr;
+        even = even && m0 == next && m0 % p.mr == 0 &&
+               (mi + 1 < p.m_tiles ? rows == want : rows > want - p.mr && rows <= want);
+        next = m0 + rows, panels += (rows + p.mr - 1) / p.mr;
+      }
+      CHECK_MSG(even && next == g->m && panels == p.m_panels,
+                "%s %ldx%ld, %d workers: %ld row tiles of %ld rows (%ld tall) cover %ld rows",
+                isa_name(isa), (long)g->m, (long)g->n, workers, (long)p.m_tiles, (long)p.mt,
+                (long)p.m_tiles_tall, (long)next);
+    }
+    for (int64_t grain = 0; grain < 4; grain += 3) { /* the plan's, and 3 */
+      memset(t.direct.data, 0, bytes);
+      CHECK_MSG(run(&t.direct, &t.a, &t.b, cinp, isa | flags, g->alpha, g->beta, grain) == 0,
+                "direct");
+      CHECK_MSG(memcmp(t.packed.data, t.direct.data, bytes) == 0,
+                "%s %ldx%ldx%ld in=%d, %d workers, grain %ld: the tiling changed the bits",
+                isa_name(isa), (long)g->m, (long)g->n, (long)g->k, g->in_dtype, workers,
+                (long)grain);
+    }
+  }
+  two_paths_free(&t);
+}
+
+static void test_wide_tiles(int isa) {
+  const int fit = isa == LOOM_GEMM_AVX512 || isa == LOOM_GEMM_AVX512BF16;
+  /* 26 row panels, the last of 1 row, 17 column panels, the last of 1
+   * column: tiles of a few panels, more for more workers; two k blocks
+   * and a partial third; alpha, Cin; two products */
+  gemm_case g = {.b1 = 1, .b2 = 2, .m = 301, .n = 513, .k = 600, .in_dtype = LOOM_FLOAT32,
+                 .out_dtype = LOOM_FLOAT32, .alpha = 0.5, .beta = 2.0};
+  check_wide(&g, isa, fit);
+  g.n = 512; /* 16 column panels: the usual tiles are as wide */
+  check_wide(&g, isa, 0);
+  g.m = 288, g.n = 700; /* 24 row panels: the tall tiles */
+  check_wide(&g, isa, 0);
+  g.m = 400, g.b2 = 1, g.n = 1536; /* 48 column panels: four row panels fit */
+  check_wide(&g, isa, fit);
+  g.n = 1537; /* 49: only three */
+  check_wide(&g, isa, 0);
+  g.m = 301, g.n = 1000, g.k = 1024; /* B packed 1024 x 1024 columns: 4 MB (fp32) */
+  check_wide(&g, isa, fit);
+  g.k = 1025; /* a row more */
+  check_wide(&g, isa, 0);
+  g.m = 1000, g.k = 300, g.trans_a = 1; /* A stored transposed, four panels a pass */
+  check_wide(&g, isa, fit);
+  g.trans_a = 0, g.bcast_a = 1, g.b2 = 2; /* one A for both products */
+  check_wide(&g, isa, 0);
+  g.bcast_a = 0, g.m = 330, g.k = 150; /* A of 200 KB read in place */
+  check_wide(&g, isa, 0);
+  /* bf16 k-pairs, odd k, a bf16 C through the tile buffer */
+  g.in_dtype = g.out_dtype = LOOM_BFLOAT16, g.beta = 0.0, g.b2 = 1, g.m = 1025, g.n = 1024,
+  g.k = 777;
+  check_wide(&g, isa, fit);
+  g.trans_a = 1, g.k = 301;
+  check_wide(&g, isa, fit);
+}
+
 int main(void) {
   for (int isa = 0; isa < LOOM_GEMM_ISA_COUNT; ++isa) {
     if (!loom_gemm_isa_supported((loom_gemm_isa)isa)) {
@@ -394,6 +485,7 @@ int main(void) {
     test_tall_tiles(isa);
     test_transposed_a_by_tile(isa);
     test_transposed_a_groups(isa);
+    test_wide_tiles(isa);
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
            test_failed == before ? "ok" : "FAILED");
   }

@@ -96,6 +96,10 @@ typedef struct loom_gemm_plan {
   int64_t a_offset, b_offset, workspace_bytes;
   int64_t pack_units_a, pack_range, pack_grain;
   int64_t mt, nt, m_tiles, n_tiles, compute_range, compute_grain;
+  /* Row tiles [0, m_tiles_tall) hold mt rows of C, the others mt - mr:
+   * tile i starts after the rows of the tiles before it. The last one
+   * ends at C's last row. */
+  int64_t m_tiles_tall;
   /* ---- the planner's answer ("gemm.plan") ---- */
   int32_t route;       /* LOOM_GEMM_ROUTE_* */
   int32_t transposed;  /* launch on the transposed operands (see above) */
