@@ -39,6 +39,7 @@ from .linear import fuse_linear_layers
 from .lower import lower
 from .planes import share_conv_planes
 from .program import Program
+from .views import collapse_view_chains
 from .tangents import Tangents, no_zero_gradients, tangent_positions
 
 _graph_ids = itertools.count()
@@ -157,6 +158,7 @@ def _build(gm, tag, start, specialization=False):
     fuse_batch_norms(graph)
     pack_attention_gradients(graph)
     fuse_linear_layers(graph)
+    collapse_view_chains(graph)
     log.graph(tag, graph)
     fuser = fuse(graph)
     program = Program(graph, fuser, gm, tag, CDialect(), log, name=_name_kernels)
