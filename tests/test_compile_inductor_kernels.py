@@ -65,43 +65,33 @@ def _nests(code: str):
     return out
 
 
-def _bn_relu(bn, x):
-    return F.relu(bn(x))
+def _channel_moments(x, g):
+    """Per-channel sums over the rows of a channels-last tensor, computed on
+    the fly (batch norm's statistics and gradient sums as generated code:
+    batch norm itself is a library call on loom)."""
+    return (x * g).sum(dim=(0, 2, 3)), (x * x).sum(dim=(0, 2, 3))
 
 
-def test_channel_sums_of_channels_last_batch_norm_are_split_by_channels():
-    """A training batch norm over a channels-last input sums each channel
-    over all rows: Inductor puts its few vectors of channels in the outer
-    loop and would split the row loop (a parallel reduction, which loom's
-    kernels never run: their sums must not depend on the threads). The
-    nests split the channel vectors across the launch instead of running
-    as one chunk, and forward and backward equal eager's."""
+def test_channel_sums_of_channels_last_tensor_are_split_by_channels():
+    """Per-channel sums over a channels-last input: Inductor puts its few
+    vectors of channels in the outer loop and would split the row loop (a
+    parallel reduction, which loom's kernels never run: their sums must not
+    depend on the threads). The nests split the channel vectors across the
+    launch instead of running as one chunk, and the sums are close to the
+    float64 ones."""
     from torch._inductor.utils import run_and_get_code
 
     torch.manual_seed(0)
     shape = (32, 32, 32, 32)  # two vectors of channels, far fewer than the rows
-    bn_c = torch.nn.BatchNorm2d(32).to("loom")
-    bn_e = torch.nn.BatchNorm2d(32).to("loom")
-    x = torch.randn(shape).to("loom").contiguous(memory_format=torch.channels_last)
-    g = torch.randn(shape).to("loom").contiguous(memory_format=torch.channels_last)
-    xc = x.detach().clone().requires_grad_()
-    xe = x.detach().clone().requires_grad_()
+    x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+    g = torch.randn(shape).contiguous(memory_format=torch.channels_last)
     torch._dynamo.reset()
-
-    def step(fn, t):
-        y = fn(t)
-        y.backward(g)
-        return y.detach()
-
-    compiled = torch.compile(lambda t: _bn_relu(bn_c, t))
-    got, codes = run_and_get_code(lambda: step(compiled, xc))
+    compiled = torch.compile(_channel_moments)
+    got, codes = run_and_get_code(compiled, x.to("loom"), g.to("loom"))
     nests = _nests("\n".join(codes))
     rows = 32 * 32 * 32
     assert any(bound >= rows for _, bound in nests), nests  # the sums over rows are generated
     # no nest over all rows in one chunk
     assert all(rng != "1" for rng, bound in nests if bound >= rows), nests
-    want = step(lambda t: _bn_relu(bn_e, t), xe)
-    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(xc.grad.cpu(), xe.grad.cpu(), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(bn_c.weight.grad.cpu(), bn_e.weight.grad.cpu(), rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(bn_c.running_var.cpu(), bn_e.running_var.cpu(), rtol=1e-5, atol=1e-6)
+    for a, want in zip(got, _channel_moments(x.double(), g.double())):
+        torch.testing.assert_close(a.cpu().double(), want, rtol=1e-5, atol=1e-3)

@@ -83,22 +83,17 @@ def test_cnn_training_keeps_conv_layouts_and_splits_its_kernels_across_workers()
             assert strides == _contiguous(sizes), (sizes, strides)
     assert "channels_last" not in code
 
-    # The generated kernels: vectorized, each loop nest split across the
-    # workers (launch range over channels or more), none waiting for the
-    # stream.
+    # Batch norms with their ReLUs are library calls (forward and backward),
+    # not generated statistics; the generated kernels left: each loop nest
+    # split across the workers, none waiting for the stream.
+    assert code.count("torch.ops.loom.batch_norm_relu.default(") == 2, code
+    assert code.count("torch.ops.loom.batch_norm_relu_backward.default(") >= 1, code
     kernels = _KERNEL.findall(code)
     assert kernels, code
     assert "torch.loom.synchronize()" not in code
-    norms = 0
     for _kinds, nests, source in kernels:
         assert set(nests) == {"p"}, nests  # no nest runs as one chunk
-        if "Welford" not in source and "batch_norm" not in source:
-            continue
-        assert "at::vec::Vectorized<float>" in source
-        ranges = [int(r) for r in re.findall(r"return static_cast<int64_t>\((\d+)L\);", source)]
-        norms += 1
-        assert max(ranges, default=1) >= 72, ranges  # split by channel (or finer)
-    assert norms >= 2
+        assert "Welford" not in source
 
     ref = _step(eager, x, y)
     torch.testing.assert_close(loss.cpu(), ref.cpu(), rtol=1e-5, atol=1e-6)

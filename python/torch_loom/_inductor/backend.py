@@ -26,7 +26,7 @@ from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPython
 from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 from torch._inductor.virtualized import V
 
-from . import interface, library_ops, patches
+from . import batchnorm, interface, library_ops, patches
 from .cpp_kernels import LoomCppScheduling
 
 log = logging.getLogger("torch_loom.inductor")
@@ -149,6 +149,7 @@ def _register() -> None:
     register_backend_for_device("loom", *INDUCTOR_CLASSES.values(), device_custom_config=config)
     patches.apply()
     library_ops.apply()
+    batchnorm.register_fakes()
     if not host_addressable():
         # Inductor's kernels are host code: where the host cannot address
         # device memory, every node runs as the loom op it came from.

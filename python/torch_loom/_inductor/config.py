@@ -9,7 +9,7 @@ import sys
 
 from torch.utils._config_module import install_config_module
 
-_SOURCES = ("__init__.py", "backend.py", "cpp_kernels.py", "epilogue.py", "fake_conv.py",
+_SOURCES = ("__init__.py", "backend.py", "batchnorm.py", "cpp_kernels.py", "epilogue.py", "fake_conv.py",
             "interface.py", "library_ops.py", "patches.py", "runtime.py")
 
 
@@ -34,6 +34,11 @@ sdpa_contiguous_rows: bool = True
 #: activation kernels together (bench mlp_train about 0.8 ms a step,
 #: gpt_train's GELU layers about 10 ms).
 gemm_epilogues: bool = False
+
+#: Batch norms take the ReLU after them (and a residual added before it)
+#: into one library call, and their backward the ReLU's gradient
+#: (batchnorm.py).
+batch_norm_relu: bool = True
 
 #: The code generators' identity (a digest of their sources).
 codegen_version: str = _digest()

@@ -104,16 +104,9 @@ def _match(node):
         return node.args[0], w["gelu_tanh" if tanh else "gelu"], []
     grad = saved = None
     word = w["threshold_backward"]
-    if node.target is aten.threshold_backward.default and len(node.args) == 3 and \
-            not node.kwargs and node.args[2] == 0:
-        grad, saved = node.args[0], node.args[1]
-    elif node.target is aten.where.self and len(node.args) == 3 and not node.kwargs:
-        # Inductor's decomposition of threshold_backward(grad, result, 0)
-        cond, zero, grad = node.args
-        if _call(cond, aten.le.Scalar) and len(cond.args) == 2 and cond.args[1] == 0 and \
-                _call(zero, aten.full.default) and list(zero.args[0]) == [] and \
-                zero.args[1] == 0:
-            saved = cond.args[0]
+    found = relu_gradient(node)
+    if found is not None:
+        grad, saved, _ = found
     elif node.target is aten.gelu_backward.default and len(node.args) == 2 and \
             set(node.kwargs) <= {"approximate"}:
         grad, saved = node.args
@@ -122,6 +115,24 @@ def _match(node):
     vs, vg = _val(saved), _val(grad)
     if _plain(vs) and _plain(vg) and vs.shape == vg.shape:
         return grad, word | 1 << w["shift"], [saved]
+    return None
+
+
+def relu_gradient(node):
+    """(dy, y, the decomposition's other nodes) when node is a ReLU's
+    gradient at its input, threshold_backward(dy, y, 0) or Inductor's
+    decomposition of it, where(le(y, 0), full([], 0), dy); else None."""
+    if node.op != "call_function":
+        return None
+    if node.target is aten.threshold_backward.default and len(node.args) == 3 and \
+            not node.kwargs and node.args[2] == 0:
+        return node.args[0], node.args[1], []
+    if node.target is aten.where.self and len(node.args) == 3 and not node.kwargs:
+        cond, zero, grad = node.args
+        if _call(cond, aten.le.Scalar) and len(cond.args) == 2 and cond.args[1] == 0 and \
+                _call(zero, aten.full.default) and list(zero.args[0]) == [] and \
+                zero.args[1] == 0:
+            return grad, cond.args[0], [cond, zero]
     return None
 
 

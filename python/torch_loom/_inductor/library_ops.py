@@ -15,7 +15,11 @@ Inductor's decomposition (mean, variance, pointwise steps, and the
 gradient's row sums) generated kernels reaching about a third of the
 library's throughput (16384 x 1024 float32 rows, bench ``layer_norm``),
 and the generated softmax about half of the library's (bench ``softmax``,
-against loom eager with its adaptive fusion off).
+against loom eager with its adaptive fusion off). Batch norm in training
+(forward and backward) runs as the library's kernels too, which walk each
+row of channels along memory; Inductor's statistics and gradient sums over
+a channels-last activation read a vector of channels per chunk across all
+rows (batchnorm.py then takes the ReLUs around it into the same calls).
 
 For each op in ``LIBRARY_OPS``, Inductor's decomposition declines to
 decompose it when its tensors are on loom (returns ``NotImplemented``, as
@@ -73,6 +77,8 @@ LIBRARY_OPS = {
     aten.embedding_dense_backward.default,
     aten.native_layer_norm.default,
     aten.native_layer_norm_backward.default,
+    aten._native_batch_norm_legit_functional.default,
+    aten.native_batch_norm_backward.default,
 }
 
 _LOOM = "loom"

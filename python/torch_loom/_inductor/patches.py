@@ -16,8 +16,9 @@ for loom only, and is applied once.
 - ``compile_fx()`` reads ``config.fallback_random`` as one global; loom
   graphs need it on (random ops on loom's generator), other graphs keep it.
   Loom graphs also get the GEMM-epilogue post-grad pass (``epilogue.py``,
-  which does nothing unless ``config.gemm_epilogues`` is on)
-  beside any ``post_grad_custom_post_pass`` of the user's.
+  which does nothing unless ``config.gemm_epilogues`` is on) and the
+  batch-norm-with-ReLU pass (``batchnorm.py``) beside any
+  ``post_grad_custom_post_pass`` of the user's.
 - ``BaseSchedulerNode.is_cpu()`` is asked in exactly three places, each to
   skip a Triton-only fusion rewrite (loop reordering, loop reindexing, index
   inversion) that assumes Triton's loop groups and breaks on the C++
@@ -109,18 +110,19 @@ def _graph_on_loom(model, example_inputs) -> bool:
 
 def _loom_patches(patches: dict) -> dict:
     """compile_fx's config patches for a loom graph: `patches` with
-    fallback_random on and the epilogue pass added (each once)."""
+    fallback_random on and the epilogue and batch-norm passes added (each once)."""
     from torch._inductor import config
 
-    from . import epilogue
+    from . import batchnorm, epilogue
 
     extra = {}
     if not config.fallback_random and not patches.get("fallback_random"):
         extra["fallback_random"] = True
     user = patches.get("post_grad_custom_post_pass", config.post_grad_custom_post_pass)
     passes = tuple(user) if isinstance(user, (list, tuple)) else (() if user is None else (user,))
-    if epilogue.PASS not in passes:
-        extra["post_grad_custom_post_pass"] = (*passes, epilogue.PASS)
+    ours = tuple(p for p in (epilogue.PASS, batchnorm.PASS) if p not in passes)
+    if ours:
+        extra["post_grad_custom_post_pass"] = (*passes, *ours)
     return {**patches, **extra} if extra else patches
 
 
