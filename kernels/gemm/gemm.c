@@ -142,7 +142,8 @@ enum { LOOM_GEMM_WIDE_MIN_PANELS = 4 };
 /* The number of full-width row tiles of each product, or 0 when they do not
  * pay (loom_gemm_plan_init splits the row panels evenly among them). At
  * least LOOM_GEMM_MIN_TILES where the panels allow, and a multiple of the
- * workers in all, so that tiles of equal work share out evenly. */
+ * workers in all where tiles of LOOM_GEMM_WIDE_MIN_PANELS panels allow, so
+ * that tiles of equal work share out evenly. */
 static int64_t loom_gemm_wide_tiles(const loom_gemm_plan *p, int32_t isa, int64_t mats,
                                     int64_t esz, int64_t workers, int64_t ncp) {
   if ((isa != LOOM_GEMM_AVX512 && isa != LOOM_GEMM_AVX512BF16) || p->n_panels <= ncp ||
@@ -154,13 +155,14 @@ static int64_t loom_gemm_wide_tiles(const loom_gemm_plan *p, int32_t isa, int64_
       fit * p->mr * p->kc * esz > (int64_t)sizeof loom_gemm_a_block)
     return 0;
   int64_t tiles = loom_gemm_ceil_div(p->m_panels, fit);
-  if (tiles < LOOM_GEMM_MIN_TILES) { /* smaller ones, down to the fewest panels */
-    const int64_t most = p->m_panels / LOOM_GEMM_WIDE_MIN_PANELS;
+  const int64_t most = p->m_panels / LOOM_GEMM_WIDE_MIN_PANELS; /* of the fewest panels */
+  if (tiles < LOOM_GEMM_MIN_TILES) {
     const int64_t want = most < LOOM_GEMM_MIN_TILES ? most : LOOM_GEMM_MIN_TILES;
     if (want > tiles) tiles = want;
   }
-  while ((mats * tiles) % workers != 0 && tiles < p->m_panels) ++tiles;
-  return tiles;
+  int64_t even = tiles;
+  while ((mats * even) % workers != 0 && even < most) ++even;
+  return (mats * even) % workers == 0 ? even : tiles;
 }
 
 /* Whether the 12-row tiles read A's rows where they lie instead of from a

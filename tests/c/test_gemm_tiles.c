@@ -409,8 +409,13 @@ static void check_wide(const gemm_case *g, int isa, int wide) {
       /* every row once, in tiles of mt or mt - mr rows, the tall ones first */
       const int64_t mats = g->b1 * g->b2;
       int64_t next = 0, panels = 0;
-      int even = (mats * p.m_tiles) % workers == 0 && p.m_tiles_tall >= 1 &&
-                 p.m_tiles_tall <= p.m_tiles && p.mt * p.nt <= 144 * 512;
+      /* a multiple of the workers, unless none is, up to tiles of 4 panels */
+      int shared = 1;
+      if ((mats * p.m_tiles) % workers != 0)
+        for (int64_t more = p.m_tiles + 1; more <= p.m_panels / 4; ++more)
+          if ((mats * more) % workers == 0) shared = 0;
+      int even = shared && p.m_tiles_tall >= 1 && p.m_tiles_tall <= p.m_tiles &&
+                 p.mt * p.nt <= 144 * 512;
       for (int64_t mi = 0; mi < p.m_tiles; ++mi) {
         int64_t m0, rows;
         loom_gemm_tile_rows(&p, mi, &m0, &rows);
@@ -445,6 +450,18 @@ static void test_wide_tiles(int isa) {
   gemm_case g = {.b1 = 1, .b2 = 2, .m = 301, .n = 513, .k = 600, .in_dtype = LOOM_FLOAT32,
                  .out_dtype = LOOM_FLOAT32, .alpha = 0.5, .beta = 2.0};
   check_wide(&g, isa, fit);
+  g.b2 = 1, g.k = 300; /* 26 row panels, 7 workers: no multiple of 7 up to 6 tiles */
+  {
+    two_paths t = two_paths_make(&g);
+    loom_gemm_plan p;
+    const int flags = LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE | LOOM_GEMM_WORKERS(7);
+    CHECK_MSG(loom_gemm_plan_init(&t.direct, &t.a, &t.b, isa | flags, &p) == 0, "plan");
+    CHECK_MSG(!fit || (p.n_tiles == 1 && p.m_tiles == 6 && p.mt == 60),
+              "%s 301x513, 7 workers: %ld row tiles of %ld rows, want 6 of 60", isa_name(isa),
+              (long)p.m_tiles, (long)p.mt);
+    two_paths_free(&t);
+  }
+  g.b2 = 2, g.k = 600;
   g.n = 512; /* 16 column panels: the usual tiles are as wide */
   check_wide(&g, isa, 0);
   g.m = 288, g.n = 700; /* 24 row panels: the tall tiles */
