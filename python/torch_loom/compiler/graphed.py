@@ -79,13 +79,12 @@ def _mutated_inputs(gm) -> list[int]:
         schema = getattr(node.target, "_schema", None)
         if schema is None:
             continue
-        for arg, a in zip(schema.arguments, node.args):
-            if a in index and arg.alias_info is not None and arg.alias_info.is_write:
-                out.add(index[a])
-        for name, a in node.kwargs.items():
-            formal = next((f for f in schema.arguments if f.name == name), None)
-            if a in index and formal is not None and formal.alias_info is not None \
-                    and formal.alias_info.is_write:
+        formals = {f.name: f for f in schema.arguments}
+        bound = list(zip(schema.arguments, node.args))
+        bound += [(formals[k], a) for k, a in node.kwargs.items() if k in formals]
+        for formal, a in bound:
+            written = formal.alias_info is not None and formal.alias_info.is_write
+            if written and isinstance(a, torch.fx.Node) and a in index:
                 out.add(index[a])
     return sorted(out)
 
