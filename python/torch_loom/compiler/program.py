@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from .. import _C
 from . import jit, observe
 from .bindings import binding
 from .fuse import Kernel
@@ -103,7 +104,9 @@ class Program:
         self._lock = threading.Lock()
         code = compile(self.py_source, f"<loom program {tag}>", "exec")
         env = dict(self._globals)
-        env.update(launch=jit.launch, empty_strided=torch.empty_strided, prog=self,
+        # (launches call the runtime's binding itself: jit.launch's checks and
+        # conversions are settled when the code is generated)
+        env.update(launch=_C._launch_kernel, empty_strided=torch.empty_strided, prog=self,
                    stats=observe.totals)
         exec(code, env)
         self._run = env["run"]
@@ -186,7 +189,7 @@ class Program:
                 tensors = ", ".join(names.value(v) for v in values)
                 rng, grain = _launch_range(obj, values)
                 sargs = "".join(f"{names.value(v)}.item(), " for v in scalars)
-                lines.append(f"    launch({obj.name!r}, [{tensors}], ({sargs}), range={rng}, "
+                lines.append(f"    launch({obj.name!r}, [{tensors}], [{sargs}], range={rng}, "
                              f"grain={grain})")
                 produced = [v for a, v in zip(obj.args, values) if a.output and v.alias is None]
             else:
