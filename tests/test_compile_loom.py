@@ -98,6 +98,54 @@ def test_bfloat16_rounds_like_eager_at_every_op():
     assert torch.equal(out.cpu(), mixed(x, y).cpu())
 
 
+
+def _bf16_edges():
+    """float32 values whose bfloat16 rounding a truncation gets wrong (ties
+    to even both ways, just above and below a tie), and NaN, infinities,
+    signed zeros, subnormals and the largest finite floats."""
+    bits = torch.tensor([0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0x3F80FFFF,
+                         0x7F7FFFFF, 0x7F7F8000, 0x00008000, 0x00018000, 0x807FFFFF],
+                        dtype=torch.int64).to(torch.int32).view(torch.float32)
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, -3.5, 0.5,
+                            2.0, -1e-30])
+    torch.manual_seed(5)
+    return torch.cat([bits, -bits, special, torch.randn(200) * 1e3]).view(-1, 10)
+
+
+def test_bfloat16_stores_keep_eagers_bits(monkeypatch, caplog):
+    """A bfloat16 value is rounded where it is made, so its store into a
+    bfloat16 tensor takes the value's upper half as it is; float32 values
+    reach a bfloat16 tensor only through a rounding cast. Values a second
+    rounding or a truncation would change give eager's bits."""
+    x32 = _bf16_edges().to("loom")
+    x = (x32 * 1.0).to(torch.bfloat16)
+    cases = [
+        lambda a, b: torch.relu(a) * 3 - a,                   # bfloat16 ops
+        lambda a, b: (b * 3).to(torch.bfloat16),              # a float32 value cast
+        lambda a, b: (b + 1).to(torch.bfloat16) - a,          # cast, then bfloat16 op
+        lambda a, b: torch.clone(a),                          # a loaded value stored
+        lambda a, b: (a.float() * b).sum(1).to(torch.bfloat16),  # a reduction's value
+    ]
+    monkeypatch.setenv("LOOM_COMPILE_LOG", "code")
+    with caplog.at_level(logging.INFO, logger="torch_loom.compiler"):
+        for f in cases:
+            out, c = _compiled_call(f, x, x32)
+            assert c["kernel_launches"] >= 1
+            assert out.dtype == torch.bfloat16
+            assert torch.equal(out.cpu().view(torch.int16), f(x, x32).cpu().view(torch.int16))
+            torch._dynamo.reset()
+    stores = [line for line in caplog.text.splitlines() if "] = loom_" in line]
+    assert stores and all("loom_cg_bf16_bits(" in line for line in stores)
+
+    def into(a, b):  # a float32 value written into a bfloat16 input
+        a.copy_(b * 3)
+        return a
+
+    expect = into(x.clone(), x32)
+    got = torch.compile(into, backend="loom")(x.clone(), x32)
+    assert torch.equal(got.cpu().view(torch.int16), expect.cpu().view(torch.int16))
+
+
 # ---- GEMM epilogues -----------------------------------------------------------------
 
 def _linear_gelu(x, w, b):

@@ -95,6 +95,11 @@ static inline int64_t loom_cg_f2i(double x) {{
   return (x > -9.2233720368547758e18 && x < 9.2233720368547758e18) ? (int64_t)x : INT64_MIN;
 }}
 static inline float loom_cg_bf16(float x) {{ return loom_bf16_to_f32(loom_f32_to_bf16(x)); }}
+static inline uint16_t loom_cg_bf16_bits(float x) {{
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  return (uint16_t)(bits >> 16);
+}}
 static inline float loom_cg_f16(float x) {{ return loom_f16_to_f32(loom_f32_to_f16(x)); }}
 static inline float loom_cg_maxf(float a, float b) {{ return (a != a || b != b) ? NAN : (a > b ? a : b); }}
 static inline float loom_cg_minf(float a, float b) {{ return (a != a || b != b) ? NAN : (a < b ? a : b); }}
@@ -344,7 +349,12 @@ def load(dtype, ptr, off) -> str:
     return f"{ptr}[{off}]"
 
 
-def store(dtype, ptr, off, v) -> str:
+def store(dtype, ptr, off, v, exact=False) -> str:
+    """`v` written as `dtype`; `exact`: v already holds a value of dtype
+    (every bfloat16 value is rounded where it is made), so a bfloat16
+    store takes its upper half as it is instead of rounding it again."""
+    if dtype == torch.bfloat16 and exact:
+        return f"{ptr}[{off}] = loom_cg_bf16_bits({v});"
     if dtype == torch.float16:
         return f"{ptr}[{off}] = loom_f32_to_f16({v});"
     if dtype == torch.bfloat16:
@@ -421,7 +431,8 @@ class CDialect(Dialect):
             value = to_dtype(f"args->scalars[{s.index}].{member}", F64 if member == "f" else I64, dtype)
             return f"const {self.value_type(dtype)} v{s.dst} = {value};"
         if isinstance(s, Store):
-            return store(k.args[s.arg].dtype, f"p{s.arg}", offset(s.arg), f"v{s.src}")
+            dtype = k.args[s.arg].dtype
+            return store(dtype, f"p{s.arg}", offset(s.arg), f"v{s.src}", k.types[s.src] == dtype)
         if isinstance(s, Op):
             xs = [literal(a.value, s.kind) if isinstance(a, Scalar)
                   else convert(f"v{a}", kind_of(k.types[a]), s.kind) for a in s.srcs]
