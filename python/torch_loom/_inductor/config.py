@@ -35,9 +35,13 @@ sdpa_contiguous_rows: bool = True
 #: gpt_train's GELU layers about 10 ms).
 gemm_epilogues: bool = False
 
+#: Batch norm in training (forward and backward) runs as the library's
+#: kernels instead of Inductor's decomposition (library_ops.py).
+batch_norm_library: bool = True
+
 #: Batch norms take the ReLU after them (and a residual added before it)
 #: into one library call, and their backward the ReLU's gradient
-#: (batchnorm.py).
+#: (batchnorm.py; with batch_norm_library on).
 batch_norm_relu: bool = True
 
 #: The code generators' identity (a digest of their sources).

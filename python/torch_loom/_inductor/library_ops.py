@@ -105,9 +105,20 @@ def _node_on_loom(args, kwargs) -> bool:
     return False
 
 
+#: Batch norm's ops, kept whole while config.batch_norm_library is on.
+BATCH_NORM_OPS = {aten._native_batch_norm_legit_functional.default,
+                  aten.native_batch_norm_backward.default}
+
+
+def _in_library(op) -> bool:
+    from . import config
+
+    return op in LIBRARY_OPS and (op not in BATCH_NORM_OPS or config.batch_norm_library)
+
+
 def _keep_whole_on_loom(op, decompose):
     def decomposition(*args, **kwargs):
-        if op in LIBRARY_OPS and _tensor_on_loom(args, kwargs):
+        if _in_library(op) and _tensor_on_loom(args, kwargs):
             return NotImplemented
         return decompose(*args, **kwargs)
 
@@ -124,7 +135,7 @@ def _extern_on_loom(op, original):
     extern = fallback_handler(op, add_to_fallback_set=False)
 
     def lowering(*args, **kwargs):
-        if original is None or (op in LIBRARY_OPS and _node_on_loom(args, kwargs)):
+        if original is None or (_in_library(op) and _node_on_loom(args, kwargs)):
             return extern(*args, **kwargs)
         return original(*args, **kwargs)
 
