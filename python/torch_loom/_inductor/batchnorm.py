@@ -230,13 +230,15 @@ def _backward(graph, node, order) -> bool:
 def fuse(graph: torch.fx.Graph) -> int:
     """Rewrites the graph's batch norms with their ReLUs into library calls;
     returns how many."""
-    done = 0
+    done, order = 0, None
     for node in list(graph.nodes):
-        order = {n: i for i, n in enumerate(graph.nodes)}
+        if order is None:  # the nodes' positions, again after each rewrite
+            order = {n: i for i, n in enumerate(graph.nodes)}
         if node not in order:
             continue
         if _forward(graph, node, order) or _backward(graph, node, order):
             done += 1
+            order = None
     if done:
         graph.lint()
     return done
