@@ -113,6 +113,14 @@ def no_fallback():
 
 
 @pytest.fixture
+def fresh_compile(no_fallback):
+    """no_fallback for a test that compiles: Dynamo's caches cleared first,
+    so the test compiles its own graphs."""
+    torch._dynamo.reset()
+    yield
+
+
+@pytest.fixture
 def loom():
     """The loom device module, after checking the device exists."""
     assert hasattr(torch, "loom"), "import torch did not register the loom device"

@@ -22,14 +22,8 @@ from torch_loom.compiler import jit
 
 from compile_models import GPT
 
-pytestmark = pytest.mark.skipif(not jit.available(), reason="needs a C compiler")
-
-
-@pytest.fixture(autouse=True)
-def _fresh(no_fallback):
-    torch._dynamo.reset()
-    yield
-    assert torch.loom.fallback_ops() == {}
+pytestmark = [pytest.mark.skipif(not jit.available(), reason="needs a C compiler"),
+              pytest.mark.usefixtures("fresh_compile")]
 
 
 def _copies(fn) -> collections.Counter:

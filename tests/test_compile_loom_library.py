@@ -12,14 +12,8 @@ import torch.nn.functional as F
 from torch_loom import compiler
 from torch_loom.compiler import jit
 
-pytestmark = pytest.mark.skipif(not jit.available(), reason="needs a C compiler")
-
-
-@pytest.fixture(autouse=True)
-def _fresh(no_fallback):
-    torch._dynamo.reset()
-    yield
-    assert torch.loom.fallback_ops() == {}
+pytestmark = [pytest.mark.skipif(not jit.available(), reason="needs a C compiler"),
+              pytest.mark.usefixtures("fresh_compile")]
 
 
 def _loss(x, w, target, reduction, ignore_index):
