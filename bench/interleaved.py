@@ -1,10 +1,15 @@
-"""Two or more loom configurations of one workload, timed step by step in
-alternation in one process: for differences smaller than the run-to-run
-spread of separate `bench.run` invocations.
+"""Configurations of one workload timed step by step in alternation in one
+process: for differences smaller than the run-to-run spread of separate
+`bench.run` invocations (this machine's memory bandwidth and step times
+drift by tens of percent between minutes; rounds that alternate see the
+same drift).
 
     python -m bench.interleaved gpt_train 30 eager,inductor
+    python -m bench.interleaved cnn_train_cl 30 cpu,eager
 
-Each configuration ("eager" or a torch.compile backend name) is built from
+A configuration is "eager" or a torch.compile backend name, on loom; with
+the prefix "cpu" ("cpu" alone is CPU eager, "cpu:inductor" the CPU
+compiled) the same workload runs on the CPU. Each is built from
 `bench/workloads.py` and warmed up; then each round runs one step of every
 configuration, in alternating order. Printed per configuration: its median
 step time and its speed relative to the first configuration (the median and
@@ -20,6 +25,15 @@ import torch
 from bench import workloads as W
 
 
+def _context(config: str) -> W.Ctx:
+    """The workload context of one configuration name (see the module doc)."""
+    if config == "cpu" or config.startswith("cpu:"):
+        backend = config[4:] or "eager"
+        return W.Ctx(torch.device("cpu"), None if backend == "eager" else backend, False, lambda: None)
+    return W.Ctx(torch.device("loom"), None if config == "eager" else config, False,
+                 torch.loom.synchronize)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print(__doc__)
@@ -27,21 +41,20 @@ def main(argv: list[str]) -> int:
     name, reps, configs = argv[0], int(argv[1]), argv[2].split(",")
     import torch_loom  # noqa: F401  (the loom device)
 
-    sync = torch.loom.synchronize
-    preps = {}
+    preps, syncs = {}, {}
     for c in configs:
-        ctx = W.Ctx(torch.device("loom"), None if c == "eager" else c, False, sync)
-        preps[c] = W.BY_NAME[name].build(ctx)
+        ctx = _context(c)
+        preps[c], syncs[c] = W.BY_NAME[name].build(ctx), ctx.sync
         for _ in range(3):
             preps[c].fn()
-        sync()
+        ctx.sync()
     times: dict[str, list[float]] = {c: [] for c in configs}
     for r in range(reps):
         for c in configs if r % 2 == 0 else configs[::-1]:
-            sync()
+            syncs[c]()
             t0 = time.perf_counter()
             preps[c].fn()
-            sync()
+            syncs[c]()
             times[c].append((time.perf_counter() - t0) * 1e3)
     base = configs[0]
     for c in configs:

@@ -198,3 +198,16 @@ def test_memory_workloads_take_a_new_input_per_call_and_keep_outputs():
                 assert not torch.equal(outs[i], outs[j]), (name, i, j)
         again = fn()  # the first input again: the first call's result
         assert torch.equal(again, outs[0]), name
+
+
+def test_interleaved_configurations_name_device_and_backend():
+    import torch
+    import torch_loom  # noqa: F401
+    from bench.interleaved import _context
+
+    cpu, cpu_ind, eager, loom = (_context(c) for c in ("cpu", "cpu:inductor", "eager", "loom"))
+    assert (cpu.device.type, cpu.backend) == ("cpu", None)
+    assert (cpu_ind.device.type, cpu_ind.backend) == ("cpu", "inductor")
+    assert (eager.device.type, eager.backend) == ("loom", None)
+    assert (loom.device.type, loom.backend) == ("loom", "loom")
+    assert eager.sync is torch.loom.synchronize
