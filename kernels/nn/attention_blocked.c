@@ -89,6 +89,16 @@ static const float *rows_view(float *scratch, const loom_tensor *t, int64_t b, i
 static inline __mmask16 lanes_below(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u);
 }
+
+/* The values [e0, e0 + 16) of one row with unit element stride as float
+ * bits, lanes past `cols` zero: bf16 widened exactly (its bits are a
+ * float's upper half), as loom_bf16_to_f32 does. */
+static inline __m512i row_vector(const loom_tensor *t, int64_t off, __mmask16 cols) {
+  if (t->dtype == LOOM_BFLOAT16)
+    return _mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cols, (const uint16_t *)t->data + off)), 16);
+  return _mm512_maskz_loadu_epi32(cols, (const float *)t->data + off);
+}
 #endif
 
 /* the same rows transposed: element (r, e) at dst[e * ld + r]; columns
@@ -96,15 +106,15 @@ static inline __mmask16 lanes_below(int64_t n) {
 static void load_rows_t(float *dst, int64_t ld, const loom_tensor *t,
                         int64_t b, int64_t r0, int64_t nr, int64_t n) {
 #ifdef __AVX512F__
-  if (t->dtype == LOOM_FLOAT32 && loom_attention_col_stride(t) == 1 && ld % 16 == 0) {
+  if ((t->dtype == LOOM_FLOAT32 || t->dtype == LOOM_BFLOAT16) &&
+      loom_attention_col_stride(t) == 1 && ld % 16 == 0) {
     /* 16 x 16 blocks through registers; rows past nr load as zeros */
     for (int64_t rb = 0; rb < ld; rb += 16)
       for (int64_t eb = 0; eb < n; eb += 16) {
         __m512i blk[16];
         const __mmask16 cols = lanes_below(n - eb);
         for (int64_t i = 0; i < 16; ++i)
-          blk[i] = rb + i < nr ? _mm512_maskz_loadu_epi32(
-                                     cols, (const float *)t->data + at3(t, b, r0 + rb + i, eb))
+          blk[i] = rb + i < nr ? row_vector(t, at3(t, b, r0 + rb + i, eb), cols)
                                : _mm512_setzero_si512();
         loom_gemm_transpose16(blk);
         for (int64_t i = 0; i < 16 && eb + i < n; ++i)
