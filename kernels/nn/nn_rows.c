@@ -10,6 +10,9 @@
 
 #include "kernels/pointwise/exp_neg.h"
 #include "kernels/nn/nn_rows.h"
+#if defined(__AVX512F__)
+#include "kernels/gemm/transpose_avx512.h"
+#endif
 
 #ifdef LOOM_NN_ROWS_ISA
 #define ROWS_CAT2(a, b) a##b
@@ -247,6 +250,93 @@ static void ROWS_NAME(row_norm_param_acc)(const float *dy, const float *x, int64
   }
 }
 
+#if defined(__AVX512F__)
+/* The 16 lanes of each of 16 rows' accumulators totalled as lanes_total
+ * totals one row's (0, then lane 0, lane 1, ...), one row per lane of the
+ * result: the accumulators transposed, then added in lane order. */
+static inline __m512 lane_totals16(const __m512 acc[16]) {
+  __m512i t[16];
+  for (int r = 0; r < 16; ++r) t[r] = _mm512_castps_si512(acc[r]);
+  loom_gemm_transpose16(t);
+  __m512 s = _mm512_setzero_ps();
+  for (int l = 0; l < LANES; ++l) s = _mm512_add_ps(s, _mm512_castsi512_ps(t[l]));
+  return s;
+}
+
+/* per row: c[r] == NULL ? sum of x_r : sum of (x_r - c[r])^2, as row_sum and
+ * row_sq_dev take them; the rows' chains are independent, so they overlap */
+static void rows_sums16(const float *x, int64_t rows, int64_t n, const float *c, float *out) {
+  __m512 acc[16];
+  const int64_t nv = n - n % LANES;
+  for (int64_t r = 0; r < 16; ++r) {
+    __m512 a = _mm512_setzero_ps();
+    if (r < rows) {
+      const float *xr = x + r * n;
+      if (c) {
+        const __m512 vc = _mm512_set1_ps(c[r]);
+        for (int64_t i = 0; i < nv; i += LANES) {
+          const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(xr + i), vc);
+          a = _mm512_add_ps(a, _mm512_mul_ps(d, d));
+        }
+      } else {
+        for (int64_t i = 0; i < nv; i += LANES) a = _mm512_add_ps(a, _mm512_loadu_ps(xr + i));
+      }
+    }
+    acc[r] = a;
+  }
+  float s[16];
+  _mm512_storeu_ps(s, lane_totals16(acc));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n;
+    float t = s[r];
+    if (c)
+      for (int64_t i = nv; i < n; ++i) t += (xr[i] - c[r]) * (xr[i] - c[r]);
+    else
+      for (int64_t i = nv; i < n; ++i) t += xr[i];
+    out[r] = t;
+  }
+}
+#endif
+
+static void ROWS_NAME(row_norm_forward)(const float *x, int64_t rows, int64_t n, int rms,
+                                        float eps, const float *w, const float *b, float *y,
+                                        float *mean, float *rstd) {
+#if defined(__AVX512F__)
+  /* the transposes pay for themselves from about four rows on */
+  if (rows < 4) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * n;
+      mean[r] = rms ? 0.0f : ROWS_NAME(row_sum)(xr, n) / (float)n;
+      rstd[r] = 1.0f / sqrtf(ROWS_NAME(row_sq_dev)(xr, n, mean[r]) / (float)n + eps);
+      ROWS_NAME(row_norm_apply)(xr, n, mean[r], rstd[r], w, b, y + r * n);
+    }
+    return;
+  }
+  float s[16];
+  const __m512 vn = _mm512_set1_ps((float)n);
+  const __mmask16 live = (__mmask16)((1u << rows) - 1u);
+  if (rms) {
+    _mm512_mask_storeu_ps(mean, live, _mm512_setzero_ps());
+  } else {
+    rows_sums16(x, rows, n, NULL, s);
+    _mm512_mask_storeu_ps(mean, live, _mm512_div_ps(_mm512_loadu_ps(s), vn));
+  }
+  rows_sums16(x, rows, n, mean, s);
+  const __m512 var = _mm512_div_ps(_mm512_loadu_ps(s), vn);
+  _mm512_mask_storeu_ps(rstd, live,
+                        _mm512_div_ps(_mm512_set1_ps(1.0f),
+                                      _mm512_sqrt_ps(_mm512_add_ps(var, _mm512_set1_ps(eps)))));
+#else
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * n;
+    mean[r] = rms ? 0.0f : ROWS_NAME(row_sum)(xr, n) / (float)n;
+    rstd[r] = 1.0f / sqrtf(ROWS_NAME(row_sq_dev)(xr, n, mean[r]) / (float)n + eps);
+  }
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    ROWS_NAME(row_norm_apply)(x + r * n, n, mean[r], rstd[r], w, b, y + r * n);
+}
+
 const loom_nn_rows_ops ROWS_NAME(loom_nn_rows_table) = {
     .max = ROWS_NAME(row_max),
     .exp_sum = ROWS_NAME(row_exp_sum),
@@ -261,6 +351,7 @@ const loom_nn_rows_ops ROWS_NAME(loom_nn_rows_table) = {
     .norm_grad_apply = ROWS_NAME(row_norm_grad_apply),
     .norm_grad_sums_acc = ROWS_NAME(row_norm_grad_sums_acc),
     .norm_param_acc = ROWS_NAME(row_norm_param_acc),
+    .norm_forward = ROWS_NAME(row_norm_forward),
 };
 
 #ifndef LOOM_NN_ROWS_ISA

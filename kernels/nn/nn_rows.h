@@ -48,7 +48,16 @@ typedef struct loom_nn_rows_ops {
    * dy[i] * ((x[i] - mean) * rstd); the accumulators do not overlap the row */
   void (*norm_param_acc)(const float *dy, const float *x, int64_t n, float mean, float rstd,
                          float *acc_b, float *acc_w);
+  /* layer-norm forward of rows [0, rows) (rows <= LOOM_NN_NORM_ROWS), row r
+   * at x + r * n and y + r * n: mean[r] = sum(x_r) / n (0 when rms), rstd[r]
+   * = 1 / sqrt(sq_dev(x_r, mean[r]) / n + eps), y_r = norm_apply(x_r): each
+   * row's value is the one those primitives give it, whatever the rows
+   * beside it; the rows' sums run side by side */
+  void (*norm_forward)(const float *x, int64_t rows, int64_t n, int rms, float eps,
+                       const float *w, const float *b, float *y, float *mean, float *rstd);
 } loom_nn_rows_ops;
+
+#define LOOM_NN_NORM_ROWS 16
 
 /* The best build for this CPU. */
 const loom_nn_rows_ops *loom_nn_rows(void);

@@ -2,6 +2,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/cpu.h"
+#include "kernels/base/convert.h"
 #include "kernels/nn/nn_rows.h"
 #include "kernels/nn/nn_util.h"
 #include "kernels/nn/norm.h"
@@ -21,6 +23,27 @@ static inline const float *f32_or_null(const loom_tensor *t) {
 
 /* bf16/fp16 rows up to this length are staged through float buffers. */
 #define LN_ROW_BUFFER 8192
+
+#define LN_BLOCK_MAX_WIDTH 512
+_Static_assert(LOOM_NN_NORM_ROWS * LN_BLOCK_MAX_WIDTH <= LN_ROW_BUFFER, "a block fits the buffers");
+
+static int use_avx512(void) { return (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0; }
+
+/* n values of t from element off as floats, and back: loom_nn_load_row_f32
+ * and loom_nn_store_row_f32, through the AVX-512 converters (the same bits)
+ * where the CPU has them */
+static void load_f32(float *dst, const loom_tensor *t, int64_t off, int64_t n) {
+  const uint16_t *src = (const uint16_t *)t->data + off;
+  if (t->dtype == LOOM_BFLOAT16 && use_avx512()) loom_bf16_to_f32_avx512(dst, src, n);
+  else if (t->dtype == LOOM_FLOAT16 && use_avx512()) loom_f16_to_f32_avx512(dst, src, n);
+  else loom_nn_load_row_f32(dst, t->data, t->dtype, off, n);
+}
+static void store_f32(const loom_tensor *t, int64_t off, const float *src, int64_t n) {
+  uint16_t *dst = (uint16_t *)t->data + off;
+  if (t->dtype == LOOM_BFLOAT16 && use_avx512()) loom_f32_to_bf16_avx512(dst, src, n);
+  else if (t->dtype == LOOM_FLOAT16 && use_avx512()) loom_f32_to_f16_avx512(dst, src, n);
+  else loom_nn_store_row_f32(t->data, t->dtype, off, src, n);
+}
 
 static int all_f32_like(const loom_tensor *const *ts, int n) {
   for (int i = 0; i < n; ++i)
@@ -46,17 +69,20 @@ int loom_layer_norm_forward(const loom_kernel_args *args, int64_t begin,
   const double eps = args->scalars[1].f;
   const int rms = args->scalars[2].i != 0;
   const loom_tensor *const all[6] = {x, w, b, y, mean, rstd};
+  /* Short rows in blocks whose statistics are taken side by side (the
+   * values of a row do not depend on its block): a row's sums are chains
+   * too short to hide their latency. A block of long rows would outgrow
+   * the L1 cache between the passes over it. */
+  const int64_t block = n <= LN_BLOCK_MAX_WIDTH ? LOOM_NN_NORM_ROWS : 1;
+  float mu[LOOM_NN_NORM_ROWS], rs[LOOM_NN_NORM_ROWS];
   if (all_f32(all, 6)) {
     const loom_nn_rows_ops *ops = loom_nn_rows();
-    for (int64_t r = begin; r < end; ++r) {
-      const float *xr = (const float *)x->data + r * n;
-      const float mu = rms ? 0.0f : ops->sum(xr, n) / (float)n;
-      const float var = ops->sq_dev(xr, n, mu) / (float)n;
-      const float rs = 1.0f / sqrtf(var + (float)eps);
-      if (mean->data) ((float *)mean->data)[r] = mu;
-      ((float *)rstd->data)[r] = rs;
-      ops->norm_apply(xr, n, mu, rs, f32_or_null(w), f32_or_null(b),
-                      (float *)y->data + r * n);
+    for (int64_t r = begin; r < end; r += block) {
+      const int64_t k = end - r < block ? end - r : block;
+      ops->norm_forward((const float *)x->data + r * n, k, n, rms, (float)eps, f32_or_null(w),
+                        f32_or_null(b), (float *)y->data + r * n, mu, rs);
+      if (mean->data) memcpy((float *)mean->data + r, mu, (size_t)k * sizeof(float));
+      memcpy((float *)rstd->data + r, rs, (size_t)k * sizeof(float));
     }
     return LOOM_OK;
   }
@@ -65,15 +91,15 @@ int loom_layer_norm_forward(const loom_kernel_args *args, int64_t begin,
     const loom_nn_rows_ops *ops = loom_nn_rows();
     float xbuf[LN_ROW_BUFFER], ybuf[LN_ROW_BUFFER], wbuf[LN_ROW_BUFFER], bbuf[LN_ROW_BUFFER];
     const float *wf = stage_vector(wbuf, w, n), *bfp = stage_vector(bbuf, b, n);
-    for (int64_t r = begin; r < end; ++r) {
-      loom_nn_load_row_f32(xbuf, x->data, x->dtype, r * n, n);
-      const float mu = rms ? 0.0f : ops->sum(xbuf, n) / (float)n;
-      const float var = ops->sq_dev(xbuf, n, mu) / (float)n;
-      const float rs = 1.0f / sqrtf(var + (float)eps);
-      if (mean->data) loom_nn_store(mean->data, mean->dtype, r, mu);
-      loom_nn_store(rstd->data, rstd->dtype, r, rs);
-      ops->norm_apply(xbuf, n, mu, rs, wf, bfp, ybuf);
-      loom_nn_store_row_f32(y->data, y->dtype, r * n, ybuf, n);
+    for (int64_t r = begin; r < end; r += block) {
+      const int64_t k = end - r < block ? end - r : block;
+      load_f32(xbuf, x, r * n, k * n);
+      ops->norm_forward(xbuf, k, n, rms, (float)eps, wf, bfp, ybuf, mu, rs);
+      for (int64_t i = 0; i < k; ++i) {
+        if (mean->data) loom_nn_store(mean->data, mean->dtype, r + i, mu[i]);
+        loom_nn_store(rstd->data, rstd->dtype, r + i, rs[i]);
+      }
+      store_f32(y, r * n, ybuf, k * n);
     }
     return LOOM_OK;
   }
