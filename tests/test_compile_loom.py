@@ -208,6 +208,32 @@ def test_training_epilogues_keep_the_product_for_the_backward():
         torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-5, atol=1e-6)
 
 
+def test_relu_gradient_runs_in_the_gemm_of_the_gradient():
+    """threshold_backward(mm(dy, w), y, 0), a ReLU's gradient at the
+    product computing it, is a step of that GEMM's epilogue: the masked
+    gradient written once, eager's bits."""
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 24), torch.nn.ReLU(),
+                                torch.nn.Linear(24, 5)).to("loom")
+    twin = copy.deepcopy(model)
+    x = torch.randn(40, 12, device="loom")
+    compiler.reset_counters()
+    out = torch.compile(model, backend="loom")(x)
+    out.square().sum().backward()
+    want = twin(x)
+    want.square().sum().backward()
+    c = compiler.counters()
+    assert sorted(c["epilogue_ops"]) == [["relu"], ["relu"], ["threshold_backward"],
+                                         ["threshold_backward"]]
+    assert torch.equal(out.detach().cpu(), want.detach().cpu())
+    for p, q in zip(model.parameters(), twin.parameters()):
+        if p.dim() == 2:  # the products of the same masked gradients
+            assert torch.equal(p.grad.cpu(), q.grad.cpu())
+        else:  # a bias's column sums, in another order than the library's
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-5, atol=1e-6)
+
+
 # ---- reductions ----------------------------------------------------------------
 
 def _softmax_like(x):

@@ -1,6 +1,7 @@
 """GEMM epilogues: a matrix product (``mm``, ``addmm`` with beta = alpha = 1)
 followed by elementwise ops on its result (a bias, an activation, a
-residual add, an activation's backward form, a final cast) becomes one
+residual add, an activation's backward form (a ReLU's: threshold_backward
+at 0), a final cast) becomes one
 library call, ``loom::mm_epilogue``, whose GEMM applies those ops to each
 output tile while it is in cache (``loom/kernels/gemm_epilogue.h``). The
 ops run with the pointwise library's element functions and eager's
@@ -31,10 +32,11 @@ aten = torch.ops.aten
 
 UNARY = ("identity", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "neg", "exp")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "gelu_backward",
-          "gelu_tanh_backward", "silu_backward", "sigmoid_backward", "tanh_backward")
+          "gelu_tanh_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
+          "threshold_backward")
 #: Binary ops whose value must be their first input (the gradient).
 FIRST_ONLY = ("gelu_backward", "gelu_tanh_backward", "silu_backward", "sigmoid_backward",
-              "tanh_backward")
+              "tanh_backward", "threshold_backward")
 #: Whether products take their elementwise chains (off: each op runs as
 #: the lowering has it; for measuring the fusion's worth).
 ENABLED = True
@@ -95,10 +97,17 @@ def _split_rows(view, value):
             value.stride == ir.contiguous_strides(value.shape))
 
 
+def _relu_gradient(n) -> bool:
+    """Whether pointwise n is threshold_backward at threshold 0 (a ReLU's
+    gradient, the only threshold the epilogue's step takes)."""
+    return n.op == "threshold_backward" and len(n.params) == 1 and \
+        isinstance(n.params[0], (int, float)) and n.params[0] == 0
+
+
 def _step(n, cur, shape, product):
     """(word-to-be, operand Value or None) of pointwise n over `cur`, or None."""
     if not isinstance(n, Pointwise) or n.out.alias is not None or n.kind != ir.F32 or \
-            n.params or tuple(n.out.shape) != shape:
+            (n.params and not _relu_gradient(n)) or tuple(n.out.shape) != shape:
         return None
     identity = tuple(range(len(shape)))
     ops = n.operands
