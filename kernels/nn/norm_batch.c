@@ -85,6 +85,44 @@ void loom_bn_finish_stats(const loom_tensor *rm, const loom_tensor *rv, const lo
   *invstd = is;
 }
 
+/* The forward's float32 rows path: channels [begin, end) in blocks walked
+ * sample by sample (norm_batch_block.c). */
+static void bn_forward_rows(const loom_tensor *x, const loom_tensor *w, const loom_tensor *b,
+                            const loom_tensor *rm, const loom_tensor *rv, const loom_tensor *y,
+                            const loom_tensor *sm, const loom_tensor *si, int training,
+                            double momentum, double eps, int64_t begin, int64_t end) {
+  const int64_t nb = x->sizes[0], ns = x->sizes[2], count = nb * ns;
+  const int vec = bn_vec();
+  for (int64_t c0 = begin; c0 < end; c0 += LOOM_BN_CBLOCK) {
+    const int64_t c1 = end - c0 < LOOM_BN_CBLOCK ? end : c0 + LOOM_BN_CBLOCK;
+    double mean[LOOM_BN_CBLOCK], m2[LOOM_BN_CBLOCK];
+    float m[LOOM_BN_CBLOCK], a[LOOM_BN_CBLOCK], bb[LOOM_BN_CBLOCK];
+    if (training) loom_bn_block_stats(x, c0, c1, mean, m2);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t j = c - c0;
+      double mu, invstd;
+      if (training) {
+        mu = mean[j];
+        loom_bn_finish_stats(rm, rv, NULL, NULL, sm, si, c, count, momentum, eps, m2[j], &mu,
+                             &invstd);
+      } else {
+        mu = opt_load(rm, c, 0.0);
+        invstd = 1.0 / sqrt(opt_load(rv, c, 1.0) + eps);
+      }
+      loom_bn_affine_coef(mu, invstd * opt_load(w, c, 1.0), opt_load(b, c, 0.0), &m[j], &a[j],
+                          &bb[j]);
+    }
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t c = c0; c < c1; ++c) {
+        const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
+        float *yr = (float *)y->data + bn_at(y, n, c, 0);
+        const int64_t j = c - c0;
+        if (vec) loom_bn_row_affine_avx512(yr, xr, ns, m[j], a[j], bb[j]);
+        else loom_bn_row_affine(yr, xr, ns, m[j], a[j], bb[j]);
+      }
+  }
+}
+
 int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
                             int64_t end) {
   if (args->num_tensors < 8 || args->num_scalars < 3)
@@ -98,28 +136,23 @@ int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
   const double momentum = args->scalars[1].f, eps = args->scalars[2].f;
   const int64_t nb = x->sizes[0], ns = x->sizes[2];
   const int64_t count = nb * ns;
-  const int rows = bn_rows(x) && bn_rows(y), vec = bn_vec();
+  if (bn_rows(x) && bn_rows(y)) {
+    bn_forward_rows(x, w, b, rm, rv, y, sm, si, training, momentum, eps, begin, end);
+    return LOOM_OK;
+  }
   for (int64_t c = begin; c < end; ++c) {
     double mu, invstd;
     if (training) {
-      double ssq = 0.0;
-      if (rows) {
-        const float *xc = count ? (const float *)x->data + bn_at(x, 0, c, 0) : NULL;
-        mu = 0.0;
-        if (count && vec) loom_bn_plane_stats_avx512(xc, x->strides[0], nb, ns, &mu, &ssq);
-        else if (count) loom_bn_plane_stats(xc, x->strides[0], nb, ns, &mu, &ssq);
-      } else {
-        double sum = 0.0;
-        for (int64_t n = 0; n < nb; ++n)
-          for (int64_t s = 0; s < ns; ++s)
-            sum += loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s));
-        mu = count ? sum / (double)count : 0.0;
-        for (int64_t n = 0; n < nb; ++n)
-          for (int64_t s = 0; s < ns; ++s) {
-            double d = loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s)) - mu;
-            ssq += d * d;
-          }
-      }
+      double sum = 0.0, ssq = 0.0;
+      for (int64_t n = 0; n < nb; ++n)
+        for (int64_t s = 0; s < ns; ++s)
+          sum += loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s));
+      mu = count ? sum / (double)count : 0.0;
+      for (int64_t n = 0; n < nb; ++n)
+        for (int64_t s = 0; s < ns; ++s) {
+          double d = loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s)) - mu;
+          ssq += d * d;
+        }
       loom_bn_finish_stats(rm, rv, NULL, NULL, sm, si, c, count, momentum, eps, ssq, &mu,
                            &invstd);
     } else {
@@ -128,17 +161,6 @@ int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
     }
     const double scale = invstd * opt_load(w, c, 1.0);
     const double shift = opt_load(b, c, 0.0);
-    if (rows) {
-      float m, a, bb;
-      loom_bn_affine_coef(mu, scale, shift, &m, &a, &bb);
-      for (int64_t n = 0; n < nb; ++n) {
-        const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
-        float *yr = (float *)y->data + bn_at(y, n, c, 0);
-        if (vec) loom_bn_row_affine_avx512(yr, xr, ns, m, a, bb);
-        else loom_bn_row_affine(yr, xr, ns, m, a, bb);
-      }
-      continue;
-    }
     for (int64_t n = 0; n < nb; ++n)
       for (int64_t s = 0; s < ns; ++s) {
         double v = loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s));
@@ -146,6 +168,44 @@ int loom_batch_norm_forward(const loom_kernel_args *args, int64_t begin,
       }
   }
   return LOOM_OK;
+}
+
+/* The backward's float32 rows path: channels [begin, end) in blocks walked
+ * sample by sample (norm_batch_block.c). */
+static void bn_backward_rows(const loom_tensor *dy, const loom_tensor *x, const loom_tensor *w,
+                             const loom_tensor *rm, const loom_tensor *rv, const loom_tensor *sm,
+                             const loom_tensor *si, const loom_tensor *dx, const loom_tensor *dw,
+                             const loom_tensor *db, int training, double eps, int64_t begin,
+                             int64_t end) {
+  const int64_t count = x->sizes[0] * x->sizes[2];
+  for (int64_t c0 = begin; c0 < end; c0 += LOOM_BN_CBLOCK) {
+    const int64_t c1 = end - c0 < LOOM_BN_CBLOCK ? end : c0 + LOOM_BN_CBLOCK;
+    double mu[LOOM_BN_CBLOCK], invstd[LOOM_BN_CBLOCK];
+    double sg[LOOM_BN_CBLOCK] = {0}, sgx[LOOM_BN_CBLOCK] = {0};
+    float m[LOOM_BN_CBLOCK], k1[LOOM_BN_CBLOCK], k2[LOOM_BN_CBLOCK], k3[LOOM_BN_CBLOCK];
+    for (int64_t c = c0; c < c1; ++c) {
+      if (training) {
+        mu[c - c0] = opt_load(sm, c, 0.0);
+        invstd[c - c0] = opt_load(si, c, 1.0);
+      } else {
+        mu[c - c0] = opt_load(rm, c, 0.0);
+        invstd[c - c0] = 1.0 / sqrt(opt_load(rv, c, 1.0) + eps);
+      }
+    }
+    if (count) loom_bn_block_grad_sums(dy, x, NULL, NULL, c0, c1, mu, sg, sgx);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t j = c - c0;
+      if (dw->data) loom_nn_store(dw->data, dw->dtype, c, sgx[j] * invstd[j]);
+      if (db->data) loom_nn_store(db->data, db->dtype, c, sg[j]);
+      /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + (x - m)*k2 + k3 */
+      const double g_mean = training && count ? sg[j] / (double)count : 0.0;
+      const double proj =
+          training && count ? sgx[j] * invstd[j] * invstd[j] / (double)count : 0.0;
+      loom_bn_dx_coef(mu[j], invstd[j] * opt_load(w, c, 1.0), proj, g_mean, &m[j], &k1[j],
+                      &k2[j], &k3[j]);
+    }
+    if (dx->data) loom_bn_block_dx(dx, dy, x, c0, c1, m, k1, k2, k3);
+  }
 }
 
 int loom_batch_norm_backward(const loom_kernel_args *args, int64_t begin,
@@ -163,7 +223,10 @@ int loom_batch_norm_backward(const loom_kernel_args *args, int64_t begin,
   const double eps = args->scalars[1].f;
   const int64_t nb = x->sizes[0], ns = x->sizes[2];
   const int64_t count = nb * ns;
-  const int rows = bn_rows(x) && bn_rows(dy) && bn_rows(dx), vec = bn_vec();
+  if (bn_rows(x) && bn_rows(dy) && bn_rows(dx)) {
+    bn_backward_rows(dy, x, w, rm, rv, sm, si, dx, dw, db, training, eps, begin, end);
+    return LOOM_OK;
+  }
   for (int64_t c = begin; c < end; ++c) {
     double mu, invstd;
     if (training) {
@@ -174,44 +237,16 @@ int loom_batch_norm_backward(const loom_kernel_args *args, int64_t begin,
       invstd = 1.0 / sqrt(opt_load(rv, c, 1.0) + eps);
     }
     double sum_dy = 0.0, sum_dy_xmu = 0.0;
-    if (rows && count) {
-      const float *gc = (const float *)dy->data + bn_at(dy, 0, c, 0);
-      const float *xc = (const float *)x->data + bn_at(x, 0, c, 0);
-      if (vec)
-        loom_bn_plane_grad_sums_avx512(gc, dy->strides[0], xc, x->strides[0], NULL, 0, NULL, 0, nb,
-                                       ns, mu, &sum_dy, &sum_dy_xmu);
-      else
-        loom_bn_plane_grad_sums(gc, dy->strides[0], xc, x->strides[0], NULL, 0, NULL, 0, nb, ns, mu,
-                                &sum_dy, &sum_dy_xmu);
-    } else {
-      for (int64_t n = 0; n < nb; ++n)
-        for (int64_t s = 0; s < ns; ++s) {
-          double g = loom_nn_load(dy->data, dy->dtype, bn_at(dy, n, c, s));
-          sum_dy += g;
-          sum_dy_xmu += g * (loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s)) - mu);
-        }
-    }
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t s = 0; s < ns; ++s) {
+        double g = loom_nn_load(dy->data, dy->dtype, bn_at(dy, n, c, s));
+        sum_dy += g;
+        sum_dy_xmu += g * (loom_nn_load(x->data, x->dtype, bn_at(x, n, c, s)) - mu);
+      }
     const double wc = opt_load(w, c, 1.0);
     if (dw->data) loom_nn_store(dw->data, dw->dtype, c, sum_dy_xmu * invstd);
     if (db->data) loom_nn_store(db->data, db->dtype, c, sum_dy);
     if (!dx->data) continue;
-    if (rows) {
-      /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + (x - m)*k2 + k3 */
-      const double g_mean = training && count ? sum_dy / (double)count : 0.0;
-      const double proj =
-          training && count ? sum_dy_xmu * invstd * invstd / (double)count : 0.0;
-      const double f = invstd * wc;
-      float m, k1, k2, k3;
-      loom_bn_dx_coef(mu, f, proj, g_mean, &m, &k1, &k2, &k3);
-      for (int64_t n = 0; n < nb; ++n) {
-        const float *gr = (const float *)dy->data + bn_at(dy, n, c, 0);
-        const float *xr = (const float *)x->data + bn_at(x, n, c, 0);
-        float *dr = (float *)dx->data + bn_at(dx, n, c, 0);
-        if (vec) loom_bn_row_dx_avx512(dr, gr, xr, ns, m, k1, k2, k3);
-        else loom_bn_row_dx(dr, gr, xr, ns, m, k1, k2, k3);
-      }
-      continue;
-    }
     if (training) {
       const double g_mean = count ? sum_dy / (double)count : 0.0;
       const double proj = count ? sum_dy_xmu * invstd * invstd / (double)count : 0.0;

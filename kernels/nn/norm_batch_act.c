@@ -1,8 +1,9 @@
 /* Batch norm (training statistics) fused with the ReLU after it, forward and
  * backward (contracts in loom/kernels/norm_batch_act.h). One call owns whole
  * channels; each channel's statistics and gradient sums are norm_batch.c's
- * (the same plane loops, norm_batch_rows.inc), so the results are the unfused
- * sequence's bits. The forward writes relu(normalised (+ residual)) once,
+ * (the same plane loops, norm_batch_rows.inc, and the backward's same walk
+ * over blocks of channels, norm_batch_block.c), so the results are the
+ * unfused sequence's bits. The forward writes relu(normalised (+ residual)) once,
  * instead of a normalised tensor a ReLU pass reads again; the backward masks
  * the output gradient while it sums it, instead of a threshold pass writing
  * a masked copy for batch norm's backward to read twice. */
@@ -21,8 +22,6 @@ void loom_bna_row_affine_relu_avx512(float *y, const float *x, int64_t n, float 
                                      float b);
 void loom_bna_row_affine_add_relu_avx512(float *y, const float *x, const float *r, int64_t n,
                                          float m, float a, float b);
-void loom_bna_row_dx_inplace_avx512(float *d, const float *x, int64_t n, float m, float k1,
-                                    float k2, float k3);
 
 static int bna_vec(void) { return (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0; }
 
@@ -69,38 +68,42 @@ int loom_batch_norm_relu_forward(const loom_kernel_args *args, int64_t begin, in
   const double momentum = args->scalars[0].f, eps = args->scalars[1].f;
   const int64_t count = nb * ns;
   const int vec = bna_vec();
-  for (int64_t c = begin; c < end; ++c) {
-    double mu = 0.0, ssq = 0.0;
-    if (count) {
-      const float *xc = bna_row(x, 0, c);
-      if (vec) loom_bn_plane_stats_avx512(xc, x->strides[0], nb, ns, &mu, &ssq);
-      else loom_bn_plane_stats(xc, x->strides[0], nb, ns, &mu, &ssq);
+  for (int64_t c0 = begin; c0 < end; c0 += LOOM_BN_CBLOCK) {
+    const int64_t c1 = end - c0 < LOOM_BN_CBLOCK ? end : c0 + LOOM_BN_CBLOCK;
+    double mean[LOOM_BN_CBLOCK], m2[LOOM_BN_CBLOCK];
+    float m[LOOM_BN_CBLOCK], a[LOOM_BN_CBLOCK], bb[LOOM_BN_CBLOCK];
+    loom_bn_block_stats(x, c0, c1, mean, m2);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t j = c - c0;
+      const double mu = mean[j], ssq = m2[j];
+      const double var = count ? ssq / (double)count : 0.0;
+      const double invstd = 1.0 / sqrt(var + eps);
+      const double unbiased = ssq / (double)(count - 1);
+      bna_set(sm, c, mu);
+      bna_set(si, c, invstd);
+      if (rm_out->data)
+        bna_set(rm_out, c, (1.0 - momentum) * (double)bna_at(rm, c, 0.0f) + momentum * mu);
+      if (rv_out->data) /* one value per channel gives 0/0 = NaN, as PyTorch does */
+        bna_set(rv_out, c, (1.0 - momentum) * (double)bna_at(rv, c, 1.0f) + momentum * unbiased);
+      const double scale = invstd * (double)bna_at(w, c, 1.0f);
+      const double shift = (double)bna_at(b, c, 0.0f);
+      loom_bn_affine_coef(mu, scale, shift, &m[j], &a[j], &bb[j]);
     }
-    const double var = count ? ssq / (double)count : 0.0;
-    const double invstd = 1.0 / sqrt(var + eps);
-    const double unbiased = ssq / (double)(count - 1);
-    bna_set(sm, c, mu);
-    bna_set(si, c, invstd);
-    if (rm_out->data)
-      bna_set(rm_out, c, (1.0 - momentum) * (double)bna_at(rm, c, 0.0f) + momentum * mu);
-    if (rv_out->data) /* one value per channel gives 0/0 = NaN, as PyTorch does */
-      bna_set(rv_out, c, (1.0 - momentum) * (double)bna_at(rv, c, 1.0f) + momentum * unbiased);
-    const double scale = invstd * (double)bna_at(w, c, 1.0f);
-    const double shift = (double)bna_at(b, c, 0.0f);
-    float m, a, bb;
-    loom_bn_affine_coef(mu, scale, shift, &m, &a, &bb);
-    for (int64_t n = 0; n < nb; ++n) {
-      const float *xr = bna_row(x, n, c);
-      float *yr = (float *)bna_row(y, n, c);
-      if (r->data) {
-        const float *rr = bna_row(r, n, c);
-        if (vec) loom_bna_row_affine_add_relu_avx512(yr, xr, rr, ns, m, a, bb);
-        else loom_bna_row_affine_add_relu(yr, xr, rr, ns, m, a, bb);
-      } else {
-        if (vec) loom_bna_row_affine_relu_avx512(yr, xr, ns, m, a, bb);
-        else loom_bna_row_affine_relu(yr, xr, ns, m, a, bb);
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t j = c - c0;
+        const float *xr = bna_row(x, n, c);
+        float *yr = (float *)bna_row(y, n, c);
+        if (r->data) {
+          const float *rr = bna_row(r, n, c);
+          if (vec) loom_bna_row_affine_add_relu_avx512(yr, xr, rr, ns, m[j], a[j], bb[j]);
+          else loom_bna_row_affine_add_relu(yr, xr, rr, ns, m[j], a[j], bb[j]);
+        } else if (vec) {
+          loom_bna_row_affine_relu_avx512(yr, xr, ns, m[j], a[j], bb[j]);
+        } else {
+          loom_bna_row_affine_relu(yr, xr, ns, m[j], a[j], bb[j]);
+        }
       }
-    }
   }
   return LOOM_OK;
 }
@@ -122,41 +125,25 @@ int loom_batch_norm_relu_backward(const loom_kernel_args *args, int64_t begin, i
   for (int k = 0; k < 5; ++k)
     if (!bna_channel(chan[k], nc)) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t count = nb * ns;
-  const int vec = bna_vec();
-  for (int64_t c = begin; c < end; ++c) {
-    const double mu = (double)bna_at(sm, c, 0.0f), invstd = (double)bna_at(si, c, 1.0f);
-    double sum_dy = 0.0, sum_dy_xmu = 0.0;
-    if (count) {
-      const float *gc = bna_row(dy, 0, c), *yc = bna_row(y, 0, c), *xc = bna_row(x, 0, c);
-      float *mc = (float *)bna_row(keep, 0, c);
-      if (vec)
-        loom_bn_plane_grad_sums_avx512(gc, dy->strides[0], xc, x->strides[0], yc, y->strides[0],
-                                       mc, keep->strides[0], nb, ns, mu, &sum_dy, &sum_dy_xmu);
-      else
-        loom_bn_plane_grad_sums(gc, dy->strides[0], xc, x->strides[0], yc, y->strides[0], mc,
-                                keep->strides[0], nb, ns, mu, &sum_dy, &sum_dy_xmu);
+  for (int64_t c0 = begin; c0 < end; c0 += LOOM_BN_CBLOCK) {
+    const int64_t c1 = end - c0 < LOOM_BN_CBLOCK ? end : c0 + LOOM_BN_CBLOCK;
+    double mu[LOOM_BN_CBLOCK], sg[LOOM_BN_CBLOCK] = {0}, sgx[LOOM_BN_CBLOCK] = {0};
+    float m[LOOM_BN_CBLOCK], k1[LOOM_BN_CBLOCK], k2[LOOM_BN_CBLOCK], k3[LOOM_BN_CBLOCK];
+    for (int64_t c = c0; c < c1; ++c) mu[c - c0] = (double)bna_at(sm, c, 0.0f);
+    if (count) loom_bn_block_grad_sums(dy, x, y, keep, c0, c1, mu, sg, sgx);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t j = c - c0;
+      const double invstd = (double)bna_at(si, c, 1.0f);
+      bna_set(dw, c, sgx[j] * invstd);
+      bna_set(db, c, sg[j]);
+      /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + (x - m)*k2 + k3 */
+      const double g_mean = count ? sg[j] / (double)count : 0.0;
+      const double proj = count ? sgx[j] * invstd * invstd / (double)count : 0.0;
+      const double f = invstd * (double)bna_at(w, c, 1.0f);
+      loom_bn_dx_coef(mu[j], f, proj, g_mean, &m[j], &k1[j], &k2[j], &k3[j]);
     }
-    bna_set(dw, c, sum_dy_xmu * invstd);
-    bna_set(db, c, sum_dy);
-    /* dx = (g - g_mean - (x - mu) * proj) * invstd * w, as g*k1 + (x - m)*k2 + k3 */
-    const double g_mean = count ? sum_dy / (double)count : 0.0;
-    const double proj = count ? sum_dy_xmu * invstd * invstd / (double)count : 0.0;
-    const double f = invstd * (double)bna_at(w, c, 1.0f);
-    float m, k1, k2, k3;
-    loom_bn_dx_coef(mu, f, proj, g_mean, &m, &k1, &k2, &k3);
-    for (int64_t n = 0; n < nb; ++n) {
-      float *dr = (float *)bna_row(dx, n, c);
-      const float *xr = bna_row(x, n, c);
-      if (keep != dx) {
-        const float *gm = bna_row(keep, n, c);
-        if (vec) loom_bn_row_dx_avx512(dr, gm, xr, ns, m, k1, k2, k3);
-        else loom_bn_row_dx(dr, gm, xr, ns, m, k1, k2, k3);
-      } else if (vec) {
-        loom_bna_row_dx_inplace_avx512(dr, xr, ns, m, k1, k2, k3);
-      } else {
-        loom_bna_row_dx_inplace(dr, xr, ns, m, k1, k2, k3);
-      }
-    }
+    /* from the masked gradient: in place in dx, or read from where it is kept */
+    loom_bn_block_dx(dx, keep, x, c0, c1, m, k1, k2, k3);
   }
   return LOOM_OK;
 }

@@ -7,7 +7,10 @@
  * variance accurate where the mean is far from zero and the first value
  * (the pass's shift) is an outlier. Through the kernels: float32 batch norm
  * (rows of any length, one sample, padded row strides, values far from
- * zero against their spread) near the float64 kernel's values, and the same bits in chunks of any size. */
+ * zero against their spread) near the float64 kernel's values, and the same bits in chunks of any size;
+ * the backward's walk over blocks of channels (more channels than a block,
+ * chunks across block edges, padded rows) gives each channel's plane-loop
+ * bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,11 +223,56 @@ static void test_kernels_in_float32(void) {
   }
 }
 
+/* "norm.batch_backward" over more channels than one block walk covers
+ * (LOOM_BN_CBLOCK), in one chunk and in chunks that cut across blocks: dw,
+ * db and dx are the bits of each channel's own plane loop and row loop. */
+static void test_backward_blocks_give_the_plane_loops_bits(void) {
+  enum { N = 3, C = LOOM_BN_CBLOCK + 5, S = 19, L = 21, TOT = N * C * L };
+  static float x[TOT], g[TOT], dx[TOT], rdx[TOT];
+  float w[C], sm[C], sv[C], dw[C], db[C];
+  for (int i = 0; i < TOT; ++i) x[i] = (float)(frand() * 2.0 + 1.0), g[i] = (float)frand();
+  for (int c = 0; c < C; ++c)
+    w[c] = (float)frand(), sm[c] = (float)(1.0 + 0.1 * frand()), sv[c] = (float)(1.5 + frand());
+  /* the reference: channel by channel, the plane loop and the row loop */
+  memset(rdx, 0x7f, sizeof rdx);
+  float rdw[C], rdb[C];
+  for (int64_t c = 0; c < C; ++c) {
+    double sg, sgx;
+    loom_bn_plane_grad_sums(g + c * L, C * L, x + c * L, C * L, NULL, 0, NULL, 0, N, S, sm[c],
+                            &sg, &sgx);
+    rdw[c] = (float)(sgx * sv[c]), rdb[c] = (float)sg;
+    float m, k1, k2, k3;
+    const double inv = sv[c], proj = sgx * inv * inv / (N * S);
+    loom_bn_dx_coef(sm[c], inv * w[c], proj, sg / (N * S), &m, &k1, &k2, &k3);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = n * C * L + c * L;
+      loom_bn_row_dx(rdx + o, g + o, x + o, S, m, k1, k2, k3);
+    }
+  }
+  const int64_t s3[3] = {N, C, S}, st3[3] = {C * L, L, 1}, s1[1] = {C};
+  const int64_t grains[] = {C, 7, 1};
+  for (size_t k = 0; k < sizeof grains / sizeof grains[0]; ++k) {
+    memset(dx, 0x7f, sizeof dx);
+    loom_tensor bt[10] = {tensor(g, LOOM_FLOAT32, 3, s3, st3), tensor(x, LOOM_FLOAT32, 3, s3, st3),
+                          dense(w, LOOM_FLOAT32, 1, s1), none(), none(),
+                          dense(sm, LOOM_FLOAT32, 1, s1), dense(sv, LOOM_FLOAT32, 1, s1),
+                          tensor(dx, LOOM_FLOAT32, 3, s3, st3), dense(dw, LOOM_FLOAT32, 1, s1),
+                          dense(db, LOOM_FLOAT32, 1, s1)};
+    loom_scalar bs[2] = {si(1), sf(1e-5)};
+    CHECK(run_chunks(loom_batch_norm_backward, bt, 10, bs, 2, C, grains[k]) == LOOM_OK);
+    CHECK_MSG(memcmp(dw, rdw, sizeof dw) == 0 && memcmp(db, rdb, sizeof db) == 0,
+              "dw/db differ from the plane loop's in chunks of %ld\n", (long)grains[k]);
+    CHECK_MSG(memcmp(dx, rdx, sizeof dx) == 0, "dx differs from the row loop's in chunks of %ld\n",
+              (long)grains[k]);
+  }
+}
+
 int main(void) {
   srand(11);
   test_builds_agree_and_match_the_reference();
   test_variance_stays_accurate_far_from_zero();
   test_non_finite_values();
   test_kernels_in_float32();
+  test_backward_blocks_give_the_plane_loops_bits();
   TEST_MAIN_END();
 }

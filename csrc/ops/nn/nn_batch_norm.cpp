@@ -76,7 +76,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_forward(
     const loom_scalar s[3] = {scalar_i(training), scalar_f(momentum),
                               scalar_f(eps)};
     launch(op, LOOM_KERNEL("norm.batch_forward"), t, s, C,
-           grain_for(input.numel() / C), input.device().index());
+           nchw_channel_grain(input), input.device().index());
   }
   return {out, save_mean, save_invstd};
 }
@@ -122,7 +122,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_backward(
       describe_opt(c(save_mean), op), describe_opt(c(save_invstd), op),
       describe_opt(dx3, op), describe_opt(dw, op), describe_opt(db, op)};
   const loom_scalar s[2] = {scalar_i(training), scalar_f(eps)};
-  launch(op, LOOM_KERNEL("norm.batch_backward"), t, s, C, grain_for(input.numel() / C),
+  launch(op, LOOM_KERNEL("norm.batch_backward"), t, s, C, nchw_channel_grain(input),
          input.device().index());
   return {dx, dw, db};
 }

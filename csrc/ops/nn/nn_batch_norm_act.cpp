@@ -98,7 +98,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> bn_relu(
       describe_opt(r3, kFwd), describe(y3, kFwd), describe(save_mean, kFwd),
       describe(save_invstd, kFwd), describe_opt(new_mean, kFwd), describe_opt(new_var, kFwd)};
   const loom_scalar s[2] = {scalar_f(momentum), scalar_f(eps)};
-  launch(kFwd, LOOM_KERNEL("norm.batch_relu_forward"), t, s, C, grain_for(input.numel() / C),
+  launch(kFwd, LOOM_KERNEL("norm.batch_relu_forward"), t, s, C, nchw_channel_grain(input),
          input.device().index());
   return {out, save_mean, save_invstd, new_mean, new_var};
 }
@@ -140,7 +140,7 @@ std::vector<at::Tensor> bn_relu_backward(
       describe(contig(save_invstd), kBwd), describe(dx3, kBwd), describe(dw, kBwd),
       describe(db, kBwd), keep_masked ? describe(masked.view(x3.sizes()), kBwd) : loom_tensor{}};
   launch(kBwd, LOOM_KERNEL("norm.batch_relu_backward"), t, {}, C,
-         grain_for(input.numel() / C), input.device().index());
+         nchw_channel_grain(input), input.device().index());
   return result;
 }
 

@@ -2,12 +2,14 @@
 // (nn_batch_norm.cpp) and its fusion with ReLU (nn_batch_norm_act.cpp): a
 // 4-d channels-last input (not also contiguous) runs as [N*H*W, C] rows of
 // contiguous channels (the norm.batch_nhwc_* kernels), without converting:
-// the outputs keep its layout.
+// the outputs keep its layout. And the chunking of the NCHW kernels.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+
+#include "ops/nn/nn_util.h"
 
 namespace torch_loom::nn {
 
@@ -26,6 +28,17 @@ inline at::Tensor nhwc_rows(const at::Tensor& t) {
 inline int64_t nhwc_chunks(int64_t rows, int64_t c) {
   const int64_t per = std::max<int64_t>(64, (int64_t{1} << 14) / c);
   return std::max<int64_t>(1, (rows + per - 1) / per);
+}
+
+// The channels a chunk of the NCHW kernels (norm.batch_forward/backward,
+// norm.batch_relu_forward/backward) takes. They walk a chunk's channels
+// sample by sample, in blocks of up to 32, reading a sample's rows of the
+// block as one run: a chunk takes an eighth of the channels (up to 32),
+// which still leaves eight chunks to spread, and at least grain_for's
+// share of work. A function of the shape only.
+inline int64_t nchw_channel_grain(const at::Tensor& input) {
+  const int64_t c = input.size(1);
+  return std::max(grain_for(input.numel() / c), std::min<int64_t>(32, c / 8));
 }
 
 // The per-channel coefficients' dtype: float32 for float32 input (the fast
