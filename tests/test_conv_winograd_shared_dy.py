@@ -3,7 +3,8 @@ where the input gradient (the flipped weight's Winograd forward) and the
 weight gradient both run Winograd, the weight gradient reads dy from the
 planes the input gradient padded rather than padding dy again. The
 gradients must be the bits each gives alone, equal the CPU's, and dy must be
-padded once (two "conv.pad" launches: dy's and the image's)."""
+padded once (two "conv.pad" launches: dy's and the image's); channels last,
+both passes read dy and the image in place (no "conv.pad" at all)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -54,4 +55,4 @@ def test_conv_backward_both_gradients_share_dy_planes(shape, fmt):
         assert got.stride() == ref.stride()
         torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-4)
     if counts.get("conv.winograd.forward") and counts.get("conv.winograd.weight_grad"):
-        assert counts.get("conv.pad") == 2, counts
+        assert counts.get("conv.pad", 0) == (2 if fmt == torch.contiguous_format else 0), counts

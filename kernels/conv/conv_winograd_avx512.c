@@ -101,10 +101,8 @@ int loom_conv_winograd_weight_avx512(const loom_kernel_args *args, int64_t begin
 
 /* B^T d B of 16 tiles: d[r][s] at src + off[r][s]; into v[e] (16 floats
  * each, `stride` apart). */
-static inline void wg_input16(float *v, int64_t stride, const float *src, const int64_t off[4][4]) {
-  __m512 d[4][4], t[4][4];
-  for (int r = 0; r < 4; ++r)
-    for (int s = 0; s < 4; ++s) d[r][s] = _mm512_loadu_ps(src + off[r][s]);
+static inline void wg_input_regs(float *v, int64_t stride, __m512 d[4][4]) {
+  __m512 t[4][4];
   for (int s = 0; s < 4; ++s) {
     t[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
     t[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
@@ -118,6 +116,66 @@ static inline void wg_input16(float *v, int64_t stride, const float *src, const 
     _mm512_storeu_ps(row + 2 * stride, _mm512_sub_ps(t[r][2], t[r][1]));
     _mm512_storeu_ps(row + 3 * stride, _mm512_sub_ps(t[r][1], t[r][3]));
   }
+}
+
+static inline void wg_input16(float *v, int64_t stride, const float *src, const int64_t off[4][4]) {
+  __m512 d[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s) d[r][s] = _mm512_loadu_ps(src + off[r][s]);
+  wg_input_regs(v, stride, d);
+}
+
+enum {
+  WG_STAGE = 16 * 16, /* one element's 16 channels over 16 tiles */
+};
+
+/* The 4x4 patch from row y0, column x0 of a channels-last image x (at
+ * img: its image and first channel), the channels cm: zeros outside x, or
+ * everywhere unless `keep`. */
+static inline void wg_load_patch(__m512 d[4][4], const loom_tensor *x, const float *img,
+                                 int64_t y0, int64_t x0, int keep, __mmask16 cm) {
+  const int64_t h = x->sizes[2], w = x->sizes[3], sh = x->strides[2], sw = x->strides[3];
+  for (int r = 0; r < 4; ++r) {
+    const int64_t yy = y0 + r;
+    const int row_in = keep && yy >= 0 && yy < h;
+    for (int s = 0; s < 4; ++s) {
+      const int64_t xx = x0 + s;
+      d[r][s] = row_in && xx >= 0 && xx < w ? _mm512_maskz_loadu_ps(cm, img + yy * sh + xx * sw)
+                                            : _mm512_setzero_ps();
+    }
+  }
+}
+
+/* B^T d B of the block of tiles from grid position q0 for channels
+ * [k0, k0 + kc) of image n of a channels-last x (wg_forward_image), into v
+ * as the phase planes' transform lays it out (channel c's 32 tiles at
+ * v + c WG_T, elements WG_VS apart): each tile's transform runs over 16
+ * channels at a time, and 16 x 16 transposes turn 16 tiles' vectors into
+ * runs of tiles. The same adds on the same values, so the same bits as
+ * from conv.pad's planes; tiles the output drops transform zeros. */
+static void wg_input_image(float *v, const loom_tensor *x, int64_t n, int64_t q0, int64_t wq,
+                           int64_t tho, int64_t two, int64_t top, int64_t left, int64_t k0,
+                           int64_t kc) {
+  const float *img = (const float *)x->data + n * x->strides[0] + k0;
+  _Alignas(64) float stage[WG_E * WG_STAGE];
+  for (int64_t t0 = 0; t0 < WG_T; t0 += 16)
+    for (int64_t c0 = 0; c0 < kc; c0 += 16) {
+      const int64_t live = kc - c0 < 16 ? kc - c0 : 16;
+      const __mmask16 cm = (__mmask16)((1u << live) - 1u);
+      for (int64_t t = 0; t < 16; ++t) {
+        const int64_t q = q0 + t0 + t, ty = q / wq, tx = q % wq;
+        __m512 d[4][4];
+        wg_load_patch(d, x, img + c0, 2 * ty - top, 2 * tx - left, ty < tho && tx < two, cm);
+        wg_input_regs(stage + t * 16, WG_STAGE, d);
+      }
+      for (int e = 0; e < WG_E; ++e) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(stage + e * WG_STAGE + i * 16);
+        loom_gemm_transpose16(r);
+        float *dst = v + e * WG_VS + c0 * WG_T + t0;
+        for (int64_t j = 0; j < live; ++j) _mm512_storeu_si512(dst + j * WG_T, r[j]);
+      }
+    }
 }
 
 /* A^T m A (+ bias) of 16 tiles, m[e] 16 floats each `stride` apart: the
@@ -200,6 +258,8 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
   const int64_t tho = (ho + 1) / 2, two = (wo + 1) / 2;
   const int64_t blocks = gpos / WG_T, groups = (panels + WG_PANELS - 1) / WG_PANELS;
   const int64_t s1 = xp->strides[1];
+  const int image = wg_forward_image(args);
+  const int64_t top = image ? args->scalars[2].i : 0, left = image ? args->scalars[3].i : 0;
   int64_t off[4][4];
   for (int r = 0; r < 4; ++r)
     for (int s = 0; s < 4; ++s)
@@ -211,10 +271,11 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
     const int64_t og = item % groups, blk = item / groups % blocks, n = item / groups / blocks;
     const int64_t p0 = og * WG_PANELS, np = panels - p0 < WG_PANELS ? panels - p0 : WG_PANELS;
     const int64_t q0 = blk * WG_T;
-    const float *img = (const float *)xp->data + n * xp->strides[0] + q0;
+    const float *img = (const float *)xp->data + n * xp->strides[0] + (image ? 0 : q0);
     for (int64_t k0 = 0; k0 < k_n; k0 += WG_KC) {
       const int64_t kc = k_n - k0 < WG_KC ? k_n - k0 : WG_KC;
-      for (int64_t c = 0; c < kc; ++c) {
+      if (image) wg_input_image(v, xp, n, q0, wq, tho, two, top, left, k0, kc);
+      for (int64_t c = 0; c < kc && !image; ++c) {
         const float *src = img + (k0 + c) * 4 * s1;
         /* the channel two on is planes away, beyond the hardware prefetchers:
          * its runs, two rows of each phase */
@@ -278,11 +339,9 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
 /* A dY A^T of 16 tiles, dY[i][j] at src + off[i][j] (the 2x2 output tile's
  * gradient): into m[e] (16 floats each, `stride` apart). A's rows take
  * dY[0], dY[0] + dY[1], dY[0] - dY[1] and -dY[1]. */
-static inline void wg_grad16(float *m, int64_t stride, const float *src, const int64_t off[2][2]) {
+static inline void wg_grad_regs(__m512 g[WG_E], __m512 y[2][2]) {
   const __m512 zero = _mm512_setzero_ps();
-  __m512 y[2][2], r[4][2];
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j) y[i][j] = _mm512_loadu_ps(src + off[i][j]);
+  __m512 r[4][2];
   for (int j = 0; j < 2; ++j) {
     r[0][j] = y[0][j];
     r[1][j] = _mm512_add_ps(y[0][j], y[1][j]);
@@ -290,17 +349,68 @@ static inline void wg_grad16(float *m, int64_t stride, const float *src, const i
     r[3][j] = _mm512_sub_ps(zero, y[1][j]);
   }
   for (int i = 0; i < 4; ++i) {
-    float *row = m + 4 * i * stride;
-    _mm512_storeu_ps(row, r[i][0]);
-    _mm512_storeu_ps(row + stride, _mm512_add_ps(r[i][0], r[i][1]));
-    _mm512_storeu_ps(row + 2 * stride, _mm512_sub_ps(r[i][0], r[i][1]));
-    _mm512_storeu_ps(row + 3 * stride, _mm512_sub_ps(zero, r[i][1]));
+    g[4 * i] = r[i][0];
+    g[4 * i + 1] = _mm512_add_ps(r[i][0], r[i][1]);
+    g[4 * i + 2] = _mm512_sub_ps(r[i][0], r[i][1]);
+    g[4 * i + 3] = _mm512_sub_ps(zero, r[i][1]);
   }
 }
 
-enum {
-  WG_STAGE = 16 * 16, /* one element's 16 channels over 16 tiles */
-};
+static inline void wg_grad16(float *m, int64_t stride, const float *src, const int64_t off[2][2]) {
+  __m512 y[2][2], g[WG_E];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) y[i][j] = _mm512_loadu_ps(src + off[i][j]);
+  wg_grad_regs(g, y);
+  for (int e = 0; e < WG_E; ++e) _mm512_storeu_ps(m + e * stride, g[e]);
+}
+
+/* The panels of a block's 16 tiles from h, read in place from
+ * channels-last x and dy (wg_wgrad_images): each tile's transforms run
+ * over 16 channels at a time and land as the panels' rows, [tile][32
+ * input channels] in bbuf and [tile][12 output channels] in abuf, where
+ * the planes' transforms, vectors over tiles, are transposed into them:
+ * the same values, so the same bits. */
+static void wg_wgrad_panels_image(float (*abuf)[WG_OG * WG_T], float (*bbuf)[WG_CG * WG_T],
+                                  const loom_tensor *x, const loom_tensor *dy, int64_t n,
+                                  int64_t q, int64_t h, int64_t wq, int64_t top, int64_t left,
+                                  int64_t c_lo, int64_t c_n, int64_t o_lo, int64_t o_n) {
+  const int64_t tho = (dy->sizes[2] + 1) / 2, two = (dy->sizes[3] + 1) / 2;
+  const int64_t ho = dy->sizes[2], wo = dy->sizes[3], dsh = dy->strides[2], dsw = dy->strides[3];
+  const float *ximg = (const float *)x->data + n * x->strides[0] + c_lo;
+  const float *dimg = (const float *)dy->data + n * dy->strides[0] + o_lo;
+  for (int64_t j = 0; j < 16; ++j) {
+    const int64_t t = q + h + j, ty = t / wq, tx = t % wq;
+    const int keep = ty < tho && tx < two;
+    for (int64_t c0 = 0; c0 < c_n; c0 += 16) {
+      const int64_t live = c_n - c0 < 16 ? c_n - c0 : 16;
+      __m512 d[4][4];
+      wg_load_patch(d, x, ximg + c0, 2 * ty - top, 2 * tx - left, keep,
+                    (__mmask16)((1u << live) - 1u));
+      wg_input_regs(&bbuf[0][(c0 / 32 * WG_T + h + j) * 32 + c0 % 32], WG_CG * WG_T, d);
+    }
+    for (int64_t o0 = 0; o0 < o_n; o0 += 16) {
+      const int64_t live = o_n - o0 < 16 ? o_n - o0 : 16;
+      const __mmask16 om = (__mmask16)((1u << live) - 1u);
+      __m512 y[2][2], g[WG_E];
+      for (int i = 0; i < 2; ++i)
+        for (int k = 0; k < 2; ++k) {
+          const int64_t yy = 2 * ty + i, xx = 2 * tx + k;
+          y[i][k] = yy < ho && xx < wo ? _mm512_maskz_loadu_ps(om, dimg + yy * dsh + xx * dsw + o0)
+                                       : _mm512_setzero_ps();
+        }
+      wg_grad_regs(g, y);
+      /* lanes o0 + l fall in panels (o0 + l) / 12: at most two */
+      const int64_t p0 = o0 / WG_MR, split = (p0 + 1) * WG_MR - o0;
+      const __mmask16 lo = (__mmask16)((1u << (split < live ? split : live)) - 1u);
+      const __mmask16 hi = (__mmask16)(om & ~(unsigned)lo);
+      for (int e = 0; e < WG_E; ++e) {
+        float *row = abuf[e] + (p0 * WG_T + h + j) * WG_MR;
+        _mm512_mask_storeu_ps(row + (o0 - p0 * WG_MR), lo, g[e]);
+        if (hi) _mm512_mask_storeu_ps(row + WG_T * WG_MR - split, hi, g[e]);
+      }
+    }
+  }
+}
 
 /* Staged channel i past the last one: zero in every element. */
 static inline void wg_stage_zero(float *stage, int64_t i) {
@@ -325,6 +435,8 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
   for (int r = 0; r < 4; ++r)
     for (int s = 0; s < 4; ++s) xoff[r][s] = ((r & 1) * 2 + (s & 1)) * xs + (r >> 1) * wq + (s >> 1);
   wg_dy_offsets(args, ds, doff);
+  const int images = wg_wgrad_images(args);
+  const int64_t top = images ? args->scalars[4].i : 0, left = images ? args->scalars[5].i : 0;
   /* per element: dy's as A panels [8][32 tiles][12], x's as B panels
    * [2][32 tiles][32]; staging for 16 channels' transposes */
   _Alignas(64) float abuf[WG_E][WG_OG * WG_T], bbuf[WG_E][WG_CG * WG_T], stage[WG_E * WG_STAGE];
@@ -341,9 +453,13 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
     const int64_t t_hi = n_img * gpos < t_lo + tchunk ? n_img * gpos : t_lo + tchunk;
     for (int64_t t0 = t_lo; t0 < t_hi; t0 += WG_T) {
       const int64_t n = t0 / gpos, q = t0 % gpos;
-      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + q;
-      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + q;
+      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + (images ? 0 : q);
+      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + (images ? 0 : q);
       for (int64_t h = 0; h < WG_T; h += 16) {
+        if (images) {
+          wg_wgrad_panels_image(abuf, bbuf, xp, dyp, n, q, h, wq, top, left, c_lo, c_n, o_lo, o_n);
+          continue;
+        }
         for (int64_t c0 = 0; c0 < c_n; c0 += 16) {
           for (int64_t i = 0; i < 16; ++i) {
             if (c0 + i < c_n)

@@ -128,21 +128,32 @@ int loom_conv_winograd_with(const loom_kernel_args *args, int64_t begin, int64_t
   const int64_t tho = (ho + 1) / 2, two = (wo + 1) / 2;
   const int64_t blocks = gpos / WG_T, groups = (panels + WG_PANELS - 1) / WG_PANELS;
   const int64_t s1 = xp->strides[1];
-  int64_t off[4][4];
+  const int image = wg_forward_image(args);
+  const int64_t top = image ? args->scalars[2].i : 0, left = image ? args->scalars[3].i : 0;
+  int64_t off[4][4], goff[4][4];
   for (int r = 0; r < 4; ++r)
-    for (int s = 0; s < 4; ++s)
+    for (int s = 0; s < 4; ++s) {
       off[r][s] = ((r & 1) * 2 + (s & 1)) * s1 + (r >> 1) * wq + (s >> 1);
+      goff[r][s] = (4 * r + s) * WG_T;
+    }
   _Alignas(64) float v[WG_E * WG_VS], mt[WG_E * WG_MS];
-  float y[2][2 * WG_T];
+  float y[2][2 * WG_T], patch[WG_E * WG_T];
 
   for (int64_t item = begin; item < end; ++item) {
     const int64_t og = item % groups, blk = item / groups % blocks, n = item / groups / blocks;
     const int64_t p0 = og * WG_PANELS, np = panels - p0 < WG_PANELS ? panels - p0 : WG_PANELS;
     const int64_t q0 = blk * WG_T;
-    const float *img = (const float *)xp->data + n * xp->strides[0] + q0;
+    const float *img = (const float *)xp->data + n * xp->strides[0] + (image ? 0 : q0);
     for (int64_t k0 = 0; k0 < k_n; k0 += WG_KC) {
       const int64_t kc = k_n - k0 < WG_KC ? k_n - k0 : WG_KC;
-      for (int64_t c = 0; c < kc; ++c) wg_input32(v + c * WG_T, WG_VS, img + (k0 + c) * 4 * s1, off);
+      for (int64_t c = 0; c < kc; ++c) {
+        if (image) {
+          wg_gather32(patch, xp, n, k0 + c, q0, wq, tho, two, top, left);
+          wg_input32(v + c * WG_T, WG_VS, patch, goff);
+        } else {
+          wg_input32(v + c * WG_T, WG_VS, img + (k0 + c) * 4 * s1, off);
+        }
+      }
       for (int64_t e = 0; e < WG_E; ++e)
         for (int64_t p = 0; p < np; ++p) {
           const float *a = (const float *)u->data + ((e * panels + p0 + p) * k_n + k0) * WG_MR;

@@ -50,25 +50,92 @@ static inline int64_t wg_dy_shift(const loom_kernel_args *args) {
   return v == 0 || v == 1 ? v : -1;
 }
 
+/* Whether a weight-gradient launch reads x and dy in place: both
+ * channels last (N, K, H, W) and (N, M, ho, wo), channel stride 1, other
+ * strides >= 0; x padded by scalars [4] top and [5] left (0 to 2). Each
+ * tile then reads x's patch as the forward does (wg_forward_image) and
+ * dY[i][j] = dy[2 ty + i][2 tx + j], zero outside dy: what the planes
+ * would hold. Tiles the output drops (past ceil(wo / 2) columns or
+ * ceil(ho / 2) rows) read zeros from both. */
+static inline int wg_wgrad_images(const loom_kernel_args *args) {
+  return args->num_tensors >= 3 && args->tensors[1].rank == 4 && args->tensors[2].rank == 4;
+}
+
+/* An image operand's checks: fp32, channel stride 1, strides >= 0. */
+static inline int wg_image_ok(const loom_tensor *t) {
+  return t->rank == 4 && t->dtype == LOOM_FLOAT32 && t->strides[1] == 1 && wg_strided(t);
+}
+
 /* Whether a weight-gradient launch's operands fit its contract, for either
  * variant: partial sums part [chunks, 16, M, K] (dense) over chunks of
  * `tchunk` tile positions, the phases of x [N, 4K, plane] and of dy
- * [N, 4M, plane'] (padded by one or not) in rows `wq` wide holding `gpos` tile positions; float32. */
+ * [N, 4M, plane'] (padded by one or not) in rows `wq` wide holding `gpos` tile
+ * positions, or both images (wg_wgrad_images); float32. */
 static inline int wg_wgrad_fits(const loom_kernel_args *args) {
   if (args->num_tensors < 3 || args->num_scalars < 3) return 0;
   const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
   const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
-  if (part->rank != 4 || xp->rank != 3 || dyp->rank != 3 || part->dtype != LOOM_FLOAT32 ||
-      xp->dtype != LOOM_FLOAT32 || dyp->dtype != LOOM_FLOAT32 || !wg_dense(part) ||
-      xp->strides[2] != 1 || dyp->strides[2] != 1 || part->sizes[1] != WG_E || wq < 2 ||
-      gpos <= 0 || gpos % WG_T != 0 || tchunk <= 0 || tchunk % WG_T != 0)
+  if (part->rank != 4 || part->dtype != LOOM_FLOAT32 || !wg_dense(part) ||
+      part->sizes[1] != WG_E || wq < 2 || gpos <= 0 || gpos % WG_T != 0 || tchunk <= 0 ||
+      tchunk % WG_T != 0)
     return 0;
-  const int64_t n_img = xp->sizes[0], shift = wg_dy_shift(args);
+  const int64_t n_img = xp->sizes[0];
+  if (part->sizes[0] != (n_img * gpos + tchunk - 1) / tchunk || dyp->sizes[0] != n_img) return 0;
+  if (wg_wgrad_images(args)) {
+    if (args->num_scalars < 6 || args->scalars[3].i != 0 || args->scalars[4].i < 0 ||
+        args->scalars[4].i > 2 || args->scalars[5].i < 0 || args->scalars[5].i > 2 ||
+        !wg_image_ok(xp) || !wg_image_ok(dyp))
+      return 0;
+    const int64_t tho = (dyp->sizes[2] + 1) / 2, two = (dyp->sizes[3] + 1) / 2;
+    return xp->sizes[1] == part->sizes[3] && dyp->sizes[1] == part->sizes[2] && wq >= two + 1 &&
+           gpos >= tho * wq;
+  }
+  if (xp->rank != 3 || dyp->rank != 3 || xp->dtype != LOOM_FLOAT32 ||
+      dyp->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 || dyp->strides[2] != 1)
+    return 0;
+  const int64_t shift = wg_dy_shift(args);
   if (shift < 0) return 0;
-  return xp->sizes[1] == 4 * part->sizes[3] && dyp->sizes[0] == n_img &&
-         dyp->sizes[1] == 4 * part->sizes[2] && xp->sizes[2] >= gpos + wq + 1 &&
-         dyp->sizes[2] >= gpos + shift * (wq + 1) &&
-         part->sizes[0] == (n_img * gpos + tchunk - 1) / tchunk;
+  return xp->sizes[1] == 4 * part->sizes[3] && dyp->sizes[1] == 4 * part->sizes[2] &&
+         xp->sizes[2] >= gpos + wq + 1 && dyp->sizes[2] >= gpos + shift * (wq + 1);
+}
+
+/* Channel c of the tiles [q0, q0 + WG_T) of image n of a channels-last x,
+ * as phase planes would hold them: patch element (r, s) of tile j at
+ * d[(4 r + s) WG_T + j] = x[2 ty + r - top][2 tx + s - left], zero outside
+ * the image and for tiles past ceil(ho / 2) x ceil(wo / 2) = tho x two. */
+static inline void wg_gather32(float *d, const loom_tensor *x, int64_t n, int64_t c, int64_t q0,
+                               int64_t wq, int64_t tho, int64_t two, int64_t top, int64_t left) {
+  const int64_t h = x->sizes[2], w = x->sizes[3];
+  const float *img = (const float *)x->data + n * x->strides[0] + c * x->strides[1];
+  for (int64_t j = 0; j < WG_T; ++j) {
+    const int64_t q = q0 + j, ty = q / wq, tx = q % wq;
+    const int keep = ty < tho && tx < two;
+    for (int r = 0; r < 4; ++r)
+      for (int s = 0; s < 4; ++s) {
+        const int64_t yy = 2 * ty + r - top, xx = 2 * tx + s - left;
+        d[(4 * r + s) * WG_T + j] = keep && yy >= 0 && yy < h && xx >= 0 && xx < w
+                                        ? img[yy * x->strides[2] + xx * x->strides[3]]
+                                        : 0.0f;
+      }
+  }
+}
+
+/* Output channel o of the tiles [q0, q0 + WG_T) of image n of a
+ * channels-last dy (N, M, ho, wo): dY[i][j] of tile t at
+ * d[(2 i + j) WG_T + t], zero outside dy. */
+static inline void wg_gather_dy32(float *d, const loom_tensor *dy, int64_t n, int64_t o,
+                                  int64_t q0, int64_t wq) {
+  const int64_t ho = dy->sizes[2], wo = dy->sizes[3];
+  const float *img = (const float *)dy->data + n * dy->strides[0] + o * dy->strides[1];
+  for (int64_t t = 0; t < WG_T; ++t) {
+    const int64_t q = q0 + t, ty = q / wq, tx = q % wq;
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const int64_t yy = 2 * ty + i, xx = 2 * tx + j;
+        d[(2 * i + j) * WG_T + t] =
+            yy < ho && xx < wo ? img[yy * dy->strides[2] + xx * dy->strides[3]] : 0.0f;
+      }
+  }
 }
 
 /* Where a weight gradient reads element (i, j) of a tile's dY from dy's
@@ -81,24 +148,44 @@ static inline void wg_dy_offsets(const loom_kernel_args *args, int64_t ds, int64
       off[i][j] = shift ? ((1 - i) * 2 + (1 - j)) * ds + i * wq + j : (i * 2 + j) * ds;
 }
 
+/* A forward's image read in place: channels last (N, K, H, W), channel
+ * stride 1, other strides >= 0, padded by scalars [2] top and [3] left
+ * (0 to 2). Where the launch gives it, every tile reads its 4x4 patch
+ * x[2 ty + r - top][2 tx + s - left] (zero outside the image), the values
+ * conv.pad's planes would hold there. */
+static inline int wg_forward_image(const loom_kernel_args *args) {
+  return args->num_tensors >= 3 && args->tensors[2].rank == 4;
+}
+
 /* Whether a forward launch's operands fit its contract, for either
  * variant: out [N, M, ho, wo], the transformed weight u [16, panels, K, MR]
  * (dense), the stride-2 phases xp [N, 4K, plane] of rows `wq` wide holding
- * `gpos` tile positions, an optional bias [M]; all float32. */
+ * `gpos` tile positions (or the image itself, wg_forward_image), an
+ * optional bias [M]; all float32. */
 static inline int wg_forward_fits(const loom_kernel_args *args) {
   if (args->num_tensors < 3 || args->num_scalars < 2) return 0;
   const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
   const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
   const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i;
-  if (out->rank != 4 || u->rank != 4 || xp->rank != 3 || out->dtype != LOOM_FLOAT32 ||
-      u->dtype != LOOM_FLOAT32 || xp->dtype != LOOM_FLOAT32 || !wg_dense(u) ||
-      xp->strides[2] != 1 || u->sizes[0] != WG_E || u->sizes[3] != WG_MR ||
+  const int image = wg_forward_image(args);
+  if (out->rank != 4 || u->rank != 4 || (xp->rank != 3 && !image) ||
+      out->dtype != LOOM_FLOAT32 || u->dtype != LOOM_FLOAT32 || xp->dtype != LOOM_FLOAT32 ||
+      !wg_dense(u) || u->sizes[0] != WG_E || u->sizes[3] != WG_MR ||
       (bias && (bias->dtype != LOOM_FLOAT32 || bias->rank != 1 || bias->sizes[0] != out->sizes[1])))
     return 0;
+  if (image) {
+    if (args->num_scalars < 4 || xp->strides[1] != 1 || !wg_strided(xp) ||
+        args->scalars[2].i < 0 || args->scalars[2].i > 2 || args->scalars[3].i < 0 ||
+        args->scalars[3].i > 2)
+      return 0;
+  } else if (xp->strides[2] != 1) {
+    return 0;
+  }
   const int64_t tho = (out->sizes[2] + 1) / 2, two = (out->sizes[3] + 1) / 2;
+  const int64_t k_n = image ? xp->sizes[1] : xp->sizes[1] / 4;
   return u->sizes[1] == (out->sizes[1] + WG_MR - 1) / WG_MR && xp->sizes[0] == out->sizes[0] &&
-         xp->sizes[1] == 4 * u->sizes[2] && wq >= two + 1 && gpos % WG_T == 0 &&
-         gpos >= tho * wq && xp->sizes[2] >= gpos + wq + 1;
+         (image || xp->sizes[1] == 4 * u->sizes[2]) && k_n == u->sizes[2] && wq >= two + 1 &&
+         gpos % WG_T == 0 && gpos >= tho * wq && (image || xp->sizes[2] >= gpos + wq + 1);
 }
 
 /* A run of a block's tiles that lie in one tile row: lanes [j, j + n) are

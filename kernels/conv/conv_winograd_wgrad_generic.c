@@ -74,6 +74,17 @@ int loom_conv_winograd_wgrad_with(const loom_kernel_args *args, int64_t begin, i
   for (int r = 0; r < 4; ++r)
     for (int s = 0; s < 4; ++s) xoff[r][s] = ((r & 1) * 2 + (s & 1)) * xs + (r >> 1) * wq + (s >> 1);
   wg_dy_offsets(args, ds, doff);
+  /* x and dy read in place: each channel's tiles gathered as the planes
+   * would hold them, then the same transforms */
+  const int images = wg_wgrad_images(args);
+  const int64_t top = images ? args->scalars[4].i : 0, left = images ? args->scalars[5].i : 0;
+  const int64_t tho = images ? (dyp->sizes[2] + 1) / 2 : 0, two = images ? (dyp->sizes[3] + 1) / 2 : 0;
+  int64_t goff[4][4], gdoff[2][2];
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s) goff[r][s] = (4 * r + s) * WG_T;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) gdoff[i][j] = (2 * i + j) * WG_T;
+  float patch[WG_E * WG_T];
   /* per element: dy's as A panels [8][32 tiles][12], x's as B panels
    * [2][32 tiles][32] */
   float abuf[WG_E][WG_OG * WG_T], bbuf[WG_E][WG_CG * WG_T];
@@ -89,17 +100,27 @@ int loom_conv_winograd_wgrad_with(const loom_kernel_args *args, int64_t begin, i
     const int64_t t_hi = n_img * gpos < t_lo + tchunk ? n_img * gpos : t_lo + tchunk;
     for (int64_t t0 = t_lo; t0 < t_hi; t0 += WG_T) {
       const int64_t n = t0 / gpos, q = t0 % gpos;
-      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + q;
-      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + q;
+      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + (images ? 0 : q);
+      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + (images ? 0 : q);
       for (int64_t c = 0; c < c_n; ++c) {
         float *bp[WG_E];
         for (int e = 0; e < WG_E; ++e) bp[e] = bbuf[e] + c / 32 * WG_T * 32;
-        wg_input_lane(bp, (int)(c % 32), xsrc + (c_lo + c) * 4 * xs, xoff);
+        if (images) {
+          wg_gather32(patch, xp, n, c_lo + c, q, wq, tho, two, top, left);
+          wg_input_lane(bp, (int)(c % 32), patch, goff);
+        } else {
+          wg_input_lane(bp, (int)(c % 32), xsrc + (c_lo + c) * 4 * xs, xoff);
+        }
       }
       for (int64_t o = 0; o < o_n; ++o) {
         float *ap[WG_E];
         for (int e = 0; e < WG_E; ++e) ap[e] = abuf[e] + o / WG_MR * WG_T * WG_MR;
-        wg_grad_lane(ap, (int)(o % WG_MR), dsrc + (o_lo + o) * 4 * ds, doff);
+        if (images) {
+          wg_gather_dy32(patch, dyp, n, o_lo + o, q, wq);
+          wg_grad_lane(ap, (int)(o % WG_MR), patch, gdoff);
+        } else {
+          wg_grad_lane(ap, (int)(o % WG_MR), dsrc + (o_lo + o) * 4 * ds, doff);
+        }
       }
       /* this block's 32 tiles added to the chunk's sums */
       for (int e = 0; e < WG_E; ++e) {

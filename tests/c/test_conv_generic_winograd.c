@@ -79,6 +79,26 @@ static void forward(const wino *c, loom_kernel_fn fn, float *u, float *y) {
   run(fn, ts, 4, sc, 2, n * (c->gpos / TILES) * groups);
 }
 
+/* The forward `fn` as `forward`, from the image laid out channels last
+ * and read in place (no planes). */
+static void forward_image(const wino *c, loom_kernel_fn fn, float *u, float *y) {
+  const int64_t n = c->cc.g.n, h = c->cc.g.in[1], w = c->cc.g.in[2], k = c->k;
+  const int64_t len = c->ho * c->wo;
+  float *xc = malloc(sizeof(float) * (size_t)(n * k * h * w));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ch = 0; ch < k; ++ch)
+      for (int64_t i = 0; i < h * w; ++i) xc[(b * h * w + i) * k + ch] = c->cc.x[(b * k + ch) * h * w + i];
+  loom_tensor ts[4] = {
+      t4(y, n, c->m, c->ho, c->wo, c->m * len, len, c->wo, 1), u_of(c, u),
+      t4(xc, n, k, h, w, h * w * k, 1, w * k, k),
+      {.data = c->cc.bias, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {c->m}, .strides = {1}}};
+  loom_scalar sc[4] = {{.i = c->wq}, {.i = c->gpos}, {.i = c->p}, {.i = c->p}};
+  const int64_t groups = (c->panels + LOOM_CONV_WINOGRAD_PANELS - 1) / LOOM_CONV_WINOGRAD_PANELS;
+  memset(y, 0xff, sizeof(float) * (size_t)(n * c->m * len));
+  run(fn, ts, 4, sc, 4, n * (c->gpos / TILES) * groups);
+  free(xc);
+}
+
 /* The weight gradient `fn` over chunks of tchunk tiles, then the shared
  * finish, into gw (M, K, 3, 3); dy's planes padded by one row and column
  * (the input gradient's) where `padded`. */
@@ -110,6 +130,33 @@ static void weight_grad_from(const wino *c, loom_kernel_fn fn, int64_t tchunk, f
   loom_tensor fts[2] = {t4(gw, m, k, 3, 3, k * 9, 9, 3, 1), ts[0]};
   run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m);
   free(dyp), free(part);
+}
+
+/* The weight gradient `fn` as weight_grad, from x and dy laid out
+ * channels last and read in place (no planes). */
+static void weight_grad_images(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw) {
+  const int64_t n = c->cc.g.n, h = c->cc.g.in[1], w = c->cc.g.in[2], m = c->m, k = c->k;
+  const int64_t len = c->ho * c->wo, chunks = (n * c->gpos + tchunk - 1) / tchunk;
+  float *xc = malloc(sizeof(float) * (size_t)(n * k * h * w));
+  float *dyc = malloc(sizeof(float) * (size_t)(n * m * len));
+  float *part = malloc(sizeof(float) * (size_t)(chunks * 16 * m * k));
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t ch = 0; ch < k; ++ch)
+      for (int64_t i = 0; i < h * w; ++i) xc[(b * h * w + i) * k + ch] = c->cc.x[(b * k + ch) * h * w + i];
+    /* dy is (O, N, L) */
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t i = 0; i < len; ++i) dyc[(b * len + i) * m + o] = c->cc.dy[(o * n + b) * len + i];
+  }
+  loom_tensor ts[3] = {t4(part, chunks, 16, m, k, 16 * m * k, m * k, k, 1),
+                       t4(xc, n, k, h, w, h * w * k, 1, w * k, k),
+                       t4(dyc, n, m, c->ho, c->wo, len * m, 1, c->wo * m, m)};
+  loom_scalar sc[6] = {{.i = c->wq}, {.i = c->gpos}, {.i = tchunk}, {.i = 0}, {.i = c->p}, {.i = c->p}};
+  const int64_t items = chunks * ((m + LOOM_CONV_WINOGRAD_WG_M - 1) / LOOM_CONV_WINOGRAD_WG_M) *
+                        ((k + LOOM_CONV_WINOGRAD_WG_K - 1) / LOOM_CONV_WINOGRAD_WG_K);
+  run(fn, ts, 3, sc, 6, items);
+  loom_tensor fts[2] = {t4(gw, m, k, 3, 3, k * 9, 9, 3, 1), ts[0]};
+  run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m);
+  free(xc), free(dyc), free(part);
 }
 
 static void weight_grad(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw) {
@@ -164,6 +211,8 @@ static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w
   forward(&c, loom_conv_winograd_generic, u1, y1);
   CHECK_MSG(misses(y1, ref, mag, ny) == 0, "generic Winograd forward (k %ld m %ld) misses the reference",
         (long)k, (long)m);
+  forward_image(&c, loom_conv_winograd_generic, u1, y2);
+  CHECK_MSG(same(y1, y2, ny), "generic Winograd forward from the channels-last image differs");
   if (hw_avx512) {
     weight(&c, loom_conv_winograd_weight_avx512, flipped, u0);
     CHECK_MSG(same(u0, u1, nu), "the weight transforms differ");
@@ -171,6 +220,10 @@ static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w
     forward(&c, with_avx512_ukr, u0, y2);
     CHECK_MSG(same(y1, y2, ny), "twin with the AVX-512 micro-kernel differs from the AVX-512 forward");
     CHECK_MSG(misses(y1, ref, mag, ny) == 0, "AVX-512 Winograd forward misses the reference");
+    forward_image(&c, with_avx512_ukr, u0, y2);
+    CHECK_MSG(same(y1, y2, ny), "twin from the channels-last image differs from the AVX-512 forward");
+    forward_image(&c, loom_conv_winograd_avx512, u0, y2);
+    CHECK_MSG(same(y1, y2, ny), "AVX-512 forward from the channels-last image differs");
   }
   if (flipped) free(ref), free(mag);
   free(u0), free(u1), free(y1), free(y2);
@@ -188,10 +241,16 @@ static void check_weight_grad(int64_t n, int64_t k, int64_t m, int64_t h, int64_
   /* from dy's planes padded by one (the input gradient's): the same bits */
   weight_grad_from(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 1);
   CHECK_MSG(same(w1, w2, nw), "generic weight grad from dy's padded planes differs");
+  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, TILES, w2);
+  CHECK_MSG(same(w1, w2, nw), "generic weight grad from channels-last images differs");
   if (hw_avx512) {
     weight_grad(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w1);
     weight_grad_from(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2, 1);
     CHECK_MSG(same(w1, w2, nw), "AVX-512 weight grad from dy's padded planes differs");
+    weight_grad_images(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2);
+    CHECK_MSG(same(w1, w2, nw), "AVX-512 weight grad from channels-last images differs");
+    weight_grad_images(&c, wgrad_with_avx512_ukr, 2 * TILES, w2);
+    CHECK_MSG(same(w1, w2, nw), "twin from channels-last images differs from the AVX-512 weight grad");
     weight_grad(&c, wgrad_with_avx512_ukr, 2 * TILES, w2);
     CHECK_MSG(same(w1, w2, nw), "twin with the AVX-512 micro-kernel differs from the AVX-512 weight grad");
     CHECK_MSG(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0, "AVX-512 Winograd weight grad misses the reference");
@@ -246,6 +305,7 @@ int main(int argc, char **argv) {
    * way (m > 96, k > 64) with partial panels */
   check_weight_grad(1, 5, 7, 7, 9, 1, hw);
   check_weight_grad(2, 70, 100, 10, 11, 1, hw);
+  check_weight_grad(2, 16, 20, 13, 8, 0, hw);
   check_selected(hw);
   CHECK_MSG(rerun_capped(argv, hw), "the run under LOOM_CPU_FEATURES=generic failed");
   TEST_MAIN_END();

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "kernels/conv/conv.h"
+#include "kernels/conv/conv_variants.h"
 #include "kernels/gemm/gemm.h"
 #include "loom/status.h"
 #include "test_util.h"
@@ -143,6 +144,25 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
   cts[0].data = y4;
   run(loom_conv_winograd_kernel, cts, with_bias ? 4 : 3, sc, 2, items, 1);
   CHECK(memcmp(y3, y4, sizeof(float) * n * m * ho * wo) == 0);
+  /* the channels-last image read in place, no planes: the same bits, for
+   * either output layout and any split */
+  const int64_t xs4[4] = {n, k, h, w};
+  loom_scalar isc[4] = {{.i = wq}, {.i = gpos}, {.i = p}, {.i = p}};
+  cts[2] = channels_last(dense(xc, 4, xs4));
+  for (int64_t i = 0; i < n * m * ho * wo; ++i) y4[i] = 9.0f;
+  run(loom_conv_winograd_kernel, cts, with_bias ? 4 : 3, isc, 4, items, 1);
+  CHECK(memcmp(y3, y4, sizeof(float) * n * m * ho * wo) == 0);
+  ts[0].data = y2, ts[2] = cts[2];
+  for (int64_t i = 0; i < n * m * ho * wo; ++i) y2[i] = 9.0f;
+  run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, isc, 4, items, 3);
+  CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0);
+  ts[2] = dense(xp, 3, ps);
+  /* without its padding, or with channels apart, the image is refused */
+  loom_kernel_args ia = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = cts,
+                         .num_scalars = 2, .scalars = isc, .range = 1, .grain = 1};
+  CHECK(loom_conv_winograd_kernel(&ia, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  ia.num_scalars = 4, cts[2] = dense(x, 4, xs4);
+  CHECK(k == 1 || loom_conv_winograd_kernel(&ia, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   free(xc), free(wc), free(xp2), free(u2), free(y3), free(y4);
 
   /* a grid one tile too narrow is refused */
@@ -151,6 +171,46 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
                         .num_scalars = 2, .scalars = narrow, .range = 1, .grain = 1};
   CHECK(loom_conv_winograd_kernel(&a, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   free(x), free(wt), free(bias), free(xp), free(u), free(y1), free(y2);
+}
+
+/* Padding `top` rows and `left` columns (top != left): the channels-last
+ * image read in place gives the bits of the planes conv.pad makes of it. */
+static void check_image_padding(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t top,
+                                int64_t left) {
+  const int64_t ho = h + 2 * top - 2, wo = w + 2 * left - 2, tho = (ho + 1) / 2, two = (wo + 1) / 2;
+  const int64_t wq = (w + 2 * left + 1) / 2, gpos = (tho * wq + TILES - 1) / TILES * TILES;
+  const int64_t prow = (h + 2 * top + 1) / 2 * wq;
+  const int64_t need = gpos + wq + 1 > prow ? gpos + wq + 1 : prow, plane = (need + 15) / 16 * 16;
+  const int64_t panels = (m + MR - 1) / MR, items = n * (gpos / TILES) * ((panels + PANELS - 1) / PANELS);
+  float *x = malloc(sizeof(float) * n * k * h * w), *xc = malloc(sizeof(float) * n * k * h * w);
+  float *wt = malloc(sizeof(float) * m * k * 9), *xp = malloc(sizeof(float) * n * 4 * k * plane);
+  float *u = malloc(sizeof(float) * 16 * panels * k * MR);
+  float *y1 = malloc(sizeof(float) * n * m * ho * wo), *y2 = malloc(sizeof(float) * n * m * ho * wo);
+  for (int64_t i = 0; i < n * k * h * w; ++i) x[i] = rnd();
+  for (int64_t i = 0; i < m * k * 9; ++i) wt[i] = rnd();
+  to_channels_last(xc, x, n, k, h, w);
+  const int64_t xs[4] = {n, k, h, w}, xs5[5] = {n, k, 1, h, w}, ps[3] = {n, 4 * k, plane};
+  loom_tensor pts[2] = {dense(xp, 3, ps), channels_last(dense(xc, 5, xs5))};
+  loom_scalar psc[5] = {{.i = top}, {.i = left}, {.i = wq}, {.i = 2}, {.i = 2}};
+  run(loom_conv_pad_kernel, pts, 2, psc, 5, n * 4 * k, 7);
+  const int64_t ws[4] = {m, k, 3, 3}, us[4] = {16, panels, k, MR}, os[4] = {n, m, ho, wo};
+  loom_tensor wts[2] = {dense(u, 4, us), dense(wt, 4, ws)};
+  loom_scalar wsc[1] = {{.i = 0}};
+  run(loom_conv_winograd_weight_kernel, wts, 2, wsc, 1, panels, 1);
+  loom_tensor ts[3] = {channels_last(dense(y1, 4, os)), dense(u, 4, us), dense(xp, 3, ps)};
+  loom_scalar sc[4] = {{.i = wq}, {.i = gpos}, {.i = top}, {.i = left}};
+  run(loom_conv_winograd_kernel, ts, 3, sc, 2, items, 1);
+  const loom_tensor img = channels_last(dense(xc, 4, xs));
+  ts[0].data = y2, ts[2] = img;
+  run(loom_conv_winograd_kernel, ts, 3, sc, 4, items, 2);
+  CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0);
+  /* and the generic twin likewise */
+  ts[0].data = y1, ts[2] = dense(xp, 3, ps);
+  run(loom_conv_winograd_generic, ts, 3, sc, 2, items, 1);
+  ts[0].data = y2, ts[2] = img;
+  run(loom_conv_winograd_generic, ts, 3, sc, 4, items, 3);
+  CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0);
+  free(x), free(xc), free(wt), free(xp), free(u), free(y1), free(y2);
 }
 
 /* The weight gradient of that convolution (weight m x k x 3 x 3) against
@@ -197,7 +257,31 @@ static void check_wgrad(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, i
   run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, 3);
   to_channels_last(dw2, dw1, m, k, 3, 3);
   CHECK(memcmp(dw2, dw3, sizeof(float) * m * k * 9) == 0);
-  free(dw3);
+  /* x and dy channels last, read in place: the same sums, for any split */
+  float *xc = malloc(sizeof(float) * n * k * h * w), *dyc = malloc(sizeof(float) * n * m * ho * wo);
+  to_channels_last(xc, x, n, k, h, w);
+  to_channels_last(dyc, dy, n, m, ho, wo);
+  const int64_t xs4[4] = {n, k, h, w}, ds4[4] = {n, m, ho, wo};
+  loom_tensor its[3] = {dense(part, 4, partsz), channels_last(dense(xc, 4, xs4)),
+                        channels_last(dense(dyc, 4, ds4))};
+  loom_scalar isc[6] = {{.i = wq}, {.i = gpos}, {.i = tchunk}, {.i = 0}, {.i = p}, {.i = p}};
+  for (int64_t i = 0; i < chunks * 16 * m * k; ++i) part[i] = 5.0f;
+  run(loom_conv_winograd_wgrad_kernel, its, 3, isc, 6, items, 1);
+  fts[0] = dense(dw3, 4, dws);
+  run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, 3);
+  CHECK(memcmp(dw1, dw3, sizeof(float) * m * k * 9) == 0);
+  run(loom_conv_winograd_wgrad_kernel, its, 3, isc, 6, items, items);
+  run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, m);
+  CHECK(memcmp(dw1, dw3, sizeof(float) * m * k * 9) == 0);
+  /* refused: one image beside planes, no padding scalars, padded-dy flag */
+  loom_kernel_args ia = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = its,
+                         .num_scalars = 4, .scalars = isc, .range = 1, .grain = 1};
+  CHECK(loom_conv_winograd_wgrad_kernel(&ia, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  ia.num_scalars = 6, isc[3].i = 1;
+  CHECK(loom_conv_winograd_wgrad_kernel(&ia, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  isc[3].i = 0, its[2] = dense(dyp, 3, dps);
+  CHECK(loom_conv_winograd_wgrad_kernel(&ia, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  free(dw3), free(xc), free(dyc);
   int bad = 0;
   double worst = 0.0;
   for (int64_t o = 0; o < m; ++o)
@@ -246,6 +330,10 @@ int main(void) {
    * transposes in several column blocks), channels not a multiple of 16 */
   check(2, 21, 19, 5, 37, 1, 1, 0);
   check(1, 35, 40, 6, 70, 1, 0, 1);
+  /* the channels-last image read in place with different row and column
+   * padding */
+  check_image_padding(2, 20, 14, 9, 13, 2, 0);
+  check_image_padding(1, 33, 12, 8, 7, 0, 1);
   /* weight gradients: one chunk; several chunks, two channel groups each
    * way (m > 96, k > 64) with partial panels; odd sizes, no padding */
   check_wgrad(1, 5, 7, 7, 9, 1, 32);

@@ -498,7 +498,9 @@ std::pair<Tensor, Tensor> input_grad_sharing_dy(const Tensor& dy, const Tensor& 
   if (plan_forward(gi, dy, weight, g2, groups, LOOM_CONV_FLIPPED, op).path !=
       LOOM_CONV_PATH_WINOGRAD)
     return {};
-  Tensor planes = input_grad_flipped(gi, dy, weight, g2, groups, op, &wg);
+  // channels last, both passes read dy in place: nothing to share
+  const bool in_place = winograd_wgrad_reads_images(input, dy, wg);
+  Tensor planes = input_grad_flipped(gi, dy, weight, g2, groups, op, in_place ? nullptr : &wg);
   return {gi, planes};
 }
 

@@ -107,6 +107,30 @@ Tensor conv_weight_grad_padded(const Tensor& dy, const Tensor& input,
   return gw;
 }
 
+namespace {
+
+// Channels last as the Winograd kernels read an image in place.
+bool image_in_place(const Tensor& x) {
+  return x.dim() == 4 && x.size(1) > 1 && x.stride(1) == 1 && x.stride(0) >= 0 &&
+         x.stride(2) >= 0 && x.stride(3) >= 0;
+}
+
+bool padding_in_place(int64_t top, int64_t left) {
+  return top >= 0 && top <= 2 && left >= 0 && left <= 2;
+}
+
+}  // namespace
+
+bool winograd_reads_image(const Tensor& x, const loom_conv_forward_plan& p) {
+  return image_in_place(x) && padding_in_place(p.top, p.left) && p.sh == 2 && p.sw == 2;
+}
+
+bool winograd_wgrad_reads_images(const Tensor& x, const Tensor& dy,
+                                 const loom_conv_weight_grad_plan& p) {
+  return image_in_place(x) && image_in_place(dy) && padding_in_place(p.top, p.left) &&
+         p.sh == 2 && p.sw == 2;
+}
+
 void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const loom_conv_forward_plan& p, const char* op,
                            bool flipped, const Tensor& planes) {
@@ -116,14 +140,20 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
   loom_tensor wts[2] = {describe(u, op), describe(w4, op)};
   loom_scalar wsc[1] = {scalar_i(flipped ? 1 : 0)};
   launch(op, LOOM_KERNEL("conv.winograd.weight"), wts, wsc, p.panels, 1);
+  // a channels-last image is read in place, where its planes (a pass
+  // whose strided reads cost 2-3x the NCHW pad's from memory) would be
+  const bool direct = !planes.defined() && winograd_reads_image(input, p);
   Tensor xp = planes.defined() ? planes
+              : direct         ? input
                                : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[4] = {plane4(out, op), describe(u, op), describe(xp, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
-  loom_scalar sc[2] = {scalar_i(p.wq), scalar_i(p.positions)};
+  loom_scalar sc[4] = {scalar_i(p.wq), scalar_i(p.positions), scalar_i(p.top),
+                       scalar_i(p.left)};
   launch(op, LOOM_KERNEL("conv.winograd.forward"),
-         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3), sc, p.range, 1, -1,
+         c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3),
+         c10::ArrayRef<loom_scalar>(sc, direct ? 4 : 2), p.range, 1, -1,
          conv_flops(out.numel(), k * 9));
 }
 
@@ -133,15 +163,20 @@ Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
                                  const Tensor& planes, at::MemoryFormat fmt,
                                  const Tensor& dy_planes) {
   const int64_t m = dy.size(1), k = input.size(1);
+  // channels-last x and dy are read in place, where planes are not given
+  const bool direct = !planes.defined() && !dy_planes.defined() &&
+                      winograd_wgrad_reads_images(input, dy, p);
   Tensor xp = planes.defined() ? planes
+              : direct         ? input
                                : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
   const bool shared = dy_planes.defined();
-  Tensor dyp = shared ? dy_planes : pad_planes(dy, 0, 0, p.wq, 2, 2, p.dy_plane, op);
+  Tensor dyp = shared ? dy_planes : direct ? dy : pad_planes(dy, 0, 0, p.wq, 2, 2, p.dy_plane, op);
   Tensor part = at::empty({p.chunks, 16, m, k}, input.options());
   loom_tensor ts[3] = {describe(part, op), describe(xp, op), describe(dyp, op)};
-  loom_scalar sc[4] = {scalar_i(p.wq), scalar_i(p.positions), scalar_i(p.chunk),
-                       scalar_i(shared ? 1 : 0)};
-  launch(op, LOOM_KERNEL("conv.winograd.weight_grad"), ts, sc, p.range, 1, -1,
+  loom_scalar sc[6] = {scalar_i(p.wq),          scalar_i(p.positions), scalar_i(p.chunk),
+                       scalar_i(shared ? 1 : 0), scalar_i(p.top),       scalar_i(p.left)};
+  launch(op, LOOM_KERNEL("conv.winograd.weight_grad"), ts,
+         c10::ArrayRef<loom_scalar>(sc, direct ? 6 : 4), p.range, 1, -1,
          conv_flops(dy.numel(), k * 9));
   Tensor gw = at::empty(w_sizes, input.options().memory_format(fmt));
   loom_tensor fts[2] = {describe(gw.view({m, k, 3, 3}), op), describe(part, op)};

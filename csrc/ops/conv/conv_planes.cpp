@@ -11,7 +11,8 @@
 // output and the gradients are laid out as the regular convolution lays
 // them out (conv_memory_format), with the same plans, so the same bits.
 // Where the two passes would not share planes (other paths, other dtypes
-// or layouts), the forward returns an empty (0) tensor in their place and
+// or layouts, or Winograd's over a channels-last input, which both passes
+// read in place), the forward returns an empty (0) tensor in their place and
 // both ops are the regular convolution's. The planes' shape is a function
 // of the shapes alone (the path, the padding, the row width wq and the
 // plane's length never depend on the thread count), so the shape function
@@ -107,6 +108,8 @@ std::optional<Shared> shared_planes(const Tensor& input, const Tensor& weight,
   if (f.path != LOOM_CONV_PATH_WINOGRAD && !weight.is_contiguous())
     f = plan_fwd(c10::contiguous_strides(weight.sizes()));
   if (f.path != LOOM_CONV_PATH_WINOGRAD && f.path != LOOM_CONV_PATH_PADDED) return std::nullopt;
+  // Winograd reads a channels-last input (and dy) in place: nothing to pad
+  if (f.path == LOOM_CONV_PATH_WINOGRAD && winograd_reads_image(input, f)) return std::nullopt;
   loom_tensor wts[2] = {x, y};
   const auto wg = plan<loom_conv_weight_grad_plan>(op, LOOM_KERNEL("conv.weight_grad.plan"),
                                                    wts, sc);
