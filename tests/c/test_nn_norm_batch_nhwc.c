@@ -3,7 +3,8 @@
  * the same memory as a strided [N, C, S] view: training and eval, float32
  * and bfloat16, chunks of rows that do not divide evenly, two channel
  * blocks; the fused ReLU / residual / mask bit for bit against the unfused
- * steps; the AVX-512 and baseline loops bit for bit; bad operands refused. */
+ * steps; the AVX-512 and baseline loops bit for bit (block widths odd and
+ * multiples of 8); bad operands refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,14 +185,23 @@ static void test_loops_agree(void) {
   for (int c = 0; c < C; ++c) m[c] = frandf(), a[c] = frandf(), b[c] = frandf(), mu[c] = frand();
   y[C + 3] = 0.0f, y[C + 4] = -0.0f, y[C + 5] = NAN, g[C + 6] = NAN, g[C + 7] = -INFINITY;
   y[C + 7] = -1.0f;
-  for (int64_t nb = 1; nb <= LOOM_BNH_BLOCK; nb += 21) {
+  /* block widths: odd ones, and multiples of 8 (the AVX-512 register sums) */
+  const int64_t widths[] = {1, 8, 22, 40, 43, LOOM_BNH_BLOCK};
+  for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i) {
+    const int64_t nb = widths[i];
     loom_bnh_stats_f32(x, C, 3, R - 2, nb, s1a, s2a);
     loom_bnh_stats_f32_avx512(x, C, 3, R - 2, nb, s1b, s2b);
     CHECK(memcmp(s1a, s1b, (size_t)nb * 8) == 0 && memcmp(s2a, s2b, (size_t)nb * 8) == 0);
-    loom_bnh_grad_sums_f32(g, C, x, C, y, C, m1, C, 1, R, nb, mu, s1a, s2a);
-    loom_bnh_grad_sums_f32_avx512(g, C, x, C, y, C, m2, C, 1, R, nb, mu, s1b, s2b);
-    CHECK(memcmp(s1a, s1b, (size_t)nb * 8) == 0 && memcmp(s2a, s2b, (size_t)nb * 8) == 0);
-    CHECK(same(m1 + C, m2 + C, (R - 1) * C));
+    for (int mode = 0; mode < 3; ++mode) { /* plain, behind a ReLU, and the mask written */
+      const float *yy = mode ? y : NULL;
+      memset(m1, 0, sizeof m1), memset(m2, 0, sizeof m2);
+      loom_bnh_grad_sums_f32(g, C, x, C, yy, C, mode == 2 ? m1 : NULL, C, 1, R, nb, mu, s1a, s2a);
+      loom_bnh_grad_sums_f32_avx512(g, C, x, C, yy, C, mode == 2 ? m2 : NULL, C, 1, R, nb, mu,
+                                    s1b, s2b);
+      CHECK_MSG(memcmp(s1a, s1b, (size_t)nb * 8) == 0 && memcmp(s2a, s2b, (size_t)nb * 8) == 0,
+                "gradient sums differ between builds: width %ld, mode %d\n", (long)nb, mode);
+      CHECK(same(m1, m2, T));
+    }
   }
   loom_bnh_apply_f32(o1, C, x, C, g, C, 0, R, C, m, a, b, 1);
   loom_bnh_apply_f32_avx512(o2, C, x, C, g, C, 0, R, C, m, a, b, 1);
