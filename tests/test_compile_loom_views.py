@@ -82,3 +82,38 @@ def test_expanded_and_squeezed_chains_equal_eager(no_fallback):
 
     names = _check(f, a)
     assert "aten.as_strided.default" in names
+
+
+def test_a_chain_back_to_its_bases_layout_is_the_base(no_fallback):
+    """A transposed weight transposed back (a linear layer's weight in the
+    backward's product) is the weight itself: no call; a chain to another
+    layout of the same sizes is still a view."""
+    torch.manual_seed(3)
+    x, w = torch.randn(5, 6, device="loom"), torch.randn(6, 6, device="loom")
+
+    def back(x, w):
+        return x @ w.t().t()
+
+    def other(x, w):  # square: the same sizes, strides swapped
+        return x @ w.view(6, 6).t()
+
+    assert "aten.as_strided.default" not in _check(back, x, w)
+    assert "aten.permute.default" not in _check(back, x, w)
+    assert "aten.as_strided.default" in _check(other, x, w)
+
+
+def test_the_mlp_backward_reads_its_weights_as_they_are(no_fallback):
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4)).to("loom")
+    x = torch.randn(3, 8, device="loom")
+    torch.compile(model, backend="loom")(x).sum().backward()
+    programs = sorted((p for p in observe._programs if p.tag.startswith("backward")),
+                      key=lambda p: p.serial)
+    assert "aten.as_strided.default" not in programs[-1].library_names
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        assert torch.equal(g.cpu(), p.grad.cpu())

@@ -13,6 +13,10 @@ Only chains whose result is read by library ops alone are rewritten: a
 generated kernel reads through a view chain without it (the fuser follows
 the views' dim maps), and its fusion is left as it is. Each intermediate
 view must be read by the next view alone and be no graph output.
+
+A chain whose result has its base's sizes and strides (a weight
+transposed for the forward's product and back for the backward's) is its
+base: its readers take the base, and no call is made.
 """
 
 from __future__ import annotations
@@ -56,6 +60,12 @@ def collapse_view_chains(graph: ir.Graph) -> int:
             base = base.producer.args[0]
         if len(chain) < 2:
             continue
+        if _same_layout(out, base) and id(out) not in outputs:
+            _read_base(graph, out, base)
+            graph.nodes = [m for m in graph.nodes if not any(m is c for c in chain)]
+            graph.relink()
+            removed += len(chain)
+            continue
         lib = Library(aten.as_strided.default, (base, list(out.shape), list(out.stride)), {},
                       outputs=[out])
         lib.slots, lib.const, lib.view = [out], None, None
@@ -65,3 +75,26 @@ def collapse_view_chains(graph: ir.Graph) -> int:
         graph.relink()
         removed += len(chain) - 1
     return removed
+
+
+def _same_layout(out: Value, base: Value) -> bool:
+    return base.stride is not None and out.dtype == base.dtype and \
+        list(out.shape) == list(base.shape) and list(out.stride) == list(base.stride)
+
+
+def _read_base(graph: ir.Graph, out: Value, base: Value) -> None:
+    """Makes every reader of `out` (library ops) read `base` instead."""
+    def sub(a):
+        if a is out:
+            return base
+        if isinstance(a, list):
+            return [sub(x) for x in a]
+        if isinstance(a, tuple):
+            return tuple(sub(x) for x in a)
+        return a
+
+    for u in list(out.users):
+        u.args = sub(u.args)
+        u.kwargs = {k: sub(v) for k, v in u.kwargs.items()}
+        if u.view is not None and u.view[0] is out:
+            u.view = (base,) + tuple(u.view[1:])
