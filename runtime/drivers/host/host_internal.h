@@ -36,6 +36,8 @@ typedef struct host_pool {
   pthread_mutex_t wake_lock;
   pthread_cond_t wake;     /* idle workers, for the next launch */
   atomic_int sleeping;
+  _Atomic uint64_t naps;   /* times a worker went to sleep */
+  _Atomic uint64_t kicks;  /* wake-ups ahead of a launch (host_pool_kick) */
   pthread_cond_t joined;   /* owners, for their last chunks (under wake_lock) */
   atomic_int stop;
   int workers_off_cpu; /* the CPU the workers are kept off, -1 if none (under lock) */
@@ -47,6 +49,12 @@ int host_pool_init(host_pool *pool, int num_workers);
  * 550 KiB). pthread_create's result. */
 int host_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg);
 void host_pool_destroy(host_pool *pool);
+
+/* Wakes sleeping workers ahead of a launch about to open (one queued on an
+ * idle queue): their wake-up overlaps the hand-off to the thread that will
+ * own it. A woken worker that finds nothing open spins its usual window,
+ * then sleeps again. Costs one atomic load when no worker sleeps. */
+void host_pool_kick(host_pool *pool);
 
 /* Runs fn over [0, range) in chunks of grain on the calling thread, helped
  * by the pool's workers. `priority` is the launching stream's (0 normal,

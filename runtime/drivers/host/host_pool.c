@@ -32,6 +32,11 @@
 
 #define WORKER_SPIN_NS 30000
 #define JOIN_SPIN_NS 20000
+/* The owner's wait for helpers' last chunks spins for up to as long as one
+ * of its own chunks took (a helper's last chunk began before the owner's
+ * ended), within these bounds; sleeping instead would add a wake-up to the
+ * launch's end. */
+#define JOIN_SPIN_MAX_NS 200000
 
 struct host_job {
   host_job *next; /* in the pool's list (under the pool's lock) */
@@ -58,8 +63,9 @@ static int has_chunks_left(host_job *job) {
 }
 
 /* Runs chunks of `job` until none is left (returns 0) or a launch opened
- * after `seen` (returns 1: the caller chooses again). */
-static int run_chunks(host_pool *pool, host_job *job, uint64_t seen) {
+ * after `seen` (returns 1: the caller chooses again). Adds the number of
+ * chunks it ran to *ran when not NULL. */
+static int run_chunks(host_pool *pool, host_job *job, uint64_t seen, int64_t *ran) {
   const loom_kernel_args *args = job->args;
   const int64_t n = job->num_chunks, grain = args->grain, range = args->range;
   /* A message left from earlier must not pass for a failing kernel's. */
@@ -70,6 +76,7 @@ static int run_chunks(host_pool *pool, host_job *job, uint64_t seen) {
     if (k >= n) return 0;
     const int64_t begin = k * grain, end = range - begin > grain ? begin + grain : range;
     const int rc = job->fn(args, begin, end);
+    if (ran) ++*ran;
     if (rc != 0) {
       int expected = 0;
       if (atomic_compare_exchange_strong(&job->failed, &expected, rc)) {
@@ -110,14 +117,15 @@ static uint64_t help_higher(host_pool *pool, int priority) {
     const uint64_t seen = atomic_load(&pool->opened);
     host_job *job = join_job(pool, priority);
     if (!job) return seen;
-    (void)run_chunks(pool, job, seen);
+    (void)run_chunks(pool, job, seen, NULL);
     atomic_fetch_sub(&job->helpers, 1);
   }
 }
 
-/* Waits for a launch to open after `seen`, spinning then sleeping; 0 when
- * stopping. */
+/* Waits for a launch to open after `seen`, spinning then sleeping, until
+ * one opens or host_pool_kick wakes it; 0 when stopping. */
 static int wait_for_launch(host_pool *pool, uint64_t seen) {
+  const uint64_t kicked = atomic_load(&pool->kicks);
   loom_spin spin = loom_spin_start(WORKER_SPIN_NS);
   while (atomic_load(&pool->opened) == seen && !atomic_load(&pool->stop) &&
          loom_spin_more(&spin)) {
@@ -125,7 +133,9 @@ static int wait_for_launch(host_pool *pool, uint64_t seen) {
   if (atomic_load(&pool->opened) == seen && !atomic_load(&pool->stop)) {
     pthread_mutex_lock(&pool->wake_lock);
     atomic_fetch_add(&pool->sleeping, 1);
-    while (atomic_load(&pool->opened) == seen && !atomic_load(&pool->stop))
+    atomic_fetch_add_explicit(&pool->naps, 1, memory_order_relaxed);
+    while (atomic_load(&pool->opened) == seen && !atomic_load(&pool->stop) &&
+           atomic_load(&pool->kicks) == kicked)
       pthread_cond_wait(&pool->wake, &pool->wake_lock);
     atomic_fetch_sub(&pool->sleeping, 1);
     pthread_mutex_unlock(&pool->wake_lock);
@@ -139,12 +149,20 @@ static void *worker_main(void *arg) {
     const uint64_t seen = atomic_load(&pool->opened);
     host_job *job = join_job(pool, INT_MAX);
     if (job) {
-      (void)run_chunks(pool, job, seen);
+      (void)run_chunks(pool, job, seen, NULL);
       atomic_fetch_sub(&job->helpers, 1);
     } else if (!wait_for_launch(pool, seen)) {
       return NULL;
     }
   }
+}
+
+void host_pool_kick(host_pool *pool) {
+  if (!atomic_load(&pool->sleeping)) return;
+  pthread_mutex_lock(&pool->wake_lock);
+  atomic_fetch_add(&pool->kicks, 1);
+  pthread_cond_broadcast(&pool->wake);
+  pthread_mutex_unlock(&pool->wake_lock);
 }
 
 int host_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg) {
@@ -187,12 +205,13 @@ void host_pool_destroy(host_pool *pool) {
   pthread_mutex_destroy(&pool->lock);
 }
 
-/* The owner's wait for chunks other threads took: a short spin, then sleep.
- * A worker descheduled mid-chunk can only move to the owner's core if that
- * core goes idle; spinning or yielding there would keep it busy. */
-static void wait_for_chunks(host_pool *pool, host_job *job) {
+/* The owner's wait for chunks other threads took: a spin of `spin_ns`, then
+ * sleep. A worker descheduled mid-chunk can only move to the owner's core
+ * if that core goes idle; spinning or yielding there would keep it busy,
+ * hence the bound. */
+static void wait_for_chunks(host_pool *pool, host_job *job, uint64_t spin_ns) {
   const int64_t n = job->num_chunks;
-  loom_spin spin = loom_spin_start(JOIN_SPIN_NS);
+  loom_spin spin = loom_spin_start(spin_ns);
   while (atomic_load_explicit(&job->done_chunks, memory_order_acquire) < n)
     if (!loom_spin_more(&spin)) break;
   if (atomic_load(&job->done_chunks) >= n) return;
@@ -279,11 +298,19 @@ int host_pool_run(host_pool *pool, int priority, loom_kernel_fn fn, const loom_k
   host_job job = {.priority = priority, .fn = fn, .args = args, .num_chunks = num_chunks};
   open_job(pool, &job);
   uint64_t seen = help_higher(pool, priority);
+  const uint64_t start = loom_now_ns();
+  int64_t own = 0;
   /* Once its own chunks are all taken the owner only waits: helping then
    * would hold back the completion of its stream for no chunk of its own. */
-  while (run_chunks(pool, &job, seen) && has_chunks_left(&job)) seen = help_higher(pool, priority);
+  while (run_chunks(pool, &job, seen, &own) && has_chunks_left(&job))
+    seen = help_higher(pool, priority);
   close_job(pool, &job);
-  wait_for_chunks(pool, &job);
+  uint64_t spin_ns = JOIN_SPIN_NS;
+  if (own > 0 && atomic_load_explicit(&job.done_chunks, memory_order_relaxed) < num_chunks) {
+    const uint64_t per_chunk = (loom_now_ns() - start) / (uint64_t)own;
+    if (per_chunk > spin_ns) spin_ns = per_chunk < JOIN_SPIN_MAX_NS ? per_chunk : JOIN_SPIN_MAX_NS;
+  }
+  wait_for_chunks(pool, &job, spin_ns);
   for (unsigned spins = 0; atomic_load(&job.helpers) != 0; ++spins)
     spins < 256 ? loom_cpu_relax() : (void)sched_yield();
   const int rc = atomic_load(&job.failed);

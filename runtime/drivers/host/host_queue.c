@@ -425,9 +425,16 @@ loom_status host_queue_submit(void *ctx, loom_driver_queue *q, const loom_comman
   n->seq = host_fuse_clock_tick();
   if (q->tail) q->tail->next = n; else q->head = n;
   q->tail = n;
-  atomic_fetch_add_explicit(&q->submitted, 1, memory_order_release);
+  const uint64_t ahead = atomic_fetch_add_explicit(&q->submitted, 1, memory_order_release) -
+                        atomic_load_explicit(&q->completed, memory_order_acquire);
   if (atomic_load(&q->executor_sleeping)) pthread_cond_signal(&q->work);
   pthread_mutex_unlock(&q->lock);
+  /* A launch the pool will split, queued with at most a command or two
+   * ahead of it (a product's pack): its owner opens it within microseconds,
+   * so the workers' wake-up starts now rather than then. Deeper in the
+   * queue, the launches ahead of it wake them. */
+  if (ahead <= 2 && cmd->kind == LOOM_COMMAND_LAUNCH && cmd->u.launch.range > cmd->u.launch.grain)
+    host_pool_kick(&q->ctx->devices[q->device].pool);
   return LOOM_OK;
 }
 
