@@ -99,3 +99,33 @@ def test_conv_channels_last_thread_count_independent():
     print("DIGEST", h.hexdigest())
     """
     assert digest_with_threads(code, 1) == digest_with_threads(code, 2)
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+def test_channels_last_rows_in_passes_of_images(bias):
+    """A batch whose col rows pass about 2 MB runs the forward and the
+    input gradient a few images at a time (here 7, 7 and 1: 295 KB of
+    col per image): each image's results are the bits it gets alone, and
+    the CPU's values."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(15, 32, 32, 32, generator=g).contiguous(memory_format=CL)
+    w = torch.randn(40, 32, 3, 3, generator=g).contiguous(memory_format=CL)
+    b = torch.randn(40, generator=g) if bias else None
+    dy = torch.randn(15, 40, 16, 16, generator=g).contiguous(memory_format=CL)
+    xl, wl, dyl = x.to("loom"), w.to("loom"), dy.to("loom")
+    bl = b.to("loom") if bias else None
+    kw = dict(stride=2, padding=1)
+
+    def gi_of(d, xx):
+        return torch.ops.aten.convolution_backward(d, xx, wl, None, [2, 2], [1, 1], [1, 1], False,
+                                                   [0, 0], 1, [True, False, False])[0]
+
+    y, gi = F.conv2d(xl, wl, bl, **kw), gi_of(dyl, xl)
+    assert y.is_contiguous(memory_format=CL) and gi.is_contiguous(memory_format=CL)
+    for i in range(15):
+        assert torch.equal(y[i:i + 1].cpu(), F.conv2d(xl[i:i + 1], wl, bl, **kw).cpu()), i
+        assert torch.equal(gi[i:i + 1].cpu(), gi_of(dyl[i:i + 1], xl[i:i + 1]).cpu()), i
+    torch.testing.assert_close(y.cpu(), F.conv2d(x, w, b, **kw), rtol=1e-4, atol=1e-4)
+    ref_gi = torch.ops.aten.convolution_backward(dy, x, w, None, [2, 2], [1, 1], [1, 1], False,
+                                                 [0, 0], 1, [True, False, False])[0]
+    torch.testing.assert_close(gi.cpu(), ref_gi, rtol=1e-4, atol=1e-4)
