@@ -5,6 +5,8 @@
 #include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 
+#include <array>
+#include <atomic>
 #include <string>
 
 #include "runtime/device.h"
@@ -74,7 +76,18 @@ loom_tensor describe(const at::Tensor& t, const char* op) {
 
 loom_stream_t* current_stream(c10::DeviceIndex device) {
   if (device < 0) device = current_device();
-  return native_stream(get_current_stream(device));
+  const c10::Stream stream = get_current_stream(device);
+  if (stream.id() != 0) return native_stream(stream);
+  // A default stream lives as long as the runtime, which the binding starts
+  // once and never restarts: each is looked up once. (In a forked child the
+  // runtime's own checks of the stream refuse it.)
+  static std::array<std::atomic<loom_stream_t*>, kMaxDevices> defaults{};
+  loom_stream_t* s = defaults[device].load(std::memory_order_acquire);
+  if (C10_UNLIKELY(!s)) {
+    s = native_stream(stream);
+    defaults[device].store(s, std::memory_order_release);
+  }
+  return s;
 }
 
 const loom_kernel_t* kernel(const char* name) {

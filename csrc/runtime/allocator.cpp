@@ -99,7 +99,7 @@ struct LoomDeviceAllocator final : public c10::DeviceAllocator {
       g_used[device].store(true, std::memory_order_relaxed);
     void* ptr = nullptr;
     if (nbytes > 0) {
-      loom_stream_t* stream = native_stream(get_current_stream(device));
+      loom_stream_t* stream = current_stream(device);
       loom_status st = C10_UNLIKELY(memory_history_enabled())
                            ? malloc_recorded(device, nbytes, stream, &ptr)
                            : loom_malloc(device, nbytes, stream, &ptr);

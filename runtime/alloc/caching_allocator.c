@@ -177,6 +177,31 @@ static void release_cached(loom_allocator *a) {
 
 /* ---- blocks ------------------------------------------------------------------ */
 
+/* At most this many spare block records are kept per allocator. */
+#define SPARE_BLOCKS_MAX 256
+
+/* A zeroed block record: a spare one when there is one. */
+static block *block_new(loom_allocator *a) {
+  block *b = a->spare;
+  if (!b) return calloc(1, sizeof *b);
+  a->spare = b->next;
+  --a->num_spare;
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+/* Gives back the record of a block merged into a neighbour; a freed block
+ * owns no stream uses or events any more. */
+static void block_recycle(loom_allocator *a, block *b) {
+  if (a->num_spare >= SPARE_BLOCKS_MAX) {
+    free(b);
+    return;
+  }
+  b->next = a->spare;
+  a->spare = b;
+  ++a->num_spare;
+}
+
 /* A freed block becomes inactive: coalesce with free neighbours, cache it. */
 static void block_deactivate(loom_allocator *a, block *b) {
   loom_allocator_notify(a, &(loom_memory_event){.kind = LOOM_MEMORY_EVENT_FREE_COMPLETED,
@@ -192,7 +217,7 @@ static void block_deactivate(loom_allocator *a, block *b) {
     prev->size += b->size;
     prev->next = next;
     if (next) next->prev = prev;
-    free(b);
+    block_recycle(a, b);
     b = prev;
   }
   next = b->next;
@@ -201,7 +226,7 @@ static void block_deactivate(loom_allocator *a, block *b) {
     b->size += next->size;
     b->next = next->next;
     if (b->next) b->next->prev = b;
-    free(next);
+    block_recycle(a, next);
   }
   /* Allocation of the list slot can only fail under host memory exhaustion;
    * the block then stays out of the cache until the segment goes. */
@@ -353,7 +378,7 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
     return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_malloc: out of host memory");
   }
   if (should_split(b, rounded)) {
-    block *rest = calloc(1, sizeof *rest);
+    block *rest = block_new(a);
     if (rest) {
       *rest = (block){.ptr = b->ptr + rounded, .size = b->size - rounded,
                       .stream_id = b->stream_id, .pool = b->pool, .prev = b, .next = b->next};
@@ -365,7 +390,7 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
         b->next = rest->next;
         if (b->next) b->next->prev = b;
         b->size += rest->size;
-        free(rest);
+        block_recycle(a, rest);
       }
     }
   }
@@ -550,6 +575,11 @@ void loom_allocator_destroy(loom_allocator *a) {
   free(a->pool_refs);
   for (int pool = 0; pool < LOOM_POOL_COUNT; ++pool) free(a->pools[pool].items);
   loom_block_map_free(&a->live);
+  while (a->spare) {
+    b = a->spare;
+    a->spare = b->next;
+    free(b);
+  }
   pthread_mutex_unlock(&a->lock);
   pthread_mutex_destroy(&a->lock);
   free(a);

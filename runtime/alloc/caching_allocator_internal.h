@@ -52,6 +52,11 @@ struct loom_allocator {
   uint64_t *pool_ids;
   int *pool_refs;
   int num_pools, cap_pools;
+  /* Records of blocks that splits made and coalescing merged away, kept
+   * for the next split (linked through `next`): a small tensor's
+   * allocation and free then call neither malloc nor free. */
+  block *spare;
+  int num_spare;
 };
 
 /* Every device's segments; an entry's data is the segment's first block

@@ -1,9 +1,13 @@
 /* An address-ordered table of memory segments, for finding the segment
- * that contains any address in O(log n). Thread-safe (readers share). */
+ * that contains any address in O(log n). Thread-safe (readers share).
+ * Each thread remembers the last entry it found, valid until the table
+ * next changes: freeing a tensor looks up the segment of the block freed
+ * just before it, and then takes no lock. */
 #ifndef LOOM_ALLOC_SEGMENT_TABLE_H
 #define LOOM_ALLOC_SEGMENT_TABLE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,9 +22,10 @@ typedef struct loom_segment_table {
   pthread_rwlock_t lock;
   loom_segment_entry *entries;
   size_t count, capacity;
+  _Atomic uint64_t generation; /* changes, counted under the write lock */
 } loom_segment_table;
 
-#define LOOM_SEGMENT_TABLE_INIT {PTHREAD_RWLOCK_INITIALIZER, NULL, 0, 0}
+#define LOOM_SEGMENT_TABLE_INIT {PTHREAD_RWLOCK_INITIALIZER, NULL, 0, 0, 0}
 
 /* Returns 0 on success, -1 when out of host memory. */
 int loom_segment_table_insert(loom_segment_table *t, const void *base, size_t size, int owner,

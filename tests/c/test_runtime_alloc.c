@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "runtime/alloc/segment_table.h"
 #include "test_drivers.h"
 
 #define MiB ((size_t)1 << 20)
@@ -103,6 +104,37 @@ static void test_bad_free(void) {
   CHECK_EQ_INT(loom_malloc(7, 16, NULL, &p), LOOM_ERROR_INVALID_ARGUMENT);
   CHECK_OK(loom_malloc(0, 0, NULL, &p));
   CHECK(p == NULL);
+}
+
+/* The segment table forgets what a thread found once the table changes:
+ * a removed segment is not found, and one mapped again at the same address
+ * is found with its new owner. */
+static void test_segment_table_lookup_after_change(void) {
+  loom_segment_table t = LOOM_SEGMENT_TABLE_INIT;
+  char *base = (char *)(uintptr_t)0x100000;
+  int data = 0;
+  loom_segment_entry e;
+  CHECK_EQ_INT(loom_segment_table_insert(&t, base, 4096, 1, &data), 0);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 16, &e), 1);
+  CHECK_EQ_INT(e.owner, 1);
+  CHECK(e.base == (uintptr_t)base && e.size == 4096 && e.data == &data);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 4095, &e), 1);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 4096, NULL), 0);
+  loom_segment_table_remove(&t, base);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 16, NULL), 0);
+  CHECK_EQ_INT(loom_segment_table_insert(&t, base, 2048, 2, NULL), 0);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 16, &e), 1);
+  CHECK_EQ_INT(e.owner, 2);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 3000, NULL), 0);
+  /* An insertion elsewhere leaves the segment found. */
+  CHECK_EQ_INT(loom_segment_table_insert(&t, base + 8192, 4096, 3, NULL), 0);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 16, &e), 1);
+  CHECK_EQ_INT(e.owner, 2);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 8200, &e), 1);
+  CHECK_EQ_INT(e.owner, 3);
+  loom_segment_table_clear(&t);
+  CHECK_EQ_INT(loom_segment_table_find(&t, base + 8200, NULL), 0);
+  pthread_rwlock_destroy(&t.lock);
 }
 
 static atomic_int gate;
@@ -345,6 +377,7 @@ int main(void) {
     RUN_TEST(test_large_pool);
     RUN_TEST(test_large_segment_aligned);
     RUN_TEST(test_bad_free);
+    RUN_TEST(test_segment_table_lookup_after_change);
     RUN_TEST(test_stream_reuse);
     RUN_TEST(test_record_stream_defers_reuse);
     RUN_TEST(test_pinned);
