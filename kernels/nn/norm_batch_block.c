@@ -11,6 +11,9 @@
 #include "base/cpu.h"
 #include "kernels/nn/norm_batch_rows.h"
 
+/* Rows up to this long take the statistics' plane loop. */
+#define LOOM_BN_SHORT_ROW 64
+
 /* Row (n, c) of t; NULL where t is absent. */
 static inline float *bnb_row(const loom_tensor *t, int64_t n, int64_t c) {
   return t && t->data ? (float *)t->data + n * t->strides[0] + c * t->strides[1] : NULL;
@@ -63,7 +66,10 @@ void loom_bn_block_stats(const loom_tensor *x, int64_t c0, int64_t c1, double *m
     for (int64_t c = c0; c < c1; ++c) mean[c - c0] = 0.0, m2[c - c0] = 0.0;
     return;
   }
-  if (ns >= LOOM_BN_STATS_BLOCK) { /* blocks are pieces of a row: the plane loop */
+  /* short rows (the plane loop keeps its sums in registers across them, where a
+   * walk across channels reloads them every row) and blocks that are pieces
+   * of a row: the plane loop */
+  if (ns <= LOOM_BN_SHORT_ROW || ns >= LOOM_BN_STATS_BLOCK) {
     for (int64_t c = c0; c < c1; ++c) {
       const float *xc = bnb_row(x, 0, c);
       if (vec) loom_bn_plane_stats_avx512(xc, x->strides[0], nb, ns, &mean[c - c0], &m2[c - c0]);

@@ -8,9 +8,9 @@
  * (the pass's shift) is an outlier. Through the kernels: float32 batch norm
  * (rows of any length, one sample, padded row strides, values far from
  * zero against their spread) near the float64 kernel's values, and the same bits in chunks of any size;
- * the backward's walk over blocks of channels (more channels than a block,
- * chunks across block edges, padded rows) gives each channel's plane-loop
- * bits. */
+ * the forward's and backward's walks over blocks of channels (more channels
+ * than a block, chunks across block edges, padded rows, several statistics
+ * blocks) give each channel's plane-loop bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,6 +267,46 @@ static void test_backward_blocks_give_the_plane_loops_bits(void) {
   }
 }
 
+/* "norm.batch_forward" in training over more channels than a block, rows
+ * longer than the plane loop's short ones and more of them than one
+ * statistics block holds (4096 values): the saved mean and invstd and the
+ * output are each channel's plane-loop bits, in chunks across blocks. */
+static void test_forward_blocks_give_the_plane_loops_bits(void) {
+  enum { N = 50, C = LOOM_BN_CBLOCK + 5, S = 100, L = 103, TOT = N * C * L };
+  static float x[TOT], y[TOT], ry[TOT];
+  float w[C], b[C], sm[C], sv[C], rsm[C], rsv[C];
+  for (int i = 0; i < TOT; ++i) x[i] = (float)(frand() * 2.0 + 5.0);
+  for (int c = 0; c < C; ++c) w[c] = (float)frand(), b[c] = (float)frand();
+  memset(ry, 0x7f, sizeof ry);
+  for (int64_t c = 0; c < C; ++c) {
+    double mean, m2;
+    loom_bn_plane_stats(x + c * L, C * L, N, S, &mean, &m2);
+    const double invstd = 1.0 / sqrt(m2 / (N * S) + 1e-5);
+    rsm[c] = (float)mean, rsv[c] = (float)invstd;
+    float m, a, bb;
+    loom_bn_affine_coef(mean, invstd * w[c], b[c], &m, &a, &bb);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t o = n * C * L + c * L;
+      loom_bn_row_affine(ry + o, x + o, S, m, a, bb);
+    }
+  }
+  const int64_t s3[3] = {N, C, S}, st3[3] = {C * L, L, 1}, s1[1] = {C};
+  const int64_t grains[] = {C, 7, 1};
+  for (size_t k = 0; k < sizeof grains / sizeof grains[0]; ++k) {
+    memset(y, 0x7f, sizeof y);
+    loom_tensor f[8] = {tensor(x, LOOM_FLOAT32, 3, s3, st3), dense(w, LOOM_FLOAT32, 1, s1),
+                        dense(b, LOOM_FLOAT32, 1, s1), none(), none(),
+                        tensor(y, LOOM_FLOAT32, 3, s3, st3), dense(sm, LOOM_FLOAT32, 1, s1),
+                        dense(sv, LOOM_FLOAT32, 1, s1)};
+    loom_scalar fs[3] = {si(1), sf(0.1), sf(1e-5)};
+    CHECK(run_chunks(loom_batch_norm_forward, f, 8, fs, 3, C, grains[k]) == LOOM_OK);
+    CHECK_MSG(memcmp(sm, rsm, sizeof sm) == 0 && memcmp(sv, rsv, sizeof sv) == 0,
+              "statistics differ from the plane loop's in chunks of %ld\n", (long)grains[k]);
+    CHECK_MSG(memcmp(y, ry, sizeof y) == 0, "y differs from the row loop's in chunks of %ld\n",
+              (long)grains[k]);
+  }
+}
+
 int main(void) {
   srand(11);
   test_builds_agree_and_match_the_reference();
@@ -274,5 +314,6 @@ int main(void) {
   test_non_finite_values();
   test_kernels_in_float32();
   test_backward_blocks_give_the_plane_loops_bits();
+  test_forward_blocks_give_the_plane_loops_bits();
   TEST_MAIN_END();
 }
