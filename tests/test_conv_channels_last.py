@@ -129,3 +129,32 @@ def test_channels_last_rows_in_passes_of_images(bias):
     ref_gi = torch.ops.aten.convolution_backward(dy, x, w, None, [2, 2], [1, 1], [1, 1], False,
                                                  [0, 0], 1, [True, False, False])[0]
     torch.testing.assert_close(gi.cpu(), ref_gi, rtol=1e-4, atol=1e-4)
+
+
+def test_channels_last_weight_grad_in_passes_of_images():
+    """The weight gradient's col in passes of images (here 7, 7 and 1),
+    each adding its products to the sums so far: every image's products
+    counted once (the CPU's values), the same bits with 1 and 2 threads."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(15, 32, 32, 32, generator=g).contiguous(memory_format=CL)
+    w = torch.randn(40, 32, 3, 3, generator=g).contiguous(memory_format=CL)
+    dy = torch.randn(15, 40, 16, 16, generator=g).contiguous(memory_format=CL)
+
+    def gw_of(d, xx, ww):
+        return torch.ops.aten.convolution_backward(d, xx, ww, None, [2, 2], [1, 1], [1, 1], False,
+                                                   [0, 0], 1, [False, True, False])[1]
+
+    gw = gw_of(dy.to("loom"), x.to("loom"), w.to("loom"))
+    assert gw.is_contiguous(memory_format=CL)
+    torch.testing.assert_close(gw.cpu(), gw_of(dy, x, w), rtol=1e-4, atol=2e-3)
+    code = """
+    CL = torch.channels_last
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(15, 32, 32, 32, generator=g).contiguous(memory_format=CL).to("loom")
+    w = torch.randn(40, 32, 3, 3, generator=g).contiguous(memory_format=CL).to("loom")
+    dy = torch.randn(15, 40, 16, 16, generator=g).contiguous(memory_format=CL).to("loom")
+    add(torch.ops.aten.convolution_backward(dy, x, w, None, [2, 2], [1, 1], [1, 1], False,
+                                            [0, 0], 1, [False, True, False])[1])
+    print("DIGEST", h.hexdigest())
+    """
+    assert digest_with_threads(code, 1) == digest_with_threads(code, 2)

@@ -10,6 +10,7 @@
 #include "ops/conv/conv_internal.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "ops/gemm/linalg_gemm.h"
 
@@ -23,7 +24,7 @@ namespace {
 // more memory than the paths that gather as they go.
 constexpr int64_t kMaxColBytes = int64_t{64} << 20;
 
-// Images per pass of the forward and the input gradient: their col rows
+// Images per pass of the forward and the gradients: their col rows
 // within about 2 MB, which the GEMM reads back from the cache the pass
 // before it wrote them to (a batch's col at once goes out to memory and
 // back: a 3x3/2 window over 32 channels at 32x32, batch 32, is 9 MB of col,
@@ -132,11 +133,42 @@ Tensor weight_grad_nhwc_col(const Tensor& dy_in, const Tensor& input,
                             const std::vector<int64_t>& w_sizes, const Geom& g,
                             at::MemoryFormat fmt, const char* op) {
   const Tensor dy = dy_in.contiguous(fmt);
-  const int64_t rows = rows_of(dy), o = dy.size(1), k = g.taps() * input.size(1);
+  const int64_t o = dy.size(1), k = g.taps() * input.size(1), n = input.size(0);
   Tensor gw = at::empty(w_sizes, input.options().memory_format(fmt));
-  const Tensor col = rows_are_image(g) ? input : nhwc_col(input, g, op);
-  loom_tensor a = mat(dy, op, o, rows, 1, o), b = mat(col, op, rows, k, k, 1);
-  gemm_run(op, gw, mat(gw, op, o, k, k, 1), a, b, nullptr, 1.0, 0.0);
+  if (rows_are_image(g)) {
+    const int64_t rows = rows_of(dy);
+    loom_tensor a = mat(dy, op, o, rows, 1, o), b = mat(input, op, rows, k, k, 1);
+    gemm_run(op, gw, mat(gw, op, o, k, k, 1), a, b, nullptr, 1.0, 0.0);
+    return gw;
+  }
+  // The positions are the GEMM's k: passes of images add their products
+  // to the sums so far (two buffers in turn, the last pass into gw). Passes
+  // of a multiple of 256 rows end where the fp32 GEMM's k blocks end, so
+  // the sums are added in the order one GEMM over the batch adds them.
+  const int64_t per = g.positions(), align = 256 / std::gcd<int64_t>(per, 256);
+  int64_t step = images_per_pass(n, per * k * 4);
+  if (step >= align) step -= step % align;
+  const int64_t passes = (n + step - 1) / step;
+  Tensor spare = passes > 1 ? at::empty_like(gw) : Tensor();
+  Tensor prev;
+  for (int64_t j = 0; j < passes; ++j) {
+    const int64_t i0 = j * step, m = std::min(step, n - i0);
+    const Tensor x = m == n ? input : input.narrow(0, i0, m);
+    const Tensor d = m == n ? dy : dy.narrow(0, i0, m);
+    const int64_t rows = rows_of(d);
+    const Tensor col = nhwc_col(x, g, op);
+    // the last pass writes gw; the ones before alternate so that none
+    // reads the buffer it writes
+    const Tensor& dst = (passes - 1 - j) % 2 == 0 ? gw : spare;
+    loom_tensor a = mat(d, op, o, rows, 1, o), b = mat(col, op, rows, k, k, 1);
+    if (prev.defined()) {
+      loom_tensor cin = mat(prev, op, o, k, k, 1);
+      gemm_run(op, dst, mat(dst, op, o, k, k, 1), a, b, &cin, 1.0, 1.0);
+    } else {
+      gemm_run(op, dst, mat(dst, op, o, k, k, 1), a, b, nullptr, 1.0, 0.0);
+    }
+    prev = dst;
+  }
   return gw;
 }
 
