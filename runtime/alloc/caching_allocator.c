@@ -64,6 +64,27 @@ static size_t lower_bound(const free_list *l, uint64_t stream_id, size_t size, u
 
 static int is_split(const block *b) { return b->prev || b->next; }
 
+/* The accounting of `b` joining / leaving its pool's free list. */
+static void list_joined(loom_allocator *a, block *b) {
+  b->in_free_list = 1;
+  a->free_list_bytes += b->size;
+  if (is_split(b)) {
+    b->counted_split = 1;
+    stat_pool(a->stats.inactive_split, b->pool, 1);
+    stat_pool(a->stats.inactive_split_bytes, b->pool, (int64_t)b->size);
+  }
+}
+
+static void list_left(loom_allocator *a, block *b) {
+  b->in_free_list = 0;
+  a->free_list_bytes -= b->size;
+  if (b->counted_split) {
+    b->counted_split = 0;
+    stat_pool(a->stats.inactive_split, b->pool, -1);
+    stat_pool(a->stats.inactive_split_bytes, b->pool, -(int64_t)b->size);
+  }
+}
+
 static int free_list_insert(loom_allocator *a, block *b) {
   free_list *l = &a->pools[b->pool];
   if (l->count == l->capacity) {
@@ -77,13 +98,7 @@ static int free_list_insert(loom_allocator *a, block *b) {
   memmove(&l->items[i + 1], &l->items[i], (l->count - i) * sizeof *l->items);
   l->items[i] = b;
   ++l->count;
-  b->in_free_list = 1;
-  a->free_list_bytes += b->size;
-  if (is_split(b)) {
-    b->counted_split = 1;
-    stat_pool(a->stats.inactive_split, b->pool, 1);
-    stat_pool(a->stats.inactive_split_bytes, b->pool, (int64_t)b->size);
-  }
+  list_joined(a, b);
   return 0;
 }
 
@@ -94,13 +109,26 @@ static void free_list_remove(loom_allocator *a, block *b) {
     memmove(&l->items[i], &l->items[i + 1], (l->count - i - 1) * sizeof *l->items);
     --l->count;
   }
-  b->in_free_list = 0;
-  a->free_list_bytes -= b->size;
-  if (b->counted_split) {
-    b->counted_split = 0;
-    stat_pool(a->stats.inactive_split, b->pool, -1);
-    stat_pool(a->stats.inactive_split_bytes, b->pool, -(int64_t)b->size);
+  list_left(a, b);
+}
+
+/* Puts `in` (in no list) where `out` (listed) is: in place when `in` sorts between out's
+ * neighbours, as a segment's free tail does when a split shrinks it or a free grows it;
+ * else by removal and insertion (-1: no host memory; `out` is out of the list). */
+static int free_list_replace(loom_allocator *a, block *out, block *in) {
+  free_list *l = &a->pools[out->pool];
+  const size_t i = lower_bound(l, out->stream_id, out->size, out->ptr);
+  if (in->pool == out->pool && i < l->count && l->items[i] == out &&
+      (i == 0 || block_less(l->items[i - 1], in->stream_id, in->size, in->ptr)) &&
+      (i + 1 == l->count || block_less(in, l->items[i + 1]->stream_id, l->items[i + 1]->size,
+                                       l->items[i + 1]->ptr))) {
+    list_left(a, out);
+    l->items[i] = in;
+    list_joined(a, in);
+    return 0;
   }
+  free_list_remove(a, out);
+  return free_list_insert(a, in);
 }
 
 /* ---- segments ---------------------------------------------------------------- */
@@ -186,8 +214,7 @@ static block *block_new(loom_allocator *a) {
   if (!b) return calloc(1, sizeof *b);
   a->spare = b->next;
   --a->num_spare;
-  memset(b, 0, sizeof *b);
-  return b;
+  return memset(b, 0, sizeof *b);
 }
 
 /* Gives back the record of a block merged into a neighbour; a freed block
@@ -220,16 +247,17 @@ static void block_deactivate(loom_allocator *a, block *b) {
     block_recycle(a, b);
     b = prev;
   }
+  /* Allocation of a list slot can only fail under host memory exhaustion;
+   * the block then stays out of the cache until the segment goes. */
   next = b->next;
   if (next && next->in_free_list) {
-    free_list_remove(a, next);
     b->size += next->size;
     b->next = next->next;
     if (b->next) b->next->prev = b;
+    (void)free_list_replace(a, next, b); /* next's key is unchanged */
     block_recycle(a, next);
+    return;
   }
-  /* Allocation of the list slot can only fail under host memory exhaustion;
-   * the block then stays out of the cache until the segment goes. */
   (void)free_list_insert(a, b);
 }
 
@@ -279,20 +307,40 @@ static void drain_pending(loom_allocator *a) {
   }
 }
 
+/* The smallest free block of `stream_id` of at least `size` bytes, left in
+ * its list (take_block takes it out). */
 static block *find_free(loom_allocator *a, int pool, uint64_t stream_id, size_t size) {
   free_list *l = &a->pools[pool];
   size_t i = lower_bound(l, stream_id, size, 0);
-  if (i < l->count && l->items[i]->stream_id == stream_id) {
-    block *b = l->items[i];
-    free_list_remove(a, b);
-    return b;
-  }
+  if (i < l->count && l->items[i]->stream_id == stream_id) return l->items[i];
   return NULL;
 }
 
 static int should_split(const block *b, size_t size) {
   const size_t rest = b->size - size;
   return b->pool == LOOM_POOL_SMALL ? rest >= LOOM_ALLOC_ROUND : rest > LOOM_ALLOC_SMALL_LIMIT;
+}
+
+/* Takes `b` (free, in its list or a new segment's) for an allocation of
+ * `rounded` bytes, splitting off the rest when it is large enough: the rest
+ * takes b's place in the list when it can. */
+static void take_block(loom_allocator *a, block *b, size_t rounded) {
+  block *rest = should_split(b, rounded) ? block_new(a) : NULL;
+  if (!rest) {
+    if (b->in_free_list) free_list_remove(a, b);
+    return;
+  }
+  *rest = (block){.ptr = b->ptr + rounded, .size = b->size - rounded,
+                  .stream_id = b->stream_id, .pool = b->pool, .prev = b, .next = b->next};
+  /* (b's key is still the one its list slot was sorted by.) */
+  if ((b->in_free_list ? free_list_replace(a, b, rest) : free_list_insert(a, rest)) != 0) {
+    /* no host memory for the tail's slot: b stays whole */
+    block_recycle(a, rest);
+    return;
+  }
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = rounded;
 }
 
 /* Bytes that could still be handed out under the limit. */
@@ -373,27 +421,11 @@ loom_status loom_allocator_malloc(loom_allocator *a, size_t size, loom_stream_t 
     return LOOM_ERROR_OUT_OF_MEMORY;
   }
   if (loom_block_map_put(&a->live, (void *)b->ptr, b) != 0) {
-    (void)free_list_insert(a, b);
+    if (!b->in_free_list) (void)free_list_insert(a, b);
     pthread_mutex_unlock(&a->lock);
     return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_malloc: out of host memory");
   }
-  if (should_split(b, rounded)) {
-    block *rest = block_new(a);
-    if (rest) {
-      *rest = (block){.ptr = b->ptr + rounded, .size = b->size - rounded,
-                      .stream_id = b->stream_id, .pool = b->pool, .prev = b, .next = b->next};
-      if (b->next) b->next->prev = rest;
-      b->next = rest;
-      b->size = rounded;
-      if (free_list_insert(a, rest) != 0) {
-        /* Undo the split rather than lose track of the tail. */
-        b->next = rest->next;
-        if (b->next) b->next->prev = b;
-        b->size += rest->size;
-        block_recycle(a, rest);
-      }
-    }
-  }
+  take_block(a, b, rounded);
   b->allocated = 1;
   b->requested = size;
   stat_pool(a->stats.allocation, pool, 1);
@@ -575,11 +607,7 @@ void loom_allocator_destroy(loom_allocator *a) {
   free(a->pool_refs);
   for (int pool = 0; pool < LOOM_POOL_COUNT; ++pool) free(a->pools[pool].items);
   loom_block_map_free(&a->live);
-  while (a->spare) {
-    b = a->spare;
-    a->spare = b->next;
-    free(b);
-  }
+  for (block *next; a->spare; a->spare = next) next = a->spare->next, free(a->spare);
   pthread_mutex_unlock(&a->lock);
   pthread_mutex_destroy(&a->lock);
   free(a);
