@@ -11,7 +11,12 @@ static loom_status device_allocator(int device, loom_allocator **out, const char
   loom_runtime *rt = loom_runtime_get();
   if (!rt) return loom_runtime_unavailable();
   loom_status st = loom_check_device(rt, device);
-  if (st != LOOM_OK) return loom_error(st, "%s: %s", what, loom_last_error());
+  if (st != LOOM_OK) {
+    /* loom_error formats into the buffer loom_last_error() reads from */
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", loom_last_error());
+    return loom_error(st, "%s: %s", what, reason);
+  }
   *out = rt->devices[device].allocator;
   return LOOM_OK;
 }
