@@ -10,9 +10,12 @@ same drift).
 A configuration is "eager" or a torch.compile backend name, on loom; with
 the prefix "cpu" ("cpu" alone is CPU eager, "cpu:inductor" the CPU
 compiled) the same workload runs on the CPU. Each is built from
-`bench/workloads.py` and warmed up; then each round runs one step of every
-configuration, in alternating order. Printed per configuration: its median
-step time and its speed relative to the first configuration (the median and
+`bench/workloads.py` and warmed up; then each round gives every
+configuration a turn, in alternating order: as many calls as take about
+20 ms (one step of a training workload), after a pause in which the other turn's threads go idle (a
+CPU step's OpenMP threads spin for milliseconds after it and would slow
+the loom turn after it). Printed per configuration: its median
+time per call and its speed relative to the first configuration (the median and
 interquartile range of the per-round ratios)."""
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import time
 import torch
 
 from bench import workloads as W
+
+SETTLE_S = 0.05
 
 
 def _context(config: str) -> W.Ctx:
@@ -48,14 +53,26 @@ def main(argv: list[str]) -> int:
         for _ in range(3):
             preps[c].fn()
         ctx.sync()
+    # Calls per turn: enough for ~20 ms, so the first call's wake-up of the
+    # threads is a small part of a short workload's turn.
+    inner = {}
+    for c in configs:
+        t0 = time.perf_counter()
+        preps[c].fn()
+        syncs[c]()
+        inner[c] = max(1, round(0.02 / max(time.perf_counter() - t0, 1e-6)))
     times: dict[str, list[float]] = {c: [] for c in configs}
     for r in range(reps):
         for c in configs if r % 2 == 0 else configs[::-1]:
+            # the previous turn's threads stop spinning (OpenMP's spin for
+            # the next parallel region lasts milliseconds) before this one
+            time.sleep(SETTLE_S)
             syncs[c]()
             t0 = time.perf_counter()
-            preps[c].fn()
+            for _ in range(inner[c]):
+                preps[c].fn()
             syncs[c]()
-            times[c].append((time.perf_counter() - t0) * 1e3)
+            times[c].append((time.perf_counter() - t0) * 1e3 / inner[c])
     base = configs[0]
     for c in configs:
         ratios = sorted(b / a for a, b in zip(times[c], times[base]))
