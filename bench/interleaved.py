@@ -12,11 +12,11 @@ the prefix "cpu" ("cpu" alone is CPU eager, "cpu:inductor" the CPU
 compiled) the same workload runs on the CPU. Each is built from
 `bench/workloads.py` and warmed up; then each round gives every
 configuration a turn, in alternating order: as many calls as take about
-20 ms (one step of a training workload), after a pause in which the other turn's threads go idle (a
-CPU step's OpenMP threads spin for milliseconds after it and would slow
-the loom turn after it). Printed per configuration: its median
-time per call and its speed relative to the first configuration (the median and
-interquartile range of the per-round ratios)."""
+20 ms (one step of a training workload), after a pause in which the other
+turn's threads go idle (a CPU step's OpenMP threads spin for milliseconds
+after it and would slow the loom turn after it). Printed per
+configuration: its median time per call and its speed relative to the
+first configuration (the median and interquartile range of the per-round ratios)."""
 from __future__ import annotations
 
 import statistics
