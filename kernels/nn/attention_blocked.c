@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/nn/attention.h"
+#include "kernels/nn/attention_blocked.h"
 #include "kernels/pointwise/exp_neg.h"
 #include "kernels/nn/nn_rows.h"
 #include "kernels/nn/nn_util.h"
@@ -712,10 +713,6 @@ int ATTN_NAME(loom_attention_blocked_backward_kv_impl)(const loom_kernel_args *a
 
 #ifndef LOOM_ATTN_ISA
 #include "base/cpu.h"
-
-int loom_attention_blocked_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_q_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_kv_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
 
 static int use_avx512(void) { return (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0; }
 

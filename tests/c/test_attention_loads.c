@@ -17,15 +17,10 @@
 #include "base/cpu.h"
 #include "kernels/base/dtype.h"
 #include "kernels/nn/attention.h"
+#include "kernels/nn/attention_blocked.h"
 #include "loom/status.h"
 #include "test_util.h"
 
-int loom_attention_blocked_forward_impl(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_q_impl(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_kv_impl(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_q_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_kv_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
 
 enum { B = 2, H = 3, MAXN = 83, MAXE = 40, PAD = 5 };
 enum { CAP = B * MAXN * (H * MAXE + PAD) };

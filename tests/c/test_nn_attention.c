@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/nn/attention.h"
+#include "kernels/nn/attention_blocked.h"
 #include "loom/status.h"
 #include "base/cpu.h"
 #include "test_util.h"
@@ -182,12 +183,6 @@ static void test_blocked(int causal, int mask_kind) {
 /* The AVX-512 build gives the baseline build's bits: forward and both
  * backward kernels, head dims that fill whole vectors and ones that do
  * not, row counts that leave a tail after the four-row blocks. */
-int loom_attention_blocked_forward_impl(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_q_impl(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_kv_impl(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_forward_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_q_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
-int loom_attention_blocked_backward_kv_impl_avx512(const loom_kernel_args *, int64_t, int64_t);
 
 enum { IB = 2, IL = 45, IS = 83, IE = 64 };
 
