@@ -171,6 +171,41 @@ def test_adaptive_pools(dtype, out):
     compare(lambda x: F.adaptive_avg_pool2d(x, out), rand(3, 7, 9, dtype=dtype), dtype, noncontig=True)
 
 
+# One output per plane (a global average), the planes summed several at a
+# time: counts around the groups and a launch's items (505 planes of 35
+# values split at 468), strided planes, windows short of the plane.
+ONE_OUTPUT_POOLS = [
+    lambda x: torch.ops.aten._adaptive_avg_pool2d(x, [1, 1]),
+    lambda x: F.avg_pool2d(x, (5, 7)),
+    lambda x: F.avg_pool2d(x, (4, 6), padding=(1, 2), count_include_pad=False),
+    lambda x: F.avg_pool2d(x, (4, 6), padding=(1, 2), divisor_override=5),
+    lambda x: F.avg_pool3d(x.unsqueeze(2), (1, 5, 7)),
+]
+
+
+@pytest.mark.parametrize("pool", ONE_OUTPUT_POOLS)
+@pytest.mark.parametrize("shape", [(1, 1, 5, 7), (1, 9, 5, 7), (3, 13, 5, 7), (5, 101, 5, 7)])
+@pytest.mark.parametrize("noncontig", [False, True])
+def test_avg_pool_one_output_per_plane(pool, shape, noncontig):
+    x = rand(*shape)
+    x[0, -1, 2, 3] = float("nan")
+    c = x.double().requires_grad_()
+    d = x.to("loom")
+    if noncontig:
+        d = d.transpose(-1, -2).contiguous().transpose(-1, -2)
+    d.requires_grad_()
+    y, ly = pool(c), pool(d)
+    assert ly.shape == y.shape and ly.dtype == torch.float32
+    torch.testing.assert_close(ly.detach().cpu(), y.detach().float(), rtol=1e-6, atol=1e-6,
+                               equal_nan=True)
+    g = rand(*y.shape, seed=3)
+    g.view(-1)[-1] = -0.0
+    (gc,) = torch.autograd.grad(y, c, g.double())
+    (gd,) = torch.autograd.grad(ly, d, g.to("loom"))
+    torch.testing.assert_close(gd.cpu(), gc.float(), rtol=1e-6, atol=1e-6)
+    assert torch.equal(torch.signbit(gd.cpu()), torch.signbit(gc.float()))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kw", [
     dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),

@@ -31,6 +31,43 @@ static inline int64_t loom_pool_at(const loom_tensor *t, int64_t b, int64_t z, i
 /* Input rows (depth by height taps) of the vectorized max's windows. */
 #define POOL_ROWS 64
 
+/* Planes whose sums pool_avg_planes_f32 carries side by side. */
+#define POOL_PLANES 8
+
+/* An average pooling of one output per volume (the global pooling ahead of
+ * a classifier): planes [begin, end) summed POOL_PLANES at a time, each in
+ * its own double accumulator in pool_f32's order (the same bits), so the
+ * planes' additions overlap instead of waiting on one chain. */
+static void pool_avg_planes_f32(const loom_pool_params *q, const loom_tensor *in,
+                                const loom_tensor *out, int64_t begin, int64_t end) {
+  const int64_t sd = in->strides[2], sh = in->strides[3], sw = in->strides[4];
+  const loom_pool_window w[3] = {loom_pool_window_of(q, 0, 0, 1, in->sizes[2]),
+                                 loom_pool_window_of(q, 1, 0, 1, in->sizes[3]),
+                                 loom_pool_window_of(q, 2, 0, 1, in->sizes[4])};
+  const int64_t div = loom_pool_divisor(q, w);
+  for (int64_t pl = begin; pl < end; pl += POOL_PLANES) {
+    const int64_t n = end - pl < POOL_PLANES ? end - pl : POOL_PLANES;
+    const float *ip[POOL_PLANES];
+    double sum[POOL_PLANES];
+    for (int64_t j = 0; j < POOL_PLANES; ++j) {
+      /* absent planes repeat the last one, their sums unstored */
+      ip[j] = (const float *)in->data + loom_pool_volume(in, pl + (j < n ? j : n - 1));
+      sum[j] = 0.0;
+    }
+    for (int64_t a = 0; a < w[0].count; ++a)
+      for (int64_t b = 0; b < w[1].count; ++b) {
+        const int64_t row = (w[0].start + a) * sd + (w[1].start + b) * sh + w[2].start * sw;
+        for (int64_t c = 0; c < w[2].count; ++c) {
+          const int64_t off = row + c * sw;
+          for (int64_t j = 0; j < POOL_PLANES; ++j) sum[j] += (double)ip[j][off];
+        }
+      }
+    for (int64_t j = 0; j < n; ++j)
+      ((float *)out->data)[loom_pool_volume(out, pl + j)] =
+          (float)(div ? sum[j] / (double)div : NAN);
+  }
+}
+
 /* loom_pool_kernel's loops for float32 volumes, the elements read as they
  * are rather than through a dtype switch, the columns' windows computed
  * once: the same comparisons and the same double sums in the same order,
@@ -40,6 +77,10 @@ static void pool_f32(const loom_pool_params *q, const loom_tensor *in, const loo
   const int64_t id = in->sizes[2], ih = in->sizes[3], iw = in->sizes[4];
   const int64_t od = out->sizes[2], oh = out->sizes[3], ow = out->sizes[4];
   const int64_t sd = in->strides[2], sh = in->strides[3], sw = in->strides[4];
+  if (!is_max && od == 1 && oh == 1 && ow == 1) {
+    pool_avg_planes_f32(q, in, out, begin, end);
+    return;
+  }
   loom_pool_window cols[POOL_COLS];
   for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 2, x, ow, iw);
   /* Max pooling's rows 16 columns at a time, where its column offsets and
@@ -227,12 +268,37 @@ static void pool_avg_backward_f32(const loom_pool_params *q, const loom_tensor *
   const int64_t od = go->sizes[2], oh = go->sizes[3], ow = go->sizes[4];
   loom_pool_window cols[POOL_COLS];
   for (int64_t x = 0; x < ow && x < POOL_COLS; ++x) cols[x] = loom_pool_window_of(q, 2, x, ow, iw);
+  const int64_t sx = gi->strides[4];
+  const int single = od == 1 && oh == 1 && ow == 1;
+  const loom_pool_window w1[3] = {loom_pool_window_of(q, 0, 0, 1, id),
+                                  loom_pool_window_of(q, 1, 0, 1, ih),
+                                  loom_pool_window_of(q, 2, 0, 1, iw)};
   for (int64_t pl = begin; pl < end; ++pl) {
     float *g_in = (float *)gi->data + loom_pool_volume(gi, pl);
     const float *g_out = (const float *)go->data + loom_pool_volume(go, pl);
     for (int64_t z = 0; z < id; ++z)
-      for (int64_t y = 0; y < ih; ++y)
-        for (int64_t x = 0; x < iw; ++x) g_in[loom_pool_at(gi, 0, z, y, x)] = 0.0f;
+      for (int64_t y = 0; y < ih; ++y) {
+        float *row = g_in + loom_pool_at(gi, 0, z, y, 0);
+        if (sx == 1) memset(row, 0, (size_t)iw * sizeof(float));
+        else
+          for (int64_t x = 0; x < iw; ++x) row[x * sx] = 0.0f;
+      }
+    if (single) {
+      /* one output per volume: its window's elements all take the zero
+       * plus its share, rounded to float, as the loop below stores them */
+      const int64_t div = loom_pool_divisor(q, w1);
+      const double share = div ? (double)g_out[0] / (double)div : NAN;
+      const float v = (float)(0.0 + share);
+      for (int64_t a = 0; a < w1[0].count; ++a)
+        for (int64_t b = 0; b < w1[1].count; ++b) {
+          float *row = g_in + loom_pool_at(gi, 0, w1[0].start + a, w1[1].start + b, w1[2].start);
+          if (sx == 1)
+            for (int64_t c = 0; c < w1[2].count; ++c) row[c] = v;
+          else
+            for (int64_t c = 0; c < w1[2].count; ++c) row[c * sx] = v;
+        }
+      continue;
+    }
     for (int64_t z = 0; z < od; ++z) {
       loom_pool_window w[3];
       w[0] = loom_pool_window_of(q, 0, z, od, id);
