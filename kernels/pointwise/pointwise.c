@@ -199,7 +199,10 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
   const loom_scalar *params = args->scalars + LOOM_PW_PARAM;
 
   /* Constant inputs join the iteration as rank-0 operands with no data. */
-  loom_tensor constant = {.data = NULL, .dtype = kdtype, .rank = 0};
+  /* (rank 0: its sizes and strides are never read, and left unset, as a
+   * zeroed struct costs a one-element launch a third of its time) */
+  loom_tensor constant;
+  constant.data = NULL, constant.dtype = kdtype, constant.rank = 0;
   const loom_tensor *ops[1 + LOOM_PW_MAX_INPUTS];
   int is_const[1 + LOOM_PW_MAX_INPUTS] = {0};
   for (int k = 0; k < nops; ++k) {
@@ -212,6 +215,12 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
   loom_iter it;
   if (loom_iter_init(&it, nops, ops)) return LOOM_ERROR_INVALID_ARGUMENT;
   loom_iter_seek(&it, begin, end - begin);
+  /* A single element (the iterator gives it stride 0): each tensor's own
+   * element size, so that operands of the compute type are used in place
+   * rather than staged. */
+  if (it.rank == 1 && it.sizes[0] == 1)
+    for (int k = 0; k < nops; ++k)
+      it.strides[k][0] = is_const[k] ? 0 : loom_dtype_size(ops[k]->dtype);
 
   /* A staging block per operand; the last dim's strides are fixed for the
    * whole walk, so which operands can be used in place is decided once. */
@@ -228,8 +237,10 @@ int loom_kernel_pointwise(const loom_kernel_args *args, int64_t begin,
                 it.strides[k][last] == ksize;
     all_direct &= direct[k];
     if (is_const[k]) {
+      /* as many copies as a block of this launch takes */
       const loom_scalar v = args->scalars[LOOM_PW_CONST + k - 1];
-      for (int64_t i = 0; i < PW_BLOCK; ++i) {
+      const int64_t copies = end - begin < PW_BLOCK ? end - begin : PW_BLOCK;
+      for (int64_t i = 0; i < copies; ++i) {
         if (kind == LOOM_PW_F32) stage[k].f[i] = (float)v.f;
         else if (kind == LOOM_PW_F64) stage[k].d[i] = v.f;
         else stage[k].i[i] = v.i;
