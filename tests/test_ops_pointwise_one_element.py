@@ -63,8 +63,7 @@ def test_one_element_with_scalars(dtype, scalar):
     for v in VALUES:
         run_both(lambda a: a + scalar, one(v, dtype))
         run_both(lambda a: scalar * a, one(v, dtype))
-        if scalar is not True:  # (the CPU refuses a bool subtrahend; loom does not check it)
-            run_both(lambda a: torch.sub(a, scalar, alpha=2), one(v, dtype))
+        run_both(lambda a: torch.sub(a, scalar, alpha=2), one(v, dtype))
         run_both(lambda a: torch.where(a > 0, a, scalar), one(v, dtype))
 
 
@@ -115,3 +114,15 @@ def test_one_element_views_at_an_offset():
     y = d.clone()
     y[1:2, 2:3] += d[2:3, 0:1]
     same(y, x)
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 5)])
+def test_sub_refuses_a_bool_operand(shape):
+    x = torch.full(shape, 2.5)
+    for fn in (lambda a: a - True, lambda a: torch.sub(a, False, alpha=2),
+               lambda a: a.clone().sub_(True), lambda a: torch.rsub(a, True)):
+        with pytest.raises(RuntimeError, match="bool tensor is not supported"):
+            fn(x)
+        with pytest.raises(RuntimeError, match="bool tensor is not supported"):
+            fn(x.to("loom"))
+            torch.loom.synchronize()

@@ -124,9 +124,15 @@ struct Binary {
     return kernel;
   }
 
+  // sub refuses a bool operand (sub_check, in the table kernel)
+  static bool refused(const at::Tensor& other) {
+    return Op == LOOM_PW_SUB && other.scalar_type() == at::kBool;
+  }
+
   static at::Tensor run(const at::Tensor& self, const at::Tensor& other, double alpha) {
     double number = 0.0;
-    const Second second = fast_self(self) ? classify(self, other, &number) : Second::kNone;
+    const Second second =
+        fast_self(self) && !refused(other) ? classify(self, other, &number) : Second::kNone;
     if (second == Second::kNone) return at::Tensor();
     at::Tensor out = at::detail::empty_generic(self.sizes(), device_allocator(), kLoomKeys,
                                                self.scalar_type(), std::nullopt);
@@ -136,7 +142,8 @@ struct Binary {
 
   static bool run_(const at::Tensor& self, const at::Tensor& other, double alpha) {
     double number = 0.0;
-    const Second second = fast_self(self) ? classify(self, other, &number) : Second::kNone;
+    const Second second =
+        fast_self(self) && !refused(other) ? classify(self, other, &number) : Second::kNone;
     if (second == Second::kNone) return false;
     // Elementwise in place is safe on the same elements, not on shifted ones.
     if (second == Second::kTensor && !other.is_same(self) &&
