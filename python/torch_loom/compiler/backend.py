@@ -31,6 +31,7 @@ from . import jit, observe
 from .decomp import decompositions
 from .emit_c import CDialect
 from .attention import pack_attention_gradients
+from .attention_contiguous import contiguous_attention_operands
 from .batchnorm import fuse_batch_norms
 from .epilogue import fuse_epilogues
 from .fuse import fuse
@@ -157,6 +158,7 @@ def _build(gm, tag, start, specialization=False):
     fuse_epilogues(graph)
     fuse_batch_norms(graph)
     pack_attention_gradients(graph)
+    contiguous_attention_operands(graph)
     fuse_linear_layers(graph)
     collapse_view_chains(graph)
     log.graph(tag, graph)

@@ -44,6 +44,7 @@ def _zero():
     _compile.update(graphs_compiled=0, graphs_fallen_back=0, kernels_generated=0, fused_ops=[],
                     gemm_epilogues=0, epilogue_ops=[], batch_norm_relu=0,
                     batch_norm_relu_backward=0, conv_planes=0, attention_packed=0,
+                    attention_contiguous=0,
                     graphs_dynamic=0, specializations=0,
                     compile_seconds=0.0, modules_compiled=0, modules_cached=0, modules_resident=0,
                     zero_tangents_eliminated=0, zero_tangents_materialized=0)
@@ -86,6 +87,9 @@ def counters() -> dict:
     - ``attention_packed``: attention backwards that write their three
       gradients into the slices of the projection's gradient, instead of a
       cat copying them there (attention.py);
+    - ``attention_contiguous``: attentions (forwards, backwards) over
+      strided bfloat16/float16 heads that run over contiguous copies, their
+      results in the traced layout (attention_contiguous.py);
     - ``graph_calls``, ``kernel_launches``, ``library_calls`` and
       ``epilogue_calls``: calls of compiled graphs and what they enqueued
       (so a call's launches are the difference across it; an epilogue call
@@ -156,6 +160,11 @@ def record_conv_planes(count):
 def record_attention_packed(count):
     with _lock:
         _compile["attention_packed"] += count
+
+
+def record_attention_contiguous(count):
+    with _lock:
+        _compile["attention_contiguous"] += count
 
 
 def record_dynamic_graph():
