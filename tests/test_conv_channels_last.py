@@ -158,3 +158,53 @@ def test_channels_last_weight_grad_in_passes_of_images():
     print("DIGEST", h.hexdigest())
     """
     assert digest_with_threads(code, 1) == digest_with_threads(code, 2)
+
+
+# (n, c_in, c_out, stride, h, w): narrow images through the padded rows,
+# whose positions' channels the planes take by permutes (2-4 channels),
+# rows of whole and partial blocks of 16 positions
+NARROW = [(4, 3, 16, 1, 19, 37), (3, 2, 8, 1, 16, 35), (2, 4, 16, 1, 13, 21),
+          (2, 2, 16, 1, 12, 40), (32, 3, 32, 1, 32, 32)]
+
+
+@pytest.mark.parametrize("case", NARROW, ids=str)
+def test_channels_last_narrow_image_planes_give_nchw_bits(case):
+    """A network's first convolution over a channels-last image of a few
+    channels: the padded planes it makes from the image are the NCHW
+    image's, so the forward and the weight gradient have the NCHW path's
+    bits, and the CPU's values."""
+    n, c, o, s, h, wd = case
+    g = torch.Generator().manual_seed(sum(case))
+    x = torch.randn(n, c, h, wd, generator=g)
+    w = torch.randn(o, c, 3, 3, generator=g)
+    y_ref = F.conv2d(x, w, stride=s, padding=1)
+    dy = torch.randn(y_ref.shape, generator=g)
+
+    def step(fmt):
+        xl = x.contiguous(memory_format=fmt).to("loom")
+        wl = w.contiguous(memory_format=fmt).to("loom")
+        y = F.conv2d(xl, wl, stride=s, padding=1)
+        gw = torch.ops.aten.convolution_backward(
+            dy.contiguous(memory_format=fmt).to("loom"), xl, wl, None, [s, s], [1, 1], [1, 1],
+            False, [0, 0], 1, [False, True, False])[1]
+        return y.cpu(), gw.cpu()
+
+    gw_ref = torch.ops.aten.convolution_backward(dy, x, w, None, [s, s], [1, 1], [1, 1], False,
+                                                 [0, 0], 1, [False, True, False])[1]
+    cl, nchw = step(CL), step(torch.contiguous_format)
+    for got, base, ref in zip(cl, nchw, (y_ref, gw_ref)):
+        assert torch.equal(got, base)
+        # the weight gradient sums up to 32K products a value
+        torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-3)
+    code = f"""
+    CL = torch.channels_last
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn({n}, {c}, {h}, {wd}, generator=g).contiguous(memory_format=CL).to("loom")
+    w = torch.randn({o}, {c}, 3, 3, generator=g).contiguous(memory_format=CL).to("loom")
+    y = torch.nn.functional.conv2d(x, w, stride={s}, padding=1)
+    dy = torch.randn(y.shape, generator=g).contiguous(memory_format=CL).to("loom")
+    add(y, torch.ops.aten.convolution_backward(dy, x, w, None, [{s}, {s}], [1, 1], [1, 1], False,
+                                               [0, 0], 1, [False, True, False])[1])
+    print("DIGEST", h.hexdigest())
+    """
+    assert digest_with_threads(code, 1) == digest_with_threads(code, 2)

@@ -311,7 +311,9 @@ static void prefetch_run(const char *p, int64_t bytes, int write) {
  * contiguous): blocks of up to 32 channels of one image and phase at once,
  * each image position's channels read as one run and spread over their
  * planes, where a plane at a time read one element per cache line; with
- * AVX-512, by 16 x 16 transposes (loom_conv_pad_cl_planes_avx512). */
+ * AVX-512, by 16 x 16 transposes (loom_conv_pad_cl_planes_avx512), or by
+ * permutes where positions are at most 4 floats apart (a narrow image:
+ * loom_conv_pad_cl_narrow_avx512). */
 static int pad_channels_last(const loom_tensor *dst, const loom_tensor *src, int64_t begin,
                              int64_t end, int64_t top, int64_t left, int64_t wq, int64_t sh,
                              int64_t sw) {
@@ -346,9 +348,13 @@ static int pad_channels_last(const loom_tensor *dst, const loom_tensor *src, int
           d[k] = (float *)dst->data + n * dst->strides[0] +
                  ((c0 + k) * phases + ph) * dst->strides[1];
         if (avx512 && w > 0 && e.i1 > e.i0) {
-          loom_conv_pad_cl_planes_avx512(
-              d, cnt, plane, wq, e.i0, e.i1, e.j0, e.j1,
-              s + (e.i0 * sh + e.a - top) * ssh + (e.j0 * sw + e.b - left) * ssw, sh * ssh, step);
+          const float *s0 = s + (e.i0 * sh + e.a - top) * ssh + (e.j0 * sw + e.b - left) * ssw;
+          if (step <= 4 && cnt <= step) /* a narrow image: the stem's 3 channels */
+            loom_conv_pad_cl_narrow_avx512(d, cnt, plane, wq, e.i0, e.i1, e.j0, e.j1, s0,
+                                           sh * ssh, step);
+          else
+            loom_conv_pad_cl_planes_avx512(d, cnt, plane, wq, e.i0, e.i1, e.j0, e.j1, s0,
+                                           sh * ssh, step);
           continue;
         }
         for (int64_t k = 0; k < cnt; ++k) pad_zero_around(d[k], plane, wq, &e);

@@ -2,8 +2,9 @@
  * accumulation into every other column (stride-2 convolutions), where each
  * destination element takes the one addition the scalar loop gives it, so
  * the bits are the same; the strided lanes of the flipped weight's pack;
- * the rows of a zero-padded copy, from NCHW or, by 16 x 16 transposes,
- * from a channels-last image; and im2col's every other 16-bit value. */
+ * the rows of a zero-padded copy, from NCHW or, by 16 x 16 transposes (or
+ * permutes, for a narrow image), from a channels-last image; and im2col's
+ * every other 16-bit value. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -112,6 +113,51 @@ void loom_conv_pad_cl_planes_avx512(float *const *d, int64_t cnt, int64_t plane,
           for (int64_t k = 0; k < lanes; ++k)
             _mm512_mask_storeu_ps(d[c0 + k] + i * wq + j0 + j, pad_mask(live),
                                   _mm512_castsi512_ps(r[k]));
+      }
+    }
+    from = i * wq + j1;
+  }
+  for (int64_t k = 0; k < cnt; ++k) pad_zeros(d[k] + from, plane - from);
+}
+
+void loom_conv_pad_cl_narrow_avx512(float *const *d, int64_t cnt, int64_t plane, int64_t wq,
+                                    int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                                    const float *s, int64_t s_row, int64_t step) {
+  /* plane k's lane q is the run's value q * step + k: from the first two
+   * vectors where it is below 32, else from the last two */
+  __m512i idx[4];
+  __mmask16 upper[4];
+  for (int64_t k = 0; k < cnt; ++k) {
+    int32_t lanes[16];
+    unsigned m = 0;
+    for (int q = 0; q < 16; ++q) {
+      const int64_t e = q * step + k;
+      lanes[q] = (int32_t)(e & 31);
+      if (e >= 32) m |= 1u << q;
+    }
+    idx[k] = _mm512_loadu_si512(lanes);
+    upper[k] = (__mmask16)m;
+  }
+  const int64_t n = j1 - j0;
+  int64_t from = 0;
+  for (int64_t i = i0; i < i1; ++i, s += s_row) {
+    for (int64_t k = 0; k < cnt; ++k) pad_zeros(d[k] + from, i * wq + j0 - from);
+    for (int64_t j = 0; j < n; j += 16) {
+      /* 16 positions' channels, the floats up to the last live one's */
+      const int64_t live = n - j < 16 ? n - j : 16, span = (live - 1) * step + cnt;
+      const float *r = s + j * step;
+      const __m512 v0 = _mm512_maskz_loadu_ps(pad_mask(span), r);
+      const __m512 v1 = span > 16 ? _mm512_maskz_loadu_ps(pad_mask(span - 16), r + 16)
+                                  : _mm512_setzero_ps();
+      const __m512 v2 = span > 32 ? _mm512_maskz_loadu_ps(pad_mask(span - 32), r + 32)
+                                  : _mm512_setzero_ps();
+      const __m512 v3 = span > 48 ? _mm512_maskz_loadu_ps(pad_mask(span - 48), r + 48)
+                                  : _mm512_setzero_ps();
+      const __mmask16 pm = pad_mask(live);
+      for (int64_t k = 0; k < cnt; ++k) {
+        const __m512 lo = _mm512_permutex2var_ps(v0, idx[k], v1);
+        const __m512 hi = _mm512_permutex2var_ps(v2, idx[k], v3);
+        _mm512_mask_storeu_ps(d[k] + i * wq + j0 + j, pm, _mm512_mask_blend_ps(upper[k], lo, hi));
       }
     }
     from = i * wq + j1;

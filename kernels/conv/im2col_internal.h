@@ -35,6 +35,14 @@ void loom_conv_pad_cl_planes_avx512(float *const *d, int64_t cnt, int64_t plane,
                                     int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                                     const float *s, int64_t s_row, int64_t step);
 
+/* loom_conv_pad_cl_planes_avx512 for a narrow image (the few channels of a
+ * network's input): cnt <= step <= 4, where 16 positions' channels are at
+ * most four vectors, spread over the planes by permutes instead of
+ * transposes that move 16 lanes for each live one (AVX-512 CPUs only). */
+void loom_conv_pad_cl_narrow_avx512(float *const *d, int64_t cnt, int64_t plane, int64_t wq,
+                                    int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                                    const float *s, int64_t s_row, int64_t step);
+
 /* d[i] = s[2i] for i < n, 16-bit values; reads s[0 .. 2n - 2] only
  * (AVX-512 CPUs only). */
 void loom_im2col_stride2_u16_avx512(uint16_t *d, const uint16_t *s, int64_t n);

@@ -187,5 +187,13 @@ int main(void) {
   check_pad(19, 1, 1, 37);
   check_pad(48, 2, 2, 45);
   check_pad(17, 3, 3, 50);
+  /* narrow images (positions at most 4 floats apart: permutes, not
+   * transposes), whole and partial blocks of 16 positions, channels split
+   * between chunks */
+  check_pad(3, 1, 1, 37);
+  check_pad(3, 1, 1, 10);
+  check_pad(2, 1, 2, 37);
+  check_pad(4, 1, 1, 21);
+  check_pad(2, 2, 1, 16);
   TEST_MAIN_END();
 }
