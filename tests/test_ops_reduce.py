@@ -324,3 +324,38 @@ def test_reduced_dims_back_to_back_merge(dtype):
         check(torch.var, x, dim=(0, 2))
         check(torch.argmax, x)
         check(torch.amax, x.transpose(1, 3), dim=(0, 1, 2))
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 15, 16, 17, 63, 64, 65, 200])
+def test_float32_sums_of_rows_back_to_back_keep_their_bits(n):
+    """Sums and means of a contiguous float32's last dims (rows back to
+    back, a dense output) give, row by row, the bits of the same rows read
+    through a strided view (the per-output path), short rows included; and
+    the CPU's values. NaN, inf, -0.0 and rows of -0.0 among them."""
+    g = torch.Generator().manual_seed(n)
+    rows = 301
+    # magnitudes 2^-40..2^40: sums in double that depend on their order
+    base = torch.randn(rows, 2, n, generator=g) * torch.exp2(
+        torch.randint(-40, 40, (rows, 2, n), generator=g).float())
+    base[5, :, 0] = float("nan")
+    base[6, :, n - 1] = float("inf")
+    base[7] = -0.0
+    base[8, :, :1] = -0.0
+    dense = base[:, 0].contiguous()
+    strided = base.to("loom")[:, 0]  # rows 2n apart: not back to back
+    for op in (torch.sum, torch.mean):
+        got = op(dense.to("loom"), -1).cpu()
+        ref = op(strided, -1).cpu()
+        assert torch.equal(got.view(torch.int32), ref.view(torch.int32)), op
+        # the float64 value, to float32 rounding of the row's magnitude
+        want = op(dense.double(), -1)
+        bound = 1e-6 * op(dense.double().abs(), -1)
+        finite = want.isfinite()
+        assert ((got.double() - want).abs() <= bound)[finite].all(), op
+        assert torch.equal(got[~finite].isnan(), want[~finite].isnan()), op
+    # the same over two trailing dims (a global average pool's shape)
+    pair = torch.randn(4, 6, 2, 8, n, generator=g)
+    x = pair[:, :, 0].contiguous()
+    got = x.to("loom").mean((-1, -2)).cpu()
+    ref = pair.to("loom")[:, :, 0].mean((-1, -2)).cpu()
+    assert torch.equal(got.view(torch.int32), ref.view(torch.int32))

@@ -621,6 +621,38 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
   return 1;
 }
 
+/* Sums and means of float32 rows that lie one after another (a contiguous
+ * input reduced over its last dims: a global average pool, a loss's row
+ * sums) into a dense output. The arithmetic is the generic loop's: each
+ * row's sum from rd_run's function, added to a zero state, divided by the
+ * count for a mean, stored through loom_pw_store; what goes is the
+ * per-output work around it (offsets by division, state, one store call
+ * per output), which costs more than the sum of a short row. */
+#define RD_ROWS_BLOCK 256
+static int rd_dense_rows(const rd_ctx *c, const loom_tensor *out, const loom_tensor *in,
+                         int64_t count, int64_t begin, int64_t end) {
+  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN) || c->dtype != LOOM_FLOAT32 ||
+      count <= 0 || !out->data || !loom_nn_dense_from(in, 0) || !loom_nn_dense_from(out, 0))
+    return 0;
+  double (*const sum)(const float *, int64_t, int) =
+      c->avx512 ? loom_reduce_sum_f32_avx512 : loom_reduce_sum_f32;
+  double (*const sum_short)(const float *, int64_t) =
+      c->avx512 ? loom_reduce_sum_short_f32_avx512 : loom_reduce_sum_short_f32;
+  const int64_t es = loom_dtype_size(out->dtype);
+  double v[RD_ROWS_BLOCK];
+  for (int64_t w = begin; w < end; w += RD_ROWS_BLOCK) {
+    const int64_t m = end - w < RD_ROWS_BLOCK ? end - w : RD_ROWS_BLOCK;
+    const float *x = (const float *)in->data + w * count;
+    for (int64_t j = 0; j < m; ++j, x += count) {
+      double a = 0.0;
+      a += count < 1024 ? sum_short(x, count) : sum(x, count, 0);
+      v[j] = c->op == LOOM_REDUCE_MEAN ? a / (double)count : a;
+    }
+    if (!loom_pw_store(LOOM_PW_F64, (char *)out->data + w * es, out->dtype, es, v, m)) return 0;
+  }
+  return 1;
+}
+
 /* `in` with its reduced dims (from `keep` on) as loom_iter_init takes them:
  * size-1 dims dropped, neighbours that lie back to back merged. Each
  * output's elements keep their row-major order, so no result changes; a
@@ -671,6 +703,7 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
   const int64_t part = loom_reduce_part(count);
   if (stage == 1 && parts != (count + part - 1) / part) return LOOM_ERROR_INVALID_ARGUMENT;
   if (stage == 0 && count > 0 && rd_columns(&c, out, second, in, keep, begin, end)) return LOOM_OK;
+  if (stage == 0 && rd_dense_rows(&c, out, in, count, begin, end)) return LOOM_OK;
 
   for (int64_t w = begin; w < end; ++w) {
     const int64_t o = stage == 1 ? w / parts : w;

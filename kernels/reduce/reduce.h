@@ -22,6 +22,9 @@ double loom_reduce_sum_f32(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64(const double *x, int64_t n, int sq);
 double loom_reduce_sum_f32_avx512(const float *x, int64_t n, int sq);
 double loom_reduce_sum_f64_avx512(const double *x, int64_t n, int sq);
+/* loom_reduce_sum_f32(x, n, 0) for n < 1024, the same bits, cheaper */
+double loom_reduce_sum_short_f32(const float *x, int64_t n);
+double loom_reduce_sum_short_f32_avx512(const float *x, int64_t n);
 double loom_reduce_sum_bf16(const uint16_t *x, int64_t n, int sq);
 double loom_reduce_sum_bf16_avx512(const uint16_t *x, int64_t n, int sq);
 /* The sum of e^(x[i] - r) over finite x[i] <= r, r their max (fixed order). */

@@ -81,12 +81,18 @@ static inline void rs_widen_tail_f64(const double *p, int64_t t, __m512d v[8], _
 /* loom_lanes_fold_f64 of the 64 lanes held as a[r] lane q = lane 8r + q:
  * the tree's first three levels add whole registers, the last three
  * lanes within one, in the same pairs. */
-static inline double rs_fold(__m512d a[8]) {
-  for (int w = 4; w > 0; w /= 2)
-    for (int r = 0; r < w; ++r) a[r] = _mm512_add_pd(a[r], a[r + w]);
-  const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(a[0]), _mm512_extractf64x4_pd(a[0], 1));
+static inline double rs_fold8(__m512d a0, __m512d a1, __m512d a2, __m512d a3, __m512d a4,
+                              __m512d a5, __m512d a6, __m512d a7) {
+  a0 = _mm512_add_pd(a0, a4), a1 = _mm512_add_pd(a1, a5);
+  a2 = _mm512_add_pd(a2, a6), a3 = _mm512_add_pd(a3, a7);
+  a0 = _mm512_add_pd(a0, a2), a1 = _mm512_add_pd(a1, a3);
+  a0 = _mm512_add_pd(a0, a1);
+  const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(a0), _mm512_extractf64x4_pd(a0, 1));
   const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
   return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+}
+static inline double rs_fold(const __m512d a[8]) {
+  return rs_fold8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
 }
 
 /* The whole RS_FBLOCK blocks at the start of x[0, n) into the lanes a;
@@ -152,6 +158,37 @@ static inline int64_t rs_fblocks_f64(const double *x, int64_t n, __m512d a[8]) {
   }
 RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float, rs_widen_f32, rs_widen_tail_f32, rs_fblocks_f32)
 RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double, rs_widen_f64, rs_widen_tail_f64, rs_fblocks_f64)
+
+/* loom_reduce_sum_f32(x, n, 0) for n < RS_FBLOCK, the same bits: its
+ * 64-element blocks and tail in the same lanes, folded in its tree, held
+ * in registers; the general sum's setup costs more than a row this short. */
+/* Lane vector r of the block at x + i: whole, or the tail's t < 64 elements
+ * masked (lanes past them stay as they are). */
+#define RS_SHORT_LANES(r) (_mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8 * (r))))
+#define RS_SHORT_TAIL(acc, r)                                                           \
+  do {                                                                                  \
+    const __mmask8 m_ = rs_tail_mask(n - i, r);                                          \
+    acc = _mm512_mask_add_pd(acc, m_, acc,                                              \
+                             _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m_, x + i + 8 * (r)))); \
+  } while (0)
+double RS_NAME(loom_reduce_sum_short_f32)(const float *x, int64_t n) {
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+          a7 = a0;
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES) {
+    a0 = _mm512_add_pd(a0, RS_SHORT_LANES(0)), a1 = _mm512_add_pd(a1, RS_SHORT_LANES(1));
+    a2 = _mm512_add_pd(a2, RS_SHORT_LANES(2)), a3 = _mm512_add_pd(a3, RS_SHORT_LANES(3));
+    a4 = _mm512_add_pd(a4, RS_SHORT_LANES(4)), a5 = _mm512_add_pd(a5, RS_SHORT_LANES(5));
+    a6 = _mm512_add_pd(a6, RS_SHORT_LANES(6)), a7 = _mm512_add_pd(a7, RS_SHORT_LANES(7));
+  }
+  if (i < n) {
+    RS_SHORT_TAIL(a0, 0); RS_SHORT_TAIL(a1, 1); RS_SHORT_TAIL(a2, 2); RS_SHORT_TAIL(a3, 3);
+    RS_SHORT_TAIL(a4, 4); RS_SHORT_TAIL(a5, 5); RS_SHORT_TAIL(a6, 6); RS_SHORT_TAIL(a7, 7);
+  }
+  return rs_fold8(a0, a1, a2, a3, a4, a5, a6, a7);
+}
+#undef RS_SHORT_LANES
+#undef RS_SHORT_TAIL
 #else
 /* rs_fblocks_f32 of the AVX-512 build, lane for lane. */
 static int64_t rs_fblocks_f32(const float *x, int64_t n, double *acc) {
@@ -199,6 +236,10 @@ static int64_t rs_fblocks_f64(const double *x, int64_t n, double *acc) {
   }
 RS_DEFINE(RS_NAME(loom_reduce_sum_f32), float, rs_fblocks_f32)
 RS_DEFINE(RS_NAME(loom_reduce_sum_f64), double, rs_fblocks_f64)
+
+double RS_NAME(loom_reduce_sum_short_f32)(const float *x, int64_t n) {
+  return RS_NAME(loom_reduce_sum_f32)(x, n, 0);
+}
 #endif
 
 /* The sum of e^(x[i] - r) for x[i] <= r finite (r their max): the terms

@@ -358,12 +358,47 @@ static void test_exp_sum(void) {
   }
 }
 
+/* The short-run sum gives the general sum's double bits, in both builds:
+ * lengths around the 64-lane blocks up to the float blocks' 1024, values
+ * over 2^-60..2^60 (sums in double that depend on their order), NaN, inf,
+ * -0.0 and a run of -0.0. */
+static void test_sum_short_equal(void) {
+  enum { N = 1023 };
+  static float x[N];
+  const int64_t lengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 128, 129, 500, N};
+  const int avx512 = (loom_cpu_features() & LOOM_FEATURE_AVX512F) != 0;
+  for (int kind = 0; kind < 4; ++kind) {
+    for (int i = 0; i < N; ++i)
+      x[i] = ldexpf((float)rand() / RAND_MAX - 0.5f, rand() % 121 - 60);
+    if (kind == 1) x[N / 3] = NAN;
+    if (kind == 2) x[5] = INFINITY;
+    if (kind == 3)
+      for (int i = 0; i < N; i += 2) x[i] = -0.0f;
+    for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; ++k) {
+      const int64_t n = lengths[k];
+      double a = loom_reduce_sum_f32(x, n, 0), b = loom_reduce_sum_short_f32(x, n);
+      CHECK(memcmp(&a, &b, sizeof a) == 0);
+      if (!avx512) continue;
+      a = loom_reduce_sum_f32_avx512(x, n, 0), b = loom_reduce_sum_short_f32_avx512(x, n);
+      CHECK_MSG(memcmp(&a, &b, sizeof a) == 0, "n %lld: %a vs %a", (long long)n, a, b);
+    }
+  }
+  static const float zeros[3] = {-0.0f, -0.0f, -0.0f};
+  const double z = loom_reduce_sum_f32(zeros, 3, 0), zs = loom_reduce_sum_short_f32(zeros, 3);
+  CHECK(memcmp(&z, &zs, sizeof z) == 0);
+  if (avx512) {
+    const double y = loom_reduce_sum_short_f32_avx512(zeros, 3);
+    CHECK(memcmp(&z, &y, sizeof z) == 0);
+  }
+}
+
 int main(void) {
   srand(3);
   test_ops();
   test_long_parts();
   test_integral();
   test_sum_isa_equal();
+  test_sum_short_equal();
   test_prod_lanes();
   test_cols_extreme_isa_equal();
   test_cols_rows();
