@@ -188,18 +188,24 @@ def test_epilogues_can_be_switched_off(monkeypatch):
     assert torch.equal(out.cpu(), _linear_gelu(x, w, b).cpu())
 
 
-def test_training_epilogues_keep_the_product_for_the_backward():
-    torch.manual_seed(6)
-    model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(),
-                                torch.nn.Linear(32, 5)).to("loom")
+def _train_step_compiled_and_eager(model, x):
+    """One squared-sum backward through `model` compiled with backend='loom'
+    and through an eager twin: (out, want, twin, the compiler's counters)."""
     twin = copy.deepcopy(model)
-    x = torch.randn(2, 8, 12, device="loom")
     compiler.reset_counters()
     out = torch.compile(model, backend="loom")(x)
     out.square().sum().backward()
     want = twin(x)
     want.square().sum().backward()
-    c = compiler.counters()
+    return out, want, twin, compiler.counters()
+
+
+def test_training_epilogues_keep_the_product_for_the_backward():
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 5)).to("loom")
+    x = torch.randn(2, 8, 12, device="loom")
+    out, want, twin, c = _train_step_compiled_and_eager(model, x)
     # forward: linear + GELU (its input saved); backward: the GELU's
     # backward in the GEMM of the gradient
     assert c["epilogue_ops"] == [["gelu"], ["gelu_backward"]]
@@ -216,14 +222,8 @@ def test_relu_gradient_runs_in_the_gemm_of_the_gradient():
     model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 24), torch.nn.ReLU(),
                                 torch.nn.Linear(24, 5)).to("loom")
-    twin = copy.deepcopy(model)
     x = torch.randn(40, 12, device="loom")
-    compiler.reset_counters()
-    out = torch.compile(model, backend="loom")(x)
-    out.square().sum().backward()
-    want = twin(x)
-    want.square().sum().backward()
-    c = compiler.counters()
+    out, want, twin, c = _train_step_compiled_and_eager(model, x)
     assert sorted(c["epilogue_ops"]) == [["relu"], ["relu"], ["threshold_backward"],
                                          ["threshold_backward"]]
     assert torch.equal(out.detach().cpu(), want.detach().cpu())
