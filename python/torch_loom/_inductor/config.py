@@ -44,7 +44,35 @@ batch_norm_library: bool = True
 #: (batchnorm.py; with batch_norm_library on).
 batch_norm_relu: bool = True
 
+def _abi_include() -> str:
+    """The #include lines every generated kernel begins with
+    (cpp_kernels.py): loom's ABI headers by absolute path, then a digest of
+    their contents; empty when the headers are missing (the kernels' code
+    generator then refuses, naming them)."""
+    from ..compiler.jit import CompileError, include_dir
+
+    try:
+        root = os.path.join(os.path.realpath(include_dir()), "loom")
+    except CompileError:
+        return ""
+    digest = hashlib.sha256()
+    lines = []
+    for name in ("status.h", "kernel_abi.h"):
+        path = os.path.join(root, name)
+        with open(path, "rb") as f:
+            digest.update(f.read())
+        lines.append(f'#include "{path}"')
+    lines.append(f"// loom ABI headers: sha256 {digest.hexdigest()}")
+    return "\n".join(lines)
+
+
 #: The code generators' identity (a digest of their sources).
 codegen_version: str = _digest()
+
+#: The generated kernels' #include lines: the headers' absolute path and a
+#: digest of them. In the cache keys with the rest of this module, so a
+#: graph cached by another installation (another path, other headers) is
+#: compiled again, not loaded with includes that point elsewhere.
+abi_include: str = _abi_include()
 
 install_config_module(sys.modules[__name__])

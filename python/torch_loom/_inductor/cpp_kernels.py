@@ -32,7 +32,6 @@ C++ code cache with its flags.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 
 import sympy
@@ -54,38 +53,16 @@ from torch._inductor import config as inductor_config
 from torch._inductor.virtualized import V
 from torch.utils._sympy.functions import CeilDiv
 
-_HEADERS = ("status.h", "kernel_abi.h")
-_abi_include_text: str | None = None
-
-
-def _include_dir() -> str:
-    """The directory holding loom/kernel_abi.h: the package's copy in an
-    installed wheel, else the source tree's include/."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for candidate in (os.path.join(here, "include"), os.path.join(here, "..", "..", "include")):
-        if os.path.isfile(os.path.join(candidate, "loom", "kernel_abi.h")):
-            return os.path.realpath(candidate)
-    raise RuntimeError("torch.compile on loom: loom's C headers (loom/kernel_abi.h) are missing; "
-                       "reinstall torch_loom")
-
-
 def _abi_include() -> str:
-    """The #include lines of loom's kernel ABI, with a digest of the headers:
-    Inductor keys its compiled kernels by their source, so a change of the
-    headers compiles them again."""
-    global _abi_include_text
-    if _abi_include_text is None:
-        root = os.path.join(_include_dir(), "loom")
-        digest = hashlib.sha256()
-        lines = []
-        for name in _HEADERS:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                digest.update(f.read())
-            lines.append(f'#include "{path}"')
-        lines.append(f"// loom ABI headers: sha256 {digest.hexdigest()}")
-        _abi_include_text = "\n".join(lines)
-    return _abi_include_text
+    """The #include lines of loom's kernel ABI, with a digest of the headers
+    (config.abi_include): Inductor keys its compiled kernels by their source,
+    so a change of the headers compiles them again."""
+    from . import config
+
+    if not config.abi_include:
+        raise RuntimeError("torch.compile on loom: loom's C headers (loom/kernel_abi.h) are missing; "
+                           "reinstall torch_loom")
+    return config.abi_include
 
 
 def device_workers(index: int = 0) -> int:
