@@ -470,9 +470,9 @@ typedef struct loom_gemm_tile_calls {
   loom_gemm_ukr_rows_fn ukr_rows;
   const loom_tensor *a;
   int64_t i1, i2, m0, kstep, ldt;
-  float *tile;
+  float *tile; /* fp32, or bf16 with bf16_out */
   float alpha;
-  int has_cin;
+  int has_cin, bf16_out;
 } loom_gemm_tile_calls;
 
 /* The tile's micro-tile (ip, jp) over the k block [pc, pc + kc): A's rows
@@ -481,8 +481,9 @@ static inline void loom_gemm_call(const loom_gemm_tile_calls *t, int64_t ip, int
                                   int64_t pc, int64_t kc, const char *apanel,
                                   const char *bpanel, int mr, int nr) {
   const loom_gemm_plan *p = t->p;
-  float *ct = t->tile + ip * p->mr * t->ldt + jp * p->nr;
-  const int accumulate = t->has_cin || pc > 0;
+  const int64_t at = ip * p->mr * t->ldt + jp * p->nr;
+  float *ct = t->bf16_out ? (float *)((uint16_t *)t->tile + at) : t->tile + at;
+  const int accumulate = t->bf16_out ? LOOM_GEMM_UKR_BF16_OUT : t->has_cin || pc > 0;
   if (p->a_in_place && mr == p->mr)
     t->ukr_rows(kc / t->kstep, loom_gemm_elem(t->a, t->i1, t->i2, t->m0 + ip * p->mr, pc),
                 t->a->strides[2], bpanel, ct, t->ldt, t->alpha, nr, accumulate);
@@ -517,6 +518,13 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
    * 2048 fp32: 2-6% faster); a smaller one, or the thread's own tile, is in
    * cache already, and the prefetches only cost (256, 512, bf16: 1-5%). */
   const int fetch_c = !p.use_acc && p.m * p.n * (int64_t)sizeof(float) > LOOM_GEMM_FETCH_C_BYTES;
+  /* A bf16 C summed in one k block with nothing to add: the AVX-512
+   * micro-kernels round their sums into it from registers, where the
+   * thread's fp32 tile had them stored, read back and converted (bf16
+   * 512^3, one thread: the conversion pass took 6% of the product). */
+  const int bf16_out = p.use_acc && cin == NULL && p.kp > 0 && p.kp <= p.kc &&
+                       c->dtype == LOOM_BFLOAT16 && c->strides[3] == 1 &&
+                       (p.isa == LOOM_GEMM_AVX512 || p.isa == LOOM_GEMM_AVX512BF16);
 
   const int amx = p.isa == LOOM_GEMM_AMX && p.packed_bf16;
   const int a_rows12 = loom_gemm_a_rows12x4(&p, a), a_pairs12 = loom_gemm_a_pairs12x4(&p, a);
@@ -532,7 +540,7 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
 
     float *tile;
     int64_t ldt;
-    if (p.use_acc) {
+    if (p.use_acc && !bf16_out) {
       tile = loom_gemm_acc_tile;
       ldt = p.nt + LOOM_GEMM_ACC_PAD;
     } else {
@@ -573,7 +581,7 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
     const loom_gemm_tile_calls calls = {.p = &p, .ukr = ukr, .ukr_rows = ukr_rows, .a = a,
                                         .i1 = i1, .i2 = i2, .m0 = m0, .kstep = kstep,
                                         .ldt = ldt, .tile = tile, .alpha = alpha,
-                                        .has_cin = cin != NULL};
+                                        .has_cin = cin != NULL, .bf16_out = bf16_out};
     for (int64_t pc = 0; pc < p.kp; pc += p.kc) {
       int64_t kc = p.kp - pc < p.kc ? p.kp - pc : p.kc;
       int64_t pc_next = pc + p.kc;
@@ -684,7 +692,7 @@ int loom_gemm_compute_kernel(const loom_kernel_args *args, int64_t begin,
       }
     }
 
-    if (p.use_acc) {
+    if (p.use_acc && !bf16_out) {
       for (int64_t i = 0; i < mt; ++i) {
         char *cr = (char *)loom_gemm_elem(c, i1, i2, m0 + i, n0);
         loom_gemm_store_row(cr, c->dtype, c->strides[3], tile + i * ldt, nt,

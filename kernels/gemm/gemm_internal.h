@@ -13,10 +13,15 @@
  * is 0, T then never read), where T is fp32 with row stride ldt and
  * unit column stride. Ap is one packed A panel (kc steps of MR values, or of
  * MR bf16 pairs), Bp one packed B panel (kc steps of NR values or pairs).
- * Rows >= mr and columns >= nr of the tile are computed but not stored. */
+ * Rows >= mr and columns >= nr of the tile are computed but not stored.
+ * `accumulate` may instead be LOOM_GEMM_UKR_BF16_OUT (AVX-512 and
+ * AVX512-BF16 micro-kernels only, and their _rows forms): T is then bf16
+ * (ldt in its elements) and gets alpha * Ap @ Bp rounded as
+ * loom_f32_to_bf16, the bits a zeroed fp32 T stored converted would hold. */
 typedef void (*loom_gemm_ukr_fn)(int64_t kc, const void *ap, const void *bp,
                                  float *t, int64_t ldt, float alpha, int mr,
                                  int nr, int accumulate);
+enum { LOOM_GEMM_UKR_BF16_OUT = 2 };
 
 /* The same 12-row tile with A's rows read in place: row i's k run starts
  * at ap + i * lda elements (bf16: lda even, ap 4-byte aligned, kc pairs). */

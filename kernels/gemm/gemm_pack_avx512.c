@@ -7,6 +7,7 @@
 
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
+#include "kernels/gemm/ukr_avx512.h"
 
 void loom_gemm_pack_t32_avx512(uint32_t *dst, const void *src,
                                int64_t lane_bytes, int64_t lanes, int64_t width,
@@ -180,12 +181,7 @@ void loom_gemm_store_row16_avx512(uint16_t *dst, const float *src, int64_t n,
     __m512 v = _mm512_maskz_loadu_ps(m, src + j);
     __m256i h;
     if (bf16) {
-      __m512i bits = _mm512_castps_si512(v);
-      __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-      __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-      __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      r = _mm512_mask_or_epi32(r, nan, bits, _mm512_set1_epi32(0x400000));
-      h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+      h = _mm512_cvtepi32_epi16(loom_ukr_bf16_rne(_mm512_castps_si512(v)));
     } else {
       h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     }
@@ -193,32 +189,19 @@ void loom_gemm_store_row16_avx512(uint16_t *dst, const float *src, int64_t n,
   }
 }
 
-/* float32 bits to bfloat16 bits, rounded to nearest even (NaN quieted), as
- * loom_f32_to_bf16 (kernels/base/dtype.h) does, in the low half of each lane */
-static inline __m512i split_rne(__m512i b) {
-  const __m512i hi = _mm512_srli_epi32(b, 16);
-  const __m512i r = _mm512_srli_epi32(
-      _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                           _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
-      16);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-      _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-}
-
 void loom_gemm_split_bf16_avx512(uint16_t *dst, const float *src, int64_t n, int low) {
   int64_t i = 0;
   for (; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
     const __m512 x = _mm512_maskz_loadu_ps(m, src + i);
-    __m512i h = split_rne(_mm512_castps_si512(x));
+    __m512i h = loom_ukr_bf16_rne(_mm512_castps_si512(x));
     if (low) {
       /* x - hi, 0 where x is not finite */
       const __m512 rest = _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
       const __mmask16 finite = _mm512_cmplt_epu32_mask(
           _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)),
           _mm512_set1_epi32(0x7f800000));
-      h = _mm512_maskz_mov_epi32(finite, split_rne(_mm512_castps_si512(rest)));
+      h = _mm512_maskz_mov_epi32(finite, loom_ukr_bf16_rne(_mm512_castps_si512(rest)));
     }
     _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(h));
   }

@@ -1,6 +1,6 @@
 /* kernels/gemm/ukr_avx512.h — what the AVX-512 micro-kernels share: the
  * column masks of a tile, the 12-row tile's accumulators and k step, and
- * its store into T. Include only from files
+ * its store into T (fp32, or rounded to bf16). Include only from files
  * built with AVX-512 flags. */
 #ifndef LOOM_KERNELS_GEMM_UKR_AVX512_H
 #define LOOM_KERNELS_GEMM_UKR_AVX512_H
@@ -8,15 +8,50 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "kernels/gemm/gemm_internal.h"
+
 /* Lanes of the tile's two 16-column halves that hold columns < nr. */
 static inline void loom_ukr_masks(int nr, __mmask16 *m0, __mmask16 *m1) {
   *m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
   *m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
 }
 
-/* T[i] (+)= alpha * c[i] for rows i < min(mr, rows), masked columns. */
+/* fp32 bits to bf16 bits as loom_f32_to_bf16 (kernels/base/dtype.h)
+ * rounds, nearest even with NaN quieted, in the low half of each lane. */
+static inline __m512i loom_ukr_bf16_rne(__m512i b) {
+  const __m512i hi = _mm512_srli_epi32(b, 16);
+  const __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(b, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                           _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
+      16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+}
+
+/* T[i] = alpha * c[i] for rows i < min(mr, rows), masked columns, T bf16
+ * with row stride ldt: the values the fp32 store below would write into a
+ * zeroed T, each then rounded as loom_f32_to_bf16. */
+static inline void loom_ukr_store_bf16(__m512 (*c)[2], int rows, uint16_t *t, int64_t ldt,
+                                       float alpha, int mr, __mmask16 m0, __mmask16 m1) {
+  const __m512 va = _mm512_set1_ps(alpha), zero = _mm512_setzero_ps();
+  for (int i = 0; i < mr && i < rows; ++i) {
+    uint16_t *r = t + i * ldt;
+    const __m512 v0 = _mm512_fmadd_ps(va, c[i][0], zero), v1 = _mm512_fmadd_ps(va, c[i][1], zero);
+    _mm256_mask_storeu_epi16(r, m0, _mm512_cvtepi32_epi16(loom_ukr_bf16_rne(_mm512_castps_si512(v0))));
+    _mm256_mask_storeu_epi16(r + 16, m1,
+                             _mm512_cvtepi32_epi16(loom_ukr_bf16_rne(_mm512_castps_si512(v1))));
+  }
+}
+
+/* T[i] (+)= alpha * c[i] for rows i < min(mr, rows), masked columns; with
+ * LOOM_GEMM_UKR_BF16_OUT in `accumulate`, T is bf16 (loom_ukr_store_bf16). */
 static inline void loom_ukr_store(__m512 (*c)[2], int rows, float *t, int64_t ldt, float alpha,
                                   int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
+  if (accumulate & LOOM_GEMM_UKR_BF16_OUT) {
+    loom_ukr_store_bf16(c, rows, (uint16_t *)t, ldt, alpha, mr, m0, m1);
+    return;
+  }
   __m512 va = _mm512_set1_ps(alpha);
   for (int i = 0; i < mr && i < rows; ++i) {
     float *r = t + i * ldt;

@@ -271,6 +271,50 @@ static void test_store_row16(void) {
   }
 }
 
+/* A bf16 C holds the bits of the same product into an fp32 C, each
+ * rounded as loom_f32_to_bf16: over one k block (the micro-kernels round
+ * their sums straight into C) and several (through the fp32 tile), row
+ * panels of 4, 8 and 12 rows, narrow column panels, A packed or read in
+ * place, alpha, and values that round to infinity, NaN and subnormals. */
+static void test_bf16_out_rounds_fp32(int isa) {
+  static const int64_t ms[] = {4, 29, 45}, ks[] = {6, 100, 512, 600};
+  const int32_t dts[] = {LOOM_FLOAT32, LOOM_BFLOAT16};
+  const int flags[] = {0, LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE};
+  const int64_t n = 70;
+  for (int di = 0; di < 2; ++di)
+    for (int mi = 0; mi < 3; ++mi)
+      for (int ki = 0; ki < 4; ++ki) {
+        const int64_t m = ms[mi], k = ks[ki];
+        const int ta = (mi + ki) % 2;
+        const int64_t as[4] = {1, 1, m, k}, bs[4] = {1, 1, k, n}, cs[4] = {1, 1, m, n};
+        const int64_t ast[4] = {0, 0, ta ? 1 : k, ta ? m : 1}, bst[4] = {0, 0, n, 1};
+        const int64_t cst[4] = {0, 0, n, 1};
+        loom_tensor a = make(dts[di], m * k, as, ast), b = make(dts[di], k * n, bs, bst);
+        /* rows scaled by 2^-126 to 2^126: sums from subnormal to beyond the
+         * largest bf16 and fp32; a NaN and an infinity in A's rows 1 and 2 */
+        for (int64_t i = 0; i < m * k; ++i) {
+          const float x = get(&a, 0, 0, i / k, i % k) * ldexpf(1.0f, (int)(i / k % 15) * 18 - 126);
+          put(&a, ta ? (i % k) * m + i / k : i, x);
+        }
+        put(&a, ta ? 1 : k, 0.0f / 0.0f);
+        put(&a, ta ? 2 + 3 * m : 2 * k + 3, 1.0f / 0.0f);
+        loom_tensor c32 = make(LOOM_FLOAT32, m * n, cs, cst), c16 = make(LOOM_BFLOAT16, m * n, cs, cst);
+        for (int fi = 0; fi < 2; ++fi)
+          for (int al = 0; al < 2; ++al) {
+            const double alpha = al ? 0.75 : 1.0;
+            CHECK_MSG(run(&c32, &a, &b, NULL, isa | flags[fi], alpha, 0.0, 0) == 0, "fp32 C");
+            CHECK_MSG(run(&c16, &a, &b, NULL, isa | flags[fi], alpha, 0.0, 0) == 0, "bf16 C");
+            int bad = 0;
+            for (int64_t i = 0; i < m * n; ++i)
+              bad += ((uint16_t *)c16.data)[i] != loom_f32_to_bf16(((float *)c32.data)[i]);
+            CHECK_MSG(bad == 0, "%s %s operands m=%ld k=%ld ta=%d flags=%x alpha=%g: %d bf16 "
+                      "results are not the fp32 ones rounded", loom_gemm_isa_name((loom_gemm_isa)isa),
+                      di ? "bf16" : "fp32", (long)m, (long)k, ta, flags[fi], alpha, bad);
+          }
+        free(a.data), free(b.data), free(c32.data), free(c16.data);
+      }
+}
+
 static void test_bad_input(void) {
   int64_t s[4] = {1, 1, 4, 5}, st[4] = {0, 0, 5, 1};
   loom_tensor a = {.dtype = LOOM_FLOAT32, .rank = 4}, b = a, c = a;
@@ -366,6 +410,7 @@ int main(void) {
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
     test_narrow_panel_agrees(isa, LOOM_FLOAT32);
     test_narrow_panel_agrees(isa, LOOM_BFLOAT16);
+    test_bf16_out_rounds_fp32(isa);
     if (isa == LOOM_GEMM_AVX512) test_store_row16();
     if (isa == LOOM_GEMM_AMX || isa == LOOM_GEMM_AVX512BF16) test_bf16_math(isa);
     printf("%s: %s\n", loom_gemm_isa_name((loom_gemm_isa)isa),
