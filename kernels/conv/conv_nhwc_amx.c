@@ -77,6 +77,15 @@ int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64
       continue;
     }
     const uint16_t *srow = (const uint16_t *)src->data + n * st[0] + iy * st[3];
+    /* the next item's image row (its plane's next row), channel by
+     * channel: the loads of every channel's row at once, each of them a
+     * stream of its own, wait on the cache's misses otherwise */
+    if (iy + sh < h && i + 1 < rows && w >= 16 && (st[4] == 1 || w * st[4] <= 64))
+      for (int64_t c = 0; c < c_in; ++c) {
+        const char *next = (const char *)(srow + c * st[1] + sh * st[3]);
+        _mm_prefetch(next, _MM_HINT_T0);
+        _mm_prefetch(next + (w * st[4] - 1) * (int64_t)sizeof(uint16_t), _MM_HINT_T0);
+      }
     for (int64_t j0 = 0; j0 < count; j0 += 32) {
       const int64_t jn = count - j0 < 32 ? count - j0 : 32;
       const int64_t ix0 = j0 * sw + ph % sw - left; /* lane 0's column */

@@ -151,32 +151,71 @@ typedef struct nhwc_bounds {
   int on;
 } nhwc_bounds;
 
+/* a / b rounded up, for b > 0 and a of either sign */
+static inline int64_t ceil_div(int64_t a, int64_t b) {
+  return a >= 0 ? (a + b - 1) / b : -(-a / b);
+}
+
+/* Of the n positions from column col of plane row `row` (tap column
+ * offset's remainder xm), those whose reads map into the image: [*lo, *hi)
+ * (empty: *lo >= *hi). Along a plane row they are one run. */
+static inline void fwd_run(const nhwc_bounds *bd, int64_t row, int64_t col, int64_t n,
+                           int64_t sh, int64_t ym, int64_t sw, int64_t xm, int64_t *lo,
+                           int64_t *hi) {
+  const int64_t pr = row * sh + ym;
+  *lo = 0, *hi = 0;
+  if (pr < bd->top || pr >= bd->top + bd->rows) return;
+  *lo = ceil_div(bd->left - xm, sw) - col, *hi = ceil_div(bd->left + bd->cols - xm, sw) - col;
+  *lo = *lo < 0 ? 0 : *lo, *hi = *hi > n ? n : *hi;
+}
+
 /* For each tap of convolution cv (window win, `origin`), the positions of
  * the block of `r` at grid position q that read the image, [lo, hi):
  * the others read the copy's padding, whose products add zeros. A read of
- * the image is one whose phase-plane row and column map into it. */
+ * the image is one whose phase-plane row and column map into it. A block's
+ * reads lie in one plane row or run on into the next (whose first columns
+ * are padding): where they are two runs apart, every product is added. */
 static void fwd_spans(const nhwc_bounds *bd, const int64_t *win, int64_t origin, int64_t taps,
                       int64_t wq, int64_t q, int r, uint8_t (*span)[2]) {
   const int64_t kw = win[1], sh = win[2], sw = win[3], dh = win[4], dw = win[5];
+  /* the block's first position's row and column in the phase planes */
+  const int64_t q_row = (origin + q) / wq, q_col = (origin + q) % wq;
   for (int64_t t = 0; t < taps; ++t) {
     span[t][0] = 0, span[t][1] = (uint8_t)r;
     if (!bd->on) continue;
     const int64_t y = t / kw * dh, x = t % kw * dw;
-    const int64_t at = origin + q + y / sh * wq + x / sw;
-    int lo = r, hi = 0, holes = 0;
-    int64_t row = at / wq, col = at % wq;
-    for (int i = 0; i < r; ++i, ++col) {
-      if (col == wq) col = 0, ++row;
-      const int64_t pr = row * sh + y % sh, pc = col * sw + x % sw;
-      if (pr >= bd->top && pr < bd->top + bd->rows && pc >= bd->left &&
-          pc < bd->left + bd->cols) {
+    int64_t row = q_row + y / sh, col = q_col + x / sw;
+    row += col / wq, col %= wq;
+    const int64_t n1 = wq - col < r ? wq - col : r; /* the positions in this row */
+    int64_t lo, hi, lo2 = 0, hi2 = 0;
+    if (r - n1 > wq) { /* rows narrower than the block: position by position */
+      int holes = 0;
+      lo = r, hi = 0;
+      for (int64_t i = 0; i < r; ++i, ++col) {
+        if (col == wq) col = 0, ++row;
+        int64_t a, b;
+        fwd_run(bd, row, col, 1, sh, y % sh, sw, x % sw, &a, &b);
+        if (a >= b) continue;
         holes += lo < r && hi < i; /* a gap before this one */
         if (lo == r) lo = i;
         hi = i + 1;
       }
+      if (!holes)
+        span[t][0] = (uint8_t)(lo < hi ? lo : 0), span[t][1] = (uint8_t)(lo < hi ? hi : 0);
+      continue;
     }
-    /* (within one output row the reads are one run; else add them all) */
-    if (!holes) span[t][0] = (uint8_t)(lo < hi ? lo : 0), span[t][1] = (uint8_t)(lo < hi ? hi : 0);
+    fwd_run(bd, row, col, n1, sh, y % sh, sw, x % sw, &lo, &hi);
+    if (n1 < r) fwd_run(bd, row + 1, 0, r - n1, sh, y % sh, sw, x % sw, &lo2, &hi2);
+    lo2 += n1, hi2 += n1;
+    if (lo2 < hi2) {
+      if (lo >= hi)
+        lo = lo2, hi = hi2;
+      else if (hi == lo2)
+        hi = hi2;
+      else
+        continue; /* two runs: every product */
+    }
+    span[t][0] = (uint8_t)(lo < hi ? lo : 0), span[t][1] = (uint8_t)(lo < hi ? hi : 0);
   }
 }
 

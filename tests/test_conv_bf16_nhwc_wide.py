@@ -1,0 +1,82 @@
+"""bf16 3x3 convolutions on the channels-last kernels at ResNet's wide
+images, shrunk in channels and batch: rows several register blocks long,
+items of positions that cut rows, and the padding left out of each tap's
+products by the column range of its block (each edge block reads the
+padding at one end only). Forward, input gradient and weight gradient are
+each the float32 sum of their terms rounded to bfloat16 once, their bits
+do not depend on the thread count, and with the CPU features capped below
+AVX512-BF16 the other path gives the same rounded-once results."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import digest_with_threads, run_python
+from test_conv_bf16_nhwc import rand, rounded_once_of_sums
+
+# (N, C, H, W), O, conv2d's keywords
+CASES = [
+    ((1, 32, 6, 56), 32, dict(padding=1)),                    # four blocks of 14 a row
+    ((2, 32, 9, 28), 64, dict(padding=1)),                    # items cutting rows
+    ((1, 64, 5, 31), 32, dict(padding=(1, 2))),               # two columns of padding
+    ((1, 32, 8, 40), 32, dict(padding=(2, 1), dilation=(2, 1))),
+    ((1, 32, 12, 56), 64, dict(stride=2, padding=1)),         # phase planes
+    ((1, 32, 7, 45), 32, dict(padding=(1, 0))),               # no columns of padding
+]
+IDS = [str(i) for i in range(len(CASES))]
+
+
+def check(case):
+    (n, c, h, w), o, kwargs = case
+    x, wt, b = rand(n, c, h, w, seed=1), rand(o, c, 3, 3, seed=2), rand(o, seed=3)
+    xl = x.to("loom").requires_grad_()
+    wl = wt.to("loom").requires_grad_()
+    y = F.conv2d(xl, wl, b.to("loom"), **kwargs)
+    gy = rand(*y.shape, seed=4)
+    y.backward(gy.to("loom"))
+    xd, wd = x.double().requires_grad_(), wt.double().requires_grad_()
+    exact = F.conv2d(xd, wd, b.double(), **kwargs)
+    exact.backward(gy.double())
+    xa, wa = x.double().abs().requires_grad_(), wt.double().abs().requires_grad_()
+    sums = F.conv2d(xa, wa, b.double().abs(), **kwargs)
+    sums.backward(gy.double().abs())
+    rounded_once_of_sums(y.detach().cpu(), exact.detach(), sums.detach(), "output")
+    rounded_once_of_sums(xl.grad.cpu(), xd.grad, xa.grad, "input gradient")
+    rounded_once_of_sums(wl.grad.cpu(), wd.grad, wa.grad, "weight gradient")
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_wide_images_round_once(case, no_fallback):
+    check(case)
+
+
+def test_wide_images_round_once_without_avx512bf16():
+    # The same cases on the path of CPUs without AVX512-BF16.
+    code = f"""
+import sys
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+import torch, torch_loom
+torch.loom.set_fallback_mode("error")
+from test_conv_bf16_nhwc_wide import CASES, check
+for case in CASES:
+    check(case)
+print("OK")
+"""
+    proc = run_python(code, env={"LOOM_CPU_FEATURES": "avx512"})
+    assert "OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_wide_bits_do_not_depend_on_threads():
+    code = """
+    import torch, torch.nn.functional as F
+    cases = %r
+    for i, ((n, c, rows, cols), o, kwargs) in enumerate(cases):
+        g = torch.Generator().manual_seed(i)
+        x = (torch.rand(n, c, rows, cols, generator=g) * 2 - 1).bfloat16().to("loom").requires_grad_()
+        wt = (torch.rand(o, c, 3, 3, generator=g) * 2 - 1).bfloat16().to("loom").requires_grad_()
+        y = F.conv2d(x, wt, **kwargs)
+        y.backward(torch.ones_like(y))
+        add(y, x.grad, wt.grad)
+    print("DIGEST", h.hexdigest())
+    """ % (CASES,)
+    assert digest_with_threads(code, 1) == digest_with_threads(code, 3)
