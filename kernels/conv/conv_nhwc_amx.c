@@ -117,6 +117,30 @@ int loom_conv_nhwc_pad_kernel(const loom_kernel_args *args, int64_t begin, int64
   return 0;
 }
 
+/* The 32 in-channels' runs of `taps` (<= 16) taps from `run` on, back to
+ * back (channel c's tap t at c * taps + t), as blkt[t][o][c]: the run's
+ * `taps` vectors, and for each tap each pair of them permuted into the
+ * lanes whose element it holds. */
+static void pack_taps(const uint16_t *run, int64_t taps, uint16_t (*blkt)[OB][CB], int64_t o) {
+  __m512i v[16];
+  for (int64_t k = 0; k < taps; ++k) v[k] = _mm512_loadu_si512(run + 32 * k);
+  for (int64_t k = taps; k < 16; ++k) v[k] = _mm512_setzero_si512();
+  const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+                                        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,
+                                        1, 0);
+  const __m512i base = _mm512_mullo_epi16(lane, _mm512_set1_epi16((short)taps));
+  for (int64_t t = 0; t < taps; ++t) {
+    const __m512i at = _mm512_add_epi16(base, _mm512_set1_epi16((short)t)); /* element c*taps+t */
+    const __m512i pair = _mm512_srli_epi16(at, 6);
+    __m512i r = _mm512_setzero_si512();
+    for (int64_t p = 0; 2 * p < taps; ++p) {
+      const __mmask32 m = _mm512_cmpeq_epi16_mask(pair, _mm512_set1_epi16((short)p));
+      r = _mm512_mask_mov_epi16(r, m, _mm512_permutex2var_epi16(v[2 * p], at, v[2 * p + 1]));
+    }
+    _mm512_store_si512(blkt[t][o], r);
+  }
+}
+
 int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *dst = &args->tensors[0], *w = &args->tensors[1];
@@ -148,7 +172,9 @@ int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, in
     for (int64_t t0 = 0; t0 < taps; t0 += GROUP) {
       const int64_t tn = taps - t0 < GROUP ? taps - t0 : GROUP;
       if (nc < CB || no < OB) memset(blkt, 0, sizeof blkt);
-      if (!flipped) /* w[o][c][t]: c inner */
+      if (!flipped && nc == CB && tn == taps) /* w[o][c][t], all in one group */
+        for (int64_t o = 0; o < no; ++o) pack_taps(blk + o * o_step, taps, blkt, o);
+      else if (!flipped) /* w[o][c][t]: c inner */
         for (int64_t o = 0; o < no; ++o)
           for (int64_t c = 0; c < nc; ++c) {
             const uint16_t *from = blk + c * c_step + o * o_step + t0;
