@@ -359,3 +359,38 @@ def test_float32_sums_of_rows_back_to_back_keep_their_bits(n):
     got = x.to("loom").mean((-1, -2)).cpu()
     ref = pair.to("loom")[:, :, 0].mean((-1, -2)).cpu()
     assert torch.equal(got.view(torch.int32), ref.view(torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_column_sums_with_few_outputs_add_parts_in_order(dtype):
+    """A sum or mean over dim 0 of a tall matrix into few outputs runs in
+    two stages, parts of 65536 rows: each column's bits are its parts' rows
+    added in order in double, the parts then added in order (for float32
+    and float64, where every addition shows in the result); and the CPU's
+    values. Layouts: 16 and 19 columns, a [R, 4, 5] with two kept dims,
+    rows wider than the columns read (a slice), a transposed input."""
+    rows, part = 3 * 65536 + 1234, 65536
+    g = torch.Generator().manual_seed(5)
+    # magnitudes 2^-20..2^20: the order of the additions shows in the bits
+    base = (torch.randn(rows, 24, generator=g, dtype=torch.float64) * torch.exp2(
+        torch.randint(-20, 20, (rows, 24), generator=g).double())).to(dtype)
+    d = base.to("loom")
+    for cols in (16, 19):
+        x = base[:, :cols]
+        for op in (torch.sum, torch.mean):
+            got = op(d[:, :cols], 0).cpu()
+            torch.testing.assert_close(got, op(x, 0), **TOL[dtype])
+            if dtype == torch.bfloat16:
+                continue
+            sums = [x[j:j + part].double().cumsum(0)[-1] for j in range(0, rows, part)]
+            want = sums[0]
+            for s in sums[1:]:
+                want = want + s
+            if op is torch.mean:
+                want = want / rows
+            assert torch.equal(got, want.to(dtype)), (cols, op)
+    x3 = base[:, :20].reshape(rows, 4, 5)
+    check(torch.sum, x3, 0)
+    check(torch.mean, x3, 0)
+    check(torch.sum, base[:, :16].t().contiguous().t(), 0)  # columns not contiguous
+    check(torch.sum, base[:, :16].t(), 1)

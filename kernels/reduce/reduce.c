@@ -544,6 +544,61 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
   return 1;
 }
 
+/* Rows [k0, k0 + n) of `width` neighbouring columns from in_off (input
+ * rows `stride` apart) added into acc[0, width), row by row in order:
+ * float32 sums in groups of 32 rows in strips of 64 columns, the strip's
+ * sums in registers across the group; other sums and products one row at
+ * a time. Returns 0 when a 16-bit row cannot be widened. */
+static int rd_cols_acc(const rd_ctx *c, const loom_tensor *in, int64_t in_off, int64_t stride,
+                       int64_t k0, int64_t n, int64_t width, double *acc) {
+  const int prod = c->op == LOOM_REDUCE_PROD;
+  const int half = c->dtype == LOOM_BFLOAT16 || c->dtype == LOOM_FLOAT16;
+  const int f32 = c->dtype == LOOM_FLOAT32;
+  const int64_t es = loom_dtype_size(c->dtype), k1 = k0 + n;
+  const int strips = f32 && !prod;
+  if (strips)
+    for (int64_t k = k0; k < k1; k += 32)
+      for (int64_t j0 = 0; j0 < width; j0 += 64)
+        (c->avx512 ? loom_reduce_cols_rows_f32_avx512 : loom_reduce_cols_rows_f32)(
+            acc + j0, (const float *)in->data + in_off + k * stride + j0, stride,
+            k1 - k < 32 ? k1 - k : 32, width - j0 < 64 ? width - j0 : 64);
+  for (int64_t k = k0; !strips && k < k1; ++k) {
+    if (k + RD_AHEAD < k1)
+      rd_prefetch_row((const char *)in->data + (in_off + (k + RD_AHEAD) * stride) * es, width * es);
+    if (c->dtype == LOOM_BFLOAT16 && !prod) {
+      const uint16_t *xh = (const uint16_t *)in->data + in_off + k * stride;
+      (c->avx512 ? loom_reduce_cols_bf16_avx512 : loom_reduce_cols_bf16)(acc, xh, width);
+      continue;
+    }
+    float wide[RD_COLS];
+    const float *xf = wide;
+    if (half) { /* widened exactly to float32 */
+      if (!loom_pw_load(LOOM_PW_F32, wide, (const char *)in->data + (in_off + k * stride) * 2,
+                        c->dtype, 2, width))
+        return 0;
+    } else if (f32) {
+      xf = (const float *)in->data + in_off + k * stride;
+    }
+    if (f32 || half) {
+      if (prod) (c->avx512 ? loom_reduce_cols_prod_f32_avx512 : loom_reduce_cols_prod_f32)(acc, xf, width);
+      else (c->avx512 ? loom_reduce_cols_f32_avx512 : loom_reduce_cols_f32)(acc, xf, width);
+    } else {
+      const double *x = (const double *)in->data + in_off + k * stride;
+      if (prod) (c->avx512 ? loom_reduce_cols_prod_f64_avx512 : loom_reduce_cols_prod_f64)(acc, x, width);
+      else (c->avx512 ? loom_reduce_cols_f64_avx512 : loom_reduce_cols_f64)(acc, x, width);
+    }
+  }
+  return 1;
+}
+
+/* Whether `in` is a column reduction rd_cols_acc takes: one reduced dim
+ * (strided) under a contiguous innermost kept dim, of floats. */
+static int rd_cols_layout(const rd_ctx *c, const loom_tensor *in, int32_t keep) {
+  return (c->dtype == LOOM_FLOAT32 || c->dtype == LOOM_FLOAT64 || c->dtype == LOOM_BFLOAT16 ||
+          c->dtype == LOOM_FLOAT16) &&
+         keep >= 1 && in->rank == keep + 1 && in->strides[keep - 1] == 1;
+}
+
 /* Sums and products over one strided dim into outputs that are contiguous
  * in both the input and the output (e.g. a sum over dim 0 of a row-major
  * matrix; 16-bit floats widened to float32 rows): a block of neighbouring
@@ -561,13 +616,11 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
   const int half = c->dtype == LOOM_BFLOAT16 || c->dtype == LOOM_FLOAT16;
   if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN && !extreme && !prod && !lse) ||
       (c->dtype != LOOM_FLOAT32 && c->dtype != LOOM_FLOAT64 && !half) ||
-      ((extreme || lse) && c->dtype != LOOM_FLOAT32) ||
-      keep < 1 || in->rank != keep + 1 || in->strides[keep - 1] != 1 ||
+      ((extreme || lse) && c->dtype != LOOM_FLOAT32) || !rd_cols_layout(c, in, keep) ||
       out->strides[keep - 1] != 1 || !out->data)
     return 0;
   const int64_t inner = in->sizes[keep - 1], n = in->sizes[keep];
   const int64_t stride = in->strides[keep];
-  const int f32 = c->dtype == LOOM_FLOAT32;
   if (extreme) return rd_columns_extreme(c, out, second, in, keep, begin, end);
   if (lse) return rd_columns_logsumexp(c, out, in, keep, begin, end);
   for (int64_t w = begin; w < end;) {
@@ -576,45 +629,47 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
     rd_offsets(out, out, in, w, &out_off, &second_off, &in_off);
     double acc[RD_COLS];
     for (int64_t j = 0; j < width; ++j) acc[j] = prod ? 1.0 : 0.0;
-    const int64_t es = loom_dtype_size(c->dtype);
-    /* float32 sums: groups of 32 rows in strips of 64 columns, the strip's
-     * sums in registers across the group; other sums and products: rows */
-    const int strips = f32 && !prod;
-    if (strips)
-      for (int64_t k0 = 0; k0 < n; k0 += 32)
-        for (int64_t j0 = 0; j0 < width; j0 += 64)
-          (c->avx512 ? loom_reduce_cols_rows_f32_avx512 : loom_reduce_cols_rows_f32)(
-              acc + j0, (const float *)in->data + in_off + k0 * stride + j0, stride,
-              n - k0 < 32 ? n - k0 : 32, width - j0 < 64 ? width - j0 : 64);
-    for (int64_t k = 0; !strips && k < n; ++k) {
-      if (k + RD_AHEAD < n)
-        rd_prefetch_row((const char *)in->data + (in_off + (k + RD_AHEAD) * stride) * es, width * es);
-      if (c->dtype == LOOM_BFLOAT16 && !prod) {
-        const uint16_t *xh = (const uint16_t *)in->data + in_off + k * stride;
-        (c->avx512 ? loom_reduce_cols_bf16_avx512 : loom_reduce_cols_bf16)(acc, xh, width);
-        continue;
-      }
-      float wide[RD_COLS];
-      const float *xf = wide;
-      if (half) { /* widened exactly to float32 */
-        if (!loom_pw_load(LOOM_PW_F32, wide, (const char *)in->data + (in_off + k * stride) * 2,
-                          c->dtype, 2, width))
-          return 0;
-      } else if (f32) {
-        xf = (const float *)in->data + in_off + k * stride;
-      }
-      if (f32 || half) {
-        if (prod) (c->avx512 ? loom_reduce_cols_prod_f32_avx512 : loom_reduce_cols_prod_f32)(acc, xf, width);
-        else (c->avx512 ? loom_reduce_cols_f32_avx512 : loom_reduce_cols_f32)(acc, xf, width);
-      } else {
-        const double *x = (const double *)in->data + in_off + k * stride;
-        if (prod) (c->avx512 ? loom_reduce_cols_prod_f64_avx512 : loom_reduce_cols_prod_f64)(acc, x, width);
-        else (c->avx512 ? loom_reduce_cols_f64_avx512 : loom_reduce_cols_f64)(acc, x, width);
-      }
-    }
+    if (!rd_cols_acc(c, in, in_off, stride, 0, n, width, acc)) return 0;
     for (int64_t j = 0; j < width; ++j) {
       const double v = c->op == LOOM_REDUCE_MEAN ? acc[j] / (double)n : acc[j];
       if (!rd_store(out, out_off + j, 0, v, 0)) return 0;
+    }
+    w += width;
+  }
+  return 1;
+}
+
+/* Stage 1 of a column sum or mean (rd_cols_layout) with few outputs: the
+ * items of one part for neighbouring outputs (item w is part w / outputs
+ * of output w % outputs) read that part's rows once for all of them, row
+ * by row, as rd_columns does over all rows. Each output's partial is the
+ * in-order sum of its part's elements; stage 2 adds the parts in order.
+ * Returns 0 when the layout does not fit. */
+static int rd_column_parts(const rd_ctx *c, const loom_tensor *out, const loom_tensor *in,
+                           int32_t keep, rd_state *scratch, int64_t parts, int64_t part,
+                           int64_t begin, int64_t end) {
+  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN) || !rd_cols_layout(c, in, keep))
+    return 0;
+  const int64_t inner = in->sizes[keep - 1], rows = in->sizes[keep];
+  const int64_t stride = in->strides[keep];
+  int64_t outputs = 1;
+  for (int32_t d = 0; d < keep; ++d) outputs *= in->sizes[d];
+  for (int64_t w = begin; w < end;) {
+    const int64_t j = w / outputs, o = w % outputs;
+    const int64_t stop = end - w < outputs - o ? end : w + (outputs - o);
+    const int64_t width = rd_block_width(o, o + (stop - w), inner);
+    int64_t out_off, second_off, in_off;
+    rd_offsets(out, out, in, o, &out_off, &second_off, &in_off);
+    const int64_t k0 = j * part, n = rows - k0 < part ? rows - k0 : part;
+    double acc[RD_COLS];
+    for (int64_t q = 0; q < width; ++q) acc[q] = 0.0;
+    if (!rd_cols_acc(c, in, in_off, stride, k0, n, width, acc)) return 0;
+    for (int64_t q = 0; q < width; ++q) {
+      rd_state s;
+      rd_init(c, &s);
+      s.a = acc[q];
+      s.n = n;
+      scratch[(o + q) * parts + j] = s;
     }
     w += width;
   }
@@ -705,17 +760,24 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
   if (stage == 0 && count > 0 && rd_columns(&c, out, second, in, keep, begin, end)) return LOOM_OK;
   if (stage == 0 && rd_dense_rows(&c, out, in, count, begin, end)) return LOOM_OK;
 
+  if (stage == 1 && count > 0 &&
+      rd_column_parts(&c, out, in, keep, scratch, parts, part, begin, end))
+    return LOOM_OK;
+
+  int64_t outputs = 1;
+  for (int32_t d = 0; d < keep; ++d) outputs *= in->sizes[d];
   for (int64_t w = begin; w < end; ++w) {
-    const int64_t o = stage == 1 ? w / parts : w;
+    /* stage 1: item w is part w / outputs of output w % outputs */
+    const int64_t o = stage == 1 ? w % outputs : w;
     int64_t out_off, second_off, in_off;
     rd_offsets(out, second, in, o, &out_off, &second_off, &in_off);
     rd_state s;
     rd_init(&c, &s);
     if (stage == 1) {
-      const int64_t j = w % parts, lin = j * part;
+      const int64_t j = w / outputs, lin = j * part;
       const int64_t n = count - lin < part ? count - lin : part;
       if (!rd_span(&c, &s, in, in_off, keep, lin, n)) return LOOM_ERROR_NOT_SUPPORTED;
-      scratch[w] = s;
+      scratch[o * parts + j] = s;
       continue;
     }
     if (stage == 2) {

@@ -120,6 +120,56 @@ static void test_long_parts(void) {
   free(x);
 }
 
+/* A column sum in two stages (a float32 [R, C] over dim 0, C outputs into
+ * float64): each part's rows are added in order per column from 0, the
+ * parts in order, the first taken as it is; the exact bits of that, for
+ * every chunking of stage 1 (one item, 7, a part's C outputs), and the
+ * mean is that sum over R. */
+static void test_column_parts(void) {
+  enum { R = 3 * 65536 + 1234, C = 19 };
+  float *x = malloc(sizeof(float) * R * C);
+  for (int64_t i = 0; i < (int64_t)R * C; ++i)
+    x[i] = ((float)rand() / RAND_MAX - 0.45f) * (float)(1 << (i % 23));
+  const int64_t part = loom_reduce_part(R), parts = (R + part - 1) / part;
+  CHECK(parts == 4);
+  double ref[C];
+  for (int c = 0; c < C; ++c) {
+    for (int64_t j = 0; j < parts; ++j) {
+      double acc = 0.0;
+      for (int64_t r = j * part; r < R && r < (j + 1) * part; ++r) acc += (double)x[r * C + c];
+      ref[c] = j == 0 ? acc : ref[c] + acc;
+    }
+  }
+  double *scratch = malloc(sizeof(double) * LOOM_REDUCE_STATE_DOUBLES * C * parts);
+  loom_tensor t[4];
+  memset(t, 0, sizeof t);
+  double out[C];
+  t[0] = (loom_tensor){.data = out, .dtype = LOOM_FLOAT64, .rank = 1};
+  t[0].sizes[0] = C; t[0].strides[0] = 1;
+  t[1] = (loom_tensor){.data = x, .dtype = LOOM_FLOAT32, .rank = 2};
+  t[1].sizes[0] = C; t[1].strides[0] = 1;
+  t[1].sizes[1] = R; t[1].strides[1] = C;
+  t[2] = t[0];
+  t[2].data = NULL;
+  t[3] = (loom_tensor){.data = scratch, .dtype = LOOM_FLOAT64, .rank = 0};
+  const int64_t grains[] = {1, 7, C};
+  for (int op = 0; op < 2; ++op)
+    for (size_t g = 0; g < sizeof grains / sizeof grains[0]; ++g) {
+      loom_scalar s[5] = {{.i = op ? LOOM_REDUCE_MEAN : LOOM_REDUCE_SUM}, {.i = 1}, {.f = 0},
+                          {.i = parts}, {.i = 1}};
+      memset(out, 0, sizeof out);
+      CHECK(run(t, s, C * parts, grains[g]) == 0);
+      s[4].i = 2;
+      CHECK(run(t, s, C, 1) == 0);
+      for (int c = 0; c < C; ++c) {
+        const double want = op ? ref[c] / R : ref[c];
+        CHECK(memcmp(&out[c], &want, sizeof want) == 0);
+      }
+    }
+  free(scratch);
+  free(x);
+}
+
 /* A contiguous full reduction of int8 into int64 and an all/any. */
 static void test_integral(void) {
   enum { N = 1000 };
@@ -396,6 +446,7 @@ int main(void) {
   srand(3);
   test_ops();
   test_long_parts();
+  test_column_parts();
   test_integral();
   test_sum_isa_equal();
   test_sum_short_equal();

@@ -160,7 +160,15 @@ void run(const char* name, int op, double param, const at::Tensor& self,
     t[3] = describe(scratch, name);
     s[3] = scalar_i(parts);
     s[4] = scalar_i(1);
-    launch(name, LOOM_KERNEL("reduce.trailing_dims"), t, s, outputs * parts, 1, dev);
+    // Stage 1 takes the parts in order, each for every output. Outputs next
+    // to each other in memory (a column sum: [1M, 16] over dim 0) share a
+    // chunk, which reads the part's rows once for all of them: one item per
+    // chunk read each line once per output ([1M, 16]: 168 -> 12 ms,
+    // [256K, 64]: 326 -> 11 ms, 2 threads, a loaded machine).
+    const int32_t keep = in.rank - nred;
+    const bool columns = keep > 0 && nred > 0 && in.strides[keep - 1] == 1;
+    launch(name, LOOM_KERNEL("reduce.trailing_dims"), t, s, outputs * parts,
+           columns ? outputs : 1, dev);
     s[4] = scalar_i(2);
     launch(name, LOOM_KERNEL("reduce.trailing_dims"), t, s, outputs, 64, dev);
     return;

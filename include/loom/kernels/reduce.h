@@ -16,7 +16,9 @@
  *               [4].i stage: 0 reduce whole, 1 partials into scratch,
  *               2 combine scratch in order into the outputs
  * Stage 0 and 2: the range is numel(out). Stage 1: the range is
- * numel(out) * parts; part j of an output covers reduced elements
+ * numel(out) * parts, item w being part w / numel(out) of output
+ * w % numel(out) (parts in order, each for every output), its state at
+ * scratch[output * parts + part]; part j of an output covers reduced elements
  * [j * part, (j + 1) * part) in row-major order, where part is
  * loom_reduce_part(count) of the count reduced into each output, and parts
  * must be ceil(count / part).
