@@ -141,6 +141,43 @@ static void pack_taps(const uint16_t *run, int64_t taps, uint16_t (*blkt)[OB][CB
   }
 }
 
+/* The flipped weight's tiles, tap t's (w's tap taps - 1 - t; taps <= 16)
+ * at d + t * 2 * BTILE: row k, out-channel o's lanes 2 o and 2 o + 1, holds
+ * in-channels 2 k and 2 k + 1, whose 16 out-channels' runs of taps lie
+ * back to back from blk + c * c_step on: per tap, each pair of vectors of
+ * the two runs permuted into the lanes whose element it holds. */
+static void pack_flipped(const uint16_t *blk, int64_t c_step, int64_t taps, uint16_t *d) {
+  const int64_t len = OB * taps, nv = (len + 31) / 32; /* a run's elements, vectors */
+  const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
+                                        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,
+                                        1, 0);
+  const __m512i first =
+      _mm512_mullo_epi16(_mm512_srli_epi16(lane, 1), _mm512_set1_epi16((short)taps));
+  const __mmask32 odd = 0xaaaaaaaau;
+  for (int64_t k = 0; k < CB / 2; ++k) {
+    __m512i v[2][8]; /* the two runs, up to 16 x 16 taps each */
+    for (int64_t j = 0; j < 2; ++j)
+      for (int64_t i = 0; i < 8; ++i)
+        v[j][i] = i < nv ? _mm512_maskz_loadu_epi16(cg_range_mask32(0, len - 32 * i),
+                                                     blk + (2 * k + j) * c_step + 32 * i)
+                         : _mm512_setzero_si512();
+    for (int64_t t = 0; t < taps; ++t) {
+      /* lane 2 o + j: element o * taps + taps - 1 - t of run j */
+      const __m512i at = _mm512_add_epi16(first, _mm512_set1_epi16((short)(taps - 1 - t)));
+      const __m512i pair = _mm512_srli_epi16(at, 6);
+      __m512i r = _mm512_setzero_si512();
+      for (int64_t p = 0; 2 * p < nv; ++p) {
+        const __mmask32 m = _mm512_cmpeq_epi16_mask(pair, _mm512_set1_epi16((short)p));
+        r = _mm512_mask_mov_epi16(r, m & ~odd,
+                                  _mm512_permutex2var_epi16(v[0][2 * p], at, v[0][2 * p + 1]));
+        r = _mm512_mask_mov_epi16(r, m & odd,
+                                  _mm512_permutex2var_epi16(v[1][2 * p], at, v[1][2 * p + 1]));
+      }
+      _mm512_storeu_si512(d + t * 2 * BTILE + k * 32, r);
+    }
+  }
+}
+
 int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (args->num_tensors < 2 || args->num_scalars < 1) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *dst = &args->tensors[0], *w = &args->tensors[1];
@@ -168,6 +205,11 @@ int loom_conv_nhwc_weight_kernel(const loom_kernel_args *args, int64_t begin, in
      * contiguous), then per tap the 16 rows transposed as 32-bit pairs into
      * the tile's 16 rows. */
     enum { GROUP = 16 };
+    if (flipped && nc == CB && no == OB && taps <= GROUP) {
+      pack_flipped(blk, c_step, taps,
+                   (uint16_t *)dst->data + ((ob / 2 * cbs + cb) * taps * 2 + ob % 2) * BTILE);
+      continue;
+    }
     _Alignas(64) uint16_t blkt[GROUP][OB][CB];
     for (int64_t t0 = 0; t0 < taps; t0 += GROUP) {
       const int64_t tn = taps - t0 < GROUP ? taps - t0 : GROUP;
