@@ -25,10 +25,11 @@ from conftest import DIGEST_PREAMBLE, digest_with_threads, run_python
 
 aten = torch.ops.aten
 
-# (n, c, o, h, w, stride): Winograd (3x3 stride 1) and the padded rows
-# (a stride-1 3x3 with many channels over a small image), and stride 2
-# (which shares no planes here: the regular convolution's results).
-CASES = [(2, 16, 16, 12, 12, 1), (32, 128, 128, 8, 8, 1), (2, 8, 16, 10, 9, 2)]
+# (n, c, o, h, w, stride): the padded rows (3x3 stride 1 over few input
+# channels), and stride 2 (which shares no planes here: the regular
+# convolution's results). Winograd's 3x3 stride-1 convolutions read their
+# input in place, NCHW or channels last: nothing to share.
+CASES = [(2, 5, 24, 14, 11, 1), (8, 3, 32, 16, 16, 1), (2, 8, 16, 10, 9, 2)]
 
 
 def _case(n, c, o, h, w, seed=0):
@@ -76,16 +77,14 @@ CL = torch.channels_last
                                     (CL, CL, None)], ids=["all", "x", "w_dy", "x_w"])
 def test_channels_last_gives_the_regular_convolutions_bits_and_layouts(case, layout, no_fallback):
     # x, the weight and dy each channels last or contiguous: the planes
-    # are shared where the NCHW ones are (but for Winograd's over a
-    # channels-last x, which reads it in place), and the output and
-    # gradients are the regular convolution's, bits and strides (the CPU's)
+    # are shared where the NCHW ones are, and the output and gradients are
+    # the regular convolution's, bits and strides (the CPU's)
     n, c, o, h, w, s = case
-    in_place = layout[0] is CL  # both stride-1 cases run Winograd over a channels-last x
     cx, cw, cb, _ = _case(n, c, o, h, w)
     lay = [lambda t, f=f: t.contiguous(memory_format=f) if f else t for f in layout]
     x, wt, b = lay[0](cx.to("loom")), lay[1](cw.to("loom")), cb.to("loom")
     out, pl = torch.ops.loom.conv2d_planes(x, wt, b, [s, s], [1, 1], [1, 1], 1)
-    assert (pl.numel() > 0) == (s == 1 and not in_place)
+    assert (pl.numel() > 0) == (s == 1)
     ref = aten.convolution(x, wt, b, [s, s], [1, 1], [1, 1], False, [0, 0], 1)
     cref = aten.convolution(lay[0](cx), lay[1](cw), cb, [s, s], [1, 1], [1, 1], False, [0, 0], 1)
     assert torch.equal(out.cpu(), ref.cpu()) and out.stride() == ref.stride() == cref.stride()
@@ -99,7 +98,7 @@ def test_channels_last_gives_the_regular_convolutions_bits_and_layouts(case, lay
     for a, e, ce in zip(got, want, cwant):
         assert torch.equal(a.cpu(), e.cpu()) and a.stride() == e.stride() == ce.stride()
         torch.testing.assert_close(a.cpu(), ce, rtol=1e-4, atol=1e-3)
-    if s == 1 and not in_place:  # the weight gradient reads the planes: another input's give its gradient
+    if s == 1:  # the weight gradient reads the planes: another input's give its gradient
         x2 = lay[0](torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to("loom"))
         _, pl2 = torch.ops.loom.conv2d_planes(x2, wt, b, [1, 1], [1, 1], [1, 1], 1)
         gw2 = torch.ops.loom.conv2d_planes_backward(dy, x, wt, pl2, [o], [1, 1], [1, 1], [1, 1],
@@ -111,13 +110,13 @@ def test_channels_last_gives_the_regular_convolutions_bits_and_layouts(case, lay
 
 
 def test_backward_masks_and_planes_left_out(no_fallback):
-    x, wt, b, _ = (t.to("loom") if isinstance(t, torch.Tensor) else t for t in _case(2, 16, 16, 12, 12))
+    x, wt, b, _ = (t.to("loom") if isinstance(t, torch.Tensor) else t for t in _case(2, 5, 24, 14, 11))
     out, pl, dy, full = _planes_and_grads(x, wt, b, 1)
     # the weight gradient alone, and the planes left out (an empty tensor:
     # the regular backward) give the same gradients
     _, _, _, (gi, gw, gb) = _planes_and_grads(x, wt, b, 1, (False, True, False))
     assert gi is None and gb is None and torch.equal(gw.cpu(), full[1].cpu())
-    none = torch.ops.loom.conv2d_planes_backward(dy, x, wt, torch.empty(0, device="loom"), [16],
+    none = torch.ops.loom.conv2d_planes_backward(dy, x, wt, torch.empty(0, device="loom"), [24],
                                                  [1, 1], [1, 1], [1, 1], 1, [True] * 3)
     for a, e in zip(none, full):
         assert torch.equal(a.cpu(), e.cpu())
@@ -125,14 +124,14 @@ def test_backward_masks_and_planes_left_out(no_fallback):
     # planes give that input's weight gradient (and the input gradient is x's)
     x2 = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to("loom")
     _, pl2 = torch.ops.loom.conv2d_planes(x2, wt, b, [1, 1], [1, 1], [1, 1], 1)
-    other = torch.ops.loom.conv2d_planes_backward(dy, x, wt, pl2, [16], [1, 1], [1, 1], [1, 1],
+    other = torch.ops.loom.conv2d_planes_backward(dy, x, wt, pl2, [24], [1, 1], [1, 1], [1, 1],
                                                   1, [True] * 3)
-    want2 = aten.convolution_backward(dy, x2, wt, [16], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+    want2 = aten.convolution_backward(dy, x2, wt, [24], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
                                       [True] * 3)
     assert torch.equal(other[1].cpu(), want2[1].cpu()) and torch.equal(other[0].cpu(), full[0].cpu())
     assert not torch.equal(other[1].cpu(), full[1].cpu())
     # planes of the wrong shape are not read: the regular backward
-    wrong = torch.ops.loom.conv2d_planes_backward(dy, x, wt, pl[:, :, :-16].contiguous(), [16],
+    wrong = torch.ops.loom.conv2d_planes_backward(dy, x, wt, pl[:, :, :-16].contiguous(), [24],
                                                   [1, 1], [1, 1], [1, 1], 1, [True] * 3)
     for a, e in zip(wrong, full):
         assert torch.equal(a.cpu(), e.cpu())
@@ -148,6 +147,14 @@ def test_other_dtypes_and_layouts_share_nothing(no_fallback):
     xt = x.to("loom").transpose(2, 3)  # not contiguous
     out, pl = torch.ops.loom.conv2d_planes(xt, wt.to("loom"), None, [1, 1], [1, 1], [1, 1], 1)
     assert pl.numel() == 0
+    # Winograd reads an NCHW or channels-last input in place: no planes
+    for fmt in (torch.contiguous_format, CL):
+        xw = torch.randn(2, 16, 12, 12).contiguous(memory_format=fmt).to("loom")
+        ww = torch.randn(16, 16, 3, 3).to("loom")
+        out, pl = torch.ops.loom.conv2d_planes(xw, ww, None, [1, 1], [1, 1], [1, 1], 1)
+        assert pl.numel() == 0
+        assert torch.equal(out.cpu(), aten.convolution(xw, ww, None, [1, 1], [1, 1], [1, 1], False,
+                                                       [0, 0], 1).cpu())
     with pytest.raises(RuntimeError, match="loom::conv2d_planes: expected a 4-d input"):
         torch.ops.loom.conv2d_planes(x[0].to("loom"), wt.to("loom"), None, [1, 1], [1, 1],
                                      [1, 1], 1)
@@ -157,7 +164,7 @@ _DIGEST = """
 import torch
 aten = torch.ops.aten
 g = torch.Generator().manual_seed(3)
-for n, c, o, ih, iw in ((3, 16, 24, 14, 11), (8, 64, 64, 8, 8)):
+for n, c, o, ih, iw in ((3, 5, 24, 14, 11), (8, 3, 32, 16, 16)):
     x = torch.randn(n, c, ih, iw, generator=g).to("loom")
     wt = (torch.randn(o, c, 3, 3, generator=g) / (3 * c)).to("loom")
     out, pl = torch.ops.loom.conv2d_planes(x, wt, None, [1, 1], [1, 1], [1, 1], 1)
@@ -190,12 +197,12 @@ def test_results_do_not_depend_on_the_thread_count_and_the_generic_path_agrees()
 # ---- the compiler's pass --------------------------------------------------------------
 
 class _Net(nn.Module):
-    """Stride-1 3x3 convolutions on Winograd's path (the stem, the first
-    block) and the padded rows (the last block's second convolution)."""
+    """A stride-1 3x3 convolution on the padded rows (the stem, over 5
+    channels) and Winograd's (the blocks' stride-1 ones)."""
 
     def __init__(self):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
+        self.stem = nn.Sequential(nn.Conv2d(5, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
                                   nn.ReLU())
         self.blocks = nn.Sequential(BasicBlock(16, 16, 1), BasicBlock(16, 128, 2))
         self.fc = nn.Linear(128, 5)
@@ -207,7 +214,7 @@ class _Net(nn.Module):
 
 def _train(model, compiled, steps=3, dynamic=None, fmt=torch.contiguous_format):
     torch.manual_seed(0)
-    x, y = torch.randn(8, 16, 16, 16).to("loom"), torch.randint(0, 5, (8,)).to("loom")
+    x, y = torch.randn(8, 5, 16, 16).to("loom"), torch.randint(0, 5, (8,)).to("loom")
     x = x.contiguous(memory_format=fmt)
     model = copy.deepcopy(model).to("loom", memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -237,10 +244,10 @@ def test_compiled_training_pads_each_input_once_and_keeps_eagers_parameters(no_f
     losses, state, pads = _train(model, True)
     c = compiler.counters()
     assert c["graphs_fallen_back"] == 0
-    # the stem, the first block's two and the last block's second convolution
-    assert c["conv_planes"] == 4
-    # each of them pads its input once instead of twice
-    assert pads == eager_pads - 4 and pads > 0
+    # the stem (Winograd's read their input in place)
+    assert c["conv_planes"] == 1
+    # it pads its input once instead of twice
+    assert pads == eager_pads - 1 and pads > 0
     assert losses == eager_losses and losses[-1] < losses[0]
     for name, t in state.items():  # parameters, running statistics, counts
         assert torch.equal(t, eager_state[name]), name
@@ -248,7 +255,7 @@ def test_compiled_training_pads_each_input_once_and_keeps_eagers_parameters(no_f
 
 
 @pytest.mark.skipif(not jit.available(), reason="needs a C compiler")
-def test_compiled_channels_last_training_pads_nothing(no_fallback):
+def test_compiled_channels_last_training_pads_only_the_stem(no_fallback):
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = _Net()
@@ -256,10 +263,10 @@ def test_compiled_channels_last_training_pads_nothing(no_fallback):
     compiler.reset_counters()
     losses, state, pads = _train(model, True, fmt=CL)
     c = compiler.counters()
-    # channels last, the four Winograd convolutions read their input and dy
-    # in place: no planes to share, nothing padded, compiled or eager
-    assert c["graphs_fallen_back"] == 0 and c["conv_planes"] == 0
-    assert pads == eager_pads == 0
+    # channels last, the Winograd convolutions read their input and dy in
+    # place: the stem's planes alone are shared
+    assert c["graphs_fallen_back"] == 0 and c["conv_planes"] == 1
+    assert pads == eager_pads - 1
     assert losses == eager_losses and losses[-1] < losses[0]
     for name, t in state.items():
         assert torch.equal(t, eager_state[name]), name
@@ -278,7 +285,7 @@ def test_the_pass_can_be_switched_off(monkeypatch, no_fallback):
     torch._dynamo.reset()
     monkeypatch.setattr(planes, "ENABLED", True)
     _, _, fewer = _train(_Net(), True, steps=1)
-    assert fewer == pads - 4
+    assert fewer == pads - 1
     torch._dynamo.reset()
 
 

@@ -3,7 +3,8 @@ where the input gradient (the flipped weight's Winograd forward) and the
 weight gradient both run Winograd, the weight gradient reads dy from the
 planes the input gradient padded rather than padding dy again. The
 gradients must be the bits each gives alone, equal the CPU's, and dy must be
-padded once (two "conv.pad" launches: dy's and the image's); channels last,
+padded once (two "conv.pad" launches: dy's and the image's) where the
+passes cannot read it in place (dy's columns apart); NCHW or channels last,
 both passes read dy and the image in place (no "conv.pad" at all)."""
 import pytest
 import torch
@@ -34,15 +35,19 @@ SHAPES = [(4, 32, 32, 16, 16), (3, 16, 24, 13, 11), (2, 20, 17, 9, 14), (2, 32, 
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last],
-                         ids=["nchw", "cl"])
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last, "strided"],
+                         ids=["nchw", "cl", "strided_dy"])
 def test_conv_backward_both_gradients_share_dy_planes(shape, fmt):
     n, c, o, h, wd = shape
     g = torch.Generator().manual_seed(sum(shape))
-    x = torch.randn(n, c, h, wd, generator=g).contiguous(memory_format=fmt)
-    w = torch.randn(o, c, 3, 3, generator=g).contiguous(memory_format=fmt)
-    dy = torch.randn(n, o, h, wd, generator=g).contiguous(memory_format=fmt)
+    mf = torch.contiguous_format if fmt == "strided" else fmt
+    x = torch.randn(n, c, h, wd, generator=g).contiguous(memory_format=mf)
+    w = torch.randn(o, c, 3, 3, generator=g).contiguous(memory_format=mf)
+    dy = torch.randn(n, o, h, wd, generator=g).contiguous(memory_format=mf)
     xl, wl, dyl = x.to("loom"), w.to("loom"), dy.to("loom")
+    if fmt == "strided":  # dy's columns apart: neither pass reads it in place
+        dyl = torch.stack([dyl, dyl], -1)[..., 0]
+        assert dyl.stride(3) == 2
     both = {}
     counts = _kernel_counts(lambda: both.update(r=_backward(dyl, xl, wl, [True, True, False])))
     gi, gw, _ = both["r"]
@@ -55,4 +60,4 @@ def test_conv_backward_both_gradients_share_dy_planes(shape, fmt):
         assert got.stride() == ref.stride()
         torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-4)
     if counts.get("conv.winograd.forward") and counts.get("conv.winograd.weight_grad"):
-        assert counts.get("conv.pad", 0) == (2 if fmt == torch.contiguous_format else 0), counts
+        assert counts.get("conv.pad", 0) == (2 if fmt == "strided" else 0), counts

@@ -13,7 +13,9 @@
  * where q = ty * wq + tx. So a block of 32 consecutive grid tiles reads each
  * patch element as one run of 32 floats: the transforms are plain vector
  * arithmetic over 32 tiles at once, and tiles with tx >= the tile columns
- * are computed and dropped.
+ * are computed and dropped. Or the image is read in place: channels last
+ * (a tile's patch as runs of channels, transposed into runs of tiles), or
+ * NCHW by rows (conv_winograd_rows_avx512.h), with the planes' values.
  *
  * The weight gradient runs the same GEMMs with the tiles as k: dU[e] sums
  * (A dY A^T)[e] (B^T d B)[e] over the tiles, and dW = G^T dU G. Its
@@ -26,6 +28,7 @@
 #include "kernels/conv/conv.h"
 #include "kernels/conv/conv_variants.h"
 #include "kernels/conv/conv_winograd_internal.h"
+#include "kernels/conv/conv_winograd_rows_avx512.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
 #include "loom/status.h"
@@ -259,6 +262,7 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
   const int64_t blocks = gpos / WG_T, groups = (panels + WG_PANELS - 1) / WG_PANELS;
   const int64_t s1 = xp->strides[1];
   const int image = wg_forward_image(args);
+  const int rows = image && wg_image_rows(xp);
   const int64_t top = image ? args->scalars[2].i : 0, left = image ? args->scalars[3].i : 0;
   int64_t off[4][4];
   for (int r = 0; r < 4; ++r)
@@ -266,15 +270,27 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
       off[r][s] = ((r & 1) * 2 + (s & 1)) * s1 + (r >> 1) * wq + (s >> 1);
   _Alignas(64) float v[WG_E * WG_VS], mt[WG_E * WG_MS];
   float y[2][2 * WG_T];
+  wg_lanes lanes[2];
 
   for (int64_t item = begin; item < end; ++item) {
     const int64_t og = item % groups, blk = item / groups % blocks, n = item / groups / blocks;
     const int64_t p0 = og * WG_PANELS, np = panels - p0 < WG_PANELS ? panels - p0 : WG_PANELS;
     const int64_t q0 = blk * WG_T;
     const float *img = (const float *)xp->data + n * xp->strides[0] + (image ? 0 : q0);
+    if (rows)
+      for (int hf = 0; hf < 2; ++hf)
+        wg_lanes_of(&lanes[hf], q0 + 16 * hf, wq, tho, two, top, left, xp->sizes[3], 4);
     for (int64_t k0 = 0; k0 < k_n; k0 += WG_KC) {
       const int64_t kc = k_n - k0 < WG_KC ? k_n - k0 : WG_KC;
-      if (image) wg_input_image(v, xp, n, q0, wq, tho, two, top, left, k0, kc);
+      if (rows)
+        for (int64_t c = 0; c < kc; ++c)
+          for (int hf = 0; hf < 2; ++hf) {
+            __m512 d[4][4];
+            wg_rows_patch(d, &lanes[hf], img + (k0 + c) * s1, xp->strides[2], xp->sizes[2], 4);
+            wg_input_regs(v + c * WG_T + 16 * hf, WG_VS, d);
+          }
+      else if (image)
+        wg_input_image(v, xp, n, q0, wq, tho, two, top, left, k0, kc);
       for (int64_t c = 0; c < kc && !image; ++c) {
         const float *src = img + (k0 + c) * 4 * s1;
         /* the channel two on is planes away, beyond the hardware prefetchers:
@@ -435,8 +451,10 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
   for (int r = 0; r < 4; ++r)
     for (int s = 0; s < 4; ++s) xoff[r][s] = ((r & 1) * 2 + (s & 1)) * xs + (r >> 1) * wq + (s >> 1);
   wg_dy_offsets(args, ds, doff);
-  const int images = wg_wgrad_images(args);
+  const int images = wg_wgrad_images(args), rows = images && wg_images_rows(xp, dyp);
   const int64_t top = images ? args->scalars[4].i : 0, left = images ? args->scalars[5].i : 0;
+  const int64_t tho = rows ? (dyp->sizes[2] + 1) / 2 : 0, two = rows ? (dyp->sizes[3] + 1) / 2 : 0;
+  wg_lanes xl[2], dl[2];
   /* per element: dy's as A panels [8][32 tiles][12], x's as B panels
    * [2][32 tiles][32]; staging for 16 channels' transposes */
   _Alignas(64) float abuf[WG_E][WG_OG * WG_T], bbuf[WG_E][WG_CG * WG_T], stage[WG_E * WG_STAGE];
@@ -455,14 +473,24 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
       const int64_t n = t0 / gpos, q = t0 % gpos;
       const float *xsrc = (const float *)xp->data + n * xp->strides[0] + (images ? 0 : q);
       const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + (images ? 0 : q);
+      if (rows)
+        for (int hf = 0; hf < 2; ++hf) {
+          wg_lanes_of(&xl[hf], q + 16 * hf, wq, tho, two, top, left, xp->sizes[3], 4);
+          wg_lanes_of(&dl[hf], q + 16 * hf, wq, tho, two, 0, 0, dyp->sizes[3], 2);
+        }
       for (int64_t h = 0; h < WG_T; h += 16) {
-        if (images) {
+        if (images && !rows) {
           wg_wgrad_panels_image(abuf, bbuf, xp, dyp, n, q, h, wq, top, left, c_lo, c_n, o_lo, o_n);
           continue;
         }
         for (int64_t c0 = 0; c0 < c_n; c0 += 16) {
           for (int64_t i = 0; i < 16; ++i) {
-            if (c0 + i < c_n)
+            if (c0 + i < c_n && rows) {
+              __m512 d[4][4];
+              wg_rows_patch(d, &xl[h / 16], xsrc + (c_lo + c0 + i) * xs, xp->strides[2],
+                            xp->sizes[2], 4);
+              wg_input_regs(stage + i * 16, WG_STAGE, d);
+            } else if (c0 + i < c_n)
               wg_input16(stage + i * 16, WG_STAGE, xsrc + (c_lo + c0 + i) * 4 * xs + h, xoff);
             else
               wg_stage_zero(stage, i);
@@ -476,7 +504,14 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
         }
         for (int64_t o0 = 0; o0 < o_n; o0 += 16) {
           for (int64_t i = 0; i < 16; ++i) {
-            if (o0 + i < o_n)
+            if (o0 + i < o_n && rows) {
+              __m512 d[4][4], g[WG_E];
+              wg_rows_patch(d, &dl[h / 16], dsrc + (o_lo + o0 + i) * ds, dyp->strides[2],
+                            dyp->sizes[2], 2);
+              __m512 yv[2][2] = {{d[0][0], d[0][1]}, {d[1][0], d[1][1]}};
+              wg_grad_regs(g, yv);
+              for (int e = 0; e < WG_E; ++e) _mm512_storeu_ps(stage + i * 16 + e * WG_STAGE, g[e]);
+            } else if (o0 + i < o_n)
               wg_grad16(stage + i * 16, WG_STAGE, dsrc + (o_lo + o0 + i) * 4 * ds + h, doff);
             else
               wg_stage_zero(stage, i);

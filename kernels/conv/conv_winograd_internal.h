@@ -50,9 +50,9 @@ static inline int64_t wg_dy_shift(const loom_kernel_args *args) {
   return v == 0 || v == 1 ? v : -1;
 }
 
-/* Whether a weight-gradient launch reads x and dy in place: both
- * channels last (N, K, H, W) and (N, M, ho, wo), channel stride 1, other
- * strides >= 0; x padded by scalars [4] top and [5] left (0 to 2). Each
+/* Whether a weight-gradient launch reads x and dy in place: (N, K, H, W)
+ * and (N, M, ho, wo), both channels last (channel stride 1) or both by
+ * rows (column stride 1), strides >= 0; x padded by scalars [4] top and [5] left (0 to 2). Each
  * tile then reads x's patch as the forward does (wg_forward_image) and
  * dY[i][j] = dy[2 ty + i][2 tx + j], zero outside dy: what the planes
  * would hold. Tiles the output drops (past ceil(wo / 2) columns or
@@ -61,9 +61,21 @@ static inline int wg_wgrad_images(const loom_kernel_args *args) {
   return args->num_tensors >= 3 && args->tensors[1].rank == 4 && args->tensors[2].rank == 4;
 }
 
-/* An image operand's checks: fp32, channel stride 1, strides >= 0. */
+/* An image operand's checks: fp32, strides >= 0, and channel stride 1
+ * (channels last) or column stride 1 (rows: NCHW). */
 static inline int wg_image_ok(const loom_tensor *t) {
-  return t->rank == 4 && t->dtype == LOOM_FLOAT32 && t->strides[1] == 1 && wg_strided(t);
+  return t->rank == 4 && t->dtype == LOOM_FLOAT32 && (t->strides[1] == 1 || t->strides[3] == 1) &&
+         wg_strided(t);
+}
+
+/* Whether an image read in place is read by rows (column stride 1) rather
+ * than by runs of channels (channel stride 1, which wins where both are). */
+static inline int wg_image_rows(const loom_tensor *t) { return t->strides[1] != 1; }
+
+/* Whether a weight gradient's images are read by rows: unless both have
+ * channel stride 1 (then both need column stride 1). */
+static inline int wg_images_rows(const loom_tensor *x, const loom_tensor *dy) {
+  return x->strides[1] != 1 || dy->strides[1] != 1;
 }
 
 /* Whether a weight-gradient launch's operands fit its contract, for either
@@ -84,7 +96,8 @@ static inline int wg_wgrad_fits(const loom_kernel_args *args) {
   if (wg_wgrad_images(args)) {
     if (args->num_scalars < 6 || args->scalars[3].i != 0 || args->scalars[4].i < 0 ||
         args->scalars[4].i > 2 || args->scalars[5].i < 0 || args->scalars[5].i > 2 ||
-        !wg_image_ok(xp) || !wg_image_ok(dyp))
+        !wg_image_ok(xp) || !wg_image_ok(dyp) ||
+        (wg_images_rows(xp, dyp) && (xp->strides[3] != 1 || dyp->strides[3] != 1)))
       return 0;
     const int64_t tho = (dyp->sizes[2] + 1) / 2, two = (dyp->sizes[3] + 1) / 2;
     return xp->sizes[1] == part->sizes[3] && dyp->sizes[1] == part->sizes[2] && wq >= two + 1 &&
@@ -148,8 +161,8 @@ static inline void wg_dy_offsets(const loom_kernel_args *args, int64_t ds, int64
       off[i][j] = shift ? ((1 - i) * 2 + (1 - j)) * ds + i * wq + j : (i * 2 + j) * ds;
 }
 
-/* A forward's image read in place: channels last (N, K, H, W), channel
- * stride 1, other strides >= 0, padded by scalars [2] top and [3] left
+/* A forward's image read in place: (N, K, H, W), channel stride 1
+ * (channels last) or column stride 1 (rows), strides >= 0, padded by scalars [2] top and [3] left
  * (0 to 2). Where the launch gives it, every tile reads its 4x4 patch
  * x[2 ty + r - top][2 tx + s - left] (zero outside the image), the values
  * conv.pad's planes would hold there. */
@@ -174,7 +187,7 @@ static inline int wg_forward_fits(const loom_kernel_args *args) {
       (bias && (bias->dtype != LOOM_FLOAT32 || bias->rank != 1 || bias->sizes[0] != out->sizes[1])))
     return 0;
   if (image) {
-    if (args->num_scalars < 4 || xp->strides[1] != 1 || !wg_strided(xp) ||
+    if (args->num_scalars < 4 || !wg_image_ok(xp) ||
         args->scalars[2].i < 0 || args->scalars[2].i > 2 || args->scalars[3].i < 0 ||
         args->scalars[3].i > 2)
       return 0;

@@ -79,24 +79,38 @@ static void forward(const wino *c, loom_kernel_fn fn, float *u, float *y) {
   run(fn, ts, 4, sc, 2, n * (c->gpos / TILES) * groups);
 }
 
-/* The forward `fn` as `forward`, from the image laid out channels last
- * and read in place (no planes). */
-static void forward_image(const wino *c, loom_kernel_fn fn, float *u, float *y) {
+/* An image (N, C, H, W) copied from NCHW src by rows: each row `gap`
+ * floats longer and each plane `gap` floats more, so the kernels read it
+ * through its strides (a view of a wider image). */
+static loom_tensor rows_copy(const float *src, int64_t n, int64_t ch, int64_t h, int64_t w,
+                             int64_t gap, float **buf) {
+  const int64_t rs = w + gap, cs = h * rs + gap;
+  *buf = malloc(sizeof(float) * (size_t)(n * ch * cs));
+  for (int64_t i = 0; i < n * ch * cs; ++i) (*buf)[i] = 1e30f; /* the gaps: never read */
+  for (int64_t p = 0; p < n * ch; ++p)
+    for (int64_t y = 0; y < h; ++y)
+      memcpy(*buf + p * cs + y * rs, src + (p * h + y) * w, sizeof(float) * (size_t)w);
+  return t4(*buf, n, ch, h, w, ch * cs, cs, rs, 1);
+}
+
+/* The forward `fn` as `forward`, from the image read in place (no
+ * planes): laid out channels last, or by rows (NCHW, `rows`). */
+static void forward_image(const wino *c, loom_kernel_fn fn, float *u, float *y, int rows) {
   const int64_t n = c->cc.g.n, h = c->cc.g.in[1], w = c->cc.g.in[2], k = c->k;
   const int64_t len = c->ho * c->wo;
-  float *xc = malloc(sizeof(float) * (size_t)(n * k * h * w));
+  float *xc = malloc(sizeof(float) * (size_t)(n * k * h * w)), *xr = NULL;
   for (int64_t b = 0; b < n; ++b)
     for (int64_t ch = 0; ch < k; ++ch)
       for (int64_t i = 0; i < h * w; ++i) xc[(b * h * w + i) * k + ch] = c->cc.x[(b * k + ch) * h * w + i];
   loom_tensor ts[4] = {
       t4(y, n, c->m, c->ho, c->wo, c->m * len, len, c->wo, 1), u_of(c, u),
-      t4(xc, n, k, h, w, h * w * k, 1, w * k, k),
+      rows ? rows_copy(c->cc.x, n, k, h, w, 3, &xr) : t4(xc, n, k, h, w, h * w * k, 1, w * k, k),
       {.data = c->cc.bias, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {c->m}, .strides = {1}}};
   loom_scalar sc[4] = {{.i = c->wq}, {.i = c->gpos}, {.i = c->p}, {.i = c->p}};
   const int64_t groups = (c->panels + LOOM_CONV_WINOGRAD_PANELS - 1) / LOOM_CONV_WINOGRAD_PANELS;
   memset(y, 0xff, sizeof(float) * (size_t)(n * c->m * len));
   run(fn, ts, 4, sc, 4, n * (c->gpos / TILES) * groups);
-  free(xc);
+  free(xc), free(xr);
 }
 
 /* The weight gradient `fn` over chunks of tchunk tiles, then the shared
@@ -132,31 +146,38 @@ static void weight_grad_from(const wino *c, loom_kernel_fn fn, int64_t tchunk, f
   free(dyp), free(part);
 }
 
-/* The weight gradient `fn` as weight_grad, from x and dy laid out
- * channels last and read in place (no planes). */
-static void weight_grad_images(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw) {
+/* The weight gradient `fn` as weight_grad, from x and dy read in place
+ * (no planes): laid out channels last, or by rows (NCHW, `rows`). */
+static void weight_grad_images(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw,
+                               int rows) {
   const int64_t n = c->cc.g.n, h = c->cc.g.in[1], w = c->cc.g.in[2], m = c->m, k = c->k;
   const int64_t len = c->ho * c->wo, chunks = (n * c->gpos + tchunk - 1) / tchunk;
   float *xc = malloc(sizeof(float) * (size_t)(n * k * h * w));
-  float *dyc = malloc(sizeof(float) * (size_t)(n * m * len));
+  float *dyc = malloc(sizeof(float) * (size_t)(n * m * len)), *xr = NULL, *dr = NULL;
+  float *dyn = malloc(sizeof(float) * (size_t)(n * m * len));
   float *part = malloc(sizeof(float) * (size_t)(chunks * 16 * m * k));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t ch = 0; ch < k; ++ch)
       for (int64_t i = 0; i < h * w; ++i) xc[(b * h * w + i) * k + ch] = c->cc.x[(b * k + ch) * h * w + i];
     /* dy is (O, N, L) */
     for (int64_t o = 0; o < m; ++o)
-      for (int64_t i = 0; i < len; ++i) dyc[(b * len + i) * m + o] = c->cc.dy[(o * n + b) * len + i];
+      for (int64_t i = 0; i < len; ++i) {
+        dyc[(b * len + i) * m + o] = c->cc.dy[(o * n + b) * len + i];
+        dyn[(b * m + o) * len + i] = c->cc.dy[(o * n + b) * len + i];
+      }
   }
   loom_tensor ts[3] = {t4(part, chunks, 16, m, k, 16 * m * k, m * k, k, 1),
                        t4(xc, n, k, h, w, h * w * k, 1, w * k, k),
                        t4(dyc, n, m, c->ho, c->wo, len * m, 1, c->wo * m, m)};
+  if (rows)
+    ts[1] = rows_copy(c->cc.x, n, k, h, w, 3, &xr), ts[2] = rows_copy(dyn, n, m, c->ho, c->wo, 1, &dr);
   loom_scalar sc[6] = {{.i = c->wq}, {.i = c->gpos}, {.i = tchunk}, {.i = 0}, {.i = c->p}, {.i = c->p}};
   const int64_t items = chunks * ((m + LOOM_CONV_WINOGRAD_WG_M - 1) / LOOM_CONV_WINOGRAD_WG_M) *
                         ((k + LOOM_CONV_WINOGRAD_WG_K - 1) / LOOM_CONV_WINOGRAD_WG_K);
   run(fn, ts, 3, sc, 6, items);
   loom_tensor fts[2] = {t4(gw, m, k, 3, 3, k * 9, 9, 3, 1), ts[0]};
   run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m);
-  free(xc), free(dyc), free(part);
+  free(xc), free(dyc), free(dyn), free(xr), free(dr), free(part);
 }
 
 static void weight_grad(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw) {
@@ -211,8 +232,10 @@ static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w
   forward(&c, loom_conv_winograd_generic, u1, y1);
   CHECK_MSG(misses(y1, ref, mag, ny) == 0, "generic Winograd forward (k %ld m %ld) misses the reference",
         (long)k, (long)m);
-  forward_image(&c, loom_conv_winograd_generic, u1, y2);
+  forward_image(&c, loom_conv_winograd_generic, u1, y2, 0);
   CHECK_MSG(same(y1, y2, ny), "generic Winograd forward from the channels-last image differs");
+  forward_image(&c, loom_conv_winograd_generic, u1, y2, 1);
+  CHECK_MSG(same(y1, y2, ny), "generic Winograd forward from the image's rows differs");
   if (hw_avx512) {
     weight(&c, loom_conv_winograd_weight_avx512, flipped, u0);
     CHECK_MSG(same(u0, u1, nu), "the weight transforms differ");
@@ -220,10 +243,12 @@ static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w
     forward(&c, with_avx512_ukr, u0, y2);
     CHECK_MSG(same(y1, y2, ny), "twin with the AVX-512 micro-kernel differs from the AVX-512 forward");
     CHECK_MSG(misses(y1, ref, mag, ny) == 0, "AVX-512 Winograd forward misses the reference");
-    forward_image(&c, with_avx512_ukr, u0, y2);
-    CHECK_MSG(same(y1, y2, ny), "twin from the channels-last image differs from the AVX-512 forward");
-    forward_image(&c, loom_conv_winograd_avx512, u0, y2);
-    CHECK_MSG(same(y1, y2, ny), "AVX-512 forward from the channels-last image differs");
+    for (int rows = 0; rows < 2; ++rows) {
+      forward_image(&c, with_avx512_ukr, u0, y2, rows);
+      CHECK_MSG(same(y1, y2, ny), "twin from the image (rows %d) differs from the AVX-512 forward", rows);
+      forward_image(&c, loom_conv_winograd_avx512, u0, y2, rows);
+      CHECK_MSG(same(y1, y2, ny), "AVX-512 forward from the image (rows %d) differs", rows);
+    }
   }
   if (flipped) free(ref), free(mag);
   free(u0), free(u1), free(y1), free(y2);
@@ -241,16 +266,21 @@ static void check_weight_grad(int64_t n, int64_t k, int64_t m, int64_t h, int64_
   /* from dy's planes padded by one (the input gradient's): the same bits */
   weight_grad_from(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 1);
   CHECK_MSG(same(w1, w2, nw), "generic weight grad from dy's padded planes differs");
-  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, TILES, w2);
+  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 0);
   CHECK_MSG(same(w1, w2, nw), "generic weight grad from channels-last images differs");
+  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 1);
+  CHECK_MSG(same(w1, w2, nw), "generic weight grad from the images' rows differs");
   if (hw_avx512) {
     weight_grad(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w1);
     weight_grad_from(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2, 1);
     CHECK_MSG(same(w1, w2, nw), "AVX-512 weight grad from dy's padded planes differs");
-    weight_grad_images(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2);
-    CHECK_MSG(same(w1, w2, nw), "AVX-512 weight grad from channels-last images differs");
-    weight_grad_images(&c, wgrad_with_avx512_ukr, 2 * TILES, w2);
-    CHECK_MSG(same(w1, w2, nw), "twin from channels-last images differs from the AVX-512 weight grad");
+    for (int rows = 0; rows < 2; ++rows) {
+      weight_grad_images(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2, rows);
+      CHECK_MSG(same(w1, w2, nw), "AVX-512 weight grad from the images (rows %d) differs", rows);
+      weight_grad_images(&c, wgrad_with_avx512_ukr, 2 * TILES, w2, rows);
+      CHECK_MSG(same(w1, w2, nw), "twin from the images (rows %d) differs from the AVX-512 weight grad",
+                rows);
+    }
     weight_grad(&c, wgrad_with_avx512_ukr, 2 * TILES, w2);
     CHECK_MSG(same(w1, w2, nw), "twin with the AVX-512 micro-kernel differs from the AVX-512 weight grad");
     CHECK_MSG(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0, "AVX-512 Winograd weight grad misses the reference");
@@ -301,11 +331,15 @@ int main(int argc, char **argv) {
   check_winograd(2, 130, 101, 12, 10, 1, 0, hw);
   check_winograd(2, 16, 24, 11, 14, 0, 0, hw);
   check_winograd(2, 20, 17, 13, 15, 1, 1, hw);
+  /* rows of more than 16 tiles (runs cut at 16 lanes), padding 2 */
+  check_winograd(1, 19, 14, 5, 37, 1, 0, hw);
+  check_winograd(1, 8, 13, 9, 6, 2, 0, hw);
   /* weight gradients: one chunk; several chunks and channel groups each
    * way (m > 96, k > 64) with partial panels */
   check_weight_grad(1, 5, 7, 7, 9, 1, hw);
   check_weight_grad(2, 70, 100, 10, 11, 1, hw);
   check_weight_grad(2, 16, 20, 13, 8, 0, hw);
+  check_weight_grad(1, 9, 13, 6, 38, 1, hw);
   check_selected(hw);
   CHECK_MSG(rerun_capped(argv, hw), "the run under LOOM_CPU_FEATURES=generic failed");
   TEST_MAIN_END();

@@ -156,13 +156,24 @@ static void check(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, int64_t
   for (int64_t i = 0; i < n * m * ho * wo; ++i) y2[i] = 9.0f;
   run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, isc, 4, items, 3);
   CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0);
+  /* the NCHW image read in place by rows: the same bits, for either
+   * output layout and any split */
+  ts[2] = dense(x, 4, xs4);
+  for (int64_t i = 0; i < n * m * ho * wo; ++i) y2[i] = 9.0f;
+  run(loom_conv_winograd_kernel, ts, with_bias ? 4 : 3, isc, 4, items, 2);
+  CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0);
+  cts[2] = ts[2];
+  for (int64_t i = 0; i < n * m * ho * wo; ++i) y4[i] = 9.0f;
+  run(loom_conv_winograd_kernel, cts, with_bias ? 4 : 3, isc, 4, items, items);
+  CHECK(memcmp(y3, y4, sizeof(float) * n * m * ho * wo) == 0);
   ts[2] = dense(xp, 3, ps);
-  /* without its padding, or with channels apart, the image is refused */
+  /* without its padding, or with neither channels nor columns adjacent,
+   * the image is refused */
   loom_kernel_args ia = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = cts,
                          .num_scalars = 2, .scalars = isc, .range = 1, .grain = 1};
   CHECK(loom_conv_winograd_kernel(&ia, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
-  ia.num_scalars = 4, cts[2] = dense(x, 4, xs4);
-  CHECK(k == 1 || loom_conv_winograd_kernel(&ia, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
+  ia.num_scalars = 4, cts[2].strides[3] = 2, cts[2].strides[2] = 2 * w, cts[2].strides[1] = h * w;
+  CHECK(loom_conv_winograd_kernel(&ia, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   free(xc), free(wc), free(xp2), free(u2), free(y3), free(y4);
 
   /* a grid one tile too narrow is refused */
@@ -203,6 +214,11 @@ static void check_image_padding(int64_t n, int64_t k, int64_t m, int64_t h, int6
   const loom_tensor img = channels_last(dense(xc, 4, xs));
   ts[0].data = y2, ts[2] = img;
   run(loom_conv_winograd_kernel, ts, 3, sc, 4, items, 2);
+  CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0);
+  /* and the NCHW image, read by rows */
+  ts[2] = dense(x, 4, xs);
+  for (int64_t i = 0; i < n * m * ho * wo; ++i) y2[i] = 9.0f;
+  run(loom_conv_winograd_kernel, ts, 3, sc, 4, items, 3);
   CHECK(memcmp(y1, y2, sizeof(float) * n * m * ho * wo) == 0);
   /* and the generic twin likewise */
   ts[0].data = y1, ts[2] = dense(xp, 3, ps);
@@ -273,6 +289,17 @@ static void check_wgrad(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w, i
   run(loom_conv_winograd_wgrad_kernel, its, 3, isc, 6, items, items);
   run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, m);
   CHECK(memcmp(dw1, dw3, sizeof(float) * m * k * 9) == 0);
+  /* x and dy NCHW, read in place by rows: the same sums, for any split */
+  loom_tensor rts[3] = {dense(part, 4, partsz), dense(x, 4, xs4), dense(dy, 4, ds4)};
+  for (int64_t i = 0; i < chunks * 16 * m * k; ++i) part[i] = 5.0f;
+  run(loom_conv_winograd_wgrad_kernel, rts, 3, isc, 6, items, 2);
+  run(loom_conv_winograd_wgrad_finish_kernel, fts, 2, sc, 0, m, 3);
+  CHECK(memcmp(dw1, dw3, sizeof(float) * m * k * 9) == 0);
+  /* refused: x channels last beside an NCHW dy (k > 1: x's columns apart) */
+  loom_kernel_args ma = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = rts,
+                         .num_scalars = 6, .scalars = isc, .range = 1, .grain = 1};
+  rts[1] = its[1];
+  CHECK(k == 1 || loom_conv_winograd_wgrad_kernel(&ma, 0, 1) == LOOM_ERROR_INVALID_ARGUMENT);
   /* refused: one image beside planes, no padding scalars, padded-dy flag */
   loom_kernel_args ia = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 3, .tensors = its,
                          .num_scalars = 4, .scalars = isc, .range = 1, .grain = 1};
@@ -334,10 +361,13 @@ int main(void) {
    * padding */
   check_image_padding(2, 20, 14, 9, 13, 2, 0);
   check_image_padding(1, 33, 12, 8, 7, 0, 1);
+  check_image_padding(1, 7, 9, 6, 40, 2, 1);
   /* weight gradients: one chunk; several chunks, two channel groups each
    * way (m > 96, k > 64) with partial panels; odd sizes, no padding */
   check_wgrad(1, 5, 7, 7, 9, 1, 32);
   check_wgrad(2, 70, 100, 10, 11, 1, 64);
   check_wgrad(2, 16, 20, 13, 8, 0, 32);
+  /* rows of more than 16 tiles */
+  check_wgrad(2, 12, 15, 5, 36, 1, 64);
   TEST_MAIN_END();
 }

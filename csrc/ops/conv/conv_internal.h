@@ -121,16 +121,17 @@ at::Tensor conv_weight_grad_padded(const at::Tensor& dy, const at::Tensor& input
                                    const std::vector<int64_t>& w_sizes, int64_t groups,
                                    const Geom& g, const loom_conv_weight_grad_plan& p,
                                    const char* op, const at::Tensor& planes = {});
-// Whether Winograd's forward reads `x` in place (channels last, the
-// plan's padding within the kernel's) rather than conv.pad's planes of it.
+// Whether Winograd's forward reads `x` in place (channels last, or NCHW by
+// rows: unit column stride; the plan's padding within the kernel's) rather
+// than conv.pad's planes of it.
 bool winograd_reads_image(const at::Tensor& x, const loom_conv_forward_plan& p);
 void conv_forward_winograd(const at::Tensor& out, const at::Tensor& input,
                            const at::Tensor& weight, const at::Tensor& bias,
                            const loom_conv_forward_plan& p, const char* op, bool flipped,
                            const at::Tensor& planes = {});
 // Whether Winograd's weight gradient reads `x` and `dy` in place (both
-// channels last, the plan's padding within the kernel's) where neither's
-// planes are given.
+// channels last, or both by rows; the plan's padding within the kernel's)
+// where neither's planes are given.
 bool winograd_wgrad_reads_images(const at::Tensor& x, const at::Tensor& dy,
                                  const loom_conv_weight_grad_plan& p);
 // (Its result is laid out in `fmt`: the finish writes it through its strides.)

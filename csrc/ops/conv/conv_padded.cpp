@@ -115,6 +115,13 @@ bool image_in_place(const Tensor& x) {
          x.stride(2) >= 0 && x.stride(3) >= 0;
 }
 
+// Rows (unit column stride: NCHW), which the Winograd kernels also read in
+// place.
+bool image_rows(const Tensor& x) {
+  return x.dim() == 4 && x.stride(3) == 1 && x.stride(0) >= 0 && x.stride(1) >= 0 &&
+         x.stride(2) >= 0;
+}
+
 bool padding_in_place(int64_t top, int64_t left) {
   return top >= 0 && top <= 2 && left >= 0 && left <= 2;
 }
@@ -122,13 +129,14 @@ bool padding_in_place(int64_t top, int64_t left) {
 }  // namespace
 
 bool winograd_reads_image(const Tensor& x, const loom_conv_forward_plan& p) {
-  return image_in_place(x) && padding_in_place(p.top, p.left) && p.sh == 2 && p.sw == 2;
+  return (image_in_place(x) || image_rows(x)) && padding_in_place(p.top, p.left) && p.sh == 2 &&
+         p.sw == 2;
 }
 
 bool winograd_wgrad_reads_images(const Tensor& x, const Tensor& dy,
                                  const loom_conv_weight_grad_plan& p) {
-  return image_in_place(x) && image_in_place(dy) && padding_in_place(p.top, p.left) &&
-         p.sh == 2 && p.sw == 2;
+  return ((image_in_place(x) && image_in_place(dy)) || (image_rows(x) && image_rows(dy))) &&
+         padding_in_place(p.top, p.left) && p.sh == 2 && p.sw == 2;
 }
 
 void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor& weight,

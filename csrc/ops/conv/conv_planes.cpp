@@ -11,8 +11,8 @@
 // output and the gradients are laid out as the regular convolution lays
 // them out (conv_memory_format), with the same plans, so the same bits.
 // Where the two passes would not share planes (other paths, other dtypes
-// or layouts, or Winograd's over a channels-last input, which both passes
-// read in place), the forward returns an empty (0) tensor in their place and
+// or layouts, or Winograd's, which both passes read in place, NCHW or
+// channels last), the forward returns an empty (0) tensor in their place and
 // both ops are the regular convolution's. The planes' shape is a function
 // of the shapes alone (the path, the padding, the row width wq and the
 // plane's length never depend on the thread count), so the shape function

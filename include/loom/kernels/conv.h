@@ -310,9 +310,9 @@ enum {
  * tensors: [0] out (N, M, ho, wo) fp32, any strides; [1] U as above;
  * [2] the stride-2 phase planes of the zero-padded image ("conv.pad" with
  * sh = sw = 2, rows wq wide; N, 4 K, plane), plane >= gpos + wq + 1, or
- * the image itself, channels last (N, K, H, W) with stride 1 along K and
- * strides >= 0, read where "conv.pad" would have copied it from (same
- * values, same bits; no planes);
+ * the image itself (N, K, H, W), channels last (stride 1 along K) or by
+ * rows (stride 1 along W: NCHW), strides >= 0, read where "conv.pad"
+ * would have copied it from (same values, same bits; no planes);
  * [3] optional bias (M).
  * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of TILES,
  * >= tho * wq (the grid tiles per image, rounded up); with the image,
@@ -334,10 +334,11 @@ enum {
  *          plane >= gpos + wq + 1: phase (1 - i, 1 - j) at i wq + j holds
  *          what phase (i, j) holds unpadded, so the two passes share one
  *          copy of dy and read the same values;
- *          or [1] and [2] both the images themselves, channels last: x
- *          (N, K, H, W) and dy (N, M, ho, wo), stride 1 along channels,
- *          strides >= 0, read where "conv.pad" would have copied them from
- *          (same values, same bits; no planes).
+ *          or [1] and [2] both the images themselves: x (N, K, H, W) and
+ *          dy (N, M, ho, wo), both stride 1 along channels (channels
+ *          last) or both along W (NCHW), strides >= 0, read where
+ *          "conv.pad" would have copied them from (same values, same
+ *          bits; no planes).
  * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of TILES,
  * >= ceil(ho / 2) wq, [2] tchunk, a multiple of TILES, [3] (optional, 0)
  * whether dy's planes are padded (0 with the images); with the images,
