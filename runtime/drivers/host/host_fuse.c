@@ -46,15 +46,24 @@ typedef struct launch_view {
 
 host_group *host_fuse_group_create(void) { return calloc(1, sizeof(host_group)); }
 
-static void free_deferred(host_group *g) {
-  for (int m = 0; m < g->n; ++m) {
-    free(g->deferred[m]);
-    g->deferred[m] = NULL;
+static void release_deferred_bufs(host_group *g) {
+  for (int m = 0; m < HOST_FUSE_MAX_MEMBERS; ++m) {
+    free(g->deferred_buf[m]);
+    g->deferred_buf[m] = NULL;
+    g->deferred_cap[m] = 0;
   }
+  g->deferred_kept = 0;
+}
+
+/* Ends the group's use of its deferred outputs' scratch, which the next
+ * group reuses unless it grew past HOST_FUSE_DEFERRED_KEEP. */
+static void free_deferred(host_group *g) {
+  for (int m = 0; m < g->n; ++m) g->deferred[m] = NULL;
+  if (g->deferred_kept > HOST_FUSE_DEFERRED_KEEP) release_deferred_bufs(g);
 }
 
 void host_fuse_group_destroy(host_group *group) {
-  if (group) free_deferred(group);
+  if (group) release_deferred_bufs(group);
   free(group);
 }
 
@@ -178,8 +187,17 @@ static int defer_outputs(host_group *g, int m, const loom_command *cmd, launch_v
     if ((v->flags[i] & (SPAN_WRITTEN | SPAN_MAP)) == SPAN_WRITTEN) bytes += v->sp[i].hi - v->sp[i].lo;
   if (bytes == 0) return 1;
   const uint32_t nt = cmd->u.launch.num_tensors;
-  loom_tensor *t = malloc(nt * sizeof *t + bytes);
-  if (!t) return 0;
+  const size_t need = nt * sizeof(loom_tensor) + bytes;
+  if (g->deferred_cap[m] < need) {
+    free(g->deferred_buf[m]);
+    g->deferred_kept -= g->deferred_cap[m];
+    g->deferred_cap[m] = 0;
+    g->deferred_buf[m] = malloc(need);
+    if (!g->deferred_buf[m]) return 0;
+    g->deferred_cap[m] = need;
+    g->deferred_kept += need;
+  }
+  loom_tensor *t = g->deferred_buf[m];
   memcpy(t, cmd->u.launch.tensors, nt * sizeof *t);
   char *scratch = (char *)(t + nt);
   for (int i = 0; i < v->ns; ++i) {

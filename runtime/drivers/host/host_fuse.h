@@ -31,6 +31,8 @@ enum { HOST_FUSE_STOP = 0, HOST_FUSE_JOINED = 1, HOST_FUSE_PASSED = 2 };
 
 /* The most launches one group holds. */
 #define HOST_FUSE_MAX_MEMBERS 256
+/* Bytes of deferred outputs' scratch a group keeps for the next one. */
+#define HOST_FUSE_DEFERRED_KEEP ((size_t)1 << 20)
 
 /* Level 2 (host_fuse_region.c): a group whose parts run compiled loops.
  * A part is a list of segments, in its order: a run of consecutive
@@ -203,6 +205,10 @@ struct host_group {
   /* A row-wise member whose per-row outputs are deferred: its tensors, those
    * pointing into scratch, then the scratch (one allocation; else NULL). */
   loom_tensor *deferred[HOST_FUSE_MAX_MEMBERS];
+  /* Those allocations, kept from group to group while they take at most
+   * HOST_FUSE_DEFERRED_KEEP bytes in all (`deferred_kept`). */
+  loom_tensor *deferred_buf[HOST_FUSE_MAX_MEMBERS];
+  size_t deferred_cap[HOST_FUSE_MAX_MEMBERS], deferred_kept;
   /* Small launches that run whole before the chunks, in program order. */
   int nhoisted;
   const loom_command *hoisted[FUSE_MAX_HOISTED];

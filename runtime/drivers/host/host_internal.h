@@ -97,6 +97,11 @@ loom_status host_queue_submit(void *ctx, loom_driver_queue *queue, const loom_co
 loom_status host_queue_query(void *ctx, loom_driver_queue *queue);
 loom_status host_queue_synchronize(void *ctx, loom_driver_queue *queue);
 loom_status host_queue_run_inline(void *ctx, loom_driver_queue *queue, const loom_command *command);
+/* How many nodes (a submitted command's copy) the queue has taken from
+ * malloc since it was created; an executed node is kept for a later
+ * submission of its size class, so a steady stream of commands stops
+ * allocating. */
+uint64_t host_queue_nodes_allocated(const loom_driver_queue *queue);
 
 /* Reports the failure of launch `cmd` (kernel status rc on the chunk
  * [begin, end), `reason` its kernel's message or "") to `report`, or with

@@ -1,6 +1,7 @@
 /* Host queues: one executor thread per stream runs its commands in order.
  *
- * Enqueue copies the command and its descriptors into one allocation and
+ * Enqueue copies the command and its descriptors into one node (one the
+ * queue kept from an executed command, when it has one that size) and
  * appends it under a short lock; the executor is only signalled when it
  * sleeps. An idle executor spins briefly first, because a tiny op usually
  * follows another within microseconds. A tiny launch on an idle queue runs
@@ -21,12 +22,20 @@
 
 typedef struct host_node {
   struct host_node *next;
+  int size_class; /* its capacity's (node_class); NODE_CLASSES: sized to one command */
   /* Ran already, in a fused group ahead of commands it followed: its turn
    * only counts it complete. Only the execution token's holder uses it. */
   int done;
   uint64_t seq; /* its place among all queues' submissions (host_fuse_clock_tick) */
   loom_command command; /* launch descriptors point into this node */
 } host_node;
+
+/* A node's capacity in bytes is NODE_MIN << its size class; larger
+ * commands (more than ~25 tensors) get a node of their own size, freed
+ * after they run. Spare nodes a queue keeps take at most SPARE_MAX_BYTES. */
+#define NODE_CLASSES 4
+#define NODE_MIN ((size_t)1024)
+#define SPARE_MAX_BYTES ((size_t)4 << 20)
 
 struct loom_driver_queue {
   host_context *ctx;
@@ -50,8 +59,74 @@ struct loom_driver_queue {
   _Atomic uint64_t wake_at;
   atomic_int executor_sleeping, sync_waiters, stop;
   host_group *group; /* adaptive eager's, for the token's holder; NULL: none */
+  /* Executed nodes kept for the next submissions, by size class: a step
+   * enqueues hundreds of launches of 1-2 KB each, allocated on the
+   * submitting thread and freed on the executor, which glibc serves with
+   * its arena's slow paths (the fast bins' consolidation, unlinking). */
+  pthread_mutex_t spare_lock;
+  host_node *spare[NODE_CLASSES]; /* under spare_lock */
+  size_t spare_bytes;             /* under spare_lock */
+  _Atomic uint64_t nodes_allocated; /* nodes taken from malloc since creation */
   host_scratch scratch; /* the token holder's: moved GEMM workspaces */
 };
+
+static int node_class(size_t size) {
+  int c = 0;
+  while (c < NODE_CLASSES && (NODE_MIN << c) < size) ++c;
+  return c;
+}
+
+/* A node of at least `size` bytes: a spare one, else a fresh allocation. */
+static host_node *node_get(loom_driver_queue *q, size_t size) {
+  const int c = node_class(size);
+  host_node *n = NULL;
+  if (c < NODE_CLASSES) {
+    pthread_mutex_lock(&q->spare_lock);
+    n = q->spare[c];
+    if (n) {
+      q->spare[c] = n->next;
+      q->spare_bytes -= NODE_MIN << c;
+    }
+    pthread_mutex_unlock(&q->spare_lock);
+    if (n) return n;
+  }
+  n = malloc(c < NODE_CLASSES ? NODE_MIN << c : size);
+  if (!n) return NULL;
+  n->size_class = c;
+  atomic_fetch_add_explicit(&q->nodes_allocated, 1, memory_order_relaxed);
+  return n;
+}
+
+/* Keeps an executed node for a later submission, within the budget. */
+static void node_put(loom_driver_queue *q, host_node *n) {
+  const int c = n->size_class;
+  if (c < NODE_CLASSES) {
+    pthread_mutex_lock(&q->spare_lock);
+    const int keep = q->spare_bytes + (NODE_MIN << c) <= SPARE_MAX_BYTES;
+    if (keep) {
+      n->next = q->spare[c];
+      q->spare[c] = n;
+      q->spare_bytes += NODE_MIN << c;
+    }
+    pthread_mutex_unlock(&q->spare_lock);
+    if (keep) return;
+  }
+  free(n);
+}
+
+static void free_spares(loom_driver_queue *q) {
+  for (int c = 0; c < NODE_CLASSES; ++c)
+    while (q->spare[c]) {
+      host_node *n = q->spare[c];
+      q->spare[c] = n->next;
+      free(n);
+    }
+  q->spare_bytes = 0;
+}
+
+uint64_t host_queue_nodes_allocated(const loom_driver_queue *q) {
+  return atomic_load_explicit(&q->nodes_allocated, memory_order_relaxed);
+}
 
 loom_status host_launch_failed(const loom_command *cmd, int rc, int64_t begin, int64_t end,
                                const char *reason, loom_stream_t *report) {
@@ -316,7 +391,7 @@ static void drain(loom_driver_queue *q, uint64_t target) {
       if (q->group) host_epilogue_note(host_fuse_packs(q->group), &n->command);
       execute(q, &n->command);
     }
-    free(n);
+    node_put(q, n);
     const uint64_t completed = atomic_fetch_add(&q->completed, 1) + 1;
     if (atomic_load(&q->sync_waiters) && completed >= atomic_load(&q->wake_at)) {
       pthread_mutex_lock(&q->lock);
@@ -366,6 +441,7 @@ loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t
   q->owner = owner;
   pthread_mutex_init(&q->lock, NULL);
   pthread_mutex_init(&q->exec, NULL);
+  pthread_mutex_init(&q->spare_lock, NULL);
   pthread_cond_init(&q->work, NULL);
   pthread_cond_init(&q->done, NULL);
   atomic_store(&q->wake_at, UINT64_MAX);
@@ -375,6 +451,7 @@ loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t
     host_fuse_group_destroy(q->group);
     pthread_cond_destroy(&q->done);
     pthread_cond_destroy(&q->work);
+    pthread_mutex_destroy(&q->spare_lock);
     pthread_mutex_destroy(&q->exec);
     pthread_mutex_destroy(&q->lock);
     free(q);
@@ -393,6 +470,8 @@ void host_queue_destroy(void *ctx, loom_driver_queue *q) {
   pthread_join(q->thread, NULL);
   pthread_cond_destroy(&q->done);
   pthread_cond_destroy(&q->work);
+  free_spares(q);
+  pthread_mutex_destroy(&q->spare_lock);
   pthread_mutex_destroy(&q->exec);
   pthread_mutex_destroy(&q->lock);
   host_fuse_group_destroy(q->group);
@@ -405,7 +484,7 @@ loom_status host_queue_submit(void *ctx, loom_driver_queue *q, const loom_comman
   if (cmd->kind == LOOM_COMMAND_LAUNCH)
     extra = cmd->u.launch.num_tensors * sizeof(loom_tensor) +
             cmd->u.launch.num_scalars * sizeof(loom_scalar);
-  host_node *n = malloc(sizeof *n + extra);
+  host_node *n = node_get(q, sizeof *n + extra);
   if (!n) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "%s: out of host memory enqueuing", cmd->name);
   n->next = NULL;
   n->done = 0;
