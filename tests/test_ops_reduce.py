@@ -394,3 +394,24 @@ def test_column_sums_with_few_outputs_add_parts_in_order(dtype):
     check(torch.mean, x3, 0)
     check(torch.sum, base[:, :16].t().contiguous().t(), 0)  # columns not contiguous
     check(torch.sum, base[:, :16].t(), 1)
+
+
+def test_column_max_min_with_few_outputs_over_parts():
+    """max / min over dim 0 of a tall float32 matrix into few outputs (two
+    stages, parts of 65536 rows): the CPU's values and indices, with a tie
+    across parts (the first row), a NaN in a late part (it wins), and a
+    -0.0 after 0.0 (the first stays)."""
+    rows, part = 3 * 65536 + 1234, 65536
+    x = make((rows, 19), torch.float32)
+    x[part + 5, 3] = x[2 * part + 9, 3] = 7.0
+    x[3 * part + 2, 4] = float("nan")
+    x[part + 1, 4] = 7.0
+    x[:, 5] = 0.0
+    x[2 * part, 5] = -0.0
+    for fn in (torch.max, torch.min):
+        check(fn, x, 0)
+        got = fn(x.to("loom"), 0)
+        assert got.indices[3].item() == (part + 5 if fn is torch.max else got.indices[3].item())
+        assert got.indices[4].item() == 3 * part + 2 and got.indices[5].item() == 0
+    for fn in (torch.amax, torch.amin, torch.argmax, torch.argmin):
+        check(fn, x, 0)

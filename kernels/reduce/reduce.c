@@ -544,11 +544,10 @@ static int rd_columns_extreme(const rd_ctx *c, const loom_tensor *out,
   return 1;
 }
 
-/* Rows [k0, k0 + n) of `width` neighbouring columns from in_off (input
- * rows `stride` apart) added into acc[0, width), row by row in order:
- * float32 sums in groups of 32 rows in strips of 64 columns, the strip's
- * sums in registers across the group; other sums and products one row at
- * a time. Returns 0 when a 16-bit row cannot be widened. */
+/* Rows [k0, k0 + n) of `width` neighbouring columns from in_off (rows
+ * `stride` apart) added into acc row by row in order: float32 sums 32 rows
+ * at a time in strips of 64 columns held in registers, other sums and
+ * products a row at a time. 0 when a 16-bit row cannot be widened. */
 static int rd_cols_acc(const rd_ctx *c, const loom_tensor *in, int64_t in_off, int64_t stride,
                        int64_t k0, int64_t n, int64_t width, double *acc) {
   const int prod = c->op == LOOM_REDUCE_PROD;
@@ -591,12 +590,11 @@ static int rd_cols_acc(const rd_ctx *c, const loom_tensor *in, int64_t in_off, i
   return 1;
 }
 
-/* Whether `in` is a column reduction rd_cols_acc takes: one reduced dim
- * (strided) under a contiguous innermost kept dim, of floats. */
+/* A column reduction rd_cols_acc takes: floats, one reduced dim under a
+ * contiguous innermost kept dim. */
 static int rd_cols_layout(const rd_ctx *c, const loom_tensor *in, int32_t keep) {
   return (c->dtype == LOOM_FLOAT32 || c->dtype == LOOM_FLOAT64 || c->dtype == LOOM_BFLOAT16 ||
-          c->dtype == LOOM_FLOAT16) &&
-         keep >= 1 && in->rank == keep + 1 && in->strides[keep - 1] == 1;
+          c->dtype == LOOM_FLOAT16) && keep >= 1 && in->rank == keep + 1 && in->strides[keep - 1] == 1;
 }
 
 /* Sums and products over one strided dim into outputs that are contiguous
@@ -639,35 +637,41 @@ static int rd_columns(const rd_ctx *c, const loom_tensor *out,
   return 1;
 }
 
-/* Stage 1 of a column sum or mean (rd_cols_layout) with few outputs: the
- * items of one part for neighbouring outputs (item w is part w / outputs
- * of output w % outputs) read that part's rows once for all of them, row
- * by row, as rd_columns does over all rows. Each output's partial is the
- * in-order sum of its part's elements; stage 2 adds the parts in order.
- * Returns 0 when the layout does not fit. */
+/* Stage 1 of a column sum, mean, max or min (rd_cols_layout; max and min
+ * of float32) into few outputs: the items of one part for neighbouring
+ * outputs (item w: part w / outputs of output w % outputs) read its rows
+ * once for all of them, row by row as rd_columns does: each partial is the
+ * part's in-order sum, or its best and first row (rd_cols_best); stage 2
+ * merges the parts in order. Returns 0 when the layout does not fit. */
 static int rd_column_parts(const rd_ctx *c, const loom_tensor *out, const loom_tensor *in,
-                           int32_t keep, rd_state *scratch, int64_t parts, int64_t part,
-                           int64_t begin, int64_t end) {
-  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN) || !rd_cols_layout(c, in, keep))
+                           int32_t keep, rd_state *scratch, int64_t outputs, int64_t parts,
+                           int64_t part, int64_t begin, int64_t end) {
+  const int extreme = (c->op == LOOM_REDUCE_MAX || c->op == LOOM_REDUCE_MIN) &&
+                      c->dtype == LOOM_FLOAT32;
+  if ((c->op != LOOM_REDUCE_SUM && c->op != LOOM_REDUCE_MEAN && !extreme) ||
+      !rd_cols_layout(c, in, keep))
     return 0;
-  const int64_t inner = in->sizes[keep - 1], rows = in->sizes[keep];
-  const int64_t stride = in->strides[keep];
-  int64_t outputs = 1;
-  for (int32_t d = 0; d < keep; ++d) outputs *= in->sizes[d];
+  const int64_t inner = in->sizes[keep - 1], rows = in->sizes[keep], stride = in->strides[keep];
   for (int64_t w = begin; w < end;) {
     const int64_t j = w / outputs, o = w % outputs;
-    const int64_t stop = end - w < outputs - o ? end : w + (outputs - o);
-    const int64_t width = rd_block_width(o, o + (stop - w), inner);
+    const int64_t left = end - w < outputs - o ? end - w : outputs - o;
+    const int64_t width = rd_block_width(o, o + left, inner);
     int64_t out_off, second_off, in_off;
     rd_offsets(out, out, in, o, &out_off, &second_off, &in_off);
     const int64_t k0 = j * part, n = rows - k0 < part ? rows - k0 : part;
     double acc[RD_COLS];
-    for (int64_t q = 0; q < width; ++q) acc[q] = 0.0;
-    if (!rd_cols_acc(c, in, in_off, stride, k0, n, width, acc)) return 0;
+    float best[RD_COLS]; /* max / min: the part's rows from k0, idx from 0 */
+    int64_t idx[RD_COLS];
+    if (extreme)
+      rd_cols_best(c, (const float *)in->data + in_off + k0 * stride, stride, n, width,
+                   c->op == LOOM_REDUCE_MAX, best, idx);
+    for (int64_t q = 0; q < width && !extreme; ++q) acc[q] = 0.0;
+    if (!extreme && !rd_cols_acc(c, in, in_off, stride, k0, n, width, acc)) return 0;
     for (int64_t q = 0; q < width; ++q) {
       rd_state s;
       rd_init(c, &s);
-      s.a = acc[q];
+      s.a = extreme ? (double)best[q] : acc[q];
+      s.idx = extreme ? k0 + idx[q] : 0;
       s.n = n;
       scratch[(o + q) * parts + j] = s;
     }
@@ -760,15 +764,13 @@ int loom_kernel_reduce(const loom_kernel_args *args, int64_t begin,
   if (stage == 0 && count > 0 && rd_columns(&c, out, second, in, keep, begin, end)) return LOOM_OK;
   if (stage == 0 && rd_dense_rows(&c, out, in, count, begin, end)) return LOOM_OK;
 
-  if (stage == 1 && count > 0 &&
-      rd_column_parts(&c, out, in, keep, scratch, parts, part, begin, end))
-    return LOOM_OK;
-
   int64_t outputs = 1;
   for (int32_t d = 0; d < keep; ++d) outputs *= in->sizes[d];
+  if (stage == 1 && count > 0 &&
+      rd_column_parts(&c, out, in, keep, scratch, outputs, parts, part, begin, end))
+    return LOOM_OK;
   for (int64_t w = begin; w < end; ++w) {
-    /* stage 1: item w is part w / outputs of output w % outputs */
-    const int64_t o = stage == 1 ? w % outputs : w;
+    const int64_t o = stage == 1 ? w % outputs : w; /* stage 1: part w / outputs */
     int64_t out_off, second_off, in_off;
     rd_offsets(out, second, in, o, &out_off, &second_off, &in_off);
     rd_state s;

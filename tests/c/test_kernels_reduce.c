@@ -166,6 +166,34 @@ static void test_column_parts(void) {
         CHECK(memcmp(&out[c], &want, sizeof want) == 0);
       }
     }
+  /* max and min over the parts: a tie across parts keeps the first row, a
+   * NaN in a late part wins, -0.0 against 0.0 keeps the first */
+  x[(part + 5) * C + 3] = 1e30f;
+  x[(2 * part + 9) * C + 3] = 1e30f;
+  x[(3 * part + 2) * C + 4] = NAN;
+  x[(part + 1) * C + 4] = 1e30f;
+  for (int64_t r = 0; r < R; ++r) x[r * C + 5] = r == 2 * part ? -0.0f : 0.0f;
+  int64_t idx[C];
+  t[2] = (loom_tensor){.data = idx, .dtype = LOOM_INT64, .rank = 1};
+  t[2].sizes[0] = C; t[2].strides[0] = 1;
+  for (int mx = 0; mx < 2; ++mx)
+    for (size_t g = 0; g < sizeof grains / sizeof grains[0]; ++g) {
+      loom_scalar s[5] = {{.i = mx ? LOOM_REDUCE_MAX : LOOM_REDUCE_MIN}, {.i = 1}, {.f = 0},
+                          {.i = parts}, {.i = 1}};
+      CHECK(run(t, s, C * parts, grains[g]) == 0);
+      s[4].i = 2;
+      CHECK(run(t, s, C, 1) == 0);
+      for (int c = 0; c < C; ++c) { /* an in-order scan */
+        float b = x[c];
+        int64_t at = 0;
+        for (int64_t r = 1; r < R; ++r) {
+          const float v = x[r * C + c];
+          if (b == b && (v != v || (mx ? v > b : v < b))) b = v, at = r;
+        }
+        CHECK(idx[c] == at && memcmp(&(float){(float)out[c]}, &b, sizeof b) == 0);
+      }
+      CHECK(idx[3] == (mx ? part + 5 : idx[3]) && idx[4] == 3 * part + 2 && idx[5] == 0);
+    }
   free(scratch);
   free(x);
 }
