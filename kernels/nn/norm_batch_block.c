@@ -5,7 +5,11 @@
  * (a 32x32 plane of 32 channels: 4 KiB rows 128 KiB apart, all on the same
  * cache sets), while the block reads its rows of a sample as one run. Each
  * channel's 32 lanes still take its rows in row order, so its sums are the
- * plane loop's bits. */
+ * plane loop's bits. The sums are the backward's first read of g, y and x
+ * (and first write of the masked gradient): where they come from memory the
+ * sums run at the memory's speed, the same as a bare read of those rows, and
+ * the input gradient then reads what they left in cache; a block of fewer
+ * channels (a smaller cache footprint between the two) was slower. */
 #include <string.h>
 
 #include "base/cpu.h"

@@ -307,9 +307,60 @@ static void test_forward_blocks_give_the_plane_loops_bits(void) {
   }
 }
 
+/* The plain sums of both builds over g with its NaN and infinities
+ * replaced by finite values. */
+static void f_plain_finite(const float *g, const float *x, int64_t nb, int64_t ns, double *sg,
+                           double *sgx) {
+  static float gf[3 * 1031];
+  for (int64_t i = 0; i < nb * ns; ++i) gf[i] = isfinite(g[i]) ? g[i] : 0.75f;
+  loom_bn_plane_grad_sums(gf, ns, x, ns, NULL, 0, NULL, 0, nb, ns, -0.23, &sg[0], &sgx[0]);
+  loom_bn_plane_grad_sums_avx512(gf, ns, x, ns, NULL, 0, NULL, 0, nb, ns, -0.23, &sg[1], &sgx[1]);
+}
+
+/* Long rows (the planes of 32x32, 16x16 and 8x8 images and odd lengths
+ * near them, one row or several): the AVX-512 gradient sums, masked and
+ * not, give the baseline build's bits and write the same masked gradient.
+ * y is signed zeros, NaN and both signs; g holds NaN and infinities where
+ * the mask drops them. */
+static void test_long_rows_builds_agree(void) {
+  enum { LS = 1031, LR = 3 };
+  static float x[LR * LS], g[LR * LS], y[LR * LS], gm[2][LR * LS];
+  for (int i = 0; i < LR * LS; ++i) {
+    x[i] = (float)(frand() * 3.0 - 1.0), g[i] = (float)(frand() * 2.0 - 1.0);
+    y[i] = (float)(frand() - 0.5);
+    if (i % 37 == 0) y[i] = 0.0f;
+    if (i % 41 == 0) y[i] = -0.0f;
+    if (i % 43 == 0) y[i] = NAN;
+    if (i % 47 == 0 && y[i] <= 0.0f) g[i] = (i & 1) ? NAN : -INFINITY;
+  }
+  if (!(loom_cpu_features() & LOOM_FEATURE_AVX512F)) return;
+  const int64_t lens[] = {64, 256, 1024, 63, 65, 255, 257, 1000, 1023, 1031};
+  for (size_t b = 0; b < sizeof lens / sizeof lens[0]; ++b)
+    for (int64_t nb = 1; nb <= LR; nb += LR - 1) {
+      const int64_t ns = lens[b];
+      double sg[2], sgx[2], mg[2], mgx[2];
+      for (int k = 0; k < 2; ++k) {
+        const grad_fn f = k ? loom_bn_plane_grad_sums_avx512 : loom_bn_plane_grad_sums;
+        f(g, ns, x, ns, NULL, 0, NULL, 0, nb, ns, -0.23, &sg[k], &sgx[k]);
+        memset(gm[k], 0x7f, sizeof gm[k]);
+        f(g, ns, x, ns, y, ns, gm[k], ns, nb, ns, -0.23, &mg[k], &mgx[k]);
+      }
+      /* the plain sums take the NaN and infinities: NaN in both builds */
+      CHECK(isnan(sg[0]) && isnan(sg[1]) && isnan(sgx[0]) && isnan(sgx[1]));
+      f_plain_finite(g, x, nb, ns, sg, sgx);
+      CHECK_MSG(same_bits(sg[0], sg[1]) && same_bits(sgx[0], sgx[1]),
+                "plain sums differ between builds at %ld x %ld\n", (long)nb, (long)ns);
+      CHECK_MSG(same_bits(mg[0], mg[1]) && same_bits(mgx[0], mgx[1]),
+                "masked sums differ between builds at %ld x %ld\n", (long)nb, (long)ns);
+      CHECK(memcmp(gm[0], gm[1], sizeof gm[0]) == 0);
+      CHECK(isfinite(mg[0]) && isfinite(mgx[0]));
+    }
+}
+
 int main(void) {
   srand(11);
   test_builds_agree_and_match_the_reference();
+  test_long_rows_builds_agree();
   test_variance_stays_accurate_far_from_zero();
   test_non_finite_values();
   test_kernels_in_float32();
