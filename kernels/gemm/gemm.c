@@ -366,7 +366,8 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
      * before). */
     out->a_tail_in_compute = out->a_in_place && m % blk.mr != 0;
     out->pack_range = out->a_in_place ? 0 : out->pack_units_a;
-    out->workspace_bytes = out->b_offset;
+    /* an A read in place then keeps nothing in the workspace */
+    out->workspace_bytes = out->a_in_place ? 0 : out->b_offset;
   }
   /* One column tile: each A panel serves one compute tile, which packs it
    * just before its first use, into its own cache, rather than the pack

@@ -115,11 +115,13 @@ static void check_in_compute(const gemm_case *g, int isa, int expect_a, int expe
         isa_name(isa), (long)g->m, (long)g->k, g->in_dtype, g->pad, p.a_in_place, want);
   CHECK_MSG(p.b_in_compute == expect_b, "%s m=%ld n=%ld: b_in_compute %d, want %d", isa_name(isa),
         (long)g->m, (long)g->n, p.b_in_compute, expect_b);
-  /* an A read in place leaves its partial last panel to the tiles too */
+  /* an A read in place leaves its partial last panel to the tiles too,
+   * and no workspace (run() allocates just what the plan asks) */
   if (p.a_in_place && p.b_in_compute)
-    CHECK_MSG(p.pack_range == 0 && p.a_tail_in_compute == (g->m % p.mr != 0),
-          "%s m=%ld: pack range %ld, tail in compute %d", isa_name(isa), (long)g->m,
-          (long)p.pack_range, p.a_tail_in_compute);
+    CHECK_MSG(p.pack_range == 0 && p.a_tail_in_compute == (g->m % p.mr != 0) &&
+                  p.workspace_bytes == 0,
+          "%s m=%ld: pack range %ld, tail in compute %d, workspace %ld", isa_name(isa),
+          (long)g->m, (long)p.pack_range, p.a_tail_in_compute, (long)p.workspace_bytes);
   CHECK_MSG(run(&packed, &a, &b, cinp, isa, g->alpha, g->beta, 0) == 0, "packed");
   CHECK_MSG(run(&direct, &a, &b, cinp, isa | LOOM_GEMM_IN_COMPUTE, g->alpha, g->beta, 0) == 0, "direct");
   CHECK_MSG(memcmp(packed.data, direct.data, (size_t)(elems * loom_dtype_size(g->out_dtype))) == 0,
