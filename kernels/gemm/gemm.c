@@ -237,19 +237,6 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->kc = isa == LOOM_GEMM_AMX && bf16 && out->kp <= 2 * blk.kc ? 2 * blk.kc : blk.kc;
   out->m_panels = loom_gemm_ceil_div(m, blk.mr);
   out->n_panels = loom_gemm_ceil_div(n, blk.nr);
-  /* fp32 register tiles over operands that only the pack launch packs
-   * (A past column tiles, B past wide ones, rows of several tiles, so no
-   * tile packs into the 256-step thread buffers) sum k blocks of 512: C's
-   * micro-tiles are loaded and stored half as often, while the broadcast
-   * A panel (24 KB) still stays in L1. One thread, CPU time, paired runs:
-   * 2048^3 1-3% faster with caches warm, 2-5% flushed; 1024 x 4096 x 512
-   * 1-6%; 768 x 2048 x 1024 level. Decided by the shapes alone, so the
-   * bits never depend on the worker count. */
-  if (!bf16 && (isa == LOOM_GEMM_AVX512 || isa == LOOM_GEMM_AVX512BF16) &&
-      out->kp > blk.kc && out->m_panels > 2 * blk.mc_panels &&
-      m * out->kp * esz > LOOM_GEMM_COLUMN_A_BYTES &&
-      out->kp * out->n_panels * blk.nr * esz > LOOM_GEMM_WIDE_B_BYTES)
-    out->kc = 2 * blk.kc;
   out->a_count1 = (a->strides[0] == 0) ? 1 : b1;
   out->a_count2 = (a->strides[1] == 0) ? 1 : b2;
   out->b_count1 = (b->strides[0] == 0) ? 1 : b1;

@@ -134,35 +134,6 @@ static void test_features(int isa) {
 }
 
 /* Every variant must agree with the generic one to rounding. */
-/* fp32 register tiles over a large A and B (rows of several tiles) sum k
- * blocks of 512, elsewhere of 256: the result still matches the reference
- * and every chunking, and the block is the same for every worker count
- * and launch flags, so the bits never depend on the thread count. */
-static void test_long_k_blocks(int isa) {
-  gemm_case g = {.b1 = 1, .b2 = 1, .m = 300, .n = 1504, .k = 700, .pad = 1,
-                 .in_dtype = LOOM_FLOAT32, .out_dtype = LOOM_FLOAT32, .alpha = 1.0, .beta = 0.0};
-  check_case(&g, isa);
-  int64_t sa[4], ta[4], sb[4], tb[4];
-  int64_t na = operand(&g, g.m, g.k, 0, 0, sa, ta), nb = operand(&g, g.k, g.n, 0, 0, sb, tb);
-  loom_tensor a = make(LOOM_FLOAT32, na, sa, ta), b = make(LOOM_FLOAT32, nb, sb, tb);
-  int64_t csz[4] = {1, 1, g.m, g.n}, cst[4] = {g.m * g.n, g.m * g.n, g.n, 1};
-  loom_tensor c = make(LOOM_FLOAT32, g.m * g.n, csz, cst);
-  loom_gemm_plan p;
-  CHECK(loom_gemm_plan_init(&c, &a, &b, isa, &p) == 0);
-  const int64_t want = isa == LOOM_GEMM_AVX512 || isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX
-                           ? 512 : 256;
-  CHECK_MSG(p.kc == want, "isa %s: k block %ld, want %ld", isa_name(isa), (long)p.kc, (long)want);
-  const int32_t flags[] = {0, LOOM_GEMM_IN_COMPUTE, LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE};
-  for (int f = 0; f < 3; ++f)
-    for (int32_t w = 1; w <= 16; w *= 2) {
-      loom_gemm_plan q;
-      CHECK(loom_gemm_plan_init(&c, &a, &b, isa | flags[f] | w << 16, &q) == 0);
-      CHECK_MSG(q.kc == p.kc, "isa %s, flags %x, %d workers: k block %ld against %ld",
-                isa_name(isa), flags[f], w, (long)q.kc, (long)p.kc);
-    }
-  free(a.data), free(b.data), free(c.data);
-}
-
 static void test_variants_agree(int isa) {
   int64_t sz[4] = {1, 1, 77, 91}, st[4] = {0, 0, 91, 1};
   int64_t sa[4] = {1, 1, 77, 300}, ta[4] = {0, 0, 300, 1};
@@ -434,7 +405,6 @@ int main(void) {
     int before = test_failed;
     test_shapes(isa);
     test_features(isa);
-    test_long_k_blocks(isa);
     test_variants_agree(isa);
     test_small_tiles_agree(isa, LOOM_FLOAT32);
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
