@@ -285,6 +285,14 @@ def test_conv_input_grad_with_a_col_past_the_caches():
     compare(lambda x, w: F.conv2d(x, w, stride=2, padding=3), [x, w], torch.float32, scale=30.0)
 
 
+def test_conv_with_a_large_col_gemm():
+    # ResNet-18's last stage (512 -> 512, 3x3 at 7x7, 8 images) runs a col GEMM
+    # past the large-operand sizes (weight 9.4 MB, col 7.2 MB, 43 row panels):
+    # the GEMM's k blocking must fit the convolution's packed buffers.
+    x, w = rand(8, 512, 7, 7), rand(512, 512, 3, 3, seed=1)
+    compare(lambda x, w: F.conv2d(x, w, padding=1), [x, w], torch.float32, scale=30.0)
+
+
 def test_conv1d_long_sequence():
     x, w, b = rand(2, 8, 500), rand(12, 8, 3), rand(12)
     compare(lambda x, w, b: F.conv1d(x, w, b, padding=1), [x, w, b], torch.float32)
