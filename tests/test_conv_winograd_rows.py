@@ -7,29 +7,13 @@ CPU's values."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conv_steps import conv_step as _step, kernel_counts as _kernel_counts
 
 pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
     reason="loom device not built")]
 
 CL = torch.channels_last
-
-
-def _kernel_counts(fn):
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.PrivateUse1]) as prof:
-        fn()
-        torch.loom.synchronize()
-    return {e.key: e.count for e in prof.key_averages()}
-
-
-def _step(x, w, b, dy, padding):
-    xd = x.detach().requires_grad_()
-    wd = w.detach().requires_grad_()
-    y = F.conv2d(xd, wd, b, padding=padding)
-    y.backward(dy)
-    return y, xd.grad, wd.grad
 
 
 # (batch, in, out, height, width, padding): even and odd sizes (half tiles

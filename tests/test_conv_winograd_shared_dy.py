@@ -8,7 +8,7 @@ passes cannot read it in place (dy's columns apart); NCHW or channels last,
 both passes read dy and the image in place (no "conv.pad" at all)."""
 import pytest
 import torch
-import torch.nn.functional as F
+from conv_steps import kernel_counts as _kernel_counts
 
 pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
@@ -18,15 +18,6 @@ pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
 def _backward(dy, x, w, mask):
     return torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [1, 1], [1, 1], False,
                                                [0, 0], 1, mask)
-
-
-def _kernel_counts(fn):
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.PrivateUse1]) as prof:
-        fn()
-        torch.loom.synchronize()
-    return {e.key: e.count for e in prof.key_averages()}
 
 
 # (batch, in, out, height, width): even and odd sizes (a half tile at the
