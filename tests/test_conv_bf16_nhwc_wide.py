@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import digest_with_threads, run_python
-from test_conv_bf16_nhwc import rand, rounded_once_of_sums
+from test_conv_bf16_nhwc import conv_rounds_once
 
 # (N, C, H, W), O, conv2d's keywords
 CASES = [
@@ -28,21 +28,7 @@ IDS = [str(i) for i in range(len(CASES))]
 
 def check(case):
     (n, c, h, w), o, kwargs = case
-    x, wt, b = rand(n, c, h, w, seed=1), rand(o, c, 3, 3, seed=2), rand(o, seed=3)
-    xl = x.to("loom").requires_grad_()
-    wl = wt.to("loom").requires_grad_()
-    y = F.conv2d(xl, wl, b.to("loom"), **kwargs)
-    gy = rand(*y.shape, seed=4)
-    y.backward(gy.to("loom"))
-    xd, wd = x.double().requires_grad_(), wt.double().requires_grad_()
-    exact = F.conv2d(xd, wd, b.double(), **kwargs)
-    exact.backward(gy.double())
-    xa, wa = x.double().abs().requires_grad_(), wt.double().abs().requires_grad_()
-    sums = F.conv2d(xa, wa, b.double().abs(), **kwargs)
-    sums.backward(gy.double().abs())
-    rounded_once_of_sums(y.detach().cpu(), exact.detach(), sums.detach(), "output")
-    rounded_once_of_sums(xl.grad.cpu(), xd.grad, xa.grad, "input gradient")
-    rounded_once_of_sums(wl.grad.cpu(), wd.grad, wa.grad, "weight gradient")
+    conv_rounds_once((n, c, h, w), (o, c, 3, 3), kwargs)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
