@@ -237,6 +237,20 @@ int loom_gemm_plan_init(const loom_tensor *c, const loom_tensor *a,
   out->kc = isa == LOOM_GEMM_AMX && bf16 && out->kp <= 2 * blk.kc ? 2 * blk.kc : blk.kc;
   out->m_panels = loom_gemm_ceil_div(m, blk.mr);
   out->n_panels = loom_gemm_ceil_div(n, blk.nr);
+  /* The matmul's launches (LOOM_GEMM_A_IN_COMPUTE: the workspace and the
+   * thread buffers are the GEMM's own, where the convolutions size theirs
+   * for k blocks of 256) over an fp32 A and B too large for column or
+   * wide tiles, in rows of several tiles, sum k blocks of 512: C's
+   * micro-tiles are loaded and stored half as often, while the broadcast
+   * A panel (24 KB) stays in L1. One thread, CPU time, min of 24, in
+   * alternation: 2048^3 166.5 -> 162.8 ms. Decided by the shapes and the
+   * flag alone, never by the worker count, so the bits are the same for
+   * every thread count (and differ from the plans without the flag). */
+  if (!bf16 && a_in_compute && (isa == LOOM_GEMM_AVX512 || isa == LOOM_GEMM_AVX512BF16) &&
+      out->kp > blk.kc && out->m_panels > 2 * blk.mc_panels &&
+      m * out->kp * esz > LOOM_GEMM_COLUMN_A_BYTES &&
+      out->kp * out->n_panels * blk.nr * esz > LOOM_GEMM_WIDE_B_BYTES)
+    out->kc = 2 * blk.kc;
   out->a_count1 = (a->strides[0] == 0) ? 1 : b1;
   out->a_count2 = (a->strides[1] == 0) ? 1 : b2;
   out->b_count1 = (b->strides[0] == 0) ? 1 : b1;

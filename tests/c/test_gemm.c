@@ -133,6 +133,45 @@ static void test_features(int isa) {
   check_case(&big, isa);
 }
 
+/* The matmul's launches (LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE)
+ * sum k blocks of 512 for fp32 register tiles over a large A and B (rows
+ * of several tiles), where the plans without LOOM_GEMM_A_IN_COMPUTE keep
+ * 256: the convolutions make those and pack into buffers sized for them.
+ * The matmul's result matches the reference and every chunking, and its
+ * block and bits are the same for every worker count. */
+static void test_long_k_blocks(int isa) {
+  const int32_t mm = LOOM_GEMM_IN_COMPUTE | LOOM_GEMM_A_IN_COMPUTE;
+  gemm_case g = {.b1 = 1, .b2 = 1, .m = 300, .n = 1504, .k = 700, .pad = 1,
+                 .in_dtype = LOOM_FLOAT32, .out_dtype = LOOM_FLOAT32, .alpha = 1.0, .beta = 0.0};
+  check_case(&g, isa | mm);
+  int64_t sa[4], ta[4], sb[4], tb[4];
+  const int64_t na = operand(&g, g.m, g.k, 0, 0, sa, ta), nb = operand(&g, g.k, g.n, 0, 0, sb, tb);
+  loom_tensor a = make(LOOM_FLOAT32, na, sa, ta), b = make(LOOM_FLOAT32, nb, sb, tb);
+  int64_t csz[4] = {1, 1, g.m, g.n}, cst[4] = {g.m * g.n, g.m * g.n, g.n, 1};
+  loom_tensor c = make(LOOM_FLOAT32, g.m * g.n, csz, cst);
+  loom_tensor c1 = make(LOOM_FLOAT32, g.m * g.n, csz, cst);
+  const int64_t want = isa == LOOM_GEMM_AVX512 || isa == LOOM_GEMM_AVX512BF16 || isa == LOOM_GEMM_AMX
+                           ? 512 : 256;
+  const int32_t others[] = {0, LOOM_GEMM_IN_COMPUTE}; /* the convolutions' plans */
+  CHECK(run(&c1, &a, &b, NULL, isa | mm | LOOM_GEMM_WORKERS(1), 1.0, 0.0, 0) == 0);
+  for (int32_t w = 1; w <= 16; w *= 2) {
+    loom_gemm_plan p;
+    CHECK(loom_gemm_plan_init(&c, &a, &b, isa | mm | LOOM_GEMM_WORKERS(w), &p) == 0);
+    CHECK_MSG(p.kc == want, "isa %s, %d workers: k block %ld, want %ld", isa_name(isa), w,
+              (long)p.kc, (long)want);
+    for (int f = 0; f < 2; ++f) {
+      CHECK(loom_gemm_plan_init(&c, &a, &b, isa | others[f] | LOOM_GEMM_WORKERS(w), &p) == 0);
+      CHECK_MSG(p.kc == 256, "isa %s, flags %#x, %d workers: k block %ld, want 256",
+                isa_name(isa), others[f], w, (long)p.kc);
+    }
+    if (w == 1) continue;
+    CHECK(run(&c, &a, &b, NULL, isa | mm | LOOM_GEMM_WORKERS(w), 1.0, 0.0, w - 1) == 0);
+    CHECK_MSG(memcmp(c.data, c1.data, sizeof(float) * (size_t)(g.m * g.n)) == 0,
+              "isa %s: %d workers changed the bits", isa_name(isa), w);
+  }
+  free(a.data), free(b.data), free(c.data), free(c1.data);
+}
+
 /* Every variant must agree with the generic one to rounding. */
 static void test_variants_agree(int isa) {
   int64_t sz[4] = {1, 1, 77, 91}, st[4] = {0, 0, 91, 1};
@@ -405,6 +444,7 @@ int main(void) {
     int before = test_failed;
     test_shapes(isa);
     test_features(isa);
+    test_long_k_blocks(isa);
     test_variants_agree(isa);
     test_small_tiles_agree(isa, LOOM_FLOAT32);
     test_small_tiles_agree(isa, LOOM_BFLOAT16);
