@@ -21,6 +21,7 @@ enum {
   OB = LOOM_CONV_NHWC_OB,
   BTILE = 16 * 32, /* a B tile: 16 channel pairs of 16 out-channels, bf16 */
   MAX_TAPS = 64,
+  EMIT_TAPS = 16, /* windows of up to this many taps round dw's sums by vectors */
 };
 
 static inline int nhwc_contiguous(const loom_tensor *t) {
@@ -176,6 +177,13 @@ typedef struct nhwc_wgrad {
   int64_t taps, wq, lead, group;
   int64_t o_n, c_n, cbs, obs, images, phases, plane, span, ps;
   int64_t tap_ph[MAX_TAPS], tap_off[MAX_TAPS]; /* each tap's phase plane and offset */
+  /* With at most EMIT_TAPS taps, an out-channel's C x T run of dw, 32 in-channels
+   * at a time, is T vectors of 32: lane l of vector v is element e = 32 v + l,
+   * in-channel e / T of tap e % T. emit_at[v][l]: the lane of tap pair (2 k,
+   * 2 k + 1) that holds it (in-channel, plus 32 for the odd tap); emit_pair[v][k]:
+   * the lanes of vector v that pair k holds. */
+  _Alignas(64) uint16_t emit_at[EMIT_TAPS][32];
+  __mmask32 emit_pair[EMIT_TAPS][EMIT_TAPS / 2];
 } nhwc_wgrad;
 
 static inline int nhwc_wgrad_of(const loom_kernel_args *args, nhwc_wgrad *g) {
@@ -206,6 +214,14 @@ static inline int nhwc_wgrad_of(const loom_kernel_args *args, nhwc_wgrad *g) {
     if (g->tap_off[t] > lead || g->span < lead - g->tap_off[t] + g->plane)
       return LOOM_ERROR_INVALID_ARGUMENT;
   }
+  if (taps <= EMIT_TAPS) {
+    memset(g->emit_pair, 0, sizeof g->emit_pair);
+    for (int64_t e = 0, j = 0, t = 0; e < 32 * taps; ++e) {
+      g->emit_at[e / 32][e % 32] = (uint16_t)(j | (t & 1) << 5);
+      g->emit_pair[e / 32][t / 2] |= (__mmask32)1 << (e % 32);
+      if (++t == taps) t = 0, ++j;
+    }
+  }
   return 0;
 }
 
@@ -226,11 +242,35 @@ static inline __m256i nhwc_round16(__m512 v) {
 /* The sums sums[t][i * 32 + j] of out-channel ob * 32 + i, in-channel
  * cb * 32 + j and tap t, rounded to bf16 into dw (O, C, T): each
  * out-channel's 32 x T run rounded a tap at a time, then written in dw's
- * order. */
+ * order; with at most EMIT_TAPS taps as whole vectors, each a blend of
+ * the taps' permuted pairs (a scalar scatter of the elements stalled on
+ * reading back what the rounding had just stored: a third of the weight
+ * gradient of 512 channels at 7 x 7). */
 static inline void nhwc_wgrad_emit(const nhwc_wgrad *g, const float (*sums)[32 * 32], int64_t ob,
                                    int64_t cb) {
   uint16_t *out = (uint16_t *)g->dw->data;
   const int64_t taps = g->taps, nj = g->c_n - cb * CB < 32 ? g->c_n - cb * CB : 32;
+  if (taps <= EMIT_TAPS) {
+    const int64_t len = nj * taps; /* the run's elements */
+    for (int64_t i = 0; i < 32 && ob * 32 + i < g->o_n; ++i) {
+      __m512i r[EMIT_TAPS];
+      for (int64_t t = 0; t < taps; ++t)
+        r[t] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(nhwc_round16(_mm512_load_ps(sums[t] + i * 32))),
+            nhwc_round16(_mm512_load_ps(sums[t] + i * 32 + 16)), 1);
+      if (taps % 2) r[taps] = _mm512_setzero_si512();
+      uint16_t *d = out + ((ob * 32 + i) * g->c_n + cb * CB) * taps;
+      for (int64_t v = 0; v * 32 < len; ++v) {
+        const __m512i at = _mm512_load_si512(g->emit_at[v]);
+        __m512i e = _mm512_setzero_si512();
+        for (int64_t k = 0; 2 * k < taps; ++k)
+          e = _mm512_mask_mov_epi16(e, g->emit_pair[v][k],
+                                    _mm512_permutex2var_epi16(r[2 * k], at, r[2 * k + 1]));
+        _mm512_mask_storeu_epi16(d + 32 * v, cg_range_mask32(0, len - 32 * v), e);
+      }
+    }
+    return;
+  }
   _Alignas(64) uint16_t r[MAX_TAPS][32];
   for (int64_t i = 0; i < 32 && ob * 32 + i < g->o_n; ++i) {
     for (int64_t t = 0; t < taps; ++t) {
