@@ -44,7 +44,10 @@ enum { LOOM_GEMM_IN_COMPUTE = 0x100 };
 /* Added with LOOM_GEMM_IN_COMPUTE, by loom_gemm_compute_kernel's users
  * only: when one column tile covers C (every A panel then serves one
  * tile), the compute launch packs each A panel itself too (plan.a_in_compute),
- * and the workspace holds no A. */
+ * and the workspace holds no A. The workspace and the thread buffers are
+ * then the GEMM's own: a large fp32 product may take k blocks of 512
+ * (plan.kc) where a plan without this flag keeps 256, so its bits may
+ * differ from that plan's (never with the worker count). */
 enum { LOOM_GEMM_A_IN_COMPUTE = 0x1000 };
 
 /* Added to the isa: fp32 A and B are multiplied as bf16 (on AMX tiles, or
