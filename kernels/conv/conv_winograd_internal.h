@@ -82,14 +82,14 @@ static inline int wg_images_rows(const loom_tensor *x, const loom_tensor *dy) {
  * variant: partial sums part [chunks, 16, M, K] (dense) over chunks of
  * `tchunk` tile positions, the phases of x [N, 4K, plane] and of dy
  * [N, 4M, plane'] (padded by one or not) in rows `wq` wide holding `gpos` tile
- * positions, or both images (wg_wgrad_images); float32. */
+ * positions, or both images (wg_wgrad_images: any grid of rows wq >=
+ * ceil(wo / 2) wide, gpos >= ceil(ho / 2) wq positions per image); float32. */
 static inline int wg_wgrad_fits(const loom_kernel_args *args) {
   if (args->num_tensors < 3 || args->num_scalars < 3) return 0;
   const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
   const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
   if (part->rank != 4 || part->dtype != LOOM_FLOAT32 || !wg_dense(part) ||
-      part->sizes[1] != WG_E || wq < 2 || gpos <= 0 || gpos % WG_T != 0 || tchunk <= 0 ||
-      tchunk % WG_T != 0)
+      part->sizes[1] != WG_E || wq < 1 || gpos <= 0 || tchunk <= 0 || tchunk % WG_T != 0)
     return 0;
   const int64_t n_img = xp->sizes[0];
   if (part->sizes[0] != (n_img * gpos + tchunk - 1) / tchunk || dyp->sizes[0] != n_img) return 0;
@@ -100,11 +100,12 @@ static inline int wg_wgrad_fits(const loom_kernel_args *args) {
         (wg_images_rows(xp, dyp) && (xp->strides[3] != 1 || dyp->strides[3] != 1)))
       return 0;
     const int64_t tho = (dyp->sizes[2] + 1) / 2, two = (dyp->sizes[3] + 1) / 2;
-    return xp->sizes[1] == part->sizes[3] && dyp->sizes[1] == part->sizes[2] && wq >= two + 1 &&
+    return xp->sizes[1] == part->sizes[3] && dyp->sizes[1] == part->sizes[2] && wq >= two &&
            gpos >= tho * wq;
   }
   if (xp->rank != 3 || dyp->rank != 3 || xp->dtype != LOOM_FLOAT32 ||
-      dyp->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 || dyp->strides[2] != 1)
+      dyp->dtype != LOOM_FLOAT32 || xp->strides[2] != 1 || dyp->strides[2] != 1 || wq < 2 ||
+      gpos % WG_T != 0)
     return 0;
   const int64_t shift = wg_dy_shift(args);
   if (shift < 0) return 0;
@@ -112,17 +113,42 @@ static inline int wg_wgrad_fits(const loom_kernel_args *args) {
          xp->sizes[2] >= gpos + wq + 1 && dyp->sizes[2] >= gpos + shift * (wq + 1);
 }
 
-/* Channel c of the tiles [q0, q0 + WG_T) of image n of a channels-last x,
- * as phase planes would hold them: patch element (r, s) of tile j at
- * d[(4 r + s) WG_T + j] = x[2 ty + r - top][2 tx + s - left], zero outside
- * the image and for tiles past ceil(ho / 2) x ceil(wo / 2) = tho x two. */
-static inline void wg_gather32(float *d, const loom_tensor *x, int64_t n, int64_t c, int64_t q0,
-                               int64_t wq, int64_t tho, int64_t two, int64_t top, int64_t left) {
+/* A grid of tiles over a batch: image n's gpos positions follow image
+ * n - 1's, in rows wq wide; the output keeps tho x two of each image's
+ * (tile rows ty < tho, columns tx < two) and none past the n_img images.
+ * Read from phase planes, each image's positions are a multiple of the
+ * blocks (rows wq > two: the planes' columns); read in place, the grid may
+ * be dense (wq = two, gpos = tho two), its blocks of WG_T spanning
+ * images. */
+typedef struct wg_grid {
+  int64_t wq, gpos, n_img, tho, two;
+} wg_grid;
+
+/* Grid position q: its image, tile row and column; whether the output
+ * keeps it. */
+static inline int wg_tile(const wg_grid *g, int64_t q, int64_t *n, int64_t *ty, int64_t *tx) {
+  const int64_t r = q % g->gpos;
+  *n = q / g->gpos, *ty = r / g->wq, *tx = r % g->wq;
+  return *n < g->n_img && *ty < g->tho && *tx < g->two;
+}
+
+/* The blocks of WG_T positions the grid's n_img images fill (the last
+ * one's positions past the grid drop out). */
+static inline int64_t wg_blocks(const wg_grid *g) {
+  return (g->n_img * g->gpos + WG_T - 1) / WG_T;
+}
+
+/* Channel c of the tiles [q0, q0 + WG_T) of grid g over a channels-last
+ * or NCHW x, as phase planes would hold them: patch element (r, s) of tile
+ * j at d[(4 r + s) WG_T + j] = x[n][c][2 ty + r - top][2 tx + s - left],
+ * zero outside the image and for tiles the output drops. */
+static inline void wg_gather32(float *d, const loom_tensor *x, const wg_grid *g, int64_t c,
+                               int64_t q0, int64_t top, int64_t left) {
   const int64_t h = x->sizes[2], w = x->sizes[3];
-  const float *img = (const float *)x->data + n * x->strides[0] + c * x->strides[1];
   for (int64_t j = 0; j < WG_T; ++j) {
-    const int64_t q = q0 + j, ty = q / wq, tx = q % wq;
-    const int keep = ty < tho && tx < two;
+    int64_t n, ty, tx;
+    const int keep = wg_tile(g, q0 + j, &n, &ty, &tx);
+    const float *img = (const float *)x->data + (keep ? n * x->strides[0] + c * x->strides[1] : 0);
     for (int r = 0; r < 4; ++r)
       for (int s = 0; s < 4; ++s) {
         const int64_t yy = 2 * ty + r - top, xx = 2 * tx + s - left;
@@ -133,20 +159,21 @@ static inline void wg_gather32(float *d, const loom_tensor *x, int64_t n, int64_
   }
 }
 
-/* Output channel o of the tiles [q0, q0 + WG_T) of image n of a
- * channels-last dy (N, M, ho, wo): dY[i][j] of tile t at
- * d[(2 i + j) WG_T + t], zero outside dy. */
-static inline void wg_gather_dy32(float *d, const loom_tensor *dy, int64_t n, int64_t o,
-                                  int64_t q0, int64_t wq) {
+/* Output channel o of the tiles [q0, q0 + WG_T) of grid g over dy (N, M,
+ * ho, wo): dY[i][j] of tile t at d[(2 i + j) WG_T + t], zero outside dy
+ * and for tiles the output drops. */
+static inline void wg_gather_dy32(float *d, const loom_tensor *dy, const wg_grid *g, int64_t o,
+                                  int64_t q0) {
   const int64_t ho = dy->sizes[2], wo = dy->sizes[3];
-  const float *img = (const float *)dy->data + n * dy->strides[0] + o * dy->strides[1];
   for (int64_t t = 0; t < WG_T; ++t) {
-    const int64_t q = q0 + t, ty = q / wq, tx = q % wq;
+    int64_t n, ty, tx;
+    const int keep = wg_tile(g, q0 + t, &n, &ty, &tx);
+    const float *img = (const float *)dy->data + (keep ? n * dy->strides[0] + o * dy->strides[1] : 0);
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j) {
         const int64_t yy = 2 * ty + i, xx = 2 * tx + j;
         d[(2 * i + j) * WG_T + t] =
-            yy < ho && xx < wo ? img[yy * dy->strides[2] + xx * dy->strides[3]] : 0.0f;
+            keep && yy < ho && xx < wo ? img[yy * dy->strides[2] + xx * dy->strides[3]] : 0.0f;
       }
   }
 }
@@ -173,8 +200,9 @@ static inline int wg_forward_image(const loom_kernel_args *args) {
 /* Whether a forward launch's operands fit its contract, for either
  * variant: out [N, M, ho, wo], the transformed weight u [16, panels, K, MR]
  * (dense), the stride-2 phases xp [N, 4K, plane] of rows `wq` wide holding
- * `gpos` tile positions (or the image itself, wg_forward_image), an
- * optional bias [M]; all float32. */
+ * `gpos` tile positions (or the image itself, wg_forward_image: any grid
+ * of rows wq >= ceil(wo / 2) wide, gpos >= ceil(ho / 2) wq), an optional
+ * bias [M]; all float32. */
 static inline int wg_forward_fits(const loom_kernel_args *args) {
   if (args->num_tensors < 3 || args->num_scalars < 2) return 0;
   const loom_tensor *out = &args->tensors[0], *u = &args->tensors[1], *xp = &args->tensors[2];
@@ -186,37 +214,43 @@ static inline int wg_forward_fits(const loom_kernel_args *args) {
       !wg_dense(u) || u->sizes[0] != WG_E || u->sizes[3] != WG_MR ||
       (bias && (bias->dtype != LOOM_FLOAT32 || bias->rank != 1 || bias->sizes[0] != out->sizes[1])))
     return 0;
+  const int64_t tho = (out->sizes[2] + 1) / 2, two = (out->sizes[3] + 1) / 2;
   if (image) {
     if (args->num_scalars < 4 || !wg_image_ok(xp) ||
         args->scalars[2].i < 0 || args->scalars[2].i > 2 || args->scalars[3].i < 0 ||
-        args->scalars[3].i > 2)
+        args->scalars[3].i > 2 || wq < two || wq < 1)
       return 0;
-  } else if (xp->strides[2] != 1) {
+  } else if (xp->strides[2] != 1 || wq < two + 1 || gpos % WG_T != 0 ||
+             xp->sizes[2] < gpos + wq + 1 || xp->sizes[1] != 4 * u->sizes[2]) {
     return 0;
   }
-  const int64_t tho = (out->sizes[2] + 1) / 2, two = (out->sizes[3] + 1) / 2;
   const int64_t k_n = image ? xp->sizes[1] : xp->sizes[1] / 4;
   return u->sizes[1] == (out->sizes[1] + WG_MR - 1) / WG_MR && xp->sizes[0] == out->sizes[0] &&
-         (image || xp->sizes[1] == 4 * u->sizes[2]) && k_n == u->sizes[2] && wq >= two + 1 &&
-         gpos % WG_T == 0 && gpos >= tho * wq && (image || xp->sizes[2] >= gpos + wq + 1);
+         k_n == u->sizes[2] && gpos > 0 && gpos >= tho * wq;
 }
 
-/* A run of a block's tiles that lie in one tile row: lanes [j, j + n) are
- * tiles (ty, tx) ... (ty, tx + n - 1). */
+/* A forward's grid (wg_grid) from its launch. */
+static inline wg_grid wg_forward_grid(const loom_kernel_args *args) {
+  const loom_tensor *out = &args->tensors[0];
+  return (wg_grid){args->scalars[0].i, args->scalars[1].i, out->sizes[0], (out->sizes[2] + 1) / 2,
+                   (out->sizes[3] + 1) / 2};
+}
+
+/* A run of a block's tiles that lie in one tile row of image `img`: lanes
+ * [j, j + n) are tiles (ty, tx) ... (ty, tx + n - 1). */
 typedef struct wg_run {
-  int64_t j, n, ty, tx;
+  int64_t j, n, ty, tx, img;
 } wg_run;
 
 /* The runs of the block of tiles from grid position q0 that the output
- * keeps (tho x two tiles of rows wq wide); returns how many. */
-static inline int64_t wg_runs(int64_t q0, int64_t wq, int64_t tho, int64_t two,
-                              wg_run runs[WG_T]) {
+ * keeps; returns how many. */
+static inline int64_t wg_runs(const wg_grid *g, int64_t q0, wg_run runs[WG_T]) {
   int64_t nruns = 0;
   for (int64_t j = 0; j < WG_T;) {
-    const int64_t q = q0 + j, ty = q / wq, tx = q % wq;
-    const int64_t n_run = wq - tx < WG_T - j ? wq - tx : WG_T - j;
-    if (ty < tho && tx < two)
-      runs[nruns++] = (wg_run){j, two - tx < n_run ? two - tx : n_run, ty, tx};
+    int64_t n, ty, tx;
+    const int keep = wg_tile(g, q0 + j, &n, &ty, &tx);
+    const int64_t n_run = g->wq - tx < WG_T - j ? g->wq - tx : WG_T - j;
+    if (keep) runs[nruns++] = (wg_run){j, g->two - tx < n_run ? g->two - tx : n_run, ty, tx, n};
     j += n_run;
   }
   return nruns;

@@ -3,10 +3,11 @@
  * place from an image whose columns are adjacent (NCHW: unit column
  * stride), where conv.pad's phase planes held them as runs of tiles.
  *
- * The 16 lanes are grid positions q0 .. q0 + 15 (rows wq tiles wide). The
- * ones in one tile row that the output keeps form a run: lanes [j, j + n)
- * are tiles (ty, tx) .. (ty, tx + n - 1), whose patch columns s are image
- * columns 2 (tx + i) + s - left. Two loads of 16 columns from x0 = 2 tx -
+ * The 16 lanes are grid positions q0 .. q0 + 15 (a wg_grid: rows wq tiles
+ * wide, images one after another). The ones in one tile row of one image
+ * that the output keeps form a run: lanes [j, j + n) are tiles (ty, tx)
+ * .. (ty, tx + n - 1), whose patch columns s are image columns
+ * 2 (tx + i) + s - left. Two loads of 16 columns from x0 = 2 tx -
  * left, and two from x0 + 2, hold every column a run reads in a row; one
  * permute of each pair picks its even or odd columns (s = 0, 1; from
  * x0 + 2: s = 2, 3) into the run's lanes. Columns outside the image, rows
@@ -22,6 +23,7 @@
 #include "kernels/conv/conv_winograd_internal.h"
 
 typedef struct wg_lane_run {
+  int64_t base;     /* the run's image: its offset in the tensor */
   int64_t y0, x0;   /* the first tile's patch: top row, left column */
   __m512i even, odd; /* lane j + i takes element 2 i (2 i + 1) of a load pair */
   __mmask16 lanes;  /* [j, j + n) */
@@ -41,20 +43,21 @@ static inline __mmask16 wg_bits(int64_t lo, int64_t hi) {
   return (__mmask16)(((1u << (hi - lo)) - 1u) << lo);
 }
 
-/* The runs of the 16 grid positions from q0 for patches `patch` (4 or 2)
- * wide, padded by top and left, over an image `w` columns wide; tho x two
- * tiles kept of rows wq wide. */
-static inline void wg_lanes_of(wg_lanes *l, int64_t q0, int64_t wq, int64_t tho, int64_t two,
-                               int64_t top, int64_t left, int64_t w, int patch) {
+/* The runs of the 16 grid positions from q0 of grid g for patches
+ * `patch` (4 or 2) wide, padded by top and left, over images `w` columns
+ * wide, s0 apart. */
+static inline void wg_lanes_of(wg_lanes *l, const wg_grid *g, int64_t q0, int64_t top,
+                               int64_t left, int64_t w, int patch, int64_t s0) {
   l->nruns = 0;
   for (int64_t j = 0; j < 16;) {
-    const int64_t q = q0 + j, ty = q / wq, tx = q % wq;
-    if (ty >= tho || tx >= two) {
+    int64_t img, ty, tx;
+    if (!wg_tile(g, q0 + j, &img, &ty, &tx)) {
       ++j;
       continue;
     }
-    const int64_t n = two - tx < 16 - j ? two - tx : 16 - j;
+    const int64_t n = g->two - tx < 16 - j ? g->two - tx : 16 - j;
     wg_lane_run *r = &l->run[l->nruns++];
+    r->base = img * s0;
     r->y0 = 2 * ty - top;
     r->x0 = 2 * tx - left;
     /* the columns the run reads: [x0, x0 + 2 (n - 1) + patch) within the image */
@@ -71,8 +74,9 @@ static inline void wg_lanes_of(wg_lanes *l, int64_t q0, int64_t wq, int64_t tho,
   }
 }
 
-/* d[r][s] (r, s < patch) of the lanes' tiles from one channel's plane
- * (rows rs apart, h of them, columns adjacent). */
+/* d[r][s] (r, s < patch) of the lanes' tiles from one channel's plane of
+ * the first image (each run's at its base past it; rows rs apart, h of
+ * them, columns adjacent). */
 static inline void wg_rows_patch(__m512 d[4][4], const wg_lanes *l, const float *plane,
                                  int64_t rs, int64_t h, int patch) {
   for (int r = 0; r < patch; ++r)
@@ -82,7 +86,7 @@ static inline void wg_rows_patch(__m512 d[4][4], const wg_lanes *l, const float 
     for (int r = 0; r < patch; ++r) {
       const int64_t yy = u->y0 + r;
       if (yy < 0 || yy >= h) continue;
-      const float *p = plane + yy * rs + u->x0;
+      const float *p = plane + u->base + yy * rs + u->x0;
       const __m512 a0 = _mm512_maskz_loadu_ps(u->m[0], p), a1 = _mm512_maskz_loadu_ps(u->m[1], p + 16);
       d[r][0] = _mm512_mask_mov_ps(d[r][0], u->lanes, _mm512_permutex2var_ps(a0, u->even, a1));
       d[r][1] = _mm512_mask_mov_ps(d[r][1], u->lanes, _mm512_permutex2var_ps(a0, u->odd, a1));

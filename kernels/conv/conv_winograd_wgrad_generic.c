@@ -69,6 +69,7 @@ int loom_conv_winograd_wgrad_with(const loom_kernel_args *args, int64_t begin, i
   const int64_t wq = args->scalars[0].i, gpos = args->scalars[1].i, tchunk = args->scalars[2].i;
   const int64_t m_n = part->sizes[2], k_n = part->sizes[3], n_img = xp->sizes[0];
   const int64_t ogs = (m_n + WG_OG - 1) / WG_OG, cgs = (k_n + WG_CG - 1) / WG_CG;
+  if (begin < 0 || end > part->sizes[0] * ogs * cgs) return LOOM_ERROR_INVALID_ARGUMENT;
   const int64_t xs = xp->strides[1], ds = dyp->strides[1];
   int64_t xoff[4][4], doff[2][2];
   for (int r = 0; r < 4; ++r)
@@ -78,7 +79,7 @@ int loom_conv_winograd_wgrad_with(const loom_kernel_args *args, int64_t begin, i
    * would hold them, then the same transforms */
   const int images = wg_wgrad_images(args);
   const int64_t top = images ? args->scalars[4].i : 0, left = images ? args->scalars[5].i : 0;
-  const int64_t tho = images ? (dyp->sizes[2] + 1) / 2 : 0, two = images ? (dyp->sizes[3] + 1) / 2 : 0;
+  const wg_grid grid = {wq, gpos, n_img, (dyp->sizes[2] + 1) / 2, (dyp->sizes[3] + 1) / 2};
   int64_t goff[4][4], gdoff[2][2];
   for (int r = 0; r < 4; ++r)
     for (int s = 0; s < 4; ++s) goff[r][s] = (4 * r + s) * WG_T;
@@ -99,14 +100,16 @@ int loom_conv_winograd_wgrad_with(const loom_kernel_args *args, int64_t begin, i
     const int64_t t_lo = chunk * tchunk;
     const int64_t t_hi = n_img * gpos < t_lo + tchunk ? n_img * gpos : t_lo + tchunk;
     for (int64_t t0 = t_lo; t0 < t_hi; t0 += WG_T) {
+      /* planes: the block lies in one image's; images: the grid's tiles
+       * from t0, each in its image */
       const int64_t n = t0 / gpos, q = t0 % gpos;
-      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + (images ? 0 : q);
-      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + (images ? 0 : q);
+      const float *xsrc = (const float *)xp->data + n * xp->strides[0] + q;
+      const float *dsrc = (const float *)dyp->data + n * dyp->strides[0] + q;
       for (int64_t c = 0; c < c_n; ++c) {
         float *bp[WG_E];
         for (int e = 0; e < WG_E; ++e) bp[e] = bbuf[e] + c / 32 * WG_T * 32;
         if (images) {
-          wg_gather32(patch, xp, n, c_lo + c, q, wq, tho, two, top, left);
+          wg_gather32(patch, xp, &grid, c_lo + c, t0, top, left);
           wg_input_lane(bp, (int)(c % 32), patch, goff);
         } else {
           wg_input_lane(bp, (int)(c % 32), xsrc + (c_lo + c) * 4 * xs, xoff);
@@ -116,7 +119,7 @@ int loom_conv_winograd_wgrad_with(const loom_kernel_args *args, int64_t begin, i
         float *ap[WG_E];
         for (int e = 0; e < WG_E; ++e) ap[e] = abuf[e] + o / WG_MR * WG_T * WG_MR;
         if (images) {
-          wg_gather_dy32(patch, dyp, n, o_lo + o, q, wq);
+          wg_gather_dy32(patch, dyp, &grid, o_lo + o, t0);
           wg_grad_lane(ap, (int)(o % WG_MR), patch, gdoff);
         } else {
           wg_grad_lane(ap, (int)(o % WG_MR), dsrc + (o_lo + o) * 4 * ds, doff);

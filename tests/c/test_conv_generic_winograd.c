@@ -93,9 +93,19 @@ static loom_tensor rows_copy(const float *src, int64_t n, int64_t ch, int64_t h,
   return t4(*buf, n, ch, h, w, ch * cs, cs, rs, 1);
 }
 
+/* The grid of tiles the image read in place is given: the planes' (rows
+ * wq wide, gpos positions per image), or with `dense` the batch's tiles
+ * back to back (rows two wide, tho two per image), blocks spanning
+ * images. */
+static void image_grid(const wino *c, int dense, int64_t *wq, int64_t *gpos) {
+  *wq = dense ? c->two : c->wq, *gpos = dense ? c->tho * c->two : c->gpos;
+}
+
 /* The forward `fn` as `forward`, from the image read in place (no
- * planes): laid out channels last, or by rows (NCHW, `rows`). */
-static void forward_image(const wino *c, loom_kernel_fn fn, float *u, float *y, int rows) {
+ * planes): laid out channels last, or by rows (NCHW, `rows`), over the
+ * planes' grid or the dense one. */
+static void forward_image(const wino *c, loom_kernel_fn fn, float *u, float *y, int rows,
+                          int dense) {
   const int64_t n = c->cc.g.n, h = c->cc.g.in[1], w = c->cc.g.in[2], k = c->k;
   const int64_t len = c->ho * c->wo;
   float *xc = malloc(sizeof(float) * (size_t)(n * k * h * w)), *xr = NULL;
@@ -106,10 +116,17 @@ static void forward_image(const wino *c, loom_kernel_fn fn, float *u, float *y, 
       t4(y, n, c->m, c->ho, c->wo, c->m * len, len, c->wo, 1), u_of(c, u),
       rows ? rows_copy(c->cc.x, n, k, h, w, 3, &xr) : t4(xc, n, k, h, w, h * w * k, 1, w * k, k),
       {.data = c->cc.bias, .dtype = LOOM_FLOAT32, .rank = 1, .sizes = {c->m}, .strides = {1}}};
-  loom_scalar sc[4] = {{.i = c->wq}, {.i = c->gpos}, {.i = c->p}, {.i = c->p}};
+  int64_t wq, gpos;
+  image_grid(c, dense, &wq, &gpos);
+  loom_scalar sc[4] = {{.i = wq}, {.i = gpos}, {.i = c->p}, {.i = c->p}};
   const int64_t groups = (c->panels + LOOM_CONV_WINOGRAD_PANELS - 1) / LOOM_CONV_WINOGRAD_PANELS;
+  const int64_t items = (n * gpos + TILES - 1) / TILES * groups;
   memset(y, 0xff, sizeof(float) * (size_t)(n * c->m * len));
-  run(fn, ts, 4, sc, 4, n * (c->gpos / TILES) * groups);
+  run(fn, ts, 4, sc, 4, items);
+  /* a range past the grid's blocks is refused */
+  loom_kernel_args a = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 4, .tensors = ts,
+                        .num_scalars = 4, .scalars = sc, .range = items + 1, .grain = 1};
+  CHECK_MSG(fn(&a, items, items + 1) == LOOM_ERROR_INVALID_ARGUMENT, "a block past the grid ran");
   free(xc), free(xr);
 }
 
@@ -147,11 +164,14 @@ static void weight_grad_from(const wino *c, loom_kernel_fn fn, int64_t tchunk, f
 }
 
 /* The weight gradient `fn` as weight_grad, from x and dy read in place
- * (no planes): laid out channels last, or by rows (NCHW, `rows`). */
+ * (no planes): laid out channels last, or by rows (NCHW, `rows`), over the
+ * planes' grid or the dense one. */
 static void weight_grad_images(const wino *c, loom_kernel_fn fn, int64_t tchunk, float *gw,
-                               int rows) {
+                               int rows, int dense) {
   const int64_t n = c->cc.g.n, h = c->cc.g.in[1], w = c->cc.g.in[2], m = c->m, k = c->k;
-  const int64_t len = c->ho * c->wo, chunks = (n * c->gpos + tchunk - 1) / tchunk;
+  int64_t wq, gpos;
+  image_grid(c, dense, &wq, &gpos);
+  const int64_t len = c->ho * c->wo, chunks = (n * gpos + tchunk - 1) / tchunk;
   float *xc = malloc(sizeof(float) * (size_t)(n * k * h * w));
   float *dyc = malloc(sizeof(float) * (size_t)(n * m * len)), *xr = NULL, *dr = NULL;
   float *dyn = malloc(sizeof(float) * (size_t)(n * m * len));
@@ -171,7 +191,7 @@ static void weight_grad_images(const wino *c, loom_kernel_fn fn, int64_t tchunk,
                        t4(dyc, n, m, c->ho, c->wo, len * m, 1, c->wo * m, m)};
   if (rows)
     ts[1] = rows_copy(c->cc.x, n, k, h, w, 3, &xr), ts[2] = rows_copy(dyn, n, m, c->ho, c->wo, 1, &dr);
-  loom_scalar sc[6] = {{.i = c->wq}, {.i = c->gpos}, {.i = tchunk}, {.i = 0}, {.i = c->p}, {.i = c->p}};
+  loom_scalar sc[6] = {{.i = wq}, {.i = gpos}, {.i = tchunk}, {.i = 0}, {.i = c->p}, {.i = c->p}};
   const int64_t items = chunks * ((m + LOOM_CONV_WINOGRAD_WG_M - 1) / LOOM_CONV_WINOGRAD_WG_M) *
                         ((k + LOOM_CONV_WINOGRAD_WG_K - 1) / LOOM_CONV_WINOGRAD_WG_K);
   run(fn, ts, 3, sc, 6, items);
@@ -232,10 +252,15 @@ static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w
   forward(&c, loom_conv_winograd_generic, u1, y1);
   CHECK_MSG(misses(y1, ref, mag, ny) == 0, "generic Winograd forward (k %ld m %ld) misses the reference",
         (long)k, (long)m);
-  forward_image(&c, loom_conv_winograd_generic, u1, y2, 0);
-  CHECK_MSG(same(y1, y2, ny), "generic Winograd forward from the channels-last image differs");
-  forward_image(&c, loom_conv_winograd_generic, u1, y2, 1);
-  CHECK_MSG(same(y1, y2, ny), "generic Winograd forward from the image's rows differs");
+  /* from the image, on either grid: each tile's sums are the planes' */
+  for (int dense = 0; dense < 2; ++dense) {
+    forward_image(&c, loom_conv_winograd_generic, u1, y2, 0, dense);
+    CHECK_MSG(same(y1, y2, ny), "generic Winograd forward from the channels-last image differs (dense %d)",
+              dense);
+    forward_image(&c, loom_conv_winograd_generic, u1, y2, 1, dense);
+    CHECK_MSG(same(y1, y2, ny), "generic Winograd forward from the image's rows differs (dense %d)",
+              dense);
+  }
   if (hw_avx512) {
     weight(&c, loom_conv_winograd_weight_avx512, flipped, u0);
     CHECK_MSG(same(u0, u1, nu), "the weight transforms differ");
@@ -243,12 +268,15 @@ static void check_winograd(int64_t n, int64_t k, int64_t m, int64_t h, int64_t w
     forward(&c, with_avx512_ukr, u0, y2);
     CHECK_MSG(same(y1, y2, ny), "twin with the AVX-512 micro-kernel differs from the AVX-512 forward");
     CHECK_MSG(misses(y1, ref, mag, ny) == 0, "AVX-512 Winograd forward misses the reference");
-    for (int rows = 0; rows < 2; ++rows) {
-      forward_image(&c, with_avx512_ukr, u0, y2, rows);
-      CHECK_MSG(same(y1, y2, ny), "twin from the image (rows %d) differs from the AVX-512 forward", rows);
-      forward_image(&c, loom_conv_winograd_avx512, u0, y2, rows);
-      CHECK_MSG(same(y1, y2, ny), "AVX-512 forward from the image (rows %d) differs", rows);
-    }
+    for (int rows = 0; rows < 2; ++rows)
+      for (int dense = 0; dense < 2; ++dense) {
+        forward_image(&c, with_avx512_ukr, u0, y2, rows, dense);
+        CHECK_MSG(same(y1, y2, ny), "twin from the image (rows %d, dense %d) differs from the AVX-512 forward",
+                  rows, dense);
+        forward_image(&c, loom_conv_winograd_avx512, u0, y2, rows, dense);
+        CHECK_MSG(same(y1, y2, ny), "AVX-512 forward from the image (rows %d, dense %d) differs", rows,
+                  dense);
+      }
   }
   if (flipped) free(ref), free(mag);
   free(u0), free(u1), free(y1), free(y2);
@@ -266,26 +294,43 @@ static void check_weight_grad(int64_t n, int64_t k, int64_t m, int64_t h, int64_
   /* from dy's planes padded by one (the input gradient's): the same bits */
   weight_grad_from(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 1);
   CHECK_MSG(same(w1, w2, nw), "generic weight grad from dy's padded planes differs");
-  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 0);
+  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 0, 0);
   CHECK_MSG(same(w1, w2, nw), "generic weight grad from channels-last images differs");
-  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 1);
+  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, TILES, w2, 1, 0);
   CHECK_MSG(same(w1, w2, nw), "generic weight grad from the images' rows differs");
+  /* the dense grid sums the same tiles in other blocks: the reference's
+   * values, the same bits from either layout */
+  float *w3 = malloc(sizeof(float) * nw);
+  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, 2 * TILES, w2, 0, 1);
+  CHECK_MSG(misses(w2, c.cc.gw, c.cc.gwmag, nw) == 0,
+            "generic weight grad on the dense grid misses the reference");
+  weight_grad_images(&c, loom_conv_winograd_wgrad_generic, 2 * TILES, w3, 1, 1);
+  CHECK_MSG(same(w2, w3, nw), "generic weight grad on the dense grid differs between layouts");
   if (hw_avx512) {
     weight_grad(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w1);
     weight_grad_from(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2, 1);
     CHECK_MSG(same(w1, w2, nw), "AVX-512 weight grad from dy's padded planes differs");
-    for (int rows = 0; rows < 2; ++rows) {
-      weight_grad_images(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2, rows);
-      CHECK_MSG(same(w1, w2, nw), "AVX-512 weight grad from the images (rows %d) differs", rows);
-      weight_grad_images(&c, wgrad_with_avx512_ukr, 2 * TILES, w2, rows);
-      CHECK_MSG(same(w1, w2, nw), "twin from the images (rows %d) differs from the AVX-512 weight grad",
-                rows);
-    }
+    /* the dense grid: the reference's values; on either grid, one set of
+     * bits from both layouts and the twin with the AVX-512 micro-kernel */
+    weight_grad_images(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w3, 0, 1);
+    CHECK_MSG(misses(w3, c.cc.gw, c.cc.gwmag, nw) == 0,
+              "AVX-512 weight grad on the dense grid misses the reference");
+    for (int dense = 0; dense < 2; ++dense)
+      for (int rows = 0; rows < 2; ++rows) {
+        const float *want = dense ? w3 : w1;
+        weight_grad_images(&c, loom_conv_winograd_wgrad_avx512, 2 * TILES, w2, rows, dense);
+        CHECK_MSG(same(want, w2, nw), "AVX-512 weight grad from the images (rows %d, dense %d) differs",
+                  rows, dense);
+        weight_grad_images(&c, wgrad_with_avx512_ukr, 2 * TILES, w2, rows, dense);
+        CHECK_MSG(same(want, w2, nw),
+                  "twin from the images (rows %d, dense %d) differs from the AVX-512 weight grad", rows,
+                  dense);
+      }
     weight_grad(&c, wgrad_with_avx512_ukr, 2 * TILES, w2);
     CHECK_MSG(same(w1, w2, nw), "twin with the AVX-512 micro-kernel differs from the AVX-512 weight grad");
     CHECK_MSG(misses(w1, c.cc.gw, c.cc.gwmag, nw) == 0, "AVX-512 Winograd weight grad misses the reference");
   }
-  free(w1), free(w2);
+  free(w1), free(w2), free(w3);
   free_wino(&c);
 }
 
@@ -334,12 +379,21 @@ int main(int argc, char **argv) {
   /* rows of more than 16 tiles (runs cut at 16 lanes), padding 2 */
   check_winograd(1, 19, 14, 5, 37, 1, 0, hw);
   check_winograd(1, 8, 13, 9, 6, 2, 0, hw);
+  /* small images whose dense grid's blocks span images: 7x7 (16 tiles
+   * each), 5x9 (15, odd), 8x8 by rows of 4 tiles; batch 1 of 16 tiles */
+  check_winograd(3, 21, 19, 7, 7, 1, 0, hw);
+  check_winograd(5, 17, 26, 5, 9, 1, 1, hw);
+  check_winograd(7, 24, 13, 8, 8, 1, 0, hw);
+  check_winograd(1, 16, 16, 8, 8, 1, 0, hw);
   /* weight gradients: one chunk; several chunks and channel groups each
    * way (m > 96, k > 64) with partial panels */
   check_weight_grad(1, 5, 7, 7, 9, 1, hw);
   check_weight_grad(2, 70, 100, 10, 11, 1, hw);
   check_weight_grad(2, 16, 20, 13, 8, 0, hw);
   check_weight_grad(1, 9, 13, 6, 38, 1, hw);
+  check_weight_grad(3, 21, 19, 7, 7, 1, hw);
+  check_weight_grad(5, 17, 26, 5, 9, 1, hw);
+  check_weight_grad(7, 24, 13, 8, 8, 2, hw);
   check_selected(hw);
   CHECK_MSG(rerun_capped(argv, hw), "the run under LOOM_CPU_FEATURES=generic failed");
   TEST_MAIN_END();

@@ -318,12 +318,43 @@ static void test_registry_plans_with_the_selected_variant(void) {
   loom_shutdown();
 }
 
+/* Winograd's grids: the planes' rows one tile wider than the output's,
+ * each image's positions rounded up to blocks of 32; the image read in
+ * place, a dense grid whose blocks span images (8x8 outputs: 16 tiles
+ * per image, 32 images in 16 blocks where the planes' grid takes 32). */
+static void test_winograd_grids(void) {
+  const conv v = {LOOM_FLOAT32, 32, 128, 8, 8, 128, 3, 1, 1, 1, 1, 0, 4};
+  built b;
+  build(&v, 2, 0, -1, &b);
+  loom_conv_forward_plan f;
+  CHECK_EQ_INT(loom_conv_forward_plan_for(&b.args, LOOM_GEMM_AVX512, &f), 0);
+  CHECK_EQ_INT(f.path, LOOM_CONV_PATH_WINOGRAD);
+  CHECK_EQ_INT(f.wq, 5);
+  CHECK_EQ_INT(f.positions, 32);
+  CHECK_EQ_INT(f.range, 32 * 2); /* 11 panels of 12 channels: 2 groups */
+  CHECK_EQ_INT(f.image_wq, 4);
+  CHECK_EQ_INT(f.image_positions, 16);
+  CHECK_EQ_INT(f.image_range, 16 * 2);
+  loom_conv_weight_grad_plan w;
+  CHECK_EQ_INT(loom_conv_weight_grad_plan_for(&b.args, LOOM_GEMM_AVX512, &w), 0);
+  CHECK_EQ_INT(w.path, LOOM_CONV_PATH_WINOGRAD);
+  CHECK_EQ_INT(w.image_wq, 4);
+  CHECK_EQ_INT(w.image_positions, 16);
+  /* the dense grid's 512 tiles in whole chunks of blocks, the last one
+   * reaching the end */
+  CHECK(w.image_chunk % LOOM_CONV_WINOGRAD_TILES == 0);
+  CHECK(w.image_chunks * w.image_chunk >= 512 && (w.image_chunks - 1) * w.image_chunk < 512);
+  CHECK_EQ_INT(w.image_range, w.image_chunks * 2 * 2); /* 128 channels: 2 groups each way */
+  CHECK(w.image_finish_grain >= 1);
+}
+
 int main(void) {
   unsetenv("LOOM_CONV_WINOGRAD");
   RUN_TEST(test_forward_paths);
   RUN_TEST(test_forward_geometry);
   RUN_TEST(test_input_grad_paths);
   RUN_TEST(test_weight_grad_paths);
+  RUN_TEST(test_winograd_grids);
   RUN_TEST(test_registry_plans_with_the_selected_variant);
   TEST_MAIN_END();
 }

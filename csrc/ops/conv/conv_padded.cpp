@@ -157,11 +157,13 @@ void conv_forward_winograd(const Tensor& out, const Tensor& input, const Tensor&
   Tensor bc = bias.defined() ? bias.contiguous() : Tensor();
   loom_tensor ts[4] = {plane4(out, op), describe(u, op), describe(xp, op),
                        bc.defined() ? describe(bc, op) : loom_tensor{}};
-  loom_scalar sc[4] = {scalar_i(p.wq), scalar_i(p.positions), scalar_i(p.top),
+  // the image read in place takes the dense grid, whose blocks span images
+  loom_scalar sc[4] = {scalar_i(direct ? p.image_wq : p.wq),
+                       scalar_i(direct ? p.image_positions : p.positions), scalar_i(p.top),
                        scalar_i(p.left)};
   launch(op, LOOM_KERNEL("conv.winograd.forward"),
          c10::ArrayRef<loom_tensor>(ts, bc.defined() ? 4 : 3),
-         c10::ArrayRef<loom_scalar>(sc, direct ? 4 : 2), p.range, 1, -1,
+         c10::ArrayRef<loom_scalar>(sc, direct ? 4 : 2), direct ? p.image_range : p.range, 1, -1,
          conv_flops(out.numel(), k * 9));
 }
 
@@ -179,17 +181,23 @@ Tensor conv_weight_grad_winograd(const Tensor& dy, const Tensor& input,
                                : pad_planes(input, p.top, p.left, p.wq, p.sh, p.sw, p.plane, op);
   const bool shared = dy_planes.defined();
   Tensor dyp = shared ? dy_planes : direct ? dy : pad_planes(dy, 0, 0, p.wq, 2, 2, p.dy_plane, op);
-  Tensor part = at::empty({p.chunks, 16, m, k}, input.options());
+  // x and dy read in place take the dense grid, whose blocks span images
+  const int64_t chunks = direct ? p.image_chunks : p.chunks;
+  Tensor part = at::empty({chunks, 16, m, k}, input.options());
   loom_tensor ts[3] = {describe(part, op), describe(xp, op), describe(dyp, op)};
-  loom_scalar sc[6] = {scalar_i(p.wq),          scalar_i(p.positions), scalar_i(p.chunk),
-                       scalar_i(shared ? 1 : 0), scalar_i(p.top),       scalar_i(p.left)};
+  loom_scalar sc[6] = {scalar_i(direct ? p.image_wq : p.wq),
+                       scalar_i(direct ? p.image_positions : p.positions),
+                       scalar_i(direct ? p.image_chunk : p.chunk),
+                       scalar_i(shared ? 1 : 0),
+                       scalar_i(p.top),
+                       scalar_i(p.left)};
   launch(op, LOOM_KERNEL("conv.winograd.weight_grad"), ts,
-         c10::ArrayRef<loom_scalar>(sc, direct ? 6 : 4), p.range, 1, -1,
+         c10::ArrayRef<loom_scalar>(sc, direct ? 6 : 4), direct ? p.image_range : p.range, 1, -1,
          conv_flops(dy.numel(), k * 9));
   Tensor gw = at::empty(w_sizes, input.options().memory_format(fmt));
   loom_tensor fts[2] = {describe(gw.view({m, k, 3, 3}), op), describe(part, op)};
   launch(op, LOOM_KERNEL("conv.winograd.weight_grad_finish"), fts,
-         c10::ArrayRef<loom_scalar>(), m, p.finish_grain);
+         c10::ArrayRef<loom_scalar>(), m, direct ? p.image_finish_grain : p.finish_grain);
   return gw;
 }
 

@@ -84,7 +84,10 @@ enum {
  *    (0, og ck, ck, 1), B the copy (1, G, ck, cols) strides (0, 0, cols, 1).
  *  - PATH_WINOGRAD: "conv.winograd.weight" over [0, panels) into U (16,
  *    panels, C, LOOM_CONV_WINOGRAD_MR), "conv.pad" as for PATH_PADDED, then
- *    "conv.winograd.forward" over [0, range) with scalars wq, positions.
+ *    "conv.winograd.forward" over [0, range) with scalars wq, positions;
+ *    or, reading the image in place (no "conv.pad"), over [0, image_range)
+ *    with scalars image_wq, image_positions, top, left: a dense grid whose
+ *    blocks of tiles span images.
  *  - PATH_NHWC: "conv_nhwc.pad" of the image (top, left, wq, sh, sw) into
  *    (N, sh sw, plane, copy_channels) with positions copy_stride apart, then
  *    "conv_nhwc.weight" and "conv_nhwc.forward" (loom/kernels/conv_nhwc.h).
@@ -106,6 +109,7 @@ typedef struct loom_conv_forward_plan {
   int64_t tile_positions, pieces; /* IMPLICIT, PADDED */
   int64_t panels;                 /* WINOGRAD: of U */
   int64_t range;                  /* the path's last launch */
+  int64_t image_wq, image_positions, image_range; /* WINOGRAD, the image read in place */
 } loom_conv_forward_plan;
 
 /* "conv.input_grad.plan": dx [0] from dy [1] and the weight.
@@ -170,6 +174,8 @@ typedef struct loom_conv_phase_plan {
  *    "conv.winograd.weight_grad" over [0, range) with scalars wq,
  *    positions, chunk into chunks partial sums (chunks, 16, O, C), and
  *    "conv.winograd.weight_grad_finish" over [0, O), grain finish_grain.
+ *    Reading x and dy in place (no "conv.pad"), the image_* fields stand
+ *    for those: a dense grid whose blocks of tiles span images.
  *  - PATH_NHWC: "conv_nhwc.pad" of the image (top, left, wq, sh, sw) with
  *    positions in pairs (N, sh sw, plane / 2, copy_channels, 2),
  *    copy_stride apart; dy on the grid in a zeroed (N, out_channels, span)
@@ -198,6 +204,8 @@ typedef struct loom_conv_weight_grad_plan {
   int64_t chunk, chunks, per_item;
   int64_t range;
   int64_t finish_grain;
+  /* WINOGRAD, x and dy read in place */
+  int64_t image_wq, image_positions, image_chunk, image_chunks, image_range, image_finish_grain;
 } loom_conv_weight_grad_plan;
 
 /* ---- kernels --------------------------------------------------------------- */
@@ -289,7 +297,7 @@ enum { LOOM_CONV_WGRAD_MAX_PANELS = 64 };
  * How the kernels split the work, which sizes their tensors and ranges: */
 enum {
   LOOM_CONV_WINOGRAD_MR = 12,     /* output channels per panel of U */
-  LOOM_CONV_WINOGRAD_TILES = 32,  /* grid tiles per block; gpos and tchunk are multiples */
+  LOOM_CONV_WINOGRAD_TILES = 32,  /* grid tiles per block; tchunk (and planes' gpos) multiples */
   LOOM_CONV_WINOGRAD_PANELS = 8,  /* panels per forward item */
   LOOM_CONV_WINOGRAD_WG_M = 96,   /* output channels per weight-gradient item */
   LOOM_CONV_WINOGRAD_WG_K = 64,   /* input channels per weight-gradient item */
@@ -306,7 +314,9 @@ enum {
  *
  * "conv.winograd.forward": the convolution of 2x2 output tiles over a grid
  * of tho = ceil(ho / 2) rows of wq tiles per image (tiles past
- * ceil(wo / 2) dropped).
+ * ceil(wo / 2) dropped), gpos positions per image, one image's after the
+ * other's; items are blocks of TILES consecutive positions (the last one
+ * cut at N gpos).
  * tensors: [0] out (N, M, ho, wo) fp32, any strides; [1] U as above;
  * [2] the stride-2 phase planes of the zero-padded image ("conv.pad" with
  * sh = sw = 2, rows wq wide; N, 4 K, plane), plane >= gpos + wq + 1, or
@@ -316,9 +326,12 @@ enum {
  * [3] optional bias (M).
  * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of TILES,
  * >= tho * wq (the grid tiles per image, rounded up); with the image,
- * [2] top and [3] left, its padding (0 to 2) as "conv.pad"'s.
- * range: N * gpos / TILES * ceil(ceil(M / MR) / PANELS). Each output sums
- * its input channels in a fixed order, whatever the split.
+ * [2] top and [3] left, its padding (0 to 2) as "conv.pad"'s, and any
+ * grid wq >= ceil(wo / 2), gpos >= tho * wq: the dense one, wq =
+ * ceil(wo / 2) and gpos = tho wq, fills every block but the batch's last.
+ * range: ceil(N * gpos / TILES) * ceil(ceil(M / MR) / PANELS) (or less).
+ * Each output sums its input channels in a fixed order, whatever the
+ * split and the grid: the same bits on any grid.
  *
  * "conv.winograd.weight_grad": the weight gradient in the transformed
  * domain: for each element e, dU[e][m][k] = sum over tiles of
@@ -342,7 +355,9 @@ enum {
  * scalars (.i): [0] wq >= ceil(wo / 2) + 1, [1] gpos, a multiple of TILES,
  * >= ceil(ho / 2) wq, [2] tchunk, a multiple of TILES, [3] (optional, 0)
  * whether dy's planes are padded (0 with the images); with the images,
- * [4] top and [5] left, x's padding (0 to 2) as "conv.pad"'s.
+ * [4] top and [5] left, x's padding (0 to 2) as "conv.pad"'s, and any
+ * grid wq >= ceil(wo / 2), gpos >= ceil(ho / 2) wq (as the forward's).
+ * The sums' order follows the grid and tchunk, never the split.
  * range: chunks * ceil(M / WG_M) * ceil(K / WG_K).
  *
  * "conv.winograd.weight_grad_finish": dW (M, K, 3, 3) fp32, any strides
