@@ -20,5 +20,6 @@ void init_distributed(pybind11::module& m);
 void init_graph(pybind11::module& m);
 void init_fusion(pybind11::module& m);
 void init_tile(pybind11::module& m);
+void init_queue(pybind11::module& m);
 
 }  // namespace torch_loom::python

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_C, m) {
   torch_loom::python::init_graph(m);
   torch_loom::python::init_fusion(m);
   torch_loom::python::init_tile(m);
+  torch_loom::python::init_queue(m);
 }

@@ -204,6 +204,13 @@ void loom_driver_event_complete(loom_event_t *event, uint64_t sequence);
 /* Executes an EVENT_WAIT command: blocks until `sequence` of `event` is
  * complete. */
 void loom_driver_event_wait(loom_event_t *event, uint64_t sequence);
+/* Around a wait of the submitting thread for room in the full queue of
+ * `stream` (may be NULL): whether this thread may wait at all (not while it
+ * submits under a runtime lock), then the binding's hooks
+ * (loom_set_queue_wait_hooks), called with no lock of the driver held. */
+int loom_driver_queue_may_wait(void);
+void *loom_driver_queue_wait_begin(loom_stream_t *stream);
+void loom_driver_queue_wait_end(loom_stream_t *stream, void *token);
 /* Reports when a command with `trace` set really ran, on the clock of
  * loom_trace_now() (a device with its own timer converts), once it has
  * executed: where it executes, so that the profiler sees device time, not

@@ -92,7 +92,8 @@ loom_status loom_graph_launch(loom_graph_exec_t *exec, loom_stream_t *stream);
 /* Records `event` on the stream's real queue even while the stream
  * captures: it then completes once the work enqueued before the capture
  * is done. For the allocator, which guards the reuse of freed blocks with
- * events and must not have them captured. */
+ * events and must not have them captured. It never waits for room in a
+ * full queue (the allocator records under its lock). */
 loom_status loom_event_record_uncaptured(loom_event_t *event, loom_stream_t *stream);
 
 #ifdef __cplusplus

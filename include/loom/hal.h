@@ -281,6 +281,18 @@ loom_status loom_stream_query(loom_stream_t *stream);
  * message naming the command that failed. */
 loom_status loom_stream_synchronize(loom_stream_t *stream);
 
+/* A stream's queue holds at most LOOM_QUEUE_DEPTH commands not yet
+ * completed (default 1024; 0: unbounded): a thread that submits to a full
+ * queue waits until the stream's work drains to 7/8 of the depth. Threads
+ * running a stream's commands (host callbacks) and the allocator's event
+ * records never wait. The hooks run around each such wait, on the waiting
+ * thread, with no runtime lock held: a binding releases its interpreter's
+ * lock there (`begin` returns what `end` gets back). Either may be NULL;
+ * they may be set before loom_init and last until replaced. */
+void loom_set_queue_wait_hooks(void *(*begin)(void), void (*end)(void *token));
+/* How many times a thread waited for room in the stream's full queue. */
+uint64_t loom_stream_queue_waits(const loom_stream_t *stream);
+
 /* ---- events ------------------------------------------------------------- */
 
 enum { LOOM_EVENT_DEFAULT = 0, LOOM_EVENT_TIMING = 1 };

@@ -224,7 +224,11 @@ loom_status loom_event_record(loom_event_t *event, loom_stream_t *stream) {
 
 loom_status loom_event_record_uncaptured(loom_event_t *event, loom_stream_t *stream) {
   loom_status st = check_record(event, stream, "loom_event_record_uncaptured");
-  return st != LOOM_OK ? st : record_on_queue(event, stream);
+  if (st != LOOM_OK) return st;
+  loom_queue_no_wait_enter(); /* the allocator records under its lock */
+  st = record_on_queue(event, stream);
+  loom_queue_no_wait_leave();
+  return st;
 }
 
 loom_status loom_event_query(loom_event_t *event) {

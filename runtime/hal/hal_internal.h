@@ -35,6 +35,7 @@ struct loom_stream {
    * commands go to, and the pool loom_malloc serves it from. */
   _Atomic(struct loom_graph *) capture;
   _Atomic uint64_t capture_pool;
+  _Atomic uint64_t queue_waits; /* loom_stream_queue_waits */
 };
 
 typedef struct loom_device_state {
@@ -75,6 +76,11 @@ void loom_stream_destroy_internal(loom_runtime *rt, loom_stream_t *stream);
 /* Submits a command to `stream`'s queue. */
 loom_status loom_stream_submit(loom_runtime *rt, loom_stream_t *stream,
                                const loom_command *command);
+
+/* Brackets submissions that must never wait for room in a full queue
+ * (runtime/hal/queue_wait.c): they are made under a lock. Nest. */
+void loom_queue_no_wait_enter(void);
+void loom_queue_no_wait_leave(void);
 
 /* A process-unique id, never 0: streams' and graph pools' ids share it, so
  * that the allocator can key its free lists by either. */

@@ -24,6 +24,13 @@ class Stream(torch.Stream):
         event.record(self)
         return event
 
+    def queue_waits(self) -> int:
+        """How many times a thread waited for room in this stream's full
+        queue: it holds at most ``LOOM_QUEUE_DEPTH`` pending commands (default
+        1024), and a submitting thread waits, without the GIL, until its work
+        drains to 7/8 of that."""
+        return _C._stream_queue_waits(self)
+
     def __repr__(self):
         return f"<torch.loom.Stream device=loom:{self.device_index} stream_id={self.stream_id}>"
 

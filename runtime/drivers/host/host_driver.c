@@ -22,9 +22,23 @@ static void host_shutdown(void *ctx) {
   c->num_devices = 0;
 }
 
+uint64_t host_queue_depth_from_env(void) {
+  const char *text = getenv("LOOM_QUEUE_DEPTH");
+  if (!text || !*text) return HOST_QUEUE_DEPTH_DEFAULT;
+  char *end = NULL;
+  const long long depth = strtoll(text, &end, 10);
+  if (*end || depth < 0) {
+    fprintf(stderr, "loom: LOOM_QUEUE_DEPTH=%s is not a count >= 0; using %d\n", text,
+            HOST_QUEUE_DEPTH_DEFAULT);
+    return HOST_QUEUE_DEPTH_DEFAULT;
+  }
+  return (uint64_t)depth;
+}
+
 static loom_status host_init(void *ctx, const loom_driver_config *config, int *out_count) {
   host_context *c = ctx;
   c->config = *config;
+  c->queue_depth = host_queue_depth_from_env();
   c->devices = calloc((size_t)config->num_devices, sizeof *c->devices);
   if (!c->devices) return loom_error(LOOM_ERROR_OUT_OF_MEMORY, "loom_init: out of host memory");
   /* Simulated devices share the cores: each gets an equal slice, at least

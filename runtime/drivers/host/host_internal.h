@@ -73,7 +73,15 @@ typedef struct host_context {
   loom_driver_config config;
   int num_devices;
   host_device *devices;
+  /* The most commands a queue holds not yet completed before a submitting
+   * thread waits for room (LOOM_QUEUE_DEPTH); 0: unbounded. */
+  uint64_t queue_depth;
 } host_context;
+
+#define HOST_QUEUE_DEPTH_DEFAULT 1024
+/* LOOM_QUEUE_DEPTH: a count >= 0 (0: unbounded); default, and for a value
+ * that is not one, HOST_QUEUE_DEPTH_DEFAULT (host_driver.c). */
+uint64_t host_queue_depth_from_env(void);
 
 /* host_memory.c: device memory (segments; shareable ones with
  * LOOM_SHAREABLE_MEMORY=1). */
@@ -102,6 +110,8 @@ loom_status host_queue_run_inline(void *ctx, loom_driver_queue *queue, const loo
  * submission of its size class, so a steady stream of commands stops
  * allocating. */
 uint64_t host_queue_nodes_allocated(const loom_driver_queue *queue);
+/* Commands submitted to the queue and not yet completed, now. */
+uint64_t host_queue_pending(const loom_driver_queue *queue);
 
 /* Reports the failure of launch `cmd` (kernel status rc on the chunk
  * [begin, end), `reason` its kernel's message or "") to `report`, or with

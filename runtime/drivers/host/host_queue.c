@@ -5,7 +5,15 @@
  * appends it under a short lock; the executor is only signalled when it
  * sleeps. An idle executor spins briefly first, because a tiny op usually
  * follows another within microseconds. A tiny launch on an idle queue runs
- * on the submitting thread instead (host_queue_run_inline). */
+ * on the submitting thread instead (host_queue_run_inline).
+ *
+ * A queue holds at most `depth` commands not yet completed (LOOM_QUEUE_DEPTH):
+ * a thread that submits to a full queue sleeps on a condition variable,
+ * between the binding's hooks (torch_loom releases the GIL there), until the
+ * stream's work drains to `room_at`; the executor, or a synchronizing
+ * thread holding the token, wakes it. A thread running commands (a host
+ * callback that submits) never waits: the commands it would wait for may be
+ * its own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +76,16 @@ struct loom_driver_queue {
   size_t spare_bytes;             /* under spare_lock */
   _Atomic uint64_t nodes_allocated; /* nodes taken from malloc since creation */
   host_scratch scratch; /* the token holder's: moved GEMM workspaces */
+  /* The bound: at most `depth` commands pending (0: none); threads waiting
+   * for room sleep on `room` until at most `room_at` are. */
+  uint64_t depth, room_at;
+  pthread_cond_t room;
+  atomic_int room_waiters;
 };
+
+/* Above 0 while this thread runs commands of some queue (executor, a
+ * synchronizer holding a token, an inline launch). */
+static _Thread_local int running_commands;
 
 static int node_class(size_t size) {
   int c = 0;
@@ -127,6 +144,12 @@ static void free_spares(loom_driver_queue *q) {
 uint64_t host_queue_nodes_allocated(const loom_driver_queue *q) {
   return atomic_load_explicit(&q->nodes_allocated, memory_order_relaxed);
 }
+
+static uint64_t pending(const loom_driver_queue *q) {
+  return atomic_load(&q->submitted) - atomic_load(&q->completed);
+}
+
+uint64_t host_queue_pending(const loom_driver_queue *q) { return pending(q); }
 
 loom_status host_launch_failed(const loom_command *cmd, int rc, int64_t begin, int64_t end,
                                const char *reason, loom_stream_t *report) {
@@ -276,7 +299,9 @@ static host_node *wait_next(loom_driver_queue *q, host_node *prev, uint64_t budg
       if (n) return n;
       seen = now;
     }
-    if (atomic_load(&q->sync_waiters) || atomic_load(&q->stop) || !loom_spin_more(&spin))
+    /* A thread waiting for room sends nothing until the queue drains. */
+    if (atomic_load(&q->sync_waiters) || atomic_load(&q->room_waiters) || atomic_load(&q->stop) ||
+        !loom_spin_more(&spin))
       return NULL;
   }
 }
@@ -384,6 +409,7 @@ static int run_epilogue(loom_driver_queue *q, host_node *lead, int is_pack) {
  * have completed. The caller holds the execution token. */
 static void drain(loom_driver_queue *q, uint64_t target) {
   host_node *n;
+  ++running_commands;
   while (atomic_load(&q->completed) < target && (n = pop(q)) != NULL) {
     if (!n->done && !(q->group && host_fuse_can_lead(&n->command) && run_fused(q, n)) &&
         !(q->group && host_epilogue_pack_can_lead(&n->command) && run_epilogue(q, n, 1)) &&
@@ -399,7 +425,15 @@ static void drain(loom_driver_queue *q, uint64_t target) {
       pthread_cond_broadcast(&q->done);
       pthread_mutex_unlock(&q->lock);
     }
+    /* A waiter registers before it checks (wait_for_room): either it sees
+     * this completion or this sees it. */
+    if (atomic_load(&q->room_waiters) && atomic_load(&q->submitted) - completed <= q->room_at) {
+      pthread_mutex_lock(&q->lock);
+      pthread_cond_broadcast(&q->room);
+      pthread_mutex_unlock(&q->lock);
+    }
   }
+  --running_commands;
 }
 
 /* Waits for queued work, spinning then sleeping; 0 when stopping. */
@@ -444,11 +478,15 @@ loom_status host_queue_create(void *ctx, int device, int priority, loom_stream_t
   pthread_mutex_init(&q->spare_lock, NULL);
   pthread_cond_init(&q->work, NULL);
   pthread_cond_init(&q->done, NULL);
+  pthread_cond_init(&q->room, NULL);
   atomic_store(&q->wake_at, UINT64_MAX);
+  q->depth = ((host_context *)ctx)->queue_depth;
+  q->room_at = q->depth - (q->depth / 8 > 1 ? q->depth / 8 : 1); /* 0 for depth 1 */
   /* Without one the queue runs every command alone: fusion only saves time. */
   q->group = host_fuse_group_create();
   if (host_thread_start(&q->thread, executor_main, q) != 0) {
     host_fuse_group_destroy(q->group);
+    pthread_cond_destroy(&q->room);
     pthread_cond_destroy(&q->done);
     pthread_cond_destroy(&q->work);
     pthread_mutex_destroy(&q->spare_lock);
@@ -468,6 +506,7 @@ void host_queue_destroy(void *ctx, loom_driver_queue *q) {
   pthread_cond_signal(&q->work);
   pthread_mutex_unlock(&q->lock);
   pthread_join(q->thread, NULL);
+  pthread_cond_destroy(&q->room);
   pthread_cond_destroy(&q->done);
   pthread_cond_destroy(&q->work);
   free_spares(q);
@@ -477,6 +516,19 @@ void host_queue_destroy(void *ctx, loom_driver_queue *q) {
   host_fuse_group_destroy(q->group);
   host_scratch_free(&q->scratch);
   free(q);
+}
+
+/* Sleeps until at most room_at commands are pending. Called without the
+ * queue's lock: the hooks may block on an interpreter lock that a thread
+ * submitting to this queue holds. */
+static void wait_for_room(loom_driver_queue *q) {
+  void *token = loom_driver_queue_wait_begin(q->owner);
+  pthread_mutex_lock(&q->lock);
+  atomic_fetch_add(&q->room_waiters, 1);
+  while (pending(q) > q->room_at) pthread_cond_wait(&q->room, &q->lock);
+  atomic_fetch_sub(&q->room_waiters, 1);
+  pthread_mutex_unlock(&q->lock);
+  loom_driver_queue_wait_end(q->owner, token);
 }
 
 loom_status host_queue_submit(void *ctx, loom_driver_queue *q, const loom_command *cmd) {
@@ -501,6 +553,11 @@ loom_status host_queue_submit(void *ctx, loom_driver_queue *q, const loom_comman
     n->command.u.launch.scalars = scalars;
   }
   pthread_mutex_lock(&q->lock);
+  while (q->depth && pending(q) >= q->depth && !running_commands && loom_driver_queue_may_wait()) {
+    pthread_mutex_unlock(&q->lock);
+    wait_for_room(q);
+    pthread_mutex_lock(&q->lock);
+  }
   n->seq = host_fuse_clock_tick();
   if (q->tail) q->tail->next = n; else q->head = n;
   q->tail = n;
@@ -569,7 +626,11 @@ loom_status host_queue_run_inline(void *ctx, loom_driver_queue *q, const loom_co
   pthread_mutex_lock(&q->lock);
   const int idle = atomic_load(&q->completed) == atomic_load(&q->submitted);
   if (idle && q->group) host_epilogue_note(host_fuse_packs(q->group), cmd);
-  if (idle) execute(q, cmd);
+  if (idle) {
+    ++running_commands;
+    execute(q, cmd);
+    --running_commands;
+  }
   pthread_mutex_unlock(&q->lock);
   return idle ? LOOM_OK : LOOM_ERROR_NOT_READY;
 }
