@@ -338,6 +338,11 @@ int main(void) {
                       .sw = 2, .ph = 1, .pw = 1, .dh = 1, .dw = 1});
   check_wgrad((case_){.n = 1, .c = 32, .o = 32, .h = 13, .w = 11, .kh = 5, .kw = 5, .sh = 1,
                       .sw = 1, .ph = 2, .pw = 4, .dh = 2, .dw = 1});
+  /* 16 taps (the most rounded by vectors) and 2, with in- and out-channel tails */
+  check_wgrad((case_){.n = 2, .c = 40, .o = 72, .h = 9, .w = 10, .kh = 4, .kw = 4, .sh = 1,
+                      .sw = 1, .ph = 2, .pw = 1, .dh = 1, .dw = 1});
+  check_wgrad((case_){.n = 1, .c = 72, .o = 40, .h = 7, .w = 12, .kh = 1, .kw = 2, .sh = 1,
+                      .sw = 1, .ph = 0, .pw = 1, .dh = 1, .dw = 1});
   check_shared();
   check_refused();
   TEST_MAIN_END();
