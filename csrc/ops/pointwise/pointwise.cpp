@@ -324,7 +324,9 @@ void run_binary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
   if (e.op == LOOM_PW_ADD || e.op == LOOM_PW_SUB) {
     const at::Scalar alpha = a.scalar("alpha", 1);
     at::native::alpha_check(common, alpha);
-    p[0] = param(alpha, kind);
+    check_fits(common, alpha);
+    p[0] = kind == LOOM_PW_I64 ? param(alpha, kind)
+                               : scalar_f(narrow_scalar(alpha.toDouble(), common));
   } else if ((e.op == LOOM_PW_XLOGY || e.op == LOOM_PW_XLOG1PY) &&
              (common == at::kHalf || common == at::kBFloat16)) {
     op = LOOM_PW_XLOGY_16BIT;
@@ -335,7 +337,15 @@ void run_binary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
                 self.scalar_type(), " for `end` but got dtype ", other.scalar_type());
     p[0] = param(a.scalar("weight"), kind);
   }
-  launch_iter(e.name, iter, op, kind, p);
+  // The CPU casts a number operand to a float16 / bfloat16 common dtype,
+  // except the second operand of mul and div, read as float (mul_.Scalar
+  // passes its number as the first: mul_out(self, number, self)).
+  const c10::IValue* second_arg = a.find("other");
+  const bool number_first = e.op == LOOM_PW_MUL && a.inplace() && second_arg &&
+                            second_arg->isScalar();
+  const bool keeps = !number_first && (op == LOOM_PW_MUL || op == LOOM_PW_DIV ||
+                                       op == LOOM_PW_DIV_TRUNC || op == LOOM_PW_DIV_FLOOR);
+  launch_iter(e.name, iter, op, kind, p, common, keeps ? 2 : -1);
   if (kind == LOOM_PW_I64 && is_int_division(op)) check_division(e.name, iter);
   finish(stack, a, result_of(a, iter));
 }
@@ -354,7 +364,10 @@ void run_pow_scalar(const Entry& e, const Args& a, torch::jit::Stack* stack) {
   iter.build_output_borrowing_argument_owning_unary_op(out, cast);
   const loom_pw_kind kind = kind_of(common, e.name);
   int op = LOOM_PW_POW_SCALAR;
-  loom_scalar p[4] = {param(exp, kind)};
+  // float16 / bfloat16 raise to the exponent cast to their dtype, as the CPU
+  if (common == at::kHalf || common == at::kBFloat16) check_fits(common, exp);
+  loom_scalar p[4] = {kind == LOOM_PW_I64 ? param(exp, kind)
+                                          : scalar_f(narrow_scalar(exp.toDouble(), common))};
   if (kind != LOOM_PW_I64) {
     const double x = exp.toDouble();
     if (x == 2.0) op = LOOM_PW_SQUARE;

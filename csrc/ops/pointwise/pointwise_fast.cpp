@@ -1,13 +1,16 @@
-// Unboxed add / sub / mul / div (Tensor overloads, functional and in
-// place): the ops of every training step and of most small-tensor code.
+// Unboxed add / sub / mul / div (Tensor and Scalar overloads, functional
+// and in place): the ops of every training step and of most small-tensor
+// code (the optimizers' foreach loops call the Scalar forms per parameter).
 //
 // They are registered unboxed because a boxed call copies its tensor
 // arguments onto a stack, and copying a tensor that Python holds takes the
 // GIL (the interpreter is asked to keep the PyObject alive), which for a
 // small tensor costs more than the op. A fast path covers floating operands
-// of one dtype, shape and device, contiguous (or a Python number as the
-// second operand): there the result is contiguous with self's dtype and
-// shape, exactly what TensorIterator would compute, so it is built directly.
+// of one dtype, shape and device, contiguous (or a number as the second
+// operand: a Python number wrapped as a CPU tensor, or a Scalar argument,
+// which then is never wrapped): there the result is contiguous with self's
+// dtype and shape, exactly what TensorIterator would compute, so it is built
+// directly.
 // Every other call takes the table kernel of pointwise.cpp.
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
@@ -51,9 +54,28 @@ Second classify(const at::Tensor& self, const at::Tensor& other, double* number)
   }
 }
 
+// A Scalar argument as the number its wrapped-number tensor would hold
+// (double, int64 and bool Scalars; the others take the table kernel).
+bool scalar_number(const at::Scalar& s, double* number) {
+  if (s.isSymbolic()) return false;
+  switch (s.type()) {
+    case at::kDouble: *number = s.toDouble(); return true;
+    case at::kLong: *number = static_cast<double>(s.toLong()); return true;
+    case at::kBool: *number = s.toBool() ? 1.0 : 0.0; return true;
+    default: return false;
+  }
+}
+
 // alpha as add/sub accept it for a floating result (alpha_check).
 bool fast_alpha(const at::Scalar& alpha) {
   return !alpha.isComplex() && !alpha.isBoolean();
+}
+
+// alpha as the number the kernel takes on the fast path (self's dtype is the
+// result's); raises where it overflows that dtype, as on the CPU.
+double alpha_of(const at::Tensor& self, const at::Scalar& alpha) {
+  if (self.scalar_type() != at::kDouble) check_fits(self.scalar_type(), alpha);
+  return alpha.toDouble();
 }
 
 loom_tensor flat(const void* data, const at::Tensor& like, int64_t numel, const char* name) {
@@ -66,9 +88,10 @@ loom_tensor flat(const void* data, const at::Tensor& like, int64_t numel, const 
   return d;
 }
 
-// out = self <op> other (alpha: p0 of add/sub) over flat operands.
+// out = self <op> other (alpha: p0 of add/sub) over flat operands; other is
+// `number` where it is null. The number travels by value in the launch.
 void launch_flat(const char* name, int op, const at::Tensor& out, const at::Tensor& self,
-                 const at::Tensor& other, Second second, double number, double alpha) {
+                 const at::Tensor* other, double number, double alpha) {
   const int64_t n = self.numel();
   const loom_pw_kind kind = self.scalar_type() == at::kDouble ? LOOM_PW_F64 : LOOM_PW_F32;
   loom_tensor t[3] = {flat(out.mutable_data_ptr(), out, n, name),
@@ -76,9 +99,16 @@ void launch_flat(const char* name, int op, const at::Tensor& out, const at::Tens
   loom_scalar s[LOOM_PW_CONST + 2] = {};
   s[0] = scalar_i(op);
   s[1] = scalar_i(kind);
+  // float16 / bfloat16: add and sub take alpha and a number in the dtype
+  // (the CPU casts both), mul and div the number as float.
+  const bool additive = op == LOOM_PW_ADD || op == LOOM_PW_SUB;
+  if (additive) {
+    alpha = narrow_scalar(alpha, self.scalar_type());
+    number = narrow_scalar(number, self.scalar_type());
+  }
   s[LOOM_PW_PARAM] = scalar_f(alpha);
-  if (second == Second::kTensor) {
-    t[2] = flat(other.const_data_ptr(), other, n, name);
+  if (other) {
+    t[2] = flat(other->const_data_ptr(), *other, n, name);
   } else {
     t[2].data = nullptr;
     t[2].dtype = t[1].dtype;
@@ -109,14 +139,16 @@ struct Binary {
     }
   }
 
-  static const c10::OperatorHandle& handle(bool inplace) {
-    static const c10::OperatorHandle functional =
-        c10::Dispatcher::singleton().findSchemaOrThrow(
-            (std::string("aten::") + name()).c_str(), "Tensor");
-    static const c10::OperatorHandle in_place =
-        c10::Dispatcher::singleton().findSchemaOrThrow(
-            (std::string("aten::") + name() + "_").c_str(), "Tensor");
-    return inplace ? in_place : functional;
+  static c10::OperatorHandle find(const char* suffix, const char* overload) {
+    return c10::Dispatcher::singleton().findSchemaOrThrow(
+        (std::string("aten::") + name() + suffix).c_str(), overload);
+  }
+
+  // aten::<name>[_].Tensor, or .Scalar
+  static const c10::OperatorHandle& handle(bool inplace, bool scalar = false) {
+    static const c10::OperatorHandle ops[4] = {find("", "Tensor"), find("_", "Tensor"),
+                                               find("", "Scalar"), find("_", "Scalar")};
+    return ops[(scalar ? 2 : 0) + (inplace ? 1 : 0)];
   }
 
   static const TableKernel& table() {
@@ -129,18 +161,32 @@ struct Binary {
     return Op == LOOM_PW_SUB && other.scalar_type() == at::kBool;
   }
 
-  static at::Tensor run(const at::Tensor& self, const at::Tensor& other, double alpha) {
+  // The fast path's number for a Scalar second operand.
+  static bool number_of(const at::Tensor& self, const at::Scalar& other, double* number) {
+    return fast_self(self) && !(Op == LOOM_PW_SUB && other.isBoolean()) &&
+           scalar_number(other, number);
+  }
+
+  static at::Tensor fresh(const at::Tensor& self, const at::Tensor* other, double number,
+                          double alpha) {
+    at::Tensor out = at::detail::empty_generic(self.sizes(), device_allocator(), kLoomKeys,
+                                               self.scalar_type(), std::nullopt);
+    launch_flat(name(), Op, out, self, other, number, alpha);
+    return out;
+  }
+
+  // alpha: null for 1.
+  static at::Tensor run(const at::Tensor& self, const at::Tensor& other,
+                        const at::Scalar* alpha) {
     double number = 0.0;
     const Second second =
         fast_self(self) && !refused(other) ? classify(self, other, &number) : Second::kNone;
     if (second == Second::kNone) return at::Tensor();
-    at::Tensor out = at::detail::empty_generic(self.sizes(), device_allocator(), kLoomKeys,
-                                               self.scalar_type(), std::nullopt);
-    launch_flat(name(), Op, out, self, other, second, number, alpha);
-    return out;
+    return fresh(self, second == Second::kTensor ? &other : nullptr, number,
+                 alpha ? alpha_of(self, *alpha) : 1.0);
   }
 
-  static bool run_(const at::Tensor& self, const at::Tensor& other, double alpha) {
+  static bool run_(const at::Tensor& self, const at::Tensor& other, const at::Scalar* alpha) {
     double number = 0.0;
     const Second second =
         fast_self(self) && !refused(other) ? classify(self, other, &number) : Second::kNone;
@@ -150,14 +196,15 @@ struct Binary {
         other.storage().is_alias_of(self.storage()) &&
         other.const_data_ptr() != self.const_data_ptr())
       return false;
-    launch_flat(name(), Op, self, self, other, second, number, alpha);
+    launch_flat(name(), Op, self, self, second == Second::kTensor ? &other : nullptr, number,
+                alpha ? alpha_of(self, *alpha) : 1.0);
     return true;
   }
 
   static at::Tensor with_alpha(const at::Tensor& self, const at::Tensor& other,
                                const at::Scalar& alpha) {
     if (fast_alpha(alpha)) {
-      at::Tensor r = run(self, other, alpha.toDouble());
+      at::Tensor r = run(self, other, &alpha);
       if (r.defined()) return r;
     }
     return generic(table(), handle(false), {self, other, alpha});
@@ -165,18 +212,56 @@ struct Binary {
 
   static at::Tensor& with_alpha_(at::Tensor& self, const at::Tensor& other,
                                  const at::Scalar& alpha) {
-    if (!(fast_alpha(alpha) && run_(self, other, alpha.toDouble())))
+    if (!(fast_alpha(alpha) && run_(self, other, &alpha)))
       generic(table(), handle(true), {self, other, alpha});
     return self;
   }
 
   static at::Tensor plain(const at::Tensor& self, const at::Tensor& other) {
-    at::Tensor r = run(self, other, 1.0);
+    at::Tensor r = run(self, other, nullptr);
     return r.defined() ? r : generic(table(), handle(false), {self, other});
   }
 
   static at::Tensor& plain_(at::Tensor& self, const at::Tensor& other) {
-    if (!run_(self, other, 1.0)) generic(table(), handle(true), {self, other});
+    if (!run_(self, other, nullptr)) generic(table(), handle(true), {self, other});
+    return self;
+  }
+
+  // The Scalar overloads (the table row is the Tensor overloads' row).
+  static at::Tensor scalar_alpha(const at::Tensor& self, const at::Scalar& other,
+                                 const at::Scalar& alpha) {
+    double number = 0.0;
+    if (fast_alpha(alpha) && number_of(self, other, &number))
+      return fresh(self, nullptr, number, alpha_of(self, alpha));
+    return generic(table(), handle(false, true), {self, other, alpha});
+  }
+
+  static at::Tensor& scalar_alpha_(at::Tensor& self, const at::Scalar& other,
+                                   const at::Scalar& alpha) {
+    double number = 0.0;
+    if (fast_alpha(alpha) && number_of(self, other, &number))
+      launch_flat(name(), Op, self, self, nullptr, number, alpha_of(self, alpha));
+    else
+      generic(table(), handle(true, true), {self, other, alpha});
+    return self;
+  }
+
+  static at::Tensor scalar_plain(const at::Tensor& self, const at::Scalar& other) {
+    double number = 0.0;
+    if (number_of(self, other, &number)) return fresh(self, nullptr, number, 1.0);
+    return generic(table(), handle(false, true), {self, other});
+  }
+
+  static at::Tensor& scalar_plain_(at::Tensor& self, const at::Scalar& other) {
+    double number = 0.0;
+    if (number_of(self, other, &number)) {
+      // mul_ multiplies the number in as the first operand, which the CPU
+      // casts to self's dtype (mul_out(self, number, self))
+      if (Op == LOOM_PW_MUL) number = narrow_scalar(number, self.scalar_type());
+      launch_flat(name(), Op, self, self, nullptr, number, 1.0);
+    } else {
+      generic(table(), handle(true, true), {self, other});
+    }
     return self;
   }
 };
@@ -189,9 +274,9 @@ using Div = Binary<LOOM_PW_DIV>;
 }  // namespace
 
 bool has_fast_kernel(const std::string& full) {
-  for (const char* n : {"add.Tensor", "add_.Tensor", "sub.Tensor", "sub_.Tensor",
-                        "mul.Tensor", "mul_.Tensor", "div.Tensor", "div_.Tensor"})
-    if (full == n) return true;
+  for (const char* op : {"add", "sub", "mul", "div"})
+    for (const char* form : {".Tensor", "_.Tensor", ".Scalar", "_.Scalar"})
+      if (full == std::string(op) + form) return true;
   return false;
 }
 
@@ -204,6 +289,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   LOOM_IMPL(m, "mul_.Tensor", Mul::plain_);
   LOOM_IMPL(m, "div.Tensor", Div::plain);
   LOOM_IMPL(m, "div_.Tensor", Div::plain_);
+  LOOM_IMPL(m, "add.Scalar", Add::scalar_alpha);
+  LOOM_IMPL(m, "add_.Scalar", Add::scalar_alpha_);
+  LOOM_IMPL(m, "sub.Scalar", Sub::scalar_alpha);
+  LOOM_IMPL(m, "sub_.Scalar", Sub::scalar_alpha_);
+  LOOM_IMPL(m, "mul.Scalar", Mul::scalar_plain);
+  LOOM_IMPL(m, "mul_.Scalar", Mul::scalar_plain_);
+  LOOM_IMPL(m, "div.Scalar", Div::scalar_plain);
+  LOOM_IMPL(m, "div_.Scalar", Div::scalar_plain_);
 }
 
 }  // namespace torch_loom::pw

@@ -3,6 +3,7 @@
 // allocation and dimension coalescing with PyTorch's own rules).
 #include "ops/pointwise/pointwise_iter.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/ScalarOps.h>
 #include <c10/util/Exception.h>
 
@@ -86,9 +87,22 @@ loom_pw_kind kind_of(at::ScalarType type, const char* op) {
   }
 }
 
+void check_fits(at::ScalarType type, const at::Scalar& value) {
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, type, "check_fits",
+                             [&] { (void)value.to<scalar_t>(); });
+}
+
+double narrow_scalar(double value, at::ScalarType type) {
+  const float f = static_cast<float>(value);
+  if (type == at::kHalf) return static_cast<float>(c10::Half(f));
+  if (type == at::kBFloat16) return static_cast<float>(c10::BFloat16(f));
+  return value;
+}
+
 void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
                         at::TensorIteratorBase& iter, int op, loom_pw_kind kind,
-                        const loom_scalar* params) {
+                        const loom_scalar* params, at::ScalarType narrow, int keep) {
+  const bool reduced = narrow == at::kHalf || narrow == at::kBFloat16;
   const int64_t numel = iter.numel();
   if (numel == 0) return;
   const int ntensors = iter.ntensors();
@@ -110,9 +124,17 @@ void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
     if (i > 0 && iter.is_cpu_scalar(i)) {
       d.data = nullptr;
       d.rank = 0;
-      s[LOOM_PW_CONST + i - 1] = kind == LOOM_PW_I64
-                                     ? scalar_i(iter.scalar_value<int64_t>(i))
-                                     : scalar_f(iter.scalar_value<double>(i));
+      if (kind == LOOM_PW_I64) {
+        s[LOOM_PW_CONST + i - 1] = scalar_i(iter.scalar_value<int64_t>(i));
+      } else if (reduced && i != keep) {
+        // int64 -> float directly, as the CPU's cast does
+        const float f = at::isIntegralType(iter.dtype(i), true)
+                            ? static_cast<float>(iter.scalar_value<int64_t>(i))
+                            : static_cast<float>(iter.scalar_value<double>(i));
+        s[LOOM_PW_CONST + i - 1] = scalar_f(narrow_scalar(f, narrow));
+      } else {
+        s[LOOM_PW_CONST + i - 1] = scalar_f(iter.scalar_value<double>(i));
+      }
       continue;
     }
     d.data = iter.data_ptr(i);
@@ -131,8 +153,10 @@ void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
 }
 
 void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
-                 loom_pw_kind kind, const loom_scalar* params) {
-  launch_iter_kernel(name, LOOM_KERNEL("pointwise.apply"), iter, op, kind, params);
+                 loom_pw_kind kind, const loom_scalar* params, at::ScalarType narrow,
+                 int keep) {
+  launch_iter_kernel(name, LOOM_KERNEL("pointwise.apply"), iter, op, kind, params, narrow,
+                     keep);
 }
 
 void check_division(const char* name, const at::TensorIteratorBase& iter) {

@@ -60,16 +60,32 @@ inline loom_scalar param(const at::Scalar& s, loom_pw_kind kind) {
   return kind == LOOM_PW_I64 ? scalar_i(s.toLong()) : scalar_f(s.toDouble());
 }
 
+// Raises, as the CPU does, where a Scalar the CPU casts to the compute dtype
+// `type` overflows it (add/sub's alpha, pow's exponent: 1e5 for float16).
+void check_fits(at::ScalarType type, const at::Scalar& value);
+
+// A number as the CPU computes with it in dtype `type`: its iterator casts
+// a CPU scalar operand (and add/sub cast alpha) to the common dtype first, so
+// for float16 / bfloat16 the number is rounded to that dtype (through float,
+// as c10 converts); other dtypes keep it (kernels round to their type).
+double narrow_scalar(double value, at::ScalarType type);
+
 // Launches `kernel`, which takes "pointwise.apply"'s arguments (op, kind,
 // 4 params, a constant per input; loom/kernels/pointwise.h), over a built
 // iterator (outputs first). CPU scalar operands travel as constants.
+// `narrow`: the common dtype CPU scalar operands are cast to first
+// (narrow_scalar), except input `keep` (1-based; -1: none), which the CPU's
+// kernel reads in its original precision (mul and div of a float16 /
+// bfloat16 tensor by a number); Undefined: no cast.
 void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
                         at::TensorIteratorBase& iter, int op, loom_pw_kind kind,
-                        const loom_scalar* params);
+                        const loom_scalar* params,
+                        at::ScalarType narrow = at::ScalarType::Undefined, int keep = -1);
 
 // launch_iter_kernel of "pointwise.apply". params: 4 values.
 void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
-                 loom_pw_kind kind, const loom_scalar* params);
+                 loom_pw_kind kind, const loom_scalar* params,
+                 at::ScalarType narrow = at::ScalarType::Undefined, int keep = -1);
 
 // Waits for the launch and turns an integer division by zero into the
 // RuntimeError the CPU backend raises.
