@@ -279,12 +279,12 @@ int loom_conv_wgrad_avx512(const loom_kernel_args *args, int64_t begin, int64_t 
   int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl);
   if (rc) return rc;
   if (pl.packed_bf16 || pl.use_acc || pl.kc > CG_KC || pl.nr != LOOM_GEMM_AVX512_NR ||
-      pl.batch1 != 1 || c->dtype != LOOM_FLOAT32 || img->dtype != LOOM_FLOAT32 ||
-      img->rank != 5)
+      c->dtype != LOOM_FLOAT32 || img->dtype != LOOM_FLOAT32 || img->rank != 5)
     return LOOM_ERROR_INVALID_ARGUMENT;
   int64_t k[3], s[3], p[3], d[3], o[3];
   cg_geometry(args->scalars + 2, k, s, p, d, o);
-  if (o[0] * o[1] * o[2] * img->sizes[0] != pl.k) return LOOM_ERROR_INVALID_ARGUMENT;
+  if (!cg_wgrad_batch_fits(&pl, c, &args->tensors[3], img->sizes[0], o[0] * o[1] * o[2]))
+    return LOOM_ERROR_INVALID_ARGUMENT;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
   const int64_t cg = pl.n / (k[0] * k[1] * k[2]); /* channels per group */
@@ -299,19 +299,21 @@ int loom_conv_wgrad_avx512(const loom_kernel_args *args, int64_t begin, int64_t 
     const int64_t ldt = c->strides[2];
     for (int64_t i = 0; i < pl.m && pl.kp == 0; ++i) /* else the first k block overwrites */
       for (int64_t j = 0; j < rows; ++j) tc[i * ldt + j] = 0.0f;
-    const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
-    for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
-      int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
-      int64_t panels = (kc + 31) / 32;
-      /* Rows past the weight's end and positions past the block's are 0. */
-      if (rows < 32 || kc < panels * 32) memset(buf, 0, sizeof buf);
-      int nseg = cg_segments(pc, kc, o, cg_mode(img, s, o), seg);
-      cg_gather(buf, 32, rows, r0, seg, nseg, img, grp * cg, k, s, p, d, o);
-      loom_gemm_transpose_panels32(bt, buf, kc);
-      for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
-        const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
-        int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
-        ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows, pc > 0);
+    for (int64_t im = 0; im < pl.batch1; ++im) { /* images one at a time, or all at once */
+      const char *ap = ws + pl.a_offset + cg_wgrad_a_mat(&pl, im, grp) * pl.a_bytes;
+      for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
+        int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
+        int64_t panels = (kc + 31) / 32;
+        /* Rows past the weight's end and positions past the block's are 0. */
+        if (rows < 32 || kc < panels * 32) memset(buf, 0, sizeof buf);
+        int nseg = cg_segments(im * pl.k + pc, kc, o, cg_mode(img, s, o), seg);
+        cg_gather(buf, 32, rows, r0, seg, nseg, img, grp * cg, k, s, p, d, o);
+        loom_gemm_transpose_panels32(bt, buf, kc);
+        for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+          const char *apanel = ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) * 4;
+          int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
+          ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows, im > 0 || pc > 0);
+        }
       }
     }
   }

@@ -153,11 +153,12 @@ int loom_conv_wgrad_generic(const loom_kernel_args *args, int64_t begin, int64_t
   loom_gemm_plan pl;
   int rc = loom_gemm_plan_init(c, a, b, (int32_t)args->scalars[0].i, &pl);
   if (rc) return rc;
-  if (!cg_plan_fits(&pl) || pl.batch1 != 1 || c->dtype != LOOM_FLOAT32 ||
-      w.img->dtype != LOOM_FLOAT32 || w.img->rank != 5)
+  if (!cg_plan_fits(&pl) || c->dtype != LOOM_FLOAT32 || w.img->dtype != LOOM_FLOAT32 ||
+      w.img->rank != 5)
     return LOOM_ERROR_INVALID_ARGUMENT;
   cg_geometry(args->scalars + 2, w.k, w.s, w.p, w.d, w.o);
-  if (w.o[0] * w.o[1] * w.o[2] * w.img->sizes[0] != pl.k) return LOOM_ERROR_INVALID_ARGUMENT;
+  if (!cg_wgrad_batch_fits(&pl, c, &args->tensors[3], w.img->sizes[0], w.o[0] * w.o[1] * w.o[2]))
+    return LOOM_ERROR_INVALID_ARGUMENT;
   const char *ws = (const char *)args->tensors[3].data;
   loom_gemm_ukr_fn ukr = loom_gemm_ukr_for(&pl);
   const int64_t nr = pl.nr, cg = pl.n / (w.k[0] * w.k[1] * w.k[2]); /* channels per group */
@@ -171,32 +172,34 @@ int loom_conv_wgrad_generic(const loom_kernel_args *args, int64_t begin, int64_t
     const int64_t ldt = c->strides[2];
     for (int64_t i = 0; i < pl.m && pl.kp == 0; ++i) /* else the first k block overwrites */
       for (int64_t j = 0; j < rows; ++j) tc[i * ldt + j] = 0.0f;
-    const char *ap = ws + pl.a_offset + (pl.a_count2 > 1 ? grp : 0) * pl.a_bytes;
     /* Lanes past the weight's end stay 0. */
     if (rows < nr) memset(bt, 0, sizeof bt);
-    for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
-      const int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
-      const int nseg = cg_segments(pc, kc, w.o, CG_ROWS, seg);
-      /* B's panel [kc][nr]: col row r0 + rr is lane rr, its positions k */
-      const int64_t taps = w.k[0] * w.k[1] * w.k[2];
-      for (int64_t rr = 0; rr < rows; ++rr) {
-        const int64_t row = r0 + rr, t = row % taps;
-        const int64_t cc = grp * cg + row / taps;
-        for (int i = 0; i < nseg; ++i)
-          cg_gather_run(bt + seg[i].j0 * nr + rr, nr, &w, &seg[i], cc, t / (w.k[2] * w.k[1]),
-                        (t / w.k[2]) % w.k[1], t % w.k[2]);
-      }
-      for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
-        const int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
-        const float *apanel;
-        if (pl.a_in_place && mr == pl.mr) { /* packed here, from A's rows */
-          loom_gemm_pack_block(&pl, a, 1, pl.a_count2 > 1 ? grp : 0, ip, pc, (char *)own);
-          apanel = own;
-        } else {
-          apanel = (const float *)(ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) *
-                                            4);
+    for (int64_t im = 0; im < pl.batch1; ++im) { /* images one at a time, or all at once */
+      const char *ap = ws + pl.a_offset + cg_wgrad_a_mat(&pl, im, grp) * pl.a_bytes;
+      for (int64_t pc = 0; pc < pl.kp; pc += pl.kc) {
+        const int64_t kc = pl.kp - pc < pl.kc ? pl.kp - pc : pl.kc;
+        const int nseg = cg_segments(im * pl.k + pc, kc, w.o, CG_ROWS, seg);
+        /* B's panel [kc][nr]: col row r0 + rr is lane rr, its positions k */
+        const int64_t taps = w.k[0] * w.k[1] * w.k[2];
+        for (int64_t rr = 0; rr < rows; ++rr) {
+          const int64_t row = r0 + rr, t = row % taps;
+          const int64_t cc = grp * cg + row / taps;
+          for (int i = 0; i < nseg; ++i)
+            cg_gather_run(bt + seg[i].j0 * nr + rr, nr, &w, &seg[i], cc, t / (w.k[2] * w.k[1]),
+                          (t / w.k[2]) % w.k[1], t % w.k[2]);
         }
-        ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows, pc > 0);
+        for (int64_t ip = 0; ip < pl.m_panels; ++ip) {
+          const int mr = (int)(pl.m - ip * pl.mr < pl.mr ? pl.m - ip * pl.mr : pl.mr);
+          const float *apanel;
+          if (pl.a_in_place && mr == pl.mr) { /* packed here, from A's rows */
+            loom_gemm_pack_block(&pl, a, 1, cg_wgrad_a_mat(&pl, im, grp), ip, pc, (char *)own);
+            apanel = own;
+          } else {
+            apanel = (const float *)(ap + loom_gemm_panel_offset(&pl, pl.m_panels, pl.mr, pc, ip) *
+                                              4);
+          }
+          ukr(kc, apanel, bt, tc + ip * pl.mr * ldt, ldt, 1.0f, mr, (int)rows, im > 0 || pc > 0);
+        }
       }
     }
   }

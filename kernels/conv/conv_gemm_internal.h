@@ -95,6 +95,25 @@ static inline int cg_segments(int64_t l0, int64_t nl, const int64_t *o, int mode
   return n;
 }
 
+/* The weight gradient's two forms of dy (A, og x k per group): one matrix
+ * over every image's positions (batch 1, k = N L: dy laid out (O, N, L)),
+ * or one per image summed into the same C (batch N, k = L, C's batch
+ * stride 0: dy as it lies, (N, O, L)); and a workspace that holds the
+ * packed A of either. */
+static inline int cg_wgrad_batch_fits(const loom_gemm_plan *pl, const loom_tensor *c,
+                                      const loom_tensor *ws, int64_t images, int64_t positions) {
+  const int one = pl->batch1 == 1 && pl->k == images * positions;
+  const int each = pl->batch1 == images && images > 1 && pl->k == positions && c->rank == 4 &&
+                   c->strides[0] == 0;
+  return (one || each) && ws->dtype == LOOM_UINT8 && ws->rank == 1 &&
+         ws->sizes[0] >= pl->b_offset;
+}
+
+/* The packed A of image `im` (0 for the single matrix) and group `grp`. */
+static inline int64_t cg_wgrad_a_mat(const loom_gemm_plan *pl, int64_t im, int64_t grp) {
+  return (pl->a_count1 > 1 ? im : 0) * pl->a_count2 + (pl->a_count2 > 1 ? grp : 0);
+}
+
 /* How a forward kernel's range cuts C (kernels/conv/conv.h): tiles of tpos
  * positions per batch and group, the last one in `pieces` pieces of C's
  * row panels. */

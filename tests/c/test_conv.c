@@ -402,6 +402,48 @@ static void check_geom(geom g) {
     CHECK_MSG(memcmp(gw1, gw2, sizeof(float) * g.o * ck) == 0,
           "implicit weight grad n=%ld c=%ld o=%ld g=%ld differs from im2col + GEMM",
           (long)g.n, (long)g.c, (long)g.o, (long)g.groups);
+    /* dy as it lies, (N, O, L): one packed matrix per image, summed into
+     * dW image by image (k blocks within each image's L), C's batch stride
+     * 0. Within the products' roundings of the GEMM's dW; its bits where
+     * each image's positions fill whole k blocks of the flat form's. */
+    float *dyn = malloc(sizeof(float) * g.o * nl), *gw3 = malloc(sizeof(float) * g.o * ck);
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t n = 0; n < g.n; ++n)
+        memcpy(&dyn[(n * g.o + o) * len], &dy[(o * g.n + n) * len], sizeof(float) * len);
+    loom_tensor na = {.data = dyn, .dtype = LOOM_FLOAT32, .rank = 4,
+                      .sizes = {g.n, g.groups, og, len}, .strides = {g.o * len, og * len, len, 1}};
+    loom_tensor nb = {.data = col, .dtype = LOOM_FLOAT32, .rank = 4,
+                      .sizes = {g.n, g.groups, len, ck}, .strides = {0, ck * len, 1, len}};
+    loom_tensor nc = {.data = gw3, .dtype = LOOM_FLOAT32, .rank = 4,
+                      .sizes = {g.n, g.groups, og, ck}, .strides = {0, og * ck, ck, 1}};
+    loom_gemm_plan np;
+    CHECK_MSG(loom_gemm_plan_init(&nc, &na, &nb, isa, &np) == 0, "per-image wgrad plan");
+    void *nws = malloc((size_t)np.b_offset + 1);
+    loom_tensor nt = {.data = nws, .dtype = LOOM_UINT8, .rank = 1, .sizes = {np.b_offset},
+                      .strides = {1}};
+    loom_tensor nts[5] = {nc, na, nb, nt, image(x, g.n, g.c, g.in)};
+    run(loom_gemm_pack_kernel, nts, 4, wsc, 3, np.pack_units_a);
+    run(loom_conv_wgrad_kernel, nts, 5, isc, 2 + LOOM_CONV_NUM_SCALARS, g.groups * np.n_panels);
+    double worst = 0;
+    for (int64_t i = 0; i < g.o * ck; ++i) {
+      const double d = fabs((double)gw3[i] - gw1[i]);
+      worst = d > worst ? d : worst;
+    }
+    CHECK_MSG(worst <= 4e-7 * nl, "per-image weight grad n=%ld c=%ld o=%ld g=%ld off by %g",
+              (long)g.n, (long)g.c, (long)g.o, (long)g.groups, worst);
+    if (g.n == 1 || len % np.kc == 0)
+      CHECK_MSG(memcmp(gw2, gw3, sizeof(float) * g.o * ck) == 0,
+                "per-image weight grad n=%ld c=%ld o=%ld g=%ld: not the flat form's bits",
+                (long)g.n, (long)g.c, (long)g.o, (long)g.groups);
+    /* A workspace a byte short of the packed matrices is refused. */
+    nts[3].sizes[0] = np.b_offset - 1;
+    CHECK_MSG(loom_conv_wgrad_kernel(&(loom_kernel_args){.abi_version = LOOM_KERNEL_ABI_VERSION,
+                                                         .tensors = nts, .num_tensors = 5,
+                                                         .scalars = isc,
+                                                         .num_scalars = 2 + LOOM_CONV_NUM_SCALARS},
+                                     0, 1) == LOOM_ERROR_INVALID_ARGUMENT,
+              "per-image weight grad: short workspace accepted");
+    free(dyn), free(gw3), free(nws);
     /* 2-d: the padded kernels. The forward equals im2col + GEMM bitwise;
      * the weight gradient sums the same products plus zeros. */
     if (g.s[0] == 1 && g.k[0] == 1 && g.in[0] == 1)
