@@ -219,6 +219,26 @@ static void fwd_spans(const nhwc_bounds *bd, const int64_t *win, int64_t origin,
   }
 }
 
+/* The output's lines that out-channels [o0, o0 + 32) of grid positions
+ * [q0, q0 + qn) of image n will be stored to, fetched into L2 while the
+ * panel's products run: the stores of the rounded sums otherwise wait on
+ * each line's fetch from memory. */
+static void fwd_prefetch_out(const loom_tensor *out, int64_t n, int64_t o0, int64_t q0,
+                             int64_t qn, int64_t wq) {
+  const int64_t *st = out->strides, o_n = out->sizes[1], ho = out->sizes[2], wo = out->sizes[3];
+  const uint16_t *base = (const uint16_t *)out->data + n * st[0];
+  for (int64_t y = q0 / wq; y * wq < q0 + qn && y < ho; ++y) {
+    const int64_t x0 = q0 > y * wq ? q0 - y * wq : 0;
+    const int64_t x1 = q0 + qn - y * wq < wo ? q0 + qn - y * wq : wo;
+    for (int64_t o = o0; o < o0 + 32 && o < o_n && x0 < x1; ++o) {
+      const uintptr_t first = (uintptr_t)(base + o * st[1] + y * st[2] + x0 * st[3]);
+      const uintptr_t last = (uintptr_t)(base + o * st[1] + y * st[2] + (x1 - 1) * st[3]);
+      for (uintptr_t a = first & ~(uintptr_t)63; a <= last; a += 64)
+        _mm_prefetch((const char *)a, _MM_HINT_T1);
+    }
+  }
+}
+
 /* Positions [q0, q0 + qn) of image n's grid of one convolution, every
  * out-channel panel, from the bias (NULL: zero): the output positions of
  * the item in register blocks (fwd_blocks; the columns past wo are left
@@ -247,6 +267,7 @@ static void nhwc_conv_block(const nhwc_conv *cv, const loom_tensor *xp, const lo
                           ((const uint16_t *)bias->data)[(ob * OB + j) * bias->strides[0]])
                     : 0.0f;
     const uint16_t *panel = (const uint16_t *)cv->wp->data + ob * taps * cbs * BTILE;
+    fwd_prefetch_out(cv->out, n, ob * OB, q0, qn, wq);
     for (int64_t k0 = 0; k0 < steps; k0 += FWD_STEPS) {
       const int64_t k1 = k0 + FWD_STEPS < steps ? k0 + FWD_STEPS : steps;
       for (int64_t b = 0; b < blocks; ++b)
