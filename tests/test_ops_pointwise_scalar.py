@@ -198,3 +198,15 @@ def test_reduced_float_alpha_is_cast_to_the_dtype(dtype):
         run_both(lambda t: torch.sub(t, y.to(t.device), alpha=alpha), x)
         run_both(lambda t: t.add_(y.to(t.device), alpha=alpha), x)
         run_both(lambda t: torch.add(t[::3], y[::3].to(t.device), alpha=alpha), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_shrink_lambda_is_cast_as_the_cpu_casts_it(dtype):
+    # hardshrink and the shrinks' backward compare with lambda in the dtype,
+    # softshrink with lambda in float: values next to 0.3 tell them apart
+    x = reduced_values(dtype)
+    for lambd in (0.3, 0.1, 1 / 3):
+        run_both(lambda t: torch.nn.functional.hardshrink(t, lambd), x)
+        run_both(lambda t: torch.nn.functional.softshrink(t, lambd), x)
+        run_both(lambda t: torch.ops.aten.hardshrink_backward(t, t, lambd), x)
+        run_both(lambda t: torch.ops.aten.softshrink_backward(t, t, lambd), x)

@@ -94,12 +94,17 @@ BINARY(leg_p, LOOM_SPECIAL_LEGENDRE_P, "special_legendre_polynomial_p")
 
 // hardshrink / softshrink and their common backward, on floating dtypes
 // (others raise, as on the CPU).
+// hardshrink and the backward compare with lambda cast to a float16 /
+// bfloat16 dtype (the CPU's lambd.to<scalar_t>()); softshrink reads it as
+// float.
 template <int OP>
 Tensor shrink_into(const char* name, const Tensor& self, const at::Scalar& lambd,
                    const Tensor& out) {
   at::TensorIterator iter;
   iter.build_borrowing_unary_op(out, self);
-  launch_special(name, iter, OP, lambd.toDouble());
+  const double l = lambd.toDouble();
+  launch_special(name, iter, OP,
+                 OP == LOOM_SPECIAL_HARDSHRINK ? pw::narrow_scalar(l, iter.common_dtype()) : l);
   return iter.output(0);
 }
 
@@ -107,7 +112,8 @@ Tensor shrink_backward_into(const char* name, const Tensor& grad, const Tensor& 
                             const at::Scalar& lambd, const Tensor& out) {
   at::TensorIterator iter;
   iter.build_borrowing_binary_op(out, grad, self);
-  launch_special(name, iter, LOOM_SPECIAL_SHRINK_BACKWARD, lambd.toDouble());
+  launch_special(name, iter, LOOM_SPECIAL_SHRINK_BACKWARD,
+                 pw::narrow_scalar(lambd.toDouble(), iter.common_dtype()));
   return iter.output(0);
 }
 
