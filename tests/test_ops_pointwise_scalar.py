@@ -166,6 +166,15 @@ NUMBER_OPS = {
     "pow": lambda t, s: t.abs() ** s, "rpow": lambda t, s: abs(s) ** t,
     "maximum_0d": lambda t, s: torch.maximum(t, torch.tensor(s)),
     "add_0d": lambda t, s: t + torch.tensor(s, dtype=torch.float64),
+    "sub_alpha": lambda t, s: torch.sub(t, s, alpha=2),
+    "atan2_0d": lambda t, s: torch.atan2(t, torch.tensor(s)),
+    "hypot_0d": lambda t, s: torch.hypot(t, torch.tensor(s)),
+    "pow_0d": lambda t, s: torch.pow(t.abs(), torch.tensor(s)),
+    "xlogy_number_first": lambda t, s: torch.xlogy(s, t.abs()),
+    "xlog1py": lambda t, s: torch.special.xlog1py(t, s),
+    # a 0-d CPU tensor as the first operand is cast even for mul and div
+    "mul_0d_first": lambda t, s: torch.mul(torch.tensor(s), t),
+    "div_0d_first": lambda t, s: torch.div(torch.tensor(s), t),
 }
 
 
