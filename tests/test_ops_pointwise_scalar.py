@@ -183,15 +183,25 @@ NUMBER_OPS = {
 def test_reduced_float_ops_take_numbers_as_the_cpu_does(dtype, name):
     x = reduced_values(dtype)
     for s in [0.1, 0.3, 1 / 3, 2.5, -0.3, 3, 70000.5]:
-        if name == "pow" and s == 3 and dtype == torch.bfloat16:
-            continue  # below
         run_both(lambda t: NUMBER_OPS[name](t, s), x)
 
 
-@pytest.mark.xfail(strict=True, reason="the CPU cubes bfloat16 as x * x * x rounding each "
-                   "product to bfloat16; loom's kernel multiplies in float")
-def test_bfloat16_cube_rounds_each_product_as_the_cpu():
-    run_both(lambda t: t ** 3, reduced_values(torch.bfloat16))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_cube_and_inverse_square_round_as_the_cpu(dtype):
+    # bfloat16 x ** 3 is x * x * x with each product rounded to bfloat16 on
+    # the CPU (x ** -2: 1 / (x * x), rounded twice), also in place (pow_ is
+    # the Tensor_Scalar kernel's), into out=, on strided views and for
+    # exponents that round to 3 or -2
+    x = reduced_values(dtype)
+    exponents = (3, -2, 2) + ((3.001, -2.0001) if dtype != torch.float32 else ())
+    for e in exponents:
+        run_both(lambda t: t ** e, x)
+        run_both(lambda t: t.pow_(e), x)
+        run_both(lambda t: t[::2].pow(e), x)
+        run_both(lambda t: torch.pow(t, e, out=torch.empty_like(t)), x)
+    if dtype == torch.bfloat16:
+        run_both(lambda t: torch.pow(t, 3, out=torch.empty(t.shape, dtype=torch.float32,
+                                                           device=t.device)), x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

@@ -376,6 +376,29 @@ void run_pow_scalar(const Entry& e, const Args& a, torch::jit::Stack* stack) {
     else if (x == -0.5) op = LOOM_PW_RSQRT;
     else if (x == 1.0) op = LOOM_PW_IDENTITY;
   }
+  const double cast_exp = narrow_scalar(exp.toDouble(), common);
+  if (common == at::kBFloat16 && (cast_exp == 3.0 || cast_exp == -2.0)) {
+    // The CPU cubes bfloat16 (and inverts its square) in bfloat16 steps:
+    // x * x rounded, then times x (or inverted) and rounded again; an out=
+    // of another dtype gets that bfloat16 result.
+    at::Tensor square = at::empty_like(cast);
+    at::TensorIterator first;
+    first.build_output_borrowing_argument_owning_unary_op(square, cast);
+    launch_iter(e.name, first, LOOM_PW_SQUARE, kind, p);
+    const at::Tensor& result = iter.output(0);
+    at::Tensor dst = result.scalar_type() == common ? result : at::empty_like(square);
+    at::TensorIterator second;
+    if (cast_exp == 3.0) {
+      second.build_borrowing_binary_op(dst, square, cast);
+      launch_iter(e.name, second, LOOM_PW_MUL, kind, p);
+    } else {
+      second.build_borrowing_unary_op(dst, square);
+      launch_iter(e.name, second, LOOM_PW_RECIPROCAL, kind, p);
+    }
+    if (!dst.is_same(result)) result.copy_(dst);
+    finish(stack, a, result_of(a, iter));
+    return;
+  }
   launch_iter(e.name, iter, op, kind, p);
   finish(stack, a, result_of(a, iter));
 }
@@ -619,10 +642,16 @@ struct Kernel final : c10::OperatorKernel {
   }
 };
 
+const Entry* find_entry(const char* name, const char* overload);
+
 void register_entry(torch::Library& m, const Entry& e) {
   for (const std::string& base : {std::string(e.name), std::string(e.name) + "_"})
     for_each_overload(base, e.overloads, [&](const std::string& full) {
-      if (!has_fast_kernel(full)) impl_boxed<Kernel>(m, full.c_str(), &e);
+      if (has_fast_kernel(full)) return;
+      // pow.Scalar is number ** tensor, but pow_.Scalar is tensor **= number:
+      // pow.Tensor_Scalar's row
+      const Entry* row = full == "pow_.Scalar" ? find_entry("pow", "Tensor_Scalar") : &e;
+      impl_boxed<Kernel>(m, full.c_str(), row);
     });
 }
 
