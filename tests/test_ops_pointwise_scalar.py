@@ -229,3 +229,31 @@ def test_shrink_lambda_is_cast_as_the_cpu_casts_it(dtype):
         run_both(lambda t: torch.nn.functional.softshrink(t, lambd), x)
         run_both(lambda t: torch.ops.aten.hardshrink_backward(t, t, lambd), x)
         run_both(lambda t: torch.ops.aten.softshrink_backward(t, t, lambd), x)
+
+
+OUT_OPS = {
+    "add": lambda a, b, o: torch.add(a, b, out=o),
+    "mul_number": lambda a, b, o: torch.mul(a, 0.3, out=o),
+    "pow_number": lambda a, b, o: torch.pow(a.abs(), 0.3, out=o),
+    "exp": lambda a, b, o: torch.exp(a, out=o),
+    "addcmul": lambda a, b, o: torch.addcmul(a, a, b, value=0.5, out=o),
+    "atan2": lambda a, b, o: torch.atan2(a, b, out=o),
+    "clamp_tensor": lambda a, b, o: torch.clamp(a, min=b, out=o),
+    "tanh_backward": lambda a, b, o: torch.ops.aten.tanh_backward.grad_input(a, b, grad_input=o),
+    "strided_out": lambda a, b, o: torch.add(a.view(-1, 2), b.view(-1, 2), out=o.view(2, -1).t()),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", list(OUT_OPS))
+def test_reduced_float_result_is_rounded_before_a_wider_out(dtype, out_dtype, name):
+    # the CPU computes in the common dtype and casts its rounded result to
+    # out=; the float the kernel computes must not reach out= unrounded
+    a = reduced_values(dtype)
+    b = reduced_values(dtype).flip(0)
+    cpu_out = torch.zeros(a.shape, dtype=out_dtype)
+    OUT_OPS[name](a, b, cpu_out)
+    loom_out = torch.zeros(a.shape, dtype=out_dtype, device="loom")
+    OUT_OPS[name](a.to("loom"), b.to("loom"), loom_out)
+    same(loom_out, cpu_out)

@@ -273,7 +273,8 @@ void run_unary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
   int op = e.op;
   loom_scalar p[4] = {};
   unary_params(e, a, in_type, kind, &op, p);
-  launch_iter(e.name, iter, op, kind, p);
+  launch_iter(e.name, iter, op, kind, p,
+              e.shape == Shape::kUnaryFloat ? iter.common_dtype() : at::ScalarType::Undefined);
   finish(stack, a, result_of(a, iter));
 }
 
@@ -399,7 +400,7 @@ void run_pow_scalar(const Entry& e, const Args& a, torch::jit::Stack* stack) {
     finish(stack, a, result_of(a, iter));
     return;
   }
-  launch_iter(e.name, iter, op, kind, p);
+  launch_iter(e.name, iter, op, kind, p, common);
   finish(stack, a, result_of(a, iter));
 }
 
@@ -469,7 +470,7 @@ void run_clamp_tensor(const Entry& e, const Args& a, torch::jit::Stack* stack) {
   // One-sided tensor bounds are a maximum / minimum: bool is fine, as on the CPU.
   if (op == LOOM_PW_CLAMP_T || iter.common_dtype() != at::kBool) check_types(e, iter.common_dtype());
   const loom_scalar p[4] = {};
-  launch_iter(e.name, iter, op, kind_of(iter.common_dtype(), e.name), p);
+  launch_iter(e.name, iter, op, kind_of(iter.common_dtype(), e.name), p, iter.common_dtype());
   finish(stack, a, result_of(a, iter));
 }
 
@@ -536,7 +537,7 @@ void run_ternary(const Entry& e, const Args& a, torch::jit::Stack* stack) {
   const loom_pw_kind kind = kind_of(iter.common_dtype(), e.name);
   loom_scalar p[4] = {};
   if (e.op != LOOM_PW_LERP) p[0] = param(a.scalar("value", 1), kind);
-  launch_iter(e.name, iter, e.op, kind, p);
+  launch_iter(e.name, iter, e.op, kind, p, iter.common_dtype());
   finish(stack, a, result_of(a, iter));
 }
 
@@ -587,7 +588,7 @@ void run_backward(const Entry& e, const Args& a, torch::jit::Stack* stack) {
     }
     default: break;
   }
-  launch_iter(e.name, iter, op, kind, p);
+  launch_iter(e.name, iter, op, kind, p, iter.common_dtype());
   finish(stack, a, iter.output(0));
 }
 

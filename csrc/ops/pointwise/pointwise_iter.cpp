@@ -116,6 +116,15 @@ void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
   s[0] = scalar_i(op);
   s[1] = scalar_i(kind);
   for (int k = 0; k < 4; ++k) s[LOOM_PW_PARAM + k] = params[k];
+  // A float16 / bfloat16 result into an out= of a wider floating dtype: the
+  // CPU rounds it to the common dtype before the cast, so the kernel writes
+  // a temporary of that dtype (the out='s element strides), copied out after.
+  at::Tensor staged;
+  if (reduced && iter.noutputs() == 1 && iter.dtype(0) != narrow &&
+      at::isFloatingType(iter.dtype(0))) {
+    const at::Tensor& out = iter.output(0);
+    staged = at::empty_strided(out.sizes(), out.strides(), out.options().dtype(narrow));
+  }
   const auto shape = iter.shape();
   for (int i = 0; i < ntensors; ++i) {
     loom_tensor& d = t[i];
@@ -141,6 +150,10 @@ void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
     d.rank = ndim;
     const auto strides = iter.strides(i);
     const int64_t esize = loom_dtype_size(d.dtype);
+    if (i == 0 && staged.defined()) {
+      d.dtype = to_loom_dtype(narrow, name);
+      d.data = staged.data_ptr();
+    }
     // TensorIterator keeps the fastest dim first; descriptors are row-major.
     for (int k = 0; k < ndim; ++k) {
       d.sizes[ndim - 1 - k] = shape[k];
@@ -150,6 +163,7 @@ void launch_iter_kernel(const char* name, const loom_kernel_t* kernel,
   launch(name, kernel, c10::ArrayRef<loom_tensor>(t, ntensors),
          c10::ArrayRef<loom_scalar>(s, LOOM_PW_CONST + ntensors - 1), numel,
          LOOM_PW_GRAIN, iter.device(0).index());
+  if (staged.defined()) iter.output(0).copy_(staged);
 }
 
 void launch_iter(const char* name, at::TensorIteratorBase& iter, int op,
