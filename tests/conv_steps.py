@@ -21,3 +21,26 @@ def conv_step(x, w, b, dy, padding):
     y = F.conv2d(xd, wd, b, padding=padding)
     y.backward(dy)
     return y, xd.grad, wd.grad
+
+
+_GENERIC_CHECK = """
+for x, wt, b, dy, p, y, gx, gw in outs:
+    xc, wc = x.clone().requires_grad_(), wt.clone().requires_grad_()
+    yc = F.conv2d(xc, wc, b, padding=p)
+    yc.backward(dy)
+    for got, ref in ((y, yc), (gx, xc.grad), (gw, wc.grad)):
+        torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-4, atol=1e-4)
+print("MATCHED", len(outs))
+"""
+
+
+def generic_kernels_match_the_cpu(cases, count):
+    """Runs `cases` (code filling `outs` with (x, w, b, dy, padding, y on
+    loom, its x and w gradients)) under the generic kernels on 2 threads,
+    and checks every result against the CPU's."""
+    from conftest import DIGEST_PREAMBLE, run_python
+
+    out = run_python(DIGEST_PREAMBLE + cases + _GENERIC_CHECK,
+                     env={"LOOM_CPU_FEATURES": "generic", "LOOM_NUM_THREADS": "2",
+                          "LOOM_FALLBACK": "error"}).stdout
+    assert f"MATCHED {count}" in out, out

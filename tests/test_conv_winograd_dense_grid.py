@@ -9,8 +9,9 @@ kernels."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DIGEST_PREAMBLE, digest_with_threads, run_python
-from conv_steps import conv_step as _step, kernel_counts as _kernel_counts
+from conftest import digest_with_threads
+from conv_steps import conv_step as _step, generic_kernels_match_the_cpu
+from conv_steps import kernel_counts as _kernel_counts
 
 pytestmark = [pytest.mark.usefixtures("no_fallback"), pytest.mark.skipif(
     not (hasattr(torch, "loom") and torch.loom.is_available()),
@@ -121,15 +122,4 @@ def test_dense_grid_bits_do_not_depend_on_the_thread_count():
 
 
 def test_generic_kernels_on_the_dense_grid_match_the_cpu():
-    code = DIGEST_PREAMBLE + _CASES + """
-for x, wt, b, dy, p, y, gx, gw in outs:
-    xc, wc = x.clone().requires_grad_(), wt.clone().requires_grad_()
-    yc = F.conv2d(xc, wc, b, padding=p)
-    yc.backward(dy)
-    for got, ref in ((y, yc), (gx, xc.grad), (gw, wc.grad)):
-        torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-4, atol=1e-4)
-print("MATCHED", len(outs))
-"""
-    out = run_python(code, env={"LOOM_CPU_FEATURES": "generic", "LOOM_NUM_THREADS": "2",
-                                "LOOM_FALLBACK": "error"}).stdout
-    assert "MATCHED 6" in out, out
+    generic_kernels_match_the_cpu(_CASES, 6)

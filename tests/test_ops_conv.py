@@ -244,7 +244,7 @@ def test_conv2d_weight_grad_long_k():
     ((2, 24, 17, 16), 0, True),   # no padding: odd output height
     ((1, 16, 16, 16), 2, True),
     ((2, 32, 8, 8), 1, True),     # half the tiles' outputs kept
-    ((2, 32, 7, 7), 1, False),    # under half: the GEMM path
+    ((1, 32, 7, 7), 1, False),    # under half (49 of 128 outputs): the GEMM path
 ])
 def test_conv2d_winograd(shape, padding, used, monkeypatch):
     # 3x3 windows of stride 1 over enough channels go through Winograd's

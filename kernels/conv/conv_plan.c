@@ -140,11 +140,42 @@ static int64_t pd_plane(const conv_padded *pd, int64_t needed) {
 static int64_t height(const loom_tensor *t) { return t->rank >= 4 ? t->sizes[t->rank - 2] : 1; }
 static int64_t width(const loom_tensor *t) { return t->sizes[t->rank - 1]; }
 
-/* Winograd: 2-d 3x3 windows of stride and dilation 1, no groups, 16 or
- * more channels in and out and at most 128K channel pairs, tiles at least
- * half output. Fills *pd with the tile grid: ho, wo in tiles, stride-2
- * phases. LOOM_CONV_WINOGRAD=0 turns it off (read at every plan). */
-static int winograd_fits(const conv_pass *a, conv_padded *pd) {
+/* Images Winograd reads in place (as conv_padded.cpp): rows, channels last */
+static int winograd_rows(const loom_tensor *t) {
+  return t->rank == 4 && t->strides[3] == 1 && t->strides[0] >= 0 && t->strides[1] >= 0 &&
+         t->strides[2] >= 0;
+}
+static int winograd_channels_last(const loom_tensor *t) {
+  return t->rank == 4 && t->sizes[1] > 1 && t->strides[1] == 1 && t->strides[0] >= 0 &&
+         t->strides[2] >= 0 && t->strides[3] >= 0;
+}
+
+/* The dense grid (images read in place, blocks of 32 tiles spanning them)
+ * has empty tiles in the batch's last block only. There at least `twelfths`
+ * of the tiles' outputs must be the images' (the forward 3/4, the weight
+ * gradient 5/6), and the transformed weight read per block must serve an
+ * output position per 160 channel pairs. Winograd against the path it
+ * replaces, one thread, forward / input / weight gradient, ms: 5x5, 128
+ * channels, batch 8 (52%): 0.92 / 0.97 / 1.24 against 0.80 / 0.92 / 0.85;
+ * batch 32 (69%): 2.28 / 2.41 / 4.31 against 2.81 / 3.03 / 3.44. 7x7, 256
+ * channels, batch 8 (392 positions): 5.35 / 5.58 / 6.25 against 5.28 /
+ * 5.89 / 5.53; batch 10 (490): 4.88 / 5.80 / 5.68 against 5.86 / 6.43 /
+ * 6.09. 128 channels, batch 8, 3x3 (72): 0.41 / 0.43 / 0.43 against 0.35 /
+ * 0.46 / 0.37. The weight gradient at 7x7 (77%) gained little or lost (128
+ * channels, batch 8, channels last: 1.57 against 1.24), at 11x11 (84%)
+ * gained (2.63 against 3.24). */
+static int winograd_dense_fits(const conv_pass *a, const conv_padded *pd, int64_t outputs,
+                               int twelfths) {
+  const int64_t tiles = round_up(a->n * pd->ho * pd->wo, LOOM_CONV_WINOGRAD_TILES);
+  return a->n * outputs * 12 >= twelfths * 4 * tiles && a->n * outputs * 160 >= a->c * a->o;
+}
+
+/* Winograd: 2-d 3x3 windows of stride and dilation 1, no groups, 16 to
+ * 4096 channels in, 16 or more out, at most 128K channel pairs; tiles at
+ * least half output, or images read in place (`dense` twelfths, padding up
+ * to 2) that fit the dense grid. Fills *pd with the planes' tile grid (ho,
+ * wo in tiles, stride-2 phases). LOOM_CONV_WINOGRAD=0: off. */
+static int winograd_fits(const conv_pass *a, conv_padded *pd, int dense) {
   const char *env = getenv("LOOM_CONV_WINOGRAD");
   if (env && strcmp(env, "0") == 0) return 0;
   const conv_geom *g = &a->g;
@@ -161,11 +192,16 @@ static int winograd_fits(const conv_pass *a, conv_padded *pd) {
    * through the GEMMs: past 8 MB (512 x 512 channels make 16) that outpaces
    * the cache (14x14: 22.1 against 24.7 ms on the GEMM path, where 256 x
    * 256 channels run 3.5 against 5.6). And at least half of the tiles'
-   * outputs must be the image's: 8x8 images are half (128 channels, batch
-   * 32: 1.87 against 2.36 ms), 7x7 ones 38% (16 of 32 tiles, 49 of their 64
-   * outputs; 512 channels: 9.9 against 6.4 ms). */
+   * outputs must be the image's. On the planes' grid (rows one tile wider
+   * than the output's, each image's tiles from a block of 32) 8x8 images
+   * are half (128 channels, batch 32: 1.87 against 2.36 ms), 7x7 ones 38%
+   * (16 of 32 tiles, 49 of their 64 outputs; 512 channels: 9.9 against
+   * 6.4 ms). */
   if (a->c * a->o > 128 * 1024) return 0;
-  return g->grid[1] * g->grid[2] * 2 >= 4 * pd_positions(pd);
+  const int64_t outputs = g->grid[1] * g->grid[2];
+  if (dense && g->p[1] <= 2 && g->p[2] <= 2 && winograd_dense_fits(a, pd, outputs, dense))
+    return 1;
+  return outputs * 2 >= 4 * pd_positions(pd);
 }
 
 /* The padded-row kernels: 2-d (or 1-d) windows of more than one tap. */
@@ -315,7 +351,8 @@ int loom_conv_forward_plan_for(const loom_kernel_args *args, int32_t isa,
     }
   }
   const int amx = a.dtype == LOOM_BFLOAT16;
-  if (!amx && winograd_fits(&a, &pd)) {
+  const int in_place = winograd_rows(a.x) || winograd_channels_last(a.x);
+  if (!amx && winograd_fits(&a, &pd, in_place ? 9 : 0)) {
     out->path = LOOM_CONV_PATH_WINOGRAD;
     out->sh = out->sw = 2;
     out->top = g->p[1], out->left = g->p[2], out->wq = pd_wq(&pd);
@@ -733,7 +770,9 @@ int loom_conv_weight_grad_plan_for(const loom_kernel_args *args, int32_t isa,
     nhwc_wgrad_plan(&a, &pd, out);
     return 0;
   }
-  if (implicit && fp32 && winograd_fits(&a, &pd)) {
+  const int in_place = (winograd_rows(a.x) && winograd_rows(a.y)) ||
+                       (winograd_channels_last(a.x) && winograd_channels_last(a.y));
+  if (implicit && fp32 && winograd_fits(&a, &pd, in_place ? 10 : 0)) {
     winograd_wgrad_plan(&a, &pd, out);
     return 0;
   }

@@ -348,6 +348,59 @@ static void test_winograd_grids(void) {
   CHECK(w.image_finish_grain >= 1);
 }
 
+/* Images read in place take Winograd where the dense grid fits: 3/4 of its
+ * tiles' outputs the images' for the forward and the flipped one, 5/6 for
+ * the weight gradient, and an output position per 160 channel pairs. The
+ * planes' grid takes none of these (rows one tile wider, each image's
+ * tiles from a block's start). */
+static void test_winograd_dense_selection(void) {
+  enum { W = LOOM_CONV_PATH_WINOGRAD };
+  const struct {
+    conv v;
+    int fwd, wgrad;
+  } cases[] = {
+      /* 7x7, batch 8: 392 of 512 outputs (77%) */
+      {{LOOM_FLOAT32, 8, 128, 7, 7, 128, 3, 1, 1, 1, 1, 0, 4}, 1, 0},
+      /* 11x11: 968 of 1152 (84%); 4x4: all; 6x6 at batch 6: 216 of 256 */
+      {{LOOM_FLOAT32, 8, 128, 11, 11, 128, 3, 1, 1, 1, 1, 0, 4}, 1, 1},
+      {{LOOM_FLOAT32, 8, 128, 4, 4, 128, 3, 1, 1, 1, 1, 0, 4}, 1, 1},
+      {{LOOM_FLOAT32, 6, 24, 6, 6, 16, 3, 1, 1, 1, 1, 0, 4}, 1, 1},
+      /* 256 x 256 channels at 7x7: 392 positions too few, 490 enough */
+      {{LOOM_FLOAT32, 8, 256, 7, 7, 256, 3, 1, 1, 1, 1, 0, 4}, 0, 0},
+      {{LOOM_FLOAT32, 10, 256, 7, 7, 256, 3, 1, 1, 1, 1, 0, 4}, 1, 0},
+      /* 5x5 (52%), 3x3 (56%), 7x7 at batch 7 (67%) */
+      {{LOOM_FLOAT32, 8, 128, 5, 5, 128, 3, 1, 1, 1, 1, 0, 4}, 0, 0},
+      {{LOOM_FLOAT32, 8, 64, 3, 3, 64, 3, 1, 1, 1, 1, 0, 4}, 0, 0},
+      {{LOOM_FLOAT32, 7, 64, 7, 7, 64, 3, 1, 1, 1, 1, 0, 4}, 0, 0},
+      /* x channels last beside an NCHW dy: the weight gradient reads
+       * planes; 512 x 512 channels stay off */
+      {{LOOM_FLOAT32, 8, 128, 11, 11, 128, 3, 1, 1, 1, 1, 1, 4}, 1, 0},
+      {{LOOM_FLOAT32, 32, 512, 7, 7, 512, 3, 1, 1, 1, 1, 0, 4}, 0, 0},
+  };
+  const int32_t isas[] = {LOOM_GEMM_GENERIC, LOOM_GEMM_AVX512};
+  for (size_t j = 0; j < 2; ++j)
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; ++i) {
+      const conv *v = &cases[i].v;
+      const int f = forward_path(*v, isas[j], 0), ff = forward_path(*v, isas[j], LOOM_CONV_FLIPPED);
+      CHECK_MSG((f == W) == cases[i].fwd, "case %zu, isa %d: forward path %d", i, isas[j], f);
+      CHECK_MSG((ff == W) == cases[i].fwd, "case %zu, isa %d: flipped path %d", i, isas[j], ff);
+      built b;
+      build(v, 2, 0, -1, &b);
+      loom_conv_weight_grad_plan w;
+      CHECK_EQ_INT(loom_conv_weight_grad_plan_for(&b.args, isas[j], &w), 0);
+      CHECK_MSG((w.path == W) == cases[i].wgrad, "case %zu, isa %d: weight grad path %d", i,
+                isas[j], w.path);
+    }
+  /* An image read through a column stride (neither rows nor channels
+   * last) takes the planes' grid, where 7x7 stays off. */
+  built b;
+  build(&cases[0].v, 2, 0, -1, &b);
+  for (int d = 0; d < 4; ++d) b.t[0].strides[d] *= 2;
+  loom_conv_forward_plan p;
+  CHECK_EQ_INT(loom_conv_forward_plan_for(&b.args, LOOM_GEMM_AVX512, &p), 0);
+  CHECK(p.path != W);
+}
+
 int main(void) {
   unsetenv("LOOM_CONV_WINOGRAD");
   RUN_TEST(test_forward_paths);
@@ -355,6 +408,7 @@ int main(void) {
   RUN_TEST(test_input_grad_paths);
   RUN_TEST(test_weight_grad_paths);
   RUN_TEST(test_winograd_grids);
+  RUN_TEST(test_winograd_dense_selection);
   RUN_TEST(test_registry_plans_with_the_selected_variant);
   TEST_MAIN_END();
 }
