@@ -565,14 +565,15 @@ int loom_conv_input_grad_plan_for(const loom_kernel_args *args, int32_t isa,
   out->flat = flat_len(positions(g));
   out->chunk = a.n;
   if (a.flags & LOOM_CONV_COL_ONLY) return 0;
-  /* A col (fp32) far past the caches is made a few images at a time, up to
-   * 8 MB of it (or one image), which col2im reads back from the last-level
-   * cache: the 7x7 stem, 224 x 224 (59 MB of col), bf16, 7.1 -> 6.1 ms.
-   * Smaller ones lose more to the smaller GEMMs (128->256 3x3/2 at 28,
-   * fp32, 3.7 -> 4.1 ms by images of 3.6 MB). */
-  const int64_t per_image = a.c * taps(g) * positions(g) * 4;
-  if (per_image * a.n > ((int64_t)32 << 20))
-    out->chunk = clamp64(((int64_t)8 << 20) / per_image, 1, a.n);
+  /* A col past 32 MB is made by 8 MB (or one image), which col2im reads back
+   * from the last-level cache (the 7x7 stem, 224 x 224, bf16: 7.1 -> 6.1 ms);
+   * fp32 from 4 MB by 2 MB (two images at least) where a GEMM keeps 512
+   * columns to repay packing W^T (one thread: 32->64 3x3/2 at 32, 32 images,
+   * 5.9 -> 5.0 ms; 128->256 at 28 by twos lost 3%, 256->512 at 14, 26%). */
+  const int64_t per_image = a.c * taps(g) * positions(g) * 4, all = per_image * a.n;
+  const int64_t by2 = all < ((int64_t)4 << 20) ? a.n : clamp64((2 << 20) / per_image, 2, a.n);
+  if (all > ((int64_t)32 << 20)) out->chunk = clamp64(((int64_t)8 << 20) / per_image, 1, a.n);
+  else if (a.dtype == LOOM_FLOAT32 && a.n > 1 && by2 * positions(g) >= 512) out->chunk = by2;
   return 0;
 }
 

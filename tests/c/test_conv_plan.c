@@ -242,6 +242,33 @@ static void test_input_grad_paths(void) {
   }
 }
 
+/* An fp32 col of 4 to 32 MB is made about 2 MB at a time (two images at
+ * least) where each GEMM keeps 512 columns (positions of all its images);
+ * bf16, smaller cols and fewer columns in one go. */
+static void test_input_grad_col_chunks(void) {
+  static const struct {
+    conv v;
+    int64_t chunk;
+  } cases[] = {
+      {{LOOM_FLOAT32, 32, 32, 32, 32, 64, 3, 2, 1, 1, 1, 0, 4}, 7},     /* 288 KB an image */
+      {{LOOM_FLOAT32, 32, 64, 16, 16, 128, 3, 2, 1, 1, 1, 0, 4}, 14},   /* 144 KB */
+      {{LOOM_FLOAT32, 8, 64, 56, 56, 128, 3, 2, 1, 1, 1, 0, 4}, 2},     /* 1.8 MB */
+      {{LOOM_FLOAT32, 8, 128, 28, 28, 256, 3, 2, 1, 1, 1, 0, 4}, 8},    /* 392 columns */
+      {{LOOM_FLOAT32, 32, 128, 28, 28, 256, 3, 2, 1, 1, 1, 0, 4}, 32},  /* as many */
+      {{LOOM_FLOAT32, 8, 256, 14, 14, 512, 3, 2, 1, 1, 1, 0, 4}, 8},    /* 3.5 MB in all */
+      {{LOOM_FLOAT32, 1, 64, 112, 112, 128, 3, 2, 1, 1, 1, 0, 4}, 1},   /* one image */
+      {{LOOM_BFLOAT16, 32, 32, 32, 32, 64, 3, 2, 1, 1, 1, 0, 4}, 32}};
+  for (int32_t isa = LOOM_GEMM_GENERIC; isa <= LOOM_GEMM_AMX; ++isa)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+      built b;
+      build(&cases[i].v, 2, 0, -1, &b);
+      loom_conv_input_grad_plan p;
+      CHECK_EQ_INT(loom_conv_input_grad_plan_for(&b.args, isa, &p), 0);
+      CHECK_EQ_INT(p.path, LOOM_CONV_PATH_COL);
+      CHECK_EQ_INT(p.chunk, cases[i].chunk);
+    }
+}
+
 static void test_weight_grad_paths(void) {
   for (int32_t isa = LOOM_GEMM_GENERIC; isa <= LOOM_GEMM_AMX; ++isa) {
     const int amx = isa == LOOM_GEMM_AMX, dp = isa == LOOM_GEMM_AVX512BF16;
@@ -406,6 +433,7 @@ int main(void) {
   RUN_TEST(test_forward_paths);
   RUN_TEST(test_forward_geometry);
   RUN_TEST(test_input_grad_paths);
+  RUN_TEST(test_input_grad_col_chunks);
   RUN_TEST(test_weight_grad_paths);
   RUN_TEST(test_winograd_grids);
   RUN_TEST(test_winograd_dense_selection);
