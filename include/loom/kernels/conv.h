@@ -158,7 +158,14 @@ typedef struct loom_conv_phase_plan {
  *    "conv.implicit.weight_grad" over [0, range) with scalars [0] variant,
  *    [1] per_item, [2..16] the geometry. C dW (1, G, og, ck) strides
  *    (0, og ck, ck, 1); A (1, G, og, N L) strides (0, og N L, N L, 1);
- *    B the image (1, G, N L, ck) strides (0, N L ck, ck, 1).
+ *    B the image (1, G, N L, ck) strides (0, N L ck, ck, 1). Or (fp32
+ *    only) dy (N, O, L) as it lies, one A per image: A (N, G, og, L)
+ *    strides (O L, og L, L, 1), B (N, G, L, ck) strides (0, L ck, ck, 1),
+ *    C (N, G, og, ck) strides (0, og ck, ck, 1); "conv.pack" over N times
+ *    the plan's pack range and grain into a workspace of N G packed
+ *    matrices (the plan's bytes + 64 N G). Each image's products add into
+ *    dW in turn: where L is not a multiple of the k block the sums round
+ *    per image, not as the single matrix's.
  *  - PATH_PADDED: "conv.pad" of the image as for the forward, and of dy
  *    into dyp (O, N, positions) (top 0, left 0, wq, tensor [0] dyp
  *    permuted to (N, O, positions)), A dyp packed, then
@@ -259,6 +266,10 @@ enum { LOOM_CONV_GEMM_POSITIONS = 128 };
  * tensors: [0] dW C, [1] dy A packed by "conv.pack", [2] col^T B (shape
  *          only), [3] workspace, [4] the image as for the forward; dW, dy
  *          and the image fp32, or bf16 (sums in fp32, rounded once).
+ *          fp32 dy may be one packed matrix per image (C and A of batch
+ *          N, k = L, C's batch stride 0: "conv.weight_grad.plan"), whose
+ *          products add into dW image after image; a workspace short of
+ *          the packed matrices is refused.
  * scalars: [0].i variant, [1].i (bf16) dW panels per item in [1, 4],
  * [2..16] the geometry. range: the planner's. */
 
