@@ -7,11 +7,13 @@ Each result is the float32 sum of its terms rounded to bfloat16 once (a
 term left out or added twice is off by far more), and its bits do not
 depend on the thread count (the items, and so the blocks, do)."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import digest_with_threads, gemm_variant_here
+from conftest import digest_with_threads, gemm_variant_here, run_python
 
 # (N, C, H, W), (O, kh, kw), conv2d's keywords
 CASES = [
@@ -86,9 +88,10 @@ def test_channels_last_kernels_run(loom):
     assert "conv_nhwc.weight_grad" in names, names
 
 
-def test_bits_do_not_depend_on_threads():
-    # Items (and so register blocks) of fewer positions with more workers;
-    # which products each output adds, and in what order, stays the same.
+def conv_bits_do_not_depend_on_threads(cases):
+    """conv2d's output and both gradients over `cases` ((N, C, H, W),
+    (O, kh, kw), conv2d's keywords; random bf16 operands, dy of ones) have
+    the same bits at 1 and 3 threads."""
     code = """
     import torch, torch.nn.functional as F
     cases = %r
@@ -100,5 +103,28 @@ def test_bits_do_not_depend_on_threads():
         y.backward(torch.ones_like(y))
         add(y, x.grad, wt.grad)
     print("DIGEST", h.hexdigest())
-    """ % (CASES,)
+    """ % (list(cases),)
     assert digest_with_threads(code, 1) == digest_with_threads(code, 3)
+
+
+def cases_pass_without_avx512bf16(module):
+    """`module`'s check(case) holds for each of its CASES in a child whose
+    CPU features stop below AVX512-BF16 (the path of CPUs without it)."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import torch, torch_loom
+torch.loom.set_fallback_mode("error")
+from {module} import CASES, check
+for case in CASES:
+    check(case)
+print("OK")
+"""
+    proc = run_python(code, env={"LOOM_CPU_FEATURES": "avx512"})
+    assert "OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_bits_do_not_depend_on_threads():
+    # Items (and so register blocks) of fewer positions with more workers;
+    # which products each output adds, and in what order, stays the same.
+    conv_bits_do_not_depend_on_threads(CASES)

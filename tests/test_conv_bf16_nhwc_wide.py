@@ -8,11 +8,9 @@ do not depend on the thread count, and with the CPU features capped below
 AVX512-BF16 the other path gives the same rounded-once results."""
 
 import pytest
-import torch
-import torch.nn.functional as F
 
-from conftest import digest_with_threads, run_python
-from test_conv_bf16_nhwc import conv_rounds_once
+from test_conv_bf16_nhwc import (cases_pass_without_avx512bf16, conv_bits_do_not_depend_on_threads,
+                                 conv_rounds_once)
 
 # (N, C, H, W), O, conv2d's keywords
 CASES = [
@@ -37,32 +35,8 @@ def test_wide_images_round_once(case, no_fallback):
 
 
 def test_wide_images_round_once_without_avx512bf16():
-    # The same cases on the path of CPUs without AVX512-BF16.
-    code = f"""
-import sys
-sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
-import torch, torch_loom
-torch.loom.set_fallback_mode("error")
-from test_conv_bf16_nhwc_wide import CASES, check
-for case in CASES:
-    check(case)
-print("OK")
-"""
-    proc = run_python(code, env={"LOOM_CPU_FEATURES": "avx512"})
-    assert "OK" in proc.stdout, proc.stdout + proc.stderr
+    cases_pass_without_avx512bf16("test_conv_bf16_nhwc_wide")
 
 
 def test_wide_bits_do_not_depend_on_threads():
-    code = """
-    import torch, torch.nn.functional as F
-    cases = %r
-    for i, ((n, c, rows, cols), o, kwargs) in enumerate(cases):
-        g = torch.Generator().manual_seed(i)
-        x = (torch.rand(n, c, rows, cols, generator=g) * 2 - 1).bfloat16().to("loom").requires_grad_()
-        wt = (torch.rand(o, c, 3, 3, generator=g) * 2 - 1).bfloat16().to("loom").requires_grad_()
-        y = F.conv2d(x, wt, **kwargs)
-        y.backward(torch.ones_like(y))
-        add(y, x.grad, wt.grad)
-    print("DIGEST", h.hexdigest())
-    """ % (CASES,)
-    assert digest_with_threads(code, 1) == digest_with_threads(code, 3)
+    conv_bits_do_not_depend_on_threads(((shape, (o, 3, 3), kwargs) for shape, o, kwargs in CASES))

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import digest_with_threads, gemm_variant_here
-from test_conv_bf16_nhwc import rand, rounded_once_of_sums
+from conftest import gemm_variant_here
+from test_conv_bf16_nhwc import conv_bits_do_not_depend_on_threads, rand, rounded_once_of_sums
 
 # (N, C, H, W), (O, kh, kw), conv2d's keywords
 CASES = [
@@ -54,16 +54,4 @@ def test_stem_takes_the_channels_last_kernel(loom):
 
 
 def test_bits_do_not_depend_on_threads():
-    code = """
-    import torch, torch.nn.functional as F
-    cases = %r
-    for i, ((n, c, rows, cols), (o, kh, kw), kwargs) in enumerate(cases):
-        g = torch.Generator().manual_seed(i)
-        x = (torch.rand(n, c, rows, cols, generator=g) * 2 - 1).bfloat16().to("loom")
-        wt = (torch.rand(o, c, kh, kw, generator=g) * 2 - 1).bfloat16().to("loom").requires_grad_()
-        y = F.conv2d(x, wt, **kwargs)
-        y.backward(torch.ones_like(y))
-        add(wt.grad)
-    print("DIGEST", h.hexdigest())
-    """ % (CASES,)
-    assert digest_with_threads(code, 1) == digest_with_threads(code, 3)
+    conv_bits_do_not_depend_on_threads(CASES)

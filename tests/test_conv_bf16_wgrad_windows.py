@@ -13,8 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import digest_with_threads, gemm_variant_here, run_python
-from test_conv_bf16_nhwc import conv_rounds_once
+from conftest import gemm_variant_here
+from test_conv_bf16_nhwc import (cases_pass_without_avx512bf16, conv_bits_do_not_depend_on_threads,
+                                 conv_rounds_once)
 
 # (N, C, H, W), (O, kh, kw), conv2d's keywords: taps 2, 3, 3, 9, 15, 16, 16, 20
 CASES = [
@@ -58,31 +59,8 @@ def test_windows_reach_the_channels_last_weight_gradient(loom):
 
 
 def test_window_weight_gradients_round_once_without_avx512bf16():
-    code = f"""
-import sys
-sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
-import torch, torch_loom
-torch.loom.set_fallback_mode("error")
-from test_conv_bf16_wgrad_windows import CASES, check
-for case in CASES:
-    check(case)
-print("OK")
-"""
-    proc = run_python(code, env={"LOOM_CPU_FEATURES": "avx512"})
-    assert "OK" in proc.stdout, proc.stdout + proc.stderr
+    cases_pass_without_avx512bf16("test_conv_bf16_wgrad_windows")
 
 
 def test_window_weight_gradient_bits_do_not_depend_on_threads():
-    code = """
-    import torch, torch.nn.functional as F
-    cases = %r
-    for i, ((n, c, rows, cols), (o, kh, kw), kwargs) in enumerate(cases):
-        g = torch.Generator().manual_seed(i)
-        x = (torch.rand(n, c, rows, cols, generator=g) * 2 - 1).bfloat16().to("loom")
-        wt = (torch.rand(o, c, kh, kw, generator=g) * 2 - 1).bfloat16().to("loom").requires_grad_()
-        y = F.conv2d(x, wt, **kwargs)
-        y.backward(torch.ones_like(y))
-        add(wt.grad)
-    print("DIGEST", h.hexdigest())
-    """ % (CASES,)
-    assert digest_with_threads(code, 1) == digest_with_threads(code, 3)
+    conv_bits_do_not_depend_on_threads(CASES)
