@@ -59,7 +59,8 @@ typedef struct loom_fuse_stats {
   uint64_t reordered;         /* of those, launches that ran before one they followed */
   uint64_t bytes_cached;      /* bytes members wrote for a later member of the
                                  same chunk (kept in the cache, not streamed) */
-  uint64_t bytes_not_written; /* intermediates never written (compiled regions) */
+  uint64_t bytes_not_written; /* intermediates never written (compiled regions,
+                                 GEMM epilogues: the product included) */
   uint64_t compiled_regions;  /* groups run as one compiled loop */
   uint64_t verified;          /* groups LOOM_FUSE=verify compared */
   uint64_t verify_skipped;    /* groups it could not (memory with gaps, no scratch) */

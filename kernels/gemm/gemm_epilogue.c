@@ -201,20 +201,28 @@ int loom_gemm_compute_epilogue_kernel(const loom_kernel_args *args, int64_t begi
   if (args->num_tensors < 6 || args->num_scalars < 4)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT,
                       "gemm.compute_epilogue: needs C, A, B, workspace, Cin, D and a step count");
-  const loom_tensor *c = &args->tensors[0];
-  const int64_t steps = args->scalars[3].i;
+  const loom_tensor *c = &args->tensors[0], *d = &args->tensors[5];
+  const int64_t word = args->scalars[3].i;
+  const int64_t steps = word & ~(int64_t)LOOM_GEMM_EPILOGUE_PRODUCT_IN_D;
   if (steps < 0 || (int64_t)args->num_scalars < 4 + steps)
     return loom_error(LOOM_ERROR_INVALID_ARGUMENT, "gemm.compute_epilogue: missing step words");
+  /* the product into D's memory: the same plan, the same bits */
+  const int in_d = (word & LOOM_GEMM_EPILOGUE_PRODUCT_IN_D) && d->dtype == c->dtype &&
+                   (d->strides[3] == 1) == (c->strides[3] == 1);
   epilogue e;
-  int rc = epi_init(&e, c, &args->tensors[5], args->tensors + 6,
-                    (int32_t)args->num_tensors - 6, args->scalars + 4, steps);
+  int rc = epi_init(&e, in_d ? d : c, d, args->tensors + 6, (int32_t)args->num_tensors - 6,
+                    args->scalars + 4, steps);
   if (rc) return rc;
   loom_gemm_plan p;
   rc = loom_gemm_plan_init(c, &args->tensors[1], &args->tensors[2], (int32_t)args->scalars[0].i,
                            &p);
   if (rc) return rc;
   /* the product alone: Cin only where beta asks for it */
+  loom_tensor product[5];
+  memcpy(product, args->tensors, 5 * sizeof *product);
+  if (in_d) product[0] = *d;
   loom_kernel_args inner = *args;
+  inner.tensors = product;
   inner.num_tensors = args->scalars[2].f != 0.0 ? 5 : 4;
   inner.num_scalars = 3;
   for (int64_t t = begin; t < end; ++t) {

@@ -37,7 +37,12 @@
  *   scalars: [0..2] as "gemm.compute", [3].i n, [4 + s].i step word s
  * Launched in place of the last pass's "gemm.compute" (the passes before
  * it compute partial sums). With a transposed plan, D and the operands are
- * transposed with C.
+ * transposed with C. n | LOOM_GEMM_EPILOGUE_PRODUCT_IN_D: C's memory need
+ * not be written (no one reads the product but the steps): when D has C's
+ * dtype and a last stride of 1 exactly when C has (the product's plan is
+ * then C's), each tile's product is computed into D's memory and the
+ * steps read it there, else into C's. The caller guarantees that D shares
+ * no memory with A, B, the workspace, Cin or the operands.
  *
  * "gemm.epilogue": the epilogue alone, over rows of C (a GEMV's result, or
  * the unfused reference): tensors [0] C, [1] D, [2 + k - 1] operand k,
@@ -49,6 +54,7 @@
 
 enum {
   LOOM_GEMM_EPILOGUE_MAX_STEPS = 8,
+  LOOM_GEMM_EPILOGUE_PRODUCT_IN_D = 1 << 16, /* on the step count: see above */
   LOOM_GEMM_EPILOGUE_OPERAND_SHIFT = 16, /* operand k: bits 16..28 */
   LOOM_GEMM_EPILOGUE_STORE = 1 << 29,
   LOOM_GEMM_EPILOGUE_SWAP = 1 << 30,

@@ -18,6 +18,13 @@ stored. Without
 a C compiler (one warning) or with ``LOOM_FUSE_REGIONS=0`` groups stay at
 level 1. :func:`wait_regions` waits for compiles in flight.
 
+GEMM epilogues (``LOOM_FUSE_EPILOGUE=1``): the elementwise launches queued
+right after a matrix product that read its result run on each output tile
+as the product finishes it; the product and the intermediates Python freed
+before the group ran, and no step reads from memory, are not stored either
+(``bytes_not_written``; the product is then computed into the last step's
+output).
+
 The mode starts from ``LOOM_FUSE`` (``0``, ``1`` the default, or ``verify``:
 each group also runs unfused from the same inputs and any difference in the
 bytes is an error of the stream) and is changed for the process with
@@ -79,9 +86,9 @@ def counters() -> dict:
     ``reordered`` (launches run ahead of independent ones they followed),
     ``bytes_cached`` (bytes written for a later member of the same chunk),
     ``compiled_regions`` (groups run as one compiled loop: level 2),
-    ``bytes_not_written`` (bytes of member values those loops did not store:
-    overwritten by a later member, or freed by Python before the group
-    ran), ``verified`` and ``verify_skipped`` (groups ``verify`` compared,
+    ``bytes_not_written`` (bytes of member values those loops, or GEMM
+    epilogues, did not store: overwritten by a later member, or freed by
+    Python before the group ran), ``verified`` and ``verify_skipped`` (groups ``verify`` compared,
     or could not)."""
     return dict(_C._fuse_stats())
 

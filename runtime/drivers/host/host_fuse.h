@@ -59,10 +59,16 @@ typedef struct host_region {
   int32_t words[LOOM_FUSE_REGION_MAX_WORDS]; /* one segment's signature */
 } host_region;
 
-/* The number of the next command submitted to any host queue. */
+/* The release log (host_fuse_release.c). The number of the next command
+ * submitted to any host queue. */
 uint64_t host_fuse_clock_tick(void);
 /* Installs (1) or removes (0) the allocator's release hook. */
 void host_fuse_region_hook(int on);
+/* Whether `s` of `stream` lies in a block freed after the command numbered
+ * `from` was submitted and before the command numbered `end`; *at: the
+ * clock of that release (the last such). 0 for stream 0. */
+int host_fuse_released_within(uint64_t stream, span s, uint64_t from, uint64_t end,
+                              uint64_t *at);
 /* After prepare: sets g->region.ready when the signature of every part of
  * the group has a compiled loop (and counts each part's sighting);
  * `stream` is the queue's stream id, `end` the number of the first command
@@ -92,6 +98,8 @@ loom_row_map_fn host_fuse_row_map(loom_kernel_fn fn);
  * bytes kept in the cache); a group LOOM_FUSE=verify compared (1) or could
  * not (0). */
 void host_fuse_count_group(int ops, int reordered, uint64_t cached);
+/* Counts bytes of values a GEMM epilogue did not store. */
+void host_fuse_count_not_written(uint64_t bytes);
 void host_fuse_count_verified(int compared);
 
 /* Whether `cmd` may start a group (fusion on, an elementwise launch large
@@ -139,7 +147,12 @@ typedef struct host_epilogue {
   int64_t numel;
   loom_tensor c, chain; /* C's view; the value the next step reads */
   const loom_command *members[8];
+  uint64_t seq[9]; /* the lead's number (host_fuse_clock_tick), the members' */
   int64_t words[8];
+  /* C, then each member's output: stored, or freed before the group ran
+   * and read by no step from memory (host_epilogue_plan_stores) */
+  int stored[9];
+  uint64_t not_written;
   loom_tensor outs[8], operands[8]; /* as rank-4 views with C's sizes */
   loom_tensor tensors[6 + 8 + 8];
   loom_scalar scalars[4 + 8];
@@ -169,15 +182,17 @@ int host_epilogue_ws_unused(const host_packs *p, const loom_command *compute);
 /* Starts a group led by `lead` (and `pack` before it, or NULL); the
  * workspace may move if `pack` is given or `ws_unused`. */
 void host_epilogue_begin(host_epilogue *e, const loom_command *lead, const loom_command *pack,
-                         int ws_unused);
-/* 1: `cmd` joined as the next step; 0: the group ends before it. */
-int host_epilogue_offer(host_epilogue *e, const loom_command *cmd);
+                         int ws_unused, uint64_t seq);
+/* 1: `cmd`, numbered `seq`, joined as the next step; 0: the group ends
+ * before it. */
+int host_epilogue_offer(host_epilogue *e, const loom_command *cmd, uint64_t seq);
 /* Runs the pack, if taken, and the product with the steps; reports a
  * failure (as the product's), the trace (one kernel), the release
  * callbacks and the counters. 0 if nothing ran (no scratch for a moved
- * workspace). */
+ * workspace). `end`: the number of the first command of the queue the
+ * group's look did not see. */
 int host_epilogue_run(host_context *ctx, int device, int priority, host_epilogue *e,
-                      host_scratch *scratch, loom_stream_t *report);
+                      host_scratch *scratch, loom_stream_t *report, uint64_t end);
 
 /* ---- between host_fuse.c and host_fuse_verify.c ---- */
 

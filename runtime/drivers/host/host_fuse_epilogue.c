@@ -13,9 +13,19 @@
  * then meet nothing another tile writes, and within a row run every
  * element is read before it is written, as in program order.
  *
- * Every member's output is written (the last one's as D, the others' by
- * storing steps): another op may still read an intermediate, and whether
- * Python released its tensor is not known here. */
+ * The last member's output is always written (as D). C and the other
+ * members' outputs are written (C by the product, the others by storing
+ * steps) unless the allocator's release log (host_fuse_release.c) says
+ * their whole block was freed between their launch's submission and the
+ * first command the group's look did not see, and no step reads them
+ * from memory (as an operand): every command of the queue up to the free
+ * was then looked at and is a member, which takes the value from the
+ * tile, or a launch a level-1 group ran ahead, which touches none of the
+ * members' memory; commands after the free use the block's next owner,
+ * which they write themselves, after the group. C not written, the
+ * product goes to D's memory (when D shares no memory with C or what the
+ * product and the steps read) and the steps read it from there. Under
+ * LOOM_FUSE=verify every value is written. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,8 +262,10 @@ int host_epilogue_pairs(const loom_command *pack, const loom_command *compute) {
 }
 
 void host_epilogue_begin(host_epilogue *e, const loom_command *lead, const loom_command *pack,
-                         int ws_unused) {
+                         int ws_unused, uint64_t seq) {
   e->lead = lead;
+  e->seq[0] = seq;
+  e->not_written = 0;
   e->pack = pack;
   e->may_move_ws = pack != NULL || ws_unused;
   e->moves_ws = 0;
@@ -299,7 +311,7 @@ static int read_ok(const host_epilogue *e, const loom_tensor *v, int *moves_ws) 
   return 1;
 }
 
-int host_epilogue_offer(host_epilogue *e, const loom_command *cmd) {
+int host_epilogue_offer(host_epilogue *e, const loom_command *cmd, uint64_t seq) {
   if (cmd->kind != LOOM_COMMAND_LAUNCH || e->n == LOOM_GEMM_EPILOGUE_MAX_STEPS ||
       cmd->u.launch.fn != atomic_load_explicit(&fn_pointwise, memory_order_relaxed))
     return 0;
@@ -335,6 +347,7 @@ int host_epilogue_offer(host_epilogue *e, const loom_command *cmd) {
     if (in2) word |= LOOM_GEMM_EPILOGUE_SWAP;
   }
   e->words[e->n] = word;
+  e->seq[1 + e->n] = seq;
   e->outs[e->n] = v[0];
   e->members[e->n++] = cmd;
   e->chain = v[0];
@@ -342,11 +355,65 @@ int host_epilogue_offer(host_epilogue *e, const loom_command *cmd) {
   return 1;
 }
 
+/* ---- which values are stored ----------------------------------------------------- */
+
+static int read_by_step(const host_epilogue *e, const loom_tensor *v) {
+  for (int k = 0; k < e->noperands; ++k)
+    if (overlaps(v, &e->operands[k])) return 1;
+  return 0;
+}
+
+/* Whether `v`, as launched by the command numbered `seq`, lies in a block
+ * freed within the group's look. */
+static int released(const loom_tensor *v, uint64_t seq, uint64_t stream, uint64_t end) {
+  span s;
+  uint64_t at;
+  return host_fuse_tensor_span(v, &s) && host_fuse_released_within(stream, s, seq, end, &at);
+}
+
+/* Whether the product may be computed into D's memory instead of C's: the
+ * same plan (D has C's dtype, and a last stride of 1 exactly when C has:
+ * loom/kernels/gemm_epilogue.h), and D shares no memory with C or with
+ * what the product (its workspace at e->ws) or a step reads. */
+static int product_fits_d(const host_epilogue *e) {
+  const loom_tensor *d = &e->outs[e->n - 1];
+  if (d->dtype != e->c.dtype || (d->strides[3] == 1) != (e->c.strides[3] == 1)) return 0;
+  if (overlaps(d, &e->c) || read_by_step(e, d)) return 0;
+  const loom_tensor *g = e->lead->u.launch.tensors;
+  loom_tensor ws = g[3];
+  ws.data = e->ws;
+  for (uint32_t i = 1; i < e->lead->u.launch.num_tensors; ++i)
+    if (overlaps(d, i == 3 ? &ws : &g[i])) return 0;
+  return 1;
+}
+
+/* Sets e->stored and e->not_written (module comment). `stream`: the
+ * queue's stream id (0: unknown, every value is stored). */
+static void plan_stores(host_epilogue *e, uint64_t stream, uint64_t end) {
+  const int all = loom_fuse_get_mode() == LOOM_FUSE_VERIFY || stream == 0;
+  const uint64_t bytes = (uint64_t)e->numel * (uint64_t)loom_dtype_size(e->c.dtype);
+  e->not_written = 0;
+  for (int m = 0; m <= e->n; ++m) e->stored[m] = 1;
+  if (all) return;
+  for (int m = 0; m + 1 < e->n; ++m)
+    if (!read_by_step(e, &e->outs[m]) &&
+        released(&e->members[m]->u.launch.tensors[0], e->seq[1 + m], stream, end)) {
+      e->stored[1 + m] = 0;
+      e->not_written += bytes;
+    }
+  if (!read_by_step(e, &e->c) && product_fits_d(e) &&
+      released(&e->lead->u.launch.tensors[0], e->seq[0], stream, end)) {
+    e->stored[0] = 0;
+    e->not_written += bytes;
+  }
+}
+
 /* ---- running it ---------------------------------------------------------------- */
 
 /* The fused launch's arguments: tensors C, A, B, workspace, Cin, D, the
- * operands, the intermediates (stored); scalars as the lead's, the step
- * count and words. */
+ * operands, the intermediates stored; scalars as the lead's, the step
+ * count (with LOOM_GEMM_EPILOGUE_PRODUCT_IN_D when C is not stored) and
+ * words. */
 static void build_args(host_epilogue *e, loom_kernel_args *a) {
   const loom_command *lead = e->lead;
   const loom_tensor *g = lead->u.launch.tensors;
@@ -356,12 +423,14 @@ static void build_args(host_epilogue *e, loom_kernel_args *a) {
   e->tensors[nt++] = lead->u.launch.num_tensors == 5 ? g[4] : g[0];
   e->tensors[nt++] = e->outs[e->n - 1];
   for (int k = 0; k < e->noperands; ++k) e->tensors[nt++] = e->operands[k];
-  for (int m = 0; m + 1 < e->n; ++m) e->tensors[nt++] = e->outs[m];
+  for (int m = 0; m + 1 < e->n; ++m)
+    if (e->stored[1 + m]) e->tensors[nt++] = e->outs[m];
   for (int i = 0; i < 3; ++i) e->scalars[i] = lead->u.launch.scalars[i];
   if (lead->u.launch.num_tensors == 4) e->scalars[2].f = 0.0; /* no Cin: beta unused */
-  e->scalars[3].i = e->n;
+  e->scalars[3].i = e->n | (e->stored[0] ? 0 : LOOM_GEMM_EPILOGUE_PRODUCT_IN_D);
   for (int m = 0; m < e->n; ++m)
-    e->scalars[4 + m].i = e->words[m] | (m + 1 < e->n ? LOOM_GEMM_EPILOGUE_STORE : 0);
+    e->scalars[4 + m].i =
+        e->words[m] | (m + 1 < e->n && e->stored[1 + m] ? LOOM_GEMM_EPILOGUE_STORE : 0);
   *a = (loom_kernel_args){.abi_version = LOOM_KERNEL_ABI_VERSION,
                           .num_tensors = (uint32_t)nt,
                           .tensors = e->tensors,
@@ -534,9 +603,10 @@ static int run_pack(host_context *ctx, int device, int priority, host_epilogue *
 }
 
 int host_epilogue_run(host_context *ctx, int device, int priority, host_epilogue *e,
-                      host_scratch *scratch, loom_stream_t *report) {
+                      host_scratch *scratch, loom_stream_t *report, uint64_t end) {
   if (!run_pack(ctx, device, priority, e, scratch, report)) return 0;
   loom_kernel_args a;
+  plan_stores(e, report ? loom_stream_id(report) : 0, end);
   build_args(e, &a);
   const loom_command *all[1 + LOOM_GEMM_EPILOGUE_MAX_STEPS];
   all[0] = e->lead;
@@ -563,5 +633,6 @@ int host_epilogue_run(host_context *ctx, int device, int priority, host_epilogue
   /* C and each intermediate, read by the next step from the cache */
   host_fuse_count_group(1 + e->n, 0,
                         (uint64_t)e->numel * (uint64_t)loom_dtype_size(e->c.dtype) * (uint64_t)e->n);
+  host_fuse_count_not_written(e->not_written);
   return 1;
 }

@@ -67,6 +67,10 @@ void host_fuse_count_region(uint64_t not_written) {
   atomic_fetch_add(&stat_not_written, not_written);
 }
 
+void host_fuse_count_not_written(uint64_t bytes) {
+  atomic_fetch_add_explicit(&stat_not_written, bytes, memory_order_relaxed);
+}
+
 void host_fuse_count_group(int ops, int reordered, uint64_t cached) {
   atomic_fetch_add_explicit(&stat_groups, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&stat_ops, (uint64_t)ops, memory_order_relaxed);

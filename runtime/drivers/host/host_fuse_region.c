@@ -22,10 +22,9 @@
  * backend), spelling each op as the library does.
  *
  * Why a value need not be stored: see loom/fuse.h. The executor decides
- * from the allocator's release log, kept here: every host queue's
- * submission takes a number from one clock, and a release notes the clock
- * (taken under the log's lock, so the log is ordered by it). */
+ * from the allocator's release log (host_fuse_release.c). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,60 +33,6 @@
 #include "loom/fuse.h"
 #include "loom/kernels/pointwise.h"
 #include "runtime/drivers/host/host_fuse.h"
-
-/* ---- the clock and the release log -------------------------------------------- */
-
-static _Atomic uint64_t fuse_clock;
-
-uint64_t host_fuse_clock_tick(void) { return atomic_fetch_add(&fuse_clock, 1) + 1; }
-
-#define RELEASE_LOG 4096
-typedef struct release_entry {
-  uint64_t stream, at; /* the clock when it was freed: commands up to `at` came before */
-  uintptr_t lo, hi;
-} release_entry;
-
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static release_entry release_log[RELEASE_LOG];
-static uint64_t log_count; /* entries ever logged; the last RELEASE_LOG are kept */
-static atomic_int regions_enabled;
-
-static void note_release(uint64_t stream_id, uintptr_t ptr, size_t size) {
-  if (!atomic_load_explicit(&regions_enabled, memory_order_relaxed)) return;
-  pthread_mutex_lock(&log_lock);
-  release_log[log_count % RELEASE_LOG] =
-      (release_entry){stream_id, atomic_load(&fuse_clock), ptr, ptr + size};
-  ++log_count;
-  pthread_mutex_unlock(&log_lock);
-}
-
-void host_fuse_region_hook(int on) { loom_fuse_set_release_hook(on ? note_release : NULL); }
-
-/* Whether `s` of `stream` lies in a block freed after the command numbered
- * `from` was submitted and before the command numbered `end`; *at: the
- * clock of that release (the last such). */
-static int released_within(uint64_t stream, span s, uint64_t from, uint64_t end, uint64_t *at) {
-  int found = 0;
-  pthread_mutex_lock(&log_lock);
-  const uint64_t first = log_count > RELEASE_LOG ? log_count - RELEASE_LOG : 0;
-  uint64_t lo = first, hi = log_count; /* the first entry at or after `end` */
-  while (lo < hi) {
-    const uint64_t mid = lo + (hi - lo) / 2;
-    if (release_log[mid % RELEASE_LOG].at < end) lo = mid + 1;
-    else hi = mid;
-  }
-  for (uint64_t i = lo; i-- > first;) {
-    const release_entry *e = &release_log[i % RELEASE_LOG];
-    if (e->at < from) break;
-    if (e->stream == stream && e->lo <= s.lo && s.hi <= e->hi) {
-      found = 1;
-      *at = e->at;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&log_lock);
-  return found;
-}
 
 /* ---- signatures, requests, installed kernels ---------------------------------- */
 
@@ -108,6 +53,7 @@ static pthread_cond_t request_cond = PTHREAD_COND_INITIALIZER;
 static region_entry table[REGIONS];
 static int requests[REQUESTS], req_head, req_count, stopped;
 static _Atomic uint64_t op_bits[4];
+static atomic_int regions_enabled;
 
 static atomic_int sightings_needed = LOOM_FUSE_REGION_SIGHTINGS;
 
@@ -438,7 +384,7 @@ static int describe_segment(host_group *g, int first, int n, uint64_t stream, ui
     uint64_t at;
     int stored = r->writer[out_arg[j]] == j || !read_later[j];
     if (stored && read_later[j] && !store_all && stream && host_fuse_tensor_span(out, &sp) &&
-        !host_fuse_touches_passed(g, sp) && released_within(stream, sp, g->seq[m], end, &at) &&
+        !host_fuse_touches_passed(g, sp) && host_fuse_released_within(stream, sp, g->seq[m], end, &at) &&
         !needed_outside(g, m, last, sp, at))
       stored = 0;
     if (store_all) stored = 1;

@@ -392,13 +392,18 @@ static int run_epilogue(loom_driver_queue *q, host_node *lead, int is_pack) {
   host_node *joined[9];
   int n = 0;
   host_epilogue_begin(&e, &lead->command, pack,
-                      !pack && host_epilogue_ws_unused(host_fuse_packs(q->group), &lead->command));
+                      !pack && host_epilogue_ws_unused(host_fuse_packs(q->group), &lead->command),
+                      lead->seq);
+  uint64_t end = lead->seq + 1; /* the first command of this queue the look did not see */
   for (m = look_next(&look); m && n < 8; m = look_next(&look)) {
+    end = m->seq;
     if (m->done) continue;
-    if (!host_epilogue_offer(&e, &m->command)) break;
+    if (!host_epilogue_offer(&e, &m->command, m->seq)) break;
+    end = m->seq + 1;
     joined[n++] = m;
   }
-  if (n == 0 || !host_epilogue_run(q->ctx, q->device, q->priority, &e, &q->scratch, q->owner))
+  if (n == 0 ||
+      !host_epilogue_run(q->ctx, q->device, q->priority, &e, &q->scratch, q->owner, end))
     return 0;
   if (is_pack) joined[n++] = lead;
   for (int i = 0; i < n; ++i) joined[i]->done = 1;
