@@ -29,6 +29,8 @@ their kernel (or returned) are stored; the rest never reach memory.
 
 from __future__ import annotations
 
+import torch
+
 from . import ir
 from .ir import Library, Pointwise, Reduce, Ref
 
@@ -39,6 +41,18 @@ F, O = "F", "O"
 #: result joins the latest such kernel of the same dims (horizontal fusion:
 #: a launch for many tiny independent updates instead of one each).
 SMALL_SIBLINGS = 4096
+
+#: Bytes a pointwise kernel of one ATen call writes from which it runs as
+#: that call: the library streams such outputs past the cache
+#: (base/stream_store.h, LOOM_STREAM_STORE_BYTES).
+STREAM_BYTES = 32 * 1024 * 1024
+
+#: Elements a reduction kernel of one ATen call reads from which it runs as
+#: that call (as a column sum of a tensor in memory does: ops.py).
+LIBRARY_REDUCE_MIN = 16384
+
+#: Outputs below which such a reduction is the library's.
+FEW_OUTPUTS = 16
 
 
 class Kernel:
@@ -86,6 +100,7 @@ class Fuser:
         self.log = log
         self._uids = 0
         self.siblings = {}  # dims -> the latest small pointwise kernel of those dims
+        self.singles = 0    # kernels run as their ATen call (library_singles)
 
     # ---- units and dependencies -------------------------------------------------------
 
@@ -136,10 +151,88 @@ class Fuser:
                 self.place_pointwise(n)
             elif isinstance(n, Reduce):
                 self.place_reduce(n)
+        self.library_singles()
         for k in self.units:
             if isinstance(k, Kernel) and not k.reduces:
                 self.memory_order(k)
         return self
+
+    # ---- kernels of one ATen call --------------------------------------------------------
+
+    def library_singles(self):
+        """A kernel computing one ATen call alone from tensors in memory
+        fuses nothing; where the library's kernel is the stronger one it
+        runs that call instead (eager's kernel, eager's bits):
+        - a reduction of at least LIBRARY_REDUCE_MIN elements into fewer
+          than FEW_OUTPUTS outputs: the library splits such a reduction
+          across the workers where a generated kernel gives each output
+          one worker (a full sum of 16M float32: one worker, 0.73x eager),
+          and sums float32 in blocks as eager does (eager's bits, where the
+          generated double lanes may differ in the last place). A fixed
+          count, not the worker count, decides: the bits never depend on
+          the threads;
+        - a pointwise op writing at least STREAM_BYTES: the library streams
+          such an output past the cache (2 x 16M float32 add: 35 GB/s
+          against the generated loop's 29)."""
+        for k in list(self.units):
+            origin = self.single_origin(k)
+            if origin is None:
+                continue
+            if k.reduces:
+                if _numel(k.dims) < LIBRARY_REDUCE_MIN or \
+                        _numel(k.dims[:k.n_outer]) >= FEW_OUTPUTS:
+                    continue
+            elif sum(v.numel * v.dtype.itemsize for v in self.stored(k)) < STREAM_BYTES:
+                continue
+            self.as_library(k, origin)
+
+    def single_origin(self, k):
+        """The ATen call kernel k computes alone, with every tensor it
+        reads already in memory, or None."""
+        if not isinstance(k, Kernel) or k.writes:
+            return None
+        origin = getattr(k.members[0], "origin", None)
+        if origin is None or set(k.members) != set(origin.nodes):
+            return None
+        if not isinstance(getattr(origin.target, "_schema", None), torch._C.FunctionSchema):
+            return None
+        results = origin.result if isinstance(origin.result, (tuple, list)) else [origin.result]
+        if not all(isinstance(v, ir.Value) and v.alias is None and v.producer in k.members
+                   for v in results):
+            return None
+        if set(self.stored(k)) != set(results):
+            return None
+        for v in Library(origin.target, origin.args, origin.kwargs).inputs:
+            p = v.producer
+            if not isinstance(p, (ir.Input, ir.Constant)) and p not in self.unit_of:
+                return None  # a view or a fill kernels read through: never made
+        return origin
+
+    def as_library(self, k, origin):
+        """Kernel k becomes a library unit running `origin`'s call."""
+        multi = isinstance(origin.result, (tuple, list))
+        results = list(origin.result) if multi else [origin.result]
+        lib = Library(origin.target, origin.args, origin.kwargs, outputs=results, multi=multi)
+        lib.slots, lib.view, lib.const = results, None, None
+        for v in results:
+            v.producer = lib
+        for v in lib.inputs:
+            v.users = [u for u in v.users if u not in k.members] + [lib]
+        pos = min(self.position[m] for m in k.members)
+        self.graph.nodes = [n for n in self.graph.nodes if n not in k.members]
+        self.graph.nodes.insert(min(pos, len(self.graph.nodes)), lib)
+        self.position = {n: i for i, n in enumerate(self.graph.nodes)}
+        u = LibraryUnit(k.uid, lib)
+        u.deps = set(k.deps)
+        for m in k.members:
+            del self.unit_of[m]
+        self.unit_of[lib] = u
+        self.units[self.units.index(k)] = u
+        for other in self.units:
+            if k in other.deps:
+                other.deps.discard(k)
+                other.deps.add(u)
+        self.singles += 1
 
     def memory_order(self, k):
         """Pointwise kernel k's dims in the memory order of the first value

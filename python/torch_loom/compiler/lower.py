@@ -204,6 +204,9 @@ class Lowering:
                 result = None
             if result is not None:
                 self.handled += 1
+                origin = Origin(target, args, kwargs, result, tuple(self.graph.nodes[mark:]))
+                for n in origin.nodes:
+                    n.origin = origin
                 return result
             del self.graph.nodes[mark:]  # a partial lowering leaves nothing behind
             self.graph.relink()
@@ -212,6 +215,8 @@ class Lowering:
 
     def library_node(self, node, target, args, kwargs):
         fake = node.meta.get("val")
+        if target is WITH_EFFECTS:
+            target = with_effects
         multi = isinstance(fake, (tuple, list))
         outs = [self.value_of(f, f"{node.name}_{i}") for i, f in enumerate(fake)] if multi \
             else [self.value_of(fake, node.name)]
@@ -242,6 +247,29 @@ class Lowering:
                 live.update(n.inputs)
         self.graph.nodes = keep[::-1]
         self.graph.relink()
+
+
+class Origin:
+    """The ATen call a handler lowered to `nodes` (Pointwise and Reduce
+    nodes): a kernel made of all of them and nothing else can run the call
+    itself (fuse.library_singles)."""
+
+    def __init__(self, target, args, kwargs, result, nodes):
+        self.target, self.args, self.kwargs = target, args, kwargs
+        self.result, self.nodes = result, nodes
+
+
+WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
+
+
+def with_effects(token, op, *args, **kwargs):
+    """An effectful op (a linalg error check) threaded through an effect
+    token, as the graph orders it: the op called directly, the token passed
+    on (tokens carry no data; the HOP's own call costs about 25 us more)."""
+    out = op(*args, **kwargs)
+    if isinstance(out, tuple):
+        return (token, *out)
+    return (token, out)
 
 
 def _concrete_number(val) -> bool:

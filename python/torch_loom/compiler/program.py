@@ -74,6 +74,7 @@ class Program:
         self.library_names = []
         self.epilogues = []  # per fused product, the ops of its epilogue
         self.batch_norms = []  # per fused batch norm, its kind (batchnorm.py)
+        self.library_singles = getattr(fuser, "singles", 0)  # kernels run as their ATen call
         order = fuser.schedule()
         names = _Names()
         units = []
