@@ -34,8 +34,8 @@ is a call into the library's reduction too (``_column_sum_on_loom``).
 Inductor's generated kernel reads it column block by column block, one 64 B
 line per row for 16 outputs with a single chain of adds, where the
 library's kernel streams whole rows; and the library's sum is the one eager
-autograd calls, so the gradient keeps eager's bits. So is the sum of
-all the elements of a large contiguous tensor in memory
+autograd calls, so the gradient keeps eager's bits. So are the sum and
+the mean of all the elements of a large contiguous tensor in memory
 (``whole_sum_in_library``): Inductor generates a sum to one element as a
 single chunk that one worker runs, where the library's sum is shared among
 the workers (16M float32 elements: 34 GB/s generated, 43 GB/s the library)
@@ -246,6 +246,27 @@ def _whole_sum_on_loom(original):
     return lowering
 
 
+def _whole_mean_on_loom(original):
+    """aten.mean's lowering (both overloads): the library's mean of all of
+    a loom tensor's elements where whole_sum_in_library accepts it (the
+    same single-chunk reduction, then a division), `original` for the rest."""
+    from torch._inductor.lowering import fallback_handler
+
+    whole = fallback_handler(aten.mean.default, add_to_fallback_set=False)
+    over_dims = fallback_handler(aten.mean.dim, add_to_fallback_set=False)
+
+    def lowering(x, axis=None, keepdim=False, *, dtype=None):
+        if whole_sum_in_library(x, axis, dtype):
+            if axis is None:
+                return whole(x)
+            return over_dims(x, axis, keepdim)
+        return original(x, axis, keepdim, dtype=dtype)
+
+    lowering._loom = True
+    lowering.__wrapped__ = original
+    return lowering
+
+
 def _cat_as_on_cpu(original):
     from torch._inductor import config
 
@@ -320,6 +341,10 @@ def apply() -> None:
     whole_sum = lowerings[aten.sum.default]
     if not getattr(whole_sum, "_loom", False):
         lowerings[aten.sum.default] = _whole_sum_on_loom(whole_sum)
+    for op in (aten.mean.default, aten.mean.dim):
+        mean = lowerings[op]
+        if not getattr(mean, "_loom", False):
+            lowerings[op] = _whole_mean_on_loom(mean)
     cat = lowerings[aten.cat.default]
     if not getattr(cat, "_loom", False):
         lowerings[aten.cat.default] = _cat_as_on_cpu(cat)
