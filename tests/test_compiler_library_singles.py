@@ -139,3 +139,19 @@ def test_linalg_error_checks_run_directly_and_still_raise():
     with pytest.raises(torch.linalg.LinAlgError, match="cholesky"):
         chol(bad)
         torch.loom.synchronize()
+
+
+def _sum_of_a_view_a_product_reads(t, w):
+    v = t.t()  # a view a library op reads too: it is made, and the sum takes it
+    return v.sum(), v @ w
+
+
+def test_a_reduction_of_a_view_runs_after_the_view_with_eagers_bits():
+    torch.manual_seed(5)
+    x = torch.randn(64, 1 << 14, dtype=torch.float64, device="loom")
+    w = torch.randn(64, 1, dtype=torch.float64, device="loom")
+    out, c = _compiled_call(_sum_of_a_view_a_product_reads, x, w)
+    assert c["kernel_launches"] == 0
+    assert _newest_program().library_singles == 1
+    for got, want in zip(out, _sum_of_a_view_a_product_reads(x, w)):
+        assert torch.equal(got.cpu(), want.cpu())

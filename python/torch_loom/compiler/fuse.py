@@ -227,6 +227,10 @@ class Fuser:
         for m in k.members:
             del self.unit_of[m]
         self.unit_of[lib] = u
+        for v in lib.inputs:  # the call's own arguments: views kernels read through
+            p = self.unit(v)
+            if p is not None and p is not u:
+                u.deps.add(p)
         self.units[self.units.index(k)] = u
         for other in self.units:
             if k in other.deps:
