@@ -22,8 +22,10 @@
  *
  * The weight gradient runs the same GEMMs with the tiles as k: dU[e] sums
  * (A dY A^T)[e] (B^T d B)[e] over the tiles, and dW = G^T dU G. Its
- * transforms, vectors over tiles, are transposed in registers into the
- * micro-kernel's panels, whose vectors run over channels. */
+ * transforms are vectors over tiles: x's are transposed in registers into
+ * the micro-kernel's B panels, whose vectors run over channels; dy's are
+ * the rows of A, which the micro-kernel reads in place (channels last,
+ * where both run over channels, they land in packed panels). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -34,6 +36,7 @@
 #include "kernels/conv/conv_winograd_rows_avx512.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/gemm/transpose_avx512.h"
+#include "kernels/gemm/ukr_avx512.h"
 #include "loom/status.h"
 
 /* The split kernels/conv/conv.h publishes is the fp32 micro-kernel's tile. */
@@ -445,6 +448,38 @@ static inline void wg_stage_transposed(__m512i r[16], const float *stage) {
   loom_gemm_transpose16(r);
 }
 
+/* The micro-kernel's tile of rows R (4, 8 or 12: the one it runs for mr
+ * live rows) over WG_T steps of k, A's row i read in place at a + i WG_T:
+ * each element's FMAs in its order and its store, so its bits. */
+static inline __attribute__((always_inline)) void wg_ukr_rows_tile(
+    const int R, const float *a, const float *b, float *t, int64_t ldt, int mr, int nr,
+    int accumulate) {
+  __m512 c[WG_MR][2];
+  for (int i = 0; i < R; ++i) c[i][0] = c[i][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < WG_T; ++k, b += 32)
+    for (int i = 0; i < R; ++i) {
+      const __m512 av = _mm512_set1_ps(a[i * WG_T + k]);
+      c[i][0] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b), c[i][0]);
+      c[i][1] = _mm512_fmadd_ps(av, _mm512_loadu_ps(b + 16), c[i][1]);
+    }
+  __mmask16 m0, m1;
+  loom_ukr_masks(nr, &m0, &m1);
+  loom_ukr_store(c, R, t, ldt, 1.0f, mr, m0, m1, accumulate);
+}
+
+/* A last panel's mr < WG_MR live rows (the tile's rows past them are read
+ * from A's buffer and multiplied, not stored). */
+static __attribute__((noinline)) void wg_ukr_rows_part(const float *a, const float *b, float *t,
+                                                       int64_t ldt, int mr, int nr,
+                                                       int accumulate) {
+  if (mr <= 4)
+    wg_ukr_rows_tile(4, a, b, t, ldt, mr, nr, accumulate);
+  else if (mr <= 8)
+    wg_ukr_rows_tile(8, a, b, t, ldt, mr, nr, accumulate);
+  else
+    wg_ukr_rows_tile(WG_MR, a, b, t, ldt, mr, nr, accumulate);
+}
+
 int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin, int64_t end) {
   if (!wg_wgrad_fits(args)) return LOOM_ERROR_INVALID_ARGUMENT;
   const loom_tensor *part = &args->tensors[0], *xp = &args->tensors[1], *dyp = &args->tensors[2];
@@ -461,8 +496,9 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
   const int64_t top = images ? args->scalars[4].i : 0, left = images ? args->scalars[5].i : 0;
   const wg_grid grid = {wq, gpos, n_img, (dyp->sizes[2] + 1) / 2, (dyp->sizes[3] + 1) / 2};
   wg_lanes xl[2], dl[2];
-  /* per element: dy's as A panels [8][32 tiles][12], x's as B panels
-   * [2][32 tiles][32]; staging for 16 channels' transposes */
+  /* per element: dy's as A [96 output channels][32 tiles] (channels last:
+   * panels [8][32 tiles][12]), x's as B panels [2][32 tiles][32]; staging
+   * for 16 channels' transposes */
   _Alignas(64) float abuf[WG_E][WG_OG * WG_T], bbuf[WG_E][WG_CG * WG_T], stage[WG_E * WG_STAGE];
 
   /* Rows and columns of the panels past the last channel hold zeros or an
@@ -510,33 +546,16 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
             for (int j = 0; j < 16; ++j) _mm512_storeu_si512(dst + j * 32, r[j]);
           }
         }
-        for (int64_t o0 = 0; o0 < o_n; o0 += 16) {
-          for (int64_t i = 0; i < 16; ++i) {
-            if (o0 + i < o_n && rows) {
-              __m512 d[4][4], g[WG_E];
-              wg_rows_patch(d, &dl[h / 16], dsrc + (o_lo + o0 + i) * ds, dyp->strides[2],
-                            dyp->sizes[2], 2);
-              __m512 yv[2][2] = {{d[0][0], d[0][1]}, {d[1][0], d[1][1]}};
-              wg_grad_regs(g, yv);
-              for (int e = 0; e < WG_E; ++e) _mm512_storeu_ps(stage + i * 16 + e * WG_STAGE, g[e]);
-            } else if (o0 + i < o_n)
-              wg_grad16(stage + i * 16, WG_STAGE, dsrc + (o_lo + o0 + i) * 4 * ds + h, doff);
-            else
-              wg_stage_zero(stage, i);
-          }
-          /* lanes o0 + l fall in panels (o0 + l) / 12: at most two */
-          const int64_t p0 = o0 / WG_MR, split = (p0 + 1) * WG_MR - o0;
-          const int64_t live = o_n - o0 < 16 ? o_n - o0 : 16;
-          const __mmask16 lo = (__mmask16)((1u << (split < live ? split : live)) - 1u);
-          const __mmask16 hi = (__mmask16)(((1u << live) - 1u) & ~(unsigned)lo);
-          for (int e = 0; e < WG_E; ++e) {
-            __m512i r[16];
-            wg_stage_transposed(r, stage + e * WG_STAGE);
-            for (int j = 0; j < 16; ++j) {
-              float *row = abuf[e] + (p0 * WG_T + h + j) * WG_MR;
-              _mm512_mask_storeu_ps(row + (o0 - p0 * WG_MR), lo, _mm512_castsi512_ps(r[j]));
-              if (hi) _mm512_mask_storeu_ps(row + WG_T * WG_MR - split, hi, _mm512_castsi512_ps(r[j]));
-            }
+        /* dy's transforms, vectors over the tiles, are A's rows as they are */
+        for (int64_t o = 0; o < o_n; ++o) {
+          if (rows) {
+            __m512 d[4][4], g[WG_E];
+            wg_rows_patch(d, &dl[h / 16], dsrc + (o_lo + o) * ds, dyp->strides[2], dyp->sizes[2], 2);
+            __m512 yv[2][2] = {{d[0][0], d[0][1]}, {d[1][0], d[1][1]}};
+            wg_grad_regs(g, yv);
+            for (int e = 0; e < WG_E; ++e) _mm512_storeu_ps(abuf[e] + o * WG_T + h, g[e]);
+          } else {
+            wg_grad16(abuf[0] + o * WG_T + h, WG_OG * WG_T, dsrc + (o_lo + o) * 4 * ds + h, doff);
           }
         }
       }
@@ -545,11 +564,18 @@ int loom_conv_winograd_wgrad_avx512(const loom_kernel_args *args, int64_t begin,
         float *pe = (float *)part->data + (chunk * WG_E + e) * m_n * k_n;
         for (int64_t cp = 0; cp * 32 < c_n; ++cp)
           for (int64_t op = 0; op * WG_MR < o_n; ++op) {
-            const int64_t rows = o_n - op * WG_MR, cols = c_n - cp * 32;
-            loom_gemm_ukr_avx512_f32(WG_T, abuf[e] + op * WG_T * WG_MR, bbuf[e] + cp * WG_T * 32,
-                                     pe + (o_lo + op * WG_MR) * k_n + c_lo + cp * 32, k_n, 1.0f,
-                                     (int)(rows < WG_MR ? rows : WG_MR), (int)(cols < 32 ? cols : 32),
-                                     t0 > t_lo);
+            const int64_t live = o_n - op * WG_MR, cols = c_n - cp * 32;
+            const int mr = (int)(live < WG_MR ? live : WG_MR), nr = (int)(cols < 32 ? cols : 32);
+            const float *b = bbuf[e] + cp * WG_T * 32;
+            float *t = pe + (o_lo + op * WG_MR) * k_n + c_lo + cp * 32;
+            if (images && !rows)
+              loom_gemm_ukr_avx512_f32(WG_T, abuf[e] + op * WG_T * WG_MR, b, t, k_n, 1.0f, mr, nr,
+                                       t0 > t_lo);
+            else if (mr == WG_MR)
+              loom_gemm_ukr_avx512_f32_rows(WG_T, abuf[e] + op * WG_MR * WG_T, WG_T, b, t, k_n,
+                                            1.0f, nr, t0 > t_lo);
+            else
+              wg_ukr_rows_part(abuf[e] + op * WG_MR * WG_T, b, t, k_n, mr, nr, t0 > t_lo);
           }
       }
     }
