@@ -80,8 +80,7 @@ static inline UKR_INLINE void ukr_rows12(int64_t kc, const float *a, int64_t si,
     b += NR;
   }
 #undef LOOM_ROW
-  LOOM_UKR12_ROWS(rows);
-  loom_ukr_store(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
+  LOOM_UKR12_STORE(t, ldt, alpha, mr, m0, m1, accumulate);
 }
 
 void loom_gemm_ukr_avx512_f32(int64_t kc, const void *ap, const void *bp,

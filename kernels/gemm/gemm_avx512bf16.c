@@ -72,8 +72,7 @@ static inline void ukr_rows12(int64_t kc, const uint32_t *a, int64_t si, int64_t
     b += 2 * NR;
   }
 #undef LOOM_ROW
-  LOOM_UKR12_ROWS(rows);
-  loom_ukr_store(rows, MR, t, ldt, alpha, mr, m0, m1, accumulate);
+  LOOM_UKR12_STORE(t, ldt, alpha, mr, m0, m1, accumulate);
 }
 
 void loom_gemm_ukr_avx512bf16_bf16(int64_t kc, const void *ap, const void *bp,

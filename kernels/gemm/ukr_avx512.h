@@ -29,37 +29,34 @@ static inline __m512i loom_ukr_bf16_rne(__m512i b) {
   return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
 }
 
-/* T[i] = alpha * c[i] for rows i < min(mr, rows), masked columns, T bf16
- * with row stride ldt: the values the fp32 store below would write into a
- * zeroed T, each then rounded as loom_f32_to_bf16. */
-static inline void loom_ukr_store_bf16(__m512 (*c)[2], int rows, uint16_t *t, int64_t ldt,
-                                       float alpha, int mr, __mmask16 m0, __mmask16 m1) {
-  const __m512 va = _mm512_set1_ps(alpha), zero = _mm512_setzero_ps();
-  for (int i = 0; i < mr && i < rows; ++i) {
-    uint16_t *r = t + i * ldt;
-    const __m512 v0 = _mm512_fmadd_ps(va, c[i][0], zero), v1 = _mm512_fmadd_ps(va, c[i][1], zero);
+/* Row i of T (+)= alpha * (c0, c1), masked columns; with
+ * LOOM_GEMM_UKR_BF16_OUT in `accumulate`, T is bf16 and gets alpha * c
+ * rounded as loom_f32_to_bf16 (the fp32 value a zeroed T would hold). */
+static inline void loom_ukr_store_row(float *t, int64_t ldt, int i, __m512 c0, __m512 c1,
+                                      __m512 va, __mmask16 m0, __mmask16 m1, int accumulate) {
+  if (accumulate & LOOM_GEMM_UKR_BF16_OUT) {
+    uint16_t *r = (uint16_t *)t + i * ldt;
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 v0 = _mm512_fmadd_ps(va, c0, zero), v1 = _mm512_fmadd_ps(va, c1, zero);
     _mm256_mask_storeu_epi16(r, m0, _mm512_cvtepi32_epi16(loom_ukr_bf16_rne(_mm512_castps_si512(v0))));
     _mm256_mask_storeu_epi16(r + 16, m1,
                              _mm512_cvtepi32_epi16(loom_ukr_bf16_rne(_mm512_castps_si512(v1))));
-  }
-}
-
-/* T[i] (+)= alpha * c[i] for rows i < min(mr, rows), masked columns; with
- * LOOM_GEMM_UKR_BF16_OUT in `accumulate`, T is bf16 (loom_ukr_store_bf16). */
-static inline void loom_ukr_store(__m512 (*c)[2], int rows, float *t, int64_t ldt, float alpha,
-                                  int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
-  if (accumulate & LOOM_GEMM_UKR_BF16_OUT) {
-    loom_ukr_store_bf16(c, rows, (uint16_t *)t, ldt, alpha, mr, m0, m1);
     return;
   }
-  __m512 va = _mm512_set1_ps(alpha);
-  for (int i = 0; i < mr && i < rows; ++i) {
-    float *r = t + i * ldt;
-    __m512 t0 = _mm512_maskz_loadu_ps(accumulate ? m0 : 0, r);
-    __m512 t1 = _mm512_maskz_loadu_ps(accumulate ? m1 : 0, r + 16);
-    _mm512_mask_storeu_ps(r, m0, _mm512_fmadd_ps(va, c[i][0], t0));
-    _mm512_mask_storeu_ps(r + 16, m1, _mm512_fmadd_ps(va, c[i][1], t1));
-  }
+  float *r = t + i * ldt;
+  const __m512 t0 = _mm512_maskz_loadu_ps(accumulate ? m0 : 0, r);
+  const __m512 t1 = _mm512_maskz_loadu_ps(accumulate ? m1 : 0, r + 16);
+  _mm512_mask_storeu_ps(r, m0, _mm512_fmadd_ps(va, c0, t0));
+  _mm512_mask_storeu_ps(r + 16, m1, _mm512_fmadd_ps(va, c1, t1));
+}
+
+/* T[i] (+)= alpha * c[i] for rows i < min(mr, rows), masked columns, as
+ * loom_ukr_store_row. */
+static inline void loom_ukr_store(__m512 (*c)[2], int rows, float *t, int64_t ldt, float alpha,
+                                  int mr, __mmask16 m0, __mmask16 m1, int accumulate) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  for (int i = 0; i < mr && i < rows; ++i)
+    loom_ukr_store_row(t, ldt, i, c[i][0], c[i][1], va, m0, m1, accumulate);
 }
 
 /* The 12-row tile's 24 accumulators, c00 ... cb1 (row, half), zeroed. */
@@ -97,10 +94,25 @@ static inline void loom_ukr_store(__m512 (*c)[2], int rows, float *t, int64_t ld
     LOOM_ROW(cb0, cb1, a9[2 * si]);        \
   } while (0)
 
-/* The accumulators as rows[12][2], for loom_ukr_store. */
-#define LOOM_UKR12_ROWS(rows)                                                         \
-  __m512 rows[12][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, \
-                        {c50, c51}, {c60, c61}, {c70, c71}, {c80, c81}, {c90, c91}, \
-                        {ca0, ca1}, {cb0, cb1}}
+/* Rows i < mr of the 12-row tile stored as loom_ukr_store_row does, from
+ * the accumulators where they are: an array of them for loom_ukr_store
+ * went through the stack, 24 stores and loads a call. */
+#define LOOM_UKR12_STORE(t, ldt, alpha, mr, m0, m1, accumulate)                        \
+  do {                                                                                 \
+    const __m512 va_ = _mm512_set1_ps(alpha);                                          \
+    const int mr_ = (mr);                                                              \
+    if (mr_ > 0) loom_ukr_store_row(t, ldt, 0, c00, c01, va_, m0, m1, accumulate);     \
+    if (mr_ > 1) loom_ukr_store_row(t, ldt, 1, c10, c11, va_, m0, m1, accumulate);     \
+    if (mr_ > 2) loom_ukr_store_row(t, ldt, 2, c20, c21, va_, m0, m1, accumulate);     \
+    if (mr_ > 3) loom_ukr_store_row(t, ldt, 3, c30, c31, va_, m0, m1, accumulate);     \
+    if (mr_ > 4) loom_ukr_store_row(t, ldt, 4, c40, c41, va_, m0, m1, accumulate);     \
+    if (mr_ > 5) loom_ukr_store_row(t, ldt, 5, c50, c51, va_, m0, m1, accumulate);     \
+    if (mr_ > 6) loom_ukr_store_row(t, ldt, 6, c60, c61, va_, m0, m1, accumulate);     \
+    if (mr_ > 7) loom_ukr_store_row(t, ldt, 7, c70, c71, va_, m0, m1, accumulate);     \
+    if (mr_ > 8) loom_ukr_store_row(t, ldt, 8, c80, c81, va_, m0, m1, accumulate);     \
+    if (mr_ > 9) loom_ukr_store_row(t, ldt, 9, c90, c91, va_, m0, m1, accumulate);     \
+    if (mr_ > 10) loom_ukr_store_row(t, ldt, 10, ca0, ca1, va_, m0, m1, accumulate);   \
+    if (mr_ > 11) loom_ukr_store_row(t, ldt, 11, cb0, cb1, va_, m0, m1, accumulate);   \
+  } while (0)
 
 #endif /* LOOM_KERNELS_GEMM_UKR_AVX512_H */
