@@ -17,6 +17,16 @@ def _fresh(fresh_compile):
     yield
 
 
+def _cpp_kernels() -> bool:
+    """Whether Inductor generates C++ kernels for loom graphs here: not where
+    the driver's memory is not host-addressable (LOOM_DRIVER=guarded), where
+    every node of a compiled graph runs as its aten op (and, with that
+    global setting, CPU graphs' nodes too)."""
+    from torch_loom._inductor.backend import host_addressable
+
+    return host_addressable()
+
+
 def _compiled(fn, *args):
     from torch._inductor.utils import run_and_get_code
 
@@ -70,7 +80,8 @@ def test_other_sums_stay_generated(case):
     view = view or (lambda t: t)
     arg = view(x.to("loom"))
     got, code = _compiled(fn, arg)
-    assert "torch.ops.aten.sum" not in code and "torch.ops.aten.mean" not in code, code
+    if _cpp_kernels():
+        assert "torch.ops.aten.sum" not in code and "torch.ops.aten.mean" not in code, code
     want = fn(view(x))
     assert got.dtype == want.dtype
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-3)
@@ -81,5 +92,6 @@ def test_cpu_graphs_keep_inductors_reductions(op):
     x = torch.randn(N)
     fn = getattr(torch.Tensor, op)
     got, code = _compiled(fn, x)
-    assert f"torch.ops.aten.{op}" not in code
+    if _cpp_kernels():
+        assert f"torch.ops.aten.{op}" not in code
     torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-3)
