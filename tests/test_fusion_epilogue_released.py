@@ -23,6 +23,15 @@ fusion = torch.loom.fusion
 FREED_UNSTORED = os.environ.get("LOOM_DRIVER", "host") != "guarded"
 
 DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def fusion_on():
+    """Fusion on (not verify, which stores every value) whatever LOOM_FUSE
+    says; restored after."""
+    with fusion.mode(1):
+        yield
+
 SHAPES = [(256, 64, 256), (100, 48, 200), (300, 32, 8), (16, 96, 640)]
 
 
