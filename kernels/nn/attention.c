@@ -243,9 +243,10 @@ int loom_attention_plan_for(const loom_kernel_args *args, int amx, loom_attentio
   out->backward_q_grain = blocked ? 1 : attn_grain(s * (e + ev));
   out->backward_kv_range = blocked ? attn_blocks(bh, s) : bh * s;
   out->backward_kv_grain = blocked ? 1 : attn_grain(l * (e + ev));
-  /* bf16 attention without a mask runs fused on AMX tiles where the GEMM
-   * does: head dims within its tiles, rows of unit stride, some keys. It
-   * rounds the weights to bf16, as the fused CPU kernels do. */
+  /* bf16 attention without a mask runs fused where the GEMM runs bf16
+   * pairs (on AMX tiles, or on vdpbf16ps): head dims within the tiles,
+   * rows of unit stride, some keys. It rounds the weights to bf16, as the
+   * fused CPU kernels do. */
   const int tiles = amx && q->dtype == LOOM_BFLOAT16 && !mask->data && s > 0 &&
                     attn_round32(e) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
                     attn_round32(ev) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
@@ -283,8 +284,18 @@ int loom_attention_plan_for(const loom_kernel_args *args, int amx, loom_attentio
 
 int loom_attention_planner(const loom_kernel_args *args, void *out_plan, uint64_t size) {
   if (size != sizeof(loom_attention_plan)) return LOOM_ERROR_INVALID_ARGUMENT;
-  return loom_attention_plan_for(args, loom_gemm_isa_selected() == LOOM_GEMM_AMX,
+  const loom_gemm_isa isa = loom_gemm_isa_selected();
+  return loom_attention_plan_for(args, isa == LOOM_GEMM_AMX || isa == LOOM_GEMM_AVX512BF16,
                                  (loom_attention_plan *)out_plan);
+}
+
+/* "attention.bf16_forward": on AMX tiles where the GEMM uses them, else on
+ * vdpbf16ps (the plan names it only where one of them runs). */
+static int loom_attention_bf16_forward(const loom_kernel_args *args, int64_t begin, int64_t end) {
+  const loom_gemm_isa isa = loom_gemm_isa_selected();
+  if (isa == LOOM_GEMM_AMX) return loom_attention_amx_forward(args, begin, end);
+  if (isa == LOOM_GEMM_AVX512BF16) return loom_attention_avx512bf16_forward(args, begin, end);
+  return LOOM_ERROR_NOT_SUPPORTED;
 }
 
 const loom_kernel_entry loom_attention_kernels[] = {
@@ -296,7 +307,7 @@ const loom_kernel_entry loom_attention_kernels[] = {
     {"attention.blocked_backward_q", loom_attention_blocked_backward_q, NULL},
     {"attention.blocked_backward_kv", loom_attention_blocked_backward_kv, NULL},
     {"attention.bf16_pack", loom_attention_amx_pack, NULL},
-    {"attention.bf16_forward", loom_attention_amx_forward, NULL},
+    {"attention.bf16_forward", loom_attention_bf16_forward, NULL},
     {"attention.bf16_decode", loom_attention_amx_decode, NULL},
     {NULL, NULL, NULL},
 };

@@ -71,7 +71,8 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
  * items of LOOM_ATTENTION_AMX_QUERIES queries walk the keys
  * LOOM_ATTENTION_AMX_KEYS at a time. Head dims up to
  * LOOM_ATTENTION_AMX_MAX_HEAD_DIM (the tiles take them in steps of 32,
- * zero-padded); no mask; S > 0; AMX CPUs only. tensors [0]-[3] bf16 with
+ * zero-padded); no mask; S > 0; AMX CPUs only (the pack on any
+ * AVX512-BF16 CPU). tensors [0]-[3] bf16 with
  * unit last stride.
  * The pack, range BH * ceil(S / KEYS), writes every block of KEYS keys and
  * values in the tiles' layout into [5] and [6] (BH * ceil(S / KEYS) * KEYS
@@ -85,8 +86,13 @@ int loom_attention_blocked_backward_kv(const loom_kernel_args *args,
 #define LOOM_ATTENTION_AMX_QUERIES 64
 int loom_attention_amx_pack(const loom_kernel_args *args, int64_t begin, int64_t end);
 int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
+/* The same forward on vdpbf16ps (kernels/nn/attention_avx512bf16.c), for
+ * AVX512-BF16 CPUs without AMX: the same tensors, items, packs and
+ * arithmetic but for the order of the products' sums (pairs along the head
+ * dim and the keys, in order). */
+int loom_attention_avx512bf16_forward(const loom_kernel_args *args, int64_t begin, int64_t end);
 
-/* Decoding (kernels/nn/attention_amx.c, AVX-512): up to DECODE_QUERIES
+/* Decoding (kernels/nn/attention_amx.c, AVX-512 and AVX512-BF16, no tiles): up to DECODE_QUERIES
  * queries of a head against up to DECODE_KEYS keys; the same tensors and
  * scalars as the forward without [5] and [6], the same arithmetic but for
  * the order of the sums (the scores in fp32, softmax over all keys at once,
@@ -96,7 +102,7 @@ int loom_attention_amx_forward(const loom_kernel_args *args, int64_t begin, int6
 int loom_attention_amx_decode(const loom_kernel_args *args, int64_t begin, int64_t end);
 
 /* "attention.plan" for this process's GEMM variant; loom_attention_plan_for
- * plans as if the bf16 tiles ran (`amx`) or not, so that tests check the
+ * plans as if the bf16 kernels ran (`amx`: AMX tiles or vdpbf16ps) or not, so that tests check the
  * plans of CPUs they do not run on. */
 int loom_attention_planner(const loom_kernel_args *args, void *out_plan, uint64_t size);
 int loom_attention_plan_for(const loom_kernel_args *args, int amx, loom_attention_plan *out);

@@ -121,7 +121,9 @@ static void test_registry_plans_with_the_selected_variant(void) {
     const loom_kernel_t *l = NULL;
     CHECK_OK(loom_kernel_lookup(launched[i], &l));
   }
-  const int amx = loom_gemm_isa_selected() == LOOM_GEMM_AMX;
+  /* the fused bf16 kernels run where the GEMM runs bf16 pairs */
+  const loom_gemm_isa isa = loom_gemm_isa_selected();
+  const int amx = isa == LOOM_GEMM_AMX || isa == LOOM_GEMM_AVX512BF16;
   loom_tensor t[4] = {view3(LOOM_BFLOAT16, 4, 200, 64, 1), view3(LOOM_BFLOAT16, 4, 300, 64, 1),
                       view3(LOOM_BFLOAT16, 4, 300, 64, 1), {0}};
   loom_kernel_args args = {.abi_version = LOOM_KERNEL_ABI_VERSION, .num_tensors = 4,

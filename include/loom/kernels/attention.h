@@ -19,7 +19,7 @@
  * grains, and the forward's workspaces. The family chooses: an exact path
  * (arithmetic in double) for any float dtype and head dim, a blocked path
  * (float tiles) where the head dims fit its tiles, and on CPUs with bf16
- * tiles a bf16 path without a mask. */
+ * tiles or vdpbf16ps a bf16 path without a mask. */
 #ifndef LOOM_KERNELS_ATTENTION_CONTRACT_H
 #define LOOM_KERNELS_ATTENTION_CONTRACT_H
 
