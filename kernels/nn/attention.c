@@ -245,8 +245,9 @@ int loom_attention_plan_for(const loom_kernel_args *args, int amx, loom_attentio
   out->backward_kv_grain = blocked ? 1 : attn_grain(l * (e + ev));
   /* bf16 attention without a mask runs fused where the GEMM runs bf16
    * pairs (on AMX tiles, or on vdpbf16ps): head dims within the tiles,
-   * rows of unit stride, some keys. It rounds the weights to bf16, as the
-   * fused CPU kernels do. */
+   * rows of unit stride, some keys. It rounds the weights to bf16 for
+   * the second product, as the GEMM route does (the CPU's fused kernel may
+   * keep them in float: results differ from it within bf16's precision). */
   const int tiles = amx && q->dtype == LOOM_BFLOAT16 && !mask->data && s > 0 &&
                     attn_round32(e) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&
                     attn_round32(ev) <= LOOM_ATTENTION_AMX_MAX_HEAD_DIM &&

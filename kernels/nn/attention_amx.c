@@ -5,8 +5,8 @@
  * between them from AVX-512 in fp32 (wide key blocks spread each row's
  * reductions and rescaling over many keys: 64 at a time took 4.2 ms where
  * 256 take 3.1, B=4 H=8 T=512 D=64). The weights are rounded to bf16 for
- * the second product, as the GEMM route and the CPU's fused kernels round
- * them. Past the packed key and value blocks, nothing leaves the core's
+ * the second product, as the GEMM route rounds them (the CPU's fused
+ * kernel may keep them in float). Past the packed key and value blocks, nothing leaves the core's
  * caches but the output.
  *
  * Tiles (palette 1, kernels/gemm/gemm_amx.c's configuration): 0-3 the 2x2
